@@ -1,0 +1,382 @@
+#include "output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "strata/model/presets.h"
+#include "strata/model/quantity_text.h"
+
+namespace strata::cli {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+// A plain text table: left-aligned first columns, right-aligned numbers.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header, size_t leftColumns = 1)
+      : header_(std::move(header)), left_(leftColumns) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out) const {
+    std::vector<size_t> width(header_.size(), 0);
+    auto measure = [&](const std::vector<std::string>& r) {
+      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+    };
+    measure(header_);
+    for (const auto& r : rows_) measure(r);
+    auto line = [&](const std::vector<std::string>& r) {
+      std::string s;
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (i) s += "  ";
+        s += i < left_ ? fmt::format("{:<{}}", r[i], width[i]) : fmt::format("{:>{}}", r[i], width[i]);
+      }
+      while (!s.empty() && s.back() == ' ') s.pop_back();
+      out << s << "\n";
+    };
+    line(header_);
+    std::string rule;
+    for (size_t i = 0; i < width.size(); ++i) rule += (i ? "  " : "") + std::string(width[i], '-');
+    out << rule << "\n";
+    for (const auto& r : rows_) line(r);
+  }
+
+ private:
+  std::vector<std::string> header_;
+  size_t left_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string count(double n) {
+  // 61100840 -> "61,100,840"
+  std::string digits = fmt::format("{:.0f}", n);
+  std::string out;
+  const size_t start = digits[0] == '-' ? 1 : 0;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > start && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string percent(double fraction) { return fmt::format("{:.1f} %", 100 * fraction); }
+std::string shape(const Shape& s) { return fmt::format("{}x{}x{}", s.c, s.h, s.w); }
+
+std::string csvEscape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+const WorkerEstimate& busiest(const StepEstimate& e) {
+  return *std::max_element(e.workers.begin(), e.workers.end(), [](const auto& a, const auto& b) {
+    return a.sent.value() + a.received.value() < b.sent.value() + b.received.value();
+  });
+}
+
+Bytes peakMemory(const StepEstimate& e) {
+  Bytes m;
+  for (const auto& w : e.workers) m = max(m, w.memory.total());
+  return m;
+}
+
+std::string optionsLine(const StepEstimate& e) {
+  const auto& o = e.scenario.options;
+  std::string s = fmt::format("{}, overlap {}, segment {}", toString(o.element),
+                              o.overlap ? "on" : "off",
+                              o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  if (isModelParallel(e.scenario.strategy))
+    s += fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
+  return s;
+}
+
+ordered_json phasesJson(const PhaseTimes& p) {
+  return {{"fwd_s", p.fwd.value()},
+          {"bwd_data_s", p.bwdData.value()},
+          {"bwd_weights_s", p.bwdWeights.value()},
+          {"update_s", p.update.value()},
+          {"total_s", p.total().value()}};
+}
+
+ordered_json estimateJson(const StepEstimate& e) {
+  const auto& o = e.scenario.options;
+  ordered_json j;
+  j["engine"] = e.engine;
+  j["network"] = e.network;
+  j["cluster"] = e.cluster;
+  j["strategy"] = std::string(toString(e.scenario.strategy));
+  j["workers"] = e.scenario.workers;
+  j["batch_per_worker"] = e.scenario.batchPerWorker;
+  j["options"] = {{"overlap", o.overlap},
+                  {"fc_update", std::string(toString(o.fcUpdate))},
+                  {"segment_bytes", o.segment.value()},
+                  {"element", std::string(toString(o.element))},
+                  {"conv_sync", std::string(toString(o.convSync))}};
+  j["step_s"] = e.step.value();
+  j["throughput_examples_per_s"] = e.throughput;
+  j["single_worker_step_s"] = e.singleWorkerStep.value();
+  j["speedup"] = e.speedup;
+  j["efficiency"] = e.efficiency;
+  j["bottleneck"] = e.bottleneck;
+  j["fits_in_memory"] = e.fitsInMemory;
+  if (e.rounds.rounds > 0) {
+    j["rounds"] = {{"rounds", e.rounds.rounds},
+                   {"batch_per_round", e.rounds.batchPerRound},
+                   {"transfer_s", e.rounds.transfer.value()},
+                   {"compute_s", e.rounds.compute.value()},
+                   {"inner_communication_s", e.rounds.innerComm.value()},
+                   {"gradient_return_s", e.rounds.gradientReturn.value()},
+                   {"hidden_transfers", e.rounds.hiddenTransfers},
+                   {"egress_bytes_per_round", e.rounds.egressPerRound.value()}};
+  }
+  ordered_json workers = ordered_json::array();
+  for (const auto& w : e.workers) {
+    workers.push_back({{"rank", w.rank},
+                       {"compute", phasesJson(w.compute)},
+                       {"communication_s", w.communication.value()},
+                       {"exposed_communication_s", w.exposedCommunication.value()},
+                       {"idle_s", w.idle.value()},
+                       {"sent_bytes", w.sent.value()},
+                       {"received_bytes", w.received.value()},
+                       {"memory", {{"weights_bytes", w.memory.weights.value()},
+                                   {"gradients_bytes", w.memory.gradients.value()},
+                                   {"optimizer_bytes", w.memory.optimizer.value()},
+                                   {"activations_bytes", w.memory.activations.value()},
+                                   {"buffers_bytes", w.memory.buffers.value()},
+                                   {"total_bytes", w.memory.total().value()}}}});
+  }
+  j["per_worker"] = workers;
+  return j;
+}
+
+const char* kCsvHeader =
+    "engine,network,cluster,strategy,workers,batch_per_worker,element,overlap,fc_update,"
+    "segment_bytes,conv_sync,step_s,throughput_examples_per_s,speedup,efficiency,compute_s,"
+    "communication_s,exposed_communication_s,sent_bytes_per_worker,received_bytes_per_worker,"
+    "memory_bytes_per_worker,fits_in_memory,bottleneck\n";
+
+void csvRow(std::ostream& out, const StepEstimate& e) {
+  const auto& o = e.scenario.options;
+  const auto& w = busiest(e);
+  out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6g},{:.6g},{:.9g},{:.9g},{:.9g},"
+                     "{:.9g},{:.9g},{:.9g},{},{}\n",
+                     e.engine, e.network, e.cluster, toString(e.scenario.strategy),
+                     e.scenario.workers, e.scenario.batchPerWorker, toString(o.element),
+                     o.overlap ? "on" : "off", toString(o.fcUpdate), o.segment.value(),
+                     toString(o.convSync), e.step.value(), e.throughput, e.speedup, e.efficiency,
+                     w.compute.total().value(), w.communication.value(),
+                     w.exposedCommunication.value(), w.sent.value(), w.received.value(),
+                     peakMemory(e).value(), e.fitsInMemory ? "yes" : "no", csvEscape(e.bottleneck));
+}
+
+}  // namespace
+
+void printPresetList(std::ostream& out, Format format) {
+  const ConfigKind kinds[] = {ConfigKind::kNetwork, ConfigKind::kCluster, ConfigKind::kExperiment};
+  if (format == Format::kJson) {
+    ordered_json j;
+    for (auto k : kinds) j[std::string(toString(k)) + "s"] = listPresets(k);
+    j["config_dir"] = configDir();
+    out << j.dump(2) << "\n";
+    return;
+  }
+  if (format == Format::kCsv) {
+    out << "kind,name\n";
+    for (auto k : kinds)
+      for (const auto& n : listPresets(k)) out << toString(k) << "," << n << "\n";
+    return;
+  }
+  out << "presets in " << configDir() << "\n";
+  for (auto k : kinds) {
+    out << "\n" << toString(k) << "s:\n";
+    for (const auto& n : listPresets(k)) out << "  " << n << "\n";
+  }
+}
+
+void printNetwork(std::ostream& out, const Network& net, ElementType element, Format format) {
+  const double e = elementBytes(element);
+  const double convFlops = net.fwdFlopsOfKind(LayerKind::kConv);
+  const double fcFlops = net.fwdFlopsOfKind(LayerKind::kFc);
+  const double rnnFlops = net.fwdFlopsOfKind(LayerKind::kRnn);
+  const double totalFlops = net.totalFwdFlops();
+  const double params = double(net.totalParams());
+  const double convParams = double(net.paramsOfKind(LayerKind::kConv));
+  const double fcParams = double(net.paramsOfKind(LayerKind::kFc));
+  const double rnnParams = double(net.paramsOfKind(LayerKind::kRnn));
+  double activations = 0;
+  for (const auto& l : net.layers) activations += double(l.outShape.elements()) * e;
+
+  if (format == Format::kJson) {
+    ordered_json j;
+    j["network"] = net.name;
+    j["description"] = net.description;
+    j["input"] = {{"channels", net.input.c}, {"height", net.input.h}, {"width", net.input.w}};
+    j["element"] = std::string(toString(element));
+    ordered_json layers = ordered_json::array();
+    for (const auto& l : net.layers) {
+      layers.push_back({{"name", l.name},
+                        {"kind", std::string(toString(l.kind))},
+                        {"output", {l.outShape.c, l.outShape.h, l.outShape.w}},
+                        {"params", l.params},
+                        {"fwd_flops_per_example", l.fwdFlops},
+                        {"bwd_data_flops_per_example", l.bwdDataFlops},
+                        {"bwd_weights_flops_per_example", l.bwdWeightsFlops},
+                        {"activation_bytes_per_example", double(l.outShape.elements()) * e},
+                        {"model_parallel", net.modelParallelFrom >= 0 &&
+                                               &l - net.layers.data() >= net.modelParallelFrom}});
+    }
+    j["layers"] = layers;
+    j["totals"] = {{"params", net.totalParams()},
+                   {"weight_bytes", params * e},
+                   {"fwd_flops_per_example", totalFlops},
+                   {"train_flops_per_example", net.totalTrainFlops()},
+                   {"activation_bytes_per_example", activations},
+                   {"conv_params_fraction", convParams / params},
+                   {"fc_params_fraction", fcParams / params},
+                   {"rnn_params_fraction", rnnParams / params},
+                   {"conv_fwd_flops_fraction", convFlops / totalFlops},
+                   {"fc_fwd_flops_fraction", fcFlops / totalFlops},
+                   {"rnn_fwd_flops_fraction", rnnFlops / totalFlops}};
+    out << j.dump(2) << "\n";
+    return;
+  }
+  if (format == Format::kCsv) {
+    out << "name,kind,output_c,output_h,output_w,params,fwd_flops_per_example,"
+           "bwd_data_flops_per_example,bwd_weights_flops_per_example,activation_bytes_per_example\n";
+    for (const auto& l : net.layers)
+      out << fmt::format("{},{},{},{},{},{},{:.0f},{:.0f},{:.0f},{:.0f}\n", l.name, toString(l.kind),
+                         l.outShape.c, l.outShape.h, l.outShape.w, l.params, l.fwdFlops,
+                         l.bwdDataFlops, l.bwdWeightsFlops, double(l.outShape.elements()) * e);
+    return;
+  }
+  out << net.name << ": " << net.description << "\n";
+  out << fmt::format("input {}, element {} ({} bytes)\n\n", shape(net.input), toString(element), e);
+  Table t({"layer", "kind", "output", "params", "fwd FLOPs/example", "activation/example"}, 3);
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const auto& l = net.layers[i];
+    std::string name = l.name;
+    if (static_cast<int>(i) == net.modelParallelFrom) name += " *";
+    t.add({name, std::string(toString(l.kind)), shape(l.outShape), count(double(l.params)),
+           formatFlops(Flops(l.fwdFlops)), formatBytes(Bytes(double(l.outShape.elements()) * e))});
+  }
+  t.add({"total", "", "", count(params), formatFlops(Flops(totalFlops)),
+         formatBytes(Bytes(activations))});
+  t.print(out);
+  out << "\n";
+  out << fmt::format("parameters  {} ({} of weights)\n", count(params), formatBytes(Bytes(params * e)));
+  out << fmt::format("compute     {} fwd, {} fwd+bwd per example\n", formatFlops(Flops(totalFlops)),
+                     formatFlops(Flops(net.totalTrainFlops())));
+  out << fmt::format("conv layers {} of parameters, {} of fwd FLOPs\n", percent(convParams / params),
+                     percent(convFlops / totalFlops));
+  out << fmt::format("fc layers   {} of parameters, {} of fwd FLOPs\n", percent(fcParams / params),
+                     percent(fcFlops / totalFlops));
+  if (rnnParams > 0)
+    out << fmt::format("rnn layers  {} of parameters, {} of fwd FLOPs\n",
+                       percent(rnnParams / params), percent(rnnFlops / totalFlops));
+  if (net.modelParallelFrom >= 0)
+    out << "* owt-a/b/c run this layer and the ones after it model-parallel\n";
+}
+
+void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
+  if (format == Format::kJson) {
+    out << estimateJson(e).dump(2) << "\n";
+    return;
+  }
+  if (format == Format::kCsv) {
+    out << kCsvHeader;
+    csvRow(out, e);
+    return;
+  }
+  const auto& sc = e.scenario;
+  out << fmt::format("{} on {}: {}, {} workers x {} examples (global batch {}), {} [{}]\n\n",
+                     e.network, e.cluster, toString(sc.strategy), sc.workers, sc.batchPerWorker,
+                     sc.workers * sc.batchPerWorker, optionsLine(e), e.engine);
+  out << fmt::format("step time     {}\n", formatSeconds(e.step));
+  out << fmt::format("throughput    {:.1f} examples/s\n", e.throughput);
+  out << fmt::format("speedup       {:.2f}x over one worker ({} per step of {} examples)\n",
+                     e.speedup, formatSeconds(e.singleWorkerStep), sc.batchPerWorker);
+  out << fmt::format("efficiency    {}\n", percent(e.efficiency));
+  out << fmt::format("bottleneck    {}\n", e.bottleneck);
+  const auto& w0 = e.workers.front();
+  out << fmt::format("memory        {} per worker (weights {}, gradients {}, optimizer {}, "
+                     "activations {}, buffers {}){}\n",
+                     formatBytes(peakMemory(e)), formatBytes(w0.memory.weights),
+                     formatBytes(w0.memory.gradients), formatBytes(w0.memory.optimizer),
+                     formatBytes(w0.memory.activations), formatBytes(busiest(e).memory.buffers),
+                     e.fitsInMemory ? "" : "  DOES NOT FIT in device memory");
+  if (e.rounds.rounds > 0) {
+    const auto& r = e.rounds;
+    out << fmt::format(
+        "FC rounds     {} x {} examples; per round: activations in {}, FC compute {}, "
+        "inner exchange {}, gradients back {}; {} of {} transfers hidden; busiest egress {} per "
+        "round\n",
+        r.rounds, r.batchPerRound, formatSeconds(r.transfer), formatSeconds(r.compute),
+        formatSeconds(r.innerComm), formatSeconds(r.gradientReturn), r.hiddenTransfers, r.rounds,
+        formatBytes(r.egressPerRound));
+  }
+  out << "\n";
+  Table t({"rank", "fwd", "bwd_data", "bwd_weights", "update", "compute", "comm", "exposed comm",
+           "idle", "sent", "received"});
+  for (const auto& w : e.workers) {
+    t.add({std::to_string(w.rank), formatSeconds(w.compute.fwd), formatSeconds(w.compute.bwdData),
+           formatSeconds(w.compute.bwdWeights), formatSeconds(w.compute.update),
+           formatSeconds(w.compute.total()), formatSeconds(w.communication),
+           formatSeconds(w.exposedCommunication), formatSeconds(w.idle), formatBytes(w.sent),
+           formatBytes(w.received)});
+  }
+  t.print(out);
+}
+
+void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimates, Format format) {
+  if (format == Format::kJson) {
+    ordered_json j = ordered_json::array();
+    for (const auto& e : estimates) j.push_back(estimateJson(e));
+    out << j.dump(2) << "\n";
+    return;
+  }
+  if (format == Format::kCsv) {
+    out << kCsvHeader;
+    for (const auto& e : estimates) csvRow(out, e);
+    return;
+  }
+  if (estimates.empty()) return;
+  // Fastest strategy per (network, cluster, K).
+  std::map<std::tuple<std::string, std::string, int>, double> best;
+  for (const auto& e : estimates) {
+    auto key = std::make_tuple(e.network, e.cluster, e.scenario.workers);
+    auto it = best.find(key);
+    if (it == best.end() || e.step.value() < it->second) best[key] = e.step.value();
+  }
+  const auto& first = estimates.front();
+  out << fmt::format("{} on {}, {} examples per worker, {} [{}]\n\n", first.network, first.cluster,
+                     first.scenario.batchPerWorker, optionsLine(first), first.engine);
+  Table t({"K", "strategy", "step", "throughput", "speedup", "efficiency", "sent/worker",
+           "exposed comm", "memory/worker", "best"},
+          2);
+  int lastK = -1;
+  std::string lastNet;
+  for (const auto& e : estimates) {
+    const bool newGroup = e.scenario.workers != lastK || e.network != lastNet;
+    lastK = e.scenario.workers;
+    lastNet = e.network;
+    const bool isBest =
+        e.step.value() == best[std::make_tuple(e.network, e.cluster, e.scenario.workers)];
+    const auto& w = busiest(e);
+    Seconds exposed;
+    for (const auto& x : e.workers) exposed = max(exposed, x.exposedCommunication);
+    std::string mem = formatBytes(peakMemory(e));
+    if (!e.fitsInMemory) mem += " (!)";
+    t.add({newGroup ? std::to_string(e.scenario.workers) : "", std::string(toString(e.scenario.strategy)),
+           formatSeconds(e.step), fmt::format("{:.0f} ex/s", e.throughput),
+           fmt::format("{:.2f}x", e.speedup), percent(e.efficiency), formatBytes(w.sent),
+           formatSeconds(exposed), mem, isBest ? "*" : ""});
+  }
+  t.print(out);
+  out << "\n* fastest strategy for that worker count; (!) exceeds device memory\n";
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,73 @@
+// Clusters: the device every worker runs on and the hierarchy of links
+// between devices (switch groups, NVLink/NVSwitch, nodes, NICs).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/model/network.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+enum class ElementType { kFp32, kFp16, kBf16 };
+inline constexpr int kElementTypeCount = 3;
+
+std::string_view toString(ElementType type);
+// Size of one element: 4 bytes for fp32, 2 for fp16 and bf16.
+double elementBytes(ElementType type);
+// Parses "fp32", "fp16", "bf16"; throws OptionError(option) otherwise.
+ElementType parseElementType(std::string_view text, const std::string& option);
+
+// One device (a GPU, or a CPU core used as a worker).
+struct DeviceSpec {
+  std::string name;
+  // Peak FLOP/s per element type; 0 when the device has no figure for it.
+  std::array<FlopsPerSecond, kElementTypeCount> peak{};
+  BytesPerSecond memoryBandwidth;
+  Bytes memoryCapacity;
+  double memoryEfficiency = 1.0;  // fraction of memoryBandwidth reached
+  // Fraction of peak reached, per layer kind (index: LayerKind).
+  std::array<double, 10> efficiency{};
+  // Bytes of reduction input summed per second (gamma = 1 / this).
+  BytesPerSecond reduceBandwidth;
+
+  // Peak for an element type; throws UserError naming the cluster file when
+  // the device has no figure for it.
+  FlopsPerSecond peakFor(ElementType type, const std::string& clusterFile) const;
+  double efficiencyFor(LayerKind kind) const { return efficiency[static_cast<size_t>(kind)]; }
+};
+
+// The link from each unit of a level to that level's switch.
+struct LinkSpec {
+  BytesPerSecond bandwidth;  // beta, per direction
+  Seconds latency;           // alpha of a message whose endpoints meet at this level
+  bool fullDuplex = true;
+  int lanes = 1;  // parallel links per unit; device i inside the unit uses lane i % lanes
+};
+
+// One level of the hierarchy: `group` units of the level below share a switch.
+struct TopologyLevel {
+  std::string name;
+  int group = 1;  // 0: any number (outermost level only)
+  LinkSpec link;
+};
+
+struct Cluster {
+  std::string name;
+  std::string description;
+  std::string sourceFile;
+  DeviceSpec device;
+  std::vector<TopologyLevel> levels;  // innermost first
+
+  // Number of devices, or -1 when the outermost level allows any number.
+  int64_t capacity() const;
+};
+
+// Loads a cluster YAML file (schema in docs/configs.md).
+Cluster loadCluster(const std::string& path);
+
+}  // namespace strata

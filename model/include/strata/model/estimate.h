@@ -1,0 +1,25 @@
+// The analytic cost model: a StepEstimate for one Scenario, in microseconds.
+#pragma once
+
+#include "strata/model/cluster.h"
+#include "strata/model/network.h"
+#include "strata/model/strategy.h"
+
+namespace strata {
+
+// Predicts one training step of `network` on `cluster` under `scenario`.
+// Throws UserError for impossible requests (K = 0, b = 0, more workers than
+// the cluster has, owt-* on a network with no model-parallel part, an element
+// type the device has no peak for). Formulas: docs/cost-model.md.
+StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario);
+
+// Time of one phase of one layer on one device for `examples` examples, of
+// which this worker computes `fraction` (1/K of a model-parallel layer):
+// roofline max(FLOPs / (peak x efficiency), bytes / (bandwidth x efficiency)).
+Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
+                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element);
+
+// SGD with momentum over `params` parameters: reads w, g, v and writes w, v.
+Seconds updateTime(double params, const DeviceSpec& device, ElementType element);
+
+}  // namespace strata

@@ -1,0 +1,118 @@
+// Parallelization strategies, their options, and the StepEstimate every engine
+// (model, simulator, executor) produces for one training step.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/model/cluster.h"
+#include "strata/model/collectives.h"
+#include "strata/model/network.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+// Canonical strategy names of DESIGN.md.
+enum class Strategy { kNaive, kRing, kOwtA, kOwtB, kOwtC, kPs };
+inline constexpr Strategy kAllStrategies[] = {Strategy::kNaive, Strategy::kRing, Strategy::kOwtA,
+                                              Strategy::kOwtB,  Strategy::kOwtC, Strategy::kPs};
+
+std::string_view toString(Strategy strategy);
+// Parses a canonical name; throws OptionError(option) listing the valid names.
+Strategy parseStrategy(std::string_view text, const std::string& option);
+// Parses a comma-separated list or "all".
+std::vector<Strategy> parseStrategies(std::string_view text, const std::string& option);
+bool isModelParallel(Strategy strategy);  // owt-a, owt-b, owt-c
+
+// When the model-parallel FC layers of owt-b/owt-c update their weights.
+enum class FcUpdate { kStep, kRound };
+std::string_view toString(FcUpdate update);
+FcUpdate parseFcUpdate(std::string_view text, const std::string& option);
+
+struct StrategyOptions {
+  // Overlap gradient communication with backprop (layer by layer, last first).
+  bool overlap = true;
+  // owt-b/owt-c: update the FC layers after every round (batch b) or once per
+  // step (batch K b). owt-a always updates per step.
+  FcUpdate fcUpdate = FcUpdate::kStep;
+  // Pipelining granularity of segmented transfers; 4 MiB is NCCL's default
+  // NCCL_BUFFSIZE (NCCL environment-variable documentation). 0: unsegmented.
+  Bytes segment = Bytes(4.0 * 1024 * 1024);
+  ElementType element = ElementType::kFp32;
+  // Conv-gradient synchronisation of owt-*: Krizhevsky's scheme is `direct`
+  // (each worker reduces and broadcasts its 1/K of every gradient matrix).
+  AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
+};
+
+// One question: this network on this cluster with this strategy and K workers
+// of b examples each.
+struct Scenario {
+  Strategy strategy = Strategy::kRing;
+  int workers = 1;
+  int batchPerWorker = 128;
+  StrategyOptions options;
+};
+
+// Time per phase of the compute stream.
+struct PhaseTimes {
+  Seconds fwd;
+  Seconds bwdData;
+  Seconds bwdWeights;
+  Seconds update;
+  Seconds total() const { return fwd + bwdData + bwdWeights + update; }
+};
+
+// Peak memory of one worker, by what it holds.
+struct MemoryUse {
+  Bytes weights;
+  Bytes gradients;
+  Bytes optimizer;    // momentum
+  Bytes activations;  // saved for backward
+  Bytes buffers;      // communication staging
+  Bytes total() const { return weights + gradients + optimizer + activations + buffers; }
+};
+
+struct WorkerEstimate {
+  int rank = 0;
+  PhaseTimes compute;
+  // Time this worker's communication keeps a link busy (its collectives'
+  // durations, summed), and the part of it not hidden behind compute.
+  Seconds communication;
+  Seconds exposedCommunication;
+  Seconds idle;  // step - compute - exposed communication
+  Bytes sent;
+  Bytes received;
+  MemoryUse memory;
+};
+
+// owt-* only: the rounds of the FC phase.
+struct RoundInfo {
+  int rounds = 0;
+  int batchPerRound = 0;     // examples in one round's FC batch
+  Seconds transfer;          // activations in, per round
+  Seconds compute;           // FC fwd + bwd compute, per round
+  Seconds innerComm;         // exchanges between model-parallel layers, per round
+  Seconds gradientReturn;    // activation gradients back to their owners, per round
+  int hiddenTransfers = 0;   // activation transfers hidden behind FC compute
+  Bytes egressPerRound;      // activation bytes leaving the busiest worker per round
+};
+
+struct StepEstimate {
+  std::string engine = "model";
+  std::string network;
+  std::string cluster;
+  Scenario scenario;
+  Seconds step;
+  std::vector<WorkerEstimate> workers;
+  // Examples per second over all workers (K b / step).
+  double throughput = 0;
+  Seconds singleWorkerStep;  // same network, one worker, b examples, no communication
+  double speedup = 0;        // throughput / single-worker throughput
+  double efficiency = 0;     // speedup / K
+  std::string bottleneck;    // the link limiting the costliest communication
+  bool fitsInMemory = true;  // peak memory of every worker <= device capacity
+  RoundInfo rounds;
+};
+
+}  // namespace strata

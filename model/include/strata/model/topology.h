@@ -1,0 +1,85 @@
+// A cluster with K workers placed on it: which links each transfer crosses,
+// and the alpha-beta cost of a transfer pattern on its bottleneck link.
+//
+// A pattern is a set of flows that run at the same time, each carrying the same
+// number of bytes (every collective step in strata is such a pattern). Its time
+// for n bytes per flow is
+//
+//   T(n) = alpha + n * max over links l of (flows crossing l in its busier
+//                                           direction) / beta_l
+//
+// (both directions added on a half-duplex link), where alpha is the latency of
+// the highest level any flow crosses. Switches are non-blocking; only links
+// limit bandwidth. Patterns depend only on K, so their costs are cached.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/model/cluster.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+struct Flow {
+  int src = 0;
+  int dst = 0;
+};
+
+// Cost of a pattern as a function of the bytes each flow carries.
+struct PatternCost {
+  Seconds latency;
+  double secondsPerByte = 0;  // on the bottleneck link, per byte of one flow
+  int bottleneckLink = -1;    // -1: no flow crosses any link
+  bool bottleneckUp = true;   // direction on the bottleneck link (up: towards the switch)
+
+  Seconds time(Bytes perFlow) const {
+    return latency + Seconds(perFlow.value() * secondsPerByte);
+  }
+};
+
+class Topology {
+ public:
+  // Places workers 0..K-1 on devices 0..K-1. Throws UserError when K < 1 or
+  // K exceeds the cluster's capacity.
+  Topology(const Cluster& cluster, int workers);
+
+  int workers() const { return workers_; }
+  // True when every level's links are full duplex.
+  bool allFullDuplex() const;
+  const Cluster& cluster() const { return *cluster_; }
+
+  // Level at which a and b first share a switch; -1 when a == b.
+  int meetLevel(int a, int b) const;
+  // Latency of a message from a to b (0 when a == b).
+  Seconds latency(int a, int b) const;
+
+  // Cost of any set of concurrent flows of equal size.
+  PatternCost cost(std::span<const Flow> flows) const;
+
+  // Cached patterns used by the collectives.
+  const PatternCost& ringStep() const;    // every i sends to (i + 1) mod K
+  const PatternCost& allToAll() const;    // every i sends to every j != i
+  const PatternCost& gather(int root) const;   // every i != root sends to root
+  const PatternCost& scatter(int root) const;  // root sends to every i != root
+
+  // "pcie-switch link of device 3 (up)" for reports.
+  std::string describeLink(int link, bool up) const;
+
+ private:
+  int linkIndex(int level, int worker) const;
+
+  const Cluster* cluster_;
+  int workers_;
+  std::vector<int64_t> span_;        // devices per unit at each level (span_[0] = 1)
+  std::vector<int> levelOffset_;     // first link index of each level
+  std::vector<int> unitsAtLevel_;    // units (of the level below) at each level
+  int linkCount_ = 0;
+  mutable std::vector<int> up_, down_;  // scratch: flows per link and direction
+  mutable std::optional<PatternCost> ringStep_, allToAll_;
+  mutable std::vector<std::optional<PatternCost>> gather_, scatter_;
+};
+
+}  // namespace strata

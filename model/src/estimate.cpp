@@ -1,0 +1,434 @@
+// The analytic cost model. Formulas and their sources: docs/cost-model.md.
+#include "strata/model/estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/model/collectives.h"
+#include "strata/model/error.h"
+#include "strata/model/topology.h"
+
+namespace strata {
+
+Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
+                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element) {
+  double flops = 0, elems = 0;
+  switch (phase) {
+    case Phase::kFwd:
+      flops = layer.fwdFlops;
+      elems = layer.fwdElems;
+      break;
+    case Phase::kBwdData:
+      flops = layer.bwdDataFlops;
+      elems = layer.bwdDataElems;
+      break;
+    case Phase::kBwdWeights:
+      flops = layer.bwdWeightsFlops;
+      elems = layer.bwdWeightsElems;
+      break;
+    case Phase::kUpdate: return updateTime(double(layer.params) * fraction, device, element);
+  }
+  if (phase == Phase::kBwdWeights && !layer.hasWeights()) return Seconds(0);
+  const Flops work(flops * examples * fraction);
+  // Weights are read once per pass (fwd, bwd_data) or written once (bwd_weights).
+  const Bytes traffic((elems * examples + double(layer.params)) * fraction * elementBytes(element));
+  const Seconds computeBound = work / (peak * device.efficiencyFor(layer.kind));
+  const Seconds memoryBound = traffic / (device.memoryBandwidth * device.memoryEfficiency);
+  return max(computeBound, memoryBound);
+}
+
+Seconds updateTime(double params, const DeviceSpec& device, ElementType element) {
+  const Bytes traffic(5.0 * params * elementBytes(element));
+  return traffic / (device.memoryBandwidth * device.memoryEfficiency);
+}
+
+namespace {
+
+// Everything one evaluation needs, computed once.
+struct Context {
+  const Network& net;
+  const Cluster& cluster;
+  const Scenario& sc;
+  Topology topo;
+  double e;             // bytes per element
+  FlopsPerSecond peak;  // for the element type
+  CommParams comm;
+  int k;
+  int b;
+
+  Context(const Network& n, const Cluster& c, const Scenario& s)
+      : net(n),
+        cluster(c),
+        sc(s),
+        topo(c, s.workers),
+        e(elementBytes(s.options.element)),
+        peak(c.device.peakFor(s.options.element, c.sourceFile)),
+        k(s.workers),
+        b(s.batchPerWorker) {
+    comm.segment = s.options.segment;
+    comm.gamma = 1.0 / c.device.reduceBandwidth.value();
+  }
+
+  Seconds time(const Layer& l, Phase p, double examples, double fraction) const {
+    return layerTime(l, p, examples, fraction, cluster.device, peak, sc.options.element);
+  }
+  Seconds update(double params) const {
+    return updateTime(params, cluster.device, sc.options.element);
+  }
+};
+
+// Per-worker accumulators shared by all strategies.
+struct Tally {
+  PhaseTimes compute;
+  std::vector<double> sent, received;
+  Seconds communication;   // sum of collective durations
+  Seconds exposed;
+  Seconds worstCollective;
+  int bottleneckLink = -1;
+  bool bottleneckUp = true;
+
+  explicit Tally(int k) : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
+
+  void add(const CollectiveCost& c, double times = 1.0) {
+    for (size_t i = 0; i < sent.size(); ++i) {
+      sent[i] += c.sent[i] * times;
+      received[i] += c.received[i] * times;
+    }
+    communication += c.time * times;
+    if (c.time > worstCollective && c.bottleneckLink >= 0) {
+      worstCollective = c.time;
+      bottleneckLink = c.bottleneckLink;
+      bottleneckUp = c.bottleneckUp;
+    }
+  }
+};
+
+// Forward of layers [first, last) on `examples` examples.
+Seconds forward(const Context& ctx, int first, int last, double examples, double fraction,
+                Tally& t) {
+  Seconds sum;
+  for (int i = first; i < last; ++i)
+    sum += ctx.time(ctx.net.layers[static_cast<size_t>(i)], Phase::kFwd, examples, fraction);
+  t.compute.fwd += sum;
+  return sum;
+}
+
+// Backprop of data-parallel layers [first, last) with their gradient
+// synchronisation. Gradients become ready layer by layer (bwd_weights runs
+// before bwd_data so the gradient leaves early); with overlap each layer's
+// allreduce starts when both its gradient and the network are free, last
+// layers first, as a framework's communication stream does. Without overlap
+// all gradients go in one fused allreduce after backprop.
+// Returns the time from the start of backprop until gradients are synced.
+Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgorithm algorithm,
+                         Tally& t) {
+  Seconds clock, commFree;
+  double fused = 0;
+  for (int i = last - 1; i >= first; --i) {
+    const auto& l = ctx.net.layers[static_cast<size_t>(i)];
+    const Seconds bw = ctx.time(l, Phase::kBwdWeights, ctx.b, 1.0);
+    clock += bw;
+    t.compute.bwdWeights += bw;
+    if (l.hasWeights() && ctx.k > 1) {
+      const Bytes bytes(double(l.params) * ctx.e);
+      if (ctx.sc.options.overlap) {
+        const auto c = allReduce(ctx.topo, algorithm, bytes, ctx.comm);
+        commFree = max(commFree, clock) + c.time;
+        t.add(c);
+      } else {
+        fused += bytes.value();
+      }
+    }
+    // The first layer's input is data: no gradient w.r.t. it is needed.
+    if (!l.readsNetworkInput()) {
+      const Seconds bd = ctx.time(l, Phase::kBwdData, ctx.b, 1.0);
+      clock += bd;
+      t.compute.bwdData += bd;
+    }
+  }
+  if (fused > 0) {
+    const auto c = allReduce(ctx.topo, algorithm, Bytes(fused), ctx.comm);
+    commFree = clock + c.time;
+    t.add(c);
+  }
+  const Seconds end = max(clock, commFree);
+  t.exposed += end - clock;
+  return end;
+}
+
+double paramsIn(const Network& net, int first, int last) {
+  double p = 0;
+  for (int i = first; i < last; ++i) p += double(net.layers[static_cast<size_t>(i)].params);
+  return p;
+}
+
+// naive / ring / ps: every layer data-parallel.
+Seconds dataParallelStep(const Context& ctx, Tally& t) {
+  const int layers = static_cast<int>(ctx.net.layers.size());
+  const auto algorithm = ctx.sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
+                         : ctx.sc.strategy == Strategy::kPs  ? AllreduceAlgorithm::kDirect
+                                                             : AllreduceAlgorithm::kRing;
+  const Seconds fwd = forward(ctx, 0, layers, ctx.b, 1.0, t);
+  const Seconds bwd = backpropWithSync(ctx, 0, layers, algorithm, t);
+  // ps (mshadow-ps) updates on the server: each worker updates its 1/K shard
+  // between push and pull; the others update every weight locally.
+  const double params = paramsIn(ctx.net, 0, layers);
+  const Seconds upd = ctx.update(ctx.sc.strategy == Strategy::kPs ? params / ctx.k : params);
+  t.compute.update += upd;
+  return fwd + bwd + upd;
+}
+
+// owt-a / owt-b / owt-c: conv part data-parallel, FC part model-parallel.
+Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
+  const auto& net = ctx.net;
+  const int mp = net.modelParallelFrom;
+  const int layers = static_cast<int>(net.layers.size());
+  const int k = ctx.k;
+  const double b = ctx.b;
+  const double frac = 1.0 / k;
+  const auto strategy = ctx.sc.strategy;
+
+  // Conv forward on b examples.
+  const Seconds convFwd = forward(ctx, 0, mp, b, 1.0, t);
+
+  // Rounds of the FC phase.
+  const int rounds = strategy == Strategy::kOwtA ? 1 : k;
+  const double batch = strategy == Strategy::kOwtA ? k * b : b;
+  const double boundary = double(net.layers[static_cast<size_t>(mp)].inShape.elements()) * ctx.e;
+  const bool perRoundUpdate = strategy != Strategy::kOwtA && ctx.sc.options.fcUpdate == FcUpdate::kRound;
+  const double fcParams = paramsIn(net, mp, layers);
+
+  // FC compute of one round (fwd + bwd of every model-parallel layer on its 1/K).
+  Seconds fcFwd, fcBwdW, fcBwdD;
+  for (int i = mp; i < layers; ++i) {
+    const auto& l = net.layers[static_cast<size_t>(i)];
+    fcFwd += ctx.time(l, Phase::kFwd, batch, frac);
+    fcBwdW += ctx.time(l, Phase::kBwdWeights, batch, frac);
+    fcBwdD += ctx.time(l, Phase::kBwdData, batch, frac);
+  }
+  const Seconds roundUpdate = perRoundUpdate ? ctx.update(fcParams * frac) : Seconds(0);
+  const Seconds roundCompute = fcFwd + fcBwdW + fcBwdD + roundUpdate;
+
+  // Exchanges inside the model-parallel part, per round: a layer with weights
+  // after the first needs the whole output of the layer before it (allgather
+  // of slices) and returns partial input gradients to their owners
+  // (reduce-scatter); the softmax needs a max and a sum per example across the
+  // slices (allreduce of 2 values per example).
+  Seconds inner;
+  Tally innerTally(k);
+  for (int i = mp + 1; i < layers; ++i) {
+    const auto& l = net.layers[static_cast<size_t>(i)];
+    if (l.hasWeights()) {
+      const Bytes slice(batch * double(l.inShape.elements()) * frac * ctx.e);
+      const auto gatherIn = allGather(ctx.topo, slice, false);
+      const auto scatterGrad = reduceScatter(ctx.topo, slice * k, ctx.comm, false);
+      inner += gatherIn.time + scatterGrad.time;
+      innerTally.add(gatherIn);
+      innerTally.add(scatterGrad);
+    } else if (l.kind == LayerKind::kSoftmax && k > 1) {
+      const auto c = allReduce(ctx.topo, AllreduceAlgorithm::kDirect, Bytes(2 * batch * ctx.e),
+                               ctx.comm);
+      inner += c.time;
+      innerTally.add(c);
+    }
+  }
+
+  // Activations in and activation gradients back, per round.
+  std::vector<Seconds> in(static_cast<size_t>(rounds)), back(static_cast<size_t>(rounds));
+  double egress = 0;
+  for (int r = 0; r < rounds; ++r) {
+    CollectiveCost x, g;
+    if (strategy == Strategy::kOwtA) {
+      // Every worker sends its b examples to every other worker; the owners
+      // sum the K-1 partial gradients of their examples.
+      x = allToAll(ctx.topo, Bytes(b * boundary));
+      g = reduceScatter(ctx.topo, Bytes(k * b * boundary), ctx.comm, false);
+      egress = (k - 1) * b * boundary;
+    } else if (strategy == Strategy::kOwtB) {
+      // Round r: worker r broadcasts its b examples; all return their partial
+      // gradients to worker r, which sums them.
+      x = broadcast(ctx.topo, r, Bytes(b * boundary));
+      g = reduce(ctx.topo, r, Bytes(b * boundary), ctx.comm);
+      egress = (k - 1) * b * boundary;
+    } else {
+      // Every worker sends b/K of its examples to every other worker.
+      x = allToAll(ctx.topo, Bytes(b / k * boundary));
+      g = reduceScatter(ctx.topo, Bytes(b * boundary), ctx.comm, false);
+      egress = (k - 1) * (b / k) * boundary;
+    }
+    in[static_cast<size_t>(r)] = x.time;
+    back[static_cast<size_t>(r)] = g.time;
+    t.add(x);
+    t.add(g);
+  }
+  for (size_t i = 0; i < t.sent.size(); ++i) {
+    t.sent[i] += innerTally.sent[i] * rounds;
+    t.received[i] += innerTally.received[i] * rounds;
+  }
+  t.communication += innerTally.communication * rounds;
+
+  // Three-stage flow shop over the rounds: transfer in (network), FC compute
+  // with its inner exchanges (device), gradients back (network). Transfer r+1
+  // runs while round r computes, so with compute >= transfer K-1 of the K
+  // transfers hide (Krizhevsky 2014, scheme b).
+  const Seconds roundBusy = roundCompute + inner;
+  Seconds inEnd, computeEnd, backEnd;
+  int hidden = 0;
+  for (int r = 0; r < rounds; ++r) {
+    inEnd += in[static_cast<size_t>(r)];
+    if (r > 0 && inEnd <= computeEnd) ++hidden;
+    computeEnd = max(computeEnd, inEnd) + roundBusy;
+    backEnd = max(backEnd, computeEnd) + back[static_cast<size_t>(r)];
+  }
+  const Seconds fcPhase = backEnd;
+  t.compute.fwd += fcFwd * rounds;
+  t.compute.bwdWeights += fcBwdW * rounds;
+  t.compute.bwdData += fcBwdD * rounds;
+  t.compute.update += roundUpdate * rounds;
+  t.exposed += fcPhase - roundCompute * rounds;
+
+  Seconds meanIn, meanBack;
+  for (int r = 0; r < rounds; ++r) {
+    meanIn += in[static_cast<size_t>(r)];
+    meanBack += back[static_cast<size_t>(r)];
+  }
+  info.rounds = rounds;
+  info.batchPerRound = static_cast<int>(std::lround(batch));
+  info.transfer = meanIn / rounds;
+  info.gradientReturn = meanBack / rounds;
+  info.compute = roundCompute;
+  info.innerComm = inner;
+  info.hiddenTransfers = hidden;
+  info.egressPerRound = Bytes(egress);
+
+  // Conv backprop with the conv-gradient sync, then the updates.
+  const Seconds convBwd = backpropWithSync(ctx, 0, mp, ctx.sc.options.convSync, t);
+  Seconds upd = ctx.update(paramsIn(net, 0, mp));
+  if (!perRoundUpdate) upd += ctx.update(fcParams * frac);
+  t.compute.update += upd;
+  return convFwd + fcPhase + convBwd + upd;
+}
+
+MemoryUse memoryOf(const Context& ctx) {
+  const auto& net = ctx.net;
+  const int layers = static_cast<int>(net.layers.size());
+  const double e = ctx.e;
+  const double b = ctx.b;
+  const int k = ctx.k;
+  MemoryUse m;
+  const bool owt = isModelParallel(ctx.sc.strategy);
+  const int mp = owt ? net.modelParallelFrom : layers;
+  const double local = paramsIn(net, 0, mp) + paramsIn(net, mp, layers) / k;
+  m.weights = Bytes(local * e);
+  m.gradients = Bytes(local * e);
+  m.optimizer = Bytes(ctx.sc.strategy == Strategy::kPs ? local / k * e : local * e);
+  // Saved activations: every layer's output (and the network input) for b
+  // examples; model-parallel layers hold their 1/K slice of a round's batch
+  // plus the whole input they gathered.
+  double act = double(net.input.elements()) * b;
+  for (int i = 0; i < mp; ++i) act += double(net.layers[static_cast<size_t>(i)].outShape.elements()) * b;
+  if (owt) {
+    const double batch = ctx.sc.strategy == Strategy::kOwtA ? k * b : b;
+    for (int i = mp; i < layers; ++i) {
+      const auto& l = net.layers[static_cast<size_t>(i)];
+      act += double(l.outShape.elements()) / k * batch;
+      if (l.hasWeights()) act += double(l.inShape.elements()) * batch;
+    }
+  }
+  m.activations = Bytes(act * e);
+  // Communication staging.
+  const double seg = ctx.sc.options.segment.value();
+  const double grads = paramsIn(net, 0, mp) * e;
+  auto staged = [&](double bytes) { return seg > 0 ? std::min(seg, bytes) : bytes; };
+  double buffers = 0;
+  if (k > 1) {
+    switch (ctx.sc.strategy) {
+      case Strategy::kNaive: buffers = (k - 1) * staged(grads); break;  // on the reducer
+      case Strategy::kRing: buffers = 2 * staged(grads / k); break;
+      case Strategy::kPs: buffers = grads / k; break;  // server shard accumulator
+      case Strategy::kOwtA:
+      case Strategy::kOwtB:
+      case Strategy::kOwtC: {
+        const double boundary = double(net.layers[static_cast<size_t>(mp)].inShape.elements()) * e;
+        // Next round's activations prefetched (b, c) and the conv-gradient
+        // chunks of the direct sync.
+        buffers = (ctx.sc.strategy == Strategy::kOwtA ? 0 : b * boundary) + 2 * grads / k;
+        break;
+      }
+    }
+  }
+  m.buffers = Bytes(buffers);
+  return m;
+}
+
+void checkScenario(const Network& network, const Scenario& sc) {
+  if (sc.workers < 1)
+    throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
+  if (sc.batchPerWorker < 1)
+    throw OptionError("--batch", fmt::format("must be at least 1, got {}", sc.batchPerWorker));
+  if (sc.options.segment.value() < 0) throw OptionError("--segment", "must not be negative");
+  if (isModelParallel(sc.strategy) && network.modelParallelFrom < 0)
+    throw UserError(fmt::format(
+        "{}: network '{}' has no fc layer to run model-parallel; {} needs one (or set "
+        "model_parallel_from)",
+        network.sourceFile, network.name, toString(sc.strategy)));
+  if (isModelParallel(sc.strategy) && network.modelParallelFrom == 0)
+    throw UserError(fmt::format("{}: network '{}' has no data-parallel part before '{}'",
+                                network.sourceFile, network.name, network.layers[0].name));
+}
+
+Seconds run(const Context& ctx, Tally& t, RoundInfo& info) {
+  return isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info)
+                                          : dataParallelStep(ctx, t);
+}
+
+}  // namespace
+
+StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
+  checkScenario(network, scenario);
+  const Context ctx(network, cluster, scenario);
+  Tally t(scenario.workers);
+  StepEstimate est;
+  est.network = network.name;
+  est.cluster = cluster.name;
+  est.scenario = scenario;
+  est.step = run(ctx, t, est.rounds);
+
+  // One worker, b examples, no communication: the speedup's reference.
+  Scenario single = scenario;
+  single.workers = 1;
+  single.strategy = Strategy::kRing;
+  const Context one(network, cluster, single);
+  Tally t1(1);
+  RoundInfo unused;
+  est.singleWorkerStep = run(one, t1, unused);
+
+  const int k = scenario.workers;
+  const double examples = double(k) * scenario.batchPerWorker;
+  est.throughput = examples / est.step.value();
+  est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
+  est.efficiency = est.speedup / k;
+  est.bottleneck = ctx.topo.describeLink(t.bottleneckLink, t.bottleneckUp);
+
+  const MemoryUse mem = memoryOf(ctx);
+  est.workers.resize(static_cast<size_t>(k));
+  for (int r = 0; r < k; ++r) {
+    auto& w = est.workers[static_cast<size_t>(r)];
+    w.rank = r;
+    w.compute = t.compute;
+    w.communication = t.communication;
+    w.exposedCommunication = t.exposed;
+    w.idle = max(Seconds(0), est.step - t.compute.total() - t.exposed);
+    w.sent = Bytes(t.sent[static_cast<size_t>(r)]);
+    w.received = Bytes(t.received[static_cast<size_t>(r)]);
+    w.memory = mem;
+    // Only the naive reducer (rank 0) stages the K-1 incoming gradients.
+    if (scenario.strategy == Strategy::kNaive && r != 0) w.memory.buffers = Bytes(0);
+  }
+  est.fitsInMemory = mem.total() <= cluster.device.memoryCapacity;
+  return est;
+}
+
+}  // namespace strata

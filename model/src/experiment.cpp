@@ -1,0 +1,77 @@
+// Loads experiment files: network x cluster x strategies x worker counts.
+#include <filesystem>
+
+#include "config_node.h"
+#include "strata/model/error.h"
+#include "strata/model/presets.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+
+namespace {
+
+// A network/cluster reference: a preset name, or a path relative to the
+// current directory or to the experiment file.
+std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
+  std::string ref = n.asString();
+  if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml")) && !fs::exists(ref)) {
+    const auto beside = fs::path(n.file()).parent_path() / ref;
+    if (fs::exists(beside)) ref = beside.string();
+  }
+  try {
+    return resolveConfig(kind, ref, n.path());
+  } catch (const OptionError& e) {
+    n.fail(std::string(e.what()).substr(n.path().size() + 2));
+  }
+}
+
+}  // namespace
+
+Experiment loadExperiment(const std::string& path) {
+  const auto root = ConfigNode::loadFile(path);
+  root.allowOnly({"name", "description", "network", "cluster", "strategies", "workers", "batch",
+                  "options"});
+  Experiment ex;
+  ex.sourceFile = path;
+  ex.name = root.stringOr("name", fs::path(path).stem().string());
+  ex.description = root.stringOr("description", "");
+  ex.network = loadNetwork(resolveReference(ConfigKind::kNetwork, root.require("network")));
+  ex.cluster = loadCluster(resolveReference(ConfigKind::kCluster, root.require("cluster")));
+
+  const auto strategies = root.require("strategies");
+  for (const auto& s : strategies.items(true)) {
+    try {
+      for (auto st : parseStrategies(s.asString(), s.path())) ex.strategies.push_back(st);
+    } catch (const OptionError&) {
+      s.fail("unknown strategy '" + s.asString() +
+             "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
+    }
+  }
+  for (const auto& w : root.require("workers").items(true)) ex.workers.push_back(w.asPositiveInt());
+  if (ex.workers.empty()) root.require("workers").fail("needs at least one worker count");
+  ex.batchPerWorker = root.require("batch").asPositiveInt();
+
+  if (auto o = root.get("options")) {
+    o->allowOnly({"overlap", "fc_update", "segment", "element", "allreduce"});
+    auto& opt = ex.options;
+    opt.overlap = o->boolOr("overlap", opt.overlap);
+    try {
+      if (auto f = o->get("fc_update")) opt.fcUpdate = parseFcUpdate(f->asString(), f->path());
+      if (auto s = o->get("segment")) opt.segment = s->asBytes(true);
+      if (auto el = o->get("element")) opt.element = parseElementType(el->asString(), el->path());
+      if (auto a = o->get("allreduce"))
+        opt.convSync = parseAllreduceAlgorithm(a->asString(), a->path());
+    } catch (const OptionError& e) {
+      // Re-raise with the file and line of the option.
+      const std::string what = e.what();
+      const auto colon = what.find(": ");
+      const std::string key = what.substr(0, colon);
+      const auto node = o->require(key.substr(key.rfind('.') + 1));
+      node.fail(what.substr(colon + 2));
+    }
+  }
+  return ex;
+}
+
+}  // namespace strata

@@ -1,0 +1,297 @@
+// Loads networks from YAML (schema in docs/configs.md) and expands the
+// `bottleneck` block into the layers of a ResNet bottleneck.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <unordered_map>
+
+#include "config_node.h"
+#include "strata/model/error.h"
+#include "strata/model/network.h"
+
+namespace strata {
+
+namespace {
+
+// A layer before its shapes are known: inputs still named.
+struct RawLayer {
+  Layer layer;
+  std::vector<std::string> inputNames;  // empty: the previous layer
+  int index = 0;                        // index in the file's `layers` list
+};
+
+LayerKind parseKind(const ConfigNode& n) {
+  const auto s = n.asString();
+  static const std::pair<const char*, LayerKind> kKinds[] = {
+      {"conv", LayerKind::kConv},       {"pool", LayerKind::kPool},
+      {"fc", LayerKind::kFc},           {"rnn", LayerKind::kRnn},
+      {"relu", LayerKind::kRelu},       {"lrn", LayerKind::kLrn},
+      {"dropout", LayerKind::kDropout}, {"batchnorm", LayerKind::kBatchNorm},
+      {"add", LayerKind::kAdd},         {"softmax", LayerKind::kSoftmax}};
+  for (const auto& [name, kind] : kKinds)
+    if (s == name) return kind;
+  n.fail("unknown layer kind '" + s +
+         "' (expected conv, pool, fc, rnn, relu, lrn, dropout, batchnorm, add, softmax, "
+         "bottleneck)");
+}
+
+void readKernel(const ConfigNode& n, LayerSpec& spec, bool required) {
+  if (auto k = n.get("kernel")) {
+    spec.kernelH = spec.kernelW = k->asPositiveInt();
+  } else if (n.has("kernel_h") || n.has("kernel_w")) {
+    spec.kernelH = n.require("kernel_h").asPositiveInt();
+    spec.kernelW = n.require("kernel_w").asPositiveInt();
+  } else if (required) {
+    n.require("kernel");
+  }
+}
+
+RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
+  RawLayer raw;
+  raw.index = index;
+  Layer& l = raw.layer;
+  l.kind = kind;
+  l.configLine = n.line();
+  l.name = n.require("name").asString();
+  auto& s = l.spec;
+  switch (kind) {
+    case LayerKind::kConv:
+      n.allowOnly({"name", "kind", "input", "filters", "kernel", "kernel_h", "kernel_w", "stride",
+                   "pad", "groups", "bias"});
+      s.filters = n.require("filters").asPositiveInt();
+      readKernel(n, s, true);
+      s.stride = n.positiveIntOr("stride", 1);
+      s.pad = n.nonNegativeIntOr("pad", 0);
+      s.groups = n.positiveIntOr("groups", 1);
+      s.bias = n.boolOr("bias", true);
+      break;
+    case LayerKind::kPool: {
+      n.allowOnly({"name", "kind", "input", "mode", "kernel", "kernel_h", "kernel_w", "stride",
+                   "pad", "global"});
+      const auto mode = n.require("mode");
+      const auto m = mode.asString();
+      if (m == "max") {
+        s.poolMode = PoolMode::kMax;
+      } else if (m == "avg") {
+        s.poolMode = PoolMode::kAvg;
+      } else {
+        mode.fail("unknown pool mode '" + m + "' (expected max or avg)");
+      }
+      s.global = n.boolOr("global", false);
+      readKernel(n, s, !s.global);
+      s.stride = n.positiveIntOr("stride", s.global ? 1 : s.kernelH);
+      s.pad = n.nonNegativeIntOr("pad", 0);
+      break;
+    }
+    case LayerKind::kFc:
+      n.allowOnly({"name", "kind", "input", "outputs", "bias", "flatten"});
+      s.outputs = n.require("outputs").asPositiveInt();
+      s.bias = n.boolOr("bias", true);
+      s.flatten = n.boolOr("flatten", true);
+      break;
+    case LayerKind::kRnn: {
+      n.allowOnly({"name", "kind", "input", "hidden", "cell", "bias"});
+      s.hidden = n.require("hidden").asPositiveInt();
+      s.bias = n.boolOr("bias", true);
+      if (auto c = n.get("cell")) {
+        const auto v = c->asString();
+        if (v == "vanilla") {
+          s.cell = RnnCell::kVanilla;
+        } else if (v == "gru") {
+          s.cell = RnnCell::kGru;
+        } else if (v == "lstm") {
+          s.cell = RnnCell::kLstm;
+        } else {
+          c->fail("unknown cell '" + v + "' (expected vanilla, gru or lstm)");
+        }
+      }
+      break;
+    }
+    case LayerKind::kLrn:
+      n.allowOnly({"name", "kind", "input", "size"});
+      s.lrnSize = n.positiveIntOr("size", 5);
+      break;
+    case LayerKind::kDropout:
+      n.allowOnly({"name", "kind", "input", "rate"});
+      if (auto r = n.get("rate")) {
+        s.dropoutRate = r->asDouble();
+        if (s.dropoutRate < 0 || s.dropoutRate >= 1)
+          r->fail(fmt::format("must be in [0, 1), got {}", s.dropoutRate));
+      }
+      break;
+    case LayerKind::kAdd: {
+      n.allowOnly({"name", "kind", "inputs"});
+      const auto ins = n.require("inputs");
+      const auto items = ins.items();
+      if (items.size() < 2) ins.fail("an add needs at least two inputs");
+      for (const auto& i : items) raw.inputNames.push_back(i.asString());
+      break;
+    }
+    case LayerKind::kRelu:
+    case LayerKind::kBatchNorm:
+    case LayerKind::kSoftmax:
+      n.allowOnly({"name", "kind", "input"});
+      break;
+  }
+  if (auto in = n.get("input")) raw.inputNames = {in->asString()};
+  return raw;
+}
+
+// Expands `bottleneck` (ResNet v1.5: stride on the 3x3 conv) into its layers.
+void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
+  n.allowOnly({"name", "kind", "input", "mid", "outputs", "stride", "repeat"});
+  const auto name = n.require("name").asString();
+  const int mid = n.require("mid").asPositiveInt();
+  const int outputs = n.require("outputs").asPositiveInt();
+  const int stride = n.positiveIntOr("stride", 1);
+  const int repeat = n.positiveIntOr("repeat", 1);
+  std::string prev = n.has("input") ? n.require("input").asString() : "";
+  auto add = [&](const std::string& layerName, LayerKind kind, std::vector<std::string> inputs,
+                 LayerSpec spec) {
+    RawLayer raw;
+    raw.index = index;
+    raw.layer.name = layerName;
+    raw.layer.kind = kind;
+    raw.layer.spec = spec;
+    raw.layer.configLine = n.line();
+    raw.inputNames = std::move(inputs);
+    out.push_back(std::move(raw));
+  };
+  auto conv = [](int filters, int k, int s, int pad) {
+    LayerSpec spec;
+    spec.filters = filters;
+    spec.kernelH = spec.kernelW = k;
+    spec.stride = s;
+    spec.pad = pad;
+    spec.bias = false;  // followed by batchnorm (He et al. 2015)
+    return spec;
+  };
+  for (int r = 1; r <= repeat; ++r) {
+    const std::string b = repeat == 1 ? name : fmt::format("{}.{}", name, r);
+    const int s = r == 1 ? stride : 1;
+    // The block's input: the previous layer (resolved later when empty).
+    std::vector<std::string> blockIn = prev.empty() ? std::vector<std::string>{}
+                                                    : std::vector<std::string>{prev};
+    add(b + ".conv1", LayerKind::kConv, blockIn, conv(mid, 1, 1, 0));
+    add(b + ".bn1", LayerKind::kBatchNorm, {}, {});
+    add(b + ".relu1", LayerKind::kRelu, {}, {});
+    add(b + ".conv2", LayerKind::kConv, {}, conv(mid, 3, s, 1));
+    add(b + ".bn2", LayerKind::kBatchNorm, {}, {});
+    add(b + ".relu2", LayerKind::kRelu, {}, {});
+    add(b + ".conv3", LayerKind::kConv, {}, conv(outputs, 1, 1, 0));
+    add(b + ".bn3", LayerKind::kBatchNorm, {}, {});
+    // The shortcut: a projection on the first block (its input shape differs
+    // in channels or size in every ResNet-50 stage), identity afterwards.
+    std::string shortcut = "@block-input";
+    if (r == 1) {
+      add(b + ".proj", LayerKind::kConv, {"@block-input"}, conv(outputs, 1, s, 0));
+      add(b + ".projbn", LayerKind::kBatchNorm, {}, {});
+      shortcut = b + ".projbn";
+    }
+    add(b + ".add", LayerKind::kAdd, {b + ".bn3", shortcut}, {});
+    add(b + ".relu", LayerKind::kRelu, {}, {});
+    prev = b + ".relu";
+  }
+}
+
+}  // namespace
+
+Network loadNetwork(const std::string& path) {
+  const auto root = ConfigNode::loadFile(path);
+  root.allowOnly({"name", "description", "input", "layers", "model_parallel_from"});
+  Network net;
+  net.sourceFile = path;
+  const auto nameNode = root.require("name");
+  net.name = nameNode.asString();
+  const auto stem = std::filesystem::path(path).stem().string();
+  if (net.name != stem)
+    nameNode.fail("name '" + net.name + "' must equal the file name '" + stem + "'");
+  net.description = root.stringOr("description", "");
+  const auto in = root.require("input");
+  in.allowOnly({"channels", "height", "width"});
+  net.input = Shape{in.require("channels").asPositiveInt(), in.require("height").asPositiveInt(),
+                    in.require("width").asPositiveInt()};
+
+  const auto layersNode = root.require("layers");
+  const auto items = layersNode.items();
+  if (items.empty()) layersNode.fail("a network needs at least one layer");
+  std::vector<RawLayer> raws;
+  std::vector<ConfigNode> nodeOf;  // the config node each raw layer came from
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& n = items[i];
+    if (!n.isMap()) n.fail("a layer must be a map of keys");
+    const auto kindNode = n.require("kind");
+    const size_t before = raws.size();
+    if (kindNode.asString() == "bottleneck") {
+      expandBottleneck(n, static_cast<int>(i), raws);
+    } else {
+      raws.push_back(readLayer(n, parseKind(kindNode), static_cast<int>(i)));
+    }
+    for (size_t k = before; k < raws.size(); ++k) nodeOf.push_back(n);
+  }
+
+  std::unordered_map<std::string, int> indexOf;
+  std::vector<Shape> shapes;
+  std::string blockInput;  // the name a bottleneck's "@block-input" refers to
+  for (size_t i = 0; i < raws.size(); ++i) {
+    auto& raw = raws[i];
+    const auto& node = nodeOf[i];
+    const std::string key = fmt::format("layers[{}]", raw.index);
+    if (indexOf.count(raw.layer.name))
+      throw ConfigError(path, node.line(), key + ".name",
+                        "duplicate layer name '" + raw.layer.name + "'");
+    const bool firstOfBlock = i == 0 || nodeOf[i - 1].line() != node.line() ||
+                              raw.layer.name.ends_with(".conv1");
+    if (firstOfBlock) blockInput = i == 0 ? "input" : net.layers[i - 1].name;
+    if (raw.inputNames.empty()) raw.inputNames = {i == 0 ? "input" : net.layers[i - 1].name};
+    std::vector<Shape> inShapes;
+    for (auto name : raw.inputNames) {
+      if (name == "@block-input") name = blockInput;
+      if (name == "input") {
+        raw.layer.inputs.push_back(-1);
+        inShapes.push_back(net.input);
+        continue;
+      }
+      auto it = indexOf.find(name);
+      if (it == indexOf.end())
+        throw ConfigError(path, node.line(), key + (raw.layer.kind == LayerKind::kAdd
+                                                        ? ".inputs"
+                                                        : ".input"),
+                          "unknown input layer '" + name + "' (must be defined earlier)");
+      raw.layer.inputs.push_back(it->second);
+      inShapes.push_back(shapes[static_cast<size_t>(it->second)]);
+    }
+    deriveLayer(raw.layer, inShapes, path, raw.index);
+    if (raw.layer.kind == LayerKind::kSoftmax && i + 1 != raws.size())
+      throw ConfigError(path, node.line(), key + ".kind", "softmax must be the last layer");
+    indexOf[raw.layer.name] = static_cast<int>(i);
+    shapes.push_back(raw.layer.outShape);
+    net.layers.push_back(std::move(raw.layer));
+  }
+
+  if (auto mp = root.get("model_parallel_from")) {
+    net.modelParallelFrom = net.find(mp->asString());
+    if (net.modelParallelFrom < 0) mp->fail("no layer named '" + mp->asString() + "'");
+  } else {
+    for (size_t i = 0; i < net.layers.size(); ++i) {
+      if (net.layers[i].kind == LayerKind::kFc) {
+        net.modelParallelFrom = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  // The model-parallel part must be a chain: each layer reads the previous one.
+  if (net.modelParallelFrom >= 0) {
+    for (size_t i = static_cast<size_t>(net.modelParallelFrom) + 1; i < net.layers.size(); ++i) {
+      const auto& l = net.layers[i];
+      if (l.inputs.size() != 1 || l.inputs[0] != static_cast<int>(i) - 1)
+        throw ConfigError(path, l.configLine, "model_parallel_from",
+                          "layers after '" + net.layers[net.modelParallelFrom].name +
+                              "' must form a chain to run model-parallel; '" + l.name +
+                              "' does not read the layer before it");
+    }
+  }
+  return net;
+}
+
+}  // namespace strata
