@@ -117,30 +117,27 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
 
 // Backprop of data-parallel layers [first, last) with their gradient
 // synchronisation. Gradients become ready layer by layer (bwd_weights runs
-// before bwd_data so the gradient leaves early); with overlap each layer's
-// allreduce starts when both its gradient and the network are free, last
-// layers first, as a framework's communication stream does. Without overlap
-// all gradients go in one fused allreduce after backprop.
-// Returns the time from the start of backprop until gradients are synced.
+// before bwd_data so the gradient leaves early). With overlap a communication
+// stream sends them while backprop goes on: whenever it is free it takes every
+// gradient ready by then as one fused allreduce (Horovod's tensor fusion), so
+// the last layers go first and small layers do not each pay a collective's
+// latency. Without overlap all gradients go in one fused allreduce after
+// backprop. Returns the time from the start of backprop until gradients are
+// synced.
 Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgorithm algorithm,
                          Tally& t) {
-  Seconds clock, commFree;
-  double fused = 0;
+  Seconds clock;
+  struct Ready {
+    Seconds at;
+    double bytes;
+  };
+  std::vector<Ready> ready;
   for (int i = last - 1; i >= first; --i) {
     const auto& l = ctx.net.layers[static_cast<size_t>(i)];
     const Seconds bw = ctx.time(l, Phase::kBwdWeights, ctx.b, 1.0);
     clock += bw;
     t.compute.bwdWeights += bw;
-    if (l.hasWeights() && ctx.k > 1) {
-      const Bytes bytes(double(l.params) * ctx.e);
-      if (ctx.sc.options.overlap) {
-        const auto c = allReduce(ctx.topo, algorithm, bytes, ctx.comm);
-        commFree = max(commFree, clock) + c.time;
-        t.add(c);
-      } else {
-        fused += bytes.value();
-      }
-    }
+    if (l.hasWeights() && ctx.k > 1) ready.push_back({clock, double(l.params) * ctx.e});
     // The first layer's input is data: no gradient w.r.t. it is needed.
     if (!l.readsNetworkInput()) {
       const Seconds bd = ctx.time(l, Phase::kBwdData, ctx.b, 1.0);
@@ -148,9 +145,15 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
       t.compute.bwdData += bd;
     }
   }
-  if (fused > 0) {
+  if (!ctx.sc.options.overlap)
+    for (auto& r : ready) r.at = clock;
+  Seconds commFree;
+  for (size_t i = 0; i < ready.size();) {
+    const Seconds start = max(commFree, ready[i].at);
+    double fused = 0;
+    for (; i < ready.size() && ready[i].at <= start; ++i) fused += ready[i].bytes;
     const auto c = allReduce(ctx.topo, algorithm, Bytes(fused), ctx.comm);
-    commFree = clock + c.time;
+    commFree = start + c.time;
     t.add(c);
   }
   const Seconds end = max(clock, commFree);

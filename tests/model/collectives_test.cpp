@@ -1,0 +1,168 @@
+// Every collective against its closed form on a flat switch (docs/cost-model.md),
+// over K = 1..8 including primes, and bytes on the wire per rank.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "helpers.h"
+#include "strata/model/collectives.h"
+
+using namespace strata;
+using strata::test::flatCluster;
+
+namespace {
+constexpr double kBeta = 1e9;    // 1 GB/s
+constexpr double kAlpha = 5e-6;  // 5 us
+constexpr double kReduceBw = 4e9;
+constexpr double kGamma = 1.0 / kReduceBw;
+const Bytes kN(12'000'000);  // 12 MB: divisible by 1..8? not by 7 -- fine, the model is continuous
+
+CommParams unsegmented() { return CommParams{Bytes(0), kGamma}; }
+}  // namespace
+
+TEST_CASE("point-to-point, broadcast, gather, all-to-all and allgather closed forms",
+          "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  for (int k = 2; k <= 8; ++k) {
+    INFO("K = " << k);
+    const Topology t(c, k);
+    CHECK(pointToPoint(t, 0, k - 1, kN).time.value() == Approx(kAlpha + n / kBeta));
+    const auto bc = broadcast(t, 1, kN);
+    CHECK(bc.time.value() == Approx(kAlpha + (k - 1) * n / kBeta));
+    CHECK(bc.sent[1] == (k - 1) * n);
+    CHECK(bc.received[0] == n);
+    CHECK(gather(t, 0, kN).time.value() == Approx(kAlpha + (k - 1) * n / kBeta));
+    const auto a2a = allToAll(t, kN);
+    CHECK(a2a.time.value() == Approx(kAlpha + (k - 1) * n / kBeta));
+    CHECK(a2a.sent[0] == (k - 1) * n);
+    CHECK(allGather(t, kN, true).time.value() == Approx((k - 1) * (kAlpha + n / kBeta)));
+    CHECK(allGather(t, kN, false).time.value() == Approx(kAlpha + (k - 1) * n / kBeta));
+  }
+}
+
+TEST_CASE("ring allreduce: 2(K-1) alpha + 2(K-1)/K n/beta + (K-1)/K n gamma", "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  for (int k = 1; k <= 8; ++k) {
+    INFO("K = " << k);
+    const Topology t(c, k);
+    const auto r = allReduce(t, AllreduceAlgorithm::kRing, kN, unsegmented());
+    const double expect = 2 * (k - 1) * kAlpha + 2.0 * (k - 1) / k * n / kBeta +
+                          double(k - 1) / k * n * kGamma;
+    CHECK(r.time.value() == Approx(expect).epsilon(1e-12));
+    for (int i = 0; i < k; ++i) CHECK(r.sent[static_cast<size_t>(i)] == Approx(2.0 * (k - 1) / k * n));
+    CHECK(r.steps == 2 * (k - 1));
+  }
+}
+
+TEST_CASE("segmenting a ring pipelines the sum behind the next segment's transfer",
+          "[collectives]") {
+  const auto c = flatCluster(kBeta, 0, 0, true, kReduceBw);
+  const int k = 4;
+  const Topology t(c, k);
+  const Bytes seg(500'000);  // chunk 3 MB -> 6 segments
+  const auto r = allReduce(t, AllreduceAlgorithm::kRing, kN, CommParams{seg, kGamma});
+  const double s = 500'000;
+  const double send = s / kBeta, add = s * kGamma;
+  // reduce-scatter step: 6 segments through (send, add); allgather: 6 sends.
+  const double expect = (k - 1) * (send + add + 5 * std::max(send, add)) + (k - 1) * 6 * send;
+  CHECK(r.time.value() == Approx(expect).epsilon(1e-12));
+}
+
+TEST_CASE("naive reducer: streamed gather, sum, broadcast", "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  for (int k = 2; k <= 8; ++k) {
+    INFO("K = " << k);
+    const Topology t(c, k);
+    // Unsegmented: gather, sum, broadcast one after the other.
+    const auto u = allReduce(t, AllreduceAlgorithm::kNaive, kN, unsegmented());
+    const double gatherT = kAlpha + (k - 1) * n / kBeta;
+    CHECK(u.time.value() == Approx(2 * gatherT + (k - 1) * n * kGamma).epsilon(1e-12));
+    CHECK(u.sent[0] == (k - 1) * n);
+    CHECK(u.received[0] == (k - 1) * n);
+    CHECK(u.sent[1] == n);
+    // 12 segments of 1 MB: pipeline of three stages, the link stages slowest.
+    const auto s = allReduce(t, AllreduceAlgorithm::kNaive, kN, CommParams{Bytes(1e6), kGamma});
+    const double g = kAlpha + (k - 1) * 1e6 / kBeta, r = (k - 1) * 1e6 * kGamma;
+    CHECK(s.time.value() == Approx(2 * g + r + 11 * std::max(g, r)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("naive reducer on half-duplex links cannot overlap gather and broadcast",
+          "[collectives]") {
+  const auto c = flatCluster(kBeta, 0, 0, false, kReduceBw);
+  const Topology t(c, 3);
+  const auto s = allReduce(t, AllreduceAlgorithm::kNaive, kN, CommParams{Bytes(1e6), kGamma});
+  const double g = 2 * 1e6 / kBeta;  // two flows into the reducer, half duplex
+  const double r = 2 * 1e6 * kGamma;
+  CHECK(s.time.value() == Approx((2 * g + r) + 11 * std::max(2 * g, r)).epsilon(1e-12));
+}
+
+TEST_CASE("recursive halving-doubling, powers of two and not", "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  for (int k : {2, 4, 8}) {
+    INFO("K = " << k);
+    const Topology t(c, k);
+    const double lg = std::log2(k);
+    const auto r = allReduce(t, AllreduceAlgorithm::kHalvingDoubling, kN, unsegmented());
+    CHECK(r.time.value() == Approx(2 * lg * kAlpha + 2.0 * (k - 1) / k * n / kBeta +
+                                   double(k - 1) / k * n * kGamma)
+                                .epsilon(1e-12));
+    CHECK(r.sent[0] == Approx(2.0 * (k - 1) / k * n));
+  }
+  // K = 6: p' = 4, r = 2. Ranks 1 and 3 fold into 0 and 2 first and get the result last.
+  const Topology t6(c, 6);
+  const auto r6 = allReduce(t6, AllreduceAlgorithm::kHalvingDoubling, kN, unsegmented());
+  const double fold = kAlpha + n / kBeta;
+  const double rs = (kAlpha + n / 2 / kBeta + n / 2 * kGamma) + (kAlpha + n / 4 / kBeta + n / 4 * kGamma);
+  const double ag = (kAlpha + n / 4 / kBeta) + (kAlpha + n / 2 / kBeta);
+  CHECK(r6.time.value() == Approx(fold + n * kGamma + rs + ag + fold).epsilon(1e-12));
+  CHECK(r6.sent[1] == n);                              // folded rank: sends its data once
+  CHECK(r6.received[1] == n);                          // and receives the result
+  CHECK(r6.sent[0] == Approx(2 * 0.75 * n + n));       // active: halving-doubling + result
+  CHECK(r6.sent[4] == Approx(2 * 0.75 * n));           // active, not folded
+  CHECK(r6.steps == 6);
+}
+
+TEST_CASE("direct allreduce: reduce-scatter and allgather as all-to-alls", "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  for (int k = 2; k <= 8; ++k) {
+    INFO("K = " << k);
+    const Topology t(c, k);
+    const auto r = allReduce(t, AllreduceAlgorithm::kDirect, kN, unsegmented());
+    CHECK(r.time.value() == Approx(2 * kAlpha + 2.0 * (k - 1) / k * n / kBeta +
+                                   double(k - 1) / k * n * kGamma)
+                                .epsilon(1e-12));
+    CHECK(r.sent[static_cast<size_t>(k - 1)] == Approx(2.0 * (k - 1) / k * n));
+  }
+}
+
+TEST_CASE("reduce-scatter ring and direct, streamed reduce", "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  for (int k = 2; k <= 7; ++k) {
+    const Topology t(c, k);
+    const double chunk = n / k;
+    CHECK(reduceScatter(t, kN, unsegmented(), true).time.value() ==
+          Approx((k - 1) * (kAlpha + chunk / kBeta + chunk * kGamma)));
+    CHECK(reduceScatter(t, kN, unsegmented(), false).time.value() ==
+          Approx(kAlpha + (k - 1) * chunk / kBeta + (k - 1) * chunk * kGamma));
+    CHECK(reduce(t, 0, kN, unsegmented()).time.value() ==
+          Approx(kAlpha + (k - 1) * n / kBeta + (k - 1) * n * kGamma));
+  }
+}
+
+TEST_CASE("one worker communicates nothing", "[collectives]") {
+  const auto c = flatCluster(kBeta, kAlpha);
+  const Topology t(c, 1);
+  for (auto a : {AllreduceAlgorithm::kNaive, AllreduceAlgorithm::kRing,
+                 AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kDirect}) {
+    const auto r = allReduce(t, a, kN, unsegmented());
+    CHECK(r.time.value() == 0.0);
+    CHECK(r.sent[0] == 0.0);
+  }
+}

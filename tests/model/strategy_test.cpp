@@ -1,0 +1,239 @@
+// Limiting behaviour of every strategy, the Baidu post's arithmetic and the
+// weird-trick paper's reasoning, as numbers.
+#include <catch2/catch.hpp>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+#include "strata/model/topology.h"
+
+using namespace strata;
+using strata::test::flatCluster;
+using strata::test::presetCluster;
+using strata::test::presetNetwork;
+
+namespace {
+Scenario scenario(Strategy s, int k, int b = 128) {
+  Scenario sc;
+  sc.strategy = s;
+  sc.workers = k;
+  sc.batchPerWorker = b;
+  return sc;
+}
+Seconds maxExposed(const StepEstimate& e) {
+  Seconds m;
+  for (const auto& w : e.workers) m = max(m, w.exposedCommunication);
+  return m;
+}
+}  // namespace
+
+TEST_CASE("one worker: every strategy is the single-worker step", "[strategy]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  for (auto s : kAllStrategies) {
+    INFO(toString(s));
+    const auto e = estimate(net, cl, scenario(s, 1));
+    CHECK(e.step.value() == Approx(e.singleWorkerStep.value()).epsilon(1e-12));
+    CHECK(e.speedup == Approx(1.0).epsilon(1e-12));
+    CHECK(e.workers[0].sent.value() == 0.0);
+  }
+}
+
+TEST_CASE("free communication gives perfect scaling for every synchronous strategy",
+          "[strategy]") {
+  const auto net = presetNetwork("alexnet-owt");
+  // 1 PB/s links, no latency, instant reduction.
+  const auto cl = flatCluster(1e15, 0, 0, true, 1e18);
+  for (int k : {2, 3, 5, 8}) {
+    for (auto s : {Strategy::kNaive, Strategy::kRing}) {
+      INFO(toString(s) << " K = " << k);
+      CHECK(estimate(net, cl, scenario(s, k)).efficiency == Approx(1.0).epsilon(1e-6));
+    }
+    // Model parallelism also splits the FC weights' reads and updates K ways,
+    // so it scales slightly better than linearly when communication is free.
+    for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+      INFO(toString(s) << " K = " << k);
+      const auto e = estimate(net, cl, scenario(s, k));
+      CHECK(e.efficiency >= 1.0 - 1e-9);
+      CHECK(e.efficiency < 1.05);
+    }
+  }
+}
+
+TEST_CASE("the Baidu post's arithmetic: naive adds (K-1) x 1.2 s, ring 2(K-1)/K x 1.2 s",
+          "[strategy][baidu]") {
+  const auto net = presetNetwork("lm-300m");
+  const auto cl = presetCluster("ideal-1gbps");
+  REQUIRE(net.totalParams() == 300'000'000);  // 1.2 GB of fp32 gradients
+  for (int k : {2, 3, 5, 7, 10}) {
+    INFO("K = " << k);
+    auto sc = scenario(Strategy::kNaive, k, 32);
+    sc.options.overlap = false;
+    sc.options.segment = Bytes(4096);
+    const auto naive = estimate(net, cl, sc);
+    const double added = naive.step.value() - naive.singleWorkerStep.value();
+    CHECK(added == Approx((k - 1) * 1.2).epsilon(1e-5));  // 1.2 s at 2, 10.8 s at 10
+    sc.strategy = Strategy::kRing;
+    const auto ring = estimate(net, cl, sc);
+    const double ringAdded = ring.step.value() - ring.singleWorkerStep.value();
+    CHECK(ringAdded == Approx(2.0 * (k - 1) / k * 1.2).epsilon(0.01));  // + the sum's gamma
+    CHECK(ringAdded >= 2.0 * (k - 1) / k * 1.2);
+    CHECK(ring.workers[0].sent.value() == Approx(2.0 * (k - 1) / k * 1.2e9));
+    CHECK(naive.workers[0].sent.value() == Approx((k - 1) * 1.2e9));
+  }
+}
+
+TEST_CASE("ring traffic per worker is nearly independent of K; naive grows linearly",
+          "[strategy]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("dgx-h100");
+  const double grads = double(net.totalParams()) * 4;
+  for (int k : {2, 4, 16, 64}) {
+    const auto ring = estimate(net, cl, scenario(Strategy::kRing, k));
+    const auto naive = estimate(net, cl, scenario(Strategy::kNaive, k));
+    CHECK(ring.workers[1].sent.value() == Approx(2.0 * (k - 1) / k * grads));
+    CHECK(naive.workers[0].received.value() == Approx((k - 1) * grads));
+    CHECK(naive.workers[1].sent.value() == Approx(grads));
+  }
+}
+
+TEST_CASE("overlapping gradient communication with backprop never hurts", "[strategy]") {
+  const auto net = presetNetwork("vgg16");
+  const auto cl = presetCluster("gige-cluster");
+  for (auto s : kAllStrategies) {
+    for (int k : {2, 5, 8}) {
+      INFO(toString(s) << " K = " << k);
+      auto on = scenario(s, k, 32);
+      auto off = on;
+      off.options.overlap = false;
+      const auto a = estimate(net, cl, on);
+      const auto b = estimate(net, cl, off);
+      CHECK(a.step <= b.step);
+      CHECK(maxExposed(a) <= maxExposed(b));
+      CHECK(a.workers[0].sent.value() == Approx(b.workers[0].sent.value()));
+    }
+  }
+}
+
+TEST_CASE("owt-b hides K-1 of the K activation transfers when FC compute is longer",
+          "[strategy][owt]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  for (int k : {2, 3, 4, 8}) {
+    INFO("K = " << k);
+    const auto e = estimate(net, cl, scenario(Strategy::kOwtB, k));
+    REQUIRE(e.rounds.rounds == k);
+    if (e.rounds.compute + e.rounds.innerComm >= e.rounds.transfer) {
+      CHECK(e.rounds.hiddenTransfers == k - 1);
+    }
+  }
+  // On 1 Gb/s Ethernet the transfer is far longer than the FC compute: none hide.
+  const auto slow = estimate(net, presetCluster("gige-cluster"), scenario(Strategy::kOwtB, 8));
+  CHECK(slow.rounds.transfer > slow.rounds.compute);
+  CHECK(slow.rounds.hiddenTransfers == 0);
+}
+
+TEST_CASE("owt-b with fast compute: step = pipeline of rounds, transfers hidden exactly",
+          "[strategy][owt]") {
+  // Flat switch: round transfer X = alpha + (K-1) b A e / beta from the sender.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = flatCluster(6e9, 0, 0, true, 1e18);
+  const int k = 4;
+  const auto e = estimate(net, cl, scenario(Strategy::kOwtB, k));
+  const double boundary = 9216 * 4.0;  // pool5 output, fp32
+  CHECK(e.rounds.transfer.value() == Approx((k - 1) * 128 * boundary / 6e9));
+  CHECK(e.rounds.egressPerRound.value() == Approx((k - 1) * 128 * boundary));
+}
+
+TEST_CASE("owt-c spreads each round over every sender: per-round egress bounded in K",
+          "[strategy][owt]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = flatCluster(6e9, 0, 0, true, 1e18);
+  const double bAe = 128 * 9216 * 4.0;
+  for (int k : {2, 3, 4, 5, 6, 7, 8, 16}) {
+    INFO("K = " << k);
+    const auto a = estimate(net, cl, scenario(Strategy::kOwtA, k));
+    const auto b = estimate(net, cl, scenario(Strategy::kOwtB, k));
+    const auto c = estimate(net, cl, scenario(Strategy::kOwtC, k));
+    // Busiest worker's outgoing activations per round: a and b grow as K-1,
+    // c stays below b A e (Krizhevsky's "constant in K").
+    CHECK(a.rounds.egressPerRound.value() == Approx((k - 1) * bAe));
+    CHECK(b.rounds.egressPerRound.value() == Approx((k - 1) * bAe));
+    CHECK(c.rounds.egressPerRound.value() == Approx((k - 1.0) / k * bAe));
+    CHECK(c.rounds.egressPerRound.value() < bAe);
+    // A round's transfer is K times shorter in c than in b (no latency here).
+    CHECK(b.rounds.transfer.value() / c.rounds.transfer.value() == Approx(k));
+    // Per-round communication / computation: b's grows with K, c's is K times smaller.
+    const double ratioB = b.rounds.transfer / b.rounds.compute;
+    const double ratioC = c.rounds.transfer / c.rounds.compute;
+    CHECK(ratioB / ratioC == Approx(k));
+    // Every scheme moves the same activation bytes per step: (K-1) b A e in and out.
+    CHECK(a.workers[0].sent.value() == Approx(b.workers[0].sent.value()));
+    CHECK(c.workers[0].sent.value() == Approx(b.workers[0].sent.value()));
+  }
+}
+
+TEST_CASE("owt-a holds the largest batch: most memory", "[strategy][owt]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const auto a = estimate(net, cl, scenario(Strategy::kOwtA, 8));
+  const auto b = estimate(net, cl, scenario(Strategy::kOwtB, 8));
+  CHECK(a.workers[0].memory.activations > b.workers[0].memory.activations);
+  CHECK(a.rounds.batchPerRound == 8 * 128);
+  CHECK(b.rounds.batchPerRound == 128);
+}
+
+TEST_CASE("owt-b with per-round FC updates pays K FC updates per step", "[strategy][owt]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const int k = 4;
+  auto step = scenario(Strategy::kOwtB, k);
+  auto round = step;
+  round.options.fcUpdate = FcUpdate::kRound;
+  const auto es = estimate(net, cl, step);
+  const auto er = estimate(net, cl, round);
+  double fcParams = 0;
+  for (size_t i = static_cast<size_t>(net.modelParallelFrom); i < net.layers.size(); ++i)
+    fcParams += double(net.layers[i].params);
+  const Seconds one = updateTime(fcParams / k, cl.device, ElementType::kFp32);
+  CHECK((er.workers[0].compute.update - es.workers[0].compute.update).value() ==
+        Approx((k - 1) * one.value()));
+}
+
+TEST_CASE("ps updates only its shard on the server", "[strategy]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const auto ps = estimate(net, cl, scenario(Strategy::kPs, 4));
+  const auto ring = estimate(net, cl, scenario(Strategy::kRing, 4));
+  CHECK(ps.workers[0].compute.update.value() ==
+        Approx(ring.workers[0].compute.update.value() / 4));
+}
+
+TEST_CASE("a batch that does not fit is flagged", "[strategy]") {
+  const auto net = presetNetwork("vgg16");
+  const auto cl = presetCluster("k20x8-pcie");
+  CHECK(estimate(net, cl, scenario(Strategy::kRing, 2, 32)).fitsInMemory);
+  CHECK_FALSE(estimate(net, cl, scenario(Strategy::kRing, 2, 512)).fitsInMemory);
+}
+
+TEST_CASE("bad scenarios are user errors", "[strategy][errors]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  CHECK_THROWS_AS(estimate(net, cl, scenario(Strategy::kRing, 0)), OptionError);
+  CHECK_THROWS_AS(estimate(net, cl, scenario(Strategy::kRing, 2, 0)), OptionError);
+  CHECK_THROWS_AS(estimate(net, cl, scenario(Strategy::kRing, 9)), UserError);
+  auto fp16 = scenario(Strategy::kRing, 2);
+  fp16.options.element = ElementType::kFp16;
+  CHECK_THROWS_AS(estimate(net, cl, fp16), ConfigError);  // the K20 has no fp16 peak
+}
+
+TEST_CASE("estimates are deterministic", "[strategy]") {
+  const auto net = presetNetwork("resnet50");
+  const auto cl = presetCluster("baidu-5x8-ib");
+  for (auto s : kAllStrategies) {
+    const auto a = estimate(net, cl, scenario(s, 7, 64));
+    const auto b = estimate(net, cl, scenario(s, 7, 64));
+    CHECK(a.step.value() == b.step.value());
+    CHECK(a.bottleneck == b.bottleneck);
+  }
+}

@@ -1,0 +1,62 @@
+#include <catch2/catch.hpp>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/topology.h"
+
+using namespace strata;
+using strata::test::flatCluster;
+using strata::test::presetCluster;
+
+TEST_CASE("k20x8-pcie: two switch groups of four", "[topology]") {
+  const auto c = presetCluster("k20x8-pcie");
+  const Topology t(c, 8);
+  CHECK(t.meetLevel(0, 3) == 0);
+  CHECK(t.meetLevel(3, 4) == 1);
+  CHECK(t.meetLevel(5, 5) == -1);
+  const double pcie = c.levels[0].link.bandwidth.value();
+  const double host = c.levels[1].link.bandwidth.value();
+  // Ring step 0->1->...->7->0: every link carries one flow per direction.
+  CHECK(t.ringStep().secondsPerByte == Approx(1.0 / std::min(pcie, host)));
+  CHECK(t.ringStep().latency == c.levels[1].link.latency);  // 3->4 crosses the host
+  // Gather to 0: device 0's port receives 7 flows; the upper switch's uplink 4.
+  CHECK(t.gather(0).secondsPerByte == Approx(std::max(7.0 / pcie, 4.0 / host)));
+  // All-to-all: the group uplink carries 4 x 4 = 16 flows each way.
+  CHECK(t.allToAll().secondsPerByte == Approx(std::max(7.0 / pcie, 16.0 / host)));
+}
+
+TEST_CASE("a ring inside one switch group never crosses the host", "[topology]") {
+  const auto c = presetCluster("k20x8-pcie");
+  const Topology t(c, 3);
+  CHECK(t.ringStep().latency == c.levels[0].link.latency);
+  CHECK(t.ringStep().secondsPerByte == Approx(1.0 / c.levels[0].link.bandwidth.value()));
+}
+
+TEST_CASE("dgx-h100: one NIC lane per GPU between nodes", "[topology]") {
+  const auto c = presetCluster("dgx-h100");
+  REQUIRE(c.capacity() == -1);
+  const Topology t(c, 16);
+  const double nic = c.levels[1].link.bandwidth.value();
+  const double nvlink = c.levels[0].link.bandwidth.value();
+  // Ring: 7->8 and 15->0 cross nodes on lane 7 (up) and lanes 0/7 (down), one flow each.
+  CHECK(t.ringStep().secondsPerByte == Approx(std::max(1.0 / nic, 1.0 / nvlink)));
+  // Gather to 0 from 15 others: 8 remote flows arrive on node 0's lane 0.
+  CHECK(t.gather(0).secondsPerByte == Approx(std::max(15.0 / nvlink, 8.0 / nic)));
+  CHECK(t.describeLink(t.gather(0).bottleneckLink, t.gather(0).bottleneckUp).find("lane 0") !=
+        std::string::npos);
+}
+
+TEST_CASE("half-duplex links add both directions", "[topology]") {
+  const auto full = flatCluster(1e9, 0, 0, true);
+  const auto half = flatCluster(1e9, 0, 0, false);
+  CHECK(Topology(full, 4).ringStep().secondsPerByte == Approx(1e-9));
+  CHECK(Topology(half, 4).ringStep().secondsPerByte == Approx(2e-9));
+  CHECK(Topology(half, 4).allToAll().secondsPerByte == Approx(6e-9));
+}
+
+TEST_CASE("more workers than devices is a user error naming the cluster", "[topology][errors]") {
+  const auto c = presetCluster("k20x8-pcie");
+  CHECK_THROWS_AS(Topology(c, 9), UserError);
+  CHECK_THROWS_WITH(Topology(c, 9), Catch::Contains("k20x8-pcie"));
+  CHECK_THROWS_AS(Topology(c, 0), OptionError);
+}
