@@ -2,9 +2,9 @@
 //
 // Every user mistake ends as one line "strata: error: ..." naming the file,
 // line and key or the option, with exit status 2; bugs exit with status 1.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <fstream>
 #include <iostream>
@@ -25,8 +25,10 @@ std::vector<std::string> splitList(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) out.push_back(item);
-  if (!text.empty() && text.back() == ',') out.emplace_back();
+  while (std::getline(in, item, ','))
+    out.push_back(item);
+  if (!text.empty() && text.back() == ',')
+    out.emplace_back();
   return out;
 }
 
@@ -36,23 +38,29 @@ std::vector<int> parsePositiveList(const std::string& text, const std::string& o
     int v = 0;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1)
-      throw OptionError(option, "must be a positive integer or a comma-separated list of them, got '" +
-                                    text + "'");
+      throw OptionError(
+          option,
+          "must be a positive integer or a comma-separated list of them, got '" + text + "'");
     out.push_back(v);
   }
   return out;
 }
 
 bool parseOnOff(const std::string& text, const std::string& option) {
-  if (text == "on" || text == "true") return true;
-  if (text == "off" || text == "false") return false;
+  if (text == "on" || text == "true")
+    return true;
+  if (text == "off" || text == "false")
+    return false;
   throw OptionError(option, "must be on or off, got '" + text + "'");
 }
 
 Format parseFormat(const std::string& text) {
-  if (text == "table") return Format::kTable;
-  if (text == "json") return Format::kJson;
-  if (text == "csv") return Format::kCsv;
+  if (text == "table")
+    return Format::kTable;
+  if (text == "json")
+    return Format::kJson;
+  if (text == "csv")
+    return Format::kCsv;
   throw OptionError("--format", "must be table, json or csv, got '" + text + "'");
 }
 
@@ -67,27 +75,35 @@ struct ScenarioFlags {
 
   void add(CLI::App* app) {
     app->add_option("--batch,-b", batch, "examples per worker per step (default 128)");
-    app->add_option("--overlap", overlap, "overlap gradient communication with backprop: on|off (default on)");
+    app->add_option("--overlap", overlap,
+                    "overlap gradient communication with backprop: on|off (default on)");
     app->add_option("--fc-update", fcUpdate, "owt-b/owt-c FC update per round|step (default step)");
-    app->add_option("--segment", segment, "segment size of pipelined transfers, e.g. 1MiB, 0 = off (default 4 MiB)");
+    app->add_option("--segment", segment,
+                    "segment size of pipelined transfers, e.g. 1MiB, 0 = off (default 4 MiB)");
     app->add_option("--element", element, "element type: fp32|fp16|bf16 (default fp32)");
-    app->add_option("--allreduce", allreduce,
-                    "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
+    app->add_option(
+        "--allreduce", allreduce,
+        "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
   }
 
   // Applies the flags given on the command line over `base` (from a file or defaults).
   void apply(int& batchPerWorker, StrategyOptions& o) const {
-    if (!batch.empty()) batchPerWorker = parsePositiveList(batch, "--batch").front();
-    if (!overlap.empty()) o.overlap = parseOnOff(overlap, "--overlap");
-    if (!fcUpdate.empty()) o.fcUpdate = parseFcUpdate(fcUpdate, "--fc-update");
+    if (!batch.empty())
+      batchPerWorker = parsePositiveList(batch, "--batch").front();
+    if (!overlap.empty())
+      o.overlap = parseOnOff(overlap, "--overlap");
+    if (!fcUpdate.empty())
+      o.fcUpdate = parseFcUpdate(fcUpdate, "--fc-update");
     if (!segment.empty()) {
       const auto v = parseQuantity(segment, QuantityKind::kBytes);
       if (!v || *v < 0)
         throw OptionError("--segment", "must be a size such as 1MiB or 0, got '" + segment + "'");
       o.segment = Bytes(*v);
     }
-    if (!element.empty()) o.element = parseElementType(element, "--element");
-    if (!allreduce.empty()) o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
+    if (!element.empty())
+      o.element = parseElementType(element, "--element");
+    if (!allreduce.empty())
+      o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
   }
 };
 
@@ -104,9 +120,11 @@ void writeOutput(const std::string& path, const std::function<void(std::ostream&
     return;
   }
   std::ofstream file(path);
-  if (!file) throw OptionError("--out", "cannot write '" + path + "'");
+  if (!file)
+    throw OptionError("--out", "cannot write '" + path + "'");
   print(file);
-  if (!file) throw OptionError("--out", "error while writing '" + path + "'");
+  if (!file)
+    throw OptionError("--out", "error while writing '" + path + "'");
 }
 
 int run(int argc, char** argv) {
@@ -118,9 +136,12 @@ int run(int argc, char** argv) {
       "  strata describe alexnet-owt\n"
       "  strata predict --network alexnet-owt --cluster k20x8-pcie --strategy owt-b --workers 8\n"
       "  strata compare configs/experiments/owt-k20.yaml\n"
-      "  strata compare --network resnet50 --cluster dgx-h100 --strategies ring,ps --workers 8,16,64\n"
-      "  strata sweep --networks alexnet-owt,vgg16 --clusters k20x8-pcie --workers 1,2,4,8 --format csv\n"
-      "Networks and clusters are preset names (strata list) or paths to YAML files (docs/configs.md).");
+      "  strata compare --network resnet50 --cluster dgx-h100 --strategies ring,ps --workers "
+      "8,16,64\n"
+      "  strata sweep --networks alexnet-owt,vgg16 --clusters k20x8-pcie --workers 1,2,4,8 "
+      "--format csv\n"
+      "Networks and clusters are preset names (strata list) or paths to YAML files "
+      "(docs/configs.md).");
   std::string format = "table";
   auto addFormat = [&](CLI::App* sub) {
     sub->add_option("--format", format, "output: table|json|csv (default table)");
@@ -132,7 +153,8 @@ int run(int argc, char** argv) {
 
   // describe
   std::string describeNet, describeElement = "fp32";
-  auto* describe = app.add_subcommand("describe", "per-layer shapes, parameters and FLOPs of a network");
+  auto* describe =
+      app.add_subcommand("describe", "per-layer shapes, parameters and FLOPs of a network");
   describe->add_option("network", describeNet, "network preset or YAML file")->required();
   describe->add_option("--element", describeElement, "element type for byte sizes: fp32|fp16|bf16");
   addFormat(describe);
@@ -141,7 +163,8 @@ int run(int argc, char** argv) {
   // predict
   std::string predNet, predCluster, predStrategy, predWorkers;
   ScenarioFlags predFlags;
-  auto* predict = app.add_subcommand("predict", "one network x cluster x strategy x K: the breakdown");
+  auto* predict =
+      app.add_subcommand("predict", "one network x cluster x strategy x K: the breakdown");
   predict->add_option("--network,-n", predNet, "network preset or YAML file")->required();
   predict->add_option("--cluster,-c", predCluster, "cluster preset or YAML file")->required();
   predict->add_option("--strategy,-s", predStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
@@ -170,26 +193,29 @@ int run(int argc, char** argv) {
 
   // sweep
   std::string swNets, swClusters, swStrategies = "all", swWorkers = "1,2,4,8", swBatches = "128",
-                                   swOverlap = "on", swElements = "fp32", swFcUpdates = "step",
-                                   swOut;
+                                  swOverlap = "on", swElements = "fp32", swFcUpdates = "step",
+                                  swOut;
   ScenarioFlags swFlags;
   auto* sweep = app.add_subcommand("sweep", "many configurations to CSV/JSON (stdout or a file)");
   sweep->add_option("--networks", swNets, "comma-separated networks")->required();
   sweep->add_option("--clusters", swClusters, "comma-separated clusters")->required();
-  sweep->add_option("--strategies", swStrategies, "comma-separated strategies or all (default all)");
+  sweep->add_option("--strategies", swStrategies,
+                    "comma-separated strategies or all (default all)");
   sweep->add_option("--workers", swWorkers, "comma-separated worker counts (default 1,2,4,8)");
   sweep->add_option("--batches", swBatches, "comma-separated examples per worker (default 128)");
   sweep->add_option("--overlaps", swOverlap, "comma-separated on/off (default on)");
   sweep->add_option("--elements", swElements, "comma-separated element types (default fp32)");
   sweep->add_option("--fc-updates", swFcUpdates, "comma-separated step/round (default step)");
   sweep->add_option("--segment", swFlags.segment, "segment size, e.g. 1MiB (default 4 MiB)");
-  sweep->add_option("--allreduce", swFlags.allreduce, "conv-gradient sync of owt-* (default direct)");
+  sweep->add_option("--allreduce", swFlags.allreduce,
+                    "conv-gradient sync of owt-* (default direct)");
   sweep->add_option("--out,-o", swOut, "write to this file instead of stdout");
   format = "csv";
   addFormat(sweep);
   sweep->footer(
       "Example:\n"
-      "  strata sweep --networks resnet50,vgg16 --clusters dgx-h100,gige-cluster --workers 8,64,512 "
+      "  strata sweep --networks resnet50,vgg16 --clusters dgx-h100,gige-cluster --workers "
+      "8,64,512 "
       "--overlaps on,off --out sweep.csv");
 
   // Defaults per subcommand: sweep prints CSV, the others a table.
@@ -203,8 +229,8 @@ int run(int argc, char** argv) {
     std::cerr << "strata: error: " << e.what() << " (see strata --help)\n";
     return kUserErrorExit;
   }
-  if (!sweep->parsed() && format == "csv" && !list->count("--format") && !describe->count("--format") &&
-      !predict->count("--format") && !compare->count("--format"))
+  if (!sweep->parsed() && format == "csv" && !list->count("--format") &&
+      !describe->count("--format") && !predict->count("--format") && !compare->count("--format"))
     format = "table";
   const Format fmtOut = parseFormat(format);
 
@@ -226,15 +252,21 @@ int run(int argc, char** argv) {
     if (!cmpExperiment.empty()) {
       ex = loadExperiment(resolveConfig(ConfigKind::kExperiment, cmpExperiment, "experiment"));
     } else {
-      if (cmpNet.empty()) throw OptionError("--network", "required when no experiment file is given");
-      if (cmpCluster.empty()) throw OptionError("--cluster", "required when no experiment file is given");
+      if (cmpNet.empty())
+        throw OptionError("--network", "required when no experiment file is given");
+      if (cmpCluster.empty())
+        throw OptionError("--cluster", "required when no experiment file is given");
       ex.strategies = {std::begin(kAllStrategies), std::end(kAllStrategies)};
       ex.workers = {1, 2, 4, 8};
     }
-    if (!cmpNet.empty()) ex.network = networkArg(cmpNet, "--network");
-    if (!cmpCluster.empty()) ex.cluster = clusterArg(cmpCluster, "--cluster");
-    if (!cmpStrategies.empty()) ex.strategies = parseStrategies(cmpStrategies, "--strategies");
-    if (!cmpWorkers.empty()) ex.workers = parsePositiveList(cmpWorkers, "--workers");
+    if (!cmpNet.empty())
+      ex.network = networkArg(cmpNet, "--network");
+    if (!cmpCluster.empty())
+      ex.cluster = clusterArg(cmpCluster, "--cluster");
+    if (!cmpStrategies.empty())
+      ex.strategies = parseStrategies(cmpStrategies, "--strategies");
+    if (!cmpWorkers.empty())
+      ex.workers = parsePositiveList(cmpWorkers, "--workers");
     cmpFlags.apply(ex.batchPerWorker, ex.options);
     std::vector<StepEstimate> rows;
     for (int k : ex.workers) {
@@ -246,18 +278,23 @@ int run(int argc, char** argv) {
     printComparison(std::cout, rows, fmtOut);
   } else if (sweep->parsed()) {
     std::vector<Network> nets;
-    for (const auto& n : splitList(swNets)) nets.push_back(networkArg(n, "--networks"));
+    for (const auto& n : splitList(swNets))
+      nets.push_back(networkArg(n, "--networks"));
     std::vector<Cluster> clusters;
-    for (const auto& c : splitList(swClusters)) clusters.push_back(clusterArg(c, "--clusters"));
+    for (const auto& c : splitList(swClusters))
+      clusters.push_back(clusterArg(c, "--clusters"));
     const auto strategies = parseStrategies(swStrategies, "--strategies");
     const auto workers = parsePositiveList(swWorkers, "--workers");
     const auto batches = parsePositiveList(swBatches, "--batches");
     std::vector<bool> overlaps;
-    for (const auto& o : splitList(swOverlap)) overlaps.push_back(parseOnOff(o, "--overlaps"));
+    for (const auto& o : splitList(swOverlap))
+      overlaps.push_back(parseOnOff(o, "--overlaps"));
     std::vector<ElementType> elements;
-    for (const auto& e : splitList(swElements)) elements.push_back(parseElementType(e, "--elements"));
+    for (const auto& e : splitList(swElements))
+      elements.push_back(parseElementType(e, "--elements"));
     std::vector<FcUpdate> updates;
-    for (const auto& u : splitList(swFcUpdates)) updates.push_back(parseFcUpdate(u, "--fc-updates"));
+    for (const auto& u : splitList(swFcUpdates))
+      updates.push_back(parseFcUpdate(u, "--fc-updates"));
     StrategyOptions base;
     int unusedBatch = 0;
     swFlags.apply(unusedBatch, base);
@@ -274,7 +311,8 @@ int run(int argc, char** argv) {
                     sc.options.element = el;
                     sc.options.overlap = ov;
                     sc.options.fcUpdate = up;
-                    if (isModelParallel(s) && net.modelParallelFrom <= 0) continue;
+                    if (isModelParallel(s) && net.modelParallelFrom <= 0)
+                      continue;
                     rows.push_back(estimate(net, cl, sc));
                   }
     writeOutput(swOut, [&](std::ostream& out) { printComparison(out, rows, fmtOut); });

@@ -24,24 +24,31 @@ class Table {
   void print(std::ostream& out) const {
     std::vector<size_t> width(header_.size(), 0);
     auto measure = [&](const std::vector<std::string>& r) {
-      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+      for (size_t i = 0; i < r.size(); ++i)
+        width[i] = std::max(width[i], r[i].size());
     };
     measure(header_);
-    for (const auto& r : rows_) measure(r);
+    for (const auto& r : rows_)
+      measure(r);
     auto line = [&](const std::vector<std::string>& r) {
       std::string s;
       for (size_t i = 0; i < r.size(); ++i) {
-        if (i) s += "  ";
-        s += i < left_ ? fmt::format("{:<{}}", r[i], width[i]) : fmt::format("{:>{}}", r[i], width[i]);
+        if (i)
+          s += "  ";
+        s += i < left_ ? fmt::format("{:<{}}", r[i], width[i])
+                       : fmt::format("{:>{}}", r[i], width[i]);
       }
-      while (!s.empty() && s.back() == ' ') s.pop_back();
+      while (!s.empty() && s.back() == ' ')
+        s.pop_back();
       out << s << "\n";
     };
     line(header_);
     std::string rule;
-    for (size_t i = 0; i < width.size(); ++i) rule += (i ? "  " : "") + std::string(width[i], '-');
+    for (size_t i = 0; i < width.size(); ++i)
+      rule += (i ? "  " : "") + std::string(width[i], '-');
     out << rule << "\n";
-    for (const auto& r : rows_) line(r);
+    for (const auto& r : rows_)
+      line(r);
   }
 
  private:
@@ -56,19 +63,26 @@ std::string count(double n) {
   std::string out;
   const size_t start = digits[0] == '-' ? 1 : 0;
   for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > start && (digits.size() - i) % 3 == 0) out += ',';
+    if (i > start && (digits.size() - i) % 3 == 0)
+      out += ',';
     out += digits[i];
   }
   return out;
 }
 
-std::string percent(double fraction) { return fmt::format("{:.1f} %", 100 * fraction); }
-std::string shape(const Shape& s) { return fmt::format("{}x{}x{}", s.c, s.h, s.w); }
+std::string percent(double fraction) {
+  return fmt::format("{:.1f} %", 100 * fraction);
+}
+std::string shape(const Shape& s) {
+  return fmt::format("{}x{}x{}", s.c, s.h, s.w);
+}
 
 std::string csvEscape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\n") == std::string::npos)
+    return s;
   std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  for (char c : s)
+    out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
 }
 
@@ -80,17 +94,19 @@ const WorkerEstimate& busiest(const StepEstimate& e) {
 
 Bytes peakMemory(const StepEstimate& e) {
   Bytes m;
-  for (const auto& w : e.workers) m = max(m, w.memory.total());
+  for (const auto& w : e.workers)
+    m = max(m, w.memory.total());
   return m;
 }
 
 std::string optionsLine(const StepEstimate& e) {
   const auto& o = e.scenario.options;
-  std::string s = fmt::format("{}, overlap {}, segment {}", toString(o.element),
-                              o.overlap ? "on" : "off",
-                              o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  std::string s =
+      fmt::format("{}, overlap {}, segment {}", toString(o.element), o.overlap ? "on" : "off",
+                  o.segment.value() > 0 ? formatBytes(o.segment) : "off");
   if (isModelParallel(e.scenario.strategy))
-    s += fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
+    s +=
+        fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
   return s;
 }
 
@@ -142,12 +158,13 @@ ordered_json estimateJson(const StepEstimate& e) {
                        {"idle_s", w.idle.value()},
                        {"sent_bytes", w.sent.value()},
                        {"received_bytes", w.received.value()},
-                       {"memory", {{"weights_bytes", w.memory.weights.value()},
-                                   {"gradients_bytes", w.memory.gradients.value()},
-                                   {"optimizer_bytes", w.memory.optimizer.value()},
-                                   {"activations_bytes", w.memory.activations.value()},
-                                   {"buffers_bytes", w.memory.buffers.value()},
-                                   {"total_bytes", w.memory.total().value()}}}});
+                       {"memory",
+                        {{"weights_bytes", w.memory.weights.value()},
+                         {"gradients_bytes", w.memory.gradients.value()},
+                         {"optimizer_bytes", w.memory.optimizer.value()},
+                         {"activations_bytes", w.memory.activations.value()},
+                         {"buffers_bytes", w.memory.buffers.value()},
+                         {"total_bytes", w.memory.total().value()}}}});
   }
   j["per_worker"] = workers;
   return j;
@@ -162,15 +179,15 @@ const char* kCsvHeader =
 void csvRow(std::ostream& out, const StepEstimate& e) {
   const auto& o = e.scenario.options;
   const auto& w = busiest(e);
-  out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6g},{:.6g},{:.9g},{:.9g},{:.9g},"
-                     "{:.9g},{:.9g},{:.9g},{},{}\n",
-                     e.engine, e.network, e.cluster, toString(e.scenario.strategy),
-                     e.scenario.workers, e.scenario.batchPerWorker, toString(o.element),
-                     o.overlap ? "on" : "off", toString(o.fcUpdate), o.segment.value(),
-                     toString(o.convSync), e.step.value(), e.throughput, e.speedup, e.efficiency,
-                     w.compute.total().value(), w.communication.value(),
-                     w.exposedCommunication.value(), w.sent.value(), w.received.value(),
-                     peakMemory(e).value(), e.fitsInMemory ? "yes" : "no", csvEscape(e.bottleneck));
+  out << fmt::format(
+      "{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6g},{:.6g},{:.9g},{:.9g},{:.9g},"
+      "{:.9g},{:.9g},{:.9g},{},{}\n",
+      e.engine, e.network, e.cluster, toString(e.scenario.strategy), e.scenario.workers,
+      e.scenario.batchPerWorker, toString(o.element), o.overlap ? "on" : "off",
+      toString(o.fcUpdate), o.segment.value(), toString(o.convSync), e.step.value(), e.throughput,
+      e.speedup, e.efficiency, w.compute.total().value(), w.communication.value(),
+      w.exposedCommunication.value(), w.sent.value(), w.received.value(), peakMemory(e).value(),
+      e.fitsInMemory ? "yes" : "no", csvEscape(e.bottleneck));
 }
 
 }  // namespace
@@ -179,7 +196,8 @@ void printPresetList(std::ostream& out, Format format) {
   const ConfigKind kinds[] = {ConfigKind::kNetwork, ConfigKind::kCluster, ConfigKind::kExperiment};
   if (format == Format::kJson) {
     ordered_json j;
-    for (auto k : kinds) j[std::string(toString(k)) + "s"] = listPresets(k);
+    for (auto k : kinds)
+      j[std::string(toString(k)) + "s"] = listPresets(k);
     j["config_dir"] = configDir();
     out << j.dump(2) << "\n";
     return;
@@ -187,13 +205,15 @@ void printPresetList(std::ostream& out, Format format) {
   if (format == Format::kCsv) {
     out << "kind,name\n";
     for (auto k : kinds)
-      for (const auto& n : listPresets(k)) out << toString(k) << "," << n << "\n";
+      for (const auto& n : listPresets(k))
+        out << toString(k) << "," << n << "\n";
     return;
   }
   out << "presets in " << configDir() << "\n";
   for (auto k : kinds) {
     out << "\n" << toString(k) << "s:\n";
-    for (const auto& n : listPresets(k)) out << "  " << n << "\n";
+    for (const auto& n : listPresets(k))
+      out << "  " << n << "\n";
   }
 }
 
@@ -208,7 +228,8 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
   const double fcParams = double(net.paramsOfKind(LayerKind::kFc));
   const double rnnParams = double(net.paramsOfKind(LayerKind::kRnn));
   double activations = 0;
-  for (const auto& l : net.layers) activations += double(l.outShape.elements()) * e;
+  for (const auto& l : net.layers)
+    activations += double(l.outShape.elements()) * e;
 
   if (format == Format::kJson) {
     ordered_json j;
@@ -246,11 +267,13 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
   }
   if (format == Format::kCsv) {
     out << "name,kind,output_c,output_h,output_w,params,fwd_flops_per_example,"
-           "bwd_data_flops_per_example,bwd_weights_flops_per_example,activation_bytes_per_example\n";
+           "bwd_data_flops_per_example,bwd_weights_flops_per_example,activation_bytes_per_"
+           "example\n";
     for (const auto& l : net.layers)
-      out << fmt::format("{},{},{},{},{},{},{:.0f},{:.0f},{:.0f},{:.0f}\n", l.name, toString(l.kind),
-                         l.outShape.c, l.outShape.h, l.outShape.w, l.params, l.fwdFlops,
-                         l.bwdDataFlops, l.bwdWeightsFlops, double(l.outShape.elements()) * e);
+      out << fmt::format("{},{},{},{},{},{},{:.0f},{:.0f},{:.0f},{:.0f}\n", l.name,
+                         toString(l.kind), l.outShape.c, l.outShape.h, l.outShape.w, l.params,
+                         l.fwdFlops, l.bwdDataFlops, l.bwdWeightsFlops,
+                         double(l.outShape.elements()) * e);
     return;
   }
   out << net.name << ": " << net.description << "\n";
@@ -259,7 +282,8 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
   for (size_t i = 0; i < net.layers.size(); ++i) {
     const auto& l = net.layers[i];
     std::string name = l.name;
-    if (static_cast<int>(i) == net.modelParallelFrom) name += " *";
+    if (static_cast<int>(i) == net.modelParallelFrom)
+      name += " *";
     t.add({name, std::string(toString(l.kind)), shape(l.outShape), count(double(l.params)),
            formatFlops(Flops(l.fwdFlops)), formatBytes(Bytes(double(l.outShape.elements()) * e))});
   }
@@ -267,11 +291,12 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
          formatBytes(Bytes(activations))});
   t.print(out);
   out << "\n";
-  out << fmt::format("parameters  {} ({} of weights)\n", count(params), formatBytes(Bytes(params * e)));
+  out << fmt::format("parameters  {} ({} of weights)\n", count(params),
+                     formatBytes(Bytes(params * e)));
   out << fmt::format("compute     {} fwd, {} fwd+bwd per example\n", formatFlops(Flops(totalFlops)),
                      formatFlops(Flops(net.totalTrainFlops())));
-  out << fmt::format("conv layers {} of parameters, {} of fwd FLOPs\n", percent(convParams / params),
-                     percent(convFlops / totalFlops));
+  out << fmt::format("conv layers {} of parameters, {} of fwd FLOPs\n",
+                     percent(convParams / params), percent(convFlops / totalFlops));
   out << fmt::format("fc layers   {} of parameters, {} of fwd FLOPs\n", percent(fcParams / params),
                      percent(fcFlops / totalFlops));
   if (rnnParams > 0)
@@ -302,12 +327,13 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
   out << fmt::format("efficiency    {}\n", percent(e.efficiency));
   out << fmt::format("bottleneck    {}\n", e.bottleneck);
   const auto& w0 = e.workers.front();
-  out << fmt::format("memory        {} per worker (weights {}, gradients {}, optimizer {}, "
-                     "activations {}, buffers {}){}\n",
-                     formatBytes(peakMemory(e)), formatBytes(w0.memory.weights),
-                     formatBytes(w0.memory.gradients), formatBytes(w0.memory.optimizer),
-                     formatBytes(w0.memory.activations), formatBytes(busiest(e).memory.buffers),
-                     e.fitsInMemory ? "" : "  DOES NOT FIT in device memory");
+  out << fmt::format(
+      "memory        {} per worker (weights {}, gradients {}, optimizer {}, "
+      "activations {}, buffers {}){}\n",
+      formatBytes(peakMemory(e)), formatBytes(w0.memory.weights), formatBytes(w0.memory.gradients),
+      formatBytes(w0.memory.optimizer), formatBytes(w0.memory.activations),
+      formatBytes(busiest(e).memory.buffers),
+      e.fitsInMemory ? "" : "  DOES NOT FIT in device memory");
   if (e.rounds.rounds > 0) {
     const auto& r = e.rounds;
     out << fmt::format(
@@ -334,22 +360,26 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
 void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimates, Format format) {
   if (format == Format::kJson) {
     ordered_json j = ordered_json::array();
-    for (const auto& e : estimates) j.push_back(estimateJson(e));
+    for (const auto& e : estimates)
+      j.push_back(estimateJson(e));
     out << j.dump(2) << "\n";
     return;
   }
   if (format == Format::kCsv) {
     out << kCsvHeader;
-    for (const auto& e : estimates) csvRow(out, e);
+    for (const auto& e : estimates)
+      csvRow(out, e);
     return;
   }
-  if (estimates.empty()) return;
+  if (estimates.empty())
+    return;
   // Fastest strategy per (network, cluster, K).
   std::map<std::tuple<std::string, std::string, int>, double> best;
   for (const auto& e : estimates) {
     auto key = std::make_tuple(e.network, e.cluster, e.scenario.workers);
     auto it = best.find(key);
-    if (it == best.end() || e.step.value() < it->second) best[key] = e.step.value();
+    if (it == best.end() || e.step.value() < it->second)
+      best[key] = e.step.value();
   }
   const auto& first = estimates.front();
   out << fmt::format("{} on {}, {} examples per worker, {} [{}]\n\n", first.network, first.cluster,
@@ -367,13 +397,16 @@ void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimat
         e.step.value() == best[std::make_tuple(e.network, e.cluster, e.scenario.workers)];
     const auto& w = busiest(e);
     Seconds exposed;
-    for (const auto& x : e.workers) exposed = max(exposed, x.exposedCommunication);
+    for (const auto& x : e.workers)
+      exposed = max(exposed, x.exposedCommunication);
     std::string mem = formatBytes(peakMemory(e));
-    if (!e.fitsInMemory) mem += " (!)";
-    t.add({newGroup ? std::to_string(e.scenario.workers) : "", std::string(toString(e.scenario.strategy)),
-           formatSeconds(e.step), fmt::format("{:.0f} ex/s", e.throughput),
-           fmt::format("{:.2f}x", e.speedup), percent(e.efficiency), formatBytes(w.sent),
-           formatSeconds(exposed), mem, isBest ? "*" : ""});
+    if (!e.fitsInMemory)
+      mem += " (!)";
+    t.add({newGroup ? std::to_string(e.scenario.workers) : "",
+           std::string(toString(e.scenario.strategy)), formatSeconds(e.step),
+           fmt::format("{:.0f} ex/s", e.throughput), fmt::format("{:.2f}x", e.speedup),
+           percent(e.efficiency), formatBytes(w.sent), formatSeconds(exposed), mem,
+           isBest ? "*" : ""});
   }
   t.print(out);
   out << "\n* fastest strategy for that worker count; (!) exceeds device memory\n";

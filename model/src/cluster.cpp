@@ -9,21 +9,29 @@ namespace strata {
 
 std::string_view toString(ElementType type) {
   switch (type) {
-    case ElementType::kFp32: return "fp32";
-    case ElementType::kFp16: return "fp16";
-    case ElementType::kBf16: return "bf16";
+    case ElementType::kFp32:
+      return "fp32";
+    case ElementType::kFp16:
+      return "fp16";
+    case ElementType::kBf16:
+      return "bf16";
   }
   return "?";
 }
 
-double elementBytes(ElementType type) { return type == ElementType::kFp32 ? 4.0 : 2.0; }
+double elementBytes(ElementType type) {
+  return type == ElementType::kFp32 ? 4.0 : 2.0;
+}
 
 ElementType parseElementType(std::string_view text, const std::string& option) {
-  if (text == "fp32") return ElementType::kFp32;
-  if (text == "fp16") return ElementType::kFp16;
-  if (text == "bf16") return ElementType::kBf16;
-  throw OptionError(option, "unknown element type '" + std::string(text) +
-                                "' (expected fp32, fp16 or bf16)");
+  if (text == "fp32")
+    return ElementType::kFp32;
+  if (text == "fp16")
+    return ElementType::kFp16;
+  if (text == "bf16")
+    return ElementType::kBf16;
+  throw OptionError(
+      option, "unknown element type '" + std::string(text) + "' (expected fp32, fp16 or bf16)");
 }
 
 FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterFile) const {
@@ -37,7 +45,8 @@ FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterF
 int64_t Cluster::capacity() const {
   int64_t n = 1;
   for (const auto& l : levels) {
-    if (l.group == 0) return -1;
+    if (l.group == 0)
+      return -1;
     n *= l.group;
   }
   return n;
@@ -58,8 +67,10 @@ DeviceSpec readDevice(const ConfigNode& n) {
   const auto peak = n.require("peak");
   peak.allowOnly({"fp32", "fp16", "bf16"});
   for (auto t : {ElementType::kFp32, ElementType::kFp16, ElementType::kBf16})
-    if (auto p = peak.get(toString(t))) d.peak[static_cast<size_t>(t)] = p->asFlopRate();
-  if (d.peak[0].value() <= 0) peak.require("fp32");
+    if (auto p = peak.get(toString(t)))
+      d.peak[static_cast<size_t>(t)] = p->asFlopRate();
+  if (d.peak[0].value() <= 0)
+    peak.require("fp32");
   d.memoryBandwidth = n.require("memory_bandwidth").asBandwidth();
   d.memoryCapacity = n.require("memory_capacity").asBytes();
   d.memoryEfficiency = n.require("memory_efficiency").asFraction();
@@ -67,7 +78,8 @@ DeviceSpec readDevice(const ConfigNode& n) {
   const double fallback = eff.require("default").asFraction();
   d.efficiency.fill(fallback);
   for (const auto& [key, value] : eff.entries()) {
-    if (key == "default") continue;
+    if (key == "default")
+      continue;
     bool known = false;
     for (auto kind : kAllKinds) {
       if (toString(kind) == key) {
@@ -76,8 +88,9 @@ DeviceSpec readDevice(const ConfigNode& n) {
       }
     }
     if (!known)
-      value.fail("unknown layer kind (expected default or one of conv, pool, fc, rnn, relu, lrn, "
-                 "dropout, batchnorm, add, softmax)");
+      value.fail(
+          "unknown layer kind (expected default or one of conv, pool, fc, rnn, relu, lrn, "
+          "dropout, batchnorm, add, softmax)");
   }
   if (auto r = n.get("reduce_bandwidth")) {
     d.reduceBandwidth = r->asBandwidth();
@@ -94,7 +107,8 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
   level.name = n.require("name").asString();
   const auto g = n.require("group");
   if (g.isScalar() && g.asString() == "any") {
-    if (!outermost) g.fail("'any' is allowed only on the outermost level");
+    if (!outermost)
+      g.fail("'any' is allowed only on the outermost level");
     level.group = 0;
   } else {
     level.group = g.asPositiveInt();
@@ -125,12 +139,14 @@ Cluster loadCluster(const std::string& path) {
   const auto nameNode = root.require("name");
   c.name = nameNode.asString();
   const auto stem = std::filesystem::path(path).stem().string();
-  if (c.name != stem) nameNode.fail("name '" + c.name + "' must equal the file name '" + stem + "'");
+  if (c.name != stem)
+    nameNode.fail("name '" + c.name + "' must equal the file name '" + stem + "'");
   c.description = root.stringOr("description", "");
   c.device = readDevice(root.require("device"));
   const auto topo = root.require("topology");
   const auto levels = topo.items();
-  if (levels.empty()) topo.fail("a cluster needs at least one topology level");
+  if (levels.empty())
+    topo.fail("a cluster needs at least one topology level");
   for (size_t i = 0; i < levels.size(); ++i)
     c.levels.push_back(readLevel(levels[i], i + 1 == levels.size()));
   return c;

@@ -9,10 +9,14 @@ namespace strata {
 
 std::string_view toString(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
-    case AllreduceAlgorithm::kNaive: return "naive";
-    case AllreduceAlgorithm::kRing: return "ring";
-    case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
-    case AllreduceAlgorithm::kDirect: return "direct";
+    case AllreduceAlgorithm::kNaive:
+      return "naive";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return "halving-doubling";
+    case AllreduceAlgorithm::kDirect:
+      return "direct";
   }
   return "?";
 }
@@ -20,7 +24,8 @@ std::string_view toString(AllreduceAlgorithm algorithm) {
 AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view text, const std::string& option) {
   for (auto a : {AllreduceAlgorithm::kNaive, AllreduceAlgorithm::kRing,
                  AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kDirect})
-    if (toString(a) == text) return a;
+    if (toString(a) == text)
+      return a;
   throw OptionError(option, "unknown allreduce algorithm '" + std::string(text) +
                                 "' (expected naive, ring, halving-doubling or direct)");
 }
@@ -35,7 +40,8 @@ Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes) {
 }
 
 int segmentCount(Bytes bytes, Bytes segment) {
-  if (segment.value() <= 0 || bytes <= segment) return 1;
+  if (segment.value() <= 0 || bytes <= segment)
+    return 1;
   return static_cast<int>(std::ceil(bytes.value() / segment.value()));
 }
 
@@ -56,15 +62,18 @@ void noteBottleneck(CollectiveCost& c, const PatternCost& p) {
 }
 
 void addSymmetric(CollectiveCost& c, double sentEach, double receivedEach) {
-  for (auto& s : c.sent) s += sentEach;
-  for (auto& r : c.received) r += receivedEach;
+  for (auto& s : c.sent)
+    s += sentEach;
+  for (auto& r : c.received)
+    r += receivedEach;
 }
 
 }  // namespace
 
 CollectiveCost pointToPoint(const Topology& topo, int src, int dst, Bytes n) {
   auto c = empty(topo);
-  if (src == dst) return c;
+  if (src == dst)
+    return c;
   const Flow f{src, dst};
   const auto p = topo.cost(std::span<const Flow>(&f, 1));
   c.time = p.time(n);
@@ -80,12 +89,14 @@ CollectiveCost pointToPoint(const Topology& topo, int src, int dst, Bytes n) {
 CollectiveCost broadcast(const Topology& topo, int root, Bytes n) {
   auto c = empty(topo);
   const int k = topo.workers();
-  if (k == 1) return c;
+  if (k == 1)
+    return c;
   const auto& p = topo.scatter(root);
   c.time = p.time(n);
   c.steps = 1;
   for (int i = 0; i < k; ++i) {
-    if (i == root) continue;
+    if (i == root)
+      continue;
     c.received[static_cast<size_t>(i)] = n.value();
     c.sent[static_cast<size_t>(root)] += n.value();
   }
@@ -98,12 +109,14 @@ CollectiveCost broadcast(const Topology& topo, int root, Bytes n) {
 CollectiveCost gather(const Topology& topo, int root, Bytes perRank) {
   auto c = empty(topo);
   const int k = topo.workers();
-  if (k == 1) return c;
+  if (k == 1)
+    return c;
   const auto& p = topo.gather(root);
   c.time = p.time(perRank);
   c.steps = 1;
   for (int i = 0; i < k; ++i) {
-    if (i == root) continue;
+    if (i == root)
+      continue;
     c.sent[static_cast<size_t>(i)] = perRank.value();
     c.received[static_cast<size_t>(root)] += perRank.value();
   }
@@ -116,7 +129,8 @@ CollectiveCost gather(const Topology& topo, int root, Bytes perRank) {
 CollectiveCost reduce(const Topology& topo, int root, Bytes n, const CommParams& p) {
   auto c = gather(topo, root, n);
   const int k = topo.workers();
-  if (k == 1) return c;
+  if (k == 1)
+    return c;
   const int segs = segmentCount(n, p.segment);
   const Bytes s = n / segs;
   const auto& g = topo.gather(root);
@@ -131,7 +145,8 @@ CollectiveCost reduce(const Topology& topo, int root, Bytes n, const CommParams&
 CollectiveCost allGather(const Topology& topo, Bytes perRank, bool ring) {
   auto c = empty(topo);
   const int k = topo.workers();
-  if (k == 1) return c;
+  if (k == 1)
+    return c;
   const auto& p = ring ? topo.ringStep() : topo.allToAll();
   c.time = ring ? p.time(perRank) * (k - 1) : p.time(perRank);
   c.steps = ring ? k - 1 : 1;
@@ -148,7 +163,8 @@ CollectiveCost allGather(const Topology& topo, Bytes perRank, bool ring) {
 CollectiveCost reduceScatter(const Topology& topo, Bytes n, const CommParams& p, bool ring) {
   auto c = empty(topo);
   const int k = topo.workers();
-  if (k == 1) return c;
+  if (k == 1)
+    return c;
   const Bytes chunk = n / k;
   const int segs = segmentCount(chunk, p.segment);
   const Bytes s = chunk / segs;
@@ -172,7 +188,8 @@ CollectiveCost reduceScatter(const Topology& topo, Bytes n, const CommParams& p,
 CollectiveCost allToAll(const Topology& topo, Bytes perPair) {
   auto c = empty(topo);
   const int k = topo.workers();
-  if (k == 1) return c;
+  if (k == 1)
+    return c;
   const auto& p = topo.allToAll();
   c.time = p.time(perPair);
   c.steps = 1;
@@ -271,7 +288,8 @@ CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const Com
   auto c = empty(topo);
   const int k = topo.workers();
   int pof2 = 1;
-  while (pof2 * 2 <= k) pof2 *= 2;
+  while (pof2 * 2 <= k)
+    pof2 *= 2;
   const int r = k - pof2;
   auto worker = [&](int active) { return active < r ? 2 * active : active + r; };
   std::vector<Flow> flows;
@@ -299,7 +317,8 @@ CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const Com
   std::vector<PatternCost> stepCosts;
   for (int d = pof2 / 2; d >= 1; d /= 2) {
     flows.clear();
-    for (int i = 0; i < pof2; ++i) flows.push_back({worker(i), worker(i ^ d)});
+    for (int i = 0; i < pof2; ++i)
+      flows.push_back({worker(i), worker(i ^ d)});
     stepCosts.push_back(topo.cost(flows));
   }
   Bytes size = n;
@@ -336,12 +355,17 @@ CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const Com
 
 CollectiveCost allReduce(const Topology& topo, AllreduceAlgorithm algorithm, Bytes n,
                          const CommParams& p) {
-  if (topo.workers() == 1) return empty(topo);
+  if (topo.workers() == 1)
+    return empty(topo);
   switch (algorithm) {
-    case AllreduceAlgorithm::kNaive: return naiveAllReduce(topo, n, p);
-    case AllreduceAlgorithm::kRing: return ringAllReduce(topo, n, p);
-    case AllreduceAlgorithm::kHalvingDoubling: return halvingDoublingAllReduce(topo, n, p);
-    case AllreduceAlgorithm::kDirect: return directAllReduce(topo, n, p);
+    case AllreduceAlgorithm::kNaive:
+      return naiveAllReduce(topo, n, p);
+    case AllreduceAlgorithm::kRing:
+      return ringAllReduce(topo, n, p);
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return halvingDoublingAllReduce(topo, n, p);
+    case AllreduceAlgorithm::kDirect:
+      return directAllReduce(topo, n, p);
   }
   return empty(topo);
 }

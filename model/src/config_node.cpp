@@ -21,7 +21,8 @@ ConfigNode::ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file,
 ConfigNode ConfigNode::loadFile(const std::string& path) {
   auto file = std::make_shared<const std::string>(path);
   std::ifstream in(path);
-  if (!in) throw ConfigError(path, 0, "", "cannot open file");
+  if (!in)
+    throw ConfigError(path, 0, "", "cannot open file");
   std::stringstream buffer;
   buffer << in.rdbuf();
   YAML::Node root;
@@ -31,7 +32,8 @@ ConfigNode ConfigNode::loadFile(const std::string& path) {
     throw ConfigError(path, e.mark.line >= 0 ? e.mark.line + 1 : 0, "",
                       "YAML syntax error: " + e.msg);
   }
-  if (!root.IsMap()) throw ConfigError(path, 1, "", "the file must be a YAML map of keys");
+  if (!root.IsMap())
+    throw ConfigError(path, 1, "", "the file must be a YAML map of keys");
   return ConfigNode(root, file, "", 1);
 }
 
@@ -45,15 +47,18 @@ ConfigNode ConfigNode::child(YAML::Node node, std::string childPath) const {
 }
 
 bool ConfigNode::has(std::string_view key) const {
-  if (!node_.IsMap()) return false;
+  if (!node_.IsMap())
+    return false;
   return static_cast<bool>(node_[std::string(key)]);
 }
 
 std::optional<ConfigNode> ConfigNode::get(std::string_view key) const {
-  if (!node_.IsMap()) fail("expected a map of keys");
+  if (!node_.IsMap())
+    fail("expected a map of keys");
   const std::string k(key);
   YAML::Node n = node_[k];
-  if (!n || n.IsNull()) return std::nullopt;
+  if (!n || n.IsNull())
+    return std::nullopt;
   return child(n, path_.empty() ? k : path_ + "." + k);
 }
 
@@ -67,14 +72,17 @@ ConfigNode ConfigNode::require(std::string_view key) const {
 }
 
 void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) const {
-  if (!node_.IsMap()) fail("expected a map of keys");
+  if (!node_.IsMap())
+    fail("expected a map of keys");
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>();
     bool ok = false;
-    for (auto a : allowed) ok = ok || a == key;
+    for (auto a : allowed)
+      ok = ok || a == key;
     if (!ok) {
       std::string list;
-      for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      for (auto a : allowed)
+        list += (list.empty() ? "" : ", ") + std::string(a);
       throw ConfigError(*file_, lineOf(kv.first, line_), path_.empty() ? key : path_ + "." + key,
                         "unknown key (expected one of: " + list + ")");
     }
@@ -82,7 +90,8 @@ void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) cons
 }
 
 std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
-  if (!node_.IsMap()) fail("expected a map of keys");
+  if (!node_.IsMap())
+    fail("expected a map of keys");
   std::vector<std::pair<std::string, ConfigNode>> out;
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>();
@@ -97,27 +106,32 @@ std::vector<ConfigNode> ConfigNode::items(bool scalarAsList) const {
     out.push_back(*this);
     return out;
   }
-  if (!node_.IsSequence()) fail("expected a list");
+  if (!node_.IsSequence())
+    fail("expected a list");
   for (size_t i = 0; i < node_.size(); ++i)
     out.push_back(child(node_[i], path_ + "[" + std::to_string(i) + "]"));
   return out;
 }
 
 std::string ConfigNode::scalarText() const {
-  if (!node_.IsScalar()) fail("expected a single value");
+  if (!node_.IsScalar())
+    fail("expected a single value");
   return node_.Scalar();
 }
 
 std::string ConfigNode::asString() const {
   auto s = scalarText();
-  if (s.empty()) fail("must not be empty");
+  if (s.empty())
+    fail("must not be empty");
   return s;
 }
 
 bool ConfigNode::asBool() const {
   const auto s = scalarText();
-  if (s == "true" || s == "on" || s == "yes") return true;
-  if (s == "false" || s == "off" || s == "no") return false;
+  if (s == "true" || s == "on" || s == "yes")
+    return true;
+  if (s == "false" || s == "off" || s == "no")
+    return false;
   fail("must be true or false, got '" + s + "'");
 }
 
@@ -136,8 +150,10 @@ int ConfigNode::asNonNegativeInt() const {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size())
     fail("must be an integer, got '" + s + "'");
-  if (v < 0) fail("must be a non-negative integer, got " + s);
-  if (v > 1'000'000'000) fail("is too large, got " + s);
+  if (v < 0)
+    fail("must be a non-negative integer, got " + s);
+  if (v > 1'000'000'000)
+    fail("is too large, got " + s);
   return static_cast<int>(v);
 }
 
@@ -147,28 +163,32 @@ int ConfigNode::asPositiveInt() const {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size())
     fail("must be a positive integer, got '" + s + "'");
-  if (v <= 0) fail("must be a positive integer, got " + s);
-  if (v > 1'000'000'000) fail("is too large, got " + s);
+  if (v <= 0)
+    fail("must be a positive integer, got " + s);
+  if (v > 1'000'000'000)
+    fail("is too large, got " + s);
   return static_cast<int>(v);
 }
 
 double ConfigNode::asPositiveDouble() const {
   const double v = asDouble();
-  if (v <= 0) fail("must be positive, got " + scalarText());
+  if (v <= 0)
+    fail("must be positive, got " + scalarText());
   return v;
 }
 
 double ConfigNode::asFraction() const {
   const double v = asDouble();
-  if (v <= 0 || v > 1) fail("must be a fraction in (0, 1], got " + scalarText());
+  if (v <= 0 || v > 1)
+    fail("must be a fraction in (0, 1], got " + scalarText());
   return v;
 }
 
 double ConfigNode::asQuantity(QuantityKind kind, bool allowZero) const {
   const auto s = scalarText();
   const auto v = parseQuantity(s, kind);
-  if (!v) fail("cannot read '" + s + "' (a number, optionally with a unit: " +
-               acceptedUnits(kind) + ")");
+  if (!v)
+    fail("cannot read '" + s + "' (a number, optionally with a unit: " + acceptedUnits(kind) + ")");
   if (*v < 0 || (!allowZero && *v == 0))
     fail(std::string("must be ") + (allowZero ? "non-negative" : "positive") + ", got '" + s + "'");
   return *v;

@@ -22,8 +22,7 @@ namespace strata {
 
 class ConfigNode {
  public:
-  ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file, std::string path,
-             int line);
+  ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file, std::string path, int line);
 
   // Parses a whole file; a syntax error becomes a ConfigError with its line.
   static ConfigNode loadFile(const std::string& path);

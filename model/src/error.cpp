@@ -7,9 +7,11 @@ std::string formatConfigError(const std::string& file, int line, const std::stri
                               const std::string& message) {
   std::ostringstream out;
   out << file;
-  if (line > 0) out << ":" << line;
+  if (line > 0)
+    out << ":" << line;
   out << ": ";
-  if (!key.empty()) out << key << ": ";
+  if (!key.empty())
+    out << key << ": ";
   out << message;
   return out.str();
 }
@@ -23,8 +25,8 @@ ConfigError::ConfigError(std::string file, int line, std::string key, const std:
 
 namespace detail {
 void enforceFailed(const char* file, int line, const char* expr) {
-  throw InvariantError(std::string(file) + ":" + std::to_string(line) + ": STRATA_ENFORCE(" +
-                       expr + ") failed");
+  throw InvariantError(std::string(file) + ":" + std::to_string(line) + ": STRATA_ENFORCE(" + expr +
+                       ") failed");
 }
 }  // namespace detail
 

@@ -28,9 +28,11 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
       flops = layer.bwdWeightsFlops;
       elems = layer.bwdWeightsElems;
       break;
-    case Phase::kUpdate: return updateTime(double(layer.params) * fraction, device, element);
+    case Phase::kUpdate:
+      return updateTime(double(layer.params) * fraction, device, element);
   }
-  if (phase == Phase::kBwdWeights && !layer.hasWeights()) return Seconds(0);
+  if (phase == Phase::kBwdWeights && !layer.hasWeights())
+    return Seconds(0);
   const Flops work(flops * examples * fraction);
   // Weights are read once per pass (fwd, bwd_data) or written once (bwd_weights).
   const Bytes traffic((elems * examples + double(layer.params)) * fraction * elementBytes(element));
@@ -83,13 +85,14 @@ struct Context {
 struct Tally {
   PhaseTimes compute;
   std::vector<double> sent, received;
-  Seconds communication;   // sum of collective durations
+  Seconds communication;  // sum of collective durations
   Seconds exposed;
   Seconds worstCollective;
   int bottleneckLink = -1;
   bool bottleneckUp = true;
 
-  explicit Tally(int k) : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
+  explicit Tally(int k)
+      : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
 
   void add(const CollectiveCost& c, double times = 1.0) {
     for (size_t i = 0; i < sent.size(); ++i) {
@@ -137,7 +140,8 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     const Seconds bw = ctx.time(l, Phase::kBwdWeights, ctx.b, 1.0);
     clock += bw;
     t.compute.bwdWeights += bw;
-    if (l.hasWeights() && ctx.k > 1) ready.push_back({clock, double(l.params) * ctx.e});
+    if (l.hasWeights() && ctx.k > 1)
+      ready.push_back({clock, double(l.params) * ctx.e});
     // The first layer's input is data: no gradient w.r.t. it is needed.
     if (!l.readsNetworkInput()) {
       const Seconds bd = ctx.time(l, Phase::kBwdData, ctx.b, 1.0);
@@ -146,12 +150,14 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     }
   }
   if (!ctx.sc.options.overlap)
-    for (auto& r : ready) r.at = clock;
+    for (auto& r : ready)
+      r.at = clock;
   Seconds commFree;
   for (size_t i = 0; i < ready.size();) {
     const Seconds start = max(commFree, ready[i].at);
     double fused = 0;
-    for (; i < ready.size() && ready[i].at <= start; ++i) fused += ready[i].bytes;
+    for (; i < ready.size() && ready[i].at <= start; ++i)
+      fused += ready[i].bytes;
     const auto c = allReduce(ctx.topo, algorithm, Bytes(fused), ctx.comm);
     commFree = start + c.time;
     t.add(c);
@@ -163,7 +169,8 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
 
 double paramsIn(const Network& net, int first, int last) {
   double p = 0;
-  for (int i = first; i < last; ++i) p += double(net.layers[static_cast<size_t>(i)].params);
+  for (int i = first; i < last; ++i)
+    p += double(net.layers[static_cast<size_t>(i)].params);
   return p;
 }
 
@@ -200,7 +207,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
   const int rounds = strategy == Strategy::kOwtA ? 1 : k;
   const double batch = strategy == Strategy::kOwtA ? k * b : b;
   const double boundary = double(net.layers[static_cast<size_t>(mp)].inShape.elements()) * ctx.e;
-  const bool perRoundUpdate = strategy != Strategy::kOwtA && ctx.sc.options.fcUpdate == FcUpdate::kRound;
+  const bool perRoundUpdate =
+      strategy != Strategy::kOwtA && ctx.sc.options.fcUpdate == FcUpdate::kRound;
   const double fcParams = paramsIn(net, mp, layers);
 
   // FC compute of one round (fwd + bwd of every model-parallel layer on its 1/K).
@@ -231,8 +239,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
       innerTally.add(gatherIn);
       innerTally.add(scatterGrad);
     } else if (l.kind == LayerKind::kSoftmax && k > 1) {
-      const auto c = allReduce(ctx.topo, AllreduceAlgorithm::kDirect, Bytes(2 * batch * ctx.e),
-                               ctx.comm);
+      const auto c =
+          allReduce(ctx.topo, AllreduceAlgorithm::kDirect, Bytes(2 * batch * ctx.e), ctx.comm);
       inner += c.time;
       innerTally.add(c);
     }
@@ -281,7 +289,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
   int hidden = 0;
   for (int r = 0; r < rounds; ++r) {
     inEnd += in[static_cast<size_t>(r)];
-    if (r > 0 && inEnd <= computeEnd) ++hidden;
+    if (r > 0 && inEnd <= computeEnd)
+      ++hidden;
     computeEnd = max(computeEnd, inEnd) + roundBusy;
     backEnd = max(backEnd, computeEnd) + back[static_cast<size_t>(r)];
   }
@@ -309,7 +318,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
   // Conv backprop with the conv-gradient sync, then the updates.
   const Seconds convBwd = backpropWithSync(ctx, 0, mp, ctx.sc.options.convSync, t);
   Seconds upd = ctx.update(paramsIn(net, 0, mp));
-  if (!perRoundUpdate) upd += ctx.update(fcParams * frac);
+  if (!perRoundUpdate)
+    upd += ctx.update(fcParams * frac);
   t.compute.update += upd;
   return convFwd + fcPhase + convBwd + upd;
 }
@@ -331,13 +341,15 @@ MemoryUse memoryOf(const Context& ctx) {
   // examples; model-parallel layers hold their 1/K slice of a round's batch
   // plus the whole input they gathered.
   double act = double(net.input.elements()) * b;
-  for (int i = 0; i < mp; ++i) act += double(net.layers[static_cast<size_t>(i)].outShape.elements()) * b;
+  for (int i = 0; i < mp; ++i)
+    act += double(net.layers[static_cast<size_t>(i)].outShape.elements()) * b;
   if (owt) {
     const double batch = ctx.sc.strategy == Strategy::kOwtA ? k * b : b;
     for (int i = mp; i < layers; ++i) {
       const auto& l = net.layers[static_cast<size_t>(i)];
       act += double(l.outShape.elements()) / k * batch;
-      if (l.hasWeights()) act += double(l.inShape.elements()) * batch;
+      if (l.hasWeights())
+        act += double(l.inShape.elements()) * batch;
     }
   }
   m.activations = Bytes(act * e);
@@ -348,9 +360,15 @@ MemoryUse memoryOf(const Context& ctx) {
   double buffers = 0;
   if (k > 1) {
     switch (ctx.sc.strategy) {
-      case Strategy::kNaive: buffers = (k - 1) * staged(grads); break;  // on the reducer
-      case Strategy::kRing: buffers = 2 * staged(grads / k); break;
-      case Strategy::kPs: buffers = grads / k; break;  // server shard accumulator
+      case Strategy::kNaive:
+        buffers = (k - 1) * staged(grads);
+        break;  // on the reducer
+      case Strategy::kRing:
+        buffers = 2 * staged(grads / k);
+        break;
+      case Strategy::kPs:
+        buffers = grads / k;
+        break;  // server shard accumulator
       case Strategy::kOwtA:
       case Strategy::kOwtB:
       case Strategy::kOwtC: {
@@ -371,20 +389,20 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
   if (sc.batchPerWorker < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", sc.batchPerWorker));
-  if (sc.options.segment.value() < 0) throw OptionError("--segment", "must not be negative");
+  if (sc.options.segment.value() < 0)
+    throw OptionError("--segment", "must not be negative");
   if (isModelParallel(sc.strategy) && network.modelParallelFrom < 0)
-    throw UserError(fmt::format(
-        "{}: network '{}' has no fc layer to run model-parallel; {} needs one (or set "
-        "model_parallel_from)",
-        network.sourceFile, network.name, toString(sc.strategy)));
+    throw UserError(
+        fmt::format("{}: network '{}' has no fc layer to run model-parallel; {} needs one (or set "
+                    "model_parallel_from)",
+                    network.sourceFile, network.name, toString(sc.strategy)));
   if (isModelParallel(sc.strategy) && network.modelParallelFrom == 0)
     throw UserError(fmt::format("{}: network '{}' has no data-parallel part before '{}'",
                                 network.sourceFile, network.name, network.layers[0].name));
 }
 
 Seconds run(const Context& ctx, Tally& t, RoundInfo& info) {
-  return isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info)
-                                          : dataParallelStep(ctx, t);
+  return isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info) : dataParallelStep(ctx, t);
 }
 
 }  // namespace
@@ -428,7 +446,8 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
     w.received = Bytes(t.received[static_cast<size_t>(r)]);
     w.memory = mem;
     // Only the naive reducer (rank 0) stages the K-1 incoming gradients.
-    if (scenario.strategy == Strategy::kNaive && r != 0) w.memory.buffers = Bytes(0);
+    if (scenario.strategy == Strategy::kNaive && r != 0)
+      w.memory.buffers = Bytes(0);
   }
   est.fitsInMemory = mem.total() <= cluster.device.memoryCapacity;
   return est;

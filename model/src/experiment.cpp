@@ -17,7 +17,8 @@ std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
   std::string ref = n.asString();
   if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml")) && !fs::exists(ref)) {
     const auto beside = fs::path(n.file()).parent_path() / ref;
-    if (fs::exists(beside)) ref = beside.string();
+    if (fs::exists(beside))
+      ref = beside.string();
   }
   try {
     return resolveConfig(kind, ref, n.path());
@@ -30,8 +31,8 @@ std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
 
 Experiment loadExperiment(const std::string& path) {
   const auto root = ConfigNode::loadFile(path);
-  root.allowOnly({"name", "description", "network", "cluster", "strategies", "workers", "batch",
-                  "options"});
+  root.allowOnly(
+      {"name", "description", "network", "cluster", "strategies", "workers", "batch", "options"});
   Experiment ex;
   ex.sourceFile = path;
   ex.name = root.stringOr("name", fs::path(path).stem().string());
@@ -42,14 +43,17 @@ Experiment loadExperiment(const std::string& path) {
   const auto strategies = root.require("strategies");
   for (const auto& s : strategies.items(true)) {
     try {
-      for (auto st : parseStrategies(s.asString(), s.path())) ex.strategies.push_back(st);
+      for (auto st : parseStrategies(s.asString(), s.path()))
+        ex.strategies.push_back(st);
     } catch (const OptionError&) {
       s.fail("unknown strategy '" + s.asString() +
              "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
     }
   }
-  for (const auto& w : root.require("workers").items(true)) ex.workers.push_back(w.asPositiveInt());
-  if (ex.workers.empty()) root.require("workers").fail("needs at least one worker count");
+  for (const auto& w : root.require("workers").items(true))
+    ex.workers.push_back(w.asPositiveInt());
+  if (ex.workers.empty())
+    root.require("workers").fail("needs at least one worker count");
   ex.batchPerWorker = root.require("batch").asPositiveInt();
 
   if (auto o = root.get("options")) {
@@ -57,9 +61,12 @@ Experiment loadExperiment(const std::string& path) {
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
-      if (auto f = o->get("fc_update")) opt.fcUpdate = parseFcUpdate(f->asString(), f->path());
-      if (auto s = o->get("segment")) opt.segment = s->asBytes(true);
-      if (auto el = o->get("element")) opt.element = parseElementType(el->asString(), el->path());
+      if (auto f = o->get("fc_update"))
+        opt.fcUpdate = parseFcUpdate(f->asString(), f->path());
+      if (auto s = o->get("segment"))
+        opt.segment = s->asBytes(true);
+      if (auto el = o->get("element"))
+        opt.element = parseElementType(el->asString(), el->path());
       if (auto a = o->get("allreduce"))
         opt.convSync = parseAllreduceAlgorithm(a->asString(), a->path());
     } catch (const OptionError& e) {

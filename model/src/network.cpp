@@ -8,71 +8,92 @@ namespace strata {
 
 std::string_view toString(LayerKind kind) {
   switch (kind) {
-    case LayerKind::kConv: return "conv";
-    case LayerKind::kPool: return "pool";
-    case LayerKind::kFc: return "fc";
-    case LayerKind::kRnn: return "rnn";
-    case LayerKind::kRelu: return "relu";
-    case LayerKind::kLrn: return "lrn";
-    case LayerKind::kDropout: return "dropout";
-    case LayerKind::kBatchNorm: return "batchnorm";
-    case LayerKind::kAdd: return "add";
-    case LayerKind::kSoftmax: return "softmax";
+    case LayerKind::kConv:
+      return "conv";
+    case LayerKind::kPool:
+      return "pool";
+    case LayerKind::kFc:
+      return "fc";
+    case LayerKind::kRnn:
+      return "rnn";
+    case LayerKind::kRelu:
+      return "relu";
+    case LayerKind::kLrn:
+      return "lrn";
+    case LayerKind::kDropout:
+      return "dropout";
+    case LayerKind::kBatchNorm:
+      return "batchnorm";
+    case LayerKind::kAdd:
+      return "add";
+    case LayerKind::kSoftmax:
+      return "softmax";
   }
   return "?";
 }
 
 std::string_view toString(Phase phase) {
   switch (phase) {
-    case Phase::kFwd: return "fwd";
-    case Phase::kBwdData: return "bwd_data";
-    case Phase::kBwdWeights: return "bwd_weights";
-    case Phase::kUpdate: return "update";
+    case Phase::kFwd:
+      return "fwd";
+    case Phase::kBwdData:
+      return "bwd_data";
+    case Phase::kBwdWeights:
+      return "bwd_weights";
+    case Phase::kUpdate:
+      return "update";
   }
   return "?";
 }
 
 bool Layer::readsNetworkInput() const {
   for (int i : inputs)
-    if (i < 0) return true;
+    if (i < 0)
+      return true;
   return false;
 }
 
 int64_t Network::totalParams() const {
   int64_t n = 0;
-  for (const auto& l : layers) n += l.params;
+  for (const auto& l : layers)
+    n += l.params;
   return n;
 }
 
 double Network::totalFwdFlops() const {
   double f = 0;
-  for (const auto& l : layers) f += l.fwdFlops;
+  for (const auto& l : layers)
+    f += l.fwdFlops;
   return f;
 }
 
 double Network::totalTrainFlops() const {
   double f = 0;
-  for (const auto& l : layers) f += l.fwdFlops + l.bwdDataFlops + l.bwdWeightsFlops;
+  for (const auto& l : layers)
+    f += l.fwdFlops + l.bwdDataFlops + l.bwdWeightsFlops;
   return f;
 }
 
 int64_t Network::paramsOfKind(LayerKind kind) const {
   int64_t n = 0;
   for (const auto& l : layers)
-    if (l.kind == kind) n += l.params;
+    if (l.kind == kind)
+      n += l.params;
   return n;
 }
 
 double Network::fwdFlopsOfKind(LayerKind kind) const {
   double f = 0;
   for (const auto& l : layers)
-    if (l.kind == kind) f += l.fwdFlops;
+    if (l.kind == kind)
+      f += l.fwdFlops;
   return f;
 }
 
 int Network::find(std::string_view layerName) const {
   for (size_t i = 0; i < layers.size(); ++i)
-    if (layers[i].name == layerName) return static_cast<int>(i);
+    if (layers[i].name == layerName)
+      return static_cast<int>(i);
   return -1;
 }
 
@@ -91,9 +112,12 @@ int windowOutput(int in, int kernel, int stride, int pad, const std::string& wha
 
 int rnnGates(RnnCell cell) {
   switch (cell) {
-    case RnnCell::kVanilla: return 1;
-    case RnnCell::kGru: return 3;
-    case RnnCell::kLstm: return 4;
+    case RnnCell::kVanilla:
+      return 1;
+    case RnnCell::kGru:
+      return 3;
+    case RnnCell::kLstm:
+      return 4;
   }
   return 1;
 }
@@ -203,9 +227,10 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
   layer.outShape = out;
   const double nOut = static_cast<double>(out.elements());
   double nInAll = 0;
-  for (const auto& shape : inputShapes) nInAll += static_cast<double>(shape.elements());
-  layer.fwdElems = nInAll + nOut;                     // read inputs, write output
-  layer.bwdDataElems = nOut + nInAll + nIn;           // read dy and saved x, write dx
+  for (const auto& shape : inputShapes)
+    nInAll += static_cast<double>(shape.elements());
+  layer.fwdElems = nInAll + nOut;                               // read inputs, write output
+  layer.bwdDataElems = nOut + nInAll + nIn;                     // read dy and saved x, write dx
   layer.bwdWeightsElems = layer.hasWeights() ? nIn + nOut : 0;  // read x and dy
 }
 

@@ -29,7 +29,8 @@ LayerKind parseKind(const ConfigNode& n) {
       {"dropout", LayerKind::kDropout}, {"batchnorm", LayerKind::kBatchNorm},
       {"add", LayerKind::kAdd},         {"softmax", LayerKind::kSoftmax}};
   for (const auto& [name, kind] : kKinds)
-    if (s == name) return kind;
+    if (s == name)
+      return kind;
   n.fail("unknown layer kind '" + s +
          "' (expected conv, pool, fc, rnn, relu, lrn, dropout, batchnorm, add, softmax, "
          "bottleneck)");
@@ -123,8 +124,10 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       n.allowOnly({"name", "kind", "inputs"});
       const auto ins = n.require("inputs");
       const auto items = ins.items();
-      if (items.size() < 2) ins.fail("an add needs at least two inputs");
-      for (const auto& i : items) raw.inputNames.push_back(i.asString());
+      if (items.size() < 2)
+        ins.fail("an add needs at least two inputs");
+      for (const auto& i : items)
+        raw.inputNames.push_back(i.asString());
       break;
     }
     case LayerKind::kRelu:
@@ -133,7 +136,8 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       n.allowOnly({"name", "kind", "input"});
       break;
   }
-  if (auto in = n.get("input")) raw.inputNames = {in->asString()};
+  if (auto in = n.get("input"))
+    raw.inputNames = {in->asString()};
   return raw;
 }
 
@@ -170,8 +174,8 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
     const std::string b = repeat == 1 ? name : fmt::format("{}.{}", name, r);
     const int s = r == 1 ? stride : 1;
     // The block's input: the previous layer (resolved later when empty).
-    std::vector<std::string> blockIn = prev.empty() ? std::vector<std::string>{}
-                                                    : std::vector<std::string>{prev};
+    std::vector<std::string> blockIn =
+        prev.empty() ? std::vector<std::string>{} : std::vector<std::string>{prev};
     add(b + ".conv1", LayerKind::kConv, blockIn, conv(mid, 1, 1, 0));
     add(b + ".bn1", LayerKind::kBatchNorm, {}, {});
     add(b + ".relu1", LayerKind::kRelu, {}, {});
@@ -214,12 +218,14 @@ Network loadNetwork(const std::string& path) {
 
   const auto layersNode = root.require("layers");
   const auto items = layersNode.items();
-  if (items.empty()) layersNode.fail("a network needs at least one layer");
+  if (items.empty())
+    layersNode.fail("a network needs at least one layer");
   std::vector<RawLayer> raws;
   std::vector<ConfigNode> nodeOf;  // the config node each raw layer came from
   for (size_t i = 0; i < items.size(); ++i) {
     const auto& n = items[i];
-    if (!n.isMap()) n.fail("a layer must be a map of keys");
+    if (!n.isMap())
+      n.fail("a layer must be a map of keys");
     const auto kindNode = n.require("kind");
     const size_t before = raws.size();
     if (kindNode.asString() == "bottleneck") {
@@ -227,7 +233,8 @@ Network loadNetwork(const std::string& path) {
     } else {
       raws.push_back(readLayer(n, parseKind(kindNode), static_cast<int>(i)));
     }
-    for (size_t k = before; k < raws.size(); ++k) nodeOf.push_back(n);
+    for (size_t k = before; k < raws.size(); ++k)
+      nodeOf.push_back(n);
   }
 
   std::unordered_map<std::string, int> indexOf;
@@ -240,13 +247,16 @@ Network loadNetwork(const std::string& path) {
     if (indexOf.count(raw.layer.name))
       throw ConfigError(path, node.line(), key + ".name",
                         "duplicate layer name '" + raw.layer.name + "'");
-    const bool firstOfBlock = i == 0 || nodeOf[i - 1].line() != node.line() ||
-                              raw.layer.name.ends_with(".conv1");
-    if (firstOfBlock) blockInput = i == 0 ? "input" : net.layers[i - 1].name;
-    if (raw.inputNames.empty()) raw.inputNames = {i == 0 ? "input" : net.layers[i - 1].name};
+    const bool firstOfBlock =
+        i == 0 || nodeOf[i - 1].line() != node.line() || raw.layer.name.ends_with(".conv1");
+    if (firstOfBlock)
+      blockInput = i == 0 ? "input" : net.layers[i - 1].name;
+    if (raw.inputNames.empty())
+      raw.inputNames = {i == 0 ? "input" : net.layers[i - 1].name};
     std::vector<Shape> inShapes;
     for (auto name : raw.inputNames) {
-      if (name == "@block-input") name = blockInput;
+      if (name == "@block-input")
+        name = blockInput;
       if (name == "input") {
         raw.layer.inputs.push_back(-1);
         inShapes.push_back(net.input);
@@ -254,9 +264,8 @@ Network loadNetwork(const std::string& path) {
       }
       auto it = indexOf.find(name);
       if (it == indexOf.end())
-        throw ConfigError(path, node.line(), key + (raw.layer.kind == LayerKind::kAdd
-                                                        ? ".inputs"
-                                                        : ".input"),
+        throw ConfigError(path, node.line(),
+                          key + (raw.layer.kind == LayerKind::kAdd ? ".inputs" : ".input"),
                           "unknown input layer '" + name + "' (must be defined earlier)");
       raw.layer.inputs.push_back(it->second);
       inShapes.push_back(shapes[static_cast<size_t>(it->second)]);
@@ -271,7 +280,8 @@ Network loadNetwork(const std::string& path) {
 
   if (auto mp = root.get("model_parallel_from")) {
     net.modelParallelFrom = net.find(mp->asString());
-    if (net.modelParallelFrom < 0) mp->fail("no layer named '" + mp->asString() + "'");
+    if (net.modelParallelFrom < 0)
+      mp->fail("no layer named '" + mp->asString() + "'");
   } else {
     for (size_t i = 0; i < net.layers.size(); ++i) {
       if (net.layers[i].kind == LayerKind::kFc) {

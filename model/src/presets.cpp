@@ -12,9 +12,12 @@ namespace strata {
 
 std::string_view toString(ConfigKind kind) {
   switch (kind) {
-    case ConfigKind::kNetwork: return "network";
-    case ConfigKind::kCluster: return "cluster";
-    case ConfigKind::kExperiment: return "experiment";
+    case ConfigKind::kNetwork:
+      return "network";
+    case ConfigKind::kCluster:
+      return "cluster";
+    case ConfigKind::kExperiment:
+      return "experiment";
   }
   return "?";
 }
@@ -22,17 +25,22 @@ std::string_view toString(ConfigKind kind) {
 namespace {
 std::string_view folderOf(ConfigKind kind) {
   switch (kind) {
-    case ConfigKind::kNetwork: return "networks";
-    case ConfigKind::kCluster: return "clusters";
-    case ConfigKind::kExperiment: return "experiments";
+    case ConfigKind::kNetwork:
+      return "networks";
+    case ConfigKind::kCluster:
+      return "clusters";
+    case ConfigKind::kExperiment:
+      return "experiments";
   }
   return "";
 }
 }  // namespace
 
 std::string configDir() {
-  if (const char* env = std::getenv("STRATA_CONFIG_DIR"); env && *env) return env;
-  if (fs::is_directory(STRATA_SOURCE_CONFIG_DIR)) return STRATA_SOURCE_CONFIG_DIR;
+  if (const char* env = std::getenv("STRATA_CONFIG_DIR"); env && *env)
+    return env;
+  if (fs::is_directory(STRATA_SOURCE_CONFIG_DIR))
+    return STRATA_SOURCE_CONFIG_DIR;
   return STRATA_INSTALL_CONFIG_DIR;
 }
 
@@ -41,14 +49,16 @@ std::vector<std::string> listPresets(ConfigKind kind) {
   const fs::path dir = fs::path(configDir()) / folderOf(kind);
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
+    if (entry.path().extension() == ".yaml")
+      names.push_back(entry.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
 }
 
 std::string resolveConfig(ConfigKind kind, std::string_view nameOrPath, const std::string& option) {
   const std::string given(nameOrPath);
-  if (given.empty()) throw OptionError(option, std::string("empty ") + std::string(toString(kind)) + " name");
+  if (given.empty())
+    throw OptionError(option, std::string("empty ") + std::string(toString(kind)) + " name");
   const bool looksLikePath =
       given.find('/') != std::string::npos || given.ends_with(".yaml") || given.ends_with(".yml");
   if (looksLikePath) {
@@ -57,9 +67,11 @@ std::string resolveConfig(ConfigKind kind, std::string_view nameOrPath, const st
     return given;
   }
   const fs::path preset = fs::path(configDir()) / folderOf(kind) / (given + ".yaml");
-  if (fs::is_regular_file(preset)) return preset.string();
+  if (fs::is_regular_file(preset))
+    return preset.string();
   std::string known;
-  for (const auto& n : listPresets(kind)) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& n : listPresets(kind))
+    known += (known.empty() ? "" : ", ") + n;
   throw OptionError(option, "unknown " + std::string(toString(kind)) + " '" + given +
                                 "' (presets: " + (known.empty() ? "none found" : known) + ")");
 }

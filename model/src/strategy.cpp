@@ -6,49 +6,64 @@ namespace strata {
 
 std::string_view toString(Strategy strategy) {
   switch (strategy) {
-    case Strategy::kNaive: return "naive";
-    case Strategy::kRing: return "ring";
-    case Strategy::kOwtA: return "owt-a";
-    case Strategy::kOwtB: return "owt-b";
-    case Strategy::kOwtC: return "owt-c";
-    case Strategy::kPs: return "ps";
+    case Strategy::kNaive:
+      return "naive";
+    case Strategy::kRing:
+      return "ring";
+    case Strategy::kOwtA:
+      return "owt-a";
+    case Strategy::kOwtB:
+      return "owt-b";
+    case Strategy::kOwtC:
+      return "owt-c";
+    case Strategy::kPs:
+      return "ps";
   }
   return "?";
 }
 
 Strategy parseStrategy(std::string_view text, const std::string& option) {
   for (auto s : kAllStrategies)
-    if (toString(s) == text) return s;
+    if (toString(s) == text)
+      return s;
   throw OptionError(option, "unknown strategy '" + std::string(text) +
                                 "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
 }
 
 std::vector<Strategy> parseStrategies(std::string_view text, const std::string& option) {
-  if (text == "all") return {std::begin(kAllStrategies), std::end(kAllStrategies)};
+  if (text == "all")
+    return {std::begin(kAllStrategies), std::end(kAllStrategies)};
   std::vector<Strategy> out;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    const auto item = text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
-    if (item.empty()) throw OptionError(option, "empty strategy name in '" + std::string(text) + "'");
+    const auto item =
+        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+    if (item.empty())
+      throw OptionError(option, "empty strategy name in '" + std::string(text) + "'");
     out.push_back(parseStrategy(item, option));
-    if (comma == std::string_view::npos) break;
+    if (comma == std::string_view::npos)
+      break;
     start = comma + 1;
   }
   return out;
 }
 
 bool isModelParallel(Strategy strategy) {
-  return strategy == Strategy::kOwtA || strategy == Strategy::kOwtB ||
-         strategy == Strategy::kOwtC;
+  return strategy == Strategy::kOwtA || strategy == Strategy::kOwtB || strategy == Strategy::kOwtC;
 }
 
-std::string_view toString(FcUpdate update) { return update == FcUpdate::kStep ? "step" : "round"; }
+std::string_view toString(FcUpdate update) {
+  return update == FcUpdate::kStep ? "step" : "round";
+}
 
 FcUpdate parseFcUpdate(std::string_view text, const std::string& option) {
-  if (text == "step") return FcUpdate::kStep;
-  if (text == "round") return FcUpdate::kRound;
-  throw OptionError(option, "unknown FC update '" + std::string(text) + "' (expected step or round)");
+  if (text == "step")
+    return FcUpdate::kStep;
+  if (text == "round")
+    return FcUpdate::kRound;
+  throw OptionError(option,
+                    "unknown FC update '" + std::string(text) + "' (expected step or round)");
 }
 
 }  // namespace strata

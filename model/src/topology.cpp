@@ -7,7 +7,8 @@
 namespace strata {
 
 Topology::Topology(const Cluster& cluster, int workers) : cluster_(&cluster), workers_(workers) {
-  if (workers < 1) throw OptionError("--workers", fmt::format("must be at least 1, got {}", workers));
+  if (workers < 1)
+    throw OptionError("--workers", fmt::format("must be at least 1, got {}", workers));
   const auto cap = cluster.capacity();
   if (cap >= 0 && workers > cap)
     throw UserError(fmt::format("{}: cluster '{}' has {} devices; cannot place {} workers",
@@ -33,15 +34,18 @@ Topology::Topology(const Cluster& cluster, int workers) : cluster_(&cluster), wo
 
 bool Topology::allFullDuplex() const {
   for (const auto& l : cluster_->levels)
-    if (!l.link.fullDuplex) return false;
+    if (!l.link.fullDuplex)
+      return false;
   return true;
 }
 
 int Topology::meetLevel(int a, int b) const {
-  if (a == b) return -1;
+  if (a == b)
+    return -1;
   const int levels = static_cast<int>(cluster_->levels.size());
   for (int l = 0; l < levels; ++l)
-    if (a / span_[static_cast<size_t>(l) + 1] == b / span_[static_cast<size_t>(l) + 1]) return l;
+    if (a / span_[static_cast<size_t>(l) + 1] == b / span_[static_cast<size_t>(l) + 1])
+      return l;
   return levels - 1;
 }
 
@@ -66,7 +70,8 @@ PatternCost Topology::cost(std::span<const Flow> flows) const {
     STRATA_ENFORCE_OP(f.src, <, workers_);
     STRATA_ENFORCE_OP(f.dst, <, workers_);
     const int meet = meetLevel(f.src, f.dst);
-    if (meet < 0) continue;
+    if (meet < 0)
+      continue;
     result.latency = max(result.latency, cluster_->levels[static_cast<size_t>(meet)].link.latency);
     for (int l = 0; l <= meet; ++l) {
       const int a = linkIndex(l, f.src);
@@ -81,7 +86,8 @@ PatternCost Topology::cost(std::span<const Flow> flows) const {
   auto levelOf = [&](int link) {
     int level = 0;
     for (size_t l = 0; l < levelOffset_.size(); ++l)
-      if (link >= levelOffset_[l]) level = static_cast<int>(l);
+      if (link >= levelOffset_[l])
+        level = static_cast<int>(l);
     return level;
   };
   for (int link : touched) {
@@ -111,7 +117,8 @@ const PatternCost& Topology::ringStep() const {
   if (!ringStep_) {
     std::vector<Flow> flows;
     if (workers_ > 1)
-      for (int i = 0; i < workers_; ++i) flows.push_back({i, (i + 1) % workers_});
+      for (int i = 0; i < workers_; ++i)
+        flows.push_back({i, (i + 1) % workers_});
     ringStep_ = cost(flows);
   }
   return *ringStep_;
@@ -122,7 +129,8 @@ const PatternCost& Topology::allToAll() const {
     std::vector<Flow> flows;
     for (int i = 0; i < workers_; ++i)
       for (int j = 0; j < workers_; ++j)
-        if (i != j) flows.push_back({i, j});
+        if (i != j)
+          flows.push_back({i, j});
     allToAll_ = cost(flows);
   }
   return *allToAll_;
@@ -133,7 +141,8 @@ const PatternCost& Topology::gather(int root) const {
   if (!slot) {
     std::vector<Flow> flows;
     for (int i = 0; i < workers_; ++i)
-      if (i != root) flows.push_back({i, root});
+      if (i != root)
+        flows.push_back({i, root});
     slot = cost(flows);
   }
   return *slot;
@@ -144,17 +153,20 @@ const PatternCost& Topology::scatter(int root) const {
   if (!slot) {
     std::vector<Flow> flows;
     for (int i = 0; i < workers_; ++i)
-      if (i != root) flows.push_back({root, i});
+      if (i != root)
+        flows.push_back({root, i});
     slot = cost(flows);
   }
   return *slot;
 }
 
 std::string Topology::describeLink(int link, bool up) const {
-  if (link < 0) return "none";
+  if (link < 0)
+    return "none";
   size_t level = 0;
   for (size_t l = 0; l < levelOffset_.size(); ++l)
-    if (link >= levelOffset_[l]) level = l;
+    if (link >= levelOffset_[l])
+      level = l;
   const auto& spec = cluster_->levels[level];
   const int lanes = spec.link.lanes;
   const int unit = (link - levelOffset_[level]) / lanes;
@@ -167,7 +179,8 @@ std::string Topology::describeLink(int link, bool up) const {
     const auto last = std::min<int64_t>((unit + 1) * span_[level], workers_) - 1;
     who = fmt::format("devices {}-{}", first, last);
   }
-  if (lanes > 1) who += fmt::format(" lane {}", lane);
+  if (lanes > 1)
+    who += fmt::format(" lane {}", lane);
   const char* dir = spec.link.fullDuplex ? (up ? " (up)" : " (down)") : " (half duplex)";
   return fmt::format("{} link of {}{}", spec.name, who, dir);
 }

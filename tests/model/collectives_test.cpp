@@ -1,11 +1,11 @@
 // Every collective against its closed form on a flat switch (docs/cost-model.md),
 // over K = 1..8 including primes, and bytes on the wire per rank.
-#include <catch2/catch.hpp>
+#include "strata/model/collectives.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "helpers.h"
-#include "strata/model/collectives.h"
 
 using namespace strata;
 using strata::test::flatCluster;
@@ -17,7 +17,9 @@ constexpr double kReduceBw = 4e9;
 constexpr double kGamma = 1.0 / kReduceBw;
 const Bytes kN(12'000'000);  // 12 MB: divisible by 1..8? not by 7 -- fine, the model is continuous
 
-CommParams unsegmented() { return CommParams{Bytes(0), kGamma}; }
+CommParams unsegmented() {
+  return CommParams{Bytes(0), kGamma};
+}
 }  // namespace
 
 TEST_CASE("point-to-point, broadcast, gather, all-to-all and allgather closed forms",
@@ -48,10 +50,11 @@ TEST_CASE("ring allreduce: 2(K-1) alpha + 2(K-1)/K n/beta + (K-1)/K n gamma", "[
     INFO("K = " << k);
     const Topology t(c, k);
     const auto r = allReduce(t, AllreduceAlgorithm::kRing, kN, unsegmented());
-    const double expect = 2 * (k - 1) * kAlpha + 2.0 * (k - 1) / k * n / kBeta +
-                          double(k - 1) / k * n * kGamma;
+    const double expect =
+        2 * (k - 1) * kAlpha + 2.0 * (k - 1) / k * n / kBeta + double(k - 1) / k * n * kGamma;
     CHECK(r.time.value() == Approx(expect).epsilon(1e-12));
-    for (int i = 0; i < k; ++i) CHECK(r.sent[static_cast<size_t>(i)] == Approx(2.0 * (k - 1) / k * n));
+    for (int i = 0; i < k; ++i)
+      CHECK(r.sent[static_cast<size_t>(i)] == Approx(2.0 * (k - 1) / k * n));
     CHECK(r.steps == 2 * (k - 1));
   }
 }
@@ -108,22 +111,23 @@ TEST_CASE("recursive halving-doubling, powers of two and not", "[collectives]") 
     const Topology t(c, k);
     const double lg = std::log2(k);
     const auto r = allReduce(t, AllreduceAlgorithm::kHalvingDoubling, kN, unsegmented());
-    CHECK(r.time.value() == Approx(2 * lg * kAlpha + 2.0 * (k - 1) / k * n / kBeta +
-                                   double(k - 1) / k * n * kGamma)
-                                .epsilon(1e-12));
+    CHECK(r.time.value() ==
+          Approx(2 * lg * kAlpha + 2.0 * (k - 1) / k * n / kBeta + double(k - 1) / k * n * kGamma)
+              .epsilon(1e-12));
     CHECK(r.sent[0] == Approx(2.0 * (k - 1) / k * n));
   }
   // K = 6: p' = 4, r = 2. Ranks 1 and 3 fold into 0 and 2 first and get the result last.
   const Topology t6(c, 6);
   const auto r6 = allReduce(t6, AllreduceAlgorithm::kHalvingDoubling, kN, unsegmented());
   const double fold = kAlpha + n / kBeta;
-  const double rs = (kAlpha + n / 2 / kBeta + n / 2 * kGamma) + (kAlpha + n / 4 / kBeta + n / 4 * kGamma);
+  const double rs =
+      (kAlpha + n / 2 / kBeta + n / 2 * kGamma) + (kAlpha + n / 4 / kBeta + n / 4 * kGamma);
   const double ag = (kAlpha + n / 4 / kBeta) + (kAlpha + n / 2 / kBeta);
   CHECK(r6.time.value() == Approx(fold + n * kGamma + rs + ag + fold).epsilon(1e-12));
-  CHECK(r6.sent[1] == n);                              // folded rank: sends its data once
-  CHECK(r6.received[1] == n);                          // and receives the result
-  CHECK(r6.sent[0] == Approx(2 * 0.75 * n + n));       // active: halving-doubling + result
-  CHECK(r6.sent[4] == Approx(2 * 0.75 * n));           // active, not folded
+  CHECK(r6.sent[1] == n);                         // folded rank: sends its data once
+  CHECK(r6.received[1] == n);                     // and receives the result
+  CHECK(r6.sent[0] == Approx(2 * 0.75 * n + n));  // active: halving-doubling + result
+  CHECK(r6.sent[4] == Approx(2 * 0.75 * n));      // active, not folded
   CHECK(r6.steps == 6);
 }
 
@@ -134,9 +138,9 @@ TEST_CASE("direct allreduce: reduce-scatter and allgather as all-to-alls", "[col
     INFO("K = " << k);
     const Topology t(c, k);
     const auto r = allReduce(t, AllreduceAlgorithm::kDirect, kN, unsegmented());
-    CHECK(r.time.value() == Approx(2 * kAlpha + 2.0 * (k - 1) / k * n / kBeta +
-                                   double(k - 1) / k * n * kGamma)
-                                .epsilon(1e-12));
+    CHECK(r.time.value() ==
+          Approx(2 * kAlpha + 2.0 * (k - 1) / k * n / kBeta + double(k - 1) / k * n * kGamma)
+              .epsilon(1e-12));
     CHECK(r.sent[static_cast<size_t>(k - 1)] == Approx(2.0 * (k - 1) / k * n));
   }
 }

@@ -38,14 +38,14 @@ TEST_CASE("alexnet-owt shapes follow cuda-convnet2's one-column net", "[network]
 
 TEST_CASE("alexnet-owt parameters and FLOPs per layer", "[network]") {
   const auto n = presetNetwork("alexnet-owt");
-  CHECK(layer(n, "conv1").params == 64 * 3 * 11 * 11 + 64);         // 23,296
-  CHECK(layer(n, "conv2").params == 192 * 64 * 5 * 5 + 192);        // 307,392
-  CHECK(layer(n, "conv3").params == 384 * 192 * 3 * 3 + 384);       // 663,936
-  CHECK(layer(n, "conv4").params == 256 * 384 * 3 * 3 + 256);       // 884,992
-  CHECK(layer(n, "conv5").params == 256 * 256 * 3 * 3 + 256);       // 590,080
-  CHECK(layer(n, "fc6").params == int64_t{9216} * 4096 + 4096);     // 37,752,832
-  CHECK(layer(n, "fc7").params == int64_t{4096} * 4096 + 4096);     // 16,781,312
-  CHECK(layer(n, "fc8").params == int64_t{4096} * 1000 + 1000);     // 4,097,000
+  CHECK(layer(n, "conv1").params == 64 * 3 * 11 * 11 + 64);      // 23,296
+  CHECK(layer(n, "conv2").params == 192 * 64 * 5 * 5 + 192);     // 307,392
+  CHECK(layer(n, "conv3").params == 384 * 192 * 3 * 3 + 384);    // 663,936
+  CHECK(layer(n, "conv4").params == 256 * 384 * 3 * 3 + 256);    // 884,992
+  CHECK(layer(n, "conv5").params == 256 * 256 * 3 * 3 + 256);    // 590,080
+  CHECK(layer(n, "fc6").params == int64_t{9216} * 4096 + 4096);  // 37,752,832
+  CHECK(layer(n, "fc7").params == int64_t{4096} * 4096 + 4096);  // 16,781,312
+  CHECK(layer(n, "fc8").params == int64_t{4096} * 1000 + 1000);  // 4,097,000
   CHECK(n.totalParams() == 61'100'840);
   // conv1: 64 x 55 x 55 outputs, each 3 x 11 x 11 MACs, 2 FLOPs per MAC.
   CHECK(layer(n, "conv1").fwdFlops == 2.0 * 64 * 55 * 55 * 3 * 11 * 11);
@@ -75,12 +75,10 @@ TEST_CASE("preset networks match their papers' totals", "[network]") {
   };
   // docs/networks.md; vgg16 138M (Simonyan & Zisserman, Table 2); resnet50
   // matches torchvision's 25.56M; lm-300m is exactly 300M by construction.
-  const Expect expected[] = {{"alexnet-owt", 61'100'840, 714'188'480.0},
-                             {"alexnet", 60'965'224, 724'406'816.0},
-                             {"vgg16", 138'357'544, 15'470'264'320.0},
-                             {"resnet50", 25'557'032, 4'089'184'256.0},
-                             {"lm-300m", 300'000'000, 24'000'000'000.0},
-                             {"tiny-cnn", 268'650, 1'885'440.0}};
+  const Expect expected[] = {
+      {"alexnet-owt", 61'100'840, 714'188'480.0}, {"alexnet", 60'965'224, 724'406'816.0},
+      {"vgg16", 138'357'544, 15'470'264'320.0},   {"resnet50", 25'557'032, 4'089'184'256.0},
+      {"lm-300m", 300'000'000, 24'000'000'000.0}, {"tiny-cnn", 268'650, 1'885'440.0}};
   for (const auto& e : expected) {
     INFO(e.name);
     const auto n = presetNetwork(e.name);

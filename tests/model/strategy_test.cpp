@@ -22,7 +22,8 @@ Scenario scenario(Strategy s, int k, int b = 128) {
 }
 Seconds maxExposed(const StepEstimate& e) {
   Seconds m;
-  for (const auto& w : e.workers) m = max(m, w.exposedCommunication);
+  for (const auto& w : e.workers)
+    m = max(m, w.exposedCommunication);
   return m;
 }
 }  // namespace
@@ -39,8 +40,7 @@ TEST_CASE("one worker: every strategy is the single-worker step", "[strategy]") 
   }
 }
 
-TEST_CASE("free communication gives perfect scaling for every synchronous strategy",
-          "[strategy]") {
+TEST_CASE("free communication gives perfect scaling for every synchronous strategy", "[strategy]") {
   const auto net = presetNetwork("alexnet-owt");
   // 1 PB/s links, no latency, instant reduction.
   const auto cl = flatCluster(1e15, 0, 0, true, 1e18);
@@ -119,13 +119,16 @@ TEST_CASE("owt-b hides K-1 of the K activation transfers when FC compute is long
           "[strategy][owt]") {
   const auto net = presetNetwork("alexnet-owt");
   const auto cl = presetCluster("k20x8-pcie");
-  for (int k : {2, 3, 4, 8}) {
+  for (int k : {2, 3, 4}) {
     INFO("K = " << k);
     const auto e = estimate(net, cl, scenario(Strategy::kOwtB, k));
     REQUIRE(e.rounds.rounds == k);
-    if (e.rounds.compute + e.rounds.innerComm >= e.rounds.transfer) {
-      CHECK(e.rounds.hiddenTransfers == k - 1);
-    }
+    REQUIRE(e.rounds.compute + e.rounds.innerComm >= e.rounds.transfer);
+    CHECK(e.rounds.hiddenTransfers == k - 1);
+    // Only the first transfer and the last gradient return stay exposed.
+    const Seconds fc =
+        e.rounds.transfer + (e.rounds.compute + e.rounds.innerComm) * k + e.rounds.gradientReturn;
+    CHECK(e.rounds.transfer + e.rounds.gradientReturn < fc * 0.25);
   }
   // On 1 Gb/s Ethernet the transfer is far longer than the FC compute: none hide.
   const auto slow = estimate(net, presetCluster("gige-cluster"), scenario(Strategy::kOwtB, 8));
@@ -205,8 +208,7 @@ TEST_CASE("ps updates only its shard on the server", "[strategy]") {
   const auto cl = presetCluster("k20x8-pcie");
   const auto ps = estimate(net, cl, scenario(Strategy::kPs, 4));
   const auto ring = estimate(net, cl, scenario(Strategy::kRing, 4));
-  CHECK(ps.workers[0].compute.update.value() ==
-        Approx(ring.workers[0].compute.update.value() / 4));
+  CHECK(ps.workers[0].compute.update.value() == Approx(ring.workers[0].compute.update.value() / 4));
 }
 
 TEST_CASE("a batch that does not fit is flagged", "[strategy]") {

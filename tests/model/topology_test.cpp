@@ -1,8 +1,9 @@
+#include "strata/model/topology.h"
+
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
 #include "strata/model/error.h"
-#include "strata/model/topology.h"
 
 using namespace strata;
 using strata::test::flatCluster;

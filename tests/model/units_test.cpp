@@ -1,7 +1,8 @@
+#include "strata/model/units.h"
+
 #include <catch2/catch.hpp>
 
 #include "strata/model/quantity_text.h"
-#include "strata/model/units.h"
 
 using namespace strata;
 

@@ -28,10 +28,10 @@ struct CommParams {
 
 struct CollectiveCost {
   Seconds time;
-  int steps = 0;                // sequential communication steps (not counting segments)
-  std::vector<double> sent;     // bytes sent per rank
-  std::vector<double> received; // bytes received per rank
-  int bottleneckLink = -1;      // the link that limits the costliest step
+  int steps = 0;                 // sequential communication steps (not counting segments)
+  std::vector<double> sent;      // bytes sent per rank
+  std::vector<double> received;  // bytes received per rank
+  int bottleneckLink = -1;       // the link that limits the costliest step
   bool bottleneckUp = true;
 };
 

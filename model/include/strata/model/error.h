@@ -62,17 +62,18 @@ template <class A, class B>
 
 // Checks a binary comparison and, when false, throws InvariantError printing
 // both operands: STRATA_ENFORCE_OP(k, <=, size).
-#define STRATA_ENFORCE_OP(a, op, b)                                                   \
-  do {                                                                                \
-    const auto& strata_a_ = (a);                                                      \
-    const auto& strata_b_ = (b);                                                      \
-    if (!(strata_a_ op strata_b_))                                                    \
+#define STRATA_ENFORCE_OP(a, op, b)                                                     \
+  do {                                                                                  \
+    const auto& strata_a_ = (a);                                                        \
+    const auto& strata_b_ = (b);                                                        \
+    if (!(strata_a_ op strata_b_))                                                      \
       ::strata::detail::enforceFailed(__FILE__, __LINE__, #a " " #op " " #b, strata_a_, \
-                                      strata_b_);                                     \
+                                      strata_b_);                                       \
   } while (0)
 
 // Checks a condition and throws InvariantError naming it when false.
-#define STRATA_ENFORCE(cond)                                           \
-  do {                                                                 \
-    if (!(cond)) ::strata::detail::enforceFailed(__FILE__, __LINE__, #cond); \
+#define STRATA_ENFORCE(cond)                                      \
+  do {                                                            \
+    if (!(cond))                                                  \
+      ::strata::detail::enforceFailed(__FILE__, __LINE__, #cond); \
   } while (0)

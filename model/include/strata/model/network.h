@@ -69,9 +69,9 @@ struct Layer {
   Shape inShape;   // shape of the (first) input
   Shape outShape;  // shape of the output
 
-  int64_t params = 0;        // weights + biases (trainable)
-  double fwdFlops = 0;       // per example
-  double bwdDataFlops = 0;   // per example
+  int64_t params = 0;          // weights + biases (trainable)
+  double fwdFlops = 0;         // per example
+  double bwdDataFlops = 0;     // per example
   double bwdWeightsFlops = 0;  // per example
   // Elements read + written per example by each phase, weights excluded.
   double fwdElems = 0;

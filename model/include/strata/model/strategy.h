@@ -89,13 +89,13 @@ struct WorkerEstimate {
 // owt-* only: the rounds of the FC phase.
 struct RoundInfo {
   int rounds = 0;
-  int batchPerRound = 0;     // examples in one round's FC batch
-  Seconds transfer;          // activations in, per round
-  Seconds compute;           // FC fwd + bwd compute, per round
-  Seconds innerComm;         // exchanges between model-parallel layers, per round
-  Seconds gradientReturn;    // activation gradients back to their owners, per round
-  int hiddenTransfers = 0;   // activation transfers hidden behind FC compute
-  Bytes egressPerRound;      // activation bytes leaving the busiest worker per round
+  int batchPerRound = 0;    // examples in one round's FC batch
+  Seconds transfer;         // activations in, per round
+  Seconds compute;          // FC fwd + bwd compute, per round
+  Seconds innerComm;        // exchanges between model-parallel layers, per round
+  Seconds gradientReturn;   // activation gradients back to their owners, per round
+  int hiddenTransfers = 0;  // activation transfers hidden behind FC compute
+  Bytes egressPerRound;     // activation bytes leaving the busiest worker per round
 };
 
 struct StepEstimate {

@@ -35,9 +35,7 @@ struct PatternCost {
   int bottleneckLink = -1;    // -1: no flow crosses any link
   bool bottleneckUp = true;   // direction on the bottleneck link (up: towards the switch)
 
-  Seconds time(Bytes perFlow) const {
-    return latency + Seconds(perFlow.value() * secondsPerByte);
-  }
+  Seconds time(Bytes perFlow) const { return latency + Seconds(perFlow.value() * secondsPerByte); }
 };
 
 class Topology {
@@ -60,8 +58,8 @@ class Topology {
   PatternCost cost(std::span<const Flow> flows) const;
 
   // Cached patterns used by the collectives.
-  const PatternCost& ringStep() const;    // every i sends to (i + 1) mod K
-  const PatternCost& allToAll() const;    // every i sends to every j != i
+  const PatternCost& ringStep() const;         // every i sends to (i + 1) mod K
+  const PatternCost& allToAll() const;         // every i sends to every j != i
   const PatternCost& gather(int root) const;   // every i != root sends to root
   const PatternCost& scatter(int root) const;  // root sends to every i != root
 
@@ -73,9 +71,9 @@ class Topology {
 
   const Cluster* cluster_;
   int workers_;
-  std::vector<int64_t> span_;        // devices per unit at each level (span_[0] = 1)
-  std::vector<int> levelOffset_;     // first link index of each level
-  std::vector<int> unitsAtLevel_;    // units (of the level below) at each level
+  std::vector<int64_t> span_;      // devices per unit at each level (span_[0] = 1)
+  std::vector<int> levelOffset_;   // first link index of each level
+  std::vector<int> unitsAtLevel_;  // units (of the level below) at each level
   int linkCount_ = 0;
   mutable std::vector<int> up_, down_;  // scratch: flows per link and direction
   mutable std::optional<PatternCost> ringStep_, allToAll_;

@@ -54,10 +54,18 @@ using BytesPerSecond = Quantity<BytesPerSecondTag>;
 using Flops = Quantity<FlopsTag>;
 using FlopsPerSecond = Quantity<FlopsPerSecondTag>;
 
-constexpr Seconds operator/(Bytes b, BytesPerSecond r) { return Seconds(b.value() / r.value()); }
-constexpr Seconds operator/(Flops f, FlopsPerSecond r) { return Seconds(f.value() / r.value()); }
-constexpr Bytes operator*(BytesPerSecond r, Seconds t) { return Bytes(r.value() * t.value()); }
-constexpr BytesPerSecond operator/(Bytes b, Seconds t) { return BytesPerSecond(b.value() / t.value()); }
+constexpr Seconds operator/(Bytes b, BytesPerSecond r) {
+  return Seconds(b.value() / r.value());
+}
+constexpr Seconds operator/(Flops f, FlopsPerSecond r) {
+  return Seconds(f.value() / r.value());
+}
+constexpr Bytes operator*(BytesPerSecond r, Seconds t) {
+  return Bytes(r.value() * t.value());
+}
+constexpr BytesPerSecond operator/(Bytes b, Seconds t) {
+  return BytesPerSecond(b.value() / t.value());
+}
 
 template <class Tag>
 constexpr Quantity<Tag> max(Quantity<Tag> a, Quantity<Tag> b) {
