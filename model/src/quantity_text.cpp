@@ -77,9 +77,13 @@ std::string_view trim(std::string_view s) {
 // Picks the largest unit whose scale is <= |v| (or the smallest) and prints
 // three significant digits.
 std::string withUnit(double v, std::initializer_list<std::pair<double, const char*>> units) {
-  if (v == 0.0)
-    return fmt::format("0 {}", (units.end() - 1)->second);
   const double a = std::fabs(v);
+  // Zero (and rounding noise far below the smallest unit) prints as "0 <base unit>".
+  if (a < (units.end() - 1)->first * 1e-3) {
+    for (const auto& u : units)
+      if (u.first == 1.0) return fmt::format("0 {}", u.second);
+    return fmt::format("0 {}", (units.end() - 1)->second);
+  }
   auto chosen = *(units.end() - 1);
   for (const auto& u : units) {
     if (a >= u.first * 0.9995) {

@@ -32,6 +32,8 @@ TEST_CASE("printed quantities carry a unit", "[units]") {
   CHECK(formatSeconds(Seconds(36.5e-6)) == "36.5 us");
   CHECK(formatBytes(Bytes(1.2e9)) == "1.20 GB");
   CHECK(formatBytes(Bytes(0)) == "0 B");
+  CHECK(formatSeconds(Seconds(0)) == "0 s");
+  CHECK(formatSeconds(Seconds(1e-18)) == "0 s");
   CHECK(formatBandwidth(BytesPerSecond(6e9)) == "6.00 GB/s");
   CHECK(formatFlopRate(FlopsPerSecond(3.52e12)) == "3.52 TFLOP/s");
   CHECK(formatFlops(Flops(1.43e9)) == "1.43 GFLOP");
