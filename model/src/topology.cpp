@@ -11,8 +11,9 @@ Topology::Topology(const Cluster& cluster, int workers) : cluster_(&cluster), wo
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", workers));
   const auto cap = cluster.capacity();
   if (cap >= 0 && workers > cap)
-    throw UserError(fmt::format("{}: cluster '{}' has {} devices; cannot place {} workers",
-                                cluster.sourceFile, cluster.name, cap, workers));
+    throw OptionError("--workers", fmt::format("cluster '{}' ({}) has {} devices; cannot place {} "
+                                               "workers",
+                                               cluster.name, cluster.sourceFile, cap, workers));
   const size_t levels = cluster.levels.size();
   span_.assign(levels + 1, 1);
   for (size_t l = 0; l < levels; ++l) {
