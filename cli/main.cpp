@@ -46,6 +46,15 @@ std::vector<int> parsePositiveList(const std::string& text, const std::string& o
   return out;
 }
 
+// One positive integer (options that take a single value).
+int parsePositive(const std::string& text, const std::string& option) {
+  const auto values = parsePositiveList(text, option);
+  if (values.size() != 1)
+    throw OptionError(option, "takes one value, got '" + text +
+                                  "' (compare and sweep take lists)");
+  return values.front();
+}
+
 bool parseOnOff(const std::string& text, const std::string& option) {
   if (text == "on" || text == "true")
     return true;
@@ -89,7 +98,7 @@ struct ScenarioFlags {
   // Applies the flags given on the command line over `base` (from a file or defaults).
   void apply(int& batchPerWorker, StrategyOptions& o) const {
     if (!batch.empty())
-      batchPerWorker = parsePositiveList(batch, "--batch").front();
+      batchPerWorker = parsePositive(batch, "--batch");
     if (!overlap.empty())
       o.overlap = parseOnOff(overlap, "--overlap");
     if (!fcUpdate.empty())
@@ -218,6 +227,15 @@ int run(int argc, char** argv) {
       "8,64,512 "
       "--overlaps on,off --out sweep.csv");
 
+  // CLI11 reports an unknown command only as "a subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string command = argv[1];
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) known = known || sub->get_name() == command;
+    if (!known)
+      throw OptionError(command, "unknown command (expected list, describe, predict, compare or "
+                                 "sweep; see strata --help)");
+  }
   // Defaults per subcommand: sweep prints CSV, the others a table.
   try {
     app.parse(argc, argv);
@@ -242,7 +260,7 @@ int run(int argc, char** argv) {
   } else if (predict->parsed()) {
     Scenario sc;
     sc.strategy = parseStrategy(predStrategy, "--strategy");
-    sc.workers = parsePositiveList(predWorkers, "--workers").front();
+    sc.workers = parsePositive(predWorkers, "--workers");
     predFlags.apply(sc.batchPerWorker, sc.options);
     const auto net = networkArg(predNet, "--network");
     const auto cl = clusterArg(predCluster, "--cluster");

@@ -347,13 +347,31 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
   out << "\n";
   Table t({"rank", "fwd", "bwd_data", "bwd_weights", "update", "compute", "comm", "exposed comm",
            "idle", "sent", "received"});
+  // Consecutive ranks with identical rows print once, as a range ("1-7").
+  std::vector<std::string> previous;
+  int firstRank = 0;
+  auto flush = [&](int lastRank) {
+    if (previous.empty())
+      return;
+    auto row = previous;
+    row.insert(row.begin(), firstRank == lastRank ? std::to_string(firstRank)
+                                                  : fmt::format("{}-{}", firstRank, lastRank));
+    t.add(row);
+  };
   for (const auto& w : e.workers) {
-    t.add({std::to_string(w.rank), formatSeconds(w.compute.fwd), formatSeconds(w.compute.bwdData),
-           formatSeconds(w.compute.bwdWeights), formatSeconds(w.compute.update),
-           formatSeconds(w.compute.total()), formatSeconds(w.communication),
-           formatSeconds(w.exposedCommunication), formatSeconds(w.idle), formatBytes(w.sent),
-           formatBytes(w.received)});
+    std::vector<std::string> row = {
+        formatSeconds(w.compute.fwd),        formatSeconds(w.compute.bwdData),
+        formatSeconds(w.compute.bwdWeights), formatSeconds(w.compute.update),
+        formatSeconds(w.compute.total()),    formatSeconds(w.communication),
+        formatSeconds(w.exposedCommunication), formatSeconds(w.idle),
+        formatBytes(w.sent),                 formatBytes(w.received)};
+    if (row != previous) {
+      flush(w.rank - 1);
+      previous = row;
+      firstRank = w.rank;
+    }
   }
+  flush(e.workers.back().rank);
   t.print(out);
 }
 

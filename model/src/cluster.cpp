@@ -37,8 +37,9 @@ ElementType parseElementType(std::string_view text, const std::string& option) {
 FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterFile) const {
   const auto p = peak[static_cast<size_t>(type)];
   if (p.value() <= 0)
-    throw ConfigError(clusterFile, 0, "device.peak." + std::string(toString(type)),
-                      "the device has no peak figure for this element type");
+    throw OptionError("--element", std::string(toString(type)) + ": the device of " + clusterFile +
+                                       " has no peak for it (device.peak." +
+                                       std::string(toString(type)) + ")");
   return p;
 }
 

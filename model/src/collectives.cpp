@@ -86,13 +86,17 @@ CollectiveCost pointToPoint(const Topology& topo, int src, int dst, Bytes n) {
 
 // Flat broadcast:  root --n--> r1, root --n--> r2, ...  (one step, K-1 flows)
 //   T = alpha + n * (K-1) / beta_root   (when the root's link is the bottleneck)
+Seconds broadcastTime(const Topology& topo, int root, Bytes n) {
+  return topo.workers() == 1 ? Seconds(0) : topo.scatter(root).time(n);
+}
+
 CollectiveCost broadcast(const Topology& topo, int root, Bytes n) {
   auto c = empty(topo);
   const int k = topo.workers();
   if (k == 1)
     return c;
   const auto& p = topo.scatter(root);
-  c.time = p.time(n);
+  c.time = broadcastTime(topo, root, n);
   c.steps = 1;
   for (int i = 0; i < k; ++i) {
     if (i == root)
@@ -126,15 +130,18 @@ CollectiveCost gather(const Topology& topo, int root, Bytes perRank) {
 
 // Streamed reduce to root: gather segment j while summing segment j-1.
 //   stages per segment s: gather (alpha + s (K-1)/beta_root), sum ((K-1) s gamma)
-CollectiveCost reduce(const Topology& topo, int root, Bytes n, const CommParams& p) {
-  auto c = gather(topo, root, n);
+Seconds reduceTime(const Topology& topo, int root, Bytes n, const CommParams& p) {
   const int k = topo.workers();
   if (k == 1)
-    return c;
+    return Seconds(0);
   const int segs = segmentCount(n, p.segment);
   const Bytes s = n / segs;
-  const auto& g = topo.gather(root);
-  c.time = pipelineTime(segs, {g.time(s), Seconds((k - 1) * s.value() * p.gamma)});
+  return pipelineTime(segs, {topo.gather(root).time(s), Seconds((k - 1) * s.value() * p.gamma)});
+}
+
+CollectiveCost reduce(const Topology& topo, int root, Bytes n, const CommParams& p) {
+  auto c = gather(topo, root, n);
+  c.time = reduceTime(topo, root, n, p);
   return c;
 }
 

@@ -71,9 +71,22 @@ ConfigNode ConfigNode::require(std::string_view key) const {
   return *n;
 }
 
+void ConfigNode::checkDuplicateKeys() const {
+  std::vector<std::string> seen;
+  for (const auto& kv : node_) {
+    const std::string key = kv.first.as<std::string>();
+    for (const auto& s : seen)
+      if (s == key)
+        throw ConfigError(*file_, lineOf(kv.first, line_), path_.empty() ? key : path_ + "." + key,
+                          "duplicate key (each key may appear once)");
+    seen.push_back(key);
+  }
+}
+
 void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) const {
   if (!node_.IsMap())
     fail("expected a map of keys");
+  checkDuplicateKeys();
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>();
     bool ok = false;
@@ -92,6 +105,7 @@ void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) cons
 std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
   if (!node_.IsMap())
     fail("expected a map of keys");
+  checkDuplicateKeys();
   std::vector<std::pair<std::string, ConfigNode>> out;
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>();

@@ -74,6 +74,8 @@ class ConfigNode {
 
  private:
   ConfigNode child(YAML::Node node, std::string childPath) const;
+  // yaml-cpp keeps the first of two equal keys; strata rejects the second.
+  void checkDuplicateKeys() const;
   std::string scalarText() const;
 
   YAML::Node node_;

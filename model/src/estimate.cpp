@@ -94,6 +94,22 @@ struct Tally {
   explicit Tally(int k)
       : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
 
+  // Communication with the same bytes for every worker, added in bulk.
+  void addSymmetricBytes(double sentEach, double receivedEach) {
+    for (auto& x : sent)
+      x += sentEach;
+    for (auto& x : received)
+      x += receivedEach;
+  }
+  void addTime(Seconds time, const PatternCost& pattern) {
+    communication += time;
+    if (time > worstCollective && pattern.bottleneckLink >= 0) {
+      worstCollective = time;
+      bottleneckLink = pattern.bottleneckLink;
+      bottleneckUp = pattern.bottleneckUp;
+    }
+  }
+
   void add(const CollectiveCost& c, double times = 1.0) {
     for (size_t i = 0; i < sent.size(); ++i) {
       sent[i] += c.sent[i] * times;
@@ -249,30 +265,33 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
   // Activations in and activation gradients back, per round.
   std::vector<Seconds> in(static_cast<size_t>(rounds)), back(static_cast<size_t>(rounds));
   double egress = 0;
-  for (int r = 0; r < rounds; ++r) {
-    CollectiveCost x, g;
-    if (strategy == Strategy::kOwtA) {
-      // Every worker sends its b examples to every other worker; the owners
-      // sum the K-1 partial gradients of their examples.
-      x = allToAll(ctx.topo, Bytes(b * boundary));
-      g = reduceScatter(ctx.topo, Bytes(k * b * boundary), ctx.comm, false);
-      egress = (k - 1) * b * boundary;
-    } else if (strategy == Strategy::kOwtB) {
-      // Round r: worker r broadcasts its b examples; all return their partial
-      // gradients to worker r, which sums them.
-      x = broadcast(ctx.topo, r, Bytes(b * boundary));
-      g = reduce(ctx.topo, r, Bytes(b * boundary), ctx.comm);
-      egress = (k - 1) * b * boundary;
-    } else {
-      // Every worker sends b/K of its examples to every other worker.
-      x = allToAll(ctx.topo, Bytes(b / k * boundary));
-      g = reduceScatter(ctx.topo, Bytes(b * boundary), ctx.comm, false);
-      egress = (k - 1) * (b / k) * boundary;
+  if (strategy == Strategy::kOwtB) {
+    // Round r: worker r broadcasts its b examples; all return their partial
+    // gradients to worker r, which sums them. Over the K rounds every worker
+    // is the root once: it sends (K-1) b A e as root and b A e in each of the
+    // K-1 other rounds, and receives as much.
+    const Bytes n(b * boundary);
+    for (int r = 0; r < rounds; ++r) {
+      in[static_cast<size_t>(r)] = broadcastTime(ctx.topo, r, n);
+      back[static_cast<size_t>(r)] = reduceTime(ctx.topo, r, n, ctx.comm);
+      t.addTime(in[static_cast<size_t>(r)] + back[static_cast<size_t>(r)], ctx.topo.scatter(r));
     }
-    in[static_cast<size_t>(r)] = x.time;
-    back[static_cast<size_t>(r)] = g.time;
-    t.add(x);
-    t.add(g);
+    t.addSymmetricBytes(2.0 * (k - 1) * n.value(), 2.0 * (k - 1) * n.value());
+    egress = (k - 1) * n.value();
+  } else {
+    // owt-a: every worker sends its b examples to every other worker; the
+    // owners sum the K-1 partial gradients of their examples.
+    // owt-c: the same with b/K examples, in each of K rounds.
+    const double perRound = strategy == Strategy::kOwtA ? b : b / k;
+    const auto x = allToAll(ctx.topo, Bytes(perRound * boundary));
+    const auto g = reduceScatter(ctx.topo, Bytes(k * perRound * boundary), ctx.comm, false);
+    for (int r = 0; r < rounds; ++r) {
+      in[static_cast<size_t>(r)] = x.time;
+      back[static_cast<size_t>(r)] = g.time;
+    }
+    t.add(x, rounds);
+    t.add(g, rounds);
+    egress = (k - 1) * perRound * boundary;
   }
   for (size_t i = 0; i < t.sent.size(); ++i) {
     t.sent[i] += innerTally.sent[i] * rounds;

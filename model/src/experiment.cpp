@@ -41,6 +41,8 @@ Experiment loadExperiment(const std::string& path) {
   ex.cluster = loadCluster(resolveReference(ConfigKind::kCluster, root.require("cluster")));
 
   const auto strategies = root.require("strategies");
+  if (strategies.isSequence() && strategies.items().empty())
+    strategies.fail("needs at least one strategy");
   for (const auto& s : strategies.items(true)) {
     try {
       for (auto st : parseStrategies(s.asString(), s.path()))
@@ -50,8 +52,13 @@ Experiment loadExperiment(const std::string& path) {
              "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
     }
   }
-  for (const auto& w : root.require("workers").items(true))
+  const auto capacity = ex.cluster.capacity();
+  for (const auto& w : root.require("workers").items(true)) {
     ex.workers.push_back(w.asPositiveInt());
+    if (capacity >= 0 && ex.workers.back() > capacity)
+      w.fail("cluster '" + ex.cluster.name + "' has " + std::to_string(capacity) +
+             " devices; cannot place " + std::to_string(ex.workers.back()) + " workers");
+  }
   if (ex.workers.empty())
     root.require("workers").fail("needs at least one worker count");
   ex.batchPerWorker = root.require("batch").asPositiveInt();
@@ -65,8 +72,12 @@ Experiment loadExperiment(const std::string& path) {
         opt.fcUpdate = parseFcUpdate(f->asString(), f->path());
       if (auto s = o->get("segment"))
         opt.segment = s->asBytes(true);
-      if (auto el = o->get("element"))
+      if (auto el = o->get("element")) {
         opt.element = parseElementType(el->asString(), el->path());
+        if (ex.cluster.device.peak[static_cast<size_t>(opt.element)].value() <= 0)
+          el->fail("the device of cluster '" + ex.cluster.name + "' has no peak for " +
+                   el->asString() + " (device.peak." + el->asString() + ")");
+      }
       if (auto a = o->get("allreduce"))
         opt.convSync = parseAllreduceAlgorithm(a->asString(), a->path());
     } catch (const OptionError& e) {

@@ -93,6 +93,8 @@ std::string withUnit(double v, std::initializer_list<std::pair<double, const cha
   }
   const double x = v / chosen.first;
   const double ax = std::fabs(x);
+  if (ax >= 1e4)  // beyond the largest unit: scientific, still three digits
+    return fmt::format("{:.2e} {}", x, chosen.second);
   const int decimals = ax >= 100 ? 0 : ax >= 10 ? 1 : 2;
   return fmt::format("{:.{}f} {}", x, decimals, chosen.second);
 }

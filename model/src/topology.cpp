@@ -125,39 +125,119 @@ const PatternCost& Topology::ringStep() const {
   return *ringStep_;
 }
 
+// The patterns below have closed-form link loads, so their cost is O(levels)
+// instead of O(flows) (an all-to-all of K = 10^5 would be 10^10 flows). A flow
+// a -> b crosses the level-l link of a (up) and of b (down) exactly when a and
+// b lie in different units of span_[l] devices. Inside a unit of n devices,
+// lane j carries ceil(n / lanes) flows' worth of senders at most (lane 0).
+// Equality with the flow-by-flow cost() is tested.
+
+namespace {
+int64_t laneMax(int64_t n, int lanes) { return (n + lanes - 1) / lanes; }
+}  // namespace
+
+Seconds Topology::patternLatency(int root) const {
+  // The largest latency of any level where two of the pattern's endpoints
+  // first meet: level l is met when a unit of span_[l+1] devices (the root's,
+  // or the largest) holds more than one unit of span_[l].
+  Seconds alpha;
+  const size_t levels = unitsAtLevel_.size();
+  auto unitSize = [&](size_t l) -> int64_t {
+    if (l >= levels)
+      return workers_;
+    if (root < 0)
+      return std::min<int64_t>(span_[l], workers_);
+    const int64_t full = workers_ / span_[l];
+    return root / span_[l] < full ? span_[l] : workers_ % span_[l];
+  };
+  for (size_t l = 0; l < levels; ++l)
+    if (unitSize(l + 1) > unitSize(l))
+      alpha = max(alpha, cluster_->levels[l].link.latency);
+  return alpha;
+}
+
 const PatternCost& Topology::allToAll() const {
   if (!allToAll_) {
-    std::vector<Flow> flows;
-    for (int i = 0; i < workers_; ++i)
-      for (int j = 0; j < workers_; ++j)
-        if (i != j)
-          flows.push_back({i, j});
-    allToAll_ = cost(flows);
+    PatternCost pc;
+    if (workers_ > 1)
+      pc.latency = patternLatency(-1);
+    for (size_t l = 0; l < unitsAtLevel_.size(); ++l) {
+      const auto& link = cluster_->levels[l].link;
+      const int64_t fullUnits = workers_ / span_[l];
+      const int64_t partial = workers_ % span_[l];
+      for (int64_t n : {fullUnits > 0 ? span_[l] : int64_t{0}, partial}) {
+        if (n == 0)
+          continue;
+        // Each of the unit's senders on the busiest lane sends to every worker outside it.
+        const double flows = double(laneMax(n, link.lanes)) * double(workers_ - n);
+        const double perByte = flows * (link.fullDuplex ? 1.0 : 2.0) / link.bandwidth.value();
+        if (perByte > pc.secondsPerByte) {
+          pc.secondsPerByte = perByte;
+          const int64_t unit = n == span_[l] && fullUnits > 0 ? 0 : fullUnits;
+          pc.bottleneckLink = levelOffset_[l] + static_cast<int>(unit) * link.lanes;
+          pc.bottleneckUp = true;
+        }
+      }
+    }
+    allToAll_ = pc;
   }
   return *allToAll_;
 }
 
+PatternCost Topology::rootPattern(int root, bool intoRoot) const {
+  PatternCost pc;
+  if (workers_ == 1)
+    return pc;
+  pc.latency = patternLatency(root);
+  for (size_t l = 0; l < unitsAtLevel_.size(); ++l) {
+    const auto& link = cluster_->levels[l].link;
+    const int64_t fullUnits = workers_ / span_[l];
+    const int64_t partial = workers_ % span_[l];
+    const int64_t rootUnit = root / span_[l];
+    const int64_t rootUnitSize = rootUnit < fullUnits ? span_[l] : partial;
+    const double beta = link.bandwidth.value();
+    // The root's own link carries every flow from (to) outside its unit.
+    const double rootPerByte = double(workers_ - rootUnitSize) / beta;
+    if (rootPerByte > pc.secondsPerByte) {
+      pc.secondsPerByte = rootPerByte;
+      pc.bottleneckLink = linkIndex(static_cast<int>(l), root);
+      pc.bottleneckUp = !intoRoot;
+    }
+    // Every other unit's busiest lane carries its senders (receivers) there.
+    int64_t other = -1, otherSize = 0;
+    if (rootUnit < fullUnits && fullUnits >= 2) {
+      other = rootUnit == 0 ? 1 : 0;
+      otherSize = span_[l];
+    } else if (rootUnit >= fullUnits && fullUnits >= 1) {
+      other = 0;
+      otherSize = span_[l];
+    } else if (partial > 0 && rootUnit < fullUnits) {
+      other = fullUnits;
+      otherSize = partial;
+    }
+    if (other >= 0) {
+      const double perByte = double(laneMax(otherSize, link.lanes)) / beta;
+      if (perByte > pc.secondsPerByte) {
+        pc.secondsPerByte = perByte;
+        pc.bottleneckLink = levelOffset_[l] + static_cast<int>(other) * link.lanes;
+        pc.bottleneckUp = intoRoot;
+      }
+    }
+  }
+  return pc;
+}
+
 const PatternCost& Topology::gather(int root) const {
   auto& slot = gather_.at(static_cast<size_t>(root));
-  if (!slot) {
-    std::vector<Flow> flows;
-    for (int i = 0; i < workers_; ++i)
-      if (i != root)
-        flows.push_back({i, root});
-    slot = cost(flows);
-  }
+  if (!slot)
+    slot = rootPattern(root, true);
   return *slot;
 }
 
 const PatternCost& Topology::scatter(int root) const {
   auto& slot = scatter_.at(static_cast<size_t>(root));
-  if (!slot) {
-    std::vector<Flow> flows;
-    for (int i = 0; i < workers_; ++i)
-      if (i != root)
-        flows.push_back({root, i});
-    slot = cost(flows);
-  }
+  if (!slot)
+    slot = rootPattern(root, false);
   return *slot;
 }
 

@@ -226,7 +226,7 @@ TEST_CASE("bad scenarios are user errors", "[strategy][errors]") {
   CHECK_THROWS_AS(estimate(net, cl, scenario(Strategy::kRing, 9)), UserError);
   auto fp16 = scenario(Strategy::kRing, 2);
   fp16.options.element = ElementType::kFp16;
-  CHECK_THROWS_AS(estimate(net, cl, fp16), ConfigError);  // the K20 has no fp16 peak
+  CHECK_THROWS_AS(estimate(net, cl, fp16), OptionError);  // the K20 has no fp16 peak
 }
 
 TEST_CASE("estimates are deterministic", "[strategy]") {

@@ -61,3 +61,58 @@ TEST_CASE("more workers than devices is a user error naming the cluster", "[topo
   CHECK_THROWS_WITH(Topology(c, 9), Catch::Contains("k20x8-pcie"));
   CHECK_THROWS_AS(Topology(c, 0), OptionError);
 }
+
+TEST_CASE("closed-form gather, scatter and all-to-all equal the flow-by-flow cost",
+          "[topology]") {
+  struct Case {
+    const char* cluster;
+    int maxK;
+  };
+  // Partial groups (K not a multiple of the group), lanes, half duplex, several levels.
+  for (const auto& c : {Case{"k20x8-pcie", 8}, Case{"dgx-h100", 27}, Case{"baidu-5x8-ib", 40},
+                        Case{"localhost-cpu", 2}, Case{"gige-cluster", 11}}) {
+    const auto cl = presetCluster(c.cluster);
+    for (int k = 1; k <= c.maxK; ++k) {
+      INFO(c.cluster << " K = " << k);
+      const Topology t(cl, k);
+      std::vector<Flow> all;
+      for (int i = 0; i < k; ++i)
+        for (int j = 0; j < k; ++j)
+          if (i != j)
+            all.push_back({i, j});
+      const auto a = t.cost(all);
+      CHECK(t.allToAll().secondsPerByte == Approx(a.secondsPerByte));
+      CHECK(t.allToAll().latency == a.latency);
+      for (int root = 0; root < k; ++root) {
+        std::vector<Flow> in, out;
+        for (int i = 0; i < k; ++i)
+          if (i != root) {
+            in.push_back({i, root});
+            out.push_back({root, i});
+          }
+        const auto g = t.cost(in);
+        const auto s = t.cost(out);
+        CHECK(t.gather(root).secondsPerByte == Approx(g.secondsPerByte));
+        CHECK(t.gather(root).latency == g.latency);
+        CHECK(t.scatter(root).secondsPerByte == Approx(s.secondsPerByte));
+      }
+    }
+  }
+  const auto half = flatCluster(1e9, 0, 0, false);
+  for (int k = 2; k <= 6; ++k) {
+    const Topology t(half, k);
+    std::vector<Flow> in;
+    for (int i = 1; i < k; ++i)
+      in.push_back({i, 0});
+    CHECK(t.gather(0).secondsPerByte == Approx(t.cost(in).secondsPerByte));
+  }
+}
+
+TEST_CASE("a hundred thousand workers are priced without enumerating flows", "[topology]") {
+  const auto cl = presetCluster("dgx-h100");
+  const Topology t(cl, 100'000);
+  const double nic = cl.levels[1].link.bandwidth.value();
+  // Each GPU's NIC lane carries its own flows to the 99,992 GPUs in other nodes.
+  CHECK(t.allToAll().secondsPerByte == Approx(99'992.0 / nic));
+  CHECK(t.gather(12'345).secondsPerByte == Approx(99'992.0 / nic));
+}

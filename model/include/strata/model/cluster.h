@@ -35,8 +35,8 @@ struct DeviceSpec {
   // Bytes of reduction input summed per second (gamma = 1 / this).
   BytesPerSecond reduceBandwidth;
 
-  // Peak for an element type; throws UserError naming the cluster file when
-  // the device has no figure for it.
+  // Peak for an element type; throws OptionError("--element") naming the
+  // cluster file when the device has no figure for it.
   FlopsPerSecond peakFor(ElementType type, const std::string& clusterFile) const;
   double efficiencyFor(LayerKind kind) const { return efficiency[static_cast<size_t>(kind)]; }
 };

@@ -45,6 +45,11 @@ Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes);
 // Number of segments for a buffer of `bytes` (>= 1).
 int segmentCount(Bytes bytes, Bytes segment);
 
+// Times alone (no per-rank byte counts) of broadcast and reduce, for callers
+// that run K of them (owt-b's rounds) and count bytes in closed form.
+Seconds broadcastTime(const Topology& topo, int root, Bytes n);
+Seconds reduceTime(const Topology& topo, int root, Bytes n, const CommParams& p);
+
 // src -> dst: alpha + n beta.
 CollectiveCost pointToPoint(const Topology& topo, int src, int dst, Bytes n);
 // Flat broadcast, root -> each other rank: alpha + n (K-1) beta_root when the

@@ -68,6 +68,10 @@ class Topology {
 
  private:
   int linkIndex(int level, int worker) const;
+  // Latency of a pattern among all workers (root < 0) or into/out of a root.
+  Seconds patternLatency(int root) const;
+  // Gather into (intoRoot) or scatter out of `root`, from closed-form link loads.
+  PatternCost rootPattern(int root, bool intoRoot) const;
 
   const Cluster* cluster_;
   int workers_;
