@@ -50,8 +50,7 @@ std::vector<int> parsePositiveList(const std::string& text, const std::string& o
 int parsePositive(const std::string& text, const std::string& option) {
   const auto values = parsePositiveList(text, option);
   if (values.size() != 1)
-    throw OptionError(option, "takes one value, got '" + text +
-                                  "' (compare and sweep take lists)");
+    throw OptionError(option, "takes one value, got '" + text + "' (compare and sweep take lists)");
   return values.front();
 }
 
@@ -231,10 +230,12 @@ int run(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string command = argv[1];
     bool known = false;
-    for (const auto* sub : app.get_subcommands({})) known = known || sub->get_name() == command;
+    for (const auto* sub : app.get_subcommands({}))
+      known = known || sub->get_name() == command;
     if (!known)
-      throw OptionError(command, "unknown command (expected list, describe, predict, compare or "
-                                 "sweep; see strata --help)");
+      throw OptionError(command,
+                        "unknown command (expected list, describe, predict, compare or "
+                        "sweep; see strata --help)");
   }
   // Defaults per subcommand: sweep prints CSV, the others a table.
   try {

@@ -359,12 +359,16 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
     t.add(row);
   };
   for (const auto& w : e.workers) {
-    std::vector<std::string> row = {
-        formatSeconds(w.compute.fwd),        formatSeconds(w.compute.bwdData),
-        formatSeconds(w.compute.bwdWeights), formatSeconds(w.compute.update),
-        formatSeconds(w.compute.total()),    formatSeconds(w.communication),
-        formatSeconds(w.exposedCommunication), formatSeconds(w.idle),
-        formatBytes(w.sent),                 formatBytes(w.received)};
+    std::vector<std::string> row = {formatSeconds(w.compute.fwd),
+                                    formatSeconds(w.compute.bwdData),
+                                    formatSeconds(w.compute.bwdWeights),
+                                    formatSeconds(w.compute.update),
+                                    formatSeconds(w.compute.total()),
+                                    formatSeconds(w.communication),
+                                    formatSeconds(w.exposedCommunication),
+                                    formatSeconds(w.idle),
+                                    formatBytes(w.sent),
+                                    formatBytes(w.received)};
     if (row != previous) {
       flush(w.rank - 1);
       previous = row;

@@ -81,7 +81,8 @@ std::string withUnit(double v, std::initializer_list<std::pair<double, const cha
   // Zero (and rounding noise far below the smallest unit) prints as "0 <base unit>".
   if (a < (units.end() - 1)->first * 1e-3) {
     for (const auto& u : units)
-      if (u.first == 1.0) return fmt::format("0 {}", u.second);
+      if (u.first == 1.0)
+        return fmt::format("0 {}", u.second);
     return fmt::format("0 {}", (units.end() - 1)->second);
   }
   auto chosen = *(units.end() - 1);

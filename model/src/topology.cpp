@@ -133,7 +133,9 @@ const PatternCost& Topology::ringStep() const {
 // Equality with the flow-by-flow cost() is tested.
 
 namespace {
-int64_t laneMax(int64_t n, int lanes) { return (n + lanes - 1) / lanes; }
+int64_t laneMax(int64_t n, int lanes) {
+  return (n + lanes - 1) / lanes;
+}
 }  // namespace
 
 Seconds Topology::patternLatency(int root) const {

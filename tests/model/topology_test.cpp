@@ -62,8 +62,7 @@ TEST_CASE("more workers than devices is a user error naming the cluster", "[topo
   CHECK_THROWS_AS(Topology(c, 0), OptionError);
 }
 
-TEST_CASE("closed-form gather, scatter and all-to-all equal the flow-by-flow cost",
-          "[topology]") {
+TEST_CASE("closed-form gather, scatter and all-to-all equal the flow-by-flow cost", "[topology]") {
   struct Case {
     const char* cluster;
     int maxK;
