@@ -158,30 +158,24 @@ double ConfigNode::asDouble() const {
   return v;
 }
 
-int ConfigNode::asNonNegativeInt() const {
+int ConfigNode::asIntAtLeast(int minimum, const char* what) const {
   const auto s = scalarText();
   long long v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size())
-    fail("must be an integer, got '" + s + "'");
-  if (v < 0)
-    fail("must be a non-negative integer, got " + s);
+    fail(std::string("must be ") + what + ", got '" + s + "'");
+  if (v < minimum)
+    fail(std::string("must be ") + what + ", got " + s);
   if (v > 1'000'000'000)
     fail("is too large, got " + s);
   return static_cast<int>(v);
 }
 
+int ConfigNode::asNonNegativeInt() const {
+  return asIntAtLeast(0, "a non-negative integer");
+}
 int ConfigNode::asPositiveInt() const {
-  const auto s = scalarText();
-  long long v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size())
-    fail("must be a positive integer, got '" + s + "'");
-  if (v <= 0)
-    fail("must be a positive integer, got " + s);
-  if (v > 1'000'000'000)
-    fail("is too large, got " + s);
-  return static_cast<int>(v);
+  return asIntAtLeast(1, "a positive integer");
 }
 
 double ConfigNode::asPositiveDouble() const {

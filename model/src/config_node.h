@@ -77,6 +77,7 @@ class ConfigNode {
   // yaml-cpp keeps the first of two equal keys; strata rejects the second.
   void checkDuplicateKeys() const;
   std::string scalarText() const;
+  int asIntAtLeast(int minimum, const char* what) const;
 
   YAML::Node node_;
   std::shared_ptr<const std::string> file_;
