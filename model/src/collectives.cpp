@@ -263,11 +263,30 @@ CollectiveCost ringAllReduce(const Topology& topo, Bytes n, const CommParams& p)
 
 // Direct allreduce (Krizhevsky 2014 for conv weights; a sharded parameter
 // server): rank j owns chunk j; everyone sends chunk j to j (all-to-all), j
-// sums it and sends it back to everyone (all-to-all).
-// Both all-to-alls load every link in both directions, so segment j's return
-// and segment j+1's delivery share the links; only the sum overlaps them.
-//   T = pipeline(segments s of c: 2 all-to-all steps, sum (K-1) s gamma)
-//     = 2 alpha + 2 (K-1)/K n / beta + (K-1)/K n gamma    (unsegmented, flat switch)
+// sums it and sends it back to everyone (all-to-all). Per segment s of a
+// chunk: scatter S_i, sum R_i ((K-1) s gamma), gather-back G_i. Both
+// all-to-alls load every link in both directions, so they take turns on one
+// communication stream, in the order
+//
+//   S_0 S_1 G_0 S_2 G_1 ... S_{m-1} G_{m-2} G_{m-1}      (G_i also waits for R_i)
+//
+// while the sums run beside it. With the network slower than the sum:
+//   T = 2 m (alpha + s (K-1)/beta)   (m >= 2),   2 (alpha + c (K-1)/beta) + (K-1) c gamma  (m = 1)
+Seconds directAllReduceTime(Seconds step, Seconds sum, int segments) {
+  Seconds net, sumPrev;
+  std::vector<Seconds> sums(static_cast<size_t>(segments));
+  auto gatherBack = [&](int i) { net = max(net, sums[static_cast<size_t>(i)]) + step; };
+  for (int i = 0; i < segments; ++i) {
+    net += step;  // S_i
+    sumPrev = max(net, sumPrev) + sum;
+    sums[static_cast<size_t>(i)] = sumPrev;
+    if (i >= 1)
+      gatherBack(i - 1);
+  }
+  gatherBack(segments - 1);
+  return net;
+}
+
 CollectiveCost directAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const int k = topo.workers();
@@ -275,7 +294,7 @@ CollectiveCost directAllReduce(const Topology& topo, Bytes n, const CommParams& 
   const int segs = segmentCount(chunk, p.segment);
   const Bytes s = chunk / segs;
   const auto& step = topo.allToAll();
-  c.time = pipelineTime(segs, {step.time(s) * 2, Seconds((k - 1) * s.value() * p.gamma)});
+  c.time = directAllReduceTime(step.time(s), Seconds((k - 1) * s.value() * p.gamma), segs);
   c.steps = 2;
   addSymmetric(c, 2.0 * (k - 1) * chunk.value(), 2.0 * (k - 1) * chunk.value());
   noteBottleneck(c, step);

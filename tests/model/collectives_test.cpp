@@ -170,3 +170,22 @@ TEST_CASE("one worker communicates nothing", "[collectives]") {
     CHECK(r.sent[0] == 0.0);
   }
 }
+
+TEST_CASE("segmented direct allreduce: scatters and gathers take turns on one stream",
+          "[collectives]") {
+  const auto c = flatCluster(kBeta, 0, 0, true, kReduceBw);
+  const int k = 4;
+  const Topology t(c, k);
+  // chunk 3 MB in 3 segments of 1 MB: each all-to-all step 3 MB / 1 GB/s = 3 ms,
+  // each sum 3 x 1 MB / 4 GB/s = 0.75 ms, hidden behind the stream:
+  // S0 S1 G0 S2 G1 G2 = 6 steps = 18 ms.
+  const auto r = allReduce(t, AllreduceAlgorithm::kDirect, kN, CommParams{Bytes(1e6), kGamma});
+  CHECK(r.time.value() == Approx(6 * 3e-3));
+  // A sum slower than the network holds up each gather-back: with reduction at
+  // 0.5 GB/s each sum takes 6 ms. S0 0-3, S1 3-6, R0 3-9, G0 9-12, S2 12-15,
+  // R1 9-15, G1 15-18, R2 15-21, G2 21-24.
+  const auto slow = flatCluster(kBeta, 0, 0, true, 0.5e9);
+  const auto rs = allReduce(Topology(slow, k), AllreduceAlgorithm::kDirect, kN,
+                            CommParams{Bytes(1e6), 1.0 / 0.5e9});
+  CHECK(rs.time.value() == Approx(24e-3));
+}
