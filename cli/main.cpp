@@ -54,6 +54,14 @@ int parsePositive(const std::string& text, const std::string& option) {
   return values.front();
 }
 
+// A byte size such as "1MiB", "25 MB" or 0.
+Bytes parseSize(const std::string& text, const std::string& option) {
+  const auto v = parseQuantity(text, QuantityKind::kBytes);
+  if (!v || *v < 0)
+    throw OptionError(option, "must be a size such as 1MiB or 0, got '" + text + "'");
+  return Bytes(*v);
+}
+
 bool parseOnOff(const std::string& text, const std::string& option) {
   if (text == "on" || text == "true")
     return true;
@@ -78,6 +86,7 @@ struct ScenarioFlags {
   std::string overlap;
   std::string fcUpdate;
   std::string segment;
+  std::string bucket;
   std::string element;
   std::string allreduce;
 
@@ -86,6 +95,9 @@ struct ScenarioFlags {
     app->add_option("--overlap", overlap,
                     "overlap gradient communication with backprop: on|off (default on)");
     app->add_option("--fc-update", fcUpdate, "owt-b/owt-c FC update per round|step (default step)");
+    app->add_option(
+        "--bucket", bucket,
+        "gradient bucket size with overlap, e.g. 25MiB, 0 = per layer (default 25 MiB)");
     app->add_option("--segment", segment,
                     "segment size of pipelined transfers, e.g. 1MiB, 0 = off (default 4 MiB)");
     app->add_option("--element", element, "element type: fp32|fp16|bf16 (default fp32)");
@@ -102,12 +114,10 @@ struct ScenarioFlags {
       o.overlap = parseOnOff(overlap, "--overlap");
     if (!fcUpdate.empty())
       o.fcUpdate = parseFcUpdate(fcUpdate, "--fc-update");
-    if (!segment.empty()) {
-      const auto v = parseQuantity(segment, QuantityKind::kBytes);
-      if (!v || *v < 0)
-        throw OptionError("--segment", "must be a size such as 1MiB or 0, got '" + segment + "'");
-      o.segment = Bytes(*v);
-    }
+    if (!segment.empty())
+      o.segment = parseSize(segment, "--segment");
+    if (!bucket.empty())
+      o.bucket = parseSize(bucket, "--bucket");
     if (!element.empty())
       o.element = parseElementType(element, "--element");
     if (!allreduce.empty())
@@ -215,6 +225,7 @@ int run(int argc, char** argv) {
   sweep->add_option("--elements", swElements, "comma-separated element types (default fp32)");
   sweep->add_option("--fc-updates", swFcUpdates, "comma-separated step/round (default step)");
   sweep->add_option("--segment", swFlags.segment, "segment size, e.g. 1MiB (default 4 MiB)");
+  sweep->add_option("--bucket", swFlags.bucket, "gradient bucket size (default 25 MiB)");
   sweep->add_option("--allreduce", swFlags.allreduce,
                     "conv-gradient sync of owt-* (default direct)");
   sweep->add_option("--out,-o", swOut, "write to this file instead of stdout");

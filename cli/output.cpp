@@ -101,9 +101,12 @@ Bytes peakMemory(const StepEstimate& e) {
 
 std::string optionsLine(const StepEstimate& e) {
   const auto& o = e.scenario.options;
-  std::string s =
-      fmt::format("{}, overlap {}, segment {}", toString(o.element), o.overlap ? "on" : "off",
-                  o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  const std::string overlap = !o.overlap ? "off"
+                              : o.bucket.value() > 0
+                                  ? fmt::format("on (buckets of {})", formatBytes(o.bucket))
+                                  : "on (per layer)";
+  std::string s = fmt::format("{}, overlap {}, segment {}", toString(o.element), overlap,
+                              o.segment.value() > 0 ? formatBytes(o.segment) : "off");
   if (isModelParallel(e.scenario.strategy))
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
@@ -130,6 +133,7 @@ ordered_json estimateJson(const StepEstimate& e) {
   j["options"] = {{"overlap", o.overlap},
                   {"fc_update", std::string(toString(o.fcUpdate))},
                   {"segment_bytes", o.segment.value()},
+                  {"bucket_bytes", o.bucket.value()},
                   {"element", std::string(toString(o.element))},
                   {"conv_sync", std::string(toString(o.convSync))}};
   j["step_s"] = e.step.value();

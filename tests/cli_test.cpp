@@ -504,8 +504,9 @@ TEST_CASE("help exits 0 and shows examples", "[cli][help]") {
 
 // ---- golden outputs ------------------------------------------------------------
 
-// Hand check of `predict tiny-net on tiny-cluster, ring, K = 2` (defaults:
-// b = 128, fp32 (e = 4 B), overlap on, segment 4 MiB), from
+// Hand check of `predict tiny-net on tiny-cluster, ring, K = 2, --bucket 0`
+// (one allreduce per layer; defaults otherwise: b = 128, fp32 (e = 4 B),
+// overlap on, segment 4 MiB), from
 // model/src/estimate.cpp and model/src/collectives.cpp:
 //
 //   tiny-net: fc1, fc2: 1000 -> 1000, no bias: 1e6 params each (4e6 B of
@@ -542,7 +543,7 @@ TEST_CASE("help exits 0 and shows examples", "[cli][help]") {
 TEST_CASE("golden predict ring K=2", "[cli][golden]") {
   const json out = checkGolden({"predict", "--network", data("golden/tiny-net.yaml"), "--cluster",
                                 data("golden/tiny-cluster.yaml"), "--strategy", "ring", "--workers",
-                                "2", "--format", "json"},
+                                "2", "--bucket", "0", "--format", "json"},
                                "predict-ring-k2.json");
   // The hand computation above, independent of the golden file.
   auto close = [](double a, double b) { return std::fabs(a - b) <= 1e-9 * std::fabs(b); };
@@ -556,6 +557,21 @@ TEST_CASE("golden predict ring K=2", "[cli][golden]") {
     CHECK(close(w.at("communication_s").get<double>(), 8.44e-3));
     CHECK(close(w.at("exposed_communication_s").get<double>(), 7.416e-3));
   }
+}
+
+TEST_CASE("default 25 MiB buckets fuse both layers of tiny-net", "[cli][golden]") {
+  // Both gradients (8e6 B) in one bucket, allreduced once fc1's is ready:
+  // chunk 4e6 B < 4 MiB, one segment: reduce-scatter 1e-5 + 4e-3 + 4e-4,
+  // allgather 1e-5 + 4e-3: 8.42e-3 s, all exposed after backprop (1.536e-3).
+  // step = 1.024e-3 + 1.536e-3 + 8.42e-3 + 4e-4 = 1.138e-2 s.
+  const auto r = runStrata({"predict", "--network", data("golden/tiny-net.yaml"), "--cluster",
+                            data("golden/tiny-cluster.yaml"), "--strategy", "ring", "--workers",
+                            "2", "--format", "json"});
+  REQUIRE(r.status == 0);
+  const json out = json::parse(r.output);
+  CHECK(out.at("step_s").get<double>() == Approx(1.138e-2).epsilon(1e-9));
+  CHECK(out.at("per_worker")[0].at("exposed_communication_s").get<double>() ==
+        Approx(8.42e-3).epsilon(1e-9));
 }
 
 TEST_CASE("golden compare of an experiment file", "[cli][golden]") {

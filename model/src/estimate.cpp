@@ -137,27 +137,20 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
 // Backprop of data-parallel layers [first, last) with their gradient
 // synchronisation. Gradients become ready layer by layer (bwd_weights runs
 // before bwd_data so the gradient leaves early). With overlap a communication
-// stream sends them while backprop goes on: whenever it is free it takes every
-// gradient ready by then as one fused allreduce (Horovod's tensor fusion), so
-// the last layers go first and small layers do not each pay a collective's
-// latency. Without overlap all gradients go in one fused allreduce after
-// backprop. Returns the time from the start of backprop until gradients are
-// synced.
+// stream allreduces each bucket (strategy.h) as soon as its last gradient is
+// ready, one bucket after another, last layers first; without overlap one
+// allreduce of every gradient follows backprop. Returns the time from the
+// start of backprop until gradients are synced.
 Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgorithm algorithm,
                          Tally& t) {
   Seconds clock;
-  struct Ready {
-    Seconds at;
-    double bytes;
-  };
-  std::vector<Ready> ready;
+  std::vector<Seconds> readyAt(static_cast<size_t>(last - first));
   for (int i = last - 1; i >= first; --i) {
     const auto& l = ctx.net.layers[static_cast<size_t>(i)];
     const Seconds bw = ctx.time(l, Phase::kBwdWeights, ctx.b, 1.0);
     clock += bw;
     t.compute.bwdWeights += bw;
-    if (l.hasWeights() && ctx.k > 1)
-      ready.push_back({clock, double(l.params) * ctx.e});
+    readyAt[static_cast<size_t>(i - first)] = clock;
     // The first layer's input is data: no gradient w.r.t. it is needed.
     if (!l.readsNetworkInput()) {
       const Seconds bd = ctx.time(l, Phase::kBwdData, ctx.b, 1.0);
@@ -165,18 +158,15 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
       t.compute.bwdData += bd;
     }
   }
-  if (!ctx.sc.options.overlap)
-    for (auto& r : ready)
-      r.at = clock;
   Seconds commFree;
-  for (size_t i = 0; i < ready.size();) {
-    const Seconds start = max(commFree, ready[i].at);
-    double fused = 0;
-    for (; i < ready.size() && ready[i].at <= start; ++i)
-      fused += ready[i].bytes;
-    const auto c = allReduce(ctx.topo, algorithm, Bytes(fused), ctx.comm);
-    commFree = start + c.time;
-    t.add(c);
+  if (ctx.k > 1) {
+    for (const auto& bucket : gradientBuckets(ctx.net, first, last, ctx.sc.options)) {
+      const Seconds ready =
+          ctx.sc.options.overlap ? readyAt[static_cast<size_t>(bucket.firstLayer - first)] : clock;
+      const auto c = allReduce(ctx.topo, algorithm, Bytes(bucket.params * ctx.e), ctx.comm);
+      commFree = max(commFree, ready) + c.time;
+      t.add(c);
+    }
   }
   const Seconds end = max(clock, commFree);
   t.exposed += end - clock;
@@ -403,6 +393,12 @@ MemoryUse memoryOf(const Context& ctx) {
   return m;
 }
 
+Seconds run(const Context& ctx, Tally& t, RoundInfo& info) {
+  return isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info) : dataParallelStep(ctx, t);
+}
+
+}  // namespace
+
 void checkScenario(const Network& network, const Scenario& sc) {
   if (sc.workers < 1)
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
@@ -419,12 +415,6 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw UserError(fmt::format("{}: network '{}' has no data-parallel part before '{}'",
                                 network.sourceFile, network.name, network.layers[0].name));
 }
-
-Seconds run(const Context& ctx, Tally& t, RoundInfo& info) {
-  return isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info) : dataParallelStep(ctx, t);
-}
-
-}  // namespace
 
 StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
   checkScenario(network, scenario);

@@ -64,7 +64,7 @@ Experiment loadExperiment(const std::string& path) {
   ex.batchPerWorker = root.require("batch").asPositiveInt();
 
   if (auto o = root.get("options")) {
-    o->allowOnly({"overlap", "fc_update", "segment", "element", "allreduce"});
+    o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce"});
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
@@ -72,6 +72,8 @@ Experiment loadExperiment(const std::string& path) {
         opt.fcUpdate = parseFcUpdate(f->asString(), f->path());
       if (auto s = o->get("segment"))
         opt.segment = s->asBytes(true);
+      if (auto bk = o->get("bucket"))
+        opt.bucket = bk->asBytes(true);
       if (auto el = o->get("element")) {
         opt.element = parseElementType(el->asString(), el->path());
         if (ex.cluster.device.peak[static_cast<size_t>(opt.element)].value() <= 0)

@@ -49,6 +49,28 @@ std::vector<Strategy> parseStrategies(std::string_view text, const std::string& 
   return out;
 }
 
+std::vector<GradientBucket> gradientBuckets(const Network& network, int first, int last,
+                                            const StrategyOptions& options) {
+  std::vector<GradientBucket> buckets;
+  const double e = elementBytes(options.element);
+  bool open = false;
+  for (int l = last - 1; l >= first; --l) {
+    const auto& layer = network.layers[static_cast<size_t>(l)];
+    if (!layer.hasWeights())
+      continue;
+    if (!open) {
+      buckets.push_back({l, l, 0});
+      open = true;
+    }
+    auto& b = buckets.back();
+    b.firstLayer = l;
+    b.params += double(layer.params);
+    if (options.overlap && b.params * e >= options.bucket.value())
+      open = false;
+  }
+  return buckets;
+}
+
 bool isModelParallel(Strategy strategy) {
   return strategy == Strategy::kOwtA || strategy == Strategy::kOwtB || strategy == Strategy::kOwtC;
 }

@@ -13,6 +13,10 @@ namespace strata {
 // type the device has no peak for). Formulas: docs/cost-model.md.
 StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario);
 
+// Throws UserError (OptionError for K, b, segment) when `scenario` cannot run
+// on `network`: K or b below 1, owt-* without a model-parallel part.
+void checkScenario(const Network& network, const Scenario& scenario);
+
 // Time of one phase of one layer on one device for `examples` examples, of
 // which this worker computes `fraction` (1/K of a model-parallel layer):
 // roofline max(FLOPs / (peak x efficiency), bytes / (bandwidth x efficiency)).

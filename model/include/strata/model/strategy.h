@@ -40,10 +40,30 @@ struct StrategyOptions {
   // NCCL_BUFFSIZE (NCCL environment-variable documentation). 0: unsegmented.
   Bytes segment = Bytes(4.0 * 1024 * 1024);
   ElementType element = ElementType::kFp32;
+  // With overlap, gradients are synchronised in buckets of consecutive layers
+  // (in backprop order) of at least this many bytes, each bucket as soon as
+  // its last gradient is ready. 25 MiB is PyTorch DDP's default
+  // bucket_cap_mb (torch.nn.parallel.DistributedDataParallel documentation).
+  // 0: one bucket per layer.
+  Bytes bucket = Bytes(25.0 * 1024 * 1024);
   // Conv-gradient synchronisation of owt-*: Krizhevsky's scheme is `direct`
   // (each worker reduces and broadcasts its 1/K of every gradient matrix).
   AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
 };
+
+// A group of consecutive layers whose gradients are synchronised together.
+struct GradientBucket {
+  int firstLayer = 0;  // lowest layer index: its gradient is the last one ready
+  int lastLayer = 0;
+  double params = 0;
+};
+
+// The buckets of data-parallel layers [first, last) in the order they are
+// synchronised (last layers first): all of them in one bucket without
+// overlap, else consecutive layers with weights until a bucket holds at least
+// `options.bucket` bytes.
+std::vector<GradientBucket> gradientBuckets(const Network& network, int first, int last,
+                                            const StrategyOptions& options);
 
 // One question: this network on this cluster with this strategy and K workers
 // of b examples each.

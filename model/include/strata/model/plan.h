@@ -1,0 +1,116 @@
+// The Plan: what one training step does, as tasks with dependencies.
+//
+// Strategies lower to a Plan; collectives lower to their steps. The simulator
+// schedules a Plan on simulated resources and the executor interprets the
+// same Plan with real buffers, so what is simulated is what is run. A Plan
+// does not depend on the hardware: durations come from the engine.
+//
+// Tasks:
+//   compute   one worker runs one phase of one layer on `examples` examples,
+//             `fraction` of the layer (1/K for a model-parallel layer)
+//   transfer  one step of a collective: a set of flows (src -> dst, which
+//             part of the collective's buffer) that run at the same time,
+//             `bytes` each; `pattern` names their shape so engines can price
+//             it without looking at every flow
+//   reduce    every flow's destination adds `inputs` received chunks of
+//             `bytes` into its copy (the flows are those of the transfer it
+//             follows)
+//   update    one worker applies SGD with momentum to `params` parameters
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/model/network.h"
+#include "strata/model/strategy.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+enum class TaskKind { kCompute, kTransfer, kReduce, kUpdate };
+std::string_view toString(TaskKind kind);
+
+// The shape of a transfer step's flows.
+enum class PatternKind {
+  kRing,      // i -> i+1 mod K
+  kAllToAll,  // every i -> every j != i
+  kGather,    // every i != root -> root
+  kScatter,   // root -> every i != root
+  kPairs,     // any other set of pairs (halving-doubling)
+};
+std::string_view toString(PatternKind kind);
+
+// What a collective's buffer holds.
+enum class BufferKind {
+  kWeightGradients,      // gradients of layers [firstLayer, lastLayer]
+  kActivations,          // outputs of layer firstLayer (owt: the conv/FC boundary or an FC slice)
+  kActivationGradients,  // gradients w.r.t. those outputs
+  kLossStatistics,       // softmax max and sum per example, split over workers
+};
+std::string_view toString(BufferKind kind);
+
+struct PlanFlow {
+  int32_t src = 0;
+  int32_t dst = 0;
+  int32_t part = 0;  // which of the collective's `parts` chunks it carries
+};
+
+struct Task {
+  TaskKind kind = TaskKind::kCompute;
+  int worker = -1;  // compute / update: the worker; -1 for transfer / reduce
+  int layer = -1;   // compute: the layer; update: -1 (`params` says how much)
+  Phase phase = Phase::kFwd;
+  double examples = 0;  // compute
+  double fraction = 1;  // compute: the share of the layer this worker holds
+  double params = 0;    // update
+  Bytes bytes;          // transfer: per flow; reduce: per chunk summed
+  int inputs = 0;       // reduce: chunks summed per destination
+  PatternKind pattern = PatternKind::kPairs;
+  int root = -1;  // gather / scatter
+  uint32_t flowBegin = 0, flowCount = 0;
+  uint32_t depBegin = 0, depCount = 0;
+  int collective = -1;  // transfer / reduce: index into Plan::collectives
+  int step = -1;        // step of the collective's algorithm
+  int segment = -1;     // segment of a pipelined step
+  int round = -1;       // owt-*: round of the FC phase
+};
+
+struct Collective {
+  std::string algorithm;  // "ring", "naive", "direct", "halving-doubling", "broadcast",
+                          // "all-to-all", "reduce", "reduce-scatter", "allgather"
+  BufferKind buffer = BufferKind::kWeightGradients;
+  Bytes bytes;          // the whole buffer
+  int firstLayer = -1;  // layers whose buffers it covers
+  int lastLayer = -1;
+  int parts = 1;     // chunks the buffer is cut into
+  int segments = 1;  // segments per chunk
+  int round = -1;
+  uint32_t firstTask = 0;  // its tasks are [firstTask, lastTask]
+  uint32_t lastTask = 0;
+};
+
+struct Plan {
+  std::string network;
+  Scenario scenario;
+  std::vector<Task> tasks;
+  std::vector<PlanFlow> flows;
+  std::vector<int> deps;
+  std::vector<Collective> collectives;
+
+  std::span<const int> depsOf(const Task& t) const {
+    return {deps.data() + t.depBegin, t.depCount};
+  }
+  std::span<const PlanFlow> flowsOf(const Task& t) const {
+    return {flows.data() + t.flowBegin, t.flowCount};
+  }
+  size_t count(TaskKind kind) const;
+};
+
+// Lowers `scenario` on `network` to a Plan that mirrors the cost model's
+// schedule step for step (docs/simulator.md). Throws UserError as estimate()
+// does for impossible scenarios.
+Plan lowerToPlan(const Network& network, const Scenario& scenario);
+
+}  // namespace strata

@@ -1,0 +1,601 @@
+// Lowering strategies and collectives to Plans. Each collective's lowering
+// mirrors its cost formula in collectives.cpp (same stages, same pipelining),
+// and each strategy's lowering mirrors its schedule in estimate.cpp, so that a
+// simulator with contention off reproduces the analytic model.
+#include "strata/model/plan.h"
+
+#include <utility>
+
+#include "strata/model/collectives.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+
+namespace strata {
+
+std::string_view toString(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kCompute:
+      return "compute";
+    case TaskKind::kTransfer:
+      return "transfer";
+    case TaskKind::kReduce:
+      return "reduce";
+    case TaskKind::kUpdate:
+      return "update";
+  }
+  return "?";
+}
+
+std::string_view toString(PatternKind kind) {
+  switch (kind) {
+    case PatternKind::kRing:
+      return "ring";
+    case PatternKind::kAllToAll:
+      return "all-to-all";
+    case PatternKind::kGather:
+      return "gather";
+    case PatternKind::kScatter:
+      return "scatter";
+    case PatternKind::kPairs:
+      return "pairs";
+  }
+  return "?";
+}
+
+std::string_view toString(BufferKind kind) {
+  switch (kind) {
+    case BufferKind::kWeightGradients:
+      return "weight gradients";
+    case BufferKind::kActivations:
+      return "activations";
+    case BufferKind::kActivationGradients:
+      return "activation gradients";
+    case BufferKind::kLossStatistics:
+      return "loss statistics";
+  }
+  return "?";
+}
+
+size_t Plan::count(TaskKind kind) const {
+  size_t n = 0;
+  for (const auto& t : tasks)
+    n += t.kind == kind ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+using Deps = std::vector<int>;
+
+class Builder {
+ public:
+  Builder(Plan& plan, const Network& net)
+      : plan_(plan),
+        net_(net),
+        k_(plan.scenario.workers),
+        segment_(plan.scenario.options.segment) {}
+
+  int workers() const { return k_; }
+
+  int add(Task t, const Deps& deps) {
+    t.depBegin = static_cast<uint32_t>(plan_.deps.size());
+    for (int d : deps)
+      if (d >= 0)
+        plan_.deps.push_back(d);
+    t.depCount = static_cast<uint32_t>(plan_.deps.size()) - t.depBegin;
+    if (current_ >= 0)
+      t.collective = current_;
+    plan_.tasks.push_back(t);
+    return static_cast<int>(plan_.tasks.size()) - 1;
+  }
+
+  int compute(int worker, int layer, Phase phase, double examples, double fraction,
+              const Deps& deps) {
+    Task t;
+    t.kind = TaskKind::kCompute;
+    t.worker = worker;
+    t.layer = layer;
+    t.phase = phase;
+    t.examples = examples;
+    t.fraction = fraction;
+    return add(t, deps);
+  }
+
+  int update(int worker, double params, const Deps& deps) {
+    Task t;
+    t.kind = TaskKind::kUpdate;
+    t.worker = worker;
+    t.phase = Phase::kUpdate;
+    t.params = params;
+    return add(t, deps);
+  }
+
+  // Starts a collective; its transfer and reduce tasks are tagged with it.
+  void begin(Collective c) {
+    c.firstTask = static_cast<uint32_t>(plan_.tasks.size());
+    plan_.collectives.push_back(std::move(c));
+    current_ = static_cast<int>(plan_.collectives.size()) - 1;
+  }
+  int end(int lastTask) {
+    plan_.collectives.back().lastTask = static_cast<uint32_t>(lastTask);
+    current_ = -1;
+    return lastTask;
+  }
+  Collective& collective() { return plan_.collectives.back(); }
+
+  int transfer(PatternKind pattern, int root, Bytes bytes, std::vector<PlanFlow> flows, int step,
+               int segment, const Deps& deps) {
+    Task t;
+    t.kind = TaskKind::kTransfer;
+    t.pattern = pattern;
+    t.root = root;
+    t.bytes = bytes;
+    t.flowBegin = static_cast<uint32_t>(plan_.flows.size());
+    t.flowCount = static_cast<uint32_t>(flows.size());
+    plan_.flows.insert(plan_.flows.end(), flows.begin(), flows.end());
+    t.step = step;
+    t.segment = segment;
+    t.round = round_;
+    lastTransfer_ = add(t, deps);
+    return lastTransfer_;
+  }
+
+  // The destinations of `transfer`'s flows each add `inputs` chunks of `bytes`.
+  int reduce(int transfer, Bytes bytes, int inputs, const Deps& deps) {
+    Task t;
+    t.kind = TaskKind::kReduce;
+    const auto& x = plan_.tasks[static_cast<size_t>(transfer)];
+    t.flowBegin = x.flowBegin;
+    t.flowCount = x.flowCount;
+    t.pattern = x.pattern;
+    t.root = x.root;
+    t.step = x.step;
+    t.segment = x.segment;
+    t.round = round_;
+    t.bytes = bytes;
+    t.inputs = inputs;
+    return add(t, deps);
+  }
+
+  void setRound(int r) { round_ = r; }
+
+  // ---- flow sets ---------------------------------------------------------
+  std::vector<PlanFlow> ringFlows(int step, bool reduceScatter) const {
+    std::vector<PlanFlow> f;
+    f.reserve(static_cast<size_t>(k_));
+    for (int r = 0; r < k_; ++r) {
+      // Reduce-scatter step i: rank r sends chunk (r - i); allgather step i:
+      // rank r sends its finished chunk (r + 1 - i).
+      const int part = ((reduceScatter ? r - step : r + 1 - step) % k_ + k_) % k_;
+      f.push_back({r, (r + 1) % k_, part});
+    }
+    return f;
+  }
+  std::vector<PlanFlow> allToAllFlows(bool partIsDestination) const {
+    std::vector<PlanFlow> f;
+    f.reserve(static_cast<size_t>(k_) * static_cast<size_t>(k_ - 1));
+    for (int i = 0; i < k_; ++i)
+      for (int j = 0; j < k_; ++j)
+        if (i != j)
+          f.push_back({i, j, partIsDestination ? j : i});
+    return f;
+  }
+  std::vector<PlanFlow> gatherFlows(int root) const {
+    std::vector<PlanFlow> f;
+    for (int i = 0; i < k_; ++i)
+      if (i != root)
+        f.push_back({i, root, i});
+    return f;
+  }
+  std::vector<PlanFlow> scatterFlows(int root) const {
+    std::vector<PlanFlow> f;
+    for (int i = 0; i < k_; ++i)
+      if (i != root)
+        f.push_back({root, i, i});
+    return f;
+  }
+
+  // ---- collectives (each mirrors collectives.cpp) ------------------------
+  // All return the task whose completion completes the collective.
+
+  int allReduce(AllreduceAlgorithm algorithm, Bytes n, BufferKind buffer, int firstLayer,
+                int lastLayer, const Deps& start) {
+    Collective c;
+    c.algorithm = std::string(toString(algorithm));
+    c.buffer = buffer;
+    c.bytes = n;
+    c.firstLayer = firstLayer;
+    c.lastLayer = lastLayer;
+    c.round = round_;
+    switch (algorithm) {
+      case AllreduceAlgorithm::kRing:
+        return ring(c, n, start);
+      case AllreduceAlgorithm::kNaive:
+        return naive(c, n, start);
+      case AllreduceAlgorithm::kDirect:
+        return direct(c, n, start);
+      case AllreduceAlgorithm::kHalvingDoubling:
+        return halvingDoubling(c, n, start);
+    }
+    return -1;
+  }
+
+  // Ring: K-1 reduce-scatter steps of m segments (send, then add, pipelined),
+  // then K-1 allgather steps of m sends; each step starts when the last one
+  // is complete.
+  int ring(Collective c, Bytes n, const Deps& start) {
+    const Bytes chunk = n / k_;
+    const int segs = segmentCount(chunk, segment_);
+    const Bytes s = chunk / segs;
+    c.parts = k_;
+    c.segments = segs;
+    begin(c);
+    int prevReduce = -1, last = -1;
+    for (int i = 0; i < k_ - 1; ++i) {
+      int prevSend = -1, red = -1;
+      for (int j = 0; j < segs; ++j) {
+        const Deps d = j > 0 ? Deps{prevSend} : (i > 0 ? Deps{prevReduce} : start);
+        prevSend = transfer(PatternKind::kRing, -1, s, ringFlows(i, true), i, j, d);
+        red = reduce(prevSend, s, 1, {prevSend, red});
+      }
+      prevReduce = red;
+      last = red;
+    }
+    for (int i = 0; i < k_ - 1; ++i)
+      for (int j = 0; j < segs; ++j)
+        last = transfer(PatternKind::kRing, -1, s, ringFlows(i, false), k_ - 1 + i, j,
+                        last >= 0 ? Deps{last} : start);
+    return end(last);
+  }
+
+  // Naive reducer: per segment, gather into rank 0, sum there, broadcast;
+  // the three stages pipeline over segments.
+  int naive(Collective c, Bytes n, const Deps& start) {
+    const int segs = segmentCount(n, segment_);
+    const Bytes s = n / segs;
+    c.segments = segs;
+    begin(c);
+    int g = -1, r = -1, b = -1;
+    for (int j = 0; j < segs; ++j) {
+      g = transfer(PatternKind::kGather, 0, s, gatherFlows(0), 0, j, j > 0 ? Deps{g} : start);
+      r = reduce(g, s, k_ - 1, {g, r});
+      b = transfer(PatternKind::kScatter, 0, s, scatterFlows(0), 1, j, {r, b});
+    }
+    return end(b);
+  }
+
+  // Direct: per segment scatter S_i (all-to-all), sum R_i, gather-back G_i,
+  // on one stream in the order S0 S1 G0 S2 G1 ... G_{m-1}.
+  int direct(Collective c, Bytes n, const Deps& start) {
+    const Bytes chunk = n / k_;
+    const int segs = segmentCount(chunk, segment_);
+    const Bytes s = chunk / segs;
+    c.parts = k_;
+    c.segments = segs;
+    begin(c);
+    std::vector<int> sums(static_cast<size_t>(segs), -1);
+    int stream = -1, sum = -1;
+    auto gatherBack = [&](int i) {
+      stream = transfer(PatternKind::kAllToAll, -1, s, allToAllFlows(false), 1, i,
+                        {stream, sums[static_cast<size_t>(i)]});
+    };
+    for (int i = 0; i < segs; ++i) {
+      stream = transfer(PatternKind::kAllToAll, -1, s, allToAllFlows(true), 0, i,
+                        stream >= 0 ? Deps{stream} : start);
+      sum = reduce(stream, s, k_ - 1, {stream, sum});
+      sums[static_cast<size_t>(i)] = sum;
+      if (i >= 1)
+        gatherBack(i - 1);
+    }
+    gatherBack(segs - 1);
+    return end(stream);
+  }
+
+  // Recursive halving-doubling: fold the extra ranks in, log2 p' exchanges
+  // of halving size (each followed by its sum), the same in reverse without
+  // sums, fold out. Unsegmented, one step after another.
+  int halvingDoubling(Collective c, Bytes n, const Deps& start) {
+    int pof2 = 1;
+    while (pof2 * 2 <= k_)
+      pof2 *= 2;
+    const int extra = k_ - pof2;
+    auto worker = [&](int active) { return active < extra ? 2 * active : active + extra; };
+    begin(c);
+    int last = -1;
+    int step = 0;
+    auto next = [&](const Deps& d) { return last >= 0 ? Deps{last} : d; };
+    if (extra > 0) {
+      std::vector<PlanFlow> f;
+      for (int i = 0; i < extra; ++i)
+        f.push_back({2 * i + 1, 2 * i, 0});
+      const int x = transfer(PatternKind::kPairs, -1, n, f, step++, 0, next(start));
+      last = reduce(x, n, 1, {x});
+    }
+    std::vector<std::vector<PlanFlow>> exchanges;
+    for (int d = pof2 / 2; d >= 1; d /= 2) {
+      std::vector<PlanFlow> f;
+      for (int i = 0; i < pof2; ++i)
+        f.push_back({worker(i), worker(i ^ d), 0});
+      exchanges.push_back(std::move(f));
+    }
+    Bytes size = n;
+    for (const auto& f : exchanges) {
+      size = size / 2;
+      const int x = transfer(PatternKind::kPairs, -1, size, f, step++, 0, next(start));
+      last = reduce(x, size, 1, {x});
+    }
+    for (auto it = exchanges.rbegin(); it != exchanges.rend(); ++it) {
+      last = transfer(PatternKind::kPairs, -1, size, *it, step++, 0, next(start));
+      size = size * 2;
+    }
+    if (extra > 0) {
+      std::vector<PlanFlow> f;
+      for (int i = 0; i < extra; ++i)
+        f.push_back({2 * i, 2 * i + 1, 0});
+      last = transfer(PatternKind::kPairs, -1, n, f, step++, 0, next(start));
+    }
+    return end(last);
+  }
+
+  // Flat broadcast from root: one step.
+  int broadcast(int root, Bytes n, BufferKind buffer, int layer, const Deps& start) {
+    begin(simple("broadcast", buffer, n, layer));
+    return end(transfer(PatternKind::kScatter, root, n, scatterFlows(root), 0, 0, start));
+  }
+
+  // Every rank's n bytes to every other rank: one all-to-all step.
+  int allGatherDirect(Bytes perRank, BufferKind buffer, int layer, const Deps& start) {
+    begin(simple("allgather", buffer, perRank * k_, layer));
+    collective().parts = k_;
+    return end(transfer(PatternKind::kAllToAll, -1, perRank, allToAllFlows(false), 0, 0, start));
+  }
+
+  // Streamed reduce into root: gather segment j, sum it, pipelined.
+  int reduceToRoot(int root, Bytes n, BufferKind buffer, int layer, const Deps& start) {
+    const int segs = segmentCount(n, segment_);
+    const Bytes s = n / segs;
+    auto c = simple("reduce", buffer, n, layer);
+    c.segments = segs;
+    begin(c);
+    int g = -1, r = -1;
+    for (int j = 0; j < segs; ++j) {
+      g = transfer(PatternKind::kGather, root, s, gatherFlows(root), 0, j, j > 0 ? Deps{g} : start);
+      r = reduce(g, s, k_ - 1, {g, r});
+    }
+    return end(r);
+  }
+
+  // Direct reduce-scatter of n bytes: per segment of a chunk, an all-to-all
+  // step then the sum of K-1 chunks, pipelined.
+  int reduceScatterDirect(Bytes n, BufferKind buffer, int layer, const Deps& start) {
+    const Bytes chunk = n / k_;
+    const int segs = segmentCount(chunk, segment_);
+    const Bytes s = chunk / segs;
+    auto c = simple("reduce-scatter", buffer, n, layer);
+    c.parts = k_;
+    c.segments = segs;
+    begin(c);
+    int x = -1, r = -1;
+    for (int j = 0; j < segs; ++j) {
+      x = transfer(PatternKind::kAllToAll, -1, s, allToAllFlows(true), 0, j,
+                   j > 0 ? Deps{x} : start);
+      r = reduce(x, s, k_ - 1, {x, r});
+    }
+    return end(r);
+  }
+
+ private:
+  Collective simple(const char* algorithm, BufferKind buffer, Bytes n, int layer) const {
+    Collective c;
+    c.algorithm = algorithm;
+    c.buffer = buffer;
+    c.bytes = n;
+    c.firstLayer = c.lastLayer = layer;
+    c.round = round_;
+    return c;
+  }
+
+  Plan& plan_;
+  const Network& net_;
+  int k_;
+  Bytes segment_;
+  int current_ = -1;
+  int round_ = -1;
+  int lastTransfer_ = -1;
+};
+
+double paramsIn(const Network& net, int first, int last) {
+  double p = 0;
+  for (int i = first; i < last; ++i)
+    p += double(net.layers[static_cast<size_t>(i)].params);
+  return p;
+}
+
+// Backprop of data-parallel layers [first, last) on every worker, then their
+// gradient synchronisation: one fused allreduce after backprop (overlap off),
+// or one allreduce per layer with weights as soon as every worker has its
+// gradient, one collective at a time (overlap on). `prev[w]` is each worker's
+// last task so far; on return it is the worker's last backprop task. Returns
+// the task that completes the synchronisation (-1 when none).
+int backpropWithSync(Builder& b, const Network& net, const Scenario& sc, int first, int last,
+                     AllreduceAlgorithm algorithm, std::vector<int>& prev) {
+  const int k = sc.workers;
+  const double e = elementBytes(sc.options.element);
+  // ready[l][w]: worker w's bwd_weights task of layer l.
+  std::vector<std::vector<int>> ready(static_cast<size_t>(last - first));
+  for (int w = 0; w < k; ++w) {
+    for (int l = last - 1; l >= first; --l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      if (layer.hasWeights()) {
+        prev[static_cast<size_t>(w)] = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0,
+                                                 {prev[static_cast<size_t>(w)]});
+        ready[static_cast<size_t>(l - first)].push_back(prev[static_cast<size_t>(w)]);
+      }
+      if (!layer.readsNetworkInput())
+        prev[static_cast<size_t>(w)] = b.compute(w, l, Phase::kBwdData, sc.batchPerWorker, 1.0,
+                                                 {prev[static_cast<size_t>(w)]});
+    }
+  }
+  if (k == 1)
+    return -1;
+  int done = -1;
+  if (!sc.options.overlap) {
+    const double params = paramsIn(net, first, last);
+    if (params > 0)
+      done = b.allReduce(algorithm, Bytes(params * e), BufferKind::kWeightGradients, first,
+                         last - 1, prev);
+    return done;
+  }
+  for (int l = last - 1; l >= first; --l) {
+    const auto& layer = net.layers[static_cast<size_t>(l)];
+    if (!layer.hasWeights())
+      continue;
+    Deps start = ready[static_cast<size_t>(l - first)];
+    start.push_back(done);
+    done = b.allReduce(algorithm, Bytes(double(layer.params) * e), BufferKind::kWeightGradients, l,
+                       l, start);
+  }
+  return done;
+}
+
+void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc) {
+  const int k = sc.workers;
+  const int layers = static_cast<int>(net.layers.size());
+  std::vector<int> prev(static_cast<size_t>(k), -1);
+  for (int w = 0; w < k; ++w)
+    for (int l = 0; l < layers; ++l)
+      prev[static_cast<size_t>(w)] =
+          b.compute(w, l, Phase::kFwd, sc.batchPerWorker, 1.0, {prev[static_cast<size_t>(w)]});
+  const auto algorithm = sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
+                         : sc.strategy == Strategy::kPs  ? AllreduceAlgorithm::kDirect
+                                                         : AllreduceAlgorithm::kRing;
+  const int synced = backpropWithSync(b, net, sc, 0, layers, algorithm, prev);
+  const double params = paramsIn(net, 0, layers);
+  for (int w = 0; w < k; ++w)
+    b.update(w, sc.strategy == Strategy::kPs ? params / k : params,
+             {prev[static_cast<size_t>(w)], synced});
+}
+
+void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
+  const int k = sc.workers;
+  const int mp = net.modelParallelFrom;
+  const int layers = static_cast<int>(net.layers.size());
+  const double bw = sc.batchPerWorker;
+  const double e = elementBytes(sc.options.element);
+  const double frac = 1.0 / k;
+  const auto strategy = sc.strategy;
+  const int rounds = strategy == Strategy::kOwtA ? 1 : k;
+  const double batch = strategy == Strategy::kOwtA ? k * bw : bw;
+  const double boundary = double(net.layers[static_cast<size_t>(mp)].inShape.elements()) * e;
+  const bool perRoundUpdate =
+      strategy != Strategy::kOwtA && sc.options.fcUpdate == FcUpdate::kRound;
+  const double fcParams = paramsIn(net, mp, layers);
+  std::vector<int> prev(static_cast<size_t>(k), -1);
+
+  // Conv forward on b examples.
+  for (int w = 0; w < k; ++w)
+    for (int l = 0; l < mp; ++l)
+      prev[static_cast<size_t>(w)] =
+          b.compute(w, l, Phase::kFwd, bw, 1.0, {prev[static_cast<size_t>(w)]});
+  const std::vector<int> convForwardDone = prev;
+
+  // The FC phase: a flow shop of rounds (activations in, FC compute with its
+  // inner exchanges, gradients back), as in estimate.cpp.
+  int lastIn = -1, lastBack = -1;
+  for (int r = 0; r < rounds; ++r) {
+    b.setRound(r);
+    Deps inStart = lastIn >= 0 ? Deps{lastIn} : convForwardDone;
+    if (k > 1) {
+      if (strategy == Strategy::kOwtB) {
+        lastIn = b.broadcast(r, Bytes(bw * boundary), BufferKind::kActivations, mp, inStart);
+      } else {
+        const double perRound = strategy == Strategy::kOwtA ? bw : bw / k;
+        lastIn =
+            b.allGatherDirect(Bytes(perRound * boundary), BufferKind::kActivations, mp, inStart);
+      }
+    }
+    for (int w = 0; w < k; ++w)
+      prev[static_cast<size_t>(w)] =
+          b.compute(w, mp, Phase::kFwd, batch, frac, {prev[static_cast<size_t>(w)], lastIn});
+    // Forward through the model-parallel layers.
+    for (int l = mp + 1; l < layers; ++l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      int exchange = -1;
+      if (k > 1 && layer.hasWeights())
+        exchange = b.allGatherDirect(Bytes(batch * double(layer.inShape.elements()) * frac * e),
+                                     BufferKind::kActivations, l - 1, prev);
+      for (int w = 0; w < k; ++w)
+        prev[static_cast<size_t>(w)] =
+            b.compute(w, l, Phase::kFwd, batch, frac, {prev[static_cast<size_t>(w)], exchange});
+      if (k > 1 && layer.kind == LayerKind::kSoftmax) {
+        const int stats = b.allReduce(AllreduceAlgorithm::kDirect, Bytes(2 * batch * e),
+                                      BufferKind::kLossStatistics, l, l, prev);
+        for (auto& p : prev)
+          p = stats;
+      }
+    }
+    // Backward through them.
+    for (int l = layers - 1; l >= mp; --l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      for (int w = 0; w < k; ++w) {
+        auto& p = prev[static_cast<size_t>(w)];
+        if (layer.hasWeights())
+          p = b.compute(w, l, Phase::kBwdWeights, batch, frac, {p});
+        p = b.compute(w, l, Phase::kBwdData, batch, frac, {p});
+      }
+      if (k > 1 && l > mp && layer.hasWeights()) {
+        const int scattered =
+            b.reduceScatterDirect(Bytes(batch * double(layer.inShape.elements()) * e),
+                                  BufferKind::kActivationGradients, l - 1, prev);
+        for (auto& p : prev)
+          p = scattered;
+      }
+    }
+    if (perRoundUpdate)
+      for (int w = 0; w < k; ++w)
+        prev[static_cast<size_t>(w)] = b.update(w, fcParams * frac, {prev[static_cast<size_t>(w)]});
+    if (k > 1) {
+      Deps backStart = prev;
+      backStart.push_back(lastBack);
+      if (strategy == Strategy::kOwtB) {
+        lastBack = b.reduceToRoot(r, Bytes(bw * boundary), BufferKind::kActivationGradients, mp - 1,
+                                  backStart);
+      } else {
+        const double perRound = strategy == Strategy::kOwtA ? bw : bw / k;
+        lastBack = b.reduceScatterDirect(Bytes(k * perRound * boundary),
+                                         BufferKind::kActivationGradients, mp - 1, backStart);
+      }
+    }
+  }
+  b.setRound(-1);
+  // Conv backprop starts when every round's gradients are back.
+  for (auto& p : prev)
+    p = lastBack >= 0 ? lastBack : p;
+  if (lastBack < 0)
+    prev = prev;  // one worker: each keeps its own chain
+  const int synced = backpropWithSync(b, net, sc, 0, mp, sc.options.convSync, prev);
+  for (int w = 0; w < k; ++w) {
+    int p = b.update(w, paramsIn(net, 0, mp), {prev[static_cast<size_t>(w)], synced});
+    if (!perRoundUpdate)
+      p = b.update(w, fcParams * frac, {p});
+    prev[static_cast<size_t>(w)] = p;
+  }
+}
+
+}  // namespace
+
+Plan lowerToPlan(const Network& network, const Scenario& scenario) {
+  checkScenario(network, scenario);
+  Plan plan;
+  plan.network = network.name;
+  plan.scenario = scenario;
+  Builder b(plan, network);
+  if (isModelParallel(scenario.strategy)) {
+    lowerWeirdTrick(b, network, scenario);
+  } else {
+    lowerDataParallel(b, network, scenario);
+  }
+  return plan;
+}
+
+}  // namespace strata
