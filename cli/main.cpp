@@ -13,6 +13,7 @@
 #include "output.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/quantity_text.h"
 
@@ -125,6 +126,40 @@ struct ScenarioFlags {
   }
 };
 
+// One step estimate from the chosen engine: the closed-form model, or the
+// simulator playing the strategy's Plan with contention on.
+StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
+                      const std::string& engine) {
+  if (engine == "model")
+    return estimate(net, cl, sc);
+  if (engine == "sim")
+    return sim::simulate(lowerToPlan(net, sc), net, cl, sim::Options{}).estimate;
+  throw OptionError("--engine", "must be model or sim, got '" + engine + "'");
+}
+
+// "3:1.5" -> worker 3 runs 1.5x slower.
+void parseStraggler(const std::string& text, std::vector<double>& slowdown, int workers) {
+  const auto colon = text.find(':');
+  int w = -1;
+  double f = 0;
+  bool ok = colon != std::string::npos;
+  if (ok) {
+    const auto ws = text.substr(0, colon), fs = text.substr(colon + 1);
+    auto [p1, e1] = std::from_chars(ws.data(), ws.data() + ws.size(), w);
+    auto [p2, e2] = std::from_chars(fs.data(), fs.data() + fs.size(), f);
+    ok = e1 == std::errc() && p1 == ws.data() + ws.size() && e2 == std::errc() &&
+         p2 == fs.data() + fs.size() && w >= 0 && f > 0;
+  }
+  if (!ok)
+    throw OptionError("--straggler", "must be WORKER:FACTOR with FACTOR > 0, e.g. 3:1.5, got '" +
+                                         text + "'");
+  if (w >= workers)
+    throw OptionError("--straggler", fmt::format("worker {} does not exist (K = {})", w, workers));
+  if (slowdown.size() <= static_cast<size_t>(w))
+    slowdown.resize(static_cast<size_t>(w) + 1, 1.0);
+  slowdown[static_cast<size_t>(w)] = f;
+}
+
 Network networkArg(const std::string& nameOrPath, const std::string& option) {
   return loadNetwork(resolveConfig(ConfigKind::kNetwork, nameOrPath, option));
 }
@@ -188,6 +223,11 @@ int run(int argc, char** argv) {
   predict->add_option("--strategy,-s", predStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
   predict->add_option("--workers,-k", predWorkers, "number of workers K")->required();
   predFlags.add(predict);
+  std::string engine = "model";
+  auto addEngine = [&](CLI::App* sub) {
+    sub->add_option("--engine", engine, "model (closed form) or sim (simulated Plan); default model");
+  };
+  addEngine(predict);
   addFormat(predict);
   predict->footer(
       "Example:\n"
@@ -203,11 +243,53 @@ int run(int argc, char** argv) {
   compare->add_option("--strategies,-s", cmpStrategies, "comma-separated strategies or all");
   compare->add_option("--workers,-k", cmpWorkers, "comma-separated worker counts");
   cmpFlags.add(compare);
+  addEngine(compare);
   addFormat(compare);
   compare->footer(
       "Examples:\n"
       "  strata compare owt-k20\n"
       "  strata compare -n alexnet-owt -c k20x8-pcie -s all -k 1,2,4,8 --format csv");
+
+  // plan
+  std::string planNet, planStrategy, planWorkers;
+  ScenarioFlags planFlags;
+  auto* plan = app.add_subcommand("plan", "the tasks of one training step, as engines run them");
+  plan->add_option("--network,-n", planNet, "network preset or YAML file")->required();
+  plan->add_option("--strategy,-s", planStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
+  plan->add_option("--workers,-k", planWorkers, "number of workers K")->required();
+  planFlags.add(plan);
+  addFormat(plan);
+  plan->footer("Example:\n  strata plan -n tiny-cnn -s ring -k 3 --overlap off");
+
+  // simulate
+  std::string simNet, simCluster, simStrategy, simWorkers, simContention = "on", simTrace;
+  std::vector<std::string> simStragglers;
+  double simJitter = 0;
+  uint64_t simSeed = 1;
+  ScenarioFlags simFlags;
+  auto* simulateCmd =
+      app.add_subcommand("simulate", "play one step's Plan on a simulated cluster, with a trace");
+  simulateCmd->add_option("--network,-n", simNet, "network preset or YAML file")->required();
+  simulateCmd->add_option("--cluster,-c", simCluster, "cluster preset or YAML file")->required();
+  simulateCmd->add_option("--strategy,-s", simStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")
+      ->required();
+  simulateCmd->add_option("--workers,-k", simWorkers, "number of workers K")->required();
+  simFlags.add(simulateCmd);
+  simulateCmd->add_option("--contention", simContention,
+                          "links shared by concurrent transfers split their bandwidth: on|off "
+                          "(default on; off = the analytic model's assumption)");
+  simulateCmd->add_option("--straggler", simStragglers,
+                          "WORKER:FACTOR, that worker computes FACTOR x slower (repeatable)");
+  simulateCmd->add_option("--jitter", simJitter,
+                          "each compute time x (1 + u), u uniform in [-J, J] (default 0)");
+  simulateCmd->add_option("--seed", simSeed, "seed of the jitter (default 1)");
+  simulateCmd->add_option("--trace", simTrace,
+                          "write a Chrome trace-event JSON file (open it in ui.perfetto.dev)");
+  addFormat(simulateCmd);
+  simulateCmd->footer(
+      "Examples:\n"
+      "  strata simulate -n alexnet-owt -c k20x8-pcie -s owt-b -k 4 --trace step.json\n"
+      "  strata simulate -n resnet50 -c dgx-h100 -s ring -k 16 --straggler 3:1.2");
 
   // sweep
   std::string swNets, swClusters, swStrategies = "all", swWorkers = "1,2,4,8", swBatches = "128",
@@ -229,6 +311,7 @@ int run(int argc, char** argv) {
   sweep->add_option("--allreduce", swFlags.allreduce,
                     "conv-gradient sync of owt-* (default direct)");
   sweep->add_option("--out,-o", swOut, "write to this file instead of stdout");
+  addEngine(sweep);
   format = "csv";
   addFormat(sweep);
   sweep->footer(
@@ -245,8 +328,8 @@ int run(int argc, char** argv) {
       known = known || sub->get_name() == command;
     if (!known)
       throw OptionError(command,
-                        "unknown command (expected list, describe, predict, compare or "
-                        "sweep; see strata --help)");
+                        "unknown command (expected list, describe, predict, compare, sweep, "
+                        "plan or simulate; see strata --help)");
   }
   // Defaults per subcommand: sweep prints CSV, the others a table.
   try {
@@ -260,7 +343,8 @@ int run(int argc, char** argv) {
     return kUserErrorExit;
   }
   if (!sweep->parsed() && format == "csv" && !list->count("--format") &&
-      !describe->count("--format") && !predict->count("--format") && !compare->count("--format"))
+      !describe->count("--format") && !predict->count("--format") && !compare->count("--format") &&
+      !plan->count("--format") && !simulateCmd->count("--format"))
     format = "table";
   const Format fmtOut = parseFormat(format);
 
@@ -276,7 +360,7 @@ int run(int argc, char** argv) {
     predFlags.apply(sc.batchPerWorker, sc.options);
     const auto net = networkArg(predNet, "--network");
     const auto cl = clusterArg(predCluster, "--cluster");
-    printEstimate(std::cout, estimate(net, cl, sc), fmtOut);
+    printEstimate(std::cout, evaluate(net, cl, sc, engine), fmtOut);
   } else if (compare->parsed()) {
     Experiment ex;
     if (!cmpExperiment.empty()) {
@@ -302,10 +386,41 @@ int run(int argc, char** argv) {
     for (int k : ex.workers) {
       for (auto s : ex.strategies) {
         Scenario sc{s, k, ex.batchPerWorker, ex.options};
-        rows.push_back(estimate(ex.network, ex.cluster, sc));
+        rows.push_back(evaluate(ex.network, ex.cluster, sc, engine));
       }
     }
     printComparison(std::cout, rows, fmtOut);
+  } else if (plan->parsed()) {
+    Scenario sc;
+    sc.strategy = parseStrategy(planStrategy, "--strategy");
+    sc.workers = parsePositive(planWorkers, "--workers");
+    planFlags.apply(sc.batchPerWorker, sc.options);
+    if (fmtOut == Format::kCsv)
+      throw OptionError("--format", "plan prints table or json");
+    const auto net = networkArg(planNet, "--network");
+    printPlan(std::cout, lowerToPlan(net, sc), net, fmtOut);
+  } else if (simulateCmd->parsed()) {
+    Scenario sc;
+    sc.strategy = parseStrategy(simStrategy, "--strategy");
+    sc.workers = parsePositive(simWorkers, "--workers");
+    simFlags.apply(sc.batchPerWorker, sc.options);
+    sim::Options opt;
+    opt.contention = parseOnOff(simContention, "--contention");
+    for (const auto& s : simStragglers)
+      parseStraggler(s, opt.slowdown, sc.workers);
+    opt.jitter = simJitter;
+    opt.seed = simSeed;
+    opt.timeline = !simTrace.empty();
+    const auto net = networkArg(simNet, "--network");
+    const auto cl = clusterArg(simCluster, "--cluster");
+    const auto p = lowerToPlan(net, sc);
+    const auto result = sim::simulate(p, net, cl, opt);
+    printSimulation(std::cout, result, fmtOut);
+    if (!simTrace.empty()) {
+      writeOutput(simTrace, [&](std::ostream& out) { sim::writeTrace(out, p, net, result); });
+      if (fmtOut == Format::kTable)
+        std::cout << "\ntrace written to " << simTrace << " (open it in ui.perfetto.dev)\n";
+    }
   } else if (sweep->parsed()) {
     std::vector<Network> nets;
     for (const auto& n : splitList(swNets))
@@ -343,7 +458,7 @@ int run(int argc, char** argv) {
                     sc.options.fcUpdate = up;
                     if (isModelParallel(s) && net.modelParallelFrom <= 0)
                       continue;
-                    rows.push_back(estimate(net, cl, sc));
+                    rows.push_back(evaluate(net, cl, sc, engine));
                   }
     writeOutput(swOut, [&](std::ostream& out) { printComparison(out, rows, fmtOut); });
   }

@@ -9,7 +9,9 @@
 
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
+#include "strata/model/plan.h"
 #include "strata/model/strategy.h"
+#include "strata/sim/simulator.h"
 
 namespace strata::cli {
 
@@ -20,5 +22,9 @@ void printNetwork(std::ostream& out, const Network& network, ElementType element
 void printEstimate(std::ostream& out, const StepEstimate& estimate, Format format);
 // Strategies x worker counts; the fastest strategy per worker count is marked.
 void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimates, Format format);
+// A simulated step: the estimate, then the busiest links.
+void printSimulation(std::ostream& out, const sim::Result& result, Format format);
+// The tasks of a Plan, for a person to read (table) or a tool (JSON).
+void printPlan(std::ostream& out, const Plan& plan, const Network& network, Format format);
 
 }  // namespace strata::cli

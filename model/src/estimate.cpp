@@ -416,6 +416,16 @@ void checkScenario(const Network& network, const Scenario& sc) {
                                 network.sourceFile, network.name, network.layers[0].name));
 }
 
+MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                         int rank) {
+  const Context ctx(network, cluster, scenario);
+  MemoryUse m = memoryOf(ctx);
+  // Only the naive reducer (rank 0) stages the K-1 incoming gradients.
+  if (scenario.strategy == Strategy::kNaive && rank != 0)
+    m.buffers = Bytes(0);
+  return m;
+}
+
 StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
   checkScenario(network, scenario);
   const Context ctx(network, cluster, scenario);

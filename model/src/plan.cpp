@@ -56,6 +56,65 @@ std::string_view toString(BufferKind kind) {
   return "?";
 }
 
+size_t Plan::flowCountOf(const Task& t) const {
+  const size_t k = static_cast<size_t>(scenario.workers);
+  if (t.kind != TaskKind::kTransfer && t.kind != TaskKind::kReduce)
+    return 0;
+  switch (t.pattern) {
+    case PatternKind::kRing: return k > 1 ? k : 0;
+    case PatternKind::kAllToAll: return k * (k - 1);
+    case PatternKind::kGather:
+    case PatternKind::kScatter: return k - 1;
+    case PatternKind::kPairs: return t.flowCount;
+  }
+  return 0;
+}
+
+std::vector<PlanFlow> Plan::flowsOf(const Task& t) const {
+  std::vector<PlanFlow> f;
+  const int k = scenario.workers;
+  if (t.kind != TaskKind::kTransfer && t.kind != TaskKind::kReduce)
+    return f;
+  f.reserve(flowCountOf(t));
+  auto part = [&](int src, int dst) {
+    switch (t.parts) {
+      case PartRule::kRingReduceScatter: return ((src - t.step) % k + k) % k;
+      case PartRule::kRingAllGather: return ((src + 1 - (t.step - (k - 1))) % k + k) % k;
+      case PartRule::kDestination: return dst;
+      case PartRule::kSource: return src;
+      case PartRule::kExplicit: return 0;
+    }
+    return 0;
+  };
+  switch (t.pattern) {
+    case PatternKind::kRing:
+      if (k > 1)
+        for (int r = 0; r < k; ++r)
+          f.push_back({r, (r + 1) % k, part(r, (r + 1) % k)});
+      break;
+    case PatternKind::kAllToAll:
+      for (int i = 0; i < k; ++i)
+        for (int j = 0; j < k; ++j)
+          if (i != j)
+            f.push_back({i, j, part(i, j)});
+      break;
+    case PatternKind::kGather:
+      for (int i = 0; i < k; ++i)
+        if (i != t.root)
+          f.push_back({i, t.root, part(i, t.root)});
+      break;
+    case PatternKind::kScatter:
+      for (int i = 0; i < k; ++i)
+        if (i != t.root)
+          f.push_back({t.root, i, part(t.root, i)});
+      break;
+    case PatternKind::kPairs:
+      f.assign(flows.begin() + t.flowBegin, flows.begin() + t.flowBegin + t.flowCount);
+      break;
+  }
+  return f;
+}
+
 size_t Plan::count(TaskKind kind) const {
   size_t n = 0;
   for (const auto& t : tasks)
@@ -69,11 +128,8 @@ using Deps = std::vector<int>;
 
 class Builder {
  public:
-  Builder(Plan& plan, const Network& net)
-      : plan_(plan),
-        net_(net),
-        k_(plan.scenario.workers),
-        segment_(plan.scenario.options.segment) {}
+  explicit Builder(Plan& plan)
+      : plan_(plan), k_(plan.scenario.workers), segment_(plan.scenario.options.segment) {}
 
   int workers() const { return k_; }
 
@@ -123,21 +179,21 @@ class Builder {
   }
   Collective& collective() { return plan_.collectives.back(); }
 
-  int transfer(PatternKind pattern, int root, Bytes bytes, std::vector<PlanFlow> flows, int step,
-               int segment, const Deps& deps) {
+  int transfer(PatternKind pattern, int root, PartRule parts, Bytes bytes, int step, int segment,
+               const Deps& deps, const std::vector<PlanFlow>& explicitFlows = {}) {
     Task t;
     t.kind = TaskKind::kTransfer;
     t.pattern = pattern;
+    t.parts = parts;
     t.root = root;
     t.bytes = bytes;
     t.flowBegin = static_cast<uint32_t>(plan_.flows.size());
-    t.flowCount = static_cast<uint32_t>(flows.size());
-    plan_.flows.insert(plan_.flows.end(), flows.begin(), flows.end());
+    t.flowCount = static_cast<uint32_t>(explicitFlows.size());
+    plan_.flows.insert(plan_.flows.end(), explicitFlows.begin(), explicitFlows.end());
     t.step = step;
     t.segment = segment;
     t.round = round_;
-    lastTransfer_ = add(t, deps);
-    return lastTransfer_;
+    return add(t, deps);
   }
 
   // The destinations of `transfer`'s flows each add `inputs` chunks of `bytes`.
@@ -148,6 +204,7 @@ class Builder {
     t.flowBegin = x.flowBegin;
     t.flowCount = x.flowCount;
     t.pattern = x.pattern;
+    t.parts = x.parts;
     t.root = x.root;
     t.step = x.step;
     t.segment = x.segment;
@@ -158,42 +215,6 @@ class Builder {
   }
 
   void setRound(int r) { round_ = r; }
-
-  // ---- flow sets ---------------------------------------------------------
-  std::vector<PlanFlow> ringFlows(int step, bool reduceScatter) const {
-    std::vector<PlanFlow> f;
-    f.reserve(static_cast<size_t>(k_));
-    for (int r = 0; r < k_; ++r) {
-      // Reduce-scatter step i: rank r sends chunk (r - i); allgather step i:
-      // rank r sends its finished chunk (r + 1 - i).
-      const int part = ((reduceScatter ? r - step : r + 1 - step) % k_ + k_) % k_;
-      f.push_back({r, (r + 1) % k_, part});
-    }
-    return f;
-  }
-  std::vector<PlanFlow> allToAllFlows(bool partIsDestination) const {
-    std::vector<PlanFlow> f;
-    f.reserve(static_cast<size_t>(k_) * static_cast<size_t>(k_ - 1));
-    for (int i = 0; i < k_; ++i)
-      for (int j = 0; j < k_; ++j)
-        if (i != j)
-          f.push_back({i, j, partIsDestination ? j : i});
-    return f;
-  }
-  std::vector<PlanFlow> gatherFlows(int root) const {
-    std::vector<PlanFlow> f;
-    for (int i = 0; i < k_; ++i)
-      if (i != root)
-        f.push_back({i, root, i});
-    return f;
-  }
-  std::vector<PlanFlow> scatterFlows(int root) const {
-    std::vector<PlanFlow> f;
-    for (int i = 0; i < k_; ++i)
-      if (i != root)
-        f.push_back({root, i, i});
-    return f;
-  }
 
   // ---- collectives (each mirrors collectives.cpp) ------------------------
   // All return the task whose completion completes the collective.
@@ -235,7 +256,7 @@ class Builder {
       int prevSend = -1, red = -1;
       for (int j = 0; j < segs; ++j) {
         const Deps d = j > 0 ? Deps{prevSend} : (i > 0 ? Deps{prevReduce} : start);
-        prevSend = transfer(PatternKind::kRing, -1, s, ringFlows(i, true), i, j, d);
+        prevSend = transfer(PatternKind::kRing, -1, PartRule::kRingReduceScatter, s, i, j, d);
         red = reduce(prevSend, s, 1, {prevSend, red});
       }
       prevReduce = red;
@@ -243,7 +264,7 @@ class Builder {
     }
     for (int i = 0; i < k_ - 1; ++i)
       for (int j = 0; j < segs; ++j)
-        last = transfer(PatternKind::kRing, -1, s, ringFlows(i, false), k_ - 1 + i, j,
+        last = transfer(PatternKind::kRing, -1, PartRule::kRingAllGather, s, k_ - 1 + i, j,
                         last >= 0 ? Deps{last} : start);
     return end(last);
   }
@@ -257,9 +278,9 @@ class Builder {
     begin(c);
     int g = -1, r = -1, b = -1;
     for (int j = 0; j < segs; ++j) {
-      g = transfer(PatternKind::kGather, 0, s, gatherFlows(0), 0, j, j > 0 ? Deps{g} : start);
+      g = transfer(PatternKind::kGather, 0, PartRule::kSource, s, 0, j, j > 0 ? Deps{g} : start);
       r = reduce(g, s, k_ - 1, {g, r});
-      b = transfer(PatternKind::kScatter, 0, s, scatterFlows(0), 1, j, {r, b});
+      b = transfer(PatternKind::kScatter, 0, PartRule::kSource, s, 1, j, {r, b});
     }
     return end(b);
   }
@@ -276,11 +297,11 @@ class Builder {
     std::vector<int> sums(static_cast<size_t>(segs), -1);
     int stream = -1, sum = -1;
     auto gatherBack = [&](int i) {
-      stream = transfer(PatternKind::kAllToAll, -1, s, allToAllFlows(false), 1, i,
+      stream = transfer(PatternKind::kAllToAll, -1, PartRule::kSource, s, 1, i,
                         {stream, sums[static_cast<size_t>(i)]});
     };
     for (int i = 0; i < segs; ++i) {
-      stream = transfer(PatternKind::kAllToAll, -1, s, allToAllFlows(true), 0, i,
+      stream = transfer(PatternKind::kAllToAll, -1, PartRule::kDestination, s, 0, i,
                         stream >= 0 ? Deps{stream} : start);
       sum = reduce(stream, s, k_ - 1, {stream, sum});
       sums[static_cast<size_t>(i)] = sum;
@@ -308,7 +329,8 @@ class Builder {
       std::vector<PlanFlow> f;
       for (int i = 0; i < extra; ++i)
         f.push_back({2 * i + 1, 2 * i, 0});
-      const int x = transfer(PatternKind::kPairs, -1, n, f, step++, 0, next(start));
+      const int x = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0,
+                             next(start), f);
       last = reduce(x, n, 1, {x});
     }
     std::vector<std::vector<PlanFlow>> exchanges;
@@ -321,18 +343,20 @@ class Builder {
     Bytes size = n;
     for (const auto& f : exchanges) {
       size = size / 2;
-      const int x = transfer(PatternKind::kPairs, -1, size, f, step++, 0, next(start));
+      const int x = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0,
+                             next(start), f);
       last = reduce(x, size, 1, {x});
     }
     for (auto it = exchanges.rbegin(); it != exchanges.rend(); ++it) {
-      last = transfer(PatternKind::kPairs, -1, size, *it, step++, 0, next(start));
+      last = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0, next(start),
+                      *it);
       size = size * 2;
     }
     if (extra > 0) {
       std::vector<PlanFlow> f;
       for (int i = 0; i < extra; ++i)
         f.push_back({2 * i, 2 * i + 1, 0});
-      last = transfer(PatternKind::kPairs, -1, n, f, step++, 0, next(start));
+      last = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0, next(start), f);
     }
     return end(last);
   }
@@ -340,14 +364,14 @@ class Builder {
   // Flat broadcast from root: one step.
   int broadcast(int root, Bytes n, BufferKind buffer, int layer, const Deps& start) {
     begin(simple("broadcast", buffer, n, layer));
-    return end(transfer(PatternKind::kScatter, root, n, scatterFlows(root), 0, 0, start));
+    return end(transfer(PatternKind::kScatter, root, PartRule::kSource, n, 0, 0, start));
   }
 
   // Every rank's n bytes to every other rank: one all-to-all step.
   int allGatherDirect(Bytes perRank, BufferKind buffer, int layer, const Deps& start) {
     begin(simple("allgather", buffer, perRank * k_, layer));
     collective().parts = k_;
-    return end(transfer(PatternKind::kAllToAll, -1, perRank, allToAllFlows(false), 0, 0, start));
+    return end(transfer(PatternKind::kAllToAll, -1, PartRule::kSource, perRank, 0, 0, start));
   }
 
   // Streamed reduce into root: gather segment j, sum it, pipelined.
@@ -359,7 +383,7 @@ class Builder {
     begin(c);
     int g = -1, r = -1;
     for (int j = 0; j < segs; ++j) {
-      g = transfer(PatternKind::kGather, root, s, gatherFlows(root), 0, j, j > 0 ? Deps{g} : start);
+      g = transfer(PatternKind::kGather, root, PartRule::kSource, s, 0, j, j > 0 ? Deps{g} : start);
       r = reduce(g, s, k_ - 1, {g, r});
     }
     return end(r);
@@ -377,7 +401,7 @@ class Builder {
     begin(c);
     int x = -1, r = -1;
     for (int j = 0; j < segs; ++j) {
-      x = transfer(PatternKind::kAllToAll, -1, s, allToAllFlows(true), 0, j,
+      x = transfer(PatternKind::kAllToAll, -1, PartRule::kDestination, s, 0, j,
                    j > 0 ? Deps{x} : start);
       r = reduce(x, s, k_ - 1, {x, r});
     }
@@ -396,12 +420,10 @@ class Builder {
   }
 
   Plan& plan_;
-  const Network& net_;
   int k_;
   Bytes segment_;
   int current_ = -1;
   int round_ = -1;
-  int lastTransfer_ = -1;
 };
 
 double paramsIn(const Network& net, int first, int last) {
@@ -412,48 +434,37 @@ double paramsIn(const Network& net, int first, int last) {
 }
 
 // Backprop of data-parallel layers [first, last) on every worker, then their
-// gradient synchronisation: one fused allreduce after backprop (overlap off),
-// or one allreduce per layer with weights as soon as every worker has its
-// gradient, one collective at a time (overlap on). `prev[w]` is each worker's
+// gradient synchronisation, one bucket (strategy.h) after another: each
+// bucket's allreduce starts when every worker has the bucket's last gradient
+// (overlap) or has finished backprop (no overlap). `prev[w]` is each worker's
 // last task so far; on return it is the worker's last backprop task. Returns
 // the task that completes the synchronisation (-1 when none).
 int backpropWithSync(Builder& b, const Network& net, const Scenario& sc, int first, int last,
                      AllreduceAlgorithm algorithm, std::vector<int>& prev) {
   const int k = sc.workers;
   const double e = elementBytes(sc.options.element);
-  // ready[l][w]: worker w's bwd_weights task of layer l.
+  // ready[l - first][w]: worker w's bwd_weights task of layer l.
   std::vector<std::vector<int>> ready(static_cast<size_t>(last - first));
   for (int w = 0; w < k; ++w) {
+    auto& p = prev[static_cast<size_t>(w)];
     for (int l = last - 1; l >= first; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
       if (layer.hasWeights()) {
-        prev[static_cast<size_t>(w)] = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0,
-                                                 {prev[static_cast<size_t>(w)]});
-        ready[static_cast<size_t>(l - first)].push_back(prev[static_cast<size_t>(w)]);
+        p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, {p});
+        ready[static_cast<size_t>(l - first)].push_back(p);
       }
       if (!layer.readsNetworkInput())
-        prev[static_cast<size_t>(w)] = b.compute(w, l, Phase::kBwdData, sc.batchPerWorker, 1.0,
-                                                 {prev[static_cast<size_t>(w)]});
+        p = b.compute(w, l, Phase::kBwdData, sc.batchPerWorker, 1.0, {p});
     }
   }
   if (k == 1)
     return -1;
   int done = -1;
-  if (!sc.options.overlap) {
-    const double params = paramsIn(net, first, last);
-    if (params > 0)
-      done = b.allReduce(algorithm, Bytes(params * e), BufferKind::kWeightGradients, first,
-                         last - 1, prev);
-    return done;
-  }
-  for (int l = last - 1; l >= first; --l) {
-    const auto& layer = net.layers[static_cast<size_t>(l)];
-    if (!layer.hasWeights())
-      continue;
-    Deps start = ready[static_cast<size_t>(l - first)];
+  for (const auto& bucket : gradientBuckets(net, first, last, sc.options)) {
+    Deps start = sc.options.overlap ? ready[static_cast<size_t>(bucket.firstLayer - first)] : prev;
     start.push_back(done);
-    done = b.allReduce(algorithm, Bytes(double(layer.params) * e), BufferKind::kWeightGradients, l,
-                       l, start);
+    done = b.allReduce(algorithm, Bytes(bucket.params * e), BufferKind::kWeightGradients,
+                       bucket.firstLayer, bucket.lastLayer, start);
   }
   return done;
 }
@@ -569,10 +580,9 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
   }
   b.setRound(-1);
   // Conv backprop starts when every round's gradients are back.
-  for (auto& p : prev)
-    p = lastBack >= 0 ? lastBack : p;
-  if (lastBack < 0)
-    prev = prev;  // one worker: each keeps its own chain
+  if (lastBack >= 0)
+    for (auto& p : prev)
+      p = lastBack;
   const int synced = backpropWithSync(b, net, sc, 0, mp, sc.options.convSync, prev);
   for (int w = 0; w < k; ++w) {
     int p = b.update(w, paramsIn(net, 0, mp), {prev[static_cast<size_t>(w)], synced});
@@ -589,7 +599,7 @@ Plan lowerToPlan(const Network& network, const Scenario& scenario) {
   Plan plan;
   plan.network = network.name;
   plan.scenario = scenario;
-  Builder b(plan, network);
+  Builder b(plan);
   if (isModelParallel(scenario.strategy)) {
     lowerWeirdTrick(b, network, scenario);
   } else {

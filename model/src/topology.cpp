@@ -55,6 +55,14 @@ Seconds Topology::latency(int a, int b) const {
   return l < 0 ? Seconds(0) : cluster_->levels[static_cast<size_t>(l)].link.latency;
 }
 
+int Topology::levelOfLink(int link) const {
+  int level = 0;
+  for (size_t l = 0; l < levelOffset_.size(); ++l)
+    if (link >= levelOffset_[l])
+      level = static_cast<int>(l);
+  return level;
+}
+
 int Topology::linkIndex(int level, int worker) const {
   const auto l = static_cast<size_t>(level);
   const int lanes = cluster_->levels[l].link.lanes;

@@ -23,6 +23,11 @@ void checkScenario(const Network& network, const Scenario& scenario);
 Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
                   const DeviceSpec& device, FlopsPerSecond peak, ElementType element);
 
+// Peak memory of worker `rank` under `scenario` (weights, gradients, momentum,
+// saved activations, communication staging); the same for every engine.
+MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                         int rank);
+
 // SGD with momentum over `params` parameters: reads w, g, v and writes w, v.
 Seconds updateTime(double params, const DeviceSpec& device, ElementType element);
 

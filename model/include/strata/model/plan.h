@@ -51,6 +51,17 @@ enum class BufferKind {
 };
 std::string_view toString(BufferKind kind);
 
+// Which part of the buffer each flow of a patterned step carries; flows of
+// ring, all-to-all, gather and scatter steps are implied by the pattern and
+// not stored.
+enum class PartRule : uint8_t {
+  kExplicit,           // stored flows (kPairs)
+  kRingReduceScatter,  // step i: rank r sends chunk (r - i) mod K
+  kRingAllGather,      // step i: rank r sends chunk (r + 1 - i) mod K
+  kDestination,        // chunk owned by the destination (reduce-scatter, gather)
+  kSource,             // chunk owned by the source (allgather, scatter)
+};
+
 struct PlanFlow {
   int32_t src = 0;
   int32_t dst = 0;
@@ -68,6 +79,7 @@ struct Task {
   Bytes bytes;          // transfer: per flow; reduce: per chunk summed
   int inputs = 0;       // reduce: chunks summed per destination
   PatternKind pattern = PatternKind::kPairs;
+  PartRule parts = PartRule::kExplicit;
   int root = -1;  // gather / scatter
   uint32_t flowBegin = 0, flowCount = 0;
   uint32_t depBegin = 0, depCount = 0;
@@ -102,9 +114,9 @@ struct Plan {
   std::span<const int> depsOf(const Task& t) const {
     return {deps.data() + t.depBegin, t.depCount};
   }
-  std::span<const PlanFlow> flowsOf(const Task& t) const {
-    return {flows.data() + t.flowBegin, t.flowCount};
-  }
+  // The flows of a transfer or reduce task (materialised for patterned ones).
+  std::vector<PlanFlow> flowsOf(const Task& t) const;
+  size_t flowCountOf(const Task& t) const;
   size_t count(TaskKind kind) const;
 };
 

@@ -66,8 +66,16 @@ class Topology {
   // "pcie-switch link of device 3 (up)" for reports.
   std::string describeLink(int link, bool up) const;
 
- private:
+  // Links: every unit's uplink (lane) at every level, numbered 0..linkCount()-1.
+  int linkCount() const { return linkCount_; }
+  // The link worker `worker` uses at `level` (its unit's uplink, its lane).
   int linkIndex(int level, int worker) const;
+  int levelOfLink(int link) const;
+  const LinkSpec& linkSpec(int link) const {
+    return cluster_->levels[static_cast<size_t>(levelOfLink(link))].link;
+  }
+
+ private:
   // Latency of a pattern among all workers (root < 0) or into/out of a root.
   Seconds patternLatency(int root) const;
   // Gather into (intoRoot) or scatter out of `root`, from closed-form link loads.

@@ -1,0 +1,647 @@
+#include "strata/sim/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <queue>
+
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+#include "strata/model/topology.h"
+
+namespace strata::sim {
+
+namespace {
+
+// ---- event queue -------------------------------------------------------------
+// A binary heap ordered by (time, insertion number): events at the same time
+// come out in the order they were scheduled, so a run is reproducible byte for
+// byte. The clock never goes back (asserted).
+
+enum class EventKind : uint32_t { kTaskDone, kActivate, kTransferDone };
+
+struct Event {
+  double time;
+  uint64_t seq;
+  EventKind kind;
+  uint32_t task;
+  uint32_t version;
+};
+
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+  }
+};
+
+class EventQueue {
+ public:
+  void push(double time, EventKind kind, uint32_t task, uint32_t version = 0) {
+    STRATA_ENFORCE_OP(time, >=, now_);
+    heap_.push(Event{time, seq_++, kind, task, version});
+  }
+  Event pop() {
+    Event e = heap_.top();
+    heap_.pop();
+    STRATA_ENFORCE_OP(e.time, >=, now_);
+    now_ = e.time;
+    ++popped_;
+    return e;
+  }
+  bool empty() const { return heap_.empty(); }
+  double nextTime() const { return heap_.top().time; }
+  double now() const { return now_; }
+  uint64_t popped() const { return popped_; }
+
+ private:
+  std::priority_queue<Event, std::vector<Event>, Later> heap_;
+  uint64_t seq_ = 0;
+  uint64_t popped_ = 0;
+  double now_ = 0;
+};
+
+// ---- channel loads of a transfer pattern ------------------------------------
+
+struct Load {
+  std::vector<std::pair<int, int>> channels;  // (channel, flows), sorted by channel
+  double latency = 0;
+  double secondsPerByte = 0;  // alone on the network
+};
+
+// Uniform in [-1, 1] from (seed, task): splitmix64.
+double unitNoise(uint64_t seed, uint64_t task) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + task + 0x632BE59BD9B4E5Bull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) / double(1ull << 53) * 2.0 - 1.0;
+}
+
+class Engine {
+ public:
+  Engine(const Plan& plan, const Network& net, const Cluster& cluster, const Options& options)
+      : plan_(plan),
+        net_(net),
+        cluster_(cluster),
+        opt_(options),
+        topo_(cluster, plan.scenario.workers),
+        k_(plan.scenario.workers),
+        peak_(cluster.device.peakFor(plan.scenario.options.element, cluster.sourceFile)),
+        gamma_(1.0 / cluster.device.reduceBandwidth.value()) {
+    const size_t n = plan.tasks.size();
+    depsLeft_.resize(n);
+    start_.assign(n, -1.0);
+    end_.assign(n, -1.0);
+    // Dependents in CSR form.
+    std::vector<uint32_t> counts(n + 1, 0);
+    for (size_t t = 0; t < n; ++t) {
+      depsLeft_[t] = plan.tasks[t].depCount;
+      for (int d : plan.depsOf(plan.tasks[t]))
+        ++counts[static_cast<size_t>(d) + 1];
+    }
+    for (size_t i = 1; i <= n; ++i)
+      counts[i] += counts[i - 1];
+    dependentsBegin_ = counts;
+    dependents_.resize(plan.deps.size());
+    for (size_t t = 0; t < n; ++t)
+      for (int d : plan.depsOf(plan.tasks[t]))
+        dependents_[counts[static_cast<size_t>(d)]++] = static_cast<uint32_t>(t);
+
+    workerQueue_.resize(static_cast<size_t>(k_));
+    workerBusy_.assign(static_cast<size_t>(k_), 0);
+    const int channels = 2 * topo_.linkCount();
+    beta_.resize(static_cast<size_t>(channels));
+    for (int l = 0; l < topo_.linkCount(); ++l) {
+      beta_[static_cast<size_t>(2 * l)] = beta_[static_cast<size_t>(2 * l + 1)] =
+          topo_.linkSpec(l).bandwidth.value();
+    }
+    flowsOn_.assign(static_cast<size_t>(channels), 0);
+    tasksOn_.resize(static_cast<size_t>(channels));
+    activeOn_.assign(static_cast<size_t>(channels), 0);
+    busySince_.assign(static_cast<size_t>(channels), 0);
+    busy_.assign(static_cast<size_t>(channels), 0);
+    bytesOn_.assign(static_cast<size_t>(channels), 0);
+    scratch_.assign(static_cast<size_t>(channels), 0);
+    stamp_.assign(n, 0);
+    activeIndex_.assign(n, -1);
+
+    sent_.assign(static_cast<size_t>(k_), 0);
+    received_.assign(static_cast<size_t>(k_), 0);
+    phase_.resize(static_cast<size_t>(k_));
+    computeIntervals_.resize(static_cast<size_t>(k_));
+    ownComm_.resize(static_cast<size_t>(k_));
+    workerStamp_.assign(static_cast<size_t>(k_), 0);
+  }
+
+  Result run() {
+    for (size_t t = 0; t < plan_.tasks.size(); ++t)
+      if (depsLeft_[t] == 0)
+        makeReady(static_cast<uint32_t>(t));
+    while (!q_.empty()) {
+      const Event e = q_.pop();
+      switch (e.kind) {
+        case EventKind::kTaskDone: finish(e.task); break;
+        case EventKind::kActivate: activate(e.task); break;
+        case EventKind::kTransferDone:
+          // Stale completions (the rate changed since) carry an old version.
+          if (end_[e.task] < 0 &&
+              active_[static_cast<size_t>(activeIndex_[e.task])].version == e.version)
+            finish(e.task);
+          break;
+      }
+      if (q_.empty() || q_.nextTime() > q_.now())
+        recomputeRates();
+    }
+    for (size_t t = 0; t < plan_.tasks.size(); ++t)
+      if (end_[t] < 0)
+        throw InvariantError(fmt::format("simulation stalled: task {} ({}) never ran", t,
+                                         toString(plan_.tasks[t].kind)));
+    return assemble();
+  }
+
+ private:
+  // ---- task lifecycle --------------------------------------------------------
+  void makeReady(uint32_t t) {
+    const Task& task = plan_.tasks[t];
+    const double now = q_.now();
+    switch (task.kind) {
+      case TaskKind::kCompute:
+      case TaskKind::kUpdate:
+        workerQueue_[static_cast<size_t>(task.worker)].push(t);
+        tryStart(task.worker);
+        break;
+      case TaskKind::kReduce:
+        start_[t] = now;
+        q_.push(now + gamma_ * task.bytes.value() * task.inputs, EventKind::kTaskDone, t);
+        break;
+      case TaskKind::kTransfer: {
+        start_[t] = now;
+        if (plan_.flowCountOf(task) == 0) {
+          q_.push(now, EventKind::kTaskDone, t);
+          break;
+        }
+        const Load& load = loadOf(task);
+        q_.push(now + load.latency, EventKind::kActivate, t);
+        break;
+      }
+    }
+  }
+
+  void tryStart(int worker) {
+    auto& queue = workerQueue_[static_cast<size_t>(worker)];
+    if (workerBusy_[static_cast<size_t>(worker)] || queue.empty())
+      return;
+    const uint32_t t = queue.top();
+    queue.pop();
+    workerBusy_[static_cast<size_t>(worker)] = 1;
+    start_[t] = q_.now();
+    q_.push(q_.now() + computeTime(plan_.tasks[t], t), EventKind::kTaskDone, t);
+  }
+
+  double computeTime(const Task& task, uint32_t id) const {
+    const auto element = plan_.scenario.options.element;
+    double seconds = 0;
+    if (task.kind == TaskKind::kCompute) {
+      seconds = layerTime(net_.layers[static_cast<size_t>(task.layer)], task.phase, task.examples,
+                          task.fraction, cluster_.device, peak_, element)
+                    .value();
+    } else {
+      seconds = updateTime(task.params, cluster_.device, element).value();
+    }
+    const auto w = static_cast<size_t>(task.worker);
+    if (w < opt_.slowdown.size())
+      seconds *= opt_.slowdown[w];
+    if (opt_.jitter > 0)
+      seconds *= 1.0 + opt_.jitter * unitNoise(opt_.seed, id);
+    return seconds;
+  }
+
+  void finish(uint32_t t) {
+    const Task& task = plan_.tasks[t];
+    end_[t] = q_.now();
+    switch (task.kind) {
+      case TaskKind::kCompute:
+      case TaskKind::kUpdate: {
+        const auto w = static_cast<size_t>(task.worker);
+        const double d = end_[t] - start_[t];
+        auto& p = phase_[w];
+        if (task.kind == TaskKind::kUpdate) {
+          p.update += Seconds(d);
+        } else if (task.phase == Phase::kFwd) {
+          p.fwd += Seconds(d);
+        } else if (task.phase == Phase::kBwdData) {
+          p.bwdData += Seconds(d);
+        } else {
+          p.bwdWeights += Seconds(d);
+        }
+        computeIntervals_[w].push_back({start_[t], end_[t]});
+        if (opt_.timeline)
+          slices_.push_back({t, task.worker, Track::kCompute, -1, start_[t], end_[t]});
+        workerBusy_[w] = 0;
+        tryStart(task.worker);
+        break;
+      }
+      case TaskKind::kReduce: noteCommunication(task, t, false); break;
+      case TaskKind::kTransfer:
+        if (activeIndex_[t] >= 0)
+          leave(t);
+        countBytes(task);
+        noteCommunication(task, t, true);
+        break;
+    }
+    for (uint32_t i = dependentsBegin_[t]; i < dependentsBegin_[t + 1]; ++i) {
+      const uint32_t d = dependents_[i];
+      if (--depsLeft_[d] == 0)
+        makeReady(d);
+    }
+  }
+
+  // ---- network ---------------------------------------------------------------
+  int channelOf(int link, bool up) const {
+    return topo_.linkSpec(link).fullDuplex ? 2 * link + (up ? 0 : 1) : 2 * link;
+  }
+
+  const Load& loadOf(const Task& task) {
+    // Patterned steps share a load per (pattern, root); stored flows get their own.
+    const bool patterned = task.pattern != PatternKind::kPairs;
+    const std::pair<int, long> key{static_cast<int>(task.pattern),
+                                   patterned ? task.root : -1 - long(task.flowBegin)};
+    auto it = loads_.find(key);
+    if (it != loads_.end())
+      return it->second;
+    Load load;
+    std::vector<int> touched;
+    for (const auto& f : plan_.flowsOf(task)) {
+      const int meet = topo_.meetLevel(f.src, f.dst);
+      if (meet < 0)
+        continue;
+      load.latency = std::max(load.latency, topo_.latency(f.src, f.dst).value());
+      for (int l = 0; l <= meet; ++l) {
+        for (const auto& [worker, up] : {std::pair{f.src, true}, std::pair{f.dst, false}}) {
+          const int c = channelOf(topo_.linkIndex(l, worker), up);
+          if (scratch_[static_cast<size_t>(c)]++ == 0)
+            touched.push_back(c);
+        }
+      }
+    }
+    std::sort(touched.begin(), touched.end());
+    for (int c : touched) {
+      const int flows = scratch_[static_cast<size_t>(c)];
+      load.channels.push_back({c, flows});
+      load.secondsPerByte = std::max(load.secondsPerByte, flows / beta_[static_cast<size_t>(c)]);
+      scratch_[static_cast<size_t>(c)] = 0;
+    }
+    return loads_.emplace(key, std::move(load)).first->second;
+  }
+
+  struct Active {
+    const Load* load;
+    double remaining;  // bytes per flow
+    double rate;       // bytes per second per flow
+    double last;
+    uint32_t version;
+    std::vector<int> position;  // in tasksOn_ of each channel
+  };
+
+  void activate(uint32_t t) {
+    const Task& task = plan_.tasks[t];
+    const Load& load = loadOf(task);
+    Active a{&load, task.bytes.value(), 0, q_.now(), 0, {}};
+    a.position.resize(load.channels.size());
+    for (size_t i = 0; i < load.channels.size(); ++i) {
+      const auto [c, flows] = load.channels[i];
+      const auto ci = static_cast<size_t>(c);
+      flowsOn_[ci] += flows;
+      a.position[i] = static_cast<int>(tasksOn_[ci].size());
+      tasksOn_[ci].push_back(t);
+      if (activeOn_[ci]++ == 0)
+        busySince_[ci] = q_.now();
+      bytesOn_[ci] += double(flows) * task.bytes.value();
+      if (opt_.contention)
+        markChannel(c);
+    }
+    activeIndex_[t] = static_cast<int>(active_.size());
+    if (!freeActive_.empty()) {
+      activeIndex_[t] = freeActive_.back();
+      freeActive_.pop_back();
+      active_[static_cast<size_t>(activeIndex_[t])] = std::move(a);
+    } else {
+      active_.push_back(std::move(a));
+    }
+    markTask(t);
+  }
+
+  void leave(uint32_t t) {
+    const auto slot = static_cast<size_t>(activeIndex_[t]);
+    Active& a = active_[slot];
+    for (size_t i = 0; i < a.load->channels.size(); ++i) {
+      const auto [c, flows] = a.load->channels[i];
+      const auto ci = static_cast<size_t>(c);
+      flowsOn_[ci] -= flows;
+      // Swap-remove t from the channel's task list.
+      auto& list = tasksOn_[ci];
+      const int pos = a.position[i];
+      const uint32_t moved = list.back();
+      list[static_cast<size_t>(pos)] = moved;
+      list.pop_back();
+      if (moved != t) {
+        Active& m = active_[static_cast<size_t>(activeIndex_[moved])];
+        const auto& ch = m.load->channels;
+        const auto at = std::lower_bound(ch.begin(), ch.end(), std::pair{c, 0},
+                                         [](const auto& x, const auto& y) { return x.first < y.first; });
+        m.position[static_cast<size_t>(at - ch.begin())] = pos;
+      }
+      if (--activeOn_[ci] == 0) {
+        busy_[ci] += q_.now() - busySince_[ci];
+        if (opt_.timeline)
+          linkSlices_.push_back({c, busySince_[ci], q_.now()});
+      }
+      if (opt_.contention)
+        markChannel(c);
+    }
+    a.version++;
+    freeActive_.push_back(static_cast<int>(slot));
+    activeIndex_[t] = static_cast<int>(slot);  // kept for the version check of stale events
+  }
+
+  void markChannel(int c) {
+    for (uint32_t t : tasksOn_[static_cast<size_t>(c)])
+      markTask(t);
+  }
+  void markTask(uint32_t t) {
+    if (stamp_[t] != stampNow_ + 1) {
+      stamp_[t] = stampNow_ + 1;
+      affected_.push_back(t);
+    }
+  }
+
+  // New rates for every transfer whose channels changed, and their new ends.
+  void recomputeRates() {
+    if (affected_.empty())
+      return;
+    const double now = q_.now();
+    for (uint32_t t : affected_) {
+      if (end_[t] >= 0)
+        continue;  // finished (and left) in this batch
+      Active& a = active_[static_cast<size_t>(activeIndex_[t])];
+      a.remaining = std::max(0.0, a.remaining - a.rate * (now - a.last));
+      a.last = now;
+      double perByte = a.load->secondsPerByte;
+      if (opt_.contention) {
+        perByte = 0;
+        for (const auto& [c, flows] : a.load->channels)
+          perByte = std::max(perByte, flowsOn_[static_cast<size_t>(c)] / beta_[static_cast<size_t>(c)]);
+      }
+      a.rate = perByte > 0 ? 1.0 / perByte : 0;
+      ++a.version;
+      q_.push(perByte > 0 ? now + a.remaining * perByte : now, EventKind::kTransferDone, t,
+              a.version);
+    }
+    affected_.clear();
+    ++stampNow_;
+  }
+
+  // ---- accounting ------------------------------------------------------------
+  void countBytes(const Task& task) {
+    const double b = task.bytes.value();
+    const double k = k_;
+    switch (task.pattern) {
+      case PatternKind::kRing:
+        allSent_ += b;
+        allReceived_ += b;
+        break;
+      case PatternKind::kAllToAll:
+        allSent_ += (k - 1) * b;
+        allReceived_ += (k - 1) * b;
+        break;
+      case PatternKind::kGather:
+        allSent_ += b;
+        sent_[static_cast<size_t>(task.root)] -= b;
+        received_[static_cast<size_t>(task.root)] += (k - 1) * b;
+        break;
+      case PatternKind::kScatter:
+        allReceived_ += b;
+        received_[static_cast<size_t>(task.root)] -= b;
+        sent_[static_cast<size_t>(task.root)] += (k - 1) * b;
+        break;
+      case PatternKind::kPairs:
+        for (const auto& f : plan_.flowsOf(task)) {
+          sent_[static_cast<size_t>(f.src)] += b;
+          received_[static_cast<size_t>(f.dst)] += b;
+        }
+        break;
+    }
+  }
+
+  // Records the task's interval as communication time of the workers taking
+  // part (every worker for patterned steps, except a reduce into one root),
+  // and the trace slices.
+  void noteCommunication(const Task& task, uint32_t t, bool transfer) {
+    const std::pair<double, double> span{start_[t], end_[t]};
+    const bool rootOnly = !transfer && (task.pattern == PatternKind::kGather);
+    if (rootOnly) {
+      ownComm_[static_cast<size_t>(task.root)].push_back(span);
+    } else if (task.pattern != PatternKind::kPairs) {
+      allComm_.push_back(span);
+    } else {
+      ++workerStampNow_;
+      for (const auto& f : plan_.flowsOf(task))
+        for (int w : {f.src, f.dst})
+          if ((transfer || w == f.dst) && workerStamp_[static_cast<size_t>(w)] != workerStampNow_) {
+            workerStamp_[static_cast<size_t>(w)] = workerStampNow_;
+            ownComm_[static_cast<size_t>(w)].push_back(span);
+          }
+    }
+    if (!opt_.timeline)
+      return;
+    if (transfer) {
+      for (const auto& f : plan_.flowsOf(task)) {
+        slices_.push_back({t, f.src, Track::kSend, f.dst, start_[t], end_[t]});
+        slices_.push_back({t, f.dst, Track::kReceive, f.src, start_[t], end_[t]});
+      }
+    } else if (rootOnly) {
+      slices_.push_back({t, task.root, Track::kReduce, -1, start_[t], end_[t]});
+    } else {
+      ++workerStampNow_;
+      for (const auto& f : plan_.flowsOf(task))
+        if (workerStamp_[static_cast<size_t>(f.dst)] != workerStampNow_) {
+          workerStamp_[static_cast<size_t>(f.dst)] = workerStampNow_;
+          slices_.push_back({t, f.dst, Track::kReduce, -1, start_[t], end_[t]});
+        }
+    }
+  }
+
+  using Intervals = std::vector<std::pair<double, double>>;
+
+  static Intervals merged(Intervals v) {
+    std::sort(v.begin(), v.end());
+    Intervals out;
+    for (const auto& iv : v) {
+      if (!out.empty() && iv.first <= out.back().second) {
+        out.back().second = std::max(out.back().second, iv.second);
+      } else {
+        out.push_back(iv);
+      }
+    }
+    return out;
+  }
+  static double length(const Intervals& v) {
+    double s = 0;
+    for (const auto& iv : v)
+      s += iv.second - iv.first;
+    return s;
+  }
+  // Total overlap of two sorted lists of disjoint intervals.
+  static double overlap(const Intervals& a, const Intervals& b) {
+    double s = 0;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+      const double lo = std::max(a[i].first, b[j].first);
+      const double hi = std::min(a[i].second, b[j].second);
+      if (hi > lo)
+        s += hi - lo;
+      if (a[i].second < b[j].second) {
+        ++i;
+      } else {
+        ++j;
+      }
+    }
+    return s;
+  }
+
+  Result assemble() {
+    Result r;
+    r.events = q_.popped();
+    r.taskStart = start_;
+    r.taskEnd = end_;
+    double step = 0;
+    for (double e : end_)
+      step = std::max(step, e);
+    const auto& sc = plan_.scenario;
+    StepEstimate& est = r.estimate;
+    est.engine = "sim";
+    est.network = net_.name;
+    est.cluster = cluster_.name;
+    est.scenario = sc;
+    est.step = Seconds(step);
+    Scenario single = sc;
+    single.workers = 1;
+    single.strategy = Strategy::kRing;
+    est.singleWorkerStep = estimate(net_, cluster_, single).step;
+    const double examples = double(k_) * sc.batchPerWorker;
+    est.throughput = step > 0 ? examples / step : 0;
+    est.speedup = est.throughput / (sc.batchPerWorker / est.singleWorkerStep.value());
+    est.efficiency = est.speedup / k_;
+
+    const Intervals all = merged(allComm_);
+    const MemoryUse memRoot = estimateMemory(net_, cluster_, sc, 0);
+    const MemoryUse memOther = k_ > 1 ? estimateMemory(net_, cluster_, sc, 1) : memRoot;
+    est.workers.resize(static_cast<size_t>(k_));
+    for (int w = 0; w < k_; ++w) {
+      const auto wi = static_cast<size_t>(w);
+      auto& we = est.workers[wi];
+      we.rank = w;
+      we.compute = phase_[wi];
+      Intervals comm = ownComm_[wi].empty() ? all : merged([&] {
+        Intervals v = all;
+        v.insert(v.end(), ownComm_[wi].begin(), ownComm_[wi].end());
+        return v;
+      }());
+      const double c = length(comm);
+      const double hidden = overlap(comm, computeIntervals_[wi]);  // compute intervals are sorted
+      we.communication = Seconds(c);
+      we.exposedCommunication = Seconds(c - hidden);
+      we.idle = max(Seconds(0), est.step - we.compute.total() - we.exposedCommunication);
+      we.sent = Bytes(allSent_ + sent_[wi]);
+      we.received = Bytes(allReceived_ + received_[wi]);
+      we.memory = w == 0 ? memRoot : memOther;
+      if (we.memory.total() > cluster_.device.memoryCapacity)
+        est.fitsInMemory = false;
+    }
+
+    // Links, busiest first.
+    r.channelNames.resize(beta_.size());
+    for (size_t c = 0; c < beta_.size(); ++c) {
+      const int link = static_cast<int>(c / 2);
+      r.channelNames[c] = topo_.describeLink(link, c % 2 == 0);
+      if (bytesOn_[c] <= 0)
+        continue;
+      LinkUse u;
+      u.name = r.channelNames[c];
+      u.bandwidth = BytesPerSecond(beta_[c]);
+      u.bytes = Bytes(bytesOn_[c]);
+      u.busy = Seconds(busy_[c]);
+      u.utilisation = step > 0 ? bytesOn_[c] / (beta_[c] * step) : 0;
+      r.links.push_back(u);
+    }
+    std::stable_sort(r.links.begin(), r.links.end(),
+                     [](const LinkUse& a, const LinkUse& b) { return a.utilisation > b.utilisation; });
+    est.bottleneck = r.links.empty() ? "none" : r.links.front().name;
+    r.slices = std::move(slices_);
+    r.linkSlices = std::move(linkSlices_);
+    return r;
+  }
+
+  const Plan& plan_;
+  const Network& net_;
+  const Cluster& cluster_;
+  Options opt_;
+  Topology topo_;
+  int k_;
+  FlopsPerSecond peak_;
+  double gamma_;
+  EventQueue q_;
+
+  std::vector<uint32_t> depsLeft_;
+  std::vector<uint32_t> dependentsBegin_;
+  std::vector<uint32_t> dependents_;
+  std::vector<double> start_, end_;
+  std::vector<std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>> workerQueue_;
+  std::vector<char> workerBusy_;
+
+  std::vector<double> beta_;
+  std::vector<int> flowsOn_;
+  std::vector<std::vector<uint32_t>> tasksOn_;
+  std::vector<int> activeOn_;
+  std::vector<double> busySince_, busy_, bytesOn_;
+  std::vector<int> scratch_;
+  std::map<std::pair<int, long>, Load> loads_;
+  std::vector<Active> active_;
+  std::vector<int> freeActive_;
+  std::vector<int> activeIndex_;
+  std::vector<uint32_t> stamp_;
+  uint32_t stampNow_ = 0;
+  std::vector<uint32_t> affected_;
+
+  double allSent_ = 0, allReceived_ = 0;
+  std::vector<double> sent_, received_;
+  std::vector<PhaseTimes> phase_;
+  std::vector<Intervals> computeIntervals_;
+  Intervals allComm_;
+  std::vector<Intervals> ownComm_;
+  std::vector<uint32_t> workerStamp_;
+  uint32_t workerStampNow_ = 0;
+  std::vector<Slice> slices_;
+  std::vector<LinkSlice> linkSlices_;
+};
+
+}  // namespace
+
+Result simulate(const Plan& plan, const Network& network, const Cluster& cluster,
+                const Options& options) {
+  for (double s : options.slowdown)
+    if (!(s > 0))
+      throw OptionError("--straggler", fmt::format("slowdown factors must be positive, got {}", s));
+  if (options.jitter < 0 || options.jitter >= 1)
+    throw OptionError("--jitter", fmt::format("must be in [0, 1), got {}", options.jitter));
+  if (options.slowdown.size() > static_cast<size_t>(plan.scenario.workers))
+    throw OptionError("--straggler", fmt::format("names worker {} but there are {} workers",
+                                                 options.slowdown.size() - 1,
+                                                 plan.scenario.workers));
+  Engine engine(plan, network, cluster, options);
+  return engine.run();
+}
+
+}  // namespace strata::sim
