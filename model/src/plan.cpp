@@ -154,6 +154,7 @@ class Builder {
     t.phase = phase;
     t.examples = examples;
     t.fraction = fraction;
+    t.round = round_;
     return add(t, deps);
   }
 

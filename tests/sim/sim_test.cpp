@@ -1,0 +1,305 @@
+// The simulator against the analytic model (contention off), against hand-
+// computed timelines (contention on), and its trace.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../model/helpers.h"
+#include "strata/model/estimate.h"
+#include "strata/model/plan.h"
+#include "strata/sim/simulator.h"
+
+using namespace strata;
+using strata::test::flatCluster;
+using strata::test::presetCluster;
+using strata::test::presetNetwork;
+
+namespace {
+
+Scenario scenario(Strategy s, int k, int b = 128, bool overlap = false) {
+  Scenario sc;
+  sc.strategy = s;
+  sc.workers = k;
+  sc.batchPerWorker = b;
+  sc.options.overlap = overlap;
+  return sc;
+}
+
+sim::Result run(const Network& net, const Cluster& cl, const Scenario& sc, bool contention,
+                bool timeline = false) {
+  sim::Options o;
+  o.contention = contention;
+  o.timeline = timeline;
+  return sim::simulate(lowerToPlan(net, sc), net, cl, o);
+}
+
+}  // namespace
+
+TEST_CASE("with contention off the simulator reproduces the model (1 %)", "[sim][agreement]") {
+  const char* networks[] = {"alexnet-owt", "alexnet", "vgg16", "resnet50", "lm-300m", "tiny-cnn"};
+  const auto cluster = presetCluster("dgx-h100");
+  for (const char* name : networks) {
+    const auto net = presetNetwork(name);
+    for (auto s : kAllStrategies) {
+      for (int k : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
+        for (bool overlap : {false, true}) {
+          INFO(name << " " << toString(s) << " K = " << k << " overlap " << overlap);
+          const auto sc = scenario(s, k, 32, overlap);
+          const auto model = estimate(net, cluster, sc);
+          const auto simulated = run(net, cluster, sc, false);
+          CHECK(simulated.estimate.step.value() == Approx(model.step.value()).epsilon(0.01));
+          CHECK(simulated.estimate.workers[0].sent.value() ==
+                Approx(model.workers[0].sent.value()).epsilon(1e-9).margin(1e-3));
+          CHECK(simulated.estimate.workers[k - 1].received.value() ==
+                Approx(model.workers[k - 1].received.value()).epsilon(1e-9).margin(1e-3));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("contention off agrees on a two-level PCIe box and a 1 GbE cluster too",
+          "[sim][agreement]") {
+  const auto net = presetNetwork("alexnet-owt");
+  for (const char* c : {"k20x8-pcie", "gige-cluster", "baidu-5x8-ib"}) {
+    const auto cl = presetCluster(c);
+    for (auto s : kAllStrategies)
+      for (int k : {2, 3, 5, 8}) {
+        INFO(c << " " << toString(s) << " K = " << k);
+        const auto sc = scenario(s, k, 64, true);
+        CHECK(run(net, cl, sc, false).estimate.step.value() ==
+              Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
+      }
+  }
+}
+
+namespace {
+// A hand-made plan of bare transfers on K workers: each entry is (src, dst,
+// bytes, task it waits for or -1).
+struct Send {
+  int src, dst;
+  double bytes;
+  int after;
+};
+Plan transfersOnly(int k, const std::vector<Send>& sends) {
+  Plan p;
+  p.network = "none";
+  p.scenario.workers = k;
+  Collective c;
+  c.algorithm = "p2p";
+  p.collectives.push_back(c);
+  for (const auto& s : sends) {
+    Task t;
+    t.kind = TaskKind::kTransfer;
+    t.pattern = PatternKind::kPairs;
+    t.bytes = Bytes(s.bytes);
+    t.collective = 0;
+    t.flowBegin = static_cast<uint32_t>(p.flows.size());
+    t.flowCount = 1;
+    p.flows.push_back({s.src, s.dst, 0});
+    t.depBegin = static_cast<uint32_t>(p.deps.size());
+    if (s.after >= 0)
+      p.deps.push_back(s.after);
+    t.depCount = static_cast<uint32_t>(p.deps.size()) - t.depBegin;
+    p.tasks.push_back(t);
+  }
+  return p;
+}
+}  // namespace
+
+TEST_CASE("two transfers into one receiver share its link", "[sim][contention]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = flatCluster(1e9, 0);  // 1 GB/s each way, no latency
+  const auto plan = transfersOnly(3, {{0, 1, 1e6, -1}, {2, 1, 1e6, -1}});
+  sim::Options off;
+  off.contention = false;
+  // The model's assumption: each alone, 1 ms.
+  const auto a = sim::simulate(plan, net, cl, off);
+  CHECK(a.taskEnd[0] == Approx(1e-3));
+  CHECK(a.taskEnd[1] == Approx(1e-3));
+  // Really: worker 1's down link carries both, 0.5 GB/s each: 2 ms.
+  const auto b = sim::simulate(plan, net, cl, sim::Options{});
+  CHECK(b.taskEnd[0] == Approx(2e-3));
+  CHECK(b.taskEnd[1] == Approx(2e-3));
+  CHECK(b.links.front().bytes.value() == Approx(2e6));
+  CHECK(b.links.front().busy.value() == Approx(2e-3));
+}
+
+TEST_CASE("a transfer joining halfway slows the first one from then on", "[sim][contention]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = flatCluster(1e9, 0);
+  // A: 0 -> 1, 1 MB. C: 2 -> 0, 0.5 MB (other links) ends at 0.5 ms. B: 2 -> 1,
+  // 1 MB, after C. A alone moves 0.5 MB by 0.5 ms; then A and B share 1's
+  // down link at 0.5 GB/s: A's last 0.5 MB ends at 1.5 ms; B has 0.5 MB left
+  // then, alone again at 1 GB/s: ends at 2.0 ms.
+  const auto plan = transfersOnly(3, {{0, 1, 1e6, -1}, {2, 0, 5e5, -1}, {2, 1, 1e6, 1}});
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  CHECK(r.taskEnd[1] == Approx(0.5e-3));
+  CHECK(r.taskEnd[0] == Approx(1.5e-3));
+  CHECK(r.taskStart[2] == Approx(0.5e-3));
+  CHECK(r.taskEnd[2] == Approx(2.0e-3));
+}
+
+TEST_CASE("opposite transfers share a half-duplex link", "[sim][contention]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto half = flatCluster(1e9, 0, 0, false);
+  const auto plan = transfersOnly(2, {{0, 1, 1e6, -1}, {1, 0, 1e6, -1}});
+  const auto r = sim::simulate(plan, net, half, sim::Options{});
+  CHECK(r.taskEnd[0] == Approx(2e-3));
+  const auto full = sim::simulate(plan, net, flatCluster(1e9, 0), sim::Options{});
+  CHECK(full.taskEnd[0] == Approx(1e-3));
+}
+
+TEST_CASE("latency delays a transfer before its bytes move", "[sim]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = flatCluster(1e9, 5e-6);
+  const auto r = sim::simulate(transfersOnly(2, {{0, 1, 1e6, -1}}), net, cl, sim::Options{});
+  CHECK(r.taskEnd[0] == Approx(5e-6 + 1e-3));
+}
+
+TEST_CASE("exact timeline: one fc layer, ring, two workers", "[sim][timeline]") {
+  const auto net = loadNetwork(strata::test::dataFile("one-fc.yaml"));
+  // 1 TFLOP/s, 100 GB/s memory, 1 GB/s links with 10 us latency, sums at 10 GB/s.
+  const auto cl = flatCluster(1e9, 1e-5, 0, true, 1e10);
+  auto sc = scenario(Strategy::kRing, 2);
+  sc.options.segment = Bytes(0);
+  const auto plan = lowerToPlan(net, sc);
+  // Per worker: fwd, bwd_weights (no bwd_data: the layer reads the input),
+  // then the ring (send, sum, send), then the update.
+  REQUIRE(plan.tasks.size() == 2 * 2 + 3 + 2);
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  // fwd and bwd_weights: 2 x 1e6 x 128 FLOP / 1e12 = 256 us each (compute-bound).
+  // Ring of 4 MB on 2 workers: chunk 2 MB; send 10 us + 2 ms; sum 2 MB / 10 GB/s.
+  // Update: 5 x 4 MB / 100 GB/s = 200 us.
+  const double fwd = 2.56e-4, send = 1e-5 + 2e-3, sum = 2e-4, upd = 2e-4;
+  // Tasks: fwd of worker 0 and 1, bwd_weights of worker 0 and 1, ring, updates.
+  for (size_t w = 0; w < 2; ++w) {
+    CHECK(r.taskStart[w] == 0.0);
+    CHECK(r.taskEnd[w] == Approx(fwd));
+    CHECK(r.taskEnd[2 + w] == Approx(2 * fwd));
+  }
+  CHECK(r.taskStart[4] == Approx(2 * fwd));
+  CHECK(r.taskEnd[4] == Approx(2 * fwd + send));
+  CHECK(r.taskEnd[5] == Approx(2 * fwd + send + sum));
+  CHECK(r.taskEnd[6] == Approx(2 * fwd + 2 * send + sum));
+  CHECK(r.taskEnd[7] == Approx(2 * fwd + 2 * send + sum + upd));
+  CHECK(r.estimate.step.value() == Approx(2 * fwd + 2 * send + sum + upd));
+  CHECK(r.estimate.workers[0].exposedCommunication.value() == Approx(2 * send + sum));
+  CHECK(r.estimate.workers[0].sent.value() == Approx(4e6));
+}
+
+TEST_CASE("owt-b's transfers hide behind the previous round's FC compute", "[sim][owt]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const int k = 4;
+  const auto sc = scenario(Strategy::kOwtB, k);
+  const auto plan = lowerToPlan(net, sc);
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  // Round r's activations (a broadcast from worker r) arrive before worker 0
+  // finishes round r-1's FC compute, for r = 1..K-1.
+  std::vector<double> inEnd(k, -1), computeEnd(k, -1);
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const auto& t = plan.tasks[i];
+    if (t.round < 0)
+      continue;
+    if (t.kind == TaskKind::kTransfer &&
+        plan.collectives[static_cast<size_t>(t.collective)].algorithm == "broadcast")
+      inEnd[static_cast<size_t>(t.round)] = r.taskEnd[i];
+    if (t.kind == TaskKind::kCompute && t.worker == 0)
+      computeEnd[static_cast<size_t>(t.round)] =
+          std::max(computeEnd[static_cast<size_t>(t.round)], r.taskEnd[i]);
+  }
+  for (int round = 1; round < k; ++round) {
+    INFO("round " << round);
+    CHECK(inEnd[static_cast<size_t>(round)] > 0);
+    CHECK(inEnd[static_cast<size_t>(round)] <= computeEnd[static_cast<size_t>(round - 1)]);
+  }
+}
+
+TEST_CASE("a straggler slows a ring by exactly its delay", "[sim][straggler]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = flatCluster(1e9, 1e-6);
+  for (int k : {2, 3, 4, 7}) {
+    INFO("K = " << k);
+    const auto sc = scenario(Strategy::kRing, k);
+    const auto plan = lowerToPlan(net, sc);
+    const auto nominal = sim::simulate(plan, net, cl, sim::Options{});
+    sim::Options slow;
+    slow.slowdown.assign(static_cast<size_t>(k), 1.0);
+    slow.slowdown[1] = 1.5;
+    const auto late = sim::simulate(plan, net, cl, slow);
+    // Worker 1 computes everything 1.5x slower: it is late by half its compute.
+    const double delay = 0.5 * nominal.estimate.workers[1].compute.total().value();
+    CHECK(late.estimate.step.value() - nominal.estimate.step.value() == Approx(delay));
+  }
+}
+
+TEST_CASE("ps pushes gradients while backprop is still running", "[sim][ps]") {
+  const auto net = presetNetwork("resnet50");
+  const auto cl = presetCluster("dgx-h100");
+  const auto sc = scenario(Strategy::kPs, 4, 32, true);
+  const auto plan = lowerToPlan(net, sc);
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  double firstTransfer = 1e30, lastBackprop = 0;
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const auto& t = plan.tasks[i];
+    if (t.kind == TaskKind::kTransfer)
+      firstTransfer = std::min(firstTransfer, r.taskStart[i]);
+    if (t.kind == TaskKind::kCompute && t.phase != Phase::kFwd && t.worker == 0)
+      lastBackprop = std::max(lastBackprop, r.taskEnd[i]);
+  }
+  CHECK(firstTransfer < lastBackprop);
+  const auto& w = r.estimate.workers[0];
+  CHECK(w.exposedCommunication < w.communication);
+}
+
+TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = presetCluster("k20x8-pcie");
+  for (auto s : kAllStrategies) {
+    INFO(toString(s));
+    const auto sc = scenario(s, 3, 16, true);
+    const auto plan = lowerToPlan(net, sc);
+    sim::Options o;
+    o.timeline = true;
+    const auto r = sim::simulate(plan, net, cl, o);
+    std::ostringstream os;
+    sim::writeTrace(os, plan, net, r);
+    const auto j = nlohmann::json::parse(os.str());
+    std::vector<int> seen(plan.tasks.size(), 0);
+    for (const auto& e : j.at("traceEvents")) {
+      if (e.at("ph") != "X" || e.at("cat") == "link")
+        continue;
+      CHECK(e.at("dur").get<double>() >= 0);
+      ++seen[e.at("args").at("task").get<size_t>()];
+    }
+    for (size_t i = 0; i < plan.tasks.size(); ++i) {
+      const auto& t = plan.tasks[i];
+      if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate)
+        CHECK(seen[i] == 1);  // one slice per compute task, on its worker
+      if (t.kind == TaskKind::kTransfer)
+        CHECK(seen[i] == int(2 * plan.flowCountOf(t)));  // send and receive per flow
+      if (t.kind == TaskKind::kReduce)
+        CHECK(seen[i] >= 1);
+    }
+  }
+}
+
+TEST_CASE("same input, same output byte for byte; the seed moves the jitter", "[sim]") {
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kOwtC, 5, 32, true));
+  auto traceOf = [&](uint64_t seed) {
+    sim::Options o;
+    o.timeline = true;
+    o.jitter = 0.1;
+    o.seed = seed;
+    const auto r = sim::simulate(plan, net, cl, o);
+    std::ostringstream os;
+    sim::writeTrace(os, plan, net, r);
+    return os.str();
+  };
+  CHECK(traceOf(7) == traceOf(7));
+  CHECK(traceOf(7) != traceOf(8));
+}
