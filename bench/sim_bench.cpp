@@ -1,0 +1,68 @@
+// Simulator speed: events per second, and the scale case of the simulator
+// issue: one resnet50 step with ring on 128 dgx-h100 nodes (1024 GPUs), target
+// <= 1 s on one core. The K sweep shows the cost growing with the number of
+// tasks (tasks/s stays about constant).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#include "strata/model/plan.h"
+#include "strata/model/presets.h"
+#include "strata/sim/simulator.h"
+
+namespace {
+
+using namespace strata;
+
+const Network& resnet50() {
+  static const Network n = [] {
+    setenv("STRATA_CONFIG_DIR", STRATA_BENCH_CONFIG_DIR, 0);
+    return loadNetwork(resolveConfig(ConfigKind::kNetwork, "resnet50", "bench"));
+  }();
+  return n;
+}
+const Cluster& dgxH100() {
+  static const Cluster c = [] {
+    setenv("STRATA_CONFIG_DIR", STRATA_BENCH_CONFIG_DIR, 0);
+    return loadCluster(resolveConfig(ConfigKind::kCluster, "dgx-h100", "bench"));
+  }();
+  return c;
+}
+
+// Lowering + simulation of one resnet50 ring step on K H100s, contention on.
+void BM_SimulateResnet50Ring(benchmark::State& state) {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = static_cast<int>(state.range(0));
+  sc.batchPerWorker = 64;
+  double events = 0, tasks = 0;
+  for (auto _ : state) {
+    const auto plan = lowerToPlan(resnet50(), sc);
+    const auto r = sim::simulate(plan, resnet50(), dgxH100(), sim::Options{});
+    events += double(r.events);
+    tasks += double(plan.tasks.size());
+    benchmark::DoNotOptimize(r.estimate.step);
+  }
+  state.counters["tasks"] = tasks / double(state.iterations());
+  state.counters["events/s"] = benchmark::Counter(events, benchmark::Counter::kIsRate);
+  state.counters["tasks/s"] = benchmark::Counter(tasks, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateResnet50Ring)->Arg(8)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The simulation alone (the Plan built once).
+void BM_SimulateOnlyResnet50Ring1024(benchmark::State& state) {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 1024;
+  sc.batchPerWorker = 64;
+  const auto plan = lowerToPlan(resnet50(), sc);
+  double events = 0;
+  for (auto _ : state) {
+    const auto r = sim::simulate(plan, resnet50(), dgxH100(), sim::Options{});
+    events += double(r.events);
+  }
+  state.counters["events/s"] = benchmark::Counter(events, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateOnlyResnet50Ring1024)->Unit(benchmark::kMillisecond);
+
+}  // namespace
