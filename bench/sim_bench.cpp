@@ -47,7 +47,12 @@ void BM_SimulateResnet50Ring(benchmark::State& state) {
   state.counters["events/s"] = benchmark::Counter(events, benchmark::Counter::kIsRate);
   state.counters["tasks/s"] = benchmark::Counter(tasks, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_SimulateResnet50Ring)->Arg(8)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimulateResnet50Ring)
+    ->Arg(8)
+    ->Arg(64)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Unit(benchmark::kMillisecond);
 
 // The simulation alone (the Plan built once).
 void BM_SimulateOnlyResnet50Ring1024(benchmark::State& state) {

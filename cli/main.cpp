@@ -151,8 +151,8 @@ void parseStraggler(const std::string& text, std::vector<double>& slowdown, int 
          p2 == fs.data() + fs.size() && w >= 0 && f > 0;
   }
   if (!ok)
-    throw OptionError("--straggler", "must be WORKER:FACTOR with FACTOR > 0, e.g. 3:1.5, got '" +
-                                         text + "'");
+    throw OptionError("--straggler",
+                      "must be WORKER:FACTOR with FACTOR > 0, e.g. 3:1.5, got '" + text + "'");
   if (w >= workers)
     throw OptionError("--straggler", fmt::format("worker {} does not exist (K = {})", w, workers));
   if (slowdown.size() <= static_cast<size_t>(w))
@@ -225,7 +225,8 @@ int run(int argc, char** argv) {
   predFlags.add(predict);
   std::string engine = "model";
   auto addEngine = [&](CLI::App* sub) {
-    sub->add_option("--engine", engine, "model (closed form) or sim (simulated Plan); default model");
+    sub->add_option("--engine", engine,
+                    "model (closed form) or sim (simulated Plan); default model");
   };
   addEngine(predict);
   addFormat(predict);
@@ -413,14 +414,23 @@ int run(int argc, char** argv) {
     opt.timeline = !simTrace.empty();
     const auto net = networkArg(simNet, "--network");
     const auto cl = clusterArg(simCluster, "--cluster");
+    // Open the trace before simulating, so a bad path fails alone and early.
+    std::ofstream traceFile;
+    if (!simTrace.empty()) {
+      traceFile.open(simTrace);
+      if (!traceFile)
+        throw OptionError("--trace", "cannot write '" + simTrace + "'");
+    }
     const auto p = lowerToPlan(net, sc);
     const auto result = sim::simulate(p, net, cl, opt);
-    printSimulation(std::cout, result, fmtOut);
-    if (!simTrace.empty()) {
-      writeOutput(simTrace, [&](std::ostream& out) { sim::writeTrace(out, p, net, result); });
-      if (fmtOut == Format::kTable)
-        std::cout << "\ntrace written to " << simTrace << " (open it in ui.perfetto.dev)\n";
+    if (traceFile.is_open()) {
+      sim::writeTrace(traceFile, p, net, result);
+      if (!traceFile.flush())
+        throw OptionError("--trace", "error while writing '" + simTrace + "'");
     }
+    printSimulation(std::cout, result, fmtOut);
+    if (traceFile.is_open() && fmtOut == Format::kTable)
+      std::cout << "\ntrace written to " << simTrace << " (open it in ui.perfetto.dev)\n";
   } else if (sweep->parsed()) {
     std::vector<Network> nets;
     for (const auto& n : splitList(swNets))

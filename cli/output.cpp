@@ -456,8 +456,8 @@ void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
   printEstimate(out, r.estimate, format);
   if (format == Format::kCsv)
     return;
-  out << fmt::format("\nbusiest links ({} of {} carried data; {} events)\n", std::min<size_t>(8, r.links.size()),
-                     r.links.size(), r.events);
+  out << fmt::format("\nbusiest links ({} of {} carried data; {} events)\n",
+                     std::min<size_t>(8, r.links.size()), r.links.size(), r.events);
   Table t({"link", "bandwidth", "bytes", "busy", "utilisation"});
   for (size_t i = 0; i < r.links.size() && i < 8; ++i) {
     const auto& l = r.links[i];
@@ -469,7 +469,9 @@ void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
 
 void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format format) {
   const auto& sc = plan.scenario;
-  auto layerName = [&](int l) { return l >= 0 ? net.layers[static_cast<size_t>(l)].name : std::string(); };
+  auto layerName = [&](int l) {
+    return l >= 0 ? net.layers[static_cast<size_t>(l)].name : std::string();
+  };
   if (format == Format::kJson) {
     ordered_json j;
     j["network"] = plan.network;
@@ -524,14 +526,15 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
     out << j.dump(1) << "\n";
     return;
   }
-  out << fmt::format("plan of {}: {}, {} workers x {} examples; {} tasks ({} compute, {} transfer, "
-                     "{} reduce, {} update), {} collectives\n\n",
-                     plan.network, toString(sc.strategy), sc.workers, sc.batchPerWorker,
-                     plan.tasks.size(), plan.count(TaskKind::kCompute),
-                     plan.count(TaskKind::kTransfer), plan.count(TaskKind::kReduce),
-                     plan.count(TaskKind::kUpdate), plan.collectives.size());
+  out << fmt::format(
+      "plan of {}: {}, {} workers x {} examples; {} tasks ({} compute, {} transfer, "
+      "{} reduce, {} update), {} collectives\n\n",
+      plan.network, toString(sc.strategy), sc.workers, sc.batchPerWorker, plan.tasks.size(),
+      plan.count(TaskKind::kCompute), plan.count(TaskKind::kTransfer),
+      plan.count(TaskKind::kReduce), plan.count(TaskKind::kUpdate), plan.collectives.size());
   if (!plan.collectives.empty()) {
-    Table c({"#", "collective", "buffer", "layers", "size", "parts x segments", "round", "tasks"}, 4);
+    Table c({"#", "collective", "buffer", "layers", "size", "parts x segments", "round", "tasks"},
+            4);
     for (size_t i = 0; i < plan.collectives.size(); ++i) {
       const auto& x = plan.collectives[i];
       const std::string layers = x.firstLayer == x.lastLayer
@@ -539,7 +542,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
                                      : layerName(x.lastLayer) + ".." + layerName(x.firstLayer);
       c.add({std::to_string(i), x.algorithm, std::string(toString(x.buffer)), layers,
              formatBytes(x.bytes), fmt::format("{} x {}", x.parts, x.segments),
-             x.round >= 0 ? std::to_string(x.round) : "", fmt::format("{}-{}", x.firstTask, x.lastTask)});
+             x.round >= 0 ? std::to_string(x.round) : "",
+             fmt::format("{}-{}", x.firstTask, x.lastTask)});
     }
     c.print(out);
     out << "\n";
@@ -566,19 +570,23 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
         who = task.pattern == PatternKind::kGather    ? fmt::format("all -> {}", task.root)
               : task.pattern == PatternKind::kScatter ? fmt::format("{} -> all", task.root)
                                                       : std::string(toString(task.pattern));
-        if (task.pattern == PatternKind::kPairs || (task.pattern == PatternKind::kRing && flows.size() <= 4)) {
+        if (task.pattern == PatternKind::kPairs ||
+            (task.pattern == PatternKind::kRing && flows.size() <= 4)) {
           who.clear();
           for (size_t f = 0; f < flows.size() && f < 4; ++f)
             who += fmt::format("{}{}->{}", f ? " " : "", flows[f].src, flows[f].dst);
           if (flows.size() > 4)
             who += " ...";
         }
-        what = fmt::format("#{} {} {} {}", task.collective, plan.collectives[static_cast<size_t>(task.collective)].algorithm,
-                           task.kind == TaskKind::kReduce ? "sum" : "send",
-                           fmt::format("step {}{}", task.step,
-                                       task.segment > 0 || plan.collectives[static_cast<size_t>(task.collective)].segments > 1
-                                           ? fmt::format(" seg {}", task.segment)
-                                           : ""));
+        what = fmt::format(
+            "#{} {} {} {}", task.collective,
+            plan.collectives[static_cast<size_t>(task.collective)].algorithm,
+            task.kind == TaskKind::kReduce ? "sum" : "send",
+            fmt::format("step {}{}", task.step,
+                        task.segment > 0 ||
+                                plan.collectives[static_cast<size_t>(task.collective)].segments > 1
+                            ? fmt::format(" seg {}", task.segment)
+                            : ""));
         size = task.kind == TaskKind::kReduce
                    ? fmt::format("{} x {}", task.inputs, formatBytes(task.bytes))
                    : fmt::format("{} per flow", formatBytes(task.bytes));

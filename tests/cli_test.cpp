@@ -582,3 +582,64 @@ TEST_CASE("golden compare of an experiment file", "[cli][golden]") {
   REQUIRE(out.is_array());
   CHECK(out.size() == 9);
 }
+
+// ---- plan and simulate ----------------------------------------------------------
+
+namespace {
+Result simulateWith(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"simulate", "-n",   "tiny-cnn", "-c", "k20x8-pcie",
+                                   "-s",       "ring", "-k",       "4"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return runStrata(args);
+}
+}  // namespace
+
+TEST_CASE("simulate mistakes name their option", "[cli][errors][sim]") {
+  checkUserError(simulateWith({"--straggler", "3"}), {"--straggler", "WORKER:FACTOR"});
+  checkUserError(simulateWith({"--straggler", "2:-1"}), {"--straggler"});
+  checkUserError(simulateWith({"--straggler", "9:1.5"}), {"--straggler", "worker 9"});
+  checkUserError(simulateWith({"--contention", "sometimes"}), {"--contention"});
+  checkUserError(simulateWith({"--jitter", "1.5"}), {"--jitter"});
+  checkUserError(simulateWith({"--trace", "/nonexistent-dir/step.json"}), {"--trace", "step.json"});
+  checkUserError(predictWith({"--engine", "oracle"}), {"--engine", "oracle"});
+  checkUserError(runStrata({"plan", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--format", "csv"}),
+                 {"--format"});
+}
+
+TEST_CASE("simulate prints the breakdown and writes a trace", "[cli][sim]") {
+  const std::string trace = "cli_test_trace.json";
+  const auto r = simulateWith({"--trace", trace, "--format", "json"});
+  REQUIRE(r.status == 0);
+  const auto out = json::parse(r.output);
+  CHECK(out.at("engine") == "sim");
+  CHECK(out.at("links").size() > 0);
+  std::ifstream in(trace);
+  REQUIRE(in.good());
+  const auto j = json::parse(in);
+  CHECK(j.at("traceEvents").size() > 100);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("predict --engine sim agrees with the model on a ring", "[cli][sim]") {
+  const auto model = json::parse(predictWith({"--format", "json", "--overlap", "off"}).output);
+  const auto simulated =
+      json::parse(predictWith({"--format", "json", "--overlap", "off", "--engine", "sim"}).output);
+  CHECK(simulated.at("engine") == "sim");
+  CHECK(simulated.at("step_s").get<double>() > 0);
+  // owt-b on the K20 box: contention makes the simulator slower than the model.
+  CHECK(simulated.at("step_s").get<double>() >= model.at("step_s").get<double>());
+}
+
+TEST_CASE("plan prints tasks as a table and as JSON", "[cli][plan]") {
+  const auto table =
+      runStrata({"plan", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--overlap", "off"});
+  REQUIRE(table.status == 0);
+  CHECK(table.output.find("ring send step 0") != std::string::npos);
+  const auto j = runStrata(
+      {"plan", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--overlap", "off", "--format", "json"});
+  REQUIRE(j.status == 0);
+  const auto p = json::parse(j.output);
+  CHECK(p.at("collectives").size() == 1);
+  // 2 x (11 fwd + 4 bwd_weights + 10 bwd_data) compute, 2 sends, 1 sum, 2 updates.
+  CHECK(p.at("tasks").size() == 55);
+}

@@ -61,11 +61,15 @@ size_t Plan::flowCountOf(const Task& t) const {
   if (t.kind != TaskKind::kTransfer && t.kind != TaskKind::kReduce)
     return 0;
   switch (t.pattern) {
-    case PatternKind::kRing: return k > 1 ? k : 0;
-    case PatternKind::kAllToAll: return k * (k - 1);
+    case PatternKind::kRing:
+      return k > 1 ? k : 0;
+    case PatternKind::kAllToAll:
+      return k * (k - 1);
     case PatternKind::kGather:
-    case PatternKind::kScatter: return k - 1;
-    case PatternKind::kPairs: return t.flowCount;
+    case PatternKind::kScatter:
+      return k - 1;
+    case PatternKind::kPairs:
+      return t.flowCount;
   }
   return 0;
 }
@@ -78,11 +82,16 @@ std::vector<PlanFlow> Plan::flowsOf(const Task& t) const {
   f.reserve(flowCountOf(t));
   auto part = [&](int src, int dst) {
     switch (t.parts) {
-      case PartRule::kRingReduceScatter: return ((src - t.step) % k + k) % k;
-      case PartRule::kRingAllGather: return ((src + 1 - (t.step - (k - 1))) % k + k) % k;
-      case PartRule::kDestination: return dst;
-      case PartRule::kSource: return src;
-      case PartRule::kExplicit: return 0;
+      case PartRule::kRingReduceScatter:
+        return ((src - t.step) % k + k) % k;
+      case PartRule::kRingAllGather:
+        return ((src + 1 - (t.step - (k - 1))) % k + k) % k;
+      case PartRule::kDestination:
+        return dst;
+      case PartRule::kSource:
+        return src;
+      case PartRule::kExplicit:
+        return 0;
     }
     return 0;
   };
@@ -330,8 +339,8 @@ class Builder {
       std::vector<PlanFlow> f;
       for (int i = 0; i < extra; ++i)
         f.push_back({2 * i + 1, 2 * i, 0});
-      const int x = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0,
-                             next(start), f);
+      const int x =
+          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0, next(start), f);
       last = reduce(x, n, 1, {x});
     }
     std::vector<std::vector<PlanFlow>> exchanges;
@@ -344,13 +353,13 @@ class Builder {
     Bytes size = n;
     for (const auto& f : exchanges) {
       size = size / 2;
-      const int x = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0,
-                             next(start), f);
+      const int x =
+          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0, next(start), f);
       last = reduce(x, size, 1, {x});
     }
     for (auto it = exchanges.rbegin(); it != exchanges.rend(); ++it) {
-      last = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0, next(start),
-                      *it);
+      last =
+          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0, next(start), *it);
       size = size * 2;
     }
     if (extra > 0) {

@@ -142,8 +142,12 @@ class Engine {
     while (!q_.empty()) {
       const Event e = q_.pop();
       switch (e.kind) {
-        case EventKind::kTaskDone: finish(e.task); break;
-        case EventKind::kActivate: activate(e.task); break;
+        case EventKind::kTaskDone:
+          finish(e.task);
+          break;
+        case EventKind::kActivate:
+          activate(e.task);
+          break;
         case EventKind::kTransferDone:
           // Stale completions (the rate changed since) carry an old version.
           if (end_[e.task] < 0 &&
@@ -243,7 +247,9 @@ class Engine {
         tryStart(task.worker);
         break;
       }
-      case TaskKind::kReduce: noteCommunication(task, t, false); break;
+      case TaskKind::kReduce:
+        noteCommunication(task, t, false);
+        break;
       case TaskKind::kTransfer:
         if (activeIndex_[t] >= 0)
           leave(t);
@@ -349,8 +355,9 @@ class Engine {
       if (moved != t) {
         Active& m = active_[static_cast<size_t>(activeIndex_[moved])];
         const auto& ch = m.load->channels;
-        const auto at = std::lower_bound(ch.begin(), ch.end(), std::pair{c, 0},
-                                         [](const auto& x, const auto& y) { return x.first < y.first; });
+        const auto at =
+            std::lower_bound(ch.begin(), ch.end(), std::pair{c, 0},
+                             [](const auto& x, const auto& y) { return x.first < y.first; });
         m.position[static_cast<size_t>(at - ch.begin())] = pos;
       }
       if (--activeOn_[ci] == 0) {
@@ -392,7 +399,8 @@ class Engine {
       if (opt_.contention) {
         perByte = 0;
         for (const auto& [c, flows] : a.load->channels)
-          perByte = std::max(perByte, flowsOn_[static_cast<size_t>(c)] / beta_[static_cast<size_t>(c)]);
+          perByte =
+              std::max(perByte, flowsOn_[static_cast<size_t>(c)] / beta_[static_cast<size_t>(c)]);
       }
       a.rate = perByte > 0 ? 1.0 / perByte : 0;
       ++a.version;
@@ -576,8 +584,9 @@ class Engine {
       u.utilisation = step > 0 ? bytesOn_[c] / (beta_[c] * step) : 0;
       r.links.push_back(u);
     }
-    std::stable_sort(r.links.begin(), r.links.end(),
-                     [](const LinkUse& a, const LinkUse& b) { return a.utilisation > b.utilisation; });
+    std::stable_sort(r.links.begin(), r.links.end(), [](const LinkUse& a, const LinkUse& b) {
+      return a.utilisation > b.utilisation;
+    });
     est.bottleneck = r.links.empty() ? "none" : r.links.front().name;
     r.slices = std::move(slices_);
     r.linkSlices = std::move(linkSlices_);
@@ -637,9 +646,9 @@ Result simulate(const Plan& plan, const Network& network, const Cluster& cluster
   if (options.jitter < 0 || options.jitter >= 1)
     throw OptionError("--jitter", fmt::format("must be in [0, 1), got {}", options.jitter));
   if (options.slowdown.size() > static_cast<size_t>(plan.scenario.workers))
-    throw OptionError("--straggler", fmt::format("names worker {} but there are {} workers",
-                                                 options.slowdown.size() - 1,
-                                                 plan.scenario.workers));
+    throw OptionError("--straggler",
+                      fmt::format("names worker {} but there are {} workers",
+                                  options.slowdown.size() - 1, plan.scenario.workers));
   Engine engine(plan, network, cluster, options);
   return engine.run();
 }

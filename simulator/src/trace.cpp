@@ -24,10 +24,14 @@ std::string escape(const std::string& s) {
 
 const char* trackName(Track t) {
   switch (t) {
-    case Track::kCompute: return "compute";
-    case Track::kSend: return "send";
-    case Track::kReceive: return "receive";
-    case Track::kReduce: return "reduce";
+    case Track::kCompute:
+      return "compute";
+    case Track::kSend:
+      return "send";
+    case Track::kReceive:
+      return "receive";
+    case Track::kReduce:
+      return "reduce";
   }
   return "?";
 }
@@ -36,7 +40,8 @@ std::string taskName(const Plan& plan, const Network& net, const Task& t) {
   switch (t.kind) {
     case TaskKind::kCompute:
       return fmt::format("{} {}", toString(t.phase), net.layers[static_cast<size_t>(t.layer)].name);
-    case TaskKind::kUpdate: return "update";
+    case TaskKind::kUpdate:
+      return "update";
     case TaskKind::kReduce:
     case TaskKind::kTransfer: {
       const auto& c = plan.collectives[static_cast<size_t>(t.collective)];
@@ -73,8 +78,8 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& net, const R
   for (int w = 0; w < k; ++w) {
     emit(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"worker {}"}}}})",
                      w, w));
-    emit(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})",
-                     w, w));
+    emit(fmt::format(
+        R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", w, w));
     for (auto t : {Track::kCompute, Track::kSend, Track::kReceive, Track::kReduce})
       emit(fmt::format(
           R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", w,
@@ -90,10 +95,11 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& net, const R
       const double perExample = t.phase == Phase::kFwd       ? layer.fwdFlops
                                 : t.phase == Phase::kBwdData ? layer.bwdDataFlops
                                                              : layer.bwdWeightsFlops;
-      args += fmt::format(",\"layer\":\"{}\",\"phase\":\"{}\",\"examples\":{},\"fraction\":{:.6g},"
-                          "\"flops\":{:.6g}",
-                          escape(layer.name), toString(t.phase), t.examples, t.fraction,
-                          perExample * t.examples * t.fraction);
+      args += fmt::format(
+          ",\"layer\":\"{}\",\"phase\":\"{}\",\"examples\":{},\"fraction\":{:.6g},"
+          "\"flops\":{:.6g}",
+          escape(layer.name), toString(t.phase), t.examples, t.fraction,
+          perExample * t.examples * t.fraction);
     } else if (t.kind == TaskKind::kUpdate) {
       args += fmt::format(",\"params\":{:.6g}", t.params);
     } else {
@@ -113,11 +119,13 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& net, const R
     const auto c = static_cast<size_t>(l.channel);
     if (!named[c]) {
       named[c] = 1;
-      emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
-                       linksPid, l.channel, escape(result.channelNames[c])));
+      emit(fmt::format(
+          R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", linksPid,
+          l.channel, escape(result.channelNames[c])));
     }
-    emit(fmt::format(R"({{"ph":"X","cat":"link","name":"busy","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
-                     linksPid, l.channel, l.start * us, (l.end - l.start) * us));
+    emit(fmt::format(
+        R"({{"ph":"X","cat":"link","name":"busy","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
+        linksPid, l.channel, l.start * us, (l.end - l.start) * us));
   }
   out << "\n]}\n";
 }

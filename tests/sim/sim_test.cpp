@@ -1,7 +1,6 @@
 // The simulator against the analytic model (contention off), against hand-
 // computed timelines (contention on), and its trace.
 #include <catch2/catch.hpp>
-
 #include <nlohmann/json.hpp>
 #include <sstream>
 

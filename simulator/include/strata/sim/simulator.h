@@ -71,7 +71,7 @@ struct LinkSlice {
 };
 
 struct Result {
-  StepEstimate estimate;  // engine "sim"
+  StepEstimate estimate;       // engine "sim"
   std::vector<LinkUse> links;  // every channel that carried bytes, busiest first
   std::vector<double> taskStart, taskEnd;
   std::vector<Slice> slices;          // with Options::timeline
