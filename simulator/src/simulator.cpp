@@ -309,12 +309,16 @@ class Engine {
     double last;
     uint32_t version;
     std::vector<int> position;  // in tasksOn_ of each channel
+    // Alone on the network since it started: its channels are not touched
+    // (O(1) instead of O(channels)); it joins them if another transfer starts.
+    bool solo = false;
+    double activatedAt = 0;
+    double bytes = 0;
   };
 
-  void activate(uint32_t t) {
-    const Task& task = plan_.tasks[t];
-    const Load& load = loadOf(task);
-    Active a{&load, task.bytes.value(), 0, q_.now(), 0, {}};
+  // Puts a task's flows on its channels (busy since `since`).
+  void join(uint32_t t, Active& a, double since) {
+    const Load& load = *a.load;
     a.position.resize(load.channels.size());
     for (size_t i = 0; i < load.channels.size(); ++i) {
       const auto [c, flows] = load.channels[i];
@@ -323,25 +327,66 @@ class Engine {
       a.position[i] = static_cast<int>(tasksOn_[ci].size());
       tasksOn_[ci].push_back(t);
       if (activeOn_[ci]++ == 0)
-        busySince_[ci] = q_.now();
-      bytesOn_[ci] += double(flows) * task.bytes.value();
+        busySince_[ci] = since;
+      bytesOn_[ci] += double(flows) * a.bytes;
       if (opt_.contention)
         markChannel(c);
     }
-    activeIndex_[t] = static_cast<int>(active_.size());
+    a.solo = false;
+  }
+
+  void activate(uint32_t t) {
+    const Task& task = plan_.tasks[t];
+    const Load& load = loadOf(task);
+    Active a{&load, task.bytes.value(), 0, q_.now(), 0, {}};
+    a.activatedAt = q_.now();
+    a.bytes = task.bytes.value();
+    // The first transfer on an idle network runs solo; a second one makes a
+    // solo one join its channels first, so sharing is seen from then on.
+    if (soloTask_ >= 0) {
+      join(static_cast<uint32_t>(soloTask_), active_[static_cast<size_t>(activeIndex_[soloTask_])],
+           active_[static_cast<size_t>(activeIndex_[soloTask_])].activatedAt);
+      soloTask_ = -1;
+    }
+    const bool solo = activeTransfers_ == 0 && !opt_.timeline;
+    ++activeTransfers_;
+    if (solo) {
+      a.solo = true;
+      soloTask_ = static_cast<int>(t);
+    }
+    int slot = static_cast<int>(active_.size());
     if (!freeActive_.empty()) {
-      activeIndex_[t] = freeActive_.back();
+      slot = freeActive_.back();
       freeActive_.pop_back();
-      active_[static_cast<size_t>(activeIndex_[t])] = std::move(a);
+      active_[static_cast<size_t>(slot)] = std::move(a);
     } else {
       active_.push_back(std::move(a));
     }
+    activeIndex_[t] = slot;
+    if (!solo)
+      join(t, active_[static_cast<size_t>(slot)], q_.now());
     markTask(t);
   }
 
   void leave(uint32_t t) {
     const auto slot = static_cast<size_t>(activeIndex_[t]);
     Active& a = active_[slot];
+    --activeTransfers_;
+    if (a.solo) {
+      // Alone all along: charge its load's channels in bulk at the end.
+      auto& acc = soloUse_[a.load];
+      acc.first += a.bytes;
+      acc.second += q_.now() - a.activatedAt;
+      soloTask_ = -1;
+      a.solo = false;
+      a.version++;
+      freeActive_.push_back(static_cast<int>(slot));
+      return;
+    }
+    leaveChannels(t, a, slot);
+  }
+
+  void leaveChannels(uint32_t t, Active& a, size_t slot) {
     for (size_t i = 0; i < a.load->channels.size(); ++i) {
       const auto [c, flows] = a.load->channels[i];
       const auto ci = static_cast<size_t>(c);
@@ -396,7 +441,7 @@ class Engine {
       a.remaining = std::max(0.0, a.remaining - a.rate * (now - a.last));
       a.last = now;
       double perByte = a.load->secondsPerByte;
-      if (opt_.contention) {
+      if (opt_.contention && !a.solo) {
         perByte = 0;
         for (const auto& [c, flows] : a.load->channels)
           perByte =
@@ -569,6 +614,12 @@ class Engine {
         est.fitsInMemory = false;
     }
 
+    // Transfers that ran alone: their channels' bytes and busy time.
+    for (const auto& [load, use] : soloUse_)
+      for (const auto& [c, flows] : load->channels) {
+        bytesOn_[static_cast<size_t>(c)] += double(flows) * use.first;
+        busy_[static_cast<size_t>(c)] += use.second;
+      }
     // Links, busiest first.
     r.channelNames.resize(beta_.size());
     for (size_t c = 0; c < beta_.size(); ++c) {
@@ -623,6 +674,9 @@ class Engine {
   std::vector<uint32_t> stamp_;
   uint32_t stampNow_ = 0;
   std::vector<uint32_t> affected_;
+  int activeTransfers_ = 0;
+  int soloTask_ = -1;
+  std::map<const Load*, std::pair<double, double>> soloUse_;  // bytes per flow, busy seconds
 
   double allSent_ = 0, allReceived_ = 0;
   std::vector<double> sent_, received_;
