@@ -107,6 +107,15 @@ struct ScenarioFlags {
         "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
   }
 
+  // One scenario from --strategy, --workers and these flags over the defaults.
+  Scenario scenario(const std::string& strategy, const std::string& workers) const {
+    Scenario sc;
+    sc.strategy = parseStrategy(strategy, "--strategy");
+    sc.workers = parsePositive(workers, "--workers");
+    apply(sc.batchPerWorker, sc.options);
+    return sc;
+  }
+
   // Applies the flags given on the command line over `base` (from a file or defaults).
   void apply(int& batchPerWorker, StrategyOptions& o) const {
     if (!batch.empty())
@@ -355,10 +364,7 @@ int run(int argc, char** argv) {
     const auto element = parseElementType(describeElement, "--element");
     printNetwork(std::cout, networkArg(describeNet, "network"), element, fmtOut);
   } else if (predict->parsed()) {
-    Scenario sc;
-    sc.strategy = parseStrategy(predStrategy, "--strategy");
-    sc.workers = parsePositive(predWorkers, "--workers");
-    predFlags.apply(sc.batchPerWorker, sc.options);
+    const Scenario sc = predFlags.scenario(predStrategy, predWorkers);
     const auto net = networkArg(predNet, "--network");
     const auto cl = clusterArg(predCluster, "--cluster");
     printEstimate(std::cout, evaluate(net, cl, sc, engine), fmtOut);
@@ -392,19 +398,13 @@ int run(int argc, char** argv) {
     }
     printComparison(std::cout, rows, fmtOut);
   } else if (plan->parsed()) {
-    Scenario sc;
-    sc.strategy = parseStrategy(planStrategy, "--strategy");
-    sc.workers = parsePositive(planWorkers, "--workers");
-    planFlags.apply(sc.batchPerWorker, sc.options);
+    const Scenario sc = planFlags.scenario(planStrategy, planWorkers);
     if (fmtOut == Format::kCsv)
       throw OptionError("--format", "plan prints table or json");
     const auto net = networkArg(planNet, "--network");
     printPlan(std::cout, lowerToPlan(net, sc), net, fmtOut);
   } else if (simulateCmd->parsed()) {
-    Scenario sc;
-    sc.strategy = parseStrategy(simStrategy, "--strategy");
-    sc.workers = parsePositive(simWorkers, "--workers");
-    simFlags.apply(sc.batchPerWorker, sc.options);
+    const Scenario sc = simFlags.scenario(simStrategy, simWorkers);
     sim::Options opt;
     opt.contention = parseOnOff(simContention, "--contention");
     for (const auto& s : simStragglers)
