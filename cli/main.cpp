@@ -424,7 +424,7 @@ int run(int argc, char** argv) {
     const auto p = lowerToPlan(net, sc);
     const auto result = sim::simulate(p, net, cl, opt);
     if (traceFile.is_open()) {
-      sim::writeTrace(traceFile, p, net, result);
+      writeTrace(traceFile, p, net, result.estimate, result.timeline);
       if (!traceFile.flush())
         throw OptionError("--trace", "error while writing '" + simTrace + "'");
     }

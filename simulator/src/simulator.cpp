@@ -621,14 +621,14 @@ class Engine {
         busy_[static_cast<size_t>(c)] += use.second;
       }
     // Links, busiest first.
-    r.channelNames.resize(beta_.size());
+    r.timeline.channelNames.resize(beta_.size());
     for (size_t c = 0; c < beta_.size(); ++c) {
       const int link = static_cast<int>(c / 2);
-      r.channelNames[c] = topo_.describeLink(link, c % 2 == 0);
+      r.timeline.channelNames[c] = topo_.describeLink(link, c % 2 == 0);
       if (bytesOn_[c] <= 0)
         continue;
       LinkUse u;
-      u.name = r.channelNames[c];
+      u.name = r.timeline.channelNames[c];
       u.bandwidth = BytesPerSecond(beta_[c]);
       u.bytes = Bytes(bytesOn_[c]);
       u.busy = Seconds(busy_[c]);
@@ -639,8 +639,8 @@ class Engine {
       return a.utilisation > b.utilisation;
     });
     est.bottleneck = r.links.empty() ? "none" : r.links.front().name;
-    r.slices = std::move(slices_);
-    r.linkSlices = std::move(linkSlices_);
+    r.timeline.slices = std::move(slices_);
+    r.timeline.linkSlices = std::move(linkSlices_);
     return r;
   }
 

@@ -265,7 +265,7 @@ TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {
     o.timeline = true;
     const auto r = sim::simulate(plan, net, cl, o);
     std::ostringstream os;
-    sim::writeTrace(os, plan, net, r);
+    writeTrace(os, plan, net, r.estimate, r.timeline);
     const auto j = nlohmann::json::parse(os.str());
     std::vector<int> seen(plan.tasks.size(), 0);
     for (const auto& e : j.at("traceEvents")) {
@@ -297,7 +297,7 @@ TEST_CASE("same input, same output byte for byte; the seed moves the jitter", "[
     o.seed = seed;
     const auto r = sim::simulate(plan, net, cl, o);
     std::ostringstream os;
-    sim::writeTrace(os, plan, net, r);
+    writeTrace(os, plan, net, r.estimate, r.timeline);
     return os.str();
   };
   CHECK(traceOf(7) == traceOf(7));

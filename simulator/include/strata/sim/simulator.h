@@ -26,6 +26,7 @@
 #include "strata/model/network.h"
 #include "strata/model/plan.h"
 #include "strata/model/strategy.h"
+#include "strata/model/timeline.h"
 
 namespace strata::sim {
 
@@ -52,43 +53,16 @@ struct LinkUse {
   double utilisation;  // bytes / (bandwidth x step)
 };
 
-// Tracks of a worker's process in the trace.
-enum class Track : uint8_t { kCompute = 0, kSend = 1, kReceive = 2, kReduce = 3 };
-
-struct Slice {
-  uint32_t task;
-  int32_t worker;
-  Track track;
-  int32_t peer;  // the other end of a flow, -1 otherwise
-  double start;
-  double end;
-};
-
-struct LinkSlice {
-  int32_t channel;  // index into Result::channelNames
-  double start;
-  double end;
-};
-
 struct Result {
   StepEstimate estimate;       // engine "sim"
   std::vector<LinkUse> links;  // every channel that carried bytes, busiest first
   std::vector<double> taskStart, taskEnd;
-  std::vector<Slice> slices;          // with Options::timeline
-  std::vector<LinkSlice> linkSlices;  // with Options::timeline
-  std::vector<std::string> channelNames;
+  Timeline timeline;  // slices with Options::timeline; channel names always
   uint64_t events = 0;
 };
 
 // Simulates `plan` (lowered from `network`) on `cluster`. Deterministic.
 Result simulate(const Plan& plan, const Network& network, const Cluster& cluster,
                 const Options& options);
-
-// Writes the result as Chrome trace-event JSON (opens in the Perfetto UI):
-// one process per worker with tracks compute / send / receive / reduce, one
-// process for the links; one slice per compute, update and reduce task on its
-// worker, one per flow on the sender's and the receiver's tracks; FLOPs and
-// bytes in the slices' args. Requires a result simulated with timeline on.
-void writeTrace(std::ostream& out, const Plan& plan, const Network& network, const Result& result);
 
 }  // namespace strata::sim

@@ -6,9 +6,9 @@
 
 #include <ostream>
 
-#include "strata/sim/simulator.h"
+#include "strata/model/timeline.h"
 
-namespace strata::sim {
+namespace strata {
 
 namespace {
 
@@ -59,14 +59,17 @@ std::string taskName(const Plan& plan, const Network& net, const Task& t) {
 
 }  // namespace
 
-void writeTrace(std::ostream& out, const Plan& plan, const Network& net, const Result& result) {
+void writeTrace(std::ostream& out, const Plan& plan, const Network& net,
+                const StepEstimate& estimate, const Timeline& result) {
   const int k = plan.scenario.workers;
   const int linksPid = k;
   const double us = 1e6;  // trace timestamps are in microseconds
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{"
-      << fmt::format("\"network\":\"{}\",\"strategy\":\"{}\",\"workers\":{},\"step_s\":{:.9g}",
-                     escape(net.name), toString(plan.scenario.strategy), k,
-                     result.estimate.step.value())
+      << fmt::format(
+             "\"engine\":\"{}\",\"network\":\"{}\",\"strategy\":\"{}\",\"workers\":{},\"step_s\":{:"
+             ".9g}",
+             escape(estimate.engine), escape(net.name), toString(plan.scenario.strategy), k,
+             estimate.step.value())
       << "},\"traceEvents\":[\n";
   bool first = true;
   auto emit = [&](const std::string& event) {
@@ -130,4 +133,4 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& net, const R
   out << "\n]}\n";
 }
 
-}  // namespace strata::sim
+}  // namespace strata

@@ -1,0 +1,189 @@
+// The compute backend: the kernels a Model runs, behind one interface.
+//
+// Model and strategy code call layers only through Backend, so a CUDA backend
+// (cuBLAS, cuDNN) can be added beside CpuBackend without touching them. The
+// interface is shaped like cuDNN's: one call per layer and phase on views of
+// a batch, weights as raw arrays, and a `beta` on every gradient a consumer
+// writes into its producer (0: overwrite, 1: add; a value read by several
+// layers sums their gradients).
+//
+// Conventions for every kernel:
+//  - x, y, dx, dy are NCHW views of the same n examples; the batch is whatever
+//    n the views carry, so callers slice batches by passing sub-views.
+//  - Weight gradients (dw, dbias, dgamma, dbeta) are accumulated (+=) so that
+//    calls over several example ranges or rounds sum; the caller zeroes them.
+//  - Weights are row-major arrays; a model-parallel fc passes only its rows.
+//  - A Backend keeps scratch space and is not thread-safe: one per worker.
+//
+// Memory: views point to host memory today (Tensor is a host tensor). A CUDA
+// backend will bring device-resident storage for the Model's buffers (an
+// allocator beside these kernels); the kernel signatures and the Model's
+// phase and parameter API stay as they are.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "strata/exec/nn/tensor.h"
+#include "strata/model/network.h"
+
+namespace strata::nn {
+
+// Geometry of a convolution x (n, inC, inH, inW) -> y (n, filters, outH, outW)
+// with weights (filters, inC / groups, kernelH, kernelW) and bias (filters).
+struct ConvDesc {
+  int inC = 0, inH = 0, inW = 0;
+  int filters = 0;
+  int kernelH = 0, kernelW = 0;
+  int stride = 1, pad = 0, groups = 1;
+  int outH = 0, outW = 0;
+};
+
+// Geometry of a pooling window; padding never contributes (max ignores it,
+// avg divides by the number of input elements inside the window).
+struct PoolDesc {
+  PoolMode mode = PoolMode::kMax;
+  int c = 0, inH = 0, inW = 0;
+  int kernelH = 0, kernelW = 0;
+  int stride = 1, pad = 0;
+  int outH = 0, outW = 0;
+};
+
+// A fully-connected layer. flatten: x is (n, inFeatures) with inFeatures =
+// c*h*w and y is (n, outputs, 1, 1); weights (outputs, inFeatures). Without
+// flatten: the same weights (outputs, inFeatures = c) apply at each of the h*w
+// positions, y is (n, outputs, h, w). `outputs` counts the rows this worker
+// holds (a model-parallel slice or the whole layer).
+struct FcDesc {
+  bool flatten = true;
+  int inFeatures = 0;
+  int outputs = 0;
+};
+
+// Cross-channel response normalisation (Krizhevsky et al. 2012, section 3.3):
+//   y_i = x_i / s_i^beta,  s_i = k + alpha * sum_{j in window(i)} x_j^2,
+// window(i) = channels [i - (size-1)/2, i + size/2] clipped to [0, c) (for
+// odd size: i +- size/2). alpha is not divided by size, as in the paper's
+// formula (Caffe and PyTorch divide it by size). Defaults: the paper's k = 2,
+// alpha = 1e-4, beta = 0.75.
+struct LrnDesc {
+  int size = 5;
+  float k = 2.0f;
+  float alpha = 1e-4f;
+  float beta = 0.75f;
+};
+
+// Inverted dropout with a counter-based mask: element (row, channel, pos) of
+// the full layer is kept when uniform(seed, step, layer, firstRow + row,
+// (channelOffset + channel) * h*w + pos) >= rate, and kept elements are scaled
+// by 1 / (1 - rate). The mask is a pure function of those coordinates, so
+// backward recomputes it instead of storing it, and a model-parallel slice
+// (channelOffset > 0) drops exactly the elements the whole layer would.
+struct DropoutDesc {
+  float rate = 0.5f;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int layer = 0;
+  int firstRow = 0;       // row of the view's first example within the layer's batch
+  int channelOffset = 0;  // first channel of the slice within the whole layer
+  int totalChannels = 0;  // channels of the whole layer
+};
+
+// Softmax statistics per position (example x h x w): the max of the logits
+// and the sum of exp(logit - max), over the classes (channels) a worker holds.
+// Stored interleaved [max0, sum0, max1, sum1, ...]; see mergeSoftmaxStats.
+struct SoftmaxLossSum {
+  double loss = 0;      // sum over positions whose label is held of (max + log sum - z_label)
+  int64_t correct = 0;  // positions whose label is held and whose label logit is the max
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // "cpu", "cuda", ...
+  virtual std::string_view name() const = 0;
+
+  // ---- convolution (im2col + GEMM on CPU) ----
+  virtual void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,
+                           TensorView y) = 0;
+  // dx = W^T * dy (col2im), dx = that + beta * dx.
+  virtual void convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w,
+                                TensorView dx, float beta) = 0;
+  // dw += dy * im2col(x)^T; dbias += sum of dy over examples and positions
+  // (dbias may be null when the layer has no bias).
+  virtual void convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy,
+                                   float* dw, float* dbias) = 0;
+
+  // ---- pooling ----
+  // argmax (max mode only; may be null for avg) receives, per output element,
+  // the index within its example's input plane of the chosen input; ties pick
+  // the first in row-major window order.
+  virtual void poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) = 0;
+  virtual void poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t* argmax,
+                            TensorView dx, float beta) = 0;
+
+  // ---- fully connected ----
+  virtual void fcForward(const FcDesc& d, ConstTensorView x, const float* w, const float* bias,
+                         TensorView y) = 0;
+  // dx = dy * W (for a slice: the slice's partial sum), dx = that + beta * dx.
+  virtual void fcBackwardData(const FcDesc& d, ConstTensorView dy, const float* w, TensorView dx,
+                              float beta) = 0;
+  // dw += dy^T * x; dbias += column sums of dy (may be null).
+  virtual void fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
+                                 float* dbias) = 0;
+
+  // ---- elementwise ----
+  virtual void reluForward(ConstTensorView x, TensorView y) = 0;
+  // dx = (y > 0 ? dy : 0) + beta * dx.
+  virtual void reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) = 0;
+  virtual void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) = 0;
+  virtual void dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
+                               float beta) = 0;
+  // y = a + b.
+  virtual void add(ConstTensorView a, ConstTensorView b, TensorView y) = 0;
+  // dst = src + beta * dst.
+  virtual void accumulate(ConstTensorView src, TensorView dst, float beta) = 0;
+
+  // ---- local response normalisation ----
+  // scale receives s_i (same dims as x), kept for backward.
+  virtual void lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) = 0;
+  virtual void lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y,
+                           ConstTensorView scale, ConstTensorView dy, TensorView dx,
+                           float beta) = 0;
+
+  // ---- batch normalisation, training mode ----
+  // Normalises each channel with the mean and (biased) variance over the n*h*w
+  // values of the view: y = gamma * (x - mean) / sqrt(var + eps) + shift.
+  virtual void batchNormForward(ConstTensorView x, const float* gamma, const float* shift,
+                                float eps, TensorView y) = 0;
+  // Gradient through the batch statistics of the same view.
+  virtual void batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gamma,
+                                     float eps, TensorView dx, float beta) = 0;
+  // dgamma += sum(dy * xhat); dshift += sum(dy).
+  virtual void batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                                        float* dgamma, float* dshift) = 0;
+
+  // ---- softmax + cross-entropy over channels, per position ----
+  // stats: 2 floats per position of the view (see SoftmaxLossSum).
+  virtual void softmaxStats(ConstTensorView logits, float* stats) = 0;
+  // y = exp(z - max) / sum with the given stats.
+  virtual void softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) = 0;
+  // Loss terms of the positions whose label falls in [classOffset,
+  // classOffset + logits.c); labels are whole-layer class indices.
+  virtual SoftmaxLossSum softmaxLoss(ConstTensorView logits, const float* stats,
+                                     const int32_t* labels, int classOffset) = 0;
+  // dz = scale * (softmax(z) - onehot(label)) + beta * dz, for the classes held.
+  virtual void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
+                               int classOffset, float scale, TensorView dlogits, float beta) = 0;
+
+  // ---- optimiser ----
+  // SGD with momentum in the form of Krizhevsky et al. (2012, section 5) and
+  // Sutskever et al. (2013):  v = momentum * v - lr * (g + weightDecay * w);
+  // w = w + v. Equivalent to PyTorch's form (v' = mu v' + g; w -= lr v') for
+  // a constant learning rate, with v = -lr v'.
+  virtual void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
+                           float learningRate, float momentum, float weightDecay) = 0;
+};
+
+}  // namespace strata::nn

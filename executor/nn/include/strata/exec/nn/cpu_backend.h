@@ -1,0 +1,69 @@
+// The CPU backend: convolutions and fully-connected layers as GEMMs through
+// Eigen, everything else as plain loops. Eigen stays inside cpu_backend.cpp.
+#pragma once
+
+#include <vector>
+
+#include "strata/exec/nn/backend.h"
+
+namespace strata::nn {
+
+// Single-threaded per instance (Eigen runs without threads here): parallelism
+// comes from running one worker, with its own CpuBackend, per thread or
+// process. Not thread-safe: the im2col scratch is shared between calls.
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,
+                   TensorView y) override;
+  void convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w, TensorView dx,
+                        float beta) override;
+  void convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
+                           float* dbias) override;
+
+  void poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) override;
+  void poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t* argmax, TensorView dx,
+                    float beta) override;
+
+  void fcForward(const FcDesc& d, ConstTensorView x, const float* w, const float* bias,
+                 TensorView y) override;
+  void fcBackwardData(const FcDesc& d, ConstTensorView dy, const float* w, TensorView dx,
+                      float beta) override;
+  void fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
+                         float* dbias) override;
+
+  void reluForward(ConstTensorView x, TensorView y) override;
+  void reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) override;
+  void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) override;
+  void dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
+                       float beta) override;
+  void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
+  void accumulate(ConstTensorView src, TensorView dst, float beta) override;
+
+  void lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) override;
+  void lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y, ConstTensorView scale,
+                   ConstTensorView dy, TensorView dx, float beta) override;
+
+  void batchNormForward(ConstTensorView x, const float* gamma, const float* shift, float eps,
+                        TensorView y) override;
+  void batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gamma, float eps,
+                             TensorView dx, float beta) override;
+  void batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgamma,
+                                float* dshift) override;
+
+  void softmaxStats(ConstTensorView logits, float* stats) override;
+  void softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) override;
+  SoftmaxLossSum softmaxLoss(ConstTensorView logits, const float* stats, const int32_t* labels,
+                             int classOffset) override;
+  void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
+                       int classOffset, float scale, TensorView dlogits, float beta) override;
+
+  void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
+                   float learningRate, float momentum, float weightDecay) override;
+
+ private:
+  std::vector<float> col_;  // im2col of one example and group
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,264 @@
+// A trainable instance of a strata::Network on a compute Backend.
+//
+// The Model owns the parameters (one contiguous array: per layer its weights
+// then its bias, layers in order, so the gradients of consecutive layers form
+// one span an allreduce can take in buckets), their gradients, the momentum
+// of SGD, and per layer the output activation and the gradient with respect
+// to that output. A Plan interpreter drives it one (layer, phase, examples)
+// task at a time:
+//
+//   model.input(b) <- examples; model.setLabels(labels)
+//   for l in 0..L-1:     model.forward(l)
+//   for l in L-1..0:     model.backwardWeights(l); model.backwardData(l)
+//   allreduce(model.allGradients()); model.updateAll(lr, momentum)
+//
+// Batches. Every phase call takes an ExampleRange of the layer's current
+// batch, which is the batch of the tensor it reads (the network input, the
+// output of the layer it reads, or its exchange input). So the caller decides
+// how many examples one call covers, and a batch may be processed in pieces:
+// forward over [0, 16) then [16, 32) gives the same outputs as one call over
+// [0, 32), and weight gradients accumulate across calls until zeroGradients().
+// Exceptions: batchnorm normalises over the examples of each call, and the
+// ranges of backward calls must be those of the forward calls of the same
+// layer (batchnorm recomputes its statistics from the range it is given).
+//
+// Gradients of a value read by several layers (a residual branch) are summed:
+// the gradient buffer is cleared over a range when its first reader runs
+// forward on that range, and every reader's backwardData adds to it.
+//
+// Model parallelism (the fc part of owt-a/b/c, Krizhevsky 2014). A worker
+// instantiates fc layers with only a slice [begin, end) of their output
+// neurons (ModelOptions::slices; modelParallelSlices() gives rank r's share):
+//  - a sliced fc holds rows [begin, end) of the whole layer's weight matrix
+//    and the matching bias entries, initialised to exactly the values the
+//    whole layer would have, so K workers together hold the one-worker model;
+//  - it reads its whole input (all input neurons, for the round's batch) from
+//    exchangeInput(l), which the caller fills: for the first model-parallel
+//    fc the gathered boundary activations, for later ones the slices of every
+//    worker's previous layer (copyIntoChannels);
+//  - its output, and that of the relu / dropout layers after it, is the slice
+//    only: output(l) has end - begin channels;
+//  - backwardData writes the partial gradient with respect to the whole input
+//    into exchangeInputGrad(l): the sum over the K workers of these partial
+//    gradients is the input gradient (the caller reduce-scatters it into the
+//    producers' outputGrad slices, or into the owners of the examples);
+//  - a softmax after a sliced fc needs the statistics of all classes: after
+//    forward, softmaxStats() holds max and sum of exp over this worker's
+//    classes per position; the caller merges those of all workers
+//    (mergeSoftmaxStats) and writes the result back into softmaxStats() before
+//    backwardData(softmax) and loss(). loss() and correctCount() are then this
+//    worker's share: summed over the workers they give the whole layer's.
+//  - Or the caller gathers the whole logits itself and uses
+//    softmaxCrossEntropy(), writing each worker's slice of the logit gradient
+//    into outputGrad() of the last fc.
+//
+// Loss. softmax + cross-entropy over channels at every position (a
+// classifier has one position per example); the loss is the mean over the
+// positions of the batch, or the sum divided by setLossNormalizer(N): with
+// N = K * b on each of K data-parallel workers, summing their gradients gives
+// the gradient of the mean over the global batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "strata/exec/nn/backend.h"
+#include "strata/exec/nn/tensor.h"
+#include "strata/model/network.h"
+
+namespace strata::nn {
+
+// A half-open range [begin, end) of output neurons (channels) of a layer.
+struct NeuronRange {
+  int begin = 0;
+  int end = 0;
+
+  int size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  bool operator==(const NeuronRange&) const = default;
+};
+
+// Part `index` of `n` neurons split into `parts` near-equal contiguous parts:
+// [index * n / parts, (index + 1) * n / parts). Sizes differ by at most one, so
+// any n >= parts works. Requires 0 <= index < parts.
+NeuronRange evenSlice(int n, int parts, int index);
+
+// Per layer: the fc layers from network.modelParallelFrom on get rank's even
+// slice of their outputs; every other layer an empty range (not sliced). For
+// ModelOptions::slices. Requires 0 <= rank < workers. Throws UserError when the
+// network has no model-parallel part, and ConfigError naming the layer when an
+// fc has fewer outputs than workers or the part holds a layer other than fc,
+// relu, dropout or softmax.
+std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank);
+
+// How to instantiate a Model.
+struct ModelOptions {
+  // Seeds the initial weights and the dropout masks. Weights are a pure
+  // function of (seed, layer index, element of the whole layer).
+  uint64_t seed = 1;
+  // false: dropout layers are the identity (for equality tests between runs
+  // whose batches are laid out differently).
+  bool dropout = true;
+  LrnDesc lrn{};               // constants of lrn layers (size comes from the layer)
+  float batchNormEps = 1e-5f;  // added to the batch variance
+  // Empty, or one entry per layer: a non-empty range makes that layer (an fc)
+  // model-parallel with only those output neurons. See the header comment.
+  std::vector<NeuronRange> slices{};
+  // The backend to run on; null: the Model creates and owns a CpuBackend.
+  // A given backend must outlive the Model.
+  Backend* backend = nullptr;
+};
+
+// Offsets of one layer's parameters within Model::allParameters().
+struct ParamBlock {
+  int64_t offset = 0;   // first element
+  int64_t weights = 0;  // weight elements (batchnorm: gamma)
+  int64_t bias = 0;     // bias elements following them (batchnorm: shift)
+  int64_t size() const { return weights + bias; }
+};
+
+class Model {
+ public:
+  // Allocates and initialises the parameters: biases and batchnorm shifts 0,
+  // batchnorm scales 1, conv and fc weights uniform in [-a, a] with variance
+  // 2 / fanIn (He et al. 2015, for layers whose only reader is a relu) or
+  // 1 / fanIn (LeCun/Xavier-style, for the others, e.g. the classifier).
+  // Throws UserError naming the layer for an rnn layer (not supported) or a
+  // model-parallel layout it cannot run.
+  explicit Model(const Network& network, ModelOptions options = {});
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const Network& network() const { return network_; }
+  int layerCount() const { return static_cast<int>(network_.layers.size()); }
+  Backend& backend() { return *backend_; }
+
+  // ---- buffers ----
+  // The network input resized to `batch` examples, for the caller to fill.
+  Tensor& input(int batch);
+  const Tensor& input() const { return input_; }
+  // Labels of the softmax layer's batch, one per position (examples x h x w),
+  // whole-layer class indices in [0, classes). Copied.
+  void setLabels(std::span<const int32_t> labels);
+  // Output activation of a layer (saved for backward); the slice for a sliced
+  // layer. The softmax layer's output holds probabilities normalised over the
+  // classes this worker holds.
+  const Tensor& output(int layer) const;
+  // Gradient of the loss with respect to output(layer), written by the
+  // backwardData of its readers, or by the caller (model-parallel exchange).
+  Tensor& outputGrad(int layer);
+  // Gradient with respect to the network input; written by backwardData of
+  // the layers that read the input (a Plan never asks for it: tests do).
+  const Tensor& inputGrad() const { return inputGrad_; }
+  // True for a sliced (model-parallel) layer, which reads exchangeInput().
+  bool modelParallel(int layer) const;
+  // The output neurons this worker holds: the slice, or [0, channels).
+  NeuronRange slice(int layer) const;
+  // The whole input of a model-parallel layer, resized to `batch` examples
+  // for the caller to fill (shape: the layer's inShape).
+  Tensor& exchangeInput(int layer, int batch);
+  // This worker's partial gradient with respect to exchangeInput(layer).
+  const Tensor& exchangeInputGrad(int layer) const;
+
+  // ---- phases (ranges index the layer's current batch; see header) ----
+  void forward(int layer, ExampleRange examples);
+  void forward(int layer);
+  // Gradient with respect to the layer's input(s) from outputGrad(layer)
+  // (softmax: from the labels and softmaxStats()). Requires forward of the
+  // same range.
+  void backwardData(int layer, ExampleRange examples);
+  void backwardData(int layer);
+  // Adds the layer's weight gradients over the range to gradients(layer); a
+  // no-op for layers without parameters.
+  void backwardWeights(int layer, ExampleRange examples);
+  void backwardWeights(int layer);
+  // SGD with momentum on one layer's / every layer's parameters (the form is
+  // in Backend::sgdMomentum). The momentum buffer starts at zero.
+  void update(int layer, float learningRate, float momentum, float weightDecay = 0);
+  void updateAll(float learningRate, float momentum, float weightDecay = 0);
+  // Sets every gradient / one layer's gradients to zero (after a per-round
+  // update of the fc layers while the conv layers keep accumulating).
+  void zeroGradients();
+  void zeroGradients(int layer);
+
+  // Single-worker conveniences over the whole batch: forward of every layer;
+  // backward of every layer in reverse (weights, then data; data also for the
+  // first layer when `inputGradient`). Not for models with sliced layers.
+  void forwardAll();
+  void backwardAll(bool inputGradient = false);
+
+  // ---- parameters ----
+  ParamBlock paramBlock(int layer) const;
+  std::span<float> parameters(int layer);  // weights then bias, contiguous
+  std::span<float> gradients(int layer);
+  // Gradients of layers [firstLayer, lastLayer], one contiguous span.
+  std::span<float> gradients(int firstLayer, int lastLayer);
+  std::span<float> allParameters() { return params_; }
+  std::span<float> allGradients() { return grads_; }
+  std::span<float> momentum(int layer);  // allocates the momentum on first use
+
+  // ---- loss ----
+  // 0 (default): the number of positions of the softmax batch.
+  void setLossNormalizer(double normalizer) { lossNormalizer_ = normalizer; }
+  // Per position of the softmax batch: (max, sum of exp(z - max)) over the
+  // classes held, after forward(softmax); writable for merged statistics.
+  std::span<float> softmaxStats() { return softmaxStats_; }
+  // Cross-entropy summed over positions / normaliser, from the logits of the
+  // last forward, the labels and softmaxStats(); for a sliced softmax this
+  // worker's share (see header).
+  double loss();
+  // Positions whose label has the largest logit (this worker's share).
+  int64_t correctCount();
+  // correctCount() / positions.
+  double accuracy();
+
+  // The dropout masks are a function of (seed, step, layer, row, neuron); the
+  // caller advances the step so each step draws new masks.
+  void setStep(uint64_t step) { step_ = step; }
+
+ private:
+  struct LayerState;
+
+  ConstTensorView inputOf(int layer, int which) const;
+  Tensor& gradTargetOf(int layer, int which);
+  float betaOf(int layer, int which) const;
+  void prepareForward(int layer, ExampleRange r);
+  void checkRange(int layer, ExampleRange r) const;
+  int softmaxLayer() const;
+  int64_t softmaxPositions() const;
+  SoftmaxLossSum softmaxSums();
+
+  Network network_;
+  ModelOptions options_;
+  std::unique_ptr<Backend> ownedBackend_;
+  Backend* backend_ = nullptr;
+  std::vector<LayerState> layers_;
+  std::vector<ParamBlock> blocks_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<float> momentum_;
+  Tensor input_;
+  Tensor inputGrad_;
+  int inputReaders_ = 0;
+  int inputFirstReader_ = -1;
+  std::vector<int32_t> labels_;
+  std::vector<float> softmaxStats_;
+  double lossNormalizer_ = 0;
+  uint64_t step_ = 0;
+};
+
+// Merges softmax statistics: into = the statistics of the union of the two
+// sets of classes (max of the maxima; sums rescaled to the common max).
+// Both spans hold (max, sum) pairs for the same positions.
+void mergeSoftmaxStats(std::span<float> into, std::span<const float> other);
+
+// Softmax cross-entropy on whole logits (n, classes, h, w) gathered by the
+// caller: returns the loss summed over positions / normalizer (0: the number
+// of positions) and, when dlogits is non-null, writes its gradient there.
+double softmaxCrossEntropy(Backend& backend, ConstTensorView logits,
+                           std::span<const int32_t> labels, double normalizer, TensorView* dlogits);
+
+}  // namespace strata::nn

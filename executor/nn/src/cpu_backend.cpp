@@ -1,0 +1,694 @@
+// The CPU kernels. The only translation unit that includes Eigen: GEMMs of
+// conv (after im2col) and fc go through Eigen's blocked products; the rest
+// are loops written so the innermost one runs over contiguous memory.
+#include "strata/exec/nn/cpu_backend.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "counter_rng.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
+using VectorMap = Eigen::Map<Eigen::VectorXf>;
+
+// dst = beta * dst before a kernel adds its result: beta is 0 (overwrite,
+// which must not read dst: it may hold NaN from an earlier batch) or 1.
+void scaleForAccumulate(float* dst, int64_t count, float beta) {
+  if (beta == 0.0f) {
+    std::fill_n(dst, count, 0.0f);
+  } else if (beta != 1.0f) {
+    for (int64_t i = 0; i < count; ++i)
+      dst[i] *= beta;
+  }
+}
+
+void checkSameDims(const Dims& a, const Dims& b) {
+  STRATA_ENFORCE_OP(a.n, ==, b.n);
+  STRATA_ENFORCE_OP(a.c, ==, b.c);
+  STRATA_ENFORCE_OP(a.h, ==, b.h);
+  STRATA_ENFORCE_OP(a.w, ==, b.w);
+}
+
+bool isPointwise(const ConvDesc& d) {
+  return d.kernelH == 1 && d.kernelW == 1 && d.stride == 1 && d.pad == 0;
+}
+
+// Unfolds `channels` input planes into col (K = channels * kh * kw rows, P =
+// outH * outW columns): row (c, ki, kj) holds the input pixel each output
+// position sees through kernel tap (ki, kj), zero where it falls in padding.
+void im2col(const ConvDesc& d, const float* x, int channels, float* col) {
+  const int64_t outPlane = int64_t{d.outH} * d.outW;
+  for (int c = 0; c < channels; ++c) {
+    const float* plane = x + int64_t{c} * d.inH * d.inW;
+    for (int ki = 0; ki < d.kernelH; ++ki) {
+      for (int kj = 0; kj < d.kernelW; ++kj) {
+        float* row = col + ((int64_t{c} * d.kernelH + ki) * d.kernelW + kj) * outPlane;
+        for (int oh = 0; oh < d.outH; ++oh) {
+          float* out = row + int64_t{oh} * d.outW;
+          const int ih = oh * d.stride - d.pad + ki;
+          if (ih < 0 || ih >= d.inH) {
+            std::fill_n(out, d.outW, 0.0f);
+            continue;
+          }
+          const float* in = plane + int64_t{ih} * d.inW;
+          for (int ow = 0; ow < d.outW; ++ow) {
+            const int iw = ow * d.stride - d.pad + kj;
+            out[ow] = (iw >= 0 && iw < d.inW) ? in[iw] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds every column entry back onto the input pixel it
+// was read from (pixels seen by several taps sum their gradients).
+void col2imAdd(const ConvDesc& d, const float* col, int channels, float* x) {
+  const int64_t outPlane = int64_t{d.outH} * d.outW;
+  for (int c = 0; c < channels; ++c) {
+    float* plane = x + int64_t{c} * d.inH * d.inW;
+    for (int ki = 0; ki < d.kernelH; ++ki) {
+      for (int kj = 0; kj < d.kernelW; ++kj) {
+        const float* row = col + ((int64_t{c} * d.kernelH + ki) * d.kernelW + kj) * outPlane;
+        for (int oh = 0; oh < d.outH; ++oh) {
+          const int ih = oh * d.stride - d.pad + ki;
+          if (ih < 0 || ih >= d.inH)
+            continue;
+          const float* in = row + int64_t{oh} * d.outW;
+          float* out = plane + int64_t{ih} * d.inW;
+          for (int ow = 0; ow < d.outW; ++ow) {
+            const int iw = ow * d.stride - d.pad + kj;
+            if (iw >= 0 && iw < d.inW)
+              out[iw] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+void checkConv(const ConvDesc& d, const Dims& x, const Dims& y) {
+  STRATA_ENFORCE_OP(x.n, ==, y.n);
+  STRATA_ENFORCE_OP(x.c, ==, d.inC);
+  STRATA_ENFORCE_OP(x.h, ==, d.inH);
+  STRATA_ENFORCE_OP(x.w, ==, d.inW);
+  STRATA_ENFORCE_OP(y.c, ==, d.filters);
+  STRATA_ENFORCE_OP(y.h, ==, d.outH);
+  STRATA_ENFORCE_OP(y.w, ==, d.outW);
+  STRATA_ENFORCE_OP(d.inC % d.groups, ==, 0);
+  STRATA_ENFORCE_OP(d.filters % d.groups, ==, 0);
+}
+
+// Per-channel batch statistics of a view, accumulated in double so that the
+// variance of large batches does not lose digits.
+struct ChannelStats {
+  float mean = 0;
+  float invStd = 0;
+};
+
+ChannelStats channelStats(ConstTensorView x, int c, float eps) {
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const double count = double(x.dims.n) * double(plane);
+  double sum = 0;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* p = x.data + (int64_t{n} * x.dims.c + c) * plane;
+    for (int64_t i = 0; i < plane; ++i)
+      sum += p[i];
+  }
+  const double mean = sum / count;
+  double squares = 0;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* p = x.data + (int64_t{n} * x.dims.c + c) * plane;
+    for (int64_t i = 0; i < plane; ++i)
+      squares += (p[i] - mean) * (p[i] - mean);
+  }
+  return {static_cast<float>(mean), static_cast<float>(1.0 / std::sqrt(squares / count + eps))};
+}
+
+// The dropout decision of one element, see DropoutDesc.
+struct DropoutMask {
+  const DropoutDesc& d;
+  int64_t plane;
+  float scale;
+
+  DropoutMask(const DropoutDesc& desc, const Dims& dims)
+      : d(desc), plane(int64_t{dims.h} * dims.w), scale(1.0f / (1.0f - desc.rate)) {}
+  // Hash of the example's row; elements then mix in their whole-layer index.
+  uint64_t rowKey(int row) const {
+    return detail::mix64(detail::hashOf(d.seed, d.step, static_cast<uint64_t>(d.layer),
+                                        static_cast<uint64_t>(d.firstRow + row)));
+  }
+  float factor(uint64_t rowKey, int c, int64_t pos) const {
+    const auto index = static_cast<uint64_t>((d.channelOffset + c) * plane + pos);
+    return detail::uniformFloat(detail::mix64(rowKey ^ index)) >= d.rate ? scale : 0.0f;
+  }
+};
+
+}  // namespace
+
+// ---- convolution ----------------------------------------------------------
+
+void CpuBackend::convForward(const ConvDesc& d, ConstTensorView x, const float* w,
+                             const float* bias, TensorView y) {
+  checkConv(d, x.dims, y.dims);
+  const int cg = d.inC / d.groups;
+  const int fg = d.filters / d.groups;
+  const int64_t k = int64_t{cg} * d.kernelH * d.kernelW;
+  const int64_t p = int64_t{d.outH} * d.outW;
+  const int64_t inPlane = int64_t{d.inH} * d.inW;
+  const bool pointwise = isPointwise(d);
+  if (!pointwise)
+    col_.resize(static_cast<size_t>(k * p));
+  for (int n = 0; n < x.dims.n; ++n) {
+    for (int g = 0; g < d.groups; ++g) {
+      const float* xg = x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane;
+      // A 1x1 stride-1 convolution's im2col is its input: skip the copy.
+      const float* col = xg;
+      if (!pointwise) {
+        im2col(d, xg, cg, col_.data());
+        col = col_.data();
+      }
+      ConstMatrixMap wg(w + int64_t{g} * fg * k, fg, k);
+      ConstMatrixMap cols(col, k, p);
+      MatrixMap yg(y.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p, fg, p);
+      yg.noalias() = wg * cols;
+      if (bias)
+        yg.colwise() += ConstVectorMap(bias + int64_t{g} * fg, fg);
+    }
+  }
+}
+
+void CpuBackend::convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w,
+                                  TensorView dx, float beta) {
+  checkConv(d, dx.dims, dy.dims);
+  const int cg = d.inC / d.groups;
+  const int fg = d.filters / d.groups;
+  const int64_t k = int64_t{cg} * d.kernelH * d.kernelW;
+  const int64_t p = int64_t{d.outH} * d.outW;
+  const int64_t inPlane = int64_t{d.inH} * d.inW;
+  const bool pointwise = isPointwise(d);
+  if (!pointwise)
+    col_.resize(static_cast<size_t>(k * p));
+  scaleForAccumulate(dx.data, dx.elements(), beta);
+  for (int n = 0; n < dy.dims.n; ++n) {
+    for (int g = 0; g < d.groups; ++g) {
+      float* dxg = dx.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane;
+      ConstMatrixMap wg(w + int64_t{g} * fg * k, fg, k);
+      ConstMatrixMap dyg(dy.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p, fg, p);
+      if (pointwise) {
+        MatrixMap(dxg, k, p).noalias() += wg.transpose() * dyg;
+      } else {
+        MatrixMap cols(col_.data(), k, p);
+        cols.noalias() = wg.transpose() * dyg;
+        col2imAdd(d, col_.data(), cg, dxg);
+      }
+    }
+  }
+}
+
+void CpuBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy,
+                                     float* dw, float* dbias) {
+  checkConv(d, x.dims, dy.dims);
+  const int cg = d.inC / d.groups;
+  const int fg = d.filters / d.groups;
+  const int64_t k = int64_t{cg} * d.kernelH * d.kernelW;
+  const int64_t p = int64_t{d.outH} * d.outW;
+  const int64_t inPlane = int64_t{d.inH} * d.inW;
+  const bool pointwise = isPointwise(d);
+  if (!pointwise)
+    col_.resize(static_cast<size_t>(k * p));
+  for (int n = 0; n < x.dims.n; ++n) {
+    for (int g = 0; g < d.groups; ++g) {
+      const float* xg = x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane;
+      const float* col = xg;
+      if (!pointwise) {
+        im2col(d, xg, cg, col_.data());
+        col = col_.data();
+      }
+      ConstMatrixMap dyg(dy.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p, fg, p);
+      MatrixMap(dw + int64_t{g} * fg * k, fg, k).noalias() +=
+          dyg * ConstMatrixMap(col, k, p).transpose();
+      if (dbias)
+        VectorMap(dbias + int64_t{g} * fg, fg) += dyg.rowwise().sum();
+    }
+  }
+}
+
+// ---- pooling --------------------------------------------------------------
+
+void CpuBackend::poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) {
+  STRATA_ENFORCE_OP(x.dims.n, ==, y.dims.n);
+  STRATA_ENFORCE_OP(x.dims.c, ==, d.c);
+  STRATA_ENFORCE_OP(y.dims.c, ==, d.c);
+  STRATA_ENFORCE(x.dims.h == d.inH && x.dims.w == d.inW && y.dims.h == d.outH &&
+                 y.dims.w == d.outW);
+  const bool isMax = d.mode == PoolMode::kMax;
+  STRATA_ENFORCE(!isMax || argmax != nullptr);
+  const int64_t planes = int64_t{x.dims.n} * d.c;
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* in = x.data + pl * d.inH * d.inW;
+    float* out = y.data + pl * d.outH * d.outW;
+    int32_t* arg = isMax ? argmax + pl * d.outH * d.outW : nullptr;
+    for (int oh = 0; oh < d.outH; ++oh) {
+      const int h0 = std::max(oh * d.stride - d.pad, 0);
+      const int h1 = std::min(oh * d.stride - d.pad + d.kernelH, d.inH);
+      for (int ow = 0; ow < d.outW; ++ow) {
+        const int w0 = std::max(ow * d.stride - d.pad, 0);
+        const int w1 = std::min(ow * d.stride - d.pad + d.kernelW, d.inW);
+        const int o = oh * d.outW + ow;
+        if (isMax) {
+          // A window lying wholly in padding (pad >= kernel) has no input:
+          // output 0 and no gradient (argmax -1).
+          float best = -std::numeric_limits<float>::infinity();
+          int32_t where = -1;
+          for (int ih = h0; ih < h1; ++ih)
+            for (int iw = w0; iw < w1; ++iw)
+              if (in[ih * d.inW + iw] > best) {
+                best = in[ih * d.inW + iw];
+                where = ih * d.inW + iw;
+              }
+          out[o] = where >= 0 ? best : 0.0f;
+          arg[o] = where;
+        } else {
+          float sum = 0;
+          for (int ih = h0; ih < h1; ++ih)
+            for (int iw = w0; iw < w1; ++iw)
+              sum += in[ih * d.inW + iw];
+          const int count = (h1 - h0) * (w1 - w0);
+          out[o] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t* argmax,
+                              TensorView dx, float beta) {
+  STRATA_ENFORCE_OP(dx.dims.n, ==, dy.dims.n);
+  STRATA_ENFORCE(dx.dims.c == d.c && dy.dims.c == d.c);
+  const bool isMax = d.mode == PoolMode::kMax;
+  scaleForAccumulate(dx.data, dx.elements(), beta);
+  const int64_t planes = int64_t{dy.dims.n} * d.c;
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* g = dy.data + pl * d.outH * d.outW;
+    float* out = dx.data + pl * d.inH * d.inW;
+    if (isMax) {
+      const int32_t* arg = argmax + pl * d.outH * d.outW;
+      for (int o = 0; o < d.outH * d.outW; ++o)
+        if (arg[o] >= 0)
+          out[arg[o]] += g[o];
+      continue;
+    }
+    for (int oh = 0; oh < d.outH; ++oh) {
+      const int h0 = std::max(oh * d.stride - d.pad, 0);
+      const int h1 = std::min(oh * d.stride - d.pad + d.kernelH, d.inH);
+      for (int ow = 0; ow < d.outW; ++ow) {
+        const int w0 = std::max(ow * d.stride - d.pad, 0);
+        const int w1 = std::min(ow * d.stride - d.pad + d.kernelW, d.inW);
+        const int count = (h1 - h0) * (w1 - w0);
+        if (count == 0)
+          continue;
+        const float share = g[oh * d.outW + ow] / static_cast<float>(count);
+        for (int ih = h0; ih < h1; ++ih)
+          for (int iw = w0; iw < w1; ++iw)
+            out[ih * d.inW + iw] += share;
+      }
+    }
+  }
+}
+
+// ---- fully connected --------------------------------------------------------
+//
+// flatten: X (n x D) * W^T (D x O) = Y (n x O), one GEMM for the batch.
+// per position: for each example Y_e (O x P) = W (O x C) * X_e (C x P).
+
+void CpuBackend::fcForward(const FcDesc& d, ConstTensorView x, const float* w, const float* bias,
+                           TensorView y) {
+  STRATA_ENFORCE_OP(x.dims.n, ==, y.dims.n);
+  STRATA_ENFORCE_OP(y.dims.c, ==, d.outputs);
+  ConstMatrixMap weights(w, d.outputs, d.inFeatures);
+  if (d.flatten) {
+    STRATA_ENFORCE_OP(x.dims.perExample(), ==, d.inFeatures);
+    MatrixMap out(y.data, y.dims.n, d.outputs);
+    out.noalias() = ConstMatrixMap(x.data, x.dims.n, d.inFeatures) * weights.transpose();
+    if (bias)
+      out.rowwise() += ConstVectorMap(bias, d.outputs).transpose();
+    return;
+  }
+  STRATA_ENFORCE_OP(x.dims.c, ==, d.inFeatures);
+  const int64_t p = int64_t{x.dims.h} * x.dims.w;
+  for (int n = 0; n < x.dims.n; ++n) {
+    MatrixMap out(y.data + n * y.dims.perExample(), d.outputs, p);
+    out.noalias() = weights * ConstMatrixMap(x.data + n * x.dims.perExample(), d.inFeatures, p);
+    if (bias)
+      out.colwise() += ConstVectorMap(bias, d.outputs);
+  }
+}
+
+void CpuBackend::fcBackwardData(const FcDesc& d, ConstTensorView dy, const float* w, TensorView dx,
+                                float beta) {
+  STRATA_ENFORCE_OP(dx.dims.n, ==, dy.dims.n);
+  STRATA_ENFORCE_OP(dy.dims.c, ==, d.outputs);
+  ConstMatrixMap weights(w, d.outputs, d.inFeatures);
+  scaleForAccumulate(dx.data, dx.elements(), beta);
+  if (d.flatten) {
+    STRATA_ENFORCE_OP(dx.dims.perExample(), ==, d.inFeatures);
+    MatrixMap(dx.data, dx.dims.n, d.inFeatures).noalias() +=
+        ConstMatrixMap(dy.data, dy.dims.n, d.outputs) * weights;
+    return;
+  }
+  STRATA_ENFORCE_OP(dx.dims.c, ==, d.inFeatures);
+  const int64_t p = int64_t{dx.dims.h} * dx.dims.w;
+  for (int n = 0; n < dy.dims.n; ++n)
+    MatrixMap(dx.data + n * dx.dims.perExample(), d.inFeatures, p).noalias() +=
+        weights.transpose() * ConstMatrixMap(dy.data + n * dy.dims.perExample(), d.outputs, p);
+}
+
+void CpuBackend::fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorView dy,
+                                   float* dw, float* dbias) {
+  STRATA_ENFORCE_OP(x.dims.n, ==, dy.dims.n);
+  STRATA_ENFORCE_OP(dy.dims.c, ==, d.outputs);
+  MatrixMap grad(dw, d.outputs, d.inFeatures);
+  if (d.flatten) {
+    STRATA_ENFORCE_OP(x.dims.perExample(), ==, d.inFeatures);
+    ConstMatrixMap g(dy.data, dy.dims.n, d.outputs);
+    grad.noalias() += g.transpose() * ConstMatrixMap(x.data, x.dims.n, d.inFeatures);
+    if (dbias)
+      VectorMap(dbias, d.outputs) += g.colwise().sum().transpose();
+    return;
+  }
+  STRATA_ENFORCE_OP(x.dims.c, ==, d.inFeatures);
+  const int64_t p = int64_t{x.dims.h} * x.dims.w;
+  for (int n = 0; n < x.dims.n; ++n) {
+    ConstMatrixMap g(dy.data + n * dy.dims.perExample(), d.outputs, p);
+    grad.noalias() +=
+        g * ConstMatrixMap(x.data + n * x.dims.perExample(), d.inFeatures, p).transpose();
+    if (dbias)
+      VectorMap(dbias, d.outputs) += g.rowwise().sum();
+  }
+}
+
+// ---- elementwise ----------------------------------------------------------
+
+void CpuBackend::reluForward(ConstTensorView x, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  const int64_t count = x.elements();
+  for (int64_t i = 0; i < count; ++i)
+    y.data[i] = std::max(x.data[i], 0.0f);
+}
+
+void CpuBackend::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) {
+  checkSameDims(y.dims, dy.dims);
+  checkSameDims(y.dims, dx.dims);
+  const int64_t count = y.elements();
+  if (beta == 0.0f) {
+    for (int64_t i = 0; i < count; ++i)
+      dx.data[i] = y.data[i] > 0.0f ? dy.data[i] : 0.0f;
+  } else {
+    for (int64_t i = 0; i < count; ++i)
+      dx.data[i] = beta * dx.data[i] + (y.data[i] > 0.0f ? dy.data[i] : 0.0f);
+  }
+}
+
+void CpuBackend::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  const DropoutMask mask(d, x.dims);
+  const int64_t plane = mask.plane;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const uint64_t key = mask.rowKey(n);
+    const float* in = x.data + n * x.dims.perExample();
+    float* out = y.data + n * y.dims.perExample();
+    for (int c = 0; c < x.dims.c; ++c)
+      for (int64_t p = 0; p < plane; ++p)
+        out[c * plane + p] = in[c * plane + p] * mask.factor(key, c, p);
+  }
+}
+
+void CpuBackend::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
+                                 float beta) {
+  checkSameDims(dy.dims, dx.dims);
+  const DropoutMask mask(d, dy.dims);
+  const int64_t plane = mask.plane;
+  scaleForAccumulate(dx.data, dx.elements(), beta);
+  for (int n = 0; n < dy.dims.n; ++n) {
+    const uint64_t key = mask.rowKey(n);
+    const float* in = dy.data + n * dy.dims.perExample();
+    float* out = dx.data + n * dx.dims.perExample();
+    for (int c = 0; c < dy.dims.c; ++c)
+      for (int64_t p = 0; p < plane; ++p)
+        out[c * plane + p] += in[c * plane + p] * mask.factor(key, c, p);
+  }
+}
+
+void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
+  checkSameDims(a.dims, b.dims);
+  checkSameDims(a.dims, y.dims);
+  const int64_t count = a.elements();
+  for (int64_t i = 0; i < count; ++i)
+    y.data[i] = a.data[i] + b.data[i];
+}
+
+void CpuBackend::accumulate(ConstTensorView src, TensorView dst, float beta) {
+  checkSameDims(src.dims, dst.dims);
+  const int64_t count = src.elements();
+  if (beta == 0.0f) {
+    std::copy_n(src.data, count, dst.data);
+  } else {
+    for (int64_t i = 0; i < count; ++i)
+      dst.data[i] = beta * dst.data[i] + src.data[i];
+  }
+}
+
+// ---- local response normalisation ---------------------------------------
+//
+// Channels are the outer index of a plane, so each loop below runs over the
+// positions of a plane (contiguous) for one pair of channels.
+
+void CpuBackend::lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) {
+  checkSameDims(x.dims, y.dims);
+  checkSameDims(x.dims, scale.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int before = (d.size - 1) / 2;
+  const int after = d.size / 2;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* in = x.data + n * x.dims.perExample();
+    float* s = scale.data + n * scale.dims.perExample();
+    float* out = y.data + n * y.dims.perExample();
+    for (int c = 0; c < x.dims.c; ++c) {
+      float* sc = s + c * plane;
+      std::fill_n(sc, plane, 0.0f);
+      for (int j = std::max(c - before, 0); j <= std::min(c + after, x.dims.c - 1); ++j) {
+        const float* xj = in + j * plane;
+        for (int64_t p = 0; p < plane; ++p)
+          sc[p] += xj[p] * xj[p];
+      }
+      for (int64_t p = 0; p < plane; ++p) {
+        sc[p] = d.k + d.alpha * sc[p];
+        out[c * plane + p] = in[c * plane + p] * std::pow(sc[p], -d.beta);
+      }
+    }
+  }
+}
+
+// dx_i = dy_i s_i^-beta - 2 alpha beta x_i sum_{j : i in window(j)} dy_j y_j / s_j
+void CpuBackend::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y,
+                             ConstTensorView scale, ConstTensorView dy, TensorView dx, float beta) {
+  checkSameDims(x.dims, y.dims);
+  checkSameDims(x.dims, scale.dims);
+  checkSameDims(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int before = (d.size - 1) / 2;
+  const int after = d.size / 2;
+  const int64_t perExample = x.dims.perExample();
+  col_.resize(static_cast<size_t>(perExample));
+  float* ratio = col_.data();  // dy_j y_j / s_j of one example
+  for (int n = 0; n < x.dims.n; ++n) {
+    const int64_t base = n * perExample;
+    for (int64_t i = 0; i < perExample; ++i)
+      ratio[i] = dy.data[base + i] * y.data[base + i] / scale.data[base + i];
+    for (int c = 0; c < x.dims.c; ++c) {
+      float* out = dx.data + base + c * plane;
+      const float* xc = x.data + base + c * plane;
+      const float* sc = scale.data + base + c * plane;
+      const float* gc = dy.data + base + c * plane;
+      for (int64_t p = 0; p < plane; ++p) {
+        const float direct = gc[p] * std::pow(sc[p], -d.beta);
+        out[p] = beta == 0.0f ? direct : beta * out[p] + direct;
+      }
+      // i is in window(j) when j - before <= i <= j + after.
+      for (int j = std::max(c - after, 0); j <= std::min(c + before, x.dims.c - 1); ++j) {
+        const float* rj = ratio + j * plane;
+        for (int64_t p = 0; p < plane; ++p)
+          out[p] -= 2.0f * d.alpha * d.beta * xc[p] * rj[p];
+      }
+    }
+  }
+}
+
+// ---- batch normalisation --------------------------------------------------
+
+void CpuBackend::batchNormForward(ConstTensorView x, const float* gamma, const float* shift,
+                                  float eps, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  for (int c = 0; c < x.dims.c; ++c) {
+    const ChannelStats st = channelStats(x, c, eps);
+    const float a = gamma[c] * st.invStd;
+    const float b = shift[c] - a * st.mean;
+    for (int n = 0; n < x.dims.n; ++n) {
+      const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i)
+        y.data[off + i] = a * x.data[off + i] + b;
+    }
+  }
+}
+
+// With xhat = (x - mean) invStd and m = n*h*w values per channel:
+// dx = gamma invStd / m * (m dy - sum(dy) - xhat sum(dy xhat)).
+void CpuBackend::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gamma,
+                                       float eps, TensorView dx, float beta) {
+  checkSameDims(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const double m = double(x.dims.n) * double(plane);
+  for (int c = 0; c < x.dims.c; ++c) {
+    const ChannelStats st = channelStats(x, c, eps);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int n = 0; n < x.dims.n; ++n) {
+      const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) {
+        sumDy += dy.data[off + i];
+        sumDyXhat += dy.data[off + i] * (x.data[off + i] - st.mean) * st.invStd;
+      }
+    }
+    const auto meanDy = static_cast<float>(sumDy / m);
+    const auto meanDyXhat = static_cast<float>(sumDyXhat / m);
+    const float a = gamma[c] * st.invStd;
+    for (int n = 0; n < x.dims.n; ++n) {
+      const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) {
+        const float xhat = (x.data[off + i] - st.mean) * st.invStd;
+        const float g = a * (dy.data[off + i] - meanDy - xhat * meanDyXhat);
+        dx.data[off + i] = beta == 0.0f ? g : beta * dx.data[off + i] + g;
+      }
+    }
+  }
+}
+
+void CpuBackend::batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                                          float* dgamma, float* dshift) {
+  checkSameDims(x.dims, dy.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  for (int c = 0; c < x.dims.c; ++c) {
+    const ChannelStats st = channelStats(x, c, eps);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int n = 0; n < x.dims.n; ++n) {
+      const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) {
+        sumDy += dy.data[off + i];
+        sumDyXhat += dy.data[off + i] * (x.data[off + i] - st.mean) * st.invStd;
+      }
+    }
+    dgamma[c] += static_cast<float>(sumDyXhat);
+    dshift[c] += static_cast<float>(sumDy);
+  }
+}
+
+// ---- softmax + cross-entropy ---------------------------------------------
+//
+// Position q = n * h*w + p; class c of position q is at (n, c, p), stride h*w.
+
+void CpuBackend::softmaxStats(ConstTensorView logits, float* stats) {
+  const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
+  for (int n = 0; n < logits.dims.n; ++n) {
+    const float* z = logits.data + n * logits.dims.perExample();
+    for (int64_t p = 0; p < plane; ++p) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int c = 0; c < logits.dims.c; ++c)
+        mx = std::max(mx, z[c * plane + p]);
+      double sum = 0;
+      for (int c = 0; c < logits.dims.c; ++c)
+        sum += std::exp(double(z[c * plane + p]) - mx);
+      float* st = stats + 2 * (n * plane + p);
+      st[0] = mx;
+      st[1] = static_cast<float>(sum);
+    }
+  }
+}
+
+void CpuBackend::softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) {
+  checkSameDims(logits.dims, y.dims);
+  const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
+  for (int n = 0; n < logits.dims.n; ++n) {
+    const int64_t base = n * logits.dims.perExample();
+    for (int64_t p = 0; p < plane; ++p) {
+      const float* st = stats + 2 * (n * plane + p);
+      for (int c = 0; c < logits.dims.c; ++c)
+        y.data[base + c * plane + p] = std::exp(logits.data[base + c * plane + p] - st[0]) / st[1];
+    }
+  }
+}
+
+SoftmaxLossSum CpuBackend::softmaxLoss(ConstTensorView logits, const float* stats,
+                                       const int32_t* labels, int classOffset) {
+  const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
+  SoftmaxLossSum out;
+  for (int n = 0; n < logits.dims.n; ++n) {
+    for (int64_t p = 0; p < plane; ++p) {
+      const int64_t q = n * plane + p;
+      const int c = labels[q] - classOffset;
+      if (c < 0 || c >= logits.dims.c)
+        continue;
+      const float z = logits.data[n * logits.dims.perExample() + c * plane + p];
+      out.loss += double(stats[2 * q]) + std::log(double(stats[2 * q + 1])) - z;
+      if (z >= stats[2 * q])
+        ++out.correct;
+    }
+  }
+  return out;
+}
+
+void CpuBackend::softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
+                                 int classOffset, float scale, TensorView dlogits, float beta) {
+  checkSameDims(logits.dims, dlogits.dims);
+  const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
+  for (int n = 0; n < logits.dims.n; ++n) {
+    const int64_t base = n * logits.dims.perExample();
+    for (int64_t p = 0; p < plane; ++p) {
+      const int64_t q = n * plane + p;
+      const float* st = stats + 2 * q;
+      const int label = labels[q] - classOffset;
+      for (int c = 0; c < logits.dims.c; ++c) {
+        const int64_t i = base + c * plane + p;
+        const float prob = std::exp(logits.data[i] - st[0]) / st[1];
+        const float g = scale * (prob - (c == label ? 1.0f : 0.0f));
+        dlogits.data[i] = beta == 0.0f ? g : beta * dlogits.data[i] + g;
+      }
+    }
+  }
+}
+
+// ---- optimiser ------------------------------------------------------------
+
+void CpuBackend::sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
+                             float learningRate, float momentum, float weightDecay) {
+  STRATA_ENFORCE_OP(w.size(), ==, v.size());
+  STRATA_ENFORCE_OP(w.size(), ==, g.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    v[i] = momentum * v[i] - learningRate * (g[i] + weightDecay * w[i]);
+    w[i] += v[i];
+  }
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,85 @@
+#include "strata/exec/nn/dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "counter_rng.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+namespace {
+// Streams of the counter-based generator, so labels, means and noise never
+// share random bits.
+constexpr uint64_t kLabelStream = 1;
+constexpr uint64_t kMeanStream = 2;
+constexpr uint64_t kNoiseStream = 3;
+}  // namespace
+
+SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
+                                   SyntheticOptions options)
+    : shape_(shape), classes_(classes), seed_(seed), options_(options) {
+  if (classes < 1)
+    throw OptionError("classes", fmt::format("{} classes; need at least 1", classes));
+  if (shape.elements() <= 0)
+    throw OptionError("shape",
+                      fmt::format("empty example shape {}x{}x{}", shape.c, shape.h, shape.w));
+  if (options.grid < 1)
+    throw OptionError("grid", fmt::format("grid {} must be positive", options.grid));
+  // Class means: one value per (class, channel, grid cell), spread over the
+  // pixels of the cell.
+  const int gridH = std::min(options.grid, shape.h);
+  const int gridW = std::min(options.grid, shape.w);
+  const int64_t perExample = shape.elements();
+  means_.resize(static_cast<size_t>(classes * perExample));
+  for (int k = 0; k < classes; ++k)
+    for (int c = 0; c < shape.c; ++c)
+      for (int y = 0; y < shape.h; ++y)
+        for (int x = 0; x < shape.w; ++x) {
+          const int cell = (y * gridH / shape.h) * gridW + x * gridW / shape.w;
+          const uint64_t bits =
+              detail::hashOf(seed, kMeanStream, static_cast<uint64_t>(k),
+                             static_cast<uint64_t>(int64_t{c} * gridH * gridW + cell));
+          means_[static_cast<size_t>(k * perExample + (int64_t{c} * shape.h + y) * shape.w + x)] =
+              options.signal * detail::normalFloat(bits);
+        }
+}
+
+SyntheticDataset SyntheticDataset::forNetwork(const Network& network, uint64_t seed,
+                                              SyntheticOptions options) {
+  for (auto it = network.layers.rbegin(); it != network.layers.rend(); ++it)
+    if (it->kind == LayerKind::kSoftmax)
+      return SyntheticDataset(network.input, it->inShape.c, seed, options);
+  throw UserError(fmt::format("network '{}' has no softmax layer to take labels", network.name));
+}
+
+int32_t SyntheticDataset::label(int64_t index) const {
+  STRATA_ENFORCE_OP(index, >=, 0);
+  return static_cast<int32_t>(detail::hashOf(seed_, kLabelStream, static_cast<uint64_t>(index)) %
+                              static_cast<uint64_t>(classes_));
+}
+
+void SyntheticDataset::example(int64_t index, std::span<float> out) const {
+  const int64_t perExample = shape_.elements();
+  STRATA_ENFORCE_OP(static_cast<int64_t>(out.size()), ==, perExample);
+  const float* mean = means_.data() + label(index) * perExample;
+  const uint64_t key = detail::hashOf(seed_, kNoiseStream, static_cast<uint64_t>(index));
+  for (int64_t e = 0; e < perExample; ++e)
+    out[static_cast<size_t>(e)] = mean[e] + options_.noise * detail::normalFloat(detail::hashOf(
+                                                                 key, static_cast<uint64_t>(e)));
+}
+
+void SyntheticDataset::fill(int64_t firstIndex, TensorView x, std::span<int32_t> labels,
+                            int positions) const {
+  STRATA_ENFORCE(x.dims.c == shape_.c && x.dims.h == shape_.h && x.dims.w == shape_.w);
+  STRATA_ENFORCE_OP(positions, >=, 1);
+  STRATA_ENFORCE_OP(static_cast<int64_t>(labels.size()), ==, int64_t{x.dims.n} * positions);
+  const auto perExample = static_cast<size_t>(shape_.elements());
+  for (int n = 0; n < x.dims.n; ++n) {
+    example(firstIndex + n, std::span<float>(x.data + n * perExample, perExample));
+    std::fill_n(labels.begin() + int64_t{n} * positions, positions, label(firstIndex + n));
+  }
+}
+
+}  // namespace strata::nn

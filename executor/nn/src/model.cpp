@@ -1,0 +1,684 @@
+#include "strata/exec/nn/model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "counter_rng.h"
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+struct Model::LayerState {
+  NeuronRange slice;    // output channels held: the slice, or [0, channels)
+  bool sliced = false;  // model-parallel fc: reads exchangeIn
+  int readers = 0;      // layers reading `out` locally (not through an exchange)
+  int exchangeReaders = 0;
+  int firstReader = -1;
+  Tensor out;
+  Tensor outGrad;
+  Tensor exchangeIn;
+  Tensor exchangeInGrad;
+  Tensor lrnScale;
+  std::vector<int32_t> argmax;  // max pooling: chosen input per output
+};
+
+namespace {
+
+[[noreturn]] void unsupported(const Network& net, int index, const std::string& message) {
+  const Layer& layer = net.layers[static_cast<size_t>(index)];
+  throw ConfigError(net.sourceFile, layer.configLine, fmt::format("layers[{}]", index),
+                    fmt::format("layer '{}' ({}): {}", layer.name, toString(layer.kind), message));
+}
+
+bool isElementwise(LayerKind kind) {
+  return kind == LayerKind::kRelu || kind == LayerKind::kDropout || kind == LayerKind::kSoftmax;
+}
+
+ConvDesc convDesc(const Layer& l) {
+  ConvDesc d;
+  d.inC = l.inShape.c;
+  d.inH = l.inShape.h;
+  d.inW = l.inShape.w;
+  d.filters = l.spec.filters;
+  d.kernelH = l.spec.kernelH;
+  d.kernelW = l.spec.kernelW;
+  d.stride = l.spec.stride;
+  d.pad = l.spec.pad;
+  d.groups = l.spec.groups;
+  d.outH = l.outShape.h;
+  d.outW = l.outShape.w;
+  return d;
+}
+
+PoolDesc poolDesc(const Layer& l) {
+  PoolDesc d;
+  d.mode = l.spec.poolMode;
+  d.c = l.inShape.c;
+  d.inH = l.inShape.h;
+  d.inW = l.inShape.w;
+  // The same rules as deriveLayer: a global pool is one window over the map.
+  d.kernelH = l.spec.global ? l.inShape.h : l.spec.kernelH;
+  d.kernelW = l.spec.global ? l.inShape.w : l.spec.kernelW;
+  d.stride = l.spec.global ? 1 : l.spec.stride;
+  d.pad = l.spec.global ? 0 : l.spec.pad;
+  d.outH = l.outShape.h;
+  d.outW = l.outShape.w;
+  return d;
+}
+
+int fcInFeatures(const Layer& l) {
+  return l.spec.flatten ? static_cast<int>(l.inShape.elements()) : l.inShape.c;
+}
+
+}  // namespace
+
+NeuronRange evenSlice(int n, int parts, int index) {
+  STRATA_ENFORCE_OP(parts, >, 0);
+  STRATA_ENFORCE(index >= 0 && index < parts);
+  const auto at = [&](int i) { return static_cast<int>(int64_t{i} * n / parts); };
+  return {at(index), at(index + 1)};
+}
+
+std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank) {
+  if (network.modelParallelFrom < 0)
+    throw UserError(
+        fmt::format("network '{}' has no model-parallel part (no fc layer)", network.name));
+  STRATA_ENFORCE(workers > 0 && rank >= 0 && rank < workers);
+  std::vector<NeuronRange> slices(network.layers.size());
+  for (size_t l = static_cast<size_t>(network.modelParallelFrom); l < network.layers.size(); ++l) {
+    const Layer& layer = network.layers[l];
+    if (layer.kind == LayerKind::kFc) {
+      if (layer.outShape.c < workers)
+        unsupported(
+            network, static_cast<int>(l),
+            fmt::format("{} outputs cannot be split over {} workers", layer.outShape.c, workers));
+      slices[l] = evenSlice(layer.outShape.c, workers, rank);
+    } else if (!isElementwise(layer.kind)) {
+      unsupported(network, static_cast<int>(l),
+                  "the model-parallel part may hold only fc, relu, dropout and softmax layers");
+    }
+  }
+  return slices;
+}
+
+Model::Model(const Network& network, ModelOptions options)
+    : network_(network), options_(std::move(options)) {
+  if (options_.backend) {
+    backend_ = options_.backend;
+  } else {
+    ownedBackend_ = std::make_unique<CpuBackend>();
+    backend_ = ownedBackend_.get();
+  }
+  const int count = layerCount();
+  if (!options_.slices.empty() && static_cast<int>(options_.slices.size()) != count)
+    throw OptionError("slices", fmt::format("{} entries for a network of {} layers",
+                                            options_.slices.size(), count));
+  layers_.resize(static_cast<size_t>(count));
+  blocks_.resize(static_cast<size_t>(count));
+
+  // Shapes of what each layer holds, and who reads what.
+  for (int l = 0; l < count; ++l) {
+    const Layer& layer = network_.layers[static_cast<size_t>(l)];
+    LayerState& st = layers_[static_cast<size_t>(l)];
+    if (layer.kind == LayerKind::kRnn)
+      unsupported(network_, l, "rnn layers are not supported by the executor's nn layer");
+    if (layer.kind == LayerKind::kDropout &&
+        !(layer.spec.dropoutRate >= 0 && layer.spec.dropoutRate < 1))
+      unsupported(network_, l,
+                  fmt::format("dropout rate {} is not in [0, 1)", layer.spec.dropoutRate));
+    const NeuronRange requested =
+        options_.slices.empty() ? NeuronRange{} : options_.slices[static_cast<size_t>(l)];
+    const NeuronRange whole{0, layer.outShape.c};
+    const auto inputSlice = [&](int p) { return layers_[static_cast<size_t>(p)].slice; };
+    const auto inputWhole = [&](int p) {
+      return inputSlice(p) == NeuronRange{0, network_.layers[static_cast<size_t>(p)].outShape.c};
+    };
+    if (!requested.empty()) {
+      if (layer.kind != LayerKind::kFc)
+        unsupported(network_, l, "only fc layers can hold a slice of their outputs");
+      if (requested.begin < 0 || requested.end > layer.outShape.c)
+        unsupported(network_, l,
+                    fmt::format("slice [{}, {}) is outside its {} outputs", requested.begin,
+                                requested.end, layer.outShape.c));
+      st.sliced = true;
+      st.slice = requested;
+    } else if (isElementwise(layer.kind) && layer.inputs[0] >= 0) {
+      // relu, dropout and softmax act on whatever slice they read.
+      st.slice = inputSlice(layer.inputs[0]);
+    } else {
+      st.slice = whole;
+      for (int p : layer.inputs)
+        if (p >= 0 && !inputWhole(p))
+          unsupported(network_, l,
+                      fmt::format("reads a model-parallel slice of layer '{}'; only a sliced fc, "
+                                  "relu, dropout or softmax can",
+                                  network_.layers[static_cast<size_t>(p)].name));
+    }
+    for (int p : layer.inputs) {
+      if (st.sliced) {
+        if (p >= 0)
+          ++layers_[static_cast<size_t>(p)].exchangeReaders;
+        continue;
+      }
+      int& readers = p < 0 ? inputReaders_ : layers_[static_cast<size_t>(p)].readers;
+      int& first = p < 0 ? inputFirstReader_ : layers_[static_cast<size_t>(p)].firstReader;
+      ++readers;
+      if (first < 0)
+        first = l;
+    }
+  }
+  // The caller writes the output gradient of a layer read through an exchange;
+  // a second, local reader would need the two to be summed, which no strategy
+  // asks for.
+  for (int l = 0; l < count; ++l) {
+    const LayerState& st = layers_[static_cast<size_t>(l)];
+    if (st.exchangeReaders > 0 && st.readers > 0)
+      unsupported(network_, l, "is read both by a model-parallel fc and by another layer");
+  }
+
+  // Parameters: one array, per layer weights then bias.
+  int64_t offset = 0;
+  for (int l = 0; l < count; ++l) {
+    const Layer& layer = network_.layers[static_cast<size_t>(l)];
+    const LayerState& st = layers_[static_cast<size_t>(l)];
+    ParamBlock& b = blocks_[static_cast<size_t>(l)];
+    b.offset = offset;
+    switch (layer.kind) {
+      case LayerKind::kConv:
+        b.weights = int64_t{layer.spec.filters} * (layer.inShape.c / layer.spec.groups) *
+                    layer.spec.kernelH * layer.spec.kernelW;
+        b.bias = layer.spec.bias ? layer.spec.filters : 0;
+        break;
+      case LayerKind::kFc:
+        b.weights = int64_t{st.slice.size()} * fcInFeatures(layer);
+        b.bias = layer.spec.bias ? st.slice.size() : 0;
+        break;
+      case LayerKind::kBatchNorm:
+        b.weights = layer.inShape.c;
+        b.bias = layer.inShape.c;
+        break;
+      default:
+        break;
+    }
+    if (!st.sliced)
+      STRATA_ENFORCE_OP(b.size(), ==, layer.params);
+    offset += b.size();
+  }
+  params_.assign(static_cast<size_t>(offset), 0.0f);
+  grads_.assign(static_cast<size_t>(offset), 0.0f);
+
+  for (int l = 0; l < count; ++l) {
+    const Layer& layer = network_.layers[static_cast<size_t>(l)];
+    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const ParamBlock& b = blocks_[static_cast<size_t>(l)];
+    float* w = params_.data() + b.offset;
+    if (layer.kind == LayerKind::kBatchNorm) {
+      std::fill_n(w, b.weights, 1.0f);
+      continue;
+    }
+    if (layer.kind != LayerKind::kConv && layer.kind != LayerKind::kFc)
+      continue;
+    const int64_t fanIn =
+        layer.kind == LayerKind::kConv
+            ? int64_t{layer.inShape.c / layer.spec.groups} * layer.spec.kernelH * layer.spec.kernelW
+            : fcInFeatures(layer);
+    const bool feedsRelu =
+        st.readers == 1 &&
+        network_.layers[static_cast<size_t>(st.firstReader)].kind == LayerKind::kRelu;
+    // Uniform on [-a, a] has variance a^2 / 3.
+    const double variance = (feedsRelu ? 2.0 : 1.0) / double(fanIn);
+    const auto a = static_cast<float>(std::sqrt(3.0 * variance));
+    // Element e of a slice is element first + e of the whole layer (rows of
+    // the weight matrix are contiguous), so slices draw the whole layer's values.
+    const int64_t first = layer.kind == LayerKind::kFc ? int64_t{st.slice.begin} * fanIn : 0;
+    for (int64_t e = 0; e < b.weights; ++e) {
+      const uint64_t bits =
+          detail::hashOf(options_.seed, static_cast<uint64_t>(l), static_cast<uint64_t>(first + e));
+      w[e] = (2.0f * detail::uniformFloat(bits) - 1.0f) * a;
+    }
+  }
+}
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+// ---- buffers --------------------------------------------------------------
+
+Tensor& Model::input(int batch) {
+  STRATA_ENFORCE_OP(batch, >=, 0);
+  input_.resize(Dims{batch, network_.input.c, network_.input.h, network_.input.w});
+  return input_;
+}
+
+void Model::setLabels(std::span<const int32_t> labels) {
+  const int sl = softmaxLayer();
+  const int classes = network_.layers[static_cast<size_t>(sl)].inShape.c;
+  for (int32_t label : labels)
+    STRATA_ENFORCE(label >= 0 && label < classes);
+  labels_.assign(labels.begin(), labels.end());
+}
+
+const Tensor& Model::output(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return layers_[static_cast<size_t>(layer)].out;
+}
+
+Tensor& Model::outputGrad(int layer) {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return layers_[static_cast<size_t>(layer)].outGrad;
+}
+
+bool Model::modelParallel(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return layers_[static_cast<size_t>(layer)].sliced;
+}
+
+NeuronRange Model::slice(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return layers_[static_cast<size_t>(layer)].slice;
+}
+
+Tensor& Model::exchangeInput(int layer, int batch) {
+  STRATA_ENFORCE(modelParallel(layer));
+  STRATA_ENFORCE_OP(batch, >=, 0);
+  const Shape in = network_.layers[static_cast<size_t>(layer)].inShape;
+  Tensor& t = layers_[static_cast<size_t>(layer)].exchangeIn;
+  t.resize(Dims{batch, in.c, in.h, in.w});
+  return t;
+}
+
+const Tensor& Model::exchangeInputGrad(int layer) const {
+  STRATA_ENFORCE(modelParallel(layer));
+  return layers_[static_cast<size_t>(layer)].exchangeInGrad;
+}
+
+ConstTensorView Model::inputOf(int layer, int which) const {
+  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  if (st.sliced)
+    return st.exchangeIn.view();
+  const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
+  return p < 0 ? input_.view() : layers_[static_cast<size_t>(p)].out.view();
+}
+
+Tensor& Model::gradTargetOf(int layer, int which) {
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  if (st.sliced)
+    return st.exchangeInGrad;
+  const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
+  return p < 0 ? inputGrad_ : layers_[static_cast<size_t>(p)].outGrad;
+}
+
+float Model::betaOf(int layer, int which) const {
+  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  if (st.sliced)
+    return 0.0f;
+  const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
+  const int readers = p < 0 ? inputReaders_ : layers_[static_cast<size_t>(p)].readers;
+  return readers > 1 ? 1.0f : 0.0f;
+}
+
+void Model::checkRange(int layer, ExampleRange r) const {
+  const ConstTensorView in = inputOf(layer, 0);
+  STRATA_ENFORCE_OP(r.begin, >=, 0);
+  STRATA_ENFORCE_OP(r.begin, <=, r.end);
+  STRATA_ENFORCE_OP(r.end, <=, in.dims.n);
+}
+
+int Model::softmaxLayer() const {
+  for (int l = layerCount() - 1; l >= 0; --l)
+    if (network_.layers[static_cast<size_t>(l)].kind == LayerKind::kSoftmax)
+      return l;
+  throw UserError(fmt::format("network '{}' has no softmax layer", network_.name));
+}
+
+int64_t Model::softmaxPositions() const {
+  return inputOf(softmaxLayer(), 0).dims.n *
+         int64_t{network_.layers[static_cast<size_t>(softmaxLayer())].inShape.h} *
+         network_.layers[static_cast<size_t>(softmaxLayer())].inShape.w;
+}
+
+// ---- phases ---------------------------------------------------------------
+
+// Sizes the layer's buffers for its input's batch and clears, over the
+// range, the gradient buffers of inputs this layer is the first to read when
+// several layers will add into them.
+void Model::prepareForward(int layer, ExampleRange r) {
+  checkRange(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const int batch = inputOf(layer, 0).dims.n;
+  for (size_t k = 1; k < spec.inputs.size(); ++k)
+    STRATA_ENFORCE_OP(inputOf(layer, static_cast<int>(k)).dims.n, ==, batch);
+  const Dims outDims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
+  st.out.resize(outDims);
+  st.outGrad.resize(outDims);
+  if (st.sliced)
+    return;
+  for (int p : spec.inputs) {
+    if (p < 0) {
+      if (inputFirstReader_ != layer)
+        continue;
+      inputGrad_.resize(input_.dims());
+      if (inputReaders_ > 1)
+        std::fill_n(inputGrad_.examples(r).data, inputGrad_.examples(r).elements(), 0.0f);
+    } else {
+      LayerState& producer = layers_[static_cast<size_t>(p)];
+      if (producer.firstReader == layer && producer.readers > 1) {
+        const TensorView g = producer.outGrad.examples(r);
+        std::fill_n(g.data, g.elements(), 0.0f);
+      }
+    }
+  }
+}
+
+void Model::forward(int layer) {
+  forward(layer, {0, inputOf(layer, 0).dims.n});
+}
+
+void Model::forward(int layer, ExampleRange r) {
+  prepareForward(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  const float* w = params_.data() + b.offset;
+  const float* bias = b.bias > 0 ? w + b.weights : nullptr;
+  const ConstTensorView x = inputOf(layer, 0).examples(r);
+  const TensorView y = st.out.examples(r);
+  Backend& be = *backend_;
+  switch (spec.kind) {
+    case LayerKind::kConv:
+      be.convForward(convDesc(spec), x, w, bias, y);
+      break;
+    case LayerKind::kPool: {
+      const PoolDesc d = poolDesc(spec);
+      int32_t* argmax = nullptr;
+      if (d.mode == PoolMode::kMax) {
+        st.argmax.resize(static_cast<size_t>(st.out.elements()));
+        argmax = st.argmax.data() + r.begin * st.out.dims().perExample();
+      }
+      be.poolForward(d, x, y, argmax);
+      break;
+    }
+    case LayerKind::kFc:
+      be.fcForward(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x, w, bias, y);
+      break;
+    case LayerKind::kRelu:
+      be.reluForward(x, y);
+      break;
+    case LayerKind::kDropout:
+      if (options_.dropout && spec.spec.dropoutRate > 0) {
+        be.dropoutForward(DropoutDesc{static_cast<float>(spec.spec.dropoutRate), options_.seed,
+                                      step_, layer, r.begin, st.slice.begin, spec.outShape.c},
+                          x, y);
+      } else {
+        be.accumulate(x, y, 0.0f);
+      }
+      break;
+    case LayerKind::kLrn: {
+      st.lrnScale.resize(st.out.dims());
+      LrnDesc d = options_.lrn;
+      d.size = spec.spec.lrnSize;
+      be.lrnForward(d, x, y, st.lrnScale.examples(r));
+      break;
+    }
+    case LayerKind::kBatchNorm:
+      be.batchNormForward(x, w, w + b.weights, options_.batchNormEps, y);
+      break;
+    case LayerKind::kAdd:
+      be.add(x, inputOf(layer, 1).examples(r), y);
+      for (size_t k = 2; k < spec.inputs.size(); ++k)
+        be.accumulate(inputOf(layer, static_cast<int>(k)).examples(r), y, 1.0f);
+      break;
+    case LayerKind::kSoftmax: {
+      const int64_t plane = int64_t{spec.inShape.h} * spec.inShape.w;
+      softmaxStats_.resize(static_cast<size_t>(2 * st.out.n() * plane));
+      float* stats = softmaxStats_.data() + 2 * r.begin * plane;
+      be.softmaxStats(x, stats);
+      be.softmaxProbabilities(x, stats, y);
+      break;
+    }
+    case LayerKind::kRnn:
+      break;  // rejected by the constructor
+  }
+}
+
+void Model::backwardData(int layer) {
+  backwardData(layer, {0, inputOf(layer, 0).dims.n});
+}
+
+void Model::backwardData(int layer, ExampleRange r) {
+  checkRange(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);  // forward ran on this batch
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  const float* w = params_.data() + b.offset;
+  if (st.sliced)
+    st.exchangeInGrad.resize(st.exchangeIn.dims());
+  const ConstTensorView x = inputOf(layer, 0).examples(r);
+  const ConstTensorView dy = st.outGrad.examples(r);
+  const TensorView dx = gradTargetOf(layer, 0).examples(r);
+  const float beta = betaOf(layer, 0);
+  Backend& be = *backend_;
+  switch (spec.kind) {
+    case LayerKind::kConv:
+      be.convBackwardData(convDesc(spec), dy, w, dx, beta);
+      break;
+    case LayerKind::kPool:
+      be.poolBackward(
+          poolDesc(spec), dy,
+          st.argmax.empty() ? nullptr : st.argmax.data() + r.begin * st.out.dims().perExample(), dx,
+          beta);
+      break;
+    case LayerKind::kFc:
+      be.fcBackwardData(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, dy, w, dx,
+                        beta);
+      break;
+    case LayerKind::kRelu:
+      be.reluBackward(st.out.examples(r), dy, dx, beta);
+      break;
+    case LayerKind::kDropout:
+      if (options_.dropout && spec.spec.dropoutRate > 0) {
+        be.dropoutBackward(DropoutDesc{static_cast<float>(spec.spec.dropoutRate), options_.seed,
+                                       step_, layer, r.begin, st.slice.begin, spec.outShape.c},
+                           dy, dx, beta);
+      } else {
+        be.accumulate(dy, dx, beta);
+      }
+      break;
+    case LayerKind::kLrn: {
+      LrnDesc d = options_.lrn;
+      d.size = spec.spec.lrnSize;
+      be.lrnBackward(d, x, st.out.examples(r), st.lrnScale.examples(r), dy, dx, beta);
+      break;
+    }
+    case LayerKind::kBatchNorm:
+      be.batchNormBackwardData(x, dy, w, options_.batchNormEps, dx, beta);
+      break;
+    case LayerKind::kAdd:
+      be.accumulate(dy, dx, beta);
+      for (size_t k = 1; k < spec.inputs.size(); ++k)
+        be.accumulate(dy, gradTargetOf(layer, static_cast<int>(k)).examples(r),
+                      betaOf(layer, static_cast<int>(k)));
+      break;
+    case LayerKind::kSoftmax: {
+      const int64_t plane = int64_t{spec.inShape.h} * spec.inShape.w;
+      STRATA_ENFORCE_OP(static_cast<int64_t>(labels_.size()), ==, softmaxPositions());
+      STRATA_ENFORCE_OP(static_cast<int64_t>(softmaxStats_.size()), ==, 2 * softmaxPositions());
+      const double normalizer =
+          lossNormalizer_ > 0 ? lossNormalizer_ : static_cast<double>(softmaxPositions());
+      be.softmaxBackward(x, softmaxStats_.data() + 2 * r.begin * plane,
+                         labels_.data() + r.begin * plane, st.slice.begin,
+                         static_cast<float>(1.0 / normalizer), dx, beta);
+      break;
+    }
+    case LayerKind::kRnn:
+      break;
+  }
+}
+
+void Model::backwardWeights(int layer) {
+  backwardWeights(layer, {0, inputOf(layer, 0).dims.n});
+}
+
+void Model::backwardWeights(int layer, ExampleRange r) {
+  checkRange(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  if (b.size() == 0)
+    return;
+  STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);
+  float* dw = grads_.data() + b.offset;
+  float* dbias = b.bias > 0 ? dw + b.weights : nullptr;
+  const ConstTensorView x = inputOf(layer, 0).examples(r);
+  const ConstTensorView dy = st.outGrad.examples(r);
+  switch (spec.kind) {
+    case LayerKind::kConv:
+      backend_->convBackwardWeights(convDesc(spec), x, dy, dw, dbias);
+      break;
+    case LayerKind::kFc:
+      backend_->fcBackwardWeights(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
+                                  dy, dw, dbias);
+      break;
+    case LayerKind::kBatchNorm:
+      backend_->batchNormBackwardWeights(x, dy, options_.batchNormEps, dw, dw + b.weights);
+      break;
+    default:
+      break;
+  }
+}
+
+void Model::update(int layer, float learningRate, float momentum, float weightDecay) {
+  const std::span<float> w = parameters(layer);
+  if (w.empty())
+    return;
+  backend_->sgdMomentum(w, this->momentum(layer), gradients(layer), learningRate, momentum,
+                        weightDecay);
+}
+
+void Model::updateAll(float learningRate, float momentum, float weightDecay) {
+  if (params_.empty())
+    return;
+  if (momentum_.empty())
+    momentum_.assign(params_.size(), 0.0f);
+  backend_->sgdMomentum(params_, momentum_, grads_, learningRate, momentum, weightDecay);
+}
+
+void Model::zeroGradients() {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+}
+
+void Model::zeroGradients(int layer) {
+  const std::span<float> g = gradients(layer);
+  std::fill(g.begin(), g.end(), 0.0f);
+}
+
+void Model::forwardAll() {
+  for (int l = 0; l < layerCount(); ++l) {
+    STRATA_ENFORCE(!modelParallel(l));
+    forward(l);
+  }
+}
+
+void Model::backwardAll(bool inputGradient) {
+  for (int l = layerCount() - 1; l >= 0; --l) {
+    STRATA_ENFORCE(!modelParallel(l));
+    backwardWeights(l);
+    const auto& inputs = network_.layers[static_cast<size_t>(l)].inputs;
+    const bool readsOnlyInput =
+        std::all_of(inputs.begin(), inputs.end(), [](int p) { return p < 0; });
+    if (inputGradient || !readsOnlyInput)
+      backwardData(l);
+  }
+}
+
+// ---- parameters -------------------------------------------------------------
+
+ParamBlock Model::paramBlock(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return blocks_[static_cast<size_t>(layer)];
+}
+
+std::span<float> Model::parameters(int layer) {
+  const ParamBlock b = paramBlock(layer);
+  return {params_.data() + b.offset, static_cast<size_t>(b.size())};
+}
+
+std::span<float> Model::gradients(int layer) {
+  const ParamBlock b = paramBlock(layer);
+  return {grads_.data() + b.offset, static_cast<size_t>(b.size())};
+}
+
+std::span<float> Model::gradients(int firstLayer, int lastLayer) {
+  STRATA_ENFORCE_OP(firstLayer, <=, lastLayer);
+  const ParamBlock first = paramBlock(firstLayer);
+  const ParamBlock last = paramBlock(lastLayer);
+  return {grads_.data() + first.offset,
+          static_cast<size_t>(last.offset + last.size() - first.offset)};
+}
+
+std::span<float> Model::momentum(int layer) {
+  if (momentum_.empty())
+    momentum_.assign(params_.size(), 0.0f);
+  const ParamBlock b = paramBlock(layer);
+  return {momentum_.data() + b.offset, static_cast<size_t>(b.size())};
+}
+
+// ---- loss -------------------------------------------------------------------
+
+SoftmaxLossSum Model::softmaxSums() {
+  const int sl = softmaxLayer();
+  STRATA_ENFORCE_OP(static_cast<int64_t>(labels_.size()), ==, softmaxPositions());
+  STRATA_ENFORCE_OP(static_cast<int64_t>(softmaxStats_.size()), ==, 2 * softmaxPositions());
+  return backend_->softmaxLoss(inputOf(sl, 0), softmaxStats_.data(), labels_.data(),
+                               layers_[static_cast<size_t>(sl)].slice.begin);
+}
+
+double Model::loss() {
+  const double normalizer =
+      lossNormalizer_ > 0 ? lossNormalizer_ : static_cast<double>(softmaxPositions());
+  return softmaxSums().loss / normalizer;
+}
+
+int64_t Model::correctCount() {
+  return softmaxSums().correct;
+}
+
+double Model::accuracy() {
+  return static_cast<double>(correctCount()) / static_cast<double>(softmaxPositions());
+}
+
+// ---- free functions -----------------------------------------------------------
+
+void mergeSoftmaxStats(std::span<float> into, std::span<const float> other) {
+  STRATA_ENFORCE_OP(into.size(), ==, other.size());
+  for (size_t q = 0; q + 1 < into.size(); q += 2) {
+    const float m = std::max(into[q], other[q]);
+    into[q + 1] = into[q + 1] * std::exp(into[q] - m) + other[q + 1] * std::exp(other[q] - m);
+    into[q] = m;
+  }
+}
+
+double softmaxCrossEntropy(Backend& backend, ConstTensorView logits,
+                           std::span<const int32_t> labels, double normalizer,
+                           TensorView* dlogits) {
+  const int64_t positions = int64_t{logits.dims.n} * logits.dims.h * logits.dims.w;
+  STRATA_ENFORCE_OP(static_cast<int64_t>(labels.size()), ==, positions);
+  for (int32_t label : labels)
+    STRATA_ENFORCE(label >= 0 && label < logits.dims.c);
+  if (normalizer <= 0)
+    normalizer = static_cast<double>(positions);
+  std::vector<float> stats(static_cast<size_t>(2 * positions));
+  backend.softmaxStats(logits, stats.data());
+  if (dlogits)
+    backend.softmaxBackward(logits, stats.data(), labels.data(), 0,
+                            static_cast<float>(1.0 / normalizer), *dlogits, 0.0f);
+  return backend.softmaxLoss(logits, stats.data(), labels.data(), 0).loss / normalizer;
+}
+
+}  // namespace strata::nn

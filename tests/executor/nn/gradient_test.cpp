@@ -1,0 +1,296 @@
+// Every layer's bwd_data and bwd_weights against central differences.
+//
+// The checks run in float, the type the kernels compute in, on small shapes.
+// Why these numbers: a forward value carries a relative rounding error of
+// ~1e-7, and only the outputs that depend on the perturbed element change
+// between the two evaluations (the rest are bit-identical), so the difference
+// quotient (L(x + eps) - L(x - eps)) / 2 eps with eps = 1e-2 carries an error
+// of ~1e-7 * |L terms| / 2e-2 ~ 1e-5 of the gradient's scale. Truncation
+// error is zero for the layers linear in what is perturbed (conv, fc, pool,
+// add, dropout; relu and max pool away from their kinks, which the inputs
+// avoid) and ~eps^2 |f'''| / 6 ~ 1e-5 for lrn, batchnorm and softmax. The
+// tolerance, 1% of the larger of the two values plus 0.2% of the largest
+// analytic gradient of the tensor, is 10x above both, while an indexing bug
+// or a missing term is an error of the order of the gradient itself.
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <functional>
+#include <numeric>
+
+#include "helpers.h"
+
+namespace strata::nn {
+namespace {
+
+using test::NetworkBuilder;
+
+using InputFill = std::function<void(std::span<float>)>;
+
+void uniformInput(std::span<float> x) {
+  test::fillUniform(x, 7);
+}
+
+// Values at least 0.1 away from zero, so relu's kink is never crossed.
+void awayFromZero(std::span<float> x) {
+  test::fillUniform(x, 11, 0.1f, 1.0f);
+  for (size_t i = 0; i < x.size(); i += 2)
+    x[i] = -x[i];
+}
+
+// Distinct values 0.05 apart in a shuffled order, so a max-pool window's
+// winner does not change under a perturbation of 1e-2.
+void distinctValues(std::span<float> x) {
+  std::vector<int> order(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.05f * static_cast<float>(order[i]) - 0.025f * static_cast<float>(x.size());
+}
+
+struct Mismatch {
+  int count = 0;
+  std::string first;
+};
+
+// Compares analytic against numeric values of one tensor (see file comment).
+void compare(const std::string& what, std::span<const float> analytic,
+             const std::vector<double>& numeric, Mismatch& out) {
+  const double scale = test::maxAbs(analytic);
+  for (size_t i = 0; i < analytic.size(); ++i) {
+    const double a = analytic[i];
+    const double n = numeric[i];
+    const double tolerance = 1e-2 * std::max(std::abs(a), std::abs(n)) + 2e-3 * scale + 1e-6;
+    if (std::abs(a - n) > tolerance) {
+      if (out.count++ == 0)
+        out.first = fmt::format("{}[{}]: analytic {:.6g} numeric {:.6g} (tolerance {:.3g})", what,
+                                i, a, n, tolerance);
+    }
+  }
+}
+
+// Checks d(objective)/d(input) and d(objective)/d(every parameter) of `net`.
+// The objective is the softmax loss when the network ends in a softmax, else
+// sum(output * r) for a fixed random r, whose gradient is r.
+void checkGradients(const Network& net, int batch, ModelOptions options = {},
+                    const InputFill& fill = uniformInput, double eps = 1e-2) {
+  Model model(net, options);
+  fill(model.input(batch).span());
+  const int last = model.layerCount() - 1;
+  const bool softmax = net.layers.back().kind == LayerKind::kSoftmax;
+  std::vector<float> r;
+  if (softmax) {
+    const Shape in = net.layers.back().inShape;
+    std::vector<int32_t> labels(static_cast<size_t>(batch * in.h * in.w));
+    for (size_t i = 0; i < labels.size(); ++i)
+      labels[i] = static_cast<int32_t>((i * 7 + 3) % static_cast<size_t>(in.c));
+    model.setLabels(labels);
+  }
+  model.forwardAll();
+  if (!softmax) {
+    r.resize(static_cast<size_t>(model.output(last).elements()));
+    test::fillUniform(r, 3);
+    std::copy(r.begin(), r.end(), model.outputGrad(last).data());
+  }
+  model.zeroGradients();
+  model.backwardAll(/*inputGradient=*/true);
+  const std::vector<float> inputGrad(model.inputGrad().span().begin(),
+                                     model.inputGrad().span().end());
+  const std::vector<float> paramGrad(model.allGradients().begin(), model.allGradients().end());
+  REQUIRE(inputGrad.size() == model.input().span().size());
+
+  const auto objective = [&] {
+    model.forwardAll();
+    if (softmax)
+      return model.loss();
+    double sum = 0;
+    const auto out = model.output(last).span();
+    for (size_t i = 0; i < out.size(); ++i)
+      sum += double(out[i]) * r[i];
+    return sum;
+  };
+  const auto differentiate = [&](std::span<float> values) {
+    std::vector<double> numeric(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float saved = values[i];
+      values[i] = saved + static_cast<float>(eps);
+      const double plus = objective();
+      values[i] = saved - static_cast<float>(eps);
+      const double minus = objective();
+      values[i] = saved;
+      numeric[i] = (plus - minus) / (2 * eps);
+    }
+    return numeric;
+  };
+
+  Mismatch mismatch;
+  compare("input", inputGrad, differentiate(model.input(batch).span()), mismatch);
+  for (int l = 0; l <= last; ++l) {
+    const ParamBlock b = model.paramBlock(l);
+    if (b.size() == 0)
+      continue;
+    const std::span<const float> analytic(paramGrad.data() + b.offset,
+                                          static_cast<size_t>(b.size()));
+    compare(net.layers[static_cast<size_t>(l)].name + ".params", analytic,
+            differentiate(model.parameters(l)), mismatch);
+  }
+  INFO(mismatch.first);
+  CHECK(mismatch.count == 0);
+}
+
+TEST_CASE("conv gradients match central differences", "[gradient][conv]") {
+  SECTION("3x2 kernel, stride 2, pad 1, bias") {
+    NetworkBuilder b({3, 7, 6});
+    b.add(LayerKind::kConv, test::convSpec(4, 3, 2, 2, 1));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("groups 2, 3x3, pad 1, no bias") {
+    NetworkBuilder b({4, 5, 5});
+    b.add(LayerKind::kConv, test::convSpec(6, 3, 3, 1, 1, 2, false));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("1x1 (the im2col-free path), groups 3") {
+    NetworkBuilder b({6, 3, 4});
+    b.add(LayerKind::kConv, test::convSpec(3, 1, 1, 1, 0, 3));
+    checkGradients(b.network(), 3);
+  }
+}
+
+TEST_CASE("pool gradients match central differences", "[gradient][pool]") {
+  SECTION("max 3/2 pad 1") {
+    NetworkBuilder b({2, 6, 7});
+    b.add(LayerKind::kPool, test::poolSpec(PoolMode::kMax, 3, 2, 1));
+    checkGradients(b.network(), 2, {}, distinctValues);
+  }
+  SECTION("max 2/2") {
+    NetworkBuilder b({3, 4, 4});
+    b.add(LayerKind::kPool, test::poolSpec(PoolMode::kMax, 2, 2));
+    checkGradients(b.network(), 2, {}, distinctValues);
+  }
+  SECTION("avg 3/2 pad 1 (padding not counted)") {
+    NetworkBuilder b({2, 6, 7});
+    b.add(LayerKind::kPool, test::poolSpec(PoolMode::kAvg, 3, 2, 1));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("global avg") {
+    NetworkBuilder b({3, 3, 5});
+    b.add(LayerKind::kPool, test::poolSpec(PoolMode::kAvg, 0, 1, 0, true));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("global max") {
+    NetworkBuilder b({3, 3, 5});
+    b.add(LayerKind::kPool, test::poolSpec(PoolMode::kMax, 0, 1, 0, true));
+    checkGradients(b.network(), 2, {}, distinctValues);
+  }
+}
+
+TEST_CASE("fc gradients match central differences", "[gradient][fc]") {
+  SECTION("flatten, bias") {
+    NetworkBuilder b({3, 2, 2});
+    b.add(LayerKind::kFc, test::fcSpec(5));
+    checkGradients(b.network(), 3);
+  }
+  SECTION("per position (flatten: false), no bias") {
+    NetworkBuilder b({3, 2, 3});
+    b.add(LayerKind::kFc, test::fcSpec(4, false, false));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("per position, bias") {
+    NetworkBuilder b({5, 3, 1});
+    b.add(LayerKind::kFc, test::fcSpec(2, false, true));
+    checkGradients(b.network(), 2);
+  }
+}
+
+TEST_CASE("relu gradients match central differences", "[gradient][relu]") {
+  NetworkBuilder b({3, 4, 2});
+  b.add(LayerKind::kRelu);
+  checkGradients(b.network(), 2, {}, awayFromZero);
+}
+
+TEST_CASE("lrn gradients match central differences", "[gradient][lrn]") {
+  // The paper's alpha = 1e-4 makes the cross-channel term ~1e-4 of the
+  // gradient, below what a difference quotient resolves in float, so the
+  // formula is checked with a strong alpha, and the defaults separately.
+  ModelOptions strong;
+  strong.lrn = LrnDesc{5, 1.0f, 0.5f, 0.75f};
+  SECTION("size 5, strong alpha") {
+    NetworkBuilder b({7, 2, 3});
+    b.add(LayerKind::kLrn, test::lrnSpec(5));
+    checkGradients(b.network(), 2, strong);
+  }
+  SECTION("size 4 (window [i-1, i+2]), strong alpha") {
+    NetworkBuilder b({6, 2, 2});
+    b.add(LayerKind::kLrn, test::lrnSpec(4));
+    checkGradients(b.network(), 2, strong);
+  }
+  SECTION("size 5, the paper's constants") {
+    NetworkBuilder b({7, 2, 3});
+    b.add(LayerKind::kLrn, test::lrnSpec(5));
+    checkGradients(b.network(), 2);
+  }
+}
+
+TEST_CASE("dropout gradients match central differences", "[gradient][dropout]") {
+  // The mask is a pure function of (seed, step, layer, row, neuron): repeated
+  // forward passes see the same mask, so the layer is linear in its input.
+  NetworkBuilder b({4, 3, 2});
+  b.add(LayerKind::kDropout, test::dropoutSpec(0.5));
+  checkGradients(b.network(), 3);
+}
+
+TEST_CASE("batchnorm gradients match central differences", "[gradient][batchnorm]") {
+  NetworkBuilder b({3, 2, 2});
+  b.add(LayerKind::kConv, test::convSpec(3, 1, 1));  // so gamma and shift are not 1 and 0 only
+  b.add(LayerKind::kBatchNorm);
+  checkGradients(b.network(), 4);
+}
+
+TEST_CASE("add gradients match central differences, with shared readers", "[gradient][add]") {
+  // input -> conv a; add(a, input); conv c reads the sum; add(c, sum): the
+  // input and the first sum each have two readers whose gradients must sum.
+  NetworkBuilder b({3, 4, 4});
+  const int a = b.add(LayerKind::kConv, test::convSpec(3, 1, 1), {-1});
+  const int sum = b.add(LayerKind::kAdd, {}, {a, -1});
+  const int c = b.add(LayerKind::kConv, test::convSpec(3, 3, 3, 1, 1), {sum});
+  b.add(LayerKind::kAdd, {}, {c, sum});
+  checkGradients(b.network(), 2);
+}
+
+TEST_CASE("softmax cross-entropy gradients match central differences", "[gradient][softmax]") {
+  SECTION("classifier") {
+    NetworkBuilder b({5, 1, 1});
+    b.add(LayerKind::kSoftmax);
+    checkGradients(b.network(), 3, {}, [](std::span<float> x) { test::fillUniform(x, 9, -3, 3); });
+  }
+  SECTION("per position") {
+    NetworkBuilder b({4, 2, 3});
+    b.add(LayerKind::kSoftmax);
+    checkGradients(b.network(), 2, {}, [](std::span<float> x) { test::fillUniform(x, 9, -3, 3); });
+  }
+}
+
+TEST_CASE("a small network with every kind of layer matches central differences", "[gradient]") {
+  NetworkBuilder b({3, 8, 8});
+  b.add(LayerKind::kConv, test::convSpec(4, 3, 3, 1, 1));
+  b.add(LayerKind::kRelu);
+  b.add(LayerKind::kLrn, test::lrnSpec(3));
+  b.add(LayerKind::kPool, test::poolSpec(PoolMode::kMax, 2, 2));
+  b.add(LayerKind::kBatchNorm);
+  const int conv = b.add(LayerKind::kConv, test::convSpec(4, 3, 3, 1, 1, 2));
+  b.add(LayerKind::kAdd, {}, {conv, conv - 1});
+  b.add(LayerKind::kPool, test::poolSpec(PoolMode::kAvg, 2, 2));
+  b.add(LayerKind::kFc, test::fcSpec(6));
+  b.add(LayerKind::kRelu);
+  b.add(LayerKind::kDropout, test::dropoutSpec(0.3));
+  b.add(LayerKind::kFc, test::fcSpec(4));
+  b.add(LayerKind::kSoftmax);
+  ModelOptions options;
+  options.lrn = LrnDesc{3, 1.0f, 0.5f, 0.75f};
+  // eps 1e-3: relu and max pool sit deep in the network, where a larger step
+  // could cross a kink.
+  checkGradients(b.network(), 3, options, uniformInput, 1e-3);
+}
+
+}  // namespace
+}  // namespace strata::nn
