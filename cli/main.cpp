@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "output.h"
+#include "strata/exec/comm/mpi_communicator.h"
+#include "strata/exec/runtime.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/plan.h"
@@ -189,6 +191,93 @@ void writeOutput(const std::string& path, const std::function<void(std::ostream&
     throw OptionError("--out", "error while writing '" + path + "'");
 }
 
+// `strata run`: threads by default; MPI ranks when started by mpirun.
+template <class Flags>
+int runCommand(int& argc, char**& argv, const std::string& netName, const std::string& strategy,
+               std::string workers, const Flags& flags, exec::RunOptions opt, bool noDropout,
+               const std::string& timeout, const std::string& tracePath, Format format) {
+  if (format == Format::kCsv)
+    throw OptionError("--format", "run prints table or json");
+  const auto t = parseQuantity(timeout, QuantityKind::kTime);
+  if (!t || *t <= 0)
+    throw OptionError("--timeout", "must be a positive time such as 30s, got '" + timeout + "'");
+  opt.timeout = Seconds(*t);
+  opt.dropout = !noDropout;
+  if (!(opt.learningRate > 0))
+    throw OptionError("--lr", "must be positive");
+  if (opt.momentum < 0 || opt.momentum >= 1)
+    throw OptionError("--momentum", "must be in [0, 1)");
+  const auto net = networkArg(netName, "--network");
+  const bool mpi = exec::launchedByMpiexec();
+  auto runAndReport = [&](exec::Communicator* comm, int k) {
+    if (workers.empty())
+      workers = std::to_string(k);
+    const Scenario sc = flags.scenario(strategy, workers);
+    if (comm && sc.workers != k)
+      throw OptionError("--workers",
+                        fmt::format("is {} but mpirun started {} ranks", sc.workers, k));
+    const Plan plan = lowerToPlan(net, sc);
+    const bool root = !comm || comm->rank() == 0;
+    std::ofstream traceFile;
+    if (root && !tracePath.empty()) {
+      traceFile.open(tracePath);
+      if (!traceFile)
+        throw OptionError("--trace", "cannot write '" + tracePath + "'");
+    }
+    if (root && format == Format::kTable) {
+      std::cout << fmt::format(
+          "{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n", net.name,
+          toString(sc.strategy), sc.workers, comm ? "MPI ranks" : "threads", sc.batchPerWorker,
+          opt.steps, opt.learningRate, opt.momentum);
+      const int every = std::max(1, opt.steps / 25);
+      opt.onStep = [&, every](int s, double loss, double seconds) {
+        if (s % every == 0 || s + 1 == opt.steps)
+          std::cout << fmt::format("step {:>4}/{}  loss {:8.4f}  step time {}\n", s + 1, opt.steps,
+                                   loss, formatSeconds(Seconds(seconds)))
+                    << std::flush;
+      };
+    }
+    exec::RunResult result =
+        comm ? exec::runWorker(*comm, plan, net, opt) : exec::runThreads(plan, net, opt);
+    if (!root)
+      return;
+    result.measured.cluster = comm ? "mpi" : "threads";
+    if (traceFile.is_open()) {
+      writeTrace(traceFile, plan, net, result.measured, result.timeline);
+      if (!traceFile.flush())
+        throw OptionError("--trace", "error while writing '" + tracePath + "'");
+    }
+    if (format == Format::kJson) {
+      std::cout << "{\"steps\":[";
+      for (size_t i = 0; i < result.steps.size(); ++i)
+        std::cout << (i ? "," : "")
+                  << fmt::format("{{\"step\":{},\"loss\":{:.9g},\"step_s\":{:.9g}}}",
+                                 result.steps[i].step, result.steps[i].loss,
+                                 result.steps[i].seconds);
+      std::cout << "],\"measured\":";
+      printEstimate(std::cout, result.measured, Format::kJson);
+      std::cout << "}\n";
+      return;
+    }
+    std::cout << "\nmeasured (median step after warm-up):\n";
+    printEstimate(std::cout, result.measured, format);
+    if (traceFile.is_open())
+      std::cout << "\ntrace written to " << tracePath << " (open it in ui.perfetto.dev)\n";
+  };
+  if (!mpi) {
+    runAndReport(nullptr, 0);
+    return 0;
+  }
+#ifdef STRATA_HAVE_MPI
+  exec::MpiSession session(argc, argv);
+  exec::MpiCommunicator comm;
+  exec::runOrAbort(comm, [&](exec::Communicator& c) { runAndReport(&c, c.size()); });
+  return 0;
+#else
+  throw UserError("started by mpirun, but this strata was built without MPI");
+#endif
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"strata: how fast will this network train on this cluster with this strategy?"};
   app.require_subcommand(1);
@@ -301,6 +390,36 @@ int run(int argc, char** argv) {
       "  strata simulate -n alexnet-owt -c k20x8-pcie -s owt-b -k 4 --trace step.json\n"
       "  strata simulate -n resnet50 -c dgx-h100 -s ring -k 16 --straggler 3:1.2");
 
+  // run
+  std::string runNet, runStrategy, runWorkers, runTrace, runTimeout = "60s";
+  ScenarioFlags runFlags;
+  exec::RunOptions runOpt;
+  bool runNoDropout = false;
+  auto* runCmd = app.add_subcommand(
+      "run", "run training steps for real (threads, or MPI ranks under mpirun) and measure them");
+  runCmd->add_option("--network,-n", runNet, "network preset or YAML file")->required();
+  runCmd->add_option("--strategy,-s", runStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
+  runCmd->add_option("--workers,-k", runWorkers,
+                     "number of workers (threads); under mpirun the number of ranks");
+  runFlags.add(runCmd);
+  runCmd->add_option("--steps", runOpt.steps, "training steps (default 10)");
+  runCmd->add_option("--lr", runOpt.learningRate, "SGD learning rate (default 0.01)");
+  runCmd->add_option("--momentum", runOpt.momentum, "SGD momentum (default 0.9)");
+  runCmd->add_option("--seed", runOpt.seed, "seed of weights, data and dropout (default 1)");
+  runCmd->add_flag("--no-dropout", runNoDropout, "turn dropout off (runs then match across K)");
+  runCmd->add_option("--trace", runTrace, "write the measured step as a Chrome trace-event JSON");
+  runCmd->add_option("--timeout", runTimeout,
+                     "how long a blocked receive waits before failing (default 60s)");
+  runCmd->add_option("--fail-rank", runOpt.failRank,
+                     "fault injection (tests): this rank throws at --fail-step");
+  runCmd->add_option("--fail-step", runOpt.failStep, "step of the injected fault (default 0)");
+  addFormat(runCmd);
+  runCmd->footer(
+      "Examples:\n"
+      "  strata run --network tiny-cnn --strategy owt-b --workers 4 --steps 20 --trace run.json\n"
+      "  mpirun -np 4 strata run --network tiny-cnn --strategy ring --steps 20\n"
+      "Networks too large for this machine run with a smaller batch: --batch 8.");
+
   // sweep
   std::string swNets, swClusters, swStrategies = "all", swWorkers = "1,2,4,8", swBatches = "128",
                                   swOverlap = "on", swElements = "fp32", swFcUpdates = "step",
@@ -339,7 +458,7 @@ int run(int argc, char** argv) {
     if (!known)
       throw OptionError(command,
                         "unknown command (expected list, describe, predict, compare, sweep, "
-                        "plan or simulate; see strata --help)");
+                        "plan, simulate or run; see strata --help)");
   }
   // Defaults per subcommand: sweep prints CSV, the others a table.
   try {
@@ -354,7 +473,7 @@ int run(int argc, char** argv) {
   }
   if (!sweep->parsed() && format == "csv" && !list->count("--format") &&
       !describe->count("--format") && !predict->count("--format") && !compare->count("--format") &&
-      !plan->count("--format") && !simulateCmd->count("--format"))
+      !plan->count("--format") && !simulateCmd->count("--format") && !runCmd->count("--format"))
     format = "table";
   const Format fmtOut = parseFormat(format);
 
@@ -431,6 +550,9 @@ int run(int argc, char** argv) {
     printSimulation(std::cout, result, fmtOut);
     if (traceFile.is_open() && fmtOut == Format::kTable)
       std::cout << "\ntrace written to " << simTrace << " (open it in ui.perfetto.dev)\n";
+  } else if (runCmd->parsed()) {
+    return runCommand(argc, argv, runNet, runStrategy, runWorkers, runFlags, runOpt, runNoDropout,
+                      runTimeout, runTrace, fmtOut);
   } else if (sweep->parsed()) {
     std::vector<Network> nets;
     for (const auto& n : splitList(swNets))

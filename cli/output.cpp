@@ -326,18 +326,21 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
                      sc.workers * sc.batchPerWorker, optionsLine(e), e.engine);
   out << fmt::format("step time     {}\n", formatSeconds(e.step));
   out << fmt::format("throughput    {:.1f} examples/s\n", e.throughput);
-  out << fmt::format("speedup       {:.2f}x over one worker ({} per step of {} examples)\n",
-                     e.speedup, formatSeconds(e.singleWorkerStep), sc.batchPerWorker);
-  out << fmt::format("efficiency    {}\n", percent(e.efficiency));
-  out << fmt::format("bottleneck    {}\n", e.bottleneck);
-  const auto& w0 = e.workers.front();
-  out << fmt::format(
-      "memory        {} per worker (weights {}, gradients {}, optimizer {}, "
-      "activations {}, buffers {}){}\n",
-      formatBytes(peakMemory(e)), formatBytes(w0.memory.weights), formatBytes(w0.memory.gradients),
-      formatBytes(w0.memory.optimizer), formatBytes(w0.memory.activations),
-      formatBytes(busiest(e).memory.buffers),
-      e.fitsInMemory ? "" : "  DOES NOT FIT in device memory");
+  // Measured steps have no single-worker reference, bottleneck or memory model.
+  if (e.engine != "executor") {
+    out << fmt::format("speedup       {:.2f}x over one worker ({} per step of {} examples)\n",
+                       e.speedup, formatSeconds(e.singleWorkerStep), sc.batchPerWorker);
+    out << fmt::format("efficiency    {}\n", percent(e.efficiency));
+    out << fmt::format("bottleneck    {}\n", e.bottleneck);
+    const auto& w0 = e.workers.front();
+    out << fmt::format(
+        "memory        {} per worker (weights {}, gradients {}, optimizer {}, "
+        "activations {}, buffers {}){}\n",
+        formatBytes(peakMemory(e)), formatBytes(w0.memory.weights),
+        formatBytes(w0.memory.gradients), formatBytes(w0.memory.optimizer),
+        formatBytes(w0.memory.activations), formatBytes(busiest(e).memory.buffers),
+        e.fitsInMemory ? "" : "  DOES NOT FIT in device memory");
+  }
   if (e.rounds.rounds > 0) {
     const auto& r = e.rounds;
     out << fmt::format(

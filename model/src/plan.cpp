@@ -167,10 +167,12 @@ class Builder {
     return add(t, deps);
   }
 
-  int update(int worker, double params, const Deps& deps) {
+  int update(int worker, int firstLayer, int lastLayer, double params, const Deps& deps) {
     Task t;
     t.kind = TaskKind::kUpdate;
     t.worker = worker;
+    t.layer = firstLayer;
+    t.lastLayer = lastLayer;
     t.phase = Phase::kUpdate;
     t.params = params;
     return add(t, deps);
@@ -493,7 +495,7 @@ void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc) {
   const int synced = backpropWithSync(b, net, sc, 0, layers, algorithm, prev);
   const double params = paramsIn(net, 0, layers);
   for (int w = 0; w < k; ++w)
-    b.update(w, sc.strategy == Strategy::kPs ? params / k : params,
+    b.update(w, 0, layers - 1, sc.strategy == Strategy::kPs ? params / k : params,
              {prev[static_cast<size_t>(w)], synced});
 }
 
@@ -574,7 +576,8 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
     }
     if (perRoundUpdate)
       for (int w = 0; w < k; ++w)
-        prev[static_cast<size_t>(w)] = b.update(w, fcParams * frac, {prev[static_cast<size_t>(w)]});
+        prev[static_cast<size_t>(w)] =
+            b.update(w, mp, layers - 1, fcParams * frac, {prev[static_cast<size_t>(w)]});
     if (k > 1) {
       Deps backStart = prev;
       backStart.push_back(lastBack);
@@ -595,9 +598,9 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
       p = lastBack;
   const int synced = backpropWithSync(b, net, sc, 0, mp, sc.options.convSync, prev);
   for (int w = 0; w < k; ++w) {
-    int p = b.update(w, paramsIn(net, 0, mp), {prev[static_cast<size_t>(w)], synced});
+    int p = b.update(w, 0, mp - 1, paramsIn(net, 0, mp), {prev[static_cast<size_t>(w)], synced});
     if (!perRoundUpdate)
-      p = b.update(w, fcParams * frac, {p});
+      p = b.update(w, mp, layers - 1, fcParams * frac, {p});
     prev[static_cast<size_t>(w)] = p;
   }
 }

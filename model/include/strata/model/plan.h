@@ -15,7 +15,9 @@
 //   reduce    every flow's destination adds `inputs` received chunks of
 //             `bytes` into its copy (the flows are those of the transfer it
 //             follows)
-//   update    one worker applies SGD with momentum to `params` parameters
+//   update    one worker applies SGD with momentum to layers [layer, lastLayer]
+//             (`params` parameters: 1/K of them for a ps server shard or a
+//             model-parallel FC layer)
 #pragma once
 
 #include <cstdint>
@@ -70,8 +72,9 @@ struct PlanFlow {
 
 struct Task {
   TaskKind kind = TaskKind::kCompute;
-  int worker = -1;  // compute / update: the worker; -1 for transfer / reduce
-  int layer = -1;   // compute: the layer; update: -1 (`params` says how much)
+  int worker = -1;     // compute / update: the worker; -1 for transfer / reduce
+  int layer = -1;      // compute: the layer; update: the first layer updated
+  int lastLayer = -1;  // update: the last layer updated
   Phase phase = Phase::kFwd;
   double examples = 0;  // compute
   double fraction = 1;  // compute: the share of the layer this worker holds

@@ -1,0 +1,125 @@
+// The one point-to-point interface every executor layer talks through.
+//
+// A Communicator is one rank's view of a world of size() ranks. Strategy code
+// and the collectives (collectives.h) only ever call rank(), size(), send(),
+// recv() and sendRecv(), so they run unchanged on worker threads in one process
+// (local_communicator.h) and on MPI processes (mpi_communicator.h).
+//
+// Semantics shared by every implementation:
+//   - Messages between one (source, destination, tag) arrive in the order they
+//     were sent, so collectives may reuse a tag call after call as long as all
+//     ranks call the same collectives in the same order.
+//   - recv() takes exactly one message and its size must equal the buffer's:
+//     a mismatch is a CommError naming the peer, the tag and both sizes.
+//   - Every blocking call gives up after timeout() with a CommError naming the
+//     peer, the tag and the timeout, so a lost peer never hangs a run.
+//   - abort() ends the world: every pending and future call on every rank
+//     throws (local threads) or the whole job ends (MPI) promptly.
+//   - One thread drives a Communicator; only abort() may come from another.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "strata/model/error.h"
+#include "strata/model/units.h"
+
+namespace strata::exec {
+
+// MPI guarantees MPI_TAG_UB >= 32767; we stay below it everywhere.
+inline constexpr int kMaxTag = 32767;
+// Tags [kFirstReservedTag, kMaxTag] belong to the collectives (collectives.h);
+// callers use [0, kFirstReservedTag).
+inline constexpr int kFirstReservedTag = 32000;
+
+// A communication failure: a timeout, an aborted world, a size mismatch, a
+// failed MPI call. A UserError because its usual cause is outside strata (a
+// dead or wrong peer, a mismatched program), and the CLI prints it on one line.
+class CommError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+class Communicator {
+ public:
+  // Long enough for a 1 GB transfer over a slow link, short enough that a
+  // lost peer ends a run within a minute.
+  static constexpr double kDefaultTimeoutSeconds = 60.0;
+
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // This rank, in [0, size()).
+  virtual int rank() const = 0;
+  // Number of ranks in the world (>= 1).
+  virtual int size() const = 0;
+
+  // Sends `data` to `peer` (in [0, size())) under `tag` (in [0, kMaxTag]).
+  // Returns when `data` may be reused. Local sends copy and never wait; MPI
+  // sends may wait for the receiver, up to timeout(). Throws CommError on a
+  // bad peer or tag, timeout, abort or MPI failure.
+  void send(int peer, int tag, std::span<const std::byte> data);
+  // Receives the next message from `peer` under `tag` into `data`; the message
+  // must be exactly data.size() bytes. Waits at most timeout(). Throws
+  // CommError on a bad peer or tag, size mismatch, timeout, abort or MPI
+  // failure; `data` is unspecified after a throw.
+  void recv(int peer, int tag, std::span<std::byte> data);
+  // send(sendPeer, sendTag, sendData) and recv(recvPeer, recvTag, recvData) at
+  // once: the receive is posted before the send waits, so a ring of ranks that
+  // all sendRecv to the right and from the left never deadlocks, and both
+  // directions of a link move data at the same time. The spans must not
+  // overlap. Same errors as send() and recv().
+  void sendRecv(int sendPeer, int sendTag, std::span<const std::byte> sendData, int recvPeer,
+                int recvTag, std::span<std::byte> recvData);
+
+  // Typed forms of the above for float buffers (sizes in elements x 4 bytes).
+  void send(int peer, int tag, std::span<const float> data);
+  void recv(int peer, int tag, std::span<float> data);
+  void sendRecv(int sendPeer, int sendTag, std::span<const float> sendData, int recvPeer,
+                int recvTag, std::span<float> recvData);
+
+  // Ends the world because of `reason` (e.g. "worker 2: out of memory"). Local
+  // world: every rank's pending and future calls throw CommError carrying the
+  // reason within milliseconds; returns. MPI: prints the reason on stderr and
+  // calls MPI_Abort, which ends every rank of the job. Safe from any thread;
+  // later calls keep the first reason.
+  virtual void abort(const std::string& reason) = 0;
+  // True once abort() was called on any rank of this world (local) or on this
+  // rank (MPI).
+  virtual bool aborted() const = 0;
+
+  // How long one blocking call may wait before throwing CommError; > 0.
+  // Per communicator (per rank); default kDefaultTimeoutSeconds.
+  void setTimeout(Seconds timeout);
+  Seconds timeout() const { return timeout_; }
+
+ protected:
+  Communicator() = default;
+
+  // The implementations' halves of send/recv/sendRecv. Arguments are checked
+  // (peer and tag in range, sizes representable) before these are called.
+  virtual void doSend(int peer, int tag, std::span<const std::byte> data) = 0;
+  virtual void doRecv(int peer, int tag, std::span<std::byte> data) = 0;
+  virtual void doSendRecv(int sendPeer, int sendTag, std::span<const std::byte> sendData,
+                          int recvPeer, int recvTag, std::span<std::byte> recvData) = 0;
+
+ private:
+  void checkPeerAndTag(const char* op, int peer, int tag) const;
+
+  Seconds timeout_{kDefaultTimeoutSeconds};
+};
+
+// The text every implementation puts in front of its errors, so that every
+// message names the call, the peer, the tag and this rank:
+// "recv from peer 1 tag 7 on rank 0".
+std::string describeCall(const char* op, int peer, int tag, int rank);
+
+// Runs body(comm). If body throws, aborts the world with reason
+// "worker R: <what>" (R = comm.rank()) so the other ranks end too, then
+// rethrows. Over MPI the abort ends the job and does not return.
+void runOrAbort(Communicator& comm, const std::function<void(Communicator&)>& body);
+
+}  // namespace strata::exec

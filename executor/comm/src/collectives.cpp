@@ -1,0 +1,261 @@
+#include "strata/exec/comm/collectives.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace strata::exec {
+namespace {
+
+int wrap(int i, int k) {
+  return ((i % k) + k) % k;
+}
+
+std::span<float> chunkOf(std::span<float> data, int parts, int index) {
+  const ChunkRange range = chunkRange(data.size(), parts, index);
+  return data.subspan(range.offset, range.count);
+}
+
+// Segments of `count` elements at `segmentElems` each (0 = one segment).
+std::size_t segmentsOf(std::size_t count, std::size_t segmentElems) {
+  if (count == 0)
+    return 0;
+  if (segmentElems == 0)
+    return 1;
+  return (count + segmentElems - 1) / segmentElems;
+}
+
+template <class T>
+std::span<T> segmentOf(std::span<T> chunk, std::size_t segmentElems, std::size_t j) {
+  if (segmentElems == 0)
+    return chunk;
+  const std::size_t offset = j * segmentElems;
+  return chunk.subspan(offset, std::min(segmentElems, chunk.size() - offset));
+}
+
+// dst += src, element-wise. The two never alias (src is a receive buffer).
+void addInto(std::span<float> dst, std::span<const float> src) {
+  float* __restrict d = dst.data();
+  const float* __restrict s = src.data();
+  const std::size_t n = dst.size();
+  for (std::size_t i = 0; i < n; ++i)
+    d[i] += s[i];
+}
+
+// A per-thread receive buffer for segments that are summed rather than stored;
+// reused call after call so a hot loop of allreduces does not allocate. The
+// segment is summed right after it lands, while it is still in cache.
+std::span<float> scratch(std::size_t elements) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < elements)
+    buffer.resize(elements);
+  return std::span<float>(buffer.data(), elements);
+}
+
+enum class Arrival { kStore, kSum };
+
+// One ring step: sends `out` to `to` and receives `in` from `from`, segment by
+// segment, each segment one sendRecv. Received segments are stored into `in`
+// or summed into it. The two chunks may differ by one element (and so by one
+// segment): the extra segment goes as a lone send or recv, which the peer
+// matches because it computes the same chunk sizes.
+void ringStep(Communicator& comm, int tag, int to, std::span<const float> out, int from,
+              std::span<float> in, std::size_t segmentElems, Arrival arrival) {
+  const std::size_t outSegments = segmentsOf(out.size(), segmentElems);
+  const std::size_t inSegments = segmentsOf(in.size(), segmentElems);
+  const std::size_t longest = segmentElems == 0 ? in.size() : std::min(segmentElems, in.size());
+  const std::span<float> landing = arrival == Arrival::kSum ? scratch(longest) : std::span<float>();
+  for (std::size_t j = 0; j < std::max(outSegments, inSegments); ++j) {
+    const bool sending = j < outSegments;
+    const bool receiving = j < inSegments;
+    std::span<float> target;
+    if (receiving) {
+      target = segmentOf(in, segmentElems, j);
+    }
+    std::span<float> into = arrival == Arrival::kSum ? landing.subspan(0, target.size()) : target;
+    if (sending && receiving)
+      comm.sendRecv(to, tag, segmentOf(out, segmentElems, j), from, tag, into);
+    else if (sending)
+      comm.send(to, tag, segmentOf(out, segmentElems, j));
+    else
+      comm.recv(from, tag, into);
+    if (receiving && arrival == Arrival::kSum)
+      addInto(target, into);
+  }
+}
+
+}  // namespace
+
+ChunkRange chunkRange(std::size_t n, int parts, int index) {
+  STRATA_ENFORCE_OP(parts, >=, 1);
+  STRATA_ENFORCE_OP(index, >=, 0);
+  STRATA_ENFORCE_OP(index, <, parts);
+  const auto k = static_cast<std::size_t>(parts);
+  const auto i = static_cast<std::size_t>(index);
+  const std::size_t base = n / k;
+  const std::size_t extra = n % k;
+  return ChunkRange{i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+// ---- naive reducer -------------------------------------------------------------
+
+void allreduceNaive(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
+  constexpr int kRoot = 0;
+  const int k = comm.size();
+  if (k == 1 || data.empty())
+    return;
+  const std::size_t m = segmentsOf(data.size(), segmentElems);
+  const int tag = kTagAllreduceNaive;
+
+  if (comm.rank() == kRoot) {
+    const std::size_t longest =
+        segmentElems == 0 ? data.size() : std::min(segmentElems, data.size());
+    const std::span<float> landing = scratch(longest);
+    // Round j receives segment j from everyone and returns summed segment j-1.
+    for (std::size_t j = 0; j <= m; ++j) {
+      for (int r = 1; r < k; ++r) {
+        const bool gathering = j < m;
+        const bool scattering = j >= 1;
+        std::span<float> incoming;
+        if (gathering)
+          incoming = landing.subspan(0, segmentOf(data, segmentElems, j).size());
+        // step 1 (segment j) and step 3 (segment j-1) at once with rank r
+        if (gathering && scattering)
+          comm.sendRecv(r, tag, segmentOf(data, segmentElems, j - 1), r, tag, incoming);
+        else if (gathering)
+          comm.recv(r, tag, incoming);
+        else
+          comm.send(r, tag, segmentOf(data, segmentElems, j - 1));
+        // step 2: add rank r's segment j into ours
+        if (gathering)
+          addInto(segmentOf(data, segmentElems, j), incoming);
+      }
+    }
+  } else {
+    for (std::size_t j = 0; j <= m; ++j) {
+      // step 1: send segment j to the root; step 3: receive summed segment j-1
+      if (j == 0)
+        comm.send(kRoot, tag, segmentOf(data, segmentElems, j));
+      else if (j < m)
+        comm.sendRecv(kRoot, tag, segmentOf(data, segmentElems, j), kRoot, tag,
+                      segmentOf(data, segmentElems, j - 1));
+      else
+        comm.recv(kRoot, tag, segmentOf(data, segmentElems, j - 1));
+    }
+  }
+}
+
+// ---- ring ----------------------------------------------------------------------
+
+void reduceScatterRing(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
+  const int k = comm.size();
+  const int rank = comm.rank();
+  if (k == 1)
+    return;
+  const int right = wrap(rank + 1, k);
+  const int left = wrap(rank - 1, k);
+  for (int i = 0; i < k - 1; ++i) {
+    // step i: send chunk (rank - i - 1) to the right, receive chunk
+    // (rank - i - 2) from the left and add it in
+    ringStep(comm, kTagReduceScatter, right, chunkOf(data, k, wrap(rank - i - 1, k)), left,
+             chunkOf(data, k, wrap(rank - i - 2, k)), segmentElems, Arrival::kSum);
+  }
+}
+
+void allGatherChunksRing(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
+  const int k = comm.size();
+  const int rank = comm.rank();
+  if (k == 1)
+    return;
+  const int right = wrap(rank + 1, k);
+  const int left = wrap(rank - 1, k);
+  for (int i = 0; i < k - 1; ++i) {
+    // step i: send chunk (rank - i) to the right, receive chunk (rank - i - 1)
+    // from the left
+    ringStep(comm, kTagAllGather, right, chunkOf(data, k, wrap(rank - i, k)), left,
+             chunkOf(data, k, wrap(rank - i - 1, k)), segmentElems, Arrival::kStore);
+  }
+}
+
+void allreduceRing(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
+  // reduce-scatter, steps 0..K-2: afterwards chunk `rank` holds the full sum
+  reduceScatterRing(comm, data, segmentElems);
+  // allgather, steps 0..K-2: every summed chunk travels once around the ring
+  allGatherChunksRing(comm, data, segmentElems);
+}
+
+void allGatherRing(Communicator& comm, std::span<const float> mine, std::span<float> all) {
+  const int k = comm.size();
+  const int rank = comm.rank();
+  STRATA_ENFORCE_OP(all.size(), ==, mine.size() * static_cast<std::size_t>(k));
+  const std::size_t n = mine.size();
+  auto block = [&](int index) { return all.subspan(static_cast<std::size_t>(index) * n, n); };
+  // step 0: our own contribution into block `rank` (nothing to do in place)
+  if (block(rank).data() != mine.data())
+    std::copy(mine.begin(), mine.end(), block(rank).begin());
+  if (k == 1 || n == 0)
+    return;
+  const int right = wrap(rank + 1, k);
+  const int left = wrap(rank - 1, k);
+  for (int i = 1; i < k; ++i) {
+    // step i: send block (rank - i + 1) to the right, receive block (rank - i)
+    // from the left
+    comm.sendRecv(right, kTagAllGather, std::span<const float>(block(wrap(rank - i + 1, k))), left,
+                  kTagAllGather, block(wrap(rank - i, k)));
+  }
+}
+
+// ---- broadcast -----------------------------------------------------------------
+
+void broadcast(Communicator& comm, std::span<float> data, int root) {
+  const int k = comm.size();
+  STRATA_ENFORCE_OP(root, >=, 0);
+  STRATA_ENFORCE_OP(root, <, k);
+  if (k == 1 || data.empty())
+    return;
+  if (comm.rank() != root) {
+    comm.recv(root, kTagBroadcast, data);
+    return;
+  }
+  for (int i = 1; i < k; ++i) {
+    // step i: the root sends the whole buffer to rank (root + i)
+    comm.send(wrap(root + i, k), kTagBroadcast, std::span<const float>(data));
+  }
+}
+
+// ---- all-to-all ----------------------------------------------------------------
+
+void allToAllDirect(Communicator& comm, std::span<const float> send, std::span<float> recv) {
+  const int k = comm.size();
+  const int rank = comm.rank();
+  STRATA_ENFORCE_OP(send.size(), ==, recv.size());
+  STRATA_ENFORCE_OP(send.size() % static_cast<std::size_t>(k), ==, std::size_t{0});
+  const std::size_t n = send.size() / static_cast<std::size_t>(k);
+  auto at = [n](auto buffer, int index) {
+    return buffer.subspan(static_cast<std::size_t>(index) * n, n);
+  };
+  // step 0: our block for ourselves
+  std::copy_n(at(send, rank).begin(), n, at(recv, rank).begin());
+  if (n == 0)
+    return;
+  for (int i = 1; i < k; ++i) {
+    // step i: send block (rank + i) to rank (rank + i), receive block
+    // (rank - i) from rank (rank - i)
+    const int to = wrap(rank + i, k);
+    const int from = wrap(rank - i, k);
+    comm.sendRecv(to, kTagAllToAll, at(send, to), from, kTagAllToAll, at(recv, from));
+  }
+}
+
+// ---- barrier -------------------------------------------------------------------
+
+void barrier(Communicator& comm) {
+  const int k = comm.size();
+  const int rank = comm.rank();
+  for (int distance = 1; distance < k; distance *= 2) {
+    // round log2(distance): signal rank + distance, wait for rank - distance
+    comm.sendRecv(wrap(rank + distance, k), kTagBarrier, std::span<const std::byte>(),
+                  wrap(rank - distance, k), kTagBarrier, std::span<std::byte>());
+  }
+}
+
+}  // namespace strata::exec

@@ -1,0 +1,425 @@
+#include "strata/exec/comm/local_communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace strata::exec {
+namespace {
+
+// Uninitialised bytes: a vector<std::byte> would zero every buffer it grows.
+struct Buffer {
+  std::unique_ptr<std::byte[]> bytes;
+  std::size_t capacity = 0;
+  std::size_t size = 0;
+};
+
+// Recycles message buffers. A ring allreduce of 64 MiB sends ~2 x 64 MiB per
+// rank in segments; fresh allocations of that size come from mmap and cost a
+// page fault per 4 KiB on first touch, more than the copy itself.
+class BufferPool {
+ public:
+  Buffer acquire(std::size_t size) {
+    if (size == 0)
+      return {};
+    {
+      std::lock_guard lock(mutex_);
+      // Smallest free buffer that fits, so small messages leave the big ones.
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->capacity >= size && (best == free_.end() || it->capacity < best->capacity))
+          best = it;
+      }
+      if (best != free_.end()) {
+        Buffer buffer = std::move(*best);
+        *best = std::move(free_.back());
+        free_.pop_back();
+        freeBytes_ -= buffer.capacity;
+        buffer.size = size;
+        return buffer;
+      }
+    }
+    return Buffer{std::unique_ptr<std::byte[]>(new std::byte[size]), size, size};
+  }
+
+  void release(Buffer buffer) {
+    if (buffer.capacity == 0)
+      return;
+    std::lock_guard lock(mutex_);
+    if (free_.size() < kMaxBuffers && freeBytes_ + buffer.capacity <= kMaxBytes) {
+      freeBytes_ += buffer.capacity;
+      free_.push_back(std::move(buffer));
+    }
+  }
+
+ private:
+  // Enough for every in-flight segment of K <= 64 ranks; bounded so a world
+  // that once sent a huge message does not keep it forever.
+  static constexpr std::size_t kMaxBuffers = 256;
+  static constexpr std::size_t kMaxBytes = std::size_t{1} << 30;
+
+  std::mutex mutex_;
+  std::vector<Buffer> free_;
+  std::size_t freeBytes_ = 0;
+};
+
+// A receive waiting with its buffer exposed, so that a sender that finds it
+// copies straight into it: one memcpy instead of two (into a queued buffer,
+// then out). Lives on the receiver's stack; the sender only touches it under
+// the inbox mutex, except for the copy itself, which the receiver waits out.
+struct PostedRecv {
+  enum class State { kWaiting, kFilling, kDone, kMismatch };
+  std::byte* data = nullptr;
+  std::size_t size = 0;
+  State state = State::kWaiting;
+  std::size_t offered = 0;  // size of the message that did not fit (kMismatch)
+};
+
+// Traffic from one source under one tag to one destination. Invariant: a
+// receive is posted only while nothing is queued, so FIFO order holds.
+struct Channel {
+  std::deque<Buffer> queued;
+  PostedRecv* posted = nullptr;  // one thread drives a rank: at most one
+};
+
+// Everything waiting for one destination rank, per (source, tag).
+struct Inbox {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::map<std::pair<int, int>, Channel> channels;  // map nodes never move
+};
+
+std::chrono::steady_clock::time_point deadlineAfter(Seconds timeout) {
+  // Clamped so that an absurd timeout cannot overflow the clock's ticks.
+  const double seconds = std::min(timeout.value(), 1e9);
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+struct LocalWorld::State {
+  explicit State(int n) : size(n) {
+    for (int r = 0; r < n; ++r)
+      inboxes.push_back(std::make_unique<Inbox>());
+  }
+
+  int size;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
+  std::vector<std::unique_ptr<LocalCommunicator>> comms;
+  BufferPool pool;
+  std::atomic<bool> aborted{false};
+  mutable std::mutex abortMutex;
+  std::string abortReason;
+};
+
+LocalWorld::LocalWorld(int size) {
+  if (size < 1)
+    throw OptionError("world size", fmt::format("must be >= 1, got {}", size));
+  state_ = std::make_unique<State>(size);
+  for (int r = 0; r < size; ++r)
+    state_->comms.push_back(std::unique_ptr<LocalCommunicator>(new LocalCommunicator(*this, r)));
+}
+
+LocalWorld::~LocalWorld() = default;
+
+int LocalWorld::size() const {
+  return state_->size;
+}
+
+Communicator& LocalWorld::communicator(int rank) {
+  STRATA_ENFORCE_OP(rank, >=, 0);
+  STRATA_ENFORCE_OP(rank, <, state_->size);
+  return *state_->comms[static_cast<std::size_t>(rank)];
+}
+
+void LocalWorld::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(state_->abortMutex);
+    if (state_->aborted.load(std::memory_order_relaxed))
+      return;
+    state_->abortReason = reason;
+    state_->aborted.store(true, std::memory_order_release);
+  }
+  // Taking each inbox's mutex orders the flag before any receiver's next
+  // predicate check, so no receiver can miss this wake-up.
+  for (auto& inbox : state_->inboxes) {
+    { std::lock_guard lock(inbox->mutex); }
+    inbox->arrived.notify_all();
+  }
+}
+
+bool LocalWorld::aborted() const {
+  return state_->aborted.load(std::memory_order_acquire);
+}
+
+std::string LocalWorld::abortReason() const {
+  std::lock_guard lock(state_->abortMutex);
+  return state_->abortReason;
+}
+
+int LocalCommunicator::size() const {
+  return world_.size();
+}
+
+void LocalCommunicator::abort(const std::string& reason) {
+  world_.abort(reason);
+}
+
+bool LocalCommunicator::aborted() const {
+  return world_.aborted();
+}
+
+// A receive in progress: either it took a queued message at once, or its
+// buffer is posted on the channel for a sender to fill.
+struct LocalCommunicator::Pending {
+  int peer = 0;
+  int tag = 0;
+  std::span<std::byte> data;
+  Channel* channel = nullptr;
+  Buffer taken;
+  bool tookQueued = false;
+  PostedRecv posting;
+};
+
+void LocalCommunicator::doSend(int peer, int tag, std::span<const std::byte> data) {
+  LocalWorld::State& st = *world_.state_;
+  if (st.aborted.load(std::memory_order_acquire))
+    throw CommError(fmt::format("{}: aborted: {}", describeCall("send", peer, tag, rank_),
+                                world_.abortReason()));
+  Inbox& inbox = *st.inboxes[static_cast<std::size_t>(peer)];
+  Buffer buffer;
+  bool copied = false;
+  // At most two rounds: a receive may be posted while we copy into a buffer.
+  for (;;) {
+    std::unique_lock lock(inbox.mutex);
+    Channel& channel = inbox.channels[{rank_, tag}];
+    if (PostedRecv* posted = channel.posted) {
+      channel.posted = nullptr;
+      if (posted->size != data.size()) {
+        posted->state = PostedRecv::State::kMismatch;
+        posted->offered = data.size();
+      } else {
+        posted->state = PostedRecv::State::kFilling;
+        lock.unlock();
+        if (!data.empty())
+          std::memcpy(posted->data, data.data(), data.size());
+        lock.lock();
+        posted->state = PostedRecv::State::kDone;
+      }
+      lock.unlock();
+      inbox.arrived.notify_all();
+      st.pool.release(std::move(buffer));
+      return;
+    }
+    if (copied) {
+      channel.queued.push_back(std::move(buffer));
+      lock.unlock();
+      inbox.arrived.notify_all();
+      return;
+    }
+    lock.unlock();
+    buffer = st.pool.acquire(data.size());
+    if (!data.empty())
+      std::memcpy(buffer.bytes.get(), data.data(), data.size());
+    copied = true;
+  }
+}
+
+void LocalCommunicator::postRecv(Pending& pending) {
+  LocalWorld::State& st = *world_.state_;
+  Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
+  std::lock_guard lock(inbox.mutex);
+  Channel& channel = inbox.channels[{pending.peer, pending.tag}];
+  pending.channel = &channel;
+  if (!channel.queued.empty()) {
+    pending.taken = std::move(channel.queued.front());
+    channel.queued.pop_front();
+    pending.tookQueued = true;
+    return;
+  }
+  pending.posting.data = pending.data.data();
+  pending.posting.size = pending.data.size();
+  channel.posted = &pending.posting;
+}
+
+void LocalCommunicator::waitRecv(Pending& pending) {
+  LocalWorld::State& st = *world_.state_;
+  // Built only on failure: formatting costs more than a small transfer.
+  auto call = [&] { return describeCall("recv", pending.peer, pending.tag, rank_); };
+  auto mismatch = [&](std::size_t got) {
+    return CommError(fmt::format("{}: size mismatch: expected {} bytes, got a {}-byte message",
+                                 call(), pending.data.size(), got));
+  };
+  if (pending.tookQueued) {
+    Buffer message = std::move(pending.taken);
+    if (message.size != pending.data.size()) {
+      const std::size_t got = message.size;
+      st.pool.release(std::move(message));
+      throw mismatch(got);
+    }
+    if (!pending.data.empty())
+      std::memcpy(pending.data.data(), message.bytes.get(), message.size);
+    st.pool.release(std::move(message));
+    return;
+  }
+
+  using State = PostedRecv::State;
+  Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
+  PostedRecv& posting = pending.posting;
+  std::unique_lock lock(inbox.mutex);
+  inbox.arrived.wait_until(lock, deadlineAfter(timeout()), [&] {
+    return st.aborted.load(std::memory_order_acquire) || posting.state == State::kDone ||
+           posting.state == State::kMismatch;
+  });
+  // A sender already copying into our buffer must finish before we return.
+  inbox.arrived.wait(lock, [&] { return posting.state != State::kFilling; });
+  switch (posting.state) {
+    case State::kDone:
+      return;
+    case State::kMismatch:
+      throw mismatch(posting.offered);
+    case State::kFilling:
+    case State::kWaiting:
+      break;
+  }
+  pending.channel->posted = nullptr;  // withdrawn: later messages queue again
+  lock.unlock();
+  if (st.aborted.load(std::memory_order_acquire))
+    throw CommError(fmt::format("{}: aborted: {}", call(), world_.abortReason()));
+  throw CommError(
+      fmt::format("{}: timed out after {:g} s waiting for a message", call(), timeout().value()));
+}
+
+void LocalCommunicator::doRecv(int peer, int tag, std::span<std::byte> data) {
+  if (world_.aborted())
+    throw CommError(fmt::format("{}: aborted: {}", describeCall("recv", peer, tag, rank_),
+                                world_.abortReason()));
+  Pending pending;
+  pending.peer = peer;
+  pending.tag = tag;
+  pending.data = data;
+  postRecv(pending);
+  waitRecv(pending);
+}
+
+void LocalCommunicator::doSendRecv(int sendPeer, int sendTag, std::span<const std::byte> sendData,
+                                   int recvPeer, int recvTag, std::span<std::byte> recvData) {
+  if (world_.aborted())
+    throw CommError(fmt::format("{}: aborted: {}", describeCall("recv", recvPeer, recvTag, rank_),
+                                world_.abortReason()));
+  // Post the receive first so the left neighbour's send can land in it
+  // directly; a local send never waits, so this order cannot deadlock.
+  Pending pending;
+  pending.peer = recvPeer;
+  pending.tag = recvTag;
+  pending.data = recvData;
+  postRecv(pending);
+  try {
+    doSend(sendPeer, sendTag, sendData);
+  } catch (...) {
+    withdraw(pending);
+    throw;
+  }
+  waitRecv(pending);
+}
+
+void LocalCommunicator::withdraw(Pending& pending) {
+  LocalWorld::State& st = *world_.state_;
+  if (pending.tookQueued) {
+    st.pool.release(std::move(pending.taken));
+    return;
+  }
+  Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
+  std::unique_lock lock(inbox.mutex);
+  inbox.arrived.wait(lock, [&] { return pending.posting.state != PostedRecv::State::kFilling; });
+  if (pending.posting.state == PostedRecv::State::kWaiting)
+    pending.channel->posted = nullptr;
+}
+
+namespace {
+
+[[noreturn]] void rethrowPrefixed(const std::exception_ptr& error, const std::string& prefix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CommError& e) {
+    throw CommError(prefix + e.what());
+  } catch (const UserError& e) {
+    throw UserError(prefix + e.what());
+  } catch (const InvariantError& e) {
+    throw InvariantError(prefix + e.what());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(prefix + e.what());
+  } catch (...) {
+    throw std::runtime_error(prefix + "unknown exception");
+  }
+}
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds timeout) {
+  LocalWorld world(size);
+  for (int r = 0; r < size; ++r)
+    world.communicator(r).setTimeout(timeout);
+
+  std::mutex errorMutex;
+  std::exception_ptr firstError;
+  int firstRank = -1;
+  auto worker = [&](int r) {
+    try {
+      body(world.communicator(r));
+    } catch (...) {
+      std::exception_ptr error = std::current_exception();
+      {
+        // Recorded before the abort, so the errors the abort causes on other
+        // ranks can never win.
+        std::lock_guard lock(errorMutex);
+        if (!firstError) {
+          firstError = error;
+          firstRank = r;
+        }
+      }
+      world.abort(fmt::format("worker {}: {}", r, describe(error)));
+    }
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(size));
+  try {
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back(worker, r);
+  } catch (const std::exception& e) {
+    world.abort(fmt::format("could not start worker threads: {}", e.what()));
+    for (auto& t : threads)
+      t.join();
+    throw;
+  }
+  for (auto& t : threads)
+    t.join();
+  if (firstError)
+    rethrowPrefixed(firstError, fmt::format("worker {}: ", firstRank));
+}
+
+}  // namespace strata::exec

@@ -1,0 +1,77 @@
+// The executor: interprets a strategy's Plan with real buffers — real forward
+// and backward passes (strata::nn), real gradients and activations on the wire
+// (strata::exec::Communicator, threads or MPI ranks), real SGD — and measures
+// every task, producing the same StepEstimate and trace schema as the model and
+// the simulator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/exec/comm/communicator.h"
+#include "strata/model/cluster.h"
+#include "strata/model/network.h"
+#include "strata/model/plan.h"
+#include "strata/model/strategy.h"
+#include "strata/model/timeline.h"
+
+namespace strata::exec {
+
+struct RunOptions {
+  int steps = 10;
+  float learningRate = 0.01f;
+  float momentum = 0.9f;
+  uint64_t seed = 1;    // weights, synthetic data and dropout masks
+  bool dropout = true;  // off makes runs comparable across worker counts
+  // Steps left out of the measured estimate (the first touches cold memory).
+  int warmup = 1;
+  // Called on rank 0 after every step with (step, global loss, step seconds).
+  std::function<void(int, double, double)> onStep;
+  // Fault injection, to test that a failing worker ends the run: rank
+  // `failRank` throws at the start of step `failStep` (-1: never).
+  int failRank = -1;
+  int failStep = 0;
+  // How long a blocked receive waits before failing (naming peer and tag).
+  Seconds timeout = Seconds(60);
+};
+
+struct StepLog {
+  int step = 0;
+  double loss = 0;     // mean loss over the global batch
+  double seconds = 0;  // slowest worker's wall time for the step
+};
+
+// What every rank returns; rank 0's also holds the whole run's view.
+struct RunResult {
+  std::vector<StepLog> steps;  // rank 0: every step
+  // Rank 0: the measured step (median over the steps after warmup), per worker.
+  StepEstimate measured;
+  // Rank 0: every worker's tasks during the median step, for the trace.
+  Timeline timeline;
+  // This rank's parameters after the last step (model-parallel layers hold
+  // their slice only).
+  std::vector<float> parameters;
+};
+
+// A hash of everything the ranks must agree on (the network's layers and
+// shapes, strategy, K, b, options, run options); compared at start.
+uint64_t configHash(const Network& network, const Scenario& scenario, const RunOptions& options);
+
+// Runs `options.steps` steps of `plan` on this rank (comm.rank() is the
+// worker). Collective: every rank of comm.size() == plan.scenario.workers
+// ranks must call it with the same arguments; ranks whose config hash differs
+// are detected at start (UserError on every rank). Throws UserError for what
+// cannot run (e.g. an rnn layer, halving-doubling); CommError for
+// communication failures (timeouts name the peer and tag).
+RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
+                    const RunOptions& options);
+
+// Runs the plan on K = plan.scenario.workers threads of this process and
+// returns rank 0's result (with every rank's parameters in `perRankParameters`
+// when non-null). A worker that throws ends all workers; the error names it.
+RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
+                     std::vector<std::vector<float>>* perRankParameters = nullptr);
+
+}  // namespace strata::exec

@@ -1,0 +1,977 @@
+// The Plan interpreter (docs/executor.md).
+//
+// Each rank walks the Plan's tasks in order and runs those it takes part in:
+// its compute and update tasks, and the transfers and sums whose flows name
+// it. Plan order is topological and every rank follows the same order, so
+// blocking sends and receives cannot deadlock (a rank waiting in task T for a
+// peer means the peer has finished every earlier task both take part in).
+//
+// Buffers. A collective's data is resolved by an Endpoint for its buffer kind:
+// weight gradients are the Model's gradient span of the bucket's layers,
+// split into `parts` chunks and `segments` segments (integer splits, the
+// remainder spread over the first pieces); owt activations and activation
+// gradients move rows (examples) or channel slices of the Model's tensors,
+// staged contiguously. A transfer followed by a reduce receives into scratch
+// that the reduce adds (or, for softmax statistics, merges) into place.
+#include "strata/exec/runtime.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "strata/exec/comm/local_communicator.h"
+#include "strata/exec/nn/dataset.h"
+#include "strata/exec/nn/model.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+
+namespace strata::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reserved tags for the run's own bookkeeping (config check, step stats).
+constexpr int kTagHash = kFirstReservedTag + 1;
+constexpr int kTagVerdict = kFirstReservedTag + 2;
+constexpr int kTagStats = kFirstReservedTag + 3;
+constexpr int kTagSlices = kFirstReservedTag + 4;
+constexpr int kTagLoss = kFirstReservedTag + 5;
+
+int tagOf(size_t task) {
+  return static_cast<int>(task % static_cast<size_t>(kFirstReservedTag));
+}
+
+// [begin, end) of piece i of n items cut into `parts` near-equal pieces.
+std::pair<int64_t, int64_t> piece(int64_t n, int parts, int i) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = i * base + std::min<int64_t>(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+std::span<float> sub(std::span<float> s, std::pair<int64_t, int64_t> r) {
+  return s.subspan(static_cast<size_t>(r.first), static_cast<size_t>(r.second - r.first));
+}
+
+// Examples of worker w in step s: global indices [(s K + w) b, +b).
+int64_t firstExample(int step, int workers, int worker, int batch) {
+  return (int64_t(step) * workers + worker) * batch;
+}
+
+// ---- endpoints ------------------------------------------------------------------
+
+// Resolves a collective's data on one rank.
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  // What this rank sends to `dst` for (part, segment).
+  virtual std::span<const float> send(int part, int segment, int dst) = 0;
+  // Where data from `src` for (part, segment) lands when nothing sums it.
+  virtual std::span<float> land(int part, int segment, int src) = 0;
+  // Size of the data from `src` for (part, segment).
+  virtual size_t size(int part, int segment, int src) = 0;
+  // Adds (merges) data received from `src` into this rank's (part, segment).
+  virtual void reduce(int part, int segment, int src, std::span<const float> data) = 0;
+  // After this rank's last task of the collective.
+  virtual void finish() {}
+};
+
+// A flat buffer on every rank (weight gradients, softmax statistics): parts
+// are chunks of it, segments pieces of a chunk. `group` keeps (max, sum) pairs
+// of softmax statistics whole.
+class FlatEndpoint final : public Endpoint {
+ public:
+  FlatEndpoint(std::span<float> buffer, int parts, int segments, int group, bool mergeStats)
+      : buffer_(buffer), parts_(parts), segments_(segments), group_(group), merge_(mergeStats) {}
+
+  std::span<const float> send(int part, int segment, int) override { return at(part, segment); }
+  std::span<float> land(int part, int segment, int) override { return at(part, segment); }
+  size_t size(int part, int segment, int) override { return at(part, segment).size(); }
+  void reduce(int part, int segment, int, std::span<const float> data) override {
+    auto dst = at(part, segment);
+    if (merge_) {
+      nn::mergeSoftmaxStats(dst, data);
+      return;
+    }
+    for (size_t i = 0; i < dst.size(); ++i)
+      dst[i] += data[i];
+  }
+
+ private:
+  std::span<float> at(int part, int segment) {
+    const int64_t groups = static_cast<int64_t>(buffer_.size()) / group_;
+    const int p = parts_ > 1 ? part : 0;
+    const auto chunk = piece(groups, parts_, p);
+    const auto seg = piece(chunk.second - chunk.first, segments_, segment);
+    return buffer_.subspan(static_cast<size_t>((chunk.first + seg.first) * group_),
+                           static_cast<size_t>((seg.second - seg.first) * group_));
+  }
+  std::span<float> buffer_;
+  int parts_, segments_, group_;
+  bool merge_;
+};
+
+// Rows (examples) of a tensor: what a rank sends is rows of its own tensor
+// chosen per destination; what it receives lands in rows chosen per source;
+// sums go into an accumulator initialised with this rank's own share.
+class RowsEndpoint final : public Endpoint {
+ public:
+  using RowsOf = std::function<std::pair<int64_t, int64_t>(int rank)>;
+  // sendFrom: this rank's source tensor; sendRows(dst): rows sent to dst.
+  // landIn: where received rows go (rows landRows(src)), or nullptr when
+  // received data is summed into `acc` (rows accRows(src) of the sender's
+  // tensor map onto the whole accumulator).
+  RowsEndpoint(std::span<float> sendFrom, int64_t rowSize, RowsOf sendRows, std::span<float> landIn,
+               RowsOf landRows, int segments)
+      : from_(sendFrom),
+        row_(rowSize),
+        sendRows_(std::move(sendRows)),
+        to_(landIn),
+        landRows_(std::move(landRows)),
+        segments_(segments) {}
+
+  // Accumulator mode: the sum lands in `acc` (initialised by the caller).
+  void accumulate(std::span<float> acc) { acc_ = acc; }
+
+  std::span<const float> send(int, int segment, int dst) override {
+    return seg(sub(from_, scale(sendRows_(dst))), segment);
+  }
+  std::span<float> land(int, int segment, int src) override {
+    return seg(sub(to_, scale(landRows_(src))), segment);
+  }
+  size_t size(int, int segment, int src) override {
+    // Rows from `src` have the size of the rows this rank would land or sum.
+    const auto r = acc_.empty() ? landRows_(src) : std::pair<int64_t, int64_t>{0, accRows()};
+    const int64_t n = (r.second - r.first) * row_;
+    const auto s = piece(n, segments_, segment);
+    return static_cast<size_t>(s.second - s.first);
+  }
+  void reduce(int, int segment, int, std::span<const float> data) override {
+    auto dst = seg(acc_, segment);
+    for (size_t i = 0; i < dst.size(); ++i)
+      dst[i] += data[i];
+  }
+
+ private:
+  int64_t accRows() const { return static_cast<int64_t>(acc_.size()) / row_; }
+  std::pair<int64_t, int64_t> scale(std::pair<int64_t, int64_t> rows) const {
+    return {rows.first * row_, rows.second * row_};
+  }
+  std::span<float> seg(std::span<float> s, int segment) const {
+    return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+  }
+  std::span<float> from_;
+  int64_t row_;
+  RowsOf sendRows_;
+  std::span<float> to_;
+  RowsOf landRows_;
+  int segments_;
+  std::span<float> acc_;
+};
+
+// ---- the worker ----------------------------------------------------------------
+
+struct TaskTiming {
+  double start = 0;
+  double end = 0;
+};
+
+struct Measured {
+  PhaseTimes compute;
+  double communication = 0;
+  double sent = 0;
+  double received = 0;
+  double seconds = 0;
+  double lossShare = 0;
+};
+
+class Worker {
+ public:
+  Worker(Communicator& comm, const Plan& plan, const Network& net, const RunOptions& opt)
+      : comm_(comm),
+        plan_(plan),
+        net_(net),
+        opt_(opt),
+        k_(plan.scenario.workers),
+        w_(comm.rank()),
+        b_(plan.scenario.batchPerWorker),
+        owt_(isModelParallel(plan.scenario.strategy)),
+        mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
+        dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
+        model_(net, modelOptions()) {
+    for (size_t t = 0; t < plan.tasks.size(); ++t)
+      if (involves(plan.tasks[t]))
+        mine_.push_back(t);
+    lastOf_.assign(plan.collectives.size(), -1);
+    for (size_t t : mine_)
+      if (plan.tasks[t].collective >= 0)
+        lastOf_[static_cast<size_t>(plan.tasks[t].collective)] = static_cast<int64_t>(t);
+    timing_.resize(plan.tasks.size());
+    model_.setLossNormalizer(double(k_) * b_);
+  }
+
+  nn::Model& model() { return model_; }
+
+  // One training step; returns this rank's measurements.
+  Measured step(int s) {
+    step_ = s;
+    if (opt_.failRank == w_ && opt_.failStep == s)
+      throw UserError(
+          fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
+    Measured m;
+    model_.setStep(static_cast<uint64_t>(s));
+    model_.zeroGradients();
+    lossShare_ = 0;
+    // Own examples for the data-parallel (conv) part.
+    auto& x = model_.input(b_);
+    std::vector<int32_t> labels(static_cast<size_t>(b_) * positions());
+    dataset_.fill(firstExample(s, k_, w_, b_), x.view(), labels, positions());
+    if (!owt_)
+      model_.setLabels(labels);
+    const auto t0 = Clock::now();
+    for (size_t i = 0; i < mine_.size(); ++i) {
+      const size_t t = mine_[i];
+      const Task& task = plan_.tasks[t];
+      const double start = seconds(t0);
+      switch (task.kind) {
+        case TaskKind::kCompute:
+          compute(task);
+          break;
+        case TaskKind::kUpdate:
+          update(task);
+          break;
+        case TaskKind::kTransfer:
+          transfer(t, task, m);
+          break;
+        case TaskKind::kReduce:
+          reduce(t, task);
+          break;
+      }
+      const double end = seconds(t0);
+      timing_[t] = {start, end};
+      const double d = end - start;
+      switch (task.kind) {
+        case TaskKind::kCompute:
+          (task.phase == Phase::kFwd       ? m.compute.fwd
+           : task.phase == Phase::kBwdData ? m.compute.bwdData
+                                           : m.compute.bwdWeights) += Seconds(d);
+          break;
+        case TaskKind::kUpdate:
+          m.compute.update += Seconds(d);
+          break;
+        default:
+          m.communication += d;
+      }
+      if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
+        endCollective(task.collective);
+        endpoints_.erase(task.collective);
+      }
+    }
+    m.seconds = seconds(t0);
+    m.lossShare = lossShare_;
+    return m;
+  }
+
+  const std::vector<size_t>& mine() const { return mine_; }
+  const std::vector<TaskTiming>& timing() const { return timing_; }
+
+ private:
+  static double seconds(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  nn::ModelOptions modelOptions() const {
+    nn::ModelOptions o;
+    o.seed = opt_.seed;
+    o.dropout = opt_.dropout;
+    if (owt_)
+      o.slices = nn::modelParallelSlices(net_, k_, w_);
+    return o;
+  }
+
+  int positions() const {
+    const auto& last = net_.layers.back().outShape;
+    return last.h * last.w;
+  }
+
+  bool involves(const Task& t) const {
+    if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate)
+      return t.worker == w_;
+    for (const auto& f : plan_.flowsOf(t))
+      if (f.src == w_ || f.dst == w_)
+        return true;
+    return false;
+  }
+
+  // ---- rounds of the FC phase (owt-*) -------------------------------------------
+  // The examples of round r, as (worker, rows of that worker's batch), in the
+  // order they stack in the round's batch.
+  std::vector<std::pair<int, std::pair<int64_t, int64_t>>> roundRows(int r) const {
+    std::vector<std::pair<int, std::pair<int64_t, int64_t>>> rows;
+    switch (plan_.scenario.strategy) {
+      case Strategy::kOwtA:
+        for (int v = 0; v < k_; ++v)
+          rows.push_back({v, {0, b_}});
+        break;
+      case Strategy::kOwtB:
+        rows.push_back({r, {0, b_}});
+        break;
+      default:
+        for (int v = 0; v < k_; ++v)
+          rows.push_back({v, piece(b_, k_, r)});
+    }
+    return rows;
+  }
+  int roundBatch(int r) const {
+    int64_t n = 0;
+    for (const auto& [v, rows] : roundRows(r))
+      n += rows.second - rows.first;
+    return static_cast<int>(n);
+  }
+  // Offset in the round's batch of worker v's rows.
+  int64_t roundOffset(int r, int v) const {
+    int64_t n = 0;
+    for (const auto& [u, rows] : roundRows(r)) {
+      if (u == v)
+        return n;
+      n += rows.second - rows.first;
+    }
+    return -1;
+  }
+  std::pair<int64_t, int64_t> ownRows(int r, int v) const {
+    for (const auto& [u, rows] : roundRows(r))
+      if (u == v)
+        return rows;
+    return {0, 0};
+  }
+
+  // Before the first model-parallel layer runs round r: this rank's own rows
+  // of the boundary activations go into the round's input (others' arrived by
+  // transfer), and the labels are the round's.
+  void startRound(int r) {
+    const int batch = roundBatch(r);
+    auto& in = model_.exchangeInput(mp_, batch);
+    const auto own = ownRows(r, w_);
+    const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
+    if (own.second > own.first) {
+      const auto& boundary = model_.output(mp_ - 1);
+      std::memcpy(in.data() + roundOffset(r, w_) * row, boundary.data() + own.first * row,
+                  static_cast<size_t>((own.second - own.first) * row) * sizeof(float));
+    }
+    std::vector<int32_t> labels(static_cast<size_t>(batch) * positions());
+    size_t at = 0;
+    for (const auto& [v, rows] : roundRows(r))
+      for (int64_t e = rows.first; e < rows.second; ++e)
+        for (int p = 0; p < positions(); ++p)
+          labels[at++] = dataset_.label(firstExample(step_, k_, v, b_) + e);
+    model_.setLabels(labels);
+  }
+
+  void compute(const Task& task) {
+    const int l = task.layer;
+    if (owt_ && l == mp_ && task.phase == Phase::kFwd)
+      startRound(task.round);
+    if (owt_ && l > mp_ && task.phase == Phase::kFwd && model_.modelParallel(l) &&
+        net_.layers[static_cast<size_t>(l)].hasWeights())
+      placeOwnSlice(l, roundBatch(task.round));
+    switch (task.phase) {
+      case Phase::kFwd:
+        model_.forward(l);
+        break;
+      case Phase::kBwdData:
+        // The loss of the examples just through the softmax (this worker's
+        // share of them in owt-*), before its backward.
+        if (net_.layers[static_cast<size_t>(l)].kind == LayerKind::kSoftmax)
+          lossShare_ += model_.loss();
+        model_.backwardData(l);
+        if (owt_ && k_ == 1 && l >= mp_ && model_.modelParallel(l) &&
+            net_.layers[static_cast<size_t>(l)].hasWeights())
+          keepOwnInputGradient(l, task.round);
+        break;
+      case Phase::kBwdWeights:
+        model_.backwardWeights(l);
+        break;
+      case Phase::kUpdate:
+        break;
+    }
+  }
+
+  // One worker: the partial input gradient of a model-parallel layer is the
+  // whole gradient, with no collective to deliver it; put it where the
+  // layer before reads it.
+  void keepOwnInputGradient(int l, int round) {
+    const auto& partial = model_.exchangeInputGrad(l);
+    auto& g = model_.outputGrad(l - 1);
+    const int64_t offset =
+        l == mp_ ? ownRows(round, w_).first * net_.layers[static_cast<size_t>(l)].inShape.elements()
+                 : 0;
+    std::copy(partial.data(), partial.data() + partial.elements(), g.data() + offset);
+  }
+
+  // A later model-parallel layer reads every worker's slice of the layer
+  // before it: this rank's own slice is copied in place here.
+  void placeOwnSlice(int l, int batch) {
+    auto& in = model_.exchangeInput(l, batch);
+    nn::copyIntoChannels(model_.output(l - 1).view(), in.view(), model_.slice(l - 1).begin);
+  }
+
+  void update(const Task& task) {
+    const bool fcPart = owt_ && task.layer >= mp_;
+    for (int l = task.layer; l <= task.lastLayer; ++l)
+      if (net_.layers[static_cast<size_t>(l)].hasWeights()) {
+        model_.update(l, opt_.learningRate, opt_.momentum);
+        // FC gradients accumulate over the rounds; after a per-round update
+        // the next round starts from zero.
+        if (fcPart)
+          model_.zeroGradients(l);
+      }
+  }
+
+  // ---- collectives ------------------------------------------------------------
+  Endpoint& endpoint(int c) {
+    auto it = endpoints_.find(c);
+    if (it != endpoints_.end())
+      return *it->second;
+    auto e = makeEndpoint(plan_.collectives[static_cast<size_t>(c)]);
+    return *endpoints_.emplace(c, std::move(e)).first->second;
+  }
+
+  std::unique_ptr<Endpoint> makeEndpoint(const Collective& c) {
+    const int segs = c.segments;
+    switch (c.buffer) {
+      case BufferKind::kWeightGradients: {
+        if (c.algorithm == "halving-doubling")
+          throw UserError(
+              "the executor cannot run halving-doubling yet (its Plan flows do not "
+              "say which halves move); use --allreduce direct, ring or naive");
+        return std::make_unique<FlatEndpoint>(model_.gradients(c.firstLayer, c.lastLayer), c.parts,
+                                              segs, 1, false);
+      }
+      case BufferKind::kLossStatistics:
+        return std::make_unique<FlatEndpoint>(model_.softmaxStats(), c.parts, segs, 2, true);
+      case BufferKind::kActivations:
+        return activationsEndpoint(c);
+      case BufferKind::kActivationGradients:
+        return gradientsEndpoint(c);
+    }
+    throw InvariantError("unknown buffer kind");
+  }
+
+  // Activations: the conv/FC boundary (round inputs) or an FC slice (inner
+  // allgather).
+  std::unique_ptr<Endpoint> activationsEndpoint(const Collective& c) {
+    const int r = c.round;
+    if (c.firstLayer == mp_) {
+      // Boundary: this rank sends its round rows of its own boundary output;
+      // rows from v land at v's offset in the round's input.
+      const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
+      auto& in = model_.exchangeInput(mp_, roundBatch(r));
+      auto& boundary = const_cast<nn::Tensor&>(model_.output(mp_ - 1));
+      return std::make_unique<RowsEndpoint>(
+          boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, in.span(),
+          [this, r](int v) {
+            const int64_t at = roundOffset(r, v);
+            const auto rows = ownRows(r, v);
+            return std::pair<int64_t, int64_t>{at, at + rows.second - rows.first};
+          },
+          c.segments);
+    }
+    // Inner allgather of layer firstLayer's output slices into the next
+    // layer's input: staged per source, placed when the collective finishes.
+    const int producer = c.firstLayer;
+    const int batch = roundBatch(r);
+    return std::make_unique<SliceGather>(*this, producer, batch, c.segments);
+  }
+
+  std::unique_ptr<Endpoint> gradientsEndpoint(const Collective& c) {
+    const int r = c.round;
+    if (c.firstLayer == mp_ - 1) {
+      // Gradients of the boundary activations: every rank's partial gradient
+      // (exchangeInputGrad of the first FC layer, round batch x A) goes, by
+      // rows, to the owners of the examples, which sum them into outputGrad.
+      return std::make_unique<BoundaryReturn>(*this, r, c.segments);
+    }
+    // Inner reduce-scatter: partial gradients of the whole input of layer
+    // firstLayer + 1 go, by channel slice, to the producers of the slices.
+    return std::make_unique<SliceScatter>(*this, c.firstLayer, roundBatch(r), c.segments);
+  }
+
+  // Staged allgather of channel slices (inner FC exchange).
+  class SliceGather final : public Endpoint {
+   public:
+    SliceGather(Worker& w, int producer, int batch, int segments)
+        : w_(w), producer_(producer), batch_(batch), segments_(segments) {
+      staged_.resize(static_cast<size_t>(w.k_));
+      for (int v = 0; v < w.k_; ++v) {
+        const auto s =
+            nn::evenSlice(w.net_.layers[static_cast<size_t>(producer)].outShape.c, w.k_, v);
+        staged_[static_cast<size_t>(v)].resize(static_cast<size_t>(batch) * s.size() * area());
+      }
+    }
+    std::span<const float> send(int, int segment, int) override {
+      auto& out = const_cast<nn::Tensor&>(w_.model_.output(producer_));
+      return seg(out.span().subspan(0, staged_[static_cast<size_t>(w_.w_)].size()), segment);
+    }
+    std::span<float> land(int, int segment, int src) override {
+      return seg(staged_[static_cast<size_t>(src)], segment);
+    }
+    size_t size(int, int segment, int src) override {
+      return seg(staged_[static_cast<size_t>(src)], segment).size();
+    }
+    void reduce(int, int, int, std::span<const float>) override {
+      throw InvariantError("an allgather has no sum");
+    }
+    void finish() override {
+      auto& in = w_.model_.exchangeInput(producer_ + 1, batch_);
+      const auto& shape = w_.net_.layers[static_cast<size_t>(producer_)].outShape;
+      for (int v = 0; v < w_.k_; ++v) {
+        if (v == w_.w_)
+          continue;  // own slice placed before the forward
+        const auto s = nn::evenSlice(shape.c, w_.k_, v);
+        nn::ConstTensorView view{staged_[static_cast<size_t>(v)].data(),
+                                 nn::Dims{batch_, s.size(), shape.h, shape.w}};
+        nn::copyIntoChannels(view, in.view(), s.begin);
+      }
+    }
+
+   private:
+    int64_t area() const {
+      const auto& s = w_.net_.layers[static_cast<size_t>(producer_)].outShape;
+      return int64_t{s.h} * s.w;
+    }
+    std::span<float> seg(std::span<float> s, int segment) const {
+      return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+    }
+    Worker& w_;
+    int producer_, batch_, segments_;
+    std::vector<std::vector<float>> staged_;
+  };
+
+  // Reduce-scatter of partial input gradients by channel slice.
+  class SliceScatter final : public Endpoint {
+   public:
+    SliceScatter(Worker& w, int producer, int batch, int segments)
+        : w_(w), producer_(producer), batch_(batch), segments_(segments) {
+      const auto& shape = w.net_.layers[static_cast<size_t>(producer)].outShape;
+      const auto& partial = w.model_.exchangeInputGrad(producer + 1);
+      staged_.resize(static_cast<size_t>(w.k_));
+      for (int v = 0; v < w.k_; ++v) {
+        const auto s = nn::evenSlice(shape.c, w.k_, v);
+        auto& st = staged_[static_cast<size_t>(v)];
+        st.resize(static_cast<size_t>(batch) * s.size() * shape.h * shape.w);
+        nn::copyFromChannels(
+            partial.view(), s.begin,
+            nn::TensorView{st.data(), nn::Dims{batch, s.size(), shape.h, shape.w}});
+      }
+    }
+    std::span<const float> send(int, int segment, int dst) override {
+      return seg(staged_[static_cast<size_t>(dst)], segment);
+    }
+    std::span<float> land(int, int, int) override {
+      throw InvariantError("a reduce-scatter sums what it receives");
+    }
+    size_t size(int, int segment, int) override {
+      return seg(staged_[static_cast<size_t>(w_.w_)], segment).size();
+    }
+    void reduce(int, int segment, int, std::span<const float> data) override {
+      auto dst = seg(staged_[static_cast<size_t>(w_.w_)], segment);
+      for (size_t i = 0; i < dst.size(); ++i)
+        dst[i] += data[i];
+    }
+    void finish() override {
+      auto& g = w_.model_.outputGrad(producer_);
+      const auto& own = staged_[static_cast<size_t>(w_.w_)];
+      std::copy(own.begin(), own.end(), g.data());
+    }
+
+   private:
+    std::span<float> seg(std::span<float> s, int segment) const {
+      return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+    }
+    Worker& w_;
+    int producer_, batch_, segments_;
+    std::vector<std::vector<float>> staged_;
+  };
+
+  // Boundary gradients back to the owners of the round's examples.
+  class BoundaryReturn final : public Endpoint {
+   public:
+    BoundaryReturn(Worker& w, int round, int segments) : w_(w), round_(round), segments_(segments) {
+      row_ = w.net_.layers[static_cast<size_t>(w.mp_)].inShape.elements();
+      partial_ = const_cast<nn::Tensor&>(w.model_.exchangeInputGrad(w.mp_)).span();
+      const auto own = w.ownRows(round, w.w_);
+      const int64_t at = w.roundOffset(round, w.w_);
+      const int64_t n = (own.second - own.first) * row_;
+      acc_.assign(
+          n > 0 ? partial_.begin() + at * row_ : partial_.begin(),
+          n > 0 ? partial_.begin() + (at + own.second - own.first) * row_ : partial_.begin());
+    }
+    std::span<const float> send(int, int segment, int dst) override {
+      const auto rows = w_.ownRows(round_, dst);
+      const int64_t at = w_.roundOffset(round_, dst);
+      return seg(sub(partial_, {at * row_, (at + rows.second - rows.first) * row_}), segment);
+    }
+    std::span<float> land(int, int, int) override {
+      throw InvariantError("gradients coming back are summed");
+    }
+    size_t size(int, int segment, int) override { return seg(acc_, segment).size(); }
+    void reduce(int, int segment, int, std::span<const float> data) override {
+      auto dst = seg(acc_, segment);
+      for (size_t i = 0; i < dst.size(); ++i)
+        dst[i] += data[i];
+    }
+    void finish() override {
+      if (acc_.empty())
+        return;
+      const auto own = w_.ownRows(round_, w_.w_);
+      auto& g = w_.model_.outputGrad(w_.mp_ - 1);
+      std::copy(acc_.begin(), acc_.end(), g.data() + own.first * row_);
+    }
+
+   private:
+    std::span<float> seg(std::span<float> s, int segment) const {
+      return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+    }
+    Worker& w_;
+    int round_, segments_;
+    int64_t row_ = 0;
+    std::span<float> partial_;
+    std::vector<float> acc_;
+  };
+
+  // Runs this rank's part of a transfer step: sends and receives paired by
+  // distance so blocking calls never deadlock.
+  void transfer(size_t t, const Task& task, Measured& m) {
+    auto& e = endpoint(task.collective);
+    const bool summed =
+        t + 1 < plan_.tasks.size() && plan_.tasks[t + 1].kind == TaskKind::kReduce &&
+        plan_.tasks[t + 1].collective == task.collective &&
+        plan_.tasks[t + 1].flowBegin == task.flowBegin && plan_.tasks[t + 1].step == task.step &&
+        plan_.tasks[t + 1].segment == task.segment;
+    std::vector<int> sendPart(static_cast<size_t>(k_), -1), recvPart(static_cast<size_t>(k_), -1);
+    for (const auto& f : plan_.flowsOf(task)) {
+      if (f.src == w_)
+        sendPart[static_cast<size_t>(f.dst)] = f.part;
+      if (f.dst == w_)
+        recvPart[static_cast<size_t>(f.src)] = f.part;
+    }
+    const int tag = tagOf(t);
+    const int seg = std::max(task.segment, 0);
+    scratch_.clear();
+    scratchPart_.clear();
+    for (int i = 1; i < k_; ++i) {
+      const int dst = (w_ + i) % k_, src = (w_ - i + k_) % k_;
+      const int sp = sendPart[static_cast<size_t>(dst)], rp = recvPart[static_cast<size_t>(src)];
+      std::span<const float> out;
+      std::span<float> in;
+      if (sp >= 0)
+        out = e.send(sp, seg, dst);
+      if (rp >= 0) {
+        if (summed) {
+          auto& buf = scratch_[src];
+          buf.resize(e.size(rp, seg, src));
+          in = buf;
+        } else {
+          in = e.land(rp, seg, src);
+        }
+      }
+      if (sp >= 0 && rp >= 0) {
+        comm_.sendRecv(dst, tag, out, src, tag, in);
+      } else if (sp >= 0) {
+        comm_.send(dst, tag, out);
+      } else if (rp >= 0) {
+        comm_.recv(src, tag, in);
+      }
+      m.sent += double(out.size()) * sizeof(float);
+      m.received += double(in.size()) * sizeof(float);
+      if (rp >= 0)
+        scratchPart_[src] = rp;
+    }
+  }
+
+  void reduce(size_t, const Task& task) {
+    auto& e = endpoint(task.collective);
+    const int seg = std::max(task.segment, 0);
+    // Sources in a fixed order (by rank) so every run sums alike.
+    for (auto& [src, data] : scratch_)
+      e.reduce(scratchPart_[src], seg, src, data);
+  }
+
+  void endCollective(int c) {
+    auto it = endpoints_.find(c);
+    if (it != endpoints_.end())
+      it->second->finish();
+  }
+
+  Communicator& comm_;
+  const Plan& plan_;
+  const Network& net_;
+  const RunOptions& opt_;
+  int k_, w_, b_;
+  bool owt_;
+  int mp_;
+  nn::SyntheticDataset dataset_;
+  nn::Model model_;
+  std::vector<size_t> mine_;
+  std::vector<int64_t> lastOf_;
+  std::vector<TaskTiming> timing_;
+  std::map<int, std::unique_ptr<Endpoint>> endpoints_;
+  std::map<int, std::vector<float>> scratch_;
+  std::map<int, int> scratchPart_;
+  int step_ = 0;
+  double lossShare_ = 0;
+};
+
+// Per-rank figures of one step, as sent to rank 0.
+struct StepStats {
+  double fwd, bwdData, bwdWeights, update, communication, sent, received, seconds, loss;
+};
+
+StepStats statsOf(const Measured& m) {
+  return {m.compute.fwd.value(),
+          m.compute.bwdData.value(),
+          m.compute.bwdWeights.value(),
+          m.compute.update.value(),
+          m.communication,
+          m.sent,
+          m.received,
+          m.seconds,
+          m.lossShare};
+}
+
+template <class T>
+std::span<const std::byte> bytesOf(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+template <class T>
+std::span<std::byte> writableBytesOf(std::vector<T>& v) {
+  return std::as_writable_bytes(std::span<T>(v));
+}
+
+// Every rank's value of `mine` on rank 0 (others get their own only).
+template <class T>
+std::vector<T> gatherToRoot(Communicator& comm, const T& mine, int tag) {
+  std::vector<T> all(static_cast<size_t>(comm.size()));
+  all[static_cast<size_t>(comm.rank())] = mine;
+  if (comm.rank() == 0) {
+    for (int r = 1; r < comm.size(); ++r) {
+      std::vector<T> one(1);
+      comm.recv(r, tag, writableBytesOf(one));
+      all[static_cast<size_t>(r)] = one[0];
+    }
+  } else {
+    comm.send(0, tag, bytesOf(std::vector<T>{mine}));
+  }
+  return all;
+}
+
+void fnv(uint64_t& h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+}
+template <class T>
+void fnv(uint64_t& h, const T& v) {
+  fnv(h, &v, sizeof(v));
+}
+
+}  // namespace
+
+uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions& o) {
+  uint64_t h = 1469598103934665603ull;
+  fnv(h, network.name.data(), network.name.size());
+  for (const auto& l : network.layers) {
+    fnv(h, l.kind);
+    fnv(h, l.outShape);
+    fnv(h, l.params);
+  }
+  fnv(h, sc.strategy);
+  fnv(h, sc.workers);
+  fnv(h, sc.batchPerWorker);
+  fnv(h, sc.options.overlap);
+  fnv(h, sc.options.fcUpdate);
+  fnv(h, sc.options.segment);
+  fnv(h, sc.options.bucket);
+  fnv(h, sc.options.element);
+  fnv(h, sc.options.convSync);
+  fnv(h, o.steps);
+  fnv(h, o.learningRate);
+  fnv(h, o.momentum);
+  fnv(h, o.seed);
+  fnv(h, o.dropout);
+  return h;
+}
+
+RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
+                    const RunOptions& options) {
+  const int k = plan.scenario.workers;
+  if (comm.size() != k)
+    throw OptionError("--workers", fmt::format("the plan has {} workers but {} ranks were started",
+                                               k, comm.size()));
+  comm.setTimeout(options.timeout);
+  if (options.steps < 1)
+    throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
+  if (plan.scenario.options.element != ElementType::kFp32)
+    throw OptionError("--element", "the CPU executor computes in fp32 only");
+
+  // Ranks started with different configs would compute nonsense together.
+  const uint64_t hash = configHash(network, plan.scenario, options);
+  const auto hashes = gatherToRoot(comm, hash, kTagHash);
+  std::vector<int32_t> verdict{-1};
+  if (comm.rank() == 0) {
+    for (int r = 1; r < k; ++r)
+      if (hashes[static_cast<size_t>(r)] != hash)
+        verdict[0] = r;
+    for (int r = 1; r < k; ++r)
+      comm.send(r, kTagVerdict, bytesOf(verdict));
+  } else {
+    comm.recv(0, kTagVerdict, writableBytesOf(verdict));
+  }
+  if (verdict[0] >= 0)
+    throw UserError(fmt::format(
+        "rank {} was started with a different configuration than rank 0 (config hash {:016x} vs "
+        "{:016x}); start every rank with the same network, strategy, workers, batch and options",
+        verdict[0],
+        hashes.empty() || comm.rank() != 0 ? hash : hashes[static_cast<size_t>(verdict[0])],
+        hashes.empty() || comm.rank() != 0 ? hash : hash));
+
+  Worker worker(comm, plan, network, options);
+  RunResult result;
+  std::vector<std::vector<StepStats>> stats;     // rank 0: [step][rank]
+  std::vector<std::vector<TaskTiming>> timings;  // this rank: [step][own task]
+  for (int s = 0; s < options.steps; ++s) {
+    const Measured m = worker.step(s);
+    std::vector<TaskTiming> own;
+    for (size_t t : worker.mine())
+      own.push_back(worker.timing()[t]);
+    timings.push_back(std::move(own));
+    const auto all = gatherToRoot(comm, statsOf(m), kTagStats);
+    if (comm.rank() == 0) {
+      StepLog log{s, 0, 0};
+      for (const auto& st : all) {
+        log.loss += st.loss;
+        log.seconds = std::max(log.seconds, st.seconds);
+      }
+      result.steps.push_back(log);
+      stats.push_back(all);
+      if (options.onStep)
+        options.onStep(s, log.loss, log.seconds);
+    }
+  }
+
+  // The measured step: the median (by time) of the steps after warmup.
+  std::vector<int32_t> chosen{0};
+  if (comm.rank() == 0) {
+    std::vector<int> order;
+    for (int s = std::min(options.warmup, options.steps - 1); s < options.steps; ++s)
+      order.push_back(s);
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return result.steps[static_cast<size_t>(a)].seconds <
+             result.steps[static_cast<size_t>(b)].seconds;
+    });
+    chosen[0] = order[order.size() / 2];
+    for (int r = 1; r < k; ++r)
+      comm.send(r, kTagVerdict, bytesOf(chosen));
+  } else {
+    comm.recv(0, kTagVerdict, writableBytesOf(chosen));
+  }
+  const int med = chosen[0];
+
+  // This rank's slices of the chosen step; rank 0 collects them all.
+  std::vector<Slice> slices;
+  const auto& mine = worker.mine();
+  const auto& tm = timings[static_cast<size_t>(med)];
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Task& task = plan.tasks[mine[i]];
+    const auto t = static_cast<uint32_t>(mine[i]);
+    const double a = tm[i].start, e = tm[i].end;
+    switch (task.kind) {
+      case TaskKind::kCompute:
+      case TaskKind::kUpdate:
+        slices.push_back({t, comm.rank(), Track::kCompute, -1, a, e});
+        break;
+      case TaskKind::kReduce:
+        slices.push_back({t, comm.rank(), Track::kReduce, -1, a, e});
+        break;
+      case TaskKind::kTransfer:
+        for (const auto& f : plan.flowsOf(task)) {
+          if (f.src == comm.rank())
+            slices.push_back({t, f.src, Track::kSend, f.dst, a, e});
+          if (f.dst == comm.rank())
+            slices.push_back({t, f.dst, Track::kReceive, f.src, a, e});
+        }
+        break;
+    }
+  }
+  if (comm.rank() == 0) {
+    result.timeline.slices = slices;
+    for (int r = 1; r < k; ++r) {
+      std::vector<uint64_t> n(1);
+      comm.recv(r, kTagSlices, writableBytesOf(n));
+      std::vector<Slice> theirs(n[0]);
+      if (n[0] > 0)
+        comm.recv(r, kTagSlices, writableBytesOf(theirs));
+      result.timeline.slices.insert(result.timeline.slices.end(), theirs.begin(), theirs.end());
+    }
+  } else {
+    comm.send(0, kTagSlices, bytesOf(std::vector<uint64_t>{slices.size()}));
+    if (!slices.empty())
+      comm.send(0, kTagSlices, bytesOf(slices));
+  }
+
+  if (comm.rank() == 0) {
+    auto& est = result.measured;
+    est.engine = "executor";
+    est.network = network.name;
+    est.scenario = plan.scenario;
+    const auto& step = result.steps[static_cast<size_t>(med)];
+    est.step = Seconds(step.seconds);
+    est.throughput = double(k) * plan.scenario.batchPerWorker / step.seconds;
+    const double params = double(worker.model().allParameters().size()) * sizeof(float);
+    for (int r = 0; r < k; ++r) {
+      const auto& st = stats[static_cast<size_t>(med)][static_cast<size_t>(r)];
+      WorkerEstimate w;
+      w.rank = r;
+      w.compute = PhaseTimes{Seconds(st.fwd), Seconds(st.bwdData), Seconds(st.bwdWeights),
+                             Seconds(st.update)};
+      // Every transfer blocks its worker in this executor: nothing is hidden.
+      w.communication = Seconds(st.communication);
+      w.exposedCommunication = Seconds(st.communication);
+      w.idle = max(Seconds(0), est.step - w.compute.total() - w.exposedCommunication);
+      w.sent = Bytes(st.sent);
+      w.received = Bytes(st.received);
+      w.memory.weights = w.memory.gradients = w.memory.optimizer = Bytes(params);
+      est.workers.push_back(w);
+    }
+    est.bottleneck = "measured";
+  }
+  const auto p = worker.model().allParameters();
+  result.parameters.assign(p.begin(), p.end());
+  return result;
+}
+
+RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
+                     std::vector<std::vector<float>>* perRankParameters) {
+  const int k = plan.scenario.workers;
+  std::vector<RunResult> results(static_cast<size_t>(k));
+  runLocal(
+      k,
+      [&](Communicator& comm) {
+        results[static_cast<size_t>(comm.rank())] = runWorker(comm, plan, network, options);
+      },
+      options.timeout);
+  if (perRankParameters) {
+    perRankParameters->clear();
+    for (auto& r : results)
+      perRankParameters->push_back(std::move(r.parameters));
+  }
+  return std::move(results[0]);
+}
+
+}  // namespace strata::exec

@@ -1,0 +1,196 @@
+// The executor against a one-worker reference: after N steps, K workers of b
+// examples must hold the weights of one worker with batch K b (data-parallel
+// and model-parallel with per-step FC update), for K = 1..8.
+#include "strata/exec/runtime.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "../../model/helpers.h"
+#include "strata/exec/nn/dataset.h"
+#include "strata/exec/nn/model.h"
+
+using namespace strata;
+using strata::test::presetNetwork;
+
+namespace {
+
+Scenario scenario(Strategy s, int k, int b) {
+  Scenario sc;
+  sc.strategy = s;
+  sc.workers = k;
+  sc.batchPerWorker = b;
+  sc.options.overlap = true;
+  sc.options.bucket = Bytes(64 * 1024);  // several buckets
+  sc.options.segment = Bytes(8 * 1024);  // several segments
+  return sc;
+}
+
+exec::RunOptions options(int steps) {
+  exec::RunOptions o;
+  o.steps = steps;
+  o.dropout = false;  // masks depend on the row in a worker's batch
+  o.learningRate = 0.005f;
+  o.seed = 3;
+  return o;
+}
+
+// Largest |a - b| relative to the largest |b|.
+double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, double(std::fabs(b[i])));
+  }
+  return diff / scale;
+}
+
+}  // namespace
+
+TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 4, steps = 3;
+  for (int k = 1; k <= 8; ++k) {
+    const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
+                                      options(steps));
+    for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+      INFO(toString(s) << " K = " << k);
+      std::vector<std::vector<float>> params;
+      const auto run =
+          exec::runThreads(lowerToPlan(net, scenario(s, k, b)), net, options(steps), &params);
+      // Float sums in another order: 1e-5 of the largest weight.
+      for (const auto& p : params)
+        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+  }
+}
+
+namespace {
+// Gathers the K ranks' parameters into the one-worker layout: data-parallel
+// layers from rank 0, model-parallel fc layers as the concatenation of every
+// rank's row slice.
+std::vector<float> assembled(const Network& net, const std::vector<std::vector<float>>& perRank,
+                             int k) {
+  std::vector<float> out;
+  std::vector<size_t> at(perRank.size(), 0);
+  for (size_t l = 0; l < net.layers.size(); ++l) {
+    const auto& layer = net.layers[l];
+    if (!layer.hasWeights())
+      continue;
+    const bool sliced =
+        static_cast<int>(l) >= net.modelParallelFrom && layer.kind == LayerKind::kFc;
+    if (!sliced) {
+      for (size_t r = 0; r < perRank.size(); ++r) {
+        if (r == 0)
+          out.insert(out.end(), perRank[r].begin() + long(at[r]),
+                     perRank[r].begin() + long(at[r] + size_t(layer.params)));
+        at[r] += size_t(layer.params);
+      }
+      continue;
+    }
+    // weights rows then bias entries of every slice.
+    const int outputs = layer.outShape.c;
+    const int64_t in = layer.inShape.elements();
+    std::vector<float> weights, bias;
+    for (int r = 0; r < k; ++r) {
+      const int rows = nn::evenSlice(outputs, k, r).size();
+      const auto& p = perRank[static_cast<size_t>(r)];
+      const size_t base = at[static_cast<size_t>(r)];
+      weights.insert(weights.end(), p.begin() + long(base),
+                     p.begin() + long(base + size_t(rows * in)));
+      if (layer.spec.bias)
+        bias.insert(bias.end(), p.begin() + long(base + size_t(rows * in)),
+                    p.begin() + long(base + size_t(rows * in + rows)));
+      at[static_cast<size_t>(r)] += size_t(rows * in + (layer.spec.bias ? rows : 0));
+    }
+    out.insert(out.end(), weights.begin(), weights.end());
+    out.insert(out.end(), bias.begin(), bias.end());
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "[exec][owt]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const int steps = 3;
+  for (int k = 1; k <= 8; ++k) {
+    for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
+      const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
+                                        options(steps));
+      for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+        INFO(toString(s) << " K = " << k << " b = " << b);
+        std::vector<std::vector<float>> params;
+        const auto run =
+            exec::runThreads(lowerToPlan(net, scenario(s, k, b)), net, options(steps), &params);
+        CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
+        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("owt-b with per-round FC updates equals a sequential emulation of that rule",
+          "[exec][owt]") {
+  // One worker, batch K b, rows of worker r at [r b, (r+1) b): conv forward on
+  // everything; then for each round r the FC layers run forward and backward
+  // on rows of round r and update (gradient normalised by the global batch, as
+  // in the executor); then conv backward on everything and the conv update.
+  const auto net = presetNetwork("tiny-cnn");
+  const int steps = 3, b = 4;
+  const int mp = net.modelParallelFrom;
+  const int layers = static_cast<int>(net.layers.size());
+  for (int k : {1, 2, 3, 5}) {
+    INFO("K = " << k);
+    const auto opt = options(steps);
+    auto sc = scenario(Strategy::kOwtB, k, b);
+    sc.options.fcUpdate = FcUpdate::kRound;
+    std::vector<std::vector<float>> params;
+    exec::runThreads(lowerToPlan(net, sc), net, opt, &params);
+
+    nn::ModelOptions mo;
+    mo.seed = opt.seed;
+    mo.dropout = false;
+    nn::Model model(net, mo);
+    model.setLossNormalizer(double(k) * b);
+    const auto data = nn::SyntheticDataset::forNetwork(net, opt.seed);
+    for (int s = 0; s < steps; ++s) {
+      model.setStep(static_cast<uint64_t>(s));
+      model.zeroGradients();
+      auto& x = model.input(k * b);
+      std::vector<int32_t> labels(static_cast<size_t>(k * b));
+      data.fill(int64_t(s) * k * b, x.view(), labels);
+      model.setLabels(labels);
+      for (int l = 0; l < mp; ++l)
+        model.forward(l);
+      for (int r = 0; r < k; ++r) {
+        const nn::ExampleRange rows{r * b, (r + 1) * b};
+        for (int l = mp; l < layers; ++l)
+          model.forward(l, rows);
+        for (int l = layers - 1; l >= mp; --l) {
+          if (net.layers[static_cast<size_t>(l)].hasWeights())
+            model.backwardWeights(l, rows);
+          model.backwardData(l, rows);
+        }
+        for (int l = mp; l < layers; ++l)
+          if (net.layers[static_cast<size_t>(l)].hasWeights()) {
+            model.update(l, opt.learningRate, opt.momentum);
+            model.zeroGradients(l);
+          }
+      }
+      for (int l = mp - 1; l >= 0; --l) {
+        if (net.layers[static_cast<size_t>(l)].hasWeights())
+          model.backwardWeights(l);
+        if (!net.layers[static_cast<size_t>(l)].readsNetworkInput())
+          model.backwardData(l);
+      }
+      for (int l = 0; l < mp; ++l)
+        if (net.layers[static_cast<size_t>(l)].hasWeights())
+          model.update(l, opt.learningRate, opt.momentum);
+    }
+    const auto p = model.allParameters();
+    CHECK(maxRelativeDifference(assembled(net, params, k), std::vector<float>(p.begin(), p.end())) <
+          1e-5);
+  }
+}
