@@ -216,6 +216,7 @@ int runCommand(int& argc, char**& argv, const std::string& netName, const std::s
     if (comm && sc.workers != k)
       throw OptionError("--workers",
                         fmt::format("is {} but mpirun started {} ranks", sc.workers, k));
+    exec::checkRunnable(net, sc);
     const Plan plan = lowerToPlan(net, sc);
     const bool root = !comm || comm->rank() == 0;
     std::ofstream traceFile;

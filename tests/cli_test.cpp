@@ -643,3 +643,22 @@ TEST_CASE("plan prints tasks as a table and as JSON", "[cli][plan]") {
   // 2 x (11 fwd + 4 bwd_weights + 10 bwd_data) compute, 2 sends, 1 sum, 2 updates.
   CHECK(p.at("tasks").size() == 55);
 }
+
+TEST_CASE("run on threads trains and reports; a failing worker is named", "[cli][exec]") {
+  const auto ok = runStrata({"run", "-n", "tiny-cnn", "-s", "owt-c", "-k", "3", "--batch", "8",
+                             "--steps", "4", "--format", "json"});
+  REQUIRE(ok.status == 0);
+  const auto j = json::parse(ok.output);
+  CHECK(j.at("steps").size() == 4);
+  CHECK(j.at("measured").at("engine") == "executor");
+  CHECK(j.at("measured").at("per_worker").size() == 3);
+  // A fault mid-run ends the run: status 2, progress so far, then the error.
+  const auto bad = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "3", "--batch", "8",
+                              "--steps", "4", "--fail-rank", "1", "--fail-step", "2"});
+  CHECK(bad.status == 2);
+  CHECK(lines(bad.output).back().rfind("strata: error: worker 1: injected fault", 0) == 0);
+  checkUserError(runStrata({"run", "-n", "lm-300m", "-s", "ring", "-k", "2", "--batch", "1"}),
+                 {"lm-300m.yaml:", "layers[0]", "rnn"});
+  checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "fp16"}),
+                 {"--element"});
+}

@@ -783,6 +783,21 @@ void fnv(uint64_t& h, const T& v) {
 
 }  // namespace
 
+void checkRunnable(const Network& network, const Scenario& sc) {
+  if (sc.options.element != ElementType::kFp32)
+    throw OptionError("--element", "the CPU executor computes in fp32 only");
+  if (isModelParallel(sc.strategy) && sc.options.convSync == AllreduceAlgorithm::kHalvingDoubling)
+    throw OptionError("--allreduce",
+                      "the executor cannot run halving-doubling yet (its Plan "
+                      "flows do not say which halves move); use direct, ring or naive");
+  for (size_t i = 0; i < network.layers.size(); ++i)
+    if (network.layers[i].kind == LayerKind::kRnn)
+      throw ConfigError(network.sourceFile, network.layers[i].configLine,
+                        fmt::format("layers[{}]", i),
+                        fmt::format("layer '{}' is an rnn, which the executor cannot run yet",
+                                    network.layers[i].name));
+}
+
 uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions& o) {
   uint64_t h = 1469598103934665603ull;
   fnv(h, network.name.data(), network.name.size());
@@ -814,6 +829,7 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
   if (comm.size() != k)
     throw OptionError("--workers", fmt::format("the plan has {} workers but {} ranks were started",
                                                k, comm.size()));
+  checkRunnable(network, plan.scenario);
   comm.setTimeout(options.timeout);
   if (options.steps < 1)
     throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
@@ -823,23 +839,23 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
   // Ranks started with different configs would compute nonsense together.
   const uint64_t hash = configHash(network, plan.scenario, options);
   const auto hashes = gatherToRoot(comm, hash, kTagHash);
-  std::vector<int32_t> verdict{-1};
+  // verdict: (first rank that differs + 1 or 0, rank 0's hash, that rank's hash)
+  std::vector<uint64_t> verdict{0, hash, 0};
   if (comm.rank() == 0) {
-    for (int r = 1; r < k; ++r)
+    for (int r = k - 1; r >= 1; --r)
       if (hashes[static_cast<size_t>(r)] != hash)
-        verdict[0] = r;
+        verdict = {uint64_t(r) + 1, hash, hashes[static_cast<size_t>(r)]};
     for (int r = 1; r < k; ++r)
       comm.send(r, kTagVerdict, bytesOf(verdict));
   } else {
     comm.recv(0, kTagVerdict, writableBytesOf(verdict));
   }
-  if (verdict[0] >= 0)
+  if (verdict[0] > 0)
     throw UserError(fmt::format(
         "rank {} was started with a different configuration than rank 0 (config hash {:016x} vs "
-        "{:016x}); start every rank with the same network, strategy, workers, batch and options",
-        verdict[0],
-        hashes.empty() || comm.rank() != 0 ? hash : hashes[static_cast<size_t>(verdict[0])],
-        hashes.empty() || comm.rank() != 0 ? hash : hash));
+        "{:016x}); start every rank with the same network, strategy, workers, batch, options and "
+        "run options",
+        verdict[0] - 1, verdict[2], verdict[1]));
 
   Worker worker(comm, plan, network, options);
   RunResult result;

@@ -4,6 +4,7 @@
 #include "strata/exec/runtime.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 
 #include "../../model/helpers.h"
@@ -193,4 +194,16 @@ TEST_CASE("owt-b with per-round FC updates equals a sequential emulation of that
     CHECK(maxRelativeDifference(assembled(net, params, k), std::vector<float>(p.begin(), p.end())) <
           1e-5);
   }
+}
+
+TEST_CASE("a worker that throws ends every worker with its error, promptly", "[exec][faults]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 4, 4));
+  auto o = options(5);
+  o.failRank = 2;
+  o.failStep = 1;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(exec::runThreads(plan, net, o),
+                    Catch::Contains("worker 2") && Catch::Contains("injected fault"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }

@@ -55,6 +55,11 @@ struct RunResult {
   std::vector<float> parameters;
 };
 
+// Throws UserError (OptionError for options) when the executor cannot run
+// this scenario: an element type other than fp32, an rnn layer, the
+// halving-doubling conv sync. Cheap; call it before starting workers.
+void checkRunnable(const Network& network, const Scenario& scenario);
+
 // A hash of everything the ranks must agree on (the network's layers and
 // shapes, strategy, K, b, options, run options); compared at start.
 uint64_t configHash(const Network& network, const Scenario& scenario, const RunOptions& options);

@@ -1,0 +1,21 @@
+# Runs a command and checks its exit status, its output and how long it took.
+# -DLAUNCH="cmd|arg|..."  -DEXPECT_FAIL=ON|OFF  -DEXPECT="regex"  -DLIMIT=seconds
+string(REPLACE "|" ";" command "${LAUNCH}")
+string(TIMESTAMP start "%s")
+execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                TIMEOUT 60)
+string(TIMESTAMP stop "%s")
+math(EXPR elapsed "${stop} - ${start}")
+message("exit status: ${rc}, elapsed: ${elapsed} s\n--- stdout\n${out}--- stderr\n${err}")
+if(EXPECT_FAIL AND "${rc}" STREQUAL "0")
+  message(FATAL_ERROR "exited 0; expected a failure")
+endif()
+if(NOT EXPECT_FAIL AND NOT "${rc}" STREQUAL "0")
+  message(FATAL_ERROR "exited ${rc}; expected success")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "output does not match '${EXPECT}'")
+endif()
+if(DEFINED LIMIT AND elapsed GREATER LIMIT)
+  message(FATAL_ERROR "took ${elapsed} s (limit ${LIMIT} s)")
+endif()

@@ -1,0 +1,92 @@
+// Under mpirun -np K: every strategy's weights after N steps equal one worker
+// with batch K b (each rank compares its own share: all layers, or its slices
+// of the model-parallel fc layers). Exit status 0 when every rank agrees.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "strata/exec/comm/mpi_communicator.h"
+#include "strata/exec/nn/model.h"
+#include "strata/exec/runtime.h"
+#include "strata/model/presets.h"
+
+using namespace strata;
+
+namespace {
+
+// The one-worker parameters cut to what `rank` of K holds.
+std::vector<float> shareOf(const Network& net, const std::vector<float>& whole, int k, int rank,
+                           bool owt) {
+  std::vector<float> out;
+  size_t at = 0;
+  for (size_t l = 0; l < net.layers.size(); ++l) {
+    const auto& layer = net.layers[l];
+    if (!layer.hasWeights())
+      continue;
+    const auto n = static_cast<size_t>(layer.params);
+    if (!owt || static_cast<int>(l) < net.modelParallelFrom) {
+      out.insert(out.end(), whole.begin() + long(at), whole.begin() + long(at + n));
+    } else {
+      const auto s = nn::evenSlice(layer.outShape.c, k, rank);
+      const auto in = static_cast<size_t>(layer.inShape.elements());
+      const size_t rows = static_cast<size_t>(layer.outShape.c);
+      out.insert(out.end(), whole.begin() + long(at + size_t(s.begin) * in),
+                 whole.begin() + long(at + size_t(s.end) * in));
+      if (layer.spec.bias)
+        out.insert(out.end(), whole.begin() + long(at + rows * in + size_t(s.begin)),
+                   whole.begin() + long(at + rows * in + size_t(s.end)));
+    }
+    at += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  exec::MpiSession session(argc, argv);
+  exec::MpiCommunicator comm;
+  int failures = 0;
+  exec::runOrAbort(comm, [&](exec::Communicator& c) {
+    setenv("STRATA_CONFIG_DIR", STRATA_CONFIG_DIR_FOR_TESTS, 1);
+    const auto net = loadNetwork(resolveConfig(ConfigKind::kNetwork, "tiny-cnn", "test"));
+    const int k = c.size(), b = 5;
+    exec::RunOptions o;
+    o.steps = 3;
+    o.dropout = false;
+    o.learningRate = 0.005f;
+    o.seed = 3;
+    Scenario one;
+    one.strategy = Strategy::kRing;
+    one.workers = 1;
+    one.batchPerWorker = k * b;
+    const auto ref = exec::runThreads(lowerToPlan(net, one), net, o);
+    for (auto s : kAllStrategies) {
+      Scenario sc;
+      sc.strategy = s;
+      sc.workers = k;
+      sc.batchPerWorker = b;
+      sc.options.bucket = Bytes(64 * 1024);
+      sc.options.segment = Bytes(8 * 1024);
+      const auto run = exec::runWorker(c, lowerToPlan(net, sc), net, o);
+      const auto expect = shareOf(net, ref.parameters, k, c.rank(), isModelParallel(s));
+      double diff = 0, scale = 0;
+      if (expect.size() != run.parameters.size()) {
+        diff = 1;
+      } else {
+        for (size_t i = 0; i < expect.size(); ++i) {
+          diff = std::max(diff, double(std::fabs(run.parameters[i] - expect[i])));
+          scale = std::max(scale, double(std::fabs(expect[i])));
+        }
+        diff /= scale;
+      }
+      const bool ok = diff < 1e-5;
+      failures += ok ? 0 : 1;
+      std::printf("rank %d of %d: %-5s max relative difference %.2e %s\n", c.rank(), k,
+                  std::string(toString(s)).c_str(), diff, ok ? "ok" : "MISMATCH");
+    }
+  });
+  return failures == 0 ? 0 : 1;
+}
