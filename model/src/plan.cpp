@@ -523,20 +523,31 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
   const std::vector<int> convForwardDone = prev;
 
   // The FC phase: a flow shop of rounds (activations in, FC compute with its
-  // inner exchanges, gradients back), as in estimate.cpp.
-  int lastIn = -1, lastBack = -1;
-  for (int r = 0; r < rounds; ++r) {
+  // inner exchanges, gradients back), as in estimate.cpp. Round r+1's
+  // activations are issued when round r starts (one round ahead: an in-order
+  // communication stream then moves them while round r computes, and a
+  // receiver needs two round buffers).
+  std::vector<int> in(static_cast<size_t>(rounds), -1);
+  auto issueIn = [&](int r) {
+    if (k == 1 || r >= rounds)
+      return;
     b.setRound(r);
-    Deps inStart = lastIn >= 0 ? Deps{lastIn} : convForwardDone;
-    if (k > 1) {
-      if (strategy == Strategy::kOwtB) {
-        lastIn = b.broadcast(r, Bytes(bw * boundary), BufferKind::kActivations, mp, inStart);
-      } else {
-        const double perRound = strategy == Strategy::kOwtA ? bw : bw / k;
-        lastIn =
-            b.allGatherDirect(Bytes(perRound * boundary), BufferKind::kActivations, mp, inStart);
-      }
+    const Deps start = r > 0 ? Deps{in[static_cast<size_t>(r - 1)]} : convForwardDone;
+    if (strategy == Strategy::kOwtB) {
+      in[static_cast<size_t>(r)] =
+          b.broadcast(r, Bytes(bw * boundary), BufferKind::kActivations, mp, start);
+    } else {
+      const double perRound = strategy == Strategy::kOwtA ? bw : bw / k;
+      in[static_cast<size_t>(r)] =
+          b.allGatherDirect(Bytes(perRound * boundary), BufferKind::kActivations, mp, start);
     }
+  };
+  issueIn(0);
+  int lastBack = -1;
+  for (int r = 0; r < rounds; ++r) {
+    issueIn(r + 1);
+    b.setRound(r);
+    const int lastIn = in[static_cast<size_t>(r)];
     for (int w = 0; w < k; ++w)
       prev[static_cast<size_t>(w)] =
           b.compute(w, mp, Phase::kFwd, batch, frac, {prev[static_cast<size_t>(w)], lastIn});

@@ -4,6 +4,11 @@
 #include <vector>
 
 namespace strata::exec {
+
+static_assert(kFirstReservedTag < kFirstCollectiveTag &&
+                  kTagAllreduceNaive >= kFirstCollectiveTag && kTagBarrier <= kMaxTag,
+              "collective tags must stay inside [kFirstCollectiveTag, kMaxTag]");
+
 namespace {
 
 int wrap(int i, int k) {

@@ -19,9 +19,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/dataset.h"
@@ -183,6 +187,7 @@ struct TaskTiming {
 struct Measured {
   PhaseTimes compute;
   double communication = 0;
+  double exposed = 0;  // communication not overlapped by this rank's compute
   double sent = 0;
   double received = 0;
   double seconds = 0;
@@ -206,6 +211,20 @@ class Worker {
     for (size_t t = 0; t < plan.tasks.size(); ++t)
       if (involves(plan.tasks[t]))
         mine_.push_back(t);
+    std::vector<char> isMine(plan.tasks.size(), 0);
+    for (size_t t : mine_)
+      isMine[t] = 1;
+    ownDeps_.resize(plan.tasks.size());
+    for (size_t t : mine_) {
+      const auto kind = plan.tasks[t].kind;
+      (kind == TaskKind::kCompute || kind == TaskKind::kUpdate ? computeTasks_ : commTasks_)
+          .push_back(t);
+      // Dependencies on other ranks' tasks are kept by the messages themselves.
+      for (int d : plan.depsOf(plan.tasks[t]))
+        if (isMine[static_cast<size_t>(d)])
+          ownDeps_[t].push_back(d);
+    }
+    done_.assign(plan.tasks.size(), 0);
     lastOf_.assign(plan.collectives.size(), -1);
     for (size_t t : mine_)
       if (plan.tasks[t].collective >= 0)
@@ -232,48 +251,115 @@ class Worker {
     dataset_.fill(firstExample(s, k_, w_, b_), x.view(), labels, positions());
     if (!owt_)
       model_.setLabels(labels);
+    // Two lanes, as the Plan's resources: this thread runs the compute and
+    // update tasks, a communication thread the transfers and sums, each in
+    // Plan order and each task once its own dependencies on this rank are
+    // done. So gradients travel while backprop goes on (overlap), a push
+    // returns at once and the update (or the next round's forward) waits for
+    // the data it needs.
     const auto t0 = Clock::now();
-    for (size_t i = 0; i < mine_.size(); ++i) {
-      const size_t t = mine_[i];
-      const Task& task = plan_.tasks[t];
-      const double start = seconds(t0);
-      switch (task.kind) {
-        case TaskKind::kCompute:
-          compute(task);
-          break;
-        case TaskKind::kUpdate:
-          update(task);
-          break;
-        case TaskKind::kTransfer:
-          transfer(t, task, m);
-          break;
-        case TaskKind::kReduce:
-          reduce(t, task);
-          break;
-      }
-      const double end = seconds(t0);
-      timing_[t] = {start, end};
-      const double d = end - start;
-      switch (task.kind) {
-        case TaskKind::kCompute:
-          (task.phase == Phase::kFwd       ? m.compute.fwd
-           : task.phase == Phase::kBwdData ? m.compute.bwdData
-                                           : m.compute.bwdWeights) += Seconds(d);
-          break;
-        case TaskKind::kUpdate:
-          m.compute.update += Seconds(d);
-          break;
-        default:
-          m.communication += d;
-      }
-      if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
-        endCollective(task.collective);
-        endpoints_.erase(task.collective);
-      }
-    }
+    std::fill(done_.begin(), done_.end(), 0);
+    error_ = nullptr;
+    std::thread commLane([&] { lane(t0, true, m); });
+    lane(t0, false, m);
+    commLane.join();
+    if (error_)
+      std::rethrow_exception(error_);
     m.seconds = seconds(t0);
     m.lossShare = lossShare_;
+    // Exposed communication: communication time not overlapped by compute.
+    std::vector<std::pair<double, double>> computeIv, commIv;
+    for (size_t t : mine_) {
+      const auto& iv = timing_[t];
+      const bool c =
+          plan_.tasks[t].kind == TaskKind::kCompute || plan_.tasks[t].kind == TaskKind::kUpdate;
+      (c ? computeIv : commIv).push_back({iv.start, iv.end});
+    }
+    double hidden = 0;
+    size_t a = 0, b = 0;
+    while (a < commIv.size() && b < computeIv.size()) {
+      const double lo = std::max(commIv[a].first, computeIv[b].first);
+      const double hi = std::min(commIv[a].second, computeIv[b].second);
+      if (hi > lo)
+        hidden += hi - lo;
+      if (commIv[a].second < computeIv[b].second) {
+        ++a;
+      } else {
+        ++b;
+      }
+    }
+    m.exposed = m.communication - hidden;
     return m;
+  }
+
+  // Runs one lane's tasks of this step in Plan order.
+  void lane(Clock::time_point t0, bool communication, Measured& m) {
+    try {
+      for (size_t t : communication ? commTasks_ : computeTasks_) {
+        {
+          std::unique_lock lock(mutex_);
+          cv_.wait(lock, [&] {
+            if (error_)
+              return true;
+            for (int d : ownDeps_[t])
+              if (!done_[static_cast<size_t>(d)])
+                return false;
+            return true;
+          });
+          if (error_)
+            return;
+        }
+        const Task& task = plan_.tasks[t];
+        const double start = seconds(t0);
+        switch (task.kind) {
+          case TaskKind::kCompute:
+            compute(task);
+            break;
+          case TaskKind::kUpdate:
+            update(task);
+            break;
+          case TaskKind::kTransfer:
+            transfer(t, task, m);
+            break;
+          case TaskKind::kReduce:
+            reduce(t, task);
+            break;
+        }
+        const double end = seconds(t0);
+        timing_[t] = {start, end};
+        const double d = end - start;
+        switch (task.kind) {
+          case TaskKind::kCompute:
+            (task.phase == Phase::kFwd       ? m.compute.fwd
+             : task.phase == Phase::kBwdData ? m.compute.bwdData
+                                             : m.compute.bwdWeights) += Seconds(d);
+            break;
+          case TaskKind::kUpdate:
+            m.compute.update += Seconds(d);
+            break;
+          default:
+            m.communication += d;
+        }
+        if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
+          endCollective(task.collective);
+          endpoints_.erase(task.collective);
+        }
+        {
+          std::lock_guard lock(mutex_);
+          done_[t] = 1;
+        }
+        cv_.notify_all();
+      }
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(mutex_);
+        if (!error_)
+          error_ = std::current_exception();
+      }
+      cv_.notify_all();
+      // The other lane may be blocked in a receive: end the world.
+      comm_.abort(fmt::format("worker {}: {}", w_, e.what()));
+    }
   }
 
   const std::vector<size_t>& mine() const { return mine_; }
@@ -357,6 +443,15 @@ class Worker {
     auto& in = model_.exchangeInput(mp_, batch);
     const auto own = ownRows(r, w_);
     const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
+    // Other workers' rows arrived in this round's staging buffer (a round
+    // ahead of the compute, so they cannot land in the input in use).
+    {
+      std::lock_guard lock(stagingMutex_);  // the communication lane fills later rounds
+      if (auto it = staging_.find(r); it != staging_.end()) {
+        std::copy(it->second.begin(), it->second.end(), in.data());
+        staging_.erase(it);
+      }
+    }
     if (own.second > own.first) {
       const auto& boundary = model_.output(mp_ - 1);
       std::memcpy(in.data() + roundOffset(r, w_) * row, boundary.data() + own.first * row,
@@ -469,10 +564,16 @@ class Worker {
       // Boundary: this rank sends its round rows of its own boundary output;
       // rows from v land at v's offset in the round's input.
       const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
-      auto& in = model_.exchangeInput(mp_, roundBatch(r));
+      std::vector<float>* slot = nullptr;
+      {
+        std::lock_guard lock(stagingMutex_);
+        slot = &staging_[r];  // std::map: the element stays put while others come and go
+      }
+      auto& staged = *slot;
+      staged.assign(static_cast<size_t>(roundBatch(r) * row), 0.0f);
       auto& boundary = const_cast<nn::Tensor&>(model_.output(mp_ - 1));
       return std::make_unique<RowsEndpoint>(
-          boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, in.span(),
+          boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, std::span<float>(staged),
           [this, r](int v) {
             const int64_t at = roundOffset(r, v);
             const auto rows = ownRows(r, v);
@@ -511,10 +612,13 @@ class Worker {
             nn::evenSlice(w.net_.layers[static_cast<size_t>(producer)].outShape.c, w.k_, v);
         staged_[static_cast<size_t>(v)].resize(static_cast<size_t>(batch) * s.size() * area());
       }
+      // This rank's own slice, copied now: the compute lane moves on.
+      const auto& out = w.model_.output(producer);
+      auto& own = staged_[static_cast<size_t>(w.w_)];
+      std::copy(out.data(), out.data() + own.size(), own.begin());
     }
     std::span<const float> send(int, int segment, int) override {
-      auto& out = const_cast<nn::Tensor&>(w_.model_.output(producer_));
-      return seg(out.span().subspan(0, staged_[static_cast<size_t>(w_.w_)].size()), segment);
+      return seg(staged_[static_cast<size_t>(w_.w_)], segment);
     }
     std::span<float> land(int, int segment, int src) override {
       return seg(staged_[static_cast<size_t>(src)], segment);
@@ -602,7 +706,10 @@ class Worker {
    public:
     BoundaryReturn(Worker& w, int round, int segments) : w_(w), round_(round), segments_(segments) {
       row_ = w.net_.layers[static_cast<size_t>(w.mp_)].inShape.elements();
-      partial_ = const_cast<nn::Tensor&>(w.model_.exchangeInputGrad(w.mp_)).span();
+      // Copied: the compute lane may start the next round before all is sent.
+      const auto& g = w.model_.exchangeInputGrad(w.mp_);
+      copy_.assign(g.data(), g.data() + g.elements());
+      partial_ = copy_;
       const auto own = w.ownRows(round, w.w_);
       const int64_t at = w.roundOffset(round, w.w_);
       const int64_t n = (own.second - own.first) * row_;
@@ -639,6 +746,7 @@ class Worker {
     Worker& w_;
     int round_, segments_;
     int64_t row_ = 0;
+    std::vector<float> copy_;
     std::span<float> partial_;
     std::vector<float> acc_;
   };
@@ -717,10 +825,18 @@ class Worker {
   nn::SyntheticDataset dataset_;
   nn::Model model_;
   std::vector<size_t> mine_;
+  std::vector<size_t> computeTasks_, commTasks_;
+  std::vector<std::vector<int>> ownDeps_;
+  std::vector<char> done_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::exception_ptr error_;
   std::vector<int64_t> lastOf_;
   std::vector<TaskTiming> timing_;
   std::map<int, std::unique_ptr<Endpoint>> endpoints_;
   std::map<int, std::vector<float>> scratch_;
+  std::map<int, std::vector<float>> staging_;  // round -> boundary rows received
+  std::mutex stagingMutex_;
   std::map<int, int> scratchPart_;
   int step_ = 0;
   double lossShare_ = 0;
@@ -728,7 +844,7 @@ class Worker {
 
 // Per-rank figures of one step, as sent to rank 0.
 struct StepStats {
-  double fwd, bwdData, bwdWeights, update, communication, sent, received, seconds, loss;
+  double fwd, bwdData, bwdWeights, update, communication, exposed, sent, received, seconds, loss;
 };
 
 StepStats statsOf(const Measured& m) {
@@ -737,6 +853,7 @@ StepStats statsOf(const Measured& m) {
           m.compute.bwdWeights.value(),
           m.compute.update.value(),
           m.communication,
+          m.exposed,
           m.sent,
           m.received,
           m.seconds,
@@ -956,9 +1073,8 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
       w.rank = r;
       w.compute = PhaseTimes{Seconds(st.fwd), Seconds(st.bwdData), Seconds(st.bwdWeights),
                              Seconds(st.update)};
-      // Every transfer blocks its worker in this executor: nothing is hidden.
       w.communication = Seconds(st.communication);
-      w.exposedCommunication = Seconds(st.communication);
+      w.exposedCommunication = Seconds(st.exposed);
       w.idle = max(Seconds(0), est.step - w.compute.total() - w.exposedCommunication);
       w.sent = Bytes(st.sent);
       w.received = Bytes(st.received);

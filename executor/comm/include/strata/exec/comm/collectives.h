@@ -15,7 +15,7 @@
 // alike). All ranks must call the same collectives in the same order with the
 // same sizes and arguments, as with MPI; a size mismatch usually surfaces as a
 // CommError from recv. K = 1 returns at once. Each collective uses its own tag
-// in [kFirstReservedTag, kMaxTag], so callers' tags never collide with them.
+// in [kFirstCollectiveTag, kMaxTag], so callers' tags never collide with them.
 #pragma once
 
 #include <cstddef>
@@ -28,12 +28,12 @@
 
 namespace strata::exec {
 
-inline constexpr int kTagAllreduceNaive = kFirstReservedTag + 1;
-inline constexpr int kTagReduceScatter = kFirstReservedTag + 2;
-inline constexpr int kTagAllGather = kFirstReservedTag + 3;
-inline constexpr int kTagBroadcast = kFirstReservedTag + 4;
-inline constexpr int kTagAllToAll = kFirstReservedTag + 5;
-inline constexpr int kTagBarrier = kFirstReservedTag + 6;
+inline constexpr int kTagAllreduceNaive = kFirstCollectiveTag + 1;
+inline constexpr int kTagReduceScatter = kFirstCollectiveTag + 2;
+inline constexpr int kTagAllGather = kFirstCollectiveTag + 3;
+inline constexpr int kTagBroadcast = kFirstCollectiveTag + 4;
+inline constexpr int kTagAllToAll = kFirstCollectiveTag + 5;
+inline constexpr int kTagBarrier = kFirstCollectiveTag + 6;
 
 // Segment sizes in elements; 0 means "one segment per chunk" (unsegmented).
 // Chosen with bench/comm_bench (mpirun -np 2 and 4, shared memory, 16-64 MiB):

@@ -28,11 +28,16 @@
 
 namespace strata::exec {
 
-// MPI guarantees MPI_TAG_UB >= 32767; we stay below it everywhere.
+// Tag ranges. MPI guarantees MPI_TAG_UB >= 32767; we stay below it everywhere.
+//   [0, kFirstReservedTag)                    callers' data (plan transfers)
+//   [kFirstReservedTag, kFirstCollectiveTag)  executor bookkeeping (config
+//                                             checks, statistics)
+//   [kFirstCollectiveTag, kMaxTag]            the collectives in collectives.h
+// Separate ranges keep a collective's messages from matching someone else's
+// receive when both run between the same pair of ranks.
 inline constexpr int kMaxTag = 32767;
-// Tags [kFirstReservedTag, kMaxTag] belong to the collectives (collectives.h);
-// callers use [0, kFirstReservedTag).
 inline constexpr int kFirstReservedTag = 32000;
+inline constexpr int kFirstCollectiveTag = 32704;
 
 // A communication failure: a timeout, an aborted world, a size mismatch, a
 // failed MPI call. A UserError because its usual cause is outside strata (a
