@@ -230,12 +230,20 @@ int runCommand(int& argc, char**& argv, const std::string& netName, const std::s
           "{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n", net.name,
           toString(sc.strategy), sc.workers, comm ? "MPI ranks" : "threads", sc.batchPerWorker,
           opt.steps, opt.learningRate, opt.momentum);
+      // Every step on short runs; on long ones 25 lines with a progress bar.
       const int every = std::max(1, opt.steps / 25);
       opt.onStep = [&, every](int s, double loss, double seconds) {
-        if (s % every == 0 || s + 1 == opt.steps)
-          std::cout << fmt::format("step {:>4}/{}  loss {:8.4f}  step time {}\n", s + 1, opt.steps,
-                                   loss, formatSeconds(Seconds(seconds)))
-                    << std::flush;
+        if (s % every != 0 && s + 1 != opt.steps)
+          return;
+        std::string bar;
+        if (every > 1) {
+          const int filled = (s + 1) * 20 / opt.steps;
+          bar = "[" + std::string(static_cast<size_t>(filled), '#') +
+                std::string(static_cast<size_t>(20 - filled), '.') + "] ";
+        }
+        std::cout << fmt::format("{}step {:>4}/{}  loss {:8.4f}  step time {}\n", bar, s + 1,
+                                 opt.steps, loss, formatSeconds(Seconds(seconds)))
+                  << std::flush;
       };
     }
     exec::RunResult result =
