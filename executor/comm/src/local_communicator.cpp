@@ -7,8 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <exception>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -82,23 +82,45 @@ struct PostedRecv {
   enum class State { kWaiting, kFilling, kDone, kMismatch };
   std::byte* data = nullptr;
   std::size_t size = 0;
-  State state = State::kWaiting;
+  // Written under the inbox mutex; atomic so a receiver may spin on it.
+  std::atomic<State> state{State::kWaiting};
   std::size_t offered = 0;  // size of the message that did not fit (kMismatch)
 };
 
 // Traffic from one source under one tag to one destination. Invariant: a
 // receive is posted only while nothing is queued, so FIFO order holds.
 struct Channel {
-  std::deque<Buffer> queued;
+  std::list<Buffer> queued;      // a list: an idle channel allocates nothing
   PostedRecv* posted = nullptr;  // one thread drives a rank: at most one
 };
 
-// Everything waiting for one destination rank, per (source, tag).
+// Everything waiting for one destination rank, per (source, tag). Idle
+// channels are erased, so callers may spread messages over thousands of tags
+// without the map growing with every tag ever used.
 struct Inbox {
+  using Channels = std::map<std::pair<int, int>, Channel>;  // map nodes never move
+
   std::mutex mutex;
   std::condition_variable arrived;
-  std::map<std::pair<int, int>, Channel> channels;  // map nodes never move
+  Channels channels;
+
+  // Call with the mutex held.
+  void eraseIfIdle(Channels::iterator it) {
+    if (it->second.queued.empty() && it->second.posted == nullptr)
+      channels.erase(it);
+  }
 };
+
+// Spinning only pays when every rank has a core of its own.
+constexpr int kSpinPolls = 4000;  // ~10-20 us of pause instructions
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 std::chrono::steady_clock::time_point deadlineAfter(Seconds timeout) {
   // Clamped so that an absurd timeout cannot overflow the clock's ticks.
@@ -111,12 +133,14 @@ std::chrono::steady_clock::time_point deadlineAfter(Seconds timeout) {
 }  // namespace
 
 struct LocalWorld::State {
-  explicit State(int n) : size(n) {
+  explicit State(int n)
+      : size(n), spinBeforeSleeping(n <= static_cast<int>(std::thread::hardware_concurrency())) {
     for (int r = 0; r < n; ++r)
       inboxes.push_back(std::make_unique<Inbox>());
   }
 
   int size;
+  bool spinBeforeSleeping;  // when every rank can have a core
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::unique_ptr<LocalCommunicator>> comms;
   BufferPool pool;
@@ -188,7 +212,7 @@ struct LocalCommunicator::Pending {
   int peer = 0;
   int tag = 0;
   std::span<std::byte> data;
-  Channel* channel = nullptr;
+  Inbox::Channels::iterator channel;  // valid while our posting is registered
   Buffer taken;
   bool tookQueued = false;
   PostedRecv posting;
@@ -205,9 +229,11 @@ void LocalCommunicator::doSend(int peer, int tag, std::span<const std::byte> dat
   // At most two rounds: a receive may be posted while we copy into a buffer.
   for (;;) {
     std::unique_lock lock(inbox.mutex);
-    Channel& channel = inbox.channels[{rank_, tag}];
+    const auto it = inbox.channels.try_emplace({rank_, tag}).first;
+    Channel& channel = it->second;
     if (PostedRecv* posted = channel.posted) {
       channel.posted = nullptr;
+      inbox.eraseIfIdle(it);
       if (posted->size != data.size()) {
         posted->state = PostedRecv::State::kMismatch;
         posted->offered = data.size();
@@ -230,6 +256,7 @@ void LocalCommunicator::doSend(int peer, int tag, std::span<const std::byte> dat
       inbox.arrived.notify_all();
       return;
     }
+    inbox.eraseIfIdle(it);  // we may have created it; it stays empty while we copy
     lock.unlock();
     buffer = st.pool.acquire(data.size());
     if (!data.empty())
@@ -242,14 +269,16 @@ void LocalCommunicator::postRecv(Pending& pending) {
   LocalWorld::State& st = *world_.state_;
   Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
   std::lock_guard lock(inbox.mutex);
-  Channel& channel = inbox.channels[{pending.peer, pending.tag}];
-  pending.channel = &channel;
+  const auto it = inbox.channels.try_emplace({pending.peer, pending.tag}).first;
+  Channel& channel = it->second;
   if (!channel.queued.empty()) {
     pending.taken = std::move(channel.queued.front());
     channel.queued.pop_front();
     pending.tookQueued = true;
+    inbox.eraseIfIdle(it);
     return;
   }
+  pending.channel = it;
   pending.posting.data = pending.data.data();
   pending.posting.size = pending.data.size();
   channel.posted = &pending.posting;
@@ -279,6 +308,17 @@ void LocalCommunicator::waitRecv(Pending& pending) {
   using State = PostedRecv::State;
   Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
   PostedRecv& posting = pending.posting;
+  if (st.spinBeforeSleeping) {
+    // A condition-variable wake-up costs ~10 us; a neighbour on another core
+    // usually delivers sooner than that.
+    for (int i = 0; i < kSpinPolls; ++i) {
+      const State now = posting.state.load(std::memory_order_acquire);
+      if (now == State::kDone || now == State::kMismatch ||
+          st.aborted.load(std::memory_order_relaxed))
+        break;
+      cpuRelax();
+    }
+  }
   std::unique_lock lock(inbox.mutex);
   inbox.arrived.wait_until(lock, deadlineAfter(timeout()), [&] {
     return st.aborted.load(std::memory_order_acquire) || posting.state == State::kDone ||
@@ -286,7 +326,7 @@ void LocalCommunicator::waitRecv(Pending& pending) {
   });
   // A sender already copying into our buffer must finish before we return.
   inbox.arrived.wait(lock, [&] { return posting.state != State::kFilling; });
-  switch (posting.state) {
+  switch (posting.state.load(std::memory_order_relaxed)) {
     case State::kDone:
       return;
     case State::kMismatch:
@@ -295,7 +335,9 @@ void LocalCommunicator::waitRecv(Pending& pending) {
     case State::kWaiting:
       break;
   }
-  pending.channel->posted = nullptr;  // withdrawn: later messages queue again
+  // Still registered (no sender took it): withdraw, so later messages queue.
+  pending.channel->second.posted = nullptr;
+  inbox.eraseIfIdle(pending.channel);
   lock.unlock();
   if (st.aborted.load(std::memory_order_acquire))
     throw CommError(fmt::format("{}: aborted: {}", call(), world_.abortReason()));
@@ -345,8 +387,10 @@ void LocalCommunicator::withdraw(Pending& pending) {
   Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
   std::unique_lock lock(inbox.mutex);
   inbox.arrived.wait(lock, [&] { return pending.posting.state != PostedRecv::State::kFilling; });
-  if (pending.posting.state == PostedRecv::State::kWaiting)
-    pending.channel->posted = nullptr;
+  if (pending.posting.state == PostedRecv::State::kWaiting) {
+    pending.channel->second.posted = nullptr;
+    inbox.eraseIfIdle(pending.channel);
+  }
 }
 
 namespace {

@@ -321,6 +321,57 @@ TEST_CASE("point-to-point: typed and byte forms, FIFO per (peer, tag), tags kept
   });
 }
 
+TEST_CASE("thousands of tags, received out of order, and sendRecv with oneself") {
+  constexpr int kTags = 5000;
+  runLocal(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      for (int tag = 0; tag < kTags; ++tag) {
+        const std::vector<float> one = {static_cast<float>(tag)};
+        comm.send(1, tag, one);
+      }
+    } else {
+      std::vector<float> one(1);
+      for (int tag = kTags - 1; tag >= 0; --tag) {
+        comm.recv(0, tag, one);
+        if (one[0] != static_cast<float>(tag))
+          throw std::runtime_error("tag " + std::to_string(tag));
+      }
+    }
+    const std::vector<float> mine = {static_cast<float>(comm.rank() + 10)};
+    std::vector<float> back(1);
+    comm.sendRecv(comm.rank(), 3, mine, comm.rank(), 3, back);
+    if (back != mine)
+      throw std::runtime_error("sendRecv with oneself");
+  });
+}
+
+TEST_CASE("after a timeout the receive is withdrawn and a late message waits for the next one") {
+  std::atomic<bool> timedOut{false};
+  std::string first;
+  runLocal(2, [&](Communicator& comm) {
+    std::vector<float> x(2);
+    if (comm.rank() == 0) {
+      comm.setTimeout(Seconds(0.1));
+      try {
+        comm.recv(1, 4, x);
+      } catch (const CommError& e) {
+        first = e.what();
+      }
+      timedOut = true;
+      comm.setTimeout(Seconds(10.0));
+      comm.recv(1, 4, x);
+      if (x != std::vector<float>{7, 8})
+        throw std::runtime_error("late message");
+    } else {
+      while (!timedOut)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const std::vector<float> late = {7, 8};
+      comm.send(0, 4, late);
+    }
+  });
+  CHECK(first.find("timed out") != std::string::npos);
+}
+
 TEST_CASE("a receive nobody answers times out naming peer, tag and timeout") {
   std::string message;
   const double elapsed = secondsOf([&] {
