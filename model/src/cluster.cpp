@@ -115,7 +115,7 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     level.group = g.asPositiveInt();
   }
   const auto link = n.require("link");
-  link.allowOnly({"bandwidth", "latency", "duplex", "lanes"});
+  link.allowOnly({"bandwidth", "latency", "duplex", "lanes", "bandwidth_table"});
   level.link.bandwidth = link.require("bandwidth").asBandwidth();
   level.link.latency = link.require("latency").asSeconds(true);
   const auto duplex = link.stringOr("duplex", "full");
@@ -127,6 +127,17 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     link.require("duplex").fail("must be full or half, got '" + duplex + "'");
   }
   level.link.lanes = link.positiveIntOr("lanes", 1);
+  if (auto table = link.get("bandwidth_table")) {
+    for (const auto& row : table->items()) {
+      row.allowOnly({"bytes", "bandwidth"});
+      const Bytes bytes = row.require("bytes").asBytes();
+      if (!level.link.bandwidthTable.empty() && bytes <= level.link.bandwidthTable.back().bytes)
+        row.require("bytes").fail("sizes must increase down the table");
+      level.link.bandwidthTable.push_back({bytes, row.require("bandwidth").asBandwidth()});
+    }
+    if (level.link.bandwidthTable.empty())
+      table->fail("needs at least one row");
+  }
   return level;
 }
 

@@ -119,6 +119,8 @@ PatternCost Topology::cost(std::span<const Flow> flows) const {
     up_[i] = 0;
     down_[i] = 0;
   }
+  if (result.bottleneckLink >= 0)
+    result.link = &linkSpec(result.bottleneckLink);
   return result;
 }
 
@@ -189,6 +191,8 @@ const PatternCost& Topology::allToAll() const {
         }
       }
     }
+    if (pc.bottleneckLink >= 0)
+      pc.link = &linkSpec(pc.bottleneckLink);
     allToAll_ = pc;
   }
   return *allToAll_;
@@ -234,6 +238,8 @@ PatternCost Topology::rootPattern(int root, bool intoRoot) const {
       }
     }
   }
+  if (pc.bottleneckLink >= 0)
+    pc.link = &linkSpec(pc.bottleneckLink);
   return pc;
 }
 

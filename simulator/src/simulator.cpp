@@ -118,6 +118,8 @@ class Engine {
           topo_.linkSpec(l).bandwidth.value();
     }
     flowsOn_.assign(static_cast<size_t>(channels), 0);
+    for (int l = 0; l < topo_.linkCount(); ++l)
+      hasTables_ = hasTables_ || !topo_.linkSpec(l).bandwidthTable.empty();
     tasksOn_.resize(static_cast<size_t>(channels));
     activeOn_.assign(static_cast<size_t>(channels), 0);
     busySince_.assign(static_cast<size_t>(channels), 0);
@@ -441,11 +443,17 @@ class Engine {
       a.remaining = std::max(0.0, a.remaining - a.rate * (now - a.last));
       a.last = now;
       double perByte = a.load->secondsPerByte;
-      if (opt_.contention && !a.solo) {
+      const bool shared = opt_.contention && !a.solo;
+      if (shared || hasTables_) {
+        // Per channel: its flows (all tasks' when shared) over its bandwidth,
+        // taken for this task's message size when the link has a table.
         perByte = 0;
-        for (const auto& [c, flows] : a.load->channels)
-          perByte =
-              std::max(perByte, flowsOn_[static_cast<size_t>(c)] / beta_[static_cast<size_t>(c)]);
+        for (const auto& [c, flows] : a.load->channels) {
+          const auto ci = static_cast<size_t>(c);
+          const double beta =
+              hasTables_ ? topo_.linkSpec(c / 2).bandwidthFor(Bytes(a.bytes)).value() : beta_[ci];
+          perByte = std::max(perByte, (shared ? flowsOn_[ci] : flows) / beta);
+        }
       }
       a.rate = perByte > 0 ? 1.0 / perByte : 0;
       ++a.version;
@@ -662,6 +670,7 @@ class Engine {
   std::vector<char> workerBusy_;
 
   std::vector<double> beta_;
+  bool hasTables_ = false;  // some link prices messages by size
   std::vector<int> flowsOn_;
   std::vector<std::vector<uint32_t>> tasksOn_;
   std::vector<int> activeOn_;

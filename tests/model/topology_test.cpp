@@ -115,3 +115,13 @@ TEST_CASE("a hundred thousand workers are priced without enumerating flows", "[t
   CHECK(t.allToAll().secondsPerByte == Approx(99'992.0 / nic));
   CHECK(t.gather(12'345).secondsPerByte == Approx(99'992.0 / nic));
 }
+
+TEST_CASE("a bandwidth table prices each message size at its own bandwidth", "[topology]") {
+  const auto cl = loadCluster(strata::test::dataFile("table-cluster.yaml"));
+  REQUIRE(cl.levels[0].link.bandwidthTable.size() == 2);
+  const Topology t(cl, 2);
+  const auto& ring = t.ringStep();
+  CHECK(ring.time(Bytes(1e3)).value() == Approx(1e-6 + 1e3 / 1e8));
+  CHECK(ring.time(Bytes(1e6)).value() == Approx(1e-6 + 1e6 / 1e9));
+  CHECK(ring.time(Bytes(1e8)).value() == Approx(1e-6 + 1e8 / 1e9));  // held beyond the table
+}

@@ -330,3 +330,17 @@ TEST_CASE("transfers alone on the network are charged to their links exactly", "
     }
   }
 }
+
+TEST_CASE("simulator and model agree on a cluster with a bandwidth table", "[sim][agreement]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = loadCluster(strata::test::dataFile("table-cluster.yaml"));
+  for (auto s : kAllStrategies)
+    for (int k : {2, 3, 5}) {
+      INFO(toString(s) << " K = " << k);
+      auto sc = scenario(s, k, 16, true);
+      sc.options.bucket = Bytes(100e3);
+      sc.options.segment = Bytes(64e3);
+      CHECK(run(net, cl, sc, false).estimate.step.value() ==
+            Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
+    }
+}

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/model/fit.h"
 #include "strata/model/network.h"
 #include "strata/model/units.h"
 
@@ -47,6 +48,14 @@ struct LinkSpec {
   Seconds latency;           // alpha of a message whose endpoints meet at this level
   bool fullDuplex = true;
   int lanes = 1;  // parallel links per unit; device i inside the unit uses lane i % lanes
+  // Optional: effective bandwidth by message size (strata calibrate). When
+  // present, n bytes cross the link at beta(n) (fit.h) instead of `bandwidth`.
+  std::vector<BandwidthPoint> bandwidthTable;
+
+  // The bandwidth a message of `bytes` gets on this link.
+  BytesPerSecond bandwidthFor(Bytes bytes) const {
+    return bandwidthTable.empty() ? bandwidth : interpolateBandwidth(bandwidthTable, bytes);
+  }
 };
 
 // One level of the hierarchy: `group` units of the level below share a switch.

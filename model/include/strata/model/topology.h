@@ -31,11 +31,19 @@ struct Flow {
 // Cost of a pattern as a function of the bytes each flow carries.
 struct PatternCost {
   Seconds latency;
-  double secondsPerByte = 0;  // on the bottleneck link, per byte of one flow
-  int bottleneckLink = -1;    // -1: no flow crosses any link
-  bool bottleneckUp = true;   // direction on the bottleneck link (up: towards the switch)
+  double secondsPerByte = 0;       // on the bottleneck link, per byte of one flow
+  int bottleneckLink = -1;         // -1: no flow crosses any link
+  bool bottleneckUp = true;        // direction on the bottleneck link (up: towards the switch)
+  const LinkSpec* link = nullptr;  // the bottleneck link's spec
 
-  Seconds time(Bytes perFlow) const { return latency + Seconds(perFlow.value() * secondsPerByte); }
+  // alpha + n x (flows / beta) on the bottleneck link, with beta taken for a
+  // message of n bytes when the link has a bandwidth table.
+  Seconds time(Bytes perFlow) const {
+    double perByte = secondsPerByte;
+    if (link && !link->bandwidthTable.empty())
+      perByte *= link->bandwidth.value() / link->bandwidthFor(perFlow).value();
+    return latency + Seconds(perFlow.value() * perByte);
+  }
 };
 
 class Topology {

@@ -1,0 +1,42 @@
+#include "strata/model/fit.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+using namespace strata;
+
+TEST_CASE("the alpha-beta fit recovers known alpha and beta from a timing table", "[fit]") {
+  const double alpha = 2.5e-6, beta = 3.5e9;
+  std::vector<TimingSample> samples;
+  for (double n = 1024; n <= 64.0 * 1024 * 1024; n *= 4)
+    samples.push_back({n, alpha + n / beta});
+  const auto fit = fitAlphaBeta(samples);
+  CHECK(fit.alpha.value() == Approx(alpha).epsilon(1e-9));
+  CHECK(fit.beta.value() == Approx(beta).epsilon(1e-9));
+  CHECK(fit.maxRelativeError < 1e-9);
+}
+
+TEST_CASE("the fit is robust to +-5 % noise", "[fit]") {
+  const double alpha = 10e-6, beta = 1e9;
+  std::vector<TimingSample> samples;
+  int i = 0;
+  for (double n = 1024; n <= 64.0 * 1024 * 1024; n *= 2, ++i)
+    samples.push_back({n, (alpha + n / beta) * (i % 2 ? 1.05 : 0.95)});
+  const auto fit = fitAlphaBeta(samples);
+  CHECK(fit.alpha.value() == Approx(alpha).epsilon(0.1));
+  CHECK(fit.beta.value() == Approx(beta).epsilon(0.1));
+  CHECK(fit.maxRelativeError < 0.1);
+}
+
+TEST_CASE("effective bandwidth table and its interpolation", "[fit]") {
+  // Small messages slow (a per-message cost on top of alpha), large fast.
+  const std::vector<TimingSample> samples = {{1e3, 2e-6 + 1e3 / 1e8}, {1e6, 2e-6 + 1e6 / 1e9}};
+  const auto table = bandwidthTable(samples, Seconds(2e-6));
+  REQUIRE(table.size() == 2);
+  CHECK(table[0].bandwidth.value() == Approx(1e8));
+  CHECK(table[1].bandwidth.value() == Approx(1e9));
+  CHECK(interpolateBandwidth(table, Bytes(1e2)).value() == Approx(1e8));  // held below
+  CHECK(interpolateBandwidth(table, Bytes(1e7)).value() == Approx(1e9));  // held above
+  // Halfway in log(n) between 1e3 and 1e6: sqrt(1e9) = 31622.8 bytes.
+  CHECK(interpolateBandwidth(table, Bytes(std::sqrt(1e9))).value() == Approx(5.5e8));
+}
