@@ -43,6 +43,20 @@ FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterF
   return p;
 }
 
+double DeviceSpec::sharingSpeed(int workers) const {
+  if (sharing.empty() || workers <= sharing.front().first)
+    return sharing.empty() ? 1.0 : sharing.front().second;
+  for (size_t i = 1; i < sharing.size(); ++i) {
+    const auto [k1, s1] = sharing[i];
+    if (workers <= k1) {
+      const auto [k0, s0] = sharing[i - 1];
+      return s0 + (s1 - s0) * double(workers - k0) / double(k1 - k0);
+    }
+  }
+  const auto [kn, sn] = sharing.back();
+  return sn * double(kn) / double(workers);
+}
+
 int64_t Cluster::capacity() const {
   int64_t n = 1;
   for (const auto& l : levels) {
@@ -62,7 +76,7 @@ constexpr LayerKind kAllKinds[] = {LayerKind::kConv,    LayerKind::kPool,      L
 
 DeviceSpec readDevice(const ConfigNode& n) {
   n.allowOnly({"name", "peak", "memory_bandwidth", "memory_capacity", "memory_efficiency",
-               "efficiency", "reduce_bandwidth"});
+               "efficiency", "reduce_bandwidth", "sharing"});
   DeviceSpec d;
   d.name = n.require("name").asString();
   const auto peak = n.require("peak");
@@ -92,6 +106,15 @@ DeviceSpec readDevice(const ConfigNode& n) {
       value.fail(
           "unknown layer kind (expected default or one of conv, pool, fc, rnn, relu, lrn, "
           "dropout, batchnorm, add, softmax)");
+  }
+  if (auto sharing = n.get("sharing")) {
+    for (const auto& row : sharing->items()) {
+      row.allowOnly({"workers", "speed"});
+      const int workers = row.require("workers").asPositiveInt();
+      if (!d.sharing.empty() && workers <= d.sharing.back().first)
+        row.require("workers").fail("worker counts must increase down the list");
+      d.sharing.push_back({workers, row.require("speed").asPositiveDouble()});
+    }
   }
   if (auto r = n.get("reduce_bandwidth")) {
     d.reduceBandwidth = r->asBandwidth();

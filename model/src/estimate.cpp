@@ -41,6 +41,11 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
   return max(computeBound, memoryBound);
 }
 
+int workersPerNode(const Cluster& cluster, int workers) {
+  const int group = cluster.levels.front().group;
+  return group == 0 ? workers : std::min(workers, group);
+}
+
 Seconds updateTime(double params, const DeviceSpec& device, ElementType element) {
   const Bytes traffic(5.0 * params * elementBytes(element));
   return traffic / (device.memoryBandwidth * device.memoryEfficiency);
@@ -59,6 +64,7 @@ struct Context {
   CommParams comm;
   int k;
   int b;
+  double speed;  // compute speed when the node's workers share it (1: alone)
 
   Context(const Network& n, const Cluster& c, const Scenario& s)
       : net(n),
@@ -68,16 +74,17 @@ struct Context {
         e(elementBytes(s.options.element)),
         peak(c.device.peakFor(s.options.element, c.sourceFile)),
         k(s.workers),
-        b(s.batchPerWorker) {
+        b(s.batchPerWorker),
+        speed(c.device.sharingSpeed(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;
     comm.gamma = 1.0 / c.device.reduceBandwidth.value();
   }
 
   Seconds time(const Layer& l, Phase p, double examples, double fraction) const {
-    return layerTime(l, p, examples, fraction, cluster.device, peak, sc.options.element);
+    return layerTime(l, p, examples, fraction, cluster.device, peak, sc.options.element) / speed;
   }
   Seconds update(double params) const {
-    return updateTime(params, cluster.device, sc.options.element);
+    return updateTime(params, cluster.device, sc.options.element) / speed;
   }
 };
 

@@ -89,7 +89,8 @@ class Engine {
         topo_(cluster, plan.scenario.workers),
         k_(plan.scenario.workers),
         peak_(cluster.device.peakFor(plan.scenario.options.element, cluster.sourceFile)),
-        gamma_(1.0 / cluster.device.reduceBandwidth.value()) {
+        gamma_(1.0 / cluster.device.reduceBandwidth.value()),
+        speed_(cluster.device.sharingSpeed(workersPerNode(cluster, plan.scenario.workers))) {
     const size_t n = plan.tasks.size();
     depsLeft_.resize(n);
     start_.assign(n, -1.0);
@@ -216,6 +217,7 @@ class Engine {
     } else {
       seconds = updateTime(task.params, cluster_.device, element).value();
     }
+    seconds /= speed_;
     const auto w = static_cast<size_t>(task.worker);
     if (w < opt_.slowdown.size())
       seconds *= opt_.slowdown[w];
@@ -660,6 +662,7 @@ class Engine {
   int k_;
   FlopsPerSecond peak_;
   double gamma_;
+  double speed_;  // compute speed when the node's workers share it
   EventQueue q_;
 
   std::vector<uint32_t> depsLeft_;

@@ -270,3 +270,17 @@ TEST_CASE("estimates are deterministic", "[strategy]") {
     CHECK(a.bottleneck == b.bottleneck);
   }
 }
+
+TEST_CASE("workers sharing a node compute at the calibrated speed", "[strategy]") {
+  auto cl = flatCluster(1e15, 0, 4, true, 1e18);
+  const auto net = presetNetwork("tiny-cnn");
+  const double alone = estimate(net, cl, scenario(Strategy::kRing, 1, 32)).step.value();
+  cl.device.sharing = {{1, 1.0}, {2, 0.8}, {4, 0.5}};
+  CHECK(cl.device.sharingSpeed(3) == Approx(0.65));
+  CHECK(cl.device.sharingSpeed(8) == Approx(0.25));  // 4 x 0.5 shared by 8
+  // No communication cost: the step is the compute at the shared speed.
+  CHECK(estimate(net, cl, scenario(Strategy::kRing, 2, 32)).step.value() ==
+        Approx(alone / 0.8).epsilon(1e-5));
+  CHECK(estimate(net, cl, scenario(Strategy::kRing, 4, 32)).step.value() ==
+        Approx(alone / 0.5).epsilon(1e-5));
+}

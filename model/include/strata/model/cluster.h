@@ -35,6 +35,15 @@ struct DeviceSpec {
   std::array<double, 10> efficiency{};
   // Bytes of reduction input summed per second (gamma = 1 / this).
   BytesPerSecond reduceBandwidth;
+  // Optional (strata calibrate): each worker's compute speed, relative to
+  // running alone, when `workers` workers share one node (its innermost
+  // topology group) and so its cores and memory. Sorted by workers.
+  std::vector<std::pair<int, double>> sharing;
+
+  // Speed factor for `workers` workers on one node: 1 without a table;
+  // interpolated linearly; beyond the table the last entry's total throughput
+  // is shared (speed x last / workers).
+  double sharingSpeed(int workers) const;
 
   // Peak for an element type; throws OptionError("--element") naming the
   // cluster file when the device has no figure for it.

@@ -28,6 +28,9 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
 MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const Scenario& scenario,
                          int rank);
 
+// Workers that share a node (the innermost topology group) with worker 0.
+int workersPerNode(const Cluster& cluster, int workers);
+
 // SGD with momentum over `params` parameters: reads w, g, v and writes w, v.
 Seconds updateTime(double params, const DeviceSpec& device, ElementType element);
 
