@@ -5,12 +5,17 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
+#include <tuple>
 
 #include "output.h"
+#include "strata/exec/calibrate.h"
 #include "strata/exec/comm/mpi_communicator.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/error.h"
@@ -18,6 +23,7 @@
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/quantity_text.h"
+#include "strata/model/validation.h"
 
 namespace strata::cli {
 namespace {
@@ -287,6 +293,92 @@ int runCommand(int& argc, char**& argv, const std::string& netName, const std::s
 #endif
 }
 
+// `strata validate`: measured steps against model and simulator.
+int validateCommand(const std::string& netName, const std::string& strategies,
+                    const std::string& workers, const std::string& clusterPath,
+                    const std::string& outDir, int steps, int batch, Format format) {
+  if (steps < 3)
+    throw OptionError("--steps", "must be at least 3 (2 warm-up steps, then measured ones)");
+  if (batch < 1)
+    throw OptionError("--batch", "must be at least 1");
+  const auto net = networkArg(netName, "--network");
+  const auto strats = parseStrategies(strategies, "--strategies");
+  const auto ks = parsePositiveList(workers, "--workers");
+  exec::checkRunnable(net, Scenario{});
+  std::error_code ec;
+  std::filesystem::create_directories(outDir, ec);
+  if (ec)
+    throw OptionError("--out-dir", "cannot create '" + outDir + "': " + ec.message());
+  const bool table = format == Format::kTable;
+  std::string path = clusterPath;
+  if (path.empty()) {
+    path = (std::filesystem::path(outDir) / "localhost-calibrated.yaml").string();
+    exec::CalibrationOptions co;
+    co.name = "localhost-calibrated";
+    co.network = &net;
+    co.batch = batch;
+    co.maxWorkers = *std::max_element(ks.begin(), ks.end());
+    if (table)
+      co.progress = [](const std::string& l) { std::cout << "  " << l << "\n" << std::flush; };
+    if (table)
+      std::cout << "calibrating this machine (" << path << ")\n";
+    std::ofstream f(path);
+    if (!f)
+      throw OptionError("--out-dir", "cannot write '" + path + "'");
+    f << exec::calibrate(co);
+  }
+  const auto cluster = clusterArg(path, "--cluster");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<ValidationRow> rows;
+  for (int k : ks) {
+    for (auto s : strats) {
+      Scenario sc;
+      sc.strategy = s;
+      sc.workers = k;
+      sc.batchPerWorker = batch;
+      if (table)
+        std::cout << fmt::format("running {} on {} workers ...\n", toString(s), k) << std::flush;
+      ValidationRow row;
+      row.model = estimate(net, cluster, sc);
+      const Plan plan = lowerToPlan(net, sc);
+      sim::Options so;
+      so.timeline = true;
+      const auto simulated = sim::simulate(plan, net, cluster, so);
+      row.sim = simulated.estimate;
+      exec::RunOptions ro;
+      ro.steps = steps;
+      ro.warmup = 2;
+      auto run = exec::runThreads(plan, net, ro);
+      run.measured.cluster = cluster.name;
+      row.measured = run.measured;
+      // 2 threads per worker (compute and communication lanes) on `cores` cores.
+      if (k > static_cast<int>(cores)) {
+        const bool calibrated =
+            std::any_of(cluster.device.sharing.begin(), cluster.device.sharing.end(),
+                        [&](const auto& e) { return e.first >= k; });
+        row.withinClaims = calibrated;
+        row.note = fmt::format("{} workers on {} cores{}", k, cores,
+                               calibrated ? " (sharing calibrated)" : ", sharing not calibrated");
+      }
+      const std::string stem = fmt::format("{}-k{}", toString(s), k);
+      auto writeOne = [&](const char* suffix, const StepEstimate& est, const Timeline& tl) {
+        std::ofstream f(std::filesystem::path(outDir) / (stem + "." + suffix + ".json"));
+        writeTrace(f, plan, net, est, tl);
+      };
+      writeOne("measured", run.measured, run.timeline);
+      writeOne("sim", simulated.estimate, simulated.timeline);
+      rows.push_back(std::move(row));
+    }
+  }
+  if (table)
+    std::cout << fmt::format(
+        "\n{} on {} ({}), {} examples per worker, {} steps (2 warm-up, median of the rest); "
+        "traces in {}/\n\n",
+        net.name, cluster.name, path, batch, steps, outDir);
+  printValidation(std::cout, rows, summarize(rows), format);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"strata: how fast will this network train on this cluster with this strategy?"};
   app.require_subcommand(1);
@@ -429,6 +521,47 @@ int run(int argc, char** argv) {
       "  mpirun -np 4 strata run --network tiny-cnn --strategy ring --steps 20\n"
       "Networks too large for this machine run with a smaller batch: --batch 8.");
 
+  // validate
+  std::string valNet = "tiny-cnn", valStrategies = "all", valWorkers = "1,2", valCluster,
+              valOutDir = "validate";
+  int valSteps = 8, valBatch = 32;
+  auto* validateCmd = app.add_subcommand(
+      "validate", "run strategies for real and put the measured steps beside model and simulator");
+  validateCmd->add_option("--network,-n", valNet, "network (default tiny-cnn)");
+  validateCmd->add_option("--strategies,-s", valStrategies, "comma-separated or all (default all)");
+  validateCmd->add_option("--workers,-k", valWorkers,
+                          "comma-separated worker counts (default 1,2)");
+  validateCmd->add_option("--cluster,-c", valCluster,
+                          "calibrated cluster YAML (default: calibrate now, write it to the "
+                          "output folder)");
+  validateCmd->add_option("--steps", valSteps,
+                          "steps per run; the first 2 are warm-up (default 8)");
+  validateCmd->add_option("--batch,-b", valBatch, "examples per worker (default 32)");
+  validateCmd->add_option("--out-dir", valOutDir,
+                          "folder for the calibrated cluster and the measured and simulated "
+                          "traces (default validate)");
+  addFormat(validateCmd);
+  validateCmd->footer(
+      "Example:\n"
+      "  strata validate --network tiny-cnn --strategies all --workers 1,2,4");
+
+  // calibrate
+  std::string calNet = "tiny-cnn", calOut;
+  int calBatch = 32, calMaxWorkers = 4;
+  auto* calibrateCmd =
+      app.add_subcommand("calibrate", "measure this machine and write it as a cluster config");
+  calibrateCmd->add_option("--out,-o", calOut, "cluster YAML to write (its stem is its name)")
+      ->required();
+  calibrateCmd->add_option("--network,-n", calNet,
+                           "network whose layers are timed per kind (default tiny-cnn)");
+  calibrateCmd->add_option("--batch,-b", calBatch, "examples per timed pass (default 32)");
+  calibrateCmd->add_option("--max-workers", calMaxWorkers,
+                           "measure sharing for 1, 2, 4, ... up to this many workers (default 4)");
+  calibrateCmd->footer(
+      "Example:\n"
+      "  strata calibrate --out my-cluster.yaml\n"
+      "  strata predict -n tiny-cnn -c my-cluster.yaml -s ring -k 2 -b 32");
+
   // sweep
   std::string swNets, swClusters, swStrategies = "all", swWorkers = "1,2,4,8", swBatches = "128",
                                   swOverlap = "on", swElements = "fp32", swFcUpdates = "step",
@@ -467,7 +600,7 @@ int run(int argc, char** argv) {
     if (!known)
       throw OptionError(command,
                         "unknown command (expected list, describe, predict, compare, sweep, "
-                        "plan, simulate or run; see strata --help)");
+                        "plan, simulate, run, calibrate or validate; see strata --help)");
   }
   // Defaults per subcommand: sweep prints CSV, the others a table.
   try {
@@ -482,7 +615,8 @@ int run(int argc, char** argv) {
   }
   if (!sweep->parsed() && format == "csv" && !list->count("--format") &&
       !describe->count("--format") && !predict->count("--format") && !compare->count("--format") &&
-      !plan->count("--format") && !simulateCmd->count("--format") && !runCmd->count("--format"))
+      !plan->count("--format") && !simulateCmd->count("--format") && !runCmd->count("--format") &&
+      !validateCmd->count("--format"))
     format = "table";
   const Format fmtOut = parseFormat(format);
 
@@ -559,6 +693,31 @@ int run(int argc, char** argv) {
     printSimulation(std::cout, result, fmtOut);
     if (traceFile.is_open() && fmtOut == Format::kTable)
       std::cout << "\ntrace written to " << simTrace << " (open it in ui.perfetto.dev)\n";
+  } else if (validateCmd->parsed()) {
+    return validateCommand(valNet, valStrategies, valWorkers, valCluster, valOutDir, valSteps,
+                           valBatch, fmtOut);
+  } else if (calibrateCmd->parsed()) {
+    if (calBatch < 1)
+      throw OptionError("--batch", "must be at least 1");
+    if (calMaxWorkers < 1)
+      throw OptionError("--max-workers", "must be at least 1");
+    const auto net = networkArg(calNet, "--network");
+    exec::checkRunnable(net, Scenario{});
+    exec::CalibrationOptions co;
+    co.name = std::filesystem::path(calOut).stem().string();
+    co.network = &net;
+    co.batch = calBatch;
+    co.maxWorkers = calMaxWorkers;
+    co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
+    std::ofstream file(calOut);
+    if (!file)
+      throw OptionError("--out", "cannot write '" + calOut + "'");
+    std::cout << "calibrating this machine on " << net.name << "'s layers (batch " << calBatch
+              << ")\n";
+    file << exec::calibrate(co);
+    if (!file.flush())
+      throw OptionError("--out", "error while writing '" + calOut + "'");
+    std::cout << "wrote " << calOut << "\n";
   } else if (runCmd->parsed()) {
     return runCommand(argc, argv, runNet, runStrategy, runWorkers, runFlags, runOpt, runNoDropout,
                       runTimeout, runTrace, fmtOut);

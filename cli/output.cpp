@@ -599,12 +599,81 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
     std::string after;
     const auto deps = plan.depsOf(task);
     for (size_t d = 0; d < deps.size() && d < 6; ++d)
-      after += (d ? "," : "") + std::to_string(deps[d]);
+      after += fmt::format("{}{}", d ? "," : "", deps[d]);
     if (deps.size() > 6)
       after += fmt::format(",... ({})", deps.size());
     t.add({std::to_string(i), std::string(toString(task.kind)), who, what, size, after});
   }
   t.print(out);
+}
+
+void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
+                     const ValidationSummary& summary, Format format) {
+  auto triple = [](Seconds m, Seconds p, Seconds s) {
+    return ordered_json{{"measured", m.value()}, {"model", p.value()}, {"sim", s.value()}};
+  };
+  if (format == Format::kJson) {
+    ordered_json j;
+    ordered_json rs = ordered_json::array();
+    for (const auto& r : rows)
+      rs.push_back(
+          {{"strategy", std::string(toString(r.measured.scenario.strategy))},
+           {"workers", r.measured.scenario.workers},
+           {"batch_per_worker", r.measured.scenario.batchPerWorker},
+           {"step_s", triple(r.measured.step, r.model.step, r.sim.step)},
+           {"model_error", r.modelError()},
+           {"sim_error", r.simError()},
+           {"compute_s", triple(meanCompute(r.measured), meanCompute(r.model), meanCompute(r.sim))},
+           {"communication_s", triple(meanCommunication(r.measured), meanCommunication(r.model),
+                                      meanCommunication(r.sim))},
+           {"exposed_communication_s",
+            triple(meanExposed(r.measured), meanExposed(r.model), meanExposed(r.sim))},
+           {"within_claims", r.withinClaims},
+           {"note", r.note}});
+    j["rows"] = rs;
+    j["summary"] = {{"rows", summary.rows},
+                    {"rows_within_claims", summary.rowsWithinClaims},
+                    {"median_model_error", summary.medianModelError},
+                    {"worst_model_error", summary.worstModelError},
+                    {"median_sim_error", summary.medianSimError},
+                    {"worst_sim_error", summary.worstSimError}};
+    out << j.dump(2) << "\n";
+    return;
+  }
+  if (format == Format::kCsv) {
+    out << "strategy,workers,measured_step_s,model_step_s,sim_step_s,model_error,sim_error,"
+           "within_claims\n";
+    for (const auto& r : rows)
+      out << fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.6g},{:.6g},{}\n",
+                         toString(r.measured.scenario.strategy), r.measured.scenario.workers,
+                         r.measured.step.value(), r.model.step.value(), r.sim.step.value(),
+                         r.modelError(), r.simError(), r.withinClaims ? "yes" : "no");
+    return;
+  }
+  auto pct = [](double e) { return fmt::format("{:+.1f} %", 100 * e); };
+  auto three = [](Seconds m, Seconds p, Seconds s) {
+    return fmt::format("{} / {} / {}", formatSeconds(m), formatSeconds(p), formatSeconds(s));
+  };
+  Table t({"K", "strategy", "measured", "model", "error", "sim", "error",
+           "compute (measured / model / sim)", "comm", "exposed comm", "note"},
+          2);
+  for (const auto& r : rows) {
+    t.add(
+        {std::to_string(r.measured.scenario.workers),
+         std::string(toString(r.measured.scenario.strategy)), formatSeconds(r.measured.step),
+         formatSeconds(r.model.step), pct(r.modelError()), formatSeconds(r.sim.step),
+         pct(r.simError()),
+         three(meanCompute(r.measured), meanCompute(r.model), meanCompute(r.sim)),
+         three(meanCommunication(r.measured), meanCommunication(r.model), meanCommunication(r.sim)),
+         three(meanExposed(r.measured), meanExposed(r.model), meanExposed(r.sim)),
+         r.withinClaims ? r.note : fmt::format("outside claims: {}", r.note)});
+  }
+  t.print(out);
+  out << fmt::format(
+      "\nstep time error over {} of {} rows: model median {:.1f} %, worst {:.1f} %; simulator "
+      "median {:.1f} %, worst {:.1f} %\n",
+      summary.rowsWithinClaims, summary.rows, 100 * summary.medianModelError,
+      100 * summary.worstModelError, 100 * summary.medianSimError, 100 * summary.worstSimError);
 }
 
 }  // namespace strata::cli

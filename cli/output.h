@@ -11,6 +11,7 @@
 #include "strata/model/network.h"
 #include "strata/model/plan.h"
 #include "strata/model/strategy.h"
+#include "strata/model/validation.h"
 #include "strata/sim/simulator.h"
 
 namespace strata::cli {
@@ -24,6 +25,10 @@ void printEstimate(std::ostream& out, const StepEstimate& estimate, Format forma
 void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimates, Format format);
 // A simulated step: the estimate, then the busiest links.
 void printSimulation(std::ostream& out, const sim::Result& result, Format format);
+// Measured against model and simulator, per strategy x K, with the summary.
+void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
+                     const ValidationSummary& summary, Format format);
+
 // The tasks of a Plan, for a person to read (table) or a tool (JSON).
 void printPlan(std::ostream& out, const Plan& plan, const Network& network, Format format);
 

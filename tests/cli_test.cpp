@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -661,4 +662,41 @@ TEST_CASE("run on threads trains and reports; a failing worker is named", "[cli]
                  {"lm-300m.yaml:", "layers[0]", "rnn"});
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "fp16"}),
                  {"--element"});
+}
+
+TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
+          "[cli][validate]") {
+  const std::string dir = "cli_test_validate";
+  const auto r = runStrata({"validate", "-n", "tiny-cnn", "-s", "ring,owt-b", "-k", "1,2",
+                            "--steps", "3", "--batch", "8", "--out-dir", dir, "--format", "json"});
+  REQUIRE(r.status == 0);
+  const auto j = json::parse(r.output);
+  REQUIRE(j.at("rows").size() == 4);
+  for (const auto& row : j.at("rows")) {
+    // The table is produced, with all three figures (not their accuracy: timing here is noisy).
+    CHECK(row.at("step_s").at("measured").get<double>() > 0);
+    CHECK(row.at("step_s").at("model").get<double>() > 0);
+    CHECK(row.at("step_s").at("sim").get<double>() > 0);
+    const double err = row.at("model_error").get<double>();
+    CHECK(err == Approx(row.at("step_s").at("model").get<double>() /
+                            row.at("step_s").at("measured").get<double>() -
+                        1));
+  }
+  CHECK(j.at("summary").at("rows").get<int>() == 4);
+  // Calibrated cluster and the measured and simulated traces side by side.
+  for (const char* f : {"localhost-calibrated.yaml", "ring-k2.measured.json", "ring-k2.sim.json",
+                        "owt-b-k1.measured.json"}) {
+    INFO(f);
+    CHECK(std::ifstream(dir + "/" + f).good());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("calibrate writes a cluster that loads", "[cli][validate]") {
+  const std::string file = "cli_test_calibrated.yaml";
+  const auto r = runStrata({"calibrate", "--out", file, "--max-workers", "2"});
+  REQUIRE(r.status == 0);
+  const auto p = runStrata({"predict", "-n", "tiny-cnn", "-c", file, "-s", "ring", "-k", "2"});
+  CHECK(p.status == 0);
+  std::remove(file.c_str());
 }

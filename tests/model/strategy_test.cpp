@@ -7,6 +7,7 @@
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/topology.h"
+#include "strata/model/validation.h"
 
 using namespace strata;
 using strata::test::flatCluster;
@@ -283,4 +284,27 @@ TEST_CASE("workers sharing a node compute at the calibrated speed", "[strategy]"
         Approx(alone / 0.8).epsilon(1e-5));
   CHECK(estimate(net, cl, scenario(Strategy::kRing, 4, 32)).step.value() ==
         Approx(alone / 0.5).epsilon(1e-5));
+}
+
+TEST_CASE("validation error arithmetic", "[validation]") {
+  auto make = [](double measured, double model, double sim, bool within = true) {
+    ValidationRow r;
+    r.measured.step = Seconds(measured);
+    r.model.step = Seconds(model);
+    r.sim.step = Seconds(sim);
+    r.withinClaims = within;
+    return r;
+  };
+  // Errors: model +10 %, -4 %, +2 %; sim -5 %, +1 %, 0 %; an excluded row at +50 %.
+  const std::vector<ValidationRow> rows = {make(1.0, 1.1, 0.95), make(2.0, 1.92, 2.02),
+                                           make(0.5, 0.51, 0.5), make(1.0, 1.5, 1.5, false)};
+  CHECK(rows[0].modelError() == Approx(0.10));
+  CHECK(rows[1].modelError() == Approx(-0.04));
+  const auto s = summarize(rows);
+  CHECK(s.rows == 4);
+  CHECK(s.rowsWithinClaims == 3);
+  CHECK(s.medianModelError == Approx(0.04));
+  CHECK(s.worstModelError == Approx(0.10));
+  CHECK(s.medianSimError == Approx(0.01));
+  CHECK(s.worstSimError == Approx(0.05));
 }

@@ -1,0 +1,34 @@
+// Measuring the machine strata runs on and writing it as a cluster config
+// (`strata calibrate`), so the model and the simulator price this machine's
+// runs from measurements instead of datasheets.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "strata/exec/comm/communicator.h"
+#include "strata/model/network.h"
+
+namespace strata::exec {
+
+struct CalibrationOptions {
+  std::string name = "localhost-calibrated";  // the cluster's name (the file's stem)
+  // Layers timed to find each layer kind's efficiency: the network a run will
+  // use (validate passes its own); shapes of another network are a guess.
+  const Network* network = nullptr;
+  int batch = 32;      // examples per timed pass
+  int maxWorkers = 4;  // sharing measured for 1, 2, 4, ... up to this
+  // Communicator to measure alpha and beta on (MPI ranks 0 and 1); null:
+  // two threads of this process, as `strata run` uses.
+  Communicator* comm = nullptr;
+  std::function<void(const std::string&)> progress;  // one line per measurement
+};
+
+// Measures peak GEMM rate, each layer kind's achieved share of it, streaming
+// memory bandwidth, summing bandwidth (gamma), the communicator's alpha,
+// beta and per-size bandwidth, and how compute speed falls when workers share
+// the machine. Returns the cluster YAML, every number with a comment saying
+// how it was measured. Takes well under a minute here.
+std::string calibrate(const CalibrationOptions& options);
+
+}  // namespace strata::exec
