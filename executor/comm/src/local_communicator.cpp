@@ -134,7 +134,10 @@ std::chrono::steady_clock::time_point deadlineAfter(Seconds timeout) {
 
 struct LocalWorld::State {
   explicit State(int n)
-      : size(n), spinBeforeSleeping(n <= static_cast<int>(std::thread::hardware_concurrency())) {
+      // Spin only when every thread can have a core: a strata worker runs a
+      // compute and a communication thread, and a spinning receiver would take
+      // the core its own compute lane needs.
+      : size(n), spinBeforeSleeping(2 * n <= static_cast<int>(std::thread::hardware_concurrency())) {
     for (int r = 0; r < n; ++r)
       inboxes.push_back(std::make_unique<Inbox>());
   }
