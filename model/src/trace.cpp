@@ -4,6 +4,7 @@
 // millions of slices.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
 
 #include "strata/model/timeline.h"
@@ -58,6 +59,23 @@ std::string taskName(const Plan& plan, const Network& net, const Task& t) {
 }
 
 }  // namespace
+
+double overlapSeconds(const Intervals& a, const Intervals& b) {
+  double s = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const double lo = std::max(a[i].first, b[j].first);
+    const double hi = std::min(a[i].second, b[j].second);
+    if (hi > lo)
+      s += hi - lo;
+    if (a[i].second < b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return s;
+}
 
 void writeTrace(std::ostream& out, const Plan& plan, const Network& net,
                 const StepEstimate& estimate, const Timeline& result) {

@@ -536,8 +536,6 @@ class Engine {
     }
   }
 
-  using Intervals = std::vector<std::pair<double, double>>;
-
   static Intervals merged(Intervals v) {
     std::sort(v.begin(), v.end());
     Intervals out;
@@ -554,23 +552,6 @@ class Engine {
     double s = 0;
     for (const auto& iv : v)
       s += iv.second - iv.first;
-    return s;
-  }
-  // Total overlap of two sorted lists of disjoint intervals.
-  static double overlap(const Intervals& a, const Intervals& b) {
-    double s = 0;
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-      const double lo = std::max(a[i].first, b[j].first);
-      const double hi = std::min(a[i].second, b[j].second);
-      if (hi > lo)
-        s += hi - lo;
-      if (a[i].second < b[j].second) {
-        ++i;
-      } else {
-        ++j;
-      }
-    }
     return s;
   }
 
@@ -613,7 +594,8 @@ class Engine {
         return v;
       }());
       const double c = length(comm);
-      const double hidden = overlap(comm, computeIntervals_[wi]);  // compute intervals are sorted
+      const double hidden =
+          overlapSeconds(comm, computeIntervals_[wi]);  // compute intervals are sorted
       we.communication = Seconds(c);
       we.exposedCommunication = Seconds(c - hidden);
       we.idle = max(Seconds(0), est.step - we.compute.total() - we.exposedCommunication);

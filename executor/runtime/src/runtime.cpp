@@ -268,26 +268,14 @@ class Worker {
     m.seconds = seconds(t0);
     m.lossShare = lossShare_;
     // Exposed communication: communication time not overlapped by compute.
-    std::vector<std::pair<double, double>> computeIv, commIv;
+    Intervals computeIv, commIv;
     for (size_t t : mine_) {
       const auto& iv = timing_[t];
       const bool c =
           plan_.tasks[t].kind == TaskKind::kCompute || plan_.tasks[t].kind == TaskKind::kUpdate;
       (c ? computeIv : commIv).push_back({iv.start, iv.end});
     }
-    double hidden = 0;
-    size_t a = 0, b = 0;
-    while (a < commIv.size() && b < computeIv.size()) {
-      const double lo = std::max(commIv[a].first, computeIv[b].first);
-      const double hi = std::min(commIv[a].second, computeIv[b].second);
-      if (hi > lo)
-        hidden += hi - lo;
-      if (commIv[a].second < computeIv[b].second) {
-        ++a;
-      } else {
-        ++b;
-      }
-    }
+    const double hidden = overlapSeconds(commIv, computeIv);
     m.exposed = m.communication - hidden;
     return m;
   }

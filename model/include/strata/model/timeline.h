@@ -42,6 +42,13 @@ struct Timeline {
   std::vector<std::string> channelNames;
 };
 
+// Intervals [start, end) in seconds; both engines measure exposed
+// communication as communication time not overlapped by compute.
+using Intervals = std::vector<std::pair<double, double>>;
+
+// Total overlap of two sorted lists of disjoint intervals.
+double overlapSeconds(const Intervals& a, const Intervals& b);
+
 // Writes Chrome trace-event JSON (opens in ui.perfetto.dev): one process per
 // worker with tracks compute / send / receive / reduce, one process for the
 // links; one slice per Slice with FLOPs, examples, bytes and peer in its args;
