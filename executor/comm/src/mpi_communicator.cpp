@@ -127,7 +127,9 @@ void MpiCommunicator::complete(Transfer* transfers, int count) {
   };
   // Cancels what is still pending so MPI does not write into a buffer the
   // caller is about to free; what cannot be cancelled in 100 ms is released
-  // (the communicator is unusable after a timeout anyway).
+  // (the communicator is unusable after a timeout anyway). Best effort, so
+  // these calls go unchecked: we are about to throw the error that matters,
+  // and a failing cleanup must not replace it.
   auto cancelPending = [&] {
     for (int i = 0; i < count; ++i) {
       MPI_Request& request = transfers[i].request;

@@ -7,8 +7,10 @@
 // its buffer and waits on the destination's condition variable until it is
 // filled, the world is aborted, or the timeout passes. sendRecv() posts its
 // receive before it sends, so in a ring most transfers are a single memcpy.
-// Pooled buffers are recycled so a large allreduce does not page-fault fresh
-// memory at every step.
+// When the world has no more ranks than the machine has cores, a receiver
+// spins ~100 us before it sleeps (a wake-up costs ~10-50 us; a 1 KiB ring
+// allreduce on 2 threads takes ~1.5 us). Pooled buffers are recycled so a
+// large allreduce does not page-fault fresh memory at every step.
 //
 // This is what the tests and the thread-mode executor run on: it has the same
 // semantics as MpiCommunicator (communicator.h) at the speed of memcpy.
@@ -27,6 +29,7 @@ class LocalWorld;
 // One rank's endpoint in a LocalWorld; obtained from LocalWorld::communicator.
 class LocalCommunicator final : public Communicator {
  public:
+  // Contracts as in Communicator.
   int rank() const override { return rank_; }
   int size() const override;
   // Aborts the whole LocalWorld (see LocalWorld::abort).
