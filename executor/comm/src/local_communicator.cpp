@@ -111,8 +111,14 @@ struct Inbox {
   }
 };
 
-// Spinning only pays when every rank has a core of its own.
-constexpr int kSpinPolls = 4000;  // ~10-20 us of pause instructions
+// How long a receiver polls before it sleeps on the condition variable. A
+// wake-up costs ~10-50 us on a VM; a neighbour on another core usually
+// delivers within a few us.
+constexpr std::chrono::microseconds kPollBeforeSleeping{50};
+// Polls with a pause instruction before polling with sched_yield: yielding
+// lets a partner (or our own compute thread) that the scheduler put on our
+// core run, where a pure spin would hold the core until it gives up.
+constexpr int kPausePolls = 64;
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -137,7 +143,8 @@ struct LocalWorld::State {
       // Spin only when every thread can have a core: a strata worker runs a
       // compute and a communication thread, and a spinning receiver would take
       // the core its own compute lane needs.
-      : size(n), spinBeforeSleeping(2 * n <= static_cast<int>(std::thread::hardware_concurrency())) {
+      : size(n),
+        spinBeforeSleeping(2 * n <= static_cast<int>(std::thread::hardware_concurrency())) {
     for (int r = 0; r < n; ++r)
       inboxes.push_back(std::make_unique<Inbox>());
   }
@@ -312,14 +319,19 @@ void LocalCommunicator::waitRecv(Pending& pending) {
   Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
   PostedRecv& posting = pending.posting;
   if (st.spinBeforeSleeping) {
-    // A condition-variable wake-up costs ~10 us; a neighbour on another core
-    // usually delivers sooner than that.
-    for (int i = 0; i < kSpinPolls; ++i) {
+    const auto giveUp = std::chrono::steady_clock::now() + kPollBeforeSleeping;
+    for (int i = 0;; ++i) {
       const State now = posting.state.load(std::memory_order_acquire);
       if (now == State::kDone || now == State::kMismatch ||
           st.aborted.load(std::memory_order_relaxed))
         break;
-      cpuRelax();
+      if (i < kPausePolls) {
+        cpuRelax();
+      } else {
+        if (std::chrono::steady_clock::now() >= giveUp)
+          break;
+        std::this_thread::yield();
+      }
     }
   }
   std::unique_lock lock(inbox.mutex);
