@@ -280,6 +280,8 @@ int runCommand(int& argc, char**& argv, const std::string& netName, const std::s
       std::cout << "\ntrace written to " << tracePath << " (open it in ui.perfetto.dev)\n";
   };
   if (!mpi) {
+    if (workers.empty())
+      throw OptionError("--workers", "required when not started by mpirun (threads: --workers K)");
     runAndReport(nullptr, 0);
     return 0;
   }

@@ -700,3 +700,7 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate]") {
   CHECK(p.status == 0);
   std::remove(file.c_str());
 }
+
+TEST_CASE("run without --workers outside mpirun names the option", "[cli][exec]") {
+  checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring"}), {"--workers", "mpirun"});
+}
