@@ -333,7 +333,13 @@ class Builder {
       pof2 *= 2;
     const int extra = k_ - pof2;
     auto worker = [&](int active) { return active < extra ? 2 * active : active + extra; };
+    // The buffer is cut into p' blocks; a flow's part is the first block it
+    // carries, and its bytes say how many. Active rank i's window (the blocks
+    // it is responsible for) starts at window[i].
+    c.parts = pof2;
     begin(c);
+    const Bytes block = n / pof2;
+    std::vector<int> window(static_cast<size_t>(pof2), 0);
     int last = -1;
     int step = 0;
     auto next = [&](const Deps& d) { return last >= 0 ? Deps{last} : d; };
@@ -345,24 +351,40 @@ class Builder {
           transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0, next(start), f);
       last = reduce(x, n, 1, {x});
     }
-    std::vector<std::vector<PlanFlow>> exchanges;
+    // Reduce-scatter by recursive halving: with distance d, rank i keeps the
+    // lower half of its window when bit d of i is clear and sends the upper.
+    std::vector<int> distances;
     for (int d = pof2 / 2; d >= 1; d /= 2) {
+      distances.push_back(d);
+      std::vector<PlanFlow> f;
+      for (int i = 0; i < pof2; ++i) {
+        const int w = window[static_cast<size_t>(i)];
+        f.push_back({worker(i), worker(i ^ d), (i & d) ? w : w + d});
+      }
+      for (int i = 0; i < pof2; ++i)
+        window[static_cast<size_t>(i)] += (i & d) ? d : 0;
+      // The first exchange also waits for `start` itself: ranks that did not
+      // fold anything in take part for the first time here, and must wait
+      // for their own gradients (an executor keeps only a rank's own
+      // dependencies).
+      Deps deps = next(start);
+      if (d == pof2 / 2 && extra > 0)
+        deps.insert(deps.end(), start.begin(), start.end());
+      const int x =
+          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, block * d, step++, 0, deps, f);
+      last = reduce(x, block * d, 1, {x});
+    }
+    // Allgather by recursive doubling: the same partners in reverse, each
+    // sending its whole window.
+    for (auto it = distances.rbegin(); it != distances.rend(); ++it) {
+      const int d = *it;
       std::vector<PlanFlow> f;
       for (int i = 0; i < pof2; ++i)
-        f.push_back({worker(i), worker(i ^ d), 0});
-      exchanges.push_back(std::move(f));
-    }
-    Bytes size = n;
-    for (const auto& f : exchanges) {
-      size = size / 2;
-      const int x =
-          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0, next(start), f);
-      last = reduce(x, size, 1, {x});
-    }
-    for (auto it = exchanges.rbegin(); it != exchanges.rend(); ++it) {
-      last =
-          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, size, step++, 0, next(start), *it);
-      size = size * 2;
+        f.push_back({worker(i), worker(i ^ d), window[static_cast<size_t>(i)]});
+      for (int i = 0; i < pof2; ++i)
+        window[static_cast<size_t>(i)] -= (i & d) ? d : 0;
+      last = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, block * d, step++, 0,
+                      next(start), f);
     }
     if (extra > 0) {
       std::vector<PlanFlow> f;

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -80,6 +81,9 @@ class Endpoint {
   virtual size_t size(int part, int segment, int src) = 0;
   // Adds (merges) data received from `src` into this rank's (part, segment).
   virtual void reduce(int part, int segment, int src, std::span<const float> data) = 0;
+  // How many consecutive parts the next calls cover (halving-doubling moves
+  // several blocks at once); 1 otherwise.
+  virtual void setParts(int) {}
   // After this rank's last task of the collective.
   virtual void finish() {}
 };
@@ -92,6 +96,7 @@ class FlatEndpoint final : public Endpoint {
   FlatEndpoint(std::span<float> buffer, int parts, int segments, int group, bool mergeStats)
       : buffer_(buffer), parts_(parts), segments_(segments), group_(group), merge_(mergeStats) {}
 
+  void setParts(int count) override { count_ = std::max(1, count); }
   std::span<const float> send(int part, int segment, int) override { return at(part, segment); }
   std::span<float> land(int part, int segment, int) override { return at(part, segment); }
   size_t size(int part, int segment, int) override { return at(part, segment).size(); }
@@ -109,7 +114,9 @@ class FlatEndpoint final : public Endpoint {
   std::span<float> at(int part, int segment) {
     const int64_t groups = static_cast<int64_t>(buffer_.size()) / group_;
     const int p = parts_ > 1 ? part : 0;
-    const auto chunk = piece(groups, parts_, p);
+    auto chunk = piece(groups, parts_, p);
+    if (count_ > 1)
+      chunk.second = piece(groups, parts_, std::min(p + count_, parts_) - 1).second;
     const auto seg = piece(chunk.second - chunk.first, segments_, segment);
     return buffer_.subspan(static_cast<size_t>((chunk.first + seg.first) * group_),
                            static_cast<size_t>((seg.second - seg.first) * group_));
@@ -117,6 +124,7 @@ class FlatEndpoint final : public Endpoint {
   std::span<float> buffer_;
   int parts_, segments_, group_;
   bool merge_;
+  int count_ = 1;
 };
 
 // Rows (examples) of a tensor: what a rank sends is rows of its own tensor
@@ -211,6 +219,10 @@ class Worker {
     for (size_t t = 0; t < plan.tasks.size(); ++t)
       if (involves(plan.tasks[t]))
         mine_.push_back(t);
+    lastOf_.assign(plan.collectives.size(), -1);
+    for (size_t t : mine_)
+      if (plan.tasks[t].collective >= 0)
+        lastOf_[static_cast<size_t>(plan.tasks[t].collective)] = static_cast<int64_t>(t);
     std::vector<char> isMine(plan.tasks.size(), 0);
     for (size_t t : mine_)
       isMine[t] = 1;
@@ -219,16 +231,22 @@ class Worker {
       const auto kind = plan.tasks[t].kind;
       (kind == TaskKind::kCompute || kind == TaskKind::kUpdate ? computeTasks_ : commTasks_)
           .push_back(t);
-      // Dependencies on other ranks' tasks are kept by the messages themselves.
-      for (int d : plan.depsOf(plan.tasks[t]))
-        if (isMine[static_cast<size_t>(d)])
+      // Dependencies on other ranks' tasks are kept by the messages, except
+      // one: waiting for a collective to finish (its last task may not involve
+      // this rank, e.g. the fold-out of halving-doubling) means waiting for
+      // this rank's last task of it.
+      for (int d : plan.depsOf(plan.tasks[t])) {
+        const auto du = static_cast<size_t>(d);
+        if (isMine[du]) {
           ownDeps_[t].push_back(d);
+        } else if (const int c = plan.tasks[du].collective; c >= 0) {
+          const int64_t own = lastOf_[static_cast<size_t>(c)];
+          if (own >= 0 && own < static_cast<int64_t>(t))
+            ownDeps_[t].push_back(static_cast<int>(own));
+        }
+      }
     }
     done_.assign(plan.tasks.size(), 0);
-    lastOf_.assign(plan.collectives.size(), -1);
-    for (size_t t : mine_)
-      if (plan.tasks[t].collective >= 0)
-        lastOf_[static_cast<size_t>(plan.tasks[t].collective)] = static_cast<int64_t>(t);
     timing_.resize(plan.tasks.size());
     model_.setLossNormalizer(double(k_) * b_);
   }
@@ -527,10 +545,6 @@ class Worker {
     const int segs = c.segments;
     switch (c.buffer) {
       case BufferKind::kWeightGradients: {
-        if (c.algorithm == "halving-doubling")
-          throw UserError(
-              "the executor cannot run halving-doubling yet (its Plan flows do not "
-              "say which halves move); use --allreduce direct, ring or naive");
         return std::make_unique<FlatEndpoint>(model_.gradients(c.firstLayer, c.lastLayer), c.parts,
                                               segs, 1, false);
       }
@@ -757,6 +771,7 @@ class Worker {
     }
     const int tag = tagOf(t);
     const int seg = std::max(task.segment, 0);
+    e.setParts(partsCovered(task));
     scratch_.clear();
     scratchPart_.clear();
     for (int i = 1; i < k_; ++i) {
@@ -789,9 +804,18 @@ class Worker {
     }
   }
 
+  // Parts (blocks) one flow of `task` carries: several in halving-doubling.
+  int partsCovered(const Task& task) const {
+    const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+    if (c.algorithm != "halving-doubling" || c.parts <= 1)
+      return 1;
+    return static_cast<int>(std::lround(task.bytes.value() / (c.bytes.value() / c.parts)));
+  }
+
   void reduce(size_t, const Task& task) {
     auto& e = endpoint(task.collective);
     const int seg = std::max(task.segment, 0);
+    e.setParts(partsCovered(task));
     // Sources in a fixed order (by rank) so every run sums alike.
     for (auto& [src, data] : scratch_)
       e.reduce(scratchPart_[src], seg, src, data);
@@ -891,10 +915,6 @@ void fnv(uint64_t& h, const T& v) {
 void checkRunnable(const Network& network, const Scenario& sc) {
   if (sc.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
-  if (isModelParallel(sc.strategy) && sc.options.convSync == AllreduceAlgorithm::kHalvingDoubling)
-    throw OptionError("--allreduce",
-                      "the executor cannot run halving-doubling yet (its Plan "
-                      "flows do not say which halves move); use direct, ring or naive");
   for (size_t i = 0; i < network.layers.size(); ++i)
     if (network.layers[i].kind == LayerKind::kRnn)
       throw ConfigError(network.sourceFile, network.layers[i].configLine,

@@ -207,3 +207,22 @@ TEST_CASE("a worker that throws ends every worker with its error, promptly", "[e
                     Catch::Contains("worker 2") && Catch::Contains("injected fault"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
+
+TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weights", "[exec][owt]") {
+  // Halving-doubling included: K = 3, 5, 6, 7 fold extra ranks in and out.
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 4, steps = 3;
+  for (int k = 2; k <= 8; ++k) {
+    const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
+                                      options(steps));
+    for (auto a : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRing,
+                   AllreduceAlgorithm::kNaive}) {
+      INFO(toString(a) << " K = " << k);
+      auto sc = scenario(Strategy::kOwtA, k, b);
+      sc.options.convSync = a;
+      std::vector<std::vector<float>> params;
+      exec::runThreads(lowerToPlan(net, sc), net, options(steps), &params);
+      CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
+    }
+  }
+}

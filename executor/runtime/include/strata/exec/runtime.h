@@ -56,8 +56,8 @@ struct RunResult {
 };
 
 // Throws UserError (OptionError for options) when the executor cannot run
-// this scenario: an element type other than fp32, an rnn layer, the
-// halving-doubling conv sync. Cheap; call it before starting workers.
+// this scenario: an element type other than fp32, an rnn layer. Cheap; call it
+// before starting workers.
 void checkRunnable(const Network& network, const Scenario& scenario);
 
 // A hash of everything the ranks must agree on (the network's layers and
@@ -68,7 +68,7 @@ uint64_t configHash(const Network& network, const Scenario& scenario, const RunO
 // worker). Collective: every rank of comm.size() == plan.scenario.workers
 // ranks must call it with the same arguments; ranks whose config hash differs
 // are detected at start (UserError on every rank). Throws UserError for what
-// cannot run (e.g. an rnn layer, halving-doubling); CommError for
+// cannot run (e.g. an rnn layer); CommError for
 // communication failures (timeouts name the peer and tag).
 RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
                     const RunOptions& options);
