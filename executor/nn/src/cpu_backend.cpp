@@ -158,15 +158,33 @@ struct DropoutMask {
 
 // ---- convolution ----------------------------------------------------------
 
+namespace {
+// Sizes shared by the three passes of a (grouped) convolution as GEMMs:
+// per group, weights fg x k, columns k x p.
+struct ConvGeometry {
+  explicit ConvGeometry(const ConvDesc& d)
+      : cg(d.inC / d.groups),
+        fg(d.filters / d.groups),
+        k(int64_t{cg} * d.kernelH * d.kernelW),
+        p(int64_t{d.outH} * d.outW),
+        inPlane(int64_t{d.inH} * d.inW),
+        pointwise(isPointwise(d)) {}
+  int cg;           // input channels per group
+  int fg;           // filters per group
+  int64_t k;        // GEMM inner size: cg x kernel area
+  int64_t p;        // output positions
+  int64_t inPlane;  // input positions
+  bool pointwise;   // 1x1 stride 1 without padding: im2col is the input itself
+};
+}  // namespace
+
 void CpuBackend::convForward(const ConvDesc& d, ConstTensorView x, const float* w,
                              const float* bias, TensorView y) {
   checkConv(d, x.dims, y.dims);
-  const int cg = d.inC / d.groups;
-  const int fg = d.filters / d.groups;
-  const int64_t k = int64_t{cg} * d.kernelH * d.kernelW;
-  const int64_t p = int64_t{d.outH} * d.outW;
-  const int64_t inPlane = int64_t{d.inH} * d.inW;
-  const bool pointwise = isPointwise(d);
+  const ConvGeometry geo(d);
+  const int cg = geo.cg, fg = geo.fg;
+  const int64_t k = geo.k, p = geo.p, inPlane = geo.inPlane;
+  const bool pointwise = geo.pointwise;
   if (!pointwise)
     col_.resize(static_cast<size_t>(k * p));
   for (int n = 0; n < x.dims.n; ++n) {
@@ -191,12 +209,10 @@ void CpuBackend::convForward(const ConvDesc& d, ConstTensorView x, const float* 
 void CpuBackend::convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w,
                                   TensorView dx, float beta) {
   checkConv(d, dx.dims, dy.dims);
-  const int cg = d.inC / d.groups;
-  const int fg = d.filters / d.groups;
-  const int64_t k = int64_t{cg} * d.kernelH * d.kernelW;
-  const int64_t p = int64_t{d.outH} * d.outW;
-  const int64_t inPlane = int64_t{d.inH} * d.inW;
-  const bool pointwise = isPointwise(d);
+  const ConvGeometry geo(d);
+  const int cg = geo.cg, fg = geo.fg;
+  const int64_t k = geo.k, p = geo.p, inPlane = geo.inPlane;
+  const bool pointwise = geo.pointwise;
   if (!pointwise)
     col_.resize(static_cast<size_t>(k * p));
   scaleForAccumulate(dx.data, dx.elements(), beta);
@@ -219,12 +235,10 @@ void CpuBackend::convBackwardData(const ConvDesc& d, ConstTensorView dy, const f
 void CpuBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy,
                                      float* dw, float* dbias) {
   checkConv(d, x.dims, dy.dims);
-  const int cg = d.inC / d.groups;
-  const int fg = d.filters / d.groups;
-  const int64_t k = int64_t{cg} * d.kernelH * d.kernelW;
-  const int64_t p = int64_t{d.outH} * d.outW;
-  const int64_t inPlane = int64_t{d.inH} * d.inW;
-  const bool pointwise = isPointwise(d);
+  const ConvGeometry geo(d);
+  const int cg = geo.cg, fg = geo.fg;
+  const int64_t k = geo.k, p = geo.p, inPlane = geo.inPlane;
+  const bool pointwise = geo.pointwise;
   if (!pointwise)
     col_.resize(static_cast<size_t>(k * p));
   for (int n = 0; n < x.dims.n; ++n) {
