@@ -176,6 +176,16 @@ struct ConvGeometry {
   int64_t inPlane;  // input positions
   bool pointwise;   // 1x1 stride 1 without padding: im2col is the input itself
 };
+
+// The k x p column matrix of one example's group `xg`: the input itself for a
+// pointwise convolution (no copy), else its im2col in `col` (sized k x p).
+const float* columns(const ConvDesc& d, const ConvGeometry& geo, const float* xg,
+                     std::vector<float>& col) {
+  if (geo.pointwise)
+    return xg;
+  im2col(d, xg, geo.cg, col.data());
+  return col.data();
+}
 }  // namespace
 
 void CpuBackend::convForward(const ConvDesc& d, ConstTensorView x, const float* w,
@@ -189,13 +199,8 @@ void CpuBackend::convForward(const ConvDesc& d, ConstTensorView x, const float* 
     col_.resize(static_cast<size_t>(k * p));
   for (int n = 0; n < x.dims.n; ++n) {
     for (int g = 0; g < d.groups; ++g) {
-      const float* xg = x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane;
-      // A 1x1 stride-1 convolution's im2col is its input: skip the copy.
-      const float* col = xg;
-      if (!pointwise) {
-        im2col(d, xg, cg, col_.data());
-        col = col_.data();
-      }
+      const float* col =
+          columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane, col_);
       ConstMatrixMap wg(w + int64_t{g} * fg * k, fg, k);
       ConstMatrixMap cols(col, k, p);
       MatrixMap yg(y.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p, fg, p);
@@ -243,12 +248,8 @@ void CpuBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, Const
     col_.resize(static_cast<size_t>(k * p));
   for (int n = 0; n < x.dims.n; ++n) {
     for (int g = 0; g < d.groups; ++g) {
-      const float* xg = x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane;
-      const float* col = xg;
-      if (!pointwise) {
-        im2col(d, xg, cg, col_.data());
-        col = col_.data();
-      }
+      const float* col =
+          columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane, col_);
       ConstMatrixMap dyg(dy.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p, fg, p);
       MatrixMap(dw + int64_t{g} * fg * k, fg, k).noalias() +=
           dyg * ConstMatrixMap(col, k, p).transpose();
