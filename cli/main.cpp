@@ -585,8 +585,7 @@ int run(int argc, char** argv) {
                     "conv-gradient sync of owt-* (default direct)");
   sweep->add_option("--out,-o", swOut, "write to this file instead of stdout");
   addEngine(sweep);
-  format = "csv";
-  addFormat(sweep);
+  sweep->add_option("--format", format, "output: table|json|csv (default csv)");
   sweep->footer(
       "Example:\n"
       "  strata sweep --networks resnet50,vgg16 --clusters dgx-h100,gige-cluster --workers "
@@ -615,11 +614,9 @@ int run(int argc, char** argv) {
     std::cerr << "strata: error: " << e.what() << " (see strata --help)\n";
     return kUserErrorExit;
   }
-  if (!sweep->parsed() && format == "csv" && !list->count("--format") &&
-      !describe->count("--format") && !predict->count("--format") && !compare->count("--format") &&
-      !plan->count("--format") && !simulateCmd->count("--format") && !runCmd->count("--format") &&
-      !validateCmd->count("--format"))
-    format = "table";
+  // Every command prints a table by default, except sweep (CSV).
+  if (sweep->parsed() && !sweep->count("--format"))
+    format = "csv";
   const Format fmtOut = parseFormat(format);
 
   if (list->parsed()) {
