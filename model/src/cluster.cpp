@@ -168,7 +168,7 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
 
 Cluster loadCluster(const std::string& path) {
   const auto root = ConfigNode::loadFile(path);
-  root.allowOnly({"name", "description", "device", "topology"});
+  root.allowOnly({"name", "description", "fitted_on", "device", "topology"});
   Cluster c;
   c.sourceFile = path;
   const auto nameNode = root.require("name");
@@ -177,6 +177,7 @@ Cluster loadCluster(const std::string& path) {
   if (c.name != stem)
     nameNode.fail("name '" + c.name + "' must equal the file name '" + stem + "'");
   c.description = root.stringOr("description", "");
+  c.fittedOn = root.stringOr("fitted_on", "");
   c.device = readDevice(root.require("device"));
   const auto topo = root.require("topology");
   const auto levels = topo.items();

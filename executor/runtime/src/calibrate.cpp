@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "layer_timing.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
@@ -68,66 +69,6 @@ Network fcNetwork(int in, int out) {
   deriveLayer(loss, {l.outShape}, n.sourceFile, 1);
   n.layers.push_back(loss);
   return n;
-}
-
-// Seconds of each (layer, phase) of `net` at batch b: median of 3 passes
-// after a warm-up pass.
-struct LayerTimes {
-  std::vector<double> fwd, bwdData, bwdWeights;
-  double update = 0;
-};
-LayerTimes timeLayers(const Network& net, int b) {
-  nn::ModelOptions mo;
-  mo.dropout = true;
-  nn::Model model(net, mo);
-  const auto data = nn::SyntheticDataset::forNetwork(net, 7);
-  auto& x = model.input(b);
-  const auto& last = net.layers.back().outShape;
-  std::vector<int32_t> labels(static_cast<size_t>(b) * last.h * last.w);
-  data.fill(0, x.view(), labels, last.h * last.w);
-  if (net.layers.back().kind == LayerKind::kSoftmax)
-    model.setLabels(labels);
-  const size_t n = net.layers.size();
-  std::vector<std::vector<double>> f(n), d(n), w(n);
-  std::vector<double> u;
-  for (int rep = 0; rep < 4; ++rep) {
-    model.zeroGradients();
-    for (size_t l = 0; l < n; ++l) {
-      const auto t0 = Clock::now();
-      model.forward(static_cast<int>(l));
-      f[l].push_back(seconds(t0, Clock::now()));
-    }
-    for (size_t l = n; l-- > 0;) {
-      const auto& layer = net.layers[l];
-      if (layer.hasWeights()) {
-        const auto t0 = Clock::now();
-        model.backwardWeights(static_cast<int>(l));
-        w[l].push_back(seconds(t0, Clock::now()));
-      }
-      if (!layer.readsNetworkInput()) {
-        const auto t0 = Clock::now();
-        model.backwardData(static_cast<int>(l));
-        d[l].push_back(seconds(t0, Clock::now()));
-      }
-    }
-    const auto t0 = Clock::now();
-    model.updateAll(0.0f, 0.9f);
-    u.push_back(seconds(t0, Clock::now()));
-  }
-  LayerTimes t;
-  auto med = [](std::vector<double> v) {
-    if (v.empty())
-      return 0.0;
-    v.erase(v.begin());  // warm-up
-    return median(v);
-  };
-  for (size_t l = 0; l < n; ++l) {
-    t.fwd.push_back(med(f[l]));
-    t.bwdData.push_back(med(d[l]));
-    t.bwdWeights.push_back(med(w[l]));
-  }
-  t.update = med(u);
-  return t;
 }
 
 // One-way time of n bytes between ranks 0 and 1 (half a ping-pong).
@@ -190,7 +131,7 @@ std::string calibrate(const CalibrationOptions& o) {
 
   // 1. GEMM peak: the fastest pass of a 1024 x 1024 fc on 256 examples.
   const auto fc = fcNetwork(1024, 1024);
-  const auto gemm = timeLayers(fc, 256);
+  const auto gemm = detail::timeLayers(fc, 256, 3);
   const double gemmFlops = 2.0 * 1024 * 1024 * 256;
   const double peak =
       gemmFlops / std::min({gemm.fwd[0], gemm.bwdWeights[0] > 0 ? gemm.bwdWeights[0] : 1e300});
@@ -211,7 +152,7 @@ std::string calibrate(const CalibrationOptions& o) {
 
   // 3. Layer kinds: each kind's achieved share of the peak on this network's
   // layers, so the model's time for them is the measured time.
-  const auto times = timeLayers(net, o.batch);
+  const auto times = detail::timeLayers(net, o.batch, 3);
   std::map<LayerKind, std::pair<double, double>> perKind;  // FLOPs, seconds
   for (size_t l = 0; l < net.layers.size(); ++l) {
     const auto& layer = net.layers[l];
@@ -224,8 +165,8 @@ std::string calibrate(const CalibrationOptions& o) {
   for (const auto& l : net.layers)
     params += double(l.params);
   // SGD with momentum reads w, g, v and writes w, v (estimate.h).
-  const double memEff = std::clamp(5.0 * params * 4 / times.update / memBw, 0.01, 1.0);
-  say(fmt::format("SGD update       {} for {} parameters", formatSeconds(Seconds(times.update)),
+  const double memEff = std::clamp(5.0 * params * 4 / times.updateAll / memBw, 0.01, 1.0);
+  say(fmt::format("SGD update       {} for {} parameters", formatSeconds(Seconds(times.updateAll)),
                   params));
 
   // 4. Communicator: alpha, beta and bandwidth by size, ranks 0 and 1.
@@ -314,7 +255,7 @@ std::string calibrate(const CalibrationOptions& o) {
   y << fmt::format(
       "  memory_efficiency: {:.3g}   # SGD update of {}'s {:.0f} parameters took {} (5 x 4 B "
       "each)\n",
-      memEff, net.name, params, formatSeconds(Seconds(times.update)));
+      memEff, net.name, params, formatSeconds(Seconds(times.updateAll)));
   y << fmt::format(
       "  reduce_bandwidth: {:.4g} GB/s   # y += x over 64 MiB, bytes of x per second, best of "
       "5\n",

@@ -4,12 +4,14 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "strata/model/fit.h"
 #include "strata/model/network.h"
+#include "strata/model/profile.h"
 #include "strata/model/units.h"
 
 namespace strata {
@@ -39,6 +41,10 @@ struct DeviceSpec {
   // running alone, when `workers` workers share one node (its innermost
   // topology group) and so its cores and memory. Sorted by workers.
   std::vector<std::pair<int, double>> sharing;
+  // Optional (--profile): measured per-op times of one network on this
+  // device. When set and the network priced is the profile's, every layer
+  // phase is priced from it instead of tables or roofline.
+  std::shared_ptr<const OpProfile> profile;
 
   // Speed factor for `workers` workers on one node: 1 without a table;
   // interpolated linearly; beyond the table the last entry's total throughput
@@ -78,6 +84,9 @@ struct Cluster {
   std::string name;
   std::string description;
   std::string sourceFile;
+  // Set when `strata calibrate --network NET` fitted per-kind efficiencies on
+  // NET's own layers: predictions of NET then are not held-out ("" otherwise).
+  std::string fittedOn;
   DeviceSpec device;
   std::vector<TopologyLevel> levels;  // innermost first
 

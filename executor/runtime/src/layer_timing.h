@@ -1,0 +1,20 @@
+// Timing every layer phase of a network on one worker (shared by calibrate and
+// profile). Internal to executor/runtime.
+#pragma once
+
+#include <vector>
+
+#include "strata/model/network.h"
+
+namespace strata::exec::detail {
+
+// Seconds of each (layer, phase) of `net` at batch b: the median of `repeats`
+// passes after a warm-up pass. bwdData is 0 for layers that read the network
+// input, bwdWeights 0 for layers without weights.
+struct LayerTimes {
+  std::vector<double> fwd, bwdData, bwdWeights, update;  // per layer
+  double updateAll = 0;  // one SGD step over every parameter at once
+};
+LayerTimes timeLayers(const Network& net, int b, int repeats);
+
+}  // namespace strata::exec::detail

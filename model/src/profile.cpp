@@ -1,0 +1,97 @@
+#include "strata/model/profile.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "config_node.h"
+#include "strata/model/error.h"
+
+namespace strata {
+
+Seconds OpProfile::time(int index, Phase phase, double examples, double fraction) const {
+  STRATA_ENFORCE(index >= 0 && index < static_cast<int>(layers.size()));
+  const auto& l = layers[static_cast<size_t>(index)];
+  const double perExample = fraction / double(batch);
+  switch (phase) {
+    case Phase::kFwd:
+      return l.fwd * (examples * perExample);
+    case Phase::kBwdData:
+      return l.bwdData * (examples * perExample);
+    case Phase::kBwdWeights:
+      return l.bwdWeights * (examples * perExample);
+    case Phase::kUpdate:
+      return l.update * fraction;
+  }
+  return Seconds(0);
+}
+
+void checkProfileMatches(const OpProfile& p, const Network& net) {
+  const std::string where = p.sourceFile.empty() ? "the profile" : p.sourceFile;
+  if (p.network != net.name)
+    throw UserError(fmt::format("{}: profile of network '{}' cannot price network '{}' ({})",
+                                where, p.network, net.name, net.sourceFile));
+  if (p.layers.size() != net.layers.size())
+    throw UserError(fmt::format("{}: profile has {} layers but network '{}' ({}) has {}", where,
+                                p.layers.size(), net.name, net.sourceFile, net.layers.size()));
+  for (size_t i = 0; i < net.layers.size(); ++i)
+    if (p.layers[i].name != net.layers[i].name)
+      throw UserError(fmt::format("{}: layers[{}] is '{}' but network '{}' has '{}' there", where,
+                                  i, p.layers[i].name, net.name, net.layers[i].name));
+}
+
+OpProfile loadProfile(const std::string& path, const Network& network) {
+  const auto root = ConfigNode::loadFile(path);
+  root.allowOnly({"network", "batch", "repeats", "provenance", "layers"});
+  OpProfile p;
+  p.sourceFile = path;
+  p.network = root.require("network").asString();
+  p.batch = root.require("batch").asPositiveInt();
+  p.repeats = root.positiveIntOr("repeats", 1);
+  p.provenance = root.stringOr("provenance", "");
+  const auto layers = root.require("layers");
+  for (const auto& row : layers.items()) {
+    row.allowOnly({"name", "fwd", "bwd_data", "bwd_weights", "update"});
+    LayerProfile l;
+    l.name = row.require("name").asString();
+    l.fwd = row.require("fwd").asSeconds(true);
+    l.bwdData = row.require("bwd_data").asSeconds(true);
+    l.bwdWeights = row.require("bwd_weights").asSeconds(true);
+    l.update = row.require("update").asSeconds(true);
+    p.layers.push_back(l);
+  }
+  if (p.network != network.name)
+    root.require("network").fail(fmt::format("profile of '{}' cannot price network '{}' ({})",
+                                             p.network, network.name, network.sourceFile));
+  if (p.layers.size() != network.layers.size())
+    layers.fail(fmt::format("{} layers, but network '{}' has {}", p.layers.size(), network.name,
+                            network.layers.size()));
+  const auto rows = layers.items();
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (p.layers[i].name != network.layers[i].name)
+      rows[i].require("name").fail(fmt::format("'{}', but layer {} of '{}' is '{}'",
+                                               p.layers[i].name, i, network.name,
+                                               network.layers[i].name));
+  return p;
+}
+
+std::string profileYaml(const OpProfile& p) {
+  std::ostringstream y;
+  y << "# Per-op profile: each layer phase of " << p.network << " timed on one worker, batch "
+    << p.batch << ", median of " << p.repeats << " passes after a warm-up pass.\n";
+  y << "# " << p.provenance << "\n";
+  y << "# Prices this network only (strata predict/simulate/validate --profile FILE); scaled\n"
+       "# linearly in examples and in the fraction of a model-parallel layer a worker holds.\n";
+  y << "network: " << p.network << "\n";
+  y << "batch: " << p.batch << "   # examples per timed pass\n";
+  y << "repeats: " << p.repeats << "   # timed passes; each figure is their median\n";
+  y << "provenance: \"" << p.provenance << "\"\n";
+  y << "layers:\n";
+  auto us = [](Seconds s) { return fmt::format("{:.6g} us", s.value() * 1e6); };
+  for (const auto& l : p.layers)
+    y << fmt::format("  - {{name: {}, fwd: {}, bwd_data: {}, bwd_weights: {}, update: {}}}\n",
+                     l.name, us(l.fwd), us(l.bwdData), us(l.bwdWeights), us(l.update));
+  return y.str();
+}
+
+}  // namespace strata
