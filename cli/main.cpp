@@ -9,6 +9,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "output.h"
 #include "strata/exec/calibrate.h"
+#include "strata/exec/profile.h"
 #include "strata/exec/comm/mpi_communicator.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/error.h"
@@ -548,21 +550,43 @@ int run(int argc, char** argv) {
       "  strata validate --network tiny-cnn --strategies all --workers 1,2,4");
 
   // calibrate
-  std::string calNet = "tiny-cnn", calOut;
+  std::string calNet, calOut;
   int calBatch = 32, calMaxWorkers = 4;
   auto* calibrateCmd =
       app.add_subcommand("calibrate", "measure this machine and write it as a cluster config");
   calibrateCmd->add_option("--out,-o", calOut, "cluster YAML to write (its stem is its name)")
       ->required();
   calibrateCmd->add_option("--network,-n", calNet,
-                           "network whose layers are timed per kind (default tiny-cnn)");
-  calibrateCmd->add_option("--batch,-b", calBatch, "examples per timed pass (default 32)");
+                           "also fit roofline efficiencies on this network's own layers (the "
+                           "cluster then is not held-out for it; default: kernel tables only)");
+  calibrateCmd->add_option("--batch,-b", calBatch,
+                           "examples per timed pass with --network (default 32)");
   calibrateCmd->add_option("--max-workers", calMaxWorkers,
                            "measure sharing for 1, 2, 4, ... up to this many workers (default 4)");
   calibrateCmd->footer(
       "Example:\n"
       "  strata calibrate --out my-cluster.yaml\n"
       "  strata predict -n tiny-cnn -c my-cluster.yaml -s ring -k 2 -b 32");
+
+  // profile
+  std::string profNet, profOut, profCluster;
+  int profBatch = 32, profRepeats = 5;
+  auto* profileCmd = app.add_subcommand(
+      "profile", "time each layer phase of one network on one worker (a per-op profile)");
+  profileCmd->add_option("--network,-n", profNet, "network preset or YAML file")->required();
+  profileCmd->add_option("--batch,-b", profBatch, "examples per timed pass (default 32)");
+  profileCmd->add_option("--repeats", profRepeats,
+                         "timed passes after a warm-up; figures are medians (default 5)");
+  profileCmd->add_option("--out,-o", profOut, "profile YAML to write (for --profile)");
+  profileCmd->add_option("--cluster,-c", profCluster,
+                         "also print each phase as this cluster prices it (kernel tables or "
+                         "roofline), beside the measured one");
+  addFormat(profileCmd);
+  profileCmd->footer(
+      "Example:\n"
+      "  strata profile -n alexnet-owt --batch 8 --out alexnet-owt.profile.yaml\n"
+      "  strata predict -n alexnet-owt -c my-cluster.yaml -s ring -k 2 -b 8 --profile "
+      "alexnet-owt.profile.yaml");
 
   // sweep
   std::string swNets, swClusters, swStrategies = "all", swWorkers = "1,2,4,8", swBatches = "128",
@@ -601,6 +625,7 @@ int run(int argc, char** argv) {
     if (!known)
       throw OptionError(command,
                         "unknown command (expected list, describe, predict, compare, sweep, "
+                        "profile, "
                         "plan, simulate, run, calibrate or validate; see strata --help)");
   }
   // Defaults per subcommand: sweep prints CSV, the others a table.
@@ -695,24 +720,44 @@ int run(int argc, char** argv) {
   } else if (validateCmd->parsed()) {
     return validateCommand(valNet, valStrategies, valWorkers, valCluster, valOutDir, valSteps,
                            valBatch, fmtOut);
+  } else if (profileCmd->parsed()) {
+    const auto net = networkArg(profNet, "--network");
+    std::optional<Cluster> cluster;
+    if (!profCluster.empty())
+      cluster = clusterArg(profCluster, "--cluster");
+    const OpProfile profile = exec::profileNetwork(net, profBatch, profRepeats);
+    if (!profOut.empty()) {
+      std::ofstream file(profOut);
+      if (!file || !(file << profileYaml(profile)).flush())
+        throw OptionError("--out", "cannot write '" + profOut + "'");
+    }
+    printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, fmtOut);
+    if (!profOut.empty() && fmtOut == Format::kTable)
+      std::cout << "\nwrote " << profOut << "\n";
   } else if (calibrateCmd->parsed()) {
     if (calBatch < 1)
       throw OptionError("--batch", "must be at least 1");
     if (calMaxWorkers < 1)
       throw OptionError("--max-workers", "must be at least 1");
-    const auto net = networkArg(calNet, "--network");
-    exec::checkRunnable(net, Scenario{});
+    std::optional<Network> net;
+    if (!calNet.empty()) {
+      net = networkArg(calNet, "--network");
+      exec::checkRunnable(*net, Scenario{});
+    }
     exec::CalibrationOptions co;
     co.name = std::filesystem::path(calOut).stem().string();
-    co.network = &net;
+    co.network = net ? &*net : nullptr;
     co.batch = calBatch;
     co.maxWorkers = calMaxWorkers;
     co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
     std::ofstream file(calOut);
     if (!file)
       throw OptionError("--out", "cannot write '" + calOut + "'");
-    std::cout << "calibrating this machine on " << net.name << "'s layers (batch " << calBatch
-              << ")\n";
+    if (net)
+      std::cout << "calibrating this machine (kernel tables; roofline efficiencies fitted on "
+                << net->name << "'s layers, batch " << calBatch << ")\n";
+    else
+      std::cout << "calibrating this machine (kernel tables, no network)\n";
     file << exec::calibrate(co);
     if (!file.flush())
       throw OptionError("--out", "error while writing '" + calOut + "'");

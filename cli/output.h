@@ -29,6 +29,11 @@ void printSimulation(std::ostream& out, const sim::Result& result, Format format
 void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
                      const ValidationSummary& summary, Format format);
 
+// A per-op profile, one row per layer; with a cluster, each phase also as
+// that cluster prices it (and the relative difference).
+void printProfile(std::ostream& out, const Network& network, const OpProfile& profile,
+                  const Cluster* cluster, Format format);
+
 // The tasks of a Plan, for a person to read (table) or a tool (JSON).
 void printPlan(std::ostream& out, const Plan& plan, const Network& network, Format format);
 

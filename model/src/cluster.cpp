@@ -1,5 +1,9 @@
 #include "strata/model/cluster.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "config_node.h"
@@ -43,7 +47,8 @@ FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterF
   return p;
 }
 
-double DeviceSpec::sharingSpeed(int workers) const {
+namespace {
+double interpolateSharing(const std::vector<std::pair<int, double>>& sharing, int workers) {
   if (sharing.empty() || workers <= sharing.front().first)
     return sharing.empty() ? 1.0 : sharing.front().second;
   for (size_t i = 1; i < sharing.size(); ++i) {
@@ -55,6 +60,15 @@ double DeviceSpec::sharingSpeed(int workers) const {
   }
   const auto [kn, sn] = sharing.back();
   return sn * double(kn) / double(workers);
+}
+}  // namespace
+
+double DeviceSpec::sharingSpeed(int workers) const {
+  return interpolateSharing(sharing, workers);
+}
+
+double DeviceSpec::sharingMemorySpeed(int workers) const {
+  return sharingMemory.empty() ? sharingSpeed(workers) : interpolateSharing(sharingMemory, workers);
 }
 
 int64_t Cluster::capacity() const {
@@ -74,9 +88,107 @@ constexpr LayerKind kAllKinds[] = {LayerKind::kConv,    LayerKind::kPool,      L
                                    LayerKind::kDropout, LayerKind::kBatchNorm, LayerKind::kAdd,
                                    LayerKind::kSoftmax};
 
+// A positive, finite rate given in giga-units per second.
+double readRate(const ConfigNode& v) {
+  const double x = v.asPositiveDouble();
+  if (!std::isfinite(x))
+    v.fail("must be a finite number");
+  return x * 1e9;
+}
+
+KernelTables readKernels(const ConfigNode& n) {
+  n.allowOnly({"backend", "call_overhead", "gemm", "memory"});
+  KernelTables t;
+  const auto backend = n.require("backend");
+  t.backend = backend.asString();
+  if (t.backend != "cpu")
+    backend.fail("unknown backend '" + t.backend + "' (expected cpu)");
+  if (auto overhead = n.get("call_overhead"))
+    t.callOverhead = overhead->asSeconds(true);
+  const auto g = n.require("gemm");
+  g.allowOnly({"dims", "rates"});
+  const auto dims = g.require("dims");
+  for (const auto& d : dims.items()) {
+    const int v = d.asPositiveInt();
+    if (!t.gemm.dims.empty() && v <= t.gemm.dims.back())
+      d.fail("dims must increase");
+    t.gemm.dims.push_back(v);
+  }
+  if (t.gemm.dims.size() < 2)
+    dims.fail("needs at least two grid values");
+  const size_t d = t.gemm.dims.size();
+  auto indexOf = [&](const ConfigNode& v) {
+    const int x = v.asPositiveInt();
+    const auto it = std::find(t.gemm.dims.begin(), t.gemm.dims.end(), int64_t{x});
+    if (it == t.gemm.dims.end())
+      v.fail("not one of the grid's dims");
+    return static_cast<size_t>(it - t.gemm.dims.begin());
+  };
+  for (auto& r : t.gemm.rate)
+    r.assign(d * d * d, 0.0);
+  const auto rates = g.require("rates");
+  for (const auto& row : rates.items()) {
+    row.allowOnly({"op", "m", "n", "gflop_per_s"});
+    const auto opNode = row.require("op");
+    const auto opName = opNode.asString();
+    int op = -1;
+    for (auto o : kAllGemmOps)
+      if (toString(o) == opName)
+        op = static_cast<int>(o);
+    if (op < 0)
+      opNode.fail("unknown GEMM op '" + opName + "' (expected nn, nt or tn)");
+    const size_t im = indexOf(row.require("m")), in = indexOf(row.require("n"));
+    const auto values = row.require("gflop_per_s");
+    const auto items = values.items();
+    if (items.size() != d)
+      values.fail(fmt::format("needs {} rates (one per k in dims), got {}", d, items.size()));
+    for (size_t ik = 0; ik < d; ++ik)
+      t.gemm.rate[static_cast<size_t>(op)][(im * d + in) * d + ik] = readRate(items[ik]);
+  }
+  for (auto o : kAllGemmOps)
+    for (size_t i = 0; i < d * d * d; ++i)
+      if (t.gemm.rate[static_cast<size_t>(o)][i] <= 0)
+        rates.fail(fmt::format("no row for op {} m {} n {}", toString(o), t.gemm.dims[i / (d * d)],
+                               t.gemm.dims[(i / d) % d]));
+  if (auto memory = n.get("memory")) {
+    for (const auto& [name, row] : memory->entries()) {
+      MemKernel kernel;
+      if (!parseMemKernel(name, kernel))
+        row.fail("unknown kernel '" + name + "'");
+      row.allowOnly({"units", "gunits_per_s"});
+      auto& table = t.memory[static_cast<size_t>(kernel)];
+      for (const auto& u : row.require("units").items()) {
+        const double x = u.asPositiveDouble();
+        if (!table.units.empty() && x <= table.units.back())
+          u.fail("units must increase");
+        table.units.push_back(x);
+      }
+      for (const auto& r : row.require("gunits_per_s").items())
+        table.rate.push_back(readRate(r));
+      if (table.units.empty() || table.rate.size() != table.units.size())
+        row.require("gunits_per_s").fail("needs one rate per entry of units");
+    }
+  }
+  return t;
+}
+
+std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const char* key) {
+  std::vector<std::pair<int, double>> out;
+  for (const auto& row : list.items()) {
+    row.allowOnly({"workers", "speed", "memory_speed"});
+    if (!row.has(key))
+      continue;
+    const int workers = row.require("workers").asPositiveInt();
+    if (!out.empty() && workers <= out.back().first)
+      row.require("workers").fail("worker counts must increase down the list");
+    out.push_back({workers, row.require(key).asPositiveDouble()});
+  }
+  return out;
+}
+
 DeviceSpec readDevice(const ConfigNode& n) {
   n.allowOnly({"name", "peak", "memory_bandwidth", "memory_capacity", "memory_efficiency",
-               "efficiency", "reduce_bandwidth", "sharing"});
+               "efficiency", "reduce_bandwidth", "sharing", "kernels"});
   DeviceSpec d;
   d.name = n.require("name").asString();
   const auto peak = n.require("peak");
@@ -108,14 +220,13 @@ DeviceSpec readDevice(const ConfigNode& n) {
           "dropout, batchnorm, add, softmax)");
   }
   if (auto sharing = n.get("sharing")) {
-    for (const auto& row : sharing->items()) {
-      row.allowOnly({"workers", "speed"});
-      const int workers = row.require("workers").asPositiveInt();
-      if (!d.sharing.empty() && workers <= d.sharing.back().first)
-        row.require("workers").fail("worker counts must increase down the list");
-      d.sharing.push_back({workers, row.require("speed").asPositiveDouble()});
-    }
+    for (const auto& row : sharing->items())
+      row.require("speed");
+    d.sharing = readSharing(*sharing, "speed");
+    d.sharingMemory = readSharing(*sharing, "memory_speed");
   }
+  if (auto kernels = n.get("kernels"))
+    d.kernels = readKernels(*kernels);
   if (auto r = n.get("reduce_bandwidth")) {
     d.reduceBandwidth = r->asBandwidth();
   } else {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "strata/model/collectives.h"
+#include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/topology.h"
 
@@ -64,7 +65,7 @@ struct Context {
   CommParams comm;
   int k;
   int b;
-  double speed;  // compute speed when the node's workers share it (1: alone)
+  ComputeCosts costs;  // compute pricing (profile, kernel tables or roofline)
 
   Context(const Network& n, const Cluster& c, const Scenario& s)
       : net(n),
@@ -75,17 +76,15 @@ struct Context {
         peak(c.device.peakFor(s.options.element, c.sourceFile)),
         k(s.workers),
         b(s.batchPerWorker),
-        speed(c.device.sharingSpeed(workersPerNode(c, s.workers))) {
+        costs(n, c, s.options.element, workersPerNode(c, s.workers)) {
     comm.segment = s.options.segment;
     comm.gamma = 1.0 / c.device.reduceBandwidth.value();
   }
 
   Seconds time(const Layer& l, Phase p, double examples, double fraction) const {
-    return layerTime(l, p, examples, fraction, cluster.device, peak, sc.options.element) / speed;
+    return costs.layer(static_cast<int>(&l - net.layers.data()), p, examples, fraction);
   }
-  Seconds update(double params) const {
-    return updateTime(params, cluster.device, sc.options.element) / speed;
-  }
+  Seconds update(double params) const { return costs.update(params); }
 };
 
 // Per-worker accumulators shared by all strategies.
@@ -458,6 +457,7 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k;
   est.bottleneck = ctx.topo.describeLink(t.bottleneckLink, t.bottleneckUp);
+  est.computeSource = ctx.costs.describe();
 
   const MemoryUse mem = memoryOf(ctx);
   est.workers.resize(static_cast<size_t>(k));

@@ -7,6 +7,7 @@
 #include <map>
 #include <queue>
 
+#include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/topology.h"
@@ -88,9 +89,9 @@ class Engine {
         opt_(options),
         topo_(cluster, plan.scenario.workers),
         k_(plan.scenario.workers),
-        peak_(cluster.device.peakFor(plan.scenario.options.element, cluster.sourceFile)),
-        gamma_(1.0 / cluster.device.reduceBandwidth.value()),
-        speed_(cluster.device.sharingSpeed(workersPerNode(cluster, plan.scenario.workers))) {
+        costs_(net, cluster, plan.scenario.options.element,
+               workersPerNode(cluster, plan.scenario.workers)),
+        gamma_(1.0 / cluster.device.reduceBandwidth.value()) {
     const size_t n = plan.tasks.size();
     depsLeft_.resize(n);
     start_.assign(n, -1.0);
@@ -208,16 +209,12 @@ class Engine {
   }
 
   double computeTime(const Task& task, uint32_t id) const {
-    const auto element = plan_.scenario.options.element;
     double seconds = 0;
     if (task.kind == TaskKind::kCompute) {
-      seconds = layerTime(net_.layers[static_cast<size_t>(task.layer)], task.phase, task.examples,
-                          task.fraction, cluster_.device, peak_, element)
-                    .value();
+      seconds = costs_.layer(task.layer, task.phase, task.examples, task.fraction).value();
     } else {
-      seconds = updateTime(task.params, cluster_.device, element).value();
+      seconds = costs_.update(task.params).value();
     }
-    seconds /= speed_;
     const auto w = static_cast<size_t>(task.worker);
     if (w < opt_.slowdown.size())
       seconds *= opt_.slowdown[w];
@@ -630,6 +627,7 @@ class Engine {
     std::stable_sort(r.links.begin(), r.links.end(), [](const LinkUse& a, const LinkUse& b) {
       return a.utilisation > b.utilisation;
     });
+    est.computeSource = costs_.describe();
     est.bottleneck = r.links.empty() ? "none" : r.links.front().name;
     r.timeline.slices = std::move(slices_);
     r.timeline.linkSlices = std::move(linkSlices_);
@@ -642,9 +640,9 @@ class Engine {
   Options opt_;
   Topology topo_;
   int k_;
-  FlopsPerSecond peak_;
+  ComputeCosts costs_;
   double gamma_;
-  double speed_;  // compute speed when the node's workers share it
+
   EventQueue q_;
 
   std::vector<uint32_t> depsLeft_;

@@ -426,12 +426,23 @@ void CpuBackend::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView 
   checkSameDims(y.dims, dy.dims);
   checkSameDims(y.dims, dx.dims);
   const int64_t count = y.elements();
+  // Restrict-qualified so the compiler may vectorise the select: written as
+  // plain loops over the views it branches per element, and a branch on the
+  // sign of activations mispredicts about half the time (~10x slower here).
+  const float* __restrict out = y.data;
+  const float* __restrict g = dy.data;
+  float* __restrict d = dx.data;
+  // Both operands are loaded unconditionally so the select needs no branch.
   if (beta == 0.0f) {
-    for (int64_t i = 0; i < count; ++i)
-      dx.data[i] = y.data[i] > 0.0f ? dy.data[i] : 0.0f;
+    for (int64_t i = 0; i < count; ++i) {
+      const float gi = g[i];
+      d[i] = out[i] > 0.0f ? gi : 0.0f;
+    }
   } else {
-    for (int64_t i = 0; i < count; ++i)
-      dx.data[i] = beta * dx.data[i] + (y.data[i] > 0.0f ? dy.data[i] : 0.0f);
+    for (int64_t i = 0; i < count; ++i) {
+      const float gi = g[i];
+      d[i] = beta * d[i] + (out[i] > 0.0f ? gi : 0.0f);
+    }
   }
 }
 
@@ -704,6 +715,53 @@ void CpuBackend::sgdMomentum(std::span<float> w, std::span<float> v, std::span<c
     v[i] = momentum * v[i] - learningRate * (g[i] + weightDecay * w[i]);
     w[i] += v[i];
   }
+}
+
+// ---- kernels for calibration -------------------------------------------------
+
+void CpuBackend::gemm(GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
+                      bool accumulate) {
+  MatrixMap out(c, m, n);
+  switch (op) {
+    case GemmOp::kNN:  // conv forward, fc backward-data
+      if (accumulate)
+        out.noalias() += ConstMatrixMap(a, m, k) * ConstMatrixMap(b, k, n);
+      else
+        out.noalias() = ConstMatrixMap(a, m, k) * ConstMatrixMap(b, k, n);
+      break;
+    case GemmOp::kNT:  // fc forward, conv backward-weights
+      if (accumulate)
+        out.noalias() += ConstMatrixMap(a, m, k) * ConstMatrixMap(b, n, k).transpose();
+      else
+        out.noalias() = ConstMatrixMap(a, m, k) * ConstMatrixMap(b, n, k).transpose();
+      break;
+    case GemmOp::kTN:  // conv backward-data, fc backward-weights
+      if (accumulate)
+        out.noalias() += ConstMatrixMap(a, k, m).transpose() * ConstMatrixMap(b, k, n);
+      else
+        out.noalias() = ConstMatrixMap(a, k, m).transpose() * ConstMatrixMap(b, k, n);
+      break;
+  }
+}
+
+void CpuBackend::im2colKernel(const ConvDesc& d, const float* x, float* col) {
+  im2col(d, x, d.inC, col);
+}
+
+void CpuBackend::col2imKernel(const ConvDesc& d, const float* col, float* x) {
+  col2imAdd(d, col, d.inC, x);
+}
+
+void CpuBackend::biasAdd(float* y, const float* bias, int channels, int64_t positions) {
+  MatrixMap(y, channels, positions).colwise() += ConstVectorMap(bias, channels);
+}
+
+void CpuBackend::biasGrad(const float* dy, float* dbias, int channels, int64_t positions) {
+  VectorMap(dbias, channels) += ConstMatrixMap(dy, channels, positions).rowwise().sum();
+}
+
+void CpuBackend::zero(float* x, int64_t count) {
+  scaleForAccumulate(x, count, 0.0f);
 }
 
 }  // namespace strata::nn

@@ -28,22 +28,20 @@ SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
   if (options.grid < 1)
     throw OptionError("grid", fmt::format("grid {} must be positive", options.grid));
   // Class means: one value per (class, channel, grid cell), spread over the
-  // pixels of the cell.
-  const int gridH = std::min(options.grid, shape.h);
-  const int gridW = std::min(options.grid, shape.w);
-  const int64_t perExample = shape.elements();
-  means_.resize(static_cast<size_t>(classes * perExample));
+  // pixels of the cell by example(); stored per cell, so an ImageNet-sized
+  // input with 1000 classes costs a few MB, not 600.
+  gridH_ = std::min(options.grid, shape.h);
+  gridW_ = std::min(options.grid, shape.w);
+  const int64_t cells = int64_t{gridH_} * gridW_;
+  means_.resize(static_cast<size_t>(int64_t{classes} * shape.c * cells));
   for (int k = 0; k < classes; ++k)
     for (int c = 0; c < shape.c; ++c)
-      for (int y = 0; y < shape.h; ++y)
-        for (int x = 0; x < shape.w; ++x) {
-          const int cell = (y * gridH / shape.h) * gridW + x * gridW / shape.w;
-          const uint64_t bits =
-              detail::hashOf(seed, kMeanStream, static_cast<uint64_t>(k),
-                             static_cast<uint64_t>(int64_t{c} * gridH * gridW + cell));
-          means_[static_cast<size_t>(k * perExample + (int64_t{c} * shape.h + y) * shape.w + x)] =
-              options.signal * detail::normalFloat(bits);
-        }
+      for (int64_t cell = 0; cell < cells; ++cell) {
+        const uint64_t bits = detail::hashOf(seed, kMeanStream, static_cast<uint64_t>(k),
+                                             static_cast<uint64_t>(int64_t{c} * cells + cell));
+        means_[static_cast<size_t>((int64_t{k} * shape.c + c) * cells + cell)] =
+            options.signal * detail::normalFloat(bits);
+      }
 }
 
 SyntheticDataset SyntheticDataset::forNetwork(const Network& network, uint64_t seed,
@@ -63,11 +61,18 @@ int32_t SyntheticDataset::label(int64_t index) const {
 void SyntheticDataset::example(int64_t index, std::span<float> out) const {
   const int64_t perExample = shape_.elements();
   STRATA_ENFORCE_OP(static_cast<int64_t>(out.size()), ==, perExample);
-  const float* mean = means_.data() + label(index) * perExample;
+  const int64_t cells = int64_t{gridH_} * gridW_;
+  const float* mean = means_.data() + int64_t{label(index)} * shape_.c * cells;
   const uint64_t key = detail::hashOf(seed_, kNoiseStream, static_cast<uint64_t>(index));
-  for (int64_t e = 0; e < perExample; ++e)
-    out[static_cast<size_t>(e)] = mean[e] + options_.noise * detail::normalFloat(detail::hashOf(
-                                                                 key, static_cast<uint64_t>(e)));
+  int64_t e = 0;
+  for (int c = 0; c < shape_.c; ++c)
+    for (int y = 0; y < shape_.h; ++y) {
+      const float* row = mean + int64_t{c} * cells + int64_t{y * gridH_ / shape_.h} * gridW_;
+      for (int x = 0; x < shape_.w; ++x, ++e)
+        out[static_cast<size_t>(e)] =
+            row[x * gridW_ / shape_.w] +
+            options_.noise * detail::normalFloat(detail::hashOf(key, static_cast<uint64_t>(e)));
+    }
 }
 
 void SyntheticDataset::fill(int64_t firstIndex, TensorView x, std::span<int32_t> labels,

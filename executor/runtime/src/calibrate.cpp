@@ -13,7 +13,9 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
+#include "kernel_calibration.h"
 #include "layer_timing.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/dataset.h"
@@ -47,28 +49,6 @@ double bestOf(int reps, F&& fn) {
     best = std::min(best, seconds(t0, Clock::now()));
   }
   return best;
-}
-
-// A one-layer fc network for the GEMM peak.
-Network fcNetwork(int in, int out) {
-  Network n;
-  n.name = "calibration-fc";
-  n.sourceFile = "strata calibrate";
-  n.input = Shape{in, 1, 1};
-  Layer l;
-  l.name = "fc";
-  l.kind = LayerKind::kFc;
-  l.spec.outputs = out;
-  l.inputs = {-1};
-  deriveLayer(l, {n.input}, n.sourceFile, 0);
-  n.layers.push_back(l);
-  Layer loss;  // the Model trains against labels through a softmax
-  loss.name = "loss";
-  loss.kind = LayerKind::kSoftmax;
-  loss.inputs = {0};
-  deriveLayer(loss, {l.outShape}, n.sourceFile, 1);
-  n.layers.push_back(loss);
-  return n;
 }
 
 // One-way time of n bytes between ranks 0 and 1 (half a ping-pong).
@@ -123,19 +103,21 @@ std::string calibrate(const CalibrationOptions& o) {
     if (o.progress)
       o.progress(s);
   };
-  if (!o.network)
-    throw UserError("calibrate needs a network whose layers to time");
-  const Network& net = *o.network;
+  if (o.maxWorkers < 1 || o.maxWorkers > 64)
+    throw OptionError("--max-workers", fmt::format("must be in 1..64, got {}", o.maxWorkers));
+  const Network* net = o.network;
   const std::string where = fmt::format("`strata calibrate` on {}, {}", host(), today());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
 
-  // 1. GEMM peak: the fastest pass of a 1024 x 1024 fc on 256 examples.
-  const auto fc = fcNetwork(1024, 1024);
-  const auto gemm = detail::timeLayers(fc, 256, 3);
-  const double gemmFlops = 2.0 * 1024 * 1024 * 256;
-  const double peak =
-      gemmFlops / std::min({gemm.fwd[0], gemm.bwdWeights[0] > 0 ? gemm.bwdWeights[0] : 1e300});
-  say(fmt::format("GEMM peak        {}", formatFlopRate(FlopsPerSecond(peak))));
+  // 1. Kernel tables: every GEMM shape of the grid and every memory-bound
+  // kernel by size, independent of any network.
+  const KernelTables tables = detail::measureKernelTables(say);
+  double peak = 0;
+  for (const auto& r : tables.gemm.rate)
+    for (double x : r)
+      peak = std::max(peak, x);
+  say(fmt::format("GEMM peak        {} (fastest shape of the tables)",
+                  formatFlopRate(FlopsPerSecond(peak))));
 
   // 2. Streaming memory bandwidth (copy: read + write) and summing rate.
   const size_t n = 16u << 20;  // 16 Mi floats = 64 MiB per array
@@ -150,24 +132,30 @@ std::string calibrate(const CalibrationOptions& o) {
   say(fmt::format("memory           {} copy, {} summed", formatBandwidth(BytesPerSecond(memBw)),
                   formatBandwidth(BytesPerSecond(reduceBw))));
 
-  // 3. Layer kinds: each kind's achieved share of the peak on this network's
-  // layers, so the model's time for them is the measured time.
-  const auto times = detail::timeLayers(net, o.batch, 3);
+  // 3. Roofline efficiencies, for element types the tables do not cover: from
+  // the tables (held-out), or fitted on a network's own layers (--network).
   std::map<LayerKind, std::pair<double, double>> perKind;  // FLOPs, seconds
-  for (size_t l = 0; l < net.layers.size(); ++l) {
-    const auto& layer = net.layers[l];
-    auto& k = perKind[layer.kind];
-    k.first += o.batch * (layer.fwdFlops + (layer.hasWeights() ? layer.bwdWeightsFlops : 0) +
-                          (layer.readsNetworkInput() ? 0 : layer.bwdDataFlops));
-    k.second += times.fwd[l] + times.bwdData[l] + times.bwdWeights[l];
+  double sgdSeconds = 0, sgdParams = 0;
+  if (net) {
+    const auto times = detail::timeLayers(*net, o.batch, 3);
+    for (size_t l = 0; l < net->layers.size(); ++l) {
+      const auto& layer = net->layers[l];
+      auto& k = perKind[layer.kind];
+      k.first += o.batch * (layer.fwdFlops + (layer.hasWeights() ? layer.bwdWeightsFlops : 0) +
+                            (layer.readsNetworkInput() ? 0 : layer.bwdDataFlops));
+      k.second += times.fwd[l] + times.bwdData[l] + times.bwdWeights[l];
+      sgdParams += double(layer.params);
+    }
+    sgdSeconds = times.updateAll;
+  } else {
+    const auto& sgd = tables.memory[static_cast<size_t>(MemKernel::kSgd)];
+    sgdParams = sgd.units.back();
+    sgdSeconds = sgd.units.back() / sgd.rate.back();
   }
-  double params = 0;
-  for (const auto& l : net.layers)
-    params += double(l.params);
   // SGD with momentum reads w, g, v and writes w, v (estimate.h).
-  const double memEff = std::clamp(5.0 * params * 4 / times.updateAll / memBw, 0.01, 1.0);
-  say(fmt::format("SGD update       {} for {} parameters", formatSeconds(Seconds(times.updateAll)),
-                  params));
+  const double memEff = std::clamp(5.0 * sgdParams * 4 / sgdSeconds / memBw, 0.01, 1.0);
+  say(fmt::format("SGD update       {} for {:.0f} parameters", formatSeconds(Seconds(sgdSeconds)),
+                  sgdParams));
 
   // 4. Communicator: alpha, beta and bandwidth by size, ranks 0 and 1.
   std::vector<TimingSample> samples;
@@ -192,58 +180,31 @@ std::string calibrate(const CalibrationOptions& o) {
   say(fmt::format("link             alpha {}, beta {} (fit within {:.0f} %)",
                   formatSeconds(ab.alpha), formatBandwidth(ab.beta), 100 * ab.maxRelativeError));
 
-  // 5. Sharing: K workers running whole training passes of this network at
-  // once, from a common start; speed = time of the passes alone / together.
-  std::vector<std::pair<int, double>> sharing;
-  double alone = 0;
-  const int passes = 6;
+  // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
+  // speed = time alone / time together.
+  std::vector<std::tuple<int, double, double>> sharing;
   for (int k = 1; k <= o.maxWorkers; k *= 2) {
-    std::vector<std::unique_ptr<nn::Model>> models;
-    for (int w = 0; w < k; ++w) {
-      nn::ModelOptions mo;
-      models.push_back(std::make_unique<nn::Model>(net, mo));
-      auto& x = models.back()->input(o.batch);
-      const auto data = nn::SyntheticDataset::forNetwork(net, 11);
-      const auto& last = net.layers.back().outShape;
-      std::vector<int32_t> labels(static_cast<size_t>(o.batch) * last.h * last.w);
-      data.fill(0, x.view(), labels, last.h * last.w);
-      models.back()->setLabels(labels);
-      models.back()->forwardAll();  // warm up
-    }
-    std::atomic<int> ready{0};
-    std::vector<std::thread> threads;
-    const auto t0 = Clock::now();
-    for (int w = 0; w < k; ++w)
-      threads.emplace_back([&, w] {
-        ready.fetch_add(1);
-        while (ready.load() < k) {
-        }
-        for (int p = 0; p < passes; ++p) {
-          models[static_cast<size_t>(w)]->forwardAll();
-          models[static_cast<size_t>(w)]->backwardAll();
-        }
-      });
-    for (auto& t : threads)
-      t.join();
-    const double together = seconds(t0, Clock::now());
-    if (k == 1)
-      alone = together;
-    sharing.push_back({k, std::min(1.0, alone / together)});
-    say(fmt::format("sharing          {} workers: speed {:.2f} of alone", k, alone / together));
+    const auto [g, m] = k == 1 ? std::pair{1.0, 1.0} : detail::measureSharing(k);
+    sharing.push_back({k, g, m});
+    say(fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f} of alone",
+                    k, g, m));
   }
 
   // The YAML, every number with its provenance.
   std::ostringstream y;
   y << fmt::format("# This machine as measured by {}.\n", where);
-  y << "# Regenerate with: strata calibrate --network " << net.name << " --out " << o.name
+  y << "# Regenerate with: strata calibrate" << (net ? " --network " + net->name : "") << " --out "
+    << o.name
     << ".yaml\n";
   y << "name: " << o.name << "\n";
+  if (net)
+    y << "fitted_on: " << net->name
+      << "   # roofline efficiencies fitted on this network's layers: not held-out for it\n";
   y << fmt::format("description: this machine ({} cores), measured by strata calibrate\n", cores);
   y << "device:\n";
   y << "  name: one worker of this machine\n";
   y << fmt::format(
-      "  peak: {{fp32: {:.4g} GFLOP/s}}   # best pass of a 1024x1024 fc on 256 examples "
-      "(Eigen GEMM), {}\n",
+      "  peak: {{fp32: {:.4g} GFLOP/s}}   # fastest GEMM shape of the kernel tables below, {}\n",
       peak / 1e9, where);
   y << fmt::format(
       "  memory_bandwidth: {:.4g} GB/s   # std::copy of 64 MiB, read + write, best of 5\n",
@@ -253,30 +214,45 @@ std::string calibrate(const CalibrationOptions& o) {
                    double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9)
     << "   # physical memory (sysconf), shared by the workers\n";
   y << fmt::format(
-      "  memory_efficiency: {:.3g}   # SGD update of {}'s {:.0f} parameters took {} (5 x 4 B "
-      "each)\n",
-      memEff, net.name, params, formatSeconds(Seconds(times.updateAll)));
+      "  memory_efficiency: {:.3g}   # SGD update of {:.0f} parameters took {} (5 x 4 B each), "
+      "{}\n",
+      memEff, sgdParams, formatSeconds(Seconds(sgdSeconds)),
+      net ? "on " + net->name + "'s parameters" : "the sgd kernel table's largest size");
   y << fmt::format(
       "  reduce_bandwidth: {:.4g} GB/s   # y += x over 64 MiB, bytes of x per second, best of "
       "5\n",
       reduceBw / 1e9);
-  y << "  efficiency:   # achieved share of the peak on " << net.name << "'s layers, batch "
-    << o.batch << ", median of 3 passes\n";
-  double smallest = 1;
-  for (const auto& [kind, ft] : perKind) {
-    if (ft.first <= 0 || ft.second <= 0)
-      continue;
-    const double eff = std::clamp(ft.first / (peak * ft.second), 1e-4, 1.0);
-    smallest = std::min(smallest, eff);
-    y << fmt::format("    {}: {:.4g}   # {} over {}\n", toString(kind), eff,
-                     formatFlops(Flops(ft.first)), formatSeconds(Seconds(ft.second)));
+  if (net) {
+    y << "  efficiency:   # roofline only (element types without tables): achieved share of the "
+         "peak on "
+      << net->name << "'s layers, batch " << o.batch << ", median of 3 passes\n";
+    double smallest = 1;
+    for (const auto& [kind, ft] : perKind) {
+      if (ft.first <= 0 || ft.second <= 0)
+        continue;
+      const double eff = std::clamp(ft.first / (peak * ft.second), 1e-4, 1.0);
+      smallest = std::min(smallest, eff);
+      y << fmt::format("    {}: {:.4g}   # {} over {}\n", toString(kind), eff,
+                       formatFlops(Flops(ft.first)), formatSeconds(Seconds(ft.second)));
+    }
+    y << fmt::format("    default: {:.4g}   # kinds not in {}: the least efficient kind measured\n",
+                     smallest, net->name);
+  } else {
+    // Mid-sized shapes of the tables stand for the GEMM-bound kinds.
+    const double conv = tables.gemmRate(GemmOp::kNN, 64, 1024, 256) / peak;
+    const double fc = tables.gemmRate(GemmOp::kNT, 64, 1024, 1024) / peak;
+    y << "  efficiency:   # roofline only (element types without tables), from the GEMM tables\n";
+    y << fmt::format("    conv: {:.4g}   # nn GEMM 64 x 1024 x 256 (an im2col convolution)\n",
+                     std::clamp(conv, 1e-4, 1.0));
+    y << fmt::format("    fc: {:.4g}   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64)\n",
+                     std::clamp(fc, 1e-4, 1.0));
+    y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
   }
-  y << fmt::format("    default: {:.4g}   # kinds not in {}: the least efficient kind measured\n",
-                   smallest, net.name);
-  y << "  sharing:   # speed of each worker when this many run at once, relative to alone\n";
-  for (const auto& [k, s] : sharing)
-    y << fmt::format("    - {{workers: {}, speed: {:.3f}}}   # {} concurrent passes of {}\n", k, s,
-                     k, net.name);
+  y << "  sharing:   # speed of each worker when this many run at once, relative to alone: "
+       "threads running 256^3 GEMMs (speed) or copying 16 MiB (memory_speed) together\n";
+  for (const auto& [k, g, m] : sharing)
+    y << fmt::format("    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}}}\n", k, g, m);
+  y << detail::kernelTablesYaml(tables, where);
   y << "topology:\n";
   y << "  - name: shared-memory\n";
   y << fmt::format("    group: {}   # workers on this machine: up to the largest sharing entry\n",

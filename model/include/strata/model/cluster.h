@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/model/fit.h"
+#include "strata/model/kernels.h"
 #include "strata/model/network.h"
 #include "strata/model/profile.h"
 #include "strata/model/units.h"
@@ -41,6 +42,11 @@ struct DeviceSpec {
   // running alone, when `workers` workers share one node (its innermost
   // topology group) and so its cores and memory. Sorted by workers.
   std::vector<std::pair<int, double>> sharing;
+  // Optional, the same for memory-bound kernels (GEMMs use `sharing`).
+  std::vector<std::pair<int, double>> sharingMemory;
+  // Optional (strata calibrate): measured kernel costs of the compute
+  // backend; when present the model and the simulator price layers from them.
+  KernelTables kernels;
   // Optional (--profile): measured per-op times of one network on this
   // device. When set and the network priced is the profile's, every layer
   // phase is priced from it instead of tables or roofline.
@@ -50,6 +56,8 @@ struct DeviceSpec {
   // interpolated linearly; beyond the table the last entry's total throughput
   // is shared (speed x last / workers).
   double sharingSpeed(int workers) const;
+  // The same for memory-bound kernels; sharingSpeed when there is no figure.
+  double sharingMemorySpeed(int workers) const;
 
   // Peak for an element type; throws OptionError("--element") naming the
   // cluster file when the device has no figure for it.

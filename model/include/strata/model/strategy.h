@@ -131,6 +131,9 @@ struct StepEstimate {
   double speedup = 0;        // throughput / single-worker throughput
   double efficiency = 0;     // speedup / K
   std::string bottleneck;    // the link limiting the costliest communication
+  // How compute was priced (profile, kernel tables, roofline), with the
+  // kernel shapes that fell outside the tables' grid; "" for the executor.
+  std::string computeSource;
   bool fitsInMemory = true;  // peak memory of every worker <= device capacity
   RoundInfo rounds;
 };

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "strata/exec/nn/backend.h"
+#include "strata/model/kernels.h"
 
 namespace strata::nn {
 
@@ -61,6 +62,24 @@ class CpuBackend final : public Backend {
 
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
+
+  // ---- the kernels inside the layers above, for calibration ----------------
+  // Each is the exact code the layer kernels run (model/kernels.h names them),
+  // exposed so that `strata calibrate` can time it alone at any size.
+
+  // C (m x n) = op(A) op(B), or C += that when `accumulate`; row-major; A and
+  // B as the op reads them (nn: A m x k, B k x n; nt: B n x k; tn: A k x m).
+  static void gemm(GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
+                   bool accumulate);
+  // One example's column matrix (ungrouped): col has inC*kh*kw x outH*outW.
+  static void im2colKernel(const ConvDesc& d, const float* x, float* col);
+  // Adds a column matrix back onto one example's input (the adjoint).
+  static void col2imKernel(const ConvDesc& d, const float* col, float* x);
+  // y (channels x positions) += bias per channel; dbias += per-channel sums.
+  static void biasAdd(float* y, const float* bias, int channels, int64_t positions);
+  static void biasGrad(const float* dy, float* dbias, int channels, int64_t positions);
+  // x = 0 over count elements (what an overwriting gradient kernel does first).
+  static void zero(float* x, int64_t count);
 
  private:
   std::vector<float> col_;  // im2col of one example and group

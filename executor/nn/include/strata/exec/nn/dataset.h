@@ -54,7 +54,8 @@ class SyntheticDataset {
   int classes_ = 0;
   uint64_t seed_ = 0;
   SyntheticOptions options_;
-  std::vector<float> means_;  // classes x c x h x w
+  int gridH_ = 1, gridW_ = 1;  // cells per side of the class-mean grid
+  std::vector<float> means_;   // classes x c x gridH x gridW
 };
 
 }  // namespace strata::nn

@@ -1,0 +1,423 @@
+#include "kernel_calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/exec/nn/model.h"
+#include "strata/model/error.h"
+
+namespace strata::exec::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Seconds per call of fn: after a warm-up call, groups of calls long enough to
+// time (>= 0.3 ms each); the median of 3 groups, or the best of 2 when one call
+// takes over 10 ms (the least disturbed of two long runs).
+template <class F>
+double perCall(F&& fn) {
+  fn();
+  auto t0 = Clock::now();
+  fn();
+  const double one = since(t0);
+  const int calls = std::max(1, static_cast<int>(3e-4 / std::max(one, 1e-9)));
+  const int groups = one > 0.01 ? 2 : 3;
+  std::vector<double> g;
+  for (int i = 0; i < groups; ++i) {
+    t0 = Clock::now();
+    for (int c = 0; c < calls; ++c)
+      fn();
+    g.push_back(since(t0) / calls);
+  }
+  std::sort(g.begin(), g.end());
+  return groups == 2 ? g[0] : g[1];
+}
+
+// GEMM grid: m, n and k each from 1 to 16384, by factors of 2 up to 256 (batch
+// sizes: an fc layer's rate changes fastest there, where streaming its weights
+// dominates) and of 4 above. Points above kMaxMacs multiply-adds (~6 ms each
+// here) are not timed: their rate is the one of the point with the largest
+// dimension reduced one grid step (GEMM rates saturate at these sizes), so
+// calibrate stays under a minute.
+const std::vector<int64_t> kGemmDims = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
+constexpr double kMaxMacs = double(1 << 28);
+// And operands of at most 16 Mi floats (64 MiB) each, so memory stays bounded.
+constexpr double kMaxOperand = double(1 << 24);
+
+// Memory-bound kernels: units per call from 1 Ki to 16 Mi by factors of 4.
+std::vector<double> memorySizes() {
+  std::vector<double> s;
+  for (double u = 1024; u <= 16.0 * 1024 * 1024; u *= 4)
+    s.push_back(u);
+  return s;
+}
+
+std::vector<float> filled(size_t n, float value) {
+  return std::vector<float>(n, value);
+}
+
+}  // namespace
+
+KernelTables measureKernelTables(const std::function<void(const std::string&)>& say) {
+  KernelTables t;
+  t.backend = "cpu";
+  t.gemm.dims = kGemmDims;
+  const size_t d = kGemmDims.size();
+  const auto t0 = Clock::now();
+  {
+    const auto top = static_cast<size_t>(kMaxOperand);
+    auto a = filled(top, 0.01f);
+    auto b = filled(top, 0.02f);
+    auto c = filled(top, 0.0f);
+    for (auto op : kAllGemmOps) {
+      auto& rate = t.gemm.rate[static_cast<size_t>(op)];
+      rate.assign(d * d * d, 0.0);
+      std::vector<char> measured(d * d * d, 0);
+      for (size_t im = 0; im < d; ++im)
+        for (size_t in = 0; in < d; ++in)
+          for (size_t ik = 0; ik < d; ++ik) {
+            const int64_t m = kGemmDims[im], n = kGemmDims[in], k = kGemmDims[ik];
+            if (double(m) * double(n) * double(k) > kMaxMacs ||
+                std::max({double(m) * double(k), double(k) * double(n), double(m) * double(n)}) >
+                    kMaxOperand)
+              continue;
+            const double s = perCall([&] {
+              nn::CpuBackend::gemm(op, static_cast<int>(m), static_cast<int>(n),
+                                   static_cast<int>(k), a.data(), b.data(), c.data(), false);
+            });
+            rate[(im * d + in) * d + ik] = 2.0 * double(m) * double(n) * double(k) / s;
+            measured[(im * d + in) * d + ik] = 1;
+          }
+      // Fill the points over the cap, smallest first, from the point with the
+      // largest dimension one step smaller (measured or filled before).
+      for (size_t sum = 0; sum < 3 * d; ++sum)
+        for (size_t im = 0; im < d; ++im)
+          for (size_t in = 0; in < d; ++in)
+            for (size_t ik = 0; ik < d; ++ik) {
+              if (im + in + ik != sum || measured[(im * d + in) * d + ik])
+                continue;
+              size_t jm = im, jn = in, jk = ik;
+              if (jm >= jn && jm >= jk)
+                --jm;
+              else if (jn >= jk)
+                --jn;
+              else
+                --jk;
+              rate[(im * d + in) * d + ik] = rate[(jm * d + jn) * d + jk];
+              measured[(im * d + in) * d + ik] = 1;
+            }
+    }
+  }
+  say(fmt::format("GEMM tables      3 x {} shapes (m, n, k in 1..{}), {:.1f} s", d * d * d,
+                  kGemmDims.back(), since(t0)));
+
+  const auto t1 = Clock::now();
+  const auto sizes = memorySizes();
+  // Room for the largest size and the geometries rounded around it.
+  const size_t top = static_cast<size_t>(sizes.back() * 1.25);
+  auto x = filled(top, 0.5f), y = filled(top, 0.25f), dy = filled(top, 0.125f),
+       dx = filled(top, 0.0f), scale = filled(top, 1.0f);
+  // Pseudo-random values of both signs, as activations and gradients are: the
+  // branches of relu, dropout and max pooling are as unpredictable as in a
+  // real step (a regular pattern makes relu's backward ~10x faster here).
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int64_t(state >> 40) - (int64_t(1) << 23)) / float(1 << 23);
+  };
+  for (size_t i = 0; i < top; ++i) {
+    x[i] = next();
+    y[i] = next();
+    dy[i] = 0.01f * next();
+  }
+  std::vector<int32_t> argmax(top), labels(top);
+  for (size_t i = 0; i < top; ++i)
+    labels[i] = static_cast<int32_t>(i % 10);
+  nn::CpuBackend be;
+  auto record = [&](MemKernel kernel, double units, double seconds) {
+    auto& table = t.memory[static_cast<size_t>(kernel)];
+    if (!table.units.empty() && units <= table.units.back())
+      return;  // a geometry that rounds to the previous size
+    table.units.push_back(units);
+    table.rate.push_back(units / seconds);
+  };
+  // Elementwise tensors: 64 channels, the rest in width.
+  auto flat = [](double u) {
+    return nn::Dims{1, 64, 1, std::max(1, static_cast<int>(u / 64))};
+  };
+  for (double u : sizes) {
+    const auto fd = flat(u);
+    const double n = double(fd.n) * fd.c * fd.h * fd.w;
+    nn::ConstTensorView cx{x.data(), fd}, cy{y.data(), fd}, cdy{dy.data(), fd};
+    nn::TensorView vy{y.data(), fd}, vdx{dx.data(), fd};
+    record(MemKernel::kZero, n, perCall([&] { nn::CpuBackend::zero(dx.data(), int64_t(n)); }));
+    record(MemKernel::kCopy, n, perCall([&] { be.accumulate(cx, vdx, 0.0f); }));
+    record(MemKernel::kAccumulate, n, perCall([&] { be.accumulate(cx, vdx, 1.0f); }));
+    record(MemKernel::kAdd, n, perCall([&] { be.add(cx, cdy, vdx); }));
+    record(MemKernel::kBias, n, perCall([&] {
+             nn::CpuBackend::biasAdd(dx.data(), scale.data(), fd.c, int64_t(fd.h) * fd.w);
+           }));
+    record(MemKernel::kBiasGrad, n, perCall([&] {
+             nn::CpuBackend::biasGrad(dy.data(), scale.data() + top - 4096, fd.c,
+                                      int64_t(fd.h) * fd.w);
+           }));
+    record(MemKernel::kReluFwd, n, perCall([&] { be.reluForward(cx, vy); }));
+    record(MemKernel::kReluBwd, n, perCall([&] { be.reluBackward(cy, cdy, vdx, 0.0f); }));
+    // Dropout follows fc layers in every preset: rows of 256 neurons.
+    const nn::Dims dr{std::max(1, static_cast<int>(u / 256)), 256, 1, 1};
+    nn::DropoutDesc dd;
+    dd.rate = 0.5f;
+    dd.totalChannels = dr.c;
+    record(MemKernel::kDropoutFwd, double(dr.n) * dr.c, perCall([&] {
+             be.dropoutForward(dd, nn::ConstTensorView{x.data(), dr}, nn::TensorView{y.data(), dr});
+           }));
+    record(MemKernel::kDropoutBwd, double(dr.n) * dr.c, perCall([&] {
+             be.dropoutBackward(dd, nn::ConstTensorView{dy.data(), dr},
+                                nn::TensorView{dx.data(), dr}, 0.0f);
+           }));
+    record(MemKernel::kSgd, n, perCall([&] {
+             be.sgdMomentum(std::span<float>(y.data(), size_t(n)),
+                            std::span<float>(dx.data(), size_t(n)),
+                            std::span<const float>(dy.data(), size_t(n)), 0.0f, 0.9f, 0.0f);
+           }));
+    // The executor's reduce step: the loop of its endpoints (runtime.cpp).
+    record(MemKernel::kReduce, n, perCall([&] {
+             float* dst = dx.data();
+             const float* src = dy.data();
+             for (size_t i = 0; i < size_t(n); ++i)
+               dst[i] += src[i];
+           }));
+    // LRN (size 5, as every preset) and batchnorm on 4 x 16 channels.
+    const int side = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 64))));
+    const nn::Dims sq{1, 64, side, side};
+    const double ns = 64.0 * side * side;
+    nn::LrnDesc ld;
+    nn::TensorView sc{scale.data(), sq};
+    record(MemKernel::kLrnFwd, ns, perCall([&] {
+             be.lrnForward(ld, nn::ConstTensorView{x.data(), sq}, nn::TensorView{y.data(), sq}, sc);
+           }));
+    record(MemKernel::kLrnBwd, ns, perCall([&] {
+             be.lrnBackward(ld, nn::ConstTensorView{x.data(), sq}, nn::ConstTensorView{y.data(), sq},
+                            nn::ConstTensorView{scale.data(), sq},
+                            nn::ConstTensorView{dy.data(), sq}, nn::TensorView{dx.data(), sq}, 0.0f);
+           }));
+    const nn::Dims bd{4, 16, side, side};
+    std::vector<float> gamma(16, 1.0f), shift(16, 0.0f), dg(16), ds(16);
+    record(MemKernel::kBatchNormFwd, ns, perCall([&] {
+             be.batchNormForward(nn::ConstTensorView{x.data(), bd}, gamma.data(), shift.data(),
+                                 1e-5f, nn::TensorView{y.data(), bd});
+           }));
+    record(MemKernel::kBatchNormBwdData, ns, perCall([&] {
+             be.batchNormBackwardData(nn::ConstTensorView{x.data(), bd},
+                                      nn::ConstTensorView{dy.data(), bd}, gamma.data(), 1e-5f,
+                                      nn::TensorView{dx.data(), bd}, 0.0f);
+           }));
+    record(MemKernel::kBatchNormBwdWeights, ns, perCall([&] {
+             be.batchNormBackwardWeights(nn::ConstTensorView{x.data(), bd},
+                                         nn::ConstTensorView{dy.data(), bd}, 1e-5f, dg.data(),
+                                         ds.data());
+           }));
+    // Softmax over 10 classes per example (the classifiers' layout).
+    const nn::Dims smd{std::max(1, static_cast<int>(u / 10)), 10, 1, 1};
+    const double nsm = double(smd.n) * smd.c;
+    std::vector<float> stats(2 * static_cast<size_t>(smd.n));
+    record(MemKernel::kSoftmaxFwd, nsm, perCall([&] {
+             be.softmaxStats(nn::ConstTensorView{x.data(), smd}, stats.data());
+             be.softmaxProbabilities(nn::ConstTensorView{x.data(), smd}, stats.data(),
+                                     nn::TensorView{y.data(), smd});
+           }));
+    record(MemKernel::kSoftmaxBwd, nsm, perCall([&] {
+             be.softmaxLoss(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0);
+             be.softmaxBackward(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0,
+                                1.0f, nn::TensorView{dx.data(), smd}, 0.0f);
+           }));
+    // Pooling with 3x3 and 2x2 windows, stride 2 (AlexNet's and VGG's) over
+    // 64 channels: forward units are window reads, avg backward window writes.
+    for (int win : {3, 2}) {
+      const int out = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 64 / (win * win)))));
+      nn::PoolDesc pd;
+      pd.c = 64;
+      pd.kernelH = pd.kernelW = win;
+      pd.stride = 2;
+      pd.outH = pd.outW = out;
+      pd.inH = pd.inW = 2 * out + win - 2;
+      const nn::Dims in{1, 64, pd.inH, pd.inW}, o{1, 64, out, out};
+      const double reads = 64.0 * out * out * win * win;
+      pd.mode = PoolMode::kMax;
+      record(win == 3 ? MemKernel::kPoolMaxFwd : MemKernel::kPoolMaxFwd2, reads, perCall([&] {
+               be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
+                              argmax.data());
+             }));
+      pd.mode = PoolMode::kAvg;
+      record(win == 3 ? MemKernel::kPoolAvgFwd : MemKernel::kPoolAvgFwd2, reads, perCall([&] {
+               be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
+                              nullptr);
+             }));
+      record(win == 3 ? MemKernel::kPoolAvgBwd : MemKernel::kPoolAvgBwd2, reads, perCall([&] {
+               be.poolBackward(pd, nn::ConstTensorView{dy.data(), o}, nullptr,
+                               nn::TensorView{dx.data(), in}, 1.0f);
+             }));
+    }
+    {
+      // The input (about 4x the output) must fit the buffers too.
+      const int out = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 64 / 4))));
+      nn::PoolDesc pd;
+      pd.c = 64;
+      pd.kernelH = pd.kernelW = 3;
+      pd.stride = 2;
+      pd.outH = pd.outW = out;
+      pd.inH = pd.inW = 2 * out + 1;
+      pd.mode = PoolMode::kMax;
+      const nn::Dims in{1, 64, pd.inH, pd.inW}, o{1, 64, out, out};
+      be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
+                     argmax.data());
+      record(MemKernel::kPoolMaxBwd, 64.0 * out * out, perCall([&] {
+               be.poolBackward(pd, nn::ConstTensorView{dy.data(), o}, argmax.data(),
+                               nn::TensorView{dx.data(), in}, 1.0f);
+             }));
+    }
+    // im2col / col2im of a 3x3 pad-1 convolution over 16 channels.
+    {
+      const int hw = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 16 / 9))));
+      nn::ConvDesc cd;
+      cd.inC = 16;
+      cd.inH = cd.inW = cd.outH = cd.outW = hw;
+      cd.kernelH = cd.kernelW = 3;
+      cd.pad = 1;
+      cd.filters = 16;
+      const double units = 16.0 * 9 * hw * hw;
+      if (units + 1 < double(top)) {
+        record(MemKernel::kIm2col, units,
+               perCall([&] { nn::CpuBackend::im2colKernel(cd, x.data(), y.data()); }));
+        record(MemKernel::kCol2im, units,
+               perCall([&] { nn::CpuBackend::col2imKernel(cd, y.data(), dx.data()); }));
+      }
+    }
+  }
+  // The Model's own cost per layer-phase call: forward of a relu over one
+  // element, less the kernel (negligible at that size).
+  {
+    Network tiny;
+    tiny.name = "calibration-call";
+    tiny.sourceFile = "strata calibrate";
+    tiny.input = Shape{1, 1, 1};
+    Layer relu;
+    relu.name = "relu";
+    relu.kind = LayerKind::kRelu;
+    relu.inputs = {-1};
+    deriveLayer(relu, {tiny.input}, tiny.sourceFile, 0);
+    tiny.layers.push_back(relu);
+    nn::Model model(tiny);
+    model.input(1).fill(1.0f);
+    t.callOverhead = Seconds(perCall([&] { model.forward(0); }));
+  }
+  say(fmt::format("memory kernels   {} kernels x {} sizes (1 Ki..16 Mi units), {:.1f} s",
+                  kMemKernelCount, sizes.size(), since(t1)));
+  return t;
+}
+
+std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
+  std::ostringstream y;
+  y << "  kernels:   # the CPU backend's kernels, timed alone by " << where << "\n";
+  y << "    backend: cpu   # lowering of executor/nn's CPU backend (im2col + GEMM convolutions)\n";
+  y << fmt::format(
+      "    call_overhead: {:.4g} us   # one Model layer-phase call around its kernels: forward of "
+      "a relu over one element, median of 3 timed groups\n",
+      t.callOverhead.value() * 1e6);
+  y << "    gemm:   # FLOP/s of Eigen's products as conv and fc run them; median of 3 timed groups "
+       "after a warm-up (best of 2 for calls over 10 ms); points over 2^28 multiply-adds or with an operand over 2^24 floats take the "
+       "rate of the point with the largest dimension one step smaller\n";
+  y << "      dims: [";
+  for (size_t i = 0; i < t.gemm.dims.size(); ++i)
+    y << (i ? ", " : "") << t.gemm.dims[i];
+  y << "]   # grid of m, n and k\n";
+  y << "      rates:   # one row per (op, m, n): GFLOP/s for each k in dims\n";
+  const size_t d = t.gemm.dims.size();
+  for (auto op : kAllGemmOps)
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in) {
+        y << fmt::format("        - {{op: {}, m: {}, n: {}, gflop_per_s: [", toString(op),
+                         t.gemm.dims[im], t.gemm.dims[in]);
+        for (size_t ik = 0; ik < d; ++ik)
+          y << (ik ? ", " : "")
+            << fmt::format("{:.4g}", t.gemm.rate[static_cast<size_t>(op)][(im * d + in) * d + ik] /
+                                         1e9);
+        y << "]}\n";
+      }
+  y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "
+       "kernel); median of 3 timed groups after a warm-up\n";
+  for (int i = 0; i < kMemKernelCount; ++i) {
+    const auto& m = t.memory[static_cast<size_t>(i)];
+    if (m.empty())
+      continue;
+    y << "      " << toString(static_cast<MemKernel>(i)) << ": {units: [";
+    for (size_t j = 0; j < m.units.size(); ++j)
+      y << (j ? ", " : "") << fmt::format("{:.0f}", m.units[j]);
+    y << "], gunits_per_s: [";
+    for (size_t j = 0; j < m.rate.size(); ++j)
+      y << (j ? ", " : "") << fmt::format("{:.4g}", m.rate[j] / 1e9);
+    y << "]}\n";
+  }
+  return y.str();
+}
+
+std::pair<double, double> measureSharing(int workers) {
+  // Per thread: a 256^3 GEMM (compute-bound) and a 16 MiB copy (memory-bound),
+  // each repeated; speed = time alone / time with `workers` threads at once.
+  constexpr int kGemm = 256;
+  constexpr size_t kCopy = 4u << 20;  // floats
+  auto run = [&](int threads, bool gemm) {
+    std::vector<std::vector<float>> a(static_cast<size_t>(threads)),
+        b(static_cast<size_t>(threads)), c(static_cast<size_t>(threads));
+    for (int i = 0; i < threads; ++i) {
+      const size_t n = gemm ? size_t(kGemm) * kGemm : kCopy;
+      a[size_t(i)].assign(n, 0.01f);
+      b[size_t(i)].assign(n, 0.02f);
+      c[size_t(i)].assign(n, 0.0f);
+    }
+    std::atomic<int> ready{0};
+    std::vector<double> took(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i)
+      pool.emplace_back([&, i] {
+        auto& A = a[size_t(i)];
+        auto& B = b[size_t(i)];
+        auto& C = c[size_t(i)];
+        ready.fetch_add(1);
+        while (ready.load() < threads) {
+        }
+        const auto t0 = Clock::now();
+        for (int r = 0; r < (gemm ? 60 : 40); ++r) {
+          if (gemm)
+            nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, A.data(), B.data(), C.data(),
+                                 false);
+          else
+            std::copy(A.begin(), A.end(), C.begin());
+        }
+        took[size_t(i)] = since(t0);
+      });
+    for (auto& th : pool)
+      th.join();
+    return *std::max_element(took.begin(), took.end());
+  };
+  const double gemmAlone = std::min(run(1, true), run(1, true));
+  const double memAlone = std::min(run(1, false), run(1, false));
+  const double gemm = gemmAlone / std::min(run(workers, true), run(workers, true));
+  const double mem = memAlone / std::min(run(workers, false), run(workers, false));
+  return {std::min(1.0, gemm), std::min(1.0, mem)};
+}
+
+}  // namespace strata::exec::detail

@@ -1,0 +1,59 @@
+// How every engine that predicts (model, simulator) prices compute: one layer
+// phase or one update on one worker, from the best source the cluster has:
+//  1. a per-op profile of this very network (--profile): composition only;
+//  2. kernel tables measured by `strata calibrate`: the phase lowered into the
+//     backend's kernel calls at their exact shapes (model/kernels.h);
+//  3. roofline x per-kind efficiency (clusters without tables: the GPU presets).
+// Workers sharing a node slow each other down per the cluster's sharing table
+// (GEMMs and memory-bound kernels separately where it has both figures).
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "strata/model/cluster.h"
+#include "strata/model/network.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+enum class ComputeSource { kProfile, kTables, kRoofline };
+std::string_view toString(ComputeSource source);
+
+class ComputeCosts {
+ public:
+  // workersPerNode: the workers sharing worker 0's node (its cores, memory).
+  // Throws OptionError("--element") when the device has no peak for
+  // `element`, UserError when a profile of another network is attached.
+  ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
+               int workersPerNode);
+
+  // Phase of layer `index` on `examples` examples, of which this worker holds
+  // `fraction` of the outputs (1/K of a model-parallel layer).
+  Seconds layer(int index, Phase phase, double examples, double fraction) const;
+  // SGD with momentum over `params` parameters (one call).
+  Seconds update(double params) const;
+
+  ComputeSource source() const { return source_; }
+  // Kernel shapes priced so far that lie outside the tables' grid (their
+  // rate is the grid edge's): one text per distinct shape.
+  const std::set<std::string>& outsideGrid() const { return outside_; }
+  // One line for the output: the source, and the shapes outside the grid.
+  std::string describe() const;
+
+ private:
+  Seconds fromTables(int index, Phase phase, double examples, double fraction) const;
+
+  const Network& net_;
+  const DeviceSpec& device_;
+  ElementType element_;
+  FlopsPerSecond peak_;
+  ComputeSource source_;
+  double speed_ = 1.0;        // compute speed when the node is shared
+  double memorySpeed_ = 1.0;  // memory-bound kernels' speed when shared
+  mutable std::set<std::string> outside_;
+};
+
+}  // namespace strata

@@ -1,0 +1,133 @@
+// Kernel tables: what a compute backend's kernels cost on one device, measured
+// by `strata calibrate` independently of any network, and the lowering of a
+// layer phase into the kernels the backend really runs.
+//
+// A layer phase is priced as the sum of its kernel calls, each at the exact
+// shape the backend runs it: GEMMs from a grid of (m, n, k) per transpose
+// variant, memory-bound kernels (elementwise, pooling, LRN, softmax,
+// batchnorm, im2col/col2im, SGD, reduce-add) from a throughput-by-size table.
+// The CPU lowering (backend "cpu") mirrors executor/nn/src/cpu_backend.cpp and
+// model.cpp call for call; a GPU backend fills the same tables from
+// cuBLAS/cuDNN and adds its own lowering (e.g. a convolution table).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/model/network.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+// C (m x n) = op(A) (m x k) * op(B) (k x n), row-major, as Eigen runs them:
+// nn: A * B; nt: A * B^T; tn: A^T * B.
+enum class GemmOp { kNN, kNT, kTN };
+inline constexpr GemmOp kAllGemmOps[] = {GemmOp::kNN, GemmOp::kNT, GemmOp::kTN};
+std::string_view toString(GemmOp op);
+
+// Memory-bound kernels; each table row counts the kernel's own unit per call
+// (docs/configs.md, "kernels"): elements of the tensor it produces, except
+// im2col/col2im (elements of the column matrix), pool forward (window reads:
+// output elements x window area) and sgd/reduce (parameters / elements summed).
+enum class MemKernel {
+  kIm2col,
+  kCol2im,
+  kZero,          // fill with 0 before an accumulating kernel (beta = 0)
+  kCopy,          // dst = src
+  kAccumulate,    // dst += src
+  kAdd,           // y = a + b
+  kBias,          // y += bias (per output channel)
+  kBiasGrad,      // dbias += sums of dy
+  kReluFwd,
+  kReluBwd,
+  kDropoutFwd,
+  kDropoutBwd,
+  kPoolMaxFwd,    // unit: window reads
+  kPoolMaxBwd,    // unit: input elements (zeroing dx, then scattering)
+  kPoolAvgFwd,    // unit: window reads
+  kPoolAvgBwd,    // unit: window reads
+  kLrnFwd,
+  kLrnBwd,
+  kSoftmaxFwd,    // statistics + probabilities
+  kSoftmaxBwd,    // loss + gradient
+  kBatchNormFwd,
+  kBatchNormBwdData,
+  kBatchNormBwdWeights,
+  kSgd,           // unit: parameters
+  kReduce,        // unit: elements summed into an accumulator (y += x)
+  // The window kernels above are timed with 3x3 windows, these with 2x2:
+  // a pooling layer's rate is interpolated by its window area between them.
+  kPoolMaxFwd2,
+  kPoolAvgFwd2,
+  kPoolAvgBwd2,
+};
+inline constexpr int kMemKernelCount = 28;
+std::string_view toString(MemKernel kernel);
+// Parses a config name ("relu_fwd"); false when unknown.
+bool parseMemKernel(std::string_view name, MemKernel& out);
+
+// Attained rate by size for one kernel: `rate[i]` units per second at
+// `units[i]` units per call (sizes increasing). Log-linear in between;
+// constant beyond the ends.
+struct SizeTable {
+  std::vector<double> units;
+  std::vector<double> rate;
+  bool empty() const { return units.empty(); }
+};
+
+// GEMM FLOP/s on a grid: the same increasing `dims` for m, n and k.
+struct GemmTable {
+  std::vector<int64_t> dims;
+  // rate[op][(im * D + in) * D + ik], FLOP/s.
+  std::array<std::vector<double>, 3> rate;
+  bool empty() const { return dims.empty(); }
+};
+
+struct KernelTables {
+  std::string backend;  // "cpu": the lowering of executor/nn's CPU backend
+  GemmTable gemm;
+  std::array<SizeTable, kMemKernelCount> memory;
+  // Fixed cost of one layer-phase call around its kernels (the Model's
+  // bookkeeping: views, checks, buffer sizing), added once per phase.
+  Seconds callOverhead;
+  bool empty() const { return gemm.empty(); }
+
+  // Seconds of one GEMM call; sets *outside when a dimension lies beyond the
+  // grid (the rate is then the edge's).
+  Seconds gemmTime(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
+  // Seconds of one call of a memory-bound kernel over `units` units.
+  Seconds memoryTime(MemKernel kernel, double units, bool* outside = nullptr) const;
+  // A pooling window kernel (timed at 3x3) for a window of `window` elements:
+  // interpolated by area between its 2x2 and 3x3 tables (*outside beyond).
+  Seconds windowTime(MemKernel kernel, double units, double window, bool* outside = nullptr) const;
+  // Rate at a size (interpolated), for tests and printing.
+  double gemmRate(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
+  double memoryRate(MemKernel kernel, double units, bool* outside = nullptr) const;
+};
+
+// One kernel call of a lowered layer phase, `count` times.
+struct KernelCall {
+  bool gemm = false;
+  GemmOp op = GemmOp::kNN;
+  int64_t m = 0, n = 0, k = 0;  // GEMM shape
+  MemKernel kernel = MemKernel::kCopy;
+  double units = 0;  // memory kernel units per call
+  double window = 0;  // pooling window area (window kernels), else 0
+  double count = 1;
+};
+
+// The CPU backend's kernel calls for `phase` of layer `index` of `network` on
+// `examples` examples (rounded to whole examples, at least 1), holding
+// `outputs` output channels of a model-parallel fc (0: the whole layer).
+// Includes the Model's own work around the kernels (zeroing a gradient that
+// several readers sum into). Update: one SGD call over the layer's parameters
+// (scaled by fraction). Empty for phases that do nothing (bwd_weights of a
+// layer without weights).
+std::vector<KernelCall> lowerCpu(const Network& network, int index, Phase phase, double examples,
+                                 int outputs);
+
+}  // namespace strata
