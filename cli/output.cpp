@@ -711,9 +711,9 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
                                            : ordered_json(nullptr)}};
       row["compute_s"] = four(r, meanCompute);
       row["compute_error"] = {
-          {"model", computeError(r.model, r.measured)},
-          {"sim", computeError(r.sim, r.measured)},
-          {"profile_model", r.profileModel ? ordered_json(computeError(*r.profileModel, r.measured))
+          {"model", orNull(computeError(r.model, r.measured))},
+          {"sim", orNull(computeError(r.sim, r.measured))},
+          {"profile_model", r.profileModel ? orNull(computeError(*r.profileModel, r.measured))
                                            : ordered_json(nullptr)}};
       row["communication_s"] = four(r, meanCommunication);
       row["communication_error"] = {{"model", orNull(communicationError(r.model, r.measured))},
@@ -789,13 +789,13 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
       if (r.profileModel)
         profileStep = r.profileModel->step.value();
       out << fmt::format(
-          "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.6g},{},{:.9g},{:.6g},{:.9g},{:.6g},{},{},{:.6g},"
-          "{:.6g},{},{},{},{},{},{},{},{},{}\n",
+          "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.6g},{},{:.9g},{:.6g},{:.9g},{:.6g},{},{},{},"
+          "{},{},{},{},{},{},{},{},{},{}\n",
           csvEscape(r.measured.network), sc.batchPerWorker, sc.workers, toString(sc.strategy),
           r.measured.step.value(), r.spreadMin().value(), r.spreadMax().value(), r.spreadFraction(),
           std::max<size_t>(1, r.repeats.size()), r.model.step.value(), r.modelError(),
           r.sim.step.value(), r.simError(), num(profileStep), num(r.profileModelError()),
-          computeError(r.model, r.measured), computeError(r.sim, r.measured),
+          num(computeError(r.model, r.measured)), num(computeError(r.sim, r.measured)),
           num(communicationError(r.model, r.measured)), num(communicationError(r.sim, r.measured)),
           r.withinSpread(r.model.step) ? "yes" : "no", r.withinSpread(r.sim.step) ? "yes" : "no",
           r.heldOut() ? "yes" : "no", r.withinClaims ? "yes" : "no", r.busy ? "yes" : "no",

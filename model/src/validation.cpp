@@ -88,8 +88,11 @@ Seconds meanExposed(const StepEstimate& e) {
   return meanOver(e, [](const WorkerEstimate& w) { return w.exposedCommunication; });
 }
 
-double computeError(const StepEstimate& predicted, const StepEstimate& measured) {
-  return relativeError(meanCompute(predicted), meanCompute(measured));
+std::optional<double> computeError(const StepEstimate& predicted, const StepEstimate& measured) {
+  const Seconds compute = meanCompute(measured);
+  if (compute.value() <= 0)
+    return std::nullopt;
+  return relativeError(meanCompute(predicted), compute);
 }
 
 std::optional<double> communicationError(const StepEstimate& predicted,
@@ -169,8 +172,10 @@ ValidationSummary summarize(const std::vector<ValidationRow>& rows) {
     sim.push_back(r.simError());
     if (auto p = r.profileModelError())
       profile.push_back(*p);
-    modelCompute.push_back(computeError(r.model, r.measured));
-    simCompute.push_back(computeError(r.sim, r.measured));
+    if (auto c = computeError(r.model, r.measured))
+      modelCompute.push_back(*c);
+    if (auto c = computeError(r.sim, r.measured))
+      simCompute.push_back(*c);
     const auto mc = communicationError(r.model, r.measured);
     const auto sc = communicationError(r.sim, r.measured);
     if (mc && sc) {

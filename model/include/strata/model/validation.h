@@ -73,9 +73,10 @@ Seconds meanCommunication(const StepEstimate& e);
 Seconds meanExposed(const StepEstimate& e);
 
 // Per-phase errors of a prediction against the measured run: mean compute
-// over workers, and mean communication over workers (nullopt when the
-// measured communication is below kNegligibleCommunicationShare of the step).
-double computeError(const StepEstimate& predicted, const StepEstimate& measured);
+// over workers (nullopt when nothing was measured), and mean communication
+// over workers (nullopt when the measured communication is below
+// kNegligibleCommunicationShare of the step).
+std::optional<double> computeError(const StepEstimate& predicted, const StepEstimate& measured);
 std::optional<double> communicationError(const StepEstimate& predicted,
                                          const StepEstimate& measured);
 
