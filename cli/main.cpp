@@ -26,6 +26,8 @@
 #include "strata/model/presets.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation.h"
+#include "strata/model/validation_suite.h"
+#include "validate.h"
 
 namespace strata::cli {
 namespace {
@@ -297,90 +299,38 @@ int runCommand(int& argc, char**& argv, const std::string& netName, const std::s
 #endif
 }
 
-// `strata validate`: measured steps against model and simulator.
+// `strata validate`: measured steps against model and simulator, on one
+// network (a one-entry suite built from the flags) or over a suite file.
+// steps and repeats are 0 when not given on the command line.
 int validateCommand(const std::string& netName, const std::string& strategies,
-                    const std::string& workers, const std::string& clusterPath,
-                    const std::string& outDir, int steps, int batch, Format format) {
-  if (steps < 3)
+                    const std::string& workers, int batch, const std::string& suitePath, int steps,
+                    int repeats, ValidateOptions opt) {
+  if (steps != 0 && steps < kMinValidateSteps)
     throw OptionError("--steps", "must be at least 3 (2 warm-up steps, then measured ones)");
-  if (batch < 1)
-    throw OptionError("--batch", "must be at least 1");
-  const auto net = networkArg(netName, "--network");
-  const auto strats = parseStrategies(strategies, "--strategies");
-  const auto ks = parsePositiveList(workers, "--workers");
-  exec::checkRunnable(net, Scenario{});
-  std::error_code ec;
-  std::filesystem::create_directories(outDir, ec);
-  if (ec)
-    throw OptionError("--out-dir", "cannot create '" + outDir + "': " + ec.message());
-  const bool table = format == Format::kTable;
-  std::string path = clusterPath;
-  if (path.empty()) {
-    path = (std::filesystem::path(outDir) / "localhost-calibrated.yaml").string();
-    exec::CalibrationOptions co;
-    co.name = "localhost-calibrated";
-    co.network = &net;
-    co.batch = batch;
-    co.maxWorkers = *std::max_element(ks.begin(), ks.end());
-    if (table)
-      co.progress = [](const std::string& l) { std::cout << "  " << l << "\n" << std::flush; };
-    if (table)
-      std::cout << "calibrating this machine (" << path << ")\n";
-    std::ofstream f(path);
-    if (!f)
-      throw OptionError("--out-dir", "cannot write '" + path + "'");
-    f << exec::calibrate(co);
+  if (repeats < 0)
+    throw OptionError("--repeats", "must be at least 1");
+  ValidationSuite suite;
+  if (!suitePath.empty()) {
+    suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, suitePath, "--suite"));
+    opt.suite = true;
+  } else {
+    if (batch < 1)
+      throw OptionError("--batch", "must be at least 1");
+    SuiteEntry entry;
+    entry.network = networkArg(netName, "--network");
+    entry.batches = {batch};
+    suite.name = entry.network.name;
+    suite.entries.push_back(std::move(entry));
+    suite.strategies = parseStrategies(strategies, "--strategies");
+    suite.workers = parsePositiveList(workers, "--workers");
+    suite.repeats = 1;  // one run per row unless --repeats asks for a spread
+    suite.steps = 8;
   }
-  const auto cluster = clusterArg(path, "--cluster");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<ValidationRow> rows;
-  for (int k : ks) {
-    for (auto s : strats) {
-      Scenario sc;
-      sc.strategy = s;
-      sc.workers = k;
-      sc.batchPerWorker = batch;
-      if (table)
-        std::cout << fmt::format("running {} on {} workers ...\n", toString(s), k) << std::flush;
-      ValidationRow row;
-      row.model = estimate(net, cluster, sc);
-      const Plan plan = lowerToPlan(net, sc);
-      sim::Options so;
-      so.timeline = true;
-      const auto simulated = sim::simulate(plan, net, cluster, so);
-      row.sim = simulated.estimate;
-      exec::RunOptions ro;
-      ro.steps = steps;
-      ro.warmup = 2;
-      auto run = exec::runThreads(plan, net, ro);
-      run.measured.cluster = cluster.name;
-      row.measured = run.measured;
-      // 2 threads per worker (compute and communication lanes) on `cores` cores.
-      if (k > static_cast<int>(cores)) {
-        const bool calibrated =
-            std::any_of(cluster.device.sharing.begin(), cluster.device.sharing.end(),
-                        [&](const auto& e) { return e.first >= k; });
-        row.withinClaims = calibrated;
-        row.note = fmt::format("{} workers on {} cores{}", k, cores,
-                               calibrated ? " (sharing calibrated)" : ", sharing not calibrated");
-      }
-      const std::string stem = fmt::format("{}-k{}", toString(s), k);
-      auto writeOne = [&](const char* suffix, const StepEstimate& est, const Timeline& tl) {
-        std::ofstream f(std::filesystem::path(outDir) / (stem + "." + suffix + ".json"));
-        writeTrace(f, plan, net, est, tl);
-      };
-      writeOne("measured", run.measured, run.timeline);
-      writeOne("sim", simulated.estimate, simulated.timeline);
-      rows.push_back(std::move(row));
-    }
-  }
-  if (table)
-    std::cout << fmt::format(
-        "\n{} on {} ({}), {} examples per worker, {} steps (2 warm-up, median of the rest); "
-        "traces in {}/\n\n",
-        net.name, cluster.name, path, batch, steps, outDir);
-  printValidation(std::cout, rows, summarize(rows), format);
-  return 0;
+  if (steps != 0)
+    suite.steps = steps;
+  if (repeats != 0)
+    suite.repeats = repeats;
+  return runValidation(suite, opt);
 }
 
 int run(int argc, char** argv) {
@@ -526,28 +476,43 @@ int run(int argc, char** argv) {
       "Networks too large for this machine run with a smaller batch: --batch 8.");
 
   // validate
-  std::string valNet = "tiny-cnn", valStrategies = "all", valWorkers = "1,2", valCluster,
-              valOutDir = "validate";
-  int valSteps = 8, valBatch = 32;
+  std::string valNet = "tiny-cnn", valStrategies = "all", valWorkers = "1,2", valSuite;
+  int valSteps = 0, valBatch = 32, valRepeats = 0;
+  ValidateOptions valOpt;
   auto* validateCmd = app.add_subcommand(
-      "validate", "run strategies for real and put the measured steps beside model and simulator");
-  validateCmd->add_option("--network,-n", valNet, "network (default tiny-cnn)");
-  validateCmd->add_option("--strategies,-s", valStrategies, "comma-separated or all (default all)");
-  validateCmd->add_option("--workers,-k", valWorkers,
-                          "comma-separated worker counts (default 1,2)");
-  validateCmd->add_option("--cluster,-c", valCluster,
-                          "calibrated cluster YAML (default: calibrate now, write it to the "
-                          "output folder)");
+      "validate",
+      "run strategies for real and put the measured steps beside model and simulator "
+      "(one network, or a validation suite)");
+  validateCmd->add_option("--suite", valSuite,
+                          "validation suite preset or YAML file (networks, batches, strategies "
+                          "and worker counts; e.g. validation-suite)");
+  auto* valNetOpt = validateCmd->add_option("--network,-n", valNet, "network (default tiny-cnn)");
+  auto* valStratOpt = validateCmd->add_option("--strategies,-s", valStrategies,
+                                              "comma-separated or all (default all)");
+  auto* valWorkersOpt = validateCmd->add_option("--workers,-k", valWorkers,
+                                                "comma-separated worker counts (default 1,2)");
+  auto* valBatchOpt =
+      validateCmd->add_option("--batch,-b", valBatch, "examples per worker (default 32)");
+  for (auto* single : {valNetOpt, valStratOpt, valWorkersOpt, valBatchOpt})
+    single->excludes("--suite");
+  validateCmd->add_option("--cluster,-c", valOpt.clusterPath,
+                          "calibrated cluster YAML (default: calibrate now, kernels only, and "
+                          "write it to the output folder)");
   validateCmd->add_option("--steps", valSteps,
-                          "steps per run; the first 2 are warm-up (default 8)");
-  validateCmd->add_option("--batch,-b", valBatch, "examples per worker (default 32)");
-  validateCmd->add_option("--out-dir", valOutDir,
+                          "steps per run; the first 2 are warm-up (default 8; a suite's own)");
+  validateCmd->add_option("--repeats", valRepeats,
+                          "runs per row, for the run-to-run spread (default 1; a suite's own, 3)");
+  validateCmd->add_flag("--fit-on-network", valOpt.fitOnNetwork,
+                        "calibrate on the validated network's layers (rows are then fitted, "
+                        "not held-out)");
+  validateCmd->add_option("--out-dir", valOpt.outDir,
                           "folder for the calibrated cluster and the measured and simulated "
                           "traces (default validate)");
   addFormat(validateCmd);
   validateCmd->footer(
-      "Example:\n"
-      "  strata validate --network tiny-cnn --strategies all --workers 1,2,4");
+      "Examples:\n"
+      "  strata validate --network tiny-cnn --strategies all --workers 1,2,4\n"
+      "  strata validate --suite validation-suite --format json > suite.json");
 
   // calibrate
   std::string calNet, calOut;
@@ -718,8 +683,13 @@ int run(int argc, char** argv) {
     if (traceFile.is_open() && fmtOut == Format::kTable)
       std::cout << "\ntrace written to " << simTrace << " (open it in ui.perfetto.dev)\n";
   } else if (validateCmd->parsed()) {
-    return validateCommand(valNet, valStrategies, valWorkers, valCluster, valOutDir, valSteps,
-                           valBatch, fmtOut);
+    if (validateCmd->count("--steps") && valSteps < 1)
+      throw OptionError("--steps", "must be at least 3 (2 warm-up steps, then measured ones)");
+    if (validateCmd->count("--repeats") && valRepeats < 1)
+      throw OptionError("--repeats", "must be at least 1");
+    valOpt.format = fmtOut;
+    return validateCommand(valNet, valStrategies, valWorkers, valBatch, valSuite, valSteps,
+                           valRepeats, valOpt);
   } else if (profileCmd->parsed()) {
     const auto net = networkArg(profNet, "--network");
     std::optional<Cluster> cluster;

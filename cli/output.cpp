@@ -6,10 +6,12 @@
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "strata/model/compute_cost.h"
 #include "strata/model/presets.h"
 #include "strata/model/quantity_text.h"
+#include "strata/model/validation_suite.h"
 
 namespace strata::cli {
 
@@ -199,26 +201,41 @@ void csvRow(std::ostream& out, const StepEstimate& e) {
 }  // namespace
 
 void printPresetList(std::ostream& out, Format format) {
-  const ConfigKind kinds[] = {ConfigKind::kNetwork, ConfigKind::kCluster, ConfigKind::kExperiment};
+  // configs/experiments/ holds comparisons (strata compare) and validation
+  // suites (strata validate --suite); each is listed under its own kind.
+  std::vector<std::string> experiments, suites;
+  for (const auto& n : listPresets(ConfigKind::kExperiment))
+    (isValidationSuite(resolveConfig(ConfigKind::kExperiment, n, "experiment")) ? suites
+                                                                                : experiments)
+        .push_back(n);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> kinds = {
+      {"network", listPresets(ConfigKind::kNetwork)},
+      {"cluster", listPresets(ConfigKind::kCluster)},
+      {"experiment", experiments},
+      {"validation-suite", suites}};
   if (format == Format::kJson) {
     ordered_json j;
-    for (auto k : kinds)
-      j[std::string(toString(k)) + "s"] = listPresets(k);
+    j["networks"] = kinds[0].second;
+    j["clusters"] = kinds[1].second;
+    j["experiments"] = kinds[2].second;
+    j["validation_suites"] = kinds[3].second;
     j["config_dir"] = configDir();
     out << j.dump(2) << "\n";
     return;
   }
   if (format == Format::kCsv) {
     out << "kind,name\n";
-    for (auto k : kinds)
-      for (const auto& n : listPresets(k))
-        out << toString(k) << "," << n << "\n";
+    for (const auto& [kind, names] : kinds)
+      for (const auto& n : names)
+        out << kind << "," << n << "\n";
     return;
   }
   out << "presets in " << configDir() << "\n";
-  for (auto k : kinds) {
-    out << "\n" << toString(k) << "s:\n";
-    for (const auto& n : listPresets(k))
+  const char* titles[] = {"networks:", "clusters:", "experiments (strata compare NAME):",
+                          "validation suites (strata validate --suite NAME):"};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    out << "\n" << titles[i] << "\n";
+    for (const auto& n : kinds[i].second)
       out << "  " << n << "\n";
   }
 }
@@ -609,73 +626,265 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
   t.print(out);
 }
 
-void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
-                     const ValidationSummary& summary, Format format) {
-  auto triple = [](Seconds m, Seconds p, Seconds s) {
-    return ordered_json{{"measured", m.value()}, {"model", p.value()}, {"sim", s.value()}};
+namespace {
+
+// An optional figure as JSON: the value, or null where it does not apply.
+ordered_json orNull(const std::optional<double>& v) {
+  return v ? ordered_json(*v) : ordered_json(nullptr);
+}
+
+std::string signedPercent(double e) {
+  return fmt::format("{:+.1f} %", 100 * e);
+}
+std::string signedPercent(const std::optional<double>& e) {
+  return e ? signedPercent(*e) : "-";
+}
+
+std::string rankedPairText(const RankedPair& p) {
+  return fmt::format("{} b={} K={}: {} ({}) measured faster than {} ({}), predicted {} vs {}",
+                     p.network, p.batchPerWorker, p.workers, toString(p.faster),
+                     formatSeconds(p.measuredFaster), toString(p.slower),
+                     formatSeconds(p.measuredSlower), formatSeconds(p.predictedFaster),
+                     formatSeconds(p.predictedSlower));
+}
+
+ordered_json rankedPairJson(const RankedPair& p) {
+  return {{"network", p.network},
+          {"batch_per_worker", p.batchPerWorker},
+          {"workers", p.workers},
+          {"measured_faster", std::string(toString(p.faster))},
+          {"measured_slower", std::string(toString(p.slower))},
+          {"measured_faster_step_s", p.measuredFaster.value()},
+          {"measured_slower_step_s", p.measuredSlower.value()},
+          {"predicted_faster_step_s", p.predictedFaster.value()},
+          {"predicted_slower_step_s", p.predictedSlower.value()}};
+}
+
+// "ring (14.2 ms), owt-b (15.1 ms)": the engines whose prediction is a tie.
+std::string tiesText(const ValidationRow& r) {
+  std::string s;
+  auto add = [&](const char* name, Seconds predicted) {
+    if (r.withinSpread(predicted))
+      s += (s.empty() ? "" : ", ") + std::string(name);
   };
+  add("model", r.model.step);
+  add("sim", r.sim.step);
+  if (r.profileModel)
+    add("profile", r.profileModel->step);
+  return s;
+}
+
+}  // namespace
+
+void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
+                     const ValidationSummary& summary, Format format, const LoadReport& load) {
+  const auto& rk = summary.ranking;
   if (format == Format::kJson) {
+    auto four = [](const ValidationRow& r, Seconds (*f)(const StepEstimate&)) {
+      ordered_json j{{"measured", f(r.measured).value()},
+                     {"model", f(r.model).value()},
+                     {"sim", f(r.sim).value()}};
+      j["profile_model"] = r.profileModel ? ordered_json(f(*r.profileModel).value()) : nullptr;
+      return j;
+    };
     ordered_json j;
     ordered_json rs = ordered_json::array();
-    for (const auto& r : rows)
-      rs.push_back(
-          {{"strategy", std::string(toString(r.measured.scenario.strategy))},
-           {"workers", r.measured.scenario.workers},
-           {"batch_per_worker", r.measured.scenario.batchPerWorker},
-           {"step_s", triple(r.measured.step, r.model.step, r.sim.step)},
-           {"model_error", r.modelError()},
-           {"sim_error", r.simError()},
-           {"compute_s", triple(meanCompute(r.measured), meanCompute(r.model), meanCompute(r.sim))},
-           {"communication_s", triple(meanCommunication(r.measured), meanCommunication(r.model),
-                                      meanCommunication(r.sim))},
-           {"exposed_communication_s",
-            triple(meanExposed(r.measured), meanExposed(r.model), meanExposed(r.sim))},
-           {"within_claims", r.withinClaims},
-           {"note", r.note}});
+    for (const auto& r : rows) {
+      ordered_json repeats = ordered_json::array();
+      for (auto t : r.repeats)
+        repeats.push_back(t.value());
+      const auto profileErr = r.profileModelError();
+      ordered_json row;
+      row["network"] = r.measured.network;
+      row["strategy"] = std::string(toString(r.measured.scenario.strategy));
+      row["workers"] = r.measured.scenario.workers;
+      row["batch_per_worker"] = r.measured.scenario.batchPerWorker;
+      row["step_s"] = four(r, [](const StepEstimate& e) { return e.step; });
+      row["repeats_step_s"] = repeats;
+      row["spread_s"] = {{"min", r.spreadMin().value()}, {"max", r.spreadMax().value()}};
+      row["spread_fraction"] = r.spreadFraction();
+      row["model_error"] = r.modelError();
+      row["sim_error"] = r.simError();
+      row["profile_model_error"] = orNull(profileErr);
+      row["within_spread"] = {
+          {"model", r.withinSpread(r.model.step)},
+          {"sim", r.withinSpread(r.sim.step)},
+          {"profile_model", r.profileModel ? ordered_json(r.withinSpread(r.profileModel->step))
+                                           : ordered_json(nullptr)}};
+      row["compute_s"] = four(r, meanCompute);
+      row["compute_error"] = {
+          {"model", orNull(computeError(r.model, r.measured))},
+          {"sim", orNull(computeError(r.sim, r.measured))},
+          {"profile_model", r.profileModel ? orNull(computeError(*r.profileModel, r.measured))
+                                           : ordered_json(nullptr)}};
+      row["communication_s"] = four(r, meanCommunication);
+      row["communication_error"] = {{"model", orNull(communicationError(r.model, r.measured))},
+                                    {"sim", orNull(communicationError(r.sim, r.measured))}};
+      row["exposed_communication_s"] = four(r, meanExposed);
+      row["held_out"] = r.heldOut();
+      row["fitted_on_network"] = r.fittedOnNetwork;
+      row["within_claims"] = r.withinClaims;
+      row["busy"] = r.busy;
+      row["others_cpu_cores"] = r.othersCores >= 0 ? ordered_json(r.othersCores) : nullptr;
+      row["note"] = r.note;
+      rs.push_back(std::move(row));
+    }
     j["rows"] = rs;
-    j["summary"] = {{"rows", summary.rows},
-                    {"rows_within_claims", summary.rowsWithinClaims},
-                    {"median_model_error", summary.medianModelError},
-                    {"worst_model_error", summary.worstModelError},
-                    {"median_sim_error", summary.medianSimError},
-                    {"worst_sim_error", summary.worstSimError}};
+    ordered_json misModel = ordered_json::array(), misSim = ordered_json::array();
+    for (const auto& p : rk.modelMisordered)
+      misModel.push_back(rankedPairJson(p));
+    for (const auto& p : rk.simMisordered)
+      misSim.push_back(rankedPairJson(p));
+    j["summary"] = {
+        {"rows", summary.rows},
+        {"rows_within_claims", summary.rowsWithinClaims},
+        {"rows_held_out", summary.rowsHeldOut},
+        {"rows_counted", summary.rowsCounted},
+        {"counted_held_out", summary.countedHeldOut},
+        {"median_model_error", summary.medianModelError},
+        {"worst_model_error", summary.worstModelError},
+        {"median_sim_error", summary.medianSimError},
+        {"worst_sim_error", summary.worstSimError},
+        {"rows_with_profile", summary.rowsWithProfile},
+        {"median_profile_model_error", summary.medianProfileModelError},
+        {"worst_profile_model_error", summary.worstProfileModelError},
+        {"median_compute_error",
+         {{"model", summary.medianModelComputeError}, {"sim", summary.medianSimComputeError}}},
+        {"rows_with_communication", summary.rowsWithCommunication},
+        {"median_communication_error",
+         {{"model", summary.medianModelCommunicationError},
+          {"sim", summary.medianSimCommunicationError}}},
+        {"within_spread", {{"model", summary.modelWithinSpread}, {"sim", summary.simWithinSpread}}},
+        {"ranking",
+         {{"measurable_pairs", rk.measurablePairs},
+          {"model_ordered", rk.modelOrdered},
+          {"sim_ordered", rk.simOrdered},
+          {"model_misordered", misModel},
+          {"sim_misordered", misSim}}}};
+    ordered_json busyRows = ordered_json::array();
+    for (const auto& b : load.busyRows)
+      busyRows.push_back(b);
+    j["load"] = {{"measured", load.measured},
+                 {"cores", load.cores},
+                 {"load_average_before",
+                  load.measured ? ordered_json(load.loadAverageBefore) : ordered_json(nullptr)},
+                 {"others_cpu_cores_before",
+                  load.measured ? ordered_json(load.othersCoresBefore) : ordered_json(nullptr)},
+                 {"busy_before", load.busyBefore},
+                 {"busy_rows", busyRows},
+                 {"busy", load.busyBefore || !load.busyRows.empty()}};
     out << j.dump(2) << "\n";
     return;
   }
   if (format == Format::kCsv) {
-    out << "strategy,workers,measured_step_s,model_step_s,sim_step_s,model_error,sim_error,"
-           "within_claims\n";
-    for (const auto& r : rows)
-      out << fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.6g},{:.6g},{}\n",
-                         toString(r.measured.scenario.strategy), r.measured.scenario.workers,
-                         r.measured.step.value(), r.model.step.value(), r.sim.step.value(),
-                         r.modelError(), r.simError(), r.withinClaims ? "yes" : "no");
+    auto num = [](const std::optional<double>& v) {
+      return v ? fmt::format("{:.9g}", *v) : std::string();
+    };
+    out << "network,batch_per_worker,workers,strategy,measured_step_s,spread_min_s,spread_max_s,"
+           "spread_fraction,repeats,model_step_s,model_error,sim_step_s,sim_error,"
+           "profile_model_step_s,profile_model_error,model_compute_error,sim_compute_error,"
+           "model_communication_error,sim_communication_error,model_within_spread,"
+           "sim_within_spread,held_out,within_claims,busy,others_cpu_cores,note\n";
+    for (const auto& r : rows) {
+      const auto& sc = r.measured.scenario;
+      std::optional<double> profileStep;
+      if (r.profileModel)
+        profileStep = r.profileModel->step.value();
+      out << fmt::format(
+          "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.6g},{},{:.9g},{:.6g},{:.9g},{:.6g},{},{},{},"
+          "{},{},{},{},{},{},{},{},{},{}\n",
+          csvEscape(r.measured.network), sc.batchPerWorker, sc.workers, toString(sc.strategy),
+          r.measured.step.value(), r.spreadMin().value(), r.spreadMax().value(), r.spreadFraction(),
+          std::max<size_t>(1, r.repeats.size()), r.model.step.value(), r.modelError(),
+          r.sim.step.value(), r.simError(), num(profileStep), num(r.profileModelError()),
+          num(computeError(r.model, r.measured)), num(computeError(r.sim, r.measured)),
+          num(communicationError(r.model, r.measured)), num(communicationError(r.sim, r.measured)),
+          r.withinSpread(r.model.step) ? "yes" : "no", r.withinSpread(r.sim.step) ? "yes" : "no",
+          r.heldOut() ? "yes" : "no", r.withinClaims ? "yes" : "no", r.busy ? "yes" : "no",
+          r.othersCores >= 0 ? fmt::format("{:.3g}", r.othersCores) : "", csvEscape(r.note));
+    }
     return;
   }
-  auto pct = [](double e) { return fmt::format("{:+.1f} %", 100 * e); };
-  auto three = [](Seconds m, Seconds p, Seconds s) {
-    return fmt::format("{} / {} / {}", formatSeconds(m), formatSeconds(p), formatSeconds(s));
-  };
-  Table t({"K", "strategy", "measured", "model", "error", "sim", "error",
-           "compute (measured / model / sim)", "comm", "exposed comm", "note"},
-          2);
+
+  Table t({"network", "b", "K", "strategy", "measured", "spread", "model", "error", "sim", "error",
+           "profile", "error", "compute error (model / sim)", "comm error (model / sim)", "tie",
+           "note"},
+          4);
   for (const auto& r : rows) {
-    t.add(
-        {std::to_string(r.measured.scenario.workers),
-         std::string(toString(r.measured.scenario.strategy)), formatSeconds(r.measured.step),
-         formatSeconds(r.model.step), pct(r.modelError()), formatSeconds(r.sim.step),
-         pct(r.simError()),
-         three(meanCompute(r.measured), meanCompute(r.model), meanCompute(r.sim)),
-         three(meanCommunication(r.measured), meanCommunication(r.model), meanCommunication(r.sim)),
-         three(meanExposed(r.measured), meanExposed(r.model), meanExposed(r.sim)),
-         r.withinClaims ? r.note : fmt::format("outside claims: {}", r.note)});
+    const auto& sc = r.measured.scenario;
+    t.add({r.measured.network, std::to_string(sc.batchPerWorker), std::to_string(sc.workers),
+           std::string(toString(sc.strategy)), formatSeconds(r.measured.step),
+           r.repeats.size() > 1 ? fmt::format("±{:.1f} %", 100 * r.spreadFraction()) : "-",
+           formatSeconds(r.model.step), signedPercent(r.modelError()), formatSeconds(r.sim.step),
+           signedPercent(r.simError()), r.profileModel ? formatSeconds(r.profileModel->step) : "-",
+           signedPercent(r.profileModelError()),
+           signedPercent(computeError(r.model, r.measured)) + " / " +
+               signedPercent(computeError(r.sim, r.measured)),
+           signedPercent(communicationError(r.model, r.measured)) + " / " +
+               signedPercent(communicationError(r.sim, r.measured)),
+           tiesText(r), r.withinClaims ? r.note : fmt::format("outside claims: {}", r.note)});
   }
   t.print(out);
+
+  out << "\n";
+  const int fitted = summary.rowsWithinClaims - summary.rowsHeldOut;
+  const std::string which = summary.countedHeldOut ? "held-out" : "fitted (not held-out)";
+  if (!summary.countedHeldOut)
+    out << "no held-out rows: the calibration timed every network validated here, so the "
+           "errors below are fits, not predictions\n";
+  out << fmt::format("rows: {} of {} within claims, {} held-out, {} fitted on their network\n",
+                     summary.rowsWithinClaims, summary.rows, summary.rowsHeldOut, fitted);
   out << fmt::format(
-      "\nstep time error over {} of {} rows: model median {:.1f} %, worst {:.1f} %; simulator "
-      "median {:.1f} %, worst {:.1f} %\n",
-      summary.rowsWithinClaims, summary.rows, 100 * summary.medianModelError,
-      100 * summary.worstModelError, 100 * summary.medianSimError, 100 * summary.worstSimError);
+      "step time |error| over {} {} rows (kernel tables): model median {:.1f} %, worst {:.1f} %; "
+      "simulator median {:.1f} %, worst {:.1f} %\n",
+      summary.rowsCounted, which, 100 * summary.medianModelError, 100 * summary.worstModelError,
+      100 * summary.medianSimError, 100 * summary.worstSimError);
+  if (summary.rowsWithProfile > 0)
+    out << fmt::format(
+        "composition |error| (profile-based model, has seen each network's ops) over {} rows: "
+        "median {:.1f} %, worst {:.1f} %\n",
+        summary.rowsWithProfile, 100 * summary.medianProfileModelError,
+        100 * summary.worstProfileModelError);
+  out << fmt::format("per phase, median |error|: compute model {:.1f} %, sim {:.1f} %; ",
+                     100 * summary.medianModelComputeError, 100 * summary.medianSimComputeError);
+  if (summary.rowsWithCommunication > 0)
+    out << fmt::format("communication ({} rows) model {:.1f} %, sim {:.1f} %\n",
+                       summary.rowsWithCommunication, 100 * summary.medianModelCommunicationError,
+                       100 * summary.medianSimCommunicationError);
+  else
+    out << "communication not compared (no row with measurable communication)\n";
+  out << fmt::format(
+      "within the measured spread (a tie): model {} of {} rows, simulator {} of {}\n",
+      summary.modelWithinSpread, summary.rowsCounted, summary.simWithinSpread, summary.rowsCounted);
+  out << fmt::format(
+      "ranking: {} of {} measurable pairs ordered as measured by the model (simulator: {} of "
+      "{}); pairs within the spread are ties and not counted\n",
+      rk.modelOrdered, rk.measurablePairs, rk.simOrdered, rk.measurablePairs);
+  for (const auto& p : rk.modelMisordered)
+    out << "  misordered by the model: " << rankedPairText(p) << "\n";
+  for (const auto& p : rk.simMisordered)
+    out << "  misordered by the simulator: " << rankedPairText(p) << "\n";
+  if (!load.measured) {
+    out << "load not measured (no /proc on this system)\n";
+    return;
+  }
+  out << fmt::format(
+      "load: 1-minute load average {:.2f} before the start, other processes used {:.2f} cores "
+      "(of {})\n",
+      load.loadAverageBefore, load.othersCoresBefore, load.cores);
+  if (load.busyBefore)
+    out << fmt::format(
+        "warning: the machine was busy before the start (load average {:.2f}, others {:.2f} "
+        "cores); measurements may be skewed\n",
+        load.loadAverageBefore, load.othersCoresBefore);
+  if (!load.busyRows.empty()) {
+    std::string names;
+    for (const auto& b : load.busyRows)
+      names += (names.empty() ? "" : ", ") + b;
+    out << fmt::format(
+        "warning: other processes used more than {:.2f} cores during {} row(s): {}\n",
+        kBusyOthersCores, load.busyRows.size(), names);
+  }
 }
 
 void printProfile(std::ostream& out, const Network& net, const OpProfile& profile,

@@ -25,9 +25,11 @@ void printEstimate(std::ostream& out, const StepEstimate& estimate, Format forma
 void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimates, Format format);
 // A simulated step: the estimate, then the busiest links.
 void printSimulation(std::ostream& out, const sim::Result& result, Format format);
-// Measured against model and simulator, per strategy x K, with the summary.
+// Measured (median and spread) against model, simulator and profile-based
+// model, per network x batch x strategy x K, then the summary: errors over the
+// held-out rows, per-phase errors, the ranking check and the machine's load.
 void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
-                     const ValidationSummary& summary, Format format);
+                     const ValidationSummary& summary, Format format, const LoadReport& load = {});
 
 // A per-op profile, one row per layer; with a cluster, each phase also as
 // that cluster prices it (and the relative difference).

@@ -16,6 +16,7 @@
 // STRATA_UPDATE_GOLDEN=1, then re-check the hand computation.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,9 @@
 #endif
 #ifndef STRATA_TEST_DATA
 #error "STRATA_TEST_DATA must be defined to the tests/cli folder"
+#endif
+#ifndef STRATA_SUITE_DATA
+#error "STRATA_SUITE_DATA must be defined to the tests/data folder (validation suites)"
 #endif
 
 namespace {
@@ -666,9 +670,12 @@ TEST_CASE("run on threads trains and reports; a failing worker is named", "[cli]
 
 TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
           "[cli][validate]") {
+  // --fit-on-network: the old default, calibrating on the validated network;
+  // every row is then flagged and none counts as held-out.
   const std::string dir = "cli_test_validate";
-  const auto r = runStrata({"validate", "-n", "tiny-cnn", "-s", "ring,owt-b", "-k", "1,2",
-                            "--steps", "3", "--batch", "8", "--out-dir", dir, "--format", "json"});
+  const auto r =
+      runStrata({"validate", "-n", "tiny-cnn", "-s", "ring,owt-b", "-k", "1,2", "--steps", "3",
+                 "--batch", "8", "--fit-on-network", "--out-dir", dir, "--format", "json"});
   REQUIRE(r.status == 0);
   const auto j = json::parse(r.output);
   REQUIRE(j.at("rows").size() == 4);
@@ -677,12 +684,19 @@ TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
     CHECK(row.at("step_s").at("measured").get<double>() > 0);
     CHECK(row.at("step_s").at("model").get<double>() > 0);
     CHECK(row.at("step_s").at("sim").get<double>() > 0);
+    CHECK(row.at("step_s").at("profile_model").get<double>() > 0);
     const double err = row.at("model_error").get<double>();
     CHECK(err == Approx(row.at("step_s").at("model").get<double>() /
                             row.at("step_s").at("measured").get<double>() -
                         1));
+    CHECK(row.at("repeats_step_s").size() == 1);
+    CHECK(row.at("fitted_on_network").get<bool>());
+    CHECK_FALSE(row.at("held_out").get<bool>());
   }
   CHECK(j.at("summary").at("rows").get<int>() == 4);
+  CHECK(j.at("summary").at("rows_held_out").get<int>() == 0);
+  CHECK_FALSE(j.at("summary").at("counted_held_out").get<bool>());
+  CHECK(j.at("load").contains("busy"));
   // Calibrated cluster and the measured and simulated traces side by side.
   for (const char* f : {"localhost-calibrated.yaml", "ring-k2.measured.json", "ring-k2.sim.json",
                         "owt-b-k1.measured.json"}) {
@@ -690,6 +704,79 @@ TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
     CHECK(std::ifstream(dir + "/" + f).good());
   }
   std::filesystem::remove_all(dir);
+}
+
+// Held-out by default: calibrate measures kernel tables only, never the
+// validated network.
+TEST_CASE("validate calibrates held-out by default", "[cli][validate]") {
+  const std::string dir = "cli_test_validate_held_out";
+  const auto r = runStrata({"validate", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "--steps", "3",
+                            "--batch", "4", "--out-dir", dir, "--format", "json"});
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto j = json::parse(r.output);
+  REQUIRE(j.at("rows").size() == 1);
+  CHECK(j.at("rows")[0].at("held_out").get<bool>());
+  CHECK(j.at("summary").at("rows_held_out").get<int>() == 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("validate --suite runs a suite file and prints the table", "[cli][validate][suite]") {
+  const std::string dir = "cli_test_validate_suite";
+  const auto r =
+      runStrata({"validate", "--suite", std::string(STRATA_SUITE_DATA) + "/tiny-suite.yaml",
+                 "--cluster", "localhost-cpu", "--repeats", "1", "--steps", "3", "--out-dir", dir});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  // The header, one row per strategy x K, the summary lines (not their figures: timing is noisy).
+  CHECK(r.output.find("network   b  K  strategy  measured") != std::string::npos);
+  for (const char* row : {"tiny-cnn  4  1  ring", "tiny-cnn  4  1  owt-b", "tiny-cnn  4  2  ring",
+                          "tiny-cnn  4  2  owt-b"}) {
+    INFO(row);
+    CHECK(r.output.find(row) != std::string::npos);
+  }
+  CHECK(r.output.find("4 held-out") != std::string::npos);
+  CHECK(r.output.find("step time |error| over 4 held-out rows") != std::string::npos);
+  CHECK(r.output.find("measurable pairs ordered as measured") != std::string::npos);
+  CHECK((r.output.find("load: ") != std::string::npos ||
+         r.output.find("load not measured") != std::string::npos));
+  // Suite traces carry the network and the batch in their names.
+  CHECK(std::ifstream(dir + "/tiny-cnn-b4-owt-b-k2.measured.json").good());
+  CHECK(std::ifstream(dir + "/tiny-cnn-b4-ring-k1.sim.json").good());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("validate --suite mistakes name the file, line and key or the option",
+          "[cli][validate][suite][errors]") {
+  const std::string suites = STRATA_SUITE_DATA;
+  checkUserError(runStrata({"validate", "--suite", suites + "/suite-repeats-zero.yaml"}),
+                 {"suite-repeats-zero.yaml:5: repeats: "});
+  checkUserError(runStrata({"validate", "--suite", suites + "/suite-bad-network.yaml"}),
+                 {"suite-bad-network.yaml:5: entries[1].network: unknown network"});
+  checkUserError(runStrata({"validate", "--suite", "no-such-suite"}), {"--suite", "no-such-suite"});
+  checkUserError(runStrata({"validate", "--suite", suites + "/tiny-suite.yaml", "--repeats", "0"}),
+                 {"--repeats"});
+  checkUserError(runStrata({"validate", "--suite", suites + "/tiny-suite.yaml", "--steps", "2"}),
+                 {"--steps"});
+  checkUserError(runStrata({"validate", "--suite", suites + "/tiny-suite.yaml", "-n", "alexnet"}),
+                 {"--suite"});
+  checkUserError(runStrata({"validate", "--suite", suites + "/tiny-suite.yaml", "--fit-on-network",
+                            "--cluster", "localhost-cpu"}),
+                 {"--fit-on-network"});
+  // A suite is not an experiment, and says how to run it.
+  checkUserError(runStrata({"compare", "validation-suite"}),
+                 {"validation-suite.yaml:", "kind: ", "strata validate --suite"});
+}
+
+TEST_CASE("list shows validation suites apart from experiments", "[cli][validate][suite]") {
+  const auto r = runStrata({"list", "--format", "json"});
+  REQUIRE(r.status == 0);
+  const auto j = json::parse(r.output);
+  const auto& suites = j.at("validation_suites");
+  CHECK(std::find(suites.begin(), suites.end(), "validation-suite") != suites.end());
+  const auto& experiments = j.at("experiments");
+  CHECK(std::find(experiments.begin(), experiments.end(), "validation-suite") == experiments.end());
+  CHECK(std::find(experiments.begin(), experiments.end(), "owt-k20") != experiments.end());
 }
 
 TEST_CASE("calibrate writes a cluster that loads", "[cli][validate]") {

@@ -2,17 +2,15 @@
 #include <filesystem>
 
 #include "config_node.h"
+#include "config_reference.h"
 #include "strata/model/error.h"
 #include "strata/model/presets.h"
+#include "strata/model/validation_suite.h"
 
 namespace fs = std::filesystem;
 
 namespace strata {
 
-namespace {
-
-// A network/cluster reference: a preset name, or a path relative to the
-// current directory or to the experiment file.
 std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
   std::string ref = n.asString();
   if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml")) && !fs::exists(ref)) {
@@ -27,12 +25,21 @@ std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
   }
 }
 
-}  // namespace
-
 Experiment loadExperiment(const std::string& path) {
   const auto root = ConfigNode::loadFile(path);
-  root.allowOnly(
-      {"name", "description", "network", "cluster", "strategies", "workers", "batch", "options"});
+  // Validation suites live beside the experiments (configs/experiments/) and
+  // say so in `kind`; they are run by `strata validate --suite`.
+  if (auto kind = root.get("kind"); kind && kind->asString() != kExperimentKind) {
+    if (kind->asString() == kValidationSuiteKind)
+      kind->fail(
+          "this file is a validation suite, not an experiment: run it with `strata "
+          "validate --suite " +
+          path + "`");
+    kind->fail("unknown kind '" + kind->asString() + "' (expected " + std::string(kExperimentKind) +
+               " or " + std::string(kValidationSuiteKind) + ")");
+  }
+  root.allowOnly({"kind", "name", "description", "network", "cluster", "strategies", "workers",
+                  "batch", "options"});
   Experiment ex;
   ex.sourceFile = path;
   ex.name = root.stringOr("name", fs::path(path).stem().string());

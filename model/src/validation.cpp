@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "strata/model/error.h"
 
@@ -12,8 +14,15 @@ double relativeError(Seconds predicted, Seconds measured) {
   return (predicted.value() - measured.value()) / measured.value();
 }
 
+Seconds medianOf(std::vector<Seconds> v) {
+  if (v.empty())
+    return Seconds(0);
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2.0;
+}
+
 namespace {
-// The median of |values| (the upper one of an even count), 0 when empty.
+// The median of |values| (the mean of the two middle ones of an even count), 0 when empty.
 double medianAbs(std::vector<double> v) {
   if (v.empty())
     return 0;
@@ -39,22 +48,34 @@ Seconds meanOver(const StepEstimate& e, F f) {
 }
 }  // namespace
 
-ValidationSummary summarize(const std::vector<ValidationRow>& rows) {
-  ValidationSummary s;
-  s.rows = static_cast<int>(rows.size());
-  std::vector<double> model, sim;
-  for (const auto& r : rows) {
-    if (!r.withinClaims)
-      continue;
-    ++s.rowsWithinClaims;
-    model.push_back(r.modelError());
-    sim.push_back(r.simError());
-  }
-  s.medianModelError = medianAbs(model);
-  s.worstModelError = maxAbs(model);
-  s.medianSimError = medianAbs(sim);
-  s.worstSimError = maxAbs(sim);
-  return s;
+Seconds ValidationRow::spreadMin() const {
+  if (repeats.empty())
+    return measured.step;
+  return *std::min_element(repeats.begin(), repeats.end());
+}
+
+Seconds ValidationRow::spreadMax() const {
+  if (repeats.empty())
+    return measured.step;
+  return *std::max_element(repeats.begin(), repeats.end());
+}
+
+double ValidationRow::spreadFraction() const {
+  if (measured.step.value() <= 0)
+    return 0;
+  const double below = measured.step.value() - spreadMin().value();
+  const double above = spreadMax().value() - measured.step.value();
+  return std::max(below, above) / measured.step.value();
+}
+
+bool ValidationRow::withinSpread(Seconds predicted) const {
+  return predicted >= spreadMin() && predicted <= spreadMax();
+}
+
+std::optional<double> ValidationRow::profileModelError() const {
+  if (!profileModel)
+    return std::nullopt;
+  return relativeError(profileModel->step, measured.step);
 }
 
 Seconds meanCompute(const StepEstimate& e) {
@@ -65,6 +86,133 @@ Seconds meanCommunication(const StepEstimate& e) {
 }
 Seconds meanExposed(const StepEstimate& e) {
   return meanOver(e, [](const WorkerEstimate& w) { return w.exposedCommunication; });
+}
+
+std::optional<double> computeError(const StepEstimate& predicted, const StepEstimate& measured) {
+  const Seconds compute = meanCompute(measured);
+  if (compute.value() <= 0)
+    return std::nullopt;
+  return relativeError(meanCompute(predicted), compute);
+}
+
+std::optional<double> communicationError(const StepEstimate& predicted,
+                                         const StepEstimate& measured) {
+  const Seconds comm = meanCommunication(measured);
+  if (comm.value() <= 0 || comm.value() < kNegligibleCommunicationShare * measured.step.value())
+    return std::nullopt;
+  return relativeError(meanCommunication(predicted), comm);
+}
+
+RankingCheck checkRanking(const std::vector<ValidationRow>& rows) {
+  // Rows grouped by (network, batch, K), in input order within a group.
+  std::map<std::tuple<std::string, int, int>, std::vector<const ValidationRow*>> groups;
+  for (const auto& r : rows) {
+    const auto& sc = r.measured.scenario;
+    groups[{r.measured.network, sc.batchPerWorker, sc.workers}].push_back(&r);
+  }
+  RankingCheck check;
+  for (const auto& [key, group] : groups) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      for (size_t j = i + 1; j < group.size(); ++j) {
+        const ValidationRow* a = group[i];
+        const ValidationRow* b = group[j];
+        if (a->measured.scenario.strategy == b->measured.scenario.strategy)
+          continue;
+        const Seconds gap =
+            max(a->measured.step - b->measured.step, b->measured.step - a->measured.step);
+        const Seconds spreadA = a->spreadMax() - a->spreadMin();
+        const Seconds spreadB = b->spreadMax() - b->spreadMin();
+        if (!(gap > spreadA && gap > spreadB))
+          continue;  // a tie as measured: no order to reproduce
+        ++check.measurablePairs;
+        if (b->measured.step < a->measured.step)
+          std::swap(a, b);  // a: measured faster
+        auto pair = [&](const StepEstimate& pa, const StepEstimate& pb) {
+          return RankedPair{std::get<0>(key),
+                            std::get<1>(key),
+                            std::get<2>(key),
+                            a->measured.scenario.strategy,
+                            b->measured.scenario.strategy,
+                            a->measured.step,
+                            b->measured.step,
+                            pa.step,
+                            pb.step};
+        };
+        if (a->model.step < b->model.step)
+          ++check.modelOrdered;
+        else
+          check.modelMisordered.push_back(pair(a->model, b->model));
+        if (a->sim.step < b->sim.step)
+          ++check.simOrdered;
+        else
+          check.simMisordered.push_back(pair(a->sim, b->sim));
+      }
+    }
+  }
+  return check;
+}
+
+ValidationSummary summarize(const std::vector<ValidationRow>& rows) {
+  ValidationSummary s;
+  s.rows = static_cast<int>(rows.size());
+  for (const auto& r : rows) {
+    s.rowsWithinClaims += r.withinClaims ? 1 : 0;
+    s.rowsHeldOut += r.withinClaims && r.heldOut() ? 1 : 0;
+  }
+  s.countedHeldOut = s.rowsHeldOut > 0 || s.rowsWithinClaims == 0;
+  std::vector<ValidationRow> counted;
+  for (const auto& r : rows)
+    if (r.withinClaims && (r.heldOut() || !s.countedHeldOut))
+      counted.push_back(r);
+  s.rowsCounted = static_cast<int>(counted.size());
+
+  std::vector<double> model, sim, profile, modelCompute, simCompute, modelComm, simComm;
+  for (const auto& r : counted) {
+    model.push_back(r.modelError());
+    sim.push_back(r.simError());
+    if (auto p = r.profileModelError())
+      profile.push_back(*p);
+    if (auto c = computeError(r.model, r.measured))
+      modelCompute.push_back(*c);
+    if (auto c = computeError(r.sim, r.measured))
+      simCompute.push_back(*c);
+    const auto mc = communicationError(r.model, r.measured);
+    const auto sc = communicationError(r.sim, r.measured);
+    if (mc && sc) {
+      modelComm.push_back(*mc);
+      simComm.push_back(*sc);
+    }
+    s.modelWithinSpread += r.withinSpread(r.model.step) ? 1 : 0;
+    s.simWithinSpread += r.withinSpread(r.sim.step) ? 1 : 0;
+  }
+  s.medianModelError = medianAbs(model);
+  s.worstModelError = maxAbs(model);
+  s.medianSimError = medianAbs(sim);
+  s.worstSimError = maxAbs(sim);
+  s.rowsWithProfile = static_cast<int>(profile.size());
+  s.medianProfileModelError = medianAbs(profile);
+  s.worstProfileModelError = maxAbs(profile);
+  s.medianModelComputeError = medianAbs(modelCompute);
+  s.medianSimComputeError = medianAbs(simCompute);
+  s.rowsWithCommunication = static_cast<int>(modelComm.size());
+  s.medianModelCommunicationError = medianAbs(modelComm);
+  s.medianSimCommunicationError = medianAbs(simComm);
+  s.ranking = checkRanking(counted);
+  return s;
+}
+
+double othersCores(const CpuSample& before, const CpuSample& after) {
+  const double wall = after.wallSeconds - before.wallSeconds;
+  if (wall <= 0)
+    return 0;
+  const double others = (after.machineBusySeconds - before.machineBusySeconds) -
+                        (after.selfSeconds - before.selfSeconds);
+  return std::max(0.0, others / wall);
+}
+
+bool busyBeforeStart(double loadAverage, double othersCoresBefore, int cores) {
+  return othersCoresBefore > kBusyOthersCores ||
+         loadAverage > kBusyLoadPerCore * std::max(1, cores);
 }
 
 }  // namespace strata

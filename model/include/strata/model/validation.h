@@ -1,6 +1,12 @@
 // Predicted against measured: the error arithmetic of `strata validate`.
+//
+// DESIGN.md, "Fidelity": a prediction counts only on work the calibration
+// never saw (held-out rows); every row gives the measured median and its
+// run-to-run spread; a figure inside the spread is a tie, not a win; and the
+// strategies must rank as measured wherever the measured gap exceeds the spread.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,36 +17,159 @@ namespace strata {
 // (predicted - measured) / measured: +0.05 means 5 % slower than measured.
 double relativeError(Seconds predicted, Seconds measured);
 
-// One strategy x K: the executor's measured step against the model's and the
-// simulator's predictions of the same scenario.
+// The median of `values` (the mean of the two middle ones of an even count);
+// 0 s when empty.
+Seconds medianOf(std::vector<Seconds> values);
+
+// Communication below this share of the measured step is not compared: its
+// relative error would be dominated by timer resolution and thread hand-offs
+// (tens of microseconds each; docs/validation.md, "What the model misses").
+inline constexpr double kNegligibleCommunicationShare = 0.01;
+
+// One network x batch x strategy x K: the executor's measured step (the median
+// over repeated runs) against the model's and the simulator's predictions of
+// the same scenario.
 struct ValidationRow {
+  // The run whose step is the median of `repeats` (its per-worker phases are
+  // the ones compared); `measured.step` is the median of `repeats`.
   StepEstimate measured;
-  StepEstimate model;
+  // Each executor run's measured step (the median of its steps after the
+  // warm-up). Empty means one run: measured.step.
+  std::vector<Seconds> repeats;
+  StepEstimate model;  // kernel tables of the calibrated cluster (the full prediction)
   StepEstimate sim;
+  // The model priced from a per-op profile of this network (model/profile.h):
+  // it has seen the network, so its error measures composition only.
+  std::optional<StepEstimate> profileModel;
   // False when the row is outside what the model claims to predict (e.g.
   // more workers than cores with no calibrated sharing entry for them).
   bool withinClaims = true;
+  // The calibration timed this network's layers (cluster `fitted_on`, or
+  // validate --fit-on-network): the row is not held-out.
+  bool fittedOnNetwork = false;
+  // Other processes' CPU use during this row's runs, in cores; < 0: not measured.
+  double othersCores = -1;
+  bool busy = false;  // othersCores above kBusyOthersCores
   std::string note;
+
+  bool heldOut() const { return !fittedOnNetwork; }
+  Seconds spreadMin() const;
+  Seconds spreadMax() const;
+  // The largest distance of a repeat from the median, as a share of the
+  // median: the measurement is median +/- this.
+  double spreadFraction() const;
+  // True when `predicted` lies within [spreadMin, spreadMax]: a tie with the
+  // measurement, neither right nor wrong by more than the machine's noise.
+  bool withinSpread(Seconds predicted) const;
 
   double modelError() const { return relativeError(model.step, measured.step); }
   double simError() const { return relativeError(sim.step, measured.step); }
+  std::optional<double> profileModelError() const;
 };
-
-struct ValidationSummary {
-  int rows = 0;
-  int rowsWithinClaims = 0;
-  // Over the rows within claims, of |error|.
-  double medianModelError = 0;
-  double worstModelError = 0;
-  double medianSimError = 0;
-  double worstSimError = 0;
-};
-
-ValidationSummary summarize(const std::vector<ValidationRow>& rows);
 
 // Mean over workers of a per-worker figure (compute, communication, exposed).
 Seconds meanCompute(const StepEstimate& e);
 Seconds meanCommunication(const StepEstimate& e);
 Seconds meanExposed(const StepEstimate& e);
+
+// Per-phase errors of a prediction against the measured run: mean compute
+// over workers (nullopt when nothing was measured), and mean communication
+// over workers (nullopt when the measured communication is below
+// kNegligibleCommunicationShare of the step).
+std::optional<double> computeError(const StepEstimate& predicted, const StepEstimate& measured);
+std::optional<double> communicationError(const StepEstimate& predicted,
+                                         const StepEstimate& measured);
+
+// Two strategies of one (network, batch, K) whose measured medians differ by
+// more than both rows' spreads (max - min), in measured order.
+struct RankedPair {
+  std::string network;
+  int batchPerWorker = 0;
+  int workers = 0;
+  Strategy faster = Strategy::kRing;  // as measured
+  Strategy slower = Strategy::kRing;
+  Seconds measuredFaster;
+  Seconds measuredSlower;
+  Seconds predictedFaster;  // by the engine whose ordering failed
+  Seconds predictedSlower;
+};
+
+struct RankingCheck {
+  int measurablePairs = 0;
+  int modelOrdered = 0;  // pairs the model orders as measured (a predicted tie is not)
+  int simOrdered = 0;
+  std::vector<RankedPair> modelMisordered;
+  std::vector<RankedPair> simMisordered;
+};
+
+// The ranking check over `rows` (callers pass the rows that count): pairs
+// whose measured gap is inside either row's spread are ties and not counted.
+RankingCheck checkRanking(const std::vector<ValidationRow>& rows);
+
+struct ValidationSummary {
+  int rows = 0;
+  int rowsWithinClaims = 0;
+  int rowsHeldOut = 0;  // within claims and held-out
+  // The rows the figures below are over: the held-out rows within claims, or,
+  // when there are none, every row within claims (then countedHeldOut is false
+  // and the figures are fitted, not predictions).
+  int rowsCounted = 0;
+  bool countedHeldOut = true;
+  // Over the counted rows, of |error|.
+  double medianModelError = 0;
+  double worstModelError = 0;
+  double medianSimError = 0;
+  double worstSimError = 0;
+  int rowsWithProfile = 0;  // counted rows with a profile-based prediction
+  double medianProfileModelError = 0;
+  double worstProfileModelError = 0;
+  // Per phase: median |error| of mean compute and of mean communication (the
+  // latter over rowsWithCommunication rows, see communicationError).
+  double medianModelComputeError = 0;
+  double medianSimComputeError = 0;
+  int rowsWithCommunication = 0;
+  double medianModelCommunicationError = 0;
+  double medianSimCommunicationError = 0;
+  // Counted rows whose prediction lies within the measured spread (ties).
+  int modelWithinSpread = 0;
+  int simWithinSpread = 0;
+  RankingCheck ranking;  // over the counted rows
+};
+
+ValidationSummary summarize(const std::vector<ValidationRow>& rows);
+
+// ---- machine load ---------------------------------------------------------
+
+// Other processes using more than this many cores during a row (10 % of one
+// core: a build or a benchmark, not the kernel's housekeeping) make it busy.
+inline constexpr double kBusyOthersCores = 0.10;
+// A 1-minute load average above this many runnable tasks per core before the
+// start means the machine was busy when validate began (0.5 on 2 cores).
+inline constexpr double kBusyLoadPerCore = 0.25;
+
+// CPU time at one instant: the whole machine's busy time (all cores, from
+// /proc/stat) and this process's own (getrusage), in seconds.
+struct CpuSample {
+  double wallSeconds = 0;
+  double machineBusySeconds = 0;
+  double selfSeconds = 0;
+};
+
+// Cores other processes kept busy between two samples: (machine busy - own
+// CPU time) / wall time, never below 0.
+double othersCores(const CpuSample& before, const CpuSample& after);
+
+// The machine's load around a validation run.
+struct LoadReport {
+  bool measured = false;  // false where /proc is missing
+  int cores = 0;
+  double loadAverageBefore = 0;  // 1-minute load average before the start
+  double othersCoresBefore = 0;  // other processes' CPU use over a short window before the start
+  bool busyBefore = false;
+  std::vector<std::string> busyRows;  // rows during which other processes were busy
+};
+
+// Whether the machine was busy before the start, by either measure.
+bool busyBeforeStart(double loadAverage, double othersCoresBefore, int cores);
 
 }  // namespace strata

@@ -1,0 +1,228 @@
+#include "validate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include "machine_load.h"
+#include "strata/exec/calibrate.h"
+#include "strata/exec/profile.h"
+#include "strata/exec/runtime.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+#include "strata/model/plan.h"
+#include "strata/model/presets.h"
+#include "strata/model/timeline.h"
+#include "strata/sim/simulator.h"
+
+namespace strata::cli {
+
+namespace {
+
+// Steps of every run left out of its median: the first touches cold memory
+// and caches, the second still settles the allocator.
+constexpr int kWarmupSteps = 2;
+// Seconds validate watches the idle machine before starting, to see whether
+// other processes are using it.
+constexpr double kLoadWindowSeconds = 1.0;
+
+// One executor run of a row: its measured estimate and its median step's tasks.
+struct Repeat {
+  StepEstimate measured;
+  Timeline timeline;
+};
+
+std::string rowName(const Network& net, int batch, Strategy s, int k) {
+  return fmt::format("{} b={} {} K={}", net.name, batch, toString(s), k);
+}
+
+}  // namespace
+
+int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
+  const bool table = o.format == Format::kTable;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<int> ks = suite.autoWorkers ? autoWorkerCounts(cores) : suite.workers;
+  if (o.fitOnNetwork && suite.entries.size() != 1)
+    throw OptionError("--fit-on-network",
+                      "calibrates on one network; a suite has several (calibrate --network NET "
+                      "once per network and pass --cluster)");
+  if (o.fitOnNetwork && !o.clusterPath.empty())
+    throw OptionError("--fit-on-network",
+                      "calibrates now; a --cluster file says itself what it was fitted on "
+                      "(its fitted_on key)");
+  for (const auto& e : suite.entries) {
+    try {
+      exec::checkRunnable(e.network, Scenario{});
+    } catch (const UserError& err) {
+      throw UserError(e.where.empty() ? std::string(err.what()) : e.where + ": " + err.what());
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o.outDir, ec);
+  if (ec)
+    throw OptionError("--out-dir", "cannot create '" + o.outDir + "': " + ec.message());
+
+  // The machine's load before anything of ours runs.
+  LoadReport load = measureLoadBefore(kLoadWindowSeconds, cores);
+
+  std::string path = o.clusterPath;
+  if (path.empty()) {
+    path = (std::filesystem::path(o.outDir) / "localhost-calibrated.yaml").string();
+    exec::CalibrationOptions co;
+    co.name = "localhost-calibrated";
+    // Held-out by default: calibrate measures kernels, never the validated network.
+    co.network = o.fitOnNetwork ? &suite.entries.front().network : nullptr;
+    co.batch = suite.entries.front().batches.front();
+    co.maxWorkers = *std::max_element(ks.begin(), ks.end());
+    if (table) {
+      co.progress = [](const std::string& l) { std::cout << "  " << l << "\n" << std::flush; };
+      std::cout << "calibrating this machine (" << path << ")"
+                << (o.fitOnNetwork ? ", fitted on " + suite.entries.front().network.name : "")
+                << "\n"
+                << std::flush;
+    }
+    std::ofstream f(path);
+    if (!f)
+      throw OptionError("--out-dir", "cannot write '" + path + "'");
+    f << exec::calibrate(co);
+    if (!f.flush())
+      throw OptionError("--out-dir", "error while writing '" + path + "'");
+  }
+  const Cluster cluster = loadCluster(resolveConfig(ConfigKind::kCluster, path, "--cluster"));
+
+  int total = 0;
+  for (const auto& e : suite.entries)
+    for (auto s : suite.strategies)
+      if (!isModelParallel(s) || e.network.modelParallelFrom >= 0)
+        total += static_cast<int>(e.batches.size() * ks.size());
+  if (table)
+    std::cout << fmt::format(
+                     "{} rows: {} runs each of {} steps ({} warm-up, the median of the rest)\n",
+                     total, suite.repeats, suite.steps, kWarmupSteps)
+              << std::flush;
+
+  std::vector<ValidationRow> rows;
+  std::vector<std::string> skipped;
+  for (const auto& entry : suite.entries) {
+    const Network& net = entry.network;
+    const bool fitted = cluster.fittedOn == net.name || (o.fitOnNetwork && o.clusterPath.empty());
+    for (auto s : suite.strategies)
+      if (isModelParallel(s) && net.modelParallelFrom < 0)
+        skipped.push_back(fmt::format("{} on {}: no model-parallel part", toString(s), net.name));
+    for (int batch : entry.batches) {
+      // The profile-based prediction: the same model, compute priced from this
+      // network's own per-op times (composition error only).
+      if (table)
+        std::cout << fmt::format("profiling {} at batch {} (per-op times)\n", net.name, batch)
+                  << std::flush;
+      Cluster profiled = cluster;
+      profiled.device.profile = std::make_shared<OpProfile>(exec::profileNetwork(net, batch));
+      for (int k : ks) {
+        for (auto s : suite.strategies) {
+          if (isModelParallel(s) && net.modelParallelFrom < 0)
+            continue;
+          Scenario sc;
+          sc.strategy = s;
+          sc.workers = k;
+          sc.batchPerWorker = batch;
+          const std::string name = rowName(net, batch, s, k);
+          if (table)
+            std::cout << fmt::format("[{}/{}] running {} ...\n", rows.size() + 1, total, name)
+                      << std::flush;
+          ValidationRow row;
+          row.model = estimate(net, cluster, sc);
+          row.profileModel = estimate(net, profiled, sc);
+          row.profileModel->engine = "model-profile";
+          const Plan plan = lowerToPlan(net, sc);
+          sim::Options so;
+          so.timeline = true;
+          const auto simulated = sim::simulate(plan, net, cluster, so);
+          row.sim = simulated.estimate;
+
+          exec::RunOptions ro;
+          ro.steps = suite.steps;
+          ro.warmup = kWarmupSteps;
+          const auto before = sampleCpu();
+          std::vector<Repeat> repeats;
+          for (int r = 0; r < suite.repeats; ++r) {
+            auto run = exec::runThreads(plan, net, ro);
+            run.measured.cluster = cluster.name;
+            row.repeats.push_back(run.measured.step);
+            repeats.push_back({std::move(run.measured), std::move(run.timeline)});
+          }
+          const auto after = sampleCpu();
+          // The run whose step is the (lower) median gives the phases compared.
+          std::vector<size_t> order(repeats.size());
+          std::iota(order.begin(), order.end(), size_t{0});
+          std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return repeats[a].measured.step < repeats[b].measured.step;
+          });
+          const Repeat& median = repeats[order[(order.size() - 1) / 2]];
+          row.measured = median.measured;
+          row.measured.step = medianOf(row.repeats);
+
+          std::vector<std::string> notes;
+          row.fittedOnNetwork = fitted;
+          if (fitted)
+            notes.push_back("fitted on this network");
+          // 2 threads per worker (compute and communication lanes) on `cores` cores.
+          if (k > cores) {
+            const bool calibrated =
+                std::any_of(cluster.device.sharing.begin(), cluster.device.sharing.end(),
+                            [&](const auto& e) { return e.first >= k; });
+            row.withinClaims = calibrated;
+            notes.push_back(
+                fmt::format("{} workers on {} cores{}", k, cores,
+                            calibrated ? " (sharing calibrated)" : ", sharing not calibrated"));
+          }
+          if (before && after) {
+            row.othersCores = othersCores(*before, *after);
+            row.busy = row.othersCores > kBusyOthersCores;
+            if (row.busy) {
+              notes.push_back(fmt::format("busy: others used {:.2f} cores", row.othersCores));
+              load.busyRows.push_back(name);
+            }
+          }
+          for (const auto& n : notes)
+            row.note += (row.note.empty() ? "" : "; ") + n;
+
+          const std::string stem =
+              o.suite ? fmt::format("{}-b{}-{}-k{}", net.name, batch, toString(s), k)
+                      : fmt::format("{}-k{}", toString(s), k);
+          auto writeOne = [&](const char* suffix, const StepEstimate& est, const Timeline& tl) {
+            std::ofstream f(std::filesystem::path(o.outDir) / (stem + "." + suffix + ".json"));
+            writeTrace(f, plan, net, est, tl);
+          };
+          writeOne("measured", median.measured, median.timeline);
+          writeOne("sim", simulated.estimate, simulated.timeline);
+          rows.push_back(std::move(row));
+        }
+      }
+    }
+  }
+  if (table) {
+    std::cout << "\n";
+    if (o.suite)
+      std::cout << fmt::format("suite {} ({}): ", suite.name, suite.sourceFile);
+    else
+      std::cout << fmt::format("{}, {} examples per worker: ", suite.entries.front().network.name,
+                               suite.entries.front().batches.front());
+    std::cout << fmt::format(
+        "on {} ({}), {} run(s) per row of {} steps ({} warm-up, median of the rest); traces in "
+        "{}/\n",
+        cluster.name, path, suite.repeats, suite.steps, kWarmupSteps, o.outDir);
+    for (const auto& s : skipped)
+      std::cout << "skipped " << s << "\n";
+    std::cout << "\n";
+  }
+  printValidation(std::cout, rows, summarize(rows), o.format, load);
+  return 0;
+}
+
+}  // namespace strata::cli

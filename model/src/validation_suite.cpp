@@ -1,0 +1,124 @@
+// Loads validation suites (`strata validate --suite FILE`).
+#include "strata/model/validation_suite.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "config_node.h"
+#include "config_reference.h"
+#include "strata/model/error.h"
+#include "strata/model/presets.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+
+ValidationSuite loadValidationSuite(const std::string& path) {
+  const auto root = ConfigNode::loadFile(path);
+  const auto kind = root.get("kind");
+  if (!kind)
+    throw ConfigError(path, 1, "kind",
+                      "missing: a validation suite says `kind: " +
+                          std::string(kValidationSuiteKind) + "` (experiments are run by compare)");
+  if (kind->asString() != kValidationSuiteKind)
+    kind->fail(
+        "is '" + kind->asString() + "', expected " + std::string(kValidationSuiteKind) +
+        (kind->asString() == kExperimentKind ? " (experiments are run by strata compare)" : ""));
+  root.allowOnly(
+      {"kind", "name", "description", "entries", "strategies", "workers", "repeats", "steps"});
+
+  ValidationSuite suite;
+  suite.sourceFile = path;
+  suite.name = root.stringOr("name", fs::path(path).stem().string());
+  suite.description = root.stringOr("description", "");
+
+  const auto entries = root.require("entries");
+  if (!entries.isSequence() || entries.items().empty())
+    entries.fail("needs a list of at least one {network, batches} entry");
+  for (const auto& e : entries.items()) {
+    if (!e.isMap())
+      e.fail("expected a map {network: NAME, batches: [B, ...]}");
+    e.allowOnly({"network", "batches"});
+    SuiteEntry entry;
+    const auto netNode = e.require("network");
+    entry.network = loadNetwork(resolveReference(ConfigKind::kNetwork, netNode));
+    entry.where = path + ":" + std::to_string(netNode.line()) + ": " + netNode.path();
+    const auto batches = e.require("batches");
+    for (const auto& b : batches.items(true)) {
+      const int v = b.asPositiveInt();
+      if (std::find(entry.batches.begin(), entry.batches.end(), v) != entry.batches.end())
+        b.fail("batch " + std::to_string(v) + " is listed twice");
+      entry.batches.push_back(v);
+    }
+    if (entry.batches.empty())
+      batches.fail("needs at least one batch size");
+    for (const auto& other : suite.entries)
+      if (other.network.name == entry.network.name)
+        netNode.fail("network '" + entry.network.name +
+                     "' is listed twice (give one entry several batches)");
+    suite.entries.push_back(std::move(entry));
+  }
+
+  if (auto strategies = root.get("strategies")) {
+    if (strategies->isSequence() && strategies->items().empty())
+      strategies->fail("needs at least one strategy");
+    for (const auto& s : strategies->items(true)) {
+      try {
+        for (auto st : parseStrategies(s.asString(), s.path()))
+          if (std::find(suite.strategies.begin(), suite.strategies.end(), st) ==
+              suite.strategies.end())
+            suite.strategies.push_back(st);
+      } catch (const OptionError&) {
+        s.fail("unknown strategy '" + s.asString() +
+               "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
+      }
+    }
+  } else {
+    suite.strategies = {std::begin(kAllStrategies), std::end(kAllStrategies)};
+  }
+
+  if (auto workers = root.get("workers");
+      !workers || (workers->isScalar() && workers->asString() == "auto")) {
+    suite.autoWorkers = true;
+  } else {
+    if (workers->isSequence() && workers->items().empty())
+      workers->fail("needs at least one worker count (or auto)");
+    for (const auto& w : workers->items(true)) {
+      if (w.isScalar() && w.asString() == "auto")
+        w.fail("auto stands alone: `workers: auto`");
+      const int k = w.asPositiveInt();
+      if (std::find(suite.workers.begin(), suite.workers.end(), k) == suite.workers.end())
+        suite.workers.push_back(k);
+    }
+  }
+
+  suite.repeats = root.positiveIntOr("repeats", suite.repeats);
+  suite.steps = root.positiveIntOr("steps", suite.steps);
+  if (suite.steps < kMinValidateSteps)
+    root.require("steps").fail("must be at least " + std::to_string(kMinValidateSteps) +
+                               " (2 warm-up steps, then measured ones)");
+  return suite;
+}
+
+bool isValidationSuite(const std::string& path) {
+  try {
+    const YAML::Node root = YAML::LoadFile(path);
+    return root.IsMap() && root["kind"] && root["kind"].IsScalar() &&
+           root["kind"].as<std::string>() == kValidationSuiteKind;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+std::vector<int> autoWorkerCounts(int cores) {
+  std::vector<int> ks = {1, 2};
+  for (int k = 4; k <= cores; k *= 2)
+    ks.push_back(k);
+  if (cores > ks.back())
+    ks.push_back(cores);
+  return ks;
+}
+
+}  // namespace strata
