@@ -67,6 +67,14 @@ double DeviceSpec::sharingSpeed(int workers) const {
   return interpolateSharing(sharing, workers);
 }
 
+double DeviceSpec::overlapComputeSpeed(int workers) const {
+  return overlapCompute.empty() ? 1.0 : std::min(1.0, interpolateSharing(overlapCompute, workers));
+}
+
+double DeviceSpec::overlapCommSpeed(int workers) const {
+  return overlapComm.empty() ? 1.0 : std::min(1.0, interpolateSharing(overlapComm, workers));
+}
+
 double DeviceSpec::sharingMemorySpeed(int workers) const {
   return sharingMemory.empty() ? sharingSpeed(workers) : interpolateSharing(sharingMemory, workers);
 }
@@ -175,7 +183,8 @@ KernelTables readKernels(const ConfigNode& n) {
 std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const char* key) {
   std::vector<std::pair<int, double>> out;
   for (const auto& row : list.items()) {
-    row.allowOnly({"workers", "speed", "memory_speed"});
+    row.allowOnly(
+        {"workers", "speed", "memory_speed", "overlap_compute_speed", "overlap_comm_speed"});
     if (!row.has(key))
       continue;
     const int workers = row.require("workers").asPositiveInt();
@@ -188,7 +197,7 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
 
 DeviceSpec readDevice(const ConfigNode& n) {
   n.allowOnly({"name", "peak", "memory_bandwidth", "memory_capacity", "memory_efficiency",
-               "efficiency", "reduce_bandwidth", "sharing", "kernels"});
+               "efficiency", "reduce_bandwidth", "sharing", "kernels", "lane_handoff"});
   DeviceSpec d;
   d.name = n.require("name").asString();
   const auto peak = n.require("peak");
@@ -224,7 +233,11 @@ DeviceSpec readDevice(const ConfigNode& n) {
       row.require("speed");
     d.sharing = readSharing(*sharing, "speed");
     d.sharingMemory = readSharing(*sharing, "memory_speed");
+    d.overlapCompute = readSharing(*sharing, "overlap_compute_speed");
+    d.overlapComm = readSharing(*sharing, "overlap_comm_speed");
   }
+  if (auto handoff = n.get("lane_handoff"))
+    d.laneHandoff = handoff->asSeconds(true);
   if (auto kernels = n.get("kernels"))
     d.kernels = readKernels(*kernels);
   if (auto r = n.get("reduce_bandwidth")) {

@@ -66,6 +66,10 @@ struct Context {
   int k;
   int b;
   ComputeCosts costs;  // compute pricing (profile, kernel tables or roofline)
+  // Speeds of compute and communication while both run on a worker.
+  double overlapCompute;
+  double overlapComm;
+  Seconds handoff;  // a lane's wake-up when the other lane releases it
 
   Context(const Network& n, const Cluster& c, const Scenario& s)
       : net(n),
@@ -76,7 +80,10 @@ struct Context {
         peak(c.device.peakFor(s.options.element, c.sourceFile)),
         k(s.workers),
         b(s.batchPerWorker),
-        costs(n, c, s.options.element, workersPerNode(c, s.workers)) {
+        costs(n, c, s.options.element, workersPerNode(c, s.workers)),
+        overlapCompute(c.device.overlapComputeSpeed(workersPerNode(c, s.workers))),
+        overlapComm(c.device.overlapCommSpeed(workersPerNode(c, s.workers))),
+        handoff(c.device.laneHandoff) {
     comm.segment = s.options.segment;
     comm.gamma = 1.0 / c.device.reduceBandwidth.value();
   }
@@ -140,6 +147,67 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
   return sum;
 }
 
+// Where a worker's communication and compute share its cores (CPU workers),
+// both slow down while both run: compute at `computeSpeed`, communication at
+// `commSpeed` of their speeds alone. A fluid schedule of one compute lane
+// (`compute` seconds of work alone) and one communication lane running jobs
+// in order, job j once compute has done ready[j] of its work and job j-1 is
+// over, each needing work[j] seconds alone. With both speeds 1 it is the
+// plain overlap max(compute, ready + work chained).
+struct LaneTimes {
+  Seconds computeEnd;     // wall time when compute finishes
+  Seconds end;            // wall time when the last job finishes (>= computeEnd)
+  Seconds communication;  // sum of the jobs' wall durations
+};
+LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
+                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed) {
+  double now = 0, done = 0;  // wall clock; compute work done
+  const double total = compute.value();
+  LaneTimes out;
+  size_t j = 0;
+  double remaining = work.empty() ? 0 : work[0].value(), jobStart = -1;
+  bool computeOver = total <= 0;
+  if (computeOver)
+    out.computeEnd = Seconds(0);
+  while (j < work.size()) {
+    const bool jobReady = done >= ready[j].value() - 1e-15 || computeOver;
+    if (jobReady && jobStart < 0)
+      jobStart = now;
+    const bool both = jobReady && !computeOver;
+    const double cs = both ? computeSpeed : 1.0, ms = both ? commSpeed : 1.0;
+    // Next event: compute reaches the job's ready point or its end; the job ends.
+    double dt = 1e300;
+    if (!computeOver) {
+      const double target = jobReady ? total : std::min(total, ready[j].value());
+      dt = (target - done) / cs;
+    }
+    if (jobReady)
+      dt = std::min(dt, remaining / ms);
+    dt = std::max(dt, 0.0);
+    now += dt;
+    if (!computeOver) {
+      done = std::min(total, done + cs * dt);
+      if (done >= total - 1e-15) {
+        computeOver = true;
+        out.computeEnd = Seconds(now);
+      }
+    }
+    if (jobReady) {
+      remaining -= ms * dt;
+      if (remaining <= 1e-15) {
+        out.communication += Seconds(now - jobStart);
+        jobStart = -1;
+        if (++j < work.size())
+          remaining = work[j].value();
+      }
+    }
+  }
+  if (!computeOver)
+    out.computeEnd = Seconds(now + (total - done));
+  out.end = max(out.computeEnd, Seconds(now));
+  return out;
+}
+
 // Backprop of data-parallel layers [first, last) with their gradient
 // synchronisation. Gradients become ready layer by layer (bwd_weights runs
 // before bwd_data so the gradient leaves early). With overlap a communication
@@ -149,6 +217,7 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
 // start of backprop until gradients are synced.
 Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgorithm algorithm,
                          Tally& t) {
+  const Seconds bwStart = t.compute.bwdWeights, bdStart = t.compute.bwdData;
   Seconds clock;
   std::vector<Seconds> readyAt(static_cast<size_t>(last - first));
   for (int i = last - 1; i >= first; --i) {
@@ -164,19 +233,30 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
       t.compute.bwdData += bd;
     }
   }
-  Seconds commFree;
-  if (ctx.k > 1) {
-    for (const auto& bucket : gradientBuckets(ctx.net, first, last, ctx.sc.options)) {
-      const Seconds ready =
-          ctx.sc.options.overlap ? readyAt[static_cast<size_t>(bucket.firstLayer - first)] : clock;
-      const auto c = allReduce(ctx.topo, algorithm, Bytes(bucket.params * ctx.e), ctx.comm);
-      commFree = max(commFree, ready) + c.time;
-      t.add(c);
-    }
+  if (ctx.k <= 1)
+    return clock;
+  std::vector<Seconds> ready, work;  // per bucket: compute done when ready, alone time
+  for (const auto& bucket : gradientBuckets(ctx.net, first, last, ctx.sc.options)) {
+    ready.push_back(ctx.sc.options.overlap
+                        ? readyAt[static_cast<size_t>(bucket.firstLayer - first)]
+                        : clock);
+    auto c = allReduce(ctx.topo, algorithm, Bytes(bucket.params * ctx.e), ctx.comm);
+    // Its lane wakes up when the bucket is ready, and the update's when it is synced.
+    c.time += ctx.handoff * 2;
+    work.push_back(c.time);
+    t.add(c);
   }
-  const Seconds end = max(clock, commFree);
-  t.exposed += end - clock;
-  return end;
+  const auto lanes = sharedLanes(clock, ready, work, ctx.overlapCompute, ctx.overlapComm);
+  // Backprop stretched by communication sharing its cores, spread over its phases.
+  const double stretch = clock.value() > 0 ? lanes.computeEnd / clock : 1.0;
+  t.compute.bwdWeights += (t.compute.bwdWeights - bwStart) * (stretch - 1);
+  t.compute.bwdData += (t.compute.bwdData - bdStart) * (stretch - 1);
+  Seconds alone;
+  for (const auto& w : work)
+    alone += w;
+  t.communication += lanes.communication - alone;
+  t.exposed += lanes.end - lanes.computeEnd;
+  return lanes.end;
 }
 
 double paramsIn(const Network& net, int first, int last) {
@@ -247,13 +327,14 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
       const Bytes slice(batch * double(l.inShape.elements()) * frac * ctx.e);
       const auto gatherIn = allGather(ctx.topo, slice, false);
       const auto scatterGrad = reduceScatter(ctx.topo, slice * k, ctx.comm, false);
-      inner += gatherIn.time + scatterGrad.time;
+      // Each exchange: the communication lane wakes for it, the compute lane for its result.
+      inner += gatherIn.time + scatterGrad.time + ctx.handoff * 4;
       innerTally.add(gatherIn);
       innerTally.add(scatterGrad);
     } else if (l.kind == LayerKind::kSoftmax && k > 1) {
       const auto c =
           allReduce(ctx.topo, AllreduceAlgorithm::kDirect, Bytes(2 * batch * ctx.e), ctx.comm);
-      inner += c.time;
+      inner += c.time + ctx.handoff * 2;
       innerTally.add(c);
     }
   }
@@ -268,8 +349,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
     // K-1 other rounds, and receives as much.
     const Bytes n(b * boundary);
     for (int r = 0; r < rounds; ++r) {
-      in[static_cast<size_t>(r)] = broadcastTime(ctx.topo, r, n);
-      back[static_cast<size_t>(r)] = reduceTime(ctx.topo, r, n, ctx.comm);
+      in[static_cast<size_t>(r)] = broadcastTime(ctx.topo, r, n) + ctx.handoff;
+      back[static_cast<size_t>(r)] = reduceTime(ctx.topo, r, n, ctx.comm) + ctx.handoff;
       t.addTime(in[static_cast<size_t>(r)] + back[static_cast<size_t>(r)], ctx.topo.scatter(r));
     }
     t.addSymmetricBytes(2.0 * (k - 1) * n.value(), 2.0 * (k - 1) * n.value());
@@ -282,8 +363,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
     const auto x = allToAll(ctx.topo, Bytes(perRound * boundary));
     const auto g = reduceScatter(ctx.topo, Bytes(k * perRound * boundary), ctx.comm, false);
     for (int r = 0; r < rounds; ++r) {
-      in[static_cast<size_t>(r)] = x.time;
-      back[static_cast<size_t>(r)] = g.time;
+      in[static_cast<size_t>(r)] = x.time + ctx.handoff;
+      back[static_cast<size_t>(r)] = g.time + ctx.handoff;
     }
     t.add(x, rounds);
     t.add(g, rounds);

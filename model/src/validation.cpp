@@ -95,12 +95,21 @@ std::optional<double> computeError(const StepEstimate& predicted, const StepEsti
   return relativeError(meanCompute(predicted), compute);
 }
 
+Seconds leastCommunication(const StepEstimate& e) {
+  if (e.workers.empty())
+    return Seconds(0);
+  Seconds least = e.workers.front().communication;
+  for (const auto& w : e.workers)
+    least = min(least, w.communication);
+  return least;
+}
+
 std::optional<double> communicationError(const StepEstimate& predicted,
                                          const StepEstimate& measured) {
-  const Seconds comm = meanCommunication(measured);
+  const Seconds comm = leastCommunication(measured);
   if (comm.value() <= 0 || comm.value() < kNegligibleCommunicationShare * measured.step.value())
     return std::nullopt;
-  return relativeError(meanCommunication(predicted), comm);
+  return relativeError(leastCommunication(predicted), comm);
 }
 
 RankingCheck checkRanking(const std::vector<ValidationRow>& rows) {

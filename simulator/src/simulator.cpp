@@ -21,7 +21,7 @@ namespace {
 // come out in the order they were scheduled, so a run is reproducible byte for
 // byte. The clock never goes back (asserted).
 
-enum class EventKind : uint32_t { kTaskDone, kActivate, kTransferDone };
+enum class EventKind : uint32_t { kTaskDone, kActivate, kTransferDone, kReady };
 
 struct Event {
   double time;
@@ -91,11 +91,19 @@ class Engine {
         k_(plan.scenario.workers),
         costs_(net, cluster, plan.scenario.options.element,
                workersPerNode(cluster, plan.scenario.workers)),
-        gamma_(1.0 / cluster.device.reduceBandwidth.value()) {
+        gamma_(1.0 / cluster.device.reduceBandwidth.value()),
+        overlapCompute_(cluster.device.overlapComputeSpeed(
+            workersPerNode(cluster, plan.scenario.workers))),
+        overlapComm_(
+            cluster.device.overlapCommSpeed(workersPerNode(cluster, plan.scenario.workers))) {
+    cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;
+    handoff_ = cluster.device.laneHandoff.value();
+    commActive_.assign(static_cast<size_t>(plan.scenario.workers), 0);
     const size_t n = plan.tasks.size();
     depsLeft_.resize(n);
     start_.assign(n, -1.0);
     end_.assign(n, -1.0);
+    cpuFactor_.assign(n, 1.0);
     // Dependents in CSR form.
     std::vector<uint32_t> counts(n + 1, 0);
     for (size_t t = 0; t < n; ++t) {
@@ -152,6 +160,9 @@ class Engine {
         case EventKind::kActivate:
           activate(e.task);
           break;
+        case EventKind::kReady:
+          makeReady(e.task);
+          break;
         case EventKind::kTransferDone:
           // Stale completions (the rate changed since) carry an old version.
           if (end_[e.task] < 0 &&
@@ -180,12 +191,16 @@ class Engine {
         workerQueue_[static_cast<size_t>(task.worker)].push(t);
         tryStart(task.worker);
         break;
-      case TaskKind::kReduce:
+      case TaskKind::kReduce: {
         start_[t] = now;
-        q_.push(now + gamma_ * task.bytes.value() * task.inputs, EventKind::kTaskDone, t);
+        const double slow = cpuShared_ && startComm(task) ? overlapComm_ : 1.0;
+        q_.push(now + gamma_ * task.bytes.value() * task.inputs / slow, EventKind::kTaskDone, t);
         break;
+      }
       case TaskKind::kTransfer: {
         start_[t] = now;
+        if (cpuShared_)
+          cpuFactor_[t] = startComm(task) ? overlapComm_ : 1.0;
         if (plan_.flowCountOf(task) == 0) {
           q_.push(now, EventKind::kTaskDone, t);
           break;
@@ -215,6 +230,9 @@ class Engine {
     } else {
       seconds = costs_.update(task.params).value();
     }
+    // Communication running on this worker's cores slows it (set at start).
+    if (cpuShared_ && commActive_[static_cast<size_t>(task.worker)] > 0)
+      seconds /= overlapCompute_;
     const auto w = static_cast<size_t>(task.worker);
     if (w < opt_.slowdown.size())
       seconds *= opt_.slowdown[w];
@@ -249,18 +267,31 @@ class Engine {
         break;
       }
       case TaskKind::kReduce:
+        if (cpuShared_)
+          endComm(task);
         noteCommunication(task, t, false);
         break;
       case TaskKind::kTransfer:
+        if (cpuShared_)
+          endComm(task);
         if (activeIndex_[t] >= 0)
           leave(t);
         countBytes(task);
         noteCommunication(task, t, true);
         break;
     }
+    // A task released by one on the other lane (compute <-> communication)
+    // starts a lane hand-off later: its lane was asleep waiting for it.
+    const bool computeLane = task.kind == TaskKind::kCompute || task.kind == TaskKind::kUpdate;
     for (uint32_t i = dependentsBegin_[t]; i < dependentsBegin_[t + 1]; ++i) {
       const uint32_t d = dependents_[i];
-      if (--depsLeft_[d] == 0)
+      if (--depsLeft_[d] != 0)
+        continue;
+      const auto dk = plan_.tasks[d].kind;
+      const bool dCompute = dk == TaskKind::kCompute || dk == TaskKind::kUpdate;
+      if (handoff_ > 0 && dCompute != computeLane)
+        q_.push(q_.now() + handoff_, EventKind::kReady, d);
+      else
         makeReady(d);
     }
   }
@@ -334,6 +365,35 @@ class Engine {
         markChannel(c);
     }
     a.solo = false;
+  }
+
+  // The workers a communication task runs on: the ends of its flows (a
+  // reduce: the receivers, who sum). Registers it as running on them and
+  // returns whether any of them is computing.
+  bool startComm(const Task& task) {
+    bool busy = false;
+    for (int w : commWorkers(task)) {
+      ++commActive_[static_cast<size_t>(w)];
+      busy = busy || workerBusy_[static_cast<size_t>(w)];
+    }
+    return busy;
+  }
+  void endComm(const Task& task) {
+    for (int w : commWorkers(task))
+      --commActive_[static_cast<size_t>(w)];
+  }
+  std::vector<int> commWorkers(const Task& task) const {
+    std::vector<char> in(static_cast<size_t>(k_), 0);
+    for (const auto& f : plan_.flowsOf(task)) {
+      if (task.kind == TaskKind::kTransfer)
+        in[static_cast<size_t>(f.src)] = 1;
+      in[static_cast<size_t>(f.dst)] = 1;
+    }
+    std::vector<int> out;
+    for (int w = 0; w < k_; ++w)
+      if (in[static_cast<size_t>(w)])
+        out.push_back(w);
+    return out;
   }
 
   void activate(uint32_t t) {
@@ -454,6 +514,8 @@ class Engine {
           perByte = std::max(perByte, (shared ? flowsOn_[ci] : flows) / beta);
         }
       }
+      if (cpuShared_)
+        perByte /= cpuFactor_[t];
       a.rate = perByte > 0 ? 1.0 / perByte : 0;
       ++a.version;
       q_.push(perByte > 0 ? now + a.remaining * perByte : now, EventKind::kTransferDone, t,
@@ -642,6 +704,14 @@ class Engine {
   int k_;
   ComputeCosts costs_;
   double gamma_;
+  // Where communication shares the workers' cores (calibrated CPU clusters):
+  // speeds of compute and communication while both run on a worker, and per
+  // worker the communication tasks running (docs/simulator.md).
+  double overlapCompute_ = 1.0;
+  double overlapComm_ = 1.0;
+  bool cpuShared_ = false;
+  double handoff_ = 0;  // seconds for a lane to wake up (calibrated executors)
+  std::vector<int> commActive_;
 
   EventQueue q_;
 
@@ -649,6 +719,7 @@ class Engine {
   std::vector<uint32_t> dependentsBegin_;
   std::vector<uint32_t> dependents_;
   std::vector<double> start_, end_;
+  std::vector<double> cpuFactor_;  // a transfer's speed from its workers' cores
   std::vector<std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>> workerQueue_;
   std::vector<char> workerBusy_;
 

@@ -181,14 +181,24 @@ std::string calibrate(const CalibrationOptions& o) {
                   formatSeconds(ab.alpha), formatBandwidth(ab.beta), 100 * ab.maxRelativeError));
 
   // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
-  // speed = time alone / time together.
-  std::vector<std::tuple<int, double, double>> sharing;
+  // speed = time alone / time together. Overlap: each of K workers moving
+  // data on its communication lane while its compute lane runs GEMMs.
+  struct SharingRow {
+    int workers;
+    double gemm, memory, overlapCompute, overlapComm;
+  };
+  std::vector<SharingRow> sharing;
   for (int k = 1; k <= o.maxWorkers; k *= 2) {
     const auto [g, m] = k == 1 ? std::pair{1.0, 1.0} : detail::measureSharing(k);
-    sharing.push_back({k, g, m});
-    say(fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f} of alone",
-                    k, g, m));
+    const auto [oc, om] = detail::measureOverlap(k);
+    sharing.push_back({k, g, m, oc, om});
+    say(fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f}; with "
+                    "communication: compute {:.2f}, communication {:.2f}",
+                    k, g, m, oc, om));
   }
+
+  const double handoff = detail::measureHandoff();
+  say(fmt::format("lane hand-off    {}", formatSeconds(Seconds(handoff))));
 
   // The YAML, every number with its provenance.
   std::ostringstream y;
@@ -248,10 +258,22 @@ std::string calibrate(const CalibrationOptions& o) {
                      std::clamp(fc, 1e-4, 1.0));
     y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
   }
-  y << "  sharing:   # speed of each worker when this many run at once, relative to alone: "
-       "threads running 256^3 GEMMs (speed) or copying 16 MiB (memory_speed) together\n";
-  for (const auto& [k, g, m] : sharing)
-    y << fmt::format("    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}}}\n", k, g, m);
+  y << "  sharing:   # speed of each worker when this many run at once, relative to alone "
+       "(median of 3 trials): threads running 256^3 GEMMs (speed) or copying 16 MiB "
+       "(memory_speed) together; with each worker's communication lane exchanging 4 MiB "
+       "segments with its ring neighbours and summing them while its compute lane runs GEMMs: "
+       "the compute lane's speed (overlap_compute_speed) and the exchanges' "
+       "(overlap_comm_speed)\n";
+  for (const auto& r : sharing)
+    y << fmt::format(
+        "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
+        "overlap_comm_speed: {:.3f}}}\n",
+        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm);
+  y << fmt::format(
+      "  lane_handoff: {:.4g} us   # a thread asleep on a condition variable runs again after "
+      "another notifies it (half a ping-pong of two threads, median of 3 x 500), as the "
+      "executor's compute and communication lanes release each other\n",
+      handoff * 1e6);
   y << detail::kernelTablesYaml(tables, where);
   y << "topology:\n";
   y << "  - name: shared-memory\n";

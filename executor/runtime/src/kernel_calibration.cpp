@@ -6,10 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
@@ -374,50 +377,153 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
   return y.str();
 }
 
-std::pair<double, double> measureSharing(int workers) {
-  // Per thread: a 256^3 GEMM (compute-bound) and a 16 MiB copy (memory-bound),
-  // each repeated; speed = time alone / time with `workers` threads at once.
+namespace {
+// One measurement of measureSharing: the slowest of `threads` threads
+// running 60 GEMMs of 256^3 (gemm) or 40 copies of 16 MiB.
+double sharedRun(int threads, bool gemm) {
   constexpr int kGemm = 256;
   constexpr size_t kCopy = 4u << 20;  // floats
-  auto run = [&](int threads, bool gemm) {
-    std::vector<std::vector<float>> a(static_cast<size_t>(threads)),
-        b(static_cast<size_t>(threads)), c(static_cast<size_t>(threads));
-    for (int i = 0; i < threads; ++i) {
-      const size_t n = gemm ? size_t(kGemm) * kGemm : kCopy;
-      a[size_t(i)].assign(n, 0.01f);
-      b[size_t(i)].assign(n, 0.02f);
-      c[size_t(i)].assign(n, 0.0f);
-    }
-    std::atomic<int> ready{0};
-    std::vector<double> took(static_cast<size_t>(threads));
-    std::vector<std::thread> pool;
-    for (int i = 0; i < threads; ++i)
-      pool.emplace_back([&, i] {
-        auto& A = a[size_t(i)];
-        auto& B = b[size_t(i)];
-        auto& C = c[size_t(i)];
-        ready.fetch_add(1);
-        while (ready.load() < threads) {
-        }
-        const auto t0 = Clock::now();
-        for (int r = 0; r < (gemm ? 60 : 40); ++r) {
-          if (gemm)
-            nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, A.data(), B.data(), C.data(),
+  std::vector<std::vector<float>> a(static_cast<size_t>(threads)), b(static_cast<size_t>(threads)),
+      c(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) {
+    const size_t n = gemm ? size_t(kGemm) * kGemm : kCopy;
+    a[size_t(i)].assign(n, 0.01f);
+    b[size_t(i)].assign(n, 0.02f);
+    c[size_t(i)].assign(n, 0.0f);
+  }
+  std::atomic<int> ready{0};
+  std::vector<double> took(static_cast<size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      auto& A = a[size_t(i)];
+      auto& B = b[size_t(i)];
+      auto& C = c[size_t(i)];
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      const auto t0 = Clock::now();
+      for (int r = 0; r < (gemm ? 60 : 40); ++r) {
+        if (gemm)
+          nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, A.data(), B.data(), C.data(),
+                               false);
+        else
+          std::copy(A.begin(), A.end(), C.begin());
+      }
+      took[size_t(i)] = since(t0);
+    });
+  for (auto& th : pool)
+    th.join();
+  return *std::max_element(took.begin(), took.end());
+}
+
+double median3(double a, double b, double c) {
+  return std::max(std::min(a, b), std::min(std::max(a, b), c));
+}
+}  // namespace
+
+std::pair<double, double> measureOverlap(int workers) {
+  if (workers < 2)
+    return {1.0, 1.0};
+  constexpr int kGemm = 256;
+  constexpr size_t kSegment = 1u << 20;  // floats: 4 MiB, the Plan's segment
+  constexpr int kExchanges = 24;
+  // mode 0: communication alone, 1: compute alone, 2: both. Returns (GEMMs
+  // per second of the slowest compute lane, seconds of the slowest
+  // communication lane for kExchanges exchanges).
+  auto run = [&](int mode) {
+    std::vector<double> gemmRate(static_cast<size_t>(workers), 0.0),
+        commTime(static_cast<size_t>(workers), 0.0);
+    runLocal(workers, [&](Communicator& comm) {
+      const int r = comm.rank();
+      std::atomic<bool> stop{false};
+      std::thread compute;
+      if (mode >= 1)
+        compute = std::thread([&] {
+          std::vector<float> a(size_t(kGemm) * kGemm, 0.01f), b(a.size(), 0.02f), c(a.size());
+          int done = 0;
+          const auto t0 = Clock::now();
+          // Alone: a fixed 150 ms; together: while the exchanges run.
+          while (mode == 2 ? !stop.load() : since(t0) < 0.15) {
+            nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, a.data(), b.data(), c.data(),
                                  false);
-          else
-            std::copy(A.begin(), A.end(), C.begin());
+            ++done;
+          }
+          gemmRate[size_t(r)] = done / since(t0);
+        });
+      if (mode != 1) {
+        std::vector<float> out(kSegment, 1.0f), in(kSegment), acc(kSegment, 0.0f);
+        const int right = (r + 1) % workers, left = (r + workers - 1) % workers;
+        const auto t0 = Clock::now();
+        for (int i = 0; i < kExchanges; ++i) {
+          comm.sendRecv(right, 1, std::as_bytes(std::span<const float>(out)), left, 1,
+                        std::as_writable_bytes(std::span<float>(in)));
+          for (size_t j = 0; j < kSegment; ++j)
+            acc[j] += in[j];
         }
-        took[size_t(i)] = since(t0);
-      });
-    for (auto& th : pool)
-      th.join();
-    return *std::max_element(took.begin(), took.end());
+        commTime[size_t(r)] = since(t0);
+      }
+      stop.store(true);
+      if (compute.joinable())
+        compute.join();
+    });
+    return std::pair{*std::min_element(gemmRate.begin(), gemmRate.end()),
+                     *std::max_element(commTime.begin(), commTime.end())};
   };
-  const double gemmAlone = std::min(run(1, true), run(1, true));
-  const double memAlone = std::min(run(1, false), run(1, false));
-  const double gemm = gemmAlone / std::min(run(workers, true), run(workers, true));
-  const double mem = memAlone / std::min(run(workers, false), run(workers, false));
-  return {std::min(1.0, gemm), std::min(1.0, mem)};
+  double computeSpeed[3], commSpeed[3];
+  for (int trial = 0; trial < 3; ++trial) {
+    const double commAlone = run(0).second;
+    const double gemmAlone = run(1).first;
+    const auto both = run(2);
+    computeSpeed[trial] = std::min(1.0, both.first / gemmAlone);
+    commSpeed[trial] = std::min(1.0, commAlone / both.second);
+  }
+  return {median3(computeSpeed[0], computeSpeed[1], computeSpeed[2]),
+          median3(commSpeed[0], commSpeed[1], commSpeed[2])};
+}
+
+double measureHandoff() {
+  double runs[3];
+  for (double& result : runs) {
+    std::mutex m;
+    std::condition_variable cv;
+    int turn = 0;
+    constexpr int kRounds = 500;
+    const auto t0 = Clock::now();
+    std::thread other([&] {
+      for (int i = 0; i < kRounds; ++i) {
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return turn == 1; });
+        turn = 0;
+        lock.unlock();
+        cv.notify_all();
+      }
+    });
+    for (int i = 0; i < kRounds; ++i) {
+      {
+        std::lock_guard lock(m);
+        turn = 1;
+      }
+      cv.notify_all();
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return turn == 0; });
+    }
+    other.join();
+    result = since(t0) / kRounds / 2;
+  }
+  return median3(runs[0], runs[1], runs[2]);
+}
+
+std::pair<double, double> measureSharing(int workers) {
+  // Per thread: 256^3 GEMMs (compute-bound) or 16 MiB copies (memory-bound);
+  // speed = time alone / time of the slowest of `workers` threads at once,
+  // the median of three trials.
+  double gemm[3], mem[3];
+  for (int trial = 0; trial < 3; ++trial) {
+    gemm[trial] = std::min(1.0, sharedRun(1, true) / sharedRun(workers, true));
+    mem[trial] = std::min(1.0, sharedRun(1, false) / sharedRun(workers, false));
+  }
+  return {median3(gemm[0], gemm[1], gemm[2]), median3(mem[0], mem[1], mem[2])};
 }
 
 }  // namespace strata::exec::detail

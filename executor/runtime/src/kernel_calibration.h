@@ -22,4 +22,16 @@ std::string kernelTablesYaml(const KernelTables& tables, const std::string& wher
 // kernels (second) at once, relative to one thread alone.
 std::pair<double, double> measureSharing(int workers);
 
+// Speed of compute (first) and of communication (second) of each of
+// `workers` workers when its communication lane moves data (a ring exchange
+// of 4 MiB segments, summed as the executor sums them) while its compute lane
+// runs GEMMs, relative to each running alone with the same number of workers.
+// On CPU workers the two lanes share the cores: both slow down.
+std::pair<double, double> measureOverlap(int workers);
+
+// Seconds for a thread asleep on a condition variable to run again after
+// another sets its flag and notifies it, as the executor's lanes hand tasks
+// to each other: half a ping-pong between two threads, median of 3 runs.
+double measureHandoff();
+
 }  // namespace strata::exec::detail

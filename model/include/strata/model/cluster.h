@@ -44,6 +44,16 @@ struct DeviceSpec {
   std::vector<std::pair<int, double>> sharing;
   // Optional, the same for memory-bound kernels (GEMMs use `sharing`).
   std::vector<std::pair<int, double>> sharingMemory;
+  // Optional: while a worker's communication runs at the same time as its
+  // compute, the speed of each (relative to running alone): below 1 where
+  // both lanes share the cores (CPU workers), absent (1) where communication
+  // has engines of its own.
+  std::vector<std::pair<int, double>> overlapCompute;
+  std::vector<std::pair<int, double>> overlapComm;
+  // Optional (strata calibrate): how long a worker's lane (compute or
+  // communication) takes to resume once the other lane has produced what it
+  // waits for (a condition-variable wake-up in the executor); 0 elsewhere.
+  Seconds laneHandoff;
   // Optional (strata calibrate): measured kernel costs of the compute
   // backend; when present the model and the simulator price layers from them.
   KernelTables kernels;
@@ -58,6 +68,10 @@ struct DeviceSpec {
   double sharingSpeed(int workers) const;
   // The same for memory-bound kernels; sharingSpeed when there is no figure.
   double sharingMemorySpeed(int workers) const;
+  // Speeds of compute and of communication while both run on a worker (1, 1
+  // without figures).
+  double overlapComputeSpeed(int workers) const;
+  double overlapCommSpeed(int workers) const;
 
   // Peak for an element type; throws OptionError("--element") naming the
   // cluster file when the device has no figure for it.

@@ -72,10 +72,17 @@ Seconds meanCompute(const StepEstimate& e);
 Seconds meanCommunication(const StepEstimate& e);
 Seconds meanExposed(const StepEstimate& e);
 
+// The communication of the worker that spent least time communicating. A
+// measured transfer lasts from when this worker reaches it until the data has
+// moved, so it includes waiting for a peer that arrives later (a straggler's
+// compute); the engines price a collective from when all have arrived. The
+// worker that arrives last waits least: its time is the comparable one.
+Seconds leastCommunication(const StepEstimate& e);
+
 // Per-phase errors of a prediction against the measured run: mean compute
-// over workers (nullopt when nothing was measured), and mean communication
-// over workers (nullopt when the measured communication is below
-// kNegligibleCommunicationShare of the step).
+// over workers (nullopt when nothing was measured), and the least
+// communication over workers (nullopt when the measured communication is
+// below kNegligibleCommunicationShare of the step).
 std::optional<double> computeError(const StepEstimate& predicted, const StepEstimate& measured);
 std::optional<double> communicationError(const StepEstimate& predicted,
                                          const StepEstimate& measured);
