@@ -28,6 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "strata/model/cluster.h"
+#include "strata/model/kernels.h"
+#include "strata/model/network.h"
+#include "strata/model/presets.h"
+#include "strata/model/profile.h"
+
 #ifndef STRATA_BIN
 #error "STRATA_BIN must be defined to the path of the strata binary"
 #endif
@@ -779,13 +785,117 @@ TEST_CASE("list shows validation suites apart from experiments", "[cli][validate
   CHECK(std::find(experiments.begin(), experiments.end(), "owt-k20") != experiments.end());
 }
 
+namespace {
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+// One run of calibrate per variant (each takes most of a minute here).
 TEST_CASE("calibrate writes a cluster that loads", "[cli][validate]") {
   const std::string file = "cli_test_calibrated.yaml";
   const auto r = runStrata({"calibrate", "--out", file, "--max-workers", "2"});
+  INFO(r.output);
   REQUIRE(r.status == 0);
+  const std::string yaml = readFile(file);
+  // Kernel tables: the GEMM grid and every memory-bound kernel's table.
+  CHECK(yaml.find("\n  kernels:") != std::string::npos);
+  CHECK(yaml.find("\n    gemm:") != std::string::npos);
+  CHECK(yaml.find("\n      dims: [") != std::string::npos);
+  for (int i = 0; i < strata::kMemKernelCount; ++i) {
+    const std::string row = "\n      " +
+                            std::string(strata::toString(static_cast<strata::MemKernel>(i))) +
+                            ": {units: [";
+    INFO(row);
+    CHECK(yaml.find(row) != std::string::npos);
+  }
+  // Without --network nothing was fitted on a network: predictions stay held-out.
+  CHECK(yaml.find("fitted_on") == std::string::npos);
+  const auto cluster = strata::loadCluster(file);
+  CHECK(cluster.fittedOn.empty());
+  CHECK_FALSE(cluster.device.kernels.empty());
   const auto p = runStrata({"predict", "-n", "tiny-cnn", "-c", file, "-s", "ring", "-k", "2"});
   CHECK(p.status == 0);
+  const auto one = runStrata(
+      {"predict", "-n", "tiny-cnn", "-c", file, "-s", "ring", "-k", "1", "--batch", "32"});
+  INFO(one.output);
+  CHECK(one.status == 0);
+  CHECK(one.output.find("\nstep time ") != std::string::npos);
   std::remove(file.c_str());
+}
+
+TEST_CASE("calibrate --network records what it fitted on", "[cli][validate]") {
+  const std::string file = "cli_test_calibrated_fitted.yaml";
+  const auto r =
+      runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--max-workers", "1"});
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string yaml = readFile(file);
+  CHECK(yaml.find("\nfitted_on: tiny-cnn") != std::string::npos);
+  CHECK(strata::loadCluster(file).fittedOn == "tiny-cnn");
+  CHECK(yaml.find("\n  kernels:") != std::string::npos);
+  std::remove(file.c_str());
+}
+
+TEST_CASE("profile writes a per-op profile that loads", "[cli][profile]") {
+  const std::string file = "cli_test_tiny-cnn.profile.yaml";
+  const auto r =
+      runStrata({"profile", "-n", "tiny-cnn", "--batch", "4", "--repeats", "1", "--out", file});
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("wrote " + file) != std::string::npos);
+  const auto net =
+      strata::loadNetwork(strata::resolveConfig(strata::ConfigKind::kNetwork, "tiny-cnn", "test"));
+  const auto p = strata::loadProfile(file, net);
+  CHECK(p.network == "tiny-cnn");
+  CHECK(p.batch == 4);
+  CHECK(p.repeats == 1);
+  CHECK(p.provenance.find("strata profile -n tiny-cnn --batch 4") != std::string::npos);
+  REQUIRE(p.layers.size() == net.layers.size());
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    INFO(net.layers[i].name);
+    CHECK(p.layers[i].fwd.value() > 0);
+    // Nothing measured where a phase does not run: bwd_data of the first
+    // layer, bwd_weights and update of layers without weights.
+    if (net.layers[i].readsNetworkInput())
+      CHECK(p.layers[i].bwdData.value() == 0);
+    if (!net.layers[i].hasWeights()) {
+      CHECK(p.layers[i].bwdWeights.value() == 0);
+      CHECK(p.layers[i].update.value() == 0);
+    }
+  }
+  std::remove(file.c_str());
+}
+
+TEST_CASE("profile --format json has one row per layer", "[cli][profile]") {
+  const auto r = runStrata(
+      {"profile", "-n", "tiny-cnn", "--batch", "4", "--repeats", "1", "--format", "json"});
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto j = json::parse(r.output);
+  CHECK(j.at("network") == "tiny-cnn");
+  CHECK(j.at("batch") == 4);
+  CHECK(j.at("repeats") == 1);
+  const auto net =
+      strata::loadNetwork(strata::resolveConfig(strata::ConfigKind::kNetwork, "tiny-cnn", "test"));
+  REQUIRE(j.at("layers").size() == net.layers.size());
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const auto& row = j.at("layers")[i];
+    CHECK(row.at("layer") == net.layers[i].name);
+    CHECK(row.at("kind") == std::string(strata::toString(net.layers[i].kind)));
+    for (const char* key : {"fwd_s", "bwd_data_s", "bwd_weights_s", "update_s"})
+      CHECK(row.at(key).get<double>() >= 0);
+  }
+}
+
+TEST_CASE("profile mistakes name the option", "[cli][profile][errors]") {
+  checkUserError(runStrata({"profile", "-n", "tiny-cnn", "--batch", "0"}), {"--batch"});
+  checkUserError(runStrata({"profile", "-n", "tiny-cnn", "--repeats", "0"}), {"--repeats"});
+  checkUserError(runStrata({"profile", "-n", "no-such-network"}),
+                 {"--network", "unknown network 'no-such-network'"});
 }
 
 TEST_CASE("run without --workers outside mpirun names the option", "[cli][exec]") {

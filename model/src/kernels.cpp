@@ -21,13 +21,15 @@ std::string_view toString(GemmOp op) {
 
 namespace {
 
+// clang-format off
 constexpr std::string_view kMemNames[kMemKernelCount] = {
-    "im2col",    "col2im",        "zero",          "copy",       "accumulate",
-    "add",       "bias",          "bias_grad",     "relu_fwd",   "relu_bwd",
-    "dropout_fwd", "dropout_bwd", "pool_max_fwd",  "pool_max_bwd", "pool_avg_fwd",
-    "pool_avg_bwd", "lrn_fwd",    "lrn_bwd",       "softmax_fwd", "softmax_bwd",
-    "batchnorm_fwd", "batchnorm_bwd_data", "batchnorm_bwd_weights", "sgd", "reduce",
+    "im2col",        "col2im",             "zero",                  "copy",         "accumulate",
+    "add",           "bias",               "bias_grad",             "relu_fwd",     "relu_bwd",
+    "dropout_fwd",   "dropout_bwd",        "pool_max_fwd",          "pool_max_bwd", "pool_avg_fwd",
+    "pool_avg_bwd",  "lrn_fwd",            "lrn_bwd",               "softmax_fwd",  "softmax_bwd",
+    "batchnorm_fwd", "batchnorm_bwd_data", "batchnorm_bwd_weights", "sgd",          "reduce",
     "pool_max_fwd_2x2", "pool_avg_fwd_2x2", "pool_avg_bwd_2x2"};
+// clang-format on
 
 // Position of x among increasing grid values, in log space: index i and
 // weight t of grid[i + 1] (t in [0, 1]); *outside when x lies beyond an end.
@@ -113,6 +115,11 @@ double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside) c
   const auto [i, w] = locate(logsOf(t.units), units, outside);
   if (t.units.size() == 1)
     return t.rate[0];
+  // On a size point (or clamped to an end) the table's own figure, exactly.
+  if (w <= 0)
+    return t.rate[i];
+  if (w >= 1)
+    return t.rate[i + 1];
   // Interpolate time per unit (the reciprocal of the rate) in log size.
   return 1.0 / ((1 - w) / t.rate[i] + w / t.rate[i + 1]);
 }
@@ -189,9 +196,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   // The gradient into input `which` is summed (beta 1) when several layers
   // read that input; else it is overwritten, after a zero fill for the
   // kernels that accumulate.
-  auto summedInto = [&](size_t which) {
-    return !sliced && readersOf(net, l.inputs[which]) > 1;
-  };
+  auto summedInto = [&](size_t which) { return !sliced && readersOf(net, l.inputs[which]) > 1; };
   const int cg = l.kind == LayerKind::kConv ? l.inShape.c / std::max(1, l.spec.groups) : 0;
   const int fg = l.kind == LayerKind::kConv ? l.spec.filters / std::max(1, l.spec.groups) : 0;
   const int64_t ck = int64_t{cg} * l.spec.kernelH * l.spec.kernelW;  // column rows
@@ -213,7 +218,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
       if (!sliced)
         for (int p : l.inputs)
           if (p >= 0 && readersOf(net, p) > 1 && firstReaderOf(net, p) == index)
-            mem(MemKernel::kZero, double(n) * double(net.layers[static_cast<size_t>(p)].outShape.elements()));
+            mem(MemKernel::kZero,
+                double(n) * double(net.layers[static_cast<size_t>(p)].outShape.elements()));
       switch (l.kind) {
         case LayerKind::kConv: {
           const double count = double(n) * l.spec.groups;

@@ -29,8 +29,8 @@ Seconds OpProfile::time(int index, Phase phase, double examples, double fraction
 void checkProfileMatches(const OpProfile& p, const Network& net) {
   const std::string where = p.sourceFile.empty() ? "the profile" : p.sourceFile;
   if (p.network != net.name)
-    throw UserError(fmt::format("{}: profile of network '{}' cannot price network '{}' ({})",
-                                where, p.network, net.name, net.sourceFile));
+    throw UserError(fmt::format("{}: profile of network '{}' cannot price network '{}' ({})", where,
+                                p.network, net.name, net.sourceFile));
   if (p.layers.size() != net.layers.size())
     throw UserError(fmt::format("{}: profile has {} layers but network '{}' ({}) has {}", where,
                                 p.layers.size(), net.name, net.sourceFile, net.layers.size()));
@@ -75,6 +75,19 @@ OpProfile loadProfile(const std::string& path, const Network& network) {
   return p;
 }
 
+namespace {
+// `text` as a YAML double-quoted scalar: backslashes, quotes and line breaks escaped.
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '\\' || c == '"')
+      out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out + "\"";
+}
+}  // namespace
+
 std::string profileYaml(const OpProfile& p) {
   std::ostringstream y;
   y << "# Per-op profile: each layer phase of " << p.network << " timed on one worker, batch "
@@ -85,7 +98,7 @@ std::string profileYaml(const OpProfile& p) {
   y << "network: " << p.network << "\n";
   y << "batch: " << p.batch << "   # examples per timed pass\n";
   y << "repeats: " << p.repeats << "   # timed passes; each figure is their median\n";
-  y << "provenance: \"" << p.provenance << "\"\n";
+  y << "provenance: " << quoted(p.provenance) << "\n";
   y << "layers:\n";
   auto us = [](Seconds s) { return fmt::format("{:.6g} us", s.value() * 1e6); };
   for (const auto& l : p.layers)

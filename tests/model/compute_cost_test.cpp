@@ -1,0 +1,245 @@
+// ComputeCosts from kernel tables (tests/data/kernel-cluster.yaml): a layer's
+// modelled time is its kernels' table entries plus the call overhead, and the
+// estimate adds those up; and every mistake in a `kernels:` block is a
+// ConfigError naming the file, the line and the key.
+#include "strata/model/compute_cost.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+
+using namespace strata;
+
+namespace {
+
+// kernel-cluster.yaml's GEMM rate: 10 (op + 1) + i_m + 2 i_n + 4 i_k GFLOP/s,
+// i_x the index of x in its grid {1, 4, 16}; log-space trilinear in between.
+double tableRate(GemmOp op, double m, double n, double k) {
+  auto at = [](double x) { return std::log(x) / std::log(4.0); };
+  return 1e9 * (10.0 * (static_cast<int>(op) + 1) + at(m) + 2 * at(n) + 4 * at(k));
+}
+
+constexpr double kCallOverhead = 2e-6;  // kernel-cluster.yaml's call_overhead
+
+}  // namespace
+
+TEST_CASE("kernel tables load as written: every (op, m, n, k) at its place", "[kernels][cluster]") {
+  const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const auto& t = cl.device.kernels;
+  CHECK(t.backend == "cpu");
+  CHECK(t.callOverhead.value() == Approx(kCallOverhead).epsilon(1e-12));
+  REQUIRE(t.gemm.dims == std::vector<int64_t>{1, 4, 16});
+  for (auto op : kAllGemmOps)
+    for (size_t im = 0; im < 3; ++im)
+      for (size_t in = 0; in < 3; ++in)
+        for (size_t ik = 0; ik < 3; ++ik)
+          CHECK(t.gemm.rate[static_cast<size_t>(op)][(im * 3 + in) * 3 + ik] ==
+                1e9 * double(10 * (static_cast<int>(op) + 1) + im + 2 * in + 4 * ik));
+  CHECK(t.memory[static_cast<size_t>(MemKernel::kZero)].units ==
+        std::vector<double>{16, 256, 4096});
+  CHECK(t.memory[static_cast<size_t>(MemKernel::kZero)].rate ==
+        std::vector<double>{0.5e9, 1e9, 2e9});
+  CHECK(t.memory[static_cast<size_t>(MemKernel::kCopy)].empty());
+}
+
+TEST_CASE("a layer's modelled time equals its table entries plus the call overhead",
+          "[kernels][cost]") {
+  const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));  // fc 16 -> 4, no bias
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  REQUIRE(costs.source() == ComputeSource::kTables);
+  for (int b : {1, 4, 16}) {
+    INFO("batch " << b);
+    // fwd: one GEMM nt (b, 4, 16), on the grid.
+    const double rate = 1e9 * (20 + std::log2(b) / 2 + 2 * 1 + 4 * 2);
+    CHECK(costs.layer(0, Phase::kFwd, b, 1.0).value() ==
+          Approx(2.0 * b * 4 * 16 / rate + kCallOverhead).epsilon(1e-12));
+  }
+  // nt 4x4x16 runs at 20 + 1 + 2 + 8 = 31 GFLOP/s.
+  CHECK(costs.layer(0, Phase::kFwd, 4, 1.0).value() ==
+        Approx(2.0 * 4 * 4 * 16 / 31e9 + kCallOverhead).epsilon(1e-12));
+  // bwd_data at 4: zero 64 values (half-way in log size from 16 to 256: 1.5 ns
+  // per value), then nn (4, 16, 4) at 10 + 1 + 4 + 4 = 19 GFLOP/s.
+  CHECK(costs.layer(0, Phase::kBwdData, 4, 1.0).value() ==
+        Approx(64 * 1.5e-9 + 2.0 * 4 * 16 * 4 / 19e9 + kCallOverhead).epsilon(1e-12));
+  // bwd_weights at 4: tn (4, 16, 4) at 30 + 1 + 4 + 4 = 39 GFLOP/s.
+  CHECK(costs.layer(0, Phase::kBwdWeights, 4, 1.0).value() ==
+        Approx(2.0 * 4 * 16 * 4 / 39e9 + kCallOverhead).epsilon(1e-12));
+  // Update: sgd over 64 parameters, half-way from 16 to 256: 3 ns each; no overhead.
+  CHECK(costs.update(64).value() == Approx(64 * 3e-9).epsilon(1e-12));
+  // Half the outputs: nt (4, 2, 16), n = 2 half-way from 1 to 4.
+  CHECK(costs.layer(0, Phase::kFwd, 4, 0.5).value() ==
+        Approx(2.0 * 4 * 2 * 16 / tableRate(GemmOp::kNT, 4, 2, 16) + kCallOverhead).epsilon(1e-12));
+  // A fractional batch is the mean of its whole neighbours.
+  CHECK(costs.layer(0, Phase::kFwd, 2.5, 1.0).value() ==
+        Approx((costs.layer(0, Phase::kFwd, 2, 1.0) + costs.layer(0, Phase::kFwd, 3, 1.0)).value() /
+               2)
+            .epsilon(1e-12));
+  CHECK(costs.outsideGrid().empty());
+  CHECK(costs.describe() == "compute from kernel tables (backend cpu)");
+}
+
+TEST_CASE("workers sharing a node slow GEMMs and memory kernels by their own speeds",
+          "[kernels][cost]") {
+  auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  cl.device.sharing = {{1, 1.0}, {2, 0.5}};
+  cl.device.sharingMemory = {{1, 1.0}, {2, 0.25}};
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 2);
+  // bwd_data at 4: the GEMM at half speed, the zero fill at a quarter, the
+  // overhead (the Model's bookkeeping, compute) at half.
+  CHECK(costs.layer(0, Phase::kBwdData, 4, 1.0).value() ==
+        Approx(64 * 1.5e-9 / 0.25 + 2.0 * 4 * 16 * 4 / 19e9 / 0.5 + kCallOverhead / 0.5)
+            .epsilon(1e-12));
+  CHECK(costs.update(64).value() == Approx(64 * 3e-9 / 0.25).epsilon(1e-12));
+}
+
+TEST_CASE("estimate prices compute from the kernel tables", "[kernels][cost]") {
+  const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 1;
+  sc.batchPerWorker = 4;
+  const auto est = estimate(net, cl, sc);
+  REQUIRE(est.workers.size() == 1);
+  Seconds fwd, bwdWeights;
+  for (int i = 0; i < static_cast<int>(net.layers.size()); ++i) {
+    fwd += costs.layer(i, Phase::kFwd, 4, 1.0);
+    bwdWeights += costs.layer(i, Phase::kBwdWeights, 4, 1.0);
+  }
+  CHECK(est.workers[0].compute.fwd.value() == Approx(fwd.value()).epsilon(1e-12));
+  CHECK(est.workers[0].compute.fwd.value() ==
+        Approx(2.0 * 4 * 4 * 16 / 31e9 + kCallOverhead).epsilon(1e-12));
+  CHECK(est.workers[0].compute.bwdWeights.value() == Approx(bwdWeights.value()).epsilon(1e-12));
+  CHECK(est.computeSource.find("kernel tables") != std::string::npos);
+}
+
+TEST_CASE("shapes outside the grid are listed and described", "[kernels][cost]") {
+  const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  // Batch 32: nt (32, 4, 16), m beyond 16, priced at m = 16's rate.
+  CHECK(
+      costs.layer(0, Phase::kFwd, 32, 1.0).value() ==
+      Approx(2.0 * 32 * 4 * 16 / tableRate(GemmOp::kNT, 16, 4, 16) + kCallOverhead).epsilon(1e-12));
+  CHECK(costs.outsideGrid() == std::set<std::string>{"gemm nt 32x4x16 (fc)"});
+  // Memory kernels beyond their sizes and kernels without a table are listed too.
+  costs.layer(0, Phase::kBwdData, 512, 1.0);  // zero of 8192 values > 4096
+  CHECK(costs.outsideGrid().count("zero of 8192 (fc)") == 1);
+  const auto d = costs.describe();
+  INFO(d);
+  CHECK(d.rfind("compute from kernel tables (backend cpu); ", 0) == 0);
+  CHECK(d.find("outside the tables' grid") != std::string::npos);
+  CHECK(d.find("gemm nt 32x4x16 (fc)") != std::string::npos);
+  // Through estimate: computeSource carries the list.
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 1;
+  sc.batchPerWorker = 32;
+  const auto est = estimate(net, cl, sc);
+  CHECK(est.computeSource.find("gemm nt 32x4x16 (fc)") != std::string::npos);
+}
+
+// ---- loader errors ----------------------------------------------------------------
+
+namespace {
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int lineOf(const std::string& text, const std::string& what) {
+  const auto at = text.find(what);
+  REQUIRE(at != std::string::npos);
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+struct BadCase {
+  const char* name;  // file stem (and the cluster's name)
+  const char* from;  // text of kernel-cluster.yaml replaced ...
+  const char* to;    // ... by this ("" deletes the line)
+  const char* key;   // expected key
+  // Expected line: where this text is in the new file (a block list is
+  // reported at its first item, the line where its value starts).
+  const char* lineAt;
+  const char* message;  // expected part of the message
+};
+
+}  // namespace
+
+TEST_CASE("kernels: mistakes name the file, line and key", "[kernels][cluster][errors]") {
+  const std::string base = readText(test::dataFile("kernel-cluster.yaml"));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata-kernels-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const BadCase cases[] = {
+      {"unknown-backend", "backend: cpu ", "backend: gpu ", "device.kernels.backend",
+       "backend: gpu", "unknown backend 'gpu'"},
+      {"dims-not-increasing", "dims: [1, 4, 16]", "dims: [1, 16, 4]", "device.kernels.gemm.dims[2]",
+       "dims: [1, 16, 4]", "dims must increase"},
+      {"missing-row", "        - {op: tn, m: 16, n: 4, gflop_per_s: [34, 38, 42]}\n", "",
+       "device.kernels.gemm.rates", "- {op: nn, m: 1, n: 1,", "no row for op tn m 16 n 4"},
+      {"rate-count", "{op: nn, m: 1, n: 4, gflop_per_s: [12, 16, 20]}",
+       "{op: nn, m: 1, n: 4, gflop_per_s: [12, 16]}", "device.kernels.gemm.rates[1].gflop_per_s",
+       "gflop_per_s: [12, 16]", "needs 3 rates"},
+      {"unknown-memory-kernel", "zero: {", "zeros: {", "device.kernels.memory.zeros", "zeros: {",
+       "unknown kernel 'zeros'"},
+      {"units-not-increasing", "units: [16, 256, 4096], gunits_per_s: [0.5,",
+       "units: [16, 256, 256], gunits_per_s: [0.5,", "device.kernels.memory.zero.units[2]",
+       "units: [16, 256, 256]", "units must increase"},
+      {"lengths", "gunits_per_s: [0.5, 1, 2]", "gunits_per_s: [0.5, 1]",
+       "device.kernels.memory.zero.gunits_per_s", "gunits_per_s: [0.5, 1]",
+       "one rate per entry of units"},
+      {"zero-rate", "{op: nt, m: 4, n: 4, gflop_per_s: [23, 27, 31]}",
+       "{op: nt, m: 4, n: 4, gflop_per_s: [23, 0, 31]}",
+       "device.kernels.gemm.rates[13].gflop_per_s[1]", "gflop_per_s: [23, 0, 31]", ""},
+      {"negative-memory-rate", "gunits_per_s: [0.25, 0.5, 1]", "gunits_per_s: [0.25, -0.5, 1]",
+       "device.kernels.memory.sgd.gunits_per_s[1]", "gunits_per_s: [0.25, -0.5, 1]", ""},
+      {"unknown-op", "{op: nn, m: 1, n: 1,", "{op: nm, m: 1, n: 1,",
+       "device.kernels.gemm.rates[0].op", "op: nm", "unknown GEMM op 'nm'"},
+      {"off-grid-m", "{op: nn, m: 1, n: 1,", "{op: nn, m: 2, n: 1,",
+       "device.kernels.gemm.rates[0].m", "m: 2, n: 1", "not one of the grid's dims"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::string text = base;
+    const auto at = text.find(c.from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, std::string(c.from).size(), c.to);
+    const auto nameAt = text.find("name: kernel-cluster");
+    REQUIRE(nameAt != std::string::npos);
+    text.replace(nameAt, std::string("name: kernel-cluster").size(),
+                 std::string("name: ") + c.name);
+    const auto path = (dir / (std::string(c.name) + ".yaml")).string();
+    std::ofstream(path) << text;
+    try {
+      loadCluster(path);
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.file() == path);
+      CHECK(e.key() == c.key);
+      CHECK(e.line() == lineOf(text, c.lineAt));
+      const std::string what = e.what();
+      CHECK(what.rfind(path + ":" + std::to_string(e.line()) + ": " + c.key + ": ", 0) == 0);
+      CHECK(what.find(c.message) != std::string::npos);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
