@@ -9,16 +9,16 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
 
 #include "output.h"
 #include "strata/exec/calibrate.h"
-#include "strata/exec/profile.h"
 #include "strata/exec/comm/mpi_communicator.h"
+#include "strata/exec/profile.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
@@ -186,6 +186,14 @@ Network networkArg(const std::string& nameOrPath, const std::string& option) {
 }
 Cluster clusterArg(const std::string& nameOrPath, const std::string& option) {
   return loadCluster(resolveConfig(ConfigKind::kCluster, nameOrPath, option));
+}
+
+// The cluster with a per-op profile of `net` attached when `profilePath` is
+// given (--profile): compute is then priced from the network's own op times.
+Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath) {
+  if (!profilePath.empty())
+    cluster.device.profile = std::make_shared<OpProfile>(loadProfile(profilePath, net));
+  return cluster;
 }
 
 void writeOutput(const std::string& path, const std::function<void(std::ostream&)>& print) {
@@ -367,12 +375,15 @@ int run(int argc, char** argv) {
   describe->footer("Example:\n  strata describe alexnet-owt --format json");
 
   // predict
-  std::string predNet, predCluster, predStrategy, predWorkers;
+  std::string predNet, predCluster, predStrategy, predWorkers, predProfile;
   ScenarioFlags predFlags;
   auto* predict =
       app.add_subcommand("predict", "one network x cluster x strategy x K: the breakdown");
   predict->add_option("--network,-n", predNet, "network preset or YAML file")->required();
   predict->add_option("--cluster,-c", predCluster, "cluster preset or YAML file")->required();
+  predict->add_option("--profile", predProfile,
+                      "per-op profile of the network (strata profile --out): price compute from "
+                      "its measured op times");
   predict->add_option("--strategy,-s", predStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
   predict->add_option("--workers,-k", predWorkers, "number of workers K")->required();
   predFlags.add(predict);
@@ -388,12 +399,15 @@ int run(int argc, char** argv) {
       "  strata predict -n alexnet-owt -c k20x8-pcie -s owt-b -k 8 --fc-update round");
 
   // compare
-  std::string cmpExperiment, cmpNet, cmpCluster, cmpStrategies, cmpWorkers;
+  std::string cmpExperiment, cmpNet, cmpCluster, cmpStrategies, cmpWorkers, cmpProfile;
   ScenarioFlags cmpFlags;
   auto* compare = app.add_subcommand("compare", "strategies x worker counts side by side");
   compare->add_option("experiment", cmpExperiment, "experiment preset or YAML file (optional)");
   compare->add_option("--network,-n", cmpNet, "network (overrides the experiment's)");
   compare->add_option("--cluster,-c", cmpCluster, "cluster (overrides the experiment's)");
+  compare->add_option("--profile", cmpProfile,
+                      "per-op profile of the network (strata profile --out): price compute from "
+                      "its measured op times");
   compare->add_option("--strategies,-s", cmpStrategies, "comma-separated strategies or all");
   compare->add_option("--workers,-k", cmpWorkers, "comma-separated worker counts");
   cmpFlags.add(compare);
@@ -416,7 +430,8 @@ int run(int argc, char** argv) {
   plan->footer("Example:\n  strata plan -n tiny-cnn -s ring -k 3 --overlap off");
 
   // simulate
-  std::string simNet, simCluster, simStrategy, simWorkers, simContention = "on", simTrace;
+  std::string simNet, simCluster, simStrategy, simWorkers, simContention = "on", simTrace,
+                                                           simProfile;
   std::vector<std::string> simStragglers;
   double simJitter = 0;
   uint64_t simSeed = 1;
@@ -425,6 +440,9 @@ int run(int argc, char** argv) {
       app.add_subcommand("simulate", "play one step's Plan on a simulated cluster, with a trace");
   simulateCmd->add_option("--network,-n", simNet, "network preset or YAML file")->required();
   simulateCmd->add_option("--cluster,-c", simCluster, "cluster preset or YAML file")->required();
+  simulateCmd->add_option("--profile", simProfile,
+                          "per-op profile of the network (strata profile --out): price compute "
+                          "from its measured op times");
   simulateCmd->add_option("--strategy,-s", simStrategy, "naive|ring|owt-a|owt-b|owt-c|ps")
       ->required();
   simulateCmd->add_option("--workers,-k", simWorkers, "number of workers K")->required();
@@ -617,7 +635,7 @@ int run(int argc, char** argv) {
   } else if (predict->parsed()) {
     const Scenario sc = predFlags.scenario(predStrategy, predWorkers);
     const auto net = networkArg(predNet, "--network");
-    const auto cl = clusterArg(predCluster, "--cluster");
+    const auto cl = withProfile(clusterArg(predCluster, "--cluster"), net, predProfile);
     printEstimate(std::cout, evaluate(net, cl, sc, engine), fmtOut);
   } else if (compare->parsed()) {
     Experiment ex;
@@ -640,6 +658,7 @@ int run(int argc, char** argv) {
     if (!cmpWorkers.empty())
       ex.workers = parsePositiveList(cmpWorkers, "--workers");
     cmpFlags.apply(ex.batchPerWorker, ex.options);
+    ex.cluster = withProfile(ex.cluster, ex.network, cmpProfile);
     std::vector<StepEstimate> rows;
     for (int k : ex.workers) {
       for (auto s : ex.strategies) {
@@ -664,7 +683,7 @@ int run(int argc, char** argv) {
     opt.seed = simSeed;
     opt.timeline = !simTrace.empty();
     const auto net = networkArg(simNet, "--network");
-    const auto cl = clusterArg(simCluster, "--cluster");
+    const auto cl = withProfile(clusterArg(simCluster, "--cluster"), net, simProfile);
     // Open the trace before simulating, so a bad path fails alone and early.
     std::ofstream traceFile;
     if (!simTrace.empty()) {

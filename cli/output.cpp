@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -895,8 +894,8 @@ void printProfile(std::ostream& out, const Network& net, const OpProfile& profil
   const Phase phases[] = {Phase::kFwd, Phase::kBwdData, Phase::kBwdWeights, Phase::kUpdate};
   auto measured = [&](size_t i, Phase p) {
     const auto& l = profile.layers[i];
-    return p == Phase::kFwd       ? l.fwd
-           : p == Phase::kBwdData ? l.bwdData
+    return p == Phase::kFwd          ? l.fwd
+           : p == Phase::kBwdData    ? l.bwdData
            : p == Phase::kBwdWeights ? l.bwdWeights
                                      : l.update;
   };
@@ -947,9 +946,8 @@ void printProfile(std::ostream& out, const Network& net, const OpProfile& profil
   out << fmt::format("{}: each phase on one worker, batch {}, median of {} passes", net.name,
                      profile.batch, profile.repeats);
   if (cluster)
-    out << fmt::format("; priced by {} ({})", cluster->name, costs->source() == ComputeSource::kTables
-                                                                 ? "kernel tables"
-                                                                 : "roofline");
+    out << fmt::format("; priced by {} ({})", cluster->name,
+                       costs->source() == ComputeSource::kTables ? "kernel tables" : "roofline");
   out << "\n\n";
   std::vector<std::string> header{"layer", "kind"};
   for (auto p : phases) {
@@ -962,8 +960,7 @@ void printProfile(std::ostream& out, const Network& net, const OpProfile& profil
   Table t(header, 2);
   Seconds sumMeasured, sumPriced;
   auto diff = [](Seconds p, Seconds m) {
-    return m.value() > 0 ? fmt::format("{:+.0f} %", 100 * (p / m - 1))
-                                : std::string("-");
+    return m.value() > 0 ? fmt::format("{:+.0f} %", 100 * (p / m - 1)) : std::string("-");
   };
   for (size_t i = 0; i < net.layers.size(); ++i) {
     std::vector<std::string> row{net.layers[i].name, std::string(toString(net.layers[i].kind))};

@@ -71,10 +71,10 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
                                 : t.memoryTime(c.kernel, c.units, &outside)) *
                   c.count;
         if (outside)
-          outside_.insert(c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})",
-                                                     toString(c.kernel), c.units, c.window, l.name)
-                                       : fmt::format("{} of {:.0f} ({})", toString(c.kernel),
-                                                     c.units, l.name));
+          outside_.insert(
+              c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
+                                         c.units, c.window, l.name)
+                           : fmt::format("{} of {:.0f} ({})", toString(c.kernel), c.units, l.name));
       } else {
         outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
         memory += Seconds(c.units * c.count * 2 * elementBytes(element_) /
@@ -127,10 +127,10 @@ std::string ComputeCosts::describe() const {
   std::string s;
   switch (source_) {
     case ComputeSource::kProfile:
-      s = fmt::format("compute from the per-op profile {} (batch {})",
-                      device_.profile->sourceFile.empty() ? "measured now"
-                                                          : device_.profile->sourceFile,
-                      device_.profile->batch);
+      s = fmt::format(
+          "compute from the per-op profile {} (batch {})",
+          device_.profile->sourceFile.empty() ? "measured now" : device_.profile->sourceFile,
+          device_.profile->batch);
       break;
     case ComputeSource::kTables:
       s = fmt::format("compute from kernel tables (backend {})", device_.kernels.backend);

@@ -237,9 +237,8 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     return clock;
   std::vector<Seconds> ready, work;  // per bucket: compute done when ready, alone time
   for (const auto& bucket : gradientBuckets(ctx.net, first, last, ctx.sc.options)) {
-    ready.push_back(ctx.sc.options.overlap
-                        ? readyAt[static_cast<size_t>(bucket.firstLayer - first)]
-                        : clock);
+    ready.push_back(ctx.sc.options.overlap ? readyAt[static_cast<size_t>(bucket.firstLayer - first)]
+                                           : clock);
     auto c = allReduce(ctx.topo, algorithm, Bytes(bucket.params * ctx.e), ctx.comm);
     // Its lane wakes up when the bucket is ready, and the update's when it is synced.
     c.time += ctx.handoff * 2;

@@ -92,8 +92,8 @@ class Engine {
         costs_(net, cluster, plan.scenario.options.element,
                workersPerNode(cluster, plan.scenario.workers)),
         gamma_(1.0 / cluster.device.reduceBandwidth.value()),
-        overlapCompute_(cluster.device.overlapComputeSpeed(
-            workersPerNode(cluster, plan.scenario.workers))),
+        overlapCompute_(
+            cluster.device.overlapComputeSpeed(workersPerNode(cluster, plan.scenario.workers))),
         overlapComm_(
             cluster.device.overlapCommSpeed(workersPerNode(cluster, plan.scenario.workers))) {
     cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;

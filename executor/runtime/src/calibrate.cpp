@@ -192,7 +192,8 @@ std::string calibrate(const CalibrationOptions& o) {
     const auto [g, m] = k == 1 ? std::pair{1.0, 1.0} : detail::measureSharing(k);
     const auto [oc, om] = detail::measureOverlap(k);
     sharing.push_back({k, g, m, oc, om});
-    say(fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f}; with "
+    say(
+        fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f}; with "
                     "communication: compute {:.2f}, communication {:.2f}",
                     k, g, m, oc, om));
   }
@@ -204,8 +205,7 @@ std::string calibrate(const CalibrationOptions& o) {
   std::ostringstream y;
   y << fmt::format("# This machine as measured by {}.\n", where);
   y << "# Regenerate with: strata calibrate" << (net ? " --network " + net->name : "") << " --out "
-    << o.name
-    << ".yaml\n";
+    << o.name << ".yaml\n";
   y << "name: " << o.name << "\n";
   if (net)
     y << "fitted_on: " << net->name

@@ -158,9 +158,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
     table.rate.push_back(units / seconds);
   };
   // Elementwise tensors: 64 channels, the rest in width.
-  auto flat = [](double u) {
-    return nn::Dims{1, 64, 1, std::max(1, static_cast<int>(u / 64))};
-  };
+  auto flat = [](double u) { return nn::Dims{1, 64, 1, std::max(1, static_cast<int>(u / 64))}; };
   for (double u : sizes) {
     const auto fd = flat(u);
     const double n = double(fd.n) * fd.c * fd.h * fd.w;
@@ -213,9 +211,10 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
              be.lrnForward(ld, nn::ConstTensorView{x.data(), sq}, nn::TensorView{y.data(), sq}, sc);
            }));
     record(MemKernel::kLrnBwd, ns, perCall([&] {
-             be.lrnBackward(ld, nn::ConstTensorView{x.data(), sq}, nn::ConstTensorView{y.data(), sq},
-                            nn::ConstTensorView{scale.data(), sq},
-                            nn::ConstTensorView{dy.data(), sq}, nn::TensorView{dx.data(), sq}, 0.0f);
+             be.lrnBackward(
+                 ld, nn::ConstTensorView{x.data(), sq}, nn::ConstTensorView{y.data(), sq},
+                 nn::ConstTensorView{scale.data(), sq}, nn::ConstTensorView{dy.data(), sq},
+                 nn::TensorView{dx.data(), sq}, 0.0f);
            }));
     const nn::Dims bd{4, 16, side, side};
     std::vector<float> gamma(16, 1.0f), shift(16, 0.0f), dg(16), ds(16);
@@ -341,7 +340,8 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
       "a relu over one element, median of 3 timed groups\n",
       t.callOverhead.value() * 1e6);
   y << "    gemm:   # FLOP/s of Eigen's products as conv and fc run them; median of 3 timed groups "
-       "after a warm-up (best of 2 for calls over 10 ms); points over 2^28 multiply-adds or with an operand over 2^24 floats take the "
+       "after a warm-up (best of 2 for calls over 10 ms); points over 2^28 multiply-adds or with "
+       "an operand over 2^24 floats take the "
        "rate of the point with the largest dimension one step smaller\n";
   y << "      dims: [";
   for (size_t i = 0; i < t.gemm.dims.size(); ++i)
@@ -356,8 +356,8 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
                          t.gemm.dims[im], t.gemm.dims[in]);
         for (size_t ik = 0; ik < d; ++ik)
           y << (ik ? ", " : "")
-            << fmt::format("{:.4g}", t.gemm.rate[static_cast<size_t>(op)][(im * d + in) * d + ik] /
-                                         1e9);
+            << fmt::format("{:.4g}",
+                           t.gemm.rate[static_cast<size_t>(op)][(im * d + in) * d + ik] / 1e9);
         y << "]}\n";
       }
   y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "

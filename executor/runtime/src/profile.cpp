@@ -8,9 +8,9 @@
 #include <ctime>
 
 #include "layer_timing.h"
-#include "strata/exec/runtime.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
+#include "strata/exec/runtime.h"
 #include "strata/model/error.h"
 
 namespace strata::exec {

@@ -36,29 +36,29 @@ std::string_view toString(GemmOp op);
 enum class MemKernel {
   kIm2col,
   kCol2im,
-  kZero,          // fill with 0 before an accumulating kernel (beta = 0)
-  kCopy,          // dst = src
-  kAccumulate,    // dst += src
-  kAdd,           // y = a + b
-  kBias,          // y += bias (per output channel)
-  kBiasGrad,      // dbias += sums of dy
+  kZero,        // fill with 0 before an accumulating kernel (beta = 0)
+  kCopy,        // dst = src
+  kAccumulate,  // dst += src
+  kAdd,         // y = a + b
+  kBias,        // y += bias (per output channel)
+  kBiasGrad,    // dbias += sums of dy
   kReluFwd,
   kReluBwd,
   kDropoutFwd,
   kDropoutBwd,
-  kPoolMaxFwd,    // unit: window reads
-  kPoolMaxBwd,    // unit: input elements (zeroing dx, then scattering)
-  kPoolAvgFwd,    // unit: window reads
-  kPoolAvgBwd,    // unit: window reads
+  kPoolMaxFwd,  // unit: window reads
+  kPoolMaxBwd,  // unit: input elements (zeroing dx, then scattering)
+  kPoolAvgFwd,  // unit: window reads
+  kPoolAvgBwd,  // unit: window reads
   kLrnFwd,
   kLrnBwd,
-  kSoftmaxFwd,    // statistics + probabilities
-  kSoftmaxBwd,    // loss + gradient
+  kSoftmaxFwd,  // statistics + probabilities
+  kSoftmaxBwd,  // loss + gradient
   kBatchNormFwd,
   kBatchNormBwdData,
   kBatchNormBwdWeights,
-  kSgd,           // unit: parameters
-  kReduce,        // unit: elements summed into an accumulator (y += x)
+  kSgd,     // unit: parameters
+  kReduce,  // unit: elements summed into an accumulator (y += x)
   // The window kernels above are timed with 3x3 windows, these with 2x2:
   // a pooling layer's rate is interpolated by its window area between them.
   kPoolMaxFwd2,
@@ -115,7 +115,7 @@ struct KernelCall {
   GemmOp op = GemmOp::kNN;
   int64_t m = 0, n = 0, k = 0;  // GEMM shape
   MemKernel kernel = MemKernel::kCopy;
-  double units = 0;  // memory kernel units per call
+  double units = 0;   // memory kernel units per call
   double window = 0;  // pooling window area (window kernels), else 0
   double count = 1;
 };

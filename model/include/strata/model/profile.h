@@ -24,11 +24,11 @@ struct LayerProfile {
 };
 
 struct OpProfile {
-  std::string network;     // the network's name: a profile prices that network only
-  std::string sourceFile;  // where it was loaded from ("" when measured in this process)
-  std::string provenance;  // who measured it, where and when
-  int batch = 0;           // examples per timed pass
-  int repeats = 0;         // timed passes after a warm-up; each figure is their median
+  std::string network;               // the network's name: a profile prices that network only
+  std::string sourceFile;            // where it was loaded from ("" when measured in this process)
+  std::string provenance;            // who measured it, where and when
+  int batch = 0;                     // examples per timed pass
+  int repeats = 0;                   // timed passes after a warm-up; each figure is their median
   std::vector<LayerProfile> layers;  // in network order, one per layer
 
   // Time of `phase` of layer `index` for `examples` examples of which this
