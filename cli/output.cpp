@@ -145,6 +145,8 @@ ordered_json estimateJson(const StepEstimate& e) {
   j["speedup"] = e.speedup;
   j["efficiency"] = e.efficiency;
   j["bottleneck"] = e.bottleneck;
+  if (!e.computeSource.empty())
+    j["compute_source"] = e.computeSource;
   j["fits_in_memory"] = e.fitsInMemory;
   if (e.rounds.rounds > 0) {
     j["rounds"] = {{"rounds", e.rounds.rounds},
@@ -350,6 +352,8 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
                        e.speedup, formatSeconds(e.singleWorkerStep), sc.batchPerWorker);
     out << fmt::format("efficiency    {}\n", percent(e.efficiency));
     out << fmt::format("bottleneck    {}\n", e.bottleneck);
+    if (!e.computeSource.empty())
+      out << fmt::format("pricing       {}\n", e.computeSource);
     const auto& w0 = e.workers.front();
     out << fmt::format(
         "memory        {} per worker (weights {}, gradients {}, optimizer {}, "
@@ -725,6 +729,7 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
       row["within_claims"] = r.withinClaims;
       row["busy"] = r.busy;
       row["others_cpu_cores"] = r.othersCores >= 0 ? ordered_json(r.othersCores) : nullptr;
+      row["speed_drift"] = r.speedDrift;
       row["note"] = r.note;
       rs.push_back(std::move(row));
     }
@@ -760,9 +765,11 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
           {"sim_ordered", rk.simOrdered},
           {"model_misordered", misModel},
           {"sim_misordered", misSim}}}};
-    ordered_json busyRows = ordered_json::array();
+    ordered_json busyRows = ordered_json::array(), driftRows = ordered_json::array();
     for (const auto& b : load.busyRows)
       busyRows.push_back(b);
+    for (const auto& b : load.driftRows)
+      driftRows.push_back(b);
     j["load"] = {{"measured", load.measured},
                  {"cores", load.cores},
                  {"load_average_before",
@@ -771,6 +778,7 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
                   load.measured ? ordered_json(load.othersCoresBefore) : ordered_json(nullptr)},
                  {"busy_before", load.busyBefore},
                  {"busy_rows", busyRows},
+                 {"speed_drift_rows", driftRows},
                  {"busy", load.busyBefore || !load.busyRows.empty()}};
     out << j.dump(2) << "\n";
     return;
@@ -883,6 +891,15 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
     out << fmt::format(
         "warning: other processes used more than {:.2f} cores during {} row(s): {}\n",
         kBusyOthersCores, load.busyRows.size(), names);
+  }
+  if (!load.driftRows.empty()) {
+    std::string names;
+    for (const auto& b : load.driftRows)
+      names += (names.empty() ? "" : ", ") + b;
+    out << fmt::format(
+        "warning: the machine ran more than {:.0f} % off its calibrated speed (a reference GEMM "
+        "re-timed around each row) during {} row(s), left out of the summary: {}\n",
+        100 * kMaxSpeedDrift, load.driftRows.size(), names);
   }
 }
 

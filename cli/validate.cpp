@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -148,6 +149,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           exec::RunOptions ro;
           ro.steps = suite.steps;
           ro.warmup = kWarmupSteps;
+          const double speedBefore = exec::referenceGemmRate();
           const auto before = sampleCpu();
           std::vector<Repeat> repeats;
           for (int r = 0; r < suite.repeats; ++r) {
@@ -157,6 +159,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
             repeats.push_back({std::move(run.measured), std::move(run.timeline)});
           }
           const auto after = sampleCpu();
+          const double speedAfter = exec::referenceGemmRate();
           // The run whose step is the (lower) median gives the phases compared.
           std::vector<size_t> order(repeats.size());
           std::iota(order.begin(), order.end(), size_t{0});
@@ -187,6 +190,20 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
             if (row.busy) {
               notes.push_back(fmt::format("busy: others used {:.2f} cores", row.othersCores));
               load.busyRows.push_back(name);
+            }
+          }
+          // A machine running off its calibrated speed (a VM's host slowing it)
+          // is not the machine the prediction is for: outside claims.
+          if (!cluster.device.kernels.empty()) {
+            const double calibrated = cluster.device.kernels.gemmRate(
+                GemmOp::kNN, exec::kReferenceGemm, exec::kReferenceGemm, exec::kReferenceGemm);
+            const double drift = std::min(speedBefore, speedAfter) / calibrated - 1;
+            row.speedDrift = drift;
+            if (std::fabs(drift) > kMaxSpeedDrift) {
+              row.withinClaims = false;
+              notes.push_back(
+                  fmt::format("machine {:+.0f} % off its calibrated speed", 100 * drift));
+              load.driftRows.push_back(name);
             }
           }
           for (const auto& n : notes)

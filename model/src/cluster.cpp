@@ -75,6 +75,20 @@ double DeviceSpec::overlapCommSpeed(int workers) const {
   return overlapComm.empty() ? 1.0 : std::min(1.0, interpolateSharing(overlapComm, workers));
 }
 
+Seconds DeviceSpec::handoffFor(int workers) const {
+  if (handoffs.empty())
+    return laneHandoff;
+  if (workers <= handoffs.front().first)
+    return Seconds(handoffs.front().second);
+  for (size_t i = 1; i < handoffs.size(); ++i)
+    if (workers <= handoffs[i].first) {
+      const auto [k0, h0] = handoffs[i - 1];
+      const auto [k1, h1] = handoffs[i];
+      return Seconds(h0 + (h1 - h0) * double(workers - k0) / double(k1 - k0));
+    }
+  return Seconds(handoffs.back().second);
+}
+
 double DeviceSpec::sharingMemorySpeed(int workers) const {
   return sharingMemory.empty() ? sharingSpeed(workers) : interpolateSharing(sharingMemory, workers);
 }
@@ -183,14 +197,16 @@ KernelTables readKernels(const ConfigNode& n) {
 std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const char* key) {
   std::vector<std::pair<int, double>> out;
   for (const auto& row : list.items()) {
-    row.allowOnly(
-        {"workers", "speed", "memory_speed", "overlap_compute_speed", "overlap_comm_speed"});
+    row.allowOnly({"workers", "speed", "memory_speed", "overlap_compute_speed",
+                   "overlap_comm_speed", "lane_handoff"});
     if (!row.has(key))
       continue;
     const int workers = row.require("workers").asPositiveInt();
     if (!out.empty() && workers <= out.back().first)
       row.require("workers").fail("worker counts must increase down the list");
-    out.push_back({workers, row.require(key).asPositiveDouble()});
+    const auto value = row.require(key);
+    out.push_back({workers, std::string_view(key) == "lane_handoff" ? value.asSeconds(true).value()
+                                                                    : value.asPositiveDouble()});
   }
   return out;
 }
@@ -235,6 +251,7 @@ DeviceSpec readDevice(const ConfigNode& n) {
     d.sharingMemory = readSharing(*sharing, "memory_speed");
     d.overlapCompute = readSharing(*sharing, "overlap_compute_speed");
     d.overlapComm = readSharing(*sharing, "overlap_comm_speed");
+    d.handoffs = readSharing(*sharing, "lane_handoff");
   }
   if (auto handoff = n.get("lane_handoff"))
     d.laneHandoff = handoff->asSeconds(true);

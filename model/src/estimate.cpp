@@ -83,7 +83,7 @@ struct Context {
         costs(n, c, s.options.element, workersPerNode(c, s.workers)),
         overlapCompute(c.device.overlapComputeSpeed(workersPerNode(c, s.workers))),
         overlapComm(c.device.overlapCommSpeed(workersPerNode(c, s.workers))),
-        handoff(c.device.laneHandoff) {
+        handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;
     comm.gamma = 1.0 / c.device.reduceBandwidth.value();
   }

@@ -97,7 +97,7 @@ class Engine {
         overlapComm_(
             cluster.device.overlapCommSpeed(workersPerNode(cluster, plan.scenario.workers))) {
     cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;
-    handoff_ = cluster.device.laneHandoff.value();
+    handoff_ = cluster.device.handoffFor(workersPerNode(cluster, plan.scenario.workers)).value();
     commActive_.assign(static_cast<size_t>(plan.scenario.workers), 0);
     const size_t n = plan.tasks.size();
     depsLeft_.resize(n);

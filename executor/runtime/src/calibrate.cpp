@@ -18,6 +18,7 @@
 #include "kernel_calibration.h"
 #include "layer_timing.h"
 #include "strata/exec/comm/local_communicator.h"
+#include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
@@ -185,21 +186,19 @@ std::string calibrate(const CalibrationOptions& o) {
   // data on its communication lane while its compute lane runs GEMMs.
   struct SharingRow {
     int workers;
-    double gemm, memory, overlapCompute, overlapComm;
+    double gemm, memory, overlapCompute, overlapComm, handoff;
   };
   std::vector<SharingRow> sharing;
   for (int k = 1; k <= o.maxWorkers; k *= 2) {
     const auto [g, m] = k == 1 ? std::pair{1.0, 1.0} : detail::measureSharing(k);
     const auto [oc, om] = detail::measureOverlap(k);
-    sharing.push_back({k, g, m, oc, om});
+    const double handoff = detail::measureHandoff(k);
+    sharing.push_back({k, g, m, oc, om, handoff});
     say(
         fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f}; with "
-                    "communication: compute {:.2f}, communication {:.2f}",
-                    k, g, m, oc, om));
+                    "communication: compute {:.2f}, communication {:.2f}; lane hand-off {}",
+                    k, g, m, oc, om, formatSeconds(Seconds(handoff))));
   }
-
-  const double handoff = detail::measureHandoff();
-  say(fmt::format("lane hand-off    {}", formatSeconds(Seconds(handoff))));
 
   // The YAML, every number with its provenance.
   std::ostringstream y;
@@ -263,17 +262,15 @@ std::string calibrate(const CalibrationOptions& o) {
        "(memory_speed) together; with each worker's communication lane exchanging 4 MiB "
        "segments with its ring neighbours and summing them while its compute lane runs GEMMs: "
        "the compute lane's speed (overlap_compute_speed) and the exchanges' "
-       "(overlap_comm_speed)\n";
+       "(overlap_comm_speed); lane_handoff: a thread asleep on a condition variable runs again "
+       "after another notifies it, while this many threads run GEMMs (half a ping-pong of two "
+       "threads, median of 3 x 300), as the executor's compute and communication lanes release "
+       "each other\n";
   for (const auto& r : sharing)
     y << fmt::format(
         "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
-        "overlap_comm_speed: {:.3f}}}\n",
-        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm);
-  y << fmt::format(
-      "  lane_handoff: {:.4g} us   # a thread asleep on a condition variable runs again after "
-      "another notifies it (half a ping-pong of two threads, median of 3 x 500), as the "
-      "executor's compute and communication lanes release each other\n",
-      handoff * 1e6);
+        "overlap_comm_speed: {:.3f}, lane_handoff: {:.4g} us}}\n",
+        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm, r.handoff * 1e6);
   y << detail::kernelTablesYaml(tables, where);
   y << "topology:\n";
   y << "  - name: shared-memory\n";
@@ -294,6 +291,21 @@ std::string calibrate(const CalibrationOptions& o) {
     y << fmt::format("        - {{bytes: {:.0f}, bandwidth: {:.4g} GB/s}}\n", p.bytes.value(),
                      p.bandwidth.value() / 1e9);
   return y.str();
+}
+
+double referenceGemmRate() {
+  constexpr int n = kReferenceGemm;
+  std::vector<float> a(size_t(n) * n, 0.01f), b(a.size(), 0.02f), c(a.size());
+  auto once = [&] {
+    const auto t0 = Clock::now();
+    nn::CpuBackend::gemm(GemmOp::kNN, n, n, n, a.data(), b.data(), c.data(), false);
+    return seconds(t0, Clock::now());
+  };
+  once();
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i)
+    t.push_back(once());
+  return 2.0 * n * n * n / median(t);
 }
 
 }  // namespace strata::exec

@@ -482,13 +482,21 @@ std::pair<double, double> measureOverlap(int workers) {
           median3(commSpeed[0], commSpeed[1], commSpeed[2])};
 }
 
-double measureHandoff() {
+double measureHandoff(int busy) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < busy; ++i)
+    spinners.emplace_back([&] {
+      std::vector<float> a(128 * 128, 0.01f), b(a.size(), 0.02f), c(a.size());
+      while (!stop.load())
+        nn::CpuBackend::gemm(GemmOp::kNN, 128, 128, 128, a.data(), b.data(), c.data(), false);
+    });
   double runs[3];
   for (double& result : runs) {
     std::mutex m;
     std::condition_variable cv;
     int turn = 0;
-    constexpr int kRounds = 500;
+    constexpr int kRounds = 300;
     const auto t0 = Clock::now();
     std::thread other([&] {
       for (int i = 0; i < kRounds; ++i) {
@@ -511,6 +519,9 @@ double measureHandoff() {
     other.join();
     result = since(t0) / kRounds / 2;
   }
+  stop.store(true);
+  for (auto& t : spinners)
+    t.join();
   return median3(runs[0], runs[1], runs[2]);
 }
 

@@ -31,7 +31,8 @@ std::pair<double, double> measureOverlap(int workers);
 
 // Seconds for a thread asleep on a condition variable to run again after
 // another sets its flag and notifies it, as the executor's lanes hand tasks
-// to each other: half a ping-pong between two threads, median of 3 runs.
-double measureHandoff();
+// to each other: half a ping-pong between two threads while `busy` other
+// threads run GEMMs (the compute lanes of a step), median of 3 runs.
+double measureHandoff(int busy);
 
 }  // namespace strata::exec::detail

@@ -54,6 +54,12 @@ struct DeviceSpec {
   // communication) takes to resume once the other lane has produced what it
   // waits for (a condition-variable wake-up in the executor); 0 elsewhere.
   Seconds laneHandoff;
+  // Optional, per number of workers on the node (sharing rows' lane_handoff):
+  // the hand-off while that many compute lanes keep the cores busy.
+  std::vector<std::pair<int, double>> handoffs;
+  // The hand-off with `workers` workers per node: from `handoffs` (linear in
+  // between, the last row beyond), else laneHandoff.
+  Seconds handoffFor(int workers) const;
   // Optional (strata calibrate): measured kernel costs of the compute
   // backend; when present the model and the simulator price layers from them.
   KernelTables kernels;

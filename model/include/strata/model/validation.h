@@ -50,6 +50,10 @@ struct ValidationRow {
   // Other processes' CPU use during this row's runs, in cores; < 0: not measured.
   double othersCores = -1;
   bool busy = false;  // othersCores above kBusyOthersCores
+  // The machine's speed around the row against its calibration (a reference
+  // GEMM re-timed before and after; the slower of the two): -0.2 is 20 %
+  // slower. 0 when not measured.
+  double speedDrift = 0;
   std::string note;
 
   bool heldOut() const { return !fittedOnNetwork; }
@@ -153,6 +157,9 @@ inline constexpr double kBusyOthersCores = 0.10;
 // A 1-minute load average above this many runnable tasks per core before the
 // start means the machine was busy when validate began (0.5 on 2 cores).
 inline constexpr double kBusyLoadPerCore = 0.25;
+// A row measured while the machine ran more than this far off its calibrated
+// speed is outside the claims: the prediction is for the calibrated machine.
+inline constexpr double kMaxSpeedDrift = 0.10;
 
 // CPU time at one instant: the whole machine's busy time (all cores, from
 // /proc/stat) and this process's own (getrusage), in seconds.
@@ -173,7 +180,8 @@ struct LoadReport {
   double loadAverageBefore = 0;  // 1-minute load average before the start
   double othersCoresBefore = 0;  // other processes' CPU use over a short window before the start
   bool busyBefore = false;
-  std::vector<std::string> busyRows;  // rows during which other processes were busy
+  std::vector<std::string> busyRows;   // rows during which other processes were busy
+  std::vector<std::string> driftRows;  // rows measured off the calibrated speed
 };
 
 // Whether the machine was busy before the start, by either measure.

@@ -31,4 +31,11 @@ struct CalibrationOptions {
 // how it was measured. Takes well under a minute here.
 std::string calibrate(const CalibrationOptions& options);
 
+// The GEMM shape validate re-times around every row to see whether the
+// machine still runs at its calibrated speed (a VM's host may slow it down).
+inline constexpr int kReferenceGemm = 256;
+// FLOP/s of an nn GEMM of kReferenceGemm^3 on this thread: median of 7 calls
+// after a warm-up (a few ms).
+double referenceGemmRate();
+
 }  // namespace strata::exec
