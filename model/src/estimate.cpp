@@ -253,7 +253,9 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
   Seconds alone;
   for (const auto& w : work)
     alone += w;
-  t.communication += lanes.communication - alone;
+  // A lane's wake-up delays the bucket but is not communication: the executor
+  // times a transfer from when its lane runs it.
+  t.communication += lanes.communication - alone - ctx.handoff * 2 * double(work.size());
   t.exposed += lanes.end - lanes.computeEnd;
   return lanes.end;
 }
@@ -350,7 +352,8 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info) {
     for (int r = 0; r < rounds; ++r) {
       in[static_cast<size_t>(r)] = broadcastTime(ctx.topo, r, n) + ctx.handoff;
       back[static_cast<size_t>(r)] = reduceTime(ctx.topo, r, n, ctx.comm) + ctx.handoff;
-      t.addTime(in[static_cast<size_t>(r)] + back[static_cast<size_t>(r)], ctx.topo.scatter(r));
+      t.addTime(in[static_cast<size_t>(r)] + back[static_cast<size_t>(r)] - ctx.handoff * 2,
+                ctx.topo.scatter(r));
     }
     t.addSymmetricBytes(2.0 * (k - 1) * n.value(), 2.0 * (k - 1) * n.value());
     egress = (k - 1) * n.value();
