@@ -723,7 +723,13 @@ TEST_CASE("validate calibrates held-out by default", "[cli][validate]") {
   const auto j = json::parse(r.output);
   REQUIRE(j.at("rows").size() == 1);
   CHECK(j.at("rows")[0].at("held_out").get<bool>());
-  CHECK(j.at("summary").at("rows_held_out").get<int>() == 1);
+  // Counted as held-out when within claims; a row measured while the machine
+  // ran off its calibrated speed (other tests run beside this one) is not.
+  const bool within = j.at("rows")[0].at("within_claims").get<bool>();
+  CHECK(j.at("summary").at("rows_held_out").get<int>() == (within ? 1 : 0));
+  if (!within)
+    CHECK(j.at("rows")[0].at("note").get<std::string>().find("calibrated speed") !=
+          std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

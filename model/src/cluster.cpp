@@ -48,18 +48,26 @@ FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterF
 }
 
 namespace {
-double interpolateSharing(const std::vector<std::pair<int, double>>& sharing, int workers) {
-  if (sharing.empty() || workers <= sharing.front().first)
-    return sharing.empty() ? 1.0 : sharing.front().second;
-  for (size_t i = 1; i < sharing.size(); ++i) {
-    const auto [k1, s1] = sharing[i];
+// A figure by workers per node from rows sorted by workers: linear between
+// rows, the first row below them. Beyond the last row, a speed shares the last
+// row's total throughput (speed x last / workers); a time stays the last row's.
+enum class Beyond { kShareThroughput, kHold };
+double interpolateRows(const std::vector<std::pair<int, double>>& rows, int workers,
+                       Beyond beyond) {
+  if (workers <= rows.front().first)
+    return rows.front().second;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto [k1, s1] = rows[i];
     if (workers <= k1) {
-      const auto [k0, s0] = sharing[i - 1];
+      const auto [k0, s0] = rows[i - 1];
       return s0 + (s1 - s0) * double(workers - k0) / double(k1 - k0);
     }
   }
-  const auto [kn, sn] = sharing.back();
-  return sn * double(kn) / double(workers);
+  const auto [kn, sn] = rows.back();
+  return beyond == Beyond::kHold ? sn : sn * double(kn) / double(workers);
+}
+double interpolateSharing(const std::vector<std::pair<int, double>>& sharing, int workers) {
+  return sharing.empty() ? 1.0 : interpolateRows(sharing, workers, Beyond::kShareThroughput);
 }
 }  // namespace
 
@@ -76,17 +84,8 @@ double DeviceSpec::overlapCommSpeed(int workers) const {
 }
 
 Seconds DeviceSpec::handoffFor(int workers) const {
-  if (handoffs.empty())
-    return laneHandoff;
-  if (workers <= handoffs.front().first)
-    return Seconds(handoffs.front().second);
-  for (size_t i = 1; i < handoffs.size(); ++i)
-    if (workers <= handoffs[i].first) {
-      const auto [k0, h0] = handoffs[i - 1];
-      const auto [k1, h1] = handoffs[i];
-      return Seconds(h0 + (h1 - h0) * double(workers - k0) / double(k1 - k0));
-    }
-  return Seconds(handoffs.back().second);
+  return handoffs.empty() ? laneHandoff
+                          : Seconds(interpolateRows(handoffs, workers, Beyond::kHold));
 }
 
 double DeviceSpec::sharingMemorySpeed(int workers) const {
@@ -194,7 +193,10 @@ KernelTables readKernels(const ConfigNode& n) {
   return t;
 }
 
-std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const char* key) {
+// One column of the sharing rows: (workers, value) for the rows that have
+// `key`, the value read by `read`.
+std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const char* key,
+                                                double (*read)(const ConfigNode&)) {
   std::vector<std::pair<int, double>> out;
   for (const auto& row : list.items()) {
     row.allowOnly({"workers", "speed", "memory_speed", "overlap_compute_speed",
@@ -204,9 +206,7 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
     const int workers = row.require("workers").asPositiveInt();
     if (!out.empty() && workers <= out.back().first)
       row.require("workers").fail("worker counts must increase down the list");
-    const auto value = row.require(key);
-    out.push_back({workers, std::string_view(key) == "lane_handoff" ? value.asSeconds(true).value()
-                                                                    : value.asPositiveDouble()});
+    out.push_back({workers, read(row.require(key))});
   }
   return out;
 }
@@ -247,11 +247,13 @@ DeviceSpec readDevice(const ConfigNode& n) {
   if (auto sharing = n.get("sharing")) {
     for (const auto& row : sharing->items())
       row.require("speed");
-    d.sharing = readSharing(*sharing, "speed");
-    d.sharingMemory = readSharing(*sharing, "memory_speed");
-    d.overlapCompute = readSharing(*sharing, "overlap_compute_speed");
-    d.overlapComm = readSharing(*sharing, "overlap_comm_speed");
-    d.handoffs = readSharing(*sharing, "lane_handoff");
+    auto speed = [](const ConfigNode& v) { return v.asPositiveDouble(); };
+    auto time = [](const ConfigNode& v) { return v.asSeconds(true).value(); };
+    d.sharing = readSharing(*sharing, "speed", speed);
+    d.sharingMemory = readSharing(*sharing, "memory_speed", speed);
+    d.overlapCompute = readSharing(*sharing, "overlap_compute_speed", speed);
+    d.overlapComm = readSharing(*sharing, "overlap_comm_speed", speed);
+    d.handoffs = readSharing(*sharing, "lane_handoff", time);
   }
   if (auto handoff = n.get("lane_handoff"))
     d.laneHandoff = handoff->asSeconds(true);

@@ -24,21 +24,15 @@
 #include "strata/model/error.h"
 #include "strata/model/fit.h"
 #include "strata/model/quantity_text.h"
+#include "timing.h"
 
 namespace strata::exec {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using detail::Clock;
+using detail::median;
+using detail::since;
 
 // Best of `reps` timings of fn (the least disturbed by the noisy VM).
 template <class F>
@@ -47,7 +41,7 @@ double bestOf(int reps, F&& fn) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     fn();
-    best = std::min(best, seconds(t0, Clock::now()));
+    best = std::min(best, since(t0));
   }
   return best;
 }
@@ -77,7 +71,7 @@ std::vector<TimingSample> pingPong(Communicator& comm) {
         comm.send(peer, 2, buf);
       }
       if (r > 0)
-        times.push_back(seconds(t0, Clock::now()) / 2);
+        times.push_back(since(t0) / 2);
     }
     samples.push_back({n, median(times)});
   }
@@ -299,7 +293,7 @@ double referenceGemmRate() {
   auto once = [&] {
     const auto t0 = Clock::now();
     nn::CpuBackend::gemm(GemmOp::kNN, n, n, n, a.data(), b.data(), c.data(), false);
-    return seconds(t0, Clock::now());
+    return since(t0);
   };
   once();
   std::vector<double> t;

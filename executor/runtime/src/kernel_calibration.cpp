@@ -16,16 +16,11 @@
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
+#include "timing.h"
 
 namespace strata::exec::detail {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Seconds per call of fn: after a warm-up call, groups of calls long enough to
 // time (>= 0.3 ms each); the median of 3 groups, or the best of 2 when one call

@@ -12,6 +12,7 @@
 #include "strata/exec/nn/model.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/error.h"
+#include "timing.h"
 
 namespace strata::exec {
 
@@ -19,18 +20,12 @@ namespace detail {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
+// The median of the timings after the first (the warm-up); 0 when none.
 double medianAfterWarmup(std::vector<double> v) {
   if (v.size() <= 1)
     return 0.0;
   v.erase(v.begin());
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return median(v);
 }
 
 }  // namespace
