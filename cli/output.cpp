@@ -677,6 +677,42 @@ std::string tiesText(const ValidationRow& r) {
   return s;
 }
 
+// The error, spread and ranking figures over the counted rows.
+void printErrorFigures(std::ostream& out, const ValidationSummary& summary,
+                       const std::string& which) {
+  const auto& rk = summary.ranking;
+  out << fmt::format(
+      "step time |error| over {} {} rows (kernel tables): model median {:.1f} %, worst {:.1f} %; "
+      "simulator median {:.1f} %, worst {:.1f} %\n",
+      summary.rowsCounted, which, 100 * summary.medianModelError, 100 * summary.worstModelError,
+      100 * summary.medianSimError, 100 * summary.worstSimError);
+  if (summary.rowsWithProfile > 0)
+    out << fmt::format(
+        "composition |error| (profile-based model, has seen each network's ops) over {} rows: "
+        "median {:.1f} %, worst {:.1f} %\n",
+        summary.rowsWithProfile, 100 * summary.medianProfileModelError,
+        100 * summary.worstProfileModelError);
+  out << fmt::format("per phase, median |error|: compute model {:.1f} %, sim {:.1f} %; ",
+                     100 * summary.medianModelComputeError, 100 * summary.medianSimComputeError);
+  if (summary.rowsWithCommunication > 0)
+    out << fmt::format("communication ({} rows) model {:.1f} %, sim {:.1f} %\n",
+                       summary.rowsWithCommunication, 100 * summary.medianModelCommunicationError,
+                       100 * summary.medianSimCommunicationError);
+  else
+    out << "communication not compared (no row with measurable communication)\n";
+  out << fmt::format(
+      "within the measured spread (a tie): model {} of {} rows, simulator {} of {}\n",
+      summary.modelWithinSpread, summary.rowsCounted, summary.simWithinSpread, summary.rowsCounted);
+  out << fmt::format(
+      "ranking: {} of {} measurable pairs ordered as measured by the model (simulator: {} of "
+      "{}); pairs within the spread are ties and not counted\n",
+      rk.modelOrdered, rk.measurablePairs, rk.simOrdered, rk.measurablePairs);
+  for (const auto& p : rk.modelMisordered)
+    out << "  misordered by the model: " << rankedPairText(p) << "\n";
+  for (const auto& p : rk.simMisordered)
+    out << "  misordered by the simulator: " << rankedPairText(p) << "\n";
+}
+
 }  // namespace
 
 void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
@@ -836,41 +872,16 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
   out << "\n";
   const int fitted = summary.rowsWithinClaims - summary.rowsHeldOut;
   const std::string which = summary.countedHeldOut ? "held-out" : "fitted (not held-out)";
-  if (!summary.countedHeldOut)
-    out << "no held-out rows: the calibration timed every network validated here, so the "
-           "errors below are fits, not predictions\n";
   out << fmt::format("rows: {} of {} within claims, {} held-out, {} fitted on their network\n",
                      summary.rowsWithinClaims, summary.rows, summary.rowsHeldOut, fitted);
-  out << fmt::format(
-      "step time |error| over {} {} rows (kernel tables): model median {:.1f} %, worst {:.1f} %; "
-      "simulator median {:.1f} %, worst {:.1f} %\n",
-      summary.rowsCounted, which, 100 * summary.medianModelError, 100 * summary.worstModelError,
-      100 * summary.medianSimError, 100 * summary.worstSimError);
-  if (summary.rowsWithProfile > 0)
-    out << fmt::format(
-        "composition |error| (profile-based model, has seen each network's ops) over {} rows: "
-        "median {:.1f} %, worst {:.1f} %\n",
-        summary.rowsWithProfile, 100 * summary.medianProfileModelError,
-        100 * summary.worstProfileModelError);
-  out << fmt::format("per phase, median |error|: compute model {:.1f} %, sim {:.1f} %; ",
-                     100 * summary.medianModelComputeError, 100 * summary.medianSimComputeError);
-  if (summary.rowsWithCommunication > 0)
-    out << fmt::format("communication ({} rows) model {:.1f} %, sim {:.1f} %\n",
-                       summary.rowsWithCommunication, 100 * summary.medianModelCommunicationError,
-                       100 * summary.medianSimCommunicationError);
-  else
-    out << "communication not compared (no row with measurable communication)\n";
-  out << fmt::format(
-      "within the measured spread (a tie): model {} of {} rows, simulator {} of {}\n",
-      summary.modelWithinSpread, summary.rowsCounted, summary.simWithinSpread, summary.rowsCounted);
-  out << fmt::format(
-      "ranking: {} of {} measurable pairs ordered as measured by the model (simulator: {} of "
-      "{}); pairs within the spread are ties and not counted\n",
-      rk.modelOrdered, rk.measurablePairs, rk.simOrdered, rk.measurablePairs);
-  for (const auto& p : rk.modelMisordered)
-    out << "  misordered by the model: " << rankedPairText(p) << "\n";
-  for (const auto& p : rk.simMisordered)
-    out << "  misordered by the simulator: " << rankedPairText(p) << "\n";
+  if (summary.rowsCounted == 0) {
+    out << "no row within claims (see each row's note): no error figures are claimed\n";
+  } else {
+    if (!summary.countedHeldOut)
+      out << "no held-out rows: the calibration timed every network validated here, so the "
+             "errors below are fits, not predictions\n";
+    printErrorFigures(out, summary, which);
+  }
   if (!load.measured) {
     out << "load not measured (no /proc on this system)\n";
     return;

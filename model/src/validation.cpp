@@ -168,7 +168,7 @@ ValidationSummary summarize(const std::vector<ValidationRow>& rows) {
     s.rowsWithinClaims += r.withinClaims ? 1 : 0;
     s.rowsHeldOut += r.withinClaims && r.heldOut() ? 1 : 0;
   }
-  s.countedHeldOut = s.rowsHeldOut > 0 || s.rowsWithinClaims == 0;
+  s.countedHeldOut = s.rowsHeldOut > 0;
   std::vector<ValidationRow> counted;
   for (const auto& r : rows)
     if (r.withinClaims && (r.heldOut() || !s.countedHeldOut))

@@ -228,6 +228,18 @@ TEST_CASE("summary: held-out rows within claims count; fitted and outside rows d
   CHECK(f.rowsHeldOut == 0);
   CHECK(f.rowsCounted == 3);
   CHECK(f.worstModelError == Approx(1.0));
+
+  // No row within claims (say every row ran off the calibrated speed): nothing
+  // is counted, and no held-out claim is made.
+  for (auto& r : rows) {
+    r.fittedOnNetwork = false;
+    r.withinClaims = false;
+  }
+  const auto none = summarize(rows);
+  CHECK_FALSE(none.countedHeldOut);
+  CHECK(none.rowsCounted == 0);
+  CHECK(none.rowsHeldOut == 0);
+  CHECK(none.worstModelError == 0);
 }
 
 TEST_CASE("other processes' CPU use between two samples", "[validation][load]") {

@@ -123,9 +123,10 @@ struct ValidationSummary {
   int rowsHeldOut = 0;  // within claims and held-out
   // The rows the figures below are over: the held-out rows within claims, or,
   // when there are none, every row within claims (then countedHeldOut is false
-  // and the figures are fitted, not predictions).
+  // and the figures are fitted, not predictions). With no row within claims
+  // nothing is counted and countedHeldOut is false: no claim is made.
   int rowsCounted = 0;
-  bool countedHeldOut = true;
+  bool countedHeldOut = false;
   // Over the counted rows, of |error|.
   double medianModelError = 0;
   double worstModelError = 0;
