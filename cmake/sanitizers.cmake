@@ -31,8 +31,16 @@ if(STRATA_SANITIZE)
     list(APPEND _strata_san_flags -fno-sanitize-recover=all)
   endif()
   add_compile_options(${_strata_san_flags})
-  # Tests drop wall-clock bounds that only hold for optimised builds.
+  # Debug information names the build folder "." (sources then read
+  # ../model/src/...), so ccache, which otherwise hashes the folder of a -g
+  # build, shares these objects between checkouts and CI's clean clones.
+  add_compile_options(-fdebug-prefix-map=${CMAKE_BINARY_DIR}=.)
+  # Tests drop wall-clock bounds that only hold for optimised builds; under
+  # TSan the executor's equivalence tests run fewer worker counts.
   add_compile_definitions(STRATA_SANITIZED=1)
+  if("thread" IN_LIST _strata_sanitizers)
+    add_compile_definitions(STRATA_SANITIZED_THREAD=1)
+  endif()
   add_link_options(-fsanitize=${STRATA_SANITIZE})
   if(NOT CMAKE_BUILD_TYPE STREQUAL "RelWithDebInfo")
     message(WARNING "STRATA_SANITIZE is meant for RelWithDebInfo builds, not '${CMAKE_BUILD_TYPE}'")
