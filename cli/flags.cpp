@@ -69,6 +69,14 @@ Seconds parseTime(const std::string& text, const std::string& option) {
   return Seconds(*t);
 }
 
+uint64_t parseSeed(const std::string& text, const std::string& option) {
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
+    throw OptionError(option, "must be an integer in [0, 2^64), got '" + text + "'");
+  return v;
+}
+
 bool parseOnOff(const std::string& text, const std::string& option) {
   if (text == "on" || text == "true")
     return true;

@@ -37,6 +37,8 @@ int parsePositive(const std::string& text, const std::string& option);
 Bytes parseSize(const std::string& text, const std::string& option);
 // A positive time such as "30s".
 Seconds parseTime(const std::string& text, const std::string& option);
+// A seed: a non-negative integer below 2^64 (CLI11 alone would wrap -1).
+uint64_t parseSeed(const std::string& text, const std::string& option);
 bool parseOnOff(const std::string& text, const std::string& option);
 Format parseFormat(const std::string& text);
 // A finite number in [low, high) (or [low, high] when `highIncluded`).

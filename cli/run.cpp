@@ -20,7 +20,7 @@ namespace strata::cli {
 namespace {
 
 struct RunFlags {
-  std::string network, strategy, workers, trace, timeout = "60s", format = "table";
+  std::string network, strategy, workers, trace, timeout = "60s", format = "table", seed = "1";
   ScenarioFlags flags;
   exec::RunOptions run;
   bool noDropout = false;
@@ -113,7 +113,7 @@ Command addRunCommand(CLI::App& app, Process process) {
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
   sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
   sub->add_option("--momentum", f->run.momentum, "SGD momentum in [0, 1) (default 0.9)");
-  sub->add_option("--seed", f->run.seed, "seed of weights, data and dropout (default 1)");
+  sub->add_option("--seed", f->seed, "seed of weights, data and dropout (default 1)");
   sub->add_flag("--no-dropout", f->noDropout, "turn dropout off (runs then match across K)");
   sub->add_option("--trace", f->trace, "write the measured step as a Chrome trace-event JSON");
   sub->add_option("--timeout", f->timeout,
@@ -133,6 +133,7 @@ Command addRunCommand(CLI::App& app, Process process) {
               throw OptionError("--format", "run prints table or json");
             exec::RunOptions opt = f->run;
             opt.timeout = parseTime(f->timeout, "--timeout");
+            opt.seed = parseSeed(f->seed, "--seed");
             opt.dropout = !f->noDropout;
             checkRange(opt.learningRate, 0, 1e6, true, "--lr");
             if (!(opt.learningRate > 0))

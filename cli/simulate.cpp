@@ -17,7 +17,7 @@ Command addSimulateCommand(CLI::App& app) {
                                                      format = "table";
     std::vector<std::string> stragglers;
     double jitter = 0;
-    uint64_t seed = 1;
+    std::string seed = "1";
     ScenarioFlags flags;
   };
   auto o = std::make_shared<Options>();
@@ -54,7 +54,7 @@ Command addSimulateCommand(CLI::App& app) {
             for (const auto& s : o->stragglers)
               parseStraggler(s, opt.slowdown, sc.workers);
             opt.jitter = checkRange(o->jitter, 0, 1, false, "--jitter");
-            opt.seed = o->seed;
+            opt.seed = parseSeed(o->seed, "--seed");
             opt.timeline = !o->trace.empty();
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);

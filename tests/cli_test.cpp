@@ -732,6 +732,9 @@ TEST_CASE("option values that are not finite, out of range or empty name their o
   checkUserError(runStrata(with(sim, {"--straggler", "3:inf"})), {"--straggler"});
   checkUserError(runStrata(with(sim, {"--straggler", "3:nan"})), {"--straggler"});
   checkUserError(runStrata(with(sim, {"--straggler", "4:2"})), {"--straggler", "K = 4"});
+  // CLI11 alone would wrap a negative seed to 2^64 - 1.
+  checkUserError(runStrata(with(sim, {"--seed", "-1"})), {"--seed", "[0, 2^64)"});
+  checkUserError(runStrata(with(run, {"--seed", "x"})), {"--seed"});
 }
 
 TEST_CASE("run --format json leaves out what a run does not measure", "[cli][exec]") {
