@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -201,23 +202,29 @@ Cluster clusterArg(const std::string& nameOrPath, const std::string& option) {
 }
 
 Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath) {
+  if (!profilePath.empty() && !std::filesystem::is_regular_file(profilePath))
+    throw OptionError("--profile", "no such file '" + profilePath + "'");
   if (!profilePath.empty())
     cluster.device.profile = std::make_shared<OpProfile>(loadProfile(profilePath, net));
   return cluster;
 }
 
-void writeOutput(const std::string& path, const std::string& option,
-                 const std::function<void(std::ostream&)>& print) {
-  if (path.empty() || path == "-") {
-    print(std::cout);
+OutputFile::OutputFile(const std::string& path, const std::string& option)
+    : path_(path), option_(option) {
+  if (path.empty() || path == "-")
     return;
-  }
-  std::ofstream file(path);
-  if (!file)
+  file_.open(path);
+  if (!file_)
     throw OptionError(option, "cannot write '" + path + "'");
-  print(file);
-  if (!file.flush())
-    throw OptionError(option, "error while writing '" + path + "'");
+}
+
+std::ostream& OutputFile::stream() {
+  return file_.is_open() ? static_cast<std::ostream&>(file_) : std::cout;
+}
+
+void OutputFile::close() {
+  if (file_.is_open() && !file_.flush())
+    throw OptionError(option_, "error while writing '" + path_ + "'");
 }
 
 }  // namespace strata::cli

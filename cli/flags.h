@@ -8,6 +8,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -89,9 +90,19 @@ Cluster clusterArg(const std::string& nameOrPath, const std::string& option);
 // given (--profile): compute is then priced from the network's own op times.
 Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath);
 
-// Prints to stdout ("" or "-") or to the file at `path` (named by `option`
-// in errors).
-void writeOutput(const std::string& path, const std::string& option,
-                 const std::function<void(std::ostream&)>& print);
+// Where a command writes its answer: stdout ("" or "-") or the file at
+// `path`, opened at once so a bad path fails before any work (named by
+// `option` in errors).
+class OutputFile {
+ public:
+  OutputFile(const std::string& path, const std::string& option);
+  std::ostream& stream();
+  // Flushes; a write error names the option.
+  void close();
+
+ private:
+  std::string path_, option_;
+  std::ofstream file_;
+};
 
 }  // namespace strata::cli

@@ -36,27 +36,32 @@ Command addSweepCommand(CLI::App& app) {
       "8,64,512 --overlaps on,off --out sweep.csv");
   return {sub, [o] {
             const auto format = parseFormat(o->format);
+            OutputFile out(o->out, "--out");
+            // Each list needs at least one item; empty items are each reader's to reject.
+            auto items = [](const std::string& text, const char* option) {
+              const auto list = splitList(text);
+              if (list.empty())
+                throw OptionError(option, "needs at least one value");
+              return list;
+            };
             std::vector<Network> nets;
-            for (const auto& n : splitList(o->networks))
+            for (const auto& n : items(o->networks, "--networks"))
               nets.push_back(networkArg(n, "--networks"));
             std::vector<Cluster> clusters;
-            for (const auto& c : splitList(o->clusters))
+            for (const auto& c : items(o->clusters, "--clusters"))
               clusters.push_back(clusterArg(c, "--clusters"));
             const auto strategies = parseStrategies(o->strategies, "--strategies");
             const auto workers = parsePositiveList(o->workers, "--workers");
             const auto batches = parsePositiveList(o->batches, "--batches");
             std::vector<bool> overlaps;
-            for (const auto& v : splitList(o->overlaps))
+            for (const auto& v : items(o->overlaps, "--overlaps"))
               overlaps.push_back(parseOnOff(v, "--overlaps"));
             std::vector<ElementType> elements;
-            for (const auto& e : splitList(o->elements))
+            for (const auto& e : items(o->elements, "--elements"))
               elements.push_back(parseElementType(e, "--elements"));
             std::vector<FcUpdate> updates;
-            for (const auto& u : splitList(o->fcUpdates))
+            for (const auto& u : items(o->fcUpdates, "--fc-updates"))
               updates.push_back(parseFcUpdate(u, "--fc-updates"));
-            if (nets.empty() || clusters.empty() || overlaps.empty() || elements.empty() ||
-                updates.empty())
-              throw OptionError("sweep", "every list option needs at least one value");
             StrategyOptions base;
             int unusedBatch = 0;
             o->flags.apply(unusedBatch, base);
@@ -77,8 +82,8 @@ Command addSweepCommand(CLI::App& app) {
                               continue;
                             rows.push_back(evaluate(net, cl, sc, o->engine));
                           }
-            writeOutput(o->out, "--out",
-                        [&](std::ostream& out) { printComparison(out, rows, format); });
+            printComparison(out.stream(), rows, format);
+            out.close();
             return 0;
           }};
 }

@@ -683,6 +683,35 @@ TEST_CASE("run on threads trains and reports; a failing worker is named", "[cli]
                  {"--element"});
 }
 
+// Every line of tests/cli/bad-inputs/*.txt: "FRAGMENT | ARGS" must end with
+// exit status 2 and one line naming FRAGMENT.
+TEST_CASE("every bad command line in tests/cli/bad-inputs", "[cli][errors]") {
+  int tried = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA) + "/bad-inputs")) {
+    std::ifstream in(entry.path());
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      if (line.empty() || line[0] == '#')
+        continue;
+      const auto bar = line.find(" | ");
+      INFO(entry.path().filename().string() << ":" << number << ": " << line);
+      REQUIRE(bar != std::string::npos);
+      const std::string fragment = line.substr(0, bar);
+      std::vector<std::string> args;
+      std::stringstream words(line.substr(bar + 3));
+      std::string w;
+      while (words >> w)
+        args.push_back(w == "''" ? std::string() : w);
+      checkUserError(runStrata(args), {fragment});
+      ++tried;
+    }
+  }
+  CHECK(tried >= 100);
+}
+
 TEST_CASE("strata --version prints the version and the git revision", "[cli]") {
   const auto r = runStrata({"--version"});
   INFO(r.output);
