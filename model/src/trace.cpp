@@ -329,11 +329,13 @@ Counts count(const Plan& plan, const Timeline& timeline, const Selection& sel) {
   // process_name + process_sort_index per worker (and the links), thread_name
   // + thread_sort_index per track (one per used lane; extra tracks of
   // concurrent slices come on top).
-  n.metadata = 2 * sel.workers.size() + 2;
+  n.metadata = 2 * sel.workers.size();
   for (char used : laneUsed)
     n.metadata += used ? 2 : 0;
   for (char used : channelUsed)
     n.metadata += used ? 2 : 0;
+  if (n.linkSlices > 0)
+    n.metadata += 2;
   return n;
 }
 
