@@ -30,6 +30,7 @@
 #include <ostream>
 #include <queue>
 #include <span>
+#include <tuple>
 
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
@@ -748,20 +749,25 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& net,
   struct End {
     uint32_t task;
     int32_t src, dst;
+    uint32_t slice;  // Timeline::slices index: the k-th send pairs with the k-th receive
     uint32_t entry;
   };
   std::vector<End> sends, receives;
+  sends.reserve(counted.sends);
+  receives.reserve(counted.sends);
   for (size_t i = 0; i < entries.size(); ++i) {
     const Slice& s = timeline.slices[entries[i].index];
     if (s.peer < 0 || s.peer >= k || !sel.worker[static_cast<size_t>(s.peer)])
       continue;
+    const auto entry = static_cast<uint32_t>(i);
     if (s.track == Track::kSend)
-      sends.push_back({s.task, s.worker, s.peer, static_cast<uint32_t>(i)});
+      sends.push_back({s.task, s.worker, s.peer, entries[i].index, entry});
     else if (s.track == Track::kReceive)
-      receives.push_back({s.task, s.peer, s.worker, static_cast<uint32_t>(i)});
+      receives.push_back({s.task, s.peer, s.worker, entries[i].index, entry});
   }
-  auto key = [&](const End& x) { return std::tuple(x.task, x.src, x.dst, entries[x.entry].index); };
-  auto byKey = [&](const End& x, const End& y) { return key(x) < key(y); };
+  auto byKey = [](const End& x, const End& y) {
+    return std::tie(x.task, x.src, x.dst, x.slice) < std::tie(y.task, y.src, y.dst, y.slice);
+  };
   std::sort(sends.begin(), sends.end(), byKey);
   std::sort(receives.begin(), receives.end(), byKey);
   uint64_t flowId = 0;
