@@ -340,6 +340,75 @@ Counts count(const Plan& plan, const Timeline& timeline, const Selection& sel) {
   return n;
 }
 
+// The events of the Plan's slices and flows, from the Plan alone (no link
+// slices: a lower bound of count()).
+Counts countPlan(const Plan& plan, const Selection& sel) {
+  const int k = plan.scenario.workers;
+  Counts n;
+  std::vector<char> laneUsed(static_cast<size_t>(k) * kLanes, 0);
+  auto slice = [&](int w, Track lane) {
+    ++n.slices;
+    laneUsed[static_cast<size_t>(w) * kLanes + static_cast<size_t>(lane)] = 1;
+  };
+  auto selected = [&](int w) { return sel.worker[static_cast<size_t>(w)] != 0; };
+  std::vector<uint32_t> stamp(static_cast<size_t>(k), 0);
+  uint32_t now = 0;
+  for (const auto& t : plan.tasks) {
+    switch (t.kind) {
+      case TaskKind::kCompute:
+      case TaskKind::kUpdate:
+        if (selected(t.worker))
+          slice(t.worker, Track::kCompute);
+        break;
+      case TaskKind::kTransfer:
+        for (const auto& f : plan.flowsOf(t)) {
+          if (selected(f.src))
+            slice(f.src, Track::kSend);
+          if (selected(f.dst))
+            slice(f.dst, Track::kReceive);
+          if (selected(f.src) && selected(f.dst))
+            ++n.sends;
+        }
+        break;
+      case TaskKind::kReduce:
+        if (t.pattern == PatternKind::kGather) {  // summed at the root only
+          if (selected(t.root))
+            slice(t.root, Track::kReduce);
+          break;
+        }
+        ++now;
+        for (const auto& f : plan.flowsOf(t))
+          if (stamp[static_cast<size_t>(f.dst)] != now) {
+            stamp[static_cast<size_t>(f.dst)] = now;
+            if (selected(f.dst))
+              slice(f.dst, Track::kReduce);
+          }
+        break;
+    }
+  }
+  n.metadata = 2 * sel.workers.size();
+  for (char used : laneUsed)
+    n.metadata += used ? 2 : 0;
+  return n;
+}
+
+// Throws the limit's OptionError when `n` is over options.maxEvents.
+void checkLimit(const Counts& n, const Selection& sel, const TraceOptions& options, int k,
+                const char* atLeast) {
+  if (options.maxEvents == 0 || n.events() <= options.maxEvents)
+    return;
+  const std::string who =
+      options.ranks.empty()
+          ? fmt::format("all {} workers", k)
+          : fmt::format("the {} workers {}", sel.workers.size(), describeRanks(options.ranks));
+  throw OptionError(
+      "--trace",
+      fmt::format("the trace of {} would hold {}{} events (about {}), more than the limit of {} "
+                  "events; write fewer workers with --trace-ranks (e.g. --trace-ranks 0-{})",
+                  who, atLeast, n.events(), formatBytes(Bytes(double(n.bytes()))),
+                  options.maxEvents, std::min(k, 8) - 1));
+}
+
 // The events of one trace, appended to a buffer that goes out in blocks.
 class Writer {
  public:
@@ -531,24 +600,21 @@ TraceSize estimateTrace(const Plan& plan, const Timeline& timeline, const TraceO
   return {n.events(), n.bytes()};
 }
 
+TraceSize checkTraceSize(const Plan& plan, const TraceOptions& options) {
+  const Timeline none;
+  const auto sel = select(plan, none, options);
+  const auto n = countPlan(plan, sel);
+  checkLimit(n, sel, options, plan.scenario.workers, "at least ");
+  return {n.events(), n.bytes()};
+}
+
 void writeTrace(std::ostream& out, const Plan& plan, const Network& net,
                 const StepEstimate& estimate, const Timeline& timeline,
                 const TraceOptions& options) {
   const int k = plan.scenario.workers;
   const auto sel = select(plan, timeline, options);
   const auto counted = count(plan, timeline, sel);
-  if (options.maxEvents > 0 && counted.events() > options.maxEvents) {
-    const std::string who =
-        options.ranks.empty()
-            ? fmt::format("all {} workers", k)
-            : fmt::format("the {} workers {}", sel.workers.size(), describeRanks(options.ranks));
-    throw OptionError(
-        "--trace",
-        fmt::format("the trace of {} would hold {} events (about {}), more than the limit of {} "
-                    "events; write fewer workers with --trace-ranks (e.g. --trace-ranks 0-{})",
-                    who, counted.events(), formatBytes(Bytes(double(counted.bytes()))),
-                    options.maxEvents, std::min(k, 8) - 1));
-  }
+  checkLimit(counted, sel, options, k, "");
 
   // Slices per (worker, lane), in integer nanoseconds, sorted by start.
   const size_t groups = static_cast<size_t>(k) * kLanes;

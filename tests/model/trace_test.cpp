@@ -311,8 +311,12 @@ TEST_CASE("trace: the size limit and the rank selection", "[trace]") {
                         Catch::Contains("more than the limit of 10 events") &&
                         Catch::Contains("--trace-ranks"));
   CHECK(os.str().empty());  // nothing written
-  small.maxEvents = 0;      // no limit
+  // Before running the step, from the Plan alone (a lower bound: no links).
+  CHECK_THROWS_WITH(checkTraceSize(plan, small),
+                    Catch::StartsWith("--trace: the trace of all 3 workers would hold at least "));
+  small.maxEvents = 0;  // no limit
   CHECK_NOTHROW(writeTrace(os, plan, net, est, tl, small));
+  CHECK(checkTraceSize(plan, small).events > 0);
 
   TraceOptions some;
   some.ranks = {0, 1};
@@ -329,6 +333,8 @@ TEST_CASE("trace: the size limit and the rank selection", "[trace]") {
 
   some.ranks = {1, 5};
   CHECK_THROWS_WITH(traceText(plan, net, tl, some),
+                    "--trace-ranks: rank 5 is out of range: the step has 3 workers (ranks 0-2)");
+  CHECK_THROWS_WITH(checkTraceSize(plan, some),
                     "--trace-ranks: rank 5 is out of range: the step has 3 workers (ranks 0-2)");
   some.ranks = {1, 0};
   CHECK_THROWS_WITH(traceText(plan, net, tl, some), Catch::StartsWith("--trace-ranks: ranks must "

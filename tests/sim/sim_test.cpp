@@ -321,6 +321,10 @@ TEST_CASE("simulated traces keep every slice and flow under Perfetto's import ru
             detail::toNanoseconds(r.taskEnd[t]) > detail::toNanoseconds(r.taskStart[t]))
           flows += plan.flowCountOf(plan.tasks[t]);
       CHECK(check.flows == flows);
+      // The Plan alone predicts every slice and flow event (not the links').
+      Timeline noLinks = r.timeline;
+      noLinks.linkSlices.clear();
+      CHECK(checkTraceSize(plan, {}).events == estimateTrace(plan, noLinks, {}).events);
       CHECK(check.pids.size() == size_t(k) + 1);  // workers and links
       CHECK(*check.pids.begin() == 1);
       CHECK(check.processNames.at(1) == "worker 0");

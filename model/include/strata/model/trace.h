@@ -65,6 +65,13 @@ struct TraceSize {
 };
 TraceSize estimateTrace(const Plan& plan, const Timeline& timeline, const TraceOptions& options);
 
+// The same check from the Plan alone, before the step is simulated or run:
+// counts the slices and flows the Plan implies (not the link channels' slices,
+// known only after simulating: a lower bound) and throws the OptionError of
+// writeTrace when they are already over options.maxEvents, or naming
+// --trace-ranks for a rank out of range. Returns the count (events, bytes).
+TraceSize checkTraceSize(const Plan& plan, const TraceOptions& options);
+
 // Writes the trace of `timeline` (slices of `plan`'s tasks on `network`) with
 // the estimate's engine, network, strategy and step time in otherData. Throws
 // OptionError naming --trace-ranks for a rank out of range (or not ascending),
