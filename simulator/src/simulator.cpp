@@ -145,6 +145,8 @@ class Engine {
     computeIntervals_.resize(static_cast<size_t>(k_));
     ownComm_.resize(static_cast<size_t>(k_));
     workerStamp_.assign(static_cast<size_t>(k_), 0);
+    if (opt_.timeline)
+      selectTimeline(channels);
   }
 
   Result run() {
@@ -260,7 +262,7 @@ class Engine {
           p.bwdWeights += Seconds(d);
         }
         computeIntervals_[w].push_back({start_[t], end_[t]});
-        if (opt_.timeline)
+        if (opt_.timeline && recordWorker_[w])
           slices_.push_back({t, task.worker, Track::kCompute, -1, start_[t], end_[t]});
         workerBusy_[w] = 0;
         tryStart(task.worker);
@@ -468,7 +470,7 @@ class Engine {
       }
       if (--activeOn_[ci] == 0) {
         busy_[ci] += q_.now() - busySince_[ci];
-        if (opt_.timeline)
+        if (opt_.timeline && recordChannel_[ci])
           linkSlices_.push_back({c, busySince_[ci], q_.now()});
       }
       if (opt_.contention)
@@ -578,21 +580,59 @@ class Engine {
     }
     if (!opt_.timeline)
       return;
+    auto recorded = [&](int w) { return recordWorker_[static_cast<size_t>(w)] != 0; };
     if (transfer) {
       for (const auto& f : plan_.flowsOf(task)) {
-        slices_.push_back({t, f.src, Track::kSend, f.dst, start_[t], end_[t]});
-        slices_.push_back({t, f.dst, Track::kReceive, f.src, start_[t], end_[t]});
+        if (recorded(f.src))
+          slices_.push_back({t, f.src, Track::kSend, f.dst, start_[t], end_[t]});
+        if (recorded(f.dst))
+          slices_.push_back({t, f.dst, Track::kReceive, f.src, start_[t], end_[t]});
       }
     } else if (rootOnly) {
-      slices_.push_back({t, task.root, Track::kReduce, -1, start_[t], end_[t]});
+      if (recorded(task.root))
+        slices_.push_back({t, task.root, Track::kReduce, -1, start_[t], end_[t]});
     } else {
       ++workerStampNow_;
       for (const auto& f : plan_.flowsOf(task))
         if (workerStamp_[static_cast<size_t>(f.dst)] != workerStampNow_) {
           workerStamp_[static_cast<size_t>(f.dst)] = workerStampNow_;
-          slices_.push_back({t, f.dst, Track::kReduce, -1, start_[t], end_[t]});
+          if (recorded(f.dst))
+            slices_.push_back({t, f.dst, Track::kReduce, -1, start_[t], end_[t]});
         }
     }
+  }
+
+  // Which workers and channels the timeline records; reserves the slices of
+  // a full timeline (tens of millions at K = 1024: growing the vector would
+  // copy them several times over).
+  void selectTimeline(int channels) {
+    recordWorker_.assign(static_cast<size_t>(k_), opt_.timelineRanks.empty() ? 1 : 0);
+    for (int r : opt_.timelineRanks) {
+      if (r < 0 || r >= k_)
+        throw OptionError("--trace-ranks",
+                          fmt::format("rank {} is out of range: the step has {} workers (ranks "
+                                      "0-{})",
+                                      r, k_, k_ - 1));
+      recordWorker_[static_cast<size_t>(r)] = 1;
+    }
+    recordChannel_.assign(static_cast<size_t>(channels), opt_.timelineRanks.empty() ? 1 : 0);
+    if (!opt_.timelineRanks.empty()) {
+      for (int c = 0; c < channels; ++c) {
+        const LinkUsers u = topo_.linkUsers(c / 2);
+        for (int w = u.first + u.lane; w <= u.last; w += std::max(1, u.lanes))
+          if (recordWorker_[static_cast<size_t>(w)]) {
+            recordChannel_[static_cast<size_t>(c)] = 1;
+            break;
+          }
+      }
+      return;
+    }
+    size_t slices = 0;
+    for (const auto& task : plan_.tasks)
+      slices += task.kind == TaskKind::kTransfer ? 2 * plan_.flowCountOf(task)
+                : task.kind == TaskKind::kReduce ? plan_.flowCountOf(task) + 1
+                                                 : 1;
+    slices_.reserve(slices);
   }
 
   static Intervals merged(Intervals v) {
@@ -673,9 +713,11 @@ class Engine {
       }
     // Links, busiest first.
     r.timeline.channelNames.resize(beta_.size());
+    r.timeline.channelUsers.resize(beta_.size());
     for (size_t c = 0; c < beta_.size(); ++c) {
       const int link = static_cast<int>(c / 2);
       r.timeline.channelNames[c] = topo_.describeLink(link, c % 2 == 0);
+      r.timeline.channelUsers[c] = topo_.linkUsers(link);
       if (bytesOn_[c] <= 0)
         continue;
       LinkUse u;
@@ -751,6 +793,8 @@ class Engine {
   uint32_t workerStampNow_ = 0;
   std::vector<Slice> slices_;
   std::vector<LinkSlice> linkSlices_;
+  std::vector<char> recordWorker_;   // with timeline: per worker, its slices are recorded
+  std::vector<char> recordChannel_;  // with timeline: per channel, its busy slices are recorded
 };
 
 }  // namespace

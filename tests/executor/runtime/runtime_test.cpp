@@ -1,15 +1,18 @@
 // The executor against a one-worker reference: after N steps, K workers of b
 // examples must hold the weights of one worker with batch K b (data-parallel
-// and model-parallel with per-step FC update), for K = 1..8.
+// and model-parallel with per-step FC update), for K = 1..8; and its measured trace.
 #include "strata/exec/runtime.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <sstream>
 
 #include "../../model/helpers.h"
+#include "../../trace_checker.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
+#include "strata/model/trace.h"
 
 using namespace strata;
 using strata::test::presetNetwork;
@@ -224,5 +227,38 @@ TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weight
       exec::runThreads(lowerToPlan(net, sc), net, options(steps), &params);
       CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
     }
+  }
+}
+
+TEST_CASE("measured traces keep every slice under Perfetto's import rules", "[exec][trace]") {
+  // Real clocks: slices of one lane overlap (owt-b's broadcasts), receives
+  // start before their sends, times fall anywhere within a nanosecond.
+  const auto net = presetNetwork("tiny-cnn");
+  for (auto s : {Strategy::kRing, Strategy::kOwtB}) {
+    INFO(toString(s));
+    const int k = 3;
+    const auto plan = lowerToPlan(net, scenario(s, k, 4));
+    const auto r = exec::runThreads(plan, net, options(2));
+    REQUIRE_FALSE(r.timeline.slices.empty());
+    std::ostringstream os;
+    writeTrace(os, plan, net, r.measured, r.timeline);
+    const auto check = test::checkTrace(os.str());
+    for (const auto& p : check.problems)
+      INFO(p);
+    CHECK(check.ok());
+    CHECK(check.slices == r.timeline.slices.size());  // nothing dropped
+    CHECK(check.pids == std::set<int64_t>{1, 2, 3});
+    CHECK(check.processNames.at(1) == "worker 0");
+    CHECK(check.otherData.at("engine") == "executor");
+    CHECK(check.flows > 0);
+    // Some ranks: worker 1 alone has no arrows (their other ends are left out).
+    TraceOptions one;
+    one.ranks = {1};
+    std::ostringstream os1;
+    writeTrace(os1, plan, net, r.measured, r.timeline, one);
+    const auto check1 = test::checkTrace(os1.str());
+    CHECK(check1.ok());
+    CHECK(check1.pids == std::set<int64_t>{2});
+    CHECK(check1.flows == 0);
   }
 }
