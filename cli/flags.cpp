@@ -176,6 +176,32 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
 }
 
+void TraceFlags::add(CLI::App* app) {
+  app->add_option("--trace-ranks", ranks,
+                  "write only these workers to the trace: A-B, A,B,C or a mix (default all, up "
+                  "to the event limit)");
+  app->add_option("--trace-max-events", maxEvents,
+                  fmt::format("the most events a trace may hold, 0 = no limit (default {})",
+                              kDefaultTraceEventLimit));
+}
+
+TraceOptions TraceFlags::options(const std::string& trace, int workers) const {
+  TraceOptions o;
+  if (trace.empty() && !(ranks.empty() && maxEvents.empty()))
+    throw OptionError(ranks.empty() ? "--trace-max-events" : "--trace-ranks", "needs --trace FILE");
+  if (!ranks.empty())
+    o.ranks = parseRankList(ranks, workers);
+  if (!maxEvents.empty()) {
+    uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(maxEvents.data(), maxEvents.data() + maxEvents.size(), v);
+    if (ec != std::errc() || ptr != maxEvents.data() + maxEvents.size())
+      throw OptionError("--trace-max-events",
+                        "must be a count of events (0 = no limit), got '" + maxEvents + "'");
+    o.maxEvents = v;
+  }
+  return o;
+}
+
 void addFormatOption(CLI::App* app, std::string& format, const std::string& help) {
   app->add_option("--format", format, help);
 }

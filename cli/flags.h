@@ -20,6 +20,7 @@
 #include "strata/model/estimate.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
+#include "strata/model/trace.h"
 
 namespace strata::cli {
 
@@ -71,6 +72,17 @@ struct ScenarioFlags {
  private:
   // The registered options (null for a flag a command registers itself).
   std::vector<std::pair<CLI::Option*, const std::string*>> given_;
+};
+
+// --trace-ranks and --trace-max-events, shared by simulate and run.
+struct TraceFlags {
+  std::string ranks;
+  std::string maxEvents;
+
+  void add(CLI::App* app);
+  // The options for a trace of `workers` workers; `trace` is the --trace path
+  // (the trace flags without --trace are a mistake).
+  TraceOptions options(const std::string& trace, int workers) const;
 };
 
 // --format into `format` ("table" unless the caller set another default).

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "flags.h"
@@ -14,6 +14,7 @@
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/timeline.h"
+#include "strata/model/trace.h"
 
 namespace strata::cli {
 
@@ -22,6 +23,7 @@ namespace {
 struct RunFlags {
   std::string network, strategy, workers, trace, timeout = "60s", format = "table", seed = "1";
   ScenarioFlags flags;
+  TraceFlags traceFlags;
   exec::RunOptions run;
   bool noDropout = false;
 };
@@ -44,12 +46,13 @@ void runAndReport(const RunFlags& f, const Network& net, exec::RunOptions opt, F
   exec::checkRunnable(net, sc);
   const Plan plan = lowerToPlan(net, sc);
   const bool root = !comm || comm->rank() == 0;
-  std::ofstream traceFile;
-  if (root && !f.trace.empty()) {
-    traceFile.open(f.trace);
-    if (!traceFile)
-      throw OptionError("--trace", "cannot write '" + f.trace + "'");
-  }
+  // Every rank checks the trace options, so all stop together on a mistake.
+  const TraceOptions traceOpt = f.traceFlags.options(f.trace, sc.workers);
+  if (!f.trace.empty())
+    checkTraceSize(plan, traceOpt);
+  std::optional<TraceFile> traceFile;
+  if (root && !f.trace.empty())
+    traceFile.emplace(f.trace, "--trace");
   if (root && format == Format::kTable) {
     std::cout << fmt::format(
         "{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n", net.name,
@@ -77,10 +80,9 @@ void runAndReport(const RunFlags& f, const Network& net, exec::RunOptions opt, F
   if (!root)
     return;
   result.measured.cluster = comm ? "mpi" : "threads";
-  if (traceFile.is_open()) {
-    writeTrace(traceFile, plan, net, result.measured, result.timeline);
-    if (!traceFile.flush())
-      throw OptionError("--trace", "error while writing '" + f.trace + "'");
+  if (traceFile) {
+    writeTrace(traceFile->stream(), plan, net, result.measured, result.timeline, traceOpt);
+    traceFile->finish();
   }
   if (format == Format::kJson) {
     std::cout << "{\"steps\":[";
@@ -95,7 +97,7 @@ void runAndReport(const RunFlags& f, const Network& net, exec::RunOptions opt, F
   }
   std::cout << "\nmeasured (median step after warm-up):\n";
   printEstimate(std::cout, result.measured, format);
-  if (traceFile.is_open())
+  if (traceFile)
     std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
 }
 
@@ -115,7 +117,10 @@ Command addRunCommand(CLI::App& app, Process process) {
   sub->add_option("--momentum", f->run.momentum, "SGD momentum in [0, 1) (default 0.9)");
   sub->add_option("--seed", f->seed, "seed of weights, data and dropout (default 1)");
   sub->add_flag("--no-dropout", f->noDropout, "turn dropout off (runs then match across K)");
-  sub->add_option("--trace", f->trace, "write the measured step as a Chrome trace-event JSON");
+  sub->add_option("--trace", f->trace,
+                  "write the measured step as a Chrome trace-event JSON (gzipped when it ends in "
+                  ".gz)");
+  f->traceFlags.add(sub);
   sub->add_option("--timeout", f->timeout,
                   "how long a blocked receive waits before failing (default 60s)");
   sub->add_option("--fail-rank", f->run.failRank,

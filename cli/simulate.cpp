@@ -1,12 +1,13 @@
 // `strata simulate`: play one step's Plan on a simulated cluster, with a trace.
-#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "flags.h"
 #include "strata/model/plan.h"
 #include "strata/model/timeline.h"
+#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
 
 namespace strata::cli {
@@ -19,6 +20,7 @@ Command addSimulateCommand(CLI::App& app) {
     double jitter = 0;
     std::string seed = "1";
     ScenarioFlags flags;
+    TraceFlags traceFlags;
   };
   auto o = std::make_shared<Options>();
   auto* sub =
@@ -40,7 +42,9 @@ Command addSimulateCommand(CLI::App& app) {
                   "each compute time x (1 + u), u uniform in [-J, J], 0 <= J < 1 (default 0)");
   sub->add_option("--seed", o->seed, "seed of the jitter (default 1)");
   sub->add_option("--trace", o->trace,
-                  "write a Chrome trace-event JSON file (open it in ui.perfetto.dev)");
+                  "write a Chrome trace-event JSON file, gzipped when it ends in .gz (open it in "
+                  "ui.perfetto.dev)");
+  o->traceFlags.add(sub);
   addFormatOption(sub, o->format);
   sub->footer(
       "Examples:\n"
@@ -58,22 +62,22 @@ Command addSimulateCommand(CLI::App& app) {
             opt.timeline = !o->trace.empty();
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            // Open the trace before simulating, so a bad path fails alone and early.
-            std::ofstream traceFile;
-            if (!o->trace.empty()) {
-              traceFile.open(o->trace);
-              if (!traceFile)
-                throw OptionError("--trace", "cannot write '" + o->trace + "'");
-            }
             const auto p = lowerToPlan(net, sc);
+            const TraceOptions traceOpt = o->traceFlags.options(o->trace, sc.workers);
+            std::optional<TraceFile> traceFile;
+            if (!o->trace.empty()) {
+              // Over the limit or a bad path: exit 2 before simulating.
+              checkTraceSize(p, traceOpt);
+              traceFile.emplace(o->trace, "--trace");
+              opt.timelineRanks = traceOpt.ranks;
+            }
             const auto result = sim::simulate(p, net, cl, opt);
-            if (traceFile.is_open()) {
-              writeTrace(traceFile, p, net, result.estimate, result.timeline);
-              if (!traceFile.flush())
-                throw OptionError("--trace", "error while writing '" + o->trace + "'");
+            if (traceFile) {
+              writeTrace(traceFile->stream(), p, net, result.estimate, result.timeline, traceOpt);
+              traceFile->finish();
             }
             printSimulation(std::cout, result, format);
-            if (traceFile.is_open() && format == Format::kTable)
+            if (traceFile && format == Format::kTable)
               std::cout << "\ntrace written to " << o->trace << " (open it in ui.perfetto.dev)\n";
             return 0;
           }};
