@@ -177,21 +177,25 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
 }
 
 void TraceFlags::add(CLI::App* app) {
-  app->add_option("--trace-ranks", ranks,
-                  "write only these workers to the trace: A-B, A,B,C or a mix (default all, up "
-                  "to the event limit)");
-  app->add_option("--trace-max-events", maxEvents,
-                  fmt::format("the most events a trace may hold, 0 = no limit (default {})",
-                              kDefaultTraceEventLimit));
+  ranksOption_ =
+      app->add_option("--trace-ranks", ranks,
+                      "write only these workers to the trace: A-B, A,B,C or a mix (default all, up "
+                      "to the event limit)");
+  maxEventsOption_ =
+      app->add_option("--trace-max-events", maxEvents,
+                      fmt::format("the most events a trace may hold, 0 = no limit (default {})",
+                                  kDefaultTraceEventLimit));
 }
 
 TraceOptions TraceFlags::options(const std::string& trace, int workers) const {
   TraceOptions o;
-  if (trace.empty() && !(ranks.empty() && maxEvents.empty()))
-    throw OptionError(ranks.empty() ? "--trace-max-events" : "--trace-ranks", "needs --trace FILE");
-  if (!ranks.empty())
+  const bool ranksGiven = ranksOption_ && ranksOption_->count() > 0;
+  const bool maxGiven = maxEventsOption_ && maxEventsOption_->count() > 0;
+  if (trace.empty() && (ranksGiven || maxGiven))
+    throw OptionError(ranksGiven ? "--trace-ranks" : "--trace-max-events", "needs --trace FILE");
+  if (ranksGiven)
     o.ranks = parseRankList(ranks, workers);
-  if (!maxEvents.empty()) {
+  if (maxGiven) {
     uint64_t v = 0;
     auto [ptr, ec] = std::from_chars(maxEvents.data(), maxEvents.data() + maxEvents.size(), v);
     if (ec != std::errc() || ptr != maxEvents.data() + maxEvents.size())

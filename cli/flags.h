@@ -83,6 +83,10 @@ struct TraceFlags {
   // The options for a trace of `workers` workers; `trace` is the --trace path
   // (the trace flags without --trace are a mistake).
   TraceOptions options(const std::string& trace, int workers) const;
+
+ private:
+  CLI::Option* ranksOption_ = nullptr;
+  CLI::Option* maxEventsOption_ = nullptr;
 };
 
 // --format into `format` ("table" unless the caller set another default).
