@@ -31,6 +31,8 @@ void setLimits(const Limits& l) {
   c.maxPlanTasks = clampTo(l.maxPlanTasks, defaults.maxPlanTasks, kCeilingPlanTasks);
   c.maxSimEvents = clampTo(l.maxSimEvents, defaults.maxSimEvents, kCeilingSimEvents);
   c.maxThreadWorkers = clampTo(l.maxThreadWorkers, 0, kCeilingThreadWorkers);
+  c.maxPrintedPlanItems =
+      clampTo(l.maxPrintedPlanItems, defaults.maxPrintedPlanItems, kCeilingPrintedPlanItems);
 }
 
 Limits largestLimits() {
@@ -39,6 +41,7 @@ Limits largestLimits() {
   l.maxPlanTasks = kCeilingPlanTasks;
   l.maxSimEvents = kCeilingSimEvents;
   l.maxThreadWorkers = kCeilingThreadWorkers;
+  l.maxPrintedPlanItems = kCeilingPrintedPlanItems;
   return l;
 }
 

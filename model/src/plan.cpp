@@ -747,6 +747,19 @@ void checkPlanSize(const Network& network, const Scenario& sc, const Limits& lim
                           kMaxTasksOption, kAllowLargeOption));
 }
 
+void checkPlanPrintable(const Plan& plan, const Limits& limits) {
+  const double items = double(plan.tasks.size()) + plan.totalFlows();
+  if (items > double(limits.maxPrintedPlanItems))
+    throw OptionError(
+        "--workers",
+        fmt::format("the plan of {} ({}, {} workers) has {} tasks and {:.3g} flows, over the "
+                    "limit of {} printed; print a smaller plan (fewer workers; `strata simulate` "
+                    "summarises large ones), or print it anyway with {}",
+                    plan.network, toString(plan.scenario.strategy), plan.scenario.workers,
+                    plan.tasks.size(), plan.totalFlows(), limits.maxPrintedPlanItems,
+                    kAllowLargeOption));
+}
+
 Plan lowerToPlan(const Network& network, const Scenario& scenario) {
   checkScenario(network, scenario);
   checkPlanSize(network, scenario, limits());

@@ -959,18 +959,8 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
     throw OptionError("--workers", fmt::format("the plan has {} workers but {} ranks were started",
                                                k, comm.size()));
   checkRunnable(network, plan.scenario);
+  checkRunOptions(options);
   comm.setTimeout(options.timeout);
-  if (options.steps < 1)
-    throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
-  // NaN, infinity or a huge rate would train to NaN losses and exit 0.
-  if (!(options.learningRate > 0 && options.learningRate <= 100))
-    throw OptionError("--lr", fmt::format("must be in (0, 100], got {}", options.learningRate));
-  if (!(options.momentum >= 0 && options.momentum < 1))
-    throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
-  // Every step's timings are kept for the median step: bounded like any input.
-  if (options.steps > kMaxRunSteps)
-    throw OptionError("--steps",
-                      fmt::format("must be at most {}, got {}", kMaxRunSteps, options.steps));
   if (plan.scenario.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
 
@@ -1109,6 +1099,23 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
   return result;
 }
 
+void checkRunOptions(const RunOptions& options) {
+  if (options.steps < 1)
+    throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
+  // Every step's timings are kept for the median step: bounded like any input.
+  if (options.steps > kMaxRunSteps)
+    throw OptionError("--steps",
+                      fmt::format("must be at most {}, got {}", kMaxRunSteps, options.steps));
+  // NaN, infinity or a huge rate would train to NaN losses and exit 0.
+  if (!(options.learningRate > 0 && options.learningRate <= 100))
+    throw OptionError("--lr", fmt::format("must be in (0, 100], got {}", options.learningRate));
+  if (!(options.momentum >= 0 && options.momentum < 1))
+    throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
+  if (!(options.timeout.value() > 0 && std::isfinite(options.timeout.value())))
+    throw OptionError("--timeout",
+                      fmt::format("must be a positive time, got {} s", options.timeout.value()));
+}
+
 double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   // Per worker (nn::Model): parameters, gradients and momentum; every layer's
   // output and its gradient for b examples; the input batch. The plan's
@@ -1149,6 +1156,7 @@ void checkThreadRun(const Network& network, const Scenario& sc) {
 
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters) {
+  checkRunOptions(options);
   checkThreadRun(network, plan.scenario);
   const int k = plan.scenario.workers;
   std::vector<RunResult> results(static_cast<size_t>(k));

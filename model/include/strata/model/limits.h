@@ -50,6 +50,9 @@ struct Limits {
   // more workers than that only time-slice the same cores, and each holds its
   // own copy of the network.
   int64_t maxThreadWorkers = 0;
+  // Tasks plus flows of a plan printed by `strata plan` (every line is held in
+  // memory before it is written: ~640 B per item in JSON, so ~650 MB).
+  int64_t maxPrintedPlanItems = 1'000'000;
 };
 
 // The hard ceilings of the Limits themselves (ids are ints).
@@ -57,6 +60,7 @@ inline constexpr int64_t kCeilingModelWorkers = 2'147'483'647;
 inline constexpr int64_t kCeilingPlanTasks = 2'147'483'647;
 inline constexpr int64_t kCeilingSimEvents = int64_t{1} << 62;
 inline constexpr int64_t kCeilingThreadWorkers = 4096;
+inline constexpr int64_t kCeilingPrintedPlanItems = int64_t{1} << 62;
 
 // The limits in force in this process (the defaults until setLimits()).
 const Limits& limits();

@@ -140,6 +140,10 @@ double estimatePlanTasks(const Network& network, const Scenario& scenario);
 // more than limits.maxPlanTasks tasks.
 void checkPlanSize(const Network& network, const Scenario& scenario, const Limits& limits);
 
+// Throws OptionError("--workers") when printing `plan` (every task and flow,
+// `strata plan`) would be over limits.maxPrintedPlanItems.
+void checkPlanPrintable(const Plan& plan, const Limits& limits);
+
 // Lowers `scenario` on `network` to a Plan that mirrors the cost model's
 // schedule step for step (docs/simulator.md). Throws UserError as estimate()
 // does for impossible scenarios, and before building anything when the plan

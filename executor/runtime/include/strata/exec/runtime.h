@@ -76,6 +76,11 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
 // Steps of one run: every step's task timings are kept until the end.
 inline constexpr int kMaxRunSteps = 1'000'000;
 
+// Throws OptionError naming the option when a run option is out of range:
+// steps in 1..kMaxRunSteps, learning rate in (0, 100], momentum in [0, 1),
+// timeout positive and finite (NaN and infinities included).
+void checkRunOptions(const RunOptions& options);
+
 // A lower bound of the memory K = scenario.workers workers of this process
 // need (each its own network: parameters, gradients, momentum, activations of
 // b examples; the plan's per-task bookkeeping), in bytes.
