@@ -194,12 +194,16 @@ int ConfigNode::asIntAtLeast(int minimum, const char* what) const {
   const auto s = scalarText();
   long long v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size())
+  // Counts of layers, devices, examples: a billion is beyond any real one, and
+  // products of them are checked (checked.h).
+  constexpr long long kMaxInt = 1'000'000'000;
+  const bool digits = ptr == s.data() + s.size() && !s.empty();
+  if (digits && (ec == std::errc::result_out_of_range || (ec == std::errc() && v > kMaxInt)))
+    fail(fmt::format("is too large: at most {}, got {}", kMaxInt, s));
+  if (ec != std::errc() || !digits)
     fail(std::string("must be ") + what + ", got '" + s + "'");
   if (v < minimum)
     fail(std::string("must be ") + what + ", got " + s);
-  if (v > 1'000'000'000)
-    fail("is too large, got " + s);
   return static_cast<int>(v);
 }
 

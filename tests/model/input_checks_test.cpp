@@ -374,6 +374,13 @@ TEST_CASE("counts that overflow are config errors naming the network file and la
         padPath +
             ":4: layers[0].kernel: output size 3000000000 (input 1000000000, pad 1000000000) is "
             "larger than 2147483647");
+  // Integers beyond a billion, or beyond 64 bits, are too large; not a parse failure.
+  CHECK(networkError("huge-int", "outputs: 10", "outputs: 99999999999999999999") ==
+        tmpPath("huge-int") + ":6: layers[2].outputs: is too large: at most 1000000000, got " +
+            "99999999999999999999");
+  CHECK_THAT(networkError("big-int", "outputs: 10", "outputs: 2000000000"),
+             Catch::EndsWith("layers[2].outputs: is too large: at most 1000000000, got "
+                             "2000000000"));
   // A billion bottleneck blocks are refused before any is expanded.
   CHECK_THAT(networkError("huge-repeat", "{name: relu1, kind: relu}",
                           "{name: res, kind: bottleneck, mid: 2, outputs: 4, repeat: 1000000000}"),

@@ -32,19 +32,19 @@ inline constexpr const char* kAllowLargeOption = "--allow-large";
 
 struct Limits {
   // Workers of one closed-form estimate (predict, compare, sweep). The model
-  // keeps a row per worker (~250 B, ~700 B more in JSON output): 131,072
-  // workers take ~0.3 s and ~35 MB, and the largest training clusters built
-  // (2024) have ~1e5 devices.
+  // keeps a row per worker (~250 B, ~3 KB more in JSON output): 131,072
+  // workers of resnet50 on dgx-h100 take 0.7 s and 38 MB (6 s and 420 MB as
+  // JSON), and the largest training clusters built (2024) have ~1e5 devices.
   int64_t maxModelWorkers = 131'072;
   // Tasks of one lowered Plan (plan, simulate, predict --engine sim, run).
-  // A task costs ~120 B in the Plan and ~200 B more in the simulator:
-  // 5,000,000 tasks are ~1.6 GB at most (resnet50 ring on 4,096 workers has
-  // ~2e6 and simulates in ~3 s).
+  // Lowering builds ~0.5e6 tasks per second, ~190 B each with the simulator's
+  // state: resnet50 ring on 4,096 workers has 1.9e6 tasks, lowered in 3.5 s
+  // and simulated in 2 s in 360 MB; 5,000,000 is ~15 s and ~1 GB at most.
   int64_t maxPlanTasks = 5'000'000;
-  // Simulator work: events processed plus flows visited when transfers start
-  // and end (an all-to-all step of K workers has K(K-1) flows). ~1e7 per
-  // second: 200,000,000 is under a minute.
-  int64_t maxSimEvents = 200'000'000;
+  // Simulator work: tasks plus the flows visited when transfers start and end
+  // (twice per flow; an all-to-all step of K workers has K(K-1) flows). ~2e8
+  // per second: 2,000,000,000 is ~10 s.
+  int64_t maxSimEvents = 2'000'000'000;
   // Workers of `strata run` as threads of one process (two threads each, a
   // compute and a communication lane). 0: the default, max(64, 2 x cores):
   // more workers than that only time-slice the same cores, and each holds its
