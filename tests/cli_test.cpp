@@ -60,9 +60,17 @@ std::string shellQuote(const std::string& s) {
   return out + "'";
 }
 
-// Runs strata with `args`, capturing stdout+stderr and the exit status.
-Result runStrata(const std::vector<std::string>& args) {
-  std::string cmd = shellQuote(STRATA_BIN);
+// Runs strata with `args` (and `env`, "NAME=value" settings, before it),
+// capturing stdout+stderr and the exit status.
+Result runStrata(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::string cmd;
+  if (!env.empty()) {
+    cmd = "env";
+    for (const auto& e : env)
+      cmd += " " + shellQuote(e);
+    cmd += " ";
+  }
+  cmd += shellQuote(STRATA_BIN);
   for (const auto& a : args)
     cmd += " " + shellQuote(a);
   cmd += " 2>&1";
@@ -769,15 +777,145 @@ TEST_CASE("run on threads trains and reports; a failing worker is named", "[cli]
   CHECK(j.at("steps").size() == 4);
   CHECK(j.at("measured").at("engine") == "executor");
   CHECK(j.at("measured").at("per_worker").size() == 3);
-  // A fault mid-run ends the run: status 2, progress so far, then the error.
+  // A fault mid-run ends the run: status 1 (a failure at run time, not a
+  // mistake), progress so far, then the error on one line.
   const auto bad = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "3", "--batch", "8",
                               "--steps", "4", "--fail-rank", "1", "--fail-step", "2"});
-  CHECK(bad.status == 2);
+  CHECK(bad.status == 1);
   CHECK(lines(bad.output).back().rfind("strata: error: worker 1: injected fault", 0) == 0);
   checkUserError(runStrata({"run", "-n", "lm-300m", "-s", "ring", "-k", "2", "--batch", "1"}),
                  {"lm-300m.yaml:", "layers[0]", "rnn"});
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "fp16"}),
                  {"--element"});
+}
+
+// Every line of tests/cli/bad-inputs/*.txt: "FRAGMENT | ARGS" must end with
+// exit status 2 and one line naming FRAGMENT.
+TEST_CASE("every bad command line in tests/cli/bad-inputs", "[cli][errors]") {
+  int tried = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA) + "/bad-inputs")) {
+    std::ifstream in(entry.path());
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      if (line.empty() || line[0] == '#')
+        continue;
+      const auto bar = line.find(" | ");
+      INFO(entry.path().filename().string() << ":" << number << ": " << line);
+      REQUIRE(bar != std::string::npos);
+      const std::string fragment = line.substr(0, bar);
+      std::vector<std::string> args;
+      std::stringstream words(line.substr(bar + 3));
+      std::string w;
+      while (words >> w)
+        args.push_back(w == "''" ? std::string() : w);
+      checkUserError(runStrata(args), {fragment});
+      ++tried;
+    }
+  }
+  CHECK(tried >= 100);
+}
+
+TEST_CASE("strata --version prints the version and the git revision", "[cli]") {
+  const auto r = runStrata({"--version"});
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.rfind("strata 0.", 0) == 0);
+  CHECK(r.output.find("(git ") != std::string::npos);
+  CHECK(lines(r.output).size() == 1);
+}
+
+TEST_CASE("option values that are not finite, out of range or empty name their option",
+          "[cli][errors]") {
+  checkUserError(runStrata({"frobnicate"}), {"frobnicate", "unknown command", "validate"});
+  // A single-strategy command does not offer "all"; list commands do.
+  const auto all =
+      runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "all", "-k", "2"});
+  checkUserError(all, {"--strategy", "unknown strategy 'all'", "one of naive"});
+  CHECK(all.output.find("or all") == std::string::npos);
+  checkUserError(runStrata({"compare", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "x"}),
+                 {"--strategies", "or all"});
+  // Given but empty is a mistake, not the default.
+  checkUserError(runStrata({"compare", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", ""}),
+                 {"--strategies", "empty"});
+  checkUserError(runStrata({"compare", "-n", "tiny-cnn", "-c", "localhost-cpu", "-k", ""}),
+                 {"--workers"});
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k",
+                            "2", "--segment", ""}),
+                 {"--segment", "empty"});
+  // Not finite or out of range.
+  const std::vector<std::string> run = {"run", "-n",      "tiny-cnn", "-s", "ring", "-k",
+                                        "2",   "--steps", "3",        "-b", "4"};
+  auto with = [](std::vector<std::string> base, const std::vector<std::string>& more) {
+    base.insert(base.end(), more.begin(), more.end());
+    return base;
+  };
+  checkUserError(runStrata(with(run, {"--momentum", "nan"})), {"--momentum", "[0, 1)"});
+  checkUserError(runStrata(with(run, {"--momentum", "1"})), {"--momentum"});
+  checkUserError(runStrata(with(run, {"--lr", "inf"})), {"--lr"});
+  checkUserError(runStrata(with(run, {"--lr", "-0.1"})), {"--lr"});
+  checkUserError(runStrata(with(run, {"--timeout", "inf"})), {"--timeout"});
+  checkUserError(runStrata(with(run, {"--fail-rank", "7"})), {"--fail-rank", "K = 2"});
+  checkUserError(runStrata(with(run, {"--fail-rank", "1", "--fail-step", "3"})),
+                 {"--fail-step", "past the last step"});
+  const std::vector<std::string> sim = {"simulate", "-n",   "tiny-cnn", "-c", "localhost-cpu",
+                                        "-s",       "ring", "-k",       "4"};
+  checkUserError(runStrata(with(sim, {"--jitter", "nan"})), {"--jitter"});
+  checkUserError(runStrata(with(sim, {"--jitter", "1"})), {"--jitter"});
+  checkUserError(runStrata(with(sim, {"--straggler", "3:inf"})), {"--straggler"});
+  checkUserError(runStrata(with(sim, {"--straggler", "3:nan"})), {"--straggler"});
+  checkUserError(runStrata(with(sim, {"--straggler", "4:2"})), {"--straggler", "K = 4"});
+  // CLI11 alone would wrap a negative seed to 2^64 - 1.
+  checkUserError(runStrata(with(sim, {"--seed", "-1"})), {"--seed", "[0, 2^64)"});
+  checkUserError(runStrata(with(run, {"--seed", "x"})), {"--seed"});
+}
+
+TEST_CASE("run --format json leaves out what a run does not measure", "[cli][exec]") {
+  const auto r = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--steps", "3", "-b",
+                            "4", "--format", "json"});
+  REQUIRE(r.status == 0);
+  const auto m = json::parse(r.output).at("measured");
+  CHECK(m.at("step_s").get<double>() > 0);
+  for (const char* key :
+       {"speedup", "efficiency", "single_worker_step_s", "bottleneck", "fits_in_memory"}) {
+    INFO(key);
+    CHECK_FALSE(m.contains(key));
+  }
+  CHECK_FALSE(m.at("per_worker")[0].contains("memory"));
+  CHECK(m.at("per_worker")[1].at("sent_bytes").get<double>() > 0);
+}
+
+TEST_CASE("STRATA_CONFIG_DIR adds preset folders before the built-in ones", "[cli][presets]") {
+  const std::filesystem::path dir = "cli_test_config_dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "networks");
+  {
+    // tiny-cnn under another name (a preset's name must equal its file's).
+    std::ifstream in(std::string(STRATA_CONFIG_DIR_FOR_TESTS) + "/networks/tiny-cnn.yaml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string yaml = text.str();
+    const auto at = yaml.find("name: tiny-cnn");
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, 14, "name: my-net");
+    std::ofstream(dir / "networks" / "my-net.yaml") << yaml;
+  }
+  const std::string env = "STRATA_CONFIG_DIR=" + dir.string();
+  // The user's preset and the built-in ones are both found and listed.
+  CHECK(runStrata({"describe", "my-net"}, {env}).status == 0);
+  CHECK(runStrata({"describe", "alexnet-owt"}, {env}).status == 0);
+  const auto list = runStrata({"list", "--format", "json"}, {env});
+  REQUIRE(list.status == 0);
+  const auto j = json::parse(list.output);
+  const auto nets = j.at("networks").get<std::vector<std::string>>();
+  CHECK(std::count(nets.begin(), nets.end(), "my-net") == 1);
+  CHECK(std::count(nets.begin(), nets.end(), "alexnet-owt") == 1);
+  CHECK(j.at("config_dirs").size() == 2);
+  checkUserError(runStrata({"describe", "tiny-cnn"}, {"STRATA_CONFIG_DIR=/no/such/folder"}),
+                 {"STRATA_CONFIG_DIR", "/no/such/folder"});
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",

@@ -261,7 +261,7 @@ class Worker {
   Measured step(int s) {
     step_ = s;
     if (opt_.failRank == w_ && opt_.failStep == s)
-      throw UserError(
+      throw RunFailure(
           fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
     Measured m;
     model_.setStep(static_cast<uint64_t>(s));

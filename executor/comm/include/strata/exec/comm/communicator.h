@@ -40,11 +40,11 @@ inline constexpr int kFirstReservedTag = 32000;
 inline constexpr int kFirstCollectiveTag = 32704;
 
 // A communication failure: a timeout, an aborted world, a size mismatch, a
-// failed MPI call. A UserError because its usual cause is outside strata (a
-// dead or wrong peer, a mismatched program), and the CLI prints it on one line.
-class CommError : public UserError {
+// failed MPI call. A RunFailure: its usual cause is outside strata (a dead or
+// wrong peer, a mismatched program); the CLI prints it on one line, status 1.
+class CommError : public RunFailure {
  public:
-  using UserError::UserError;
+  using RunFailure::RunFailure;
 };
 
 class Communicator {
