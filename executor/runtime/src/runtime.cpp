@@ -1106,9 +1106,10 @@ void checkRunOptions(const RunOptions& options) {
   if (options.steps > kMaxRunSteps)
     throw OptionError("--steps",
                       fmt::format("must be at most {}, got {}", kMaxRunSteps, options.steps));
-  // NaN, infinity or a huge rate would train to NaN losses and exit 0.
-  if (!(options.learningRate > 0 && options.learningRate <= 100))
-    throw OptionError("--lr", fmt::format("must be in (0, 100], got {}", options.learningRate));
+  // NaN, infinity or a huge rate would train to NaN losses and exit 0 (the
+  // CLI's --lr takes the same range).
+  if (!(options.learningRate > 0 && options.learningRate <= 1e6))
+    throw OptionError("--lr", fmt::format("must be in (0, 1000000], got {}", options.learningRate));
   if (!(options.momentum >= 0 && options.momentum < 1))
     throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
   if (!(options.timeout.value() > 0 && std::isfinite(options.timeout.value())))

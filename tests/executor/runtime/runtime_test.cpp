@@ -297,8 +297,8 @@ TEST_CASE("learning rate and momentum must be finite and in range", "[exec][erro
     }
     return std::string();
   };
-  CHECK(errorOf(HUGE_VALF, 0.9f) == "--lr: must be in (0, 100], got inf");
-  CHECK(errorOf(std::nanf(""), 0.9f) == "--lr: must be in (0, 100], got nan");
+  CHECK(errorOf(HUGE_VALF, 0.9f) == "--lr: must be in (0, 1000000], got inf");
+  CHECK(errorOf(std::nanf(""), 0.9f) == "--lr: must be in (0, 1000000], got nan");
   CHECK(errorOf(0.01f, std::nanf("")) == "--momentum: must be in [0, 1), got nan");
   CHECK(errorOf(0.01f, 0.9f).empty());
 }

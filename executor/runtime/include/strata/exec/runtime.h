@@ -77,7 +77,7 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
 inline constexpr int kMaxRunSteps = 1'000'000;
 
 // Throws OptionError naming the option when a run option is out of range:
-// steps in 1..kMaxRunSteps, learning rate in (0, 100], momentum in [0, 1),
+// steps in 1..kMaxRunSteps, learning rate in (0, 1e6], momentum in [0, 1),
 // timeout positive and finite (NaN and infinities included).
 void checkRunOptions(const RunOptions& options);
 
