@@ -503,6 +503,7 @@ void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
 }
 
 void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format format) {
+  checkPlanPrintable(plan, limits());  // every task and flow is held in memory first
   const auto& sc = plan.scenario;
   auto layerName = [&](int l) {
     return l >= 0 ? net.layers[static_cast<size_t>(l)].name : std::string();

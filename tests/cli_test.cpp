@@ -449,6 +449,112 @@ TEST_CASE("experiment unknown option key", "[cli][errors][experiment]") {
   checkExperimentError("unknown-option.yaml", 10, "options.turbo", "turbo: on");
 }
 
+// ---- input validation that cannot be fooled (issue 9) ---------------------------
+// Each case was a silent wrong answer (exit 0), an internal error or a run
+// without end before; now one line naming the file, line and key, or the option.
+
+TEST_CASE("cluster quantity without its unit", "[cli][errors][cluster][input-checks]") {
+  checkClusterError("bare-latency.yaml", 13, "topology[0].link.latency", "latency: 5,");
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", data("clusters/bare-latency.yaml"),
+                            "-s", "ring", "-k", "2"}),
+                 {"needs a unit: a time (s, ms, us, ns), got '5'"});
+}
+
+TEST_CASE("cluster denormal bandwidth", "[cli][errors][cluster][input-checks]") {
+  // Ended in `internal error: STRATA_ENFORCE(time >= now_) failed: -nan vs inf`.
+  checkConfigError({"simulate", "-n", "tiny-cnn", "-c", data("clusters/denormal-bandwidth.yaml"),
+                    "-s", "ring", "-k", "2"},
+                   "clusters/denormal-bandwidth.yaml", 13, "topology[0].link.bandwidth",
+                   "1e-320 B/s");
+  checkUserError(runStrata({"simulate", "-n", "tiny-cnn", "-c",
+                            data("clusters/denormal-bandwidth.yaml"), "-s", "ring", "-k", "2"}),
+                 {"is too small to compute with (a denormal number), got '1e-320 B/s'"});
+}
+
+TEST_CASE("network key left empty", "[cli][errors][network][input-checks]") {
+  checkNetworkError("empty-pad.yaml", 9, "layers[0].pad", "pad:");
+  checkNetworkError("null-rate.yaml", 6, "layers[1].rate", "rate: ~");
+  checkUserError(runStrata({"describe", data("networks/null-rate.yaml")}), {"has no value"});
+}
+
+TEST_CASE("network counts that overflow", "[cli][errors][network][input-checks]") {
+  // Printed negative parameter counts with exit 0.
+  checkNetworkError("overflow-params.yaml", 3, "input", "channels: 1000000000");
+  checkUserError(runStrata({"describe", data("networks/overflow-params.yaml")}),
+                 {"1000000000 x 1000000000 x 1 elements per example is over 2^53"});
+}
+
+TEST_CASE("experiment size without its unit", "[cli][errors][experiment][input-checks]") {
+  checkExperimentError("bare-segment.yaml", 9, "options.segment", "segment: 4");
+  checkUserError(runStrata({"compare", data("experiments/bare-segment.yaml")}),
+                 {"needs a unit: a size (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '4'"});
+}
+
+TEST_CASE("size and time options need their unit", "[cli][errors][input-checks]") {
+  // `--segment 4` was 4 bytes (a 611 s step, exit 0).
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k",
+                            "2", "--segment", "4"}),
+                 {"--segment", "'4'"});
+  // `--segment 0.000001B` was 0 bytes: predict reported no communication,
+  // plan dropped the allreduce and run exited 0 having sent nothing.
+  for (const char* command : {"predict", "plan", "run", "simulate"}) {
+    std::vector<std::string> args = {command, "-n", "tiny-cnn", "-s", "ring", "-k", "2"};
+    if (std::string(command) == "predict" || std::string(command) == "simulate")
+      args.insert(args.end(), {"-c", "localhost-cpu"});
+    args.insert(args.end(), {"--steps", "5", "-b", "8", "--no-dropout"});
+    if (std::string(command) != "run")
+      args.resize(args.size() - 5, "");
+    args.insert(args.end(), {"--segment", "0.000001B"});
+    INFO(command);
+    checkUserError(runStrata(args), {"--segment", "0.000001B"});
+  }
+  for (const char* bad : {"1e-320B", "0x10B", "inf", "nan", "1e400B", "-0.5MiB"})
+    checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring",
+                              "-k", "2", "--bucket", bad}),
+                   {"--bucket", bad});
+  checkUserError(
+      runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "-b", "8", "--timeout", "30"}),
+      {"--timeout", "'30'"});
+  // 0 alone still means off.
+  CHECK(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k", "2",
+                   "--segment", "0"})
+            .status == 0);
+}
+
+TEST_CASE("global batch overflow names --batch", "[cli][errors][input-checks]") {
+  // Printed "global batch -2" with exit 0.
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k",
+                            "2", "-b", "2147483647"}),
+                 {"--batch: 2147483647 examples per worker x 2 workers is a global batch over "
+                  "2147483647 examples"});
+}
+
+TEST_CASE("worker counts are bounded before allocating", "[cli][errors][input-checks]") {
+  // Ended in `internal error: std::bad_alloc`.
+  checkUserError(
+      runStrata({"predict", "-n", "resnet50", "-c", "dgx-h100", "-s", "ring", "-k", "1000000000"}),
+      {"--workers: 1000000000 workers is over the model's limit of 131072", "--max-workers N"});
+  // Grew to 5.9 GB with no output.
+  checkUserError(
+      runStrata({"simulate", "-n", "resnet50", "-c", "dgx-h100", "-s", "ring", "-k", "100000"}),
+      {"--workers: the plan of resnet50 (ring, 100000 workers) would have about 4.69e+07 tasks, "
+       "over the limit of 5000000",
+       "--max-tasks N"});
+  // Printing every task and flow of a large plan.
+  checkUserError(
+      runStrata({"plan", "-n", "resnet50", "-s", "ring", "-k", "1024", "--format", "json"}),
+      {"--workers: the plan of resnet50 (ring, 1024 workers) has ", "--allow-large"});
+  // Started 1,855 threads and 5.9 GB. The run's header line comes first until
+  // the CLI calls exec::checkThreadRun before printing it.
+  const auto r = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "1000", "-b", "8"});
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(lines(r.output).size() <= 2);
+  CHECK(lines(r.output).back().rfind("strata: error: --workers: 1000 workers would start 2000 "
+                                     "threads in this process",
+                                     0) == 0);
+}
+
 // ---- further mistakes found while writing these tests (CLI defects) ---------
 
 TEST_CASE("predict workers list is rejected", "[cli][errors]") {

@@ -10,6 +10,8 @@
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/limits.h"
+#include "strata/model/quantity_text.h"
 #include "strata/model/topology.h"
 
 namespace strata::sim {
@@ -82,8 +84,10 @@ double unitNoise(uint64_t seed, uint64_t task) {
 
 class Engine {
  public:
-  Engine(const Plan& plan, const Network& net, const Cluster& cluster, const Options& options)
-      : plan_(plan),
+  Engine(const Plan& plan, const Network& net, const Cluster& cluster, const Options& options,
+         int64_t maxEvents)
+      : maxEvents_(maxEvents),
+        plan_(plan),
         net_(net),
         cluster_(cluster),
         opt_(options),
@@ -154,6 +158,16 @@ class Engine {
       if (depsLeft_[t] == 0)
         makeReady(static_cast<uint32_t>(t));
     while (!q_.empty()) {
+      // The plan was sized before starting; this bounds the rest (rate
+      // changes re-schedule transfers), so no input runs without end.
+      if (q_.popped() >= static_cast<uint64_t>(maxEvents_))
+        throw OptionError(
+            "--workers",
+            fmt::format("the simulation of {} ({}, {} workers) passed the limit of {} events at "
+                        "simulated time {}; use fewer workers, or raise the limit with {} N ({} "
+                        "lifts every limit)",
+                        plan_.network, toString(plan_.scenario.strategy), k_, maxEvents_,
+                        formatSeconds(Seconds(q_.now())), kMaxEventsOption, kAllowLargeOption));
       const Event e = q_.pop();
       switch (e.kind) {
         case EventKind::kTaskDone:
@@ -738,6 +752,7 @@ class Engine {
     return r;
   }
 
+  int64_t maxEvents_;
   const Plan& plan_;
   const Network& net_;
   const Cluster& cluster_;
@@ -801,16 +816,32 @@ class Engine {
 
 Result simulate(const Plan& plan, const Network& network, const Cluster& cluster,
                 const Options& options) {
+  // A slowdown of 1000 turns a millisecond into a second: beyond it a factor
+  // is a typo, and NaN, infinity or a denormal would stall the clock.
   for (double s : options.slowdown)
-    if (!(s > 0))
-      throw OptionError("--straggler", fmt::format("slowdown factors must be positive, got {}", s));
-  if (options.jitter < 0 || options.jitter >= 1)
+    if (!(s >= 1e-3 && s <= 1e3))
+      throw OptionError("--straggler",
+                        fmt::format("slowdown factors must be in [0.001, 1000], got {}", s));
+  if (!(options.jitter >= 0 && options.jitter < 1))
     throw OptionError("--jitter", fmt::format("must be in [0, 1), got {}", options.jitter));
   if (options.slowdown.size() > static_cast<size_t>(plan.scenario.workers))
     throw OptionError("--straggler",
                       fmt::format("names worker {} but there are {} workers",
                                   options.slowdown.size() - 1, plan.scenario.workers));
-  Engine engine(plan, network, cluster, options);
+  // Bounded before allocating: every flow of a transfer is visited when it
+  // starts and ends (an all-to-all step of K workers has K(K-1) flows).
+  const Limits& lim = limits();
+  const double work = double(plan.tasks.size()) + 2 * plan.totalFlows();
+  if (work > double(lim.maxSimEvents))
+    throw OptionError(
+        "--workers",
+        fmt::format("simulating the plan of {} ({}, {} workers: {} tasks, {:.3g} flows) would take "
+                    "about {:.3g} events, over the limit of {}; use fewer workers or larger "
+                    "segments, or raise the limit with {} N ({} lifts every limit)",
+                    plan.network, toString(plan.scenario.strategy), plan.scenario.workers,
+                    plan.tasks.size(), plan.totalFlows(), work, lim.maxSimEvents, kMaxEventsOption,
+                    kAllowLargeOption));
+  Engine engine(plan, network, cluster, options, lim.maxSimEvents);
   return engine.run();
 }
 

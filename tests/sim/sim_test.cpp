@@ -2,12 +2,15 @@
 // computed timelines (contention on), and its trace.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "../model/helpers.h"
 #include "../trace_checker.h"
+#include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/limits.h"
 #include "strata/model/plan.h"
 #include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
@@ -456,4 +459,54 @@ TEST_CASE("simulator and model agree on a cluster with a bandwidth table", "[sim
       CHECK(run(net, cl, sc, false).estimate.step.value() ==
             Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
     }
+}
+
+TEST_CASE("a simulation over the event limit is refused before it starts", "[sim][limits]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = presetCluster("dgx-h100");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kPs, 8, 8));
+  const double work = double(plan.tasks.size()) + 2 * plan.totalFlows();
+  const Limits saved = limits();
+  Limits l;
+  l.maxSimEvents = static_cast<int64_t>(work) - 1;
+  setLimits(l);
+  std::string message;
+  try {
+    sim::simulate(plan, net, cl, sim::Options{});
+  } catch (const OptionError& e) {
+    message = e.what();
+  }
+  setLimits(saved);
+  CHECK_THAT(message, Catch::StartsWith("--workers: simulating the plan of tiny-cnn (ps, 8 "
+                                        "workers: ") &&
+                          Catch::Contains("over the limit of " + std::to_string(l.maxSimEvents) +
+                                          "; use fewer workers or larger segments, or raise the "
+                                          "limit with --max-events N"));
+  // At the default limit the same plan runs, in fewer events than the bound.
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  CHECK(r.events > 0);
+  CHECK(double(r.events) <= work);
+}
+
+TEST_CASE("straggler factors and jitter must be finite and sane", "[sim][errors]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = presetCluster("dgx-h100");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 2, 8));
+  auto errorOf = [&](const sim::Options& o) {
+    try {
+      sim::simulate(plan, net, cl, o);
+    } catch (const OptionError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (double bad : {std::nan(""), HUGE_VAL, 1e-320, 0.0, -1.0, 1e4}) {
+    sim::Options o;
+    o.slowdown = {1.0, bad};
+    CHECK_THAT(errorOf(o),
+               Catch::StartsWith("--straggler: slowdown factors must be in [0.001, 1000], got"));
+  }
+  sim::Options o;
+  o.jitter = std::nan("");
+  CHECK(errorOf(o) == "--jitter: must be in [0, 1), got nan");
 }

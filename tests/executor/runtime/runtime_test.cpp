@@ -7,12 +7,15 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "../../model/helpers.h"
 #include "../../trace_checker.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/trace.h"
+#include "strata/model/error.h"
+#include "strata/model/limits.h"
 
 using namespace strata;
 using strata::test::presetNetwork;
@@ -261,4 +264,75 @@ TEST_CASE("measured traces keep every slice under Perfetto's import rules", "[ex
     CHECK(check1.pids == std::set<int64_t>{2});
     CHECK(check1.flows == 0);
   }
+TEST_CASE("run refuses more thread workers than its limit, before starting any", "[exec][limits]") {
+  const auto net = presetNetwork("tiny-cnn");
+  auto errorOf = [&](const Scenario& sc) {
+    try {
+      exec::checkThreadRun(net, sc);
+    } catch (const OptionError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const Limits saved = limits();
+  CHECK(errorOf(scenario(Strategy::kRing, 64, 8)).empty());
+  // The user's case: `run -k 1000` started 1,855 threads and 5.9 GB.
+  const auto cores = std::max(1u, std::thread::hardware_concurrency());
+  if (cores <= 32)
+    CHECK_THAT(errorOf(scenario(Strategy::kRing, 1000, 8)),
+               Catch::StartsWith("--workers: 1000 workers would start 2000 threads in this "
+                                 "process, over the limit of 64 workers") &&
+                   Catch::EndsWith("raise the limit with --max-workers N (--allow-large lifts "
+                                   "every limit)"));
+  Limits l;
+  l.maxThreadWorkers = 3;
+  setLimits(l);
+  const auto message = errorOf(scenario(Strategy::kRing, 4, 8));
+  std::string fromRun;
+  try {
+    exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 4, 8)), net, options(1));
+  } catch (const OptionError& e) {
+    fromRun = e.what();
+  }
+  setLimits(saved);
+  CHECK_THAT(message, Catch::Contains("over the limit of 3 workers"));
+  CHECK(fromRun == message);
+}
+
+TEST_CASE("run refuses a batch that cannot fit in this machine's memory", "[exec][limits]") {
+  const auto net = presetNetwork("alexnet-owt");
+  // 8 workers x 1,000,000 examples: activations alone are terabytes.
+  const auto sc = scenario(Strategy::kRing, 8, 1'000'000);
+  CHECK(exec::runMemoryLowerBound(net, sc) > 1e13);
+  try {
+    exec::checkThreadRun(net, sc);
+    FAIL("no error");
+  } catch (const OptionError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("--batch: 8 workers x 1000000 examples of alexnet-owt "
+                                           "need at least ") &&
+                             Catch::Contains("more than this machine's"));
+  }
+  // Parameters, gradients and momentum of one worker at least.
+  CHECK(exec::runMemoryLowerBound(net, scenario(Strategy::kRing, 1, 1)) >
+        3 * 4 * double(net.totalParams()));
+}
+
+TEST_CASE("learning rate and momentum must be finite and in range", "[exec][errors]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 1, 2));
+  auto errorOf = [&](float lr, float momentum) {
+    auto o = options(1);
+    o.learningRate = lr;
+    o.momentum = momentum;
+    try {
+      exec::runThreads(plan, net, o);
+    } catch (const OptionError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(errorOf(HUGE_VALF, 0.9f) == "--lr: must be in (0, 1000000], got inf");
+  CHECK(errorOf(std::nanf(""), 0.9f) == "--lr: must be in (0, 1000000], got nan");
+  CHECK(errorOf(0.01f, std::nanf("")) == "--momentum: must be in [0, 1), got nan");
+  CHECK(errorOf(0.01f, 0.9f).empty());
 }

@@ -64,7 +64,7 @@ void checkRunnable(const Network& network, const Scenario& scenario);
 // shapes, strategy, K, b, options, run options); compared at start.
 uint64_t configHash(const Network& network, const Scenario& scenario, const RunOptions& options);
 
-// Runs `options.steps` steps of `plan` on this rank (comm.rank() is the
+// Runs `options.steps` steps (1..kMaxRunSteps) of `plan` on this rank (comm.rank() is the
 // worker). Collective: every rank of comm.size() == plan.scenario.workers
 // ranks must call it with the same arguments; ranks whose config hash differs
 // are detected at start (UserError on every rank). Throws UserError for what
@@ -73,9 +73,30 @@ uint64_t configHash(const Network& network, const Scenario& scenario, const RunO
 RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
                     const RunOptions& options);
 
+// Steps of one run: every step's task timings are kept until the end.
+inline constexpr int kMaxRunSteps = 1'000'000;
+
+// Throws OptionError naming the option when a run option is out of range:
+// steps in 1..kMaxRunSteps, learning rate in (0, 1e6], momentum in [0, 1),
+// timeout positive and finite (NaN and infinities included).
+void checkRunOptions(const RunOptions& options);
+
+// A lower bound of the memory K = scenario.workers workers of this process
+// need (each its own network: parameters, gradients, momentum, activations of
+// b examples; the plan's per-task bookkeeping), in bytes.
+double runMemoryLowerBound(const Network& network, const Scenario& scenario);
+
+// Throws OptionError before any thread starts when K = scenario.workers
+// threads-as-workers are over limits()'s thread-worker limit (naming
+// --workers and the option that raises it) or need more memory than this
+// machine has (naming --batch). Cheap (O(layers)); call it with
+// checkRunnable() before lowering and printing, when not under mpirun.
+void checkThreadRun(const Network& network, const Scenario& scenario);
+
 // Runs the plan on K = plan.scenario.workers threads of this process and
 // returns rank 0's result (with every rank's parameters in `perRankParameters`
 // when non-null). A worker that throws ends all workers; the error names it.
+// checkThreadRun() first.
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters = nullptr);
 
