@@ -1,9 +1,12 @@
 // `strata run`: training steps for real and measured; threads by default, MPI
 // ranks when started by mpirun.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <csignal>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -97,6 +100,10 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
       throw OptionError(stepOption,
                         fmt::format("step {} is past the last step ({} steps)", step, opt.steps));
   }
+  if (opt.hangRank >= 0 && s.sc.workers < 2)
+    throw OptionError("--hang-rank",
+                      "needs 2 workers or more (a lone worker that hangs has no "
+                      "peer to notice it)");
   opt.hangStopsProcess = ranks > 0;
   exec::checkRunnable(s.net, s.sc);
   s.plan = lowerToPlan(s.net, s.sc);
@@ -175,6 +182,49 @@ int runThreads(const RunFlags& f) {
 }
 
 #ifdef STRATA_HAVE_MPI
+// mpirun ends the surviving ranks with SIGTERM when a rank dies (kill -9, the
+// OOM killer) or the job is interrupted. Under `mpirun -q` nothing else would
+// say so: rank 0 prints one line then, unless another rank's line already
+// said why (MpiCommunicator::endSeenElsewhere). Async-signal-safe: atomic
+// loads, the clock, write(2), the default action.
+std::atomic<const exec::MpiCommunicator*> gTermWatch{nullptr};
+
+extern "C" void onTerminate(int signal) {
+  const exec::MpiCommunicator* comm = gTermWatch.load();
+  if (comm && !comm->endSeenElsewhere()) {
+    constexpr char kLine[] =
+        "strata: error: mpirun ended the run (SIGTERM): a rank died or the job was interrupted "
+        "(mpirun without -q names the rank)\n";
+    [[maybe_unused]] const auto written = ::write(2, kLine, sizeof kLine - 1);
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+// Installs onTerminate on rank 0 for the lifetime of the run.
+class TermWatch {
+ public:
+  explicit TermWatch(const exec::MpiCommunicator& comm) {
+    if (comm.rank() != 0)
+      return;
+    gTermWatch = &comm;
+    previous_ = std::signal(SIGTERM, onTerminate);
+    installed_ = true;
+  }
+  ~TermWatch() {
+    if (!installed_)
+      return;
+    std::signal(SIGTERM, previous_);
+    gTermWatch = nullptr;
+  }
+  TermWatch(const TermWatch&) = delete;
+  TermWatch& operator=(const TermWatch&) = delete;
+
+ private:
+  bool installed_ = false;
+  void (*previous_)(int) = SIG_DFL;
+};
+
 // One line on this rank's stderr, as main prints it; the exit status.
 int printError(const std::exception& e) {
   std::cerr << "strata: error: " << e.what() << "\n";
@@ -207,6 +257,7 @@ int runRank(const RunFlags* f, std::string mistake, Process process) {
     return kRunFailureExit;
   }
   const bool root = comm->rank() == 0;
+  const TermWatch termWatch(*comm);
 
   std::optional<Setup> setup;
   std::string verdict;

@@ -112,18 +112,20 @@ std::string recvText(Communicator& comm, int peer) {
 }  // namespace
 
 std::string agreeOnMistakes(Communicator& comm, const std::string& mistake) {
+  // Cut to what a message carries, so every rank returns the same text.
+  const std::string own = mistake.substr(0, kMaxMistakeBytes);
   if (comm.size() == 1)
-    return mistake;
+    return own;
   if (comm.rank() != 0) {
-    sendText(comm, 0, mistake);
+    sendText(comm, 0, own);
     return recvText(comm, 0);
   }
   // Rank 0 hears every rank before it answers, so no rank leaves early.
-  std::string verdict = mistake;
+  std::string verdict = own;
   for (int r = 1; r < comm.size(); ++r) {
     const std::string theirs = recvText(comm, r);
     if (verdict.empty() && !theirs.empty())
-      verdict = fmt::format("rank {}: {}", r, theirs);
+      verdict = fmt::format("rank {}: {}", r, theirs).substr(0, kMaxMistakeBytes);
   }
   for (int r = 1; r < comm.size(); ++r)
     sendText(comm, r, verdict);

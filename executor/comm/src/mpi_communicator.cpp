@@ -171,6 +171,9 @@ MpiCommunicator::MpiCommunicator(Seconds heartbeat) : heartbeat_(heartbeat) {
   w.period = heartbeat.value();
   w.silentAfter = kMissedHeartbeats * all[0];
   w.poll = std::clamp(w.period / 4, 0.001, 0.05);
+  lastLookNs_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
   w.running = true;
   w.thread = std::thread([this] { watch(); });
 }
@@ -189,6 +192,21 @@ MpiCommunicator::~MpiCommunicator() {
 
 bool MpiCommunicator::heartbeats() const {
   return watcher_ && watcher_->running.load();
+}
+
+bool MpiCommunicator::endSeenElsewhere() const {
+  if (aborted())
+    return true;
+  if (!heartbeats())
+    return false;
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  // Read in the order opposite to the watcher's stores: a fresh look implies
+  // its stall (if any) is visible.
+  const std::int64_t look = lastLookNs_.load();
+  const std::int64_t stall = lastStallNs_.load();
+  return double(now - look) * 1e-9 > heartbeat_.value() ||
+         (stall != 0 && double(now - stall) * 1e-9 < standByLimit());
 }
 
 double MpiCommunicator::standByLimit() const {
@@ -334,6 +352,17 @@ void MpiCommunicator::watch() {
       byeLimit = w.byeLimit;
     }
     const auto now = Clock::now();
+    const auto nowNs =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+    // This thread not running for a period (an overloaded machine, this
+    // process stopped and continued) is not the peers' silence. The stall is
+    // noted before the look, for endSeenElsewhere.
+    if (secondsBetween(lastLook, now) > w.period) {
+      lastStallNs_.store(nowNs);
+      std::fill(heard.begin(), heard.end(), now);
+    }
+    lastLook = now;
+    lastLookNs_.store(nowNs);
 
     // What arrived: any message proves its sender alive.
     for (int round = 0; round < 8; ++round) {
@@ -362,11 +391,6 @@ void MpiCommunicator::watch() {
           return;
       }
     }
-    // This thread not running for a period (an overloaded machine, this
-    // process stopped and continued) is not the peers' silence.
-    if (secondsBetween(lastLook, now) > w.period)
-      std::fill(heard.begin(), heard.end(), now);
-    lastLook = now;
 
     // Done: say bye once, then wait for every peer's bye, so no rank enters
     // MPI_Finalize (which would wait for a stopped peer for ever) while a peer

@@ -139,8 +139,8 @@ void runOrAbort(Communicator& comm, const std::function<void(Communicator&)>& bo
 // had none). Collective. Returns the same verdict on every rank: "" when no
 // rank had a mistake; else rank 0's mistake, or "rank R: <mistake>" for the
 // lowest rank R that had one when rank 0 had none (a file readable on one
-// node only). So every rank can end cleanly together, and rank 0 alone
-// prints the verdict. Throws CommError when a rank does not arrive within
+// node only). Mistakes are cut to 4096 bytes. So every rank can end cleanly
+// together, and rank 0 alone prints the verdict. Throws CommError when a rank does not arrive within
 // timeout() (or is found stopped or dead sooner, under MPI).
 std::string agreeOnMistakes(Communicator& comm, const std::string& mistake);
 

@@ -35,6 +35,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -115,6 +116,12 @@ class MpiCommunicator final : public Communicator {
 
   // True while the watcher thread runs (heartbeats are on).
   bool heartbeats() const;
+  // Whether a line about the job's end from this rank would repeat one that
+  // another rank printed: the job is ending (the abort flag), or this rank's
+  // watcher has not run for a heartbeat period, or found so in the last
+  // seconds (this process was stopped, so the rank that noticed said so).
+  // Async-signal-safe, for a SIGTERM handler.
+  bool endSeenElsewhere() const;
   // The period a peer is watched with: the longest any rank asked for; 0 when
   // heartbeats are off (one rank asked for 0, or MPI lacks
   // MPI_THREAD_MULTIPLE on one rank, or a world of one rank).
@@ -159,6 +166,10 @@ class MpiCommunicator final : public Communicator {
   Seconds heartbeat_{0};
   std::atomic<bool> aborted_{false};
   std::atomic<bool> printed_{false};
+  // When the watcher last looked, and last found it had not run for a period
+  // (0: never), in steady_clock nanoseconds.
+  std::atomic<std::int64_t> lastLookNs_{0};
+  std::atomic<std::int64_t> lastStallNs_{0};
   mutable std::mutex reasonMutex_;
   std::string reason_;
   Ending ending_ = Ending::kNo;
