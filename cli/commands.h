@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace strata::cli {
 
@@ -30,6 +31,11 @@ Command addSweepCommand(CLI::App& app);
 Command addPlanCommand(CLI::App& app);
 Command addSimulateCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app, Process process);
+// A wrong `strata run` command line (`message`, CLI11's): under mpirun every
+// rank joins the start-up agreement, rank 0 alone prints "strata: error:
+// <message>" and all exit 2 after finalising MPI; otherwise prints it. Returns
+// the exit status (2).
+int reportRunMistake(Process process, const std::string& message);
 Command addValidateCommand(CLI::App& app);
 Command addCalibrateCommand(CLI::App& app);
 Command addProfileCommand(CLI::App& app);

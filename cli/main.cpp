@@ -62,7 +62,10 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "strata: error: " << e.what() << " (see strata --help)\n";
+    const std::string message = std::string(e.what()) + " (see strata --help)";
+    if (argc > 1 && std::string(argv[1]) == "run")
+      return reportRunMistake(Process{&argc, &argv}, message);  // one line under mpirun too
+    std::cerr << "strata: error: " << message << "\n";
     return kUserErrorExit;
   }
   for (const auto& c : commands)

@@ -263,6 +263,8 @@ class Worker {
     if (opt_.failRank == w_ && opt_.failStep == s)
       throw RunFailure(
           fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
+    if (opt_.hangRank == w_ && opt_.hangStep == s)
+      hang();
     Measured m;
     model_.setStep(static_cast<uint64_t>(s));
     model_.zeroGradients();
@@ -300,6 +302,19 @@ class Worker {
     const double hidden = overlapSeconds(commIv, computeIv);
     m.exposed = m.communication - hidden;
     return m;
+  }
+
+  // The injected hang (RunOptions::hangRank). The stopped process is killed
+  // by whatever ends the job; its guard kills it after two timeouts at most.
+  void hang() {
+    if (opt_.hangStopsProcess) {
+      stopThisProcessForTest(Seconds(2 * opt_.timeout.value() + 60));
+      return;
+    }
+    while (!comm_.aborted())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    throw CommError(fmt::format("worker {}: hung at step {} (--hang-rank {} --hang-step {})", w_,
+                                step_, w_, step_));
   }
 
   // Runs one lane's tasks of this step in Plan order.
@@ -979,7 +994,7 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
     comm.recv(0, kTagVerdict, writableBytesOf(verdict));
   }
   if (verdict[0] > 0)
-    throw UserError(fmt::format(
+    throw ConfigMismatch(fmt::format(
         "rank {} was started with a different configuration than rank 0 (config hash {:016x} vs "
         "{:016x}); start every rank with the same network, strategy, workers, batch, options and "
         "run options",

@@ -33,6 +33,15 @@ struct RunOptions {
   // `failRank` throws at the start of step `failStep` (-1: never).
   int failRank = -1;
   int failStep = 0;
+  // Fault injection, to test that a stopped worker ends the run: rank
+  // `hangRank` stops at the start of step `hangStep` (-1: never). With
+  // `hangStopsProcess` (under MPI) its whole process stops (SIGSTOP), as a
+  // frozen node would, and the heartbeats end the job; otherwise (threads) the
+  // worker stops communicating until the world is aborted, and the other
+  // workers' receive timeout ends the run.
+  int hangRank = -1;
+  int hangStep = 0;
+  bool hangStopsProcess = false;
   // How long a blocked receive waits before failing (naming peer and tag).
   Seconds timeout = Seconds(60);
 };
@@ -55,6 +64,14 @@ struct RunResult {
   std::vector<float> parameters;
 };
 
+// Ranks started with different configurations. runWorker throws it on every
+// rank at the same point (rank 0's verdict reaches all), so a caller may end
+// every rank cleanly, as after any mistake all ranks agree on.
+class ConfigMismatch : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // Throws UserError (OptionError for options) when the executor cannot run
 // this scenario: an element type other than fp32, an rnn layer. Cheap; call it
 // before starting workers.
@@ -67,7 +84,7 @@ uint64_t configHash(const Network& network, const Scenario& scenario, const RunO
 // Runs `options.steps` steps (1..kMaxRunSteps) of `plan` on this rank (comm.rank() is the
 // worker). Collective: every rank of comm.size() == plan.scenario.workers
 // ranks must call it with the same arguments; ranks whose config hash differs
-// are detected at start (UserError on every rank). Throws UserError for what
+// are detected at start (ConfigMismatch on every rank). Throws UserError for what
 // cannot run (e.g. an rnn layer); CommError for
 // communication failures (timeouts name the peer and tag).
 RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
