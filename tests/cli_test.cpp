@@ -919,7 +919,7 @@ TEST_CASE("STRATA_CONFIG_DIR adds preset folders before the built-in ones", "[cl
 }
 
 TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
-          "[cli][validate]") {
+          "[cli][validate][timing]") {
   // --fit-on-network: the old default, calibrating on the validated network;
   // every row is then flagged and none counts as held-out.
   const std::string dir = "cli_test_validate";
@@ -958,7 +958,7 @@ TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
 
 // Held-out by default: calibrate measures kernel tables only, never the
 // validated network.
-TEST_CASE("validate calibrates held-out by default", "[cli][validate]") {
+TEST_CASE("validate calibrates held-out by default", "[cli][validate][timing]") {
   const std::string dir = "cli_test_validate_held_out";
   const auto r = runStrata({"validate", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "--steps", "3",
                             "--batch", "4", "--out-dir", dir, "--format", "json"});
@@ -1044,8 +1044,10 @@ std::string readFile(const std::string& path) {
 }
 }  // namespace
 
-// One run of calibrate per variant (each takes most of a minute here).
-TEST_CASE("calibrate writes a cluster that loads", "[cli][validate]") {
+// One run of calibrate per variant (each takes most of a minute here, two when
+// tests run side by side). [timing]: real measurements, left out of the
+// sanitizer runs (ctest label timing, tests/CMakeLists.txt).
+TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated.yaml";
   const auto r = runStrata({"calibrate", "--out", file, "--max-workers", "2"});
   INFO(r.output);
@@ -1077,7 +1079,7 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate]") {
   std::remove(file.c_str());
 }
 
-TEST_CASE("calibrate --network records what it fitted on", "[cli][validate]") {
+TEST_CASE("calibrate --network records what it fitted on", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated_fitted.yaml";
   const auto r =
       runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--max-workers", "1"});

@@ -120,7 +120,11 @@ RankingCheck checkRanking(const std::vector<ValidationRow>& rows) {
     groups[{r.measured.network, sc.batchPerWorker, sc.workers}].push_back(&r);
   }
   RankingCheck check;
-  for (const auto& [key, group] : groups) {
+  for (const auto& entry : groups) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one
+    // in the lambda below.
+    const auto& key = entry.first;
+    const auto& group = entry.second;
     for (size_t i = 0; i < group.size(); ++i) {
       for (size_t j = i + 1; j < group.size(); ++j) {
         const ValidationRow* a = group[i];

@@ -243,6 +243,46 @@ TEST_CASE("ps updates only its shard on the server", "[strategy]") {
   CHECK(ps.workers[0].compute.update.value() == Approx(ring.workers[0].compute.update.value() / 4));
 }
 
+TEST_CASE("every worker's memory is estimateMemory's; only the naive reducer stages gradients",
+          "[strategy][memory]") {
+  // Release builds with GCC 12.2 (-O3) once printed the reducer's staging on
+  // every naive worker: the estimate's per-worker loop was miscompiled (see
+  // docs/testing.md). Closed forms: the reducer stages K-1 segments, a ring
+  // worker two segments of its chunk, a ps server its 1/K gradient shard.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const double grads = double(net.totalParams()) * 4;
+  const double seg = 4.0 * 1024 * 1024;  // the default segment, 4 MiB
+  REQUIRE(grads / 8 > seg);
+  for (int k : {1, 2, 3, 5, 8}) {
+    for (auto s : kAllStrategies) {
+      INFO(toString(s) << " K = " << k);
+      const auto sc = scenario(s, k);
+      const auto e = estimate(net, cl, sc);
+      REQUIRE(e.workers.size() == static_cast<size_t>(k));
+      for (int r = 0; r < k; ++r) {
+        INFO("rank " << r);
+        const auto& got = e.workers[static_cast<size_t>(r)].memory;
+        const auto want = estimateMemory(net, cl, sc, r);
+        CHECK(got.weights.value() == want.weights.value());
+        CHECK(got.gradients.value() == want.gradients.value());
+        CHECK(got.optimizer.value() == want.optimizer.value());
+        CHECK(got.activations.value() == want.activations.value());
+        CHECK(got.buffers.value() == want.buffers.value());
+        double buffers = 0;
+        if (k > 1 && s == Strategy::kNaive)
+          buffers = r == 0 ? (k - 1) * seg : 0;
+        else if (k > 1 && s == Strategy::kRing)
+          buffers = 2 * seg;
+        else if (k > 1 && s == Strategy::kPs)
+          buffers = grads / k;
+        if (!isModelParallel(s))
+          CHECK(got.buffers.value() == Approx(buffers).epsilon(1e-12));
+      }
+    }
+  }
+}
+
 TEST_CASE("a batch that does not fit is flagged", "[strategy]") {
   const auto net = presetNetwork("vgg16");
   const auto cl = presetCluster("k20x8-pcie");

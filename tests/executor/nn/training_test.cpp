@@ -47,7 +47,11 @@ TEST_CASE("training tiny-cnn on synthetic data lowers the loss", "[training]") {
   INFO("loss curve: " << curve);
   CHECK(last < 0.7 * losses[0]);
   CHECK(last < 0.5 * std::log(10.0));  // and well below chance (uniform over 10 classes)
+  // Speed is a claim about optimised builds; a sanitizer build
+  // (STRATA_SANITIZE, cmake/sanitizers.cmake) runs several times slower.
+#ifndef STRATA_SANITIZED
   CHECK(seconds < 10);
+#endif
 }
 
 }  // namespace
