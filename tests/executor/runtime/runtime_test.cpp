@@ -264,6 +264,8 @@ TEST_CASE("measured traces keep every slice under Perfetto's import rules", "[ex
     CHECK(check1.pids == std::set<int64_t>{2});
     CHECK(check1.flows == 0);
   }
+}
+
 TEST_CASE("run refuses more thread workers than its limit, before starting any", "[exec][limits]") {
   const auto net = presetNetwork("tiny-cnn");
   auto errorOf = [&](const Scenario& sc) {
