@@ -14,6 +14,7 @@ Command addCompareCommand(CLI::App& app) {
     std::string experiment, network, cluster, strategies, workers, profile, engine = "model",
                                                                             format = "table";
     ScenarioFlags flags;
+    LimitFlags limitFlags;
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand("compare", "strategies x worker counts side by side");
@@ -28,6 +29,7 @@ Command addCompareCommand(CLI::App& app) {
   auto* workers = sub->add_option("--workers,-k", o->workers, "comma-separated worker counts");
   o->flags.add(sub);
   addEngineOption(sub, o->engine);
+  o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format);
   sub->footer(
       "Examples:\n"
@@ -35,6 +37,7 @@ Command addCompareCommand(CLI::App& app) {
       "  strata compare -n alexnet-owt -c k20x8-pcie -s all -k 1,2,4,8 --format csv");
   return {
       sub, [o, strategies, workers] {
+        o->limitFlags.apply();
         const auto format = parseFormat(o->format);
         Experiment ex;
         if (!o->experiment.empty()) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "strata/model/error.h"
+#include "strata/model/limits.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/profile.h"
@@ -204,6 +205,36 @@ TraceOptions TraceFlags::options(const std::string& trace, int workers) const {
     o.maxEvents = v;
   }
   return o;
+}
+
+void LimitFlags::add(CLI::App* app, bool threads) {
+  threadWorkers = threads;
+  app->add_option(kMaxWorkersOption, maxWorkers,
+                  threads ? "raise the limit on worker threads (default max(64, 2 x cores))"
+                          : "raise the limit on workers of one estimate (default 131072)");
+  app->add_option(kMaxTasksOption, maxTasks,
+                  "raise the limit on tasks of one Plan (default 5000000)");
+  app->add_option(kMaxEventsOption, maxEvents,
+                  "raise the limit on simulator events (default 2000000000)");
+  app->add_flag(kAllowLargeOption, allowLarge, "lift every limit to its ceiling");
+}
+
+void LimitFlags::apply() const {
+  Limits l = allowLarge ? largestLimits() : limits();
+  auto read = [](const std::string& text, const char* option) -> int64_t {
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < 1)
+      throw OptionError(option, "must be a positive integer, got '" + text + "'");
+    return v;
+  };
+  if (!maxWorkers.empty())
+    (threadWorkers ? l.maxThreadWorkers : l.maxModelWorkers) = read(maxWorkers, kMaxWorkersOption);
+  if (!maxTasks.empty())
+    l.maxPlanTasks = read(maxTasks, kMaxTasksOption);
+  if (!maxEvents.empty())
+    l.maxSimEvents = read(maxEvents, kMaxEventsOption);
+  setLimits(l);
 }
 
 void addFormatOption(CLI::App* app, std::string& format, const std::string& help) {

@@ -89,6 +89,18 @@ struct TraceFlags {
   CLI::Option* maxEventsOption_ = nullptr;
 };
 
+// --max-workers, --max-tasks, --max-events and --allow-large: raise the
+// resource limits (model/limits.h, docs/configs.md "Limits").
+struct LimitFlags {
+  std::string maxWorkers, maxTasks, maxEvents;
+  bool allowLarge = false;
+  bool threadWorkers = false;  // --max-workers limits threads (run, validate)
+
+  void add(CLI::App* app, bool threads);
+  // Sets the limits in force from the flags given; call before any work.
+  void apply() const;
+};
+
 // --format into `format` ("table" unless the caller set another default).
 void addFormatOption(CLI::App* app, std::string& format,
                      const std::string& help = "output: table|json|csv (default table)");

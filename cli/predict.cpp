@@ -11,6 +11,7 @@ Command addPredictCommand(CLI::App& app) {
   struct Options {
     std::string network, cluster, strategy, workers, profile, engine = "model", format = "table";
     ScenarioFlags flags;
+    LimitFlags limitFlags;
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand("predict", "one network x cluster x strategy x K: the breakdown");
@@ -25,11 +26,13 @@ Command addPredictCommand(CLI::App& app) {
   sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
   o->flags.add(sub);
   addEngineOption(sub, o->engine);
+  o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format);
   sub->footer(
       "Example:\n"
       "  strata predict -n alexnet-owt -c k20x8-pcie -s owt-b -k 8 --fc-update round");
   return {sub, [o] {
+            o->limitFlags.apply();
             const auto format = parseFormat(o->format);
             const Scenario sc = o->flags.scenario(o->strategy, o->workers);
             const auto net = networkArg(o->network, "--network");

@@ -32,6 +32,7 @@ struct RunFlags {
                                                  format = "table", seed = "1";
   ScenarioFlags flags;
   TraceFlags traceFlags;
+  LimitFlags limitFlags;
   exec::RunOptions run;
   bool noDropout = false;
 };
@@ -68,6 +69,7 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
     throw OptionError("--format", "run prints table or json");
   exec::RunOptions& opt = s.opt;
   opt = f.run;
+  f.limitFlags.apply();
   opt.timeout = parseTime(f.timeout, "--timeout");
   opt.seed = parseSeed(f.seed, "--seed");
   heartbeatOf(f);
@@ -346,6 +348,7 @@ Command addRunCommand(CLI::App& app, Process process) {
                   "write the measured step as a Chrome trace-event JSON (gzipped when it ends in "
                   ".gz)");
   f->traceFlags.add(sub);
+  f->limitFlags.add(sub, true);
   sub->add_option("--timeout", f->timeout,
                   "how long a blocked receive from a live peer waits before failing (default "
                   "60s)");

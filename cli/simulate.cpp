@@ -20,6 +20,7 @@ Command addSimulateCommand(CLI::App& app) {
     double jitter = 0;
     std::string seed = "1";
     ScenarioFlags flags;
+    LimitFlags limitFlags;
     TraceFlags traceFlags;
   };
   auto o = std::make_shared<Options>();
@@ -45,12 +46,14 @@ Command addSimulateCommand(CLI::App& app) {
                   "write a Chrome trace-event JSON file, gzipped when it ends in .gz (open it in "
                   "ui.perfetto.dev)");
   o->traceFlags.add(sub);
+  o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format);
   sub->footer(
       "Examples:\n"
       "  strata simulate -n alexnet-owt -c k20x8-pcie -s owt-b -k 4 --trace step.json\n"
       "  strata simulate -n resnet50 -c dgx-h100 -s ring -k 16 --straggler 3:1.2");
   return {sub, [o] {
+            o->limitFlags.apply();
             const auto format = parseFormat(o->format);
             const Scenario sc = o->flags.scenario(o->strategy, o->workers);
             sim::Options opt;

@@ -12,6 +12,7 @@ Command addSweepCommand(CLI::App& app) {
                                     overlaps = "on", elements = "fp32", fcUpdates = "step", out,
                                     engine = "model", format = "csv";
     ScenarioFlags flags;
+    LimitFlags limitFlags;
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand("sweep", "many configurations to CSV/JSON (stdout or a file)");
@@ -29,12 +30,14 @@ Command addSweepCommand(CLI::App& app) {
                   "conv-gradient sync of owt-* (default direct)");
   sub->add_option("--out,-o", o->out, "write to this file instead of stdout");
   addEngineOption(sub, o->engine);
+  o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format, "output: table|json|csv (default csv)");
   sub->footer(
       "Example:\n"
       "  strata sweep --networks resnet50,vgg16 --clusters dgx-h100,gige-cluster --workers "
       "8,64,512 --overlaps on,off --out sweep.csv");
   return {sub, [o] {
+            o->limitFlags.apply();
             const auto format = parseFormat(o->format);
             OutputFile out(o->out, "--out");
             // Each list needs at least one item; empty items are each reader's to reject.

@@ -253,6 +253,7 @@ Command addValidateCommand(CLI::App& app) {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table";
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
+    LimitFlags limitFlags;
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand(
@@ -284,6 +285,7 @@ Command addValidateCommand(CLI::App& app) {
   sub->add_option("--out-dir", o->validate.outDir,
                   "folder for the calibrated cluster and the measured and simulated traces "
                   "(default validate)");
+  o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
       "Examples:\n"
@@ -291,6 +293,7 @@ Command addValidateCommand(CLI::App& app) {
       "  strata validate --suite validation-suite --format json > suite.json");
   return {
       sub, [o, steps, repeats] {
+        o->limitFlags.apply();
         o->validate.format = parseFormat(o->format);
         if (steps->count() > 0 && o->steps < kMinValidateSteps)
           throw OptionError("--steps", "must be at least 3 (2 warm-up steps, then measured ones)");
