@@ -49,8 +49,8 @@ struct Setup {
   std::unique_ptr<TraceFile> traceFile;  // rank 0 (or threads) with --trace
 };
 
-// A positive, finite time with its unit: a bare "2" could be meant as
-// seconds or as heartbeats missed, so it is refused.
+// A finite time of at least 100 ms with its unit: a bare "2" could be meant
+// as seconds or as heartbeats missed, so it is refused.
 Seconds heartbeatOf(const RunFlags& f) {
   const std::string& text = f.heartbeat;
   const auto last = text.find_last_not_of(" \t");
@@ -58,7 +58,13 @@ Seconds heartbeatOf(const RunFlags& f) {
       text[last] == '.')
     throw OptionError("--heartbeat",
                       "needs a time with its unit, such as 1s or 500ms, got '" + text + "'");
-  return parseTime(text, "--heartbeat");
+  const Seconds period = parseTime(text, "--heartbeat");
+  if (period.value() < 0.1)
+    throw OptionError("--heartbeat",
+                      "must be at least 100ms (a rank's watcher looks every "
+                      "period / 4, at most every 50 ms), got '" +
+                          text + "'");
+  return period;
 }
 
 // `ranks`: the number of MPI ranks, 0 on threads. Throws UserError.

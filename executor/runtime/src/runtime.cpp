@@ -305,7 +305,7 @@ class Worker {
   }
 
   // The injected hang (RunOptions::hangRank). The stopped process is killed
-  // by whatever ends the job; its guard kills it after two timeouts at most.
+  // by whatever ends the job, or by its guard after two timeouts and a minute.
   void hang() {
     if (opt_.hangStopsProcess) {
       stopThisProcessForTest(Seconds(2 * opt_.timeout.value() + 60));
@@ -313,8 +313,8 @@ class Worker {
     }
     while (!comm_.aborted())
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    throw CommError(fmt::format("worker {}: hung at step {} (--hang-rank {} --hang-step {})", w_,
-                                step_, w_, step_));
+    throw CommError(
+        fmt::format("hung at step {} (--hang-rank {} --hang-step {})", step_, w_, step_));
   }
 
   // Runs one lane's tasks of this step in Plan order.

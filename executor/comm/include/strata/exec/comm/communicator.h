@@ -140,8 +140,9 @@ void runOrAbort(Communicator& comm, const std::function<void(Communicator&)>& bo
 // rank had a mistake; else rank 0's mistake, or "rank R: <mistake>" for the
 // lowest rank R that had one when rank 0 had none (a file readable on one
 // node only). Mistakes are cut to 4096 bytes. So every rank can end cleanly
-// together, and rank 0 alone prints the verdict. Throws CommError when a rank does not arrive within
-// timeout() (or is found stopped or dead sooner, under MPI).
+// together, and rank 0 alone prints the verdict. Throws CommError when a
+// rank does not arrive within timeout() (or is found stopped or dead sooner,
+// under MPI).
 std::string agreeOnMistakes(Communicator& comm, const std::string& mistake);
 
 // Fault injection for tests: stops this whole process (SIGSTOP), as a frozen
