@@ -5,9 +5,12 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <ostream>
+#include <streambuf>
 
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
+#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
 
 namespace {
@@ -69,5 +72,76 @@ void BM_SimulateOnlyResnet50Ring1024(benchmark::State& state) {
   state.counters["events/s"] = benchmark::Counter(events, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SimulateOnlyResnet50Ring1024)->Unit(benchmark::kMillisecond);
+
+// A streambuf that counts what it is given and drops it: the trace writer's
+// cost without the disk's.
+class CountingBuffer : public std::streambuf {
+ public:
+  double bytes = 0;
+
+ protected:
+  std::streamsize xsputn(const char*, std::streamsize n) override {
+    bytes += double(n);
+    return n;
+  }
+  int overflow(int c) override {
+    bytes += 1;
+    return c;
+  }
+};
+
+Scenario resnet50Ring(int k) {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = k;
+  sc.batchPerWorker = 128;
+  return sc;
+}
+
+// The trace case of the hardening issue: one resnet50 ring step on 1024 H100s
+// with a timeline of ranks 0-7 (strata simulate ... --trace-ranks 0-7).
+void BM_SimulateTimelineResnet50Ring1024Ranks0to7(benchmark::State& state) {
+  const auto plan = lowerToPlan(resnet50(), resnet50Ring(1024));
+  sim::Options o;
+  o.timeline = true;
+  o.timelineRanks = parseRankList("0-7", 1024);
+  for (auto _ : state) {
+    const auto r = sim::simulate(plan, resnet50(), dgxH100(), o);
+    benchmark::DoNotOptimize(r.timeline.slices.data());
+  }
+}
+BENCHMARK(BM_SimulateTimelineResnet50Ring1024Ranks0to7)->Unit(benchmark::kMillisecond);
+
+// Writing that trace (simulated once): bytes/s of JSON.
+void BM_WriteTraceResnet50Ring1024Ranks0to7(benchmark::State& state) {
+  const auto plan = lowerToPlan(resnet50(), resnet50Ring(1024));
+  TraceOptions opt;
+  opt.ranks = parseRankList("0-7", 1024);
+  sim::Options o;
+  o.timeline = true;
+  o.timelineRanks = opt.ranks;
+  const auto r = sim::simulate(plan, resnet50(), dgxH100(), o);
+  CountingBuffer sink;
+  std::ostream out(&sink);
+  for (auto _ : state)
+    writeTrace(out, plan, resnet50(), r.estimate, r.timeline, opt);
+  state.counters["bytes/s"] = benchmark::Counter(sink.bytes, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_WriteTraceResnet50Ring1024Ranks0to7)->Unit(benchmark::kMillisecond);
+
+// Every worker's trace at K = 64 (0.25 M events, under the default limit).
+void BM_WriteTraceResnet50Ring64(benchmark::State& state) {
+  const auto plan = lowerToPlan(resnet50(), resnet50Ring(64));
+  sim::Options o;
+  o.timeline = true;
+  const auto r = sim::simulate(plan, resnet50(), dgxH100(), o);
+  CountingBuffer sink;
+  std::ostream out(&sink);
+  for (auto _ : state)
+    writeTrace(out, plan, resnet50(), r.estimate, r.timeline, TraceOptions{});
+  state.counters["bytes/s"] = benchmark::Counter(sink.bytes, benchmark::Counter::kIsRate);
+  state.counters["events"] = double(estimateTrace(plan, r.timeline, {}).events);
+}
+BENCHMARK(BM_WriteTraceResnet50Ring64)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -141,13 +141,19 @@ ordered_json estimateJson(const StepEstimate& e) {
                   {"conv_sync", std::string(toString(o.convSync))}};
   j["step_s"] = e.step.value();
   j["throughput_examples_per_s"] = e.throughput;
-  j["single_worker_step_s"] = e.singleWorkerStep.value();
-  j["speedup"] = e.speedup;
-  j["efficiency"] = e.efficiency;
-  j["bottleneck"] = e.bottleneck;
+  // A measured step has no single-worker reference, bottleneck or memory
+  // model: those keys are left out rather than filled with placeholders.
+  const bool measured = e.engine == "executor";
+  if (!measured) {
+    j["single_worker_step_s"] = e.singleWorkerStep.value();
+    j["speedup"] = e.speedup;
+    j["efficiency"] = e.efficiency;
+    j["bottleneck"] = e.bottleneck;
+  }
   if (!e.computeSource.empty())
     j["compute_source"] = e.computeSource;
-  j["fits_in_memory"] = e.fitsInMemory;
+  if (!measured)
+    j["fits_in_memory"] = e.fitsInMemory;
   if (e.rounds.rounds > 0) {
     j["rounds"] = {{"rounds", e.rounds.rounds},
                    {"batch_per_round", e.rounds.batchPerRound},
@@ -160,20 +166,21 @@ ordered_json estimateJson(const StepEstimate& e) {
   }
   ordered_json workers = ordered_json::array();
   for (const auto& w : e.workers) {
-    workers.push_back({{"rank", w.rank},
-                       {"compute", phasesJson(w.compute)},
-                       {"communication_s", w.communication.value()},
-                       {"exposed_communication_s", w.exposedCommunication.value()},
-                       {"idle_s", w.idle.value()},
-                       {"sent_bytes", w.sent.value()},
-                       {"received_bytes", w.received.value()},
-                       {"memory",
-                        {{"weights_bytes", w.memory.weights.value()},
-                         {"gradients_bytes", w.memory.gradients.value()},
-                         {"optimizer_bytes", w.memory.optimizer.value()},
-                         {"activations_bytes", w.memory.activations.value()},
-                         {"buffers_bytes", w.memory.buffers.value()},
-                         {"total_bytes", w.memory.total().value()}}}});
+    ordered_json wj{{"rank", w.rank},
+                    {"compute", phasesJson(w.compute)},
+                    {"communication_s", w.communication.value()},
+                    {"exposed_communication_s", w.exposedCommunication.value()},
+                    {"idle_s", w.idle.value()},
+                    {"sent_bytes", w.sent.value()},
+                    {"received_bytes", w.received.value()}};
+    if (!measured)
+      wj["memory"] = {{"weights_bytes", w.memory.weights.value()},
+                      {"gradients_bytes", w.memory.gradients.value()},
+                      {"optimizer_bytes", w.memory.optimizer.value()},
+                      {"activations_bytes", w.memory.activations.value()},
+                      {"buffers_bytes", w.memory.buffers.value()},
+                      {"total_bytes", w.memory.total().value()}};
+    workers.push_back(std::move(wj));
   }
   j["per_worker"] = workers;
   return j;
@@ -220,7 +227,7 @@ void printPresetList(std::ostream& out, Format format) {
     j["clusters"] = kinds[1].second;
     j["experiments"] = kinds[2].second;
     j["validation_suites"] = kinds[3].second;
-    j["config_dir"] = configDir();
+    j["config_dirs"] = configDirs();
     out << j.dump(2) << "\n";
     return;
   }
@@ -231,7 +238,10 @@ void printPresetList(std::ostream& out, Format format) {
         out << kind << "," << n << "\n";
     return;
   }
-  out << "presets in " << configDir() << "\n";
+  std::string dirs;
+  for (const auto& d : configDirs())
+    dirs += (dirs.empty() ? "" : ", ") + d;
+  out << "presets in " << dirs << "\n";
   const char* titles[] = {"networks:", "clusters:", "experiments (strata compare NAME):",
                           "validation suites (strata validate --suite NAME):"};
   for (size_t i = 0; i < kinds.size(); ++i) {
@@ -493,6 +503,7 @@ void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
 }
 
 void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format format) {
+  checkPlanPrintable(plan, limits());  // every task and flow is held in memory first
   const auto& sc = plan.scenario;
   auto layerName = [&](int l) {
     return l >= 0 ? net.layers[static_cast<size_t>(l)].name : std::string();

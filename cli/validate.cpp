@@ -11,6 +11,8 @@
 #include <numeric>
 #include <thread>
 
+#include "commands.h"
+#include "flags.h"
 #include "machine_load.h"
 #include "strata/exec/calibrate.h"
 #include "strata/exec/profile.h"
@@ -240,6 +242,87 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
   }
   printValidation(std::cout, rows, summarize(rows), o.format, load);
   return 0;
+}
+
+}  // namespace strata::cli
+
+namespace strata::cli {
+
+Command addValidateCommand(CLI::App& app) {
+  struct Options {
+    std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table";
+    int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
+    ValidateOptions validate;
+    LimitFlags limitFlags;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub = app.add_subcommand(
+      "validate",
+      "run strategies for real and put the measured steps beside model and simulator (one "
+      "network, or a validation suite)");
+  sub->add_option("--suite", o->suite,
+                  "validation suite preset or YAML file (networks, batches, strategies and "
+                  "worker counts; e.g. validation-suite)");
+  auto* net = sub->add_option("--network,-n", o->network, "network (default tiny-cnn)");
+  auto* strategies =
+      sub->add_option("--strategies,-s", o->strategies, "comma-separated or all (default all)");
+  auto* workers =
+      sub->add_option("--workers,-k", o->workers, "comma-separated worker counts (default 1,2)");
+  auto* batch = sub->add_option("--batch,-b", o->batch, "examples per worker (default 32)");
+  for (auto* single : {net, strategies, workers, batch})
+    single->excludes("--suite");
+  sub->add_option("--cluster,-c", o->validate.clusterPath,
+                  "calibrated cluster YAML (default: calibrate now, kernels only, and write it "
+                  "to the output folder)");
+  auto* steps = sub->add_option(
+      "--steps", o->steps, "steps per run; the first 2 are warm-up (default 8; a suite's own)");
+  auto* repeats =
+      sub->add_option("--repeats", o->repeats,
+                      "runs per row, for the run-to-run spread (default 1; a suite's own, 3)");
+  sub->add_flag("--fit-on-network", o->validate.fitOnNetwork,
+                "calibrate on the validated network's layers (rows are then fitted, not "
+                "held-out)");
+  sub->add_option("--out-dir", o->validate.outDir,
+                  "folder for the calibrated cluster and the measured and simulated traces "
+                  "(default validate)");
+  o->limitFlags.add(sub, true);
+  addFormatOption(sub, o->format);
+  sub->footer(
+      "Examples:\n"
+      "  strata validate --network tiny-cnn --strategies all --workers 1,2,4\n"
+      "  strata validate --suite validation-suite --format json > suite.json");
+  return {
+      sub, [o, steps, repeats] {
+        o->limitFlags.apply();
+        o->validate.format = parseFormat(o->format);
+        if (steps->count() > 0 && o->steps < kMinValidateSteps)
+          throw OptionError("--steps", "must be at least 3 (2 warm-up steps, then measured ones)");
+        if (repeats->count() > 0 && o->repeats < 1)
+          throw OptionError("--repeats", "must be at least 1");
+        ValidationSuite suite;
+        ValidateOptions opt = o->validate;
+        if (!o->suite.empty()) {
+          suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));
+          opt.suite = true;
+        } else {
+          if (o->batch < 1)
+            throw OptionError("--batch", "must be at least 1");
+          SuiteEntry entry;
+          entry.network = networkArg(o->network, "--network");
+          entry.batches = {o->batch};
+          suite.name = entry.network.name;
+          suite.entries.push_back(std::move(entry));
+          suite.strategies = parseStrategies(o->strategies, "--strategies");
+          suite.workers = parsePositiveList(o->workers, "--workers");
+          suite.repeats = 1;  // one run per row unless --repeats asks for a spread
+          suite.steps = 8;
+        }
+        if (o->steps != 0)
+          suite.steps = o->steps;
+        if (o->repeats != 0)
+          suite.repeats = o->repeats;
+        return runValidation(suite, opt);
+      }};
 }
 
 }  // namespace strata::cli

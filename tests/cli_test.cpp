@@ -60,9 +60,17 @@ std::string shellQuote(const std::string& s) {
   return out + "'";
 }
 
-// Runs strata with `args`, capturing stdout+stderr and the exit status.
-Result runStrata(const std::vector<std::string>& args) {
-  std::string cmd = shellQuote(STRATA_BIN);
+// Runs strata with `args` (and `env`, "NAME=value" settings, before it),
+// capturing stdout+stderr and the exit status.
+Result runStrata(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::string cmd;
+  if (!env.empty()) {
+    cmd = "env";
+    for (const auto& e : env)
+      cmd += " " + shellQuote(e);
+    cmd += " ";
+  }
+  cmd += shellQuote(STRATA_BIN);
   for (const auto& a : args)
     cmd += " " + shellQuote(a);
   cmd += " 2>&1";
@@ -441,6 +449,112 @@ TEST_CASE("experiment unknown option key", "[cli][errors][experiment]") {
   checkExperimentError("unknown-option.yaml", 10, "options.turbo", "turbo: on");
 }
 
+// ---- input validation that cannot be fooled (issue 9) ---------------------------
+// Each case was a silent wrong answer (exit 0), an internal error or a run
+// without end before; now one line naming the file, line and key, or the option.
+
+TEST_CASE("cluster quantity without its unit", "[cli][errors][cluster][input-checks]") {
+  checkClusterError("bare-latency.yaml", 13, "topology[0].link.latency", "latency: 5,");
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", data("clusters/bare-latency.yaml"),
+                            "-s", "ring", "-k", "2"}),
+                 {"needs a unit: a time (s, ms, us, ns), got '5'"});
+}
+
+TEST_CASE("cluster denormal bandwidth", "[cli][errors][cluster][input-checks]") {
+  // Ended in `internal error: STRATA_ENFORCE(time >= now_) failed: -nan vs inf`.
+  checkConfigError({"simulate", "-n", "tiny-cnn", "-c", data("clusters/denormal-bandwidth.yaml"),
+                    "-s", "ring", "-k", "2"},
+                   "clusters/denormal-bandwidth.yaml", 13, "topology[0].link.bandwidth",
+                   "1e-320 B/s");
+  checkUserError(runStrata({"simulate", "-n", "tiny-cnn", "-c",
+                            data("clusters/denormal-bandwidth.yaml"), "-s", "ring", "-k", "2"}),
+                 {"is too small to compute with (a denormal number), got '1e-320 B/s'"});
+}
+
+TEST_CASE("network key left empty", "[cli][errors][network][input-checks]") {
+  checkNetworkError("empty-pad.yaml", 9, "layers[0].pad", "pad:");
+  checkNetworkError("null-rate.yaml", 6, "layers[1].rate", "rate: ~");
+  checkUserError(runStrata({"describe", data("networks/null-rate.yaml")}), {"has no value"});
+}
+
+TEST_CASE("network counts that overflow", "[cli][errors][network][input-checks]") {
+  // Printed negative parameter counts with exit 0.
+  checkNetworkError("overflow-params.yaml", 3, "input", "channels: 1000000000");
+  checkUserError(runStrata({"describe", data("networks/overflow-params.yaml")}),
+                 {"1000000000 x 1000000000 x 1 elements per example is over 2^53"});
+}
+
+TEST_CASE("experiment size without its unit", "[cli][errors][experiment][input-checks]") {
+  checkExperimentError("bare-segment.yaml", 9, "options.segment", "segment: 4");
+  checkUserError(runStrata({"compare", data("experiments/bare-segment.yaml")}),
+                 {"needs a unit: a size (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '4'"});
+}
+
+TEST_CASE("size and time options need their unit", "[cli][errors][input-checks]") {
+  // `--segment 4` was 4 bytes (a 611 s step, exit 0).
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k",
+                            "2", "--segment", "4"}),
+                 {"--segment", "'4'"});
+  // `--segment 0.000001B` was 0 bytes: predict reported no communication,
+  // plan dropped the allreduce and run exited 0 having sent nothing.
+  for (const char* command : {"predict", "plan", "run", "simulate"}) {
+    std::vector<std::string> args = {command, "-n", "tiny-cnn", "-s", "ring", "-k", "2"};
+    if (std::string(command) == "predict" || std::string(command) == "simulate")
+      args.insert(args.end(), {"-c", "localhost-cpu"});
+    args.insert(args.end(), {"--steps", "5", "-b", "8", "--no-dropout"});
+    if (std::string(command) != "run")
+      args.resize(args.size() - 5, "");
+    args.insert(args.end(), {"--segment", "0.000001B"});
+    INFO(command);
+    checkUserError(runStrata(args), {"--segment", "0.000001B"});
+  }
+  for (const char* bad : {"1e-320B", "0x10B", "inf", "nan", "1e400B", "-0.5MiB"})
+    checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring",
+                              "-k", "2", "--bucket", bad}),
+                   {"--bucket", bad});
+  checkUserError(
+      runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "-b", "8", "--timeout", "30"}),
+      {"--timeout", "'30'"});
+  // 0 alone still means off.
+  CHECK(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k", "2",
+                   "--segment", "0"})
+            .status == 0);
+}
+
+TEST_CASE("global batch overflow names --batch", "[cli][errors][input-checks]") {
+  // Printed "global batch -2" with exit 0.
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k",
+                            "2", "-b", "2147483647"}),
+                 {"--batch: 2147483647 examples per worker x 2 workers is a global batch over "
+                  "2147483647 examples"});
+}
+
+TEST_CASE("worker counts are bounded before allocating", "[cli][errors][input-checks]") {
+  // Ended in `internal error: std::bad_alloc`.
+  checkUserError(
+      runStrata({"predict", "-n", "resnet50", "-c", "dgx-h100", "-s", "ring", "-k", "1000000000"}),
+      {"--workers: 1000000000 workers is over the model's limit of 131072", "--max-workers N"});
+  // Grew to 5.9 GB with no output.
+  checkUserError(
+      runStrata({"simulate", "-n", "resnet50", "-c", "dgx-h100", "-s", "ring", "-k", "100000"}),
+      {"--workers: the plan of resnet50 (ring, 100000 workers) would have about 4.69e+07 tasks, "
+       "over the limit of 5000000",
+       "--max-tasks N"});
+  // Printing every task and flow of a large plan.
+  checkUserError(
+      runStrata({"plan", "-n", "resnet50", "-s", "ring", "-k", "1024", "--format", "json"}),
+      {"--workers: the plan of resnet50 (ring, 1024 workers) has ", "--allow-large"});
+  // Started 1,855 threads and 5.9 GB. The run's header line comes first until
+  // the CLI calls exec::checkThreadRun before printing it.
+  const auto r = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "1000", "-b", "8"});
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(lines(r.output).size() <= 2);
+  CHECK(lines(r.output).back().rfind("strata: error: --workers: 1000 workers would start 2000 "
+                                     "threads in this process",
+                                     0) == 0);
+}
+
 // ---- further mistakes found while writing these tests (CLI defects) ---------
 
 TEST_CASE("predict workers list is rejected", "[cli][errors]") {
@@ -663,15 +777,145 @@ TEST_CASE("run on threads trains and reports; a failing worker is named", "[cli]
   CHECK(j.at("steps").size() == 4);
   CHECK(j.at("measured").at("engine") == "executor");
   CHECK(j.at("measured").at("per_worker").size() == 3);
-  // A fault mid-run ends the run: status 2, progress so far, then the error.
+  // A fault mid-run ends the run: status 1 (a failure at run time, not a
+  // mistake), progress so far, then the error on one line.
   const auto bad = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "3", "--batch", "8",
                               "--steps", "4", "--fail-rank", "1", "--fail-step", "2"});
-  CHECK(bad.status == 2);
+  CHECK(bad.status == 1);
   CHECK(lines(bad.output).back().rfind("strata: error: worker 1: injected fault", 0) == 0);
   checkUserError(runStrata({"run", "-n", "lm-300m", "-s", "ring", "-k", "2", "--batch", "1"}),
                  {"lm-300m.yaml:", "layers[0]", "rnn"});
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "fp16"}),
                  {"--element"});
+}
+
+// Every line of tests/cli/bad-inputs/*.txt: "FRAGMENT | ARGS" must end with
+// exit status 2 and one line naming FRAGMENT.
+TEST_CASE("every bad command line in tests/cli/bad-inputs", "[cli][errors]") {
+  int tried = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA) + "/bad-inputs")) {
+    std::ifstream in(entry.path());
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      if (line.empty() || line[0] == '#')
+        continue;
+      const auto bar = line.find(" | ");
+      INFO(entry.path().filename().string() << ":" << number << ": " << line);
+      REQUIRE(bar != std::string::npos);
+      const std::string fragment = line.substr(0, bar);
+      std::vector<std::string> args;
+      std::stringstream words(line.substr(bar + 3));
+      std::string w;
+      while (words >> w)
+        args.push_back(w == "''" ? std::string() : w);
+      checkUserError(runStrata(args), {fragment});
+      ++tried;
+    }
+  }
+  CHECK(tried >= 100);
+}
+
+TEST_CASE("strata --version prints the version and the git revision", "[cli]") {
+  const auto r = runStrata({"--version"});
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.rfind("strata 0.", 0) == 0);
+  CHECK(r.output.find("(git ") != std::string::npos);
+  CHECK(lines(r.output).size() == 1);
+}
+
+TEST_CASE("option values that are not finite, out of range or empty name their option",
+          "[cli][errors]") {
+  checkUserError(runStrata({"frobnicate"}), {"frobnicate", "unknown command", "validate"});
+  // A single-strategy command does not offer "all"; list commands do.
+  const auto all =
+      runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "all", "-k", "2"});
+  checkUserError(all, {"--strategy", "unknown strategy 'all'", "one of naive"});
+  CHECK(all.output.find("or all") == std::string::npos);
+  checkUserError(runStrata({"compare", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "x"}),
+                 {"--strategies", "or all"});
+  // Given but empty is a mistake, not the default.
+  checkUserError(runStrata({"compare", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", ""}),
+                 {"--strategies", "empty"});
+  checkUserError(runStrata({"compare", "-n", "tiny-cnn", "-c", "localhost-cpu", "-k", ""}),
+                 {"--workers"});
+  checkUserError(runStrata({"predict", "-n", "tiny-cnn", "-c", "localhost-cpu", "-s", "ring", "-k",
+                            "2", "--segment", ""}),
+                 {"--segment", "empty"});
+  // Not finite or out of range.
+  const std::vector<std::string> run = {"run", "-n",      "tiny-cnn", "-s", "ring", "-k",
+                                        "2",   "--steps", "3",        "-b", "4"};
+  auto with = [](std::vector<std::string> base, const std::vector<std::string>& more) {
+    base.insert(base.end(), more.begin(), more.end());
+    return base;
+  };
+  checkUserError(runStrata(with(run, {"--momentum", "nan"})), {"--momentum", "[0, 1)"});
+  checkUserError(runStrata(with(run, {"--momentum", "1"})), {"--momentum"});
+  checkUserError(runStrata(with(run, {"--lr", "inf"})), {"--lr"});
+  checkUserError(runStrata(with(run, {"--lr", "-0.1"})), {"--lr"});
+  checkUserError(runStrata(with(run, {"--timeout", "inf"})), {"--timeout"});
+  checkUserError(runStrata(with(run, {"--fail-rank", "7"})), {"--fail-rank", "K = 2"});
+  checkUserError(runStrata(with(run, {"--fail-rank", "1", "--fail-step", "3"})),
+                 {"--fail-step", "past the last step"});
+  const std::vector<std::string> sim = {"simulate", "-n",   "tiny-cnn", "-c", "localhost-cpu",
+                                        "-s",       "ring", "-k",       "4"};
+  checkUserError(runStrata(with(sim, {"--jitter", "nan"})), {"--jitter"});
+  checkUserError(runStrata(with(sim, {"--jitter", "1"})), {"--jitter"});
+  checkUserError(runStrata(with(sim, {"--straggler", "3:inf"})), {"--straggler"});
+  checkUserError(runStrata(with(sim, {"--straggler", "3:nan"})), {"--straggler"});
+  checkUserError(runStrata(with(sim, {"--straggler", "4:2"})), {"--straggler", "K = 4"});
+  // CLI11 alone would wrap a negative seed to 2^64 - 1.
+  checkUserError(runStrata(with(sim, {"--seed", "-1"})), {"--seed", "[0, 2^64)"});
+  checkUserError(runStrata(with(run, {"--seed", "x"})), {"--seed"});
+}
+
+TEST_CASE("run --format json leaves out what a run does not measure", "[cli][exec]") {
+  const auto r = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--steps", "3", "-b",
+                            "4", "--format", "json"});
+  REQUIRE(r.status == 0);
+  const auto m = json::parse(r.output).at("measured");
+  CHECK(m.at("step_s").get<double>() > 0);
+  for (const char* key :
+       {"speedup", "efficiency", "single_worker_step_s", "bottleneck", "fits_in_memory"}) {
+    INFO(key);
+    CHECK_FALSE(m.contains(key));
+  }
+  CHECK_FALSE(m.at("per_worker")[0].contains("memory"));
+  CHECK(m.at("per_worker")[1].at("sent_bytes").get<double>() > 0);
+}
+
+TEST_CASE("STRATA_CONFIG_DIR adds preset folders before the built-in ones", "[cli][presets]") {
+  const std::filesystem::path dir = "cli_test_config_dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "networks");
+  {
+    // tiny-cnn under another name (a preset's name must equal its file's).
+    std::ifstream in(std::string(STRATA_CONFIG_DIR_FOR_TESTS) + "/networks/tiny-cnn.yaml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string yaml = text.str();
+    const auto at = yaml.find("name: tiny-cnn");
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, 14, "name: my-net");
+    std::ofstream(dir / "networks" / "my-net.yaml") << yaml;
+  }
+  const std::string env = "STRATA_CONFIG_DIR=" + dir.string();
+  // The user's preset and the built-in ones are both found and listed.
+  CHECK(runStrata({"describe", "my-net"}, {env}).status == 0);
+  CHECK(runStrata({"describe", "alexnet-owt"}, {env}).status == 0);
+  const auto list = runStrata({"list", "--format", "json"}, {env});
+  REQUIRE(list.status == 0);
+  const auto j = json::parse(list.output);
+  const auto nets = j.at("networks").get<std::vector<std::string>>();
+  CHECK(std::count(nets.begin(), nets.end(), "my-net") == 1);
+  CHECK(std::count(nets.begin(), nets.end(), "alexnet-owt") == 1);
+  CHECK(j.at("config_dirs").size() == 2);
+  checkUserError(runStrata({"describe", "tiny-cnn"}, {"STRATA_CONFIG_DIR=/no/such/folder"}),
+                 {"STRATA_CONFIG_DIR", "/no/such/folder"});
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",

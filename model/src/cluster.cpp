@@ -7,7 +7,9 @@
 #include <filesystem>
 
 #include "config_node.h"
+#include "strata/model/checked.h"
 #include "strata/model/error.h"
+#include "strata/model/limits.h"
 
 namespace strata {
 
@@ -109,12 +111,13 @@ constexpr LayerKind kAllKinds[] = {LayerKind::kConv,    LayerKind::kPool,      L
                                    LayerKind::kDropout, LayerKind::kBatchNorm, LayerKind::kAdd,
                                    LayerKind::kSoftmax};
 
-// A positive, finite rate given in giga-units per second.
+// A rate given in giga-units per second (the key says the unit: gflop_per_s,
+// gunits_per_s), within the compute-rate range of quantity_text.h.
 double readRate(const ConfigNode& v) {
-  const double x = v.asPositiveDouble();
-  if (!std::isfinite(x))
-    v.fail("must be a finite number");
-  return x * 1e9;
+  const auto range = quantityRange(QuantityKind::kFlopRate);
+  return v.asDoubleIn(range.min / 1e9, range.max / 1e9,
+                      "giga-units per second: 1 to 1e18 per second, the compute-rate range") *
+         1e9;
 }
 
 KernelTables readKernels(const ConfigNode& n) {
@@ -129,7 +132,12 @@ KernelTables readKernels(const ConfigNode& n) {
   const auto g = n.require("gemm");
   g.allowOnly({"dims", "rates"});
   const auto dims = g.require("dims");
-  for (const auto& d : dims.items()) {
+  const auto dimItems = dims.items();
+  // The rate tables hold 3 d^3 figures: 64 grid values are 786,432 (calibrate writes 15).
+  if (dimItems.size() > kMaxGridDims)
+    dims.fail(fmt::format("has {} grid values; at most {} (the tables grow as the cube)",
+                          dimItems.size(), kMaxGridDims));
+  for (const auto& d : dimItems) {
     const int v = d.asPositiveInt();
     if (!t.gemm.dims.empty() && v <= t.gemm.dims.back())
       d.fail("dims must increase");
@@ -179,7 +187,8 @@ KernelTables readKernels(const ConfigNode& n) {
       row.allowOnly({"units", "gunits_per_s"});
       auto& table = t.memory[static_cast<size_t>(kernel)];
       for (const auto& u : row.require("units").items()) {
-        const double x = u.asPositiveDouble();
+        const double x =
+            u.asDoubleIn(1, 9007199254740992.0, "units per call: at least one, at most 2^53");
         if (!table.units.empty() && x <= table.units.back())
           u.fail("units must increase");
         table.units.push_back(x);
@@ -247,7 +256,12 @@ DeviceSpec readDevice(const ConfigNode& n) {
   if (auto sharing = n.get("sharing")) {
     for (const auto& row : sharing->items())
       row.require("speed");
-    auto speed = [](const ConfigNode& v) { return v.asPositiveDouble(); };
+    // Speeds relative to one worker alone: sharing slows a worker down, and
+    // never makes it ten times faster.
+    auto speed = [](const ConfigNode& v) {
+      return v.asDoubleIn(ConfigNode::kMinFraction, 10,
+                          "a speed relative to one worker alone, 1e-6 to 10");
+    };
     auto time = [](const ConfigNode& v) { return v.asSeconds(true).value(); };
     d.sharing = readSharing(*sharing, "speed", speed);
     d.sharingMemory = readSharing(*sharing, "memory_speed", speed);
@@ -293,10 +307,15 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     link.require("duplex").fail("must be full or half, got '" + duplex + "'");
   }
   level.link.lanes = link.positiveIntOr("lanes", 1);
+  if (level.link.lanes > kMaxLanes)
+    link.require("lanes").fail(fmt::format(
+        "at most {} parallel links per unit (the simulator keeps every lane's load), got {}",
+        kMaxLanes, level.link.lanes));
   if (auto table = link.get("bandwidth_table")) {
     for (const auto& row : table->items()) {
       row.allowOnly({"bytes", "bandwidth"});
-      const Bytes bytes = row.require("bytes").asBytes();
+      // The key says the unit: a bare number is bytes (strata calibrate writes them so).
+      const Bytes bytes = row.require("bytes").asBytes(false, UnitRule::kImplied);
       if (!level.link.bandwidthTable.empty() && bytes <= level.link.bandwidthTable.back().bytes)
         row.require("bytes").fail("sizes must increase down the table");
       level.link.bandwidthTable.push_back({bytes, row.require("bandwidth").asBandwidth()});
@@ -326,8 +345,17 @@ Cluster loadCluster(const std::string& path) {
   const auto levels = topo.items();
   if (levels.empty())
     topo.fail("a cluster needs at least one topology level");
-  for (size_t i = 0; i < levels.size(); ++i)
+  int64_t devices = 1;
+  for (size_t i = 0; i < levels.size(); ++i) {
     c.levels.push_back(readLevel(levels[i], i + 1 == levels.size()));
+    // Workers are ints: a finite cluster holds at most 2^31 - 1 devices.
+    const int64_t group = c.levels.back().group;
+    if (group > 0 && !checkedMul(devices, group, devices, kMaxClusterDevices))
+      levels[i].require("group").fail(fmt::format(
+          "the cluster would hold more than {} devices (the product of the groups); use "
+          "`group: any` on the outermost level for an unbounded number",
+          kMaxClusterDevices));
+  }
   return c;
 }
 

@@ -1,9 +1,13 @@
 #include "strata/model/collectives.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "strata/model/error.h"
+#include "strata/model/quantity_text.h"
 
 namespace strata {
 
@@ -42,7 +46,14 @@ Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes) {
 int segmentCount(Bytes bytes, Bytes segment) {
   if (segment.value() <= 0 || bytes <= segment)
     return 1;
-  return static_cast<int>(std::ceil(bytes.value() / segment.value()));
+  const double count = std::ceil(bytes.value() / segment.value());
+  if (!(count <= std::numeric_limits<int>::max()))
+    throw OptionError("--segment",
+                      fmt::format("segments of {} cut a {} transfer into {:.3g} pieces, more than "
+                                  "{}; use a larger segment, or 0 for unsegmented",
+                                  formatBytes(segment), formatBytes(bytes), count,
+                                  std::numeric_limits<int>::max()));
+  return static_cast<int>(count);
 }
 
 namespace {

@@ -1,5 +1,8 @@
 #include "config_node.h"
 
+#include <fmt/format.h>
+
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -52,14 +55,29 @@ bool ConfigNode::has(std::string_view key) const {
   return static_cast<bool>(node_[std::string(key)]);
 }
 
+void ConfigNode::requireValue() const {
+  if (!node_.IsDefined() || node_.IsNull())
+    fail("has no value (write one, or leave the key out for its default)");
+}
+
 std::optional<ConfigNode> ConfigNode::get(std::string_view key) const {
+  requireValue();
   if (!node_.IsMap())
     fail("expected a map of keys");
   const std::string k(key);
   YAML::Node n = node_[k];
-  if (!n || n.IsNull())
+  if (!n)
     return std::nullopt;
-  return child(n, path_.empty() ? k : path_ + "." + k);
+  // Present but empty (`pad:`, `rate: ~`): an error, never the default. The
+  // line is the key's (yaml-cpp gives a null value no position).
+  auto c = child(n, path_.empty() ? k : path_ + "." + k);
+  if (n.IsNull()) {
+    for (const auto& kv : node_)
+      if (kv.first.as<std::string>() == k)
+        c = ConfigNode(n, file_, c.path(), lineOf(kv.first, line_));
+    c.requireValue();
+  }
+  return c;
 }
 
 ConfigNode ConfigNode::require(std::string_view key) const {
@@ -84,6 +102,7 @@ void ConfigNode::checkDuplicateKeys() const {
 }
 
 void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) const {
+  requireValue();
   if (!node_.IsMap())
     fail("expected a map of keys");
   checkDuplicateKeys();
@@ -103,18 +122,24 @@ void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) cons
 }
 
 std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
+  requireValue();
   if (!node_.IsMap())
     fail("expected a map of keys");
   checkDuplicateKeys();
   std::vector<std::pair<std::string, ConfigNode>> out;
   for (const auto& kv : node_) {
     const std::string key = kv.first.as<std::string>();
-    out.emplace_back(key, child(kv.second, path_.empty() ? key : path_ + "." + key));
+    const std::string childPath = path_.empty() ? key : path_ + "." + key;
+    // A null value has no position of its own: it is on its key's line.
+    out.emplace_back(key, kv.second.IsNull()
+                              ? ConfigNode(kv.second, file_, childPath, lineOf(kv.first, line_))
+                              : child(kv.second, childPath));
   }
   return out;
 }
 
 std::vector<ConfigNode> ConfigNode::items(bool scalarAsList) const {
+  requireValue();
   std::vector<ConfigNode> out;
   if (scalarAsList && node_.IsScalar()) {
     out.push_back(*this);
@@ -128,6 +153,7 @@ std::vector<ConfigNode> ConfigNode::items(bool scalarAsList) const {
 }
 
 std::string ConfigNode::scalarText() const {
+  requireValue();
   if (!node_.IsScalar())
     fail("expected a single value");
   return node_.Scalar();
@@ -153,21 +179,31 @@ double ConfigNode::asDouble() const {
   const auto s = scalarText();
   double v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v))
+  if (ec == std::errc::result_out_of_range)
+    fail("is out of range (too large or too small for a number), got '" + s + "'");
+  if (ec != std::errc() || ptr != s.data() + s.size())
     fail("must be a number, got '" + s + "'");
-  return v;
+  if (!std::isfinite(v))
+    fail("must be a finite number, got '" + s + "'");
+  if (std::fpclassify(v) == FP_SUBNORMAL)
+    fail("is too small to compute with (a denormal number), got '" + s + "'");
+  return v == 0 ? 0.0 : v;
 }
 
 int ConfigNode::asIntAtLeast(int minimum, const char* what) const {
   const auto s = scalarText();
   long long v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size())
+  // Counts of layers, devices, examples: a billion is beyond any real one, and
+  // products of them are checked (checked.h).
+  constexpr long long kMaxInt = 1'000'000'000;
+  const bool digits = ptr == s.data() + s.size() && !s.empty();
+  if (digits && (ec == std::errc::result_out_of_range || (ec == std::errc() && v > kMaxInt)))
+    fail(fmt::format("is too large: at most {}, got {}", kMaxInt, s));
+  if (ec != std::errc() || !digits)
     fail(std::string("must be ") + what + ", got '" + s + "'");
   if (v < minimum)
     fail(std::string("must be ") + what + ", got " + s);
-  if (v > 1'000'000'000)
-    fail("is too large, got " + s);
   return static_cast<int>(v);
 }
 
@@ -178,10 +214,10 @@ int ConfigNode::asPositiveInt() const {
   return asIntAtLeast(1, "a positive integer");
 }
 
-double ConfigNode::asPositiveDouble() const {
+double ConfigNode::asDoubleIn(double minimum, double maximum, const char* why) const {
   const double v = asDouble();
-  if (v <= 0)
-    fail("must be positive, got " + scalarText());
+  if (v < minimum || v > maximum)
+    fail(fmt::format("must be in [{:g}, {:g}] ({}), got {}", minimum, maximum, why, scalarText()));
   return v;
 }
 
@@ -189,24 +225,29 @@ double ConfigNode::asFraction() const {
   const double v = asDouble();
   if (v <= 0 || v > 1)
     fail("must be a fraction in (0, 1], got " + scalarText());
+  if (v < kMinFraction)
+    fail(
+        fmt::format("is below {:g}, a millionth of the peak: not a measurement (check the "
+                    "number), got {}",
+                    kMinFraction, scalarText()));
   return v;
 }
 
-double ConfigNode::asQuantity(QuantityKind kind, bool allowZero) const {
+double ConfigNode::asQuantity(QuantityKind kind, bool allowZero, UnitRule rule) const {
   const auto s = scalarText();
-  const auto v = parseQuantity(s, kind);
-  if (!v)
-    fail("cannot read '" + s + "' (a number, optionally with a unit: " + acceptedUnits(kind) + ")");
-  if (*v < 0 || (!allowZero && *v == 0))
-    fail(std::string("must be ") + (allowZero ? "non-negative" : "positive") + ", got '" + s + "'");
-  return *v;
+  const auto r = readQuantity(s, kind, rule);
+  if (!r.value)
+    fail(r.error + ", got '" + s + "'");
+  if (!allowZero && *r.value == 0)
+    fail("must be positive, got '" + s + "'");
+  return *r.value;
 }
 
 Seconds ConfigNode::asSeconds(bool allowZero) const {
   return Seconds(asQuantity(QuantityKind::kTime, allowZero));
 }
-Bytes ConfigNode::asBytes(bool allowZero) const {
-  return Bytes(asQuantity(QuantityKind::kBytes, allowZero));
+Bytes ConfigNode::asBytes(bool allowZero, UnitRule rule) const {
+  return Bytes(asQuantity(QuantityKind::kBytes, allowZero, rule));
 }
 BytesPerSecond ConfigNode::asBandwidth() const {
   return BytesPerSecond(asQuantity(QuantityKind::kBandwidth, false));

@@ -39,6 +39,8 @@ class ConfigNode {
   bool isScalar() const { return node_.IsScalar(); }
 
   // Map access. require() fails when the key is missing; get() returns nullopt.
+  // Both fail when the key is present without a value (`pad:`, `rate: ~`): an
+  // empty value is a mistake, never a request for the default.
   bool has(std::string_view key) const;
   ConfigNode require(std::string_view key) const;
   std::optional<ConfigNode> get(std::string_view key) const;
@@ -53,18 +55,26 @@ class ConfigNode {
 
   std::string asString() const;
   bool asBool() const;
+  // A finite, normal (not denormal) number.
   double asDouble() const;
   int asPositiveInt() const;
   int asNonNegativeInt() const;
-  double asPositiveDouble() const;
-  // A fraction in (0, 1].
+  // asDouble() in [minimum, maximum]; `why` says where the bounds come from.
+  double asDoubleIn(double minimum, double maximum, const char* why) const;
+  // A fraction of a peak in [kMinFraction, 1] (efficiencies).
   double asFraction() const;
-  // Quantities with optional units; must be > 0 unless allowZero.
-  double asQuantity(QuantityKind kind, bool allowZero) const;
+  // Quantities with units (quantity_text.h: a unit is required unless `rule`
+  // says the key's name implies it; finite; in the kind's physical range);
+  // must be > 0 unless allowZero. Errors name the accepted units.
+  double asQuantity(QuantityKind kind, bool allowZero, UnitRule rule = UnitRule::kRequired) const;
   Seconds asSeconds(bool allowZero = true) const;
-  Bytes asBytes(bool allowZero = false) const;
+  Bytes asBytes(bool allowZero = false, UnitRule rule = UnitRule::kRequired) const;
   BytesPerSecond asBandwidth() const;
   FlopsPerSecond asFlopRate() const;
+
+  // The smallest efficiency accepted: a millionth of the peak (below it one
+  // layer of a small network takes hours; it is a typo, not a measurement).
+  static constexpr double kMinFraction = 1e-6;
 
   // Convenience: optional values with defaults.
   int positiveIntOr(std::string_view key, int fallback) const;
@@ -77,6 +87,8 @@ class ConfigNode {
   // yaml-cpp keeps the first of two equal keys; strata rejects the second.
   void checkDuplicateKeys() const;
   std::string scalarText() const;
+  // Fails with "has no value" when the node is null (`key:` or `key: ~`).
+  void requireValue() const;
   int asIntAtLeast(int minimum, const char* what) const;
 
   YAML::Node node_;

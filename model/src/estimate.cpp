@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "strata/model/checked.h"
 #include "strata/model/collectives.h"
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
+#include "strata/model/limits.h"
+#include "strata/model/quantity_text.h"
 #include "strata/model/topology.h"
 
 namespace strata {
@@ -490,13 +494,35 @@ Seconds run(const Context& ctx, Tally& t, RoundInfo& info) {
 
 }  // namespace
 
+namespace {
+// A size option of a scenario: exactly 0 (off) or a whole, finite size in the
+// byte range of quantity_text.h. A size between 0 and 1 B would round to 0,
+// which means off: the request would silently change meaning.
+void checkSizeOption(Bytes size, const char* option) {
+  const double v = size.value();
+  const auto range = quantityRange(QuantityKind::kBytes);
+  if (!std::isfinite(v) || v < 0)
+    throw OptionError(option, fmt::format("must be a size of at least 1 B, or 0 for off; got {}",
+                                          formatBytes(size)));
+  if (v > 0 && v < range.min)
+    throw OptionError(option, fmt::format("{:g} B is less than one byte (it would round to 0, "
+                                          "which means off); write 0 for off or at least 1 B",
+                                          v));
+  if (v > range.max)
+    throw OptionError(option, fmt::format("{} is over 2^53 B, the largest size strata counts "
+                                          "exactly",
+                                          formatBytes(size)));
+}
+}  // namespace
+
 void checkScenario(const Network& network, const Scenario& sc) {
   if (sc.workers < 1)
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
   if (sc.batchPerWorker < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", sc.batchPerWorker));
-  if (sc.options.segment.value() < 0)
-    throw OptionError("--segment", "must not be negative");
+  globalBatch(sc.workers, sc.batchPerWorker);
+  checkSizeOption(sc.options.segment, "--segment");
+  checkSizeOption(sc.options.bucket, "--bucket");
   if (isModelParallel(sc.strategy) && network.modelParallelFrom < 0)
     throw UserError(
         fmt::format("{}: network '{}' has no fc layer to run model-parallel; {} needs one (or set "
@@ -513,7 +539,18 @@ MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const S
   return memoryOf(ctx, rank);
 }
 
+int globalBatch(int workers, int batchPerWorker) {
+  int64_t examples = 0;
+  if (!checkedMul(workers, batchPerWorker, examples, std::numeric_limits<int>::max()))
+    throw OptionError("--batch",
+                      fmt::format("{} examples per worker x {} workers is a global batch over {} "
+                                  "examples; lower --batch or --workers",
+                                  batchPerWorker, workers, std::numeric_limits<int>::max()));
+  return static_cast<int>(examples);
+}
+
 StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
+  checkModelWorkers(scenario.workers, limits());
   checkScenario(network, scenario);
   const Context ctx(network, cluster, scenario);
   Tally t(scenario.workers);

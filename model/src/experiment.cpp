@@ -1,8 +1,12 @@
 // Loads experiment files: network x cluster x strategies x worker counts.
+#include <fmt/format.h>
+
 #include <filesystem>
+#include <limits>
 
 #include "config_node.h"
 #include "config_reference.h"
+#include "strata/model/checked.h"
 #include "strata/model/error.h"
 #include "strata/model/presets.h"
 #include "strata/model/validation_suite.h"
@@ -68,7 +72,15 @@ Experiment loadExperiment(const std::string& path) {
   }
   if (ex.workers.empty())
     root.require("workers").fail("needs at least one worker count");
-  ex.batchPerWorker = root.require("batch").asPositiveInt();
+  const auto batchNode = root.require("batch");
+  ex.batchPerWorker = batchNode.asPositiveInt();
+  for (int k : ex.workers)
+    if (int64_t examples = 0;
+        !checkedMul(k, ex.batchPerWorker, examples, std::numeric_limits<int>::max()))
+      batchNode.fail(
+          fmt::format("{} examples per worker x {} workers is a global batch over {} "
+                      "examples",
+                      ex.batchPerWorker, k, std::numeric_limits<int>::max()));
 
   if (auto o = root.get("options")) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce"});

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
+#include "strata/model/checked.h"
 #include "strata/model/error.h"
 
 namespace strata {
@@ -100,14 +103,42 @@ int Network::find(std::string_view layerName) const {
 namespace {
 
 // floor((in + 2 pad - kernel) / stride) + 1, or an error when it does not fit.
+// In 64 bits: an input and a pad of up to 1e9 each do not fit an int.
 int windowOutput(int in, int kernel, int stride, int pad, const std::string& what,
                  const std::string& file, const Layer& layer, const std::string& key) {
-  const int padded = in + 2 * pad;
+  const int64_t padded = int64_t{in} + 2 * int64_t{pad};
   if (kernel > padded)
     throw ConfigError(file, layer.configLine, key,
                       fmt::format("{} {} is larger than the padded input {} (input {}, pad {})",
                                   what, kernel, padded, in, pad));
-  return (padded - kernel) / stride + 1;
+  const int64_t out = (padded - kernel) / stride + 1;
+  if (out > std::numeric_limits<int>::max())
+    throw ConfigError(file, layer.configLine, key,
+                      fmt::format("output size {} (input {}, pad {}) is larger than {}", out, in,
+                                  pad, std::numeric_limits<int>::max()));
+  return static_cast<int>(out);
+}
+
+// The product of `factors`, checked: a ConfigError naming the layer when it
+// exceeds 2^53, the largest count the cost model computes with exactly.
+int64_t countOf(std::initializer_list<int64_t> factors, const char* what, const std::string& file,
+                const Layer& layer, const std::string& key) {
+  int64_t r = 1;
+  for (auto f : factors) {
+    if (!checkedMul(r, f, r, kMaxExactCount)) {
+      std::string product;
+      double value = 1;
+      for (auto g : factors) {
+        product += (product.empty() ? "" : " x ") + std::to_string(g);
+        value *= double(g);
+      }
+      throw ConfigError(file, layer.configLine, key,
+                        fmt::format("{} of layer '{}' overflow: {} = {:.3g}, over 2^53 = {:.3g} "
+                                    "(the largest count strata computes with exactly)",
+                                    what, layer.name, product, value, double(kMaxExactCount)));
+    }
+  }
+  return r;
 }
 
 int rnnGates(RnnCell cell) {
@@ -130,9 +161,13 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
   const Shape in = inputShapes.at(0);
   const auto& s = layer.spec;
   layer.inShape = in;
-  const double nIn = static_cast<double>(in.elements());
+  auto count = [&](std::initializer_list<int64_t> factors, const char* what) {
+    return countOf(factors, what, file, layer, key);
+  };
+  // The loader checks the network input; earlier layers checked their outputs.
+  const double nIn = static_cast<double>(count({in.c, in.h, in.w}, "input elements"));
   Shape out = in;
-  double macs = 0;  // multiply-accumulates per example of the fwd pass
+  int64_t macs = 0;  // multiply-accumulates per example of the fwd pass
   switch (layer.kind) {
     case LayerKind::kConv: {
       if (in.c % s.groups != 0 || s.filters % s.groups != 0)
@@ -144,9 +179,12 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
                            key + ".kernel");
       out.w = windowOutput(in.w, s.kernelW, s.stride, s.pad, "kernel width", file, layer,
                            key + ".kernel");
-      const int64_t weights = int64_t{s.filters} * (in.c / s.groups) * s.kernelH * s.kernelW;
-      layer.params = weights + (s.bias ? s.filters : 0);
-      macs = static_cast<double>(out.elements()) * (in.c / s.groups) * s.kernelH * s.kernelW;
+      count({out.c, out.h, out.w}, "output elements");
+      const int64_t weights =
+          count({s.filters, in.c / s.groups, s.kernelH, s.kernelW}, "parameters");
+      layer.params = count({weights + (s.bias ? s.filters : 0)}, "parameters");
+      macs = count({out.c, out.h, out.w, in.c / s.groups, s.kernelH, s.kernelW},
+                   "multiply-accumulates");
       break;
     }
     case LayerKind::kPool: {
@@ -160,29 +198,34 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
                            key + ".kernel");
       out.w = windowOutput(in.w, kw, stride, s.global ? 0 : s.pad, "pool window", file, layer,
                            key + ".kernel");
-      layer.fwdFlops = static_cast<double>(out.elements()) * kh * kw;
+      layer.fwdFlops = static_cast<double>(count({out.c, out.h, out.w, kh, kw}, "FLOPs"));
       layer.bwdDataFlops = layer.fwdFlops;
       break;
     }
     case LayerKind::kFc: {
+      const int64_t bias = s.bias ? s.outputs : 0;
       if (s.flatten) {
         out = Shape{s.outputs, 1, 1};
-        layer.params = static_cast<int64_t>(nIn) * s.outputs + (s.bias ? s.outputs : 0);
-        macs = nIn * s.outputs;
+        const int64_t weights = count({in.c, in.h, in.w, s.outputs}, "parameters");
+        layer.params = count({weights + bias}, "parameters");
+        macs = weights;
       } else {
         out = Shape{s.outputs, in.h, in.w};
-        layer.params = int64_t{in.c} * s.outputs + (s.bias ? s.outputs : 0);
-        macs = double(in.c) * s.outputs * in.h * in.w;
+        count({out.c, out.h, out.w}, "output elements");
+        layer.params = count({count({in.c, s.outputs}, "parameters") + bias}, "parameters");
+        macs = count({in.c, s.outputs, in.h, in.w}, "multiply-accumulates");
       }
       break;
     }
     case LayerKind::kRnn: {
       const int gates = rnnGates(s.cell);
       out = Shape{s.hidden, in.h, in.w};
-      const int64_t perGate = int64_t{s.hidden} * (in.c + s.hidden) + (s.bias ? s.hidden : 0);
-      layer.params = gates * perGate;
-      const double steps = double(in.h) * in.w;
-      macs = steps * gates * double(s.hidden) * (in.c + s.hidden);
+      count({out.c, out.h, out.w}, "output elements");
+      const int64_t width = int64_t{in.c} + s.hidden;  // input and recurrent state
+      const int64_t perGate =
+          count({count({s.hidden, width}, "parameters") + (s.bias ? s.hidden : 0)}, "parameters");
+      layer.params = count({gates, perGate}, "parameters");
+      macs = count({in.h, in.w, gates, s.hidden, width}, "multiply-accumulates");
       break;
     }
     case LayerKind::kRelu:
@@ -220,9 +263,9 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
   if (macs > 0) {
     // 2 FLOPs per multiply-accumulate; the three passes of a GEMM-shaped layer
     // are GEMMs of the same size (bias terms are not counted).
-    layer.fwdFlops = 2 * macs;
-    layer.bwdDataFlops = 2 * macs;
-    layer.bwdWeightsFlops = 2 * macs;
+    layer.fwdFlops = 2 * double(macs);
+    layer.bwdDataFlops = 2 * double(macs);
+    layer.bwdWeightsFlops = 2 * double(macs);
   }
   layer.outShape = out;
   const double nOut = static_cast<double>(out.elements());

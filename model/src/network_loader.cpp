@@ -6,7 +6,9 @@
 #include <unordered_map>
 
 #include "config_node.h"
+#include "strata/model/checked.h"
 #include "strata/model/error.h"
+#include "strata/model/limits.h"
 #include "strata/model/network.h"
 
 namespace strata {
@@ -115,7 +117,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kDropout:
       n.allowOnly({"name", "kind", "input", "rate"});
       if (auto r = n.get("rate")) {
-        s.dropoutRate = r->asDouble();
+        s.dropoutRate = r->asDouble();  // finite and not denormal
         if (s.dropoutRate < 0 || s.dropoutRate >= 1)
           r->fail(fmt::format("must be in [0, 1), got {}", s.dropoutRate));
       }
@@ -149,6 +151,11 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
   const int outputs = n.require("outputs").asPositiveInt();
   const int stride = n.positiveIntOr("stride", 1);
   const int repeat = n.positiveIntOr("repeat", 1);
+  // 11 layers per block, 13 for the first: bounded before expanding.
+  if (int64_t{repeat} * 11 + 2 + static_cast<int64_t>(out.size()) > kMaxNetworkLayers)
+    n.require("repeat").fail(fmt::format(
+        "{} blocks would make more than {} layers; the largest real networks have a few thousand",
+        repeat, kMaxNetworkLayers));
   std::string prev = n.has("input") ? n.require("input").asString() : "";
   auto add = [&](const std::string& layerName, LayerKind kind, std::vector<std::string> inputs,
                  LayerSpec spec) {
@@ -215,6 +222,12 @@ Network loadNetwork(const std::string& path) {
   in.allowOnly({"channels", "height", "width"});
   net.input = Shape{in.require("channels").asPositiveInt(), in.require("height").asPositiveInt(),
                     in.require("width").asPositiveInt()};
+  if (int64_t e = 0; !checkedMul(net.input.c, net.input.h, e, kMaxExactCount) ||
+                     !checkedMul(e, net.input.w, e, kMaxExactCount))
+    in.fail(
+        fmt::format("{} x {} x {} elements per example is over 2^53 = {:.3g} (the largest "
+                    "count strata computes with exactly)",
+                    net.input.c, net.input.h, net.input.w, double(kMaxExactCount)));
 
   const auto layersNode = root.require("layers");
   const auto items = layersNode.items();
@@ -233,6 +246,11 @@ Network loadNetwork(const std::string& path) {
     } else {
       raws.push_back(readLayer(n, parseKind(kindNode), static_cast<int>(i)));
     }
+    if (raws.size() > static_cast<size_t>(kMaxNetworkLayers))
+      n.fail(
+          fmt::format("the network has more than {} layers (after expanding bottleneck "
+                      "blocks); the largest real networks have a few thousand",
+                      kMaxNetworkLayers));
     for (size_t k = before; k < raws.size(); ++k)
       nodeOf.push_back(n);
   }
@@ -240,6 +258,7 @@ Network loadNetwork(const std::string& path) {
   std::unordered_map<std::string, int> indexOf;
   std::vector<Shape> shapes;
   std::string blockInput;  // the name a bottleneck's "@block-input" refers to
+  int64_t totalParams = 0;
   for (size_t i = 0; i < raws.size(); ++i) {
     auto& raw = raws[i];
     const auto& node = nodeOf[i];
@@ -271,6 +290,12 @@ Network loadNetwork(const std::string& path) {
       inShapes.push_back(shapes[static_cast<size_t>(it->second)]);
     }
     deriveLayer(raw.layer, inShapes, path, raw.index);
+    // Network totals are sums of layers: checked like the layers' own counts.
+    if (!checkedAdd(totalParams, raw.layer.params, totalParams, kMaxExactCount))
+      throw ConfigError(path, node.line(), key,
+                        fmt::format("the network's parameters overflow at layer '{}': over 2^53 "
+                                    "= {:.3g} (the largest count strata computes with exactly)",
+                                    raw.layer.name, double(kMaxExactCount)));
     if (raw.layer.kind == LayerKind::kSoftmax && i + 1 != raws.size())
       throw ConfigError(path, node.line(), key + ".kind", "softmax must be the last layer");
     indexOf[raw.layer.name] = static_cast<int>(i);

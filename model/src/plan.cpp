@@ -4,11 +4,15 @@
 // simulator with contention off reproduces the analytic model.
 #include "strata/model/plan.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <utility>
 
 #include "strata/model/collectives.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/quantity_text.h"
 
 namespace strata {
 
@@ -122,6 +126,13 @@ std::vector<PlanFlow> Plan::flowsOf(const Task& t) const {
       break;
   }
   return f;
+}
+
+double Plan::totalFlows() const {
+  double n = 0;
+  for (const auto& t : tasks)
+    n += double(flowCountOf(t));
+  return n;
 }
 
 size_t Plan::count(TaskKind kind) const {
@@ -640,8 +651,118 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
 
 }  // namespace
 
+// Mirrors the lowering above, counting instead of building: compute and
+// update tasks per worker and layer, and each collective's steps (ring:
+// 3 (K-1) per segment, direct and naive: 3 per segment, reduce-scatter and
+// reduce: 2 per segment, halving-doubling: 3 per exchange plus the folds).
+double estimatePlanTasks(const Network& net, const Scenario& sc) {
+  const double k = sc.workers;
+  const int layers = static_cast<int>(net.layers.size());
+  const double e = elementBytes(sc.options.element);
+  const double segment = sc.options.segment.value();
+  auto segs = [&](double bytes) {
+    return segment <= 0 || bytes <= segment ? 1.0 : std::ceil(bytes / segment);
+  };
+  auto allReduceTasks = [&](AllreduceAlgorithm a, double n) {
+    switch (a) {
+      case AllreduceAlgorithm::kRing:
+        return 3 * (k - 1) * segs(n / k);
+      case AllreduceAlgorithm::kNaive:
+        return 3 * segs(n);
+      case AllreduceAlgorithm::kDirect:
+        return 3 * segs(n / k);
+      case AllreduceAlgorithm::kHalvingDoubling:
+        return 3 * std::ceil(std::log2(k)) + 3;
+    }
+    return 0.0;
+  };
+  // Backprop of [first, last) on every worker and its gradient buckets.
+  auto backprop = [&](int first, int last, AllreduceAlgorithm a) {
+    double t = 0;
+    for (int l = first; l < last; ++l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      t += k * ((layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1));
+    }
+    if (k > 1)
+      for (const auto& bucket : gradientBuckets(net, first, last, sc.options))
+        t += allReduceTasks(a, bucket.params * e);
+    return t;
+  };
+  if (!isModelParallel(sc.strategy)) {
+    const auto algorithm = sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
+                           : sc.strategy == Strategy::kPs  ? AllreduceAlgorithm::kDirect
+                                                           : AllreduceAlgorithm::kRing;
+    return k * layers + backprop(0, layers, algorithm) + k;
+  }
+  const int mp = net.modelParallelFrom;
+  const bool owtA = sc.strategy == Strategy::kOwtA;
+  const double rounds = owtA ? 1 : k;
+  const double bw = sc.batchPerWorker;
+  const double batch = owtA ? k * bw : bw;
+  const double boundary = double(net.layers[static_cast<size_t>(mp)].inShape.elements()) * e;
+  double round = k;  // the first model-parallel layer's fwd
+  if (k > 1)
+    round += 1;  // activations in
+  for (int l = mp + 1; l < layers; ++l) {
+    const auto& layer = net.layers[static_cast<size_t>(l)];
+    round += k + (k > 1 && layer.hasWeights() ? 1 : 0);
+    if (k > 1 && layer.kind == LayerKind::kSoftmax)
+      round += allReduceTasks(AllreduceAlgorithm::kDirect, 2 * batch * e);
+  }
+  for (int l = layers - 1; l >= mp; --l) {
+    const auto& layer = net.layers[static_cast<size_t>(l)];
+    round += k * (layer.hasWeights() ? 2 : 1);
+    if (k > 1 && l > mp && layer.hasWeights())
+      round += 2 * segs(batch * double(layer.inShape.elements()) * e / k);
+  }
+  const bool perRoundUpdate = !owtA && sc.options.fcUpdate == FcUpdate::kRound;
+  if (perRoundUpdate)
+    round += k;
+  if (k > 1)
+    round += sc.strategy == Strategy::kOwtB ? 2 * segs(bw * boundary)
+                                            : 2 * segs((owtA ? bw : bw / k) * boundary);
+  const double updates = perRoundUpdate ? k : 2 * k;
+  return k * mp + rounds * round + backprop(0, mp, sc.options.convSync) + updates;
+}
+
+void checkPlanSize(const Network& network, const Scenario& sc, const Limits& limits) {
+  const double tasks = estimatePlanTasks(network, sc);
+  if (tasks <= double(limits.maxPlanTasks))
+    return;
+  // Name what makes the plan large: segments when they dominate, else workers.
+  Scenario unsegmented = sc;
+  unsegmented.options.segment = Bytes(0);
+  const bool bySegments = estimatePlanTasks(network, unsegmented) * 2 < tasks;
+  const std::string option = bySegments ? "--segment" : "--workers";
+  const std::string cure =
+      bySegments ? fmt::format("use larger segments than {} (or 0 for unsegmented transfers)",
+                               formatBytes(sc.options.segment))
+                 : std::string("use fewer workers");
+  throw OptionError(
+      option, fmt::format("the plan of {} ({}, {} workers) would have about {:.3g} tasks, over the "
+                          "limit of {} (about {} of memory); {}, or raise the limit with {} N ({} "
+                          "lifts every limit)",
+                          network.name, toString(sc.strategy), sc.workers, tasks,
+                          limits.maxPlanTasks, formatBytes(Bytes(tasks * kBytesPerPlanTask)), cure,
+                          kMaxTasksOption, kAllowLargeOption));
+}
+
+void checkPlanPrintable(const Plan& plan, const Limits& limits) {
+  const double items = double(plan.tasks.size()) + plan.totalFlows();
+  if (items > double(limits.maxPrintedPlanItems))
+    throw OptionError(
+        "--workers",
+        fmt::format("the plan of {} ({}, {} workers) has {} tasks and {:.3g} flows, over the "
+                    "limit of {} printed; print a smaller plan (fewer workers; `strata simulate` "
+                    "summarises large ones), or print it anyway with {}",
+                    plan.network, toString(plan.scenario.strategy), plan.scenario.workers,
+                    plan.tasks.size(), plan.totalFlows(), limits.maxPrintedPlanItems,
+                    kAllowLargeOption));
+}
+
 Plan lowerToPlan(const Network& network, const Scenario& scenario) {
   checkScenario(network, scenario);
+  checkPlanSize(network, scenario, limits());
   Plan plan;
   plan.network = network.name;
   plan.scenario = scenario;

@@ -36,22 +36,45 @@ std::string_view folderOf(ConfigKind kind) {
 }
 }  // namespace
 
-std::string configDir() {
-  if (const char* env = std::getenv("STRATA_CONFIG_DIR"); env && *env)
-    return env;
+std::string builtinConfigDir() {
   if (fs::is_directory(STRATA_SOURCE_CONFIG_DIR))
     return STRATA_SOURCE_CONFIG_DIR;
   return STRATA_INSTALL_CONFIG_DIR;
 }
 
+std::vector<std::string> configDirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("STRATA_CONFIG_DIR"); env && *env) {
+    const std::string_view text(env);
+    size_t start = 0;
+    while (start <= text.size()) {
+      const size_t colon = std::min(text.find(':', start), text.size());
+      const std::string dir(text.substr(start, colon - start));
+      if (!dir.empty()) {
+        if (!fs::is_directory(dir))
+          throw OptionError("STRATA_CONFIG_DIR", "no such folder '" + dir + "'");
+        dirs.push_back(dir);
+      }
+      start = colon + 1;
+    }
+  }
+  const std::string builtin = builtinConfigDir();
+  if (std::find(dirs.begin(), dirs.end(), builtin) == dirs.end())
+    dirs.push_back(builtin);
+  return dirs;
+}
+
 std::vector<std::string> listPresets(ConfigKind kind) {
   std::vector<std::string> names;
-  const fs::path dir = fs::path(configDir()) / folderOf(kind);
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".yaml")
-      names.push_back(entry.path().stem().string());
+  for (const auto& d : configDirs()) {
+    const fs::path dir = fs::path(d) / folderOf(kind);
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+      if (entry.path().extension() == ".yaml")
+        names.push_back(entry.path().stem().string());
+  }
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
 }
 
@@ -66,9 +89,11 @@ std::string resolveConfig(ConfigKind kind, std::string_view nameOrPath, const st
       throw OptionError(option, "no such file '" + given + "'");
     return given;
   }
-  const fs::path preset = fs::path(configDir()) / folderOf(kind) / (given + ".yaml");
-  if (fs::is_regular_file(preset))
-    return preset.string();
+  for (const auto& d : configDirs()) {
+    const fs::path preset = fs::path(d) / folderOf(kind) / (given + ".yaml");
+    if (fs::is_regular_file(preset))
+      return preset.string();
+  }
   std::string known;
   for (const auto& n : listPresets(kind))
     known += (known.empty() ? "" : ", ") + n;

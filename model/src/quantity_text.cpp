@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <utility>
+
+#include "strata/model/error.h"
 
 namespace strata {
 
@@ -102,23 +105,153 @@ std::string withUnit(double v, std::initializer_list<std::pair<double, const cha
 
 }  // namespace
 
-std::optional<double> parseQuantity(std::string_view text, QuantityKind kind) {
-  text = trim(text);
-  if (text.empty())
-    return std::nullopt;
-  double value = 0.0;
+namespace {
+
+// The text's number, checked: finite, not denormal, not hexadecimal, not
+// negative. Returns the number and the rest of the text (the unit), or an
+// error phrase.
+struct NumberPart {
+  double value = 0;
+  std::string_view rest;
+  std::string error;
+};
+
+NumberPart readNumber(std::string_view text) {
+  NumberPart out;
+  if (text.empty()) {
+    out.error = "is empty";
+    return out;
+  }
+  // from_chars reads no hexadecimal (it would read the 0 of "0x1p3" and
+  // leave "x1p3" as the unit); say so rather than "unknown unit".
+  const size_t digits = text[0] == '-' ? 1 : 0;
+  if (text.size() > digits + 1 && text[digits] == '0' &&
+      (text[digits + 1] == 'x' || text[digits + 1] == 'X')) {
+    out.error = "is hexadecimal (write a decimal number)";
+    return out;
+  }
   const char* begin = text.data();
   const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc() || !std::isfinite(value))
-    return std::nullopt;
-  const std::string_view unit = trim(std::string_view(ptr, static_cast<size_t>(end - ptr)));
-  if (unit.empty())
-    return value;
-  const auto scale = unitScale(unit, kind);
-  if (!scale)
-    return std::nullopt;
-  return value * *scale;
+  auto [ptr, ec] = std::from_chars(begin, end, out.value);
+  if (ec == std::errc::result_out_of_range) {
+    out.error = "is out of range (too large or too small for a number)";
+    return out;
+  }
+  if (ec != std::errc() || ptr == begin) {
+    out.error = "is not a number";
+    return out;
+  }
+  if (std::isnan(out.value) || std::isinf(out.value)) {
+    out.error = "must be a finite number";
+    return out;
+  }
+  if (std::fpclassify(out.value) == FP_SUBNORMAL) {
+    out.error = "is too small to compute with (a denormal number)";
+    return out;
+  }
+  if (out.value < 0) {
+    out.error = "must not be negative";
+    return out;
+  }
+  out.value = out.value == 0 ? 0.0 : out.value;  // -0 reads as 0
+  out.rest = std::string_view(ptr, static_cast<size_t>(end - ptr));
+  return out;
+}
+
+// "a time (s, ms, us, ns)"
+std::string kindWithUnits(QuantityKind kind) {
+  return std::string(quantityRange(kind).what) + " (" + acceptedUnits(kind) + ")";
+}
+
+// 1e6 s as "1e+06 s" is hard to read; ranges print in the kind's own units.
+std::string rangeBound(QuantityKind kind, double v) {
+  switch (kind) {
+    case QuantityKind::kTime:
+      return fmt::format("{:g} s", v);  // 1e-15 s is below formatSeconds' smallest unit
+    case QuantityKind::kBytes:
+      return v >= 1e15 ? fmt::format("2^53 B ({})", formatBytes(Bytes(v))) : formatBytes(Bytes(v));
+    case QuantityKind::kBandwidth:
+      return formatBandwidth(BytesPerSecond(v));
+    case QuantityKind::kFlopRate:
+      return formatFlopRate(FlopsPerSecond(v));
+    case QuantityKind::kCount:
+      return fmt::format("{:g}", v);
+  }
+  return fmt::format("{:g}", v);
+}
+
+}  // namespace
+
+QuantityRange quantityRange(QuantityKind kind) {
+  switch (kind) {
+    case QuantityKind::kTime:
+      return {1e-15, 1e6, "a time",
+              "nothing a computer does is shorter than a femtosecond, and no step, latency or "
+              "timeout strata handles is longer than a million seconds (11.6 days)"};
+    case QuantityKind::kBytes:
+      return {1.0, 9007199254740992.0, "a size",
+              "a size is a whole number of bytes, and 2^53 B (9 PB) is the largest the cost "
+              "model's double arithmetic counts exactly"};
+    case QuantityKind::kBandwidth:
+      return {1.0, 1e15, "a bandwidth",
+              "below a byte per second nothing moves, and 1 PB/s is 200 times the fastest "
+              "memory (HBM3e, ~5 TB/s) or link built"};
+    case QuantityKind::kFlopRate:
+      return {1.0, 1e18, "a compute rate",
+              "one device does at least one FLOP per second and not an exaFLOP per second (an "
+              "H100 does 2e15 with sparsity)"};
+    case QuantityKind::kCount:
+      return {0.0, 9007199254740992.0, "a count", "counts beyond 2^53 are not exact"};
+  }
+  return {};
+}
+
+QuantityReading readQuantity(std::string_view text, QuantityKind kind, UnitRule rule) {
+  QuantityReading out;
+  text = trim(text);
+  NumberPart number = readNumber(text);
+  if (!number.error.empty()) {
+    out.error = number.error;
+    return out;
+  }
+  const std::string_view unit = trim(number.rest);
+  double value = number.value;
+  if (unit.empty()) {
+    // 0 is 0 in every unit; any other bare number is ambiguous.
+    if (value != 0 && rule == UnitRule::kRequired && kind != QuantityKind::kCount) {
+      out.error = "needs a unit: " + kindWithUnits(kind);
+      return out;
+    }
+  } else {
+    const auto scale = unitScale(unit, kind);
+    if (!scale) {
+      out.error = "unknown unit '" + std::string(unit) + "' for " + kindWithUnits(kind);
+      return out;
+    }
+    value *= *scale;
+    if (!std::isfinite(value)) {
+      out.error = "is out of range (too large for a number)";
+      return out;
+    }
+  }
+  if (value != 0) {
+    const auto range = quantityRange(kind);
+    if (kind == QuantityKind::kBytes && value < range.min) {
+      out.error = "is less than one byte (it would round to 0; write 0 where 0 is meant)";
+      return out;
+    }
+    if (value < range.min || value > range.max) {
+      out.error = fmt::format("is outside the range of {}, {} .. {} ({})", range.what,
+                              rangeBound(kind, range.min), rangeBound(kind, range.max), range.why);
+      return out;
+    }
+  }
+  out.value = value;
+  return out;
+}
+
+std::optional<double> parseQuantity(std::string_view text, QuantityKind kind, UnitRule rule) {
+  return readQuantity(text, kind, rule).value;
 }
 
 std::string acceptedUnits(QuantityKind kind) {
@@ -135,6 +268,64 @@ std::string acceptedUnits(QuantityKind kind) {
       return "none";
   }
   return "none";
+}
+
+Bytes parseSizeOption(std::string_view text, const std::string& option, bool zeroMeansOff) {
+  const auto r = readQuantity(text, QuantityKind::kBytes);
+  const std::string hint = zeroMeansOff ? "; e.g. 1MiB, or 0 for off" : "; e.g. 1MiB";
+  if (!r.value)
+    throw OptionError(option, r.error + ", got '" + std::string(text) + "'" + hint);
+  if (*r.value == 0 && !zeroMeansOff)
+    throw OptionError(option, "must be at least 1 B, got '" + std::string(text) + "'" + hint);
+  return Bytes(*r.value);
+}
+
+Seconds parseTimeOption(std::string_view text, const std::string& option) {
+  const auto r = readQuantity(text, QuantityKind::kTime);
+  if (!r.value)
+    throw OptionError(option, r.error + ", got '" + std::string(text) + "'; e.g. 30s");
+  if (*r.value == 0)
+    throw OptionError(option, "must be a positive time, got '" + std::string(text) + "'; e.g. 30s");
+  return Seconds(*r.value);
+}
+
+int parseCountOption(std::string_view text, const std::string& option, int max) {
+  const std::string quoted = fmt::format("'{}'", text);
+  bool digits = !text.empty();
+  for (char c : text)
+    digits = digits && c >= '0' && c <= '9';
+  if (!digits)
+    throw OptionError(option, "must be a positive integer, got " + quoted);
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && v > max))
+    throw OptionError(option, fmt::format("is too large: at most {}, got {}", max, quoted));
+  if (ec != std::errc() || ptr != text.data() + text.size() || v < 1)
+    throw OptionError(option, "must be a positive integer, got " + quoted);
+  return static_cast<int>(v);
+}
+
+std::vector<int> parseCountListOption(std::string_view text, const std::string& option, int max) {
+  std::vector<int> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const auto item =
+        text.substr(begin, comma == std::string_view::npos ? text.npos : comma - begin);
+    try {
+      out.push_back(parseCountOption(item, option, max));
+    } catch (const OptionError& e) {
+      // Name the whole list too: "--workers: ... got '' in '1,,2'".
+      if (text.find(',') == std::string_view::npos)
+        throw;
+      throw OptionError(option, std::string(e.what()).substr(option.size() + 2) + " in '" +
+                                    std::string(text) + "'");
+    }
+    if (comma == std::string_view::npos)
+      break;
+    begin = comma + 1;
+  }
+  return out;
 }
 
 std::string formatSeconds(Seconds t) {

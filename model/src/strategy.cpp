@@ -22,12 +22,23 @@ std::string_view toString(Strategy strategy) {
   return "?";
 }
 
-Strategy parseStrategy(std::string_view text, const std::string& option) {
+namespace {
+
+// `list`: the option takes a list, where "all" is also accepted.
+Strategy findStrategy(std::string_view text, const std::string& option, bool list) {
   for (auto s : kAllStrategies)
     if (toString(s) == text)
       return s;
-  throw OptionError(option, "unknown strategy '" + std::string(text) +
-                                "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
+  throw OptionError(option, "unknown strategy '" + std::string(text) + "' (expected " +
+                                (list ? "naive, ring, owt-a, owt-b, owt-c, ps or all"
+                                      : "one of naive, ring, owt-a, owt-b, owt-c or ps") +
+                                ")");
+}
+
+}  // namespace
+
+Strategy parseStrategy(std::string_view text, const std::string& option) {
+  return findStrategy(text, option, false);
 }
 
 std::vector<Strategy> parseStrategies(std::string_view text, const std::string& option) {
@@ -41,7 +52,7 @@ std::vector<Strategy> parseStrategies(std::string_view text, const std::string& 
         text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
     if (item.empty())
       throw OptionError(option, "empty strategy name in '" + std::string(text) + "'");
-    out.push_back(parseStrategy(item, option));
+    out.push_back(findStrategy(item, option, true));
     if (comma == std::string_view::npos)
       break;
     start = comma + 1;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "strata/model/error.h"
 
 namespace strata {
@@ -280,6 +282,20 @@ std::string Topology::describeLink(int link, bool up) const {
     who += fmt::format(" lane {}", lane);
   const char* dir = spec.link.fullDuplex ? (up ? " (up)" : " (down)") : " (half duplex)";
   return fmt::format("{} link of {}{}", spec.name, who, dir);
+}
+
+LinkUsers Topology::linkUsers(int link) const {
+  STRATA_ENFORCE_OP(link, >=, 0);
+  STRATA_ENFORCE_OP(link, <, linkCount_);
+  const int level = levelOfLink(link);
+  const auto l = static_cast<size_t>(level);
+  LinkUsers u;
+  u.lanes = cluster_->levels[l].link.lanes;
+  const int unit = (link - levelOffset_[l]) / u.lanes;
+  u.lane = (link - levelOffset_[l]) % u.lanes;
+  u.first = static_cast<int>(unit * span_[l]);
+  u.last = static_cast<int>(std::min<int64_t>((unit + 1) * span_[l], workers_) - 1);
+  return u;
 }
 
 }  // namespace strata

@@ -1,13 +1,16 @@
 // Loads validation suites (`strata validate --suite FILE`).
 #include "strata/model/validation_suite.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "config_node.h"
 #include "config_reference.h"
+#include "strata/model/checked.h"
 #include "strata/model/error.h"
 #include "strata/model/presets.h"
 
@@ -96,6 +99,21 @@ ValidationSuite loadValidationSuite(const std::string& path) {
 
   suite.repeats = root.positiveIntOr("repeats", suite.repeats);
   suite.steps = root.positiveIntOr("steps", suite.steps);
+  // Every row runs repeats x steps steps for real: bounded like any input.
+  if (suite.repeats > kMaxSuiteRepeats)
+    root.require("repeats").fail(
+        fmt::format("must be at most {} (runs per row), got {}", kMaxSuiteRepeats, suite.repeats));
+  if (suite.steps > kMaxSuiteSteps)
+    root.require("steps").fail(
+        fmt::format("must be at most {} (steps per run), got {}", kMaxSuiteSteps, suite.steps));
+  for (const auto& entry : suite.entries)
+    for (int b : entry.batches)
+      for (int k : suite.workers)
+        if (int64_t examples = 0; !checkedMul(k, b, examples, std::numeric_limits<int>::max()))
+          root.require("workers").fail(
+              fmt::format("{} workers x batch {} of {} is a global batch over {} "
+                          "examples",
+                          k, b, entry.where, std::numeric_limits<int>::max()));
   if (suite.steps < kMinValidateSteps)
     root.require("steps").fail("must be at least " + std::to_string(kMinValidateSteps) +
                                " (2 warm-up steps, then measured ones)");

@@ -10,6 +10,8 @@
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/limits.h"
+#include "strata/model/quantity_text.h"
 #include "strata/model/topology.h"
 
 namespace strata::sim {
@@ -82,8 +84,10 @@ double unitNoise(uint64_t seed, uint64_t task) {
 
 class Engine {
  public:
-  Engine(const Plan& plan, const Network& net, const Cluster& cluster, const Options& options)
-      : plan_(plan),
+  Engine(const Plan& plan, const Network& net, const Cluster& cluster, const Options& options,
+         int64_t maxEvents)
+      : maxEvents_(maxEvents),
+        plan_(plan),
         net_(net),
         cluster_(cluster),
         opt_(options),
@@ -145,6 +149,8 @@ class Engine {
     computeIntervals_.resize(static_cast<size_t>(k_));
     ownComm_.resize(static_cast<size_t>(k_));
     workerStamp_.assign(static_cast<size_t>(k_), 0);
+    if (opt_.timeline)
+      selectTimeline(channels);
   }
 
   Result run() {
@@ -152,6 +158,16 @@ class Engine {
       if (depsLeft_[t] == 0)
         makeReady(static_cast<uint32_t>(t));
     while (!q_.empty()) {
+      // The plan was sized before starting; this bounds the rest (rate
+      // changes re-schedule transfers), so no input runs without end.
+      if (q_.popped() >= static_cast<uint64_t>(maxEvents_))
+        throw OptionError(
+            "--workers",
+            fmt::format("the simulation of {} ({}, {} workers) passed the limit of {} events at "
+                        "simulated time {}; use fewer workers, or raise the limit with {} N ({} "
+                        "lifts every limit)",
+                        plan_.network, toString(plan_.scenario.strategy), k_, maxEvents_,
+                        formatSeconds(Seconds(q_.now())), kMaxEventsOption, kAllowLargeOption));
       const Event e = q_.pop();
       switch (e.kind) {
         case EventKind::kTaskDone:
@@ -260,7 +276,7 @@ class Engine {
           p.bwdWeights += Seconds(d);
         }
         computeIntervals_[w].push_back({start_[t], end_[t]});
-        if (opt_.timeline)
+        if (opt_.timeline && recordWorker_[w])
           slices_.push_back({t, task.worker, Track::kCompute, -1, start_[t], end_[t]});
         workerBusy_[w] = 0;
         tryStart(task.worker);
@@ -468,7 +484,7 @@ class Engine {
       }
       if (--activeOn_[ci] == 0) {
         busy_[ci] += q_.now() - busySince_[ci];
-        if (opt_.timeline)
+        if (opt_.timeline && recordChannel_[ci])
           linkSlices_.push_back({c, busySince_[ci], q_.now()});
       }
       if (opt_.contention)
@@ -578,21 +594,59 @@ class Engine {
     }
     if (!opt_.timeline)
       return;
+    auto recorded = [&](int w) { return recordWorker_[static_cast<size_t>(w)] != 0; };
     if (transfer) {
       for (const auto& f : plan_.flowsOf(task)) {
-        slices_.push_back({t, f.src, Track::kSend, f.dst, start_[t], end_[t]});
-        slices_.push_back({t, f.dst, Track::kReceive, f.src, start_[t], end_[t]});
+        if (recorded(f.src))
+          slices_.push_back({t, f.src, Track::kSend, f.dst, start_[t], end_[t]});
+        if (recorded(f.dst))
+          slices_.push_back({t, f.dst, Track::kReceive, f.src, start_[t], end_[t]});
       }
     } else if (rootOnly) {
-      slices_.push_back({t, task.root, Track::kReduce, -1, start_[t], end_[t]});
+      if (recorded(task.root))
+        slices_.push_back({t, task.root, Track::kReduce, -1, start_[t], end_[t]});
     } else {
       ++workerStampNow_;
       for (const auto& f : plan_.flowsOf(task))
         if (workerStamp_[static_cast<size_t>(f.dst)] != workerStampNow_) {
           workerStamp_[static_cast<size_t>(f.dst)] = workerStampNow_;
-          slices_.push_back({t, f.dst, Track::kReduce, -1, start_[t], end_[t]});
+          if (recorded(f.dst))
+            slices_.push_back({t, f.dst, Track::kReduce, -1, start_[t], end_[t]});
         }
     }
+  }
+
+  // Which workers and channels the timeline records; reserves the slices of
+  // a full timeline (tens of millions at K = 1024: growing the vector would
+  // copy them several times over).
+  void selectTimeline(int channels) {
+    recordWorker_.assign(static_cast<size_t>(k_), opt_.timelineRanks.empty() ? 1 : 0);
+    for (int r : opt_.timelineRanks) {
+      if (r < 0 || r >= k_)
+        throw OptionError("--trace-ranks",
+                          fmt::format("rank {} is out of range: the step has {} workers (ranks "
+                                      "0-{})",
+                                      r, k_, k_ - 1));
+      recordWorker_[static_cast<size_t>(r)] = 1;
+    }
+    recordChannel_.assign(static_cast<size_t>(channels), opt_.timelineRanks.empty() ? 1 : 0);
+    if (!opt_.timelineRanks.empty()) {
+      for (int c = 0; c < channels; ++c) {
+        const LinkUsers u = topo_.linkUsers(c / 2);
+        for (int w = u.first + u.lane; w <= u.last; w += std::max(1, u.lanes))
+          if (recordWorker_[static_cast<size_t>(w)]) {
+            recordChannel_[static_cast<size_t>(c)] = 1;
+            break;
+          }
+      }
+      return;
+    }
+    size_t slices = 0;
+    for (const auto& task : plan_.tasks)
+      slices += task.kind == TaskKind::kTransfer ? 2 * plan_.flowCountOf(task)
+                : task.kind == TaskKind::kReduce ? plan_.flowCountOf(task) + 1
+                                                 : 1;
+    slices_.reserve(slices);
   }
 
   static Intervals merged(Intervals v) {
@@ -673,9 +727,11 @@ class Engine {
       }
     // Links, busiest first.
     r.timeline.channelNames.resize(beta_.size());
+    r.timeline.channelUsers.resize(beta_.size());
     for (size_t c = 0; c < beta_.size(); ++c) {
       const int link = static_cast<int>(c / 2);
       r.timeline.channelNames[c] = topo_.describeLink(link, c % 2 == 0);
+      r.timeline.channelUsers[c] = topo_.linkUsers(link);
       if (bytesOn_[c] <= 0)
         continue;
       LinkUse u;
@@ -696,6 +752,7 @@ class Engine {
     return r;
   }
 
+  int64_t maxEvents_;
   const Plan& plan_;
   const Network& net_;
   const Cluster& cluster_;
@@ -751,22 +808,40 @@ class Engine {
   uint32_t workerStampNow_ = 0;
   std::vector<Slice> slices_;
   std::vector<LinkSlice> linkSlices_;
+  std::vector<char> recordWorker_;   // with timeline: per worker, its slices are recorded
+  std::vector<char> recordChannel_;  // with timeline: per channel, its busy slices are recorded
 };
 
 }  // namespace
 
 Result simulate(const Plan& plan, const Network& network, const Cluster& cluster,
                 const Options& options) {
+  // A slowdown of 1000 turns a millisecond into a second: beyond it a factor
+  // is a typo, and NaN, infinity or a denormal would stall the clock.
   for (double s : options.slowdown)
-    if (!(s > 0))
-      throw OptionError("--straggler", fmt::format("slowdown factors must be positive, got {}", s));
-  if (options.jitter < 0 || options.jitter >= 1)
+    if (!(s >= 1e-3 && s <= 1e3))
+      throw OptionError("--straggler",
+                        fmt::format("slowdown factors must be in [0.001, 1000], got {}", s));
+  if (!(options.jitter >= 0 && options.jitter < 1))
     throw OptionError("--jitter", fmt::format("must be in [0, 1), got {}", options.jitter));
   if (options.slowdown.size() > static_cast<size_t>(plan.scenario.workers))
     throw OptionError("--straggler",
                       fmt::format("names worker {} but there are {} workers",
                                   options.slowdown.size() - 1, plan.scenario.workers));
-  Engine engine(plan, network, cluster, options);
+  // Bounded before allocating: every flow of a transfer is visited when it
+  // starts and ends (an all-to-all step of K workers has K(K-1) flows).
+  const Limits& lim = limits();
+  const double work = double(plan.tasks.size()) + 2 * plan.totalFlows();
+  if (work > double(lim.maxSimEvents))
+    throw OptionError(
+        "--workers",
+        fmt::format("simulating the plan of {} ({}, {} workers: {} tasks, {:.3g} flows) would take "
+                    "about {:.3g} events, over the limit of {}; use fewer workers or larger "
+                    "segments, or raise the limit with {} N ({} lifts every limit)",
+                    plan.network, toString(plan.scenario.strategy), plan.scenario.workers,
+                    plan.tasks.size(), plan.totalFlows(), work, lim.maxSimEvents, kMaxEventsOption,
+                    kAllowLargeOption));
+  Engine engine(plan, network, cluster, options, lim.maxSimEvents);
   return engine.run();
 }
 

@@ -14,7 +14,9 @@ TEST_CASE("quantities parse with their units", "[units]") {
   CHECK(*parseQuantity("400 Gb/s", QuantityKind::kBandwidth) == Approx(50e9));
   CHECK(*parseQuantity("6 GB/s", QuantityKind::kBandwidth) == 6e9);
   CHECK(*parseQuantity("3.52 TFLOP/s", QuantityKind::kFlopRate) == Approx(3.52e12));
-  CHECK(*parseQuantity("1e9", QuantityKind::kBandwidth) == 1e9);  // plain number: base unit
+  CHECK_FALSE(parseQuantity("1e9", QuantityKind::kBandwidth));  // 1e9 what? a unit is required
+  CHECK(*parseQuantity("1e9", QuantityKind::kBandwidth, UnitRule::kImplied) == 1e9);  // base unit
+  CHECK(*parseQuantity("0", QuantityKind::kTime) == 0.0);  // 0 is 0 in every unit
   CHECK(*parseQuantity("4MiB", QuantityKind::kBytes) == 4.0 * 1024 * 1024);
 }
 

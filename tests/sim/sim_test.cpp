@@ -2,12 +2,17 @@
 // computed timelines (contention on), and its trace.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "../model/helpers.h"
+#include "../trace_checker.h"
+#include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/limits.h"
 #include "strata/model/plan.h"
+#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
 
 using namespace strata;
@@ -266,6 +271,10 @@ TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {
     const auto r = sim::simulate(plan, net, cl, o);
     std::ostringstream os;
     writeTrace(os, plan, net, r.estimate, r.timeline);
+    const auto check = test::checkTrace(os.str());
+    for (const auto& p : check.problems)
+      INFO(p);
+    CHECK(check.ok());
     const auto j = nlohmann::json::parse(os.str());
     std::vector<int> seen(plan.tasks.size(), 0);
     for (const auto& e : j.at("traceEvents")) {
@@ -284,6 +293,113 @@ TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {
         CHECK(seen[i] >= 1);
     }
   }
+}
+
+TEST_CASE("simulated traces keep every slice and flow under Perfetto's import rules",
+          "[sim][trace]") {
+  // Concurrent transfers (owt-b's broadcasts, ring segments on two levels of
+  // links), back-to-back slices on every lane, contention on.
+  const auto net = presetNetwork("alexnet-owt");
+  for (const char* cluster : {"dgx-h100", "k20x8-pcie"}) {
+    const auto cl = presetCluster(cluster);
+    for (auto s : {Strategy::kRing, Strategy::kOwtB}) {
+      INFO(cluster << " " << toString(s));
+      const int k = std::string(cluster) == "dgx-h100" ? 16 : 8;
+      const auto plan = lowerToPlan(net, scenario(s, k, 32, true));
+      sim::Options o;
+      o.timeline = true;
+      const auto r = sim::simulate(plan, net, cl, o);
+      std::ostringstream os;
+      writeTrace(os, plan, net, r.estimate, r.timeline);
+      const auto check = test::checkTrace(os.str());
+      for (const auto& p : check.problems)
+        INFO(p);
+      CHECK(check.ok());
+      // Nothing dropped: one X event per slice and per busy link interval.
+      CHECK(check.slices == r.timeline.slices.size() + r.timeline.linkSlices.size());
+      // One arrow per flow of every transfer that took time.
+      size_t flows = 0;
+      for (size_t t = 0; t < plan.tasks.size(); ++t)
+        if (plan.tasks[t].kind == TaskKind::kTransfer &&
+            detail::toNanoseconds(r.taskEnd[t]) > detail::toNanoseconds(r.taskStart[t]))
+          flows += plan.flowCountOf(plan.tasks[t]);
+      CHECK(check.flows == flows);
+      // The Plan alone predicts every slice and flow event (not the links').
+      Timeline noLinks = r.timeline;
+      noLinks.linkSlices.clear();
+      CHECK(checkTraceSize(plan, {}).events == estimateTrace(plan, noLinks, {}).events);
+      CHECK(check.pids.size() == size_t(k) + 1);  // workers and links
+      CHECK(*check.pids.begin() == 1);
+      CHECK(check.processNames.at(1) == "worker 0");
+      CHECK(check.processNames.at(k + 1) == "links");
+      // owt-b's broadcast: one sender, K - 1 flows at once on its send lane.
+      bool secondTrack = false;
+      for (const auto& [key, name] : check.threadNames)
+        secondTrack = secondTrack || name == "send 2" || name == "receive 2";
+      CHECK(secondTrack == (s == Strategy::kOwtB));
+      // Args exactly the plan's numbers.
+      const auto j = nlohmann::json::parse(os.str());
+      for (const auto& e : j.at("traceEvents")) {
+        if (e.at("ph") != "X" || !e.contains("args"))
+          continue;
+        const auto& task = plan.tasks[e.at("args").at("task").get<size_t>()];
+        if (task.kind == TaskKind::kTransfer || task.kind == TaskKind::kReduce)
+          CHECK(e.at("args").at("bytes").get<double>() == task.bytes.value());
+        if (task.kind == TaskKind::kCompute)
+          CHECK(e.at("args").at("examples").get<double>() == task.examples);
+      }
+    }
+  }
+}
+
+TEST_CASE("a trace of some ranks: their slices, their links, the same from either filter",
+          "[sim][trace]") {
+  // 16 H100s on two nodes: ranks 0-3 are on node 0.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("dgx-h100");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 16, 32, true));
+  TraceOptions opt;
+  opt.ranks = parseRankList("0-3", 16);
+  sim::Options o;
+  o.timeline = true;
+  const auto all = sim::simulate(plan, net, cl, o);
+  o.timelineRanks = opt.ranks;
+  const auto some = sim::simulate(plan, net, cl, o);
+  CHECK(some.estimate.step.value() == all.estimate.step.value());
+  CHECK(some.timeline.slices.size() < all.timeline.slices.size() / 3);
+  std::ostringstream fromAll, fromSome;
+  writeTrace(fromAll, plan, net, all.estimate, all.timeline, opt);
+  writeTrace(fromSome, plan, net, some.estimate, some.timeline, opt);
+  CHECK(fromAll.str() == fromSome.str());
+  const auto check = test::checkTrace(fromSome.str());
+  for (const auto& p : check.problems)
+    INFO(p);
+  CHECK(check.ok());
+  CHECK(check.pids == std::set<int64_t>{1, 2, 3, 4, 17});
+  CHECK(check.otherData.at("ranks") == "0-3");
+  CHECK(check.flows > 0);
+  // Links: those of devices 0-3 and node 0's network lanes they use.
+  std::set<std::string> links;
+  for (const auto& [key, name] : check.threadNames)
+    if (key.first == 17)
+      links.insert(name);
+  CHECK_FALSE(links.empty());
+  for (const auto& name : links) {
+    INFO(name);
+    const bool own = name.find("of device 0 ") != std::string::npos ||
+                     name.find("of device 1 ") != std::string::npos ||
+                     name.find("of device 2 ") != std::string::npos ||
+                     name.find("of device 3 ") != std::string::npos ||
+                     name.find("of devices 0-7") != std::string::npos;
+    CHECK(own);
+  }
+  CHECK(estimateTrace(plan, some.timeline, opt).events ==
+        estimateTrace(plan, all.timeline, opt).events);
+
+  sim::Options bad = o;
+  bad.timelineRanks = {16};
+  CHECK_THROWS_WITH(sim::simulate(plan, net, cl, bad),
+                    "--trace-ranks: rank 16 is out of range: the step has 16 workers (ranks 0-15)");
 }
 
 TEST_CASE("same input, same output byte for byte; the seed moves the jitter", "[sim]") {
@@ -343,4 +459,54 @@ TEST_CASE("simulator and model agree on a cluster with a bandwidth table", "[sim
       CHECK(run(net, cl, sc, false).estimate.step.value() ==
             Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
     }
+}
+
+TEST_CASE("a simulation over the event limit is refused before it starts", "[sim][limits]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = presetCluster("dgx-h100");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kPs, 8, 8));
+  const double work = double(plan.tasks.size()) + 2 * plan.totalFlows();
+  const Limits saved = limits();
+  Limits l;
+  l.maxSimEvents = static_cast<int64_t>(work) - 1;
+  setLimits(l);
+  std::string message;
+  try {
+    sim::simulate(plan, net, cl, sim::Options{});
+  } catch (const OptionError& e) {
+    message = e.what();
+  }
+  setLimits(saved);
+  CHECK_THAT(message, Catch::StartsWith("--workers: simulating the plan of tiny-cnn (ps, 8 "
+                                        "workers: ") &&
+                          Catch::Contains("over the limit of " + std::to_string(l.maxSimEvents) +
+                                          "; use fewer workers or larger segments, or raise the "
+                                          "limit with --max-events N"));
+  // At the default limit the same plan runs, in fewer events than the bound.
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  CHECK(r.events > 0);
+  CHECK(double(r.events) <= work);
+}
+
+TEST_CASE("straggler factors and jitter must be finite and sane", "[sim][errors]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = presetCluster("dgx-h100");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 2, 8));
+  auto errorOf = [&](const sim::Options& o) {
+    try {
+      sim::simulate(plan, net, cl, o);
+    } catch (const OptionError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (double bad : {std::nan(""), HUGE_VAL, 1e-320, 0.0, -1.0, 1e4}) {
+    sim::Options o;
+    o.slowdown = {1.0, bad};
+    CHECK_THAT(errorOf(o),
+               Catch::StartsWith("--straggler: slowdown factors must be in [0.001, 1000], got"));
+  }
+  sim::Options o;
+  o.jitter = std::nan("");
+  CHECK(errorOf(o) == "--jitter: must be in [0, 1), got nan");
 }

@@ -2,8 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "strata/exec/comm/mpi_communicator.h"
 
@@ -71,6 +82,86 @@ void runOrAbort(Communicator& comm, const std::function<void(Communicator&)>& bo
     comm.abort(fmt::format("worker {}: unknown exception", comm.rank()));
     throw;
   }
+}
+
+namespace {
+
+// Mistakes travel as a length, then the text (if any); long ones are cut.
+constexpr std::size_t kMaxMistakeBytes = 4096;
+
+void sendText(Communicator& comm, int peer, const std::string& text) {
+  const std::uint64_t length = std::min(text.size(), kMaxMistakeBytes);
+  comm.send(peer, kAgreementTag, std::as_bytes(std::span(&length, 1)));
+  if (length > 0)
+    comm.send(peer, kAgreementTag, std::as_bytes(std::span(text.data(), length)));
+}
+
+std::string recvText(Communicator& comm, int peer) {
+  std::uint64_t length = 0;
+  comm.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(&length, 1)));
+  if (length > kMaxMistakeBytes)
+    throw CommError(fmt::format("{}: a mistake of {} bytes (at most {} expected)",
+                                describeCall("recv", peer, kAgreementTag, comm.rank()), length,
+                                kMaxMistakeBytes));
+  std::string text(length, '\0');
+  if (length > 0)
+    comm.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(text.data(), text.size())));
+  return text;
+}
+
+}  // namespace
+
+std::string agreeOnMistakes(Communicator& comm, const std::string& mistake) {
+  // Cut to what a message carries, so every rank returns the same text.
+  const std::string own = mistake.substr(0, kMaxMistakeBytes);
+  if (comm.size() == 1)
+    return own;
+  if (comm.rank() != 0) {
+    sendText(comm, 0, own);
+    return recvText(comm, 0);
+  }
+  // Rank 0 hears every rank before it answers, so no rank leaves early.
+  std::string verdict = own;
+  for (int r = 1; r < comm.size(); ++r) {
+    const std::string theirs = recvText(comm, r);
+    if (verdict.empty() && !theirs.empty())
+      verdict = fmt::format("rank {}: {}", r, theirs).substr(0, kMaxMistakeBytes);
+  }
+  for (int r = 1; r < comm.size(); ++r)
+    sendText(comm, r, verdict);
+  return verdict;
+}
+
+void stopThisProcessForTest(Seconds guard) {
+#if defined(__unix__) || defined(__APPLE__)
+  const pid_t self = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    // The guard: only async-signal-safe calls after fork() in a threaded
+    // process. It dies with its parent (Linux), and checks that its parent is
+    // still the stopped process before it kills anything.
+#if defined(__linux__)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+    const auto wait = static_cast<unsigned>(std::max(1.0, guard.value()));
+    for (unsigned s = 0; s < wait; ++s) {
+      if (getppid() != self)
+        _exit(0);
+      sleep(1);
+    }
+    if (getppid() == self)
+      kill(self, SIGKILL);
+    _exit(0);
+  }
+  raise(SIGSTOP);
+  if (child > 0) {  // continued: the guard is no longer wanted
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  }
+#else
+  (void)guard;
+  throw RunFailure("stopping a process for a test needs POSIX signals");
+#endif
 }
 
 bool launchedByMpiexec() {

@@ -415,6 +415,8 @@ namespace {
     std::rethrow_exception(error);
   } catch (const CommError& e) {
     throw CommError(prefix + e.what());
+  } catch (const RunFailure& e) {
+    throw RunFailure(prefix + e.what());
   } catch (const UserError& e) {
     throw UserError(prefix + e.what());
   } catch (const InvariantError& e) {

@@ -16,6 +16,7 @@
 #include "strata/exec/runtime.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,9 @@
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/limits.h"
+#include "strata/model/plan.h"
+#include "strata/model/quantity_text.h"
 
 namespace strata::exec {
 
@@ -257,8 +261,10 @@ class Worker {
   Measured step(int s) {
     step_ = s;
     if (opt_.failRank == w_ && opt_.failStep == s)
-      throw UserError(
+      throw RunFailure(
           fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
+    if (opt_.hangRank == w_ && opt_.hangStep == s)
+      hang();
     Measured m;
     model_.setStep(static_cast<uint64_t>(s));
     model_.zeroGradients();
@@ -296,6 +302,19 @@ class Worker {
     const double hidden = overlapSeconds(commIv, computeIv);
     m.exposed = m.communication - hidden;
     return m;
+  }
+
+  // The injected hang (RunOptions::hangRank). The stopped process is killed
+  // by whatever ends the job, or by its guard after two timeouts and a minute.
+  void hang() {
+    if (opt_.hangStopsProcess) {
+      stopThisProcessForTest(Seconds(2 * opt_.timeout.value() + 60));
+      return;
+    }
+    while (!comm_.aborted())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    throw CommError(
+        fmt::format("hung at step {} (--hang-rank {} --hang-step {})", step_, w_, step_));
   }
 
   // Runs one lane's tasks of this step in Plan order.
@@ -955,9 +974,8 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
     throw OptionError("--workers", fmt::format("the plan has {} workers but {} ranks were started",
                                                k, comm.size()));
   checkRunnable(network, plan.scenario);
+  checkRunOptions(options);
   comm.setTimeout(options.timeout);
-  if (options.steps < 1)
-    throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
   if (plan.scenario.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
 
@@ -976,7 +994,7 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
     comm.recv(0, kTagVerdict, writableBytesOf(verdict));
   }
   if (verdict[0] > 0)
-    throw UserError(fmt::format(
+    throw ConfigMismatch(fmt::format(
         "rank {} was started with a different configuration than rank 0 (config hash {:016x} vs "
         "{:016x}); start every rank with the same network, strategy, workers, batch, options and "
         "run options",
@@ -1096,8 +1114,66 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
   return result;
 }
 
+void checkRunOptions(const RunOptions& options) {
+  if (options.steps < 1)
+    throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
+  // Every step's timings are kept for the median step: bounded like any input.
+  if (options.steps > kMaxRunSteps)
+    throw OptionError("--steps",
+                      fmt::format("must be at most {}, got {}", kMaxRunSteps, options.steps));
+  // NaN, infinity or a huge rate would train to NaN losses and exit 0 (the
+  // CLI's --lr takes the same range).
+  if (!(options.learningRate > 0 && options.learningRate <= 1e6))
+    throw OptionError("--lr", fmt::format("must be in (0, 1000000], got {}", options.learningRate));
+  if (!(options.momentum >= 0 && options.momentum < 1))
+    throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
+  if (!(options.timeout.value() > 0 && std::isfinite(options.timeout.value())))
+    throw OptionError("--timeout",
+                      fmt::format("must be a positive time, got {} s", options.timeout.value()));
+}
+
+double runMemoryLowerBound(const Network& network, const Scenario& sc) {
+  // Per worker (nn::Model): parameters, gradients and momentum; every layer's
+  // output and its gradient for b examples; the input batch. The plan's
+  // bookkeeping: dependencies, done flags and timings per task.
+  const double b = sc.batchPerWorker;
+  double outputs = 0;
+  for (const auto& l : network.layers)
+    outputs += double(l.outShape.elements());
+  const double floats =
+      3 * double(network.totalParams()) + 2 * b * outputs + b * double(network.input.elements());
+  const double perWorker = floats * sizeof(float) + 32 * estimatePlanTasks(network, sc);
+  return perWorker * sc.workers;
+}
+
+void checkThreadRun(const Network& network, const Scenario& sc) {
+  const int k = sc.workers;
+  const int64_t maxWorkers = threadWorkerLimit(limits());
+  if (k > maxWorkers)
+    throw OptionError(
+        "--workers",
+        fmt::format("{} workers would start {} threads in this process, over the limit of {} "
+                    "workers (64 or twice the {} cores, whichever is larger); use fewer workers, "
+                    "run them as MPI ranks (mpirun -np {} strata run ...), or raise the limit "
+                    "with {} N ({} lifts every limit)",
+                    k, 2 * k, maxWorkers, std::max(1u, std::thread::hardware_concurrency()), k,
+                    kMaxWorkersOption, kAllowLargeOption));
+  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double need = runMemoryLowerBound(network, sc);
+  if (physical > 0 && need > physical)
+    throw OptionError(
+        sc.batchPerWorker > 1 ? "--batch" : "--workers",
+        fmt::format("{} workers x {} examples of {} need at least {} of memory (weights, "
+                    "gradients, momentum and activations per worker), more than this machine's "
+                    "{}; use a smaller --batch or fewer --workers",
+                    k, sc.batchPerWorker, network.name, formatBytes(Bytes(need)),
+                    formatBytes(Bytes(physical))));
+}
+
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters) {
+  checkRunOptions(options);
+  checkThreadRun(network, plan.scenario);
   const int k = plan.scenario.workers;
   std::vector<RunResult> results(static_cast<size_t>(k));
   runLocal(

@@ -516,3 +516,58 @@ TEST_CASE("bad peers, tags and timeouts are rejected") {
   CHECK(world.communicator(1).timeout() == Seconds(Communicator::kDefaultTimeoutSeconds));
   CHECK_THROWS_AS(LocalWorld(0), OptionError);
 }
+
+TEST_CASE("agreeOnMistakes: every rank gets the same verdict, rank 0's mistake first") {
+  // mistakes[r] is rank r's mistake; expected is what every rank must return.
+  struct Case {
+    std::vector<std::string> mistakes;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"", "", ""}, ""},
+      {{"--steps: bad", "--steps: bad", "--steps: bad"}, "--steps: bad"},
+      {{"", "", "no such file 'x.yaml'"}, "rank 2: no such file 'x.yaml'"},
+      {{"", "b", "c"}, "rank 1: b"},
+      {{"a", "", "c"}, "a"},
+      {{"only one"}, "only one"},
+      {{std::string(5000, 'x'), ""}, std::string(4096, 'x')},  // cut, not refused
+      {{"", std::string(5000, 'y')}, "rank 1: " + std::string(4088, 'y')},
+  };
+  for (const auto& c : cases) {
+    const int k = static_cast<int>(c.mistakes.size());
+    std::vector<std::string> verdicts(static_cast<std::size_t>(k), "unset");
+    runLocal(k, [&](Communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      verdicts[r] = agreeOnMistakes(comm, c.mistakes[r]);
+    });
+    for (int r = 0; r < k; ++r) {
+      INFO("K " << k << " rank " << r << ": " << verdicts[static_cast<std::size_t>(r)].size()
+                << " bytes");
+      CHECK(verdicts[static_cast<std::size_t>(r)].substr(0, 100) == c.expected.substr(0, 100));
+      CHECK(verdicts[static_cast<std::size_t>(r)].size() == c.expected.size());
+    }
+  }
+}
+
+TEST_CASE("agreeOnMistakes: a rank that never arrives ends the others after the timeout") {
+  std::string message;
+  const double elapsed = secondsOf([&] {
+    try {
+      runLocal(
+          3,
+          [](Communicator& comm) {
+            if (comm.rank() != 2)
+              agreeOnMistakes(comm, "");
+          },
+          Seconds(0.3));
+    } catch (const CommError& e) {
+      message = e.what();
+    }
+  });
+  // Rank 0 times out waiting for rank 2, or rank 1 for rank 0's verdict
+  // first: either way every rank ends, with the agreement's receive named.
+  INFO(message);
+  CHECK(message.find("tag 32000 on rank") != std::string::npos);
+  CHECK(message.find("timed out after 0.3 s") != std::string::npos);
+  CHECK(elapsed < 5.0);
+}

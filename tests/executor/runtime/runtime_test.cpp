@@ -1,18 +1,24 @@
 // The executor against a one-worker reference: after N steps, K workers of b
 // examples must hold the weights of one worker with batch K b (data-parallel
 // and model-parallel with per-step FC update), for K = 1..8 (3 and 4 under
-// ThreadSanitizer).
+// ThreadSanitizer); and its measured trace.
 #include "strata/exec/runtime.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 #include "../../model/helpers.h"
+#include "../../trace_checker.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
+#include "strata/model/trace.h"
+#include "strata/model/error.h"
+#include "strata/model/limits.h"
 
 using namespace strata;
 using strata::test::presetNetwork;
@@ -244,4 +250,110 @@ TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weight
       CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
     }
   }
+}
+
+TEST_CASE("measured traces keep every slice under Perfetto's import rules", "[exec][trace]") {
+  // Real clocks: slices of one lane overlap (owt-b's broadcasts), receives
+  // start before their sends, times fall anywhere within a nanosecond.
+  const auto net = presetNetwork("tiny-cnn");
+  for (auto s : {Strategy::kRing, Strategy::kOwtB}) {
+    INFO(toString(s));
+    const int k = 3;
+    const auto plan = lowerToPlan(net, scenario(s, k, 4));
+    const auto r = exec::runThreads(plan, net, options(2));
+    REQUIRE_FALSE(r.timeline.slices.empty());
+    std::ostringstream os;
+    writeTrace(os, plan, net, r.measured, r.timeline);
+    const auto check = test::checkTrace(os.str());
+    for (const auto& p : check.problems)
+      INFO(p);
+    CHECK(check.ok());
+    CHECK(check.slices == r.timeline.slices.size());  // nothing dropped
+    CHECK(check.pids == std::set<int64_t>{1, 2, 3});
+    CHECK(check.processNames.at(1) == "worker 0");
+    CHECK(check.otherData.at("engine") == "executor");
+    CHECK(check.flows > 0);
+    // Some ranks: worker 1 alone has no arrows (their other ends are left out).
+    TraceOptions one;
+    one.ranks = {1};
+    std::ostringstream os1;
+    writeTrace(os1, plan, net, r.measured, r.timeline, one);
+    const auto check1 = test::checkTrace(os1.str());
+    CHECK(check1.ok());
+    CHECK(check1.pids == std::set<int64_t>{2});
+    CHECK(check1.flows == 0);
+  }
+}
+
+TEST_CASE("run refuses more thread workers than its limit, before starting any", "[exec][limits]") {
+  const auto net = presetNetwork("tiny-cnn");
+  auto errorOf = [&](const Scenario& sc) {
+    try {
+      exec::checkThreadRun(net, sc);
+    } catch (const OptionError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const Limits saved = limits();
+  CHECK(errorOf(scenario(Strategy::kRing, 64, 8)).empty());
+  // The user's case: `run -k 1000` started 1,855 threads and 5.9 GB.
+  const auto cores = std::max(1u, std::thread::hardware_concurrency());
+  if (cores <= 32)
+    CHECK_THAT(errorOf(scenario(Strategy::kRing, 1000, 8)),
+               Catch::StartsWith("--workers: 1000 workers would start 2000 threads in this "
+                                 "process, over the limit of 64 workers") &&
+                   Catch::EndsWith("raise the limit with --max-workers N (--allow-large lifts "
+                                   "every limit)"));
+  Limits l;
+  l.maxThreadWorkers = 3;
+  setLimits(l);
+  const auto message = errorOf(scenario(Strategy::kRing, 4, 8));
+  std::string fromRun;
+  try {
+    exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 4, 8)), net, options(1));
+  } catch (const OptionError& e) {
+    fromRun = e.what();
+  }
+  setLimits(saved);
+  CHECK_THAT(message, Catch::Contains("over the limit of 3 workers"));
+  CHECK(fromRun == message);
+}
+
+TEST_CASE("run refuses a batch that cannot fit in this machine's memory", "[exec][limits]") {
+  const auto net = presetNetwork("alexnet-owt");
+  // 8 workers x 1,000,000 examples: activations alone are terabytes.
+  const auto sc = scenario(Strategy::kRing, 8, 1'000'000);
+  CHECK(exec::runMemoryLowerBound(net, sc) > 1e13);
+  try {
+    exec::checkThreadRun(net, sc);
+    FAIL("no error");
+  } catch (const OptionError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("--batch: 8 workers x 1000000 examples of alexnet-owt "
+                                           "need at least ") &&
+                             Catch::Contains("more than this machine's"));
+  }
+  // Parameters, gradients and momentum of one worker at least.
+  CHECK(exec::runMemoryLowerBound(net, scenario(Strategy::kRing, 1, 1)) >
+        3 * 4 * double(net.totalParams()));
+}
+
+TEST_CASE("learning rate and momentum must be finite and in range", "[exec][errors]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 1, 2));
+  auto errorOf = [&](float lr, float momentum) {
+    auto o = options(1);
+    o.learningRate = lr;
+    o.momentum = momentum;
+    try {
+      exec::runThreads(plan, net, o);
+    } catch (const OptionError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(errorOf(HUGE_VALF, 0.9f) == "--lr: must be in (0, 1000000], got inf");
+  CHECK(errorOf(std::nanf(""), 0.9f) == "--lr: must be in (0, 1000000], got nan");
+  CHECK(errorOf(0.01f, std::nanf("")) == "--momentum: must be in [0, 1), got nan");
+  CHECK(errorOf(0.01f, 0.9f).empty());
 }

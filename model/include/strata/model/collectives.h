@@ -42,7 +42,8 @@ AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view text, const std::str
 
 // Pipelined time of `segments` equal segments through stages of the given times.
 Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes);
-// Number of segments for a buffer of `bytes` (>= 1).
+// Number of segments for a buffer of `bytes` (>= 1); throws
+// OptionError("--segment") when it would not fit an int.
 int segmentCount(Bytes bytes, Bytes segment);
 
 // Times alone (no per-rank byte counts) of broadcast and reduce, for callers

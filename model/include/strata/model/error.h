@@ -2,7 +2,8 @@
 //
 // User mistakes (a bad config, an unknown name, a bad command-line option) are
 // typed exceptions carrying where the mistake is; the CLI prints what() on one
-// line and exits with status 2. Broken invariants are InvariantError, raised by
+// line and exits with status 2. Failures at run time (RunFailure) print one
+// line and exit with status 1. Broken invariants are InvariantError, raised by
 // STRATA_ENFORCE with both operands printed. Libraries never call exit().
 #pragma once
 
@@ -39,6 +40,14 @@ class OptionError : public UserError {
  public:
   OptionError(const std::string& option, const std::string& message)
       : UserError(option + ": " + message) {}
+};
+
+// A failure at run time that is neither a user mistake nor a bug in strata:
+// a worker failed (or a fault was injected), a peer died or timed out. The CLI
+// prints it on one line and exits with status 1.
+class RunFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // An internal invariant does not hold: a bug in strata, not a user mistake.

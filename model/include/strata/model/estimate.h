@@ -10,12 +10,20 @@ namespace strata {
 // Predicts one training step of `network` on `cluster` under `scenario`.
 // Throws UserError for impossible requests (K = 0, b = 0, more workers than
 // the cluster has, owt-* on a network with no model-parallel part, an element
-// type the device has no peak for). Formulas: docs/cost-model.md.
+// type the device has no peak for) and for K over limits().maxModelWorkers.
+// Formulas: docs/cost-model.md.
 StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario);
 
-// Throws UserError (OptionError for K, b, segment) when `scenario` cannot run
-// on `network`: K or b below 1, owt-* without a model-parallel part.
+// Throws UserError (OptionError for K, b, segment, bucket) when `scenario`
+// cannot run on `network`: K or b below 1, a global batch K x b over 2^31 - 1,
+// a segment or bucket that is not exactly 0 (off) nor a finite size of at
+// least 1 B, owt-* without a model-parallel part. Resource limits are checked
+// by each engine (limits.h).
 void checkScenario(const Network& network, const Scenario& scenario);
+
+// K x b, checked: throws OptionError("--batch") naming both when the global
+// batch does not fit an int (the CLI's `-b 2147483647 -k 2`).
+int globalBatch(int workers, int batchPerWorker);
 
 // Time of one phase of one layer on one device for `examples` examples, of
 // which this worker computes `fraction` (1/K of a model-parallel layer):

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/model/limits.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
 #include "strata/model/units.h"
@@ -121,11 +122,32 @@ struct Plan {
   std::vector<PlanFlow> flowsOf(const Task& t) const;
   size_t flowCountOf(const Task& t) const;
   size_t count(TaskKind kind) const;
+  // Flows of every transfer and reduce task (what printing or simulating the
+  // plan visits: an all-to-all step of K workers has K(K-1)).
+  double totalFlows() const;
 };
+
+// Memory of one task in a Plan and its engine's bookkeeping, for the limit
+// messages (sizeof(Task), its dependencies, the simulator's per-task state).
+inline constexpr double kBytesPerPlanTask = 300;
+
+// The number of tasks lowerToPlan would build, computed in O(layers) without
+// building them (exact up to rounding of segment counts).
+double estimatePlanTasks(const Network& network, const Scenario& scenario);
+
+// Throws OptionError (naming --workers, or --segment when segments make the
+// plan large, and the option that raises the limit) when the plan would have
+// more than limits.maxPlanTasks tasks.
+void checkPlanSize(const Network& network, const Scenario& scenario, const Limits& limits);
+
+// Throws OptionError("--workers") when printing `plan` (every task and flow,
+// `strata plan`) would be over limits.maxPrintedPlanItems.
+void checkPlanPrintable(const Plan& plan, const Limits& limits);
 
 // Lowers `scenario` on `network` to a Plan that mirrors the cost model's
 // schedule step for step (docs/simulator.md). Throws UserError as estimate()
-// does for impossible scenarios.
+// does for impossible scenarios, and before building anything when the plan
+// would be over limits().maxPlanTasks (checkPlanSize).
 Plan lowerToPlan(const Network& network, const Scenario& scenario);
 
 }  // namespace strata

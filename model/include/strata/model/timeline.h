@@ -1,7 +1,7 @@
 // What happened during one step, task by task: the common output of the
 // simulator and the executor, written as a Chrome trace-event file that the
-// Perfetto UI opens. Both engines use the same schema, so a simulated and a
-// measured step open side by side.
+// Perfetto UI opens (strata/model/trace.h). Both engines use the same schema,
+// so a simulated and a measured step open side by side.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "strata/model/network.h"
 #include "strata/model/plan.h"
 #include "strata/model/strategy.h"
+#include "strata/model/topology.h"
 
 namespace strata {
 
@@ -40,6 +41,10 @@ struct Timeline {
   std::vector<Slice> slices;
   std::vector<LinkSlice> linkSlices;
   std::vector<std::string> channelNames;
+  // Per channel (same index as channelNames): the workers whose traffic it
+  // carries, so a trace of some ranks keeps their links only. Empty when the
+  // engine has no links (executor).
+  std::vector<LinkUsers> channelUsers;
 };
 
 // Intervals [start, end) in seconds; both engines measure exposed
@@ -49,10 +54,10 @@ using Intervals = std::vector<std::pair<double, double>>;
 // Total overlap of two sorted lists of disjoint intervals.
 double overlapSeconds(const Intervals& a, const Intervals& b);
 
-// Writes Chrome trace-event JSON (opens in ui.perfetto.dev): one process per
-// worker with tracks compute / send / receive / reduce, one process for the
-// links; one slice per Slice with FLOPs, examples, bytes and peer in its args;
-// the estimate's engine, strategy and step time in otherData.
+// Writes the Chrome trace-event JSON of every worker, within the default size
+// limit: writeTrace(out, plan, network, estimate, timeline, TraceOptions{})
+// of strata/model/trace.h, which documents the format. Throws OptionError
+// naming --trace when the trace would exceed the limit (nothing written).
 void writeTrace(std::ostream& out, const Plan& plan, const Network& network,
                 const StepEstimate& estimate, const Timeline& timeline);
 

@@ -46,6 +46,18 @@ struct PatternCost {
   }
 };
 
+// The workers whose traffic a link carries: workers first..last (one unit of
+// its level) whose position in the unit modulo `lanes` is `lane`.
+struct LinkUsers {
+  int first = 0;
+  int last = -1;
+  int lanes = 1;
+  int lane = 0;
+  bool uses(int worker) const {
+    return worker >= first && worker <= last && (worker - first) % lanes == lane;
+  }
+};
+
 class Topology {
  public:
   // Places workers 0..K-1 on devices 0..K-1. Throws UserError when K < 1 or
@@ -73,6 +85,8 @@ class Topology {
 
   // "pcie-switch link of device 3 (up)" for reports.
   std::string describeLink(int link, bool up) const;
+  // The workers that use `link` (linkIndex(level, w) == link exactly for those).
+  LinkUsers linkUsers(int link) const;
 
   // Links: every unit's uplink (lane) at every level, numbered 0..linkCount()-1.
   int linkCount() const { return linkCount_; }

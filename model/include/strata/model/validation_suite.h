@@ -43,9 +43,14 @@ struct ValidationSuite {
 
 // The fewest steps of one validate run: 2 warm-up steps and one measured.
 inline constexpr int kMinValidateSteps = 3;
+// The most steps per run and runs per row a suite may ask for (each runs for
+// real: a million steps is days of a small network).
+inline constexpr int kMaxSuiteSteps = 1'000'000;
+inline constexpr int kMaxSuiteRepeats = 1000;
 
 // Loads a suite file; every mistake (unknown key, unknown network, batch or
-// repeats < 1, steps < kMinValidateSteps, a file whose kind is not
+// repeats < 1 or > kMaxSuiteRepeats, steps < kMinValidateSteps or >
+// kMaxSuiteSteps, a global batch over 2^31 - 1, a file whose kind is not
 // validation-suite) is a ConfigError naming file, line and key.
 ValidationSuite loadValidationSuite(const std::string& path);
 

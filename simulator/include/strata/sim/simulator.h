@@ -42,6 +42,10 @@ struct Options {
   uint64_t seed = 1;
   // Record per-task slices for a trace.
   bool timeline = false;
+  // With timeline: record only these workers' slices and the link channels
+  // they use (a trace of some ranks of a large run costs a fraction of the
+  // time and memory); empty: every worker. Ranks must be in [0, K).
+  std::vector<int> timelineRanks;
 };
 
 // One direction of one link (or both, half duplex), with what crossed it.

@@ -33,6 +33,15 @@ struct RunOptions {
   // `failRank` throws at the start of step `failStep` (-1: never).
   int failRank = -1;
   int failStep = 0;
+  // Fault injection, to test that a stopped worker ends the run: rank
+  // `hangRank` stops at the start of step `hangStep` (-1: never). With
+  // `hangStopsProcess` (under MPI) its whole process stops (SIGSTOP), as a
+  // frozen node would, and the heartbeats end the job; otherwise (threads) the
+  // worker stops communicating until the world is aborted, and the other
+  // workers' receive timeout ends the run.
+  int hangRank = -1;
+  int hangStep = 0;
+  bool hangStopsProcess = false;
   // How long a blocked receive waits before failing (naming peer and tag).
   Seconds timeout = Seconds(60);
 };
@@ -55,6 +64,14 @@ struct RunResult {
   std::vector<float> parameters;
 };
 
+// Ranks started with different configurations. runWorker throws it on every
+// rank at the same point (rank 0's verdict reaches all), so a caller may end
+// every rank cleanly, as after any mistake all ranks agree on.
+class ConfigMismatch : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // Throws UserError (OptionError for options) when the executor cannot run
 // this scenario: an element type other than fp32, an rnn layer. Cheap; call it
 // before starting workers.
@@ -64,18 +81,39 @@ void checkRunnable(const Network& network, const Scenario& scenario);
 // shapes, strategy, K, b, options, run options); compared at start.
 uint64_t configHash(const Network& network, const Scenario& scenario, const RunOptions& options);
 
-// Runs `options.steps` steps of `plan` on this rank (comm.rank() is the
+// Runs `options.steps` steps (1..kMaxRunSteps) of `plan` on this rank (comm.rank() is the
 // worker). Collective: every rank of comm.size() == plan.scenario.workers
 // ranks must call it with the same arguments; ranks whose config hash differs
-// are detected at start (UserError on every rank). Throws UserError for what
+// are detected at start (ConfigMismatch on every rank). Throws UserError for what
 // cannot run (e.g. an rnn layer); CommError for
 // communication failures (timeouts name the peer and tag).
 RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
                     const RunOptions& options);
 
+// Steps of one run: every step's task timings are kept until the end.
+inline constexpr int kMaxRunSteps = 1'000'000;
+
+// Throws OptionError naming the option when a run option is out of range:
+// steps in 1..kMaxRunSteps, learning rate in (0, 1e6], momentum in [0, 1),
+// timeout positive and finite (NaN and infinities included).
+void checkRunOptions(const RunOptions& options);
+
+// A lower bound of the memory K = scenario.workers workers of this process
+// need (each its own network: parameters, gradients, momentum, activations of
+// b examples; the plan's per-task bookkeeping), in bytes.
+double runMemoryLowerBound(const Network& network, const Scenario& scenario);
+
+// Throws OptionError before any thread starts when K = scenario.workers
+// threads-as-workers are over limits()'s thread-worker limit (naming
+// --workers and the option that raises it) or need more memory than this
+// machine has (naming --batch). Cheap (O(layers)); call it with
+// checkRunnable() before lowering and printing, when not under mpirun.
+void checkThreadRun(const Network& network, const Scenario& scenario);
+
 // Runs the plan on K = plan.scenario.workers threads of this process and
 // returns rank 0's result (with every rank's parameters in `perRankParameters`
 // when non-null). A worker that throws ends all workers; the error names it.
+// checkThreadRun() first.
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters = nullptr);
 

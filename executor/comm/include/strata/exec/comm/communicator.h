@@ -12,7 +12,9 @@
 //   - recv() takes exactly one message and its size must equal the buffer's:
 //     a mismatch is a CommError naming the peer, the tag and both sizes.
 //   - Every blocking call gives up after timeout() with a CommError naming the
-//     peer, the tag and the timeout, so a lost peer never hangs a run.
+//     peer, the tag and the timeout, so a lost peer never hangs a run. Under
+//     MPI, heartbeats end the job sooner when a peer process stops or dies
+//     (mpi_communicator.h): the timeout is then only for slow live peers.
 //   - abort() ends the world: every pending and future call on every rank
 //     throws (local threads) or the whole job ends (MPI) promptly.
 //   - One thread drives a Communicator; only abort() may come from another.
@@ -30,27 +32,31 @@ namespace strata::exec {
 
 // Tag ranges. MPI guarantees MPI_TAG_UB >= 32767; we stay below it everywhere.
 //   [0, kFirstReservedTag)                    callers' data (plan transfers)
-//   [kFirstReservedTag, kFirstCollectiveTag)  executor bookkeeping (config
-//                                             checks, statistics)
+//   [kFirstReservedTag, kFirstCollectiveTag)  executor bookkeeping (start-up
+//                                             agreement, config checks,
+//                                             statistics)
 //   [kFirstCollectiveTag, kMaxTag]            the collectives in collectives.h
 // Separate ranges keep a collective's messages from matching someone else's
 // receive when both run between the same pair of ranks.
 inline constexpr int kMaxTag = 32767;
 inline constexpr int kFirstReservedTag = 32000;
 inline constexpr int kFirstCollectiveTag = 32704;
+// agreeOnMistakes' messages; the runtime's bookkeeping tags follow it.
+inline constexpr int kAgreementTag = kFirstReservedTag;
 
 // A communication failure: a timeout, an aborted world, a size mismatch, a
-// failed MPI call. A UserError because its usual cause is outside strata (a
-// dead or wrong peer, a mismatched program), and the CLI prints it on one line.
-class CommError : public UserError {
+// failed MPI call. A RunFailure: its usual cause is outside strata (a dead or
+// wrong peer, a mismatched program); the CLI prints it on one line, status 1.
+class CommError : public RunFailure {
  public:
-  using UserError::UserError;
+  using RunFailure::RunFailure;
 };
 
 class Communicator {
  public:
   // Long enough for a 1 GB transfer over a slow link, short enough that a
-  // lost peer ends a run within a minute.
+  // live but stuck peer ends a run within a minute. (A stopped or dead MPI
+  // peer is noticed sooner, by heartbeats.)
   static constexpr double kDefaultTimeoutSeconds = 60.0;
 
   virtual ~Communicator() = default;
@@ -88,9 +94,10 @@ class Communicator {
 
   // Ends the world because of `reason` (e.g. "worker 2: out of memory"). Local
   // world: every rank's pending and future calls throw CommError carrying the
-  // reason within milliseconds; returns. MPI: prints the reason on stderr and
-  // calls MPI_Abort, which ends every rank of the job. Safe from any thread;
-  // later calls keep the first reason.
+  // reason within milliseconds; returns. MPI: tells the other ranks (so they
+  // stay quiet), prints "strata: error: <reason>" on stderr and ends every
+  // rank of the job with status 1; does not return (see MpiCommunicator).
+  // Safe from any thread; later calls keep the first reason.
   virtual void abort(const std::string& reason) = 0;
   // True once abort() was called on any rank of this world (local) or on this
   // rank (MPI).
@@ -126,5 +133,23 @@ std::string describeCall(const char* op, int peer, int tag, int rank);
 // "worker R: <what>" (R = comm.rank()) so the other ranks end too, then
 // rethrows. Over MPI the abort ends the job and does not return.
 void runOrAbort(Communicator& comm, const std::function<void(Communicator&)>& body);
+
+// Start-up agreement: every rank first does what can find a user mistake
+// (reading options and configs), then calls this with its mistake ("" when it
+// had none). Collective. Returns the same verdict on every rank: "" when no
+// rank had a mistake; else rank 0's mistake, or "rank R: <mistake>" for the
+// lowest rank R that had one when rank 0 had none (a file readable on one
+// node only). Mistakes are cut to 4096 bytes. So every rank can end cleanly
+// together, and rank 0 alone prints the verdict. Throws CommError when a
+// rank does not arrive within timeout() (or is found stopped or dead sooner,
+// under MPI).
+std::string agreeOnMistakes(Communicator& comm, const std::string& mistake);
+
+// Fault injection for tests: stops this whole process (SIGSTOP), as a frozen
+// node or a debugger would, so its peers see it fall silent. A guard process
+// kills it after `guard` if nothing else has ended it, so a test cannot leave
+// a stopped process behind. Returns if the process is continued (SIGCONT).
+// POSIX only; elsewhere throws RunFailure.
+void stopThisProcessForTest(Seconds guard);
 
 }  // namespace strata::exec

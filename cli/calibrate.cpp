@@ -1,0 +1,68 @@
+// `strata calibrate`: measure this machine and write it as a cluster config.
+#include "strata/exec/calibrate.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "flags.h"
+#include "strata/exec/runtime.h"
+
+namespace strata::cli {
+
+Command addCalibrateCommand(CLI::App& app) {
+  struct Options {
+    std::string network, out;
+    int batch = 32, maxWorkers = 4;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub =
+      app.add_subcommand("calibrate", "measure this machine and write it as a cluster config");
+  sub->add_option("--out,-o", o->out, "cluster YAML to write (its stem is its name)")->required();
+  sub->add_option("--network,-n", o->network,
+                  "also fit roofline efficiencies on this network's own layers (the cluster then "
+                  "is not held-out for it; default: kernel tables only)");
+  sub->add_option("--batch,-b", o->batch, "examples per timed pass with --network (default 32)");
+  sub->add_option("--max-workers", o->maxWorkers,
+                  "measure sharing for 1, 2, 4, ... up to this many workers (default 4)");
+  sub->footer(
+      "Example:\n"
+      "  strata calibrate --out my-cluster.yaml\n"
+      "  strata predict -n tiny-cnn -c my-cluster.yaml -s ring -k 2 -b 32");
+  return {sub, [o] {
+            if (o->batch < 1)
+              throw OptionError("--batch", "must be at least 1");
+            if (o->maxWorkers < 1)
+              throw OptionError("--max-workers", "must be at least 1");
+            std::optional<Network> net;
+            if (!o->network.empty()) {
+              net = networkArg(o->network, "--network");
+              exec::checkRunnable(*net, Scenario{});
+            }
+            exec::CalibrationOptions co;
+            co.name = std::filesystem::path(o->out).stem().string();
+            co.network = net ? &*net : nullptr;
+            co.batch = o->batch;
+            co.maxWorkers = o->maxWorkers;
+            co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
+            std::ofstream file(o->out);
+            if (!file)
+              throw OptionError("--out", "cannot write '" + o->out + "'");
+            if (net)
+              std::cout << "calibrating this machine (kernel tables; roofline efficiencies "
+                           "fitted on "
+                        << net->name << "'s layers, batch " << o->batch << ")\n";
+            else
+              std::cout << "calibrating this machine (kernel tables, no network)\n";
+            file << exec::calibrate(co);
+            if (!file.flush())
+              throw OptionError("--out", "error while writing '" + o->out + "'");
+            std::cout << "wrote " << o->out << "\n";
+            return 0;
+          }};
+}
+
+}  // namespace strata::cli

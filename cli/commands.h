@@ -1,0 +1,43 @@
+// The subcommands of `strata`, one file each (DESIGN.md's layout).
+//
+// Each add*Command registers its subcommand and options on `app` and returns
+// what to run when the command line chose it. The options live in the
+// returned closure, so registering every command costs no globals.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace strata::cli {
+
+// What main needs from the process: argc and argv, which `run` under mpirun
+// hands to MPI_Init.
+struct Process {
+  int* argc;
+  char*** argv;
+};
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // the exit status
+};
+
+Command addListCommand(CLI::App& app);
+Command addDescribeCommand(CLI::App& app);
+Command addPredictCommand(CLI::App& app);
+Command addCompareCommand(CLI::App& app);
+Command addSweepCommand(CLI::App& app);
+Command addPlanCommand(CLI::App& app);
+Command addSimulateCommand(CLI::App& app);
+Command addRunCommand(CLI::App& app, Process process);
+// A wrong `strata run` command line (`message`, CLI11's): under mpirun every
+// rank joins the start-up agreement, rank 0 alone prints "strata: error:
+// <message>" and all exit 2 after finalising MPI; otherwise prints it. Returns
+// the exit status (2).
+int reportRunMistake(Process process, const std::string& message);
+Command addValidateCommand(CLI::App& app);
+Command addCalibrateCommand(CLI::App& app);
+Command addProfileCommand(CLI::App& app);
+
+}  // namespace strata::cli

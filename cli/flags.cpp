@@ -1,0 +1,291 @@
+#include "flags.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "strata/model/error.h"
+#include "strata/model/limits.h"
+#include "strata/model/plan.h"
+#include "strata/model/presets.h"
+#include "strata/model/profile.h"
+#include "strata/model/quantity_text.h"
+#include "strata/sim/simulator.h"
+
+namespace strata::cli {
+
+std::vector<std::string> splitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    out.push_back(item);
+  if (!text.empty() && text.back() == ',')
+    out.emplace_back();
+  return out;
+}
+
+std::vector<int> parsePositiveList(const std::string& text, const std::string& option) {
+  std::vector<int> out;
+  const auto items = splitList(text);
+  if (items.empty())
+    throw OptionError(option,
+                      "must be a positive integer or a comma-separated list of them, "
+                      "got nothing");
+  for (const auto& item : items) {
+    int v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1)
+      throw OptionError(
+          option,
+          "must be a positive integer or a comma-separated list of them, got '" + text + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
+int parsePositive(const std::string& text, const std::string& option) {
+  const auto values = parsePositiveList(text, option);
+  if (values.size() != 1)
+    throw OptionError(option, "takes one value, got '" + text + "' (compare and sweep take lists)");
+  return values.front();
+}
+
+Bytes parseSize(const std::string& text, const std::string& option) {
+  const auto v = parseQuantity(text, QuantityKind::kBytes);
+  if (!v || !std::isfinite(*v) || *v < 0)
+    throw OptionError(option, "must be a size such as 1MiB or 0, got '" + text + "'");
+  return Bytes(*v);
+}
+
+Seconds parseTime(const std::string& text, const std::string& option) {
+  const auto t = parseQuantity(text, QuantityKind::kTime);
+  if (!t || !std::isfinite(*t) || *t <= 0)
+    throw OptionError(option, "must be a positive time such as 30s, got '" + text + "'");
+  return Seconds(*t);
+}
+
+uint64_t parseSeed(const std::string& text, const std::string& option) {
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
+    throw OptionError(option, "must be an integer in [0, 2^64), got '" + text + "'");
+  return v;
+}
+
+bool parseOnOff(const std::string& text, const std::string& option) {
+  if (text == "on" || text == "true")
+    return true;
+  if (text == "off" || text == "false")
+    return false;
+  throw OptionError(option, "must be on or off, got '" + text + "'");
+}
+
+Format parseFormat(const std::string& text) {
+  if (text == "table")
+    return Format::kTable;
+  if (text == "json")
+    return Format::kJson;
+  if (text == "csv")
+    return Format::kCsv;
+  throw OptionError("--format", "must be table, json or csv, got '" + text + "'");
+}
+
+double checkRange(double value, double low, double high, bool highIncluded,
+                  const std::string& option) {
+  const bool ok =
+      std::isfinite(value) && value >= low && (highIncluded ? value <= high : value < high);
+  if (!ok)
+    throw OptionError(option, fmt::format("must be a number in [{}, {}{}, got {}", low, high,
+                                          highIncluded ? "]" : ")", value));
+  return value;
+}
+
+void parseStraggler(const std::string& text, std::vector<double>& slowdown, int workers) {
+  // A straggler slower than this is a dead worker, not a slow one.
+  constexpr double kMaxSlowdown = 1000;
+  const auto colon = text.find(':');
+  int w = -1;
+  double f = 0;
+  bool ok = colon != std::string::npos;
+  if (ok) {
+    const auto ws = text.substr(0, colon), fs = text.substr(colon + 1);
+    auto [p1, e1] = std::from_chars(ws.data(), ws.data() + ws.size(), w);
+    auto [p2, e2] = std::from_chars(fs.data(), fs.data() + fs.size(), f);
+    ok = e1 == std::errc() && p1 == ws.data() + ws.size() && e2 == std::errc() &&
+         p2 == fs.data() + fs.size() && w >= 0 && std::isfinite(f) && f > 0 && f <= kMaxSlowdown;
+  }
+  if (!ok)
+    throw OptionError("--straggler",
+                      fmt::format("must be WORKER:FACTOR with FACTOR in (0, {}], e.g. 3:1.5, got "
+                                  "'{}'",
+                                  kMaxSlowdown, text));
+  if (w >= workers)
+    throw OptionError("--straggler", fmt::format("worker {} does not exist (K = {})", w, workers));
+  if (slowdown.size() <= static_cast<size_t>(w))
+    slowdown.resize(static_cast<size_t>(w) + 1, 1.0);
+  slowdown[static_cast<size_t>(w)] = f;
+}
+
+void ScenarioFlags::add(CLI::App* app) {
+  auto option = [&](const char* name, std::string& value, const char* help) {
+    given_.emplace_back(app->add_option(name, value, help), &value);
+  };
+  option("--batch,-b", batch, "examples per worker per step (default 128)");
+  option("--overlap", overlap, "overlap gradient communication with backprop: on|off (default on)");
+  option("--fc-update", fcUpdate, "owt-b/owt-c FC update per round|step (default step)");
+  option("--bucket", bucket,
+         "gradient bucket size with overlap, e.g. 25MiB, 0 = per layer (default 25 MiB)");
+  option("--segment", segment,
+         "segment size of pipelined transfers, e.g. 1MiB, 0 = off (default 4 MiB)");
+  option("--element", element, "element type: fp32|fp16|bf16 (default fp32)");
+  option("--allreduce", allreduce,
+         "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
+}
+
+Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string& workers) const {
+  Scenario sc;
+  sc.strategy = parseStrategy(strategy, "--strategy");
+  sc.workers = parsePositive(workers, "--workers");
+  apply(sc.batchPerWorker, sc.options);
+  return sc;
+}
+
+void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
+  for (const auto& [option, value] : given_)
+    if (option->count() > 0 && value->empty())
+      throw OptionError(option->get_name(), "was given an empty value");
+  if (!batch.empty())
+    batchPerWorker = parsePositive(batch, "--batch");
+  if (!overlap.empty())
+    o.overlap = parseOnOff(overlap, "--overlap");
+  if (!fcUpdate.empty())
+    o.fcUpdate = parseFcUpdate(fcUpdate, "--fc-update");
+  if (!segment.empty())
+    o.segment = parseSize(segment, "--segment");
+  if (!bucket.empty())
+    o.bucket = parseSize(bucket, "--bucket");
+  if (!element.empty())
+    o.element = parseElementType(element, "--element");
+  if (!allreduce.empty())
+    o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
+}
+
+void TraceFlags::add(CLI::App* app) {
+  ranksOption_ =
+      app->add_option("--trace-ranks", ranks,
+                      "write only these workers to the trace: A-B, A,B,C or a mix (default all, up "
+                      "to the event limit)");
+  maxEventsOption_ =
+      app->add_option("--trace-max-events", maxEvents,
+                      fmt::format("the most events a trace may hold, 0 = no limit (default {})",
+                                  kDefaultTraceEventLimit));
+}
+
+TraceOptions TraceFlags::options(const std::string& trace, int workers) const {
+  TraceOptions o;
+  const bool ranksGiven = ranksOption_ && ranksOption_->count() > 0;
+  const bool maxGiven = maxEventsOption_ && maxEventsOption_->count() > 0;
+  if (trace.empty() && (ranksGiven || maxGiven))
+    throw OptionError(ranksGiven ? "--trace-ranks" : "--trace-max-events", "needs --trace FILE");
+  if (ranksGiven)
+    o.ranks = parseRankList(ranks, workers);
+  if (maxGiven) {
+    uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(maxEvents.data(), maxEvents.data() + maxEvents.size(), v);
+    if (ec != std::errc() || ptr != maxEvents.data() + maxEvents.size())
+      throw OptionError("--trace-max-events",
+                        "must be a count of events (0 = no limit), got '" + maxEvents + "'");
+    o.maxEvents = v;
+  }
+  return o;
+}
+
+void LimitFlags::add(CLI::App* app, bool threads) {
+  threadWorkers = threads;
+  app->add_option(kMaxWorkersOption, maxWorkers,
+                  threads ? "raise the limit on worker threads (default max(64, 2 x cores))"
+                          : "raise the limit on workers of one estimate (default 131072)");
+  app->add_option(kMaxTasksOption, maxTasks,
+                  "raise the limit on tasks of one Plan (default 5000000)");
+  app->add_option(kMaxEventsOption, maxEvents,
+                  "raise the limit on simulator events (default 2000000000)");
+  app->add_flag(kAllowLargeOption, allowLarge, "lift every limit to its ceiling");
+}
+
+void LimitFlags::apply() const {
+  Limits l = allowLarge ? largestLimits() : limits();
+  auto read = [](const std::string& text, const char* option) -> int64_t {
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < 1)
+      throw OptionError(option, "must be a positive integer, got '" + text + "'");
+    return v;
+  };
+  if (!maxWorkers.empty())
+    (threadWorkers ? l.maxThreadWorkers : l.maxModelWorkers) = read(maxWorkers, kMaxWorkersOption);
+  if (!maxTasks.empty())
+    l.maxPlanTasks = read(maxTasks, kMaxTasksOption);
+  if (!maxEvents.empty())
+    l.maxSimEvents = read(maxEvents, kMaxEventsOption);
+  setLimits(l);
+}
+
+void addFormatOption(CLI::App* app, std::string& format, const std::string& help) {
+  app->add_option("--format", format, help);
+}
+
+void addEngineOption(CLI::App* app, std::string& engine) {
+  app->add_option("--engine", engine, "model (closed form) or sim (simulated Plan); default model");
+}
+
+StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
+                      const std::string& engine) {
+  if (engine == "model")
+    return estimate(net, cl, sc);
+  if (engine == "sim")
+    return sim::simulate(lowerToPlan(net, sc), net, cl, sim::Options{}).estimate;
+  throw OptionError("--engine", "must be model or sim, got '" + engine + "'");
+}
+
+Network networkArg(const std::string& nameOrPath, const std::string& option) {
+  return loadNetwork(resolveConfig(ConfigKind::kNetwork, nameOrPath, option));
+}
+
+Cluster clusterArg(const std::string& nameOrPath, const std::string& option) {
+  return loadCluster(resolveConfig(ConfigKind::kCluster, nameOrPath, option));
+}
+
+Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath) {
+  if (!profilePath.empty() && !std::filesystem::is_regular_file(profilePath))
+    throw OptionError("--profile", "no such file '" + profilePath + "'");
+  if (!profilePath.empty())
+    cluster.device.profile = std::make_shared<OpProfile>(loadProfile(profilePath, net));
+  return cluster;
+}
+
+OutputFile::OutputFile(const std::string& path, const std::string& option)
+    : path_(path), option_(option) {
+  if (path.empty() || path == "-")
+    return;
+  file_.open(path);
+  if (!file_)
+    throw OptionError(option, "cannot write '" + path + "'");
+}
+
+std::ostream& OutputFile::stream() {
+  return file_.is_open() ? static_cast<std::ostream&>(file_) : std::cout;
+}
+
+void OutputFile::close() {
+  if (file_.is_open() && !file_.flush())
+    throw OptionError(option_, "error while writing '" + path_ + "'");
+}
+
+}  // namespace strata::cli

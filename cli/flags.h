@@ -1,0 +1,136 @@
+// What every subcommand of `strata` shares: reading option values (lists,
+// sizes, on/off, formats), the scenario flags, resolving network and cluster
+// arguments, and writing output files.
+//
+// Every reader throws OptionError naming the option on a bad value, so each
+// user mistake ends as one line and exit status 2. The readers are a library
+// of their own (strata_cli_flags) so tests and the fuzzer can call them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "output.h"
+#include "strata/model/cluster.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+#include "strata/model/network.h"
+#include "strata/model/strategy.h"
+#include "strata/model/trace.h"
+
+namespace strata::cli {
+
+// Exit statuses: a user mistake (bad option, bad config) and a failure at run
+// time (a worker failed, a receive timed out); both print one line.
+constexpr int kUserErrorExit = 2;
+constexpr int kRunFailureExit = 1;
+
+// "a,b,c" -> {"a", "b", "c"}; a trailing comma gives an empty last item.
+std::vector<std::string> splitList(const std::string& text);
+// "1,2,4" -> {1, 2, 4}; every item a positive int.
+std::vector<int> parsePositiveList(const std::string& text, const std::string& option);
+// One positive integer (options that take a single value).
+int parsePositive(const std::string& text, const std::string& option);
+// A byte size such as "1MiB", "25 MB" or 0 (off).
+Bytes parseSize(const std::string& text, const std::string& option);
+// A positive time such as "30s".
+Seconds parseTime(const std::string& text, const std::string& option);
+// A seed: a non-negative integer below 2^64 (CLI11 alone would wrap -1).
+uint64_t parseSeed(const std::string& text, const std::string& option);
+bool parseOnOff(const std::string& text, const std::string& option);
+Format parseFormat(const std::string& text);
+// A finite number in [low, high) (or [low, high] when `highIncluded`).
+double checkRange(double value, double low, double high, bool highIncluded,
+                  const std::string& option);
+// "3:1.5" -> worker 3 runs 1.5x slower, into `slowdown` (resized as needed).
+void parseStraggler(const std::string& text, std::vector<double>& slowdown, int workers);
+
+// The options shared by predict, compare, sweep, plan, simulate and run, as
+// typed on the command line.
+struct ScenarioFlags {
+  std::string batch;
+  std::string overlap;
+  std::string fcUpdate;
+  std::string segment;
+  std::string bucket;
+  std::string element;
+  std::string allreduce;
+
+  // Registers every flag on `app`; after parsing, a flag given with an empty
+  // value (--segment '') is an error, not the default.
+  void add(CLI::App* app);
+  // One scenario from --strategy, --workers and these flags over the defaults.
+  Scenario scenario(const std::string& strategy, const std::string& workers) const;
+  // Applies the flags given on the command line over `batchPerWorker` and `o`
+  // (from a file or defaults).
+  void apply(int& batchPerWorker, StrategyOptions& o) const;
+
+ private:
+  // The registered options (null for a flag a command registers itself).
+  std::vector<std::pair<CLI::Option*, const std::string*>> given_;
+};
+
+// --trace-ranks and --trace-max-events, shared by simulate and run.
+struct TraceFlags {
+  std::string ranks;
+  std::string maxEvents;
+
+  void add(CLI::App* app);
+  // The options for a trace of `workers` workers; `trace` is the --trace path
+  // (the trace flags without --trace are a mistake).
+  TraceOptions options(const std::string& trace, int workers) const;
+
+ private:
+  CLI::Option* ranksOption_ = nullptr;
+  CLI::Option* maxEventsOption_ = nullptr;
+};
+
+// --max-workers, --max-tasks, --max-events and --allow-large: raise the
+// resource limits (model/limits.h, docs/configs.md "Limits").
+struct LimitFlags {
+  std::string maxWorkers, maxTasks, maxEvents;
+  bool allowLarge = false;
+  bool threadWorkers = false;  // --max-workers limits threads (run, validate)
+
+  void add(CLI::App* app, bool threads);
+  // Sets the limits in force from the flags given; call before any work.
+  void apply() const;
+};
+
+// --format into `format` ("table" unless the caller set another default).
+void addFormatOption(CLI::App* app, std::string& format,
+                     const std::string& help = "output: table|json|csv (default table)");
+// --engine into `engine`: model (closed form) or sim (simulated Plan).
+void addEngineOption(CLI::App* app, std::string& engine);
+
+// One step estimate from the chosen engine: the closed-form model, or the
+// simulator playing the strategy's Plan with contention on.
+StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
+                      const std::string& engine);
+
+Network networkArg(const std::string& nameOrPath, const std::string& option);
+Cluster clusterArg(const std::string& nameOrPath, const std::string& option);
+// The cluster with a per-op profile of `net` attached when `profilePath` is
+// given (--profile): compute is then priced from the network's own op times.
+Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath);
+
+// Where a command writes its answer: stdout ("" or "-") or the file at
+// `path`, opened at once so a bad path fails before any work (named by
+// `option` in errors).
+class OutputFile {
+ public:
+  OutputFile(const std::string& path, const std::string& option);
+  std::ostream& stream();
+  // Flushes; a write error names the option.
+  void close();
+
+ private:
+  std::string path_, option_;
+  std::ofstream file_;
+};
+
+}  // namespace strata::cli

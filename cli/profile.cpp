@@ -1,0 +1,56 @@
+// `strata profile`: time each layer phase of one network on one worker.
+#include "strata/exec/profile.h"
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "flags.h"
+#include "strata/model/profile.h"
+
+namespace strata::cli {
+
+Command addProfileCommand(CLI::App& app) {
+  struct Options {
+    std::string network, out, cluster, format = "table";
+    int batch = 32, repeats = 5;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub = app.add_subcommand(
+      "profile", "time each layer phase of one network on one worker (a per-op profile)");
+  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--batch,-b", o->batch, "examples per timed pass (default 32)");
+  sub->add_option("--repeats", o->repeats,
+                  "timed passes after a warm-up; figures are medians (default 5)");
+  sub->add_option("--out,-o", o->out, "profile YAML to write (for --profile)");
+  sub->add_option("--cluster,-c", o->cluster,
+                  "also print each phase as this cluster prices it (kernel tables or roofline), "
+                  "beside the measured one");
+  addFormatOption(sub, o->format);
+  sub->footer(
+      "Example:\n"
+      "  strata profile -n alexnet-owt --batch 8 --out alexnet-owt.profile.yaml\n"
+      "  strata predict -n alexnet-owt -c my-cluster.yaml -s ring -k 2 -b 8 --profile "
+      "alexnet-owt.profile.yaml");
+  return {sub, [o] {
+            const auto format = parseFormat(o->format);
+            const auto net = networkArg(o->network, "--network");
+            std::optional<Cluster> cluster;
+            if (!o->cluster.empty())
+              cluster = clusterArg(o->cluster, "--cluster");
+            const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats);
+            if (!o->out.empty()) {
+              std::ofstream file(o->out);
+              if (!file || !(file << profileYaml(profile)).flush())
+                throw OptionError("--out", "cannot write '" + o->out + "'");
+            }
+            printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, format);
+            if (!o->out.empty() && format == Format::kTable)
+              std::cout << "\nwrote " << o->out << "\n";
+            return 0;
+          }};
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,390 @@
+// `strata run`: training steps for real and measured; threads by default, MPI
+// ranks when started by mpirun.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "commands.h"
+#include "flags.h"
+#include "strata/exec/comm/mpi_communicator.h"
+#include "strata/exec/runtime.h"
+#include "strata/model/plan.h"
+#include "strata/model/quantity_text.h"
+#include "strata/model/timeline.h"
+#include "strata/model/trace.h"
+
+namespace strata::cli {
+
+namespace {
+
+struct RunFlags {
+  std::string network, strategy, workers, trace, timeout = "60s", heartbeat = "1s",
+                                                 format = "table", seed = "1";
+  ScenarioFlags flags;
+  TraceFlags traceFlags;
+  LimitFlags limitFlags;
+  exec::RunOptions run;
+  bool noDropout = false;
+};
+
+// A run's options and configs, read and checked. Every user mistake shows
+// while this is made, before any rank works with another.
+struct Setup {
+  Network net;
+  Scenario sc;
+  Plan plan;
+  exec::RunOptions opt;
+  Format format = Format::kTable;
+  TraceOptions traceOptions;
+  std::unique_ptr<TraceFile> traceFile;  // rank 0 (or threads) with --trace
+};
+
+// A finite time of at least 100 ms with its unit: a bare "2" could be meant
+// as seconds or as heartbeats missed, so it is refused.
+Seconds heartbeatOf(const RunFlags& f) {
+  const std::string& text = f.heartbeat;
+  const auto last = text.find_last_not_of(" \t");
+  if (last == std::string::npos || std::isdigit(static_cast<unsigned char>(text[last])) ||
+      text[last] == '.')
+    throw OptionError("--heartbeat",
+                      "needs a time with its unit, such as 1s or 500ms, got '" + text + "'");
+  const Seconds period = parseTime(text, "--heartbeat");
+  if (period.value() < 0.1)
+    throw OptionError("--heartbeat",
+                      "must be at least 100ms (a rank's watcher looks every "
+                      "period / 4, at most every 50 ms), got '" +
+                          text + "'");
+  return period;
+}
+
+// `ranks`: the number of MPI ranks, 0 on threads. Throws UserError.
+Setup prepare(const RunFlags& f, int ranks, int rank) {
+  Setup s;
+  s.format = parseFormat(f.format);
+  if (s.format == Format::kCsv)
+    throw OptionError("--format", "run prints table or json");
+  exec::RunOptions& opt = s.opt;
+  opt = f.run;
+  f.limitFlags.apply();
+  opt.timeout = parseTime(f.timeout, "--timeout");
+  opt.seed = parseSeed(f.seed, "--seed");
+  heartbeatOf(f);
+  opt.dropout = !f.noDropout;
+  checkRange(opt.learningRate, 0, 1e6, true, "--lr");
+  if (!(opt.learningRate > 0))
+    throw OptionError("--lr", "must be positive");
+  checkRange(opt.momentum, 0, 1, false, "--momentum");
+  if (opt.steps < 1)
+    throw OptionError("--steps", fmt::format("must be at least 1, got {}", opt.steps));
+  for (const auto& [option, value] :
+       {std::pair{"--fail-rank", opt.failRank}, std::pair{"--hang-rank", opt.hangRank}})
+    if (value < -1)
+      throw OptionError(option, "must be a worker (0..K-1)");
+  for (const auto& [option, value] :
+       {std::pair{"--fail-step", opt.failStep}, std::pair{"--hang-step", opt.hangStep}})
+    if (value < 0)
+      throw OptionError(option, "must be at least 0");
+  if (ranks == 0 && f.workers.empty())
+    throw OptionError("--workers", "required when not started by mpirun (threads: --workers K)");
+  s.net = networkArg(f.network, "--network");
+  const std::string workers = f.workers.empty() ? std::to_string(ranks) : f.workers;
+  s.sc = f.flags.scenario(f.strategy, workers);
+  if (ranks > 0 && s.sc.workers != ranks)
+    throw OptionError("--workers",
+                      fmt::format("is {} but mpirun started {} ranks", s.sc.workers, ranks));
+  for (const auto& [option, worker, step, stepOption] :
+       {std::tuple{"--fail-rank", opt.failRank, opt.failStep, "--fail-step"},
+        std::tuple{"--hang-rank", opt.hangRank, opt.hangStep, "--hang-step"}}) {
+    if (worker >= s.sc.workers)
+      throw OptionError(option,
+                        fmt::format("worker {} does not exist (K = {})", worker, s.sc.workers));
+    if (worker >= 0 && step >= opt.steps)
+      throw OptionError(stepOption,
+                        fmt::format("step {} is past the last step ({} steps)", step, opt.steps));
+  }
+  if (opt.hangRank >= 0 && s.sc.workers < 2)
+    throw OptionError("--hang-rank",
+                      "needs 2 workers or more (a lone worker that hangs has no "
+                      "peer to notice it)");
+  opt.hangStopsProcess = ranks > 0;
+  exec::checkRunnable(s.net, s.sc);
+  s.plan = lowerToPlan(s.net, s.sc);
+  // Every rank checks the trace options, so all stop together on a mistake.
+  s.traceOptions = f.traceFlags.options(f.trace, s.sc.workers);
+  if (!f.trace.empty())
+    checkTraceSize(s.plan, s.traceOptions);
+  if (rank == 0 && !f.trace.empty())
+    s.traceFile = std::make_unique<TraceFile>(f.trace, "--trace");
+  return s;
+}
+
+std::string headerLine(const Setup& s, bool mpi) {
+  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n",
+                     s.net.name, toString(s.sc.strategy), s.sc.workers,
+                     mpi ? "MPI ranks" : "threads", s.sc.batchPerWorker, s.opt.steps,
+                     s.opt.learningRate, s.opt.momentum);
+}
+
+// Prints each step as it ends (table format): every step on short runs; on
+// long ones 25 lines with a progress bar. `header` comes first.
+void printSteps(exec::RunOptions& opt, std::string header) {
+  const int every = std::max(1, opt.steps / 25);
+  const int steps = opt.steps;
+  opt.onStep = [every, steps, header = std::move(header)](int s, double loss,
+                                                          double seconds) mutable {
+    if (!header.empty()) {
+      std::cout << header;
+      header.clear();
+    }
+    if (s % every != 0 && s + 1 != steps)
+      return;
+    std::string bar;
+    if (every > 1) {
+      const int filled = (s + 1) * 20 / steps;
+      bar = "[" + std::string(static_cast<size_t>(filled), '#') +
+            std::string(static_cast<size_t>(20 - filled), '.') + "] ";
+    }
+    std::cout << fmt::format("{}step {:>4}/{}  loss {:8.4f}  step time {}\n", bar, s + 1, steps,
+                             loss, formatSeconds(Seconds(seconds)))
+              << std::flush;
+  };
+}
+
+// Rank 0's (or the threads') report of a finished run.
+void report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
+  result.measured.cluster = mpi ? "mpi" : "threads";
+  if (s.traceFile) {
+    writeTrace(s.traceFile->stream(), s.plan, s.net, result.measured, result.timeline,
+               s.traceOptions);
+    s.traceFile->finish();
+  }
+  if (s.format == Format::kJson) {
+    std::cout << "{\"steps\":[";
+    for (size_t i = 0; i < result.steps.size(); ++i)
+      std::cout << (i ? "," : "")
+                << fmt::format("{{\"step\":{},\"loss\":{:.9g},\"step_s\":{:.9g}}}",
+                               result.steps[i].step, result.steps[i].loss, result.steps[i].seconds);
+    std::cout << "],\"measured\":";
+    printEstimate(std::cout, result.measured, Format::kJson);
+    std::cout << "}\n";
+    return;
+  }
+  std::cout << "\nmeasured (median step after warm-up):\n";
+  printEstimate(std::cout, result.measured, s.format);
+  if (s.traceFile)
+    std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
+}
+
+int runThreads(const RunFlags& f) {
+  Setup s = prepare(f, 0, 0);
+  if (s.format == Format::kTable)
+    printSteps(s.opt, headerLine(s, false));
+  exec::RunResult result = exec::runThreads(s.plan, s.net, s.opt);
+  report(f, s, result, false);
+  return 0;
+}
+
+#ifdef STRATA_HAVE_MPI
+// mpirun ends the surviving ranks with SIGTERM when a rank dies (kill -9, the
+// OOM killer) or the job is interrupted. Under `mpirun -q` nothing else would
+// say so: rank 0 prints one line then, unless another rank's line already
+// said why (MpiCommunicator::endSeenElsewhere). Async-signal-safe: atomic
+// loads, the clock, write(2), the default action.
+std::atomic<const exec::MpiCommunicator*> gTermWatch{nullptr};
+
+extern "C" void onTerminate(int signal) {
+  const exec::MpiCommunicator* comm = gTermWatch.load();
+  if (comm && !comm->endSeenElsewhere()) {
+    constexpr char kLine[] =
+        "strata: error: mpirun ended the run (SIGTERM): a rank died or the job was interrupted "
+        "(mpirun without -q names the rank)\n";
+    [[maybe_unused]] const auto written = ::write(2, kLine, sizeof kLine - 1);
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+// Installs onTerminate on rank 0 for the lifetime of the run.
+class TermWatch {
+ public:
+  explicit TermWatch(const exec::MpiCommunicator& comm) {
+    if (comm.rank() != 0)
+      return;
+    gTermWatch = &comm;
+    previous_ = std::signal(SIGTERM, onTerminate);
+    installed_ = true;
+  }
+  ~TermWatch() {
+    if (!installed_)
+      return;
+    std::signal(SIGTERM, previous_);
+    gTermWatch = nullptr;
+  }
+  TermWatch(const TermWatch&) = delete;
+  TermWatch& operator=(const TermWatch&) = delete;
+
+ private:
+  bool installed_ = false;
+  void (*previous_)(int) = SIG_DFL;
+};
+
+// One line on this rank's stderr, as main prints it; the exit status.
+int printError(const std::exception& e) {
+  std::cerr << "strata: error: " << e.what() << "\n";
+  return dynamic_cast<const UserError*>(&e) ? kUserErrorExit : kRunFailureExit;
+}
+
+// `strata run` as one MPI rank. Every rank starts MPI and its heartbeats
+// first, then reads its options and configs and agrees with the others on
+// the outcome, so that a mistake (on every rank, or only on some: a file one
+// node cannot read) ends every rank cleanly: rank 0 prints the one line, all
+// finalise MPI and exit 2, no MPI_Abort. A failure while the ranks work
+// together (a worker fails, a peer stops or dies, a timeout) ends the job
+// with one line and status 1 (MpiCommunicator::abort). `f` is null when the
+// command line itself was wrong (`mistake`).
+int runRank(const RunFlags* f, std::string mistake, Process process) {
+  exec::MpiSession session(*process.argc, *process.argv);
+  Seconds heartbeat(exec::MpiCommunicator::kDefaultHeartbeatSeconds);
+  if (f) {
+    try {
+      heartbeat = heartbeatOf(*f);
+    } catch (const UserError& e) {
+      mistake = e.what();
+    }
+  }
+  std::optional<exec::MpiCommunicator> comm;
+  try {
+    comm.emplace(heartbeat);
+  } catch (const std::exception& e) {
+    exec::abortMpiJob(std::string("strata: error: ") + e.what(), kRunFailureExit);
+    return kRunFailureExit;
+  }
+  const bool root = comm->rank() == 0;
+  const TermWatch termWatch(*comm);
+
+  std::optional<Setup> setup;
+  std::string verdict;
+  exec::runOrAbort(*comm, [&](exec::Communicator& c) {
+    if (mistake.empty()) {
+      try {
+        setup.emplace(prepare(*f, c.size(), c.rank()));
+        c.setTimeout(setup->opt.timeout);
+      } catch (const UserError& e) {
+        mistake = e.what();
+      }
+    }
+    verdict = exec::agreeOnMistakes(c, mistake);
+  });
+  if (!verdict.empty()) {
+    if (root)
+      std::cerr << "strata: error: " << verdict << "\n";
+    return kUserErrorExit;
+  }
+
+  Setup& s = *setup;
+  // The header waits for the first step: ranks started with different
+  // configurations end before it (ConfigMismatch) with the one line only.
+  if (root && s.format == Format::kTable)
+    printSteps(s.opt, headerLine(s, true));
+  exec::RunResult result;
+  std::string mismatch;
+  exec::runOrAbort(*comm, [&](exec::Communicator& c) {
+    try {
+      result = exec::runWorker(c, s.plan, s.net, s.opt);
+    } catch (const exec::ConfigMismatch& e) {
+      mismatch = e.what();  // every rank has it: end cleanly, as a mistake
+    }
+  });
+  if (!mismatch.empty()) {
+    if (root)
+      std::cerr << "strata: error: " << mismatch << "\n";
+    return kUserErrorExit;
+  }
+  if (!root)
+    return 0;
+  // The other ranks are done: a failure here is rank 0's alone, and MPI
+  // still finalises cleanly.
+  try {
+    report(*f, s, result, true);
+  } catch (const std::exception& e) {
+    return printError(e);
+  }
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int reportRunMistake(Process process, const std::string& message) {
+  if (exec::launchedByMpiexec()) {
+#ifdef STRATA_HAVE_MPI
+    return runRank(nullptr, message, process);
+#endif
+  }
+  (void)process;
+  std::cerr << "strata: error: " << message << "\n";
+  return kUserErrorExit;
+}
+
+Command addRunCommand(CLI::App& app, Process process) {
+  auto f = std::make_shared<RunFlags>();
+  auto* sub = app.add_subcommand(
+      "run", "run training steps for real (threads, or MPI ranks under mpirun) and measure them");
+  sub->add_option("--network,-n", f->network, "network preset or YAML file")->required();
+  sub->add_option("--strategy,-s", f->strategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
+  sub->add_option("--workers,-k", f->workers,
+                  "number of workers (threads); under mpirun the number of ranks");
+  f->flags.add(sub);
+  sub->add_option("--steps", f->run.steps, "training steps (default 10)");
+  sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
+  sub->add_option("--momentum", f->run.momentum, "SGD momentum in [0, 1) (default 0.9)");
+  sub->add_option("--seed", f->seed, "seed of weights, data and dropout (default 1)");
+  sub->add_flag("--no-dropout", f->noDropout, "turn dropout off (runs then match across K)");
+  sub->add_option("--trace", f->trace,
+                  "write the measured step as a Chrome trace-event JSON (gzipped when it ends in "
+                  ".gz)");
+  f->traceFlags.add(sub);
+  f->limitFlags.add(sub, true);
+  sub->add_option("--timeout", f->timeout,
+                  "how long a blocked receive from a live peer waits before failing (default "
+                  "60s)");
+  sub->add_option("--heartbeat", f->heartbeat,
+                  "under mpirun: heartbeat period between ranks; a rank silent for 5 periods "
+                  "(stopped or dead) ends the run (default 1s)");
+  sub->add_option("--fail-rank", f->run.failRank,
+                  "fault injection (tests): this rank throws at --fail-step");
+  sub->add_option("--fail-step", f->run.failStep, "step of the injected fault (default 0)");
+  sub->add_option("--hang-rank", f->run.hangRank,
+                  "fault injection (tests): this rank stops at --hang-step (under mpirun its "
+                  "process stops, SIGSTOP)");
+  sub->add_option("--hang-step", f->run.hangStep, "step of the injected hang (default 0)");
+  addFormatOption(sub, f->format, "output: table|json (default table)");
+  sub->footer(
+      "Examples:\n"
+      "  strata run --network tiny-cnn --strategy owt-b --workers 4 --steps 20 --trace run.json\n"
+      "  mpirun -q -np 4 strata run --network tiny-cnn --strategy ring --steps 20\n"
+      "Networks too large for this machine run with a smaller batch: --batch 8.\n"
+      "Under mpirun, -q keeps mpirun's own banner from following strata's one error line.");
+  return {sub, [f, process] {
+            if (!exec::launchedByMpiexec())
+              return runThreads(*f);
+#ifdef STRATA_HAVE_MPI
+            return runRank(f.get(), "", process);
+#else
+            (void)process;
+            throw UserError("started by mpirun, but this strata was built without MPI");
+#endif
+          }};
+}
+
+}  // namespace strata::cli

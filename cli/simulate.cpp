@@ -1,0 +1,89 @@
+// `strata simulate`: play one step's Plan on a simulated cluster, with a trace.
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "flags.h"
+#include "strata/model/plan.h"
+#include "strata/model/timeline.h"
+#include "strata/model/trace.h"
+#include "strata/sim/simulator.h"
+
+namespace strata::cli {
+
+Command addSimulateCommand(CLI::App& app) {
+  struct Options {
+    std::string network, cluster, strategy, workers, contention = "on", trace, profile,
+                                                     format = "table";
+    std::vector<std::string> stragglers;
+    double jitter = 0;
+    std::string seed = "1";
+    ScenarioFlags flags;
+    LimitFlags limitFlags;
+    TraceFlags traceFlags;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub =
+      app.add_subcommand("simulate", "play one step's Plan on a simulated cluster, with a trace");
+  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--cluster,-c", o->cluster, "cluster preset or YAML file")->required();
+  sub->add_option("--profile", o->profile,
+                  "per-op profile of the network (strata profile --out): price compute from its "
+                  "measured op times");
+  sub->add_option("--strategy,-s", o->strategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
+  sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
+  o->flags.add(sub);
+  sub->add_option("--contention", o->contention,
+                  "links shared by concurrent transfers split their bandwidth: on|off (default "
+                  "on; off = the analytic model's assumption)");
+  sub->add_option("--straggler", o->stragglers,
+                  "WORKER:FACTOR, that worker computes FACTOR x slower (repeatable)");
+  sub->add_option("--jitter", o->jitter,
+                  "each compute time x (1 + u), u uniform in [-J, J], 0 <= J < 1 (default 0)");
+  sub->add_option("--seed", o->seed, "seed of the jitter (default 1)");
+  sub->add_option("--trace", o->trace,
+                  "write a Chrome trace-event JSON file, gzipped when it ends in .gz (open it in "
+                  "ui.perfetto.dev)");
+  o->traceFlags.add(sub);
+  o->limitFlags.add(sub, false);
+  addFormatOption(sub, o->format);
+  sub->footer(
+      "Examples:\n"
+      "  strata simulate -n alexnet-owt -c k20x8-pcie -s owt-b -k 4 --trace step.json\n"
+      "  strata simulate -n resnet50 -c dgx-h100 -s ring -k 16 --straggler 3:1.2");
+  return {sub, [o] {
+            o->limitFlags.apply();
+            const auto format = parseFormat(o->format);
+            const Scenario sc = o->flags.scenario(o->strategy, o->workers);
+            sim::Options opt;
+            opt.contention = parseOnOff(o->contention, "--contention");
+            for (const auto& s : o->stragglers)
+              parseStraggler(s, opt.slowdown, sc.workers);
+            opt.jitter = checkRange(o->jitter, 0, 1, false, "--jitter");
+            opt.seed = parseSeed(o->seed, "--seed");
+            opt.timeline = !o->trace.empty();
+            const auto net = networkArg(o->network, "--network");
+            const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
+            const auto p = lowerToPlan(net, sc);
+            const TraceOptions traceOpt = o->traceFlags.options(o->trace, sc.workers);
+            std::optional<TraceFile> traceFile;
+            if (!o->trace.empty()) {
+              // Over the limit or a bad path: exit 2 before simulating.
+              checkTraceSize(p, traceOpt);
+              traceFile.emplace(o->trace, "--trace");
+              opt.timelineRanks = traceOpt.ranks;
+            }
+            const auto result = sim::simulate(p, net, cl, opt);
+            if (traceFile) {
+              writeTrace(traceFile->stream(), p, net, result.estimate, result.timeline, traceOpt);
+              traceFile->finish();
+            }
+            printSimulation(std::cout, result, format);
+            if (traceFile && format == Format::kTable)
+              std::cout << "\ntrace written to " << o->trace << " (open it in ui.perfetto.dev)\n";
+            return 0;
+          }};
+}
+
+}  // namespace strata::cli
