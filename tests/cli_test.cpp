@@ -260,6 +260,26 @@ TEST_CASE("unknown cluster preset", "[cli][errors]") {
                  {"--cluster", "nosuchcluster"});
 }
 
+TEST_CASE("names the file system refuses are unknown presets or missing files",
+          "[cli][errors][presets]") {
+  // Longer than NAME_MAX (255) or PATH_MAX (4096): std::filesystem's throwing
+  // status calls made these "internal error"s (exit 1) until presets.cpp and
+  // experiment.cpp asked with an error_code (found by experiment_fuzzer).
+  const std::string longName(300, 'n');
+  checkUserError(runStrata({"describe", longName}), {"unknown network", longName});
+  const std::string longPath = "folder/" + std::string(5000, 'p') + ".yaml";
+  checkUserError(runStrata({"describe", longPath}), {"no such file"});
+  checkUserError(
+      runStrata({"describe", "tiny-cnn"}, {"STRATA_CONFIG_DIR=" + std::string(300, 'd')}),
+      {"STRATA_CONFIG_DIR", "no such folder"});
+  // In an experiment file: the mistake names the file, line and key.
+  const std::string file = "cli_test_long_reference.yaml";
+  std::ofstream(file) << "name: cli_test_long_reference\nnetwork: tiny-cnn\ncluster: "
+                      << std::string(300, 'c') << ".yaml\nstrategies: [ring]\nworkers: [1]\n";
+  checkUserError(runStrata({"compare", file}), {file + ":3: cluster: no such file"});
+  std::remove(file.c_str());
+}
+
 TEST_CASE("unknown strategy", "[cli][errors]") {
   checkUserError(runStrata({"predict", "--network", "alexnet-owt", "--cluster", "k20x8-pcie",
                             "--strategy", "foo", "--workers", "2"}),

@@ -17,9 +17,12 @@ namespace strata {
 
 std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
   std::string ref = n.asString();
-  if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml")) && !fs::exists(ref)) {
+  // The non-throwing forms: a name the file system refuses (too long, say) is
+  // a missing file, reported below with the key, not a filesystem_error.
+  std::error_code ec;
+  if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml")) && !fs::exists(ref, ec)) {
     const auto beside = fs::path(n.file()).parent_path() / ref;
-    if (fs::exists(beside))
+    if (fs::exists(beside, ec))
       ref = beside.string();
   }
   try {

@@ -51,7 +51,8 @@ std::vector<std::string> configDirs() {
       const size_t colon = std::min(text.find(':', start), text.size());
       const std::string dir(text.substr(start, colon - start));
       if (!dir.empty()) {
-        if (!fs::is_directory(dir))
+        std::error_code ec;  // a folder name the file system refuses is no folder either
+        if (!fs::is_directory(dir, ec))
           throw OptionError("STRATA_CONFIG_DIR", "no such folder '" + dir + "'");
         dirs.push_back(dir);
       }
@@ -78,6 +79,18 @@ std::vector<std::string> listPresets(ConfigKind kind) {
   return names;
 }
 
+namespace {
+// fs::is_regular_file without the throw: a name the file system refuses (longer
+// than NAME_MAX or PATH_MAX, a loop of links, no permission) is no file either,
+// and the caller reports it as the user's mistake. The throwing form let a long
+// preset name escape as std::filesystem::filesystem_error (found by
+// experiment_fuzzer: "File name too long").
+bool isFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+}  // namespace
+
 std::string resolveConfig(ConfigKind kind, std::string_view nameOrPath, const std::string& option) {
   const std::string given(nameOrPath);
   if (given.empty())
@@ -85,13 +98,13 @@ std::string resolveConfig(ConfigKind kind, std::string_view nameOrPath, const st
   const bool looksLikePath =
       given.find('/') != std::string::npos || given.ends_with(".yaml") || given.ends_with(".yml");
   if (looksLikePath) {
-    if (!fs::is_regular_file(given))
+    if (!isFile(given))
       throw OptionError(option, "no such file '" + given + "'");
     return given;
   }
   for (const auto& d : configDirs()) {
     const fs::path preset = fs::path(d) / folderOf(kind) / (given + ".yaml");
-    if (fs::is_regular_file(preset))
+    if (isFile(preset))
       return preset.string();
   }
   std::string known;
