@@ -17,6 +17,15 @@ int lineOf(const YAML::Node& node, int fallback) {
 }
 }  // namespace
 
+std::string ConfigNode::keyOf(const YAML::Node& key) const {
+  // A key must be a plain name: `[a, b]: 1`, `{a: 1}: 2`, `? - x` and an empty
+  // key are YAML, but name nothing strata reads.
+  if (!key.IsScalar())
+    throw ConfigError(*file_, lineOf(key, line_), path_,
+                      "a key must be a plain name, not a list, a map or empty");
+  return key.Scalar();
+}
+
 ConfigNode::ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file, std::string path,
                        int line)
     : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)), line_(line) {}
@@ -73,7 +82,7 @@ std::optional<ConfigNode> ConfigNode::get(std::string_view key) const {
   auto c = child(n, path_.empty() ? k : path_ + "." + k);
   if (n.IsNull()) {
     for (const auto& kv : node_)
-      if (kv.first.as<std::string>() == k)
+      if (keyOf(kv.first) == k)
         c = ConfigNode(n, file_, c.path(), lineOf(kv.first, line_));
     c.requireValue();
   }
@@ -92,7 +101,7 @@ ConfigNode ConfigNode::require(std::string_view key) const {
 void ConfigNode::checkDuplicateKeys() const {
   std::vector<std::string> seen;
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = keyOf(kv.first);
     for (const auto& s : seen)
       if (s == key)
         throw ConfigError(*file_, lineOf(kv.first, line_), path_.empty() ? key : path_ + "." + key,
@@ -107,7 +116,7 @@ void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) cons
     fail("expected a map of keys");
   checkDuplicateKeys();
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = keyOf(kv.first);
     bool ok = false;
     for (auto a : allowed)
       ok = ok || a == key;
@@ -128,7 +137,7 @@ std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
   checkDuplicateKeys();
   std::vector<std::pair<std::string, ConfigNode>> out;
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = keyOf(kv.first);
     const std::string childPath = path_.empty() ? key : path_ + "." + key;
     // A null value has no position of its own: it is on its key's line.
     out.emplace_back(key, kv.second.IsNull()

@@ -33,6 +33,7 @@ class ConfigNode {
 
   // Throws ConfigError at this node.
   [[noreturn]] void fail(const std::string& message) const;
+  std::string keyOf(const YAML::Node& key) const;
 
   bool isMap() const { return node_.IsMap(); }
   bool isSequence() const { return node_.IsSequence(); }
