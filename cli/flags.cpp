@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "strata/model/error.h"
+#include "strata/model/quantity_text.h"
 #include "strata/model/limits.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
@@ -32,43 +33,21 @@ std::vector<std::string> splitList(const std::string& text) {
 }
 
 std::vector<int> parsePositiveList(const std::string& text, const std::string& option) {
-  std::vector<int> out;
-  const auto items = splitList(text);
-  if (items.empty())
-    throw OptionError(option,
-                      "must be a positive integer or a comma-separated list of them, "
-                      "got nothing");
-  for (const auto& item : items) {
-    int v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1)
-      throw OptionError(
-          option,
-          "must be a positive integer or a comma-separated list of them, got '" + text + "'");
-    out.push_back(v);
-  }
-  return out;
+  return parseCountListOption(text, option);
 }
 
 int parsePositive(const std::string& text, const std::string& option) {
-  const auto values = parsePositiveList(text, option);
-  if (values.size() != 1)
+  if (text.find(',') != std::string::npos)
     throw OptionError(option, "takes one value, got '" + text + "' (compare and sweep take lists)");
-  return values.front();
+  return parseCountOption(text, option);
 }
 
 Bytes parseSize(const std::string& text, const std::string& option) {
-  const auto v = parseQuantity(text, QuantityKind::kBytes);
-  if (!v || !std::isfinite(*v) || *v < 0)
-    throw OptionError(option, "must be a size such as 1MiB or 0, got '" + text + "'");
-  return Bytes(*v);
+  return parseSizeOption(text, option, /*zeroMeansOff=*/true);
 }
 
 Seconds parseTime(const std::string& text, const std::string& option) {
-  const auto t = parseQuantity(text, QuantityKind::kTime);
-  if (!t || !std::isfinite(*t) || *t <= 0)
-    throw OptionError(option, "must be a positive time such as 30s, got '" + text + "'");
-  return Seconds(*t);
+  return parseTimeOption(text, option);
 }
 
 uint64_t parseSeed(const std::string& text, const std::string& option) {
