@@ -14,7 +14,7 @@ namespace {
 
 using namespace strata;
 
-// exec::calibrate with the defaults of `strata calibrate --out f` (--max-workers 4).
+// exec::calibrate with the defaults of `strata calibrate --out f` (--sharing-up-to 4).
 void BM_Calibrate(benchmark::State& state) {
   exec::CalibrationOptions o;
   o.name = "bench-calibrated";

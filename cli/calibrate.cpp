@@ -26,21 +26,21 @@ Command addCalibrateCommand(CLI::App& app) {
                   "also fit roofline efficiencies on this network's own layers (the cluster then "
                   "is not held-out for it; default: kernel tables only)");
   sub->add_option("--batch,-b", o->batch, "examples per timed pass with --network (default 32)");
-  sub->add_option("--max-workers", o->maxWorkers,
+  sub->add_option("--sharing-up-to", o->maxWorkers,
                   "measure sharing for 1, 2, 4, ... up to this many workers (default 4)");
   sub->footer(
       "Example:\n"
       "  strata calibrate --out my-cluster.yaml\n"
       "  strata predict -n tiny-cnn -c my-cluster.yaml -s ring -k 2 -b 32");
   return {sub, [o] {
-            if (o->batch < 1)
-              throw OptionError("--batch", "must be at least 1");
-            if (o->maxWorkers < 1)
-              throw OptionError("--max-workers", "must be at least 1");
             std::optional<Network> net;
             if (!o->network.empty()) {
               net = networkArg(o->network, "--network");
-              exec::checkRunnable(*net, Scenario{});
+              Scenario timed;  // one worker's passes at --batch: bounded like a run
+              timed.workers = 1;
+              timed.batchPerWorker = o->batch;
+              exec::checkRunnable(*net, timed);
+              exec::checkThreadRun(*net, timed);
             }
             exec::CalibrationOptions co;
             co.name = std::filesystem::path(o->out).stem().string();
@@ -48,6 +48,7 @@ Command addCalibrateCommand(CLI::App& app) {
             co.batch = o->batch;
             co.maxWorkers = o->maxWorkers;
             co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
+            exec::checkCalibrationOptions(co);
             std::ofstream file(o->out);
             if (!file)
               throw OptionError("--out", "cannot write '" + o->out + "'");

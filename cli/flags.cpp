@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "strata/model/error.h"
-#include "strata/model/quantity_text.h"
 #include "strata/model/limits.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"

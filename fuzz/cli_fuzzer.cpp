@@ -1,6 +1,6 @@
 // libFuzzer target: the command line. The input is split at newlines into
-// arguments (so seeds are text files, one argument a line); every subcommand is registered exactly as `strata` registers it
-// and the arguments are parsed. The commands that only compute (list,
+// arguments (so seeds are text files, one argument a line); every subcommand is registered exactly
+// as `strata` registers it and the arguments are parsed. The commands that only compute (list,
 // describe, predict, compare, plan, simulate without --trace, sweep without
 // --out) then run, their output discarded, unless a limit option or
 // --allow-large lifts the bounds on their size; the others measure, write
@@ -112,9 +112,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CLI::App app{"fuzz"};
   app.require_subcommand(1);
   const std::vector<Command> commands = {
-      addListCommand(app),    addDescribeCommand(app),  addPredictCommand(app),
-      addCompareCommand(app), addSweepCommand(app),     addProfileCommand(app),
-      addPlanCommand(app),    addSimulateCommand(app),  addRunCommand(app, Process{&argc, &argvp}),
+      addListCommand(app),      addDescribeCommand(app), addPredictCommand(app),
+      addCompareCommand(app),   addSweepCommand(app),    addProfileCommand(app),
+      addPlanCommand(app),      addSimulateCommand(app), addRunCommand(app, Process{&argc, &argvp}),
       addCalibrateCommand(app), addValidateCommand(app),
   };
   try {
@@ -122,8 +122,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const CLI::Error&) {
     return 0;
   }
-  static const std::vector<std::string> computeOnly = {"list",    "describe", "predict", "compare",
-                                                        "plan",    "simulate", "sweep"};
+  static const std::vector<std::string> computeOnly = {"list", "describe", "predict", "compare",
+                                                       "plan", "simulate", "sweep"};
   for (const auto& c : commands) {
     if (!c.app->parsed())
       continue;

@@ -1069,7 +1069,7 @@ std::string readFile(const std::string& path) {
 // sanitizer runs (ctest label timing, tests/CMakeLists.txt).
 TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated.yaml";
-  const auto r = runStrata({"calibrate", "--out", file, "--max-workers", "2"});
+  const auto r = runStrata({"calibrate", "--out", file, "--sharing-up-to", "2"});
   INFO(r.output);
   REQUIRE(r.status == 0);
   const std::string yaml = readFile(file);
@@ -1102,7 +1102,7 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
 TEST_CASE("calibrate --network records what it fitted on", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated_fitted.yaml";
   const auto r =
-      runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--max-workers", "1"});
+      runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--sharing-up-to", "1"});
   INFO(r.output);
   REQUIRE(r.status == 0);
   const std::string yaml = readFile(file);

@@ -93,13 +93,20 @@ std::string host() {
 
 }  // namespace
 
+void checkCalibrationOptions(const CalibrationOptions& o) {
+  // Sharing beyond 64 workers on one machine is time-slicing, not sharing.
+  if (o.maxWorkers < 1 || o.maxWorkers > 64)
+    throw OptionError("--sharing-up-to", fmt::format("must be in 1..64, got {}", o.maxWorkers));
+  if (o.batch < 1)
+    throw OptionError("--batch", fmt::format("must be at least 1, got {}", o.batch));
+}
+
 std::string calibrate(const CalibrationOptions& o) {
   auto say = [&](const std::string& s) {
     if (o.progress)
       o.progress(s);
   };
-  if (o.maxWorkers < 1 || o.maxWorkers > 64)
-    throw OptionError("--max-workers", fmt::format("must be in 1..64, got {}", o.maxWorkers));
+  checkCalibrationOptions(o);
   const Network* net = o.network;
   const std::string where = fmt::format("`strata calibrate` on {}, {}", host(), today());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -24,6 +24,10 @@ struct CalibrationOptions {
   std::function<void(const std::string&)> progress;  // one line per measurement
 };
 
+// Throws OptionError naming the option (--sharing-up-to, --batch) when
+// `options` cannot be measured; calibrate() checks too.
+void checkCalibrationOptions(const CalibrationOptions& options);
+
 // Measures peak GEMM rate, each layer kind's achieved share of it, streaming
 // memory bandwidth, summing bandwidth (gamma), the communicator's alpha,
 // beta and per-size bandwidth, and how compute speed falls when workers share
