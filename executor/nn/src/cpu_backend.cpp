@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "counter_rng.h"
+#include "strata/kernels/counter_rng.h"
 #include "strata/model/error.h"
 
 namespace strata::nn {
@@ -145,12 +145,12 @@ struct DropoutMask {
       : d(desc), plane(int64_t{dims.h} * dims.w), scale(1.0f / (1.0f - desc.rate)) {}
   // Hash of the example's row; elements then mix in their whole-layer index.
   uint64_t rowKey(int row) const {
-    return detail::mix64(detail::hashOf(d.seed, d.step, static_cast<uint64_t>(d.layer),
+    return kernels::mix64(kernels::hashOf(d.seed, d.step, static_cast<uint64_t>(d.layer),
                                         static_cast<uint64_t>(d.firstRow + row)));
   }
   float factor(uint64_t rowKey, int c, int64_t pos) const {
     const auto index = static_cast<uint64_t>((d.channelOffset + c) * plane + pos);
-    return detail::uniformFloat(detail::mix64(rowKey ^ index)) >= d.rate ? scale : 0.0f;
+    return kernels::uniformFloat(kernels::mix64(rowKey ^ index)) >= d.rate ? scale : 0.0f;
   }
 };
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "counter_rng.h"
+#include "strata/kernels/counter_rng.h"
 #include "strata/model/error.h"
 
 namespace strata::nn {
@@ -37,10 +37,10 @@ SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
   for (int k = 0; k < classes; ++k)
     for (int c = 0; c < shape.c; ++c)
       for (int64_t cell = 0; cell < cells; ++cell) {
-        const uint64_t bits = detail::hashOf(seed, kMeanStream, static_cast<uint64_t>(k),
+        const uint64_t bits = kernels::hashOf(seed, kMeanStream, static_cast<uint64_t>(k),
                                              static_cast<uint64_t>(int64_t{c} * cells + cell));
         means_[static_cast<size_t>((int64_t{k} * shape.c + c) * cells + cell)] =
-            options.signal * detail::normalFloat(bits);
+            options.signal * kernels::normalFloat(bits);
       }
 }
 
@@ -54,7 +54,7 @@ SyntheticDataset SyntheticDataset::forNetwork(const Network& network, uint64_t s
 
 int32_t SyntheticDataset::label(int64_t index) const {
   STRATA_ENFORCE_OP(index, >=, 0);
-  return static_cast<int32_t>(detail::hashOf(seed_, kLabelStream, static_cast<uint64_t>(index)) %
+  return static_cast<int32_t>(kernels::hashOf(seed_, kLabelStream, static_cast<uint64_t>(index)) %
                               static_cast<uint64_t>(classes_));
 }
 
@@ -63,7 +63,7 @@ void SyntheticDataset::example(int64_t index, std::span<float> out) const {
   STRATA_ENFORCE_OP(static_cast<int64_t>(out.size()), ==, perExample);
   const int64_t cells = int64_t{gridH_} * gridW_;
   const float* mean = means_.data() + int64_t{label(index)} * shape_.c * cells;
-  const uint64_t key = detail::hashOf(seed_, kNoiseStream, static_cast<uint64_t>(index));
+  const uint64_t key = kernels::hashOf(seed_, kNoiseStream, static_cast<uint64_t>(index));
   int64_t e = 0;
   for (int c = 0; c < shape_.c; ++c)
     for (int y = 0; y < shape_.h; ++y) {
@@ -71,7 +71,7 @@ void SyntheticDataset::example(int64_t index, std::span<float> out) const {
       for (int x = 0; x < shape_.w; ++x, ++e)
         out[static_cast<size_t>(e)] =
             row[x * gridW_ / shape_.w] +
-            options_.noise * detail::normalFloat(detail::hashOf(key, static_cast<uint64_t>(e)));
+            options_.noise * kernels::normalFloat(kernels::hashOf(key, static_cast<uint64_t>(e)));
     }
 }
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "counter_rng.h"
+#include "strata/kernels/counter_rng.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/model/error.h"
 
@@ -236,8 +236,8 @@ Model::Model(const Network& network, ModelOptions options)
     const int64_t first = layer.kind == LayerKind::kFc ? int64_t{st.slice.begin} * fanIn : 0;
     for (int64_t e = 0; e < b.weights; ++e) {
       const uint64_t bits =
-          detail::hashOf(options_.seed, static_cast<uint64_t>(l), static_cast<uint64_t>(first + e));
-      w[e] = (2.0f * detail::uniformFloat(bits) - 1.0f) * a;
+          kernels::hashOf(options_.seed, static_cast<uint64_t>(l), static_cast<uint64_t>(first + e));
+      w[e] = (2.0f * kernels::uniformFloat(bits) - 1.0f) * a;
     }
   }
 }

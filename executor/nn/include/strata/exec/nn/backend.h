@@ -15,16 +15,18 @@
 //  - Weights are row-major arrays; a model-parallel fc passes only its rows.
 //  - A Backend keeps scratch space and is not thread-safe: one per worker.
 //
-// Memory: views point to host memory today (Tensor is a host tensor). A CUDA
-// backend will bring device-resident storage for the Model's buffers (an
-// allocator beside these kernels); the kernel signatures and the Model's
-// phase and parameter API stay as they are.
+// Memory: every view and array a kernel takes comes from the backend's
+// memory() (host memory for the CPU, CUDA managed memory for the CUDA
+// backend: see memory.h). Kernels may run asynchronously: the host reads or
+// writes a buffer a kernel used only after synchronize() (Model does this
+// where it hands buffers to the host).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string_view>
 
+#include "strata/exec/nn/memory.h"
 #include "strata/exec/nn/tensor.h"
 #include "strata/model/network.h"
 
@@ -103,6 +105,12 @@ class Backend {
   virtual ~Backend() = default;
   // "cpu", "cuda", ...
   virtual std::string_view name() const = 0;
+  // Where this backend's buffers must live.
+  virtual Memory& memory() { return hostMemory(); }
+  // Waits until every kernel called so far has finished (and reports an
+  // asynchronous failure as an exception); the CPU's kernels finish before
+  // they return.
+  virtual void synchronize() {}
 
   // ---- convolution (im2col + GEMM on CPU) ----
   virtual void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,

@@ -1,17 +1,20 @@
 // Counter-based random numbers: a value is a pure function of its
 // coordinates (seed, stream, index), with no generator state. This is what
 // lets any worker produce any example, weight or dropout decision on its own
-// and get the bits a single worker would have drawn.
+// and get the bits a single worker would have drawn, and a GPU thread the
+// bits the CPU draws (every function is STRATA_HD: host and device).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-namespace strata::nn::detail {
+#include "strata/kernels/hd.h"
+
+namespace strata::kernels {
 
 // splitmix64's finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom
 // number generators", OOPSLA 2014): a bijective mix with full avalanche.
-inline uint64_t mix64(uint64_t z) {
+STRATA_HD inline uint64_t mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -19,27 +22,27 @@ inline uint64_t mix64(uint64_t z) {
 }
 
 // Hash of a coordinate tuple; chaining mix64 keeps distinct tuples apart.
-inline uint64_t hashOf(uint64_t a, uint64_t b) {
+STRATA_HD inline uint64_t hashOf(uint64_t a, uint64_t b) {
   return mix64(mix64(a) ^ b);
 }
-inline uint64_t hashOf(uint64_t a, uint64_t b, uint64_t c) {
+STRATA_HD inline uint64_t hashOf(uint64_t a, uint64_t b, uint64_t c) {
   return hashOf(hashOf(a, b), c);
 }
-inline uint64_t hashOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+STRATA_HD inline uint64_t hashOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   return hashOf(hashOf(a, b, c), d);
 }
 
 // Uniform in [0, 1) from the top 24 bits (exactly representable in float).
-inline float uniformFloat(uint64_t bits) {
+STRATA_HD inline float uniformFloat(uint64_t bits) {
   return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
 }
 
 // Standard normal from 64 random bits (Box-Muller on two 32-bit halves; the
 // first half is shifted into (0, 1] so log() stays finite).
-inline float normalFloat(uint64_t bits) {
+STRATA_HD inline float normalFloat(uint64_t bits) {
   const double u1 = (static_cast<double>(bits >> 32) + 1.0) * (1.0 / 4294967296.0);
   const double u2 = static_cast<double>(bits & 0xffffffffULL) * (1.0 / 4294967296.0);
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-}  // namespace strata::nn::detail
+}  // namespace strata::kernels

@@ -1,0 +1,2 @@
+// The CPU twins of kernels.h (being written).
+#include "strata/kernels/kernels.h"
