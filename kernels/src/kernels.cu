@@ -9,8 +9,9 @@
 //  - per-channel sums (biasGrad, batchnorm): blocks over (channel, split of
 //    its values) write double partial sums, and a second kernel adds a
 //    channel's partials in split order, so results do not depend on timing;
-//  - per-position softmax statistics: a warp per position when the channels
-//    of a position are close together (h*w < 32), else a thread per position.
+//  - per-position softmax statistics: a warp per position when a position has
+//    many channels close together (h*w < 32, channels >= 32: an fc layer's
+//    logits), else a thread per position.
 // The file is compiled with --fmad=false (kernels/CMakeLists.txt): a * b + c
 // rounds twice, as on the CPU, so element results match the twins bit for
 // bit; only exp, log and pow (CUDA's differ from the C library's by an ulp
@@ -1008,7 +1009,7 @@ void softmaxStats(Shape4 shape, const float* logits, float* stats, Stream stream
   if (positions <= 0)
     return;
   const Divider plane(static_cast<uint64_t>(shape.plane()));
-  if (shape.plane() < kWarp) {
+  if (shape.plane() < kWarp && shape.c >= kWarp) {
     softmaxStatsWarpKernel<<<gridFor(positions * kWarp), kThreads, 0, stream>>>(
         plane, shape.c, positions, logits, stats);
   } else {

@@ -37,7 +37,7 @@ void requireCuda(cudaError_t status, const char* what) {
 template <class T>
 class Managed {
  public:
-  Managed(const std::vector<T>& values, int offset = 0) : count_(values.size()) {
+  explicit Managed(const std::vector<T>& values, int offset = 0) : count_(values.size()) {
     requireCuda(cudaMallocManaged(&base_, (values.size() + 4) * sizeof(T)), "cudaMallocManaged");
     data_ = base_ + offset;
     if (!values.empty())
