@@ -108,7 +108,7 @@ class Scratch {
     if (base_ != nullptr)
       cudaFreeAsync(base_, stream_);
   }
-  // `count` objects of T at byte `offset` (a multiple of 16).
+  // The objects of type T from byte `offset` (a multiple of 16) on.
   template <class T>
   T* at(size_t offset) const {
     return reinterpret_cast<T*>(static_cast<char*>(base_) + offset);
@@ -483,8 +483,7 @@ __global__ void __launch_bounds__(kThreads)
   int64_t j = begin + threadIdx.x;
   if (j < end) {
     // (example, position) of j, then of j + blockDim.x, ... without dividing.
-    const auto jj = static_cast<uint64_t>(j);
-    int64_t example = static_cast<int64_t>(layout.positionsDivider.quotient(jj));
+    auto example = static_cast<int64_t>(layout.positionsDivider.quotient(static_cast<uint64_t>(j)));
     int64_t position = j - example * positions;
     const int64_t stepExamples = static_cast<int64_t>(layout.positionsDivider.quotient(blockDim.x));
     const int64_t stepPositions = blockDim.x - stepExamples * positions;
@@ -619,33 +618,35 @@ struct AddToBatchNormWeights {
 
 // ---- batch normalisation -----------------------------------------------------------
 
-// The scratch of a batchnorm call: partial sums, moments, statistics and
-// gradient means per channel.
+// The scratch of a batchnorm call, one allocation: partial sums, then per
+// channel moments, statistics and gradient means.
 struct BatchNormScratch {
   BatchNormScratch(const ChannelLayout& layout, cudaStream_t stream)
-      : memory(sizeFor(layout), stream),
-        partial(memory.at<Sums>(0)),
-        moments(memory.at<ChannelMoments>(regionBytes<Sums>(partialCount(layout)))),
-        stats(memory.at<element::ChannelStats>(regionBytes<Sums>(partialCount(layout)) +
-                                               regionBytes<ChannelMoments>(layout.channels))),
-        means(memory.at<element::GradientMeans>(
-            regionBytes<Sums>(partialCount(layout)) + regionBytes<ChannelMoments>(layout.channels) +
-            regionBytes<element::ChannelStats>(layout.channels))) {}
-
-  static int64_t partialCount(const ChannelLayout& layout) {
-    return int64_t{layout.splits} * layout.channels;
+      : memory(partialBytes(layout) + perChannelBytes(layout), stream) {
+    size_t offset = 0;
+    partial = memory.at<Sums>(offset);
+    offset += partialBytes(layout);
+    moments = memory.at<ChannelMoments>(offset);
+    offset += regionBytes<ChannelMoments>(layout.channels);
+    stats = memory.at<element::ChannelStats>(offset);
+    offset += regionBytes<element::ChannelStats>(layout.channels);
+    means = memory.at<element::GradientMeans>(offset);
   }
-  static size_t sizeFor(const ChannelLayout& layout) {
-    return regionBytes<Sums>(partialCount(layout)) + regionBytes<ChannelMoments>(layout.channels) +
+
+  static size_t partialBytes(const ChannelLayout& layout) {
+    return regionBytes<Sums>(int64_t{layout.splits} * layout.channels);
+  }
+  static size_t perChannelBytes(const ChannelLayout& layout) {
+    return regionBytes<ChannelMoments>(layout.channels) +
            regionBytes<element::ChannelStats>(layout.channels) +
            regionBytes<element::GradientMeans>(layout.channels);
   }
 
   Scratch memory;
-  Sums* partial;
-  ChannelMoments* moments;
-  element::ChannelStats* stats;
-  element::GradientMeans* means;
+  Sums* partial = nullptr;
+  ChannelMoments* moments = nullptr;
+  element::ChannelStats* stats = nullptr;
+  element::GradientMeans* means = nullptr;
 };
 
 // Mean and inverse standard deviation of every channel into scratch.stats:
