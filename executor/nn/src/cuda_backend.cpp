@@ -13,6 +13,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -52,14 +53,8 @@ std::string statusText(cublasStatus_t s) {
   return cublasGetStatusName(s);
 }
 
-// The status name plus cuDNN's own explanation of the last failure when it
-// has one (e.g. which descriptor field it rejected).
 std::string statusText(cudnnStatus_t s) {
-  std::array<char, 512> detail{};
-  cudnnGetLastErrorString(detail.data(), detail.size());
-  if (detail[0] == '\0')
-    return cudnnGetErrorString(s);
-  return fmt::format("{}: {}", cudnnGetErrorString(s), detail.data());
+  return cudnnGetErrorString(s);
 }
 
 template <class Where = const char*>
@@ -80,11 +75,19 @@ void check(cudnnStatus_t s, const char* call, const Where& where = "") {
     fail(call, whereText(where), statusText(s));
 }
 
-// A kernels::cuda launcher only enqueues: a bad launch (configuration,
-// missing kernel image for this GPU) is reported by cudaGetLastError.
-template <class Where>
-void checkLaunch(const char* kernel, const Where& where) {
-  check(cudaGetLastError(), kernel, where);
+// Runs a kernels::cuda launcher. It only enqueues, and throws
+// std::runtime_error naming the kernel and the CUDA error when the launch
+// fails (bad configuration, no kernel image for this GPU, an earlier
+// asynchronous failure): rethrown as RunFailure with the layer.
+template <class Where, class Launcher>
+void launch(const char* kernel, const Where& where, Launcher&& launcher) {
+  try {
+    launcher();
+  } catch (const RunFailure&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    fail(kernel, whereText(where), e.what());
+  }
 }
 
 std::string dimsText(const Dims& d) {
@@ -248,6 +251,21 @@ std::string convWhere(const ConvDesc& d, int n) {
                      d.inW, n);
 }
 
+// The number of CUDA devices in `count`, or why there is none to use.
+std::string countDevices(int& count) {
+  count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    // Leave no error behind for a later cudaGetLastError to report.
+    static_cast<void>(cudaGetLastError());
+    count = 0;
+    return fmt::format("cudaGetDeviceCount: {}", statusText(e));
+  }
+  if (count == 0)
+    return "cudaGetDeviceCount found no device";
+  return {};
+}
+
 const char* mathName(cudnnMathType_t m) {
   switch (m) {
     case CUDNN_DEFAULT_MATH:
@@ -265,23 +283,6 @@ const char* mathName(cudnnMathType_t m) {
 }  // namespace
 
 // ---- availability ------------------------------------------------------------------------
-
-namespace {
-// The number of CUDA devices in `count`, or why there is none to use.
-std::string countDevices(int& count) {
-  count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    // Leave no error behind for a later cudaGetLastError to report.
-    static_cast<void>(cudaGetLastError());
-    count = 0;
-    return fmt::format("cudaGetDeviceCount: {}", statusText(e));
-  }
-  if (count == 0)
-    return "cudaGetDeviceCount found no device";
-  return {};
-}
-}  // namespace
 
 std::string cudaUnavailableReason() {
   int count = 0;
@@ -316,7 +317,7 @@ void CudaMemory::deallocate(void* p, size_t) noexcept {
 // ---- CudaBackend::Impl ---------------------------------------------------------------------
 
 struct CudaBackend::Impl {
-  Impl(const CudaBackendOptions& options, int device);
+  Impl(const CudaBackendOptions& o, int dev);
 
   // The plan of a shape, created (descriptors only) on first use.
   ConvPlan& plan(const ConvDesc& d, int n);
@@ -681,9 +682,10 @@ void CudaBackend::convForward(const ConvDesc& d, ConstTensorView x, const float*
                                 c.workspace, &kZero, p.y.get(), y.data),
         "cudnnConvolutionForward", p.where);
   if (bias) {
-    kernels::cuda::biasAdd(y.data, bias, y.dims.n, d.filters, int64_t{d.outH} * d.outW,
-                           m.stream.get());
-    checkLaunch("kernels::cuda::biasAdd", p.where);
+    launch("kernels::cuda::biasAdd", p.where, [&] {
+      kernels::cuda::biasAdd(y.data, bias, y.dims.n, d.filters, int64_t{d.outH} * d.outW,
+                             m.stream.get());
+    });
   }
 }
 
@@ -723,9 +725,10 @@ void CudaBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, Cons
                                        ws, c.workspace, &kOne, p.w.get(), dw),
         "cudnnConvolutionBackwardFilter", p.where);
   if (dbias) {
-    kernels::cuda::biasGrad(dy.data, dbias, dy.dims.n, d.filters, int64_t{d.outH} * d.outW,
-                            m.stream.get());
-    checkLaunch("kernels::cuda::biasGrad", p.where);
+    launch("kernels::cuda::biasGrad", p.where, [&] {
+      kernels::cuda::biasGrad(dy.data, dbias, dy.dims.n, d.filters, int64_t{d.outH} * d.outW,
+                              m.stream.get());
+    });
   }
 }
 
@@ -734,23 +737,26 @@ void CudaBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, Cons
 void CudaBackend::poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) {
   checkPool(d, x.dims, y.dims);
   STRATA_ENFORCE(d.mode != PoolMode::kMax || argmax != nullptr);
-  if (x.dims.n == 0)
-    return;
   activate();
-  kernels::cuda::poolForward(poolParams(d), x.dims.n, x.data, y.data, argmax, impl_->stream.get());
-  checkLaunch("kernels::cuda::poolForward", [&] { return "pool " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::poolForward", [&] { return "pool " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::poolForward(poolParams(d), x.dims.n, x.data, y.data, argmax,
+                                   impl_->stream.get());
+      });
 }
 
 void CudaBackend::poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t* argmax,
                                TensorView dx, float beta) {
   checkPool(d, dx.dims, dy.dims);
   STRATA_ENFORCE(d.mode != PoolMode::kMax || argmax != nullptr);
-  if (dy.dims.n == 0)
-    return;
   activate();
-  kernels::cuda::poolBackward(poolParams(d), dy.dims.n, dy.data, argmax, dx.data, beta,
-                              impl_->stream.get());
-  checkLaunch("kernels::cuda::poolBackward", [&] { return "pool " + dimsText(dx.dims); });
+  launch(
+      "kernels::cuda::poolBackward", [&] { return "pool " + dimsText(dx.dims); },
+      [&] {
+        kernels::cuda::poolBackward(poolParams(d), dy.dims.n, dy.data, argmax, dx.data, beta,
+                                    impl_->stream.get());
+      });
 }
 
 // ---- fully connected -------------------------------------------------------------------------
@@ -806,8 +812,8 @@ void CudaBackend::fcForward(const FcDesc& d, ConstTensorView x, const float* w, 
         "cublasSgemmStridedBatched", where);
   }
   if (bias) {
-    kernels::cuda::biasAdd(y.data, bias, n, o, d.flatten ? 1 : p, m.stream.get());
-    checkLaunch("kernels::cuda::biasAdd", where);
+    launch("kernels::cuda::biasAdd", where,
+           [&] { kernels::cuda::biasAdd(y.data, bias, n, o, d.flatten ? 1 : p, m.stream.get()); });
   }
 }
 
@@ -868,8 +874,9 @@ void CudaBackend::fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTen
             "cublasSgemm", where);
   }
   if (dbias) {
-    kernels::cuda::biasGrad(dy.data, dbias, n, o, d.flatten ? 1 : p, m.stream.get());
-    checkLaunch("kernels::cuda::biasGrad", where);
+    launch("kernels::cuda::biasGrad", where, [&] {
+      kernels::cuda::biasGrad(dy.data, dbias, n, o, d.flatten ? 1 : p, m.stream.get());
+    });
   }
 }
 
@@ -877,61 +884,64 @@ void CudaBackend::fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTen
 
 void CudaBackend::reluForward(ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::reluForward(x.data, y.data, x.elements(), impl_->stream.get());
-  checkLaunch("kernels::cuda::reluForward", [&] { return "relu " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::reluForward", [&] { return "relu " + dimsText(x.dims); },
+      [&] { kernels::cuda::reluForward(x.data, y.data, x.elements(), impl_->stream.get()); });
 }
 
 void CudaBackend::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) {
   checkSameDims(y.dims, dy.dims);
   checkSameDims(y.dims, dx.dims);
-  if (y.elements() == 0)
-    return;
   activate();
-  kernels::cuda::reluBackward(y.data, dy.data, dx.data, y.elements(), beta, impl_->stream.get());
-  checkLaunch("kernels::cuda::reluBackward", [&] { return "relu " + dimsText(y.dims); });
+  launch(
+      "kernels::cuda::reluBackward", [&] { return "relu " + dimsText(y.dims); },
+      [&] {
+        kernels::cuda::reluBackward(y.data, dy.data, dx.data, y.elements(), beta,
+                                    impl_->stream.get());
+      });
 }
 
 void CudaBackend::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::dropoutForward(dropoutParams(d), shapeOf(x.dims), x.data, y.data,
-                                impl_->stream.get());
-  checkLaunch("kernels::cuda::dropoutForward", [&] { return "dropout " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::dropoutForward", [&] { return "dropout " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::dropoutForward(dropoutParams(d), shapeOf(x.dims), x.data, y.data,
+                                      impl_->stream.get());
+      });
 }
 
 void CudaBackend::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
                                   float beta) {
   checkSameDims(dy.dims, dx.dims);
-  if (dy.elements() == 0)
-    return;
   activate();
-  kernels::cuda::dropoutBackward(dropoutParams(d), shapeOf(dy.dims), dy.data, dx.data, beta,
-                                 impl_->stream.get());
-  checkLaunch("kernels::cuda::dropoutBackward", [&] { return "dropout " + dimsText(dy.dims); });
+  launch(
+      "kernels::cuda::dropoutBackward", [&] { return "dropout " + dimsText(dy.dims); },
+      [&] {
+        kernels::cuda::dropoutBackward(dropoutParams(d), shapeOf(dy.dims), dy.data, dx.data, beta,
+                                       impl_->stream.get());
+      });
 }
 
 void CudaBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   checkSameDims(a.dims, b.dims);
   checkSameDims(a.dims, y.dims);
-  if (a.elements() == 0)
-    return;
   activate();
-  kernels::cuda::add(a.data, b.data, y.data, a.elements(), impl_->stream.get());
-  checkLaunch("kernels::cuda::add", [&] { return "add " + dimsText(a.dims); });
+  launch(
+      "kernels::cuda::add", [&] { return "add " + dimsText(a.dims); },
+      [&] { kernels::cuda::add(a.data, b.data, y.data, a.elements(), impl_->stream.get()); });
 }
 
 void CudaBackend::accumulate(ConstTensorView src, TensorView dst, float beta) {
   checkSameDims(src.dims, dst.dims);
-  if (src.elements() == 0)
-    return;
   activate();
-  kernels::cuda::accumulate(src.data, dst.data, src.elements(), beta, impl_->stream.get());
-  checkLaunch("kernels::cuda::accumulate", [&] { return "accumulate " + dimsText(src.dims); });
+  launch(
+      "kernels::cuda::accumulate", [&] { return "accumulate " + dimsText(src.dims); },
+      [&] {
+        kernels::cuda::accumulate(src.data, dst.data, src.elements(), beta, impl_->stream.get());
+      });
 }
 
 // ---- local response normalisation -------------------------------------------------------------
@@ -939,12 +949,13 @@ void CudaBackend::accumulate(ConstTensorView src, TensorView dst, float beta) {
 void CudaBackend::lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) {
   checkSameDims(x.dims, y.dims);
   checkSameDims(x.dims, scale.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::lrnForward(lrnParams(d), shapeOf(x.dims), x.data, y.data, scale.data,
-                            impl_->stream.get());
-  checkLaunch("kernels::cuda::lrnForward", [&] { return "lrn " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::lrnForward", [&] { return "lrn " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::lrnForward(lrnParams(d), shapeOf(x.dims), x.data, y.data, scale.data,
+                                  impl_->stream.get());
+      });
 }
 
 void CudaBackend::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y,
@@ -954,12 +965,13 @@ void CudaBackend::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorVi
   checkSameDims(x.dims, scale.dims);
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::lrnBackward(lrnParams(d), shapeOf(x.dims), x.data, y.data, scale.data, dy.data,
-                             dx.data, beta, impl_->stream.get());
-  checkLaunch("kernels::cuda::lrnBackward", [&] { return "lrn " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::lrnBackward", [&] { return "lrn " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::lrnBackward(lrnParams(d), shapeOf(x.dims), x.data, y.data, scale.data,
+                                   dy.data, dx.data, beta, impl_->stream.get());
+      });
 }
 
 // ---- batch normalisation ----------------------------------------------------------------------
@@ -967,80 +979,85 @@ void CudaBackend::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorVi
 void CudaBackend::batchNormForward(ConstTensorView x, const float* gamma, const float* shift,
                                    float eps, TensorView y) {
   checkSameDims(x.dims, y.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::batchNormForward(shapeOf(x.dims), x.data, gamma, shift, eps, y.data,
-                                  impl_->stream.get());
-  checkLaunch("kernels::cuda::batchNormForward", [&] { return "batchnorm " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::batchNormForward", [&] { return "batchnorm " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::batchNormForward(shapeOf(x.dims), x.data, gamma, shift, eps, y.data,
+                                        impl_->stream.get());
+      });
 }
 
 void CudaBackend::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gamma,
                                         float eps, TensorView dx, float beta) {
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::batchNormBackwardData(shapeOf(x.dims), x.data, dy.data, gamma, eps, dx.data, beta,
-                                       impl_->stream.get());
-  checkLaunch("kernels::cuda::batchNormBackwardData",
-              [&] { return "batchnorm " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::batchNormBackwardData", [&] { return "batchnorm " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::batchNormBackwardData(shapeOf(x.dims), x.data, dy.data, gamma, eps, dx.data,
+                                             beta, impl_->stream.get());
+      });
 }
 
 void CudaBackend::batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
                                            float* dgamma, float* dshift) {
   checkSameDims(x.dims, dy.dims);
-  if (x.elements() == 0)
-    return;
   activate();
-  kernels::cuda::batchNormBackwardWeights(shapeOf(x.dims), x.data, dy.data, eps, dgamma, dshift,
-                                          impl_->stream.get());
-  checkLaunch("kernels::cuda::batchNormBackwardWeights",
-              [&] { return "batchnorm " + dimsText(x.dims); });
+  launch(
+      "kernels::cuda::batchNormBackwardWeights", [&] { return "batchnorm " + dimsText(x.dims); },
+      [&] {
+        kernels::cuda::batchNormBackwardWeights(shapeOf(x.dims), x.data, dy.data, eps, dgamma,
+                                                dshift, impl_->stream.get());
+      });
 }
 
 // ---- softmax + cross-entropy --------------------------------------------------------------------
 
 void CudaBackend::softmaxStats(ConstTensorView logits, float* stats) {
-  if (logits.elements() == 0)
-    return;
   activate();
-  kernels::cuda::softmaxStats(shapeOf(logits.dims), logits.data, stats, impl_->stream.get());
-  checkLaunch("kernels::cuda::softmaxStats", [&] { return "softmax " + dimsText(logits.dims); });
+  launch(
+      "kernels::cuda::softmaxStats", [&] { return "softmax " + dimsText(logits.dims); },
+      [&] {
+        kernels::cuda::softmaxStats(shapeOf(logits.dims), logits.data, stats, impl_->stream.get());
+      });
 }
 
 void CudaBackend::softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) {
   checkSameDims(logits.dims, y.dims);
-  if (logits.elements() == 0)
-    return;
   activate();
-  kernels::cuda::softmaxProbabilities(shapeOf(logits.dims), logits.data, stats, y.data,
-                                      impl_->stream.get());
-  checkLaunch("kernels::cuda::softmaxProbabilities",
-              [&] { return "softmax " + dimsText(logits.dims); });
+  launch(
+      "kernels::cuda::softmaxProbabilities", [&] { return "softmax " + dimsText(logits.dims); },
+      [&] {
+        kernels::cuda::softmaxProbabilities(shapeOf(logits.dims), logits.data, stats, y.data,
+                                            impl_->stream.get());
+      });
 }
 
 SoftmaxLossSum CudaBackend::softmaxLoss(ConstTensorView logits, const float* stats,
                                         const int32_t* labels, int classOffset) {
-  if (logits.elements() == 0)
-    return {};
   activate();
-  const kernels::LossSum sum = kernels::cuda::softmaxLoss(shapeOf(logits.dims), logits.data, stats,
-                                                          labels, classOffset, impl_->stream.get());
-  checkLaunch("kernels::cuda::softmaxLoss", [&] { return "softmax " + dimsText(logits.dims); });
+  kernels::LossSum sum;
+  launch(
+      "kernels::cuda::softmaxLoss", [&] { return "softmax " + dimsText(logits.dims); },
+      [&] {
+        sum = kernels::cuda::softmaxLoss(shapeOf(logits.dims), logits.data, stats, labels,
+                                         classOffset, impl_->stream.get());
+      });
   return {sum.loss, sum.correct};
 }
 
 void CudaBackend::softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                                   int classOffset, float scale, TensorView dlogits, float beta) {
   checkSameDims(logits.dims, dlogits.dims);
-  if (logits.elements() == 0)
-    return;
   activate();
-  kernels::cuda::softmaxBackward(shapeOf(logits.dims), logits.data, stats, labels, classOffset,
-                                 scale, dlogits.data, beta, impl_->stream.get());
-  checkLaunch("kernels::cuda::softmaxBackward", [&] { return "softmax " + dimsText(logits.dims); });
+  launch(
+      "kernels::cuda::softmaxBackward", [&] { return "softmax " + dimsText(logits.dims); },
+      [&] {
+        kernels::cuda::softmaxBackward(shapeOf(logits.dims), logits.data, stats, labels,
+                                       classOffset, scale, dlogits.data, beta, impl_->stream.get());
+      });
 }
 
 // ---- optimiser ----------------------------------------------------------------------------------
@@ -1049,13 +1066,13 @@ void CudaBackend::sgdMomentum(std::span<float> w, std::span<float> v, std::span<
                               float learningRate, float momentum, float weightDecay) {
   STRATA_ENFORCE_OP(w.size(), ==, v.size());
   STRATA_ENFORCE_OP(w.size(), ==, g.size());
-  if (w.empty())
-    return;
   activate();
-  kernels::cuda::sgdMomentum(w.data(), v.data(), g.data(), static_cast<int64_t>(w.size()),
-                             learningRate, momentum, weightDecay, impl_->stream.get());
-  checkLaunch("kernels::cuda::sgdMomentum",
-              [&] { return fmt::format("sgd over {} weights", w.size()); });
+  launch(
+      "kernels::cuda::sgdMomentum", [&] { return fmt::format("sgd of {} weights", w.size()); },
+      [&] {
+        kernels::cuda::sgdMomentum(w.data(), v.data(), g.data(), static_cast<int64_t>(w.size()),
+                                   learningRate, momentum, weightDecay, impl_->stream.get());
+      });
 }
 
 }  // namespace strata::nn

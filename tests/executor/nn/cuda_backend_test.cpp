@@ -21,6 +21,7 @@
 #include "helpers.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/memory.h"
+#include "strata/model/error.h"
 
 namespace strata::nn {
 namespace {
@@ -582,6 +583,18 @@ int main(int argc, char** argv) {
                        config.listReporters || config.showHelp;
   if (!listing) {
     if (const std::string why = strata::nn::cudaUnavailableReason(); !why.empty()) {
+      // What can be checked without a device: the backend refuses to start,
+      // with that reason.
+      try {
+        strata::nn::CudaBackend backend;
+        std::printf("nn cuda: CudaBackend started without a device (%s)\n", why.c_str());
+        return 1;
+      } catch (const strata::RunFailure& e) {
+        if (std::string(e.what()) != "no CUDA device: " + why) {
+          std::printf("nn cuda: unexpected refusal: %s\n", e.what());
+          return 1;
+        }
+      }
       std::printf("nn cuda: skipped, no usable CUDA device: %s\n", why.c_str());
       return 77;
     }
