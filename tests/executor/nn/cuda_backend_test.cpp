@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,17 +29,23 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// One backend per configuration for the whole program: creating the cuBLAS
-// and cuDNN handles costs a good part of a second.
+// One backend per configuration for the whole program (creating the cuBLAS
+// and cuDNN handles costs a good part of a second), released by main before
+// it returns: CUDA objects must not outlive the CUDA runtime's own teardown.
+std::unique_ptr<CudaBackend> sharedDefault, sharedHeuristic;
+
 CudaBackend& defaultGpu() {
-  static CudaBackend backend;
-  return backend;
+  if (!sharedDefault)
+    sharedDefault = std::make_unique<CudaBackend>();
+  return *sharedDefault;
 }
 
 // Convolution algorithms from cuDNN's heuristics instead of timing.
 CudaBackend& heuristicGpu() {
-  static CudaBackend backend(CudaBackendOptions{.benchmarkConvolutions = false});
-  return backend;
+  if (!sharedHeuristic)
+    sharedHeuristic =
+        std::make_unique<CudaBackend>(CudaBackendOptions{.benchmarkConvolutions = false});
+  return *sharedHeuristic;
 }
 
 // The same array for both backends: a host vector for the CPU and a buffer
@@ -599,5 +606,8 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  return session.run();
+  const int failed = session.run();
+  strata::nn::sharedHeuristic.reset();
+  strata::nn::sharedDefault.reset();
+  return failed;
 }
