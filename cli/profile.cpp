@@ -14,7 +14,7 @@ namespace strata::cli {
 
 Command addProfileCommand(CLI::App& app) {
   struct Options {
-    std::string network, out, cluster, format = "table";
+    std::string network, out, cluster, format = "table", device = "cpu";
     int batch = 32, repeats = 5;
   };
   auto o = std::make_shared<Options>();
@@ -25,6 +25,8 @@ Command addProfileCommand(CLI::App& app) {
   sub->add_option("--repeats", o->repeats,
                   "timed passes after a warm-up; figures are medians (default 5)");
   sub->add_option("--out,-o", o->out, "profile YAML to write (for --profile)");
+  sub->add_option("--device", o->device,
+                  "cpu (default; this thread) or cuda (GPU 0, GPU time from CUDA events)");
   sub->add_option("--cluster,-c", o->cluster,
                   "also print each phase as this cluster prices it (kernel tables or roofline), "
                   "beside the measured one");
@@ -36,11 +38,12 @@ Command addProfileCommand(CLI::App& app) {
       "alexnet-owt.profile.yaml");
   return {sub, [o] {
             const auto format = parseFormat(o->format);
+            const auto device = exec::parseDevice(o->device, "--device");
             const auto net = networkArg(o->network, "--network");
             std::optional<Cluster> cluster;
             if (!o->cluster.empty())
               cluster = clusterArg(o->cluster, "--cluster");
-            const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats);
+            const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats, device);
             if (!o->out.empty()) {
               std::ofstream file(o->out);
               if (!file || !(file << profileYaml(profile)).flush())

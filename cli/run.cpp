@@ -29,7 +29,7 @@ namespace {
 
 struct RunFlags {
   std::string network, strategy, workers, trace, timeout = "60s", heartbeat = "1s",
-                                                 format = "table", seed = "1";
+                                                 format = "table", seed = "1", device = "cpu";
   ScenarioFlags flags;
   TraceFlags traceFlags;
   LimitFlags limitFlags;
@@ -117,6 +117,8 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
                       "needs 2 workers or more (a lone worker that hangs has no "
                       "peer to notice it)");
   opt.hangStopsProcess = ranks > 0;
+  opt.device = exec::parseDevice(f.device, "--device");
+  exec::checkRunDevice(opt, s.sc.workers);
   exec::checkRunnable(s.net, s.sc);
   s.plan = lowerToPlan(s.net, s.sc);
   // Every rank checks the trace options, so all stop together on a mistake.
@@ -129,10 +131,11 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
 }
 
 std::string headerLine(const Setup& s, bool mpi) {
-  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n",
+  return fmt::format("{}: {}, {} workers ({}{}) x {} examples, {} steps, lr {}, momentum {}\n",
                      s.net.name, toString(s.sc.strategy), s.sc.workers,
-                     mpi ? "MPI ranks" : "threads", s.sc.batchPerWorker, s.opt.steps,
-                     s.opt.learningRate, s.opt.momentum);
+                     mpi ? "MPI ranks" : "threads",
+                     s.opt.device == exec::Device::kCpu ? "" : ", on cuda", s.sc.batchPerWorker,
+                     s.opt.steps, s.opt.learningRate, s.opt.momentum);
 }
 
 // Prints each step as it ends (table format): every step on short runs; on
@@ -162,7 +165,7 @@ void printSteps(exec::RunOptions& opt, std::string header) {
 
 // Rank 0's (or the threads') report of a finished run.
 void report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
-  result.measured.cluster = mpi ? "mpi" : "threads";
+  result.measured.cluster = mpi ? "mpi" : s.opt.device == exec::Device::kCpu ? "threads" : "cuda";
   if (s.traceFile) {
     writeTrace(s.traceFile->stream(), s.plan, s.net, result.measured, result.timeline,
                s.traceOptions);
@@ -345,6 +348,8 @@ Command addRunCommand(CLI::App& app, Process process) {
   sub->add_option("--workers,-k", f->workers,
                   "number of workers (threads); under mpirun the number of ranks");
   f->flags.add(sub);
+  sub->add_option("--device", f->device,
+                  "cpu (default) or cuda (one worker on GPU 0: -k 1; needs a CUDA build)");
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
   sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
   sub->add_option("--momentum", f->run.momentum, "SGD momentum in [0, 1) (default 0.9)");

@@ -146,7 +146,7 @@ struct DropoutMask {
   // Hash of the example's row; elements then mix in their whole-layer index.
   uint64_t rowKey(int row) const {
     return kernels::mix64(kernels::hashOf(d.seed, d.step, static_cast<uint64_t>(d.layer),
-                                        static_cast<uint64_t>(d.firstRow + row)));
+                                          static_cast<uint64_t>(d.firstRow + row)));
   }
   float factor(uint64_t rowKey, int c, int64_t pos) const {
     const auto index = static_cast<uint64_t>((d.channelOffset + c) * plane + pos);
@@ -474,6 +474,10 @@ void CpuBackend::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, Tenso
       for (int64_t p = 0; p < plane; ++p)
         out[c * plane + p] += in[c * plane + p] * mask.factor(key, c, p);
   }
+}
+
+void CpuBackend::fill(std::span<float> x, float value) {
+  std::fill(x.begin(), x.end(), value);
 }
 
 void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {

@@ -38,7 +38,7 @@ SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
     for (int c = 0; c < shape.c; ++c)
       for (int64_t cell = 0; cell < cells; ++cell) {
         const uint64_t bits = kernels::hashOf(seed, kMeanStream, static_cast<uint64_t>(k),
-                                             static_cast<uint64_t>(int64_t{c} * cells + cell));
+                                              static_cast<uint64_t>(int64_t{c} * cells + cell));
         means_[static_cast<size_t>((int64_t{k} * shape.c + c) * cells + cell)] =
             options.signal * kernels::normalFloat(bits);
       }

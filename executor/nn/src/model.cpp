@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "strata/kernels/counter_rng.h"
 #include "strata/exec/nn/cpu_backend.h"
+#include "strata/kernels/counter_rng.h"
 #include "strata/model/error.h"
 
 namespace strata::nn {
@@ -22,7 +22,7 @@ struct Model::LayerState {
   Tensor exchangeIn;
   Tensor exchangeInGrad;
   Tensor lrnScale;
-  std::vector<int32_t> argmax;  // max pooling: chosen input per output
+  Buffer<int32_t> argmax;  // max pooling: chosen input per output
 };
 
 namespace {
@@ -112,11 +112,28 @@ Model::Model(const Network& network, ModelOptions options)
     ownedBackend_ = std::make_unique<CpuBackend>();
     backend_ = ownedBackend_.get();
   }
+  // Every buffer a kernel touches lives in the backend's memory.
+  Memory& memory = backend_->memory();
+  params_ = Buffer<float>(memory);
+  grads_ = Buffer<float>(memory);
+  momentum_ = Buffer<float>(memory);
+  softmaxStats_ = Buffer<float>(memory);
+  labels_ = Buffer<int32_t>(memory);
+  input_ = Tensor(memory);
+  inputGrad_ = Tensor(memory);
   const int count = layerCount();
   if (!options_.slices.empty() && static_cast<int>(options_.slices.size()) != count)
     throw OptionError("slices", fmt::format("{} entries for a network of {} layers",
                                             options_.slices.size(), count));
   layers_.resize(static_cast<size_t>(count));
+  for (LayerState& st : layers_) {
+    st.out = Tensor(memory);
+    st.outGrad = Tensor(memory);
+    st.exchangeIn = Tensor(memory);
+    st.exchangeInGrad = Tensor(memory);
+    st.lrnScale = Tensor(memory);
+    st.argmax = Buffer<int32_t>(memory);
+  }
   blocks_.resize(static_cast<size_t>(count));
 
   // Shapes of what each layer holds, and who reads what.
@@ -207,8 +224,8 @@ Model::Model(const Network& network, ModelOptions options)
       STRATA_ENFORCE_OP(b.size(), ==, layer.params);
     offset += b.size();
   }
-  params_.assign(static_cast<size_t>(offset), 0.0f);
-  grads_.assign(static_cast<size_t>(offset), 0.0f);
+  params_.resize(static_cast<size_t>(offset));  // zero-filled
+  grads_.resize(static_cast<size_t>(offset));
 
   for (int l = 0; l < count; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
@@ -235,8 +252,8 @@ Model::Model(const Network& network, ModelOptions options)
     // the weight matrix are contiguous), so slices draw the whole layer's values.
     const int64_t first = layer.kind == LayerKind::kFc ? int64_t{st.slice.begin} * fanIn : 0;
     for (int64_t e = 0; e < b.weights; ++e) {
-      const uint64_t bits =
-          kernels::hashOf(options_.seed, static_cast<uint64_t>(l), static_cast<uint64_t>(first + e));
+      const uint64_t bits = kernels::hashOf(options_.seed, static_cast<uint64_t>(l),
+                                            static_cast<uint64_t>(first + e));
       w[e] = (2.0f * kernels::uniformFloat(bits) - 1.0f) * a;
     }
   }
@@ -250,6 +267,7 @@ Model& Model::operator=(Model&&) noexcept = default;
 
 Tensor& Model::input(int batch) {
   STRATA_ENFORCE_OP(batch, >=, 0);
+  backend_->synchronize();  // the last step's kernels may still read it
   input_.resize(Dims{batch, network_.input.c, network_.input.h, network_.input.w});
   return input_;
 }
@@ -259,16 +277,39 @@ void Model::setLabels(std::span<const int32_t> labels) {
   const int classes = network_.layers[static_cast<size_t>(sl)].inShape.c;
   for (int32_t label : labels)
     STRATA_ENFORCE(label >= 0 && label < classes);
-  labels_.assign(labels.begin(), labels.end());
+  backend_->synchronize();
+  labels_.assign(labels);
+}
+
+const Tensor& Model::inputGrad() const {
+  backend_->synchronize();
+  return inputGrad_;
+}
+
+std::span<float> Model::allParameters() {
+  backend_->synchronize();
+  return params_;
+}
+
+std::span<float> Model::allGradients() {
+  backend_->synchronize();
+  return grads_;
+}
+
+std::span<float> Model::softmaxStats() {
+  backend_->synchronize();
+  return softmaxStats_;
 }
 
 const Tensor& Model::output(int layer) const {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  backend_->synchronize();
   return layers_[static_cast<size_t>(layer)].out;
 }
 
 Tensor& Model::outputGrad(int layer) {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  backend_->synchronize();
   return layers_[static_cast<size_t>(layer)].outGrad;
 }
 
@@ -287,12 +328,14 @@ Tensor& Model::exchangeInput(int layer, int batch) {
   STRATA_ENFORCE_OP(batch, >=, 0);
   const Shape in = network_.layers[static_cast<size_t>(layer)].inShape;
   Tensor& t = layers_[static_cast<size_t>(layer)].exchangeIn;
+  backend_->synchronize();
   t.resize(Dims{batch, in.c, in.h, in.w});
   return t;
 }
 
 const Tensor& Model::exchangeInputGrad(int layer) const {
   STRATA_ENFORCE(modelParallel(layer));
+  backend_->synchronize();
   return layers_[static_cast<size_t>(layer)].exchangeInGrad;
 }
 
@@ -364,12 +407,11 @@ void Model::prepareForward(int layer, ExampleRange r) {
         continue;
       inputGrad_.resize(input_.dims());
       if (inputReaders_ > 1)
-        std::fill_n(inputGrad_.examples(r).data, inputGrad_.examples(r).elements(), 0.0f);
+        backend_->fill(inputGrad_.examples(r).span(), 0.0f);
     } else {
       LayerState& producer = layers_[static_cast<size_t>(p)];
       if (producer.firstReader == layer && producer.readers > 1) {
-        const TensorView g = producer.outGrad.examples(r);
-        std::fill_n(g.data, g.elements(), 0.0f);
+        backend_->fill(producer.outGrad.examples(r).span(), 0.0f);
       }
     }
   }
@@ -554,10 +596,15 @@ void Model::backwardWeights(int layer, ExampleRange r) {
 }
 
 void Model::update(int layer, float learningRate, float momentum, float weightDecay) {
-  const std::span<float> w = parameters(layer);
-  if (w.empty())
+  const ParamBlock b = paramBlock(layer);
+  if (b.size() == 0)
     return;
-  backend_->sgdMomentum(w, this->momentum(layer), gradients(layer), learningRate, momentum,
+  if (momentum_.empty())
+    momentum_.resize(params_.size());  // zero-filled
+  const auto at = [&](Buffer<float>& buffer) {
+    return std::span<float>(buffer.data() + b.offset, static_cast<size_t>(b.size()));
+  };
+  backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
                         weightDecay);
 }
 
@@ -565,17 +612,17 @@ void Model::updateAll(float learningRate, float momentum, float weightDecay) {
   if (params_.empty())
     return;
   if (momentum_.empty())
-    momentum_.assign(params_.size(), 0.0f);
+    momentum_.resize(params_.size());  // zero-filled
   backend_->sgdMomentum(params_, momentum_, grads_, learningRate, momentum, weightDecay);
 }
 
 void Model::zeroGradients() {
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  backend_->fill(grads_, 0.0f);
 }
 
 void Model::zeroGradients(int layer) {
-  const std::span<float> g = gradients(layer);
-  std::fill(g.begin(), g.end(), 0.0f);
+  const ParamBlock b = paramBlock(layer);
+  backend_->fill(std::span<float>(grads_.data() + b.offset, static_cast<size_t>(b.size())), 0.0f);
 }
 
 void Model::forwardAll() {
@@ -606,11 +653,13 @@ ParamBlock Model::paramBlock(int layer) const {
 
 std::span<float> Model::parameters(int layer) {
   const ParamBlock b = paramBlock(layer);
+  backend_->synchronize();
   return {params_.data() + b.offset, static_cast<size_t>(b.size())};
 }
 
 std::span<float> Model::gradients(int layer) {
   const ParamBlock b = paramBlock(layer);
+  backend_->synchronize();
   return {grads_.data() + b.offset, static_cast<size_t>(b.size())};
 }
 
@@ -618,14 +667,16 @@ std::span<float> Model::gradients(int firstLayer, int lastLayer) {
   STRATA_ENFORCE_OP(firstLayer, <=, lastLayer);
   const ParamBlock first = paramBlock(firstLayer);
   const ParamBlock last = paramBlock(lastLayer);
+  backend_->synchronize();
   return {grads_.data() + first.offset,
           static_cast<size_t>(last.offset + last.size() - first.offset)};
 }
 
 std::span<float> Model::momentum(int layer) {
   if (momentum_.empty())
-    momentum_.assign(params_.size(), 0.0f);
+    momentum_.resize(params_.size());  // zero-filled
   const ParamBlock b = paramBlock(layer);
+  backend_->synchronize();
   return {momentum_.data() + b.offset, static_cast<size_t>(b.size())};
 }
 
@@ -673,12 +724,15 @@ double softmaxCrossEntropy(Backend& backend, ConstTensorView logits,
     STRATA_ENFORCE(label >= 0 && label < logits.dims.c);
   if (normalizer <= 0)
     normalizer = static_cast<double>(positions);
-  std::vector<float> stats(static_cast<size_t>(2 * positions));
+  // The kernels read stats and labels: both in the backend's memory.
+  Buffer<float> stats(backend.memory(), static_cast<size_t>(2 * positions));
+  Buffer<int32_t> deviceLabels(backend.memory());
+  deviceLabels.assign(labels);
   backend.softmaxStats(logits, stats.data());
   if (dlogits)
-    backend.softmaxBackward(logits, stats.data(), labels.data(), 0,
+    backend.softmaxBackward(logits, stats.data(), deviceLabels.data(), 0,
                             static_cast<float>(1.0 / normalizer), *dlogits, 0.0f);
-  return backend.softmaxLoss(logits, stats.data(), labels.data(), 0).loss / normalizer;
+  return backend.softmaxLoss(logits, stats.data(), deviceLabels.data(), 0).loss / normalizer;
 }
 
 }  // namespace strata::nn

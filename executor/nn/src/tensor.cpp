@@ -21,7 +21,7 @@ ConstTensorView ConstTensorView::examples(ExampleRange r) const {
   return {data + r.begin * dims.perExample(), Dims{r.count(), dims.c, dims.h, dims.w}};
 }
 
-Tensor::Tensor(Dims dims) {
+Tensor::Tensor(Dims dims, Memory& memory) : storage_(memory) {
   resize(dims);
 }
 

@@ -4,17 +4,19 @@
 
 #include <vector>
 
+#include "strata/exec/device.h"
 #include "strata/model/network.h"
 
 namespace strata::exec::detail {
 
-// Seconds of each (layer, phase) of `net` at batch b: the median of `repeats`
-// passes after a warm-up pass. bwdData is 0 for layers that read the network
+// Seconds of each (layer, phase) of `net` at batch b on one worker of
+// `device` (GPU time on CUDA): the median of `repeats` passes after a warm-up
+// pass. bwdData is 0 for layers that read the network
 // input, bwdWeights 0 for layers without weights.
 struct LayerTimes {
   std::vector<double> fwd, bwdData, bwdWeights, update;  // per layer
   double updateAll = 0;  // one SGD step over every parameter at once
 };
-LayerTimes timeLayers(const Network& net, int b, int repeats);
+LayerTimes timeLayers(const Network& net, int b, int repeats, Device device = Device::kCpu);
 
 }  // namespace strata::exec::detail

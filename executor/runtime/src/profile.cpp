@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "layer_timing.h"
+#include "strata/exec/device.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
 #include "strata/exec/runtime.h"
@@ -30,9 +31,11 @@ double medianAfterWarmup(std::vector<double> v) {
 
 }  // namespace
 
-LayerTimes timeLayers(const Network& net, int b, int repeats) {
+LayerTimes timeLayers(const Network& net, int b, int repeats, Device device) {
+  const auto backend = makeBackend(device);
   nn::ModelOptions mo;
   mo.dropout = true;
+  mo.backend = backend.get();
   nn::Model model(net, mo);
   const auto data = nn::SyntheticDataset::forNetwork(net, 7);
   auto& x = model.input(b);
@@ -44,36 +47,46 @@ LayerTimes timeLayers(const Network& net, int b, int repeats) {
   const size_t n = net.layers.size();
   std::vector<std::vector<double>> f(n), d(n), w(n), u(n);
   std::vector<double> all;
+  // Each call between two marks of the backend's timer: host time on the
+  // CPU, GPU time (CUDA events) on CUDA. A pass is read after it ends.
+  WorkTimer timer(*backend);
   for (int rep = 0; rep < repeats + 1; ++rep) {
+    timer.start();
     model.zeroGradients();
-    for (size_t l = 0; l < n; ++l) {
-      const auto t0 = Clock::now();
-      model.forward(static_cast<int>(l));
-      f[l].push_back(since(t0));
-    }
+    std::vector<std::pair<int, int>> fm(n, {-1, -1}), dm = fm, wm = fm, um = fm;
+    const auto timed = [&](std::pair<int, int>& marks, auto&& call) {
+      marks.first = timer.mark();
+      call();
+      marks.second = timer.mark();
+    };
+    for (size_t l = 0; l < n; ++l)
+      timed(fm[l], [&] { model.forward(static_cast<int>(l)); });
     for (size_t l = n; l-- > 0;) {
       const auto& layer = net.layers[l];
-      if (layer.hasWeights()) {
-        const auto t0 = Clock::now();
-        model.backwardWeights(static_cast<int>(l));
-        w[l].push_back(since(t0));
-      }
-      if (!layer.readsNetworkInput()) {
-        const auto t0 = Clock::now();
-        model.backwardData(static_cast<int>(l));
-        d[l].push_back(since(t0));
-      }
+      if (layer.hasWeights())
+        timed(wm[l], [&] { model.backwardWeights(static_cast<int>(l)); });
+      if (!layer.readsNetworkInput())
+        timed(dm[l], [&] { model.backwardData(static_cast<int>(l)); });
     }
+    for (size_t l = 0; l < n; ++l)
+      if (net.layers[l].hasWeights())
+        timed(um[l], [&] { model.update(static_cast<int>(l), 0.0f, 0.9f); });
+    std::pair<int, int> am;
+    timed(am, [&] { model.updateAll(0.0f, 0.9f); });
+    timer.finish();
+    const auto seconds = [&](std::pair<int, int> m) {
+      return timer.seconds(m.second) - timer.seconds(m.first);
+    };
     for (size_t l = 0; l < n; ++l) {
-      if (!net.layers[l].hasWeights())
-        continue;
-      const auto t0 = Clock::now();
-      model.update(static_cast<int>(l), 0.0f, 0.9f);
-      u[l].push_back(since(t0));
+      f[l].push_back(seconds(fm[l]));
+      if (wm[l].first >= 0)
+        w[l].push_back(seconds(wm[l]));
+      if (dm[l].first >= 0)
+        d[l].push_back(seconds(dm[l]));
+      if (um[l].first >= 0)
+        u[l].push_back(seconds(um[l]));
     }
-    const auto t0 = Clock::now();
-    model.updateAll(0.0f, 0.9f);
-    all.push_back(since(t0));
+    all.push_back(seconds(am));
   }
   LayerTimes t;
   for (size_t l = 0; l < n; ++l) {
@@ -88,13 +101,18 @@ LayerTimes timeLayers(const Network& net, int b, int repeats) {
 
 }  // namespace detail
 
-OpProfile profileNetwork(const Network& network, int batch, int repeats) {
+OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device) {
   if (batch < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", batch));
   if (repeats < 1 || repeats > 1000)
     throw OptionError("--repeats", fmt::format("must be in 1..1000, got {}", repeats));
-  checkRunnable(network, Scenario{});
-  const auto t = detail::timeLayers(network, batch, repeats);
+  Scenario one;  // one worker's passes at `batch`: bounded like a run
+  one.workers = 1;
+  one.batchPerWorker = batch;
+  checkRunnable(network, one);
+  checkThreadRun(network, one);
+  checkDevice(device, "--device");
+  const auto t = detail::timeLayers(network, batch, repeats, device);
   OpProfile p;
   p.network = network.name;
   p.batch = batch;
@@ -104,8 +122,10 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats) {
   const std::time_t now = std::time(nullptr);
   char day[32];
   std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
-  p.provenance = fmt::format("measured by `strata profile -n {} --batch {}` on {}, {}",
-                             network.name, batch, hostName, day);
+  p.provenance = fmt::format("measured by `strata profile -n {} --batch {}{}` on {}, {}",
+                             network.name, batch,
+                             device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
+                             hostName, day);
   for (size_t l = 0; l < network.layers.size(); ++l)
     p.layers.push_back({network.layers[l].name, Seconds(t.fwd[l]), Seconds(t.bwdData[l]),
                         Seconds(t.bwdWeights[l]), Seconds(t.update[l])});

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "strata/exec/comm/local_communicator.h"
+#include "strata/exec/device.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
@@ -219,7 +220,9 @@ class Worker {
         owt_(isModelParallel(plan.scenario.strategy)),
         mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
         dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
-        model_(net, modelOptions()) {
+        backend_(makeBackend(opt.device)),
+        model_(net, modelOptions()),
+        timer_(*backend_) {
     for (size_t t = 0; t < plan.tasks.size(); ++t)
       if (involves(plan.tasks[t]))
         mine_.push_back(t);
@@ -281,15 +284,32 @@ class Worker {
     // done. So gradients travel while backprop goes on (overlap), a push
     // returns at once and the update (or the next round's forward) waits for
     // the data it needs.
-    const auto t0 = Clock::now();
+    // Time 0 of the step: compute and update tasks are timed by marks on the
+    // backend (the GPU's own clock on CUDA, whose kernels run after the host
+    // enqueued them), communication on the host clock from the same origin.
+    const auto t0 = timer_.start();
     std::fill(done_.begin(), done_.end(), 0);
+    marks_.assign(plan_.tasks.size(), {-1, -1});
     error_ = nullptr;
     std::thread commLane([&] { lane(t0, true, m); });
     lane(t0, false, m);
     commLane.join();
     if (error_)
       std::rethrow_exception(error_);
+    timer_.finish();
     m.seconds = seconds(t0);
+    for (size_t t : computeTasks_) {
+      const auto [a, b] = marks_[t];
+      timing_[t] = {timer_.seconds(a), timer_.seconds(b)};
+      const double d = timing_[t].end - timing_[t].start;
+      const Task& task = plan_.tasks[t];
+      if (task.kind == TaskKind::kUpdate)
+        m.compute.update += Seconds(d);
+      else
+        (task.phase == Phase::kFwd       ? m.compute.fwd
+         : task.phase == Phase::kBwdData ? m.compute.bwdData
+                                         : m.compute.bwdWeights) += Seconds(d);
+    }
     m.lossShare = lossShare_;
     // Exposed communication: communication time not overlapped by compute.
     Intervals computeIv, commIv;
@@ -335,35 +355,23 @@ class Worker {
             return;
         }
         const Task& task = plan_.tasks[t];
-        const double start = seconds(t0);
-        switch (task.kind) {
-          case TaskKind::kCompute:
+        if (!communication) {
+          // Compute and update: marks on the backend, read after the step.
+          const int a = timer_.mark();
+          if (task.kind == TaskKind::kCompute)
             compute(task);
-            break;
-          case TaskKind::kUpdate:
+          else
             update(task);
-            break;
-          case TaskKind::kTransfer:
+          marks_[t] = {a, timer_.mark()};
+        } else {
+          const double start = seconds(t0);
+          if (task.kind == TaskKind::kTransfer)
             transfer(t, task, m);
-            break;
-          case TaskKind::kReduce:
+          else
             reduce(t, task);
-            break;
-        }
-        const double end = seconds(t0);
-        timing_[t] = {start, end};
-        const double d = end - start;
-        switch (task.kind) {
-          case TaskKind::kCompute:
-            (task.phase == Phase::kFwd       ? m.compute.fwd
-             : task.phase == Phase::kBwdData ? m.compute.bwdData
-                                             : m.compute.bwdWeights) += Seconds(d);
-            break;
-          case TaskKind::kUpdate:
-            m.compute.update += Seconds(d);
-            break;
-          default:
-            m.communication += d;
+          const double end = seconds(t0);
+          timing_[t] = {start, end};
+          m.communication += end - start;
         }
         if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
           endCollective(task.collective);
@@ -397,6 +405,7 @@ class Worker {
 
   nn::ModelOptions modelOptions() const {
     nn::ModelOptions o;
+    o.backend = backend_.get();
     o.seed = opt_.seed;
     o.dropout = opt_.dropout;
     if (owt_)
@@ -854,7 +863,10 @@ class Worker {
   bool owt_;
   int mp_;
   nn::SyntheticDataset dataset_;
+  std::unique_ptr<nn::Backend> backend_;  // this worker's, on RunOptions::device
   nn::Model model_;
+  WorkTimer timer_;  // times compute and update tasks on the backend
+  std::vector<std::pair<int, int>> marks_;  // per task: timer marks around it (-1: none)
   std::vector<size_t> mine_;
   std::vector<size_t> computeTasks_, commTasks_;
   std::vector<std::vector<int>> ownDeps_;
@@ -975,6 +987,7 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
                                                k, comm.size()));
   checkRunnable(network, plan.scenario);
   checkRunOptions(options);
+  checkRunDevice(options, k);
   comm.setTimeout(options.timeout);
   if (plan.scenario.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
@@ -1132,6 +1145,14 @@ void checkRunOptions(const RunOptions& options) {
                       fmt::format("must be a positive time, got {} s", options.timeout.value()));
 }
 
+void checkRunDevice(const RunOptions& options, int workers) {
+  checkDevice(options.device, "--device");
+  if (options.device == Device::kCuda && workers > 1)
+    throw OptionError("--device",
+                      fmt::format("cuda runs one worker on one GPU for now (-k 1), got {} workers",
+                                  workers));
+}
+
 double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   // Per worker (nn::Model): parameters, gradients and momentum; every layer's
   // output and its gradient for b examples; the input batch. The plan's
@@ -1173,6 +1194,7 @@ void checkThreadRun(const Network& network, const Scenario& sc) {
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters) {
   checkRunOptions(options);
+  checkRunDevice(options, plan.scenario.workers);
   checkThreadRun(network, plan.scenario);
   const int k = plan.scenario.workers;
   std::vector<RunResult> results(static_cast<size_t>(k));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "strata/exec/comm/communicator.h"
+#include "strata/exec/device.h"
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
 #include "strata/model/plan.h"
@@ -20,6 +21,9 @@
 namespace strata::exec {
 
 struct RunOptions {
+  // Where each worker computes: its own CpuBackend, or a CudaBackend (one
+  // worker on GPU 0 for now).
+  Device device = Device::kCpu;
   int steps = 10;
   float learningRate = 0.01f;
   float momentum = 0.9f;
@@ -97,6 +101,11 @@ inline constexpr int kMaxRunSteps = 1'000'000;
 // steps in 1..kMaxRunSteps, learning rate in (0, 1e6], momentum in [0, 1),
 // timeout positive and finite (NaN and infinities included).
 void checkRunOptions(const RunOptions& options);
+
+// Throws OptionError naming --device when options.device cannot run this
+// scenario here: not built or no usable GPU (checkDevice), or CUDA with more
+// than one worker (one worker on GPU 0 for now).
+void checkRunDevice(const RunOptions& options, int workers);
 
 // A lower bound of the memory K = scenario.workers workers of this process
 // need (each its own network: parameters, gradients, momentum, activations of

@@ -148,6 +148,8 @@ class Backend {
   virtual void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) = 0;
   virtual void dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
                                float beta) = 0;
+  // x = value (zeroing gradients before a round; clearing a summed gradient).
+  virtual void fill(std::span<float> x, float value) = 0;
   // y = a + b.
   virtual void add(ConstTensorView a, ConstTensorView b, TensorView y) = 0;
   // dst = src + beta * dst.

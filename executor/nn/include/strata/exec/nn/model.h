@@ -119,6 +119,13 @@ struct ParamBlock {
   int64_t size() const { return weights + bias; }
 };
 
+// Buffers live in the backend's memory (Backend::memory()), and the
+// accessors that hand them to the host (input, setLabels, output,
+// outputGrad, inputGrad, exchangeInput, exchangeInputGrad, parameters,
+// gradients, momentum, softmaxStats, loss) first wait for the backend's
+// kernels (Backend::synchronize()), so the caller reads results and
+// overwrites inputs safely on an asynchronous backend too. The phases
+// themselves do not wait.
 class Model {
  public:
   // Allocates and initialises the parameters: biases and batchnorm shifts 0,
@@ -152,7 +159,7 @@ class Model {
   Tensor& outputGrad(int layer);
   // Gradient with respect to the network input; written by backwardData of
   // the layers that read the input (a Plan never asks for it: tests do).
-  const Tensor& inputGrad() const { return inputGrad_; }
+  const Tensor& inputGrad() const;
   // True for a sliced (model-parallel) layer, which reads exchangeInput().
   bool modelParallel(int layer) const;
   // The output neurons this worker holds: the slice, or [0, channels).
@@ -196,8 +203,8 @@ class Model {
   std::span<float> gradients(int layer);
   // Gradients of layers [firstLayer, lastLayer], one contiguous span.
   std::span<float> gradients(int firstLayer, int lastLayer);
-  std::span<float> allParameters() { return params_; }
-  std::span<float> allGradients() { return grads_; }
+  std::span<float> allParameters();
+  std::span<float> allGradients();
   std::span<float> momentum(int layer);  // allocates the momentum on first use
 
   // ---- loss ----
@@ -205,7 +212,7 @@ class Model {
   void setLossNormalizer(double normalizer) { lossNormalizer_ = normalizer; }
   // Per position of the softmax batch: (max, sum of exp(z - max)) over the
   // classes held, after forward(softmax); writable for merged statistics.
-  std::span<float> softmaxStats() { return softmaxStats_; }
+  std::span<float> softmaxStats();
   // Cross-entropy summed over positions / normaliser, from the logits of the
   // last forward, the labels and softmaxStats(); for a sliced softmax this
   // worker's share (see header).
@@ -237,15 +244,15 @@ class Model {
   Backend* backend_ = nullptr;
   std::vector<LayerState> layers_;
   std::vector<ParamBlock> blocks_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
-  std::vector<float> momentum_;
+  Buffer<float> params_;
+  Buffer<float> grads_;
+  Buffer<float> momentum_;
   Tensor input_;
   Tensor inputGrad_;
   int inputReaders_ = 0;
   int inputFirstReader_ = -1;
-  std::vector<int32_t> labels_;
-  std::vector<float> softmaxStats_;
+  Buffer<int32_t> labels_;
+  Buffer<float> softmaxStats_;
   double lossNormalizer_ = 0;
   uint64_t step_ = 0;
 };

@@ -8,7 +8,8 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
+
+#include "strata/exec/nn/memory.h"
 
 namespace strata::nn {
 
@@ -65,12 +66,14 @@ struct ConstTensorView {
   ConstTensorView examples(ExampleRange r) const;
 };
 
-// An owning NCHW float tensor in host memory.
+// An owning NCHW float tensor in one Memory (host memory unless given: a
+// Model keeps its tensors in its backend's memory).
 class Tensor {
  public:
   Tensor() = default;
+  explicit Tensor(Memory& memory) : storage_(memory) {}
   // A tensor of `dims`, zero-filled.
-  explicit Tensor(Dims dims);
+  explicit Tensor(Dims dims, Memory& memory = hostMemory());
 
   const Dims& dims() const { return dims_; }
   int n() const { return dims_.n; }
@@ -97,7 +100,7 @@ class Tensor {
 
  private:
   Dims dims_;
-  std::vector<float> storage_;
+  Buffer<float> storage_;
 };
 
 // Copies all channels of `src` into channels [channelOffset, channelOffset +

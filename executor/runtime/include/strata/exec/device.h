@@ -1,0 +1,70 @@
+// The compute device a run, a profile or a calibration uses, and how work on
+// it is timed.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/exec/nn/backend.h"
+
+namespace strata::exec {
+
+enum class Device {
+  kCpu,   // CpuBackend: Eigen on this thread
+  kCuda,  // CudaBackend: cuBLAS, cuDNN and kernels/ on GPU 0
+};
+
+std::string_view toString(Device device);
+// "cpu" or "cuda"; anything else is an OptionError naming `option`.
+Device parseDevice(std::string_view text, const std::string& option);
+// Whether this strata was built with the device's backend (CUDA: STRATA_CUDA).
+bool deviceBuilt(Device device);
+// Throws OptionError naming `option` when `device` cannot be used here: a
+// build without its backend ("this strata was built without CUDA ...") or a
+// machine without a usable GPU ("no CUDA device: cudaGetDeviceCount: ...").
+void checkDevice(Device device, const std::string& option);
+
+// A backend for one worker on `device` (checkDevice first). The CPU's is a
+// CpuBackend; CUDA's a CudaBackend on GPU 0 with FP32 arithmetic (no TF32).
+std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option = "--device");
+
+// Times work enqueued on a backend. On the CPU the work is done when a call
+// returns and marks read the host clock; on CUDA, marks are events on the
+// backend's stream, so the time between two marks is the GPU time of the
+// kernels between them, not the host's time to enqueue them.
+//
+//   WorkTimer timer(backend);
+//   const auto origin = timer.start();  // host time of time 0
+//   const int a = timer.mark();  backend work ...  const int b = timer.mark();
+//   timer.finish();                     // waits for the backend
+//   double seconds = timer.seconds(b) - timer.seconds(a);
+class WorkTimer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit WorkTimer(nn::Backend& backend);
+  ~WorkTimer();
+  WorkTimer(const WorkTimer&) = delete;
+  WorkTimer& operator=(const WorkTimer&) = delete;
+
+  // Waits for the backend, then begins a new timeline (earlier marks are
+  // dropped); returns the host time of its origin, so that host-timed work
+  // (communication) and marks share one clock: origin + seconds(mark).
+  Clock::time_point start();
+  // Records a point after all work enqueued so far; its id.
+  int mark();
+  // Waits until every mark so far has been reached.
+  void finish();
+  // Seconds from the origin to mark `id` (after finish()).
+  double seconds(int id) const;
+  // Whether marks measure device time (CUDA) rather than the host clock.
+  bool onDevice() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::exec

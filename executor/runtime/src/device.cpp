@@ -1,0 +1,127 @@
+#include "strata/exec/device.h"
+
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/model/error.h"
+
+#if STRATA_HAVE_CUDA
+#include "strata/exec/nn/cuda_backend.h"
+#endif
+
+namespace strata::exec {
+
+std::string_view toString(Device device) {
+  switch (device) {
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+Device parseDevice(std::string_view text, const std::string& option) {
+  if (text == "cpu")
+    return Device::kCpu;
+  if (text == "cuda")
+    return Device::kCuda;
+  throw OptionError(option, "unknown device '" + std::string(text) + "' (expected cpu or cuda)");
+}
+
+bool deviceBuilt(Device device) {
+  switch (device) {
+    case Device::kCpu:
+      return true;
+    case Device::kCuda:
+      return STRATA_HAVE_CUDA != 0;
+  }
+  return false;
+}
+
+void checkDevice(Device device, const std::string& option) {
+  if (!deviceBuilt(device))
+    throw OptionError(option,
+                      "this strata was built without CUDA (configure with nvcc and cuDNN "
+                      "present, or -DSTRATA_WITH_CUDA=ON; see README)");
+#if STRATA_HAVE_CUDA
+  if (device == Device::kCuda) {
+    const std::string why = nn::cudaUnavailableReason();
+    if (!why.empty())
+      throw OptionError(option, "no usable CUDA device here: " + why);
+  }
+#endif
+}
+
+std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option) {
+  checkDevice(device, option);
+#if STRATA_HAVE_CUDA
+  if (device == Device::kCuda)
+    return std::make_unique<nn::CudaBackend>();
+#endif
+  return std::make_unique<nn::CpuBackend>();
+}
+
+// ---- WorkTimer ---------------------------------------------------------------
+
+struct WorkTimer::Impl {
+  nn::Backend* backend = nullptr;
+#if STRATA_HAVE_CUDA
+  nn::CudaBackend* cuda = nullptr;  // when the backend is CUDA's: marks are its events
+#endif
+  Clock::time_point origin;
+  std::vector<Clock::time_point> marks;  // host marks (CPU)
+};
+
+WorkTimer::WorkTimer(nn::Backend& backend) : impl_(std::make_unique<Impl>()) {
+  impl_->backend = &backend;
+#if STRATA_HAVE_CUDA
+  impl_->cuda = dynamic_cast<nn::CudaBackend*>(&backend);
+#endif
+}
+
+WorkTimer::~WorkTimer() = default;
+
+bool WorkTimer::onDevice() const {
+#if STRATA_HAVE_CUDA
+  return impl_->cuda != nullptr;
+#else
+  return false;
+#endif
+}
+
+WorkTimer::Clock::time_point WorkTimer::start() {
+  impl_->marks.clear();
+#if STRATA_HAVE_CUDA
+  if (impl_->cuda) {
+    impl_->origin = impl_->cuda->startTimeline();
+    return impl_->origin;
+  }
+#endif
+  impl_->backend->synchronize();
+  impl_->origin = Clock::now();
+  return impl_->origin;
+}
+
+int WorkTimer::mark() {
+#if STRATA_HAVE_CUDA
+  if (impl_->cuda)
+    return impl_->cuda->markTime();
+#endif
+  impl_->marks.push_back(Clock::now());
+  return static_cast<int>(impl_->marks.size()) - 1;
+}
+
+void WorkTimer::finish() {
+  impl_->backend->synchronize();
+}
+
+double WorkTimer::seconds(int id) const {
+#if STRATA_HAVE_CUDA
+  if (impl_->cuda)
+    return impl_->cuda->markSeconds(id);
+#endif
+  STRATA_ENFORCE(id >= 0 && id < static_cast<int>(impl_->marks.size()));
+  return std::chrono::duration<double>(impl_->marks[static_cast<size_t>(id)] - impl_->origin)
+      .count();
+}
+
+}  // namespace strata::exec
