@@ -925,6 +925,15 @@ void CudaBackend::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, Tens
       });
 }
 
+void CudaBackend::fill(std::span<float> x, float value) {
+  activate();
+  launch(
+      "kernels::cuda::fill", [&] { return fmt::format("fill of {} values", x.size()); },
+      [&] {
+        kernels::cuda::fill(x.data(), static_cast<int64_t>(x.size()), value, impl_->stream.get());
+      });
+}
+
 void CudaBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   checkSameDims(a.dims, b.dims);
   checkSameDims(a.dims, y.dims);

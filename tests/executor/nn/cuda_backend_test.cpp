@@ -21,7 +21,9 @@
 
 #include "helpers.h"
 #include "strata/exec/nn/cpu_backend.h"
+#include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/memory.h"
+#include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
 
 namespace strata::nn {
@@ -343,7 +345,7 @@ TEST_CASE("fc on cuBLAS equals the CPU's: flatten, per position, model-parallel 
 // ---- elementwise, lrn, batchnorm
 // -----------------------------------------------------------------
 
-TEST_CASE("relu, dropout, add and accumulate equal the CPU's", "[elementwise]") {
+TEST_CASE("relu, dropout, fill, add and accumulate equal the CPU's", "[elementwise]") {
   CpuBackend cpu;
   CudaBackend& g = defaultGpu();
   const Dims dims{3, 5, 4, 6};
@@ -380,6 +382,10 @@ TEST_CASE("relu, dropout, add and accumulate equal the CPU's", "[elementwise]") 
     requireClose(g, dx);
   }
 
+  y.fill(kNaN);
+  cpu.fill(y.cpu, 0.75f);
+  g.fill(y.gpu, 0.75f);
+  requireClose(g, y);
   y.fill(kNaN);
   cpu.add(x.onCpu(), dy.onCpu(), y.onCpu());
   g.add(x.onGpu(), dy.onGpu(), y.onGpu());
@@ -505,6 +511,86 @@ TEST_CASE("sgd with momentum equals the CPU's", "[update]") {
   }
   requireClose(g, w);
   requireClose(g, v);
+}
+
+// ---- whole models -------------------------------------------------------------------------------
+
+// Requires every layer's block of `gpu` within 1e-4 of the block's largest
+// |value| in `cpu` (blocks are per layer: gradients of different layers
+// differ in scale by orders of magnitude).
+void requireSameBlocks(Model& model, std::span<const float> cpu, std::span<const float> gpu) {
+  REQUIRE(cpu.size() == gpu.size());
+  for (int l = 0; l < model.layerCount(); ++l) {
+    const ParamBlock b = model.paramBlock(l);
+    if (b.size() == 0)
+      continue;
+    INFO("layer " << model.network().layers[static_cast<size_t>(l)].name);
+    requireClose(defaultGpu(),
+                 cpu.subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size())),
+                 gpu.subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size())));
+  }
+}
+
+std::vector<float> copyOf(std::span<const float> s) {
+  return {s.begin(), s.end()};
+}
+
+TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-cnn)", "[model]") {
+  const Network net = test::presetNetwork("tiny-cnn");
+  CpuBackend cpuBackend;
+  // Dropout on: its masks are a function of coordinates, the same on both.
+  Model cpu(net, ModelOptions{.backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.backend = &defaultGpu()});
+  REQUIRE(copyOf(cpu.allParameters()) == copyOf(gpu.allParameters()));
+  const auto data = SyntheticDataset::forNetwork(net, 5);
+  const int batch = 8;
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    for (Model* m : {&cpu, &gpu}) {
+      std::vector<int32_t> labels(batch);
+      data.fill(int64_t{step} * batch, m->input(batch).view(), labels);
+      m->setLabels(labels);
+      m->setStep(static_cast<uint64_t>(step));
+      m->zeroGradients();
+      m->forwardAll();
+      m->backwardAll();
+    }
+    for (int l = 0; l < cpu.layerCount(); ++l) {
+      INFO("output of " << net.layers[static_cast<size_t>(l)].name);
+      requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span());
+    }
+    CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-5));
+    CHECK(gpu.correctCount() == cpu.correctCount());
+    requireSameBlocks(cpu, copyOf(cpu.allGradients()), copyOf(gpu.allGradients()));
+    cpu.updateAll(0.01f, 0.9f, 5e-4f);
+    gpu.updateAll(0.01f, 0.9f, 5e-4f);
+    requireSameBlocks(cpu, copyOf(cpu.allParameters()), copyOf(gpu.allParameters()));
+  }
+}
+
+// Forward only: in backward, max pooling routes a gradient to the first
+// largest input of a window, and two inputs equal within rounding may then
+// be picked differently by the two backends; a network of this size has
+// such near-ties. The forward values do not depend on which one wins.
+TEST_CASE("a Model on CudaBackend: alexnet forward (lrn, groups, 11x11) equals the CPU's",
+          "[model]") {
+  const Network net = test::presetNetwork("alexnet");
+  CpuBackend cpuBackend;
+  Model cpu(net, ModelOptions{.dropout = false, .backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.dropout = false, .backend = &defaultGpu()});
+  const auto data = SyntheticDataset::forNetwork(net, 7);
+  const int batch = 2;
+  for (Model* m : {&cpu, &gpu}) {
+    std::vector<int32_t> labels(batch);
+    data.fill(0, m->input(batch).view(), labels);
+    m->setLabels(labels);
+    m->forwardAll();
+  }
+  for (int l = 0; l < cpu.layerCount(); ++l) {
+    INFO("output of " << net.layers[static_cast<size_t>(l)].name);
+    requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span(), 1e-3);
+  }
+  CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-4));
 }
 
 // ---- memory, options, timing -------------------------------------------------------------------

@@ -164,6 +164,7 @@ class CudaBackend final : public Backend {
   void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) override;
   void dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
                        float beta) override;
+  void fill(std::span<float> x, float value) override;
   void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
   void accumulate(ConstTensorView src, TensorView dst, float beta) override;
 
