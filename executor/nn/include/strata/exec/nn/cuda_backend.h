@@ -1,0 +1,204 @@
+// The CUDA backend: the Backend interface on one GPU.
+//
+// Convolutions run on cuDNN (its legacy convolution API, the algorithm
+// chosen once per shape), fully-connected layers on cuBLAS SGEMM, and every
+// other layer on the project's own kernels (kernels/, strata::kernels::cuda),
+// which implement exactly CpuBackend's semantics (tie-breaking of max
+// pooling, the LRN window and alpha, per-view batch statistics), so that the
+// two backends give the same results within rounding. cuDNN's pooling, LRN
+// and batch normalisation are not used: their conventions differ from the
+// Backend contract.
+//
+// Buffers live in CUDA managed memory (CudaMemory), so host code (Model, the
+// Plan interpreter, communicators) reads and writes them through the same
+// pointers as on the CPU. Kernels are enqueued on the backend's own stream
+// and return at once; synchronize() waits for them (Backend's contract: the
+// host touches a buffer only after that).
+//
+// This header includes no CUDA header: callers compile without the toolkit's
+// include path; the CUDA types appear only as their opaque struct pointers.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "strata/exec/nn/backend.h"
+
+// cudaStream_t and cudaEvent_t are pointers to these (driver_types.h).
+struct CUstream_st;
+struct CUevent_st;
+
+namespace strata::nn {
+
+struct CudaBackendOptions {
+  // CUDA device ordinal.
+  int device = 0;
+  // TF32 tensor cores in cuBLAS GEMMs and cuDNN convolutions: about 8x the
+  // FP32 throughput on A100/H100 with a 10-bit mantissa in the products. Off:
+  // full FP32 arithmetic (cuBLAS CUBLAS_DEFAULT_MATH, cuDNN CUDNN_FMA_MATH),
+  // which the tests against CpuBackend need.
+  bool allowTf32 = false;
+  // How a convolution algorithm is chosen, once per shape and direction:
+  // true: cuDNN times every algorithm on scratch buffers of its own
+  // (cudnnFind*Algorithm; blocks the host for a few milliseconds up to a
+  // second the first time a shape is seen) and the fastest is kept; false:
+  // cuDNN's heuristics pick without running anything (cudnnGet*Algorithm_v7),
+  // deterministic from run to run but sometimes slower.
+  bool benchmarkConvolutions = true;
+  // The largest cuDNN workspace one convolution may use; algorithms needing
+  // more are passed over. The workspace is one device buffer per backend,
+  // grown to the largest need of the algorithms chosen.
+  size_t maxWorkspaceBytes = size_t{1} << 30;
+};
+
+// Why no CUDA device can be used here ("cudaGetDeviceCount: CUDA driver
+// version is insufficient for CUDA runtime version", "cudaGetDeviceCount
+// found no device"), or empty when the machine has a device. For tests and
+// the CLI to skip or refuse the CUDA backend with a clear line.
+std::string cudaUnavailableReason();
+
+// CUDA managed memory (cudaMallocManaged) on one device: the host and the
+// device address it through the same pointers, pages migrate on access.
+// Allocations prefer the device (cudaMemAdviseSetPreferredLocation), so
+// kernels run on device-resident pages and a host access moves only what it
+// touches. allocate() zero-fills on the device and waits for that on the
+// given stream (only that stream: other workers' kernels keep running).
+class CudaMemory final : public Memory {
+ public:
+  // `stream` is the stream the zero-fill runs on (the backend's).
+  CudaMemory(int device, CUstream_st* stream) : device_(device), stream_(stream) {}
+  void* allocate(size_t bytes) override;
+  // cudaFree, which waits for the device to be idle: buffers are freed when
+  // they grow or at the end, never per step. A failure is dropped (this must
+  // not throw; cudaFree fails only after an earlier sticky error, which the
+  // next checked call reports).
+  void deallocate(void* p, size_t bytes) noexcept override;
+  const char* name() const override { return "cuda-managed"; }
+
+ private:
+  int device_;
+  CUstream_st* stream_;
+};
+
+// One worker's GPU compute: one CUDA stream, a cuBLAS and a cuDNN handle on
+// it, a cuDNN workspace, the convolution algorithms chosen so far and a pool
+// of timing events. Not thread-safe (one backend per worker, as CpuBackend);
+// several backends may share a device, each on its own stream. Every CUDA,
+// cuBLAS and cuDNN call is checked: a failure throws RunFailure naming the
+// call, its status and the layer ("cudnnConvolutionForward (conv
+// 96x3x11x11 stride 4 pad 0, batch 128): CUDNN_STATUS_BAD_PARAM").
+class CudaBackend final : public Backend {
+ public:
+  // Throws RunFailure when there is no usable device ("no CUDA device:
+  // cudaGetDeviceCount: ..."), when the device cannot share managed memory
+  // with the host while kernels run (cudaDevAttrConcurrentManagedAccess, which
+  // Linux on Pascal and later has) or when a handle cannot be created.
+  explicit CudaBackend(CudaBackendOptions options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  Memory& memory() override;
+  // cudaStreamSynchronize on this backend's stream; an asynchronous failure
+  // of any kernel enqueued since the last synchronize throws here.
+  void synchronize() override;
+
+  const CudaBackendOptions& options() const { return options_; }
+  // The stream every kernel of this backend runs on (a cudaStream_t), for
+  // device communicators and copies that must order with the kernels.
+  CUstream_st* stream() const;
+
+  // ---- GPU time for traces ---------------------------------------------------
+  // Timestamps taken by CUDA events on the stream, not by the host: a mark
+  // completes when every kernel enqueued before it has finished, so the time
+  // between two marks is the GPU time of the kernels between them (plus any
+  // idle time of the stream in between, e.g. while the host waited).
+  //
+  //   auto origin = cuda.startTimeline();   // host time of GPU time 0
+  //   int a = cuda.markTime();
+  //   ... enqueue kernels ...
+  //   int b = cuda.markTime();
+  //   cuda.synchronize();
+  //   double start = cuda.markSeconds(a), end = cuda.markSeconds(b);
+  //   // on the host clock: origin + start, origin + end
+  //
+  // startTimeline waits for the stream (so it is idle), records the origin
+  // event and returns the host time of that moment: the idle stream runs the
+  // event at once, so origin + markSeconds(i) places mark i on the host's
+  // steady clock (within a few microseconds), comparable with host-timed
+  // communication. It discards the marks of the previous timeline (their
+  // events are reused); marks need no release. Event resolution ~0.5 us.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point startTimeline();
+  // Records a mark on the stream; returns its id within the current
+  // timeline. Requires startTimeline() first.
+  int markTime();
+  // Seconds from the timeline's origin to mark `id`. Requires the mark to have
+  // completed: call after synchronize() (or after a later mark's wait).
+  double markSeconds(int id) const;
+
+  // ---- Backend -------------------------------------------------------------------
+  void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,
+                   TensorView y) override;
+  void convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w, TensorView dx,
+                        float beta) override;
+  void convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
+                           float* dbias) override;
+
+  void poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) override;
+  void poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t* argmax, TensorView dx,
+                    float beta) override;
+
+  void fcForward(const FcDesc& d, ConstTensorView x, const float* w, const float* bias,
+                 TensorView y) override;
+  void fcBackwardData(const FcDesc& d, ConstTensorView dy, const float* w, TensorView dx,
+                      float beta) override;
+  void fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
+                         float* dbias) override;
+
+  void reluForward(ConstTensorView x, TensorView y) override;
+  void reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) override;
+  void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) override;
+  void dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
+                       float beta) override;
+  void fill(std::span<float> x, float value) override;
+  void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
+  void accumulate(ConstTensorView src, TensorView dst, float beta) override;
+
+  void lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) override;
+  void lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y, ConstTensorView scale,
+                   ConstTensorView dy, TensorView dx, float beta) override;
+
+  void batchNormForward(ConstTensorView x, const float* gamma, const float* shift, float eps,
+                        TensorView y) override;
+  void batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gamma, float eps,
+                             TensorView dx, float beta) override;
+  void batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgamma,
+                                float* dshift) override;
+
+  void softmaxStats(ConstTensorView logits, float* stats) override;
+  void softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) override;
+  // Waits for the stream: the sums come back to the host.
+  SoftmaxLossSum softmaxLoss(ConstTensorView logits, const float* stats, const int32_t* labels,
+                             int classOffset) override;
+  void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
+                       int classOffset, float scale, TensorView dlogits, float beta) override;
+
+  void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
+                   float learningRate, float momentum, float weightDecay) override;
+
+ private:
+  struct Impl;  // the CUDA, cuBLAS and cuDNN objects (cuda_backend.cpp)
+
+  // Makes this backend's device current on the calling thread (workers may
+  // call from threads that last used another device).
+  void activate() const;
+
+  CudaBackendOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::nn

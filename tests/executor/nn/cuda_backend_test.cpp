@@ -1,0 +1,699 @@
+// CudaBackend against CpuBackend: every Backend operation on the same inputs
+// must give the same result within 1e-4 of the result's largest magnitude
+// (TF32 off: both compute in FP32 and differ only in the order of sums).
+// Destinations of beta-0 calls start as NaN on both sides (beta 0 must not
+// read them), weight gradients start non-zero (they accumulate).
+//
+// Without a usable CUDA device (no driver, no GPU) the program prints why and
+// exits 77, which CTest counts as skipped. Listing the tests (CTest's
+// discovery at build time) works without a device.
+#define CATCH_CONFIG_RUNNER
+#include "strata/exec/nn/cuda_backend.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/exec/nn/dataset.h"
+#include "strata/exec/nn/memory.h"
+#include "strata/exec/nn/model.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// One backend per configuration for the whole program (creating the cuBLAS
+// and cuDNN handles costs a good part of a second), released by main before
+// it returns: CUDA objects must not outlive the CUDA runtime's own teardown.
+std::unique_ptr<CudaBackend> sharedDefault, sharedHeuristic;
+
+CudaBackend& defaultGpu() {
+  if (!sharedDefault)
+    sharedDefault = std::make_unique<CudaBackend>();
+  return *sharedDefault;
+}
+
+// Convolution algorithms from cuDNN's heuristics instead of timing.
+CudaBackend& heuristicGpu() {
+  if (!sharedHeuristic)
+    sharedHeuristic =
+        std::make_unique<CudaBackend>(CudaBackendOptions{.benchmarkConvolutions = false});
+  return *sharedHeuristic;
+}
+
+// The same array for both backends: a host vector for the CPU and a buffer
+// in CUDA managed memory for the GPU, filled alike.
+template <class T>
+struct Twin {
+  std::vector<T> cpu;
+  Buffer<T> gpu;
+
+  explicit Twin(size_t count) : cpu(count), gpu(defaultGpu().memory(), count) {}
+  void fill(T value) {
+    std::fill(cpu.begin(), cpu.end(), value);
+    std::fill_n(gpu.data(), gpu.size(), value);
+  }
+  void copyToGpu() { std::copy(cpu.begin(), cpu.end(), gpu.data()); }
+};
+
+using TwinArray = Twin<float>;
+
+TwinArray randomArray(size_t count, uint32_t seed, float lo = -1, float hi = 1) {
+  TwinArray a(count);
+  test::fillUniform(a.cpu, seed, lo, hi);
+  a.copyToGpu();
+  return a;
+}
+
+// An NCHW tensor on both sides.
+struct TwinTensor : TwinArray {
+  Dims dims;
+  explicit TwinTensor(Dims d) : TwinArray(static_cast<size_t>(d.elements())), dims(d) {}
+  TensorView onCpu() { return {cpu.data(), dims}; }
+  TensorView onGpu() { return {gpu.data(), dims}; }
+};
+
+TwinTensor randomTensor(Dims dims, uint32_t seed, float lo = -1, float hi = 1) {
+  TwinTensor t(dims);
+  test::fillUniform(t.cpu, seed, lo, hi);
+  t.copyToGpu();
+  return t;
+}
+
+TwinTensor nanTensor(Dims dims) {
+  TwinTensor t(dims);
+  t.fill(kNaN);
+  return t;
+}
+
+// Waits for `backend`, then requires every element of the GPU's result to be
+// within rel x (largest |CPU value|) of the CPU's (a NaN never is).
+void requireClose(CudaBackend& backend, std::span<const float> cpu, std::span<const float> gpu,
+                  double rel = 1e-4) {
+  backend.synchronize();
+  REQUIRE(cpu.size() == gpu.size());
+  const double tolerance = rel * std::max(test::maxAbs(cpu), 1e-30);
+  size_t worst = 0;
+  double worstDiff = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double diff = std::abs(double(cpu[i]) - double(gpu[i]));
+    if (!(diff <= worstDiff)) {  // also catches NaN
+      worst = i;
+      worstDiff = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+    }
+  }
+  INFO("element " << worst << " of " << cpu.size() << ": cpu " << cpu[worst] << ", gpu "
+                  << gpu[worst] << ", tolerance " << tolerance);
+  REQUIRE(worstDiff <= tolerance);
+}
+
+void requireClose(CudaBackend& backend, const TwinArray& a, double rel = 1e-4) {
+  requireClose(backend, a.cpu, a.gpu.span(), rel);
+}
+
+// ---- convolution ----------------------------------------------------------------------
+
+ConvDesc convDesc(int inC, int inH, int inW, int filters, int kh, int kw, int stride, int pad,
+                  int groups) {
+  ConvDesc d{inC, inH, inW, filters, kh, kw, stride, pad, groups, 0, 0};
+  d.outH = (inH + 2 * pad - kh) / stride + 1;
+  d.outW = (inW + 2 * pad - kw) / stride + 1;
+  return d;
+}
+
+// Forward (with and without bias, on the batch and on a sub-batch), backward
+// data with beta 0 and 1, backward weights accumulating.
+void compareConv(CudaBackend& g, const ConvDesc& d, int n) {
+  CAPTURE(d.inC, d.inH, d.inW, d.filters, d.kernelH, d.kernelW, d.stride, d.pad, d.groups, n);
+  CpuBackend cpu;
+  const Dims xDims{n, d.inC, d.inH, d.inW}, yDims{n, d.filters, d.outH, d.outW};
+  const auto weights = static_cast<size_t>(d.filters) * (d.inC / d.groups) * d.kernelH * d.kernelW;
+  TwinTensor x = randomTensor(xDims, 1);
+  TwinArray w = randomArray(weights, 2);
+  TwinArray bias = randomArray(static_cast<size_t>(d.filters), 3);
+  TwinTensor dy = randomTensor(yDims, 4);
+
+  TwinTensor y = nanTensor(yDims);
+  cpu.convForward(d, x.onCpu(), w.cpu.data(), bias.cpu.data(), y.onCpu());
+  g.convForward(d, x.onGpu(), w.gpu.data(), bias.gpu.data(), y.onGpu());
+  requireClose(g, y);
+  // No bias; then the last n-1 examples alone (another batch, another plan).
+  cpu.convForward(d, x.onCpu(), w.cpu.data(), nullptr, y.onCpu());
+  g.convForward(d, x.onGpu(), w.gpu.data(), nullptr, y.onGpu());
+  requireClose(g, y);
+  if (n > 1) {
+    const ExampleRange tail{1, n};
+    cpu.convForward(d, x.onCpu().examples(tail), w.cpu.data(), bias.cpu.data(),
+                    y.onCpu().examples(tail));
+    g.convForward(d, x.onGpu().examples(tail), w.gpu.data(), bias.gpu.data(),
+                  y.onGpu().examples(tail));
+    requireClose(g, y);
+  }
+
+  TwinTensor dx = nanTensor(xDims);
+  cpu.convBackwardData(d, dy.onCpu(), w.cpu.data(), dx.onCpu(), 0.0f);
+  g.convBackwardData(d, dy.onGpu(), w.gpu.data(), dx.onGpu(), 0.0f);
+  requireClose(g, dx);
+  cpu.convBackwardData(d, dy.onCpu(), w.cpu.data(), dx.onCpu(), 1.0f);
+  g.convBackwardData(d, dy.onGpu(), w.gpu.data(), dx.onGpu(), 1.0f);
+  requireClose(g, dx);
+
+  TwinArray dw = randomArray(weights, 5);
+  TwinArray db = randomArray(static_cast<size_t>(d.filters), 6);
+  cpu.convBackwardWeights(d, x.onCpu(), dy.onCpu(), dw.cpu.data(), db.cpu.data());
+  g.convBackwardWeights(d, x.onGpu(), dy.onGpu(), dw.gpu.data(), db.gpu.data());
+  requireClose(g, dw);
+  requireClose(g, db);
+  cpu.convBackwardWeights(d, x.onCpu(), dy.onCpu(), dw.cpu.data(), nullptr);
+  g.convBackwardWeights(d, x.onGpu(), dy.onGpu(), dw.gpu.data(), nullptr);
+  requireClose(g, dw);
+}
+
+const ConvDesc kConvCases[] = {
+    convDesc(3, 9, 8, 5, 3, 3, 1, 1, 1),       // "same" 3x3
+    convDesc(3, 11, 11, 4, 5, 3, 2, 2, 1),     // rectangular kernel, stride 2
+    convDesc(4, 7, 6, 6, 3, 2, 3, 0, 2),       // groups 2, stride 3, no pad
+    convDesc(8, 5, 5, 16, 1, 1, 1, 0, 1),      // 1x1
+    convDesc(6, 5, 5, 6, 1, 1, 1, 0, 3),       // 1x1 grouped
+    convDesc(3, 35, 35, 16, 11, 11, 4, 2, 1),  // conv1 of AlexNet, scaled down
+    convDesc(4, 6, 6, 4, 3, 3, 1, 1, 4),       // depthwise
+    convDesc(16, 13, 13, 24, 3, 3, 1, 1, 2),   // conv4 of AlexNet's two towers, scaled down
+};
+
+TEST_CASE("conv on cuDNN (algorithms timed) equals the CPU's", "[conv]") {
+  for (const ConvDesc& d : kConvCases)
+    compareConv(defaultGpu(), d, 3);
+}
+
+TEST_CASE("conv on cuDNN (heuristic algorithms) equals the CPU's", "[conv]") {
+  for (const ConvDesc& d : kConvCases)
+    compareConv(heuristicGpu(), d, 3);
+}
+
+TEST_CASE("a conv shape seen again reuses its plan and gives the same result", "[conv]") {
+  const ConvDesc d = kConvCases[0];
+  compareConv(defaultGpu(), d, 4);
+  compareConv(defaultGpu(), d, 4);
+  compareConv(defaultGpu(), d, 1);
+}
+
+// ---- pooling ----------------------------------------------------------------------------
+
+PoolDesc poolDesc(PoolMode mode, int c, int inH, int inW, int kernel, int stride, int pad) {
+  PoolDesc d{mode, c, inH, inW, kernel, kernel, stride, pad, 0, 0};
+  d.outH = (inH + 2 * pad - kernel) / stride + 1;
+  d.outW = (inW + 2 * pad - kernel) / stride + 1;
+  return d;
+}
+
+TEST_CASE("pooling equals the CPU's, argmax and ties included", "[pool]") {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  for (const PoolMode mode : {PoolMode::kMax, PoolMode::kAvg}) {
+    for (const PoolDesc& d : {poolDesc(mode, 3, 13, 13, 3, 2, 0),   // AlexNet's overlapping
+                              poolDesc(mode, 2, 8, 6, 2, 2, 0),     // tiling
+                              poolDesc(mode, 2, 7, 7, 3, 1, 1),     // padded, stride 1
+                              poolDesc(mode, 1, 5, 4, 2, 1, 2)}) {  // windows wholly in padding
+      CAPTURE(static_cast<int>(mode), d.c, d.inH, d.inW, d.kernelH, d.stride, d.pad);
+      const int n = 3;
+      const Dims xDims{n, d.c, d.inH, d.inW}, yDims{n, d.c, d.outH, d.outW};
+      // Values on a coarse grid, so that windows hold ties.
+      TwinTensor x = randomTensor(xDims, 11);
+      for (float& v : x.cpu)
+        v = std::round(v * 2) / 2;
+      x.copyToGpu();
+      const bool isMax = mode == PoolMode::kMax;
+      Twin<int32_t> argmax(static_cast<size_t>(yDims.elements()));
+      argmax.fill(-7);
+      TwinTensor y = nanTensor(yDims);
+      cpu.poolForward(d, x.onCpu(), y.onCpu(), isMax ? argmax.cpu.data() : nullptr);
+      g.poolForward(d, x.onGpu(), y.onGpu(), isMax ? argmax.gpu.data() : nullptr);
+      requireClose(g, y);
+      if (isMax)
+        REQUIRE(std::equal(argmax.cpu.begin(), argmax.cpu.end(), argmax.gpu.data()));
+
+      TwinTensor dy = randomTensor(yDims, 12);
+      TwinTensor dx = nanTensor(xDims);
+      for (const float beta : {0.0f, 1.0f}) {
+        cpu.poolBackward(d, dy.onCpu(), isMax ? argmax.cpu.data() : nullptr, dx.onCpu(), beta);
+        g.poolBackward(d, dy.onGpu(), isMax ? argmax.gpu.data() : nullptr, dx.onGpu(), beta);
+        requireClose(g, dx);
+      }
+    }
+  }
+}
+
+// ---- fully connected -----------------------------------------------------------------------
+
+struct FcCase {
+  bool flatten;
+  Dims x;  // the input; per position: c = inFeatures
+  int outputs;
+};
+
+// Forward, backward data (beta 0 and 1) and backward weights of the whole
+// layer, then of model-parallel slices of its rows: slice outputs are the
+// whole layer's channels, partial input gradients sum to the whole layer's,
+// slice weight gradients are its rows.
+void compareFc(const FcCase& fc) {
+  CAPTURE(fc.flatten, fc.x.n, fc.x.c, fc.x.h, fc.x.w, fc.outputs);
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const int inFeatures = fc.flatten ? static_cast<int>(fc.x.perExample()) : fc.x.c;
+  const FcDesc d{fc.flatten, inFeatures, fc.outputs};
+  const Dims yDims =
+      fc.flatten ? Dims{fc.x.n, fc.outputs, 1, 1} : Dims{fc.x.n, fc.outputs, fc.x.h, fc.x.w};
+  const auto weights = static_cast<size_t>(fc.outputs) * inFeatures;
+  TwinTensor x = randomTensor(fc.x, 21);
+  TwinArray w = randomArray(weights, 22);
+  TwinArray bias = randomArray(static_cast<size_t>(fc.outputs), 23);
+  TwinTensor dy = randomTensor(yDims, 24);
+
+  TwinTensor y = nanTensor(yDims);
+  cpu.fcForward(d, x.onCpu(), w.cpu.data(), bias.cpu.data(), y.onCpu());
+  g.fcForward(d, x.onGpu(), w.gpu.data(), bias.gpu.data(), y.onGpu());
+  requireClose(g, y);
+
+  TwinTensor dx = nanTensor(fc.x);
+  for (const float beta : {0.0f, 1.0f}) {
+    cpu.fcBackwardData(d, dy.onCpu(), w.cpu.data(), dx.onCpu(), beta);
+    g.fcBackwardData(d, dy.onGpu(), w.gpu.data(), dx.onGpu(), beta);
+    requireClose(g, dx);
+  }
+
+  TwinArray dw = randomArray(weights, 25);
+  TwinArray db = randomArray(static_cast<size_t>(fc.outputs), 26);
+  cpu.fcBackwardWeights(d, x.onCpu(), dy.onCpu(), dw.cpu.data(), db.cpu.data());
+  g.fcBackwardWeights(d, x.onGpu(), dy.onGpu(), dw.gpu.data(), db.gpu.data());
+  requireClose(g, dw);
+  requireClose(g, db);
+
+  // Model-parallel: rows [r0, r1) of the layer on the GPU, the whole layer on
+  // the CPU (y, dx and dwWhole above hold the whole layer's results).
+  const std::vector<int> bounds = {0, fc.outputs / 3, fc.outputs / 3 + (fc.outputs + 1) / 2,
+                                   fc.outputs};
+  TwinArray dwWhole = randomArray(weights, 27);
+  cpu.fcBackwardWeights(d, x.onCpu(), dy.onCpu(), dwWhole.cpu.data(), nullptr);
+  TwinTensor dxSum = nanTensor(fc.x);
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const int r0 = bounds[s], rows = bounds[s + 1] - bounds[s];
+    CAPTURE(r0, rows);
+    const FcDesc slice{fc.flatten, inFeatures, rows};
+    const Dims sliceDims{yDims.n, rows, yDims.h, yDims.w};
+    const float* wSlice = w.gpu.data() + static_cast<size_t>(r0) * inFeatures;
+    TwinTensor ySlice = nanTensor(sliceDims);
+    g.fcForward(slice, x.onGpu(), wSlice, bias.gpu.data() + r0, ySlice.onGpu());
+    copyFromChannels(y.onCpu(), r0, ySlice.onCpu());
+    requireClose(g, ySlice);
+
+    TwinTensor dySlice(sliceDims);
+    copyFromChannels(dy.onCpu(), r0, dySlice.onCpu());
+    dySlice.copyToGpu();
+    g.fcBackwardData(slice, dySlice.onGpu(), wSlice, dxSum.onGpu(), s == 0 ? 0.0f : 1.0f);
+
+    TwinArray dwSlice(static_cast<size_t>(rows) * inFeatures);
+    const size_t first = static_cast<size_t>(r0) * inFeatures;
+    std::copy_n(dwWhole.gpu.data() + first, dwSlice.cpu.size(), dwSlice.gpu.data());
+    g.fcBackwardWeights(slice, x.onGpu(), dySlice.onGpu(), dwSlice.gpu.data(), nullptr);
+    std::copy_n(dwWhole.cpu.begin() + static_cast<std::ptrdiff_t>(first), dwSlice.cpu.size(),
+                dwSlice.cpu.begin());
+    requireClose(g, dwSlice);
+  }
+  // The slices' partial input gradients (the first overwriting, the rest
+  // adding) sum to the whole layer's.
+  cpu.fcBackwardData(d, dy.onCpu(), w.cpu.data(), dxSum.onCpu(), 0.0f);
+  requireClose(g, dxSum);
+}
+
+TEST_CASE("fc on cuBLAS equals the CPU's: flatten, per position, model-parallel slices", "[fc]") {
+  compareFc({true, Dims{5, 4, 3, 2}, 7});      // flatten 24 -> 7
+  compareFc({true, Dims{9, 64, 1, 1}, 33});    // a classifier layer
+  compareFc({false, Dims{5, 6, 3, 4}, 7});     // 12 positions, 6 -> 7 each
+  compareFc({false, Dims{4, 6, 1, 1}, 5});     // one position: the flatten path
+  compareFc({false, Dims{3, 10, 1, 80}, 12});  // lm-300m's fc8, scaled down
+}
+
+// ---- elementwise, lrn, batchnorm
+// -----------------------------------------------------------------
+
+TEST_CASE("relu, dropout, fill, add and accumulate equal the CPU's", "[elementwise]") {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const Dims dims{3, 5, 4, 6};
+  TwinTensor x = randomTensor(dims, 31), dy = randomTensor(dims, 32);
+
+  TwinTensor y = nanTensor(dims);
+  cpu.reluForward(x.onCpu(), y.onCpu());
+  g.reluForward(x.onGpu(), y.onGpu());
+  requireClose(g, y);
+  TwinTensor dx = nanTensor(dims);
+  for (const float beta : {0.0f, 1.0f}) {
+    cpu.reluBackward(y.onCpu(), dy.onCpu(), dx.onCpu(), beta);
+    g.reluBackward(y.onGpu(), dy.onGpu(), dx.onGpu(), beta);
+    requireClose(g, dx);
+  }
+
+  // A model-parallel slice: channels 2..6 of a 12-channel layer, examples
+  // from row 4 of the layer's batch.
+  DropoutDesc drop;
+  drop.rate = 0.4f;
+  drop.seed = 17;
+  drop.step = 3;
+  drop.layer = 5;
+  drop.firstRow = 4;
+  drop.channelOffset = 2;
+  drop.totalChannels = 12;
+  cpu.dropoutForward(drop, x.onCpu(), y.onCpu());
+  g.dropoutForward(drop, x.onGpu(), y.onGpu());
+  requireClose(g, y);
+  dx.fill(kNaN);
+  for (const float beta : {0.0f, 1.0f}) {
+    cpu.dropoutBackward(drop, dy.onCpu(), dx.onCpu(), beta);
+    g.dropoutBackward(drop, dy.onGpu(), dx.onGpu(), beta);
+    requireClose(g, dx);
+  }
+
+  y.fill(kNaN);
+  cpu.fill(y.cpu, 0.75f);
+  g.fill(y.gpu, 0.75f);
+  requireClose(g, y);
+  y.fill(kNaN);
+  cpu.add(x.onCpu(), dy.onCpu(), y.onCpu());
+  g.add(x.onGpu(), dy.onGpu(), y.onGpu());
+  requireClose(g, y);
+  dx.fill(kNaN);
+  for (const float beta : {0.0f, 1.0f, 0.5f}) {
+    cpu.accumulate(x.onCpu(), dx.onCpu(), beta);
+    g.accumulate(x.onGpu(), dx.onGpu(), beta);
+    requireClose(g, dx);
+  }
+}
+
+TEST_CASE("lrn equals the CPU's, odd and even sizes", "[lrn]") {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const Dims dims{2, 9, 5, 4};
+  TwinTensor x = randomTensor(dims, 41, -3, 3), dy = randomTensor(dims, 42);
+  for (const int size : {5, 4, 1}) {
+    CAPTURE(size);
+    const LrnDesc d{size, 2.0f, 1e-2f, 0.75f};  // alpha large enough to matter
+    TwinTensor y = nanTensor(dims), scale = nanTensor(dims);
+    cpu.lrnForward(d, x.onCpu(), y.onCpu(), scale.onCpu());
+    g.lrnForward(d, x.onGpu(), y.onGpu(), scale.onGpu());
+    requireClose(g, y);
+    requireClose(g, scale);
+    TwinTensor dx = nanTensor(dims);
+    for (const float beta : {0.0f, 1.0f}) {
+      cpu.lrnBackward(d, x.onCpu(), y.onCpu(), scale.onCpu(), dy.onCpu(), dx.onCpu(), beta);
+      g.lrnBackward(d, x.onGpu(), y.onGpu(), scale.onGpu(), dy.onGpu(), dx.onGpu(), beta);
+      requireClose(g, dx);
+    }
+  }
+}
+
+TEST_CASE("batchnorm equals the CPU's", "[batchnorm]") {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const Dims dims{4, 3, 7, 5};
+  TwinTensor x = randomTensor(dims, 51, 2, 5);  // a mean far from 0
+  TwinTensor dy = randomTensor(dims, 52);
+  TwinArray gamma = randomArray(3, 53, 0.5f, 2), shift = randomArray(3, 54);
+  const float eps = 1e-5f;
+  TwinTensor y = nanTensor(dims);
+  cpu.batchNormForward(x.onCpu(), gamma.cpu.data(), shift.cpu.data(), eps, y.onCpu());
+  g.batchNormForward(x.onGpu(), gamma.gpu.data(), shift.gpu.data(), eps, y.onGpu());
+  requireClose(g, y);
+  TwinTensor dx = nanTensor(dims);
+  for (const float beta : {0.0f, 1.0f}) {
+    cpu.batchNormBackwardData(x.onCpu(), dy.onCpu(), gamma.cpu.data(), eps, dx.onCpu(), beta);
+    g.batchNormBackwardData(x.onGpu(), dy.onGpu(), gamma.gpu.data(), eps, dx.onGpu(), beta);
+    requireClose(g, dx);
+  }
+  TwinArray dgamma = randomArray(3, 55), dshift = randomArray(3, 56);
+  cpu.batchNormBackwardWeights(x.onCpu(), dy.onCpu(), eps, dgamma.cpu.data(), dshift.cpu.data());
+  g.batchNormBackwardWeights(x.onGpu(), dy.onGpu(), eps, dgamma.gpu.data(), dshift.gpu.data());
+  requireClose(g, dgamma);
+  requireClose(g, dshift);
+}
+
+// ---- softmax ------------------------------------------------------------------------------------
+
+TEST_CASE("softmax statistics, probabilities, loss and gradient equal the CPU's", "[softmax]") {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const int classes = 10;
+  const Dims whole{4, classes, 2, 3};  // 6 positions per example
+  const auto positions = static_cast<size_t>(whole.n) * whole.h * whole.w;
+  TwinTensor logits = randomTensor(whole, 61, -4, 4);
+  Twin<int32_t> labels(positions);
+  for (size_t q = 0; q < positions; ++q)
+    labels.cpu[q] = static_cast<int32_t>((q * 7 + 3) % classes);
+  labels.copyToGpu();
+
+  // The whole layer, then a model-parallel slice of classes [3, 8).
+  for (const int offset : {0, 3}) {
+    const int held = offset == 0 ? classes : 5;
+    CAPTURE(offset, held);
+    const Dims dims{whole.n, held, whole.h, whole.w};
+    TwinTensor z(dims);
+    copyFromChannels(logits.onCpu(), offset, z.onCpu());
+    z.copyToGpu();
+
+    TwinArray stats(2 * positions);
+    stats.fill(kNaN);
+    cpu.softmaxStats(z.onCpu(), stats.cpu.data());
+    g.softmaxStats(z.onGpu(), stats.gpu.data());
+    requireClose(g, stats);
+
+    TwinTensor p = nanTensor(dims);
+    cpu.softmaxProbabilities(z.onCpu(), stats.cpu.data(), p.onCpu());
+    g.softmaxProbabilities(z.onGpu(), stats.gpu.data(), p.onGpu());
+    requireClose(g, p);
+
+    const SoftmaxLossSum lossCpu =
+        cpu.softmaxLoss(z.onCpu(), stats.cpu.data(), labels.cpu.data(), offset);
+    const SoftmaxLossSum lossGpu =
+        g.softmaxLoss(z.onGpu(), stats.gpu.data(), labels.gpu.data(), offset);
+    CHECK(lossGpu.loss == Approx(lossCpu.loss).epsilon(1e-5));
+    CHECK(lossGpu.correct == lossCpu.correct);
+
+    TwinTensor dz = nanTensor(dims);
+    for (const float beta : {0.0f, 1.0f}) {
+      cpu.softmaxBackward(z.onCpu(), stats.cpu.data(), labels.cpu.data(), offset, 0.25f, dz.onCpu(),
+                          beta);
+      g.softmaxBackward(z.onGpu(), stats.gpu.data(), labels.gpu.data(), offset, 0.25f, dz.onGpu(),
+                        beta);
+      requireClose(g, dz);
+    }
+  }
+}
+
+// ---- optimiser
+// ------------------------------------------------------------------------------------
+
+TEST_CASE("sgd with momentum equals the CPU's", "[update]") {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const size_t count = 1000;
+  TwinArray w = randomArray(count, 71), v = randomArray(count, 72), grad = randomArray(count, 73);
+  for (int step = 0; step < 2; ++step) {
+    cpu.sgdMomentum(w.cpu, v.cpu, grad.cpu, 0.01f, 0.9f, 5e-4f);
+    g.sgdMomentum(w.gpu, v.gpu, grad.gpu, 0.01f, 0.9f, 5e-4f);
+  }
+  requireClose(g, w);
+  requireClose(g, v);
+}
+
+// ---- whole models -------------------------------------------------------------------------------
+
+// Requires every layer's block of `gpu` within 1e-4 of the block's largest
+// |value| in `cpu` (blocks are per layer: gradients of different layers
+// differ in scale by orders of magnitude).
+void requireSameBlocks(Model& model, std::span<const float> cpu, std::span<const float> gpu) {
+  REQUIRE(cpu.size() == gpu.size());
+  for (int l = 0; l < model.layerCount(); ++l) {
+    const ParamBlock b = model.paramBlock(l);
+    if (b.size() == 0)
+      continue;
+    INFO("layer " << model.network().layers[static_cast<size_t>(l)].name);
+    requireClose(defaultGpu(),
+                 cpu.subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size())),
+                 gpu.subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size())));
+  }
+}
+
+std::vector<float> copyOf(std::span<const float> s) {
+  return {s.begin(), s.end()};
+}
+
+TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-cnn)", "[model]") {
+  const Network net = test::presetNetwork("tiny-cnn");
+  CpuBackend cpuBackend;
+  // Dropout on: its masks are a function of coordinates, the same on both.
+  Model cpu(net, ModelOptions{.backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.backend = &defaultGpu()});
+  REQUIRE(copyOf(cpu.allParameters()) == copyOf(gpu.allParameters()));
+  const auto data = SyntheticDataset::forNetwork(net, 5);
+  const int batch = 8;
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    for (Model* m : {&cpu, &gpu}) {
+      std::vector<int32_t> labels(batch);
+      data.fill(int64_t{step} * batch, m->input(batch).view(), labels);
+      m->setLabels(labels);
+      m->setStep(static_cast<uint64_t>(step));
+      m->zeroGradients();
+      m->forwardAll();
+      m->backwardAll();
+    }
+    for (int l = 0; l < cpu.layerCount(); ++l) {
+      INFO("output of " << net.layers[static_cast<size_t>(l)].name);
+      requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span());
+    }
+    CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-5));
+    CHECK(gpu.correctCount() == cpu.correctCount());
+    requireSameBlocks(cpu, copyOf(cpu.allGradients()), copyOf(gpu.allGradients()));
+    cpu.updateAll(0.01f, 0.9f, 5e-4f);
+    gpu.updateAll(0.01f, 0.9f, 5e-4f);
+    requireSameBlocks(cpu, copyOf(cpu.allParameters()), copyOf(gpu.allParameters()));
+  }
+}
+
+// Forward only: in backward, max pooling routes a gradient to the first
+// largest input of a window, and two inputs equal within rounding may then
+// be picked differently by the two backends; a network of this size has
+// such near-ties. The forward values do not depend on which one wins.
+TEST_CASE("a Model on CudaBackend: alexnet forward (lrn, groups, 11x11) equals the CPU's",
+          "[model]") {
+  const Network net = test::presetNetwork("alexnet");
+  CpuBackend cpuBackend;
+  Model cpu(net, ModelOptions{.dropout = false, .backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.dropout = false, .backend = &defaultGpu()});
+  const auto data = SyntheticDataset::forNetwork(net, 7);
+  const int batch = 2;
+  for (Model* m : {&cpu, &gpu}) {
+    std::vector<int32_t> labels(batch);
+    data.fill(0, m->input(batch).view(), labels);
+    m->setLabels(labels);
+    m->forwardAll();
+  }
+  for (int l = 0; l < cpu.layerCount(); ++l) {
+    INFO("output of " << net.layers[static_cast<size_t>(l)].name);
+    requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span(), 1e-3);
+  }
+  CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-4));
+}
+
+// ---- memory, options, timing -------------------------------------------------------------------
+
+TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data when it grows",
+          "[memory]") {
+  CudaBackend& g = defaultGpu();
+  CHECK(g.name() == "cuda");
+  CHECK(std::string(g.memory().name()) == "cuda-managed");
+  Buffer<float> b(g.memory(), 1000);
+  CHECK(std::all_of(b.data(), b.data() + b.size(), [](float v) { return v == 0.0f; }));
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<float>(i);
+  b.resize(5000);  // a new allocation: the first 1000 copied, the rest zero
+  for (size_t i = 0; i < b.size(); ++i)
+    REQUIRE(b[i] == (i < 1000 ? static_cast<float>(i) : 0.0f));
+  // Kernels read and write it: accumulate (beta 1) doubles it.
+  g.accumulate(ConstTensorView(b.data(), Dims{1, 1, 1, 5000}),
+               TensorView{b.data(), {1, 1, 1, 5000}}, 1.0f);
+  g.synchronize();
+  CHECK(b[999] == 2.0f * 999);
+}
+
+TEST_CASE("TF32 on: conv and fc stay within TF32's precision of the CPU's", "[tf32]") {
+  CudaBackend tf32(CudaBackendOptions{.allowTf32 = true});
+  CpuBackend cpu;
+  const ConvDesc d = convDesc(16, 13, 13, 24, 3, 3, 1, 1, 1);
+  const Dims xDims{2, d.inC, d.inH, d.inW}, yDims{2, d.filters, d.outH, d.outW};
+  TwinTensor x = randomTensor(xDims, 81);
+  TwinArray w = randomArray(static_cast<size_t>(d.filters) * d.inC * 9, 82);
+  TwinTensor y = nanTensor(yDims);
+  cpu.convForward(d, x.onCpu(), w.cpu.data(), nullptr, y.onCpu());
+  tf32.convForward(d, x.onGpu(), w.gpu.data(), nullptr, y.onGpu());
+  requireClose(tf32, y, 1e-2);
+
+  const FcDesc fc{true, static_cast<int>(xDims.perExample()), 10};
+  TwinArray wf = randomArray(static_cast<size_t>(fc.outputs) * fc.inFeatures, 83);
+  TwinTensor yf = nanTensor(Dims{2, fc.outputs, 1, 1});
+  cpu.fcForward(fc, x.onCpu(), wf.cpu.data(), nullptr, yf.onCpu());
+  tf32.fcForward(fc, x.onGpu(), wf.gpu.data(), nullptr, yf.onGpu());
+  requireClose(tf32, yf, 1e-2);
+}
+
+TEST_CASE("timeline marks are GPU times in order from the origin", "[timing]") {
+  CudaBackend& g = defaultGpu();
+  const ConvDesc d = convDesc(64, 27, 27, 192, 5, 5, 1, 2, 1);  // AlexNet's conv2
+  const Dims xDims{16, d.inC, d.inH, d.inW}, yDims{16, d.filters, d.outH, d.outW};
+  TwinTensor x = randomTensor(xDims, 91);
+  TwinArray w = randomArray(static_cast<size_t>(d.filters) * d.inC * 25, 92);
+  TwinTensor y(yDims);
+  g.convForward(d, x.onGpu(), w.gpu.data(), nullptr, y.onGpu());  // algorithm chosen here
+
+  const auto before = CudaBackend::Clock::now();
+  const auto origin = g.startTimeline();
+  const int a = g.markTime();
+  for (int i = 0; i < 5; ++i)
+    g.convForward(d, x.onGpu(), w.gpu.data(), nullptr, y.onGpu());
+  const int b = g.markTime();
+  g.synchronize();
+  const auto after = CudaBackend::Clock::now();
+  CHECK(before <= origin);
+  CHECK(g.markSeconds(a) >= 0.0);
+  CHECK(g.markSeconds(b) > g.markSeconds(a));
+  // The marks lie within the host's view of the same interval.
+  CHECK(g.markSeconds(b) <= std::chrono::duration<double>(after - origin).count() + 1e-3);
+  // A new timeline reuses the events.
+  g.startTimeline();
+  CHECK(g.markTime() == 0);
+  g.synchronize();
+}
+
+}  // namespace
+}  // namespace strata::nn
+
+// Lists tests without a device (CTest discovers them at build time); runs
+// them only where a device is usable, else exits 77 (skipped).
+int main(int argc, char** argv) {
+  Catch::Session session;
+  if (const int rc = session.applyCommandLine(argc, argv); rc != 0)
+    return rc;
+  const Catch::ConfigData& config = session.configData();
+  const bool listing = config.listTests || config.listTestNamesOnly || config.listTags ||
+                       config.listReporters || config.showHelp;
+  if (!listing) {
+    if (const std::string why = strata::nn::cudaUnavailableReason(); !why.empty()) {
+      // What can be checked without a device: the backend refuses to start,
+      // with that reason.
+      try {
+        strata::nn::CudaBackend backend;
+        std::printf("nn cuda: CudaBackend started without a device (%s)\n", why.c_str());
+        return 1;
+      } catch (const strata::RunFailure& e) {
+        if (std::string(e.what()) != "no CUDA device: " + why) {
+          std::printf("nn cuda: unexpected refusal: %s\n", e.what());
+          return 1;
+        }
+      }
+      std::printf("nn cuda: skipped, no usable CUDA device: %s\n", why.c_str());
+      return 77;
+    }
+  }
+  const int failed = session.run();
+  strata::nn::sharedHeuristic.reset();
+  strata::nn::sharedDefault.reset();
+  return failed;
+}
