@@ -123,8 +123,8 @@ double readRate(const ConfigNode& v) {
 
 // A rate grid (`gemm` or `conv`): dims, then one row per (table, m, n) with
 // the rates over k; `key` names the table column ("op" or "pass"), `names`
-// its three values in table order.
-void readGrid(const ConfigNode& g, GemmTable& table, const char* key,
+// its three values in table order and `what` what they are ("GEMM op").
+void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char* what,
               const std::array<std::string_view, 3>& names) {
   g.allowOnly({"dims", "rates"});
   const auto dims = g.require("dims");
@@ -161,7 +161,7 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key,
       if (names[i] == name)
         which = static_cast<int>(i);
     if (which < 0)
-      whichNode.fail(fmt::format("unknown {} '{}' (expected {}, {} or {})", key, name, names[0],
+      whichNode.fail(fmt::format("unknown {} '{}' (expected {}, {} or {})", what, name, names[0],
                                  names[1], names[2]));
     const size_t im = indexOf(row.require("m")), in = indexOf(row.require("n"));
     const auto values = row.require("gflop_per_s");
@@ -187,12 +187,12 @@ KernelTables readKernels(const ConfigNode& n) {
     backend.fail("unknown backend '" + t.backend + "' (expected cpu or cuda)");
   if (auto overhead = n.get("call_overhead"))
     t.callOverhead = overhead->asSeconds(true);
-  readGrid(n.require("gemm"), t.gemm, "op",
+  readGrid(n.require("gemm"), t.gemm, "op", "GEMM op",
            {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
   if (auto conv = n.get("conv")) {
     if (t.backend != "cuda")
       conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
-    readGrid(*conv, t.conv, "pass",
+    readGrid(*conv, t.conv, "pass", "convolution pass",
              {toString(ConvPass::kFwd), toString(ConvPass::kBwdData),
               toString(ConvPass::kBwdFilter)});
   }

@@ -243,3 +243,114 @@ TEST_CASE("kernels: mistakes name the file, line and key", "[kernels][cluster][e
   }
   std::filesystem::remove_all(dir);
 }
+
+// The CUDA backend's lowering (model/kernels.h, lowerCuda): a convolution is
+// one cuDNN call per pass at its implicit-GEMM shape, priced from the conv
+// table or, without one, as the GEMM an fc phase would run; the kernels of
+// kernels/ apply beta themselves, so no zero fills.
+TEST_CASE("lowerCuda: one cuDNN call per conv pass, no im2col, no zero fills",
+          "[kernels][cuda]") {
+  const auto net = loadNetwork(test::dataFile("residual-add.yaml"));
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer& l = net.layers[i];
+    for (Phase phase : {Phase::kFwd, Phase::kBwdData, Phase::kBwdWeights}) {
+      INFO(l.name << " " << toString(phase));
+      const auto calls = lowerCuda(net, static_cast<int>(i), phase, 4, 0);
+      for (const auto& c : calls) {
+        CHECK((c.gemm || c.conv || c.kernel != MemKernel::kIm2col));
+        CHECK((c.gemm || c.conv || c.kernel != MemKernel::kCol2im));
+        if (phase != Phase::kFwd)
+          CHECK((c.gemm || c.conv || c.kernel != MemKernel::kZero));
+        if (!c.gemm && !c.conv)
+          CHECK(c.count == 1);  // one launch over the whole batch
+      }
+      if (l.kind != LayerKind::kConv || (phase == Phase::kBwdWeights && !l.hasWeights()))
+        continue;
+      const auto conv = std::count_if(calls.begin(), calls.end(), [](auto& c) { return c.conv; });
+      CHECK(conv == 1);
+      const auto& c = *std::find_if(calls.begin(), calls.end(), [](auto& x) { return x.conv; });
+      const int groups = std::max(1, l.spec.groups);
+      CHECK(c.m == 4 * int64_t{l.outShape.h} * l.outShape.w);
+      CHECK(c.n == l.spec.filters / groups);
+      CHECK(c.k == int64_t{l.inShape.c / groups} * l.spec.kernelH * l.spec.kernelW);
+      CHECK(c.count == groups);
+      CHECK(c.pass == (phase == Phase::kFwd       ? ConvPass::kFwd
+                       : phase == Phase::kBwdData ? ConvPass::kBwdData
+                                                  : ConvPass::kBwdFilter));
+    }
+  }
+  // Non-conv layers keep the CPU's GEMMs.
+  const auto fc = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const auto cpu = lowerCpu(fc, 0, Phase::kFwd, 4, 0);
+  const auto gpu = lowerCuda(fc, 0, Phase::kFwd, 4, 0);
+  REQUIRE(cpu.size() == gpu.size());
+  CHECK((gpu[0].gemm && gpu[0].op == GemmOp::kNT && gpu[0].m == 4 && gpu[0].n == 4 &&
+         gpu[0].k == 16));
+  // bwd_data: the CPU zeroes dx first, cuBLAS applies beta.
+  CHECK(lowerCpu(fc, 0, Phase::kBwdData, 4, 0).size() == 2);
+  CHECK(lowerCuda(fc, 0, Phase::kBwdData, 4, 0).size() == 1);
+}
+
+TEST_CASE("kernel tables of backend cuda: conv table loaded, convolutions priced from it",
+          "[kernels][cuda][cluster]") {
+  std::string text = readText(test::dataFile("kernel-cluster.yaml"));
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+  };
+  replace("name: kernel-cluster", "name: kernel-cuda");
+  replace("backend: cpu ", "backend: cuda");
+  // A conv table: rate = 100 (pass + 1) GFLOP/s everywhere.
+  std::string conv = "    conv:\n      dims: [1, 16]\n      rates:\n";
+  for (const char* pass : {"fwd", "bwd_data", "bwd_filter"})
+    for (int m : {1, 16})
+      for (int n : {1, 16}) {
+        const int r = 100 * (std::string(pass) == "fwd" ? 1 : std::string(pass) == "bwd_data" ? 2 : 3);
+        conv += "        - {pass: " + std::string(pass) + ", m: " + std::to_string(m) +
+                ", n: " + std::to_string(n) + ", gflop_per_s: [" + std::to_string(r) + ", " +
+                std::to_string(r) + "]}\n";
+      }
+  replace("    memory:\n", conv + "    memory:\n");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata-kernels-cuda-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "kernel-cuda.yaml").string();
+  std::ofstream(path) << text;
+  const auto cl = loadCluster(path);
+  const auto& t = cl.device.kernels;
+  CHECK(t.backend == "cuda");
+  REQUIRE(!t.conv.empty());
+  CHECK(t.convTime(ConvPass::kFwd, 16, 16, 16).value() ==
+        Approx(2.0 * 16 * 16 * 16 / 100e9).epsilon(1e-12));
+  CHECK(t.convTime(ConvPass::kBwdFilter, 4, 4, 4).value() ==
+        Approx(2.0 * 4 * 4 * 4 / 300e9).epsilon(1e-12));
+  // Without a conv table: the implicit GEMM as an fc phase runs it.
+  KernelTables noConv = t;
+  noConv.conv = GemmTable{};
+  CHECK(noConv.convTime(ConvPass::kFwd, 4, 16, 1).value() ==
+        Approx(noConv.gemmTime(GemmOp::kNT, 4, 16, 1).value()).epsilon(1e-12));
+  CHECK(noConv.convTime(ConvPass::kBwdData, 4, 16, 1).value() ==
+        Approx(noConv.gemmTime(GemmOp::kNN, 4, 1, 16).value()).epsilon(1e-12));
+  CHECK(noConv.convTime(ConvPass::kBwdFilter, 4, 16, 1).value() ==
+        Approx(noConv.gemmTime(GemmOp::kTN, 16, 1, 4).value()).epsilon(1e-12));
+
+  // A conv table under backend cpu, and an unknown pass, are mistakes.
+  for (const auto& [from, to, message] :
+       {std::tuple{"backend: cuda", "backend: cpu ", "a conv table is for backend cuda"},
+        std::tuple{"{pass: fwd, m: 1, n: 1,", "{pass: fwd2, m: 1, n: 1,",
+                   "unknown convolution pass 'fwd2'"}}) {
+    std::string bad = text;
+    bad.replace(bad.find(from), std::string(from).size(), to);
+    std::ofstream(path) << bad;
+    INFO(message);
+    try {
+      loadCluster(path);
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+      CHECK(e.file() == path);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -157,6 +157,7 @@ struct LocalWorld::State {
   std::atomic<bool> aborted{false};
   mutable std::mutex abortMutex;
   std::string abortReason;
+  int abortRank = -1;  // the rank whose communicator aborted first, or -1
 };
 
 LocalWorld::LocalWorld(int size) {
@@ -179,12 +180,13 @@ Communicator& LocalWorld::communicator(int rank) {
   return *state_->comms[static_cast<std::size_t>(rank)];
 }
 
-void LocalWorld::abort(const std::string& reason) {
+void LocalWorld::abort(const std::string& reason, int rank) {
   {
     std::lock_guard lock(state_->abortMutex);
     if (state_->aborted.load(std::memory_order_relaxed))
       return;
     state_->abortReason = reason;
+    state_->abortRank = rank;
     state_->aborted.store(true, std::memory_order_release);
   }
   // Taking each inbox's mutex orders the flag before any receiver's next
@@ -204,12 +206,17 @@ std::string LocalWorld::abortReason() const {
   return state_->abortReason;
 }
 
+int LocalWorld::abortRank() const {
+  std::lock_guard lock(state_->abortMutex);
+  return state_->abortRank;
+}
+
 int LocalCommunicator::size() const {
   return world_.size();
 }
 
 void LocalCommunicator::abort(const std::string& reason) {
-  world_.abort(reason);
+  world_.abort(reason, rank_);
 }
 
 bool LocalCommunicator::aborted() const {
@@ -448,6 +455,7 @@ void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds 
   std::mutex errorMutex;
   std::exception_ptr firstError;
   int firstRank = -1;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
   auto worker = [&](int r) {
     try {
       body(world.communicator(r));
@@ -457,12 +465,13 @@ void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds 
         // Recorded before the abort, so the errors the abort causes on other
         // ranks can never win.
         std::lock_guard lock(errorMutex);
+        errors[static_cast<std::size_t>(r)] = error;
         if (!firstError) {
           firstError = error;
           firstRank = r;
         }
       }
-      world.abort(fmt::format("worker {}: {}", r, describe(error)));
+      world.abort(fmt::format("worker {}: {}", r, describe(error)), r);
     }
   };
 
@@ -479,6 +488,12 @@ void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds 
   }
   for (auto& t : threads)
     t.join();
+  // A rank whose body aborted the world itself (a lane's failure, before its
+  // error reached this function) caused the others' errors: its error wins
+  // over one that reached here first.
+  const int aborter = world.abortRank();
+  if (aborter >= 0 && errors[static_cast<std::size_t>(aborter)])
+    rethrowPrefixed(errors[static_cast<std::size_t>(aborter)], fmt::format("worker {}: ", aborter));
   if (firstError)
     rethrowPrefixed(firstError, fmt::format("worker {}: ", firstRank));
 }

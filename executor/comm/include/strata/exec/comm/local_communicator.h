@@ -72,11 +72,14 @@ class LocalWorld {
 
   // Makes every rank's pending and future send/recv throw CommError carrying
   // `reason`; wakes blocked receivers at once. Safe from any thread; the first
-  // reason wins.
-  void abort(const std::string& reason);
+  // reason wins. `rank`: the rank whose failure this is (-1: none, e.g. the
+  // world's owner); LocalCommunicator::abort passes its own.
+  void abort(const std::string& reason, int rank = -1);
   bool aborted() const;
   // The first abort reason; empty while not aborted.
   std::string abortReason() const;
+  // The rank given with the first abort; -1 while not aborted or when none.
+  int abortRank() const;
 
  private:
   friend class LocalCommunicator;
