@@ -9,8 +9,9 @@
 //  - per-channel sums (biasGrad, batchnorm): blocks over (channel, split of
 //    its values) write double partial sums, and a second kernel adds a
 //    channel's partials in split order, so results do not depend on timing;
-//  - per-position softmax statistics: a warp per position when the channels
-//    of a position are close together (h*w < 32), else a thread per position.
+//  - per-position softmax statistics: a warp per position when a position has
+//    many channels close together (h*w < 32, channels >= 32: an fc layer's
+//    logits), else a thread per position.
 // The file is compiled with --fmad=false (kernels/CMakeLists.txt): a * b + c
 // rounds twice, as on the CPU, so element results match the twins bit for
 // bit; only exp, log and pow (CUDA's differ from the C library's by an ulp
@@ -107,7 +108,7 @@ class Scratch {
     if (base_ != nullptr)
       cudaFreeAsync(base_, stream_);
   }
-  // `count` objects of T at byte `offset` (a multiple of 16).
+  // The objects of type T from byte `offset` (a multiple of 16) on.
   template <class T>
   T* at(size_t offset) const {
     return reinterpret_cast<T*>(static_cast<char*>(base_) + offset);
@@ -482,8 +483,7 @@ __global__ void __launch_bounds__(kThreads)
   int64_t j = begin + threadIdx.x;
   if (j < end) {
     // (example, position) of j, then of j + blockDim.x, ... without dividing.
-    const auto jj = static_cast<uint64_t>(j);
-    int64_t example = static_cast<int64_t>(layout.positionsDivider.quotient(jj));
+    auto example = static_cast<int64_t>(layout.positionsDivider.quotient(static_cast<uint64_t>(j)));
     int64_t position = j - example * positions;
     const int64_t stepExamples = static_cast<int64_t>(layout.positionsDivider.quotient(blockDim.x));
     const int64_t stepPositions = blockDim.x - stepExamples * positions;
@@ -618,33 +618,35 @@ struct AddToBatchNormWeights {
 
 // ---- batch normalisation -----------------------------------------------------------
 
-// The scratch of a batchnorm call: partial sums, moments, statistics and
-// gradient means per channel.
+// The scratch of a batchnorm call, one allocation: partial sums, then per
+// channel moments, statistics and gradient means.
 struct BatchNormScratch {
   BatchNormScratch(const ChannelLayout& layout, cudaStream_t stream)
-      : memory(sizeFor(layout), stream),
-        partial(memory.at<Sums>(0)),
-        moments(memory.at<ChannelMoments>(regionBytes<Sums>(partialCount(layout)))),
-        stats(memory.at<element::ChannelStats>(regionBytes<Sums>(partialCount(layout)) +
-                                               regionBytes<ChannelMoments>(layout.channels))),
-        means(memory.at<element::GradientMeans>(
-            regionBytes<Sums>(partialCount(layout)) + regionBytes<ChannelMoments>(layout.channels) +
-            regionBytes<element::ChannelStats>(layout.channels))) {}
-
-  static int64_t partialCount(const ChannelLayout& layout) {
-    return int64_t{layout.splits} * layout.channels;
+      : memory(partialBytes(layout) + perChannelBytes(layout), stream) {
+    size_t offset = 0;
+    partial = memory.at<Sums>(offset);
+    offset += partialBytes(layout);
+    moments = memory.at<ChannelMoments>(offset);
+    offset += regionBytes<ChannelMoments>(layout.channels);
+    stats = memory.at<element::ChannelStats>(offset);
+    offset += regionBytes<element::ChannelStats>(layout.channels);
+    means = memory.at<element::GradientMeans>(offset);
   }
-  static size_t sizeFor(const ChannelLayout& layout) {
-    return regionBytes<Sums>(partialCount(layout)) + regionBytes<ChannelMoments>(layout.channels) +
+
+  static size_t partialBytes(const ChannelLayout& layout) {
+    return regionBytes<Sums>(int64_t{layout.splits} * layout.channels);
+  }
+  static size_t perChannelBytes(const ChannelLayout& layout) {
+    return regionBytes<ChannelMoments>(layout.channels) +
            regionBytes<element::ChannelStats>(layout.channels) +
            regionBytes<element::GradientMeans>(layout.channels);
   }
 
   Scratch memory;
-  Sums* partial;
-  ChannelMoments* moments;
-  element::ChannelStats* stats;
-  element::GradientMeans* means;
+  Sums* partial = nullptr;
+  ChannelMoments* moments = nullptr;
+  element::ChannelStats* stats = nullptr;
+  element::GradientMeans* means = nullptr;
 };
 
 // Mean and inverse standard deviation of every channel into scratch.stats:
@@ -1008,7 +1010,7 @@ void softmaxStats(Shape4 shape, const float* logits, float* stats, Stream stream
   if (positions <= 0)
     return;
   const Divider plane(static_cast<uint64_t>(shape.plane()));
-  if (shape.plane() < kWarp) {
+  if (shape.plane() < kWarp && shape.c >= kWarp) {
     softmaxStatsWarpKernel<<<gridFor(positions * kWarp), kThreads, 0, stream>>>(
         plane, shape.c, positions, logits, stats);
   } else {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 
@@ -120,16 +121,11 @@ double readRate(const ConfigNode& v) {
          1e9;
 }
 
-KernelTables readKernels(const ConfigNode& n) {
-  n.allowOnly({"backend", "call_overhead", "gemm", "memory"});
-  KernelTables t;
-  const auto backend = n.require("backend");
-  t.backend = backend.asString();
-  if (t.backend != "cpu")
-    backend.fail("unknown backend '" + t.backend + "' (expected cpu)");
-  if (auto overhead = n.get("call_overhead"))
-    t.callOverhead = overhead->asSeconds(true);
-  const auto g = n.require("gemm");
+// A rate grid (`gemm` or `conv`): dims, then one row per (table, m, n) with
+// the rates over k; `key` names the table column ("op" or "pass"), `names`
+// its three values in table order.
+void readGrid(const ConfigNode& g, GemmTable& table, const char* key,
+              const std::array<std::string_view, 3>& names) {
   g.allowOnly({"dims", "rates"});
   const auto dims = g.require("dims");
   const auto dimItems = dims.items();
@@ -139,46 +135,67 @@ KernelTables readKernels(const ConfigNode& n) {
                           dimItems.size(), kMaxGridDims));
   for (const auto& d : dimItems) {
     const int v = d.asPositiveInt();
-    if (!t.gemm.dims.empty() && v <= t.gemm.dims.back())
+    if (!table.dims.empty() && v <= table.dims.back())
       d.fail("dims must increase");
-    t.gemm.dims.push_back(v);
+    table.dims.push_back(v);
   }
-  if (t.gemm.dims.size() < 2)
+  if (table.dims.size() < 2)
     dims.fail("needs at least two grid values");
-  const size_t d = t.gemm.dims.size();
+  const size_t d = table.dims.size();
   auto indexOf = [&](const ConfigNode& v) {
     const int x = v.asPositiveInt();
-    const auto it = std::find(t.gemm.dims.begin(), t.gemm.dims.end(), int64_t{x});
-    if (it == t.gemm.dims.end())
+    const auto it = std::find(table.dims.begin(), table.dims.end(), int64_t{x});
+    if (it == table.dims.end())
       v.fail("not one of the grid's dims");
-    return static_cast<size_t>(it - t.gemm.dims.begin());
+    return static_cast<size_t>(it - table.dims.begin());
   };
-  for (auto& r : t.gemm.rate)
+  for (auto& r : table.rate)
     r.assign(d * d * d, 0.0);
   const auto rates = g.require("rates");
   for (const auto& row : rates.items()) {
-    row.allowOnly({"op", "m", "n", "gflop_per_s"});
-    const auto opNode = row.require("op");
-    const auto opName = opNode.asString();
-    int op = -1;
-    for (auto o : kAllGemmOps)
-      if (toString(o) == opName)
-        op = static_cast<int>(o);
-    if (op < 0)
-      opNode.fail("unknown GEMM op '" + opName + "' (expected nn, nt or tn)");
+    row.allowOnly({key, "m", "n", "gflop_per_s"});
+    const auto whichNode = row.require(key);
+    const auto name = whichNode.asString();
+    int which = -1;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name)
+        which = static_cast<int>(i);
+    if (which < 0)
+      whichNode.fail(fmt::format("unknown {} '{}' (expected {}, {} or {})", key, name, names[0],
+                                 names[1], names[2]));
     const size_t im = indexOf(row.require("m")), in = indexOf(row.require("n"));
     const auto values = row.require("gflop_per_s");
     const auto items = values.items();
     if (items.size() != d)
       values.fail(fmt::format("needs {} rates (one per k in dims), got {}", d, items.size()));
     for (size_t ik = 0; ik < d; ++ik)
-      t.gemm.rate[static_cast<size_t>(op)][(im * d + in) * d + ik] = readRate(items[ik]);
+      table.rate[static_cast<size_t>(which)][(im * d + in) * d + ik] = readRate(items[ik]);
   }
-  for (auto o : kAllGemmOps)
+  for (size_t w = 0; w < 3; ++w)
     for (size_t i = 0; i < d * d * d; ++i)
-      if (t.gemm.rate[static_cast<size_t>(o)][i] <= 0)
-        rates.fail(fmt::format("no row for op {} m {} n {}", toString(o), t.gemm.dims[i / (d * d)],
-                               t.gemm.dims[(i / d) % d]));
+      if (table.rate[w][i] <= 0)
+        rates.fail(fmt::format("no row for {} {} m {} n {}", key, names[w],
+                               table.dims[i / (d * d)], table.dims[(i / d) % d]));
+}
+
+KernelTables readKernels(const ConfigNode& n) {
+  n.allowOnly({"backend", "call_overhead", "gemm", "conv", "memory"});
+  KernelTables t;
+  const auto backend = n.require("backend");
+  t.backend = backend.asString();
+  if (t.backend != "cpu" && t.backend != "cuda")
+    backend.fail("unknown backend '" + t.backend + "' (expected cpu or cuda)");
+  if (auto overhead = n.get("call_overhead"))
+    t.callOverhead = overhead->asSeconds(true);
+  readGrid(n.require("gemm"), t.gemm, "op",
+           {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
+  if (auto conv = n.get("conv")) {
+    if (t.backend != "cuda")
+      conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
+    readGrid(*conv, t.conv, "pass",
+             {toString(ConvPass::kFwd), toString(ConvPass::kBwdData),
+              toString(ConvPass::kBwdFilter)});
+  }
   if (auto memory = n.get("memory")) {
     for (const auto& [name, row] : memory->entries()) {
       MemKernel kernel;

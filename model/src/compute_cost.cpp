@@ -58,10 +58,15 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
     if (weight <= 0)
       continue;
     Seconds gemm, memory;
-    for (const auto& c : lowerCpu(net_, index, phase, ex, outputs)) {
+    for (const auto& c : lower(t.backend, net_, index, phase, ex, outputs)) {
       any = true;
       bool outside = false;
-      if (c.gemm) {
+      if (c.conv) {
+        gemm += t.convTime(c.pass, double(c.m), double(c.n), double(c.k), &outside) * c.count;
+        if (outside)
+          outside_.insert(fmt::format("conv {} {}x{}x{} ({})", toString(c.pass), c.m, c.n, c.k,
+                                      l.name));
+      } else if (c.gemm) {
         gemm += t.gemmTime(c.op, double(c.m), double(c.n), double(c.k), &outside) * c.count;
         if (outside)
           outside_.insert(

@@ -19,6 +19,18 @@ std::string_view toString(GemmOp op) {
   return "?";
 }
 
+std::string_view toString(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kFwd:
+      return "fwd";
+    case ConvPass::kBwdData:
+      return "bwd_data";
+    case ConvPass::kBwdFilter:
+      return "bwd_filter";
+  }
+  return "?";
+}
+
 namespace {
 
 // clang-format off
@@ -80,15 +92,19 @@ bool parseMemKernel(std::string_view name, MemKernel& out) {
   return false;
 }
 
-double KernelTables::gemmRate(GemmOp op, double m, double n, double k, bool* outside) const {
-  STRATA_ENFORCE(!gemm.empty());
-  std::vector<double> grid(gemm.dims.begin(), gemm.dims.end());
+namespace {
+
+// Rate of table `which` of a grid at (m, n, k): trilinear in log size.
+double gridRate(const GemmTable& table, size_t which, double m, double n, double k,
+                bool* outside) {
+  STRATA_ENFORCE(!table.empty());
+  std::vector<double> grid(table.dims.begin(), table.dims.end());
   const auto lg = logsOf(grid);
   const auto [im, tm] = locate(lg, m, outside);
   const auto [in, tn] = locate(lg, n, outside);
   const auto [ik, tk] = locate(lg, k, outside);
-  const size_t d = gemm.dims.size();
-  const auto& r = gemm.rate[static_cast<size_t>(op)];
+  const size_t d = table.dims.size();
+  const auto& r = table.rate[which];
   auto at = [&](size_t a, size_t b, size_t c) {
     return r[(std::min(a, d - 1) * d + std::min(b, d - 1)) * d + std::min(c, d - 1)];
   };
@@ -101,6 +117,29 @@ double KernelTables::gemmRate(GemmOp op, double m, double n, double k, bool* out
           sum += w * at(im + size_t(a), in + size_t(b), ik + size_t(c));
       }
   return sum;
+}
+
+}  // namespace
+
+double KernelTables::gemmRate(GemmOp op, double m, double n, double k, bool* outside) const {
+  return gridRate(gemm, static_cast<size_t>(op), m, n, k, outside);
+}
+
+Seconds KernelTables::convTime(ConvPass pass, double m, double n, double k, bool* outside) const {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return Seconds(0);
+  if (!conv.empty())
+    return Seconds(2.0 * m * n * k / gridRate(conv, static_cast<size_t>(pass), m, n, k, outside));
+  // The implicit GEMM as an fc layer's phase runs it.
+  switch (pass) {
+    case ConvPass::kFwd:
+      return gemmTime(GemmOp::kNT, m, n, k, outside);
+    case ConvPass::kBwdData:
+      return gemmTime(GemmOp::kNN, m, k, n, outside);
+    case ConvPass::kBwdFilter:
+      return gemmTime(GemmOp::kTN, n, k, m, outside);
+  }
+  return Seconds(0);
 }
 
 Seconds KernelTables::gemmTime(GemmOp op, double m, double n, double k, bool* outside) const {
@@ -357,6 +396,72 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
       break;
   }
   return calls;
+}
+
+std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, double examples,
+                                  int outputs) {
+  STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
+  const Layer& l = net.layers[static_cast<size_t>(index)];
+  std::vector<KernelCall> calls;
+  if (l.kind == LayerKind::kConv && phase != Phase::kUpdate) {
+    // One cuDNN call per pass over the whole batch and every group, and the
+    // bias kernels of kernels/ (one launch each).
+    const int64_t n = std::max<int64_t>(1, std::llround(examples));
+    const int64_t area = int64_t{l.outShape.h} * l.outShape.w;
+    const int groups = std::max(1, l.spec.groups);
+    KernelCall c;
+    c.conv = true;
+    c.m = n * area;
+    c.n = l.spec.filters / groups;
+    c.k = int64_t{l.inShape.c / groups} * l.spec.kernelH * l.spec.kernelW;
+    c.count = groups;
+    auto bias = [&](MemKernel kernel) {
+      KernelCall b;
+      b.kernel = kernel;
+      b.units = double(n) * double(l.spec.filters) * double(area);
+      calls.push_back(b);
+    };
+    if (phase == Phase::kFwd) {
+      // The first reader of a value several layers read clears its gradient.
+      for (const auto& z : lowerCpu(net, index, phase, examples, outputs))
+        if (!z.gemm && z.kernel == MemKernel::kZero)
+          calls.push_back(z);
+      c.pass = ConvPass::kFwd;
+      calls.push_back(c);
+      if (l.spec.bias)
+        bias(MemKernel::kBias);
+    } else if (phase == Phase::kBwdData) {
+      c.pass = ConvPass::kBwdData;  // cuDNN applies beta: no zero fill
+      calls.push_back(c);
+    } else {
+      c.pass = ConvPass::kBwdFilter;
+      calls.push_back(c);
+      if (l.spec.bias)
+        bias(MemKernel::kBiasGrad);
+    }
+    return calls;
+  }
+  // Everything else calls what the CPU calls, but each kernel covers the
+  // whole batch in one launch, and applies beta itself: the zero fills before
+  // overwriting gradients go, except the Model's own clearing of a summed
+  // gradient in forward.
+  for (KernelCall c : lowerCpu(net, index, phase, examples, outputs)) {
+    if (!c.gemm) {
+      if (c.kernel == MemKernel::kZero && phase != Phase::kFwd)
+        continue;
+      c.units *= c.count;
+      c.count = 1;
+    }
+    calls.push_back(c);
+  }
+  return calls;
+}
+
+std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
+                              Phase phase, double examples, int outputs) {
+  if (backend == "cuda")
+    return lowerCuda(network, index, phase, examples, outputs);
+  return lowerCpu(network, index, phase, examples, outputs);
 }
 
 }  // namespace strata

@@ -3,9 +3,13 @@
 // kernel (namespace strata::kernels::cuda, built with STRATA_CUDA) with the
 // same arguments plus a stream. Both call the same STRATA_HD element
 // functions (elementwise.h), so they agree bit for bit wherever the order of
-// a sum does not change (everything but the reductions: bias gradients,
-// batchnorm statistics, softmax statistics and loss, which agree within
-// rounding).
+// a sum does not change and no exp, log or pow is taken. The rest agree
+// within rounding: the reductions (bias gradients, batchnorm through its
+// statistics, softmax statistics and loss) and the elements that take exp or
+// pow (LRN outputs and gradients, softmax probabilities and gradients: the
+// LRN scale itself is exact), because CUDA's exp, log and pow differ from
+// the C library's by an ulp or two. The twins equal CpuBackend bit for bit,
+// except biasGrad (a double sum where CpuBackend's is float).
 //
 // Semantics are those of the Backend interface (executor/nn/backend.h) and
 // of CpuBackend, which the twins are tested against on the CPU
@@ -156,8 +160,7 @@ void dropoutForward(const DropoutParams& p, Shape4 shape, const float* x, float*
 void dropoutBackward(const DropoutParams& p, Shape4 shape, const float* dy, float* dx, float beta,
                      Stream stream);
 void biasAdd(float* y, const float* bias, int n, int channels, int64_t positions, Stream stream);
-void biasGrad(const float* dy, float* dbias, int n, int channels, int64_t positions,
-              Stream stream);
+void biasGrad(const float* dy, float* dbias, int n, int channels, int64_t positions, Stream stream);
 void poolForward(const PoolParams& p, int n, const float* x, float* y, int32_t* argmax,
                  Stream stream);
 void poolBackward(const PoolParams& p, int n, const float* dy, const int32_t* argmax, float* dx,

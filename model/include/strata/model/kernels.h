@@ -87,9 +87,27 @@ struct GemmTable {
   bool empty() const { return dims.empty(); }
 };
 
+// The three passes of a convolution as cuDNN runs them, each an implicit
+// GEMM over the unfolded input: forward Y (m x n) = X_col (m x k) W^T,
+// backward data dX_col (m x k) = dY (m x n) W, backward filter dW (n x k) =
+// dY^T X_col, with m = examples x output positions, n = filters per group,
+// k = input channels per group x kernel area.
+enum class ConvPass { kFwd, kBwdData, kBwdFilter };
+inline constexpr ConvPass kAllConvPasses[] = {ConvPass::kFwd, ConvPass::kBwdData,
+                                              ConvPass::kBwdFilter};
+std::string_view toString(ConvPass pass);  // fwd, bwd_data, bwd_filter
+
 struct KernelTables {
-  std::string backend;  // "cpu": the lowering of executor/nn's CPU backend
+  // "cpu": the lowering of executor/nn's CPU backend (lowerCpu); "cuda": of
+  // its CUDA backend (lowerCuda: cuDNN convolutions, cuBLAS GEMMs, kernels/).
+  std::string backend;
   GemmTable gemm;
+  // cuda: FLOP/s of cuDNN's convolutions (3x3, stride 1, pad 1, the
+  // algorithm cuDNN finds fastest) on a grid of implicit-GEMM shapes, indexed
+  // by ConvPass instead of GemmOp. Empty: a convolution is priced as the GEMM
+  // of its implicit shape (fwd as nt, bwd_data as nn, bwd_filter as tn, as fc
+  // layers run them).
+  GemmTable conv;
   std::array<SizeTable, kMemKernelCount> memory;
   // Fixed cost of one layer-phase call around its kernels (the Model's
   // bookkeeping: views, checks, buffer sizing), added once per phase.
@@ -99,6 +117,9 @@ struct KernelTables {
   // Seconds of one GEMM call; sets *outside when a dimension lies beyond the
   // grid (the rate is then the edge's).
   Seconds gemmTime(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
+  // Seconds of one convolution pass of implicit-GEMM shape (m, n, k): from
+  // the conv table, or else the GEMM table (see `conv`).
+  Seconds convTime(ConvPass pass, double m, double n, double k, bool* outside = nullptr) const;
   // Seconds of one call of a memory-bound kernel over `units` units.
   Seconds memoryTime(MemKernel kernel, double units, bool* outside = nullptr) const;
   // A pooling window kernel (timed at 3x3) for a window of `window` elements:
@@ -113,6 +134,8 @@ struct KernelTables {
 struct KernelCall {
   bool gemm = false;
   GemmOp op = GemmOp::kNN;
+  bool conv = false;  // a cuDNN convolution pass (m, n, k: its implicit GEMM)
+  ConvPass pass = ConvPass::kFwd;
   int64_t m = 0, n = 0, k = 0;  // GEMM shape
   MemKernel kernel = MemKernel::kCopy;
   double units = 0;   // memory kernel units per call
@@ -129,5 +152,17 @@ struct KernelCall {
 // layer without weights).
 std::vector<KernelCall> lowerCpu(const Network& network, int index, Phase phase, double examples,
                                  int outputs);
+
+// The same for the CUDA backend (executor/nn/src/cuda_backend.cpp): a
+// convolution is one cuDNN call per pass (groups included, count = groups of
+// per-group implicit GEMMs) with the bias kernels beside it; fc layers are
+// cuBLAS GEMMs as on the CPU (per-position fc a batch of n GEMMs); every other
+// layer one kernel of kernels/, which applies beta itself (no zero fills).
+std::vector<KernelCall> lowerCuda(const Network& network, int index, Phase phase, double examples,
+                                  int outputs);
+
+// lowerCpu or lowerCuda by `backend` ("cpu", "cuda").
+std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
+                              Phase phase, double examples, int outputs);
 
 }  // namespace strata
