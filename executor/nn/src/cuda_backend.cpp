@@ -333,7 +333,6 @@ struct CudaBackend::Impl {
   void growWorkspace(size_t bytes);
 
   const CudaBackendOptions& options;
-  int device;
   StreamHandle stream;
   CudaMemory memory;
   CublasHandle cublas;
@@ -363,7 +362,7 @@ cudaStream_t createStream(StreamHandle& s) {
 }  // namespace
 
 CudaBackend::Impl::Impl(const CudaBackendOptions& o, int dev)
-    : options(o), device(dev), memory(dev, createStream(stream)) {
+    : options(o), memory(dev, createStream(stream)) {
   check(cublasCreate(cublas.out()), "cublasCreate");
   check(cublasSetStream(cublas.get(), stream.get()), "cublasSetStream");
   // Default math keeps FP32 products in FP32 (no TF32, no reduced-precision
@@ -401,11 +400,6 @@ ConvPlan& CudaBackend::Impl::plan(const ConvDesc& d, int n) {
         "cudnnSetConvolution2dDescriptor", p.where);
   check(cudnnSetConvolutionGroupCount(p.conv.get(), d.groups), "cudnnSetConvolutionGroupCount",
         p.where);
-  // The math the algorithm search runs with: FMA (plain FP32) unless TF32
-  // is allowed, when the default math lets cuDNN use TF32 tensor cores.
-  check(cudnnSetConvolutionMathType(p.conv.get(),
-                                    options.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
-        "cudnnSetConvolutionMathType", p.where);
   // cuDNN's output shape must be the one ConvDesc says (the same formula).
   std::array<int, 4> out{};
   check(cudnnGetConvolution2dForwardOutputDim(p.conv.get(), p.x.get(), p.w.get(), &out[0], &out[1],
@@ -433,7 +427,17 @@ ConvChoice chooseAlgorithm(const char* searchCall, cudnnConvolutionDescriptor_t 
   constexpr int kMaxCandidates = 16;  // more than any direction has (8, 6, 7)
   std::array<Perf, kMaxCandidates> perf{};
   int returned = 0;
+  // The search runs with FMA math (plain FP32) unless TF32 is allowed, when
+  // the default math lets cuDNN use TF32 tensor cores; an earlier direction's
+  // choice may have left another math type on the descriptor.
+  check(cudnnSetConvolutionMathType(conv, options.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+        "cudnnSetConvolutionMathType", where);
   check(search(kMaxCandidates, &returned, perf.data()), searchCall, where);
+  // The search may try algorithms that fail inside (e.g. out of memory for a
+  // large workspace) and leave that CUDA error behind, non-sticky, for the
+  // next launch check to blame on its own kernel; those failures are in the
+  // candidates' statuses.
+  static_cast<void>(cudaGetLastError());
   std::string rejected;
   for (int i = 0; i < returned; ++i) {
     const Perf& p = perf[static_cast<size_t>(i)];
@@ -617,7 +621,6 @@ void CudaBackend::synchronize() {
   activate();
   check(cudaStreamSynchronize(impl_->stream.get()), "cudaStreamSynchronize",
         "kernels of the CUDA backend");
-  check(cudaGetLastError(), "cudaGetLastError", "after synchronize");
 }
 
 // ---- timeline ------------------------------------------------------------------------------

@@ -26,9 +26,8 @@
 
 #include "strata/exec/nn/backend.h"
 
-// cudaStream_t and cudaEvent_t are pointers to these (driver_types.h).
+// cudaStream_t is a pointer to this (driver_types.h).
 struct CUstream_st;
-struct CUevent_st;
 
 namespace strata::nn {
 
@@ -63,14 +62,15 @@ std::string cudaUnavailableReason();
 // device address it through the same pointers, pages migrate on access.
 // Allocations prefer the device (cudaMemAdviseSetPreferredLocation), so
 // kernels run on device-resident pages and a host access moves only what it
-// touches. allocate() zero-fills on the device and waits for that on the
-// given stream (only that stream: other workers' kernels keep running).
+// touches. allocate() zero-fills on the device, on the given stream, and
+// waits for that stream (so also for the kernels already enqueued on it;
+// other workers' streams keep running).
 class CudaMemory final : public Memory {
  public:
   // `stream` is the stream the zero-fill runs on (the backend's).
   CudaMemory(int device, CUstream_st* stream) : device_(device), stream_(stream) {}
   void* allocate(size_t bytes) override;
-  // cudaFree, which waits for the device to be idle: buffers are freed when
+  // cudaFree, which may wait for the whole device: buffers are freed when
   // they grow or at the end, never per step. A failure is dropped (this must
   // not throw; cudaFree fails only after an earlier sticky error, which the
   // next checked call reports).
@@ -137,7 +137,7 @@ class CudaBackend final : public Backend {
   // timeline. Requires startTimeline() first.
   int markTime();
   // Seconds from the timeline's origin to mark `id`. Requires the mark to have
-  // completed: call after synchronize() (or after a later mark's wait).
+  // completed: call after synchronize() (else RunFailure: cudaErrorNotReady).
   double markSeconds(int id) const;
 
   // ---- Backend -------------------------------------------------------------------
