@@ -174,8 +174,8 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
   for (size_t w = 0; w < 3; ++w)
     for (size_t i = 0; i < d * d * d; ++i)
       if (table.rate[w][i] <= 0)
-        rates.fail(fmt::format("no row for {} {} m {} n {}", key, names[w],
-                               table.dims[i / (d * d)], table.dims[(i / d) % d]));
+        rates.fail(fmt::format("no row for {} {} m {} n {}", key, names[w], table.dims[i / (d * d)],
+                               table.dims[(i / d) % d]));
 }
 
 KernelTables readKernels(const ConfigNode& n) {
@@ -192,9 +192,9 @@ KernelTables readKernels(const ConfigNode& n) {
   if (auto conv = n.get("conv")) {
     if (t.backend != "cuda")
       conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
-    readGrid(*conv, t.conv, "pass", "convolution pass",
-             {toString(ConvPass::kFwd), toString(ConvPass::kBwdData),
-              toString(ConvPass::kBwdFilter)});
+    readGrid(
+        *conv, t.conv, "pass", "convolution pass",
+        {toString(ConvPass::kFwd), toString(ConvPass::kBwdData), toString(ConvPass::kBwdFilter)});
   }
   if (auto memory = n.get("memory")) {
     for (const auto& [name, row] : memory->entries()) {

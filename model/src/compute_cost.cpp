@@ -64,8 +64,8 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
       if (c.conv) {
         gemm += t.convTime(c.pass, double(c.m), double(c.n), double(c.k), &outside) * c.count;
         if (outside)
-          outside_.insert(fmt::format("conv {} {}x{}x{} ({})", toString(c.pass), c.m, c.n, c.k,
-                                      l.name));
+          outside_.insert(
+              fmt::format("conv {} {}x{}x{} ({})", toString(c.pass), c.m, c.n, c.k, l.name));
       } else if (c.gemm) {
         gemm += t.gemmTime(c.op, double(c.m), double(c.n), double(c.k), &outside) * c.count;
         if (outside)

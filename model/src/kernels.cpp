@@ -95,8 +95,7 @@ bool parseMemKernel(std::string_view name, MemKernel& out) {
 namespace {
 
 // Rate of table `which` of a grid at (m, n, k): trilinear in log size.
-double gridRate(const GemmTable& table, size_t which, double m, double n, double k,
-                bool* outside) {
+double gridRate(const GemmTable& table, size_t which, double m, double n, double k, bool* outside) {
   STRATA_ENFORCE(!table.empty());
   std::vector<double> grid(table.dims.begin(), table.dims.end());
   const auto lg = logsOf(grid);

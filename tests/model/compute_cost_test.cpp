@@ -248,8 +248,7 @@ TEST_CASE("kernels: mistakes name the file, line and key", "[kernels][cluster][e
 // one cuDNN call per pass at its implicit-GEMM shape, priced from the conv
 // table or, without one, as the GEMM an fc phase would run; the kernels of
 // kernels/ apply beta themselves, so no zero fills.
-TEST_CASE("lowerCuda: one cuDNN call per conv pass, no im2col, no zero fills",
-          "[kernels][cuda]") {
+TEST_CASE("lowerCuda: one cuDNN call per conv pass, no im2col, no zero fills", "[kernels][cuda]") {
   const auto net = loadNetwork(test::dataFile("residual-add.yaml"));
   for (size_t i = 0; i < net.layers.size(); ++i) {
     const Layer& l = net.layers[i];
@@ -306,7 +305,9 @@ TEST_CASE("kernel tables of backend cuda: conv table loaded, convolutions priced
   for (const char* pass : {"fwd", "bwd_data", "bwd_filter"})
     for (int m : {1, 16})
       for (int n : {1, 16}) {
-        const int r = 100 * (std::string(pass) == "fwd" ? 1 : std::string(pass) == "bwd_data" ? 2 : 3);
+        const int r = 100 * (std::string(pass) == "fwd"        ? 1
+                             : std::string(pass) == "bwd_data" ? 2
+                                                               : 3);
         conv += "        - {pass: " + std::string(pass) + ", m: " + std::to_string(m) +
                 ", n: " + std::to_string(n) + ", gflop_per_s: [" + std::to_string(r) + ", " +
                 std::to_string(r) + "]}\n";

@@ -122,10 +122,9 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   const std::time_t now = std::time(nullptr);
   char day[32];
   std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
-  p.provenance = fmt::format("measured by `strata profile -n {} --batch {}{}` on {}, {}",
-                             network.name, batch,
-                             device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
-                             hostName, day);
+  p.provenance = fmt::format(
+      "measured by `strata profile -n {} --batch {}{}` on {}, {}", network.name, batch,
+      device == Device::kCpu ? "" : " --device " + std::string(toString(device)), hostName, day);
   for (size_t l = 0; l < network.layers.size(); ++l)
     p.layers.push_back({network.layers[l].name, Seconds(t.fwd[l]), Seconds(t.bwdData[l]),
                         Seconds(t.bwdWeights[l]), Seconds(t.update[l])});

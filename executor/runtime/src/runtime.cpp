@@ -865,7 +865,7 @@ class Worker {
   nn::SyntheticDataset dataset_;
   std::unique_ptr<nn::Backend> backend_;  // this worker's, on RunOptions::device
   nn::Model model_;
-  WorkTimer timer_;  // times compute and update tasks on the backend
+  WorkTimer timer_;                         // times compute and update tasks on the backend
   std::vector<std::pair<int, int>> marks_;  // per task: timer marks around it (-1: none)
   std::vector<size_t> mine_;
   std::vector<size_t> computeTasks_, commTasks_;
@@ -1148,9 +1148,9 @@ void checkRunOptions(const RunOptions& options) {
 void checkRunDevice(const RunOptions& options, int workers) {
   checkDevice(options.device, "--device");
   if (options.device == Device::kCuda && workers > 1)
-    throw OptionError("--device",
-                      fmt::format("cuda runs one worker on one GPU for now (-k 1), got {} workers",
-                                  workers));
+    throw OptionError(
+        "--device",
+        fmt::format("cuda runs one worker on one GPU for now (-k 1), got {} workers", workers));
 }
 
 double runMemoryLowerBound(const Network& network, const Scenario& sc) {
