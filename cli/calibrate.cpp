@@ -15,7 +15,7 @@ namespace strata::cli {
 
 Command addCalibrateCommand(CLI::App& app) {
   struct Options {
-    std::string network, out;
+    std::string network, out, device = "cpu";
     int batch = 32, maxWorkers = 4;
   };
   auto o = std::make_shared<Options>();
@@ -26,6 +26,9 @@ Command addCalibrateCommand(CLI::App& app) {
                   "also fit roofline efficiencies on this network's own layers (the cluster then "
                   "is not held-out for it; default: kernel tables only)");
   sub->add_option("--batch,-b", o->batch, "examples per timed pass with --network (default 32)");
+  sub->add_option("--device", o->device,
+                  "cpu (default: this machine's cores) or cuda (GPU 0: cuBLAS, cuDNN and "
+                  "kernel tables, copy and host-link bandwidth)");
   sub->add_option("--sharing-up-to", o->maxWorkers,
                   "measure sharing for 1, 2, 4, ... up to this many workers (default 4)");
   sub->footer(
@@ -47,12 +50,16 @@ Command addCalibrateCommand(CLI::App& app) {
             co.network = net ? &*net : nullptr;
             co.batch = o->batch;
             co.maxWorkers = o->maxWorkers;
+            co.device = exec::parseDevice(o->device, "--device");
             co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
             exec::checkCalibrationOptions(co);
             std::ofstream file(o->out);
             if (!file)
               throw OptionError("--out", "cannot write '" + o->out + "'");
-            if (net)
+            if (co.device == exec::Device::kCuda)
+              std::cout << "calibrating GPU 0 (kernel tables through cuBLAS, cuDNN and "
+                           "kernels/)\n";
+            else if (net)
               std::cout << "calibrating this machine (kernel tables; roofline efficiencies "
                            "fitted on "
                         << net->name << "'s layers, batch " << o->batch << ")\n";

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -611,6 +613,46 @@ Memory& CudaBackend::memory() {
 
 CUstream_st* CudaBackend::stream() const {
   return impl_->stream.get();
+}
+
+CudaBackend::DeviceInfo CudaBackend::deviceInfo() const {
+  activate();
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, options_.device), "cudaGetDeviceProperties");
+  return {prop.name, prop.multiProcessorCount, prop.totalGlobalMem};
+}
+
+std::pair<double, double> CudaBackend::hostCopySeconds(size_t bytes) {
+  activate();
+  void* host = nullptr;
+  void* device = nullptr;
+  check(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  std::pair<double, double> best{1e300, 1e300};
+  try {
+    check(cudaMalloc(&device, bytes), "cudaMalloc");
+    std::memset(host, 1, bytes);
+    cudaStream_t st = impl_->stream.get();
+    for (int rep = 0; rep < 6; ++rep)
+      for (int toDevice = 1; toDevice >= 0; --toDevice) {
+        check(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+        const auto t0 = std::chrono::steady_clock::now();
+        check(toDevice ? cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, st)
+                       : cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, st),
+              "cudaMemcpyAsync");
+        check(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+        const double t =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep > 0)  // the first is the warm-up
+          (toDevice ? best.first : best.second) = std::min(toDevice ? best.first : best.second, t);
+      }
+  } catch (...) {
+    static_cast<void>(cudaFree(device));
+    static_cast<void>(cudaFreeHost(host));
+    throw;
+  }
+  static_cast<void>(cudaFree(device));
+  static_cast<void>(cudaFreeHost(host));
+  return best;
 }
 
 void CudaBackend::activate() const {

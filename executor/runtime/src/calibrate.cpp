@@ -94,6 +94,11 @@ std::string host() {
 }  // namespace
 
 void checkCalibrationOptions(const CalibrationOptions& o) {
+  if (o.device == Device::kCuda && o.network)
+    throw OptionError("--network",
+                      "--device cuda measures kernel tables only (roofline fits on a network are "
+                      "for the CPU)");
+  checkDevice(o.device, "--device");
   // Sharing beyond 64 workers on one machine is time-slicing, not sharing.
   if (o.maxWorkers < 1 || o.maxWorkers > 64)
     throw OptionError("--sharing-up-to", fmt::format("must be in 1..64, got {}", o.maxWorkers));
@@ -107,8 +112,10 @@ std::string calibrate(const CalibrationOptions& o) {
       o.progress(s);
   };
   checkCalibrationOptions(o);
-  const Network* net = o.network;
   const std::string where = fmt::format("`strata calibrate` on {}, {}", host(), today());
+  if (o.device == Device::kCuda)
+    return detail::calibrateCuda(o, where);
+  const Network* net = o.network;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
 
   // 1. Kernel tables: every GEMM shape of the grid and every memory-bound

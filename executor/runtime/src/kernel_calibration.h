@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "strata/exec/calibrate.h"
 #include "strata/model/kernels.h"
 
 namespace strata::exec::detail {
@@ -34,5 +35,11 @@ std::pair<double, double> measureOverlap(int workers);
 // to each other: half a ping-pong between two threads while `busy` other
 // threads run GEMMs (the compute lanes of a step), median of 3 runs.
 double measureHandoff(int busy);
+
+// `strata calibrate --device cuda`: GPU 0 as a one-device cluster (its
+// kernel tables through the CUDA backend, copy and host-link bandwidths), the
+// YAML with every figure's provenance; `where` says by whom and when.
+// Throws OptionError naming --device when CUDA is not built or no GPU is here.
+std::string calibrateCuda(const CalibrationOptions& options, const std::string& where);
 
 }  // namespace strata::exec::detail

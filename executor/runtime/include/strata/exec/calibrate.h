@@ -7,12 +7,16 @@
 #include <string>
 
 #include "strata/exec/comm/communicator.h"
+#include "strata/exec/device.h"
 #include "strata/model/network.h"
 
 namespace strata::exec {
 
 struct CalibrationOptions {
   std::string name = "localhost-calibrated";  // the cluster's name (the file's stem)
+  // cpu: this machine's cores (everything below); cuda: GPU 0 alone (kernel
+  // tables through the CUDA backend; network, batch, sharing and comm unused).
+  Device device = Device::kCpu;
   // Layers timed to find each layer kind's efficiency: the network a run will
   // use (validate passes its own); shapes of another network are a guess.
   const Network* network = nullptr;

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "strata/exec/nn/backend.h"
 
@@ -110,6 +111,18 @@ class CudaBackend final : public Backend {
   // The stream every kernel of this backend runs on (a cudaStream_t), for
   // device communicators and copies that must order with the kernels.
   CUstream_st* stream() const;
+
+  // What `strata calibrate --device cuda` records of the device.
+  struct DeviceInfo {
+    std::string name;         // "NVIDIA H100 80GB HBM3"
+    int multiprocessors = 0;  // SMs
+    size_t memoryBytes = 0;   // global memory
+  };
+  DeviceInfo deviceInfo() const;
+  // Seconds of one copy of `bytes` from pinned host memory to the device and
+  // of one back (cudaMemcpyAsync on this stream, each waited for; best of 5
+  // after a warm-up), for the host link of a calibrated cluster.
+  std::pair<double, double> hostCopySeconds(size_t bytes);
 
   // ---- GPU time for traces ---------------------------------------------------
   // Timestamps taken by CUDA events on the stream, not by the host: a mark

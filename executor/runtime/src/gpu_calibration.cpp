@@ -1,0 +1,499 @@
+// `strata calibrate --device cuda`: GPU 0 as a one-device cluster, its
+// kernel tables measured through the CUDA backend exactly as a run calls it
+// (cuBLAS GEMMs through the fc phases, cuDNN convolutions, the kernels/ of
+// every other layer), each timed by CUDA events (WorkTimer).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kernel_calibration.h"
+#include "strata/exec/calibrate.h"
+#include "strata/exec/device.h"
+#include "strata/model/error.h"
+#include "strata/model/kernels.h"
+#include "strata/model/quantity_text.h"
+
+#if STRATA_HAVE_CUDA
+#include "strata/exec/nn/cuda_backend.h"
+#include "strata/exec/nn/model.h"
+#include "strata/kernels/kernels.h"
+#endif
+
+namespace strata::exec::detail {
+
+#if STRATA_HAVE_CUDA
+
+namespace {
+
+// Seconds per call of fn on the backend: a warm-up call (cuDNN chooses its
+// algorithm there), one timed call to size the groups, then 3 groups of at
+// least 1 ms of GPU time each; the median group.
+template <class F>
+double gpuPerCall(WorkTimer& timer, F&& fn) {
+  timer.start();
+  fn();
+  const int a = timer.mark();
+  fn();
+  const int b = timer.mark();
+  timer.finish();
+  const double one = timer.seconds(b) - timer.seconds(a);
+  const int calls = std::clamp(static_cast<int>(1e-3 / std::max(one, 1e-7)), 1, 10000);
+  std::vector<double> g;
+  for (int group = 0; group < 3; ++group) {
+    timer.start();
+    const int s = timer.mark();
+    for (int c = 0; c < calls; ++c)
+      fn();
+    const int e = timer.mark();
+    timer.finish();
+    g.push_back((timer.seconds(e) - timer.seconds(s)) / calls);
+  }
+  std::sort(g.begin(), g.end());
+  return g[1];
+}
+
+// The GEMM grid of the CPU's tables; points over 2^34 multiply-adds (~1 ms
+// at FP32 speed on an H100) or with an operand over 2^26 floats (256 MiB)
+// take the rate of the point with the largest dimension one step smaller.
+const std::vector<int64_t> kGemmDims = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
+constexpr double kMaxMacs = double(int64_t{1} << 34);
+constexpr double kMaxOperand = double(int64_t{1} << 26);
+
+// The convolution grid (implicit-GEMM m, n and k; kernels 3x3, stride 1,
+// pad 1); points over kMaxMacs or with a tensor over 2^26 floats are filled
+// like the GEMM grid's.
+const std::vector<int64_t> kConvDims = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
+
+// Fills the points of a grid table not measured (over the caps), smallest
+// first, from the point whose largest dimension is one grid step smaller.
+void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t d) {
+  for (size_t sum = 0; sum < 3 * d; ++sum)
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in)
+        for (size_t ik = 0; ik < d; ++ik) {
+          if (im + in + ik != sum || measured[(im * d + in) * d + ik])
+            continue;
+          size_t jm = im, jn = in, jk = ik;
+          if (jm >= jn && jm >= jk)
+            --jm;
+          else if (jn >= jk)
+            --jn;
+          else
+            --jk;
+          rate[(im * d + in) * d + ik] = rate[(jm * d + jn) * d + jk];
+          measured[(im * d + in) * d + ik] = 1;
+        }
+}
+
+struct GpuTables {
+  KernelTables tables;
+  double copyBandwidth = 0;  // device-to-device copy, bytes read + written per second
+  double reduceBandwidth = 0;
+};
+
+GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::string&)>& say) {
+  GpuTables out;
+  KernelTables& t = out.tables;
+  t.backend = "cuda";
+  WorkTimer timer(be);
+  nn::Memory& mem = be.memory();
+  const auto top = static_cast<size_t>(kMaxOperand);
+  nn::Buffer<float> a(mem, top), b(mem, top), c(mem, top), d4(mem, top);
+  be.fill(a.span(), 0.01f);
+  be.fill(b.span(), 0.02f);
+
+  // GEMMs through the fc phases, as lowerCuda prices them: forward nt
+  // (m x k) (n x k)^T, backward data nn, backward weights tn.
+  {
+    const size_t d = kGemmDims.size();
+    t.gemm.dims = kGemmDims;
+    for (auto op : kAllGemmOps) {
+      auto& rate = t.gemm.rate[static_cast<size_t>(op)];
+      rate.assign(d * d * d, 0.0);
+      std::vector<char> measured(d * d * d, 0);
+      for (size_t im = 0; im < d; ++im)
+        for (size_t in = 0; in < d; ++in)
+          for (size_t ik = 0; ik < d; ++ik) {
+            const int m = int(kGemmDims[im]), n = int(kGemmDims[in]), k = int(kGemmDims[ik]);
+            if (double(m) * n * k > kMaxMacs ||
+                std::max({double(m) * k, double(k) * n, double(m) * n}) > kMaxOperand)
+              continue;
+            double s = 0;
+            switch (op) {
+              case GemmOp::kNT: {  // y (m x n) = x (m x k) W^T, W (n x k)
+                const nn::FcDesc fd{true, k, n};
+                s = gpuPerCall(timer, [&] {
+                  be.fcForward(fd, nn::ConstTensorView{a.data(), {m, k, 1, 1}}, b.data(), nullptr,
+                               nn::TensorView{c.data(), {m, n, 1, 1}});
+                });
+                break;
+              }
+              case GemmOp::kNN: {  // dx (m x n) = dy (m x k) W, W (k x n)
+                const nn::FcDesc fd{true, n, k};
+                s = gpuPerCall(timer, [&] {
+                  be.fcBackwardData(fd, nn::ConstTensorView{a.data(), {m, k, 1, 1}}, b.data(),
+                                    nn::TensorView{c.data(), {m, n, 1, 1}}, 0.0f);
+                });
+                break;
+              }
+              case GemmOp::kTN: {  // dW (m x n) += dy^T x, dy (k x m), x (k x n)
+                const nn::FcDesc fd{true, n, m};
+                s = gpuPerCall(timer, [&] {
+                  be.fcBackwardWeights(fd, nn::ConstTensorView{a.data(), {k, n, 1, 1}},
+                                       nn::ConstTensorView{b.data(), {k, m, 1, 1}}, c.data(),
+                                       nullptr);
+                });
+                break;
+              }
+            }
+            rate[(im * d + in) * d + ik] = 2.0 * m * n * k / s;
+            measured[(im * d + in) * d + ik] = 1;
+          }
+      fillOverCap(rate, measured, d);
+    }
+    say(fmt::format("GEMM tables      3 x {} shapes through cuBLAS (fc phases)", d * d * d));
+  }
+
+  // cuDNN convolutions, 3x3 stride 1 pad 1: m = examples x positions (planes
+  // of 64 x 64 from 4096 on, one example below), n = filters, k = 9 x
+  // channels (channels = k / 9, at least 1: the rate is of the real k).
+  {
+    const size_t d = kConvDims.size();
+    t.conv.dims = kConvDims;
+    for (auto& r : t.conv.rate)
+      r.assign(d * d * d, 0.0);
+    std::vector<std::vector<char>> measured(3, std::vector<char>(d * d * d, 0));
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in)
+        for (size_t ik = 0; ik < d; ++ik) {
+          const int64_t m = kConvDims[im], n = kConvDims[in];
+          const int channels = std::max<int>(1, int(kConvDims[ik] / 9));
+          const int side = m >= 4096 ? 64 : int(std::lround(std::sqrt(double(m))));
+          const int examples = int(m / (int64_t{side} * side));
+          const double k = 9.0 * channels;
+          const double x = double(examples) * channels * side * side;
+          if (double(m) * double(n) * k > kMaxMacs || x > kMaxOperand ||
+              double(m) * double(n) > kMaxOperand || double(n) * k > kMaxOperand)
+            continue;
+          nn::ConvDesc cd;
+          cd.inC = channels;
+          cd.inH = cd.inW = cd.outH = cd.outW = side;
+          cd.filters = int(n);
+          cd.kernelH = cd.kernelW = 3;
+          cd.pad = 1;
+          const nn::Dims xd{examples, channels, side, side}, yd{examples, int(n), side, side};
+          const double flops = 2.0 * double(m) * double(n) * k;
+          const size_t at = (im * d + in) * d + ik;
+          t.conv.rate[0][at] = flops / gpuPerCall(timer, [&] {
+                                 be.convForward(cd, nn::ConstTensorView{a.data(), xd}, b.data(),
+                                                nullptr, nn::TensorView{c.data(), yd});
+                               });
+          t.conv.rate[1][at] = flops / gpuPerCall(timer, [&] {
+                                 be.convBackwardData(cd, nn::ConstTensorView{c.data(), yd},
+                                                     b.data(), nn::TensorView{d4.data(), xd}, 0.0f);
+                               });
+          t.conv.rate[2][at] =
+              flops / gpuPerCall(timer, [&] {
+                be.convBackwardWeights(cd, nn::ConstTensorView{a.data(), xd},
+                                       nn::ConstTensorView{c.data(), yd}, d4.data(), nullptr);
+              });
+          for (auto& mm : measured)
+            mm[at] = 1;
+        }
+    for (size_t p = 0; p < 3; ++p)
+      fillOverCap(t.conv.rate[p], measured[p], d);
+    say(fmt::format("conv tables      3 x {} shapes through cuDNN (3x3, stride 1, pad 1)",
+                    d * d * d));
+  }
+
+  // Memory-bound kernels of kernels/ (one launch each), 1 Ki..64 Mi units by
+  // factors of 4, with the layouts of the CPU's tables; backward kernels with
+  // beta 0 (they overwrite: lowerCuda has no zero fills).
+  {
+    std::vector<double> sizes;
+    for (double u = 1024; u <= 64.0 * 1024 * 1024; u *= 4)
+      sizes.push_back(u);
+    nn::Buffer<int32_t> argmax(mem, top), labels(mem, top);
+    for (size_t i = 0; i < top; ++i)
+      labels[i] = static_cast<int32_t>(i % 10);
+    auto record = [&](MemKernel kernel, double units, double seconds) {
+      auto& table = t.memory[static_cast<size_t>(kernel)];
+      if (!table.units.empty() && units <= table.units.back())
+        return;
+      table.units.push_back(units);
+      table.rate.push_back(units / seconds);
+    };
+    float* x = a.data();
+    float* y = b.data();
+    float* dy = c.data();
+    float* dx = d4.data();
+    for (double u : sizes) {
+      const nn::Dims fd{1, 64, 1, std::max(1, int(u / 64))};
+      const double n = double(fd.elements());
+      const auto span = [&](float* p) { return std::span<float>(p, size_t(n)); };
+      nn::ConstTensorView cx{x, fd}, cy{y, fd}, cdy{dy, fd};
+      nn::TensorView vy{y, fd}, vdx{dx, fd};
+      record(MemKernel::kZero, n, gpuPerCall(timer, [&] { be.fill(span(dx), 0.0f); }));
+      record(MemKernel::kCopy, n, gpuPerCall(timer, [&] { be.accumulate(cx, vdx, 0.0f); }));
+      record(MemKernel::kAccumulate, n, gpuPerCall(timer, [&] { be.accumulate(cx, vdx, 1.0f); }));
+      record(MemKernel::kReduce, n, gpuPerCall(timer, [&] { be.accumulate(cx, vdx, 1.0f); }));
+      record(MemKernel::kAdd, n, gpuPerCall(timer, [&] { be.add(cx, cdy, vdx); }));
+      record(MemKernel::kReluFwd, n, gpuPerCall(timer, [&] { be.reluForward(cx, vy); }));
+      record(MemKernel::kReluBwd, n,
+             gpuPerCall(timer, [&] { be.reluBackward(cy, cdy, vdx, 0.0f); }));
+      const nn::Dims dr{std::max(1, int(u / 256)), 256, 1, 1};
+      nn::DropoutDesc dd;
+      dd.rate = 0.5f;
+      dd.totalChannels = dr.c;
+      record(MemKernel::kDropoutFwd, double(dr.elements()), gpuPerCall(timer, [&] {
+               be.dropoutForward(dd, nn::ConstTensorView{x, dr}, nn::TensorView{y, dr});
+             }));
+      record(MemKernel::kDropoutBwd, double(dr.elements()), gpuPerCall(timer, [&] {
+               be.dropoutBackward(dd, nn::ConstTensorView{dy, dr}, nn::TensorView{dx, dr}, 0.0f);
+             }));
+      record(MemKernel::kSgd, n, gpuPerCall(timer, [&] {
+               be.sgdMomentum(span(y), span(dx), std::span<const float>(dy, size_t(n)), 0.0f, 0.9f,
+                              0.0f);
+             }));
+      const int side = std::max(1, int(std::lround(std::sqrt(u / 64))));
+      const nn::Dims sq{1, 64, side, side};
+      const double ns = double(sq.elements());
+      nn::LrnDesc ld;
+      record(MemKernel::kLrnFwd, ns, gpuPerCall(timer, [&] {
+               be.lrnForward(ld, nn::ConstTensorView{x, sq}, nn::TensorView{y, sq},
+                             nn::TensorView{dx, sq});
+             }));
+      const nn::Dims bd{4, 16, side, side};
+      record(MemKernel::kBatchNormFwd, ns, gpuPerCall(timer, [&] {
+               be.batchNormForward(nn::ConstTensorView{x, bd}, y + top - 64, y + top - 32, 1e-5f,
+                                   nn::TensorView{dx, bd});
+             }));
+      record(MemKernel::kBatchNormBwdData, ns, gpuPerCall(timer, [&] {
+               be.batchNormBackwardData(nn::ConstTensorView{x, bd}, nn::ConstTensorView{dy, bd},
+                                        y + top - 64, 1e-5f, nn::TensorView{dx, bd}, 0.0f);
+             }));
+      record(MemKernel::kBatchNormBwdWeights, ns, gpuPerCall(timer, [&] {
+               be.batchNormBackwardWeights(nn::ConstTensorView{x, bd}, nn::ConstTensorView{dy, bd},
+                                           1e-5f, y + top - 64, y + top - 32);
+             }));
+      const nn::Dims smd{std::max(1, int(u / 10)), 10, 1, 1};
+      const double nsm = double(smd.elements());
+      float* stats = y + top / 2;
+      record(MemKernel::kSoftmaxFwd, nsm, gpuPerCall(timer, [&] {
+               be.softmaxStats(nn::ConstTensorView{x, smd}, stats);
+               be.softmaxProbabilities(nn::ConstTensorView{x, smd}, stats, nn::TensorView{y, smd});
+             }));
+      record(MemKernel::kSoftmaxBwd, nsm, gpuPerCall(timer, [&] {
+               be.softmaxBackward(nn::ConstTensorView{x, smd}, stats, labels.data(), 0, 1.0f,
+                                  nn::TensorView{dx, smd}, 0.0f);
+             }));
+      for (int win : {3, 2}) {
+        const int o = std::max(1, int(std::lround(std::sqrt(u / 64 / (win * win)))));
+        nn::PoolDesc pd;
+        pd.c = 64;
+        pd.kernelH = pd.kernelW = win;
+        pd.stride = 2;
+        pd.outH = pd.outW = o;
+        pd.inH = pd.inW = 2 * o + win - 2;
+        const nn::Dims in{1, 64, pd.inH, pd.inW}, od{1, 64, o, o};
+        const double reads = 64.0 * o * o * win * win;
+        pd.mode = PoolMode::kMax;
+        record(
+            win == 3 ? MemKernel::kPoolMaxFwd : MemKernel::kPoolMaxFwd2, reads,
+            gpuPerCall(timer, [&] {
+              be.poolForward(pd, nn::ConstTensorView{x, in}, nn::TensorView{y, od}, argmax.data());
+            }));
+        if (win == 3)
+          record(MemKernel::kPoolMaxBwd, 64.0 * o * o, gpuPerCall(timer, [&] {
+                   be.poolBackward(pd, nn::ConstTensorView{dy, od}, argmax.data(),
+                                   nn::TensorView{dx, in}, 0.0f);
+                 }));
+        pd.mode = PoolMode::kAvg;
+        record(win == 3 ? MemKernel::kPoolAvgFwd : MemKernel::kPoolAvgFwd2, reads,
+               gpuPerCall(timer, [&] {
+                 be.poolForward(pd, nn::ConstTensorView{x, in}, nn::TensorView{y, od}, nullptr);
+               }));
+        record(win == 3 ? MemKernel::kPoolAvgBwd : MemKernel::kPoolAvgBwd2, reads,
+               gpuPerCall(timer, [&] {
+                 be.poolBackward(pd, nn::ConstTensorView{dy, od}, nullptr, nn::TensorView{dx, in},
+                                 0.0f);
+               }));
+      }
+      record(MemKernel::kBias, n, gpuPerCall(timer, [&] {
+               kernels::cuda::biasAdd(dx, y + top - 64, 1, 64, int64_t(fd.w), be.stream());
+             }));
+      record(MemKernel::kBiasGrad, n, gpuPerCall(timer, [&] {
+               kernels::cuda::biasGrad(dy, y + top - 64, 1, 64, int64_t(fd.w), be.stream());
+             }));
+    }
+    say(fmt::format("memory kernels   {} sizes (1 Ki..64 Mi units) through kernels/",
+                    sizes.size()));
+    // Streaming bandwidth: a copy of 256 MiB (read + write), and y += x.
+    const nn::Dims big{1, 1, 1, int(top)};
+    const double copy = gpuPerCall(timer, [&] {
+      be.accumulate(nn::ConstTensorView{x, big}, nn::TensorView{dx, big}, 0.0f);
+    });
+    out.copyBandwidth = 2.0 * double(top) * sizeof(float) / copy;
+    const double sum = gpuPerCall(timer, [&] {
+      be.accumulate(nn::ConstTensorView{x, big}, nn::TensorView{dx, big}, 1.0f);
+    });
+    out.reduceBandwidth = double(top) * sizeof(float) / sum;
+  }
+  // The Model's cost per layer-phase call: a relu forward over one element
+  // (its kernel's own time is the launch, which is what the call costs).
+  {
+    Network tiny;
+    tiny.name = "calibration-call";
+    tiny.sourceFile = "strata calibrate";
+    tiny.input = Shape{1, 1, 1};
+    Layer relu;
+    relu.name = "relu";
+    relu.kind = LayerKind::kRelu;
+    relu.inputs = {-1};
+    deriveLayer(relu, {tiny.input}, tiny.sourceFile, 0);
+    tiny.layers.push_back(relu);
+    nn::ModelOptions mo;
+    mo.backend = &be;
+    nn::Model model(tiny, mo);
+    model.input(1).fill(1.0f);
+    t.callOverhead = Seconds(gpuPerCall(timer, [&] { model.forward(0); }));
+  }
+  return out;
+}
+
+// The YAML of a grid table (gemm or conv) under `kernels:`.
+void gridYaml(std::ostringstream& y, const char* name, const char* key, const GemmTable& table,
+              const std::array<std::string_view, 3>& names, const std::string& comment) {
+  y << "    " << name << ":   # " << comment << "\n";
+  y << "      dims: [";
+  for (size_t i = 0; i < table.dims.size(); ++i)
+    y << (i ? ", " : "") << table.dims[i];
+  y << "]   # grid of m, n and k\n";
+  y << "      rates:   # one row per (" << key << ", m, n): GFLOP/s for each k in dims\n";
+  const size_t d = table.dims.size();
+  for (size_t w = 0; w < 3; ++w)
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in) {
+        y << fmt::format("        - {{{}: {}, m: {}, n: {}, gflop_per_s: [", key, names[w],
+                         table.dims[im], table.dims[in]);
+        for (size_t ik = 0; ik < d; ++ik)
+          y << (ik ? ", " : "")
+            << fmt::format("{:.4g}", table.rate[w][(im * d + in) * d + ik] / 1e9);
+        y << "]}\n";
+      }
+}
+
+}  // namespace
+
+std::string calibrateCuda(const CalibrationOptions& o, const std::string& where) {
+  auto say = [&](const std::string& s) {
+    if (o.progress)
+      o.progress(s);
+  };
+  checkDevice(Device::kCuda, "--device");
+  nn::CudaBackend be;  // FP32 arithmetic (no TF32), as `strata run --device cuda`
+  const auto info = be.deviceInfo();
+  say(fmt::format("device           {}, {} SMs, {}", info.name, info.multiprocessors,
+                  formatBytes(Bytes(double(info.memoryBytes)))));
+  const GpuTables g = measure(be, say);
+  const KernelTables& t = g.tables;
+  double peak = 0;
+  for (const auto& r : t.gemm.rate)
+    for (double x : r)
+      peak = std::max(peak, x);
+  const auto [h2d, d2h] = be.hostCopySeconds(size_t{256} << 20);
+  const auto [h2dSmall, d2hSmall] = be.hostCopySeconds(4096);
+  const double hostBw = double(size_t{256} << 20) / std::max(h2d, d2h);
+  say(fmt::format("memory           {} copy, {} summed; host link {}",
+                  formatBandwidth(BytesPerSecond(g.copyBandwidth)),
+                  formatBandwidth(BytesPerSecond(g.reduceBandwidth)),
+                  formatBandwidth(BytesPerSecond(hostBw))));
+
+  std::ostringstream y;
+  y << fmt::format("# GPU 0 of this machine as measured by {} --device cuda.\n", where);
+  y << "# Regenerate with: strata calibrate --device cuda --out " << o.name << ".yaml\n";
+  y << "name: " << o.name << "\n";
+  y << fmt::format("description: {} ({} SMs), one worker on GPU 0, measured by strata calibrate\n",
+                   info.name, info.multiprocessors);
+  y << "device:\n";
+  y << "  name: " << info.name << "\n";
+  y << fmt::format(
+      "  peak: {{fp32: {:.4g} GFLOP/s}}   # fastest cuBLAS SGEMM shape of the tables below (FP32, "
+      "no TF32)\n",
+      peak / 1e9);
+  y << fmt::format(
+      "  memory_bandwidth: {:.4g} GB/s   # device-to-device copy of 256 MiB by kernels/ "
+      "(read + write), median of 3 timed groups\n",
+      g.copyBandwidth / 1e9);
+  y << fmt::format("  memory_capacity: {:.4g} GB   # cudaGetDeviceProperties totalGlobalMem\n",
+                   double(info.memoryBytes) / 1e9);
+  y << "  memory_efficiency: 1.0   # the bandwidth above is what the kernels reach\n";
+  y << fmt::format(
+      "  reduce_bandwidth: {:.4g} GB/s   # y += x over 256 MiB by kernels/, bytes of x "
+      "per second\n",
+      g.reduceBandwidth / 1e9);
+  y << "  efficiency:   # roofline only (element types without tables)\n";
+  y << fmt::format("    conv: {:.4g}   # cuDNN 3x3 forward, implicit GEMM 65536 x 256 x 2304\n",
+                   std::clamp(2.0 * 65536 * 256 * 2304 /
+                                  t.convTime(ConvPass::kFwd, 65536, 256, 2304).value() / peak,
+                              1e-4, 1.0));
+  y << fmt::format("    fc: {:.4g}   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64)\n",
+                   std::clamp(t.gemmRate(GemmOp::kNT, 64, 1024, 1024) / peak, 1e-4, 1.0));
+  y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
+  y << "  kernels:   # the CUDA backend's kernels, timed alone by CUDA events, " << where << "\n";
+  y << "    backend: cuda   # lowering of executor/nn's CUDA backend (cuDNN, cuBLAS, kernels/)\n";
+  y << fmt::format(
+      "    call_overhead: {:.4g} us   # one Model layer-phase call: forward of a relu over one "
+      "element, GPU time between events around it\n",
+      t.callOverhead.value() * 1e6);
+  gridYaml(y, "gemm", "op", t.gemm, {"nn", "nt", "tn"},
+           "FLOP/s of cuBLAS SGEMM through the fc phases (forward nt, backward data nn, "
+           "backward weights tn), median of 3 timed groups; points over 2^34 multiply-adds or "
+           "with an operand over 2^26 floats take the rate of the point with the largest "
+           "dimension one step smaller");
+  gridYaml(y, "conv", "pass", t.conv, {"fwd", "bwd_data", "bwd_filter"},
+           "FLOP/s of cuDNN 3x3 stride-1 pad-1 convolutions (algorithm found fastest) by "
+           "implicit-GEMM shape (m = examples x positions, n = filters, k = 9 x channels), "
+           "median of 3 timed groups; over the caps as gemm");
+  y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "
+       "kernel); kernels/ on GPU 0, median of 3 timed groups\n";
+  for (int i = 0; i < kMemKernelCount; ++i) {
+    const auto& m = t.memory[static_cast<size_t>(i)];
+    if (m.empty())
+      continue;
+    y << "      " << toString(static_cast<MemKernel>(i)) << ": {units: [";
+    for (size_t j = 0; j < m.units.size(); ++j)
+      y << (j ? ", " : "") << fmt::format("{:.0f}", m.units[j]);
+    y << "], gunits_per_s: [";
+    for (size_t j = 0; j < m.rate.size(); ++j)
+      y << (j ? ", " : "") << fmt::format("{:.4g}", m.rate[j] / 1e9);
+    y << "]}\n";
+  }
+  y << "topology:\n";
+  y << "  - name: host-link\n";
+  y << "    group: 1   # one GPU: workers on several GPUs need their own measurement\n";
+  y << "    link:\n";
+  y << fmt::format(
+      "      bandwidth: {:.4g} GB/s   # pinned host <-> device copy of 256 MiB, the slower "
+      "direction, best of 5 (host-to-device {:.4g}, device-to-host {:.4g} GB/s)\n",
+      hostBw / 1e9, double(size_t{256} << 20) / h2d / 1e9, double(size_t{256} << 20) / d2h / 1e9);
+  y << fmt::format(
+      "      latency: {:.4g} us   # pinned copy of 4 KiB and its wait, the slower direction, best "
+      "of 5\n",
+      std::max(h2dSmall, d2hSmall) * 1e6);
+  y << "      duplex: full   # PCIe and NVLink-C2C move both directions at once\n";
+  return y.str();
+}
+
+#else
+
+std::string calibrateCuda(const CalibrationOptions&, const std::string&) {
+  checkDevice(Device::kCuda, "--device");  // throws: built without CUDA
+  return {};
+}
+
+#endif
+
+}  // namespace strata::exec::detail
