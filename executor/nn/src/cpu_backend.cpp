@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "shape_checks.h"
 #include "strata/kernels/counter_rng.h"
 #include "strata/model/error.h"
 
@@ -30,13 +31,6 @@ void scaleForAccumulate(float* dst, int64_t count, float beta) {
     for (int64_t i = 0; i < count; ++i)
       dst[i] *= beta;
   }
-}
-
-void checkSameDims(const Dims& a, const Dims& b) {
-  STRATA_ENFORCE_OP(a.n, ==, b.n);
-  STRATA_ENFORCE_OP(a.c, ==, b.c);
-  STRATA_ENFORCE_OP(a.h, ==, b.h);
-  STRATA_ENFORCE_OP(a.w, ==, b.w);
 }
 
 bool isPointwise(const ConvDesc& d) {
@@ -95,18 +89,6 @@ void col2imAdd(const ConvDesc& d, const float* col, int channels, float* x) {
       }
     }
   }
-}
-
-void checkConv(const ConvDesc& d, const Dims& x, const Dims& y) {
-  STRATA_ENFORCE_OP(x.n, ==, y.n);
-  STRATA_ENFORCE_OP(x.c, ==, d.inC);
-  STRATA_ENFORCE_OP(x.h, ==, d.inH);
-  STRATA_ENFORCE_OP(x.w, ==, d.inW);
-  STRATA_ENFORCE_OP(y.c, ==, d.filters);
-  STRATA_ENFORCE_OP(y.h, ==, d.outH);
-  STRATA_ENFORCE_OP(y.w, ==, d.outW);
-  STRATA_ENFORCE_OP(d.inC % d.groups, ==, 0);
-  STRATA_ENFORCE_OP(d.filters % d.groups, ==, 0);
 }
 
 // Per-channel batch statistics of a view, accumulated in double so that the

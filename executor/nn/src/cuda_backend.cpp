@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "shape_checks.h"
 #include "strata/kernels/kernels.h"
 #include "strata/model/error.h"
 
@@ -152,26 +153,7 @@ void setDevice(int device) {
     check(cudaSetDevice(device), "cudaSetDevice", [&] { return fmt::format("device {}", device); });
 }
 
-// ---- shape checks (the same as CpuBackend's) ----------------------------------------
-
-void checkSameDims(const Dims& a, const Dims& b) {
-  STRATA_ENFORCE_OP(a.n, ==, b.n);
-  STRATA_ENFORCE_OP(a.c, ==, b.c);
-  STRATA_ENFORCE_OP(a.h, ==, b.h);
-  STRATA_ENFORCE_OP(a.w, ==, b.w);
-}
-
-void checkConv(const ConvDesc& d, const Dims& x, const Dims& y) {
-  STRATA_ENFORCE_OP(x.n, ==, y.n);
-  STRATA_ENFORCE_OP(x.c, ==, d.inC);
-  STRATA_ENFORCE_OP(x.h, ==, d.inH);
-  STRATA_ENFORCE_OP(x.w, ==, d.inW);
-  STRATA_ENFORCE_OP(y.c, ==, d.filters);
-  STRATA_ENFORCE_OP(y.h, ==, d.outH);
-  STRATA_ENFORCE_OP(y.w, ==, d.outW);
-  STRATA_ENFORCE_OP(d.inC % d.groups, ==, 0);
-  STRATA_ENFORCE_OP(d.filters % d.groups, ==, 0);
-}
+// ---- shape checks (the rest are shape_checks.h) -------------------------------------
 
 void checkPool(const PoolDesc& d, const Dims& in, const Dims& out) {
   STRATA_ENFORCE_OP(in.n, ==, out.n);

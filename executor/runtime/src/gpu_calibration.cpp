@@ -66,27 +66,6 @@ constexpr double kMaxOperand = double(int64_t{1} << 26);
 // like the GEMM grid's.
 const std::vector<int64_t> kConvDims = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
 
-// Fills the points of a grid table not measured (over the caps), smallest
-// first, from the point whose largest dimension is one grid step smaller.
-void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t d) {
-  for (size_t sum = 0; sum < 3 * d; ++sum)
-    for (size_t im = 0; im < d; ++im)
-      for (size_t in = 0; in < d; ++in)
-        for (size_t ik = 0; ik < d; ++ik) {
-          if (im + in + ik != sum || measured[(im * d + in) * d + ik])
-            continue;
-          size_t jm = im, jn = in, jk = ik;
-          if (jm >= jn && jm >= jk)
-            --jm;
-          else if (jn >= jk)
-            --jn;
-          else
-            --jk;
-          rate[(im * d + in) * d + ik] = rate[(jm * d + jn) * d + jk];
-          measured[(im * d + in) * d + ik] = 1;
-        }
-}
-
 struct GpuTables {
   KernelTables tables;
   double copyBandwidth = 0;  // device-to-device copy, bytes read + written per second

@@ -69,6 +69,25 @@ std::vector<float> filled(size_t n, float value) {
 
 }  // namespace
 
+void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t d) {
+  for (size_t sum = 0; sum < 3 * d; ++sum)
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in)
+        for (size_t ik = 0; ik < d; ++ik) {
+          if (im + in + ik != sum || measured[(im * d + in) * d + ik])
+            continue;
+          size_t jm = im, jn = in, jk = ik;
+          if (jm >= jn && jm >= jk)
+            --jm;
+          else if (jn >= jk)
+            --jn;
+          else
+            --jk;
+          rate[(im * d + in) * d + ik] = rate[(jm * d + jn) * d + jk];
+          measured[(im * d + in) * d + ik] = 1;
+        }
+}
+
 KernelTables measureKernelTables(const std::function<void(const std::string&)>& say) {
   KernelTables t;
   t.backend = "cpu";
@@ -99,24 +118,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
             rate[(im * d + in) * d + ik] = 2.0 * double(m) * double(n) * double(k) / s;
             measured[(im * d + in) * d + ik] = 1;
           }
-      // Fill the points over the cap, smallest first, from the point with the
-      // largest dimension one step smaller (measured or filled before).
-      for (size_t sum = 0; sum < 3 * d; ++sum)
-        for (size_t im = 0; im < d; ++im)
-          for (size_t in = 0; in < d; ++in)
-            for (size_t ik = 0; ik < d; ++ik) {
-              if (im + in + ik != sum || measured[(im * d + in) * d + ik])
-                continue;
-              size_t jm = im, jn = in, jk = ik;
-              if (jm >= jn && jm >= jk)
-                --jm;
-              else if (jn >= jk)
-                --jn;
-              else
-                --jk;
-              rate[(im * d + in) * d + ik] = rate[(jm * d + jn) * d + jk];
-              measured[(im * d + in) * d + ik] = 1;
-            }
+      fillOverCap(rate, measured, d);
     }
   }
   say(fmt::format("GEMM tables      3 x {} shapes (m, n, k in 1..{}), {:.1f} s", d * d * d,

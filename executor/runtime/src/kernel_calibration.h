@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "strata/exec/calibrate.h"
 #include "strata/model/kernels.h"
@@ -14,6 +15,11 @@ namespace strata::exec::detail {
 // Times every GEMM variant on the grid of dims and every memory-bound kernel
 // over a range of sizes, on this thread. `say` gets one line per table.
 KernelTables measureKernelTables(const std::function<void(const std::string&)>& say);
+
+// Fills the points of a d x d x d grid table not `measured` (over a size
+// cap), smallest first, from the point whose largest dimension is one grid
+// step smaller (measured or filled before): rates saturate at those sizes.
+void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t d);
 
 // The tables as the YAML block under `device:` (indented by 2), with the
 // provenance of every table.

@@ -1,0 +1,30 @@
+// The shape checks every backend makes on its arguments (a mismatch is a bug
+// in the caller: InvariantError). Internal to executor/nn.
+#pragma once
+
+#include "strata/exec/nn/backend.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+inline void checkSameDims(const Dims& a, const Dims& b) {
+  STRATA_ENFORCE_OP(a.n, ==, b.n);
+  STRATA_ENFORCE_OP(a.c, ==, b.c);
+  STRATA_ENFORCE_OP(a.h, ==, b.h);
+  STRATA_ENFORCE_OP(a.w, ==, b.w);
+}
+
+// x (n, inC, inH, inW) and y (n, filters, outH, outW) of convolution d.
+inline void checkConv(const ConvDesc& d, const Dims& x, const Dims& y) {
+  STRATA_ENFORCE_OP(x.n, ==, y.n);
+  STRATA_ENFORCE_OP(x.c, ==, d.inC);
+  STRATA_ENFORCE_OP(x.h, ==, d.inH);
+  STRATA_ENFORCE_OP(x.w, ==, d.inW);
+  STRATA_ENFORCE_OP(y.c, ==, d.filters);
+  STRATA_ENFORCE_OP(y.h, ==, d.outH);
+  STRATA_ENFORCE_OP(y.w, ==, d.outW);
+  STRATA_ENFORCE_OP(d.inC % d.groups, ==, 0);
+  STRATA_ENFORCE_OP(d.filters % d.groups, ==, 0);
+}
+
+}  // namespace strata::nn
