@@ -273,8 +273,42 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
     j["element"] = std::string(toString(element));
     ordered_json layers = ordered_json::array();
     for (const auto& l : net.layers) {
+      // What a framework needs to build the same layer (scripts/gpu/torch_step.py).
+      ordered_json inputs = ordered_json::array();
+      for (int p : l.inputs)
+        inputs.push_back(p < 0 ? std::string("input") : net.layers[static_cast<size_t>(p)].name);
+      ordered_json spec = ordered_json::object();
+      const auto& sp = l.spec;
+      switch (l.kind) {
+        case LayerKind::kConv:
+          spec = {{"filters", sp.filters}, {"kernel", {sp.kernelH, sp.kernelW}},
+                  {"stride", sp.stride},   {"pad", sp.pad},
+                  {"groups", sp.groups},   {"bias", sp.bias}};
+          break;
+        case LayerKind::kPool:
+          spec = {{"mode", sp.poolMode == PoolMode::kMax ? "max" : "avg"},
+                  {"global", sp.global},
+                  {"kernel", {sp.kernelH, sp.kernelW}},
+                  {"stride", sp.stride},
+                  {"pad", sp.pad}};
+          break;
+        case LayerKind::kFc:
+          spec = {{"outputs", sp.outputs}, {"flatten", sp.flatten}, {"bias", sp.bias}};
+          break;
+        case LayerKind::kLrn:
+          spec = {{"size", sp.lrnSize}};
+          break;
+        case LayerKind::kDropout:
+          spec = {{"rate", sp.dropoutRate}};
+          break;
+        default:
+          break;
+      }
       layers.push_back({{"name", l.name},
                         {"kind", std::string(toString(l.kind))},
+                        {"inputs", inputs},
+                        {"spec", spec},
+                        {"input_shape", {l.inShape.c, l.inShape.h, l.inShape.w}},
                         {"output", {l.outShape.c, l.outShape.h, l.outShape.w}},
                         {"params", l.params},
                         {"fwd_flops_per_example", l.fwdFlops},
