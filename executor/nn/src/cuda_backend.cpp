@@ -273,6 +273,13 @@ std::string cudaUnavailableReason() {
   return countDevices(count);
 }
 
+size_t cudaDeviceMemoryBytes(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties",
+        [&] { return fmt::format("device {}", device); });
+  return prop.totalGlobalMem;
+}
+
 // ---- CudaMemory ------------------------------------------------------------------------------
 
 void* CudaMemory::allocate(size_t bytes) {

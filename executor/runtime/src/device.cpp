@@ -1,5 +1,7 @@
 #include "strata/exec/device.h"
 
+#include <unistd.h>
+
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/model/error.h"
 
@@ -49,6 +51,15 @@ void checkDevice(Device device, const std::string& option) {
       throw OptionError(option, "no usable CUDA device here: " + why);
   }
 #endif
+}
+
+double deviceMemoryBytes(Device device) {
+#if STRATA_HAVE_CUDA
+  if (device == Device::kCuda)
+    return double(nn::cudaDeviceMemoryBytes(0));
+#endif
+  (void)device;
+  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
 }
 
 std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option) {

@@ -110,8 +110,8 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   one.workers = 1;
   one.batchPerWorker = batch;
   checkRunnable(network, one);
-  checkThreadRun(network, one);
   checkDevice(device, "--device");
+  checkThreadRun(network, one, device);
   const auto t = detail::timeLayers(network, batch, repeats, device);
   OpProfile p;
   p.network = network.name;

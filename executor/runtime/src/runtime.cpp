@@ -1167,7 +1167,7 @@ double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   return perWorker * sc.workers;
 }
 
-void checkThreadRun(const Network& network, const Scenario& sc) {
+void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
   const int k = sc.workers;
   const int64_t maxWorkers = threadWorkerLimit(limits());
   if (k > maxWorkers)
@@ -1179,15 +1179,16 @@ void checkThreadRun(const Network& network, const Scenario& sc) {
                     "with {} N ({} lifts every limit)",
                     k, 2 * k, maxWorkers, std::max(1u, std::thread::hardware_concurrency()), k,
                     kMaxWorkersOption, kAllowLargeOption));
-  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double physical = deviceMemoryBytes(device);
   const double need = runMemoryLowerBound(network, sc);
   if (physical > 0 && need > physical)
     throw OptionError(
         sc.batchPerWorker > 1 ? "--batch" : "--workers",
         fmt::format("{} workers x {} examples of {} need at least {} of memory (weights, "
-                    "gradients, momentum and activations per worker), more than this machine's "
-                    "{}; use a smaller --batch or fewer --workers",
+                    "gradients, momentum and activations per worker), more than {} {}; use a "
+                    "smaller --batch or fewer --workers",
                     k, sc.batchPerWorker, network.name, formatBytes(Bytes(need)),
+                    device == Device::kCpu ? "this machine's" : "GPU 0's",
                     formatBytes(Bytes(physical))));
 }
 
@@ -1195,7 +1196,7 @@ RunResult runThreads(const Plan& plan, const Network& network, const RunOptions&
                      std::vector<std::vector<float>>* perRankParameters) {
   checkRunOptions(options);
   checkRunDevice(options, plan.scenario.workers);
-  checkThreadRun(network, plan.scenario);
+  checkThreadRun(network, plan.scenario, options.device);
   const int k = plan.scenario.workers;
   std::vector<RunResult> results(static_cast<size_t>(k));
   runLocal(

@@ -27,6 +27,10 @@ bool deviceBuilt(Device device);
 // machine without a usable GPU ("no CUDA device: cudaGetDeviceCount: ...").
 void checkDevice(Device device, const std::string& option);
 
+// Memory the workers of one process have on `device`, in bytes: this
+// machine's physical memory (CPU), or GPU 0's global memory (CUDA).
+double deviceMemoryBytes(Device device);
+
 // A backend for one worker on `device` (checkDevice first). The CPU's is a
 // CpuBackend; CUDA's a CudaBackend on GPU 0 with FP32 arithmetic (no TF32).
 std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option = "--device");

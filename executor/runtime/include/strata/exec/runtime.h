@@ -117,7 +117,8 @@ double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 // --workers and the option that raises it) or need more memory than this
 // machine has (naming --batch). Cheap (O(layers)); call it with
 // checkRunnable() before lowering and printing, when not under mpirun.
-void checkThreadRun(const Network& network, const Scenario& scenario);
+// On CUDA the memory bound is GPU 0's (deviceMemoryBytes).
+void checkThreadRun(const Network& network, const Scenario& scenario, Device device = Device::kCpu);
 
 // Runs the plan on K = plan.scenario.workers threads of this process and
 // returns rank 0's result (with every rank's parameters in `perRankParameters`

@@ -59,6 +59,10 @@ struct CudaBackendOptions {
 // the CLI to skip or refuse the CUDA backend with a clear line.
 std::string cudaUnavailableReason();
 
+// Global memory of CUDA device `device`, in bytes (cudaGetDeviceProperties);
+// throws RunFailure naming the call when it cannot be read.
+size_t cudaDeviceMemoryBytes(int device = 0);
+
 // CUDA managed memory (cudaMallocManaged) on one device: the host and the
 // device address it through the same pointers, pages migrate on access.
 // Allocations prefer the device (cudaMemAdviseSetPreferredLocation), so
