@@ -342,28 +342,6 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
   return out;
 }
 
-// The YAML of a grid table (gemm or conv) under `kernels:`.
-void gridYaml(std::ostringstream& y, const char* name, const char* key, const GemmTable& table,
-              const std::array<std::string_view, 3>& names, const std::string& comment) {
-  y << "    " << name << ":   # " << comment << "\n";
-  y << "      dims: [";
-  for (size_t i = 0; i < table.dims.size(); ++i)
-    y << (i ? ", " : "") << table.dims[i];
-  y << "]   # grid of m, n and k\n";
-  y << "      rates:   # one row per (" << key << ", m, n): GFLOP/s for each k in dims\n";
-  const size_t d = table.dims.size();
-  for (size_t w = 0; w < 3; ++w)
-    for (size_t im = 0; im < d; ++im)
-      for (size_t in = 0; in < d; ++in) {
-        y << fmt::format("        - {{{}: {}, m: {}, n: {}, gflop_per_s: [", key, names[w],
-                         table.dims[im], table.dims[in]);
-        for (size_t ik = 0; ik < d; ++ik)
-          y << (ik ? ", " : "")
-            << fmt::format("{:.4g}", table.rate[w][(im * d + in) * d + ik] / 1e9);
-        y << "]}\n";
-      }
-}
-
 }  // namespace
 
 std::string calibrateCuda(const CalibrationOptions& o, const std::string& where) {
@@ -427,29 +405,18 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
       "    call_overhead: {:.4g} us   # one Model layer-phase call: forward of a relu over one "
       "element, GPU time between events around it\n",
       t.callOverhead.value() * 1e6);
-  gridYaml(y, "gemm", "op", t.gemm, {"nn", "nt", "tn"},
-           "FLOP/s of cuBLAS SGEMM through the fc phases (forward nt, backward data nn, "
-           "backward weights tn), median of 3 timed groups; points over 2^34 multiply-adds or "
-           "with an operand over 2^26 floats take the rate of the point with the largest "
-           "dimension one step smaller");
-  gridYaml(y, "conv", "pass", t.conv, {"fwd", "bwd_data", "bwd_filter"},
-           "FLOP/s of cuDNN 3x3 stride-1 pad-1 convolutions (algorithm found fastest) by "
-           "implicit-GEMM shape (m = examples x positions, n = filters, k = 9 x channels), "
-           "median of 3 timed groups; over the caps as gemm");
+  y << "    gemm:   # FLOP/s of cuBLAS SGEMM through the fc phases (forward nt, backward data nn, "
+       "backward weights tn), median of 3 timed groups; points over 2^34 multiply-adds or "
+       "with an operand over 2^26 floats take the rate of the point with the largest "
+       "dimension one step smaller\n";
+  gridRowsYaml(y, "op", t.gemm, {"nn", "nt", "tn"});
+  y << "    conv:   # FLOP/s of cuDNN 3x3 stride-1 pad-1 convolutions (algorithm found fastest) by "
+       "implicit-GEMM shape (m = examples x positions, n = filters, k = 9 x channels), "
+       "median of 3 timed groups; over the caps as gemm\n";
+  gridRowsYaml(y, "pass", t.conv, {"fwd", "bwd_data", "bwd_filter"});
   y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "
        "kernel); kernels/ on GPU 0, median of 3 timed groups\n";
-  for (int i = 0; i < kMemKernelCount; ++i) {
-    const auto& m = t.memory[static_cast<size_t>(i)];
-    if (m.empty())
-      continue;
-    y << "      " << toString(static_cast<MemKernel>(i)) << ": {units: [";
-    for (size_t j = 0; j < m.units.size(); ++j)
-      y << (j ? ", " : "") << fmt::format("{:.0f}", m.units[j]);
-    y << "], gunits_per_s: [";
-    for (size_t j = 0; j < m.rate.size(); ++j)
-      y << (j ? ", " : "") << fmt::format("{:.4g}", m.rate[j] / 1e9);
-    y << "]}\n";
-  }
+  memoryRowsYaml(y, t);
   y << "topology:\n";
   y << "  - name: host-link\n";
   y << "    group: 1   # one GPU: workers on several GPUs need their own measurement\n";

@@ -340,25 +340,35 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
        "after a warm-up (best of 2 for calls over 10 ms); points over 2^28 multiply-adds or with "
        "an operand over 2^24 floats take the "
        "rate of the point with the largest dimension one step smaller\n";
-  y << "      dims: [";
-  for (size_t i = 0; i < t.gemm.dims.size(); ++i)
-    y << (i ? ", " : "") << t.gemm.dims[i];
-  y << "]   # grid of m, n and k\n";
-  y << "      rates:   # one row per (op, m, n): GFLOP/s for each k in dims\n";
-  const size_t d = t.gemm.dims.size();
-  for (auto op : kAllGemmOps)
-    for (size_t im = 0; im < d; ++im)
-      for (size_t in = 0; in < d; ++in) {
-        y << fmt::format("        - {{op: {}, m: {}, n: {}, gflop_per_s: [", toString(op),
-                         t.gemm.dims[im], t.gemm.dims[in]);
-        for (size_t ik = 0; ik < d; ++ik)
-          y << (ik ? ", " : "")
-            << fmt::format("{:.4g}",
-                           t.gemm.rate[static_cast<size_t>(op)][(im * d + in) * d + ik] / 1e9);
-        y << "]}\n";
-      }
+  gridRowsYaml(y, "op", t.gemm,
+               {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
   y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "
        "kernel); median of 3 timed groups after a warm-up\n";
+  memoryRowsYaml(y, t);
+  return y.str();
+}
+
+void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
+                  const std::array<std::string_view, 3>& names) {
+  y << "      dims: [";
+  for (size_t i = 0; i < table.dims.size(); ++i)
+    y << (i ? ", " : "") << table.dims[i];
+  y << "]   # grid of m, n and k\n";
+  y << "      rates:   # one row per (" << key << ", m, n): GFLOP/s for each k in dims\n";
+  const size_t d = table.dims.size();
+  for (size_t w = 0; w < 3; ++w)
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in) {
+        y << fmt::format("        - {{{}: {}, m: {}, n: {}, gflop_per_s: [", key, names[w],
+                         table.dims[im], table.dims[in]);
+        for (size_t ik = 0; ik < d; ++ik)
+          y << (ik ? ", " : "")
+            << fmt::format("{:.4g}", table.rate[w][(im * d + in) * d + ik] / 1e9);
+        y << "]}\n";
+      }
+}
+
+void memoryRowsYaml(std::ostringstream& y, const KernelTables& t) {
   for (int i = 0; i < kMemKernelCount; ++i) {
     const auto& m = t.memory[static_cast<size_t>(i)];
     if (m.empty())
@@ -371,7 +381,6 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
       y << (j ? ", " : "") << fmt::format("{:.4g}", m.rate[j] / 1e9);
     y << "]}\n";
   }
-  return y.str();
 }
 
 namespace {

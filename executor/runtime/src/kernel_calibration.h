@@ -2,8 +2,11 @@
 // slow down when workers share the machine. Internal to executor/runtime.
 #pragma once
 
+#include <array>
 #include <functional>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +27,14 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
 // The tables as the YAML block under `device:` (indented by 2), with the
 // provenance of every table.
 std::string kernelTablesYaml(const KernelTables& tables, const std::string& where);
+
+// The rows of a grid table (gemm or conv) under its `NAME:` line: dims, then
+// one row per (`key`, m, n) with the GFLOP/s over k; `names` the key's three
+// values in table order.
+void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
+                  const std::array<std::string_view, 3>& names);
+// The rows under `memory:`: one per kernel with a table.
+void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables);
 
 // Speed of each of `workers` threads running GEMMs (first) and memory-bound
 // kernels (second) at once, relative to one thread alone.
