@@ -323,19 +323,9 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
   // The Model's cost per layer-phase call: a relu forward over one element
   // (its kernel's own time is the launch, which is what the call costs).
   {
-    Network tiny;
-    tiny.name = "calibration-call";
-    tiny.sourceFile = "strata calibrate";
-    tiny.input = Shape{1, 1, 1};
-    Layer relu;
-    relu.name = "relu";
-    relu.kind = LayerKind::kRelu;
-    relu.inputs = {-1};
-    deriveLayer(relu, {tiny.input}, tiny.sourceFile, 0);
-    tiny.layers.push_back(relu);
     nn::ModelOptions mo;
     mo.backend = &be;
-    nn::Model model(tiny, mo);
+    nn::Model model(callOverheadNetwork(), mo);
     model.input(1).fill(1.0f);
     t.callOverhead = Seconds(gpuPerCall(timer, [&] { model.forward(0); }));
   }

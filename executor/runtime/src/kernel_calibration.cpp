@@ -69,6 +69,20 @@ std::vector<float> filled(size_t n, float value) {
 
 }  // namespace
 
+Network callOverheadNetwork() {
+  Network tiny;
+  tiny.name = "calibration-call";
+  tiny.sourceFile = "strata calibrate";
+  tiny.input = Shape{1, 1, 1};
+  Layer relu;
+  relu.name = "relu";
+  relu.kind = LayerKind::kRelu;
+  relu.inputs = {-1};
+  deriveLayer(relu, {tiny.input}, tiny.sourceFile, 0);
+  tiny.layers.push_back(relu);
+  return tiny;
+}
+
 void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t d) {
   for (size_t sum = 0; sum < 3 * d; ++sum)
     for (size_t im = 0; im < d; ++im)
@@ -309,17 +323,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   // The Model's own cost per layer-phase call: forward of a relu over one
   // element, less the kernel (negligible at that size).
   {
-    Network tiny;
-    tiny.name = "calibration-call";
-    tiny.sourceFile = "strata calibrate";
-    tiny.input = Shape{1, 1, 1};
-    Layer relu;
-    relu.name = "relu";
-    relu.kind = LayerKind::kRelu;
-    relu.inputs = {-1};
-    deriveLayer(relu, {tiny.input}, tiny.sourceFile, 0);
-    tiny.layers.push_back(relu);
-    nn::Model model(tiny);
+    nn::Model model(callOverheadNetwork());
     model.input(1).fill(1.0f);
     t.callOverhead = Seconds(perCall([&] { model.forward(0); }));
   }

@@ -19,6 +19,10 @@ namespace strata::exec::detail {
 // over a range of sizes, on this thread. `say` gets one line per table.
 KernelTables measureKernelTables(const std::function<void(const std::string&)>& say);
 
+// The network whose one call measures a layer-phase call's own cost: a relu
+// over one element, the input its only input.
+Network callOverheadNetwork();
+
 // Fills the points of a d x d x d grid table not `measured` (over a size
 // cap), smallest first, from the point whose largest dimension is one grid
 // step smaller (measured or filled before): rates saturate at those sizes.
