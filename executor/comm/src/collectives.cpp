@@ -37,25 +37,6 @@ std::span<T> segmentOf(std::span<T> chunk, std::size_t segmentElems, std::size_t
   return chunk.subspan(offset, std::min(segmentElems, chunk.size() - offset));
 }
 
-// dst += src, element-wise. The two never alias (src is a receive buffer).
-void addInto(std::span<float> dst, std::span<const float> src) {
-  float* __restrict d = dst.data();
-  const float* __restrict s = src.data();
-  const std::size_t n = dst.size();
-  for (std::size_t i = 0; i < n; ++i)
-    d[i] += s[i];
-}
-
-// A per-thread receive buffer for segments that are summed rather than stored;
-// reused call after call so a hot loop of allreduces does not allocate. The
-// segment is summed right after it lands, while it is still in cache.
-std::span<float> scratch(std::size_t elements) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < elements)
-    buffer.resize(elements);
-  return std::span<float>(buffer.data(), elements);
-}
-
 enum class Arrival { kStore, kSum };
 
 // One ring step: sends `out` to `to` and receives `in` from `from`, segment by
@@ -68,7 +49,7 @@ void ringStep(Communicator& comm, int tag, int to, std::span<const float> out, i
   const std::size_t outSegments = segmentsOf(out.size(), segmentElems);
   const std::size_t inSegments = segmentsOf(in.size(), segmentElems);
   const std::size_t longest = segmentElems == 0 ? in.size() : std::min(segmentElems, in.size());
-  const std::span<float> landing = arrival == Arrival::kSum ? scratch(longest) : std::span<float>();
+  const std::span<float> landing = arrival == Arrival::kSum ? comm.scratch(longest) : std::span<float>();
   for (std::size_t j = 0; j < std::max(outSegments, inSegments); ++j) {
     const bool sending = j < outSegments;
     const bool receiving = j < inSegments;
@@ -84,7 +65,7 @@ void ringStep(Communicator& comm, int tag, int to, std::span<const float> out, i
     else
       comm.recv(from, tag, into);
     if (receiving && arrival == Arrival::kSum)
-      addInto(target, into);
+      comm.ops().add(target, into);
   }
 }
 
@@ -114,7 +95,7 @@ void allreduceNaive(Communicator& comm, std::span<float> data, std::size_t segme
   if (comm.rank() == kRoot) {
     const std::size_t longest =
         segmentElems == 0 ? data.size() : std::min(segmentElems, data.size());
-    const std::span<float> landing = scratch(longest);
+    const std::span<float> landing = comm.scratch(longest);
     // Round j receives segment j from everyone and returns summed segment j-1.
     for (std::size_t j = 0; j <= m; ++j) {
       for (int r = 1; r < k; ++r) {
@@ -132,7 +113,7 @@ void allreduceNaive(Communicator& comm, std::span<float> data, std::size_t segme
           comm.send(r, tag, segmentOf(data, segmentElems, j - 1));
         // step 2: add rank r's segment j into ours
         if (gathering)
-          addInto(segmentOf(data, segmentElems, j), incoming);
+          comm.ops().add(segmentOf(data, segmentElems, j), incoming);
       }
     }
   } else {
@@ -196,7 +177,7 @@ void allGatherRing(Communicator& comm, std::span<const float> mine, std::span<fl
   auto block = [&](int index) { return all.subspan(static_cast<std::size_t>(index) * n, n); };
   // step 0: our own contribution into block `rank` (nothing to do in place)
   if (block(rank).data() != mine.data())
-    std::copy(mine.begin(), mine.end(), block(rank).begin());
+    comm.ops().copy(block(rank).data(), mine.data(), mine.size_bytes());
   if (k == 1 || n == 0)
     return;
   const int right = wrap(rank + 1, k);
@@ -239,7 +220,7 @@ void allToAllDirect(Communicator& comm, std::span<const float> send, std::span<f
     return buffer.subspan(static_cast<std::size_t>(index) * n, n);
   };
   // step 0: our block for ourselves
-  std::copy_n(at(send, rank).begin(), n, at(recv, rank).begin());
+  comm.ops().copy(at(recv, rank).data(), at(send, rank).data(), n * sizeof(float));
   if (n == 0)
     return;
   for (int i = 1; i < k; ++i) {

@@ -35,6 +35,12 @@ void Communicator::checkPeerAndTag(const char* op, int peer, int tag) const {
         fmt::format("{}: tag out of range [0, {}]", describeCall(op, peer, tag, rank()), kMaxTag));
 }
 
+std::span<float> Communicator::scratch(std::size_t elements) {
+  if (!scratch_)
+    scratch_ = std::make_unique<OpsBuffer>(ops());
+  return scratch_->first(elements);
+}
+
 void Communicator::send(int peer, int tag, std::span<const std::byte> data) {
   checkPeerAndTag("send", peer, tag);
   doSend(peer, tag, data);

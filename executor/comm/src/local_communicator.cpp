@@ -18,18 +18,30 @@
 namespace strata::exec {
 namespace {
 
-// Uninitialised bytes: a vector<std::byte> would zero every buffer it grows.
-struct Buffer {
-  std::unique_ptr<std::byte[]> bytes;
+// Uninitialised bytes from a rank's BufferOps (host memory, or its GPU's):
+// a vector<std::byte> would zero every buffer it grows.
+struct FreeWithOps {
+  BufferOps* ops = nullptr;
   std::size_t capacity = 0;
-  std::size_t size = 0;
+  void operator()(std::byte* p) const noexcept { ops->deallocate(p, capacity); }
 };
 
-// Recycles message buffers. A ring allreduce of 64 MiB sends ~2 x 64 MiB per
-// rank in segments; fresh allocations of that size come from mmap and cost a
-// page fault per 4 KiB on first touch, more than the copy itself.
+struct Buffer {
+  std::unique_ptr<std::byte, FreeWithOps> bytes;
+  std::size_t capacity = 0;
+  std::size_t size = 0;
+  int owner = -1;  // the rank whose pool it returns to
+};
+
+// Recycles one rank's message buffers. A ring allreduce of 64 MiB sends
+// ~2 x 64 MiB per rank in segments; fresh allocations of that size come from
+// mmap and cost a page fault per 4 KiB on first touch (or a cudaMalloc, which
+// may wait for the device), more than the copy itself. Per rank, because each
+// rank's buffers live where its copies are fastest (its GPU).
 class BufferPool {
  public:
+  BufferPool(BufferOps& ops, int rank) : ops_(ops), rank_(rank) {}
+
   Buffer acquire(std::size_t size) {
     if (size == 0)
       return {};
@@ -50,7 +62,9 @@ class BufferPool {
         return buffer;
       }
     }
-    return Buffer{std::unique_ptr<std::byte[]>(new std::byte[size]), size, size};
+    auto* p = static_cast<std::byte*>(ops_.allocate(size));
+    return Buffer{std::unique_ptr<std::byte, FreeWithOps>(p, FreeWithOps{&ops_, size}), size,
+                  size, rank_};
   }
 
   void release(Buffer buffer) {
@@ -69,6 +83,8 @@ class BufferPool {
   static constexpr std::size_t kMaxBuffers = 256;
   static constexpr std::size_t kMaxBytes = std::size_t{1} << 30;
 
+  BufferOps& ops_;
+  int rank_;
   std::mutex mutex_;
   std::vector<Buffer> free_;
   std::size_t freeBytes_ = 0;
@@ -139,31 +155,47 @@ std::chrono::steady_clock::time_point deadlineAfter(Seconds timeout) {
 }  // namespace
 
 struct LocalWorld::State {
-  explicit State(int n)
+  State(int n, std::vector<std::shared_ptr<BufferOps>> rankOps)
       // Spin only when every thread can have a core: a strata worker runs a
       // compute and a communication thread, and a spinning receiver would take
       // the core its own compute lane needs.
       : size(n),
         spinBeforeSleeping(2 * n <= static_cast<int>(std::thread::hardware_concurrency())) {
-    for (int r = 0; r < n; ++r)
+    ops = std::move(rankOps);
+    for (int r = 0; r < n; ++r) {
       inboxes.push_back(std::make_unique<Inbox>());
+      pools.push_back(std::make_unique<BufferPool>(*ops[static_cast<std::size_t>(r)], r));
+    }
+  }
+
+  void release(Buffer buffer) {
+    if (buffer.owner >= 0)
+      pools[static_cast<std::size_t>(buffer.owner)]->release(std::move(buffer));
   }
 
   int size;
   bool spinBeforeSleeping;  // when every rank can have a core
+  std::vector<std::shared_ptr<BufferOps>> ops;  // per rank; first, so destroyed last
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::unique_ptr<LocalCommunicator>> comms;
-  BufferPool pool;
+  // Per rank; after `ops` and the inboxes (whose queued messages are pool
+  // buffers), so every buffer is freed before its ops go.
+  std::vector<std::unique_ptr<BufferPool>> pools;
   std::atomic<bool> aborted{false};
   mutable std::mutex abortMutex;
   std::string abortReason;
   int abortRank = -1;  // the rank whose communicator aborted first, or -1
 };
 
-LocalWorld::LocalWorld(int size) {
+LocalWorld::LocalWorld(int size, std::vector<std::shared_ptr<BufferOps>> ops) {
   if (size < 1)
     throw OptionError("world size", fmt::format("must be >= 1, got {}", size));
-  state_ = std::make_unique<State>(size);
+  if (ops.empty())
+    ops.assign(static_cast<std::size_t>(size), sharedHostOps());
+  STRATA_ENFORCE_OP(ops.size(), ==, static_cast<std::size_t>(size));
+  for (const auto& o : ops)
+    STRATA_ENFORCE(o != nullptr);
+  state_ = std::make_unique<State>(size, std::move(ops));
   for (int r = 0; r < size; ++r)
     state_->comms.push_back(std::unique_ptr<LocalCommunicator>(new LocalCommunicator(*this, r)));
 }
@@ -215,6 +247,10 @@ int LocalCommunicator::size() const {
   return world_.size();
 }
 
+BufferOps& LocalCommunicator::ops() {
+  return *world_.state_->ops[static_cast<std::size_t>(rank_)];
+}
+
 void LocalCommunicator::abort(const std::string& reason) {
   world_.abort(reason, rank_);
 }
@@ -258,13 +294,13 @@ void LocalCommunicator::doSend(int peer, int tag, std::span<const std::byte> dat
         posted->state = PostedRecv::State::kFilling;
         lock.unlock();
         if (!data.empty())
-          std::memcpy(posted->data, data.data(), data.size());
+          ops().copy(posted->data, data.data(), data.size());
         lock.lock();
         posted->state = PostedRecv::State::kDone;
       }
       lock.unlock();
       inbox.arrived.notify_all();
-      st.pool.release(std::move(buffer));
+      st.release(std::move(buffer));
       return;
     }
     if (copied) {
@@ -275,9 +311,9 @@ void LocalCommunicator::doSend(int peer, int tag, std::span<const std::byte> dat
     }
     inbox.eraseIfIdle(it);  // we may have created it; it stays empty while we copy
     lock.unlock();
-    buffer = st.pool.acquire(data.size());
+    buffer = st.pools[static_cast<std::size_t>(rank_)]->acquire(data.size());
     if (!data.empty())
-      std::memcpy(buffer.bytes.get(), data.data(), data.size());
+      ops().copy(buffer.bytes.get(), data.data(), data.size());
     copied = true;
   }
 }
@@ -313,12 +349,12 @@ void LocalCommunicator::waitRecv(Pending& pending) {
     Buffer message = std::move(pending.taken);
     if (message.size != pending.data.size()) {
       const std::size_t got = message.size;
-      st.pool.release(std::move(message));
+      st.release(std::move(message));
       throw mismatch(got);
     }
     if (!pending.data.empty())
-      std::memcpy(pending.data.data(), message.bytes.get(), message.size);
-    st.pool.release(std::move(message));
+      ops().copy(pending.data.data(), message.bytes.get(), message.size);
+    st.release(std::move(message));
     return;
   }
 
@@ -403,7 +439,7 @@ void LocalCommunicator::doSendRecv(int sendPeer, int sendTag, std::span<const st
 void LocalCommunicator::withdraw(Pending& pending) {
   LocalWorld::State& st = *world_.state_;
   if (pending.tookQueued) {
-    st.pool.release(std::move(pending.taken));
+    st.release(std::move(pending.taken));
     return;
   }
   Inbox& inbox = *st.inboxes[static_cast<std::size_t>(rank_)];
@@ -448,7 +484,12 @@ std::string describe(const std::exception_ptr& error) {
 }  // namespace
 
 void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds timeout) {
-  LocalWorld world(size);
+  runLocal(size, body, timeout, {});
+}
+
+void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds timeout,
+              std::vector<std::shared_ptr<BufferOps>> ops) {
+  LocalWorld world(size, std::move(ops));
   for (int r = 0; r < size; ++r)
     world.communicator(r).setTimeout(timeout);
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -339,6 +340,9 @@ struct CudaBackend::Impl {
   EventHandle origin;
   std::vector<EventHandle> events;
   int marks = -1;
+  // Guards `events` and `marks` between markTime (compute lane) and waitMark
+  // (communication lane).
+  std::mutex marksMutex;
 };
 
 namespace {
@@ -664,12 +668,16 @@ CudaBackend::Clock::time_point CudaBackend::startTimeline() {
   check(cudaStreamSynchronize(m.stream.get()), "cudaStreamSynchronize", "timeline start");
   const Clock::time_point now = Clock::now();
   check(cudaEventRecord(m.origin.get(), m.stream.get()), "cudaEventRecord", "timeline origin");
-  m.marks = 0;
+  {
+    std::lock_guard lock(m.marksMutex);
+    m.marks = 0;
+  }
   return now;
 }
 
 int CudaBackend::markTime() {
   Impl& m = *impl_;
+  std::lock_guard lock(m.marksMutex);
   STRATA_ENFORCE_OP(m.marks, >=, 0);  // startTimeline() first
   activate();
   if (static_cast<size_t>(m.marks) == m.events.size()) {
@@ -682,6 +690,19 @@ int CudaBackend::markTime() {
         [&] { return fmt::format("timeline mark {}", id); });
   ++m.marks;
   return id;
+}
+
+void CudaBackend::waitMark(int id) {
+  Impl& m = *impl_;
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard lock(m.marksMutex);
+    STRATA_ENFORCE(id >= 0 && id < m.marks);
+    event = m.events[static_cast<size_t>(id)].get();
+  }
+  activate();
+  check(cudaEventSynchronize(event), "cudaEventSynchronize",
+        [&] { return fmt::format("timeline mark {}", id); });
 }
 
 double CudaBackend::markSeconds(int id) const {

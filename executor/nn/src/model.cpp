@@ -664,10 +664,14 @@ std::span<float> Model::gradients(int layer) {
 }
 
 std::span<float> Model::gradients(int firstLayer, int lastLayer) {
+  backend_->synchronize();
+  return gradientsNoWait(firstLayer, lastLayer);
+}
+
+std::span<float> Model::gradientsNoWait(int firstLayer, int lastLayer) {
   STRATA_ENFORCE_OP(firstLayer, <=, lastLayer);
   const ParamBlock first = paramBlock(firstLayer);
   const ParamBlock last = paramBlock(lastLayer);
-  backend_->synchronize();
   return {grads_.data() + first.offset,
           static_cast<size_t>(last.offset + last.size() - first.offset)};
 }

@@ -6,6 +6,7 @@
 #include "strata/model/error.h"
 
 #if STRATA_HAVE_CUDA
+#include "strata/exec/comm/cuda_ops.h"
 #include "strata/exec/nn/cuda_backend.h"
 #endif
 
@@ -53,22 +54,45 @@ void checkDevice(Device device, const std::string& option) {
 #endif
 }
 
-double deviceMemoryBytes(Device device) {
+double deviceMemoryBytes(Device device, int gpu) {
 #if STRATA_HAVE_CUDA
   if (device == Device::kCuda)
-    return double(nn::cudaDeviceMemoryBytes(0));
+    return double(nn::cudaDeviceMemoryBytes(gpu));
 #endif
   (void)device;
+  (void)gpu;
   return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
 }
 
-std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option) {
-  checkDevice(device, option);
+int deviceCount(Device device) {
 #if STRATA_HAVE_CUDA
   if (device == Device::kCuda)
-    return std::make_unique<nn::CudaBackend>();
+    return cudaVisibleDeviceCount();
 #endif
+  return device == Device::kCpu ? 1 : 0;
+}
+
+std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option, int gpu) {
+  checkDevice(device, option);
+#if STRATA_HAVE_CUDA
+  if (device == Device::kCuda) {
+    nn::CudaBackendOptions o;
+    o.device = gpu;
+    return std::make_unique<nn::CudaBackend>(o);
+  }
+#endif
+  (void)gpu;
   return std::make_unique<nn::CpuBackend>();
+}
+
+std::shared_ptr<BufferOps> makeCommOps(Device device, int gpu) {
+#if STRATA_HAVE_CUDA
+  if (device == Device::kCuda)
+    return makeCudaOps(gpu);
+#endif
+  (void)device;
+  (void)gpu;
+  return sharedHostOps();
 }
 
 // ---- WorkTimer ---------------------------------------------------------------
@@ -119,6 +143,14 @@ int WorkTimer::mark() {
 #endif
   impl_->marks.push_back(Clock::now());
   return static_cast<int>(impl_->marks.size()) - 1;
+}
+
+void WorkTimer::wait(int id) {
+#if STRATA_HAVE_CUDA
+  if (impl_->cuda)
+    impl_->cuda->waitMark(id);
+#endif
+  (void)id;
 }
 
 void WorkTimer::finish() {

@@ -98,8 +98,14 @@ class Endpoint {
 // of softmax statistics whole.
 class FlatEndpoint final : public Endpoint {
  public:
-  FlatEndpoint(std::span<float> buffer, int parts, int segments, int group, bool mergeStats)
-      : buffer_(buffer), parts_(parts), segments_(segments), group_(group), merge_(mergeStats) {}
+  FlatEndpoint(BufferOps& ops, std::span<float> buffer, int parts, int segments, int group,
+               bool mergeStats)
+      : ops_(ops),
+        buffer_(buffer),
+        parts_(parts),
+        segments_(segments),
+        group_(group),
+        merge_(mergeStats) {}
 
   void setParts(int count) override { count_ = std::max(1, count); }
   std::span<const float> send(int part, int segment, int) override { return at(part, segment); }
@@ -108,11 +114,10 @@ class FlatEndpoint final : public Endpoint {
   void reduce(int part, int segment, int, std::span<const float> data) override {
     auto dst = at(part, segment);
     if (merge_) {
-      nn::mergeSoftmaxStats(dst, data);
+      nn::mergeSoftmaxStats(dst, data);  // on the host: the statistics are managed memory
       return;
     }
-    for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] += data[i];
+    ops_.add(dst, data);
   }
 
  private:
@@ -126,6 +131,7 @@ class FlatEndpoint final : public Endpoint {
     return buffer_.subspan(static_cast<size_t>((chunk.first + seg.first) * group_),
                            static_cast<size_t>((seg.second - seg.first) * group_));
   }
+  BufferOps& ops_;
   std::span<float> buffer_;
   int parts_, segments_, group_;
   bool merge_;
@@ -142,9 +148,10 @@ class RowsEndpoint final : public Endpoint {
   // landIn: where received rows go (rows landRows(src)), or nullptr when
   // received data is summed into `acc` (rows accRows(src) of the sender's
   // tensor map onto the whole accumulator).
-  RowsEndpoint(std::span<float> sendFrom, int64_t rowSize, RowsOf sendRows, std::span<float> landIn,
-               RowsOf landRows, int segments)
-      : from_(sendFrom),
+  RowsEndpoint(BufferOps& ops, std::span<float> sendFrom, int64_t rowSize, RowsOf sendRows,
+               std::span<float> landIn, RowsOf landRows, int segments)
+      : ops_(ops),
+        from_(sendFrom),
         row_(rowSize),
         sendRows_(std::move(sendRows)),
         to_(landIn),
@@ -168,9 +175,7 @@ class RowsEndpoint final : public Endpoint {
     return static_cast<size_t>(s.second - s.first);
   }
   void reduce(int, int segment, int, std::span<const float> data) override {
-    auto dst = seg(acc_, segment);
-    for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] += data[i];
+    ops_.add(seg(acc_, segment), data);
   }
 
  private:
@@ -181,6 +186,7 @@ class RowsEndpoint final : public Endpoint {
   std::span<float> seg(std::span<float> s, int segment) const {
     return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
   }
+  BufferOps& ops_;
   std::span<float> from_;
   int64_t row_;
   RowsOf sendRows_;
@@ -220,7 +226,7 @@ class Worker {
         owt_(isModelParallel(plan.scenario.strategy)),
         mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
         dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
-        backend_(makeBackend(opt.device)),
+        backend_(makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()))),
         model_(net, modelOptions()),
         timer_(*backend_) {
     for (size_t t = 0; t < plan.tasks.size(); ++t)
@@ -364,6 +370,11 @@ class Worker {
             update(task);
           marks_[t] = {a, timer_.mark()};
         } else {
+          // The compute lane only enqueued its tasks (a GPU runs them
+          // later): wait for the ones this task reads, and only those.
+          for (int d : ownDeps_[t])
+            if (const int end = marks_[static_cast<size_t>(d)].second; end >= 0)
+              timer_.wait(end);
           const double start = seconds(t0);
           if (task.kind == TaskKind::kTransfer)
             transfer(t, task, m);
@@ -573,11 +584,15 @@ class Worker {
     const int segs = c.segments;
     switch (c.buffer) {
       case BufferKind::kWeightGradients: {
-        return std::make_unique<FlatEndpoint>(model_.gradients(c.firstLayer, c.lastLayer), c.parts,
-                                              segs, 1, false);
+        // No wait for the whole backend: the communication lane waited for
+        // the tasks that produced these gradients (lane()).
+        return std::make_unique<FlatEndpoint>(comm_.ops(),
+                                              model_.gradientsNoWait(c.firstLayer, c.lastLayer),
+                                              c.parts, segs, 1, false);
       }
       case BufferKind::kLossStatistics:
-        return std::make_unique<FlatEndpoint>(model_.softmaxStats(), c.parts, segs, 2, true);
+        return std::make_unique<FlatEndpoint>(comm_.ops(), model_.softmaxStats(), c.parts, segs, 2,
+                                              true);
       case BufferKind::kActivations:
         return activationsEndpoint(c);
       case BufferKind::kActivationGradients:
@@ -603,7 +618,7 @@ class Worker {
       staged.assign(static_cast<size_t>(roundBatch(r) * row), 0.0f);
       auto& boundary = const_cast<nn::Tensor&>(model_.output(mp_ - 1));
       return std::make_unique<RowsEndpoint>(
-          boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, std::span<float>(staged),
+          comm_.ops(), boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, std::span<float>(staged),
           [this, r](int v) {
             const int64_t at = roundOffset(r, v);
             const auto rows = ownRows(r, v);
@@ -712,9 +727,7 @@ class Worker {
       return seg(staged_[static_cast<size_t>(w_.w_)], segment).size();
     }
     void reduce(int, int segment, int, std::span<const float> data) override {
-      auto dst = seg(staged_[static_cast<size_t>(w_.w_)], segment);
-      for (size_t i = 0; i < dst.size(); ++i)
-        dst[i] += data[i];
+      w_.comm_.ops().add(seg(staged_[static_cast<size_t>(w_.w_)], segment), data);
     }
     void finish() override {
       auto& g = w_.model_.outputGrad(producer_);
@@ -757,9 +770,7 @@ class Worker {
     }
     size_t size(int, int segment, int) override { return seg(acc_, segment).size(); }
     void reduce(int, int segment, int, std::span<const float> data) override {
-      auto dst = seg(acc_, segment);
-      for (size_t i = 0; i < dst.size(); ++i)
-        dst[i] += data[i];
+      w_.comm_.ops().add(seg(acc_, segment), data);
     }
     void finish() override {
       if (acc_.empty())
@@ -811,9 +822,10 @@ class Worker {
         out = e.send(sp, seg, dst);
       if (rp >= 0) {
         if (summed) {
-          auto& buf = scratch_[src];
-          buf.resize(e.size(rp, seg, src));
-          in = buf;
+          // In the backend's memory, so a GPU's reduce-add kernel reads it.
+          auto& buf = scratch_.try_emplace(src, backend_->memory()).first->second;
+          buf.resizeUninitialized(e.size(rp, seg, src));
+          in = buf.span();
         } else {
           in = e.land(rp, seg, src);
         }
@@ -846,7 +858,7 @@ class Worker {
     e.setParts(partsCovered(task));
     // Sources in a fixed order (by rank) so every run sums alike.
     for (auto& [src, data] : scratch_)
-      e.reduce(scratchPart_[src], seg, src, data);
+      e.reduce(scratchPart_[src], seg, src, data.span());
   }
 
   void endCollective(int c) {
@@ -877,7 +889,7 @@ class Worker {
   std::vector<int64_t> lastOf_;
   std::vector<TaskTiming> timing_;
   std::map<int, std::unique_ptr<Endpoint>> endpoints_;
-  std::map<int, std::vector<float>> scratch_;
+  std::map<int, nn::Buffer<float>> scratch_;  // received data to be summed, per source
   std::map<int, std::vector<float>> staging_;  // round -> boundary rows received
   std::mutex stagingMutex_;
   std::map<int, int> scratchPart_;
@@ -1147,10 +1159,23 @@ void checkRunOptions(const RunOptions& options) {
 
 void checkRunDevice(const RunOptions& options, int workers) {
   checkDevice(options.device, "--device");
-  if (options.device == Device::kCuda && workers > 1)
-    throw OptionError(
-        "--device",
-        fmt::format("cuda runs one worker on one GPU for now (-k 1), got {} workers", workers));
+  (void)workers;  // any K: workers share the GPUs round-robin (gpuOfWorker)
+  if (options.gpu < -1)
+    throw OptionError("--gpu", fmt::format("must be a GPU ordinal (>= 0), got {}", options.gpu));
+  if (options.device == Device::kCuda && options.gpu >= 0) {
+    const int visible = deviceCount(Device::kCuda);
+    if (options.gpu >= visible)
+      throw OptionError("--gpu", fmt::format("GPU {} does not exist here: this process sees {} GPU{}",
+                                             options.gpu, visible, visible == 1 ? "" : "s"));
+  }
+}
+
+int gpuOfWorker(const RunOptions& options, int worker) {
+  if (options.device != Device::kCuda)
+    return 0;
+  if (options.gpu >= 0)
+    return options.gpu;
+  return worker % std::max(1, deviceCount(Device::kCuda));
 }
 
 double runMemoryLowerBound(const Network& network, const Scenario& sc) {
@@ -1179,16 +1204,20 @@ void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
                     "with {} N ({} lifts every limit)",
                     k, 2 * k, maxWorkers, std::max(1u, std::thread::hardware_concurrency()), k,
                     kMaxWorkersOption, kAllowLargeOption));
+  // On GPUs, workers are placed round-robin: the busiest GPU holds
+  // ceil(K / GPUs) of them.
+  const int gpus = device == Device::kCpu ? 1 : std::max(1, deviceCount(device));
+  const int sharing = (k + gpus - 1) / gpus;
   const double physical = deviceMemoryBytes(device);
-  const double need = runMemoryLowerBound(network, sc);
+  const double need = runMemoryLowerBound(network, sc) / k * sharing;
   if (physical > 0 && need > physical)
     throw OptionError(
         sc.batchPerWorker > 1 ? "--batch" : "--workers",
         fmt::format("{} workers x {} examples of {} need at least {} of memory (weights, "
                     "gradients, momentum and activations per worker), more than {} {}; use a "
                     "smaller --batch or fewer --workers",
-                    k, sc.batchPerWorker, network.name, formatBytes(Bytes(need)),
-                    device == Device::kCpu ? "this machine's" : "GPU 0's",
+                    sharing, sc.batchPerWorker, network.name, formatBytes(Bytes(need)),
+                    device == Device::kCpu ? "this machine's" : "one GPU's",
                     formatBytes(Bytes(physical))));
 }
 
@@ -1199,12 +1228,18 @@ RunResult runThreads(const Plan& plan, const Network& network, const RunOptions&
   checkThreadRun(network, plan.scenario, options.device);
   const int k = plan.scenario.workers;
   std::vector<RunResult> results(static_cast<size_t>(k));
+  // On GPUs, the device communicator: each worker's messages are copied and
+  // summed on its own GPU's stream (cuda_ops.h).
+  std::vector<std::shared_ptr<BufferOps>> ops;
+  for (int w = 0; w < k && (options.commOps || options.device != Device::kCpu); ++w)
+    ops.push_back(options.commOps ? options.commOps(w)
+                                  : makeCommOps(options.device, gpuOfWorker(options, w)));
   runLocal(
       k,
       [&](Communicator& comm) {
         results[static_cast<size_t>(comm.rank())] = runWorker(comm, plan, network, options);
       },
-      options.timeout);
+      options.timeout, std::move(ops));
   if (perRankParameters) {
     perRankParameters->clear();
     for (auto& r : results)

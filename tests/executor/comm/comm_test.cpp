@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../counting_ops.h"
 #include "strata/exec/comm/collectives.h"
 #include "strata/exec/comm/local_communicator.h"
 
@@ -570,4 +571,73 @@ TEST_CASE("agreeOnMistakes: a rank that never arrives ends the others after the 
   CHECK(message.find("tag 32000 on rank") != std::string::npos);
   CHECK(message.find("timed out after 0.3 s") != std::string::npos);
   CHECK(elapsed < 5.0);
+}
+
+// ---- per-rank BufferOps: the device communicator's host-side logic ---------------
+
+TEST_CASE("a world of per-rank BufferOps moves and sums every byte through them", "[ops]") {
+  const int k = GENERATE(range(1, 9));
+  for (std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{1031}, std::size_t{70000}}) {
+    for (const bool ring : {true, false}) {
+      INFO((ring ? "ring" : "naive") << " K " << k << " N " << n);
+      test::CountingWorld counted(k);
+      std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
+      runLocal(
+          k,
+          [&](Communicator& comm) {
+            auto& mine = out[static_cast<std::size_t>(comm.rank())];
+            mine = inputs(comm.rank(), n);
+            if (ring)
+              allreduceRing(comm, mine, 1000);
+            else
+              allreduceNaive(comm, mine, 1000);
+          },
+          Seconds(20.0), counted.ops());
+      for (int r = 0; r < k; ++r) {
+        const auto& ops = *counted.ranks[static_cast<std::size_t>(r)];
+        INFO("rank " << r);
+        CHECK(firstMismatch(out[static_cast<std::size_t>(r)], n,
+                            [&](std::size_t i) { return expectedSum(k, n, i); }) == "");
+        // Every sum went through the rank's ops: ring reduce-scatter adds
+        // every chunk but chunk rank-1 (the one it sends first); the naive
+        // root adds K-1 buffers, the others none.
+        const std::size_t skipped = chunkRange(n, k, (r + k - 1) % k).count;
+        const std::size_t want = k == 1   ? 0
+                                 : ring   ? n - skipped
+                                 : r == 0 ? static_cast<std::size_t>(k - 1) * n
+                                          : 0;
+        CHECK(ops.addedElements == static_cast<int64_t>(want));
+        // Every message byte was copied by some rank's ops (none by memcpy
+        // behind their back): at least what this rank received.
+        if (k > 1 && n > 0)
+          CHECK(ops.copiedBytes > 0);
+        // Staging and scratch went back when the world ended.
+        CHECK(ops.liveBytes == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("queued messages live in the sender's ops' memory and come out through the receiver's",
+          "[ops]") {
+  test::CountingWorld counted(2);
+  {
+    LocalWorld world(2, counted.ops());
+    auto& a = world.communicator(0);
+    auto& b = world.communicator(1);
+    const std::vector<float> sent{1, 2, 3, 4};
+    a.send(1, 7, std::span<const float>(sent));  // nobody waits: staged
+    CHECK(counted.ranks[0]->allocations == 1);
+    CHECK(counted.ranks[0]->copiedBytes == 16);
+    CHECK(counted.ranks[1]->allocations == 0);
+    std::vector<float> got(4);
+    b.recv(0, 7, std::span<float>(got));
+    CHECK(got == sent);
+    CHECK(counted.ranks[1]->copiedBytes == 16);  // out of the staging
+    CHECK(a.ops().name() == "counting");
+    CHECK(&a.ops() == counted.ranks[0].get());
+    CHECK(&b.ops() == counted.ranks[1].get());
+  }
+  CHECK(counted.ranks[0]->liveBytes == 0);  // the pool freed it with the world
+  CHECK_THROWS_AS(LocalWorld(3, counted.ops()), InvariantError);  // one ops per rank
 }

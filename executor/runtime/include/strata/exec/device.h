@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/exec/comm/buffer_ops.h"
 #include "strata/exec/nn/backend.h"
 
 namespace strata::exec {
@@ -28,12 +29,20 @@ bool deviceBuilt(Device device);
 void checkDevice(Device device, const std::string& option);
 
 // Memory the workers of one process have on `device`, in bytes: this
-// machine's physical memory (CPU), or GPU 0's global memory (CUDA).
-double deviceMemoryBytes(Device device);
+// machine's physical memory (CPU), or GPU `gpu`'s global memory (CUDA).
+double deviceMemoryBytes(Device device, int gpu = 0);
+// How many of `device` this process sees: 1 for the CPU, the CUDA devices
+// (0 when none or not built) for CUDA.
+int deviceCount(Device device);
 
 // A backend for one worker on `device` (checkDevice first). The CPU's is a
-// CpuBackend; CUDA's a CudaBackend on GPU 0 with FP32 arithmetic (no TF32).
-std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option = "--device");
+// CpuBackend; CUDA's a CudaBackend on GPU `gpu` with FP32 arithmetic (no
+// TF32).
+std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option = "--device",
+                                         int gpu = 0);
+// How a worker on `device` (GPU `gpu`) copies and sums its messages: the
+// host's, or its GPU's stream and kernels (cuda_ops.h).
+std::shared_ptr<BufferOps> makeCommOps(Device device, int gpu = 0);
 
 // Times work enqueued on a backend. On the CPU the work is done when a call
 // returns and marks read the host clock; on CUDA, marks are events on the
@@ -61,6 +70,10 @@ class WorkTimer {
   int mark();
   // Waits until every mark so far has been reached.
   void finish();
+  // Waits until mark `id` has been reached (the work before it is done; later
+  // work may still run). May be called from another thread than mark()'s.
+  // On the CPU a mark is taken after its work is done: returns at once.
+  void wait(int id);
   // Seconds from the origin to mark `id` (after finish()).
   double seconds(int id) const;
   // Whether marks measure device time (CUDA) rather than the host clock.

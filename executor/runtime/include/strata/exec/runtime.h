@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,16 @@
 namespace strata::exec {
 
 struct RunOptions {
-  // Where each worker computes: its own CpuBackend, or a CudaBackend (one
-  // worker on GPU 0 for now).
+  // Where each worker computes: its own CpuBackend, or its own CudaBackend.
   Device device = Device::kCpu;
+  // CUDA: the GPU every worker of this process uses; -1: worker w on GPU
+  // w mod (GPUs this process sees), so K workers share fewer GPUs
+  // round-robin, each with its own streams (gpuOfWorker).
+  int gpu = -1;
+  // runThreads: how worker w copies and sums its messages; empty: by device
+  // (makeCommOps: the host's, or its GPU's stream and kernels). Tests give
+  // instrumented ops here to see that every byte goes through them.
+  std::function<std::shared_ptr<BufferOps>(int worker)> commOps;
   int steps = 10;
   float learningRate = 0.01f;
   float momentum = 0.9f;
@@ -102,10 +110,13 @@ inline constexpr int kMaxRunSteps = 1'000'000;
 // timeout positive and finite (NaN and infinities included).
 void checkRunOptions(const RunOptions& options);
 
-// Throws OptionError naming --device when options.device cannot run this
-// scenario here: not built or no usable GPU (checkDevice), or CUDA with more
-// than one worker (one worker on GPU 0 for now).
+// Throws OptionError naming --device when options.device cannot be used here
+// (not built, or no usable GPU: checkDevice), or naming --gpu when
+// options.gpu is not a GPU this process sees.
 void checkRunDevice(const RunOptions& options, int workers);
+
+// The GPU ordinal worker `worker` of this process computes on (0 on the CPU).
+int gpuOfWorker(const RunOptions& options, int worker);
 
 // A lower bound of the memory K = scenario.workers workers of this process
 // need (each its own network: parameters, gradients, momentum, activations of
@@ -117,7 +128,8 @@ double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 // --workers and the option that raises it) or need more memory than this
 // machine has (naming --batch). Cheap (O(layers)); call it with
 // checkRunnable() before lowering and printing, when not under mpirun.
-// On CUDA the memory bound is GPU 0's (deviceMemoryBytes).
+// On CUDA the bound is per GPU: the workers that share the busiest GPU
+// against its memory (deviceMemoryBytes).
 void checkThreadRun(const Network& network, const Scenario& scenario, Device device = Device::kCpu);
 
 // Runs the plan on K = plan.scenario.workers threads of this process and

@@ -22,9 +22,11 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
+#include "strata/exec/comm/buffer_ops.h"
 #include "strata/model/error.h"
 #include "strata/model/units.h"
 
@@ -103,6 +105,14 @@ class Communicator {
   // rank (MPI).
   virtual bool aborted() const = 0;
 
+  // How this rank's messages are copied and summed, and where they may live
+  // (buffer_ops.h): the host's unless the world was built with others (GPU
+  // ranks). The collectives sum through it; the Plan interpreter too.
+  virtual BufferOps& ops() { return hostOps(); }
+  // Scratch of at least `elements` floats in ops()' memory, this rank's own,
+  // reused call after call (contents unspecified; valid until the next call).
+  std::span<float> scratch(std::size_t elements);
+
   // How long one blocking call may wait before throwing CommError; > 0.
   // Per communicator (per rank); default kDefaultTimeoutSeconds.
   void setTimeout(Seconds timeout);
@@ -122,6 +132,7 @@ class Communicator {
   void checkPeerAndTag(const char* op, int peer, int tag) const;
 
   Seconds timeout_{kDefaultTimeoutSeconds};
+  std::unique_ptr<OpsBuffer> scratch_;
 };
 
 // The text every implementation puts in front of its errors, so that every

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "strata/exec/comm/communicator.h"
 
@@ -37,6 +38,8 @@ class LocalCommunicator final : public Communicator {
   // Aborts the whole LocalWorld (see LocalWorld::abort).
   void abort(const std::string& reason) override;
   bool aborted() const override;
+  // This rank's, as given to the LocalWorld.
+  BufferOps& ops() override;
 
  protected:
   void doSend(int peer, int tag, std::span<const std::byte> data) override;
@@ -59,8 +62,14 @@ class LocalCommunicator final : public Communicator {
 
 class LocalWorld {
  public:
-  // A world of `size` ranks (>= 1); throws OptionError otherwise.
-  explicit LocalWorld(int size);
+  // A world of `size` ranks (>= 1; OptionError otherwise). `ops`: how each
+  // rank copies, sums and stages its messages (one per rank; empty: the
+  // host's for all). With GPU ranks' ops (cuda_ops.h) this is the device
+  // communicator: K workers in one process on one or several GPUs, messages
+  // moved device to device or peer to peer. A sender copies with its own ops
+  // (into the receiver's posted buffer, or into a staging buffer of its own
+  // memory); a receiver copies a staged message out with its own.
+  explicit LocalWorld(int size, std::vector<std::shared_ptr<BufferOps>> ops = {});
   ~LocalWorld();
   LocalWorld(const LocalWorld&) = delete;
   LocalWorld& operator=(const LocalWorld&) = delete;
@@ -97,5 +106,8 @@ class LocalWorld {
 // every blocked rank at once.
 void runLocal(int size, const std::function<void(Communicator&)>& body,
               Seconds timeout = Seconds(Communicator::kDefaultTimeoutSeconds));
+// The same on a world whose ranks use `ops` (one per rank; see LocalWorld).
+void runLocal(int size, const std::function<void(Communicator&)>& body, Seconds timeout,
+              std::vector<std::shared_ptr<BufferOps>> ops);
 
 }  // namespace strata::exec

@@ -156,6 +156,12 @@ class CudaBackend final : public Backend {
   // Seconds from the timeline's origin to mark `id`. Requires the mark to have
   // completed: call after synchronize() (else RunFailure: cudaErrorNotReady).
   double markSeconds(int id) const;
+  // Blocks the calling thread until mark `id` of the current timeline has
+  // completed (cudaEventSynchronize): the kernels enqueued before it are done,
+  // those after it may still run. Safe from another thread than the one
+  // recording marks (the Plan interpreter's communication lane waits for the
+  // compute lane's tasks this way).
+  void waitMark(int id);
 
   // ---- Backend -------------------------------------------------------------------
   void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,

@@ -203,6 +203,10 @@ class Model {
   std::span<float> gradients(int layer);
   // Gradients of layers [firstLayer, lastLayer], one contiguous span.
   std::span<float> gradients(int firstLayer, int lastLayer);
+  // The same span without waiting for the backend: for a caller that orders
+  // its accesses itself (the Plan interpreter waits for the event after the
+  // task that produced these gradients, not for every kernel enqueued since).
+  std::span<float> gradientsNoWait(int firstLayer, int lastLayer);
   std::span<float> allParameters();
   std::span<float> allGradients();
   std::span<float> momentum(int layer);  // allocates the momentum on first use
