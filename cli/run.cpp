@@ -17,6 +17,9 @@
 #include "commands.h"
 #include "flags.h"
 #include "strata/exec/comm/mpi_communicator.h"
+#ifdef STRATA_HAVE_NCCL
+#include "strata/exec/comm/nccl_communicator.h"
+#endif
 #include "strata/exec/runtime.h"
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
@@ -119,6 +122,23 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   opt.hangStopsProcess = ranks > 0;
   opt.device = exec::parseDevice(f.device, "--device");
   exec::checkRunDevice(opt, s.sc.workers);
+  if (ranks > 0 && opt.device == exec::Device::kCuda) {
+    // A rank per GPU: its local rank on the node picks it.
+    const int gpus = std::max(1, exec::deviceCount(opt.device));
+    const int local = exec::localRankFromLauncher();
+    opt.gpu = (local >= 0 ? local : rank) % gpus;
+#ifdef STRATA_HAVE_NCCL
+    const int onNode = exec::localSizeFromLauncher();
+    if (ranks > 1 && onNode > gpus)
+      throw OptionError(
+          "--device",
+          fmt::format("cuda under mpirun runs one rank per GPU (NCCL refuses two ranks on one "
+                      "GPU): {} ranks on this node, {} GPU{}; start at most {} rank{} per node, "
+                      "or run the workers as threads of one process, where they may share a GPU "
+                      "(strata run -k {} --device cuda, without mpirun)",
+                      onNode, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", ranks));
+#endif
+  }
   exec::checkRunnable(s.net, s.sc);
   s.plan = lowerToPlan(s.net, s.sc);
   // Every rank checks the trace options, so all stop together on a mistake.
@@ -130,12 +150,28 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   return s;
 }
 
+// Where the workers compute and how their data moves, in words.
+std::string placementOf(const Setup& s, bool mpi) {
+  if (s.opt.device == exec::Device::kCpu)
+    return mpi ? "MPI ranks" : "threads";
+  if (mpi) {
+#ifdef STRATA_HAVE_NCCL
+    return s.sc.workers > 1 ? "MPI ranks, one GPU each, NCCL" : "MPI rank, on cuda";
+#else
+    return "MPI ranks on cuda, data staged through the host";
+#endif
+  }
+  const int gpus = std::max(1, exec::deviceCount(s.opt.device));
+  const int used = std::min(gpus, s.sc.workers);
+  const int sharing = (s.sc.workers + gpus - 1) / gpus;
+  return fmt::format("threads on {} GPU{}{}, device-to-device copies", used, used == 1 ? "" : "s",
+                     sharing > 1 ? fmt::format(", up to {} workers sharing a GPU", sharing) : "");
+}
+
 std::string headerLine(const Setup& s, bool mpi) {
-  return fmt::format("{}: {}, {} workers ({}{}) x {} examples, {} steps, lr {}, momentum {}\n",
-                     s.net.name, toString(s.sc.strategy), s.sc.workers,
-                     mpi ? "MPI ranks" : "threads",
-                     s.opt.device == exec::Device::kCpu ? "" : ", on cuda", s.sc.batchPerWorker,
-                     s.opt.steps, s.opt.learningRate, s.opt.momentum);
+  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n",
+                     s.net.name, toString(s.sc.strategy), s.sc.workers, placementOf(s, mpi),
+                     s.sc.batchPerWorker, s.opt.steps, s.opt.learningRate, s.opt.momentum);
 }
 
 // Prints each step as it ends (table format): every step on short runs; on
@@ -301,13 +337,25 @@ int runRank(const RunFlags* f, std::string mistake, Process process) {
     printSteps(s.opt, headerLine(s, true));
   exec::RunResult result;
   std::string mismatch;
-  exec::runOrAbort(*comm, [&](exec::Communicator& c) {
+  auto work = [&](exec::Communicator& c) {
     try {
       result = exec::runWorker(c, s.plan, s.net, s.opt);
     } catch (const exec::ConfigMismatch& e) {
       mismatch = e.what();  // every rank has it: end cleanly, as a mistake
     }
-  });
+  };
+#ifdef STRATA_HAVE_NCCL
+  // GPUs across processes: the workers' data moves by NCCL, one rank per GPU.
+  std::optional<exec::NcclCommunicator> nccl;
+  if (s.opt.device == exec::Device::kCuda && comm->size() > 1) {
+    exec::runOrAbort(*comm, [&](exec::Communicator&) { nccl.emplace(*comm, s.opt.gpu); });
+    exec::runOrAbort(*nccl, work);
+  } else {
+    exec::runOrAbort(*comm, work);
+  }
+#else
+  exec::runOrAbort(*comm, work);
+#endif
   if (!mismatch.empty()) {
     if (root)
       std::cerr << "strata: error: " << mismatch << "\n";

@@ -49,6 +49,9 @@ std::string rowName(const Network& net, int batch, Strategy s, int k) {
 
 int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
   const bool table = o.format == Format::kTable;
+  const bool onGpu = o.device == exec::Device::kCuda;
+  exec::checkDevice(o.device, "--device");
+  const int gpus = onGpu ? std::max(1, exec::deviceCount(o.device)) : 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::vector<int> ks = suite.autoWorkers ? autoWorkerCounts(cores) : suite.workers;
   if (o.fitOnNetwork && suite.entries.size() != 1)
@@ -83,9 +86,12 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
     co.network = o.fitOnNetwork ? &suite.entries.front().network : nullptr;
     co.batch = suite.entries.front().batches.front();
     co.maxWorkers = *std::max_element(ks.begin(), ks.end());
+    co.device = o.device;
+    if (onGpu)  // workers per GPU, round-robin
+      co.maxWorkers = std::max(1, (co.maxWorkers + gpus - 1) / gpus);
     if (table) {
       co.progress = [](const std::string& l) { std::cout << "  " << l << "\n" << std::flush; };
-      std::cout << "calibrating this machine (" << path << ")"
+      std::cout << "calibrating this machine" << (onGpu ? "'s GPU 0" : "") << " (" << path << ")"
                 << (o.fitOnNetwork ? ", fitted on " + suite.entries.front().network.name : "")
                 << "\n"
                 << std::flush;
@@ -125,7 +131,8 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
         std::cout << fmt::format("profiling {} at batch {} (per-op times)\n", net.name, batch)
                   << std::flush;
       Cluster profiled = cluster;
-      profiled.device.profile = std::make_shared<OpProfile>(exec::profileNetwork(net, batch));
+      profiled.device.profile =
+          std::make_shared<OpProfile>(exec::profileNetwork(net, batch, 5, o.device));
       for (int k : ks) {
         for (auto s : suite.strategies) {
           if (isModelParallel(s) && net.modelParallelFrom < 0)
@@ -151,7 +158,10 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           exec::RunOptions ro;
           ro.steps = suite.steps;
           ro.warmup = kWarmupSteps;
-          const double speedBefore = exec::referenceGemmRate();
+          ro.device = o.device;
+          // The drift check re-times a CPU GEMM: on a GPU it would watch the
+          // wrong device.
+          const double speedBefore = onGpu ? 0 : exec::referenceGemmRate();
           const auto before = sampleCpu();
           std::vector<Repeat> repeats;
           for (int r = 0; r < suite.repeats; ++r) {
@@ -161,7 +171,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
             repeats.push_back({std::move(run.measured), std::move(run.timeline)});
           }
           const auto after = sampleCpu();
-          const double speedAfter = exec::referenceGemmRate();
+          const double speedAfter = onGpu ? 0 : exec::referenceGemmRate();
           // The run whose step is the (lower) median gives the phases compared.
           std::vector<size_t> order(repeats.size());
           std::iota(order.begin(), order.end(), size_t{0});
@@ -176,8 +186,20 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           row.fittedOnNetwork = fitted;
           if (fitted)
             notes.push_back("fitted on this network");
+          // Workers sharing a GPU (round-robin): within claims when the
+          // calibration measured that many sharing one.
+          const int perGpu = onGpu ? (k + gpus - 1) / gpus : 0;
+          if (onGpu && perGpu > 1) {
+            const bool calibrated =
+                std::any_of(cluster.device.sharing.begin(), cluster.device.sharing.end(),
+                            [&](const auto& e) { return e.first >= perGpu; });
+            row.withinClaims = calibrated;
+            notes.push_back(
+                fmt::format("{} workers on {} GPU{}{}", k, gpus, gpus == 1 ? "" : "s",
+                            calibrated ? " (sharing calibrated)" : ", sharing not calibrated"));
+          }
           // 2 threads per worker (compute and communication lanes) on `cores` cores.
-          if (k > cores) {
+          if (!onGpu && k > cores) {
             const bool calibrated =
                 std::any_of(cluster.device.sharing.begin(), cluster.device.sharing.end(),
                             [&](const auto& e) { return e.first >= k; });
@@ -196,7 +218,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           }
           // A machine running off its calibrated speed (a VM's host slowing it)
           // is not the machine the prediction is for: outside claims.
-          if (!cluster.device.kernels.empty()) {
+          if (!onGpu && !cluster.device.kernels.empty()) {
             const double calibrated = cluster.device.kernels.gemmRate(
                 GemmOp::kNN, exec::kReferenceGemm, exec::kReferenceGemm, exec::kReferenceGemm);
             const double drift = std::min(speedBefore, speedAfter) / calibrated - 1;
@@ -250,7 +272,8 @@ namespace strata::cli {
 
 Command addValidateCommand(CLI::App& app) {
   struct Options {
-    std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table";
+    std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
+                device = "cpu";
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -285,11 +308,15 @@ Command addValidateCommand(CLI::App& app) {
   sub->add_option("--out-dir", o->validate.outDir,
                   "folder for the calibrated cluster and the measured and simulated traces "
                   "(default validate)");
+  sub->add_option("--device", o->device,
+                  "cpu (threads) or cuda (K workers on the GPUs round-robin, sharing them when "
+                  "K exceeds them; the device communicator between them) (default cpu)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
       "Examples:\n"
       "  strata validate --network tiny-cnn --strategies all --workers 1,2,4\n"
+      "  strata validate --device cuda --network tiny-cnn --workers 1,2,3,4\n"
       "  strata validate --suite validation-suite --format json > suite.json");
   return {
       sub, [o, steps, repeats] {
@@ -301,6 +328,8 @@ Command addValidateCommand(CLI::App& app) {
           throw OptionError("--repeats", "must be at least 1");
         ValidationSuite suite;
         ValidateOptions opt = o->validate;
+        opt.device = exec::parseDevice(o->device, "--device");
+        exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));
           opt.suite = true;

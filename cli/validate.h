@@ -6,6 +6,7 @@
 #include <string>
 
 #include "output.h"
+#include "strata/exec/device.h"
 #include "strata/model/validation_suite.h"
 
 namespace strata::cli {
@@ -19,6 +20,9 @@ struct ValidateOptions {
   // True for --suite: trace files are named <network>-b<batch>-<strategy>-k<K>.
   bool suite = false;
   Format format = Format::kTable;
+  // Where the runs compute: the CPU's threads, or CUDA (K workers on the
+  // GPUs round-robin, the device communicator between them).
+  exec::Device device = exec::Device::kCpu;
 };
 
 // Runs every row of `suite` (a one-entry suite for `validate --network`),

@@ -56,9 +56,7 @@ struct CountingWorld {
     for (int r = 0; r < k; ++r)
       ranks.push_back(std::make_shared<CountingOps>());
   }
-  std::vector<std::shared_ptr<exec::BufferOps>> ops() const {
-    return {ranks.begin(), ranks.end()};
-  }
+  std::vector<std::shared_ptr<exec::BufferOps>> ops() const { return {ranks.begin(), ranks.end()}; }
   std::vector<std::shared_ptr<CountingOps>> ranks;
 };
 

@@ -19,10 +19,10 @@ class HostOps final : public BufferOps {
     kernels::twin::reduceAdd(src.data(), dst.data(), static_cast<int64_t>(dst.size()));
   }
   void* allocate(std::size_t bytes) override {
-    return ::operator new(bytes, std::align_val_t{64});
+    return ::operator new (bytes, std::align_val_t{64});
   }
   void deallocate(void* p, std::size_t) noexcept override {
-    ::operator delete(p, std::align_val_t{64});
+    ::operator delete (p, std::align_val_t{64});
   }
 };
 

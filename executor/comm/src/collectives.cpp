@@ -49,7 +49,8 @@ void ringStep(Communicator& comm, int tag, int to, std::span<const float> out, i
   const std::size_t outSegments = segmentsOf(out.size(), segmentElems);
   const std::size_t inSegments = segmentsOf(in.size(), segmentElems);
   const std::size_t longest = segmentElems == 0 ? in.size() : std::min(segmentElems, in.size());
-  const std::span<float> landing = arrival == Arrival::kSum ? comm.scratch(longest) : std::span<float>();
+  const std::span<float> landing =
+      arrival == Arrival::kSum ? comm.scratch(longest) : std::span<float>();
   for (std::size_t j = 0; j < std::max(outSegments, inSegments); ++j) {
     const bool sending = j < outSegments;
     const bool receiving = j < inSegments;

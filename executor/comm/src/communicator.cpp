@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <signal.h>
@@ -177,6 +178,29 @@ bool launchedByMpiexec() {
       return true;
   }
   return false;
+}
+
+namespace {
+int envCount(std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (const char* v = std::getenv(name); v && *v) {
+      char* end = nullptr;
+      const long value = std::strtol(v, &end, 10);
+      if (end && *end == '\0' && value >= 0 && value < (1L << 30))
+        return static_cast<int>(value);
+    }
+  return -1;
+}
+}  // namespace
+
+int localRankFromLauncher() {
+  return envCount({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                   "SLURM_LOCALID", "MV2_COMM_WORLD_LOCAL_RANK"});
+}
+
+int localSizeFromLauncher() {
+  return envCount({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
+                   "MV2_COMM_WORLD_LOCAL_SIZE"});
 }
 
 }  // namespace strata::exec

@@ -63,8 +63,8 @@ class BufferPool {
       }
     }
     auto* p = static_cast<std::byte*>(ops_.allocate(size));
-    return Buffer{std::unique_ptr<std::byte, FreeWithOps>(p, FreeWithOps{&ops_, size}), size,
-                  size, rank_};
+    return Buffer{std::unique_ptr<std::byte, FreeWithOps>(p, FreeWithOps{&ops_, size}), size, size,
+                  rank_};
   }
 
   void release(Buffer buffer) {
@@ -174,7 +174,7 @@ struct LocalWorld::State {
   }
 
   int size;
-  bool spinBeforeSleeping;  // when every rank can have a core
+  bool spinBeforeSleeping;                      // when every rank can have a core
   std::vector<std::shared_ptr<BufferOps>> ops;  // per rank; first, so destroyed last
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::unique_ptr<LocalCommunicator>> comms;

@@ -5,7 +5,6 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -31,17 +30,6 @@ void checkNccl(ncclResult_t status, const char* call, ncclComm_t comm = nullptr)
                               detail && *detail ? ": " : "", detail ? detail : ""));
 }
 
-int envInt(std::initializer_list<const char*> names) {
-  for (const char* name : names)
-    if (const char* v = std::getenv(name); v && *v) {
-      char* end = nullptr;
-      const long value = std::strtol(v, &end, 10);
-      if (end && *end == '\0' && value >= 0 && value < (1L << 30))
-        return static_cast<int>(value);
-    }
-  return -1;
-}
-
 // Whether NCCL's kernels on our GPU can read and write `p` directly.
 bool onDevice(const void* p) {
   cudaPointerAttributes a{};
@@ -54,16 +42,6 @@ bool onDevice(const void* p) {
 }
 
 }  // namespace
-
-int localRankFromLauncher() {
-  return envInt({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
-                 "SLURM_LOCALID", "MV2_COMM_WORLD_LOCAL_RANK"});
-}
-
-int localSizeFromLauncher() {
-  return envInt({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
-                 "SLURM_NTASKS_PER_NODE", "MV2_COMM_WORLD_LOCAL_SIZE"});
-}
 
 // ---- NcclCommunicator ---------------------------------------------------------------
 
@@ -262,12 +240,13 @@ void NcclCommunicator::allreduceNccl(std::span<float> data) {
   Impl& m = *impl_;
   if (data.empty())
     return;
-  const std::string what = fmt::format("ncclAllReduce of {} floats on rank {}", data.size(), rank());
+  const std::string what =
+      fmt::format("ncclAllReduce of {} floats on rank {}", data.size(), rank());
   checkCuda(cudaSetDevice(device_), "cudaSetDevice", device_);
   STRATA_ENFORCE(onDevice(data.data()));
-  checkNccl(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, m.comm,
-                          m.stream),
-            "ncclAllReduce", m.comm);
+  checkNccl(
+      ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, m.comm, m.stream),
+      "ncclAllReduce", m.comm);
   wait(what);
 }
 
@@ -322,8 +301,7 @@ void NcclClique::allreduce(const std::vector<std::span<float>>& buffers) {
   checkNccl(ncclGroupEnd(), "ncclGroupEnd");
   for (size_t i = 0; i < buffers.size(); ++i) {
     checkCuda(cudaSetDevice(impl_->devices[i]), "cudaSetDevice", impl_->devices[i]);
-    checkCuda(cudaStreamSynchronize(impl_->streams[i]), "cudaStreamSynchronize",
-              impl_->devices[i]);
+    checkCuda(cudaStreamSynchronize(impl_->streams[i]), "cudaStreamSynchronize", impl_->devices[i]);
   }
 }
 

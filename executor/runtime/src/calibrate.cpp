@@ -46,38 +46,6 @@ double bestOf(int reps, F&& fn) {
   return best;
 }
 
-// One-way time of n bytes between ranks 0 and 1 (half a ping-pong).
-std::vector<TimingSample> pingPong(Communicator& comm) {
-  std::vector<TimingSample> samples;
-  if (comm.rank() > 1)
-    return samples;
-  const int peer = 1 - comm.rank();
-  for (double n = 1024; n <= 64.0 * 1024 * 1024; n *= 4) {
-    // Messages come from and land in buffers that are not in cache, as a
-    // training step's gradients and activations are: rotate through 32 MiB.
-    const auto size = static_cast<size_t>(n);
-    std::vector<std::vector<std::byte>> bufs(std::max<size_t>(1, (32u << 20) / size),
-                                             std::vector<std::byte>(size, std::byte{1}));
-    const int reps = n < 1e6 ? 200 : n < 16e6 ? 20 : 5;
-    std::vector<double> times;
-    for (int r = 0; r < reps + 1; ++r) {
-      auto& buf = bufs[static_cast<size_t>(r) % bufs.size()];
-      const auto t0 = Clock::now();
-      if (comm.rank() == 0) {
-        comm.send(peer, 1, buf);
-        comm.recv(peer, 2, buf);
-      } else {
-        comm.recv(peer, 1, buf);
-        comm.send(peer, 2, buf);
-      }
-      if (r > 0)
-        times.push_back(since(t0) / 2);
-    }
-    samples.push_back({n, median(times)});
-  }
-  return samples;
-}
-
 std::string today() {
   const std::time_t now = std::time(nullptr);
   char buf[32];
@@ -170,24 +138,20 @@ std::string calibrate(const CalibrationOptions& o) {
   std::vector<TimingSample> samples;
   std::string commKind;
   if (o.comm && o.comm->size() >= 2) {
-    samples = pingPong(*o.comm);
+    samples = detail::pingPong(*o.comm);
     commKind = "MPI ranks 0 and 1";
   } else {
     runLocal(2, [&](Communicator& c) {
-      auto s = pingPong(c);
+      auto s = detail::pingPong(c);
       if (c.rank() == 0)
         samples = s;
     });
     commKind = "two threads (strata run's local communicator)";
   }
-  // beta from the least-squares fit; alpha from the smallest message (the fit's
-  // intercept is unstable when bandwidth varies this much with size), and the
-  // table makes alpha + n / beta(n) reproduce every measured size.
-  auto ab = fitAlphaBeta(samples);
-  ab.alpha = Seconds(0.9 * samples.front().seconds);
-  const auto table = bandwidthTable(samples, ab.alpha);
+  const auto link = detail::fitLink(samples);
   say(fmt::format("link             alpha {}, beta {} (fit within {:.0f} %)",
-                  formatSeconds(ab.alpha), formatBandwidth(ab.beta), 100 * ab.maxRelativeError));
+                  formatSeconds(link.ab.alpha), formatBandwidth(link.ab.beta),
+                  100 * link.ab.maxRelativeError));
 
   // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
   // speed = time alone / time together. Overlap: each of K workers moving
@@ -284,20 +248,8 @@ std::string calibrate(const CalibrationOptions& o) {
   y << "  - name: shared-memory\n";
   y << fmt::format("    group: {}   # workers on this machine: up to the largest sharing entry\n",
                    std::max<int>(o.maxWorkers, int(cores)));
-  y << "    link:\n";
-  y << fmt::format(
-      "      bandwidth: {:.4g} GB/s   # fitted t = alpha + n / beta over 1 KiB..64 MiB, {}\n",
-      ab.beta.value() / 1e9, commKind);
-  y << fmt::format(
-      "      latency: {:.4g} us   # 0.9 x the one-way time of 1 KiB (the fit above is off by up "
-      "to {:.0f} %: the table carries the rest)\n",
-      ab.alpha.value() * 1e6, 100 * ab.maxRelativeError);
-  y << "      duplex: half   # both directions are copies through the same cores and memory\n";
-  y << "      bandwidth_table:   # n / (t(n) - alpha) per message size: small messages are "
-       "slower\n";
-  for (const auto& p : table)
-    y << fmt::format("        - {{bytes: {:.0f}, bandwidth: {:.4g} GB/s}}\n", p.bytes.value(),
-                     p.bandwidth.value() / 1e9);
+  detail::linkYaml(y, link, commKind,
+                   "half   # both directions are copies through the same cores and memory");
   return y.str();
 }
 

@@ -14,8 +14,14 @@
 #include "strata/model/error.h"
 #include "strata/model/kernels.h"
 #include "strata/model/quantity_text.h"
+#include "timing.h"
 
 #if STRATA_HAVE_CUDA
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cuda_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/kernels/kernels.h"
@@ -332,6 +338,144 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
   return out;
 }
 
+// The GEMM and the copy each sharing worker runs: an fc forward of
+// 64 x 4096 x 4096 through cuBLAS (~2 GFLOP) and a copy of 16 Mi floats.
+constexpr int kShareBatch = 64, kShareFeatures = 4096;
+constexpr int64_t kShareCopy = int64_t{16} << 20;
+
+// One sharing trial: `workers` threads, each with its own CudaBackend on GPU
+// 0 (its own stream), run `calls` GEMMs (gemm) or copies at once; the slowest
+// one's wall time from a common start to its stream's end.
+double gpuSharedRun(int workers, bool gemm, int calls) {
+  std::vector<std::unique_ptr<nn::CudaBackend>> backends;
+  std::vector<nn::Buffer<float>> x, w, y;
+  for (int i = 0; i < workers; ++i) {
+    backends.push_back(std::make_unique<nn::CudaBackend>());
+    auto& mem = backends.back()->memory();
+    const int64_t in = gemm ? int64_t{kShareBatch} * kShareFeatures : kShareCopy;
+    x.emplace_back(mem, static_cast<size_t>(in));
+    w.emplace_back(mem, static_cast<size_t>(gemm ? int64_t{kShareFeatures} * kShareFeatures : 0));
+    y.emplace_back(mem, static_cast<size_t>(in));
+  }
+  const nn::FcDesc fc{true, kShareFeatures, kShareFeatures};
+  const nn::Dims xd{kShareBatch, kShareFeatures, 1, 1}, copyDims{1, 1, 1, int(kShareCopy)};
+  auto work = [&](int i) {
+    auto& be = *backends[size_t(i)];
+    for (int c = 0; c < calls; ++c) {
+      if (gemm)
+        be.fcForward(fc, nn::ConstTensorView{x[size_t(i)].data(), xd}, w[size_t(i)].data(), nullptr,
+                     nn::TensorView{y[size_t(i)].data(), xd});
+      else
+        be.accumulate(nn::ConstTensorView{x[size_t(i)].data(), copyDims},
+                      nn::TensorView{y[size_t(i)].data(), copyDims}, 0.0f);
+    }
+    be.synchronize();
+  };
+  for (int i = 0; i < workers; ++i)
+    work(i);  // warm-up: cuBLAS's first call sets itself up
+  std::atomic<int> ready{0};
+  std::vector<double> took(static_cast<size_t>(workers));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < workers; ++i)
+    pool.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < workers) {
+      }
+      const auto t0 = Clock::now();
+      work(i);
+      took[size_t(i)] = since(t0);
+    });
+  for (auto& t : pool)
+    t.join();
+  return *std::max_element(took.begin(), took.end());
+}
+
+// Speed of each of `workers` workers sharing GPU 0, relative to one alone:
+// GEMMs (first) and copies (second), median of 3 trials.
+std::pair<double, double> measureGpuSharing(int workers) {
+  std::vector<double> g, m;
+  for (int trial = 0; trial < 3; ++trial) {
+    g.push_back(std::min(1.0, gpuSharedRun(1, true, 40) / gpuSharedRun(workers, true, 40)));
+    m.push_back(std::min(1.0, gpuSharedRun(1, false, 200) / gpuSharedRun(workers, false, 200)));
+  }
+  return {median(g), median(m)};
+}
+
+// As measureOverlap on the CPU, for `workers` workers sharing GPU 0: each
+// worker's compute lane runs GEMMs on its backend while its communication
+// lane exchanges 4 MiB segments with its ring neighbours through the device
+// communicator and sums them with the reduce-add kernel; speeds relative to
+// each running alone with the same number of workers, median of 3 trials.
+std::pair<double, double> measureGpuOverlap(int workers) {
+  if (workers < 2)
+    return {1.0, 1.0};
+  constexpr size_t kSegment = size_t{1} << 20;  // floats
+  constexpr int kExchanges = 48;
+  auto run = [&](int mode) {  // 0: communication alone, 1: compute alone, 2: both
+    std::vector<double> gemmRate(static_cast<size_t>(workers), 0.0),
+        commTime(static_cast<size_t>(workers), 0.0);
+    std::vector<std::shared_ptr<BufferOps>> ops;
+    for (int i = 0; i < workers; ++i)
+      ops.push_back(makeCommOps(Device::kCuda, 0));
+    runLocal(
+        workers,
+        [&](Communicator& comm) {
+          const int r = comm.rank();
+          std::atomic<bool> stop{false};
+          std::thread compute;
+          if (mode >= 1)
+            compute = std::thread([&] {
+              nn::CudaBackend be;
+              nn::Buffer<float> x(be.memory(), size_t(kShareBatch) * kShareFeatures),
+                  w(be.memory(), size_t(kShareFeatures) * kShareFeatures),
+                  y(be.memory(), size_t(kShareBatch) * kShareFeatures);
+              const nn::FcDesc fc{true, kShareFeatures, kShareFeatures};
+              const nn::Dims xd{kShareBatch, kShareFeatures, 1, 1};
+              int done = 0;
+              const auto t0 = Clock::now();
+              while (mode == 2 ? !stop.load() : since(t0) < 0.1) {
+                be.fcForward(fc, nn::ConstTensorView{x.data(), xd}, w.data(), nullptr,
+                             nn::TensorView{y.data(), xd});
+                be.synchronize();
+                ++done;
+              }
+              gemmRate[size_t(r)] = done / since(t0);
+            });
+          if (mode != 1) {
+            BufferOps& o = comm.ops();
+            auto* out = static_cast<float*>(o.allocate(kSegment * sizeof(float)));
+            auto* in = static_cast<float*>(o.allocate(kSegment * sizeof(float)));
+            auto* acc = static_cast<float*>(o.allocate(kSegment * sizeof(float)));
+            const int right = (r + 1) % workers, left = (r + workers - 1) % workers;
+            const auto t0 = Clock::now();
+            for (int i = 0; i < kExchanges; ++i) {
+              comm.sendRecv(right, 1, std::span<const float>(out, kSegment), left, 1,
+                            std::span<float>(in, kSegment));
+              o.add(std::span<float>(acc, kSegment), std::span<const float>(in, kSegment));
+            }
+            commTime[size_t(r)] = since(t0);
+            for (float* p : {out, in, acc})
+              o.deallocate(p, kSegment * sizeof(float));
+          }
+          stop.store(true);
+          if (compute.joinable())
+            compute.join();
+        },
+        Seconds(Communicator::kDefaultTimeoutSeconds), ops);
+    return std::pair{*std::min_element(gemmRate.begin(), gemmRate.end()),
+                     *std::max_element(commTime.begin(), commTime.end())};
+  };
+  std::vector<double> c, m;
+  for (int trial = 0; trial < 3; ++trial) {
+    const double commAlone = run(0).second;
+    const double gemmAlone = run(1).first;
+    const auto both = run(2);
+    c.push_back(std::min(1.0, both.first / gemmAlone));
+    m.push_back(std::min(1.0, commAlone / both.second));
+  }
+  return {median(c), median(m)};
+}
+
 }  // namespace
 
 std::string calibrateCuda(const CalibrationOptions& o, const std::string& where) {
@@ -357,6 +501,39 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
                   formatBandwidth(BytesPerSecond(g.copyBandwidth)),
                   formatBandwidth(BytesPerSecond(g.reduceBandwidth)),
                   formatBandwidth(BytesPerSecond(hostBw))));
+
+  // The device communicator between two workers on GPU 0 (device-to-device
+  // copies on their own streams), as `strata run -k K --device cuda` moves
+  // their data.
+  std::vector<TimingSample> samples;
+  runLocal(2,
+           [&](Communicator& c) {
+             auto s = pingPong(c);
+             if (c.rank() == 0)
+               samples = s;
+           },
+           Seconds(Communicator::kDefaultTimeoutSeconds),
+           {makeCommOps(Device::kCuda, 0), makeCommOps(Device::kCuda, 0)});
+  const auto link = fitLink(samples);
+  say(fmt::format("link             alpha {}, beta {} (fit within {:.0f} %), two workers on GPU 0",
+                  formatSeconds(link.ab.alpha), formatBandwidth(link.ab.beta),
+                  100 * link.ab.maxRelativeError));
+  // Workers sharing GPU 0: each with its own backend and streams.
+  struct SharingRow {
+    int workers;
+    double gemm, memory, overlapCompute, overlapComm, handoff;
+  };
+  std::vector<SharingRow> sharing;
+  for (int k = 1; k <= o.maxWorkers; k *= 2) {
+    const auto [gs, ms] = k == 1 ? std::pair{1.0, 1.0} : measureGpuSharing(k);
+    const auto [oc, om] = measureGpuOverlap(k);
+    const double handoff = measureHandoff(k);
+    sharing.push_back({k, gs, ms, oc, om, handoff});
+    say(
+        fmt::format("sharing          {} workers on GPU 0: GEMM speed {:.2f}, memory speed {:.2f}; "
+                    "with communication: compute {:.2f}, communication {:.2f}",
+                    k, gs, ms, oc, om));
+  }
 
   std::ostringstream y;
   y << fmt::format("# GPU 0 of this machine as measured by {} --device cuda.\n", where);
@@ -389,6 +566,19 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
   y << fmt::format("    fc: {:.4g}   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64)\n",
                    std::clamp(t.gemmRate(GemmOp::kNT, 64, 1024, 1024) / peak, 1e-4, 1.0));
   y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
+  y << "  sharing:   # speed of each worker when this many share GPU 0, each with its own "
+       "backend and streams, relative to one alone (median of 3 trials): cuBLAS fc forwards "
+       "64 x 4096 x 4096 (speed) or copies of 64 MiB (memory_speed) at once; with each worker's "
+       "communication lane exchanging 4 MiB segments with its ring neighbours through the device "
+       "communicator and summing them while its compute lane runs those GEMMs: the compute "
+       "lane's speed (overlap_compute_speed) and the exchanges' (overlap_comm_speed); "
+       "lane_handoff: a host thread woken by another while this many threads run, as the "
+       "executor's lanes hand tasks over\n";
+  for (const auto& r : sharing)
+    y << fmt::format(
+        "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
+        "overlap_comm_speed: {:.3f}, lane_handoff: {:.4g} us}}\n",
+        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm, r.handoff * 1e6);
   y << "  kernels:   # the CUDA backend's kernels, timed alone by CUDA events, " << where << "\n";
   y << "    backend: cuda   # lowering of executor/nn's CUDA backend (cuDNN, cuBLAS, kernels/)\n";
   y << fmt::format(
@@ -408,18 +598,21 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
        "kernel); kernels/ on GPU 0, median of 3 timed groups\n";
   memoryRowsYaml(y, t);
   y << "topology:\n";
-  y << "  - name: host-link\n";
-  y << "    group: 1   # one GPU: workers on several GPUs need their own measurement\n";
-  y << "    link:\n";
+  y << "  - name: gpu0-workers\n";
   y << fmt::format(
-      "      bandwidth: {:.4g} GB/s   # pinned host <-> device copy of 256 MiB, the slower "
-      "direction, best of 5 (host-to-device {:.4g}, device-to-host {:.4g} GB/s)\n",
-      hostBw / 1e9, double(size_t{256} << 20) / h2d / 1e9, double(size_t{256} << 20) / d2h / 1e9);
+      "    group: {}   # workers sharing GPU 0 (strata run -k K --device cuda): up to the largest "
+      "sharing entry\n",
+      std::max(2, o.maxWorkers));
+  linkYaml(y, link,
+           "two workers on GPU 0 through the device communicator (cudaMemcpyAsync device to "
+           "device on each worker's stream)",
+           "half   # both directions are copies through the same GPU memory");
   y << fmt::format(
-      "      latency: {:.4g} us   # pinned copy of 4 KiB and its wait, the slower direction, best "
-      "of 5\n",
+      "# Host link (not a level: one GPU): pinned host <-> device copy of 256 MiB, the slower "
+      "direction {:.4g} GB/s (host-to-device {:.4g}, device-to-host {:.4g} GB/s, best of 5); "
+      "4 KiB copy and wait {:.4g} us.\n",
+      hostBw / 1e9, double(size_t{256} << 20) / h2d / 1e9, double(size_t{256} << 20) / d2h / 1e9,
       std::max(h2dSmall, d2hSmall) * 1e6);
-  y << "      duplex: full   # PCIe and NVLink-C2C move both directions at once\n";
   return y.str();
 }
 

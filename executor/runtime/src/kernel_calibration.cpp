@@ -535,6 +535,71 @@ double measureHandoff(int busy) {
   return median3(runs[0], runs[1], runs[2]);
 }
 
+std::vector<TimingSample> pingPong(Communicator& comm) {
+  std::vector<TimingSample> samples;
+  if (comm.rank() > 1)
+    return samples;
+  const int peer = 1 - comm.rank();
+  BufferOps& ops = comm.ops();
+  for (double n = 1024; n <= 64.0 * 1024 * 1024; n *= 4) {
+    const auto size = static_cast<size_t>(n);
+    const size_t count = std::max<size_t>(1, (32u << 20) / size);
+    // Touched once before timing (a host page's first touch is a fault).
+    const std::vector<std::byte> ones(size, std::byte{1});
+    std::vector<std::span<std::byte>> bufs;
+    for (size_t i = 0; i < count; ++i) {
+      auto* p = static_cast<std::byte*>(ops.allocate(size));
+      ops.copy(p, ones.data(), size);
+      bufs.emplace_back(p, size);
+    }
+    const int reps = n < 1e6 ? 200 : n < 16e6 ? 20 : 5;
+    std::vector<double> times;
+    for (int r = 0; r < reps + 1; ++r) {
+      auto buf = bufs[static_cast<size_t>(r) % bufs.size()];
+      const auto t0 = Clock::now();
+      if (comm.rank() == 0) {
+        comm.send(peer, 1, buf);
+        comm.recv(peer, 2, buf);
+      } else {
+        comm.recv(peer, 1, buf);
+        comm.send(peer, 2, buf);
+      }
+      if (r > 0)
+        times.push_back(since(t0) / 2);
+    }
+    for (auto b : bufs)
+      ops.deallocate(b.data(), b.size());
+    samples.push_back({n, median(times)});
+  }
+  return samples;
+}
+
+LinkFit fitLink(const std::vector<TimingSample>& samples) {
+  LinkFit f;
+  f.ab = fitAlphaBeta(samples);
+  f.ab.alpha = Seconds(0.9 * samples.front().seconds);
+  f.table = bandwidthTable(samples, f.ab.alpha);
+  return f;
+}
+
+void linkYaml(std::ostringstream& y, const LinkFit& link, const std::string& what,
+              const std::string& duplex) {
+  y << "    link:\n";
+  y << fmt::format(
+      "      bandwidth: {:.4g} GB/s   # fitted t = alpha + n / beta over 1 KiB..64 MiB, {}\n",
+      link.ab.beta.value() / 1e9, what);
+  y << fmt::format(
+      "      latency: {:.4g} us   # 0.9 x the one-way time of 1 KiB (the fit above is off by up "
+      "to {:.0f} %: the table carries the rest)\n",
+      link.ab.alpha.value() * 1e6, 100 * link.ab.maxRelativeError);
+  y << "      duplex: " << duplex << "\n";
+  y << "      bandwidth_table:   # n / (t(n) - alpha) per message size: small messages are "
+       "slower\n";
+  for (const auto& p : link.table)
+    y << fmt::format("        - {{bytes: {:.0f}, bandwidth: {:.4g} GB/s}}\n", p.bytes.value(),
+                     p.bandwidth.value() / 1e9);
+}
+
 std::pair<double, double> measureSharing(int workers) {
   // Per thread: 256^3 GEMMs (compute-bound) or 16 MiB copies (memory-bound);
   // speed = time alone / time of the slowest of `workers` threads at once,

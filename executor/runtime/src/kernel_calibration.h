@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "strata/exec/calibrate.h"
+#include "strata/exec/comm/communicator.h"
+#include "strata/model/fit.h"
 #include "strata/model/kernels.h"
 
 namespace strata::exec::detail {
@@ -56,6 +58,28 @@ std::pair<double, double> measureOverlap(int workers);
 // to each other: half a ping-pong between two threads while `busy` other
 // threads run GEMMs (the compute lanes of a step), median of 3 runs.
 double measureHandoff(int busy);
+
+// One-way seconds of messages of 1 KiB .. 64 MiB between ranks 0 and 1
+// (half a ping-pong, median of many), from and into buffers in the ranks'
+// ops memory (host, or device memory on GPU ranks), rotating through 32 MiB
+// of them so that, as a step's gradients, they are not in cache. Ranks above
+// 1 return at once; rank 0's samples are the result.
+std::vector<TimingSample> pingPong(Communicator& comm);
+
+// A link as calibrated: beta from the least-squares fit of alpha + n / beta,
+// alpha from the smallest message (the fit's intercept is unstable when
+// bandwidth varies this much with size), and the per-size table that makes
+// alpha + n / beta(n) reproduce every measured size.
+struct LinkFit {
+  AlphaBetaFit ab;
+  std::vector<BandwidthPoint> table;
+};
+LinkFit fitLink(const std::vector<TimingSample>& samples);
+// The `link:` block of a topology level (indented by 4): bandwidth, latency,
+// duplex (the text after `duplex: `, with its comment) and the table; `what`
+// says between what it was measured.
+void linkYaml(std::ostringstream& y, const LinkFit& link, const std::string& what,
+              const std::string& duplex);
 
 // `strata calibrate --device cuda`: GPU 0 as a one-device cluster (its
 // kernel tables through the CUDA backend, copy and host-link bandwidths), the

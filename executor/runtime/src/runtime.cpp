@@ -618,7 +618,8 @@ class Worker {
       staged.assign(static_cast<size_t>(roundBatch(r) * row), 0.0f);
       auto& boundary = const_cast<nn::Tensor&>(model_.output(mp_ - 1));
       return std::make_unique<RowsEndpoint>(
-          comm_.ops(), boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, std::span<float>(staged),
+          comm_.ops(), boundary.span(), row, [this, r](int) { return ownRows(r, w_); },
+          std::span<float>(staged),
           [this, r](int v) {
             const int64_t at = roundOffset(r, v);
             const auto rows = ownRows(r, v);
@@ -889,7 +890,7 @@ class Worker {
   std::vector<int64_t> lastOf_;
   std::vector<TaskTiming> timing_;
   std::map<int, std::unique_ptr<Endpoint>> endpoints_;
-  std::map<int, nn::Buffer<float>> scratch_;  // received data to be summed, per source
+  std::map<int, nn::Buffer<float>> scratch_;   // received data to be summed, per source
   std::map<int, std::vector<float>> staging_;  // round -> boundary rows received
   std::mutex stagingMutex_;
   std::map<int, int> scratchPart_;
@@ -1160,14 +1161,9 @@ void checkRunOptions(const RunOptions& options) {
 void checkRunDevice(const RunOptions& options, int workers) {
   checkDevice(options.device, "--device");
   (void)workers;  // any K: workers share the GPUs round-robin (gpuOfWorker)
-  if (options.gpu < -1)
-    throw OptionError("--gpu", fmt::format("must be a GPU ordinal (>= 0), got {}", options.gpu));
-  if (options.device == Device::kCuda && options.gpu >= 0) {
-    const int visible = deviceCount(Device::kCuda);
-    if (options.gpu >= visible)
-      throw OptionError("--gpu", fmt::format("GPU {} does not exist here: this process sees {} GPU{}",
-                                             options.gpu, visible, visible == 1 ? "" : "s"));
-  }
+  STRATA_ENFORCE_OP(options.gpu, >=, -1);
+  if (options.device == Device::kCuda)
+    STRATA_ENFORCE_OP(options.gpu, <, deviceCount(Device::kCuda));
 }
 
 int gpuOfWorker(const RunOptions& options, int worker) {

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "../../model/helpers.h"
-#include "../counting_ops.h"
 #include "../../trace_checker.h"
+#include "../counting_ops.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
-#include "strata/model/trace.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
+#include "strata/model/trace.h"
 
 using namespace strata;
 using strata::test::presetNetwork;
@@ -94,9 +94,10 @@ TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") 
   }
 }
 
-TEST_CASE("with per-worker BufferOps (the device communicator's path) every strategy gives the "
-          "host run's weights bit for bit, every sum through the ops",
-          "[exec][ops]") {
+TEST_CASE(
+    "with per-worker BufferOps (the device communicator's path) every strategy gives the "
+    "host run's weights bit for bit, every sum through the ops",
+    "[exec][ops]") {
   const auto net = presetNetwork("tiny-cnn");
   const int b = 5, steps = 3;  // 5: owt-c's round slices do not divide by most K
   for (int k : workerCounts(1)) {

@@ -14,8 +14,10 @@ namespace strata::exec {
 
 struct CalibrationOptions {
   std::string name = "localhost-calibrated";  // the cluster's name (the file's stem)
-  // cpu: this machine's cores (everything below); cuda: GPU 0 alone (kernel
-  // tables through the CUDA backend; network, batch, sharing and comm unused).
+  // cpu: this machine's cores (everything below); cuda: GPU 0 (kernel tables
+  // through the CUDA backend, the device communicator between two workers on
+  // it, and workers sharing it up to maxWorkers; network, batch and comm
+  // unused).
   Device device = Device::kCpu;
   // Layers timed to find each layer kind's efficiency: the network a run will
   // use (validate passes its own); shapes of another network are a guess.

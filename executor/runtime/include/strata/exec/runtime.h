@@ -111,8 +111,8 @@ inline constexpr int kMaxRunSteps = 1'000'000;
 void checkRunOptions(const RunOptions& options);
 
 // Throws OptionError naming --device when options.device cannot be used here
-// (not built, or no usable GPU: checkDevice), or naming --gpu when
-// options.gpu is not a GPU this process sees.
+// (not built, or no usable GPU: checkDevice); InvariantError when
+// options.gpu is not -1 or a GPU this process sees.
 void checkRunDevice(const RunOptions& options, int workers);
 
 // The GPU ordinal worker `worker` of this process computes on (0 on the CPU).

@@ -48,6 +48,11 @@ namespace strata::exec {
 // PMIx environment variables are set). Lets a program pick MPI mode without
 // MPI_Init's singleton start-up when run alone.
 bool launchedByMpiexec();
+// The rank of this process among those on its node, and how many ranks the
+// launcher started on the node (Open MPI, MPICH/Hydra, Slurm variables); -1
+// when the launcher does not say. Which GPU a rank takes: its local rank.
+int localRankFromLauncher();
+int localSizeFromLauncher();
 
 #ifdef STRATA_HAVE_MPI
 

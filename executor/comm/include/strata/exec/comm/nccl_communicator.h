@@ -41,12 +41,6 @@ namespace strata::exec {
 
 #ifdef STRATA_HAVE_NCCL
 
-// The rank of this process among those on its node (Open MPI, MPICH, Slurm
-// variables); -1 when the launcher does not say.
-int localRankFromLauncher();
-// How many ranks the launcher started on this node; -1 when it does not say.
-int localSizeFromLauncher();
-
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap` (every rank calls it): joins the NCCL

@@ -1,0 +1,174 @@
+// The executor on GPUs (CUDA builds; skipped, exit 77, without a usable GPU):
+// the device communicator's collectives on device memory, every strategy with
+// K = 1..4 workers on the GPUs (round-robin, so several share one GPU when
+// there are fewer) against one worker with batch K b, the GPU run against the
+// CPU run, and a failing worker ending the others.
+#define CATCH_CONFIG_RUNNER
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "../../model/helpers.h"
+#include "strata/exec/comm/collectives.h"
+#include "strata/exec/comm/local_communicator.h"
+#include "strata/exec/device.h"
+#include "strata/exec/runtime.h"
+#include "strata/model/error.h"
+
+using namespace strata;
+using strata::test::presetNetwork;
+
+namespace {
+
+Scenario scenario(Strategy s, int k, int b) {
+  Scenario sc;
+  sc.strategy = s;
+  sc.workers = k;
+  sc.batchPerWorker = b;
+  sc.options.overlap = true;
+  sc.options.bucket = Bytes(64 * 1024);  // several buckets
+  sc.options.segment = Bytes(8 * 1024);  // several segments
+  return sc;
+}
+
+exec::RunOptions options(int steps, exec::Device device) {
+  exec::RunOptions o;
+  o.steps = steps;
+  o.dropout = false;
+  o.learningRate = 0.005f;
+  o.seed = 3;
+  o.device = device;
+  return o;
+}
+
+double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, double(std::fabs(b[i])));
+  }
+  return diff / scale;
+}
+
+std::vector<std::shared_ptr<exec::BufferOps>> gpuOps(int k) {
+  const int gpus = exec::deviceCount(exec::Device::kCuda);
+  std::vector<std::shared_ptr<exec::BufferOps>> ops;
+  for (int w = 0; w < k; ++w)
+    ops.push_back(exec::makeCommOps(exec::Device::kCuda, w % gpus));
+  return ops;
+}
+
+}  // namespace
+
+TEST_CASE("device communicator: ring and naive allreduce of device memory sum exactly",
+          "[gpu][comm]") {
+  for (int k = 1; k <= 4; ++k) {
+    for (size_t n : {size_t{1}, size_t{1031}, size_t{300000}}) {
+      for (const bool ring : {true, false}) {
+        INFO((ring ? "ring" : "naive") << " K " << k << " N " << n);
+        std::vector<std::vector<float>> out(static_cast<size_t>(k));
+        exec::runLocal(
+            k,
+            [&](exec::Communicator& comm) {
+              auto& ops = comm.ops();
+              // Exact integers: every sum below 2^24.
+              std::vector<float> host(n);
+              for (size_t i = 0; i < n; ++i)
+                host[i] = float((size_t(comm.rank()) * 7 + i) % 1024);
+              auto* data = static_cast<float*>(ops.allocate(n * sizeof(float)));
+              ops.copy(data, host.data(), n * sizeof(float));
+              if (ring)
+                exec::allreduceRing(comm, std::span<float>(data, n), 4096);
+              else
+                exec::allreduceNaive(comm, std::span<float>(data, n), 4096);
+              ops.copy(host.data(), data, n * sizeof(float));
+              ops.deallocate(data, n * sizeof(float));
+              out[size_t(comm.rank())] = std::move(host);
+            },
+            Seconds(60.0), gpuOps(k));
+        for (int r = 0; r < k; ++r) {
+          size_t wrong = 0;
+          for (size_t i = 0; i < n; ++i) {
+            float want = 0;
+            for (int q = 0; q < k; ++q)
+              want += float((size_t(q) * 7 + i) % 1024);
+            wrong += out[size_t(r)][i] != want;
+          }
+          CHECK(wrong == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("every strategy on the GPU with K = 1..4 workers equals one worker with batch K b",
+          "[gpu][exec]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 4, steps = 3;
+  for (int k = 1; k <= 4; ++k) {
+    const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
+                                      options(steps, exec::Device::kCuda));
+    for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs, Strategy::kOwtA,
+                   Strategy::kOwtB, Strategy::kOwtC}) {
+      INFO(toString(s) << " K = " << k);
+      std::vector<std::vector<float>> params;
+      const auto run = exec::runThreads(lowerToPlan(net, scenario(s, k, b)), net,
+                                        options(steps, exec::Device::kCuda), &params);
+      if (!isModelParallel(s))
+        for (const auto& p : params)
+          CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+  }
+}
+
+TEST_CASE("the GPU run gives the CPU run's weights", "[gpu][exec]") {
+  const auto net = presetNetwork("tiny-cnn");
+  for (auto s : {Strategy::kRing, Strategy::kOwtC}) {
+    INFO(toString(s));
+    const auto plan = lowerToPlan(net, scenario(s, 3, 4));
+    std::vector<std::vector<float>> cpu, gpu;
+    exec::runThreads(plan, net, options(3, exec::Device::kCpu), &cpu);
+    exec::runThreads(plan, net, options(3, exec::Device::kCuda), &gpu);
+    REQUIRE(cpu.size() == gpu.size());
+    for (size_t r = 0; r < cpu.size(); ++r)
+      CHECK(maxRelativeDifference(gpu[r], cpu[r]) < 1e-4);
+  }
+}
+
+TEST_CASE("a worker that throws on the GPU ends every worker with its error within 10 s",
+          "[gpu][faults]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 4, 4));
+  auto o = options(5, exec::Device::kCuda);
+  o.failRank = 2;
+  o.failStep = 1;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(exec::runThreads(plan, net, o),
+                    Catch::Contains("worker 2") && Catch::Contains("injected fault"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+// Lists tests without a device; runs them only where a GPU is usable, else
+// exits 77 (skipped).
+int main(int argc, char** argv) {
+  Catch::Session session;
+  if (const int rc = session.applyCommandLine(argc, argv); rc != 0)
+    return rc;
+  const Catch::ConfigData& config = session.configData();
+  const bool listing = config.listTests || config.listTestNamesOnly || config.listTags ||
+                       config.listReporters || config.showHelp;
+  if (!listing) {
+    try {
+      exec::checkDevice(exec::Device::kCuda, "--device");
+    } catch (const UserError& e) {
+      std::printf("exec cuda: skipped: %s\n", e.what());
+      return 77;
+    }
+  }
+  return session.run();
+}
