@@ -39,5 +39,11 @@ int reportRunMistake(Process process, const std::string& message);
 Command addValidateCommand(CLI::App& app);
 Command addCalibrateCommand(CLI::App& app);
 Command addProfileCommand(CLI::App& app);
+// `strata allreduce`: threads, or MPI ranks under mpirun (MPI_Init from
+// `process`).
+Command addAllreduceCommand(CLI::App& app, Process process);
+// A wrong `strata allreduce` command line, as reportRunMistake: one line from
+// rank 0 under mpirun, every rank exits 2. Returns the exit status (2).
+int reportAllreduceMistake(Process process, const std::string& message);
 
 }  // namespace strata::cli

@@ -31,14 +31,23 @@ int run(int argc, char** argv) {
       "8,16,64\n"
       "  strata sweep --networks alexnet-owt,vgg16 --clusters k20x8-pcie --workers 1,2,4,8 "
       "--format csv\n"
+      "  strata allreduce -k 4 -b 1KiB -e 64MiB -f 4\n"
       "Networks and clusters are preset names (strata list) or paths to YAML files "
       "(docs/configs.md).");
 
   const std::vector<Command> commands = {
-      addListCommand(app),      addDescribeCommand(app), addPredictCommand(app),
-      addCompareCommand(app),   addSweepCommand(app),    addProfileCommand(app),
-      addPlanCommand(app),      addSimulateCommand(app), addRunCommand(app, Process{&argc, &argv}),
-      addCalibrateCommand(app), addValidateCommand(app),
+      addListCommand(app),
+      addDescribeCommand(app),
+      addPredictCommand(app),
+      addCompareCommand(app),
+      addSweepCommand(app),
+      addProfileCommand(app),
+      addPlanCommand(app),
+      addSimulateCommand(app),
+      addRunCommand(app, Process{&argc, &argv}),
+      addCalibrateCommand(app),
+      addValidateCommand(app),
+      addAllreduceCommand(app, Process{&argc, &argv}),
   };
 
   // CLI11 reports an unknown command only as "a subcommand is required".
@@ -65,6 +74,8 @@ int run(int argc, char** argv) {
     const std::string message = std::string(e.what()) + " (see strata --help)";
     if (argc > 1 && std::string(argv[1]) == "run")
       return reportRunMistake(Process{&argc, &argv}, message);  // one line under mpirun too
+    if (argc > 1 && std::string(argv[1]) == "allreduce")
+      return reportAllreduceMistake(Process{&argc, &argv}, message);
     std::cerr << "strata: error: " << message << "\n";
     return kUserErrorExit;
   }

@@ -1173,3 +1173,147 @@ TEST_CASE("profile mistakes name the option", "[cli][profile][errors]") {
 TEST_CASE("run without --workers outside mpirun names the option", "[cli][exec]") {
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring"}), {"--workers", "mpirun"});
 }
+
+// ---- strata allreduce ---------------------------------------------------------------
+// Real measurements, so nothing here depends on how fast they are: only on
+// the sums being right, the sizes swept and the columns' arithmetic.
+
+namespace {
+
+// |a - b| within `relative` of |b| (exactly equal when b is 0).
+bool near(double a, double b, double relative) {
+  return std::abs(a - b) <= relative * std::abs(b);
+}
+
+// One measured cell of `allreduce --format json` (K workers, `bytes` each):
+// right sums, a time, algbw = bytes / time and busbw = algbw x 2(K-1)/K.
+void checkAllreduceCell(const json& cell, double bytes, int k) {
+  INFO("cell " << cell.dump());
+  CHECK(cell.at("wrong").get<int64_t>() == 0);
+  const double us = cell.at("time_us").get<double>();
+  const double algbw = cell.at("algbw_GBps").get<double>();
+  CHECK(us > 0);
+  CHECK(near(algbw, bytes / (us * 1e-6) / 1e9, 1e-9));
+  CHECK(near(cell.at("busbw_GBps").get<double>(), algbw * (2.0 * (k - 1) / k), 1e-9));
+}
+
+}  // namespace
+
+TEST_CASE("allreduce on threads sums right on sizes swept as nccl-tests", "[cli][allreduce]") {
+  for (int k : {1, 3, 5}) {
+    INFO("K = " << k);
+    const auto r = runStrata({"allreduce", "-k", std::to_string(k), "-b", "4B", "-e", "1KiB", "-f",
+                              "4", "-n", "2", "-w", "1", "--format", "json"});
+    INFO("output was:\n" << r.output);
+    REQUIRE(r.status == 0);
+    const json j = json::parse(r.output);
+    CHECK(j.at("workers") == k);
+    CHECK(j.at("device") == "cpu");
+    CHECK(j.at("transport") == "threads");
+    CHECK(j.at("algorithms") == json::array({"ring", "naive"}));
+    const auto& rows = j.at("rows");
+    std::vector<int64_t> sizes;
+    for (const auto& row : rows) {
+      const int64_t bytes = row.at("bytes").get<int64_t>();
+      sizes.push_back(bytes);
+      CHECK(row.at("count").get<int64_t>() == bytes / 4);
+      for (const char* algorithm : {"ring", "naive"})
+        checkAllreduceCell(row.at(algorithm), double(bytes), k);
+      CHECK(!row.contains("nccl"));
+      CHECK(!row.contains("mpi"));
+    }
+    CHECK(sizes == std::vector<int64_t>{4, 16, 64, 256, 1024});
+    // No size of 16 MiB or more: nothing to average.
+    CHECK(j.at("avg_busbw_GBps").at("ring").is_null());
+  }
+}
+
+TEST_CASE("allreduce rounds sizes down to whole floats and averages busbw from 16 MiB",
+          "[cli][allreduce]") {
+  const auto r = runStrata({"allreduce", "-k", "2", "-b", "17B", "-e", "16MiB", "-f", "1048576",
+                            "-n", "1", "-w", "0", "--algorithms", "ring", "--format", "json"});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.output);
+  const auto& rows = j.at("rows");
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].at("bytes") == 16);  // 17 B: four floats
+  CHECK(rows[1].at("bytes") == 16 * 1024 * 1024);
+  CHECK(!rows[0].contains("naive"));
+  checkAllreduceCell(rows[1].at("ring"), 16 * 1024 * 1024, 2);
+  CHECK(j.at("avg_busbw_GBps").at("ring").get<double>() ==
+        rows[1].at("ring").at("busbw_GBps").get<double>());
+}
+
+TEST_CASE("allreduce prints a table with units and CSV with one row per size", "[cli][allreduce]") {
+  const std::vector<std::string> base = {"allreduce", "-k", "2", "-b", "1KiB", "-e",
+                                         "4KiB",      "-n", "2", "-w", "0"};
+  const auto table = runStrata(base);
+  INFO("output was:\n" << table.output);
+  REQUIRE(table.status == 0);
+  const auto text = lines(table.output);
+  REQUIRE(text.size() == 7);  // header, legend, column names, 3 sizes, average
+  CHECK(text[0].rfind("allreduce: 2 workers (threads, cpu), float sum, 2 iterations after 0 "
+                      "warm-up, sizes 1 KiB .. 4 KiB x2",
+                      0) == 0);
+  CHECK(text[2].find("ring: time") != std::string::npos);
+  CHECK(text[2].find("naive: time") != std::string::npos);
+  for (size_t i = 3; i < 6; ++i) {
+    CHECK(text[i].find(" KiB") != std::string::npos);
+    CHECK(text[i].find(" us") != std::string::npos);
+    CHECK(text[i].find(" GB/s") != std::string::npos);
+  }
+  CHECK(text[6].rfind("avg busbw: no size of 16 MiB", 0) == 0);
+
+  auto csvArgs = base;
+  csvArgs.insert(csvArgs.end(), {"--format", "csv"});
+  const auto csv = runStrata(csvArgs);
+  INFO("output was:\n" << csv.output);
+  REQUIRE(csv.status == 0);
+  const auto rows = lines(csv.output);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0] ==
+        "bytes,count,ring_time_us,ring_algbw_GBps,ring_busbw_GBps,ring_wrong,naive_time_us,"
+        "naive_algbw_GBps,naive_busbw_GBps,naive_wrong");
+  CHECK(rows[1].rfind("1024,256,", 0) == 0);
+  CHECK(rows[3].rfind("4096,1024,", 0) == 0);
+}
+
+TEST_CASE("allreduce mistakes name their option", "[cli][allreduce][errors]") {
+  const std::vector<std::string> base = {"allreduce", "-k", "2"};
+  auto with = [&](const std::vector<std::string>& more) {
+    auto args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return runStrata(args);
+  };
+  checkUserError(runStrata({"allreduce"}), {"--workers", "mpirun"});
+  checkUserError(with({"-b", "8"}), {"--minbytes", "'8'"});
+  checkUserError(with({"-b", "3B"}), {"--minbytes", "at least 4 B"});
+  checkUserError(with({"-b", "1MiB", "-e", "1KiB"}), {"--minbytes", "1 MiB", "--maxbytes 1 KiB"});
+  checkUserError(with({"-f", "1"}), {"--stepfactor", "at least 2"});
+  checkUserError(with({"-n", "100001"}), {"--iters", "100000"});
+  checkUserError(with({"-w", "-1"}), {"--warmup", "[0, 100000]"});
+  checkUserError(with({"--algorithms", "mpi"}), {"--algorithms", "mpirun"});
+  checkUserError(with({"--algorithms", "nccl"}), {"--algorithms", "nccl"});
+  checkUserError(with({"--algorithms", "ring,ring"}), {"--algorithms", "twice"});
+  checkUserError(with({"-e", "1000TiB"}), {"--maxbytes", "memory"});
+  checkUserError(runStrata({"allreduce", "-k", "100000"}), {"--workers", "threads"});
+}
+
+// Here without a GPU (or a CUDA build): one line naming --device, status 2.
+// On a machine with one it runs, and then the sums must be right.
+TEST_CASE("allreduce --device cuda runs on a GPU or names --device", "[cli][allreduce]") {
+  const auto r = runStrata({"allreduce", "-k", "1", "-b", "4B", "-e", "64B", "-n", "1", "-w", "0",
+                            "--device", "cuda", "--format", "json"});
+  if (r.status == 2) {
+    checkUserError(r, {"--device"});
+    return;
+  }
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.output);
+  for (const auto& row : j.at("rows"))
+    for (const auto& algorithm : j.at("algorithms"))
+      if (!row.at(algorithm.get<std::string>()).is_null())
+        checkAllreduceCell(row.at(algorithm.get<std::string>()), row.at("bytes").get<double>(), 1);
+}
