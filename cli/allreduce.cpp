@@ -261,11 +261,11 @@ Setup prepare(const AllreduceFlags& f, int ranks) {
   int sharing = (s.workers + gpus - 1) / gpus;
   if (s.mpi) {
     sharing = 1;  // one rank's own buffer; other ranks may be on other nodes
-#ifdef STRATA_HAVE_NCCL
     const int localSize = exec::localSizeFromLauncher();
-    const int localRank = exec::localRankFromLauncher();
     if (s.device == exec::Device::kCpu && localSize > 0)
-      sharing = localSize;
+      sharing = localSize;  // the ranks of this node share its memory
+#ifdef STRATA_HAVE_NCCL
+    const int localRank = exec::localRankFromLauncher();
     if (s.device == exec::Device::kCuda) {
       const int here = localSize > 0 ? localSize : ranks;
       if (here > gpus)
