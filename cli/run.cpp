@@ -397,7 +397,8 @@ Command addRunCommand(CLI::App& app, Process process) {
                   "number of workers (threads); under mpirun the number of ranks");
   f->flags.add(sub);
   sub->add_option("--device", f->device,
-                  "cpu (default) or cuda (one worker on GPU 0: -k 1; needs a CUDA build)");
+                  "cpu (default) or cuda (needs a CUDA build): K workers on the GPUs round-robin, "
+                  "sharing one when K exceeds them; under mpirun one rank per GPU, data by NCCL");
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
   sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
   sub->add_option("--momentum", f->run.momentum, "SGD momentum in [0, 1) (default 0.9)");

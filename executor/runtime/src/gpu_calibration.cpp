@@ -539,7 +539,7 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
   y << fmt::format("# GPU 0 of this machine as measured by {} --device cuda.\n", where);
   y << "# Regenerate with: strata calibrate --device cuda --out " << o.name << ".yaml\n";
   y << "name: " << o.name << "\n";
-  y << fmt::format("description: {} ({} SMs), one worker on GPU 0, measured by strata calibrate\n",
+  y << fmt::format("description: {} ({} SMs), workers on GPU 0, measured by strata calibrate\n",
                    info.name, info.multiprocessors);
   y << "device:\n";
   y << "  name: " << info.name << "\n";

@@ -267,6 +267,23 @@ TEST_CASE("a worker that throws ends every worker with its error, promptly", "[e
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
 
+TEST_CASE("with per-worker BufferOps a worker that throws still ends every worker promptly",
+          "[exec][faults][ops]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto plan = lowerToPlan(net, scenario(Strategy::kNaive, 5, 4));
+  test::CountingWorld world(5);
+  auto o = options(5);
+  o.commOps = [&](int w) { return world.ranks[static_cast<size_t>(w)]; };
+  o.failRank = 3;
+  o.failStep = 2;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(exec::runThreads(plan, net, o),
+                    Catch::Contains("worker 3") && Catch::Contains("injected fault"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  for (const auto& ops : world.ranks)
+    CHECK(ops->liveBytes == 0);  // staging freed on the way out
+}
+
 TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weights", "[exec][owt]") {
   // Halving-doubling included: K = 3, 5, 6, 7 fold extra ranks in and out.
   const auto net = presetNetwork("tiny-cnn");
