@@ -259,6 +259,10 @@ Setup prepare(const AllreduceFlags& f, int ranks) {
   // the workers of one process (or one GPU) share it.
   const int gpus = s.device == exec::Device::kCpu ? 1 : std::max(1, exec::deviceCount(s.device));
   int sharing = (s.workers + gpus - 1) / gpus;
+  if (!s.mpi && s.device == exec::Device::kCuda && sharing > 1)
+    s.notes.push_back(fmt::format(
+        "{} workers on {} GPU{} (round-robin): up to {} share a GPU, its memory and copy engines",
+        s.workers, gpus, gpus == 1 ? "" : "s", sharing));
   if (s.mpi) {
     sharing = 1;  // one rank's own buffer; other ranks may be on other nodes
     const int localSize = exec::localSizeFromLauncher();
