@@ -156,21 +156,8 @@ std::string calibrate(const CalibrationOptions& o) {
   // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
   // speed = time alone / time together. Overlap: each of K workers moving
   // data on its communication lane while its compute lane runs GEMMs.
-  struct SharingRow {
-    int workers;
-    double gemm, memory, overlapCompute, overlapComm, handoff;
-  };
-  std::vector<SharingRow> sharing;
-  for (int k = 1; k <= o.maxWorkers; k *= 2) {
-    const auto [g, m] = k == 1 ? std::pair{1.0, 1.0} : detail::measureSharing(k);
-    const auto [oc, om] = detail::measureOverlap(k);
-    const double handoff = detail::measureHandoff(k);
-    sharing.push_back({k, g, m, oc, om, handoff});
-    say(
-        fmt::format("sharing          {} workers: GEMM speed {:.2f}, memory speed {:.2f}; with "
-                    "communication: compute {:.2f}, communication {:.2f}; lane hand-off {}",
-                    k, g, m, oc, om, formatSeconds(Seconds(handoff))));
-  }
+  const auto sharing = detail::measureSharingRows(o.maxWorkers, detail::measureSharing,
+                                                  detail::measureOverlap, say, "");
 
   // The YAML, every number with its provenance.
   std::ostringstream y;
@@ -238,11 +225,7 @@ std::string calibrate(const CalibrationOptions& o) {
        "after another notifies it, while this many threads run GEMMs (half a ping-pong of two "
        "threads, median of 3 x 300), as the executor's compute and communication lanes release "
        "each other\n";
-  for (const auto& r : sharing)
-    y << fmt::format(
-        "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
-        "overlap_comm_speed: {:.3f}, lane_handoff: {:.4g} us}}\n",
-        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm, r.handoff * 1e6);
+  detail::sharingRowsYaml(y, sharing);
   y << detail::kernelTablesYaml(tables, where);
   y << "topology:\n";
   y << "  - name: shared-memory\n";

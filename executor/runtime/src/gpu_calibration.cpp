@@ -519,21 +519,8 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
                   formatSeconds(link.ab.alpha), formatBandwidth(link.ab.beta),
                   100 * link.ab.maxRelativeError));
   // Workers sharing GPU 0: each with its own backend and streams.
-  struct SharingRow {
-    int workers;
-    double gemm, memory, overlapCompute, overlapComm, handoff;
-  };
-  std::vector<SharingRow> sharing;
-  for (int k = 1; k <= o.maxWorkers; k *= 2) {
-    const auto [gs, ms] = k == 1 ? std::pair{1.0, 1.0} : measureGpuSharing(k);
-    const auto [oc, om] = measureGpuOverlap(k);
-    const double handoff = measureHandoff(k);
-    sharing.push_back({k, gs, ms, oc, om, handoff});
-    say(
-        fmt::format("sharing          {} workers on GPU 0: GEMM speed {:.2f}, memory speed {:.2f}; "
-                    "with communication: compute {:.2f}, communication {:.2f}",
-                    k, gs, ms, oc, om));
-  }
+  const auto sharing =
+      measureSharingRows(o.maxWorkers, measureGpuSharing, measureGpuOverlap, say, " on GPU 0");
 
   std::ostringstream y;
   y << fmt::format("# GPU 0 of this machine as measured by {} --device cuda.\n", where);
@@ -574,11 +561,7 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
        "lane's speed (overlap_compute_speed) and the exchanges' (overlap_comm_speed); "
        "lane_handoff: a host thread woken by another while this many threads run, as the "
        "executor's lanes hand tasks over\n";
-  for (const auto& r : sharing)
-    y << fmt::format(
-        "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
-        "overlap_comm_speed: {:.3f}, lane_handoff: {:.4g} us}}\n",
-        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm, r.handoff * 1e6);
+  sharingRowsYaml(y, sharing);
   y << "  kernels:   # the CUDA backend's kernels, timed alone by CUDA events, " << where << "\n";
   y << "    backend: cuda   # lowering of executor/nn's CUDA backend (cuDNN, cuBLAS, kernels/)\n";
   y << fmt::format(

@@ -10,12 +10,14 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
+#include "strata/model/quantity_text.h"
 #include "timing.h"
 
 namespace strata::exec::detail {
@@ -533,6 +535,36 @@ double measureHandoff(int busy) {
   for (auto& t : spinners)
     t.join();
   return median3(runs[0], runs[1], runs[2]);
+}
+
+std::vector<SharingRow> measureSharingRows(
+    int maxWorkers, const std::function<std::pair<double, double>(int)>& sharing,
+    const std::function<std::pair<double, double>(int)>& overlap,
+    const std::function<void(const std::string&)>& say, const std::string& where) {
+  std::vector<SharingRow> rows;
+  for (int k = 1; k <= maxWorkers; k *= 2) {
+    SharingRow r;
+    r.workers = k;
+    if (k > 1)
+      std::tie(r.gemm, r.memory) = sharing(k);
+    std::tie(r.overlapCompute, r.overlapComm) = overlap(k);
+    r.handoff = measureHandoff(k);
+    rows.push_back(r);
+    say(
+        fmt::format("sharing          {} workers{}: GEMM speed {:.2f}, memory speed {:.2f}; with "
+                    "communication: compute {:.2f}, communication {:.2f}; lane hand-off {}",
+                    k, where, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
+                    formatSeconds(Seconds(r.handoff))));
+  }
+  return rows;
+}
+
+void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows) {
+  for (const auto& r : rows)
+    y << fmt::format(
+        "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
+        "overlap_comm_speed: {:.3f}, lane_handoff: {:.4g} us}}\n",
+        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm, r.handoff * 1e6);
 }
 
 std::vector<TimingSample> pingPong(Communicator& comm) {

@@ -42,6 +42,23 @@ void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table
 // The rows under `memory:`: one per kernel with a table.
 void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables);
 
+// One row of a calibrated `sharing` table: speeds of each of `workers`
+// workers relative to one alone, and the lanes' hand-off time (seconds).
+struct SharingRow {
+  int workers = 1;
+  double gemm = 1, memory = 1, overlapCompute = 1, overlapComm = 1, handoff = 0;
+};
+// Rows for 1, 2, 4, ... up to maxWorkers: `sharing(k)` gives (GEMM, memory)
+// speeds for k > 1, `overlap(k)` (compute, communication) speeds, and the
+// hand-off is measureHandoff(k); `say` gets one line per row, `where` in it
+// (e.g. " on GPU 0").
+std::vector<SharingRow> measureSharingRows(
+    int maxWorkers, const std::function<std::pair<double, double>(int)>& sharing,
+    const std::function<std::pair<double, double>(int)>& overlap,
+    const std::function<void(const std::string&)>& say, const std::string& where);
+// The rows under `sharing:` (indented by 4).
+void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows);
+
 // Speed of each of `workers` threads running GEMMs (first) and memory-bound
 // kernels (second) at once, relative to one thread alone.
 std::pair<double, double> measureSharing(int workers);

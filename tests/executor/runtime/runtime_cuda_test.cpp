@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../../model/helpers.h"
+#include "run_helpers.h"
 #include "strata/exec/comm/collectives.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/device.h"
@@ -19,40 +20,10 @@
 #include "strata/model/error.h"
 
 using namespace strata;
+using strata::test::maxRelativeDifference;
 using strata::test::presetNetwork;
 
 namespace {
-
-Scenario scenario(Strategy s, int k, int b) {
-  Scenario sc;
-  sc.strategy = s;
-  sc.workers = k;
-  sc.batchPerWorker = b;
-  sc.options.overlap = true;
-  sc.options.bucket = Bytes(64 * 1024);  // several buckets
-  sc.options.segment = Bytes(8 * 1024);  // several segments
-  return sc;
-}
-
-exec::RunOptions options(int steps, exec::Device device) {
-  exec::RunOptions o;
-  o.steps = steps;
-  o.dropout = false;
-  o.learningRate = 0.005f;
-  o.seed = 3;
-  o.device = device;
-  return o;
-}
-
-double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, double(std::fabs(b[i])));
-  }
-  return diff / scale;
-}
 
 std::vector<std::shared_ptr<exec::BufferOps>> gpuOps(int k) {
   const int gpus = exec::deviceCount(exec::Device::kCuda);
@@ -110,14 +81,15 @@ TEST_CASE("every strategy on the GPU with K = 1..4 workers equals one worker wit
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k = 1; k <= 4; ++k) {
-    const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
-                                      options(steps, exec::Device::kCuda));
+    const auto ref =
+        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                         test::runOptions(steps, exec::Device::kCuda));
     for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs, Strategy::kOwtA,
                    Strategy::kOwtB, Strategy::kOwtC}) {
       INFO(toString(s) << " K = " << k);
       std::vector<std::vector<float>> params;
-      const auto run = exec::runThreads(lowerToPlan(net, scenario(s, k, b)), net,
-                                        options(steps, exec::Device::kCuda), &params);
+      const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
+                                        test::runOptions(steps, exec::Device::kCuda), &params);
       if (!isModelParallel(s))
         for (const auto& p : params)
           CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
@@ -130,10 +102,10 @@ TEST_CASE("the GPU run gives the CPU run's weights", "[gpu][exec]") {
   const auto net = presetNetwork("tiny-cnn");
   for (auto s : {Strategy::kRing, Strategy::kOwtC}) {
     INFO(toString(s));
-    const auto plan = lowerToPlan(net, scenario(s, 3, 4));
+    const auto plan = lowerToPlan(net, test::runScenario(s, 3, 4));
     std::vector<std::vector<float>> cpu, gpu;
-    exec::runThreads(plan, net, options(3, exec::Device::kCpu), &cpu);
-    exec::runThreads(plan, net, options(3, exec::Device::kCuda), &gpu);
+    exec::runThreads(plan, net, test::runOptions(3, exec::Device::kCpu), &cpu);
+    exec::runThreads(plan, net, test::runOptions(3, exec::Device::kCuda), &gpu);
     REQUIRE(cpu.size() == gpu.size());
     for (size_t r = 0; r < cpu.size(); ++r)
       CHECK(maxRelativeDifference(gpu[r], cpu[r]) < 1e-4);
@@ -143,8 +115,8 @@ TEST_CASE("the GPU run gives the CPU run's weights", "[gpu][exec]") {
 TEST_CASE("a worker that throws on the GPU ends every worker with its error within 10 s",
           "[gpu][faults]") {
   const auto net = presetNetwork("tiny-cnn");
-  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 4, 4));
-  auto o = options(5, exec::Device::kCuda);
+  const auto plan = lowerToPlan(net, test::runScenario(Strategy::kRing, 4, 4));
+  auto o = test::runOptions(5, exec::Device::kCuda);
   o.failRank = 2;
   o.failStep = 1;
   const auto start = std::chrono::steady_clock::now();

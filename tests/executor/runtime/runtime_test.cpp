@@ -15,6 +15,7 @@
 #include "../../model/helpers.h"
 #include "../../trace_checker.h"
 #include "../counting_ops.h"
+#include "run_helpers.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
@@ -22,29 +23,10 @@
 #include "strata/model/trace.h"
 
 using namespace strata;
+using strata::test::maxRelativeDifference;
 using strata::test::presetNetwork;
 
 namespace {
-
-Scenario scenario(Strategy s, int k, int b) {
-  Scenario sc;
-  sc.strategy = s;
-  sc.workers = k;
-  sc.batchPerWorker = b;
-  sc.options.overlap = true;
-  sc.options.bucket = Bytes(64 * 1024);  // several buckets
-  sc.options.segment = Bytes(8 * 1024);  // several segments
-  return sc;
-}
-
-exec::RunOptions options(int steps) {
-  exec::RunOptions o;
-  o.steps = steps;
-  o.dropout = false;  // masks depend on the row in a worker's batch
-  o.learningRate = 0.005f;
-  o.seed = 3;
-  return o;
-}
 
 // Worker counts of the equivalence tests: from..8, so primes and sizes that do
 // not divide the buffers. Under ThreadSanitizer, which runs these tests 20-50
@@ -61,31 +43,20 @@ std::vector<int> workerCounts(int from) {
   return ks;
 #endif
 }
-
-// Largest |a - b| relative to the largest |b|.
-double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, double(std::fabs(b[i])));
-  }
-  return diff / scale;
-}
-
 }  // namespace
 
 TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") {
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(1)) {
-    const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
-                                      options(steps));
+    const auto ref =
+        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                         test::runOptions(steps));
     for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
       INFO(toString(s) << " K = " << k);
       std::vector<std::vector<float>> params;
-      const auto run =
-          exec::runThreads(lowerToPlan(net, scenario(s, k, b)), net, options(steps), &params);
+      const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
+                                        test::runOptions(steps), &params);
       // Float sums in another order: 1e-5 of the largest weight.
       for (const auto& p : params)
         CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
@@ -104,11 +75,11 @@ TEST_CASE(
     for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs, Strategy::kOwtA,
                    Strategy::kOwtB, Strategy::kOwtC}) {
       INFO(toString(s) << " K = " << k);
-      const auto plan = lowerToPlan(net, scenario(s, k, b));
+      const auto plan = lowerToPlan(net, test::runScenario(s, k, b));
       std::vector<std::vector<float>> host, counted;
-      exec::runThreads(plan, net, options(steps), &host);
+      exec::runThreads(plan, net, test::runOptions(steps), &host);
       test::CountingWorld world(k);
-      auto o = options(steps);
+      auto o = test::runOptions(steps);
       o.commOps = [&](int w) { return world.ranks[static_cast<size_t>(w)]; };
       exec::runThreads(plan, net, o, &counted);
       CHECK(counted == host);
@@ -177,13 +148,14 @@ TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "
   const int steps = 3;
   for (int k : workerCounts(1)) {
     for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
-      const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
-                                        options(steps));
+      const auto ref =
+          exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                           test::runOptions(steps));
       for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
         INFO(toString(s) << " K = " << k << " b = " << b);
         std::vector<std::vector<float>> params;
-        const auto run =
-            exec::runThreads(lowerToPlan(net, scenario(s, k, b)), net, options(steps), &params);
+        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
+                                          test::runOptions(steps), &params);
         CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
         CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
       }
@@ -203,8 +175,8 @@ TEST_CASE("owt-b with per-round FC updates equals a sequential emulation of that
   const int layers = static_cast<int>(net.layers.size());
   for (int k : {1, 2, 3, 5}) {
     INFO("K = " << k);
-    const auto opt = options(steps);
-    auto sc = scenario(Strategy::kOwtB, k, b);
+    const auto opt = test::runOptions(steps);
+    auto sc = test::runScenario(Strategy::kOwtB, k, b);
     sc.options.fcUpdate = FcUpdate::kRound;
     std::vector<std::vector<float>> params;
     exec::runThreads(lowerToPlan(net, sc), net, opt, &params);
@@ -257,8 +229,8 @@ TEST_CASE("owt-b with per-round FC updates equals a sequential emulation of that
 
 TEST_CASE("a worker that throws ends every worker with its error, promptly", "[exec][faults]") {
   const auto net = presetNetwork("tiny-cnn");
-  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 4, 4));
-  auto o = options(5);
+  const auto plan = lowerToPlan(net, test::runScenario(Strategy::kRing, 4, 4));
+  auto o = test::runOptions(5);
   o.failRank = 2;
   o.failStep = 1;
   const auto start = std::chrono::steady_clock::now();
@@ -270,9 +242,9 @@ TEST_CASE("a worker that throws ends every worker with its error, promptly", "[e
 TEST_CASE("with per-worker BufferOps a worker that throws still ends every worker promptly",
           "[exec][faults][ops]") {
   const auto net = presetNetwork("tiny-cnn");
-  const auto plan = lowerToPlan(net, scenario(Strategy::kNaive, 5, 4));
+  const auto plan = lowerToPlan(net, test::runScenario(Strategy::kNaive, 5, 4));
   test::CountingWorld world(5);
-  auto o = options(5);
+  auto o = test::runOptions(5);
   o.commOps = [&](int w) { return world.ranks[static_cast<size_t>(w)]; };
   o.failRank = 3;
   o.failStep = 2;
@@ -289,15 +261,16 @@ TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weight
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(2)) {
-    const auto ref = exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 1, k * b)), net,
-                                      options(steps));
+    const auto ref =
+        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                         test::runOptions(steps));
     for (auto a : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRing,
                    AllreduceAlgorithm::kNaive}) {
       INFO(toString(a) << " K = " << k);
-      auto sc = scenario(Strategy::kOwtA, k, b);
+      auto sc = test::runScenario(Strategy::kOwtA, k, b);
       sc.options.convSync = a;
       std::vector<std::vector<float>> params;
-      exec::runThreads(lowerToPlan(net, sc), net, options(steps), &params);
+      exec::runThreads(lowerToPlan(net, sc), net, test::runOptions(steps), &params);
       CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
     }
   }
@@ -310,8 +283,8 @@ TEST_CASE("measured traces keep every slice under Perfetto's import rules", "[ex
   for (auto s : {Strategy::kRing, Strategy::kOwtB}) {
     INFO(toString(s));
     const int k = 3;
-    const auto plan = lowerToPlan(net, scenario(s, k, 4));
-    const auto r = exec::runThreads(plan, net, options(2));
+    const auto plan = lowerToPlan(net, test::runScenario(s, k, 4));
+    const auto r = exec::runThreads(plan, net, test::runOptions(2));
     REQUIRE_FALSE(r.timeline.slices.empty());
     std::ostringstream os;
     writeTrace(os, plan, net, r.measured, r.timeline);
@@ -347,11 +320,11 @@ TEST_CASE("run refuses more thread workers than its limit, before starting any",
     return std::string();
   };
   const Limits saved = limits();
-  CHECK(errorOf(scenario(Strategy::kRing, 64, 8)).empty());
+  CHECK(errorOf(test::runScenario(Strategy::kRing, 64, 8)).empty());
   // The user's case: `run -k 1000` started 1,855 threads and 5.9 GB.
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   if (cores <= 32)
-    CHECK_THAT(errorOf(scenario(Strategy::kRing, 1000, 8)),
+    CHECK_THAT(errorOf(test::runScenario(Strategy::kRing, 1000, 8)),
                Catch::StartsWith("--workers: 1000 workers would start 2000 threads in this "
                                  "process, over the limit of 64 workers") &&
                    Catch::EndsWith("raise the limit with --max-workers N (--allow-large lifts "
@@ -359,10 +332,11 @@ TEST_CASE("run refuses more thread workers than its limit, before starting any",
   Limits l;
   l.maxThreadWorkers = 3;
   setLimits(l);
-  const auto message = errorOf(scenario(Strategy::kRing, 4, 8));
+  const auto message = errorOf(test::runScenario(Strategy::kRing, 4, 8));
   std::string fromRun;
   try {
-    exec::runThreads(lowerToPlan(net, scenario(Strategy::kRing, 4, 8)), net, options(1));
+    exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 4, 8)), net,
+                     test::runOptions(1));
   } catch (const OptionError& e) {
     fromRun = e.what();
   }
@@ -374,7 +348,7 @@ TEST_CASE("run refuses more thread workers than its limit, before starting any",
 TEST_CASE("run refuses a batch that cannot fit in this machine's memory", "[exec][limits]") {
   const auto net = presetNetwork("alexnet-owt");
   // 8 workers x 1,000,000 examples: activations alone are terabytes.
-  const auto sc = scenario(Strategy::kRing, 8, 1'000'000);
+  const auto sc = test::runScenario(Strategy::kRing, 8, 1'000'000);
   CHECK(exec::runMemoryLowerBound(net, sc) > 1e13);
   try {
     exec::checkThreadRun(net, sc);
@@ -385,15 +359,15 @@ TEST_CASE("run refuses a batch that cannot fit in this machine's memory", "[exec
                              Catch::Contains("more than this machine's"));
   }
   // Parameters, gradients and momentum of one worker at least.
-  CHECK(exec::runMemoryLowerBound(net, scenario(Strategy::kRing, 1, 1)) >
+  CHECK(exec::runMemoryLowerBound(net, test::runScenario(Strategy::kRing, 1, 1)) >
         3 * 4 * double(net.totalParams()));
 }
 
 TEST_CASE("learning rate and momentum must be finite and in range", "[exec][errors]") {
   const auto net = presetNetwork("tiny-cnn");
-  const auto plan = lowerToPlan(net, scenario(Strategy::kRing, 1, 2));
+  const auto plan = lowerToPlan(net, test::runScenario(Strategy::kRing, 1, 2));
   auto errorOf = [&](float lr, float momentum) {
-    auto o = options(1);
+    auto o = test::runOptions(1);
     o.learningRate = lr;
     o.momentum = momentum;
     try {
