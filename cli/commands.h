@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace strata::cli {
 
@@ -45,5 +46,16 @@ Command addAllreduceCommand(CLI::App& app, Process process);
 // A wrong `strata allreduce` command line, as reportRunMistake: one line from
 // rank 0 under mpirun, every rank exits 2. Returns the exit status (2).
 int reportAllreduceMistake(Process process, const std::string& message);
+
+// Every subcommand on `app`, in the order `strata --help` lists them: what
+// main runs and what the CLI fuzzer parses, so neither can miss one.
+inline std::vector<Command> addAllCommands(CLI::App& app, Process process) {
+  return {
+      addListCommand(app),      addDescribeCommand(app), addPredictCommand(app),
+      addCompareCommand(app),   addSweepCommand(app),    addProfileCommand(app),
+      addPlanCommand(app),      addSimulateCommand(app), addRunCommand(app, process),
+      addCalibrateCommand(app), addValidateCommand(app), addAllreduceCommand(app, process),
+  };
+}
 
 }  // namespace strata::cli

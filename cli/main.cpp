@@ -35,20 +35,7 @@ int run(int argc, char** argv) {
       "Networks and clusters are preset names (strata list) or paths to YAML files "
       "(docs/configs.md).");
 
-  const std::vector<Command> commands = {
-      addListCommand(app),
-      addDescribeCommand(app),
-      addPredictCommand(app),
-      addCompareCommand(app),
-      addSweepCommand(app),
-      addProfileCommand(app),
-      addPlanCommand(app),
-      addSimulateCommand(app),
-      addRunCommand(app, Process{&argc, &argv}),
-      addCalibrateCommand(app),
-      addValidateCommand(app),
-      addAllreduceCommand(app, Process{&argc, &argv}),
-  };
+  const std::vector<Command> commands = addAllCommands(app, Process{&argc, &argv});
 
   // CLI11 reports an unknown command only as "a subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {

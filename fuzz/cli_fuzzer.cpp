@@ -111,20 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char** argvp = argv.data();
   CLI::App app{"fuzz"};
   app.require_subcommand(1);
-  const std::vector<Command> commands = {
-      addListCommand(app),
-      addDescribeCommand(app),
-      addPredictCommand(app),
-      addCompareCommand(app),
-      addSweepCommand(app),
-      addProfileCommand(app),
-      addPlanCommand(app),
-      addSimulateCommand(app),
-      addRunCommand(app, Process{&argc, &argvp}),
-      addCalibrateCommand(app),
-      addValidateCommand(app),
-      addAllreduceCommand(app, Process{&argc, &argvp}),
-  };
+  const std::vector<Command> commands = addAllCommands(app, Process{&argc, &argvp});
   try {
     app.parse(argc, argvp);
   } catch (const CLI::Error&) {

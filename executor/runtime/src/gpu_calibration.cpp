@@ -275,16 +275,10 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
                                   nn::TensorView{dx, smd}, 0.0f);
              }));
       for (int win : {3, 2}) {
-        const int o = std::max(1, int(std::lround(std::sqrt(u / 64 / (win * win)))));
-        nn::PoolDesc pd;
-        pd.c = 64;
-        pd.kernelH = pd.kernelW = win;
-        pd.stride = 2;
-        pd.outH = pd.outW = o;
-        pd.inH = pd.inW = 2 * o + win - 2;
+        const int o = calibrationPoolOut(u, win);
+        nn::PoolDesc pd = calibrationPool(win, o);
         const nn::Dims in{1, 64, pd.inH, pd.inW}, od{1, 64, o, o};
         const double reads = 64.0 * o * o * win * win;
-        pd.mode = PoolMode::kMax;
         record(
             win == 3 ? MemKernel::kPoolMaxFwd : MemKernel::kPoolMaxFwd2, reads,
             gpuPerCall(timer, [&] {

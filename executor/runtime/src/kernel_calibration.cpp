@@ -262,13 +262,8 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
     // Pooling with 3x3 and 2x2 windows, stride 2 (AlexNet's and VGG's) over
     // 64 channels: forward units are window reads, avg backward window writes.
     for (int win : {3, 2}) {
-      const int out = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 64 / (win * win)))));
-      nn::PoolDesc pd;
-      pd.c = 64;
-      pd.kernelH = pd.kernelW = win;
-      pd.stride = 2;
-      pd.outH = pd.outW = out;
-      pd.inH = pd.inW = 2 * out + win - 2;
+      const int out = calibrationPoolOut(u, win);
+      nn::PoolDesc pd = calibrationPool(win, out);
       const nn::Dims in{1, 64, pd.inH, pd.inW}, o{1, 64, out, out};
       const double reads = 64.0 * out * out * win * win;
       pd.mode = PoolMode::kMax;
@@ -288,14 +283,8 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
     }
     {
       // The input (about 4x the output) must fit the buffers too.
-      const int out = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 64 / 4))));
-      nn::PoolDesc pd;
-      pd.c = 64;
-      pd.kernelH = pd.kernelW = 3;
-      pd.stride = 2;
-      pd.outH = pd.outW = out;
-      pd.inH = pd.inW = 2 * out + 1;
-      pd.mode = PoolMode::kMax;
+      const nn::PoolDesc pd = calibrationPool(3, calibrationPoolOut(u, 2));
+      const int out = pd.outH;
       const nn::Dims in{1, 64, pd.inH, pd.inW}, o{1, 64, out, out};
       be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
                      argmax.data());
@@ -535,6 +524,21 @@ double measureHandoff(int busy) {
   for (auto& t : spinners)
     t.join();
   return median3(runs[0], runs[1], runs[2]);
+}
+
+nn::PoolDesc calibrationPool(int window, int out) {
+  nn::PoolDesc pd;
+  pd.c = 64;
+  pd.kernelH = pd.kernelW = window;
+  pd.stride = 2;
+  pd.outH = pd.outW = out;
+  pd.inH = pd.inW = 2 * out + window - 2;
+  pd.mode = PoolMode::kMax;
+  return pd;
+}
+
+int calibrationPoolOut(double units, int window) {
+  return std::max(1, static_cast<int>(std::lround(std::sqrt(units / 64 / (window * window)))));
 }
 
 std::vector<SharingRow> measureSharingRows(

@@ -12,6 +12,7 @@
 
 #include "strata/exec/calibrate.h"
 #include "strata/exec/comm/communicator.h"
+#include "strata/exec/nn/backend.h"
 #include "strata/model/fit.h"
 #include "strata/model/kernels.h"
 
@@ -24,6 +25,14 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
 // The network whose one call measures a layer-phase call's own cost: a relu
 // over one element, the input its only input.
 Network callOverheadNetwork();
+
+// The pooling the kernel tables time (AlexNet's 3x3 and VGG's 2x2, stride 2)
+// over 64 channels: an `out` x `out` output and the input its windows cover;
+// mode max.
+nn::PoolDesc calibrationPool(int window, int out);
+// The output side whose `window` x `window` reads over 64 channels come to
+// about `units`: sqrt(units / 64 / window^2), at least 1.
+int calibrationPoolOut(double units, int window);
 
 // Fills the points of a d x d x d grid table not `measured` (over a size
 // cap), smallest first, from the point whose largest dimension is one grid
