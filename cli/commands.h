@@ -39,6 +39,9 @@ Command addRunCommand(CLI::App& app, Process process);
 int reportRunMistake(Process process, const std::string& message);
 Command addValidateCommand(CLI::App& app);
 Command addCalibrateCommand(CLI::App& app);
+// `strata report`: the command line (from `process`) goes into the report's
+// provenance, so it can be made again.
+Command addReportCommand(CLI::App& app, Process process);
 Command addProfileCommand(CLI::App& app);
 // `strata allreduce`: threads, or MPI ranks under mpirun (MPI_Init from
 // `process`).
@@ -51,10 +54,19 @@ int reportAllreduceMistake(Process process, const std::string& message);
 // main runs and what the CLI fuzzer parses, so neither can miss one.
 inline std::vector<Command> addAllCommands(CLI::App& app, Process process) {
   return {
-      addListCommand(app),      addDescribeCommand(app), addPredictCommand(app),
-      addCompareCommand(app),   addSweepCommand(app),    addProfileCommand(app),
-      addPlanCommand(app),      addSimulateCommand(app), addRunCommand(app, process),
-      addCalibrateCommand(app), addValidateCommand(app), addAllreduceCommand(app, process),
+      addListCommand(app),
+      addDescribeCommand(app),
+      addPredictCommand(app),
+      addCompareCommand(app),
+      addSweepCommand(app),
+      addProfileCommand(app),
+      addPlanCommand(app),
+      addSimulateCommand(app),
+      addRunCommand(app, process),
+      addCalibrateCommand(app),
+      addValidateCommand(app),
+      addAllreduceCommand(app, process),
+      addReportCommand(app, process),
   };
 }
 

@@ -1,7 +1,9 @@
 #include "flags.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "strata/model/presets.h"
 #include "strata/model/profile.h"
 #include "strata/model/quantity_text.h"
+#include "strata/reports/engine.h"
 #include "strata/sim/simulator.h"
 
 namespace strata::cli {
@@ -225,11 +228,7 @@ void addEngineOption(CLI::App* app, std::string& engine) {
 
 StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
                       const std::string& engine) {
-  if (engine == "model")
-    return estimate(net, cl, sc);
-  if (engine == "sim")
-    return sim::simulate(lowerToPlan(net, sc), net, cl, sim::Options{}).estimate;
-  throw OptionError("--engine", "must be model or sim, got '" + engine + "'");
+  return reports::evaluate(net, cl, sc, engine);
 }
 
 Network networkArg(const std::string& nameOrPath, const std::string& option) {
@@ -264,6 +263,24 @@ std::ostream& OutputFile::stream() {
 void OutputFile::close() {
   if (file_.is_open() && !file_.flush())
     throw OptionError(option_, "error while writing '" + path_ + "'");
+}
+
+ProgressBar::ProgressBar(std::string what)
+    : what_(std::move(what)), on_(::isatty(STDERR_FILENO) == 1) {}
+
+void ProgressBar::update(int done, int total) {
+  if (!on_ || total <= 0)
+    return;
+  constexpr int kWidth = 30;
+  const int filled = std::clamp(done, 0, total) * kWidth / total;
+  if (filled == drawn_ && done < total)
+    return;
+  drawn_ = filled;
+  std::cerr << "\r[" << std::string(size_t(filled), '#')
+            << std::string(size_t(kWidth - filled), '.') << "] " << done << "/" << total << " "
+            << what_ << std::flush;
+  if (done >= total)
+    std::cerr << "\n";
 }
 
 }  // namespace strata::cli

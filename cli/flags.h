@@ -118,6 +118,20 @@ Cluster clusterArg(const std::string& nameOrPath, const std::string& option);
 // given (--profile): compute is then priced from the network's own op times.
 Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath);
 
+// A progress bar on stderr, redrawn in place, for long sweeps and reports:
+// silent unless stderr is a terminal (logs and pipes get no control codes).
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string what);
+  // `done` of `total` finished; the last call (done == total) ends the line.
+  void update(int done, int total);
+
+ private:
+  std::string what_;
+  bool on_;
+  int drawn_ = -1;
+};
+
 // Where a command writes its answer: stdout ("" or "-") or the file at
 // `path`, opened at once so a bad path fails before any work (named by
 // `option` in errors).

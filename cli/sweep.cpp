@@ -68,6 +68,14 @@ Command addSweepCommand(CLI::App& app) {
             StrategyOptions base;
             int unusedBatch = 0;
             o->flags.apply(unusedBatch, base);
+            // Count first, for the progress bar.
+            size_t total = 0;
+            for (const auto& net : nets)
+              for (auto s : strategies)
+                if (!isModelParallel(s) || net.modelParallelFrom > 0)
+                  total += clusters.size() * batches.size() * elements.size() * overlaps.size() *
+                           updates.size() * workers.size();
+            ProgressBar bar("configurations priced");
             std::vector<StepEstimate> rows;
             for (const auto& net : nets)
               for (const auto& cl : clusters)
@@ -84,6 +92,7 @@ Command addSweepCommand(CLI::App& app) {
                             if (isModelParallel(s) && net.modelParallelFrom <= 0)
                               continue;
                             rows.push_back(evaluate(net, cl, sc, o->engine));
+                            bar.update(int(rows.size()), int(total));
                           }
             printComparison(out.stream(), rows, format);
             out.close();

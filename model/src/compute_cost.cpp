@@ -28,8 +28,9 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
       device_(cluster.device),
       element_(element),
       peak_(cluster.device.peakFor(element, cluster.sourceFile)),
-      speed_(cluster.device.sharingSpeed(workersPerNode)),
-      memorySpeed_(cluster.device.sharingMemorySpeed(workersPerNode)) {
+      speed_(cluster.device.sharingSpeed(workersPerNode) * cluster.device.computeScale),
+      memorySpeed_(cluster.device.sharingMemorySpeed(workersPerNode) *
+                   cluster.device.computeScale) {
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);
     source_ = ComputeSource::kProfile;

@@ -67,6 +67,10 @@ struct DeviceSpec {
   // device. When set and the network priced is the profile's, every layer
   // phase is priced from it instead of tables or roofline.
   std::shared_ptr<const OpProfile> profile;
+  // What-if questions (strata report, "compute x2"): every compute and update
+  // task runs this many times faster than the tables, profile or roofline
+  // say. Never read from a config file: 1 there.
+  double computeScale = 1.0;
 
   // Speed factor for `workers` workers on one node: 1 without a table;
   // interpolated linearly; beyond the table the last entry's total throughput

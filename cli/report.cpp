@@ -1,0 +1,210 @@
+// `strata report`: a scaling report folder (index.html, report.md, figures,
+// data) from an experiment file or flags, optionally with validate results.
+#include "strata/reports/report.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "commands.h"
+#include "flags.h"
+#include "strata/model/presets.h"
+#include "strata_version.h"
+
+namespace strata::cli {
+
+namespace {
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The command line as typed, quoted for a POSIX shell where needed.
+std::string commandLine(const Process& process) {
+  std::string out = "strata";
+  for (int i = 1; i < *process.argc; ++i) {
+    const std::string a = (*process.argv)[i];
+    const bool plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLM"
+                                         "NOPQRSTUVWXYZ0123456789-_./:=,+@%") == std::string::npos;
+    if (plain) {
+      out += " " + a;
+      continue;
+    }
+    out += " '";
+    for (char c : a)
+      out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += "'";
+  }
+  return out;
+}
+
+std::string utcNow() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+}  // namespace
+
+Command addReportCommand(CLI::App& app, Process process) {
+  struct Options {
+    std::string experiment, networks, clusters, strategies, workers, batches, out, engine = "model",
+                                                                                   title, timeline;
+    std::vector<std::string> validation;
+    ScenarioFlags flags;
+    LimitFlags limitFlags;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub = app.add_subcommand(
+      "report",
+      "a scaling report: one self-contained HTML page, Markdown with SVG figures, CSV/JSON");
+  sub->add_option("experiment", o->experiment, "experiment preset or YAML file (optional)");
+  sub->add_option("--out,-o", o->out, "the report folder to write (created)")->required();
+  sub->add_option("--networks,-n", o->networks,
+                  "comma-separated networks (override the experiment's)");
+  sub->add_option("--clusters,-c", o->clusters,
+                  "comma-separated clusters (override the experiment's)");
+  auto* strategies = sub->add_option("--strategies,-s", o->strategies,
+                                     "comma-separated strategies or all (default all)");
+  auto* workers = sub->add_option("--workers,-k", o->workers,
+                                  "comma-separated worker counts (default 1,2,4,8)");
+  auto* batches = sub->add_option(
+      "--batches", o->batches,
+      "comma-separated examples per worker: the first is the report's, several add weak vs strong "
+      "scaling");
+  o->flags.add(sub);
+  addEngineOption(sub, o->engine);
+  sub->add_option("--validation", o->validation,
+                  "the JSON of a strata validate run (--format json): adds predicted vs measured "
+                  "(repeatable)");
+  sub->add_option("--timeline", o->timeline,
+                  "STRATEGY:K, the configuration of the one-step timeline figure (default: the "
+                  "fastest strategy at the largest K <= 8)");
+  sub->add_option("--title", o->title,
+                  "the report's title (default: the experiment's description)");
+  o->limitFlags.add(sub, false);
+  sub->footer(
+      "Examples:\n"
+      "  strata report owt-k20 --out owt-k20-report\n"
+      "  strata report -n resnet50,vgg16 -c dgx-h100,gige-cluster -s ring,ps -k 8,16,64,256 "
+      "--engine sim --out dgx\n"
+      "  strata report owt-k20 --batches 128,64,32 --validation validate.json --out owt\n"
+      "Open OUT/index.html in any browser (it needs no network). Figures are drawn by gnuplot.");
+  return {sub, [o, process, strategies, workers, batches] {
+            o->limitFlags.apply();
+            // Fail before any work: no gnuplot, or a folder that cannot be made.
+            const std::string gnuplot = reports::findGnuplot();
+            reports::ReportRequest rq;
+            Experiment ex;
+            if (!o->experiment.empty()) {
+              const auto path = resolveConfig(ConfigKind::kExperiment, o->experiment, "experiment");
+              ex = loadExperiment(path);
+              rq.provenance.configs.push_back({"experiment", path, readText(path)});
+              rq.networks.push_back(ex.network);
+              rq.clusters.push_back(ex.cluster);
+              rq.strategies = ex.strategies;
+              rq.workers = ex.workers;
+            } else {
+              if (o->networks.empty())
+                throw OptionError("--networks", "required when no experiment file is given");
+              if (o->clusters.empty())
+                throw OptionError("--clusters", "required when no experiment file is given");
+              rq.strategies = {std::begin(kAllStrategies), std::end(kAllStrategies)};
+              rq.workers = {1, 2, 4, 8};
+            }
+            auto items = [](const std::string& text, const char* option) {
+              const auto list = splitList(text);
+              if (list.empty())
+                throw OptionError(option, "needs at least one value");
+              return list;
+            };
+            if (!o->networks.empty()) {
+              rq.networks.clear();
+              for (const auto& n : items(o->networks, "--networks"))
+                rq.networks.push_back(networkArg(n, "--networks"));
+            }
+            if (!o->clusters.empty()) {
+              rq.clusters.clear();
+              for (const auto& c : items(o->clusters, "--clusters"))
+                rq.clusters.push_back(clusterArg(c, "--clusters"));
+            }
+            if (strategies->count() > 0)
+              rq.strategies = parseStrategies(o->strategies, "--strategies");
+            if (workers->count() > 0)
+              rq.workers = parsePositiveList(o->workers, "--workers");
+            // Each worker count once, ascending: the figures' x axis.
+            const std::set<int> ks(rq.workers.begin(), rq.workers.end());
+            if (ks.size() != rq.workers.size())
+              throw OptionError("--workers", "a worker count is given twice");
+            rq.workers.assign(ks.begin(), ks.end());
+            int batch = ex.batchPerWorker;
+            rq.options = ex.options;
+            o->flags.apply(batch, rq.options);
+            rq.batches = {batch};
+            if (batches->count() > 0) {
+              if (!o->flags.batch.empty())
+                throw OptionError("--batches", "give --batch or --batches, not both");
+              rq.batches = parsePositiveList(o->batches, "--batches");
+              if (std::set<int>(rq.batches.begin(), rq.batches.end()).size() != rq.batches.size())
+                throw OptionError("--batches", "a batch is given twice");
+            }
+            for (int b : rq.batches)
+              for (int k : rq.workers)
+                (void)globalBatch(k, b);  // K x b must fit: one line naming --batch otherwise
+            for (const auto& n : rq.networks)
+              if (!n.sourceFile.empty())
+                rq.provenance.configs.push_back({"network", n.sourceFile, readText(n.sourceFile)});
+            for (const auto& c : rq.clusters)
+              if (!c.sourceFile.empty())
+                rq.provenance.configs.push_back({"cluster", c.sourceFile, readText(c.sourceFile)});
+            if (o->engine != "model" && o->engine != "sim")
+              throw OptionError("--engine", "must be model or sim, got '" + o->engine + "'");
+            rq.engine = o->engine;
+            for (const auto& v : o->validation) {
+              auto points = reports::loadValidationJson(v, "--validation");
+              rq.measured.insert(rq.measured.end(), points.begin(), points.end());
+              rq.provenance.configs.push_back({"validation", v, "(strata validate --format json)"});
+            }
+            if (!o->timeline.empty()) {
+              const auto colon = o->timeline.rfind(':');
+              if (colon == std::string::npos)
+                throw OptionError("--timeline",
+                                  "must be STRATEGY:K, e.g. ring:8, got '" + o->timeline + "'");
+              rq.timelineStrategy = parseStrategy(o->timeline.substr(0, colon), "--timeline");
+              rq.timelineWorkers = parsePositive(o->timeline.substr(colon + 1), "--timeline");
+            }
+            rq.title = !o->title.empty()         ? o->title
+                       : !ex.description.empty() ? ex.description
+                                                 : "Scaling report: " + rq.networks.front().name +
+                                                       " on " + rq.clusters.front().name;
+            rq.provenance.version = kVersion;
+            rq.provenance.revision = kGitRevision;
+            rq.provenance.date = utcNow();
+            rq.provenance.command = commandLine(process);
+            ProgressBar bar("configurations priced");
+            rq.progress = [&bar](int done, int total) { bar.update(done, total); };
+
+            const auto report = reports::buildReport(rq);
+            reports::writeReport(report, rq, o->out, gnuplot);
+            const auto index = std::filesystem::path(o->out) / "index.html";
+            std::cout << "report written to " << index.string() << " (open it in a browser; "
+                      << (std::filesystem::path(o->out) / "report.md").string()
+                      << ", figures/ and data/ "
+                      << "beside it)\n";
+            return 0;
+          }};
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,543 @@
+// writeReport: the report folder (index.html, report.md, figures/, data/) and
+// loadValidationJson.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "figures.h"
+#include "gnuplot.h"
+#include "internal.h"
+#include "strata/model/error.h"
+#include "strata/model/quantity_text.h"
+#include "strata/model/validation.h"
+
+namespace strata::reports {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void writeFile(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out)
+    throw OptionError("--out", "cannot write " + p.string());
+}
+
+std::string htmlEscape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string csvField(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos)
+    return text;
+  std::string out = "\"";
+  for (char c : text)
+    out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// A Markdown table cell: no pipes or newlines inside.
+std::string mdCell(std::string text) {
+  for (auto& c : text)
+    if (c == '|' || c == '\n')
+      c = c == '|' ? '/' : ' ';
+  return text;
+}
+
+std::string num(double v) {
+  return fmt::format("{:.9g}", v);
+}
+
+Bytes maxOf(const StepEstimate& e, Bytes WorkerEstimate::*field) {
+  Bytes m(0);
+  for (const auto& w : e.workers)
+    m = std::max(m, w.*field);
+  return m;
+}
+
+// ---- data ------------------------------------------------------------------
+
+const char* kEstimateColumns =
+    "scaling,engine,network,cluster,strategy,workers,batch_per_worker,global_batch,step_s,"
+    "throughput_examples_per_s,speedup,efficiency,compute_s,exposed_communication_s,idle_s,"
+    "communication_s,sent_bytes_per_worker,received_bytes_per_worker,memory_bytes_per_worker,"
+    "memory_capacity_bytes,fits_in_memory,bottleneck";
+
+ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
+  ordered_json j;
+  j["scaling"] = scaling;
+  j["engine"] = e.engine;
+  j["network"] = e.network;
+  j["cluster"] = e.cluster;
+  j["strategy"] = std::string(toString(e.scenario.strategy));
+  j["workers"] = e.scenario.workers;
+  j["batch_per_worker"] = e.scenario.batchPerWorker;
+  j["global_batch"] = int64_t(e.scenario.workers) * e.scenario.batchPerWorker;
+  j["step_s"] = e.step.value();
+  j["throughput_examples_per_s"] = e.throughput;
+  j["speedup"] = e.speedup;
+  j["efficiency"] = e.efficiency;
+  j["compute_s"] = meanCompute(e).value();
+  j["exposed_communication_s"] = meanExposed(e).value();
+  j["idle_s"] = meanIdle(e).value();
+  j["communication_s"] = meanCommunication(e).value();
+  j["sent_bytes_per_worker"] = maxOf(e, &WorkerEstimate::sent).value();
+  j["received_bytes_per_worker"] = maxOf(e, &WorkerEstimate::received).value();
+  j["memory_bytes_per_worker"] = peakMemory(e).value();
+  j["memory_capacity_bytes"] = cl.device.memoryCapacity.value();
+  j["fits_in_memory"] = e.fitsInMemory;
+  j["bottleneck"] = e.bottleneck;
+  return j;
+}
+
+// A CSV of flat JSON objects (same keys in each), header from the first.
+std::string csvOf(const std::string& header, const ordered_json& rows) {
+  std::string out = header + "\n";
+  for (const auto& r : rows) {
+    std::vector<std::string> cells;
+    for (const auto& [key, v] : r.items()) {
+      if (v.is_string())
+        cells.push_back(csvField(v.get<std::string>()));
+      else if (v.is_boolean())
+        cells.push_back(v.get<bool>() ? "yes" : "no");
+      else if (v.is_number_float())
+        cells.push_back(num(v.get<double>()));
+      else if (v.is_null())
+        cells.push_back("");
+      else
+        cells.push_back(v.dump());
+    }
+    out += fmt::format("{}\n", fmt::join(cells, ","));
+  }
+  return out;
+}
+
+std::string headerOf(const ordered_json& rows, const char* fallback) {
+  if (rows.empty())
+    return fallback;
+  std::vector<std::string> keys;
+  for (const auto& [key, v] : rows.front().items())
+    keys.push_back(key);
+  return fmt::format("{}", fmt::join(keys, ","));
+}
+
+struct Data {
+  ordered_json estimates = ordered_json::array();
+  ordered_json whatif = ordered_json::array();
+  ordered_json links = ordered_json::array();
+  ordered_json verdicts = ordered_json::array();
+  ordered_json validation = ordered_json::array();
+};
+
+Data collect(const Report& report, const ReportRequest& rq) {
+  Data d;
+  for (size_t i = 0; i < report.panels.size(); ++i) {
+    const Panel& p = report.panels[i];
+    const Cluster& cl = rq.clusters[size_t(p.cluster)];
+    for (const auto& e : p.rows)
+      d.estimates.push_back(estimateRow("weak", e, cl));
+    for (const auto& e : p.otherBatches)
+      d.estimates.push_back(estimateRow("weak", e, cl));
+    for (const auto& e : p.strong)
+      d.estimates.push_back(estimateRow("strong", e, cl));
+    for (const auto& s : p.sensitivity)
+      for (size_t w = 0; w < s.step.size(); ++w)
+        d.whatif.push_back(
+            ordered_json{{"network", rq.networks[size_t(p.network)].name},
+                         {"cluster", cl.name},
+                         {"strategy", std::string(toString(s.strategy))},
+                         {"workers", s.workers},
+                         {"batch_per_worker", p.batch},
+                         {"what_if", w == 0 ? std::string("as configured") : whatIfs()[w - 1].name},
+                         {"step_s", s.step[w].value()},
+                         {"change", s.step[w] / s.step[0] - 1}});
+    for (const auto& l : p.links)
+      d.links.push_back(ordered_json{{"network", rq.networks[size_t(p.network)].name},
+                                     {"cluster", cl.name},
+                                     {"strategy", std::string(toString(l.strategy))},
+                                     {"workers", l.workers},
+                                     {"batch_per_worker", p.batch},
+                                     {"link", l.name},
+                                     {"bandwidth_bytes_per_s", l.bandwidth.value()},
+                                     {"bytes", l.bytes.value()},
+                                     {"busy_s", l.busy.value()},
+                                     {"utilisation", l.utilisation}});
+    for (const auto& v : report.verdicts[i])
+      d.verdicts.push_back(ordered_json{
+          {"network", rq.networks[size_t(p.network)].name},
+          {"cluster", cl.name},
+          {"batch_per_worker", p.batch},
+          {"workers", v.workers},
+          {"best", v.best ? ordered_json(std::string(toString(*v.best))) : ordered_json(nullptr)},
+          {"step_s", v.best ? ordered_json(v.step.value()) : ordered_json(nullptr)},
+          {"why", v.why}});
+  }
+  for (const auto& m : rq.measured)
+    d.validation.push_back(ordered_json{{"source", m.source},
+                                        {"network", m.network},
+                                        {"strategy", std::string(toString(m.strategy))},
+                                        {"workers", m.workers},
+                                        {"batch_per_worker", m.batchPerWorker},
+                                        {"measured_step_s", m.step[0].value()},
+                                        {"spread_min_s", m.spreadMin.value()},
+                                        {"spread_max_s", m.spreadMax.value()},
+                                        {"model_step_s", m.step[1].value()},
+                                        {"sim_step_s", m.step[2].value()},
+                                        {"model_error", relativeError(m.step[1], m.step[0])},
+                                        {"sim_error", relativeError(m.step[2], m.step[0])},
+                                        {"measured_compute_s", m.compute[0].value()},
+                                        {"model_compute_s", m.compute[1].value()},
+                                        {"sim_compute_s", m.compute[2].value()},
+                                        {"measured_communication_s", m.communication[0].value()},
+                                        {"model_communication_s", m.communication[1].value()},
+                                        {"sim_communication_s", m.communication[2].value()}});
+  return d;
+}
+
+ordered_json requestJson(const ReportRequest& rq) {
+  ordered_json j;
+  j["title"] = rq.title;
+  j["engine"] = rq.engine;
+  ordered_json nets = ordered_json::array(), clusters = ordered_json::array(),
+               strategies = ordered_json::array();
+  for (const auto& n : rq.networks)
+    nets.push_back(n.name);
+  for (const auto& c : rq.clusters)
+    clusters.push_back(c.name);
+  for (auto s : rq.strategies)
+    strategies.push_back(std::string(toString(s)));
+  j["networks"] = nets;
+  j["clusters"] = clusters;
+  j["strategies"] = strategies;
+  j["workers"] = rq.workers;
+  j["batches"] = rq.batches;
+  const auto& o = rq.options;
+  j["options"] = {{"overlap", o.overlap},
+                  {"fc_update", std::string(toString(o.fcUpdate))},
+                  {"segment_bytes", o.segment.value()},
+                  {"bucket_bytes", o.bucket.value()},
+                  {"element", std::string(toString(o.element))},
+                  {"conv_sync", std::string(toString(o.convSync))}};
+  return j;
+}
+
+// ---- text ----------------------------------------------------------------------
+
+struct Section {
+  std::string id, title, intro;
+};
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> list = {
+      {"scaling", "Scaling",
+       "How the step time turns into speed as workers are added, per strategy."},
+      {"time", "Where the time goes",
+       "Each step split into compute, exposed communication and idle time, and one step played "
+       "out worker by worker."},
+      {"traffic", "Traffic", "What crosses the links, per worker and per link."},
+      {"memory", "Memory", "What each worker holds at its peak, against the device."},
+      {"clusters", "Clusters", "The same network on each cluster given."},
+      {"whatif", "What if", "How the step responds when the hardware changes."},
+      {"validation", "Predicted and measured",
+       "Predictions beside the executor's measurements (strata validate)."},
+  };
+  return list;
+}
+
+std::string optionsText(const ReportRequest& rq) {
+  const auto& o = rq.options;
+  return fmt::format("{}, overlap {}, segment {}, bucket {}, FC update per {}, conv sync {}",
+                     toString(o.element), o.overlap ? "on" : "off",
+                     o.segment.value() > 0 ? formatBytes(o.segment) : "off",
+                     o.bucket.value() > 0 ? formatBytes(o.bucket) : "per layer",
+                     toString(o.fcUpdate), toString(o.convSync));
+}
+
+// The summary: one table per panel, the best strategy per K and why.
+struct SummaryTable {
+  std::string label;
+  std::vector<std::array<std::string, 4>> rows;  // K, best, step, why
+};
+
+std::vector<SummaryTable> summaryTables(const Report& report, const ReportRequest& rq) {
+  std::vector<SummaryTable> out;
+  for (size_t i = 0; i < report.panels.size(); ++i) {
+    SummaryTable t{panelLabel(report.panels[i], rq), {}};
+    for (const auto& v : report.verdicts[i])
+      t.rows.push_back({std::to_string(v.workers),
+                        v.best ? std::string(toString(*v.best)) : std::string("none fits"),
+                        v.best ? formatSeconds(v.step) : std::string("-"), v.why});
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string provenanceLine(const Provenance& p, const ReportRequest& rq) {
+  return fmt::format("strata {} (revision {}), {}; engine: {}; options: {}", p.version, p.revision,
+                     p.date, rq.engine == "sim" ? "simulator" : "closed-form model",
+                     optionsText(rq));
+}
+
+const char* kCss =
+    R"(body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;
+max-width:1100px;margin:2em auto;padding:0 1.2em;color:#222;line-height:1.45}
+h1{font-size:1.7em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+.meta{color:#666;font-size:.92em}
+nav ul{columns:2;font-size:.95em}
+table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
+th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}td.num{text-align:right;white-space:nowrap}
+figure{margin:1.5em 0;padding:.8em;border:1px solid #e4e4e4;border-radius:6px;background:#fff}
+figure svg{max-width:100%;height:auto;display:block;margin:0 auto}
+figcaption{margin-top:.6em;font-size:.95em}
+pre{background:#f6f6f6;padding:.7em;overflow-x:auto;font-size:.85em}
+details{margin:.4em 0}summary{cursor:pointer})";
+
+}  // namespace
+
+std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std::string& option) {
+  if (!fs::is_regular_file(path))
+    throw OptionError(option, "no such file '" + path + "'");
+  ordered_json j;
+  try {
+    j = ordered_json::parse(readFile(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw OptionError(option, path + ": not JSON (" + std::string(e.what()) +
+                                  "): give the output of strata validate --format json");
+  }
+  if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array())
+    throw OptionError(option, path +
+                                  ": no \"rows\" array: give the output of strata validate "
+                                  "--format json");
+  std::vector<MeasuredPoint> out;
+  for (size_t i = 0; i < j["rows"].size(); ++i) {
+    const auto& r = j["rows"][i];
+    const std::string where = fmt::format("{}: rows[{}]", path, i);
+    auto need = [&](const ordered_json& parent, const std::string& key,
+                    const std::string& at) -> const ordered_json& {
+      if (!parent.is_object() || !parent.contains(key))
+        throw OptionError(option, fmt::format("{}.{}: missing", at, key));
+      return parent[key];
+    };
+    auto seconds = [&](const ordered_json& parent, const std::string& key, const std::string& at) {
+      const auto& v = need(parent, key, at);
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+        throw OptionError(
+            option,
+            fmt::format("{}.{}: must be a finite time in seconds >= 0, got {}", at, key, v.dump()));
+      return Seconds(v.get<double>());
+    };
+    auto positive = [&](const std::string& key) {
+      const auto& v = need(r, key, where);
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 30))
+        throw OptionError(
+            option, fmt::format("{}.{}: must be a positive integer, got {}", where, key, v.dump()));
+      return int(v.get<int64_t>());
+    };
+    MeasuredPoint m;
+    m.source = path;
+    const auto& net = need(r, "network", where);
+    const auto& strategy = need(r, "strategy", where);
+    if (!net.is_string() || !strategy.is_string())
+      throw OptionError(option, where + ": network and strategy must be strings");
+    m.network = net.get<std::string>();
+    m.strategy = parseStrategy(strategy.get<std::string>(), option + " (" + where + ".strategy)");
+    m.workers = positive("workers");
+    m.batchPerWorker = positive("batch_per_worker");
+    const char* engines[] = {"measured", "model", "sim"};
+    for (size_t e = 0; e < 3; ++e) {
+      m.step[e] = seconds(need(r, "step_s", where), engines[e], where + ".step_s");
+      m.compute[e] = seconds(need(r, "compute_s", where), engines[e], where + ".compute_s");
+      m.communication[e] =
+          seconds(need(r, "communication_s", where), engines[e], where + ".communication_s");
+    }
+    const auto& spread = need(r, "spread_s", where);
+    m.spreadMin = seconds(spread, "min", where + ".spread_s");
+    m.spreadMax = seconds(spread, "max", where + ".spread_s");
+    if (m.spreadMin > m.step[0] || m.spreadMax < m.step[0])
+      throw OptionError(option, where + ".spread_s: the measured median lies outside [min, max]");
+    out.push_back(std::move(m));
+  }
+  if (out.empty())
+    throw OptionError(option, path + ": no rows");
+  return out;
+}
+
+void writeReport(const Report& report, const ReportRequest& rq, const std::string& dir,
+                 const std::string& gnuplot) {
+  const fs::path root(dir);
+  std::error_code ec;
+  fs::create_directories(root / "figures", ec);
+  if (!ec)
+    fs::create_directories(root / "data", ec);
+  if (ec)
+    throw OptionError("--out", "cannot create " + dir + ": " + ec.message());
+
+  // ---- data ----
+  const Data d = collect(report, rq);
+  writeFile(root / "data" / "estimates.csv",
+            csvOf(headerOf(d.estimates, kEstimateColumns), d.estimates));
+  writeFile(root / "data" / "whatif.csv", csvOf(headerOf(d.whatif, ""), d.whatif));
+  writeFile(root / "data" / "links.csv", csvOf(headerOf(d.links, ""), d.links));
+  writeFile(root / "data" / "summary.csv", csvOf(headerOf(d.verdicts, ""), d.verdicts));
+  if (!d.validation.empty())
+    writeFile(root / "data" / "validation.csv", csvOf(headerOf(d.validation, ""), d.validation));
+
+  // ---- figures ----
+  const auto figures = makeFigures(report, rq);
+  std::vector<std::string> svgs;
+  for (const auto& f : figures) {
+    const std::string gp = f.name + ".gp";
+    writeFile(root / "figures" / gp,
+              fmt::format("# {}\n# Drawn by strata report; `gnuplot {}` (in this folder) redraws "
+                          "{}.svg.\nset terminal svg size {},{} noenhanced font 'Helvetica,12' "
+                          "background rgb 'white'\nset output '{}.svg'\n{}",
+                          f.title, gp, f.name, f.width, f.height, f.name, f.script));
+    runGnuplot(gnuplot, (root / "figures").string(), gp);
+    svgs.push_back(inlineSvg(readFile(root / "figures" / (f.name + ".svg")), f.id));
+  }
+
+  ordered_json figs = ordered_json::array();
+  for (const auto& f : figures)
+    figs.push_back(ordered_json{{"id", f.id},
+                                {"title", f.title},
+                                {"section", f.section},
+                                {"file", "figures/" + f.name + ".svg"},
+                                {"script", "figures/" + f.name + ".gp"},
+                                {"reading", f.reading}});
+  ordered_json json;
+  json["report"] = requestJson(rq);
+  json["summary"] = d.verdicts;
+  json["estimates"] = d.estimates;
+  json["what_if"] = d.whatif;
+  json["links"] = d.links;
+  json["validation"] = d.validation;
+  json["figures"] = figs;
+  ordered_json configs = ordered_json::array();
+  for (const auto& c : rq.provenance.configs)
+    configs.push_back({{"kind", c.kind}, {"path", c.path}});
+  json["provenance"] = {{"version", rq.provenance.version},
+                        {"revision", rq.provenance.revision},
+                        {"date", rq.provenance.date},
+                        {"command", rq.provenance.command},
+                        {"configs", configs}};
+  writeFile(root / "data" / "report.json", json.dump(2) + "\n");
+
+  const auto summary = summaryTables(report, rq);
+  const auto& p = rq.provenance;
+
+  // ---- report.md ----
+  std::string md = fmt::format("# {}\n\n_{}_\n\n", rq.title, provenanceLine(p, rq));
+  md += "## Summary\n\nThe fastest strategy that fits in memory, per worker count.\n\n";
+  for (const auto& t : summary) {
+    md += fmt::format("### {}\n\n| K | best | step | why |\n|---:|---|---:|---|\n", t.label);
+    for (const auto& r : t.rows)
+      md += fmt::format("| {} | {} | {} | {} |\n", r[0], r[1], r[2], mdCell(r[3]));
+    md += "\n";
+  }
+  for (const auto& s : sections()) {
+    std::string body;
+    for (const auto& f : figures)
+      if (f.section == s.id)
+        body += fmt::format("### {}\n\n![{}](figures/{}.svg)\n\n{}\n\n", f.title, f.title, f.name,
+                            f.reading);
+    if (!body.empty())
+      md += fmt::format("## {}\n\n{}\n\n{}", s.title, s.intro, body);
+  }
+  md += fmt::format(
+      "## Provenance\n\n{}\n\nRegenerate this report:\n\n```sh\n{}\n```\n\nData: "
+      "data/estimates.csv, data/whatif.csv, data/links.csv, data/summary.csv{}, and all of it in "
+      "data/report.json. Each figure's gnuplot script is beside its SVG (figures/*.gp).\n\n",
+      provenanceLine(p, rq), p.command, d.validation.empty() ? "" : ", data/validation.csv");
+  for (const auto& c : p.configs)
+    md += fmt::format("### {} `{}`\n\n```yaml\n{}\n```\n\n", c.kind, c.path, c.text);
+  writeFile(root / "report.md", md);
+
+  // ---- index.html ----
+  std::string h;
+  h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  h += "<title>" + htmlEscape(rq.title) + "</title>\n<style>\n" + kCss + "\n</style>\n</head>\n";
+  h += "<body>\n<header>\n<h1>" + htmlEscape(rq.title) + "</h1>\n<p class=\"meta\">" +
+       htmlEscape(provenanceLine(p, rq)) + "</p>\n</header>\n";
+  h += "<nav>\n<ul>\n<li><a href=\"#summary\">Summary</a></li>\n";
+  for (const auto& s : sections()) {
+    bool any = false;
+    for (const auto& f : figures)
+      any = any || f.section == s.id;
+    if (any)
+      h += "<li><a href=\"#" + s.id + "\">" + htmlEscape(s.title) + "</a></li>\n";
+  }
+  h += "<li><a href=\"#provenance\">Provenance</a></li>\n</ul>\n</nav>\n";
+  h += "<section id=\"summary\">\n<h2>Summary</h2>\n<p>The fastest strategy that fits in memory, "
+       "per worker count, and why.</p>\n";
+  for (const auto& t : summary) {
+    h += "<h3>" + htmlEscape(t.label) +
+         "</h3>\n<table>\n<thead><tr><th>K</th><th>best</th>"
+         "<th>step</th><th>why</th></tr></thead>\n<tbody>\n";
+    for (const auto& r : t.rows)
+      h += fmt::format(
+          "<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}"
+          "</td></tr>\n",
+          htmlEscape(r[0]), htmlEscape(r[1]), htmlEscape(r[2]), htmlEscape(r[3]));
+    h += "</tbody>\n</table>\n";
+  }
+  h += "</section>\n";
+  for (const auto& s : sections()) {
+    std::string body;
+    for (size_t i = 0; i < figures.size(); ++i) {
+      const auto& f = figures[i];
+      if (f.section != s.id)
+        continue;
+      body += "<figure id=\"" + f.id + "\">\n" + svgs[i] + "\n<figcaption><strong>" +
+              htmlEscape(f.title) + ".</strong> " + htmlEscape(f.reading) +
+              "</figcaption>\n</figure>\n";
+    }
+    if (!body.empty())
+      h += "<section id=\"" + s.id + "\">\n<h2>" + htmlEscape(s.title) + "</h2>\n<p>" +
+           htmlEscape(s.intro) + "</p>\n" + body + "</section>\n";
+  }
+  h += "<section id=\"provenance\">\n<h2>Provenance</h2>\n<p>" + htmlEscape(provenanceLine(p, rq)) +
+       "</p>\n<p>Regenerate this report:</p>\n<pre><code>" + htmlEscape(p.command) +
+       "</code></pre>\n<p>The numbers behind every figure are in data/ beside this page (CSV, and "
+       "all of it in data/report.json); each figure's gnuplot script is in figures/.</p>\n";
+  for (const auto& c : p.configs)
+    h += "<details>\n<summary>" + htmlEscape(c.kind) + " " + htmlEscape(c.path) +
+         "</summary>\n<pre><code>" + htmlEscape(c.text) + "</code></pre>\n</details>\n";
+  h += "</section>\n</body>\n</html>\n";
+  writeFile(root / "index.html", h);
+}
+
+}  // namespace strata::reports
