@@ -15,15 +15,19 @@
 // To rewrite them after an intended model change, run the test with
 // STRATA_UPDATE_GOLDEN=1, then re-check the hand computation.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -1316,4 +1320,283 @@ TEST_CASE("allreduce --device cuda runs on a GPU or names --device", "[cli][allr
     for (const auto& algorithm : j.at("algorithms"))
       if (!row.at(algorithm.get<std::string>()).is_null())
         checkAllreduceCell(row.at(algorithm.get<std::string>()), row.at("bytes").get<double>(), 1);
+}
+
+// ---- strata report ------------------------------------------------------------
+namespace {
+
+// A fresh folder under the system's temporary folder, removed at scope exit.
+struct TempFolder {
+  std::filesystem::path path;
+  explicit TempFolder(const std::string& name) {
+    path = std::filesystem::temp_directory_path() /
+           ("strata-test-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& rel) const { return (path / rel).string(); }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// index.html with the namespace names of the inlined SVGs removed: what is
+// left must name no http:// or https:// resource.
+std::string withoutNamespaces(std::string html) {
+  for (const char* ns : {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}) {
+    for (size_t at = html.find(ns); at != std::string::npos; at = html.find(ns))
+      html.erase(at, std::strlen(ns));
+  }
+  return html;
+}
+
+// Simple CSV rows (the report's CSV quotes only text with commas).
+std::vector<std::vector<std::string>> csvRows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& line : lines(text)) {
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"')
+        quoted = !quoted;
+      else if (c == ',' && !quoted) {
+        cells.push_back(cell);
+        cell.clear();
+      } else
+        cell += c;
+    }
+    cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// Cell by cell: numbers within 1e-9 relative, text exact.
+void compareCsv(const std::string& goldenPath, const std::string& actualPath) {
+  const std::string actual = slurp(actualPath);
+  if (const char* update = std::getenv("STRATA_UPDATE_GOLDEN"); update && *update) {
+    std::ofstream(goldenPath) << actual;
+    WARN("rewrote " << goldenPath);
+    return;
+  }
+  const auto g = csvRows(slurp(goldenPath));
+  const auto a = csvRows(actual);
+  REQUIRE(g.size() == a.size());
+  for (size_t r = 0; r < g.size(); ++r) {
+    INFO(actualPath << " line " << r + 1);
+    REQUIRE(g[r].size() == a[r].size());
+    for (size_t c = 0; c < g[r].size(); ++c) {
+      char* end = nullptr;
+      const double gv = std::strtod(g[r][c].c_str(), &end);
+      const bool number = !g[r][c].empty() && *end == '\0';
+      if (!number) {
+        CHECK(g[r][c] == a[r][c]);
+        continue;
+      }
+      const double av = std::strtod(a[r][c].c_str(), nullptr);
+      CHECK(std::fabs(gv - av) <= 1e-9 * std::max(std::fabs(gv), std::fabs(av)));
+    }
+  }
+}
+
+}  // namespace
+
+// The issue's acceptance case: the report of owt-k20 builds, holds every
+// figure (inline SVG, a caption) and loads nothing from outside, and its
+// numbers are the engine's: the same steps as `strata compare`, the step
+// breakdown adds up, the what-ifs move the right way, the summary's choice
+// is the fastest that fits.
+TEST_CASE("report of owt-k20: every figure inline, nothing external, numbers add up",
+          "[cli][report]") {
+  TempFolder out("report-owt");
+  const auto r = runStrata({"report", "owt-k20", "--out", out.path.string()});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("report written to") != std::string::npos);
+  const std::string html = slurp(out / "index.html");
+  const json j = json::parse(slurp(out / "data/report.json"));
+  std::vector<std::string> ids;
+  for (const auto& f : j.at("figures"))
+    ids.push_back(f.at("id").get<std::string>());
+  const std::vector<std::string> expected = {"fig-speedup",   "fig-efficiency", "fig-throughput",
+                                             "fig-breakdown", "fig-bytes",      "fig-memory",
+                                             "fig-links",     "fig-timeline",   "fig-whatif"};
+  CHECK(ids == expected);
+  for (const auto& f : j.at("figures")) {
+    const std::string id = f.at("id");
+    const auto at = html.find("<figure id=\"" + id + "\">");
+    REQUIRE(at != std::string::npos);
+    const auto end = html.find("</figure>", at);
+    const std::string figure = html.substr(at, end - at);
+    CHECK(figure.find("<svg") != std::string::npos);
+    CHECK(figure.find("<path") != std::string::npos);
+    CHECK(figure.find("<figcaption><strong>") != std::string::npos);
+    CHECK(std::filesystem::file_size(out / f.at("file").get<std::string>()) > 1000);
+    CHECK(std::filesystem::exists(out / f.at("script").get<std::string>()));
+    CHECK(slurp(out / "report.md").find("](" + f.at("file").get<std::string>() + ")") !=
+          std::string::npos);
+  }
+  const std::string rest = withoutNamespaces(html);
+  CHECK(rest.find("http://") == std::string::npos);
+  CHECK(rest.find("https://") == std::string::npos);
+  CHECK(rest.find("<script") == std::string::npos);
+  CHECK(rest.find("<link") == std::string::npos);
+  // The provenance names the command that makes the report again.
+  CHECK(j.at("provenance").at("command").get<std::string>().find("strata report owt-k20 --out") ==
+        0);
+  CHECK(html.find("strata report owt-k20 --out") != std::string::npos);
+
+  // Every step as `strata compare` prints it (the same engine).
+  const auto cmp = runStrata({"compare", "owt-k20", "--format", "json"});
+  REQUIRE(cmp.status == 0);
+  const json rows = json::parse(cmp.output);
+  const auto& est = j.at("estimates");
+  REQUIRE(est.size() == rows.size());
+  for (const auto& e : est) {
+    bool found = false;
+    for (const auto& c : rows)
+      if (c.at("strategy") == e.at("strategy") && c.at("workers") == e.at("workers")) {
+        found = true;
+        CHECK(e.at("step_s").get<double>() == Approx(c.at("step_s").get<double>()).epsilon(1e-12));
+      }
+    CHECK(found);
+    // compute + exposed communication + idle = step (the stacked bars).
+    const double parts = e.at("compute_s").get<double>() +
+                         e.at("exposed_communication_s").get<double>() +
+                         e.at("idle_s").get<double>();
+    CHECK(parts == Approx(e.at("step_s").get<double>()).epsilon(1e-9));
+  }
+  // The what-ifs, per strategy at K = 8: slower links cost time, faster save it.
+  std::map<std::string, std::map<std::string, double>> whatIf;
+  for (const auto& w : j.at("what_if"))
+    whatIf[w.at("strategy")][w.at("what_if")] = w.at("step_s");
+  CHECK(whatIf.size() == 6);
+  for (const auto& [strategy, steps] : whatIf) {
+    INFO(strategy);
+    const double base = steps.at("as configured");
+    CHECK(steps.at("bandwidth x0.5") > base);
+    CHECK(steps.at("bandwidth x2") < base);
+    CHECK(steps.at("compute x2") < base);
+    CHECK(steps.at("latency x10") >= base);
+  }
+  // The summary's choice per K: the fastest row that fits.
+  for (const auto& v : j.at("summary")) {
+    double best = 1e300;
+    std::string bestName;
+    for (const auto& e : est)
+      if (e.at("workers") == v.at("workers") && e.at("fits_in_memory").get<bool>() &&
+          e.at("step_s").get<double>() < best) {
+        best = e.at("step_s");
+        bestName = e.at("strategy");
+      }
+    CHECK(v.at("best") == bestName);
+  }
+}
+
+// CSV and JSON golden on the tiny experiment (naive/ring/ps, K = 1, 2, 4),
+// two batches (weak and strong scaling) and validate results beside it.
+TEST_CASE("report data golden: tiny-compare with two batches and validate results",
+          "[cli][report]") {
+  TempFolder out("report-tiny");
+  const auto r =
+      runStrata({"report", data("golden/tiny-compare.yaml"), "--batches", "64,32", "--validation",
+                 std::string(STRATA_SUITE_DATA) + "/../validation/validation.json", "--out",
+                 out.path.string()});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  for (const char* csv :
+       {"estimates.csv", "whatif.csv", "links.csv", "summary.csv", "validation.csv"})
+    compareCsv(data(std::string("golden/report-tiny/") + csv), out / (std::string("data/") + csv));
+  json actual = json::parse(slurp(out / "data/report.json"));
+  actual.erase("provenance");  // date, revision, paths: not golden
+  const std::string goldenPath = data("golden/report-tiny/report.json");
+  if (const char* update = std::getenv("STRATA_UPDATE_GOLDEN"); update && *update) {
+    std::ofstream(goldenPath) << actual.dump(2) << "\n";
+  } else {
+    std::vector<std::string> diffs;
+    compareJson(json::parse(slurp(goldenPath)), actual, "$", diffs);
+    std::string text;
+    for (const auto& d : diffs)
+      text += d + "\n";
+    INFO(text);
+    CHECK(diffs.empty());
+  }
+  // Strong scaling: 64 examples in all (the largest batch at K = 1) over K.
+  int strong = 0;
+  for (const auto& e : actual.at("estimates"))
+    if (e.at("scaling") == "strong") {
+      ++strong;
+      CHECK(e.at("global_batch") == 64);
+    }
+  CHECK(strong == 9);  // 3 strategies x K = 1, 2, 4 (each divides 64)
+  std::vector<std::string> ids;
+  for (const auto& f : actual.at("figures"))
+    ids.push_back(f.at("id"));
+  CHECK(std::count(ids.begin(), ids.end(), "fig-weak-strong") == 1);
+  CHECK(std::count(ids.begin(), ids.end(), "fig-validation") == 1);
+  CHECK(std::count(ids.begin(), ids.end(), "fig-validation-phases") == 1);
+}
+
+TEST_CASE("report: several clusters side by side, simulator engine, chosen timeline",
+          "[cli][report]") {
+  TempFolder out("report-clusters");
+  const auto r =
+      runStrata({"report", "-n", "tiny-cnn", "-c", "dgx-h100,k20x8-pcie", "-s", "ring,naive", "-k",
+                 "1,3,2", "--engine", "sim", "--timeline", "naive:3", "--out", out.path.string()});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(slurp(out / "data/report.json"));
+  std::set<std::string> ids;
+  for (const auto& f : j.at("figures"))
+    ids.insert(f.at("id").get<std::string>());
+  CHECK(ids.count("fig-clusters") == 1);
+  CHECK(ids.count("fig-speedup-tiny-cnn-dgx-h100") == 1);
+  CHECK(ids.count("fig-timeline-tiny-cnn-k20x8-pcie") == 1);
+  CHECK(j.at("report").at("workers") == json::array({1, 2, 3}));  // sorted
+  for (const auto& e : j.at("estimates"))
+    CHECK(e.at("engine") == "sim");
+  const std::string html = slurp(out / "index.html");
+  CHECK(html.find("One step, worker by worker: naive at K = 3") != std::string::npos);
+}
+
+TEST_CASE("report mistakes: one line naming the option, nothing written", "[cli][report][errors]") {
+  TempFolder out("report-bad");
+  const std::string o = out.path.string();
+  checkUserError(runStrata({"report", "owt-k20"}), {"--out"});
+  checkUserError(runStrata({"report", "--out", o}), {"--networks", "experiment"});
+  checkUserError(runStrata({"report", "-n", "tiny-cnn", "--out", o}), {"--clusters"});
+  checkUserError(runStrata({"report", "owt-k20", "-k", "2,2", "--out", o}), {"--workers", "twice"});
+  checkUserError(runStrata({"report", "owt-k20", "-b", "64", "--batches", "32", "--out", o}),
+                 {"--batches", "not both"});
+  checkUserError(runStrata({"report", "owt-k20", "--engine", "exec", "--out", o}), {"--engine"});
+  checkUserError(runStrata({"report", "owt-k20", "--timeline", "ring", "--out", o}),
+                 {"--timeline", "STRATEGY:K"});
+  checkUserError(runStrata({"report", "owt-k20", "--timeline", "ring:0", "--out", o}),
+                 {"--timeline"});
+  checkUserError(runStrata({"report", "owt-k20", "--validation", "/no/such.json", "--out", o}),
+                 {"--validation", "no such file"});
+  checkUserError(
+      runStrata({"report", "owt-k20", "--validation", data("golden/tiny-net.yaml"), "--out", o}),
+      {"--validation", "not JSON"});
+  checkUserError(runStrata({"report", "owt-k20", "-k", "1,16", "--out", o}), {"16"});
+  checkUserError(runStrata({"report", "owt-k20", "--out", o}, {"STRATA_GNUPLOT=/no/gnuplot"}),
+                 {"STRATA_GNUPLOT"});
+  checkUserError(runStrata({"report", "owt-k20", "--out", o}, {"PATH=/nonexistent"}),
+                 {"gnuplot not found", "gnuplot-nox"});
+  CHECK(!std::filesystem::exists(out.path));
+  // A validate output with a broken row names the row and key.
+  const std::string bad = (std::filesystem::temp_directory_path() / "strata-bad-validate.json");
+  std::ofstream(bad) << R"({"rows":[{"network":"n","strategy":"ring","workers":2,)"
+                     << R"("batch_per_worker":8,"step_s":{"measured":-1,"model":1,"sim":1}}]})";
+  checkUserError(runStrata({"report", "owt-k20", "--validation", bad, "--out", o}),
+                 {"--validation", "rows[0].step_s.measured"});
+  std::filesystem::remove(bad);
 }

@@ -129,6 +129,11 @@ int countWork(const ReportRequest& request) {
 
 std::string verdictWhy(const std::vector<const StepEstimate*>& atK, const StepEstimate& best,
                        const Cluster& cl) {
+  if (best.scenario.workers == 1)
+    return fmt::format(
+        "one worker: no communication, every strategy runs the same compute; "
+        "peak memory {} of {}",
+        formatBytes(peakMemory(best)), formatBytes(cl.device.memoryCapacity));
   std::string why;
   // The runner-up among those that fit, for the margin.
   const StepEstimate* second = nullptr;
@@ -146,9 +151,7 @@ std::string verdictWhy(const std::vector<const StepEstimate*>& atK, const StepEs
     why = "the only strategy that fits";
   }
   const double exposed = meanExposed(best) / best.step;
-  if (best.scenario.workers == 1)
-    why += "; one worker: no communication";
-  else if (exposed < 0.02)
+  if (exposed < 0.02)
     why += fmt::format("; communication hidden behind compute ({:.1f} % of the step exposed)",
                        exposed * 100);
   else

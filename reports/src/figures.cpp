@@ -361,7 +361,8 @@ Figure memoryFigure(const Panel& p, const std::vector<int>& ks, const Cluster& c
 Figure scalingFigure(const Panel& p, const std::vector<int>& ks) {
   Figure f;
   f.title = "Weak and strong scaling";
-  std::string s = kStyle + workersAxis(ks) + "set ylabel 'examples per second'\n";
+  std::string s =
+      kStyle + workersAxis(ks) + "set ylabel 'examples per second'\nset logscale y 10\n";
   std::vector<std::string> plots;
   int i = 0;
   auto series = [&](const std::vector<StepEstimate>& rows, const std::string& dash,

@@ -367,7 +367,7 @@ std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std
       return int(v.get<int64_t>());
     };
     MeasuredPoint m;
-    m.source = path;
+    m.source = fs::path(path).filename().string();  // the full path is in the provenance
     const auto& net = need(r, "network", where);
     const auto& strategy = need(r, "strategy", where);
     if (!net.is_string() || !strategy.is_string())

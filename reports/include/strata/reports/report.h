@@ -44,7 +44,7 @@ struct Provenance {
 // One measured row of `strata validate --format json`: the executor's median
 // step and spread beside the model's and the simulator's predictions.
 struct MeasuredPoint {
-  std::string source;  // the file it was read from
+  std::string source;  // the name of the file it was read from
   std::string network;
   Strategy strategy = Strategy::kRing;
   int workers = 1;
