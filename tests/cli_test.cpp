@@ -1565,6 +1565,14 @@ TEST_CASE("report: several clusters side by side, simulator engine, chosen timel
     CHECK(e.at("engine") == "sim");
   const std::string html = slurp(out / "index.html");
   CHECK(html.find("One step, worker by worker: naive at K = 3") != std::string::npos);
+  // A relative --out (gnuplot runs inside the figures folder).
+  const std::string relative = "strata-test-relative-report-" + std::to_string(::getpid());
+  const auto rel = runStrata({"report", "-n", "tiny-cnn", "-c", "k20x8-pcie", "-k", "1,2", "-s",
+                              "ring", "--out", relative});
+  INFO(rel.output);
+  CHECK(rel.status == 0);
+  CHECK(std::filesystem::file_size(relative + "/figures/speedup.svg") > 1000);
+  std::filesystem::remove_all(relative);
 }
 
 TEST_CASE("report mistakes: one line naming the option, nothing written", "[cli][report][errors]") {

@@ -52,7 +52,9 @@ std::string findGnuplot() {
       "install gnuplot-nox, or scripts/install-deps); or set STRATA_GNUPLOT to its path");
 }
 
-void runGnuplot(const std::string& gnuplot, const std::string& dir, const std::string& script) {
+void runGnuplot(const std::string& gnuplot, const std::string& folder, const std::string& script) {
+  // Absolute: the child changes into the folder before it opens the log.
+  const std::string dir = fs::absolute(folder).string();
   const fs::path errors = fs::path(dir) / (script + ".log");
   const pid_t pid = ::fork();
   if (pid < 0)
@@ -77,6 +79,10 @@ void runGnuplot(const std::string& gnuplot, const std::string& dir, const std::s
       throw RunFailure(std::string("waitpid for gnuplot: ") + std::strerror(errno));
   std::string log = readFile(errors);
   const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 126 && log.empty())
+    log = "could not enter " + dir + " or write " + errors.string();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && log.empty())
+    log = "could not execute " + gnuplot;
   if (!ok) {
     // gnuplot's message names the line of the script: keep it on one line.
     for (auto& c : log)
