@@ -672,11 +672,16 @@ Figure validationScatter(const std::vector<MeasuredPoint>& points) {
   auto median = [](std::vector<double> v) {
     return medianOf(std::vector<Seconds>(v.begin(), v.end())).value();
   };
+  // Log axes when the points span a decade or more, else linear from 0 (a
+  // log axis over less than a decade shows almost no tick labels).
+  const bool logAxes = hi / lo >= 10;
+  const double low = logAxes ? lo * u.scale / 1.5 : 0;
+  const double high = hi * u.scale * (logAxes ? 1.5 : 1.15);
   f.script =
-      std::string(kStyle) + "set key inside left top\n" +
-      "set logscale xy 10\nset size ratio -1\n" +
-      fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\n", num(lo * u.scale / 1.5),
-                  num(hi * u.scale * 1.5), num(lo * u.scale / 1.5), num(hi * u.scale * 1.5)) +
+      std::string(kStyle) + "set key inside left top\n" + (logAxes ? "set logscale xy 10\n" : "") +
+      "set size ratio -1\n" +
+      fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\n", num(low), num(high), num(low),
+                  num(high)) +
       "set xlabel " + quoted("measured step (" + u.name + "), median and spread") + "\n" +
       "set ylabel " + quoted("predicted step (" + u.name + ")") + "\n" + datablock("m", model) +
       datablock("s", sim) +

@@ -95,6 +95,15 @@ const char* kEstimateColumns =
     "communication_s,sent_bytes_per_worker,received_bytes_per_worker,memory_bytes_per_worker,"
     "memory_capacity_bytes,fits_in_memory,bottleneck";
 
+// The headers of the other tables when they have no rows (no link carried a
+// byte with K = 1); with rows, the header comes from the rows' keys.
+const char* kWhatIfColumns =
+    "network,cluster,strategy,workers,batch_per_worker,what_if,step_s,change";
+const char* kLinkColumns =
+    "network,cluster,strategy,workers,batch_per_worker,link,bandwidth_bytes_per_s,bytes,busy_s,"
+    "utilisation";
+const char* kSummaryColumns = "network,cluster,batch_per_worker,workers,best,step_s,why";
+
 ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
   ordered_json j;
   j["scaling"] = scaling;
@@ -409,9 +418,10 @@ void writeReport(const Report& report, const ReportRequest& rq, const std::strin
   const Data d = collect(report, rq);
   writeFile(root / "data" / "estimates.csv",
             csvOf(headerOf(d.estimates, kEstimateColumns), d.estimates));
-  writeFile(root / "data" / "whatif.csv", csvOf(headerOf(d.whatif, ""), d.whatif));
-  writeFile(root / "data" / "links.csv", csvOf(headerOf(d.links, ""), d.links));
-  writeFile(root / "data" / "summary.csv", csvOf(headerOf(d.verdicts, ""), d.verdicts));
+  writeFile(root / "data" / "whatif.csv", csvOf(headerOf(d.whatif, kWhatIfColumns), d.whatif));
+  writeFile(root / "data" / "links.csv", csvOf(headerOf(d.links, kLinkColumns), d.links));
+  writeFile(root / "data" / "summary.csv",
+            csvOf(headerOf(d.verdicts, kSummaryColumns), d.verdicts));
   if (!d.validation.empty())
     writeFile(root / "data" / "validation.csv", csvOf(headerOf(d.validation, ""), d.validation));
 
