@@ -104,7 +104,11 @@ Command addReportCommand(CLI::App& app, Process process) {
       "Open OUT/index.html in any browser (it needs no network). Figures are drawn by gnuplot.");
   return {sub, [o, process, strategies, workers, batches] {
             o->limitFlags.apply();
-            // Fail before any work: no gnuplot, or a folder that cannot be made.
+            // Fail before any work: no folder named, or no gnuplot.
+            if (o->out.empty() || o->out == "-")
+              throw OptionError("--out", "needs a folder to write the report into");
+            if (std::filesystem::exists(o->out) && !std::filesystem::is_directory(o->out))
+              throw OptionError("--out", "'" + o->out + "' exists and is not a folder");
             const std::string gnuplot = reports::findGnuplot();
             reports::ReportRequest rq;
             Experiment ex;
