@@ -11,6 +11,7 @@
 #include "strata/model/presets.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation_suite.h"
+#include "strata/reports/csv.h"
 
 namespace strata::cli {
 
@@ -80,26 +81,10 @@ std::string shape(const Shape& s) {
   return fmt::format("{}x{}x{}", s.c, s.h, s.w);
 }
 
-std::string csvEscape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos)
-    return s;
-  std::string out = "\"";
-  for (char c : s)
-    out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 const WorkerEstimate& busiest(const StepEstimate& e) {
   return *std::max_element(e.workers.begin(), e.workers.end(), [](const auto& a, const auto& b) {
     return a.sent.value() + a.received.value() < b.sent.value() + b.received.value();
   });
-}
-
-Bytes peakMemory(const StepEstimate& e) {
-  Bytes m;
-  for (const auto& w : e.workers)
-    m = max(m, w.memory.total());
-  return m;
 }
 
 std::string optionsLine(const StepEstimate& e) {
@@ -203,7 +188,7 @@ void csvRow(std::ostream& out, const StepEstimate& e) {
       toString(o.fcUpdate), o.segment.value(), toString(o.convSync), e.step.value(), e.throughput,
       e.speedup, e.efficiency, w.compute.total().value(), w.communication.value(),
       w.exposedCommunication.value(), w.sent.value(), w.received.value(), peakMemory(e).value(),
-      e.fitsInMemory ? "yes" : "no", csvEscape(e.bottleneck));
+      e.fitsInMemory ? "yes" : "no", reports::csvField(e.bottleneck));
 }
 
 }  // namespace
@@ -881,15 +866,17 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
       out << fmt::format(
           "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.6g},{},{:.9g},{:.6g},{:.9g},{:.6g},{},{},{},"
           "{},{},{},{},{},{},{},{},{},{}\n",
-          csvEscape(r.measured.network), sc.batchPerWorker, sc.workers, toString(sc.strategy),
-          r.measured.step.value(), r.spreadMin().value(), r.spreadMax().value(), r.spreadFraction(),
-          std::max<size_t>(1, r.repeats.size()), r.model.step.value(), r.modelError(),
-          r.sim.step.value(), r.simError(), num(profileStep), num(r.profileModelError()),
-          num(computeError(r.model, r.measured)), num(computeError(r.sim, r.measured)),
-          num(communicationError(r.model, r.measured)), num(communicationError(r.sim, r.measured)),
-          r.withinSpread(r.model.step) ? "yes" : "no", r.withinSpread(r.sim.step) ? "yes" : "no",
-          r.heldOut() ? "yes" : "no", r.withinClaims ? "yes" : "no", r.busy ? "yes" : "no",
-          r.othersCores >= 0 ? fmt::format("{:.3g}", r.othersCores) : "", csvEscape(r.note));
+          reports::csvField(r.measured.network), sc.batchPerWorker, sc.workers,
+          toString(sc.strategy), r.measured.step.value(), r.spreadMin().value(),
+          r.spreadMax().value(), r.spreadFraction(), std::max<size_t>(1, r.repeats.size()),
+          r.model.step.value(), r.modelError(), r.sim.step.value(), r.simError(), num(profileStep),
+          num(r.profileModelError()), num(computeError(r.model, r.measured)),
+          num(computeError(r.sim, r.measured)), num(communicationError(r.model, r.measured)),
+          num(communicationError(r.sim, r.measured)), r.withinSpread(r.model.step) ? "yes" : "no",
+          r.withinSpread(r.sim.step) ? "yes" : "no", r.heldOut() ? "yes" : "no",
+          r.withinClaims ? "yes" : "no", r.busy ? "yes" : "no",
+          r.othersCores >= 0 ? fmt::format("{:.3g}", r.othersCores) : "",
+          reports::csvField(r.note));
     }
     return;
   }

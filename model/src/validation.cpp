@@ -87,6 +87,15 @@ Seconds meanCommunication(const StepEstimate& e) {
 Seconds meanExposed(const StepEstimate& e) {
   return meanOver(e, [](const WorkerEstimate& w) { return w.exposedCommunication; });
 }
+Seconds meanIdle(const StepEstimate& e) {
+  return meanOver(e, [](const WorkerEstimate& w) { return w.idle; });
+}
+Bytes peakMemory(const StepEstimate& e) {
+  Bytes m(0);
+  for (const auto& w : e.workers)
+    m = std::max(m, w.memory.total());
+  return m;
+}
 
 std::optional<double> computeError(const StepEstimate& predicted, const StepEstimate& measured) {
   const Seconds compute = meanCompute(measured);

@@ -81,20 +81,6 @@ Scenario scenarioOf(const ReportRequest& request, Strategy s, int workers, int b
 
 }  // namespace
 
-Seconds meanIdle(const StepEstimate& e) {
-  double sum = 0;
-  for (const auto& w : e.workers)
-    sum += w.idle.value();
-  return Seconds(e.workers.empty() ? 0 : sum / double(e.workers.size()));
-}
-
-Bytes peakMemory(const StepEstimate& e) {
-  Bytes m(0);
-  for (const auto& w : e.workers)
-    m = std::max(m, w.memory.total());
-  return m;
-}
-
 namespace {
 
 std::string kindOf(const Task& t) {

@@ -60,6 +60,11 @@ std::string num(double v) {
   return fmt::format("{:.9g}", v);
 }
 
+// "plot A, B, ...", one term a line, as a person would write it.
+std::string plotCommand(const std::vector<std::string>& terms) {
+  return fmt::format("plot {}\n", fmt::join(terms, ", \\\n     "));
+}
+
 struct Unit {
   double scale = 1;  // value x scale = figure value
   std::string name;
@@ -152,7 +157,7 @@ std::string linesScript(const std::vector<StepEstimate>& rows, const std::vector
   }
   for (const auto& p : extraPlots)
     plots.push_back(p);
-  s += "plot " + fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
+  s += plotCommand(plots);
   return s;
 }
 
@@ -380,7 +385,7 @@ Figure scalingFigure(const Panel& p, const std::vector<int>& ks) {
   };
   series(p.rows, "1", fmt::format(" weak (b = {})", p.batch));
   series(p.strong, "2", fmt::format(" strong ({} in all)", p.strongGlobalBatch));
-  s += "plot " + fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
+  s += plotCommand(plots);
   f.script = s;
   f.reading = fmt::format(
       "Solid: weak scaling, each worker keeps b = {} examples, so the global batch grows with K. "
@@ -432,7 +437,7 @@ Figure whatIfFigure(const Panel& p) {
         fmt::format("${} using 1:($2/2):($1-0.45):($1+0.45):(0):2 with boxxy lc rgb '{}' title {}",
                     name, colors[b % 5], quoted(label)));
   }
-  script += "plot " + fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
+  script += plotCommand(plots);
   f.script = script;
   // The most and least bandwidth-sensitive strategies.
   std::vector<std::string> parts;
@@ -564,7 +569,7 @@ Figure timelineFigure(const Panel& p) {
   }
   if (plots.empty())
     plots.push_back("NaN notitle");
-  script += "plot " + fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
+  script += plotCommand(plots);
   f.script = script;
   f.reading = fmt::format(
       "One training step of {} with K = {} workers of b = {} examples, as the simulator plays its "
@@ -618,8 +623,7 @@ Figure clustersFigure(const Report& report, const ReportRequest& rq, int network
                       name, colorOf(strategy), quoted(std::string(toString(strategy)))));
     }
     plots.push_back("x with lines dt 2 lc rgb '#333333' title 'ideal'");
-    script += "set title " + quoted(cl.name) + "\nplot " +
-              fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
+    script += "set title " + quoted(cl.name) + "\n" + plotCommand(plots);
     const auto& v = report.verdicts[size_t(&*p - &report.panels.front())];
     if (!v.empty() && v.back().best)
       best.push_back(fmt::format("{}: {} ({})", cl.name, toString(*v.back().best),
@@ -746,7 +750,7 @@ Figure validationPhases(const std::vector<MeasuredPoint>& all) {
         "{}",
         i, colors[i], quoted(std::string(names[i]) + " communication")));
   }
-  script += "plot " + fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
+  script += plotCommand(plots);
   f.script = script;
   f.reading = fmt::format(
       "For each validated configuration, three bars of compute (mean over workers, solid) and "

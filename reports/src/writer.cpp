@@ -13,6 +13,7 @@
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation.h"
+#include "strata/reports/csv.h"
 
 namespace strata::reports {
 
@@ -57,15 +58,6 @@ std::string htmlEscape(const std::string& text) {
     }
   }
   return out;
-}
-
-std::string csvField(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos)
-    return text;
-  std::string out = "\"";
-  for (char c : text)
-    out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
 }
 
 // A Markdown table cell: no pipes or newlines inside.

@@ -75,6 +75,11 @@ struct ValidationRow {
 Seconds meanCompute(const StepEstimate& e);
 Seconds meanCommunication(const StepEstimate& e);
 Seconds meanExposed(const StepEstimate& e);
+// Mean idle time over workers: for each worker compute + exposed + idle =
+// step, so the three means add up to the step too (the report's bars).
+Seconds meanIdle(const StepEstimate& e);
+// The largest peak memory over workers.
+Bytes peakMemory(const StepEstimate& e);
 
 // The communication of the worker that spent least time communicating. A
 // measured transfer lasts from when this worker reaches it until the data has
