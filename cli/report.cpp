@@ -60,8 +60,8 @@ std::string utcNow() {
 
 Command addReportCommand(CLI::App& app, Process process) {
   struct Options {
-    std::string experiment, networks, clusters, strategies, workers, batches, out, engine = "model",
-                                                                                   title, timeline;
+    std::string experiment, networks, clusters, strategies, workers, batches, overlaps, fcUpdates,
+        elements, out, engine = "model", title, timeline;
     std::vector<std::string> validation;
     ScenarioFlags flags;
     LimitFlags limitFlags;
@@ -85,6 +85,12 @@ Command addReportCommand(CLI::App& app, Process process) {
       "comma-separated examples per worker: the first is the report's, several add weak vs strong "
       "scaling");
   o->flags.add(sub);
+  auto* overlapsOption = sub->add_option(
+      "--overlaps", o->overlaps, "comma-separated on/off: one panel per value (e.g. on,off)");
+  auto* fcUpdatesOption = sub->add_option("--fc-updates", o->fcUpdates,
+                                          "comma-separated step/round: one panel per value");
+  auto* elementsOption = sub->add_option("--elements", o->elements,
+                                         "comma-separated element types: one panel per value");
   addEngineOption(sub, o->engine);
   sub->add_option("--validation", o->validation,
                   "the JSON of a strata validate run (--format json): adds predicted vs measured "
@@ -102,7 +108,8 @@ Command addReportCommand(CLI::App& app, Process process) {
       "--engine sim --out dgx\n"
       "  strata report owt-k20 --batches 128,64,32 --validation validate.json --out owt\n"
       "Open OUT/index.html in any browser (it needs no network). Figures are drawn by gnuplot.");
-  return {sub, [o, process, strategies, workers, batches] {
+  return {sub, [o, process, strategies, workers, batches, overlapsOption, fcUpdatesOption,
+                elementsOption] {
             o->limitFlags.apply();
             // Fail before any work: no folder named, or no gnuplot.
             if (o->out.empty() || o->out == "-")
@@ -154,9 +161,47 @@ Command addReportCommand(CLI::App& app, Process process) {
               throw OptionError("--workers", "a worker count is given twice");
             rq.workers.assign(ks.begin(), ks.end());
             int batch = ex.batchPerWorker;
-            rq.options = ex.options;
-            o->flags.apply(batch, rq.options);
+            StrategyOptions base = ex.options;
+            o->flags.apply(batch, base);
             rq.batches = {batch};
+            // Option sets side by side: the cross product of the lists given.
+            std::vector<bool> overlaps{base.overlap};
+            std::vector<FcUpdate> fcUpdates{base.fcUpdate};
+            std::vector<ElementType> elements{base.element};
+            auto single = [](const std::string& flag, const char* one, const char* many) {
+              if (!flag.empty())
+                throw OptionError(many, std::string("give ") + one + " or " + many + ", not both");
+            };
+            if (overlapsOption->count() > 0) {
+              single(o->flags.overlap, "--overlap", "--overlaps");
+              overlaps.clear();
+              for (const auto& v : items(o->overlaps, "--overlaps"))
+                overlaps.push_back(parseOnOff(v, "--overlaps"));
+            }
+            if (fcUpdatesOption->count() > 0) {
+              single(o->flags.fcUpdate, "--fc-update", "--fc-updates");
+              fcUpdates.clear();
+              for (const auto& v : items(o->fcUpdates, "--fc-updates"))
+                fcUpdates.push_back(parseFcUpdate(v, "--fc-updates"));
+            }
+            if (elementsOption->count() > 0) {
+              single(o->flags.element, "--element", "--elements");
+              elements.clear();
+              for (const auto& v : items(o->elements, "--elements"))
+                elements.push_back(parseElementType(v, "--elements"));
+            }
+            for (auto el : elements)
+              for (bool ov : overlaps)
+                for (auto up : fcUpdates) {
+                  StrategyOptions set = base;
+                  set.element = el;
+                  set.overlap = ov;
+                  set.fcUpdate = up;
+                  for (const auto& seen : rq.optionSets)
+                    if (seen.element == el && seen.overlap == ov && seen.fcUpdate == up)
+                      throw OptionError("--overlaps", "an option set is given twice");
+                  rq.optionSets.push_back(set);
+                }
             if (batches->count() > 0) {
               if (!o->flags.batch.empty())
                 throw OptionError("--batches", "give --batch or --batches, not both");

@@ -75,11 +75,45 @@ std::vector<Strategy> strategiesFor(const ReportRequest& request, const Network&
   return out;
 }
 
-Scenario scenarioOf(const ReportRequest& request, Strategy s, int workers, int batch) {
-  return Scenario{s, workers, batch, request.options};
+}  // namespace
+
+std::string optionsText(const StrategyOptions& o) {
+  return fmt::format("{}, overlap {}, segment {}, bucket {}, FC update per {}, conv sync {}",
+                     toString(o.element), o.overlap ? "on" : "off",
+                     o.segment.value() > 0 ? formatBytes(o.segment) : "off",
+                     o.bucket.value() > 0 ? formatBytes(o.bucket) : "per layer",
+                     toString(o.fcUpdate), toString(o.convSync));
 }
 
-}  // namespace
+std::string optionSetLabel(const ReportRequest& request, size_t index) {
+  const auto& sets = request.optionSets;
+  if (sets.size() <= 1)
+    return "";
+  auto varies = [&](auto field) {
+    for (const auto& o : sets)
+      if (!(o.*field == sets.front().*field))
+        return true;
+    return false;
+  };
+  const auto& o = sets[index];
+  std::vector<std::string> parts;
+  if (varies(&StrategyOptions::overlap))
+    parts.push_back(fmt::format("overlap {}", o.overlap ? "on" : "off"));
+  if (varies(&StrategyOptions::fcUpdate))
+    parts.push_back(fmt::format("FC update per {}", toString(o.fcUpdate)));
+  if (varies(&StrategyOptions::element))
+    parts.push_back(std::string(toString(o.element)));
+  if (varies(&StrategyOptions::segment))
+    parts.push_back("segment " + formatBytes(o.segment));
+  if (varies(&StrategyOptions::bucket))
+    parts.push_back("bucket " + formatBytes(o.bucket));
+  if (varies(&StrategyOptions::convSync))
+    parts.push_back(fmt::format("conv sync {}", toString(o.convSync)));
+  return parts.empty() ? fmt::format("option set {}", index + 1)
+                       : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+namespace {}  // namespace
 
 namespace {
 
@@ -108,7 +142,7 @@ int countWork(const ReportRequest& request) {
                            + ss * int(whatIfs().size())                  // what-ifs
                            + ss                                          // links
                            + 1;                                          // timeline
-    total += perCluster * int(request.clusters.size());
+    total += perCluster * int(request.clusters.size() * request.optionSets.size());
   }
   return total;
 }
@@ -160,7 +194,7 @@ std::string verdictWhy(const std::vector<const StepEstimate*>& atK, const StepEs
 Report buildReport(const ReportRequest& request) {
   STRATA_ENFORCE(!request.networks.empty() && !request.clusters.empty() &&
                  !request.strategies.empty() && !request.workers.empty() &&
-                 !request.batches.empty());
+                 !request.batches.empty() && !request.optionSets.empty());
   const int total = countWork(request);
   int done = 0;
   auto tick = [&] {
@@ -177,17 +211,21 @@ Report buildReport(const ReportRequest& request) {
                         fmt::format("none of the strategies applies to {}: owt-* needs fully "
                                     "connected layers",
                                     net.name));
-    for (size_t c = 0; c < request.clusters.size(); ++c) {
+    // Panels: cluster-major, then option set.
+    const size_t sets = request.optionSets.size();
+    for (size_t cv = 0; cv < request.clusters.size() * sets; ++cv) {
+      const size_t c = cv / sets;
       const Cluster& cl = request.clusters[c];
+      const StrategyOptions& opts = request.optionSets[cv % sets];
       Panel p;
       p.network = int(n);
       p.cluster = int(c);
+      p.optionSet = int(cv % sets);
       p.batch = request.batches.front();
       for (size_t bi = 0; bi < request.batches.size(); ++bi)
         for (auto s : strategies)
           for (int k : request.workers) {
-            auto e =
-                evaluate(net, cl, scenarioOf(request, s, k, request.batches[bi]), request.engine);
+            auto e = evaluate(net, cl, Scenario{s, k, request.batches[bi], opts}, request.engine);
             (bi == 0 ? p.rows : p.otherBatches).push_back(std::move(e));
             tick();
           }
@@ -197,15 +235,15 @@ Report buildReport(const ReportRequest& request) {
         for (auto s : strategies)
           for (int k : request.workers) {
             if (p.strongGlobalBatch % k == 0)
-              p.strong.push_back(evaluate(
-                  net, cl, scenarioOf(request, s, k, p.strongGlobalBatch / k), request.engine));
+              p.strong.push_back(
+                  evaluate(net, cl, Scenario{s, k, p.strongGlobalBatch / k, opts}, request.engine));
             tick();
           }
       }
       const int kMax = request.workers.back();
       for (auto s : strategies) {
         Panel::Sensitivity sens{s, kMax, {}};
-        const Scenario sc = scenarioOf(request, s, kMax, p.batch);
+        const Scenario sc{s, kMax, p.batch, opts};
         for (const auto& e : p.rows)
           if (e.scenario.strategy == s && e.scenario.workers == kMax)
             sens.step.push_back(e.step);
@@ -241,7 +279,7 @@ Report buildReport(const ReportRequest& request) {
       if (isModelParallel(ts) && net.modelParallelFrom <= 0)
         throw OptionError("--timeline", fmt::format("{} needs fully connected layers; {} has none",
                                                     toString(ts), net.name));
-      const Scenario tsc = scenarioOf(request, ts, tk, p.batch);
+      const Scenario tsc{ts, tk, p.batch, opts};
       const Plan plan = lowerToPlan(net, tsc);
       sim::Options opt;
       opt.timeline = true;

@@ -178,11 +178,16 @@ std::string atK(const std::vector<StepEstimate>& rows, int k,
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-std::string panelSuffix(const Report& report, const Panel& p, const ReportRequest& rq) {
-  if (report.panels.size() == 1)
-    return "";
-  return fmt::format("-{}-{}", slug(rq.networks[size_t(p.network)].name),
-                     slug(rq.clusters[size_t(p.cluster)].name));
+// "" with one panel; "-NETWORK-CLUSTER" with several networks or clusters;
+// "-overlap-off" and the like with several option sets.
+std::string panelSuffix(const Panel& p, const ReportRequest& rq) {
+  std::string out;
+  if (rq.networks.size() > 1 || rq.clusters.size() > 1)
+    out = fmt::format("-{}-{}", slug(rq.networks[size_t(p.network)].name),
+                      slug(rq.clusters[size_t(p.cluster)].name));
+  if (rq.optionSets.size() > 1)
+    out += "-" + slug(optionSetLabel(rq, size_t(p.optionSet)));
+  return out;
 }
 
 // ---- the figures of one panel ------------------------------------------------
@@ -590,7 +595,7 @@ Figure clustersFigure(const Report& report, const ReportRequest& rq, int network
   f.title = "Clusters side by side";
   std::vector<const Panel*> panels;
   for (const auto& p : report.panels)
-    if (p.network == network)
+    if (p.network == network && p.optionSet == 0)
       panels.push_back(&p);
   const int n = int(panels.size());
   const int cols = std::min(n, 3);
@@ -632,9 +637,11 @@ Figure clustersFigure(const Report& report, const ReportRequest& rq, int network
   script += "unset multiplot\n";
   f.script = script;
   f.reading = fmt::format(
-      "The speedup of every strategy on each cluster, on the same axes, for {} with b = {}. The "
+      "The speedup of every strategy on each cluster, on the same axes, for {} with b = {}{}. The "
       "fastest strategy that fits at K = {}: {}.",
-      rq.networks[size_t(network)].name, rq.batches.front(), rq.workers.back(),
+      rq.networks[size_t(network)].name, rq.batches.front(),
+      rq.optionSets.size() > 1 ? " (" + optionSetLabel(rq, 0) + ")" : std::string(),
+      rq.workers.back(),
       best.empty() ? std::string("none fits") : fmt::format("{}", fmt::join(best, "; ")));
   return f;
 }
@@ -766,8 +773,10 @@ Figure validationPhases(const std::vector<MeasuredPoint>& all) {
 }  // namespace
 
 std::string panelLabel(const Panel& panel, const ReportRequest& request) {
-  return fmt::format("{} on {}, b = {}", request.networks[size_t(panel.network)].name,
-                     request.clusters[size_t(panel.cluster)].name, panel.batch);
+  const std::string set = optionSetLabel(request, size_t(panel.optionSet));
+  return fmt::format("{} on {}, b = {}{}", request.networks[size_t(panel.network)].name,
+                     request.clusters[size_t(panel.cluster)].name, panel.batch,
+                     set.empty() ? "" : ", " + set);
 }
 
 std::vector<Figure> makeFigures(const Report& report, const ReportRequest& rq) {
@@ -781,7 +790,7 @@ std::vector<Figure> makeFigures(const Report& report, const ReportRequest& rq) {
   };
   for (size_t i = 0; i < report.panels.size(); ++i) {
     const Panel& p = report.panels[i];
-    const std::string sfx = panelSuffix(report, p, rq);
+    const std::string sfx = panelSuffix(p, rq);
     const auto& ks = rq.workers;
     add(speedupFigure(p, ks), "speedup", "scaling", sfx);
     add(efficiencyFigure(p, ks), "efficiency", "scaling", sfx);

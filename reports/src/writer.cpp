@@ -82,7 +82,8 @@ Bytes maxOf(const StepEstimate& e, Bytes WorkerEstimate::*field) {
 // ---- data ------------------------------------------------------------------
 
 const char* kEstimateColumns =
-    "scaling,engine,network,cluster,strategy,workers,batch_per_worker,global_batch,step_s,"
+    "scaling,engine,network,cluster,strategy,workers,batch_per_worker,global_batch,overlap,"
+    "fc_update,element,step_s,"
     "throughput_examples_per_s,speedup,efficiency,compute_s,exposed_communication_s,idle_s,"
     "communication_s,sent_bytes_per_worker,received_bytes_per_worker,memory_bytes_per_worker,"
     "memory_capacity_bytes,fits_in_memory,bottleneck";
@@ -90,11 +91,12 @@ const char* kEstimateColumns =
 // The headers of the other tables when they have no rows (no link carried a
 // byte with K = 1); with rows, the header comes from the rows' keys.
 const char* kWhatIfColumns =
-    "network,cluster,strategy,workers,batch_per_worker,what_if,step_s,change";
+    "network,cluster,option_set,strategy,workers,batch_per_worker,what_if,step_s,change";
 const char* kLinkColumns =
-    "network,cluster,strategy,workers,batch_per_worker,link,bandwidth_bytes_per_s,bytes,busy_s,"
+    "network,cluster,option_set,strategy,workers,batch_per_worker,link,bandwidth_bytes_per_s,bytes,"
+    "busy_s,"
     "utilisation";
-const char* kSummaryColumns = "network,cluster,batch_per_worker,workers,best,step_s,why";
+const char* kSummaryColumns = "network,cluster,option_set,batch_per_worker,workers,best,step_s,why";
 
 ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
   ordered_json j;
@@ -106,6 +108,9 @@ ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, cons
   j["workers"] = e.scenario.workers;
   j["batch_per_worker"] = e.scenario.batchPerWorker;
   j["global_batch"] = int64_t(e.scenario.workers) * e.scenario.batchPerWorker;
+  j["overlap"] = e.scenario.options.overlap ? "on" : "off";
+  j["fc_update"] = std::string(toString(e.scenario.options.fcUpdate));
+  j["element"] = std::string(toString(e.scenario.options.element));
   j["step_s"] = e.step.value();
   j["throughput_examples_per_s"] = e.throughput;
   j["speedup"] = e.speedup;
@@ -167,6 +172,7 @@ Data collect(const Report& report, const ReportRequest& rq) {
   for (size_t i = 0; i < report.panels.size(); ++i) {
     const Panel& p = report.panels[i];
     const Cluster& cl = rq.clusters[size_t(p.cluster)];
+    const std::string set = optionSetLabel(rq, size_t(p.optionSet));
     for (const auto& e : p.rows)
       d.estimates.push_back(estimateRow("weak", e, cl));
     for (const auto& e : p.otherBatches)
@@ -187,6 +193,7 @@ Data collect(const Report& report, const ReportRequest& rq) {
     for (const auto& l : p.links)
       d.links.push_back(ordered_json{{"network", rq.networks[size_t(p.network)].name},
                                      {"cluster", cl.name},
+                                     {"option_set", set},
                                      {"strategy", std::string(toString(l.strategy))},
                                      {"workers", l.workers},
                                      {"batch_per_worker", p.batch},
@@ -199,6 +206,7 @@ Data collect(const Report& report, const ReportRequest& rq) {
       d.verdicts.push_back(ordered_json{
           {"network", rq.networks[size_t(p.network)].name},
           {"cluster", cl.name},
+          {"option_set", set},
           {"batch_per_worker", p.batch},
           {"workers", v.workers},
           {"best", v.best ? ordered_json(std::string(toString(*v.best))) : ordered_json(nullptr)},
@@ -244,13 +252,15 @@ ordered_json requestJson(const ReportRequest& rq) {
   j["strategies"] = strategies;
   j["workers"] = rq.workers;
   j["batches"] = rq.batches;
-  const auto& o = rq.options;
-  j["options"] = {{"overlap", o.overlap},
-                  {"fc_update", std::string(toString(o.fcUpdate))},
-                  {"segment_bytes", o.segment.value()},
-                  {"bucket_bytes", o.bucket.value()},
-                  {"element", std::string(toString(o.element))},
-                  {"conv_sync", std::string(toString(o.convSync))}};
+  ordered_json sets = ordered_json::array();
+  for (const auto& o : rq.optionSets)
+    sets.push_back({{"overlap", o.overlap},
+                    {"fc_update", std::string(toString(o.fcUpdate))},
+                    {"segment_bytes", o.segment.value()},
+                    {"bucket_bytes", o.bucket.value()},
+                    {"element", std::string(toString(o.element))},
+                    {"conv_sync", std::string(toString(o.convSync))}});
+  j["option_sets"] = sets;
   return j;
 }
 
@@ -277,15 +287,6 @@ const std::vector<Section>& sections() {
   return list;
 }
 
-std::string optionsText(const ReportRequest& rq) {
-  const auto& o = rq.options;
-  return fmt::format("{}, overlap {}, segment {}, bucket {}, FC update per {}, conv sync {}",
-                     toString(o.element), o.overlap ? "on" : "off",
-                     o.segment.value() > 0 ? formatBytes(o.segment) : "off",
-                     o.bucket.value() > 0 ? formatBytes(o.bucket) : "per layer",
-                     toString(o.fcUpdate), toString(o.convSync));
-}
-
 // The summary: one table per panel, the best strategy per K and why.
 struct SummaryTable {
   std::string label;
@@ -306,9 +307,12 @@ std::vector<SummaryTable> summaryTables(const Report& report, const ReportReques
 }
 
 std::string provenanceLine(const Provenance& p, const ReportRequest& rq) {
+  std::vector<std::string> sets;
+  for (const auto& o : rq.optionSets)
+    sets.push_back(optionsText(o));
   return fmt::format("strata {} (revision {}), {}; engine: {}; options: {}", p.version, p.revision,
                      p.date, rq.engine == "sim" ? "simulator" : "closed-form model",
-                     optionsText(rq));
+                     fmt::join(sets, " | "));
 }
 
 const char* kCss =

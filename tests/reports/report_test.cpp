@@ -158,7 +158,9 @@ TEST_CASE("analysis: verdicts pick the fastest that fits; strong scaling splits 
   rq.strategies = {Strategy::kNaive, Strategy::kRing, Strategy::kPs};
   rq.workers = {1, 2, 4};
   rq.batches = {64, 16};
-  rq.options.overlap = false;
+  StrategyOptions after;  // communication after backprop
+  after.overlap = false;
+  rq.optionSets = {after};
   int calls = 0, lastDone = 0, lastTotal = 0;
   rq.progress = [&](int done, int total) {
     ++calls;
@@ -199,6 +201,30 @@ TEST_CASE("analysis: verdicts pick the fastest that fits; strong scaling splits 
   CHECK(p.timelineEstimate.scenario.strategy == *report.verdicts[0].back().best);
   CHECK(!p.timeline.slices.empty());
   CHECK(p.timelineTaskKind.size() > 0);
+}
+
+TEST_CASE("option sets: each a panel, labelled by what differs", "[reports]") {
+  reports::ReportRequest rq;
+  rq.networks = {loadNetwork(golden("tiny-net.yaml"))};
+  rq.clusters = {loadCluster(golden("tiny-cluster.yaml"))};
+  rq.strategies = {Strategy::kRing};
+  rq.workers = {1, 4};
+  rq.batches = {64};
+  StrategyOptions on, off;
+  off.overlap = false;
+  rq.optionSets = {on, off};
+  CHECK(reports::optionSetLabel(rq, 0) == "overlap on");
+  CHECK(reports::optionSetLabel(rq, 1) == "overlap off");
+  const auto report = reports::buildReport(rq);
+  REQUIRE(report.panels.size() == 2);
+  CHECK(report.panels[0].optionSet == 0);
+  CHECK(report.panels[1].optionSet == 1);
+  CHECK(report.panels[0].rows[1].scenario.options.overlap);
+  CHECK(!report.panels[1].rows[1].scenario.options.overlap);
+  // Overlap hides communication behind backprop: never slower.
+  CHECK(report.panels[0].rows[1].step <= report.panels[1].rows[1].step);
+  rq.optionSets = {on};
+  CHECK(reports::optionSetLabel(rq, 0).empty());
 }
 
 TEST_CASE("gnuplot is found on PATH or named by STRATA_GNUPLOT", "[reports]") {

@@ -65,7 +65,9 @@ struct ReportRequest {
   std::vector<Strategy> strategies;
   std::vector<int> workers;  // ascending, each once
   std::vector<int> batches;  // examples per worker; the first is the report's main batch
-  StrategyOptions options;
+  // Option sets compared side by side (overlap on and off, ...): each one is
+  // a panel of its own. At least one.
+  std::vector<StrategyOptions> optionSets;
   std::string engine = "model";  // "model" or "sim": prices every row
   std::vector<MeasuredPoint> measured;
   // The configuration of the timeline figure; unset: the fastest strategy
@@ -76,6 +78,12 @@ struct ReportRequest {
   // Called after each priced configuration (done of total).
   std::function<void(int done, int total)> progress;
 };
+
+// What tells option set `index` apart from the request's others ("overlap
+// off, FC update per round"); "" with one option set.
+std::string optionSetLabel(const ReportRequest& request, size_t index);
+// Every option of a set, for the page's header and provenance.
+std::string optionsText(const StrategyOptions& options);
 
 // Timeline figures show at most this many workers (a readable Gantt chart).
 inline constexpr int kTimelineMaxWorkers = 8;
@@ -95,6 +103,7 @@ Cluster applyWhatIf(const Cluster& cluster, size_t index);
 struct Panel {
   int network = 0;  // indices into the request
   int cluster = 0;
+  int optionSet = 0;
   int batch = 0;                   // examples per worker
   std::vector<StepEstimate> rows;  // strategy-major, K ascending
   // Strong scaling (several batches given): the global batch of the largest
