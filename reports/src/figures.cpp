@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -654,60 +655,94 @@ Figure validationScatter(const std::vector<MeasuredPoint>& points) {
   f.height = 520;
   f.width = 640;
   double lo = 1e300, hi = 0;
-  std::vector<double> modelErr, simErr;
-  for (const auto& m : points) {
+  for (const auto& m : points)
     for (double v : {m.step[0].value(), m.step[1].value(), m.step[2].value(), m.spreadMin.value(),
                      m.spreadMax.value()})
       if (v > 0) {
         lo = std::min(lo, v);
         hi = std::max(hi, v);
       }
-    modelErr.push_back(std::abs(relativeError(m.step[1], m.step[0])));
-    simErr.push_back(std::abs(relativeError(m.step[2], m.step[0])));
-  }
   if (hi <= 0) {
     lo = 1e-3;
     hi = 1;
   }
   const Unit u = timeUnit(hi);
-  // measured, predicted, spread min, spread max: the xerrorbars columns.
-  std::vector<std::string> model, sim;
+  // As validate counts them: the held-out rows within claims are predictions
+  // (filled); the others (fitted on the network, or outside what the model
+  // claims) are drawn hollow and left out of the errors.
+  std::vector<double> modelErr, simErr;
+  // Per engine and kind: measured, predicted, spread min, spread max (the
+  // xerrorbars columns).
+  std::array<std::vector<std::string>, 4> blocks;  // model, model other, sim, sim other
+  int busy = 0;
   for (const auto& m : points) {
+    const bool counted = m.heldOut && m.withinClaims;
+    busy += m.busy ? 1 : 0;
+    if (counted) {
+      modelErr.push_back(std::abs(relativeError(m.step[1], m.step[0])));
+      simErr.push_back(std::abs(relativeError(m.step[2], m.step[0])));
+    }
     const std::string spread =
         num(m.spreadMin.value() * u.scale) + " " + num(m.spreadMax.value() * u.scale);
-    model.push_back(fmt::format("{} {} {}", num(m.step[0].value() * u.scale),
-                                num(m.step[1].value() * u.scale), spread));
-    sim.push_back(fmt::format("{} {} {}", num(m.step[0].value() * u.scale),
-                              num(m.step[2].value() * u.scale), spread));
+    for (size_t e = 0; e < 2; ++e)
+      blocks[2 * e + (counted ? 0 : 1)].push_back(
+          fmt::format("{} {} {}", num(m.step[0].value() * u.scale),
+                      num(m.step[1 + e].value() * u.scale), spread));
   }
   auto median = [](std::vector<double> v) {
     return medianOf(std::vector<Seconds>(v.begin(), v.end())).value();
+  };
+  auto worst = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
   };
   // Log axes when the points span a decade or more, else linear from 0 (a
   // log axis over less than a decade shows almost no tick labels).
   const bool logAxes = hi / lo >= 10;
   const double low = logAxes ? lo * u.scale / 1.5 : 0;
   const double high = hi * u.scale * (logAxes ? 1.5 : 1.15);
-  f.script =
-      std::string(kStyle) + "set key inside left top\n" + (logAxes ? "set logscale xy 10\n" : "") +
-      "set size ratio -1\n" +
-      fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\n", num(low), num(high), num(low),
-                  num(high)) +
-      "set xlabel " + quoted("measured step (" + u.name + "), median and spread") + "\n" +
-      "set ylabel " + quoted("predicted step (" + u.name + ")") + "\n" + datablock("m", model) +
-      datablock("s", sim) +
-      "plot x with lines dt 2 lw 1.5 lc rgb '#333333' title 'y = x (exact)', \\\n"
-      "     $m using 1:2:3:4 with xerrorbars pt 7 ps 0.9 lc rgb '#4e79a7' title 'model', \\\n"
-      "     $s using 1:2:3:4 with xerrorbars pt 5 ps 0.8 lc rgb '#f28e2b' title 'simulator'\n";
+  std::string script = std::string(kStyle) + "set key inside left top\n" +
+                       (logAxes ? "set logscale xy 10\n" : "") + "set size ratio -1\n" +
+                       fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\n", num(low), num(high),
+                                   num(low), num(high)) +
+                       "set xlabel " + quoted("measured step (" + u.name + "), median and spread") +
+                       "\n" + "set ylabel " + quoted("predicted step (" + u.name + ")") + "\n";
+  std::vector<std::string> plots = {
+      "x with lines dt 2 lw 1.5 lc rgb '#333333' title 'y = x (exact)'"};
+  static const char* names[] = {"model", "model, not held out", "simulator",
+                                "simulator, not held out"};
+  static const int pointTypes[] = {7, 6, 5, 4};  // filled circle, circle, filled square, square
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (blocks[b].empty())
+      continue;
+    const std::string name = fmt::format("v{}", b);
+    script += datablock(name, blocks[b]);
+    plots.push_back(
+        fmt::format("${} using 1:2:3:4 with xerrorbars pt {} ps 0.9 lc rgb '{}' title {}", name,
+                    pointTypes[b], b < 2 ? "#4e79a7" : "#f28e2b", quoted(names[b])));
+  }
+  f.script = script + plotCommand(plots);
+  const size_t counted = modelErr.size();
   f.reading = fmt::format(
       "Each point is one validated configuration ({} in all): the executor's measured median step "
       "(x, with the run-to-run spread as a horizontal bar) against the prediction (y). On the "
-      "dashed line a prediction is exact; above it, too slow. Median |error|: model {:.1f} %, "
-      "simulator {:.1f} %; worst: model {:.1f} %, simulator {:.1f} %. The rows come from "
-      "`strata validate --format json`; whether each was held out of calibration is in its file.",
-      points.size(), median(modelErr) * 100, median(simErr) * 100,
-      modelErr.empty() ? 0 : *std::max_element(modelErr.begin(), modelErr.end()) * 100,
-      simErr.empty() ? 0 : *std::max_element(simErr.begin(), simErr.end()) * 100);
+      "dashed line a prediction is exact; above it, too slow. {}{}",
+      points.size(),
+      counted == 0
+          ? std::string("No row is a prediction (none was held out of calibration and within "
+                        "what the model claims), so no error is claimed; all are drawn hollow.")
+          : fmt::format("Over the {} rows held out of calibration and within claims (filled), "
+                        "median |error|: model {:.1f} %, simulator {:.1f} %; worst: model {:.1f} "
+                        "%, simulator {:.1f} %.{}",
+                        counted, median(modelErr) * 100, median(simErr) * 100,
+                        worst(modelErr) * 100, worst(simErr) * 100,
+                        counted < points.size()
+                            ? fmt::format(" {} other rows are drawn hollow and not counted.",
+                                          points.size() - counted)
+                            : std::string()),
+      busy > 0 ? fmt::format(" {} rows ran while other processes used the machine (validate's "
+                             "busy flag): their measurements are less certain.",
+                             busy)
+               : std::string());
   return f;
 }
 

@@ -226,6 +226,9 @@ Data collect(const Report& report, const ReportRequest& rq) {
                                         {"sim_step_s", m.step[2].value()},
                                         {"model_error", relativeError(m.step[1], m.step[0])},
                                         {"sim_error", relativeError(m.step[2], m.step[0])},
+                                        {"held_out", m.heldOut},
+                                        {"within_claims", m.withinClaims},
+                                        {"busy", m.busy},
                                         {"measured_compute_s", m.compute[0].value()},
                                         {"model_compute_s", m.compute[1].value()},
                                         {"sim_compute_s", m.compute[2].value()},
@@ -388,6 +391,16 @@ std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std
       m.communication[e] =
           seconds(need(r, "communication_s", where), engines[e], where + ".communication_s");
     }
+    auto flag = [&](const std::string& key) {
+      const auto& v = need(r, key, where);
+      if (!v.is_boolean())
+        throw OptionError(
+            option, fmt::format("{}.{}: must be true or false, got {}", where, key, v.dump()));
+      return v.get<bool>();
+    };
+    m.heldOut = flag("held_out");
+    m.withinClaims = flag("within_claims");
+    m.busy = flag("busy");
     const auto& spread = need(r, "spread_s", where);
     m.spreadMin = seconds(spread, "min", where + ".spread_s");
     m.spreadMax = seconds(spread, "max", where + ".spread_s");

@@ -116,6 +116,9 @@ TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[repo
   CHECK(rows[0].spreadMin.value() == 0.038);
   CHECK(rows[0].spreadMax.value() == 0.044);
   CHECK(rows[0].source == "validation.json");
+  CHECK(rows[0].heldOut);
+  CHECK(rows[0].withinClaims);
+  CHECK(!rows[0].busy);
 
   const auto dir = std::filesystem::temp_directory_path();
   auto refused = [&](const std::string& text, const std::string& needle) {
@@ -145,9 +148,14 @@ TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[repo
   refused(
       "{\"rows\":[{" + ok + R"("step_s":{"measured":1e999,"model":1,"sim":1},)" + phases + "}]}",
       "");  // 1e999 is not JSON nlohmann reads as a finite number
-  refused("{\"rows\":[{" + ok + R"("step_s":{"measured":2,"model":1,"sim":1},)" + phases +
+  const std::string flags = R"(,"held_out":true,"within_claims":true,"busy":false)";
+  refused("{\"rows\":[{" + ok + R"("step_s":{"measured":2,"model":1,"sim":1},)" + phases + flags +
               R"(,"spread_s":{"min":0.5,"max":1}}]})",
           "outside [min, max]");
+  refused("{\"rows\":[{" + ok + R"("step_s":{"measured":1,"model":1,"sim":1},)" + phases +
+              R"(,"held_out":"yes","within_claims":true,"busy":false)" +
+              R"(,"spread_s":{"min":0.5,"max":1}}]})",
+          "rows[0].held_out: must be true or false");
 }
 
 TEST_CASE("analysis: verdicts pick the fastest that fits; strong scaling splits the batch",

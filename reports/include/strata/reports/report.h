@@ -52,6 +52,11 @@ struct MeasuredPoint {
   // Index 0 measured, 1 model, 2 simulator.
   std::array<Seconds, 3> step, compute, communication;
   Seconds spreadMin, spreadMax;  // the measured repeats' range
+  // As validate judged the row: held out of calibration, within what the
+  // model claims (both: a prediction that counts), run on a busy machine.
+  bool heldOut = true;
+  bool withinClaims = true;
+  bool busy = false;
 };
 
 // Reads every row of a `strata validate --format json` output. Throws
