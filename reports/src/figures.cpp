@@ -711,14 +711,16 @@ Figure validationScatter(const std::vector<MeasuredPoint>& points) {
   static const char* names[] = {"model", "model, not held out", "simulator",
                                 "simulator, not held out"};
   static const int pointTypes[] = {7, 6, 5, 4};  // filled circle, circle, filled square, square
-  for (size_t b = 0; b < blocks.size(); ++b) {
+  // The simulator's larger squares first, the model's circles over them: where
+  // the two predict the same step both stay visible.
+  for (size_t b : {2, 3, 0, 1}) {
     if (blocks[b].empty())
       continue;
     const std::string name = fmt::format("v{}", b);
     script += datablock(name, blocks[b]);
-    plots.push_back(
-        fmt::format("${} using 1:2:3:4 with xerrorbars pt {} ps 0.9 lc rgb '{}' title {}", name,
-                    pointTypes[b], b < 2 ? "#4e79a7" : "#f28e2b", quoted(names[b])));
+    plots.push_back(fmt::format(
+        "${} using 1:2:3:4 with xerrorbars pt {} ps {} lc rgb '{}' title {}", name, pointTypes[b],
+        b < 2 ? "0.7" : "1.2", b < 2 ? "#4e79a7" : "#f28e2b", quoted(names[b])));
   }
   f.script = script + plotCommand(plots);
   const size_t counted = modelErr.size();
