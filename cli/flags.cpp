@@ -128,6 +128,11 @@ void ScenarioFlags::add(CLI::App* app) {
   option("--element", element, "element type: fp32|fp16|bf16 (default fp32)");
   option("--allreduce", allreduce,
          "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
+  option("--ps-priority", psPriority,
+         "ps: bucket the server serves first: first-needed|fifo|last-ready (default "
+         "first-needed)");
+  option("--staleness", staleness,
+         "ps: steps a worker may run ahead of its pulls, 0-16 (default 0: synchronous SGD)");
 }
 
 Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string& workers) const {
@@ -156,6 +161,19 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.element = parseElementType(element, "--element");
   if (!allreduce.empty())
     o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
+  if (!psPriority.empty())
+    o.psPriority = parsePsPriority(psPriority, "--ps-priority");
+  if (!staleness.empty()) {
+    int s = -1;
+    const auto [ptr, ec] =
+        std::from_chars(staleness.data(), staleness.data() + staleness.size(), s);
+    if (ec != std::errc() || ptr != staleness.data() + staleness.size() || s < 0 ||
+        s > kMaxStaleness)
+      throw OptionError("--staleness", fmt::format("must be a whole number of steps in [0, {}], "
+                                                   "got '{}'",
+                                                   kMaxStaleness, staleness));
+    o.staleness = s;
+  }
 }
 
 void TraceFlags::add(CLI::App* app) {

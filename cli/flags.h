@@ -55,6 +55,8 @@ struct ScenarioFlags {
   std::string batch;
   std::string overlap;
   std::string fcUpdate;
+  std::string psPriority;
+  std::string staleness;
   std::string segment;
   std::string bucket;
   std::string element;

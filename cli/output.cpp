@@ -90,7 +90,7 @@ const WorkerEstimate& busiest(const StepEstimate& e) {
 std::string optionsLine(const StepEstimate& e) {
   const auto& o = e.scenario.options;
   const std::string overlap = !o.overlap ? "off"
-                              : o.bucket.value() > 0
+                              : o.bucket.value() > 0 && e.scenario.strategy != Strategy::kPs
                                   ? fmt::format("on (buckets of {})", formatBytes(o.bucket))
                                   : "on (per layer)";
   std::string s = fmt::format("{}, overlap {}, segment {}", toString(o.element), overlap,
@@ -98,6 +98,8 @@ std::string optionsLine(const StepEstimate& e) {
   if (isModelParallel(e.scenario.strategy))
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
+  if (e.scenario.strategy == Strategy::kPs)
+    s += fmt::format(", ps priority {}, staleness {}", toString(o.psPriority), o.staleness);
   return s;
 }
 
@@ -123,8 +125,15 @@ ordered_json estimateJson(const StepEstimate& e) {
                   {"segment_bytes", o.segment.value()},
                   {"bucket_bytes", o.bucket.value()},
                   {"element", std::string(toString(o.element))},
-                  {"conv_sync", std::string(toString(o.convSync))}};
+                  {"conv_sync", std::string(toString(o.convSync))},
+                  {"ps_priority", std::string(toString(o.psPriority))},
+                  {"staleness", o.staleness}};
   j["step_s"] = e.step.value();
+  if (e.scenario.strategy == Strategy::kPs) {
+    // Steps back to back: step_s is the steady-state period.
+    j["first_step_s"] = e.firstStep.value();
+    j["steady_steps"] = e.steadySteps;
+  }
   j["throughput_examples_per_s"] = e.throughput;
   // A measured step has no single-worker reference, bottleneck or memory
   // model: those keys are left out rather than filled with placeholders.
@@ -374,6 +383,11 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
                      e.network, e.cluster, toString(sc.strategy), sc.workers, sc.batchPerWorker,
                      sc.workers * sc.batchPerWorker, optionsLine(e), e.engine);
   out << fmt::format("step time     {}\n", formatSeconds(e.step));
+  if (sc.strategy == Strategy::kPs && e.steadySteps > 1)
+    out << fmt::format(
+        "first step    {} (steps run back to back: the step time is the steady "
+        "period over {} steps)\n",
+        formatSeconds(e.firstStep), e.steadySteps);
   out << fmt::format("throughput    {:.1f} examples/s\n", e.throughput);
   // Measured steps have no single-worker reference, bottleneck or memory model.
   if (e.engine != "executor") {

@@ -140,7 +140,7 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
 #endif
   }
   exec::checkRunnable(s.net, s.sc);
-  s.plan = lowerToPlan(s.net, s.sc);
+  s.plan = lowerToPlan(s.net, s.sc, s.opt.steps);  // a ps plan holds every step
   // Every rank checks the trace options, so all stop together on a mistake.
   s.traceOptions = f.traceFlags.options(f.trace, s.sc.workers);
   if (!f.trace.empty())

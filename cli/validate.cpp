@@ -157,6 +157,8 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
 
           exec::RunOptions ro;
           ro.steps = suite.steps;
+          // A ps plan holds every step it runs.
+          const Plan runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, ro.steps) : plan;
           ro.warmup = kWarmupSteps;
           ro.device = o.device;
           // The drift check re-times a CPU GEMM: on a GPU it would watch the
@@ -165,7 +167,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           const auto before = sampleCpu();
           std::vector<Repeat> repeats;
           for (int r = 0; r < suite.repeats; ++r) {
-            auto run = exec::runThreads(plan, net, ro);
+            auto run = exec::runThreads(runPlan, net, ro);
             run.measured.cluster = cluster.name;
             row.repeats.push_back(run.measured.step);
             repeats.push_back({std::move(run.measured), std::move(run.timeline)});

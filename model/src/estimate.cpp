@@ -12,6 +12,7 @@
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
+#include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/topology.h"
 
@@ -271,20 +272,272 @@ double paramsIn(const Network& net, int first, int last) {
   return p;
 }
 
-// naive / ring / ps: every layer data-parallel.
+// naive / ring, and ps on one worker (nothing to push): every layer
+// data-parallel.
 Seconds dataParallelStep(const Context& ctx, Tally& t) {
   const int layers = static_cast<int>(ctx.net.layers.size());
-  const auto algorithm = ctx.sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
-                         : ctx.sc.strategy == Strategy::kPs  ? AllreduceAlgorithm::kDirect
-                                                             : AllreduceAlgorithm::kRing;
+  const auto algorithm =
+      ctx.sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive : AllreduceAlgorithm::kRing;
   const Seconds fwd = forward(ctx, 0, layers, ctx.b, 1.0, t);
   const Seconds bwd = backpropWithSync(ctx, 0, layers, algorithm, t);
-  // ps (mshadow-ps) updates on the server: each worker updates its 1/K shard
-  // between push and pull; the others update every weight locally.
-  const double params = paramsIn(ctx.net, 0, layers);
-  const Seconds upd = ctx.update(ctx.sc.strategy == Strategy::kPs ? params / ctx.k : params);
+  const Seconds upd = ctx.update(paramsIn(ctx.net, 0, layers));
   t.compute.update += upd;
   return fwd + bwd + upd;
+}
+
+// ---- ps: steps back to back --------------------------------------------------
+// One worker's compute lane and its server's communication thread over
+// consecutive steps (every worker is alike), as lowerParamServer (plan.cpp)
+// builds them and the simulator plays them: a fluid schedule in wall time.
+// Compute items run in order, an item gated by a job once that job is over
+// (and its lane woke up: `handoff`); a job becomes eligible when the item
+// that releases it is over (plus the communication lane's wake-up) and the
+// thread runs one job at a time, the eligible one with the biggest priority,
+// ties by eligibility (the earliest; the latest for last-ready). Where the
+// lanes share cores both slow down while both run (sharedLanes).
+struct PsItem {
+  Seconds work;               // alone
+  int gate = -1;              // job that must be over before it starts
+  std::vector<int> releases;  // jobs eligible once it is over
+  int step = 0;
+  Phase phase = Phase::kFwd;
+  bool update = false;
+};
+struct PsJobSpec {
+  Seconds work;  // push + server update + pull, alone
+  int priority = 0;
+  int step = 0;
+};
+struct PsSchedule {
+  std::vector<double> itemStart, itemEnd, jobStart, jobEnd;
+};
+PsSchedule schedulePs(const std::vector<PsItem>& items, const std::vector<PsJobSpec>& jobs,
+                      bool lastReadyFirst, double handoff, double computeSpeed, double commSpeed) {
+  PsSchedule out;
+  out.itemStart.assign(items.size(), -1);
+  out.itemEnd.assign(items.size(), -1);
+  out.jobStart.assign(jobs.size(), -1);
+  out.jobEnd.assign(jobs.size(), -1);
+  std::vector<double> eligible(jobs.size(), -1);  // time it may start
+  std::vector<int> waiting;                       // released, not started
+  double now = 0;
+  size_t item = 0;
+  double itemLeft = items.empty() ? 0 : items[0].work.value();
+  bool itemRunning = false;
+  int job = -1;
+  double jobLeft = 0;
+  auto gateTime = [&](size_t i) {
+    const int g = items[i].gate;
+    if (g < 0)
+      return 0.0;
+    return out.jobEnd[static_cast<size_t>(g)] < 0 ? -1.0
+                                                  : out.jobEnd[static_cast<size_t>(g)] + handoff;
+  };
+  size_t jobsDone = 0;
+  while (item < items.size() || jobsDone < jobs.size()) {
+    // Start what can start now.
+    if (!itemRunning && item < items.size()) {
+      const double g = gateTime(item);
+      if (g >= 0 && g <= now + 1e-15) {
+        itemRunning = true;
+        out.itemStart[item] = now;
+      }
+    }
+    if (job < 0) {
+      int best = -1;
+      for (int j : waiting) {
+        const auto ju = static_cast<size_t>(j);
+        if (eligible[ju] > now + 1e-15)
+          continue;
+        if (best < 0)
+          best = j;
+        const auto bu = static_cast<size_t>(best);
+        const bool higher = jobs[ju].priority > jobs[bu].priority;
+        const bool tie = jobs[ju].priority == jobs[bu].priority;
+        const bool earlier =
+            eligible[ju] < eligible[bu] || (eligible[ju] == eligible[bu] && j < best);
+        if (higher || (tie && (lastReadyFirst ? !earlier && j != best : earlier)))
+          best = j;
+      }
+      if (best >= 0) {
+        job = best;
+        jobLeft = jobs[static_cast<size_t>(best)].work.value();
+        out.jobStart[static_cast<size_t>(best)] = now;
+        waiting.erase(std::find(waiting.begin(), waiting.end(), best));
+      }
+    }
+    const bool both = itemRunning && job >= 0;
+    const double cs = both ? computeSpeed : 1.0, ms = both ? commSpeed : 1.0;
+    double next = std::numeric_limits<double>::infinity();
+    if (itemRunning)
+      next = std::min(next, now + itemLeft / cs);
+    if (job >= 0)
+      next = std::min(next, now + jobLeft / ms);
+    for (int j : waiting)
+      if (eligible[static_cast<size_t>(j)] > now)
+        next = std::min(next, eligible[static_cast<size_t>(j)]);
+    if (!itemRunning && item < items.size() && gateTime(item) > now)
+      next = std::min(next, gateTime(item));
+    STRATA_ENFORCE(std::isfinite(next));  // a job or an item can always progress
+    const double dt = next - now;
+    now = next;
+    if (itemRunning) {
+      itemLeft -= cs * dt;
+      if (itemLeft <= 1e-15 * std::max(1.0, now)) {
+        out.itemEnd[item] = now;
+        for (int j : items[item].releases) {
+          eligible[static_cast<size_t>(j)] = now + handoff;
+          waiting.push_back(j);
+        }
+        itemRunning = false;
+        if (++item < items.size())
+          itemLeft = items[item].work.value();
+      }
+    }
+    if (job >= 0) {
+      jobLeft -= ms * dt;
+      if (jobLeft <= 1e-15 * std::max(1.0, now)) {
+        out.jobEnd[static_cast<size_t>(job)] = now;
+        job = -1;
+        ++jobsDone;
+      }
+    }
+  }
+  return out;
+}
+
+// ps: PullWait over consecutive steps (lowerParamServer in plan.cpp). Prices
+// push (direct reduce-scatter), the server's update of its 1/K shard and
+// pull (direct allgather of the updated weights) per key; plays the steps
+// the simulator's plan holds (defaultPlanIterations) and takes the period as
+// psPeriod does. Returns the period; sets the first step's time (until its
+// last pull lands) and the steps played.
+Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& steps) {
+  const auto& net = ctx.net;
+  const int layers = static_cast<int>(net.layers.size());
+  const int k = ctx.k;
+  const int stale = ctx.sc.options.staleness;
+  const auto buckets = psKeys(net, ctx.sc.options);
+  const int nb = static_cast<int>(buckets.size());
+  std::vector<int> bucketOf(static_cast<size_t>(layers), -1);
+  std::vector<Seconds> jobWork;
+  for (int j = 0; j < nb; ++j) {
+    const auto& bk = buckets[static_cast<size_t>(j)];
+    for (int l = bk.firstLayer; l <= bk.lastLayer; ++l)
+      bucketOf[static_cast<size_t>(l)] = j;
+    if (k > 1) {
+      const Bytes n(bk.params * ctx.e);
+      const auto push = reduceScatter(ctx.topo, n, ctx.comm, false);
+      const auto pull = allGather(ctx.topo, n / k, false);
+      t.add(push);
+      t.add(pull);
+      jobWork.push_back(push.time + ctx.update(bk.params / k) + pull.time);
+    }
+  }
+  // The bytes and bottleneck of the collectives, not their time: a job's
+  // wall time is what the schedule says.
+  t.communication = Seconds(0);
+  const double params = paramsIn(net, 0, layers);
+  std::vector<PsItem> items;
+  std::vector<PsJobSpec> jobs;
+  std::vector<std::vector<int>> jobOf;  // [step][bucket]
+  auto build = [&](int s) {
+    jobOf.emplace_back(static_cast<size_t>(nb), -1);
+    auto newJob = [&](int j) {
+      const int id = static_cast<int>(jobs.size());
+      const auto& bk = buckets[static_cast<size_t>(j)];
+      jobs.push_back(
+          {jobWork[static_cast<size_t>(j)],
+           ctx.sc.options.psPriority == PsPriority::kFirstNeeded ? layers - bk.firstLayer : 0, s});
+      jobOf[static_cast<size_t>(s)][static_cast<size_t>(j)] = id;
+      return id;
+    };
+    const int waitFor = s - 1 - stale;
+    for (int l = 0; l < layers; ++l) {
+      PsItem it;
+      it.work = ctx.time(net.layers[static_cast<size_t>(l)], Phase::kFwd, ctx.b, 1.0);
+      const int j = bucketOf[static_cast<size_t>(l)];
+      if (k > 1 && waitFor >= 0 && j >= 0)
+        it.gate = jobOf[static_cast<size_t>(waitFor)][static_cast<size_t>(j)];
+      it.step = s;
+      items.push_back(it);
+    }
+    for (int l = layers - 1; l >= 0; --l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      if (layer.hasWeights())
+        items.push_back({ctx.time(layer, Phase::kBwdWeights, ctx.b, 1.0),
+                         -1,
+                         {},
+                         s,
+                         Phase::kBwdWeights,
+                         false});
+      if (!layer.readsNetworkInput())
+        items.push_back(
+            {ctx.time(layer, Phase::kBwdData, ctx.b, 1.0), -1, {}, s, Phase::kBwdData, false});
+      const int j = bucketOf[static_cast<size_t>(l)];
+      if (k > 1 && ctx.sc.options.overlap && j >= 0 &&
+          buckets[static_cast<size_t>(j)].firstLayer == l)
+        items.back().releases.push_back(newJob(j));
+    }
+    if (k == 1)
+      items.push_back({ctx.update(params), -1, {}, s, Phase::kUpdate, true});
+    else if (!ctx.sc.options.overlap)
+      for (int j = 0; j < nb; ++j)
+        items.back().releases.push_back(newJob(j));
+  };
+  // Per step, the end of its compute (the period is measured on it: the
+  // compute lane runs the steps in order, where with staleness a pull of an
+  // older step may land after a newer one's) and of all its work.
+  const bool lastReady = ctx.sc.options.psPriority == PsPriority::kLastReady;
+  PsSchedule sch;
+  std::vector<double> computeEnd, allEnd;
+  auto play = [&](int n) {
+    sch = schedulePs(items, jobs, lastReady, ctx.handoff.value(), ctx.overlapCompute,
+                     ctx.overlapComm);
+    computeEnd.assign(static_cast<size_t>(n), 0);
+    allEnd.assign(static_cast<size_t>(n), 0);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto s = static_cast<size_t>(items[i].step);
+      computeEnd[s] = std::max(computeEnd[s], sch.itemEnd[i]);
+      allEnd[s] = std::max(allEnd[s], sch.itemEnd[i]);
+    }
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const auto s = static_cast<size_t>(jobs[j].step);
+      allEnd[s] = std::max(allEnd[s], sch.jobEnd[j]);
+    }
+    return psPeriod(computeEnd);
+  };
+  int n = 0;
+  int target = defaultPlanIterations(ctx.sc);
+  while (n < target)
+    build(n++);
+  double period = play(n);
+  steps = n;
+  firstStep = Seconds(allEnd[0]);
+  // The last step's compute (stretched where the lanes share cores) and
+  // communication; the compute lane waits for pulls the rest of the period.
+  Seconds computeWall;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].step != n - 1)
+      continue;
+    // Alone unless the lanes share cores (exact, not a difference of clocks).
+    const bool shared = ctx.overlapCompute < 1 || ctx.overlapComm < 1;
+    const Seconds wall = shared ? Seconds(sch.itemEnd[i] - sch.itemStart[i]) : items[i].work;
+    computeWall += wall;
+    if (items[i].update)
+      t.compute.update += wall;
+    else if (items[i].phase == Phase::kFwd)
+      t.compute.fwd += wall;
+    else if (items[i].phase == Phase::kBwdData)
+      t.compute.bwdData += wall;
+    else
+      t.compute.bwdWeights += wall;
+  }
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].step == n - 1)
+      t.communication += Seconds(sch.jobEnd[j] - sch.jobStart[j]);
+  t.exposed += max(Seconds(0), Seconds(period) - computeWall);
+  return Seconds(period);
 }
 
 // owt-a / owt-b / owt-c: conv part data-parallel, FC part model-parallel.
@@ -488,8 +741,14 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
   return m;
 }
 
-Seconds run(const Context& ctx, Tally& t, RoundInfo& info) {
-  return isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info) : dataParallelStep(ctx, t);
+Seconds run(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep, int& steps) {
+  steps = 1;
+  Seconds step;
+  if (ctx.sc.strategy == Strategy::kPs && ctx.k > 1)
+    return paramServerStep(ctx, t, firstStep, steps);
+  step = isModelParallel(ctx.sc.strategy) ? weirdTrickStep(ctx, t, info) : dataParallelStep(ctx, t);
+  firstStep = step;
+  return step;
 }
 
 }  // namespace
@@ -520,6 +779,10 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
   if (sc.batchPerWorker < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", sc.batchPerWorker));
+  if (sc.options.staleness < 0 || sc.options.staleness > kMaxStaleness)
+    throw OptionError("--staleness",
+                      fmt::format("must be a whole number of steps in [0, {}], got {}",
+                                  kMaxStaleness, sc.options.staleness));
   globalBatch(sc.workers, sc.batchPerWorker);
   checkSizeOption(sc.options.segment, "--segment");
   checkSizeOption(sc.options.bucket, "--bucket");
@@ -558,7 +821,7 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.network = network.name;
   est.cluster = cluster.name;
   est.scenario = scenario;
-  est.step = run(ctx, t, est.rounds);
+  est.step = run(ctx, t, est.rounds, est.firstStep, est.steadySteps);
 
   // One worker, b examples, no communication: the speedup's reference.
   Scenario single = scenario;
@@ -567,7 +830,9 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   const Context one(network, cluster, single);
   Tally t1(1);
   RoundInfo unused;
-  est.singleWorkerStep = run(one, t1, unused);
+  Seconds unusedFirst;
+  int unusedSteps = 0;
+  est.singleWorkerStep = run(one, t1, unused, unusedFirst, unusedSteps);
 
   const int k = scenario.workers;
   const double examples = double(k) * scenario.batchPerWorker;

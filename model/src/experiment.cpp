@@ -1,6 +1,7 @@
 // Loads experiment files: network x cluster x strategies x worker counts.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -86,7 +87,8 @@ Experiment loadExperiment(const std::string& path) {
                       ex.batchPerWorker, k, std::numeric_limits<int>::max()));
 
   if (auto o = root.get("options")) {
-    o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce"});
+    o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce",
+                  "ps_priority", "staleness"});
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
@@ -104,6 +106,14 @@ Experiment loadExperiment(const std::string& path) {
       }
       if (auto a = o->get("allreduce"))
         opt.convSync = parseAllreduceAlgorithm(a->asString(), a->path());
+      if (auto p = o->get("ps_priority"))
+        opt.psPriority = parsePsPriority(p->asString(), p->path());
+      if (auto st = o->get("staleness")) {
+        const double v = st->asDouble();
+        if (!(v >= 0 && v <= kMaxStaleness && v == std::floor(v)))
+          st->fail(fmt::format("must be a whole number of steps in [0, {}]", kMaxStaleness));
+        opt.staleness = static_cast<int>(v);
+      }
     } catch (const OptionError& e) {
       // Re-raise with the file and line of the option.
       const std::string what = e.what();

@@ -54,6 +54,8 @@ std::string_view toString(BufferKind kind) {
       return "activations";
     case BufferKind::kActivationGradients:
       return "activation gradients";
+    case BufferKind::kWeights:
+      return "weights";
     case BufferKind::kLossStatistics:
       return "loss statistics";
   }
@@ -161,6 +163,8 @@ class Builder {
     t.depCount = static_cast<uint32_t>(plan_.deps.size()) - t.depBegin;
     if (current_ >= 0)
       t.collective = current_;
+    t.iteration = iteration_;
+    t.job = job_;
     plan_.tasks.push_back(t);
     return static_cast<int>(plan_.tasks.size()) - 1;
   }
@@ -238,6 +242,9 @@ class Builder {
   }
 
   void setRound(int r) { round_ = r; }
+  void setIteration(int s) { iteration_ = s; }
+  void setJob(int j) { job_ = j; }
+  Plan& plan() { return plan_; }
 
   // ---- collectives (each mirrors collectives.cpp) ------------------------
   // All return the task whose completion completes the collective.
@@ -469,6 +476,8 @@ class Builder {
   Bytes segment_;
   int current_ = -1;
   int round_ = -1;
+  int iteration_ = 0;
+  int job_ = -1;
 };
 
 double paramsIn(const Network& net, int first, int last) {
@@ -522,14 +531,101 @@ void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc) {
     for (int l = 0; l < layers; ++l)
       prev[static_cast<size_t>(w)] =
           b.compute(w, l, Phase::kFwd, sc.batchPerWorker, 1.0, {prev[static_cast<size_t>(w)]});
-  const auto algorithm = sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
-                         : sc.strategy == Strategy::kPs  ? AllreduceAlgorithm::kDirect
-                                                         : AllreduceAlgorithm::kRing;
+  const auto algorithm =
+      sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive : AllreduceAlgorithm::kRing;
   const int synced = backpropWithSync(b, net, sc, 0, layers, algorithm, prev);
   const double params = paramsIn(net, 0, layers);
   for (int w = 0; w < k; ++w)
-    b.update(w, 0, layers - 1, sc.strategy == Strategy::kPs ? params / k : params,
-             {prev[static_cast<size_t>(w)], synced});
+    b.update(w, 0, layers - 1, params, {prev[static_cast<size_t>(w)], synced});
+}
+
+// ps (mshadow-ps), steps back to back. A bucket's job (PsJob): push its
+// gradients (direct reduce-scatter: worker j is the server of chunk j and sums
+// it), each server updates its chunk of the weights, pull them (allgather of
+// the updated chunks into every worker's weights). A push starts when every
+// worker's backprop has left the bucket's layers (their weights are then free
+// to be overwritten by the pull), or when backprop is over without overlap.
+// Step s's forward of a layer waits only for the pull of its bucket from step
+// s-1-S (PullWait); estimate.cpp prices the same schedule.
+void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int iterations) {
+  const int k = sc.workers;
+  const int layers = static_cast<int>(net.layers.size());
+  const double e = elementBytes(sc.options.element);
+  const int stale = sc.options.staleness;
+  const auto buckets = psKeys(net, sc.options);
+  const int nb = static_cast<int>(buckets.size());
+  std::vector<int> bucketOf(static_cast<size_t>(layers), -1);
+  for (int j = 0; j < nb; ++j)
+    for (int l = buckets[static_cast<size_t>(j)].firstLayer;
+         l <= buckets[static_cast<size_t>(j)].lastLayer; ++l)
+      bucketOf[static_cast<size_t>(l)] = j;
+  // pulled[s][j]: the task completing step s's pull of bucket j.
+  std::vector<std::vector<int>> pulled(static_cast<size_t>(iterations),
+                                       std::vector<int>(static_cast<size_t>(nb), -1));
+  std::vector<int> prev(static_cast<size_t>(k), -1);
+  auto job = [&](int s, int j, const Deps& start) {
+    const auto& bk = buckets[static_cast<size_t>(j)];
+    auto& plan = b.plan();
+    PsJob pj;
+    pj.priority = sc.options.psPriority == PsPriority::kFirstNeeded ? layers - bk.firstLayer : 0;
+    pj.firstLayer = bk.firstLayer;
+    pj.lastLayer = bk.lastLayer;
+    pj.iteration = s;
+    pj.firstTask = static_cast<uint32_t>(plan.tasks.size());
+    b.setJob(static_cast<int>(plan.jobs.size()));
+    const Bytes n(bk.params * e);
+    const int push = b.reduceScatterDirect(n, BufferKind::kWeightGradients, bk.firstLayer, start);
+    plan.collectives.back().lastLayer = bk.lastLayer;
+    Deps updated;
+    for (int w = 0; w < k; ++w) {
+      updated.push_back(b.update(w, bk.firstLayer, bk.lastLayer, bk.params / k, {push}));
+      plan.tasks.back().part = w;
+    }
+    const int pull = b.allGatherDirect(n / k, BufferKind::kWeights, bk.firstLayer, updated);
+    plan.collectives.back().lastLayer = bk.lastLayer;
+    b.setJob(-1);
+    pj.lastTask = static_cast<uint32_t>(pull);
+    plan.jobs.push_back(pj);
+    pulled[static_cast<size_t>(s)][static_cast<size_t>(j)] = pull;
+  };
+  const double params = paramsIn(net, 0, layers);
+  for (int s = 0; s < iterations; ++s) {
+    b.setIteration(s);
+    const int waitFor = s - 1 - stale;
+    for (int w = 0; w < k; ++w)
+      for (int l = 0; l < layers; ++l) {
+        const int j = bucketOf[static_cast<size_t>(l)];
+        auto& p = prev[static_cast<size_t>(w)];
+        p = b.compute(w, l, Phase::kFwd, sc.batchPerWorker, 1.0,
+                      {p, k > 1 && waitFor >= 0 && j >= 0
+                              ? pulled[static_cast<size_t>(waitFor)][static_cast<size_t>(j)]
+                              : -1});
+      }
+    // Backprop layer by layer on every worker; a bucket's job once all have
+    // left its first layer.
+    for (int l = layers - 1; l >= 0; --l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      for (int w = 0; w < k; ++w) {
+        auto& p = prev[static_cast<size_t>(w)];
+        if (layer.hasWeights())
+          p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, {p});
+        if (!layer.readsNetworkInput())
+          p = b.compute(w, l, Phase::kBwdData, sc.batchPerWorker, 1.0, {p});
+      }
+      const int j = bucketOf[static_cast<size_t>(l)];
+      if (k > 1 && sc.options.overlap && j >= 0 && buckets[static_cast<size_t>(j)].firstLayer == l)
+        job(s, j, prev);
+    }
+    if (k == 1) {
+      for (int w = 0; w < k; ++w)
+        prev[static_cast<size_t>(w)] =
+            b.update(w, 0, layers - 1, params, {prev[static_cast<size_t>(w)]});
+    } else if (!sc.options.overlap) {
+      for (int j = 0; j < nb; ++j)
+        job(s, j, prev);
+    }
+  }
+  b.setIteration(0);
 }
 
 void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
@@ -655,7 +751,7 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
 // update tasks per worker and layer, and each collective's steps (ring:
 // 3 (K-1) per segment, direct and naive: 3 per segment, reduce-scatter and
 // reduce: 2 per segment, halving-doubling: 3 per exchange plus the folds).
-double estimatePlanTasks(const Network& net, const Scenario& sc) {
+double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations) {
   const double k = sc.workers;
   const int layers = static_cast<int>(net.layers.size());
   const double e = elementBytes(sc.options.element);
@@ -688,10 +784,25 @@ double estimatePlanTasks(const Network& net, const Scenario& sc) {
         t += allReduceTasks(a, bucket.params * e);
     return t;
   };
+  if (sc.strategy == Strategy::kPs) {
+    // Per step: the compute tasks; per bucket a push (2 per segment of a
+    // chunk), K server updates and a one-step pull; one update per step alone.
+    double step = k * layers;
+    for (int l = 0; l < layers; ++l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      step += k * ((layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1));
+    }
+    if (k > 1) {
+      for (const auto& bucket : psKeys(net, sc.options))
+        step += 2 * segs(bucket.params * e / k) + k + 1;
+    } else {
+      step += 1;
+    }
+    return step * (k > 1 && iterations > 0 ? iterations : defaultPlanIterations(sc));
+  }
   if (!isModelParallel(sc.strategy)) {
-    const auto algorithm = sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
-                           : sc.strategy == Strategy::kPs  ? AllreduceAlgorithm::kDirect
-                                                           : AllreduceAlgorithm::kRing;
+    const auto algorithm =
+        sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive : AllreduceAlgorithm::kRing;
     return k * layers + backprop(0, layers, algorithm) + k;
   }
   const int mp = net.modelParallelFrom;
@@ -725,14 +836,25 @@ double estimatePlanTasks(const Network& net, const Scenario& sc) {
   return k * mp + rounds * round + backprop(0, mp, sc.options.convSync) + updates;
 }
 
-void checkPlanSize(const Network& network, const Scenario& sc, const Limits& limits) {
-  const double tasks = estimatePlanTasks(network, sc);
+void checkPlanSize(const Network& network, const Scenario& sc, const Limits& limits,
+                   int iterations) {
+  const double tasks = estimatePlanTasks(network, sc, iterations);
   if (tasks <= double(limits.maxPlanTasks))
     return;
-  // Name what makes the plan large: segments when they dominate, else workers.
+  // Name what makes the plan large: a ps run's steps when one step fits,
+  // segments when they dominate, else workers.
+  if (iterations > 1 && estimatePlanTasks(network, sc, 1) * iterations <= tasks &&
+      estimatePlanTasks(network, sc, 1) <= double(limits.maxPlanTasks))
+    throw OptionError(
+        "--steps",
+        fmt::format("a ps plan holds every step it runs: {} steps of {} ({} workers) would be "
+                    "about {:.3g} tasks, over the limit of {}; run fewer steps, or raise the "
+                    "limit with {} N ({} lifts every limit)",
+                    iterations, network.name, sc.workers, tasks, limits.maxPlanTasks,
+                    kMaxTasksOption, kAllowLargeOption));
   Scenario unsegmented = sc;
   unsegmented.options.segment = Bytes(0);
-  const bool bySegments = estimatePlanTasks(network, unsegmented) * 2 < tasks;
+  const bool bySegments = estimatePlanTasks(network, unsegmented, iterations) * 2 < tasks;
   const std::string option = bySegments ? "--segment" : "--workers";
   const std::string cure =
       bySegments ? fmt::format("use larger segments than {} (or 0 for unsegmented transfers)",
@@ -760,15 +882,35 @@ void checkPlanPrintable(const Plan& plan, const Limits& limits) {
                     kAllowLargeOption));
 }
 
-Plan lowerToPlan(const Network& network, const Scenario& scenario) {
+double psPeriod(const std::vector<double>& computeEnd) {
+  const int n = static_cast<int>(computeEnd.size());
+  if (n < 2)
+    return n == 1 ? computeEnd[0] : 0.0;
+  const int h = (n - 1) / 2;
+  return (computeEnd[static_cast<size_t>(n - 1)] - computeEnd[static_cast<size_t>(h)]) /
+         (n - 1 - h);
+}
+
+int defaultPlanIterations(const Scenario& sc) {
+  return sc.strategy == Strategy::kPs && sc.workers > 1 ? kPsSteadySteps + 2 * sc.options.staleness
+                                                        : 1;
+}
+
+Plan lowerToPlan(const Network& network, const Scenario& scenario, int iterations) {
   checkScenario(network, scenario);
-  checkPlanSize(network, scenario, limits());
+  iterations = scenario.strategy != Strategy::kPs || scenario.workers == 1 ? 1
+               : iterations > 0                                            ? iterations
+                                : defaultPlanIterations(scenario);
+  checkPlanSize(network, scenario, limits(), iterations);
   Plan plan;
   plan.network = network.name;
   plan.scenario = scenario;
   Builder b(plan);
   if (isModelParallel(scenario.strategy)) {
     lowerWeirdTrick(b, network, scenario);
+  } else if (scenario.strategy == Strategy::kPs) {
+    plan.iterations = iterations;
+    lowerParamServer(b, network, scenario, iterations);
   } else {
     lowerDataParallel(b, network, scenario);
   }

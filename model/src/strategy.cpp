@@ -22,6 +22,26 @@ std::string_view toString(Strategy strategy) {
   return "?";
 }
 
+std::string_view toString(PsPriority priority) {
+  switch (priority) {
+    case PsPriority::kFirstNeeded:
+      return "first-needed";
+    case PsPriority::kFifo:
+      return "fifo";
+    case PsPriority::kLastReady:
+      return "last-ready";
+  }
+  return "?";
+}
+
+PsPriority parsePsPriority(std::string_view text, const std::string& option) {
+  for (auto p : {PsPriority::kFirstNeeded, PsPriority::kFifo, PsPriority::kLastReady})
+    if (toString(p) == text)
+      return p;
+  throw OptionError(option, "unknown ps priority '" + std::string(text) +
+                                "' (expected first-needed, fifo or last-ready)");
+}
+
 namespace {
 
 // `list`: the option takes a list, where "all" is also accepted.
@@ -88,6 +108,12 @@ bool isModelParallel(Strategy strategy) {
 
 std::string_view toString(FcUpdate update) {
   return update == FcUpdate::kStep ? "step" : "round";
+}
+
+std::vector<GradientBucket> psKeys(const Network& network, const StrategyOptions& options) {
+  StrategyOptions perLayer = options;
+  perLayer.bucket = Bytes(0);
+  return gradientBuckets(network, 0, static_cast<int>(network.layers.size()), perLayer);
 }
 
 FcUpdate parseFcUpdate(std::string_view text, const std::string& option) {

@@ -123,6 +123,11 @@ class Engine {
       for (int d : plan.depsOf(plan.tasks[t]))
         dependents_[counts[static_cast<size_t>(d)]++] = static_cast<uint32_t>(t);
 
+    parked_.resize(plan.jobs.size());
+    requested_.assign(plan.jobs.size(), 0);
+    jobTasksLeft_.resize(plan.jobs.size());
+    for (size_t j = 0; j < plan.jobs.size(); ++j)
+      jobTasksLeft_[j] = plan.jobs[j].lastTask - plan.jobs[j].firstTask + 1;
     workerQueue_.resize(static_cast<size_t>(k_));
     workerBusy_.assign(static_cast<size_t>(k_), 0);
     const int channels = 2 * topo_.linkCount();
@@ -201,6 +206,26 @@ class Engine {
   void makeReady(uint32_t t) {
     const Task& task = plan_.tasks[t];
     const double now = q_.now();
+    if (task.job >= 0 && holder_ != task.job) {
+      // A ps job's task waits until the server's thread runs its job.
+      const auto j = static_cast<size_t>(task.job);
+      parked_[j].push_back(t);
+      if (!requested_[j]) {
+        requested_[j] = 1;
+        waiting_.push_back({plan_.jobs[j].priority, requests_++, task.job});
+        grantNext();
+      }
+      return;
+    }
+    if (task.kind == TaskKind::kUpdate && task.part >= 0) {
+      // A ps server's shard update, on its communication thread.
+      start_[t] = now;
+      const auto w = static_cast<size_t>(task.worker);
+      ++commActive_[w];
+      const double slow = cpuShared_ && workerBusy_[w] ? overlapComm_ : 1.0;
+      q_.push(now + costs_.update(task.params).value() / slow, EventKind::kTaskDone, t);
+      return;
+    }
     switch (task.kind) {
       case TaskKind::kCompute:
       case TaskKind::kUpdate:
@@ -226,6 +251,28 @@ class Engine {
         break;
       }
     }
+  }
+
+  // The server's thread is free: it runs the waiting job with the biggest
+  // priority, ties by request order (last-ready: the latest request).
+  void grantNext() {
+    if (holder_ >= 0 || waiting_.empty())
+      return;
+    const bool lifo = plan_.scenario.options.psPriority == PsPriority::kLastReady;
+    size_t best = 0;
+    for (size_t i = 1; i < waiting_.size(); ++i) {
+      const auto& a = waiting_[i];
+      const auto& b = waiting_[best];
+      if (a.priority > b.priority ||
+          (a.priority == b.priority && (lifo ? a.seq > b.seq : a.seq < b.seq)))
+        best = i;
+    }
+    holder_ = waiting_[best].job;
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(best));
+    std::vector<uint32_t> parked;
+    parked.swap(parked_[static_cast<size_t>(holder_)]);
+    for (uint32_t p : parked)
+      makeReady(p);
   }
 
   void tryStart(int worker) {
@@ -261,8 +308,18 @@ class Engine {
     const Task& task = plan_.tasks[t];
     end_[t] = q_.now();
     switch (task.kind) {
-      case TaskKind::kCompute:
-      case TaskKind::kUpdate: {
+      case TaskKind::kUpdate:
+        if (task.part >= 0) {
+          // A ps server's update: communication-thread time of its worker.
+          const auto w = static_cast<size_t>(task.worker);
+          --commActive_[w];
+          ownComm_[w].push_back({start_[t], end_[t]});
+          if (opt_.timeline && recordWorker_[w])
+            slices_.push_back({t, task.worker, Track::kReduce, -1, start_[t], end_[t]});
+          break;
+        }
+        [[fallthrough]];
+      case TaskKind::kCompute: {
         const auto w = static_cast<size_t>(task.worker);
         const double d = end_[t] - start_[t];
         auto& p = phase_[w];
@@ -296,15 +353,18 @@ class Engine {
         noteCommunication(task, t, true);
         break;
     }
+    if (task.job >= 0 && --jobTasksLeft_[static_cast<size_t>(task.job)] == 0) {
+      holder_ = -1;
+      grantNext();
+    }
     // A task released by one on the other lane (compute <-> communication)
     // starts a lane hand-off later: its lane was asleep waiting for it.
-    const bool computeLane = task.kind == TaskKind::kCompute || task.kind == TaskKind::kUpdate;
+    const bool computeLane = onComputeLane(task);
     for (uint32_t i = dependentsBegin_[t]; i < dependentsBegin_[t + 1]; ++i) {
       const uint32_t d = dependents_[i];
       if (--depsLeft_[d] != 0)
         continue;
-      const auto dk = plan_.tasks[d].kind;
-      const bool dCompute = dk == TaskKind::kCompute || dk == TaskKind::kUpdate;
+      const bool dCompute = onComputeLane(plan_.tasks[d]);
       if (handoff_ > 0 && dCompute != computeLane)
         q_.push(q_.now() + handoff_, EventKind::kReady, d);
       else
@@ -668,14 +728,36 @@ class Engine {
     return s;
   }
 
+  // The parts of sorted intervals inside [from, to].
+  static Intervals clipped(const Intervals& v, double from, double to) {
+    Intervals out;
+    for (const auto& [a, b] : v)
+      if (std::min(b, to) > std::max(a, from))
+        out.push_back({std::max(a, from), std::min(b, to)});
+    return out;
+  }
+
   Result assemble() {
     Result r;
     r.events = q_.popped();
     r.taskStart = start_;
     r.taskEnd = end_;
-    double step = 0;
+    double makespan = 0;
     for (double e : end_)
-      step = std::max(step, e);
+      makespan = std::max(makespan, e);
+    // A ps plan's steps run back to back: the step is their steady period
+    // (psPeriod, on the ends of each step's compute), the figures per worker
+    // those of the period that ends with the last step's compute.
+    const int n = plan_.iterations;
+    std::vector<double> computeEnd(static_cast<size_t>(n), 0), allEnd(static_cast<size_t>(n), 0);
+    for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+      const auto i = static_cast<size_t>(plan_.tasks[t].iteration);
+      allEnd[i] = std::max(allEnd[i], end_[t]);
+      if (onComputeLane(plan_.tasks[t]))
+        computeEnd[i] = std::max(computeEnd[i], end_[t]);
+    }
+    const double step = n > 1 ? psPeriod(computeEnd) : makespan;
+    const double from = n > 1 ? computeEnd[static_cast<size_t>(n - 1)] - step : 0.0;
     const auto& sc = plan_.scenario;
     StepEstimate& est = r.estimate;
     est.engine = "sim";
@@ -683,6 +765,8 @@ class Engine {
     est.cluster = cluster_.name;
     est.scenario = sc;
     est.step = Seconds(step);
+    est.firstStep = Seconds(n > 1 ? allEnd[0] : makespan);
+    est.steadySteps = n;
     Scenario single = sc;
     single.workers = 1;
     single.strategy = Strategy::kRing;
@@ -692,6 +776,23 @@ class Engine {
     est.speedup = est.throughput / (sc.batchPerWorker / est.singleWorkerStep.value());
     est.efficiency = est.speedup / k_;
 
+    // The last step's compute phases per worker.
+    std::vector<PhaseTimes> lastPhase;
+    if (n > 1) {
+      lastPhase.resize(static_cast<size_t>(k_));
+      for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+        const Task& task = plan_.tasks[t];
+        if (task.iteration != n - 1 || !onComputeLane(task))
+          continue;
+        auto& p = lastPhase[static_cast<size_t>(task.worker)];
+        const Seconds d(end_[t] - start_[t]);
+        (task.kind == TaskKind::kUpdate  ? p.update
+         : task.phase == Phase::kFwd     ? p.fwd
+         : task.phase == Phase::kBwdData ? p.bwdData
+                                         : p.bwdWeights) += d;
+      }
+    }
+    const double perStep = 1.0 / n;
     const Intervals all = merged(allComm_);
     const MemoryUse memRoot = estimateMemory(net_, cluster_, sc, 0);
     const MemoryUse memOther = k_ > 1 ? estimateMemory(net_, cluster_, sc, 1) : memRoot;
@@ -700,20 +801,24 @@ class Engine {
       const auto wi = static_cast<size_t>(w);
       auto& we = est.workers[wi];
       we.rank = w;
-      we.compute = phase_[wi];
+      we.compute = n > 1 ? lastPhase[wi] : phase_[wi];
       Intervals comm = ownComm_[wi].empty() ? all : merged([&] {
         Intervals v = all;
         v.insert(v.end(), ownComm_[wi].begin(), ownComm_[wi].end());
         return v;
       }());
+      Intervals compute = computeIntervals_[wi];  // sorted: one stream
+      if (n > 1) {
+        comm = clipped(comm, from, from + step);
+        compute = clipped(compute, from, from + step);
+      }
       const double c = length(comm);
-      const double hidden =
-          overlapSeconds(comm, computeIntervals_[wi]);  // compute intervals are sorted
+      const double hidden = overlapSeconds(comm, compute);
       we.communication = Seconds(c);
       we.exposedCommunication = Seconds(c - hidden);
       we.idle = max(Seconds(0), est.step - we.compute.total() - we.exposedCommunication);
-      we.sent = Bytes(allSent_ + sent_[wi]);
-      we.received = Bytes(allReceived_ + received_[wi]);
+      we.sent = Bytes((allSent_ + sent_[wi]) * perStep);
+      we.received = Bytes((allReceived_ + received_[wi]) * perStep);
       we.memory = w == 0 ? memRoot : memOther;
       if (we.memory.total() > cluster_.device.memoryCapacity)
         est.fitsInMemory = false;
@@ -737,9 +842,11 @@ class Engine {
       LinkUse u;
       u.name = r.timeline.channelNames[c];
       u.bandwidth = BytesPerSecond(beta_[c]);
-      u.bytes = Bytes(bytesOn_[c]);
-      u.busy = Seconds(busy_[c]);
-      u.utilisation = step > 0 ? bytesOn_[c] / (beta_[c] * step) : 0;
+      // Per step (a ps plan's steps share them alike); utilisation over
+      // the whole simulated time.
+      u.bytes = Bytes(bytesOn_[c] * perStep);
+      u.busy = Seconds(busy_[c] * perStep);
+      u.utilisation = makespan > 0 ? bytesOn_[c] / (beta_[c] * makespan) : 0;
       r.links.push_back(u);
     }
     std::stable_sort(r.links.begin(), r.links.end(), [](const LinkUse& a, const LinkUse& b) {
@@ -779,6 +886,19 @@ class Engine {
   std::vector<double> cpuFactor_;  // a transfer's speed from its workers' cores
   std::vector<std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>> workerQueue_;
   std::vector<char> workerBusy_;
+  // ps: the job the server's thread runs (-1: none), the jobs waiting for it
+  // and their tasks that are ready.
+  struct JobRequest {
+    int priority;
+    uint64_t seq;
+    int job;
+  };
+  int holder_ = -1;
+  std::vector<JobRequest> waiting_;
+  uint64_t requests_ = 0;
+  std::vector<std::vector<uint32_t>> parked_;
+  std::vector<char> requested_;
+  std::vector<uint32_t> jobTasksLeft_;
 
   std::vector<double> beta_;
   bool hasTables_ = false;  // some link prices messages by size

@@ -4,8 +4,10 @@
 #include <cmath>
 
 #include "helpers.h"
+#include "strata/model/collectives.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/plan.h"
 #include "strata/model/topology.h"
 #include "strata/model/validation.h"
 
@@ -235,12 +237,77 @@ TEST_CASE("owt-b with per-round FC updates pays K FC updates per step", "[strate
         Approx((k - 1) * one.value()));
 }
 
-TEST_CASE("ps updates only its shard on the server", "[strategy]") {
+TEST_CASE(
+    "ps updates on its servers: a 1/K shard per key inside the job, none on the compute stream",
+    "[strategy][ps]") {
+  // Three 1000 x 1000 fc layers: three keys of 4 MB. A job is the push
+  // (direct reduce-scatter), the server's update of 1/K of the key and the
+  // pull (direct allgather of the updated chunks), one job at a time.
+  const auto net = loadNetwork(strata::test::dataFile("three-fc.yaml"));
+  const auto cl = flatCluster(1e9, 1e-5, 0, true, 1e10);
+  for (int k : {2, 3, 5, 8}) {
+    INFO("K = " << k);
+    auto sc = scenario(Strategy::kPs, k);
+    sc.options.segment = Bytes(0);
+    const auto e = estimate(net, cl, sc);
+    const Topology topo(cl, k);
+    CommParams p;
+    p.segment = Bytes(0);
+    p.gamma = 1e-10;
+    const double job = reduceScatter(topo, Bytes(4e6), p, false).time.value() +
+                       updateTime(1e6 / k, cl.device, ElementType::kFp32).value() +
+                       allGather(topo, Bytes(4e6 / k), false).time.value();
+    CHECK(e.workers[0].compute.update.value() == 0);
+    CHECK(e.workers[0].communication.value() == Approx(3 * job).epsilon(1e-12));
+    // Bytes per step: each key's chunks out and back, (K-1)/K of it each way.
+    CHECK(e.workers[0].sent.value() == Approx(3 * 2.0 * (k - 1) / k * 4e6).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("ps steady state: first-needed lets the next forward start under the last pull",
+          "[strategy][ps]") {
+  // Hand-computed on three-fc, K = 2 (tests/sim/sim_test.cpp plays the same
+  // timeline): every phase 256 us, every job J = 2.01 + 0.2 + 0.1 + 2.01 ms.
+  // Step 0: compute ends at 2048 us; J3 runs 1280-5600; then first-needed
+  // serves J1 (5600-9920) before J2 (9920-14240): the first step is 14.24 ms.
+  // Step 1's fc1 forward starts at 9920 under J2; the period is 14.24 ms
+  // less that forward: 13.984 ms. Fifo serves J2 first: no forward overlaps.
+  const auto net = loadNetwork(strata::test::dataFile("three-fc.yaml"));
+  const auto cl = flatCluster(1e9, 1e-5, 0, true, 1e10);
+  auto sc = scenario(Strategy::kPs, 2);
+  sc.options.segment = Bytes(0);
+  const auto first = estimate(net, cl, sc);
+  CHECK(first.firstStep.value() == Approx(14.24e-3).epsilon(1e-9));
+  CHECK(first.step.value() == Approx(13.984e-3).epsilon(1e-9));
+  CHECK(first.steadySteps >= kPsSteadySteps);
+  CHECK(first.workers[0].exposedCommunication.value() ==
+        Approx(13.984e-3 - 8 * 256e-6).epsilon(1e-9));
+  sc.options.psPriority = PsPriority::kFifo;
+  const auto fifo = estimate(net, cl, sc);
+  CHECK(fifo.firstStep.value() == Approx(14.24e-3).epsilon(1e-9));
+  CHECK(fifo.step.value() == Approx(14.24e-3).epsilon(1e-9));
+  // Last-ready: within one step the last key ready is the first needed.
+  sc.options.psPriority = PsPriority::kLastReady;
+  CHECK(estimate(net, cl, sc).step.value() == Approx(first.step.value()).epsilon(1e-12));
+}
+
+TEST_CASE(
+    "ps on alexnet-owt, k20x8-pcie: the steady step is below the first where communication "
+    "outlasts backprop",
+    "[strategy][ps]") {
   const auto net = presetNetwork("alexnet-owt");
   const auto cl = presetCluster("k20x8-pcie");
-  const auto ps = estimate(net, cl, scenario(Strategy::kPs, 4));
-  const auto ring = estimate(net, cl, scenario(Strategy::kRing, 4));
-  CHECK(ps.workers[0].compute.update.value() == Approx(ring.workers[0].compute.update.value() / 4));
+  // b = 128: the fc keys' syncs hide behind conv backprop; only conv1's is
+  // exposed, and every step waits for it (it is ready last and needed first).
+  const auto full = estimate(net, cl, scenario(Strategy::kPs, 8, 128));
+  CHECK(full.step.value() == Approx(full.firstStep.value()).epsilon(1e-6));
+  // b = 32: they do not; the next step's conv forward runs under them.
+  const auto small = estimate(net, cl, scenario(Strategy::kPs, 8, 32));
+  CHECK(small.step < small.firstStep * 0.9);
+  // Staleness never slows a step; S = 0 is the default.
+  auto stale = scenario(Strategy::kPs, 8, 32);
+  stale.options.staleness = 1;
+  CHECK(estimate(net, cl, stale).step <= small.step * (1 + 1e-9));
 }
 
 TEST_CASE("every worker's memory is estimateMemory's; only the naive reducer stages gradients",

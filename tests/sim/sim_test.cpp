@@ -259,6 +259,111 @@ TEST_CASE("ps pushes gradients while backprop is still running", "[sim][ps]") {
   CHECK(w.exposedCommunication < w.communication);
 }
 
+TEST_CASE("exact ps timeline: PullWait and priorities over three fc layers, two workers",
+          "[sim][ps][timeline]") {
+  // The timeline of tests/model/strategy_test.cpp's hand-computed case: every
+  // phase 256 us; a job J = push 2.01 ms + sum 0.2 ms + server update 0.1 ms
+  // + pull 2.01 ms = 4.32 ms, one at a time.
+  const auto net = loadNetwork(strata::test::dataFile("three-fc.yaml"));
+  const auto cl = flatCluster(1e9, 1e-5, 0, true, 1e10);
+  auto sc = scenario(Strategy::kPs, 2, 128, true);
+  sc.options.segment = Bytes(0);
+  const auto plan = lowerToPlan(net, sc);
+  REQUIRE(plan.iterations == kPsSteadySteps);
+  REQUIRE(plan.jobs.size() == 3u * kPsSteadySteps);
+  const auto r = sim::simulate(plan, net, cl, sim::Options{});
+  // Step 0's jobs (keys fc3, fc2, fc1 in the order they are ready): fc3 runs
+  // 1280-5600 us, then first-needed serves fc1 before fc2.
+  auto jobSpan = [&](int step, int layer) {
+    for (const auto& j : plan.jobs)
+      if (j.iteration == step && j.firstLayer == layer)
+        return std::pair{r.taskStart[j.firstTask], r.taskEnd[j.lastTask]};
+    return std::pair{-1.0, -1.0};
+  };
+  const double us = 1e-6;
+  CHECK(jobSpan(0, 2).first == Approx(1280 * us));
+  CHECK(jobSpan(0, 2).second == Approx(5600 * us));
+  CHECK(jobSpan(0, 0).first == Approx(5600 * us));
+  CHECK(jobSpan(0, 0).second == Approx(9920 * us));
+  CHECK(jobSpan(0, 1).second == Approx(14240 * us));
+  // Step 1's fc1 forward waits only for fc1's pull (PullWait): it runs under
+  // fc2's job.
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const auto& t = plan.tasks[i];
+    if (t.kind == TaskKind::kCompute && t.iteration == 1 && t.layer == 0 &&
+        t.phase == Phase::kFwd) {
+      CHECK(r.taskStart[i] == Approx(9920 * us));
+      CHECK(r.taskStart[i] < jobSpan(0, 1).second);
+    }
+  }
+  CHECK(r.estimate.firstStep.value() == Approx(14.24e-3));
+  CHECK(r.estimate.step.value() == Approx(13.984e-3));
+  CHECK(r.estimate.steadySteps == kPsSteadySteps);
+  // Per step: three pushes and pulls of 2 MB each way.
+  CHECK(r.estimate.workers[0].sent.value() == Approx(3 * 2 * 2e6));
+  CHECK(r.estimate.step.value() == Approx(estimate(net, cl, sc).step.value()).epsilon(1e-9));
+  sc.options.psPriority = PsPriority::kFifo;
+  const auto fifo = sim::simulate(lowerToPlan(net, sc), net, cl, sim::Options{});
+  CHECK(fifo.estimate.step.value() == Approx(14.24e-3));
+}
+
+TEST_CASE("ps: model and simulator agree on priorities, staleness and batch (1 %)",
+          "[sim][ps][agreement]") {
+  const auto net = presetNetwork("alexnet-owt");
+  for (const char* c : {"k20x8-pcie", "gige-cluster"}) {
+    const auto cl = presetCluster(c);
+    for (auto priority : {PsPriority::kFirstNeeded, PsPriority::kFifo, PsPriority::kLastReady})
+      for (int stale : {0, 1, 3})
+        for (int b : {16, 128})
+          for (int k : {2, 5, 8}) {
+            INFO(c << " " << toString(priority) << " S = " << stale << " b = " << b
+                   << " K = " << k);
+            auto sc = scenario(Strategy::kPs, k, b, true);
+            sc.options.psPriority = priority;
+            sc.options.staleness = stale;
+            const auto model = estimate(net, cl, sc);
+            const auto simulated = run(net, cl, sc, false).estimate;
+            CHECK(simulated.step.value() == Approx(model.step.value()).epsilon(0.01));
+            CHECK(simulated.firstStep.value() == Approx(model.firstStep.value()).epsilon(0.01));
+          }
+  }
+}
+
+TEST_CASE("ps with staleness: a straggler no longer waits for its pulls", "[sim][ps][straggler]") {
+  // Worker 1 computes 1.5x slower. With S = 0 every step waits for the
+  // straggler's push and then for the pull before its next forward; with
+  // S >= 1 the straggler computes step after step and the pulls land behind
+  // it, so the steps take the straggler's compute alone.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const int k = 4;
+  sim::Options slow;
+  slow.slowdown = {1.0, 1.5};
+  auto sc = scenario(Strategy::kPs, k, 32, true);
+  const auto sync = sim::simulate(lowerToPlan(net, sc), net, cl, slow).estimate;
+  sc.options.staleness = 1;
+  const auto plan = lowerToPlan(net, sc);
+  REQUIRE(plan.iterations == kPsSteadySteps + 2);
+  const auto r = sim::simulate(plan, net, cl, slow);
+  const auto& stale = r.estimate;
+  CHECK(stale.step < sync.step);
+  CHECK(stale.step.value() == Approx(stale.workers[1].compute.total().value()).epsilon(1e-6));
+  CHECK(sync.step > sync.workers[1].compute.total());
+  // Step s's forward of a layer ran before step s-1's pull of it ended.
+  bool ahead = false;
+  for (const auto& j : plan.jobs) {
+    if (j.iteration + 1 >= plan.iterations)
+      continue;
+    for (size_t i = 0; i < plan.tasks.size(); ++i) {
+      const auto& t = plan.tasks[i];
+      if (t.kind == TaskKind::kCompute && t.phase == Phase::kFwd && t.layer == j.firstLayer &&
+          t.iteration == j.iteration + 1 && r.taskStart[i] < r.taskEnd[j.lastTask])
+        ahead = true;
+    }
+  }
+  CHECK(ahead);
+}
+
 TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {
   const auto net = presetNetwork("tiny-cnn");
   const auto cl = presetCluster("k20x8-pcie");

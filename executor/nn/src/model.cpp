@@ -616,6 +616,23 @@ void Model::updateAll(float learningRate, float momentum, float weightDecay) {
   backend_->sgdMomentum(params_, momentum_, grads_, learningRate, momentum, weightDecay);
 }
 
+void Model::updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
+                        float learningRate, float momentum, float weightDecay) {
+  const ParamBlock first = paramBlock(firstLayer);
+  const ParamBlock last = paramBlock(lastLayer);
+  STRATA_ENFORCE(0 <= begin && begin <= end && end <= last.offset + last.size() - first.offset);
+  if (begin == end)
+    return;
+  if (momentum_.empty())
+    momentum_.resize(params_.size());  // zero-filled
+  const auto at = [&](Buffer<float>& buffer) {
+    return std::span<float>(buffer.data() + first.offset + begin, static_cast<size_t>(end - begin));
+  };
+  backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
+                        weightDecay);
+  backend_->synchronize();
+}
+
 void Model::zeroGradients() {
   backend_->fill(grads_, 0.0f);
 }
@@ -673,6 +690,14 @@ std::span<float> Model::gradientsNoWait(int firstLayer, int lastLayer) {
   const ParamBlock first = paramBlock(firstLayer);
   const ParamBlock last = paramBlock(lastLayer);
   return {grads_.data() + first.offset,
+          static_cast<size_t>(last.offset + last.size() - first.offset)};
+}
+
+std::span<float> Model::parametersNoWait(int firstLayer, int lastLayer) {
+  STRATA_ENFORCE_OP(firstLayer, <=, lastLayer);
+  const ParamBlock first = paramBlock(firstLayer);
+  const ParamBlock last = paramBlock(lastLayer);
+  return {params_.data() + first.offset,
           static_cast<size_t>(last.offset + last.size() - first.offset)};
 }
 

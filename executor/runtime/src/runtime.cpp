@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -65,6 +66,21 @@ std::pair<int64_t, int64_t> piece(int64_t n, int parts, int i) {
 
 std::span<float> sub(std::span<float> s, std::pair<int64_t, int64_t> r) {
   return s.subspan(static_cast<size_t>(r.first), static_cast<size_t>(r.second - r.first));
+}
+
+// The parts of sorted, disjoint intervals inside [from, to].
+Intervals clip(const Intervals& v, double from, double to) {
+  Intervals out;
+  for (const auto& [a, b] : v)
+    if (std::min(b, to) > std::max(a, from))
+      out.push_back({std::max(a, from), std::min(b, to)});
+  return out;
+}
+double length(const Intervals& v) {
+  double s = 0;
+  for (const auto& [a, b] : v)
+    s += b - a;
+  return s;
 }
 
 // Examples of worker w in step s: global indices [(s K + w) b, +b).
@@ -241,9 +257,7 @@ class Worker {
       isMine[t] = 1;
     ownDeps_.resize(plan.tasks.size());
     for (size_t t : mine_) {
-      const auto kind = plan.tasks[t].kind;
-      (kind == TaskKind::kCompute || kind == TaskKind::kUpdate ? computeTasks_ : commTasks_)
-          .push_back(t);
+      (onComputeLane(plan.tasks[t]) ? computeTasks_ : commTasks_).push_back(t);
       // Dependencies on other ranks' tasks are kept by the messages, except
       // one: waiting for a collective to finish (its last task may not involve
       // this rank, e.g. the fold-out of halving-doubling) means waiting for
@@ -266,49 +280,57 @@ class Worker {
 
   nn::Model& model() { return model_; }
 
-  // One training step; returns this rank's measurements.
-  Measured step(int s) {
-    step_ = s;
-    if (opt_.failRank == w_ && opt_.failStep == s)
-      throw RunFailure(
-          fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
-    if (opt_.hangRank == w_ && opt_.hangStep == s)
-      hang();
-    Measured m;
-    model_.setStep(static_cast<uint64_t>(s));
+  // Runs the plan once: training steps firstStep, firstStep + 1, ... (one
+  // step, or a ps plan's steps back to back). Returns this rank's
+  // measurements per step; a step's `seconds` is the time from the end of
+  // the step before on this rank (from the start for the first) to the end
+  // of its own last task.
+  std::vector<Measured> run(int firstStep) {
+    const int n = plan_.iterations;
+    for (int s = firstStep; s < firstStep + n; ++s)
+      if (opt_.failRank == w_ && opt_.failStep == s)
+        throw RunFailure(
+            fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
+    for (int s = firstStep; s < firstStep + n; ++s)
+      if (opt_.hangRank == w_ && opt_.hangStep == s) {
+        step_ = s;
+        hang();
+      }
+    firstStep_ = firstStep;
+    step_ = firstStep;
+    prepared_ = -1;
+    lossShares_.assign(static_cast<size_t>(n), 0.0);
+    std::vector<Measured> ms(static_cast<size_t>(n));
     model_.zeroGradients();
-    lossShare_ = 0;
-    // Own examples for the data-parallel (conv) part.
-    auto& x = model_.input(b_);
-    std::vector<int32_t> labels(static_cast<size_t>(b_) * positions());
-    dataset_.fill(firstExample(s, k_, w_, b_), x.view(), labels, positions());
-    if (!owt_)
-      model_.setLabels(labels);
+    prepare(0);
     // Two lanes, as the Plan's resources: this thread runs the compute and
-    // update tasks, a communication thread the transfers and sums, each in
-    // Plan order and each task once its own dependencies on this rank are
-    // done. So gradients travel while backprop goes on (overlap), a push
-    // returns at once and the update (or the next round's forward) waits for
-    // the data it needs.
-    // Time 0 of the step: compute and update tasks are timed by marks on the
-    // backend (the GPU's own clock on CUDA, whose kernels run after the host
-    // enqueued them), communication on the host clock from the same origin.
+    // update tasks, a communication thread the transfers and sums (and a ps
+    // server's updates), each in Plan order and each task once its own
+    // dependencies on this rank are done. So gradients travel while backprop
+    // goes on (overlap), a push returns at once and whatever needs the data
+    // (the update, the next round's forward, a ps step's next forward of the
+    // layer: PullWait) waits for it.
+    // Time 0: compute and update tasks are timed by marks on the backend (the
+    // GPU's own clock on CUDA, whose kernels run after the host enqueued
+    // them), communication on the host clock from the same origin.
     const auto t0 = timer_.start();
     std::fill(done_.begin(), done_.end(), 0);
     marks_.assign(plan_.tasks.size(), {-1, -1});
     error_ = nullptr;
-    std::thread commLane([&] { lane(t0, true, m); });
-    lane(t0, false, m);
+    std::thread commLane([&] { lane(t0, true, ms); });
+    lane(t0, false, ms);
     commLane.join();
     if (error_)
       std::rethrow_exception(error_);
     timer_.finish();
-    m.seconds = seconds(t0);
+    const double total = seconds(t0);
+    std::vector<double> end(static_cast<size_t>(n), 0);
     for (size_t t : computeTasks_) {
       const auto [a, b] = marks_[t];
       timing_[t] = {timer_.seconds(a), timer_.seconds(b)};
       const double d = timing_[t].end - timing_[t].start;
       const Task& task = plan_.tasks[t];
+      auto& m = ms[static_cast<size_t>(task.iteration)];
       if (task.kind == TaskKind::kUpdate)
         m.compute.update += Seconds(d);
       else
@@ -316,19 +338,50 @@ class Worker {
          : task.phase == Phase::kBwdData ? m.compute.bwdData
                                          : m.compute.bwdWeights) += Seconds(d);
     }
-    m.lossShare = lossShare_;
-    // Exposed communication: communication time not overlapped by compute.
-    Intervals computeIv, commIv;
+    Intervals allCompute, allComm;  // each lane's tasks, in order: sorted and disjoint
     for (size_t t : mine_) {
       const auto& iv = timing_[t];
-      const bool c =
-          plan_.tasks[t].kind == TaskKind::kCompute || plan_.tasks[t].kind == TaskKind::kUpdate;
-      (c ? computeIv : commIv).push_back({iv.start, iv.end});
+      const auto it = static_cast<size_t>(plan_.tasks[t].iteration);
+      end[it] = std::max(end[it], iv.end);
+      (onComputeLane(plan_.tasks[t]) ? allCompute : allComm).push_back({iv.start, iv.end});
     }
-    const double hidden = overlapSeconds(commIv, computeIv);
-    m.exposed = m.communication - hidden;
-    return m;
+    // A step ends when its last task on this rank does; one step alone ends
+    // when the rank's work does.
+    if (n == 1)
+      end[0] = total;
+    for (int i = 0; i < n; ++i) {
+      auto& m = ms[static_cast<size_t>(i)];
+      const double from = i > 0 ? end[static_cast<size_t>(i - 1)] : 0.0;
+      m.seconds = end[static_cast<size_t>(i)] - from;
+      m.lossShare = lossShares_[static_cast<size_t>(i)];
+      // Exposed communication: communication time in the step's window not
+      // overlapped by compute in it.
+      const double to = end[static_cast<size_t>(i)];
+      const Intervals comm = clip(allComm, from, to);
+      m.exposed = length(comm) - overlapSeconds(comm, clip(allCompute, from, to));
+    }
+    return ms;
   }
+
+  // Before step i's first compute task on this rank: its dropout masks, its
+  // examples and labels. A ps step's gradients start from zero layer by
+  // layer (compute()): the push of the step before may still be reading the
+  // others.
+  void prepare(int i) {
+    prepared_ = i;
+    const int s = firstStep_ + i;
+    step_ = s;
+    model_.setStep(static_cast<uint64_t>(s));
+    // Own examples for the data-parallel (conv) part.
+    auto& x = model_.input(b_);
+    std::vector<int32_t> labels(static_cast<size_t>(b_) * positions());
+    dataset_.fill(firstExample(s, k_, w_, b_), x.view(), labels, positions());
+    if (!owt_)
+      model_.setLabels(labels);
+  }
+
+  // One training step of a one-step plan; returns this rank's measurements.
+  Measured step(int s) { return run(s)[0]; }
 
   // The injected hang (RunOptions::hangRank). The stopped process is killed
   // by whatever ends the job, or by its guard after two timeouts and a minute.
@@ -344,7 +397,7 @@ class Worker {
   }
 
   // Runs one lane's tasks of this step in Plan order.
-  void lane(Clock::time_point t0, bool communication, Measured& m) {
+  void lane(Clock::time_point t0, bool communication, std::vector<Measured>& ms) {
     try {
       for (size_t t : communication ? commTasks_ : computeTasks_) {
         {
@@ -361,7 +414,10 @@ class Worker {
             return;
         }
         const Task& task = plan_.tasks[t];
+        Measured& m = ms[static_cast<size_t>(task.iteration)];
         if (!communication) {
+          if (task.iteration != prepared_)
+            prepare(task.iteration);
           // Compute and update: marks on the backend, read after the step.
           const int a = timer_.mark();
           if (task.kind == TaskKind::kCompute)
@@ -378,8 +434,10 @@ class Worker {
           const double start = seconds(t0);
           if (task.kind == TaskKind::kTransfer)
             transfer(t, task, m);
-          else
+          else if (task.kind == TaskKind::kReduce)
             reduce(t, task);
+          else
+            serverUpdate(task);
           const double end = seconds(t0);
           timing_[t] = {start, end};
           m.communication += end - start;
@@ -513,6 +571,10 @@ class Worker {
 
   void compute(const Task& task) {
     const int l = task.layer;
+    // ps, a later step: its forward of layer l ran after the pull of l's
+    // weights, so the step before is done with l's gradients.
+    if (task.iteration > 0 && task.phase == Phase::kFwd)
+      model_.zeroGradients(l);
     if (owt_ && l == mp_ && task.phase == Phase::kFwd)
       startRound(task.round);
     if (owt_ && l > mp_ && task.phase == Phase::kFwd && model_.modelParallel(l) &&
@@ -526,7 +588,7 @@ class Worker {
         // The loss of the examples just through the softmax (this worker's
         // share of them in owt-*), before its backward.
         if (net_.layers[static_cast<size_t>(l)].kind == LayerKind::kSoftmax)
-          lossShare_ += model_.loss();
+          lossShares_[static_cast<size_t>(task.iteration)] += model_.loss();
         model_.backwardData(l);
         if (owt_ && k_ == 1 && l >= mp_ && model_.modelParallel(l) &&
             net_.layers[static_cast<size_t>(l)].hasWeights())
@@ -571,6 +633,15 @@ class Worker {
       }
   }
 
+  // A ps server's update of its shard: chunk `part` of the layers' parameters
+  // (the chunk the push summed into this rank's gradients), as the pull's
+  // endpoint cuts them.
+  void serverUpdate(const Task& task) {
+    const auto n = static_cast<int64_t>(model_.parametersNoWait(task.layer, task.lastLayer).size());
+    const auto [begin, end] = piece(n, k_, task.part);
+    model_.updateShard(task.layer, task.lastLayer, begin, end, opt_.learningRate, opt_.momentum);
+  }
+
   // ---- collectives ------------------------------------------------------------
   Endpoint& endpoint(int c) {
     auto it = endpoints_.find(c);
@@ -590,6 +661,13 @@ class Worker {
                                               model_.gradientsNoWait(c.firstLayer, c.lastLayer),
                                               c.parts, segs, 1, false);
       }
+      case BufferKind::kWeights:
+        // A ps pull: the servers' updated chunks land in place. The compute
+        // lane reads these weights again only in a later step's forward,
+        // which waits for the pull (PullWait).
+        return std::make_unique<FlatEndpoint>(comm_.ops(),
+                                              model_.parametersNoWait(c.firstLayer, c.lastLayer),
+                                              c.parts, segs, 1, false);
       case BufferKind::kLossStatistics:
         return std::make_unique<FlatEndpoint>(comm_.ops(), model_.softmaxStats(), c.parts, segs, 2,
                                               true);
@@ -895,7 +973,9 @@ class Worker {
   std::mutex stagingMutex_;
   std::map<int, int> scratchPart_;
   int step_ = 0;
-  double lossShare_ = 0;
+  int firstStep_ = 0;
+  int prepared_ = -1;               // the step whose inputs the model holds
+  std::vector<double> lossShares_;  // per step of the plan
 };
 
 // Per-rank figures of one step, as sent to rank 0.
@@ -984,6 +1064,8 @@ uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions
   fnv(h, sc.options.bucket);
   fnv(h, sc.options.element);
   fnv(h, sc.options.convSync);
+  fnv(h, sc.options.psPriority);
+  fnv(h, sc.options.staleness);
   fnv(h, o.steps);
   fnv(h, o.learningRate);
   fnv(h, o.momentum);
@@ -992,8 +1074,16 @@ uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions
   return h;
 }
 
-RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
+RunResult runWorker(Communicator& comm, const Plan& given, const Network& network,
                     const RunOptions& options) {
+  // A ps plan holds every step of the run, back to back (any other plan one
+  // step, run once per step): one lowered for another number of steps is
+  // lowered again for this run.
+  Plan relowered;
+  if (given.iterations > 1 && given.iterations != options.steps && options.steps >= 1 &&
+      options.steps <= kMaxRunSteps)
+    relowered = lowerToPlan(network, given.scenario, options.steps);
+  const Plan& plan = relowered.tasks.empty() ? given : relowered;
   const int k = plan.scenario.workers;
   if (comm.size() != k)
     throw OptionError("--workers", fmt::format("the plan has {} workers but {} ranks were started",
@@ -1027,26 +1117,30 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
         verdict[0] - 1, verdict[2], verdict[1]));
 
   Worker worker(comm, plan, network, options);
+  const bool unrolled = plan.iterations > 1;
   RunResult result;
   std::vector<std::vector<StepStats>> stats;     // rank 0: [step][rank]
-  std::vector<std::vector<TaskTiming>> timings;  // this rank: [step][own task]
-  for (int s = 0; s < options.steps; ++s) {
-    const Measured m = worker.step(s);
+  std::vector<std::vector<TaskTiming>> timings;  // this rank: [pass][own task]
+  for (int first = 0; first < options.steps; first += plan.iterations) {
+    const std::vector<Measured> ms = worker.run(first);
     std::vector<TaskTiming> own;
     for (size_t t : worker.mine())
       own.push_back(worker.timing()[t]);
     timings.push_back(std::move(own));
-    const auto all = gatherToRoot(comm, statsOf(m), kTagStats);
-    if (comm.rank() == 0) {
-      StepLog log{s, 0, 0};
-      for (const auto& st : all) {
-        log.loss += st.loss;
-        log.seconds = std::max(log.seconds, st.seconds);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const int s = first + static_cast<int>(i);
+      const auto all = gatherToRoot(comm, statsOf(ms[i]), kTagStats);
+      if (comm.rank() == 0) {
+        StepLog log{s, 0, 0};
+        for (const auto& st : all) {
+          log.loss += st.loss;
+          log.seconds = std::max(log.seconds, st.seconds);
+        }
+        result.steps.push_back(log);
+        stats.push_back(all);
+        if (options.onStep)
+          options.onStep(s, log.loss, log.seconds);
       }
-      result.steps.push_back(log);
-      stats.push_back(all);
-      if (options.onStep)
-        options.onStep(s, log.loss, log.seconds);
     }
   }
 
@@ -1071,11 +1165,20 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
   // This rank's slices of the chosen step; rank 0 collects them all.
   std::vector<Slice> slices;
   const auto& mine = worker.mine();
-  const auto& tm = timings[static_cast<size_t>(med)];
+  const auto& tm = timings[static_cast<size_t>(unrolled ? 0 : med)];
+  // A ps step's slices from the start of its first task on this rank.
+  double origin = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (!unrolled || plan.tasks[mine[i]].iteration == med)
+      origin = std::min(origin, tm[i].start);
+  if (!unrolled || !std::isfinite(origin))
+    origin = 0;
   for (size_t i = 0; i < mine.size(); ++i) {
     const Task& task = plan.tasks[mine[i]];
+    if (unrolled && task.iteration != med)
+      continue;
     const auto t = static_cast<uint32_t>(mine[i]);
-    const double a = tm[i].start, e = tm[i].end;
+    const double a = tm[i].start - origin, e = tm[i].end - origin;
     switch (task.kind) {
       case TaskKind::kCompute:
       case TaskKind::kUpdate:
@@ -1117,6 +1220,8 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
     est.scenario = plan.scenario;
     const auto& step = result.steps[static_cast<size_t>(med)];
     est.step = Seconds(step.seconds);
+    est.firstStep = Seconds(result.steps[0].seconds);
+    est.steadySteps = options.steps;
     est.throughput = double(k) * plan.scenario.batchPerWorker / step.seconds;
     const double params = double(worker.model().allParameters().size()) * sizeof(float);
     for (int r = 0; r < k; ++r) {

@@ -65,6 +65,31 @@ TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") 
   }
 }
 
+TEST_CASE("ps with PullWait (steps back to back) gives stepwise ps's weights bit for bit",
+          "[exec][ps]") {
+  // The same pushes, sums, server updates and pulls; only when the next
+  // step's forward may start differs. Five examples: chunks that do not divide.
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 5, steps = 4;
+  for (int k : workerCounts(1)) {
+    INFO("K = " << k);
+    const auto sc = test::runScenario(Strategy::kPs, k, b);
+    std::vector<std::vector<float>> together, stepwise;
+    const auto plan = lowerToPlan(net, sc, steps);
+    CHECK(plan.iterations == (k > 1 ? steps : 1));
+    const auto run = exec::runThreads(plan, net, test::runOptions(steps), &together);
+    exec::runThreads(lowerToPlan(net, sc, 1), net, test::runOptions(steps), &stepwise);
+    REQUIRE(together.size() == stepwise.size());
+    for (size_t w = 0; w < together.size(); ++w)
+      CHECK(together[w] == stepwise[w]);
+    CHECK(run.steps.size() == static_cast<size_t>(steps));
+    CHECK(run.measured.firstStep.value() == run.steps[0].seconds);
+    CHECK(run.measured.steadySteps == steps);
+    for (const auto& st : run.steps)
+      CHECK(st.seconds > 0);
+  }
+}
+
 TEST_CASE(
     "with per-worker BufferOps (the device communicator's path) every strategy gives the "
     "host run's weights bit for bit, every sum through the ops",

@@ -16,8 +16,17 @@
 //             `bytes` into its copy (the flows are those of the transfer it
 //             follows)
 //   update    one worker applies SGD with momentum to layers [layer, lastLayer]
-//             (`params` parameters: 1/K of them for a ps server shard or a
-//             model-parallel FC layer)
+//             (`params` parameters: 1/K of them for a model-parallel FC
+//             layer); with `part` >= 0, a ps server updates its shard: chunk
+//             `part` of K of those layers' parameters, on its communication
+//             thread (the server's), not on its compute stream
+//
+// ps plans hold several steps back to back (`iterations`, each task's
+// `iteration`): a bucket's push, its server updates and its pull form a job
+// (PsJob) that the parameter server's communication thread runs one at a
+// time, choosing among waiting jobs by priority; step s's forward of a layer
+// waits for the pull of its bucket from step s-1-S (S: StrategyOptions::
+// staleness).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +60,7 @@ enum class BufferKind {
   kActivations,          // outputs of layer firstLayer (owt: the conv/FC boundary or an FC slice)
   kActivationGradients,  // gradients w.r.t. those outputs
   kLossStatistics,       // softmax max and sum per example, split over workers
+  kWeights,              // weights of layers [firstLayer, lastLayer] (ps pull)
 };
 std::string_view toString(BufferKind kind);
 
@@ -91,6 +101,22 @@ struct Task {
   int step = -1;        // step of the collective's algorithm
   int segment = -1;     // segment of a pipelined step
   int round = -1;       // owt-*: round of the FC phase
+  int iteration = 0;    // the training step the task belongs to
+  int part = -1;        // update: the ps server shard (chunk) it updates; -1: all
+  int job = -1;         // ps: index into Plan::jobs
+};
+
+// ps: one bucket's push, server updates and pull in one step, tasks
+// [firstTask, lastTask]. When the server's communication thread frees, it
+// starts the waiting job with the biggest `priority` (mshadow-ps's rule),
+// ties by request order (last-ready: latest request first).
+struct PsJob {
+  int priority = 0;  // first-needed: layers - firstLayer; fifo, last-ready: 0
+  int firstLayer = -1;
+  int lastLayer = -1;
+  int iteration = 0;
+  uint32_t firstTask = 0;
+  uint32_t lastTask = 0;
 };
 
 struct Collective {
@@ -107,6 +133,12 @@ struct Collective {
   uint32_t lastTask = 0;
 };
 
+// Whether a worker's compute stream runs the task (compute and update tasks,
+// except a ps server's shard update, which its communication thread runs).
+inline bool onComputeLane(const Task& t) {
+  return t.kind == TaskKind::kCompute || (t.kind == TaskKind::kUpdate && t.part < 0);
+}
+
 struct Plan {
   std::string network;
   Scenario scenario;
@@ -114,6 +146,8 @@ struct Plan {
   std::vector<PlanFlow> flows;
   std::vector<int> deps;
   std::vector<Collective> collectives;
+  int iterations = 1;       // steps in the plan (ps: several, back to back)
+  std::vector<PsJob> jobs;  // ps
 
   std::span<const int> depsOf(const Task& t) const {
     return {deps.data() + t.depBegin, t.depCount};
@@ -131,14 +165,27 @@ struct Plan {
 // messages (sizeof(Task), its dependencies, the simulator's per-task state).
 inline constexpr double kBytesPerPlanTask = 300;
 
+// Steps a ps plan plays by default to reach its steady state (every other
+// strategy's plan, and ps on one worker, is one step): the steady state needs the first step (no
+// pulls to wait for) and a few after it; each step of staleness adds two.
+int defaultPlanIterations(const Scenario& scenario);
+inline constexpr int kPsSteadySteps = 6;
+
+// The steady-state period of steps back to back from the end of each step's
+// compute (the last compute task of any worker): the mean over the second
+// half of the steps, so the first steps' start-up is left out and a
+// schedule that repeats every few steps gives its mean.
+double psPeriod(const std::vector<double>& computeEnd);
+
 // The number of tasks lowerToPlan would build, computed in O(layers) without
 // building them (exact up to rounding of segment counts).
-double estimatePlanTasks(const Network& network, const Scenario& scenario);
+double estimatePlanTasks(const Network& network, const Scenario& scenario, int iterations = 0);
 
 // Throws OptionError (naming --workers, or --segment when segments make the
 // plan large, and the option that raises the limit) when the plan would have
 // more than limits.maxPlanTasks tasks.
-void checkPlanSize(const Network& network, const Scenario& scenario, const Limits& limits);
+void checkPlanSize(const Network& network, const Scenario& scenario, const Limits& limits,
+                   int iterations = 0);
 
 // Throws OptionError("--workers") when printing `plan` (every task and flow,
 // `strata plan`) would be over limits.maxPrintedPlanItems.
@@ -147,7 +194,9 @@ void checkPlanPrintable(const Plan& plan, const Limits& limits);
 // Lowers `scenario` on `network` to a Plan that mirrors the cost model's
 // schedule step for step (docs/simulator.md). Throws UserError as estimate()
 // does for impossible scenarios, and before building anything when the plan
-// would be over limits().maxPlanTasks (checkPlanSize).
-Plan lowerToPlan(const Network& network, const Scenario& scenario);
+// would be over limits().maxPlanTasks (checkPlanSize). `iterations`: the
+// steps of a ps plan (0: defaultPlanIterations); other strategies' plans, and
+// ps on one worker, are one step whatever it says.
+Plan lowerToPlan(const Network& network, const Scenario& scenario, int iterations = 0);
 
 }  // namespace strata

@@ -30,6 +30,18 @@ enum class FcUpdate { kStep, kRound };
 std::string_view toString(FcUpdate update);
 FcUpdate parseFcUpdate(std::string_view text, const std::string& option);
 
+// ps: which waiting bucket the parameter server serves first when its
+// communication thread frees (mshadow-ps serves the bigger priority number
+// first). first-needed: the bucket holding the earliest layers, which the
+// next forward reaches first (the seed's default); fifo: the one whose
+// gradients were ready first; last-ready: the one ready last.
+enum class PsPriority { kFirstNeeded, kFifo, kLastReady };
+std::string_view toString(PsPriority priority);
+PsPriority parsePsPriority(std::string_view text, const std::string& option);
+
+// The most steps a ps worker may run ahead of its pulls (--staleness).
+inline constexpr int kMaxStaleness = 16;
+
 struct StrategyOptions {
   // Overlap gradient communication with backprop (layer by layer, last first).
   bool overlap = true;
@@ -49,6 +61,11 @@ struct StrategyOptions {
   // Conv-gradient synchronisation of owt-*: Krizhevsky's scheme is `direct`
   // (each worker reduces and broadcasts its 1/K of every gradient matrix).
   AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
+  // ps: the order the server serves waiting buckets in.
+  PsPriority psPriority = PsPriority::kFirstNeeded;
+  // ps: bounded staleness S. Step s's forward of a layer waits for the pull
+  // of its weights from step s-1-S (0: from the step before, synchronous SGD).
+  int staleness = 0;
 };
 
 // A group of consecutive layers whose gradients are synchronised together.
@@ -64,6 +81,11 @@ struct GradientBucket {
 // `options.bucket` bytes.
 std::vector<GradientBucket> gradientBuckets(const Network& network, int first, int last,
                                             const StrategyOptions& options);
+
+// ps: what is pushed and pulled as one key. mshadow-ps keys are layers, so
+// ps ignores the bucket size: one key per layer with weights with overlap,
+// one key for every layer without.
+std::vector<GradientBucket> psKeys(const Network& network, const StrategyOptions& options);
 
 // One question: this network on this cluster with this strategy and K workers
 // of b examples each.
@@ -136,6 +158,14 @@ struct StepEstimate {
   std::string computeSource;
   bool fitsInMemory = true;  // peak memory of every worker <= device capacity
   RoundInfo rounds;
+  // ps runs steps back to back (the next forward waits only for its layers'
+  // pulls): `step` is then the steady-state period and `firstStep` the first
+  // step alone, from its start until its last pull lands; `steadySteps` is
+  // how many steps were played to reach the period (model, simulator) or run
+  // (executor). The other strategies synchronise before the next step:
+  // firstStep = step and steadySteps = 1.
+  Seconds firstStep;
+  int steadySteps = 1;
 };
 
 }  // namespace strata

@@ -94,7 +94,13 @@ void checkRunnable(const Network& network, const Scenario& scenario);
 uint64_t configHash(const Network& network, const Scenario& scenario, const RunOptions& options);
 
 // Runs `options.steps` steps (1..kMaxRunSteps) of `plan` on this rank (comm.rank() is the
-// worker). Collective: every rank of comm.size() == plan.scenario.workers
+// worker). A one-step plan runs once per step, each step over before the next
+// starts; a ps plan runs its steps back to back (a step's forward of a layer
+// waits only for that layer's pull), lowered again for options.steps when it
+// holds another number (so pass lowerToPlan(network, scenario, steps) for the
+// timeline's task ids to be the plan's). A step's measured time is then the
+// period from the end of the step before; RunResult::measured.firstStep is
+// the first step's. Collective: every rank of comm.size() == plan.scenario.workers
 // ranks must call it with the same arguments; ranks whose config hash differs
 // are detected at start (ConfigMismatch on every rank). Throws UserError for what
 // cannot run (e.g. an rnn layer); CommError for
@@ -102,7 +108,8 @@ uint64_t configHash(const Network& network, const Scenario& scenario, const RunO
 RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
                     const RunOptions& options);
 
-// Steps of one run: every step's task timings are kept until the end.
+// Steps of one run: every step's task timings are kept until the end (a ps
+// plan holds them all: checkPlanSize bounds it).
 inline constexpr int kMaxRunSteps = 1'000'000;
 
 // Throws OptionError naming the option when a run option is out of range:

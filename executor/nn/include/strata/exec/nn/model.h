@@ -186,6 +186,12 @@ class Model {
   // in Backend::sgdMomentum). The momentum buffer starts at zero.
   void update(int layer, float learningRate, float momentum, float weightDecay = 0);
   void updateAll(float learningRate, float momentum, float weightDecay = 0);
+  // The same on elements [begin, end) of the parameters of layers
+  // [firstLayer, lastLayer] taken as one span (a ps server's shard), so a
+  // shard's update gives the bits update() gives on those elements. Waits
+  // for the backend before returning (a server thread sends the result).
+  void updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end, float learningRate,
+                   float momentum, float weightDecay = 0);
   // Sets every gradient / one layer's gradients to zero (after a per-round
   // update of the fc layers while the conv layers keep accumulating).
   void zeroGradients();
@@ -207,6 +213,9 @@ class Model {
   // its accesses itself (the Plan interpreter waits for the event after the
   // task that produced these gradients, not for every kernel enqueued since).
   std::span<float> gradientsNoWait(int firstLayer, int lastLayer);
+  // Parameters of layers [firstLayer, lastLayer], one contiguous span, without
+  // waiting for the backend (a ps pull lands the new weights in it).
+  std::span<float> parametersNoWait(int firstLayer, int lastLayer);
   std::span<float> allParameters();
   std::span<float> allGradients();
   std::span<float> momentum(int layer);  // allocates the momentum on first use
