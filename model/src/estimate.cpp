@@ -464,9 +464,14 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     }
     for (int l = layers - 1; l >= 0; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
+      const int j = bucketOf[static_cast<size_t>(l)];
+      // With staleness: the gradients wait for the step before's job of the key.
+      const int previous = k > 1 && stale > 0 && s > 0 && j >= 0
+                               ? jobOf[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
+                               : -1;
       if (layer.hasWeights())
         items.push_back({ctx.time(layer, Phase::kBwdWeights, ctx.b, 1.0),
-                         -1,
+                         previous,
                          {},
                          s,
                          Phase::kBwdWeights,
@@ -474,7 +479,6 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
       if (!layer.readsNetworkInput())
         items.push_back(
             {ctx.time(layer, Phase::kBwdData, ctx.b, 1.0), -1, {}, s, Phase::kBwdData, false});
-      const int j = bucketOf[static_cast<size_t>(l)];
       if (k > 1 && ctx.sc.options.overlap && j >= 0 &&
           buckets[static_cast<size_t>(j)].firstLayer == l)
         items.back().releases.push_back(newJob(j));

@@ -603,16 +603,22 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
       }
     // Backprop layer by layer on every worker; a bucket's job once all have
     // left its first layer.
+    // With staleness a worker may reach a layer's backprop before the step
+    // before has synchronised it: its gradients (one buffer per layer) wait
+    // for that job.
     for (int l = layers - 1; l >= 0; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
+      const int j = bucketOf[static_cast<size_t>(l)];
+      const int previous = k > 1 && stale > 0 && s > 0 && j >= 0
+                               ? pulled[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
+                               : -1;
       for (int w = 0; w < k; ++w) {
         auto& p = prev[static_cast<size_t>(w)];
         if (layer.hasWeights())
-          p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, {p});
+          p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, {p, previous});
         if (!layer.readsNetworkInput())
           p = b.compute(w, l, Phase::kBwdData, sc.batchPerWorker, 1.0, {p});
       }
-      const int j = bucketOf[static_cast<size_t>(l)];
       if (k > 1 && sc.options.overlap && j >= 0 && buckets[static_cast<size_t>(j)].firstLayer == l)
         job(s, j, prev);
     }

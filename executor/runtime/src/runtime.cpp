@@ -154,6 +154,31 @@ class FlatEndpoint final : public Endpoint {
   int count_ = 1;
 };
 
+// A ps pull with staleness: this rank sends its server's updated chunk and
+// lands the others' in a staging copy of the key's weights (a slot per step
+// of delay), which the compute lane copies into the model before the forward
+// that may use them.
+class PullEndpoint final : public Endpoint {
+ public:
+  PullEndpoint(std::span<const float> shard, std::span<float> slot, int parts)
+      : shard_(shard), slot_(slot), parts_(parts) {}
+  std::span<const float> send(int, int, int) override { return shard_; }
+  std::span<float> land(int part, int, int) override { return at(part); }
+  size_t size(int part, int, int) override { return at(part).size(); }
+  void reduce(int, int, int, std::span<const float>) override {
+    throw InvariantError("a ps pull sums nothing");
+  }
+
+ private:
+  std::span<float> at(int part) {
+    const auto r = piece(static_cast<int64_t>(slot_.size()), parts_, part);
+    return slot_.subspan(static_cast<size_t>(r.first), static_cast<size_t>(r.second - r.first));
+  }
+  std::span<const float> shard_;
+  std::span<float> slot_;
+  int parts_;
+};
+
 // Rows (examples) of a tensor: what a rank sends is rows of its own tensor
 // chosen per destination; what it receives lands in rows chosen per source;
 // sums go into an accumulator initialised with this rank's own share.
@@ -276,6 +301,14 @@ class Worker {
     done_.assign(plan.tasks.size(), 0);
     timing_.resize(plan.tasks.size());
     model_.setLossNormalizer(double(k_) * b_);
+    keyOf_.assign(net.layers.size(), -1);
+    if (plan.scenario.strategy == Strategy::kPs && k_ > 1)
+      stale_ = plan.scenario.options.staleness;
+    if (stale_ > 0) {
+      makeKeys();
+      for (const auto& [first, key] : keys_)
+        pulledUpTo_[first] = -1;
+    }
   }
 
   nn::Model& model() { return model_; }
@@ -445,6 +478,12 @@ class Worker {
         if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
           endCollective(task.collective);
           endpoints_.erase(task.collective);
+          const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+          if (stale_ > 0 && c.buffer == BufferKind::kWeights) {
+            std::lock_guard lock(mutex_);
+            auto& newest = pulledUpTo_.at(c.firstLayer);
+            newest = std::max(newest, firstStep_ + task.iteration);
+          }
         }
         {
           std::lock_guard lock(mutex_);
@@ -465,6 +504,9 @@ class Worker {
   }
 
   const std::vector<size_t>& mine() const { return mine_; }
+  // ps with staleness: the most steps a forward ran ahead of its layer's
+  // newest landed pull (0: it never ran ahead).
+  int stalenessSeen() const { return stalenessSeen_; }
   const std::vector<TaskTiming>& timing() const { return timing_; }
 
  private:
@@ -571,10 +613,13 @@ class Worker {
 
   void compute(const Task& task) {
     const int l = task.layer;
-    // ps, a later step: its forward of layer l ran after the pull of l's
-    // weights, so the step before is done with l's gradients.
-    if (task.iteration > 0 && task.phase == Phase::kFwd)
+    // ps, a later step: its backprop of layer l runs after the step before's
+    // job of l's key (the pull before the forward; with staleness a
+    // dependency of its own), which is then done with l's gradients.
+    if (task.iteration > 0 && task.phase == Phase::kBwdWeights)
       model_.zeroGradients(l);
+    if (stale_ > 0 && task.phase == Phase::kFwd && task.iteration > 0)
+      stagedWeights(l, firstStep_ + task.iteration);
     if (owt_ && l == mp_ && task.phase == Phase::kFwd)
       startRound(task.round);
     if (owt_ && l > mp_ && task.phase == Phase::kFwd && model_.modelParallel(l) &&
@@ -639,7 +684,74 @@ class Worker {
   void serverUpdate(const Task& task) {
     const auto n = static_cast<int64_t>(model_.parametersNoWait(task.layer, task.lastLayer).size());
     const auto [begin, end] = piece(n, k_, task.part);
-    model_.updateShard(task.layer, task.lastLayer, begin, end, opt_.learningRate, opt_.momentum);
+    if (stale_ == 0) {
+      // Synchronous: the server's chunk is the model's own (every worker
+      // holds the same weights between steps).
+      model_.updateShard(task.layer, task.lastLayer, begin, end, opt_.learningRate, opt_.momentum);
+      return;
+    }
+    // With staleness the model holds older weights: the server keeps its
+    // own, updates them as updateShard would, and stages its chunk for
+    // this step's pull.
+    auto& key = keys_.at(task.layer);
+    const auto grads = model_.gradientsNoWait(task.layer, task.lastLayer)
+                           .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+    backend_->sgdMomentum(key.weights, key.momentum, grads, opt_.learningRate, opt_.momentum, 0);
+    std::copy(key.weights.begin(), key.weights.end(),
+              key.slot(task.iteration).begin() + static_cast<std::ptrdiff_t>(begin));
+  }
+
+  // A ps key (the layers of one push) on this rank with staleness: its
+  // server's chunk of the weights and momentum, and S + 1 staging copies of
+  // the key's weights, one per step of delay (step t's pull lands in slot
+  // t mod (S + 1); the forward of step t + 1 + S copies it out).
+  struct Key {
+    int firstLayer = 0, lastLayer = 0;
+    std::vector<float> weights, momentum;
+    std::vector<std::vector<float>> slots;
+    std::span<float> slot(int step) { return slots[static_cast<size_t>(step) % slots.size()]; }
+  };
+
+  void makeKeys() {
+    for (const auto& j : plan_.jobs) {
+      if (keys_.count(j.firstLayer))
+        continue;
+      Key key;
+      key.firstLayer = j.firstLayer;
+      key.lastLayer = j.lastLayer;
+      const auto all = model_.parametersNoWait(j.firstLayer, j.lastLayer);
+      const auto [begin, end] = piece(static_cast<int64_t>(all.size()), k_, w_);
+      key.weights.assign(all.begin() + begin, all.begin() + end);
+      key.momentum.assign(key.weights.size(), 0.0f);
+      key.slots.assign(static_cast<size_t>(stale_) + 1, std::vector<float>(all.size()));
+      for (int l = j.firstLayer; l <= j.lastLayer; ++l)
+        keyOf_[static_cast<size_t>(l)] = j.firstLayer;
+      keys_.emplace(j.firstLayer, std::move(key));
+    }
+  }
+
+  // With staleness, before step s's forward of layer l: the weights of step
+  // s - 1 - S's pull, from its slot (the initial weights before that), and
+  // how many steps the newest pull that has landed is behind s - 1.
+  void stagedWeights(int l, int s) {
+    const int first = keyOf_[static_cast<size_t>(l)];
+    if (first < 0)
+      return;
+    {
+      std::lock_guard lock(mutex_);
+      const int newest = pulledUpTo_.at(first);
+      stalenessSeen_ = std::max(stalenessSeen_, s - 1 - newest);
+    }
+    const int from = s - 1 - stale_;
+    if (from < 0)
+      return;
+    auto& key = keys_.at(first);
+    const auto base = model_.paramBlock(key.firstLayer).offset;
+    const auto b = model_.paramBlock(l);
+    const auto src =
+        key.slot(from).subspan(static_cast<size_t>(b.offset - base), static_cast<size_t>(b.size()));
+    auto dst = model_.parameters(l);
+    std::copy(src.begin(), src.end(), dst.begin());
   }
 
   // ---- collectives ------------------------------------------------------------
@@ -661,13 +773,19 @@ class Worker {
                                               model_.gradientsNoWait(c.firstLayer, c.lastLayer),
                                               c.parts, segs, 1, false);
       }
-      case BufferKind::kWeights:
-        // A ps pull: the servers' updated chunks land in place. The compute
-        // lane reads these weights again only in a later step's forward,
-        // which waits for the pull (PullWait).
+      case BufferKind::kWeights: {
+        if (stale_ > 0) {
+          auto& key = keys_.at(c.firstLayer);
+          const int it = plan_.tasks[c.firstTask].iteration;
+          return std::make_unique<PullEndpoint>(key.weights, key.slot(it), c.parts);
+        }
+        // Synchronous: the servers' updated chunks land in place. The
+        // compute lane reads these weights again only in the next step's
+        // forward, which waits for the pull (PullWait).
         return std::make_unique<FlatEndpoint>(comm_.ops(),
                                               model_.parametersNoWait(c.firstLayer, c.lastLayer),
                                               c.parts, segs, 1, false);
+      }
       case BufferKind::kLossStatistics:
         return std::make_unique<FlatEndpoint>(comm_.ops(), model_.softmaxStats(), c.parts, segs, 2,
                                               true);
@@ -976,6 +1094,11 @@ class Worker {
   int firstStep_ = 0;
   int prepared_ = -1;               // the step whose inputs the model holds
   std::vector<double> lossShares_;  // per step of the plan
+  int stale_ = 0;                   // ps: StrategyOptions::staleness (0 for the others)
+  std::map<int, Key> keys_;         // ps with staleness: by first layer
+  std::vector<int> keyOf_;          // per layer: its key's first layer, or -1
+  std::map<int, int> pulledUpTo_;   // per key: the newest step whose pull landed here
+  int stalenessSeen_ = 0;
 };
 
 // Per-rank figures of one step, as sent to rank 0.
@@ -1091,6 +1214,11 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
   checkRunnable(network, plan.scenario);
   checkRunOptions(options);
   checkRunDevice(options, k);
+  if (plan.scenario.strategy == Strategy::kPs && plan.scenario.options.staleness > 0 &&
+      options.device != Device::kCpu)
+    throw OptionError("--staleness",
+                      "the GPU executor runs ps with staleness 0 only (the CPU executor, the "
+                      "model and the simulator take S > 0)");
   comm.setTimeout(options.timeout);
   if (plan.scenario.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
@@ -1240,6 +1368,9 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
     }
     est.bottleneck = "measured";
   }
+  const auto seen = gatherToRoot(comm, worker.stalenessSeen(), kTagStats);
+  if (comm.rank() == 0)
+    result.stalenessSeen = *std::max_element(seen.begin(), seen.end());
   const auto p = worker.model().allParameters();
   result.parameters.assign(p.begin(), p.end());
   return result;

@@ -74,6 +74,11 @@ struct RunResult {
   // This rank's parameters after the last step (model-parallel layers hold
   // their slice only).
   std::vector<float> parameters;
+  // Rank 0, ps with staleness S: the most steps any worker's forward of a
+  // layer ran ahead of the newest pull of it that had landed (0..S; 0: the
+  // run never needed the staleness). Its weights are always those of step
+  // s - 1 - S's pull (delayed SGD, so a run is reproducible bit for bit).
+  int stalenessSeen = 0;
 };
 
 // Ranks started with different configurations. runWorker throws it on every
