@@ -201,6 +201,7 @@ void printSteps(exec::RunOptions& opt, std::string header) {
 
 // Rank 0's (or the threads') report of a finished run.
 void report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
+  const int stale = s.sc.strategy == Strategy::kPs && s.sc.workers > 1 ? s.sc.options.staleness : 0;
   result.measured.cluster = mpi ? "mpi" : s.opt.device == exec::Device::kCpu ? "threads" : "cuda";
   if (s.traceFile) {
     writeTrace(s.traceFile->stream(), s.plan, s.net, result.measured, result.timeline,
@@ -213,13 +214,21 @@ void report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
       std::cout << (i ? "," : "")
                 << fmt::format("{{\"step\":{},\"loss\":{:.9g},\"step_s\":{:.9g}}}",
                                result.steps[i].step, result.steps[i].loss, result.steps[i].seconds);
-    std::cout << "],\"measured\":";
+    std::cout << "],";
+    if (stale > 0)
+      std::cout << fmt::format("\"staleness_seen\":{},", result.stalenessSeen);
+    std::cout << "\"measured\":";
     printEstimate(std::cout, result.measured, Format::kJson);
     std::cout << "}\n";
     return;
   }
   std::cout << "\nmeasured (median step after warm-up):\n";
   printEstimate(std::cout, result.measured, s.format);
+  if (stale > 0 && s.format == Format::kTable)
+    std::cout << fmt::format(
+        "\nstaleness: a forward ran at most {} of the {} steps allowed "
+        "ahead of its layer's newest pull\n",
+        result.stalenessSeen, stale);
   if (s.traceFile)
     std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
 }

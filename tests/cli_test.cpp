@@ -471,6 +471,8 @@ TEST_CASE("experiment zero workers", "[cli][errors][experiment]") {
 
 TEST_CASE("experiment unknown option key", "[cli][errors][experiment]") {
   checkExperimentError("unknown-option.yaml", 10, "options.turbo", "turbo: on");
+  checkExperimentError("stale-fraction.yaml", 10, "options.staleness", "staleness: 0.5");
+  checkExperimentError("ps-priority-typo.yaml", 9, "options.ps_priority", "ps_priority: first");
 }
 
 // ---- input validation that cannot be fooled (issue 9) ---------------------------
