@@ -559,10 +559,26 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
                              {"round", c.round},
                              {"tasks", {c.firstTask, c.lastTask}}});
     j["collectives"] = collectives;
+    if (plan.iterations > 1) {
+      // ps: steps back to back; a job is one key's push, server updates and pull.
+      j["steps"] = plan.iterations;
+      ordered_json jobs = ordered_json::array();
+      for (const auto& pj : plan.jobs)
+        jobs.push_back({{"step", pj.iteration},
+                        {"priority", pj.priority},
+                        {"first_layer", layerName(pj.firstLayer)},
+                        {"last_layer", layerName(pj.lastLayer)},
+                        {"tasks", {pj.firstTask, pj.lastTask}}});
+      j["jobs"] = jobs;
+    }
     ordered_json tasks = ordered_json::array();
     for (size_t i = 0; i < plan.tasks.size(); ++i) {
       const auto& t = plan.tasks[i];
       ordered_json task{{"id", i}, {"kind", std::string(toString(t.kind))}};
+      if (plan.iterations > 1)
+        task["step"] = t.iteration;
+      if (t.kind == TaskKind::kUpdate && t.part >= 0)
+        task["server_shard"] = t.part;
       if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate) {
         task["worker"] = t.worker;
         if (t.kind == TaskKind::kCompute) {
@@ -601,6 +617,14 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
       plan.network, toString(sc.strategy), sc.workers, sc.batchPerWorker, plan.tasks.size(),
       plan.count(TaskKind::kCompute), plan.count(TaskKind::kTransfer),
       plan.count(TaskKind::kReduce), plan.count(TaskKind::kUpdate), plan.collectives.size());
+  if (plan.iterations > 1)
+    out << fmt::format(
+        "{} steps back to back; {} ps jobs (a layer's push, server updates and pull), served "
+        "one at a time, {} first\n\n",
+        plan.iterations, plan.jobs.size(),
+        sc.options.psPriority == PsPriority::kFirstNeeded ? "the earliest layer"
+        : sc.options.psPriority == PsPriority::kFifo      ? "the earliest ready"
+                                                          : "the latest ready");
   if (!plan.collectives.empty()) {
     Table c({"#", "collective", "buffer", "layers", "size", "parts x segments", "round", "tasks"},
             4);

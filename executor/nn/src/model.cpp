@@ -618,15 +618,15 @@ void Model::updateAll(float learningRate, float momentum, float weightDecay) {
 
 void Model::updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
                         float learningRate, float momentum, float weightDecay) {
-  const ParamBlock first = paramBlock(firstLayer);
-  const ParamBlock last = paramBlock(lastLayer);
-  STRATA_ENFORCE(0 <= begin && begin <= end && end <= last.offset + last.size() - first.offset);
+  STRATA_ENFORCE(0 <= begin && begin <= end &&
+                 end <= static_cast<int64_t>(layersOf(params_, firstLayer, lastLayer).size()));
   if (begin == end)
     return;
   if (momentum_.empty())
     momentum_.resize(params_.size());  // zero-filled
   const auto at = [&](Buffer<float>& buffer) {
-    return std::span<float>(buffer.data() + first.offset + begin, static_cast<size_t>(end - begin));
+    return layersOf(buffer, firstLayer, lastLayer)
+        .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
   };
   backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
                         weightDecay);
@@ -685,20 +685,20 @@ std::span<float> Model::gradients(int firstLayer, int lastLayer) {
   return gradientsNoWait(firstLayer, lastLayer);
 }
 
-std::span<float> Model::gradientsNoWait(int firstLayer, int lastLayer) {
+std::span<float> Model::layersOf(Buffer<float>& buffer, int firstLayer, int lastLayer) const {
   STRATA_ENFORCE_OP(firstLayer, <=, lastLayer);
   const ParamBlock first = paramBlock(firstLayer);
   const ParamBlock last = paramBlock(lastLayer);
-  return {grads_.data() + first.offset,
+  return {buffer.data() + first.offset,
           static_cast<size_t>(last.offset + last.size() - first.offset)};
 }
 
+std::span<float> Model::gradientsNoWait(int firstLayer, int lastLayer) {
+  return layersOf(grads_, firstLayer, lastLayer);
+}
+
 std::span<float> Model::parametersNoWait(int firstLayer, int lastLayer) {
-  STRATA_ENFORCE_OP(firstLayer, <=, lastLayer);
-  const ParamBlock first = paramBlock(firstLayer);
-  const ParamBlock last = paramBlock(lastLayer);
-  return {params_.data() + first.offset,
-          static_cast<size_t>(last.offset + last.size() - first.offset)};
+  return layersOf(params_, firstLayer, lastLayer);
 }
 
 std::span<float> Model::momentum(int layer) {

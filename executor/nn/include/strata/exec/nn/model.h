@@ -243,6 +243,8 @@ class Model {
   struct LayerState;
 
   ConstTensorView inputOf(int layer, int which) const;
+  // Layers [firstLayer, lastLayer] of a parameter-shaped buffer, one span.
+  std::span<float> layersOf(Buffer<float>& buffer, int firstLayer, int lastLayer) const;
   Tensor& gradTargetOf(int layer, int which);
   float betaOf(int layer, int which) const;
   void prepareForward(int layer, ExampleRange r);
