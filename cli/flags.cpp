@@ -131,6 +131,9 @@ void ScenarioFlags::add(CLI::App* app) {
   option("--ps-priority", psPriority,
          "ps: bucket the server serves first: first-needed|fifo|last-ready (default "
          "first-needed)");
+  option("--ps-servers", psServers,
+         "ps: dedicated server nodes after the workers' devices, 0 = sharded over the workers "
+         "(default 0)");
   option("--staleness", staleness,
          "ps: steps a worker may run ahead of its pulls, 0-16 (default 0: synchronous SGD)");
 }
@@ -163,17 +166,19 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
   if (!psPriority.empty())
     o.psPriority = parsePsPriority(psPriority, "--ps-priority");
-  if (!staleness.empty()) {
-    int s = -1;
-    const auto [ptr, ec] =
-        std::from_chars(staleness.data(), staleness.data() + staleness.size(), s);
-    if (ec != std::errc() || ptr != staleness.data() + staleness.size() || s < 0 ||
-        s > kMaxStaleness)
-      throw OptionError("--staleness", fmt::format("must be a whole number of steps in [0, {}], "
-                                                   "got '{}'",
-                                                   kMaxStaleness, staleness));
-    o.staleness = s;
-  }
+  // A whole number in [0, most] (no sign, no fraction, no garbage).
+  auto count = [](const std::string& text, const char* option, int most, const char* what) {
+    int v = -1;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || ptr != text.data() + text.size() || v < 0 || v > most)
+      throw OptionError(option, fmt::format("must be a whole number of {} in [0, {}], got '{}'",
+                                            what, most, text));
+    return v;
+  };
+  if (!staleness.empty())
+    o.staleness = count(staleness, "--staleness", kMaxStaleness, "steps");
+  if (!psServers.empty())
+    o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
 }
 
 void TraceFlags::add(CLI::App* app) {

@@ -57,6 +57,7 @@ struct ScenarioFlags {
   std::string fcUpdate;
   std::string psPriority;
   std::string staleness;
+  std::string psServers;
   std::string segment;
   std::string bucket;
   std::string element;

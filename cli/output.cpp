@@ -12,6 +12,7 @@
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation_suite.h"
 #include "strata/reports/csv.h"
+#include "strata/reports/options_json.h"
 
 namespace strata::cli {
 
@@ -99,7 +100,9 @@ std::string optionsLine(const StepEstimate& e) {
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
   if (e.scenario.strategy == Strategy::kPs)
-    s += fmt::format(", ps priority {}, staleness {}", toString(o.psPriority), o.staleness);
+    s += fmt::format(", ps priority {}, staleness {}, {}", toString(o.psPriority), o.staleness,
+                     o.psServers > 0 ? fmt::format("{} dedicated servers", o.psServers)
+                                     : std::string("servers on the workers"));
   return s;
 }
 
@@ -120,14 +123,7 @@ ordered_json estimateJson(const StepEstimate& e) {
   j["strategy"] = std::string(toString(e.scenario.strategy));
   j["workers"] = e.scenario.workers;
   j["batch_per_worker"] = e.scenario.batchPerWorker;
-  j["options"] = {{"overlap", o.overlap},
-                  {"fc_update", std::string(toString(o.fcUpdate))},
-                  {"segment_bytes", o.segment.value()},
-                  {"bucket_bytes", o.bucket.value()},
-                  {"element", std::string(toString(o.element))},
-                  {"conv_sync", std::string(toString(o.convSync))},
-                  {"ps_priority", std::string(toString(o.psPriority))},
-                  {"staleness", o.staleness}};
+  j["options"] = reports::optionsJson(o);
   j["step_s"] = e.step.value();
   if (e.scenario.strategy == Strategy::kPs) {
     // Steps back to back: step_s is the steady-state period.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "strata/model/checked.h"
 #include "strata/model/collectives.h"
@@ -421,11 +422,36 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
   const int nb = static_cast<int>(buckets.size());
   std::vector<int> bucketOf(static_cast<size_t>(layers), -1);
   std::vector<Seconds> jobWork;
+  // Dedicated servers: ranks K..K+N-1 on the devices after the workers'.
+  // Push: every worker sends chunk j of N to server j (one step); the server
+  // sums the K chunks, updates its chunk and sends it to every worker.
+  const int servers = ctx.sc.options.psServers;
+  std::optional<Topology> placed;
+  PatternCost up, down;
+  if (servers > 0 && k > 1) {
+    placed.emplace(ctx.cluster, k + servers);
+    std::vector<Flow> in, out;
+    for (int w = 0; w < k; ++w)
+      for (int j = 0; j < servers; ++j) {
+        in.push_back({w, k + j});
+        out.push_back({k + j, w});
+      }
+    up = placed->cost(in);
+    down = placed->cost(out);
+  }
   for (int j = 0; j < nb; ++j) {
     const auto& bk = buckets[static_cast<size_t>(j)];
     for (int l = bk.firstLayer; l <= bk.lastLayer; ++l)
       bucketOf[static_cast<size_t>(l)] = j;
-    if (k > 1) {
+    if (k > 1 && servers > 0) {
+      const Bytes chunk(bk.params * ctx.e / servers);
+      const Seconds push = up.time(chunk), pull = down.time(chunk);
+      t.addTime(push, up);
+      t.addTime(pull, down);
+      t.addSymmetricBytes(bk.params * ctx.e, bk.params * ctx.e);
+      jobWork.push_back(push + Seconds(chunk.value() * k * ctx.comm.gamma) +
+                        ctx.update(bk.params / servers) + pull);
+    } else if (k > 1) {
       const Bytes n(bk.params * ctx.e);
       const auto push = reduceScatter(ctx.topo, n, ctx.comm, false);
       const auto pull = allGather(ctx.topo, n / k, false);
@@ -697,7 +723,11 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
   const double local = paramsIn(net, 0, mp) + paramsIn(net, mp, layers) / k;
   m.weights = Bytes(local * e);
   m.gradients = Bytes(local * e);
-  m.optimizer = Bytes(ctx.sc.strategy == Strategy::kPs ? local / k * e : local * e);
+  // ps: a worker's server holds its 1/K of the momentum (none with
+  // dedicated servers).
+  const bool psServers = ctx.sc.strategy == Strategy::kPs && ctx.sc.options.psServers > 0 && k > 1;
+  m.optimizer =
+      Bytes(ctx.sc.strategy == Strategy::kPs ? (psServers ? 0.0 : local / k * e) : local * e);
   // Saved activations: every layer's output (and the network input) for b
   // examples; model-parallel layers hold their 1/K slice of a round's batch
   // plus the whole input they gathered.
@@ -728,7 +758,7 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
         buffers = 2 * staged(grads / k);
         break;
       case Strategy::kPs:
-        buffers = grads / k;
+        buffers = psServers ? 0.0 : grads / k;
         break;  // server shard accumulator
       case Strategy::kOwtA:
       case Strategy::kOwtB:
@@ -783,6 +813,10 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
   if (sc.batchPerWorker < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", sc.batchPerWorker));
+  if (sc.options.psServers < 0 || sc.options.psServers > kMaxPsServers)
+    throw OptionError("--ps-servers", fmt::format("must be a whole number of server nodes in [0, "
+                                                  "{}], got {}",
+                                                  kMaxPsServers, sc.options.psServers));
   if (sc.options.staleness < 0 || sc.options.staleness > kMaxStaleness)
     throw OptionError("--staleness",
                       fmt::format("must be a whole number of steps in [0, {}], got {}",
@@ -816,9 +850,23 @@ int globalBatch(int workers, int batchPerWorker) {
   return static_cast<int>(examples);
 }
 
+void checkPsPlacement(const Cluster& cluster, const Scenario& sc) {
+  const int servers = sc.options.psServers;
+  const auto cap = cluster.capacity();
+  if (sc.strategy == Strategy::kPs && servers > 0 && sc.workers > 1 && cap >= 0 &&
+      int64_t(sc.workers) + servers > cap)
+    throw OptionError("--ps-servers",
+                      fmt::format("cluster '{}' ({}) has {} devices: {} workers and {} dedicated "
+                                  "servers need {}; use fewer servers or workers, or --ps-servers "
+                                  "0 (servers sharded over the workers)",
+                                  cluster.name, cluster.sourceFile, cap, sc.workers, servers,
+                                  int64_t(sc.workers) + servers));
+}
+
 StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
   checkModelWorkers(scenario.workers, limits());
   checkScenario(network, scenario);
+  checkPsPlacement(cluster, scenario);
   const Context ctx(network, cluster, scenario);
   Tally t(scenario.workers);
   StepEstimate est;

@@ -88,7 +88,7 @@ Experiment loadExperiment(const std::string& path) {
 
   if (auto o = root.get("options")) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce",
-                  "ps_priority", "staleness"});
+                  "ps_priority", "staleness", "ps_servers"});
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
@@ -113,6 +113,12 @@ Experiment loadExperiment(const std::string& path) {
         if (!(v >= 0 && v <= kMaxStaleness && v == std::floor(v)))
           st->fail(fmt::format("must be a whole number of steps in [0, {}]", kMaxStaleness));
         opt.staleness = static_cast<int>(v);
+      }
+      if (auto sv = o->get("ps_servers")) {
+        const double v = sv->asDouble();
+        if (!(v >= 0 && v <= kMaxPsServers && v == std::floor(v)))
+          sv->fail(fmt::format("must be a whole number of server nodes in [0, {}]", kMaxPsServers));
+        opt.psServers = static_cast<int>(v);
       }
     } catch (const OptionError& e) {
       // Re-raise with the file and line of the option.

@@ -552,6 +552,7 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
   const int layers = static_cast<int>(net.layers.size());
   const double e = elementBytes(sc.options.element);
   const int stale = sc.options.staleness;
+  const int servers = sc.options.psServers;
   const auto buckets = psKeys(net, sc.options);
   const int nb = static_cast<int>(buckets.size());
   std::vector<int> bucketOf(static_cast<size_t>(layers), -1);
@@ -574,15 +575,51 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
     pj.firstTask = static_cast<uint32_t>(plan.tasks.size());
     b.setJob(static_cast<int>(plan.jobs.size()));
     const Bytes n(bk.params * e);
-    const int push = b.reduceScatterDirect(n, BufferKind::kWeightGradients, bk.firstLayer, start);
-    plan.collectives.back().lastLayer = bk.lastLayer;
-    Deps updated;
-    for (int w = 0; w < k; ++w) {
-      updated.push_back(b.update(w, bk.firstLayer, bk.lastLayer, bk.params / k, {push}));
-      plan.tasks.back().part = w;
+    int pull = -1;
+    if (servers == 0) {
+      const int push = b.reduceScatterDirect(n, BufferKind::kWeightGradients, bk.firstLayer, start);
+      plan.collectives.back().lastLayer = bk.lastLayer;
+      Deps updated;
+      for (int w = 0; w < k; ++w) {
+        updated.push_back(b.update(w, bk.firstLayer, bk.lastLayer, bk.params / k, {push}));
+        plan.tasks.back().part = w;
+      }
+      pull = b.allGatherDirect(n / k, BufferKind::kWeights, bk.firstLayer, updated);
+      plan.collectives.back().lastLayer = bk.lastLayer;
+    } else {
+      // Dedicated servers (ranks K..K+N-1): every worker sends chunk j of N
+      // to server j, which sums the K chunks, updates its chunk and sends it
+      // back to every worker. One step each way, unsegmented.
+      std::vector<PlanFlow> up, down;
+      for (int w = 0; w < k; ++w)
+        for (int j2 = 0; j2 < servers; ++j2) {
+          up.push_back({w, k + j2, j2});
+          down.push_back({k + j2, w, j2});
+        }
+      auto collective = [&](const char* name, BufferKind buffer) {
+        Collective c;
+        c.algorithm = name;
+        c.buffer = buffer;
+        c.bytes = n;
+        c.firstLayer = bk.firstLayer;
+        c.lastLayer = bk.lastLayer;
+        c.parts = servers;
+        return c;
+      };
+      b.begin(collective("push", BufferKind::kWeightGradients));
+      const int x =
+          b.transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n / servers, 0, 0, start, up);
+      const int push = b.end(b.reduce(x, n / servers, k, {x}));
+      Deps updated;
+      for (int j2 = 0; j2 < servers; ++j2) {
+        updated.push_back(
+            b.update(k + j2, bk.firstLayer, bk.lastLayer, bk.params / servers, {push}));
+        plan.tasks.back().part = j2;
+      }
+      b.begin(collective("pull", BufferKind::kWeights));
+      pull = b.end(b.transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n / servers, 0, 0,
+                              updated, down));
     }
-    const int pull = b.allGatherDirect(n / k, BufferKind::kWeights, bk.firstLayer, updated);
-    plan.collectives.back().lastLayer = bk.lastLayer;
     b.setJob(-1);
     pj.lastTask = static_cast<uint32_t>(pull);
     plan.jobs.push_back(pj);
@@ -800,7 +837,8 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations)
     }
     if (k > 1) {
       for (const auto& bucket : psKeys(net, sc.options))
-        step += 2 * segs(bucket.params * e / k) + k + 1;
+        step += sc.options.psServers > 0 ? 3 + sc.options.psServers
+                                         : 2 * segs(bucket.params * e / k) + k + 1;
     } else {
       step += 1;
     }
@@ -916,6 +954,7 @@ Plan lowerToPlan(const Network& network, const Scenario& scenario, int iteration
     lowerWeirdTrick(b, network, scenario);
   } else if (scenario.strategy == Strategy::kPs) {
     plan.iterations = iterations;
+    plan.servers = scenario.workers > 1 ? scenario.options.psServers : 0;
     lowerParamServer(b, network, scenario, iterations);
   } else {
     lowerDataParallel(b, network, scenario);

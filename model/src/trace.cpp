@@ -350,8 +350,9 @@ Counts countPlan(const Plan& plan, const Selection& sel) {
     ++n.slices;
     laneUsed[static_cast<size_t>(w) * kLanes + static_cast<size_t>(lane)] = 1;
   };
-  auto selected = [&](int w) { return sel.worker[static_cast<size_t>(w)] != 0; };
-  std::vector<uint32_t> stamp(static_cast<size_t>(k), 0);
+  // Workers only: a ps plan's dedicated servers (ranks K and up) are not traced.
+  auto selected = [&](int w) { return w < k && sel.worker[static_cast<size_t>(w)] != 0; };
+  std::vector<uint32_t> stamp(static_cast<size_t>(k + plan.servers), 0);
   uint32_t now = 0;
   for (const auto& t : plan.tasks) {
     switch (t.kind) {

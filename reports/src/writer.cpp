@@ -14,6 +14,7 @@
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation.h"
 #include "strata/reports/csv.h"
+#include "strata/reports/options_json.h"
 
 namespace strata::reports {
 
@@ -257,12 +258,7 @@ ordered_json requestJson(const ReportRequest& rq) {
   j["batches"] = rq.batches;
   ordered_json sets = ordered_json::array();
   for (const auto& o : rq.optionSets)
-    sets.push_back({{"overlap", o.overlap},
-                    {"fc_update", std::string(toString(o.fcUpdate))},
-                    {"segment_bytes", o.segment.value()},
-                    {"bucket_bytes", o.bucket.value()},
-                    {"element", std::string(toString(o.element))},
-                    {"conv_sync", std::string(toString(o.convSync))}});
+    sets.push_back(optionsJson(o));
   j["option_sets"] = sets;
   return j;
 }

@@ -91,7 +91,8 @@ class Engine {
         net_(net),
         cluster_(cluster),
         opt_(options),
-        topo_(cluster, plan.scenario.workers),
+        topo_(cluster, plan.scenario.workers + plan.servers),
+        ranks_(plan.scenario.workers + plan.servers),
         k_(plan.scenario.workers),
         costs_(net, cluster, plan.scenario.options.element,
                workersPerNode(cluster, plan.scenario.workers)),
@@ -102,7 +103,7 @@ class Engine {
             cluster.device.overlapCommSpeed(workersPerNode(cluster, plan.scenario.workers))) {
     cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;
     handoff_ = cluster.device.handoffFor(workersPerNode(cluster, plan.scenario.workers)).value();
-    commActive_.assign(static_cast<size_t>(plan.scenario.workers), 0);
+    commActive_.assign(static_cast<size_t>(ranks_), 0);
     const size_t n = plan.tasks.size();
     depsLeft_.resize(n);
     start_.assign(n, -1.0);
@@ -128,8 +129,8 @@ class Engine {
     jobTasksLeft_.resize(plan.jobs.size());
     for (size_t j = 0; j < plan.jobs.size(); ++j)
       jobTasksLeft_[j] = plan.jobs[j].lastTask - plan.jobs[j].firstTask + 1;
-    workerQueue_.resize(static_cast<size_t>(k_));
-    workerBusy_.assign(static_cast<size_t>(k_), 0);
+    workerQueue_.resize(static_cast<size_t>(ranks_));
+    workerBusy_.assign(static_cast<size_t>(ranks_), 0);
     const int channels = 2 * topo_.linkCount();
     beta_.resize(static_cast<size_t>(channels));
     for (int l = 0; l < topo_.linkCount(); ++l) {
@@ -148,12 +149,12 @@ class Engine {
     stamp_.assign(n, 0);
     activeIndex_.assign(n, -1);
 
-    sent_.assign(static_cast<size_t>(k_), 0);
-    received_.assign(static_cast<size_t>(k_), 0);
-    phase_.resize(static_cast<size_t>(k_));
-    computeIntervals_.resize(static_cast<size_t>(k_));
-    ownComm_.resize(static_cast<size_t>(k_));
-    workerStamp_.assign(static_cast<size_t>(k_), 0);
+    sent_.assign(static_cast<size_t>(ranks_), 0);
+    received_.assign(static_cast<size_t>(ranks_), 0);
+    phase_.resize(static_cast<size_t>(ranks_));
+    computeIntervals_.resize(static_cast<size_t>(ranks_));
+    ownComm_.resize(static_cast<size_t>(ranks_));
+    workerStamp_.assign(static_cast<size_t>(ranks_), 0);
     if (opt_.timeline)
       selectTimeline(channels);
   }
@@ -459,14 +460,14 @@ class Engine {
       --commActive_[static_cast<size_t>(w)];
   }
   std::vector<int> commWorkers(const Task& task) const {
-    std::vector<char> in(static_cast<size_t>(k_), 0);
+    std::vector<char> in(static_cast<size_t>(ranks_), 0);
     for (const auto& f : plan_.flowsOf(task)) {
       if (task.kind == TaskKind::kTransfer)
         in[static_cast<size_t>(f.src)] = 1;
       in[static_cast<size_t>(f.dst)] = 1;
     }
     std::vector<int> out;
-    for (int w = 0; w < k_; ++w)
+    for (int w = 0; w < ranks_; ++w)
       if (in[static_cast<size_t>(w)])
         out.push_back(w);
     return out;
@@ -680,7 +681,11 @@ class Engine {
   // a full timeline (tens of millions at K = 1024: growing the vector would
   // copy them several times over).
   void selectTimeline(int channels) {
-    recordWorker_.assign(static_cast<size_t>(k_), opt_.timelineRanks.empty() ? 1 : 0);
+    // Workers only: a ps plan's dedicated servers are not traced (their
+    // links are).
+    recordWorker_.assign(static_cast<size_t>(ranks_), 0);
+    for (int w = 0; w < k_; ++w)
+      recordWorker_[static_cast<size_t>(w)] = opt_.timelineRanks.empty() ? 1 : 0;
     for (int r : opt_.timelineRanks) {
       if (r < 0 || r >= k_)
         throw OptionError("--trace-ranks",
@@ -865,6 +870,7 @@ class Engine {
   const Cluster& cluster_;
   Options opt_;
   Topology topo_;
+  int ranks_;  // workers, then a ps plan's dedicated servers
   int k_;
   ComputeCosts costs_;
   double gamma_;
@@ -961,6 +967,7 @@ Result simulate(const Plan& plan, const Network& network, const Cluster& cluster
                     plan.network, toString(plan.scenario.strategy), plan.scenario.workers,
                     plan.tasks.size(), plan.totalFlows(), work, lim.maxSimEvents, kMaxEventsOption,
                     kAllowLargeOption));
+  checkPsPlacement(cluster, plan.scenario);
   Engine engine(plan, network, cluster, options, lim.maxSimEvents);
   return engine.run();
 }

@@ -321,6 +321,8 @@ TEST_CASE("ps: model and simulator agree on priorities, staleness and batch (1 %
             auto sc = scenario(Strategy::kPs, k, b, true);
             sc.options.psPriority = priority;
             sc.options.staleness = stale;
+            // Dedicated servers on the devices left (k20x8-pcie has 8).
+            sc.options.psServers = stale == 1 && k < 8 ? 8 - k : 0;
             const auto model = estimate(net, cl, sc);
             const auto simulated = run(net, cl, sc, false).estimate;
             CHECK(simulated.step.value() == Approx(model.step.value()).epsilon(0.01));
@@ -362,6 +364,60 @@ TEST_CASE("ps with staleness: a straggler no longer waits for its pulls", "[sim]
     }
   }
   CHECK(ahead);
+}
+
+TEST_CASE("ps on dedicated servers: the closed form, the model, and a trace of the workers",
+          "[sim][ps][servers]") {
+  // Three 4 MB keys, K = 3 workers and N = 2 servers on one switch (1 GB/s,
+  // 10 us, full duplex). Push: a worker sends N chunks of n/N (n/beta on its
+  // uplink), a server receives K (K n/N / beta on its downlink): 10 us + 6 ms.
+  // Sum of K chunks 2 MB x 3 / 10 GB/s = 0.6 ms; update of 500,000 weights
+  // 5 x 2 MB / 100 GB/s = 0.1 ms; pull as the push. J = 12.72 ms, three a step.
+  const auto net = loadNetwork(strata::test::dataFile("three-fc.yaml"));
+  const auto cl = flatCluster(1e9, 1e-5, 0, true, 1e10);
+  auto sc = scenario(Strategy::kPs, 3, 128, true);
+  sc.options.psServers = 2;
+  const auto model = estimate(net, cl, sc);
+  const double job = 2 * 6.01e-3 + 0.6e-3 + 0.1e-3;
+  CHECK(model.workers[0].communication.value() == Approx(3 * job).epsilon(1e-9));
+  CHECK(model.workers[0].sent.value() == Approx(3 * 4e6));
+  CHECK(model.workers[0].memory.optimizer.value() == 0);  // the momentum is on the servers
+  const auto plan = lowerToPlan(net, sc);
+  CHECK(plan.servers == 2);
+  sim::Options o;
+  o.contention = false;
+  o.timeline = true;
+  const auto r = sim::simulate(plan, net, cl, o);
+  CHECK(r.estimate.step.value() == Approx(model.step.value()).epsilon(1e-9));
+  CHECK(r.estimate.firstStep.value() == Approx(model.firstStep.value()).epsilon(1e-9));
+  REQUIRE(r.estimate.workers.size() == 3u);
+  CHECK(r.estimate.workers[2].sent.value() == Approx(3 * 4e6));
+  // The trace holds the workers: every compute task once, servers' updates not at all.
+  std::ostringstream os;
+  writeTrace(os, plan, net, r.estimate, r.timeline);
+  const auto check = test::checkTrace(os.str());
+  for (const auto& p : check.problems)
+    INFO(p);
+  CHECK(check.ok());
+  const auto j = nlohmann::json::parse(os.str());
+  std::vector<int> seen(plan.tasks.size(), 0);
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "X" && e.at("cat") != "link")
+      ++seen[e.at("args").at("task").get<size_t>()];
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const auto& t = plan.tasks[i];
+    if (t.kind == TaskKind::kCompute)
+      CHECK(seen[i] == 1);
+    if (t.kind == TaskKind::kUpdate)
+      CHECK(seen[i] == 0);
+  }
+  // Servers beyond the cluster's devices are refused, naming the option.
+  const auto k20 = presetCluster("k20x8-pcie");
+  auto tooMany = scenario(Strategy::kPs, 4, 32, true);
+  tooMany.options.psServers = 5;
+  CHECK_THROWS_WITH(estimate(net, k20, tooMany), Catch::Contains("--ps-servers"));
+  CHECK_THROWS_WITH(sim::simulate(lowerToPlan(net, tooMany), net, k20, sim::Options{}),
+                    Catch::Contains("--ps-servers"));
 }
 
 TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {

@@ -1162,6 +1162,10 @@ void fnv(uint64_t& h, const T& v) {
 void checkRunnable(const Network& network, const Scenario& sc) {
   if (sc.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
+  if (sc.strategy == Strategy::kPs && sc.options.psServers > 0 && sc.workers > 1)
+    throw OptionError("--ps-servers",
+                      "the executor runs ps with its servers sharded over the workers only "
+                      "(--ps-servers 0); the model and the simulator price dedicated servers");
   for (size_t i = 0; i < network.layers.size(); ++i)
     if (network.layers[i].kind == LayerKind::kRnn)
       throw ConfigError(network.sourceFile, network.layers[i].configLine,
@@ -1189,6 +1193,7 @@ uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions
   fnv(h, sc.options.convSync);
   fnv(h, sc.options.psPriority);
   fnv(h, sc.options.staleness);
+  fnv(h, sc.options.psServers);
   fnv(h, o.steps);
   fnv(h, o.learningRate);
   fnv(h, o.momentum);

@@ -21,6 +21,10 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
 // by each engine (limits.h).
 void checkScenario(const Network& network, const Scenario& scenario);
 
+// Throws OptionError("--ps-servers") when ps's dedicated servers do not fit
+// on the cluster's devices beside the workers.
+void checkPsPlacement(const Cluster& cluster, const Scenario& scenario);
+
 // K x b, checked: throws OptionError("--batch") naming both when the global
 // batch does not fit an int (the CLI's `-b 2147483647 -k 2`).
 int globalBatch(int workers, int batchPerWorker);

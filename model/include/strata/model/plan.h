@@ -147,6 +147,7 @@ struct Plan {
   std::vector<int> deps;
   std::vector<Collective> collectives;
   int iterations = 1;       // steps in the plan (ps: several, back to back)
+  int servers = 0;          // ps: dedicated server ranks K..K+servers-1 (their tasks' `worker`)
   std::vector<PsJob> jobs;  // ps
 
   std::span<const int> depsOf(const Task& t) const {

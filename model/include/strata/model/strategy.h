@@ -41,6 +41,8 @@ PsPriority parsePsPriority(std::string_view text, const std::string& option);
 
 // The most steps a ps worker may run ahead of its pulls (--staleness).
 inline constexpr int kMaxStaleness = 16;
+// The most dedicated ps server nodes (--ps-servers).
+inline constexpr int kMaxPsServers = 1024;
 
 struct StrategyOptions {
   // Overlap gradient communication with backprop (layer by layer, last first).
@@ -63,6 +65,12 @@ struct StrategyOptions {
   AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
   // ps: the order the server serves waiting buckets in.
   PsPriority psPriority = PsPriority::kFirstNeeded;
+  // ps: where the servers are. 0: sharded over the workers (worker j serves
+  // chunk j of every key); N > 0: N dedicated server nodes, placed on the
+  // cluster's devices after the K workers' (the parameter-server deployment):
+  // server j holds chunk j of N, receives every worker's chunk, sums, updates
+  // and sends it back.
+  int psServers = 0;
   // ps: bounded staleness S. Step s's forward of a layer waits for the pull
   // of its weights from step s-1-S (0: from the step before, synchronous SGD).
   int staleness = 0;
