@@ -134,6 +134,9 @@ void ScenarioFlags::add(CLI::App* app) {
   option("--ps-servers", psServers,
          "ps: dedicated server nodes after the workers' devices, 0 = sharded over the workers "
          "(default 0)");
+  option("--ps-node", psNode,
+         "ps: two levels over nodes of G workers (sum into the node's leader, the leaders are "
+         "the servers), 0 = one level (default 0)");
   option("--staleness", staleness,
          "ps: steps a worker may run ahead of its pulls, 0-16 (default 0: synchronous SGD)");
 }
@@ -179,6 +182,8 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.staleness = count(staleness, "--staleness", kMaxStaleness, "steps");
   if (!psServers.empty())
     o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
+  if (!psNode.empty())
+    o.psNode = count(psNode, "--ps-node", kMaxPsServers, "workers per node");
 }
 
 void TraceFlags::add(CLI::App* app) {

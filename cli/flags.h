@@ -58,6 +58,7 @@ struct ScenarioFlags {
   std::string psPriority;
   std::string staleness;
   std::string psServers;
+  std::string psNode;
   std::string segment;
   std::string bucket;
   std::string element;

@@ -101,8 +101,9 @@ std::string optionsLine(const StepEstimate& e) {
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
   if (e.scenario.strategy == Strategy::kPs)
     s += fmt::format(", ps priority {}, staleness {}, {}", toString(o.psPriority), o.staleness,
-                     o.psServers > 0 ? fmt::format("{} dedicated servers", o.psServers)
-                                     : std::string("servers on the workers"));
+                     o.psNode > 0      ? fmt::format("two levels, nodes of {}", o.psNode)
+                     : o.psServers > 0 ? fmt::format("{} dedicated servers", o.psServers)
+                                       : std::string("servers on the workers"));
   return s;
 }
 

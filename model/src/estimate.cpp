@@ -439,11 +439,53 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     up = placed->cost(in);
     down = placed->cost(out);
   }
+  // Two levels (nodes of G workers): into the node's leader, across the
+  // leaders (a reduce-scatter, the leaders being the servers), back across,
+  // back into the node; each stage one step of explicit flows.
+  const int perNode = std::min(k, std::max(1, ctx.sc.options.psNode));
+  const int nodes = (k + perNode - 1) / perNode;
+  std::vector<Flow> into, outOf, across, back;
+  if (ctx.sc.options.psNode > 0 && k > 1) {
+    for (int w = 0; w < k; ++w)
+      if (w % perNode != 0) {
+        into.push_back({w, w / perNode * perNode});
+        outOf.push_back({w / perNode * perNode, w});
+      }
+    for (int a = 0; a < nodes; ++a)
+      for (int c = 0; c < nodes; ++c)
+        if (a != c) {
+          across.push_back({a * perNode, c * perNode});
+          back.push_back({c * perNode, a * perNode});
+        }
+  }
+  // One stage: its time, its bytes per worker and its bottleneck.
+  auto stage = [&](const std::vector<Flow>& flows, Bytes perFlow) {
+    if (flows.empty())
+      return Seconds(0);
+    const auto pattern = ctx.topo.cost(flows);
+    const Seconds time = pattern.time(perFlow);
+    t.addTime(time, pattern);
+    for (const auto& f : flows) {
+      t.sent[static_cast<size_t>(f.src)] += perFlow.value();
+      t.received[static_cast<size_t>(f.dst)] += perFlow.value();
+    }
+    return time;
+  };
   for (int j = 0; j < nb; ++j) {
     const auto& bk = buckets[static_cast<size_t>(j)];
     for (int l = bk.firstLayer; l <= bk.lastLayer; ++l)
       bucketOf[static_cast<size_t>(l)] = j;
-    if (k > 1 && servers > 0) {
+    if (k > 1 && ctx.sc.options.psNode > 0) {
+      const Bytes n(bk.params * ctx.e);
+      const double gamma = ctx.comm.gamma;
+      Seconds work = stage(into, n) + stage(across, n / nodes) + stage(back, n / nodes) +
+                     stage(outOf, n) + ctx.update(bk.params / nodes);
+      if (!into.empty())
+        work += Seconds(n.value() * (perNode - 1) * gamma);
+      if (!across.empty())
+        work += Seconds(n.value() / nodes * (nodes - 1) * gamma);
+      jobWork.push_back(work);
+    } else if (k > 1 && servers > 0) {
       const Bytes chunk(bk.params * ctx.e / servers);
       const Seconds push = up.time(chunk), pull = down.time(chunk);
       t.addTime(push, up);
@@ -725,9 +767,16 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
   m.gradients = Bytes(local * e);
   // ps: a worker's server holds its 1/K of the momentum (none with
   // dedicated servers).
-  const bool psServers = ctx.sc.strategy == Strategy::kPs && ctx.sc.options.psServers > 0 && k > 1;
-  m.optimizer =
-      Bytes(ctx.sc.strategy == Strategy::kPs ? (psServers ? 0.0 : local / k * e) : local * e);
+  // Two levels: a node's leader serves 1/M of it, its other workers nothing.
+  const bool ps = ctx.sc.strategy == Strategy::kPs && k > 1;
+  const int perNode = std::min(k, std::max(1, ctx.sc.options.psNode));
+  const int nodes = (k + perNode - 1) / perNode;
+  const double psShare = !ps                            ? 1.0
+                         : ctx.sc.options.psNode > 0    ? (rank % perNode == 0 ? 1.0 / nodes : 0.0)
+                         : ctx.sc.options.psServers > 0 ? 0.0
+                                                        : 1.0 / k;
+  const bool psServers = ps && ctx.sc.options.psServers > 0;
+  m.optimizer = Bytes(local * e * psShare);
   // Saved activations: every layer's output (and the network input) for b
   // examples; model-parallel layers hold their 1/K slice of a round's batch
   // plus the whole input they gathered.
@@ -758,7 +807,7 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
         buffers = 2 * staged(grads / k);
         break;
       case Strategy::kPs:
-        buffers = psServers ? 0.0 : grads / k;
+        buffers = psServers ? 0.0 : grads * psShare;
         break;  // server shard accumulator
       case Strategy::kOwtA:
       case Strategy::kOwtB:
@@ -817,6 +866,14 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw OptionError("--ps-servers", fmt::format("must be a whole number of server nodes in [0, "
                                                   "{}], got {}",
                                                   kMaxPsServers, sc.options.psServers));
+  if (sc.options.psNode < 0 || sc.options.psNode > kMaxPsServers)
+    throw OptionError("--ps-node", fmt::format("must be a whole number of workers per node in [0, "
+                                               "{}], got {}",
+                                               kMaxPsServers, sc.options.psNode));
+  if (sc.options.psNode > 0 && sc.options.psServers > 0)
+    throw OptionError("--ps-node",
+                      "two levels make the node leaders the servers: use --ps-node or "
+                      "--ps-servers, not both");
   if (sc.options.staleness < 0 || sc.options.staleness > kMaxStaleness)
     throw OptionError("--staleness",
                       fmt::format("must be a whole number of steps in [0, {}], got {}",

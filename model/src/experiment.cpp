@@ -88,7 +88,7 @@ Experiment loadExperiment(const std::string& path) {
 
   if (auto o = root.get("options")) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce",
-                  "ps_priority", "staleness", "ps_servers"});
+                  "ps_priority", "staleness", "ps_servers", "ps_node"});
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
@@ -119,6 +119,13 @@ Experiment loadExperiment(const std::string& path) {
         if (!(v >= 0 && v <= kMaxPsServers && v == std::floor(v)))
           sv->fail(fmt::format("must be a whole number of server nodes in [0, {}]", kMaxPsServers));
         opt.psServers = static_cast<int>(v);
+      }
+      if (auto pn = o->get("ps_node")) {
+        const double v = pn->asDouble();
+        if (!(v >= 0 && v <= kMaxPsServers && v == std::floor(v)))
+          pn->fail(
+              fmt::format("must be a whole number of workers per node in [0, {}]", kMaxPsServers));
+        opt.psNode = static_cast<int>(v);
       }
     } catch (const OptionError& e) {
       // Re-raise with the file and line of the option.

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -553,6 +554,10 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
   const double e = elementBytes(sc.options.element);
   const int stale = sc.options.staleness;
   const int servers = sc.options.psServers;
+  const int levels = sc.options.psNode > 0 ? 2 : 1;
+  const int perNode = std::min(k, std::max(1, sc.options.psNode));  // two levels: node size
+  const int nodes = (k + perNode - 1) / perNode;
+  auto leaderOf = [&](int w) { return w / perNode * perNode; };
   const auto buckets = psKeys(net, sc.options);
   const int nb = static_cast<int>(buckets.size());
   std::vector<int> bucketOf(static_cast<size_t>(layers), -1);
@@ -560,9 +565,11 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
     for (int l = buckets[static_cast<size_t>(j)].firstLayer;
          l <= buckets[static_cast<size_t>(j)].lastLayer; ++l)
       bucketOf[static_cast<size_t>(l)] = j;
-  // pulled[s][j]: the task completing step s's pull of bucket j.
-  std::vector<std::vector<int>> pulled(static_cast<size_t>(iterations),
-                                       std::vector<int>(static_cast<size_t>(nb), -1));
+  // pulled[s][j]: the tasks completing step s's pull of key j (two levels:
+  // the leaders' allgather and the nodes' broadcasts, which not every worker
+  // takes part in).
+  std::vector<std::vector<Deps>> pulled(static_cast<size_t>(iterations),
+                                        std::vector<Deps>(static_cast<size_t>(nb)));
   std::vector<int> prev(static_cast<size_t>(k), -1);
   auto job = [&](int s, int j, const Deps& start) {
     const auto& bk = buckets[static_cast<size_t>(j)];
@@ -576,13 +583,77 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
     b.setJob(static_cast<int>(plan.jobs.size()));
     const Bytes n(bk.params * e);
     int pull = -1;
-    if (servers == 0) {
+    auto collective = [&](const char* name, BufferKind buffer, int parts) {
+      Collective c;
+      c.algorithm = name;
+      c.buffer = buffer;
+      c.bytes = n;
+      c.firstLayer = bk.firstLayer;
+      c.lastLayer = bk.lastLayer;
+      c.parts = parts;
+      return c;
+    };
+    // One step of explicit flows with its sum (inputs > 0), as a collective.
+    auto step = [&](const char* name, BufferKind buffer, int parts, Bytes bytes,
+                    const std::vector<PlanFlow>& flows, int inputs, const Deps& deps) {
+      b.begin(collective(name, buffer, parts));
+      const int x =
+          b.transfer(PatternKind::kPairs, -1, PartRule::kExplicit, bytes, 0, 0, deps, flows);
+      return b.end(inputs > 0 ? b.reduce(x, bytes, inputs, {x}) : x);
+    };
+    if (levels == 2) {
+      // Level 1: each worker's whole key to its node's leader, which sums
+      // them; level 2: the leaders reduce-scatter it (leader of node m is
+      // the server of chunk m of M), update, allgather; level 1 again: each
+      // leader sends the new weights to its node. Stages with no flow (one
+      // node, or one worker per node) are left out.
+      std::vector<PlanFlow> in, out, across, back;
+      for (int w = 0; w < k; ++w)
+        if (w != leaderOf(w)) {
+          in.push_back({w, leaderOf(w), 0});
+          out.push_back({leaderOf(w), w, 0});
+        }
+      for (int a = 0; a < nodes; ++a)
+        for (int c = 0; c < nodes; ++c)
+          if (a != c) {
+            across.push_back({a * perNode, c * perNode, c});
+            back.push_back({c * perNode, a * perNode, c});
+          }
+      // A leader alone in its node takes no part in level 1: its level 2
+      // also waits for its own backprop (`start`).
+      Deps d = start;
+      if (!in.empty())
+        d.push_back(
+            step("node-reduce", BufferKind::kWeightGradients, 1, n, in, perNode - 1, start));
+      if (!across.empty())
+        d = {step("reduce-scatter", BufferKind::kWeightGradients, nodes, n / nodes, across,
+                  nodes - 1, d)};
+      Deps updated;
+      for (int m = 0; m < nodes; ++m) {
+        updated.push_back(b.update(m * perNode, bk.firstLayer, bk.lastLayer, bk.params / nodes, d));
+        plan.tasks.back().part = m;
+        plan.tasks.back().shards = nodes;
+      }
+      Deps done;
+      if (!across.empty())
+        done.push_back(
+            pull = step("allgather", BufferKind::kWeights, nodes, n / nodes, back, 0, updated));
+      if (!out.empty())
+        done.push_back(pull = step("node-broadcast", BufferKind::kWeights, 1, n, out, 0,
+                                   across.empty() ? updated : done));
+      b.setJob(-1);
+      pj.lastTask = static_cast<uint32_t>(pull);
+      plan.jobs.push_back(pj);
+      pulled[static_cast<size_t>(s)][static_cast<size_t>(j)] = done;
+      return;
+    } else if (servers == 0) {
       const int push = b.reduceScatterDirect(n, BufferKind::kWeightGradients, bk.firstLayer, start);
       plan.collectives.back().lastLayer = bk.lastLayer;
       Deps updated;
       for (int w = 0; w < k; ++w) {
         updated.push_back(b.update(w, bk.firstLayer, bk.lastLayer, bk.params / k, {push}));
         plan.tasks.back().part = w;
+        plan.tasks.back().shards = k;
       }
       pull = b.allGatherDirect(n / k, BufferKind::kWeights, bk.firstLayer, updated);
       plan.collectives.back().lastLayer = bk.lastLayer;
@@ -596,34 +667,21 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
           up.push_back({w, k + j2, j2});
           down.push_back({k + j2, w, j2});
         }
-      auto collective = [&](const char* name, BufferKind buffer) {
-        Collective c;
-        c.algorithm = name;
-        c.buffer = buffer;
-        c.bytes = n;
-        c.firstLayer = bk.firstLayer;
-        c.lastLayer = bk.lastLayer;
-        c.parts = servers;
-        return c;
-      };
-      b.begin(collective("push", BufferKind::kWeightGradients));
-      const int x =
-          b.transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n / servers, 0, 0, start, up);
-      const int push = b.end(b.reduce(x, n / servers, k, {x}));
+      const int push =
+          step("push", BufferKind::kWeightGradients, servers, n / servers, up, k, start);
       Deps updated;
       for (int j2 = 0; j2 < servers; ++j2) {
         updated.push_back(
             b.update(k + j2, bk.firstLayer, bk.lastLayer, bk.params / servers, {push}));
         plan.tasks.back().part = j2;
+        plan.tasks.back().shards = servers;
       }
-      b.begin(collective("pull", BufferKind::kWeights));
-      pull = b.end(b.transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n / servers, 0, 0,
-                              updated, down));
+      pull = step("pull", BufferKind::kWeights, servers, n / servers, down, 0, updated);
     }
     b.setJob(-1);
     pj.lastTask = static_cast<uint32_t>(pull);
     plan.jobs.push_back(pj);
-    pulled[static_cast<size_t>(s)][static_cast<size_t>(j)] = pull;
+    pulled[static_cast<size_t>(s)][static_cast<size_t>(j)] = {pull};
   };
   const double params = paramsIn(net, 0, layers);
   for (int s = 0; s < iterations; ++s) {
@@ -633,10 +691,12 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
       for (int l = 0; l < layers; ++l) {
         const int j = bucketOf[static_cast<size_t>(l)];
         auto& p = prev[static_cast<size_t>(w)];
-        p = b.compute(w, l, Phase::kFwd, sc.batchPerWorker, 1.0,
-                      {p, k > 1 && waitFor >= 0 && j >= 0
-                              ? pulled[static_cast<size_t>(waitFor)][static_cast<size_t>(j)]
-                              : -1});
+        Deps d{p};
+        if (k > 1 && waitFor >= 0 && j >= 0) {
+          const auto& pl = pulled[static_cast<size_t>(waitFor)][static_cast<size_t>(j)];
+          d.insert(d.end(), pl.begin(), pl.end());
+        }
+        p = b.compute(w, l, Phase::kFwd, sc.batchPerWorker, 1.0, d);
       }
     // Backprop layer by layer on every worker; a bucket's job once all have
     // left its first layer.
@@ -646,13 +706,16 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
     for (int l = layers - 1; l >= 0; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
       const int j = bucketOf[static_cast<size_t>(l)];
-      const int previous = k > 1 && stale > 0 && s > 0 && j >= 0
-                               ? pulled[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
-                               : -1;
+      const Deps previous = k > 1 && stale > 0 && s > 0 && j >= 0
+                                ? pulled[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
+                                : Deps{};
       for (int w = 0; w < k; ++w) {
         auto& p = prev[static_cast<size_t>(w)];
-        if (layer.hasWeights())
-          p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, {p, previous});
+        if (layer.hasWeights()) {
+          Deps d{p};
+          d.insert(d.end(), previous.begin(), previous.end());
+          p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, d);
+        }
         if (!layer.readsNetworkInput())
           p = b.compute(w, l, Phase::kBwdData, sc.batchPerWorker, 1.0, {p});
       }
@@ -836,9 +899,12 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations)
       step += k * ((layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1));
     }
     if (k > 1) {
+      const double nodes =
+          sc.options.psNode > 0 ? std::ceil(k / std::min(k, double(sc.options.psNode))) : 0;
       for (const auto& bucket : psKeys(net, sc.options))
-        step += sc.options.psServers > 0 ? 3 + sc.options.psServers
-                                         : 2 * segs(bucket.params * e / k) + k + 1;
+        step += sc.options.psNode > 0      ? 6 + nodes
+                : sc.options.psServers > 0 ? 3 + sc.options.psServers
+                                           : 2 * segs(bucket.params * e / k) + k + 1;
     } else {
       step += 1;
     }

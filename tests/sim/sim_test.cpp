@@ -321,8 +321,10 @@ TEST_CASE("ps: model and simulator agree on priorities, staleness and batch (1 %
             auto sc = scenario(Strategy::kPs, k, b, true);
             sc.options.psPriority = priority;
             sc.options.staleness = stale;
-            // Dedicated servers on the devices left (k20x8-pcie has 8).
+            // Dedicated servers on the devices left (k20x8-pcie has 8), or
+            // two levels over nodes of 2 (k20x8-pcie) or 4 (gige-cluster).
             sc.options.psServers = stale == 1 && k < 8 ? 8 - k : 0;
+            sc.options.psNode = stale == 3 ? (c == std::string("k20x8-pcie") ? 2 : 4) : 0;
             const auto model = estimate(net, cl, sc);
             const auto simulated = run(net, cl, sc, false).estimate;
             CHECK(simulated.step.value() == Approx(model.step.value()).epsilon(0.01));
@@ -418,6 +420,32 @@ TEST_CASE("ps on dedicated servers: the closed form, the model, and a trace of t
   CHECK_THROWS_WITH(estimate(net, k20, tooMany), Catch::Contains("--ps-servers"));
   CHECK_THROWS_WITH(sim::simulate(lowerToPlan(net, tooMany), net, k20, sim::Options{}),
                     Catch::Contains("--ps-servers"));
+}
+
+TEST_CASE("two-level ps: level 1 inside the nodes cuts the slow network's bytes by the node size",
+          "[sim][ps][levels]") {
+  // gige-cluster: nodes of 4 GPUs on PCIe joined by 1 Gb/s Ethernet. One
+  // level: every worker's chunks cross the Ethernet; two levels: only the
+  // leaders' (a quarter of the workers), each with the node's sum.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("gige-cluster");
+  auto sc = scenario(Strategy::kPs, 16, 32, true);
+  const auto one = estimate(net, cl, sc);
+  sc.options.psNode = 4;
+  const auto two = estimate(net, cl, sc);
+  CHECK(two.step < one.step * 0.5);
+  const auto simulated = run(net, cl, sc, false).estimate;
+  CHECK(simulated.step.value() == Approx(two.step.value()).epsilon(0.01));
+  // A member sends its whole gradient once, to its leader, per step.
+  const double grads = double(net.totalParams()) * 4;
+  CHECK(two.workers[1].sent.value() == Approx(grads));
+  CHECK(simulated.workers[1].sent.value() == Approx(grads));
+  // Leaders hold the momentum of their 1/M, members none.
+  CHECK(two.workers[1].memory.optimizer.value() == 0);
+  CHECK(two.workers[0].memory.optimizer.value() == Approx(grads / 4));
+  // Both placements at once are refused.
+  sc.options.psServers = 2;
+  CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::Contains("--ps-node"));
 }
 
 TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {

@@ -301,6 +301,26 @@ class Worker {
     done_.assign(plan.tasks.size(), 0);
     timing_.resize(plan.tasks.size());
     model_.setLossNormalizer(double(k_) * b_);
+    // ps: this rank's communication tasks job by job, and the tag of rank
+    // 0's i-th choice (that of the i-th job's first server update: a task
+    // that sends nothing, so no transfer uses its tag).
+    serveByJob_ = !plan.jobs.empty() && k_ > 1;
+    jobTasks_.resize(plan.jobs.size());
+    for (size_t t : commTasks_) {
+      if (plan.tasks[t].job < 0)
+        serveByJob_ = false;
+      else
+        jobTasks_[static_cast<size_t>(plan.tasks[t].job)].push_back(t);
+    }
+    for (const auto& j : plan.jobs) {
+      int tag = tagOf(j.lastTask);
+      for (uint32_t t = j.firstTask; t <= j.lastTask; ++t)
+        if (plan.tasks[t].kind == TaskKind::kUpdate) {
+          tag = tagOf(t);
+          break;
+        }
+      decisionTag_.push_back(tag);
+    }
     keyOf_.assign(net.layers.size(), -1);
     if (plan.scenario.strategy == Strategy::kPs && k_ > 1)
       stale_ = plan.scenario.options.staleness;
@@ -429,68 +449,17 @@ class Worker {
         fmt::format("hung at step {} (--hang-rank {} --hang-step {})", step_, w_, step_));
   }
 
-  // Runs one lane's tasks of this step in Plan order.
+  // Runs one lane's tasks of this run in Plan order (a ps plan's
+  // communication lane: job by job, serveJobs).
   void lane(Clock::time_point t0, bool communication, std::vector<Measured>& ms) {
     try {
-      for (size_t t : communication ? commTasks_ : computeTasks_) {
-        {
-          std::unique_lock lock(mutex_);
-          cv_.wait(lock, [&] {
-            if (error_)
-              return true;
-            for (int d : ownDeps_[t])
-              if (!done_[static_cast<size_t>(d)])
-                return false;
-            return true;
-          });
-          if (error_)
-            return;
-        }
-        const Task& task = plan_.tasks[t];
-        Measured& m = ms[static_cast<size_t>(task.iteration)];
-        if (!communication) {
-          if (task.iteration != prepared_)
-            prepare(task.iteration);
-          // Compute and update: marks on the backend, read after the step.
-          const int a = timer_.mark();
-          if (task.kind == TaskKind::kCompute)
-            compute(task);
-          else
-            update(task);
-          marks_[t] = {a, timer_.mark()};
-        } else {
-          // The compute lane only enqueued its tasks (a GPU runs them
-          // later): wait for the ones this task reads, and only those.
-          for (int d : ownDeps_[t])
-            if (const int end = marks_[static_cast<size_t>(d)].second; end >= 0)
-              timer_.wait(end);
-          const double start = seconds(t0);
-          if (task.kind == TaskKind::kTransfer)
-            transfer(t, task, m);
-          else if (task.kind == TaskKind::kReduce)
-            reduce(t, task);
-          else
-            serverUpdate(task);
-          const double end = seconds(t0);
-          timing_[t] = {start, end};
-          m.communication += end - start;
-        }
-        if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
-          endCollective(task.collective);
-          endpoints_.erase(task.collective);
-          const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
-          if (stale_ > 0 && c.buffer == BufferKind::kWeights) {
-            std::lock_guard lock(mutex_);
-            auto& newest = pulledUpTo_.at(c.firstLayer);
-            newest = std::max(newest, firstStep_ + task.iteration);
-          }
-        }
-        {
-          std::lock_guard lock(mutex_);
-          done_[t] = 1;
-        }
-        cv_.notify_all();
+      if (communication && serveByJob_) {
+        serveJobs(t0, ms);
+        return;
       }
+      for (size_t t : communication ? commTasks_ : computeTasks_)
+        if (!runTask(t, t0, communication, ms))
+          return;
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(mutex_);
@@ -501,6 +470,126 @@ class Worker {
       // The other lane may be blocked in a receive: end the world.
       comm_.abort(fmt::format("worker {}: {}", w_, e.what()));
     }
+  }
+
+  // ps: the server's thread runs one job (a key's push, server updates and
+  // pull) at a time. When it frees, rank 0 starts the job with the biggest
+  // priority among those ready on it (its own dependencies done; ties by
+  // Plan order, which is the order they become ready, or the reverse for
+  // last-ready), the simulator's rule, and sends its choice to every other
+  // rank, so all run the jobs' blocking transfers in one order.
+  void serveJobs(Clock::time_point t0, std::vector<Measured>& ms) {
+    const size_t n = plan_.jobs.size();
+    std::vector<char> started(n, 0);
+    const bool lifo = plan_.scenario.options.psPriority == PsPriority::kLastReady;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<int32_t> choice{-1};
+      if (w_ == 0) {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] {
+          if (error_)
+            return true;
+          choice[0] = -1;
+          for (size_t j = 0; j < n; ++j) {
+            if (started[j] || !jobReady(j))
+              continue;
+            const int best = choice[0];
+            const auto& a = plan_.jobs[j];
+            if (best < 0 || a.priority > plan_.jobs[static_cast<size_t>(best)].priority ||
+                (a.priority == plan_.jobs[static_cast<size_t>(best)].priority && lifo))
+              choice[0] = static_cast<int32_t>(j);
+          }
+          return choice[0] >= 0;
+        });
+        if (error_)
+          return;
+        lock.unlock();
+        for (int r = 1; r < k_; ++r)
+          comm_.send(r, decisionTag_[i], std::as_bytes(std::span<const int32_t>(choice)));
+      } else {
+        comm_.recv(0, decisionTag_[i], std::as_writable_bytes(std::span<int32_t>(choice)));
+      }
+      const auto j = static_cast<size_t>(choice[0]);
+      STRATA_ENFORCE(j < n && !started[j]);
+      started[j] = 1;
+      for (size_t t : jobTasks_[j])
+        if (!runTask(t, t0, true, ms))
+          return;
+    }
+  }
+
+  // Under mutex_: this rank's first task of job j may start (a job it takes
+  // no part in is ready at once).
+  bool jobReady(size_t j) const {
+    if (jobTasks_[j].empty())
+      return true;
+    for (int d : ownDeps_[jobTasks_[j].front()])
+      if (!done_[static_cast<size_t>(d)])
+        return false;
+    return true;
+  }
+
+  // Runs task t on its lane once its own dependencies are done; false when
+  // the other lane failed.
+  bool runTask(size_t t, Clock::time_point t0, bool communication, std::vector<Measured>& ms) {
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] {
+        if (error_)
+          return true;
+        for (int d : ownDeps_[t])
+          if (!done_[static_cast<size_t>(d)])
+            return false;
+        return true;
+      });
+      if (error_)
+        return false;
+    }
+    const Task& task = plan_.tasks[t];
+    Measured& m = ms[static_cast<size_t>(task.iteration)];
+    if (!communication) {
+      if (task.iteration != prepared_)
+        prepare(task.iteration);
+      // Compute and update: marks on the backend, read after the step.
+      const int a = timer_.mark();
+      if (task.kind == TaskKind::kCompute)
+        compute(task);
+      else
+        update(task);
+      marks_[t] = {a, timer_.mark()};
+    } else {
+      // The compute lane only enqueued its tasks (a GPU runs them
+      // later): wait for the ones this task reads, and only those.
+      for (int d : ownDeps_[t])
+        if (const int end = marks_[static_cast<size_t>(d)].second; end >= 0)
+          timer_.wait(end);
+      const double start = seconds(t0);
+      if (task.kind == TaskKind::kTransfer)
+        transfer(t, task, m);
+      else if (task.kind == TaskKind::kReduce)
+        reduce(t, task);
+      else
+        serverUpdate(task);
+      const double end = seconds(t0);
+      timing_[t] = {start, end};
+      m.communication += end - start;
+    }
+    if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
+      endCollective(task.collective);
+      endpoints_.erase(task.collective);
+      const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+      if (stale_ > 0 && c.buffer == BufferKind::kWeights) {
+        std::lock_guard lock(mutex_);
+        auto& newest = pulledUpTo_.at(c.firstLayer);
+        newest = std::max(newest, firstStep_ + task.iteration);
+      }
+    }
+    {
+      std::lock_guard lock(mutex_);
+      done_[t] = 1;
+    }
+    cv_.notify_all();
+    return true;
   }
 
   const std::vector<size_t>& mine() const { return mine_; }
@@ -683,7 +772,7 @@ class Worker {
   // endpoint cuts them.
   void serverUpdate(const Task& task) {
     const auto n = static_cast<int64_t>(model_.parametersNoWait(task.layer, task.lastLayer).size());
-    const auto [begin, end] = piece(n, k_, task.part);
+    const auto [begin, end] = piece(n, task.shards > 0 ? task.shards : k_, task.part);
     if (stale_ == 0) {
       // Synchronous: the server's chunk is the model's own (every worker
       // holds the same weights between steps).
@@ -1092,12 +1181,15 @@ class Worker {
   std::map<int, int> scratchPart_;
   int step_ = 0;
   int firstStep_ = 0;
-  int prepared_ = -1;               // the step whose inputs the model holds
-  std::vector<double> lossShares_;  // per step of the plan
-  int stale_ = 0;                   // ps: StrategyOptions::staleness (0 for the others)
-  std::map<int, Key> keys_;         // ps with staleness: by first layer
-  std::vector<int> keyOf_;          // per layer: its key's first layer, or -1
-  std::map<int, int> pulledUpTo_;   // per key: the newest step whose pull landed here
+  int prepared_ = -1;                          // the step whose inputs the model holds
+  std::vector<double> lossShares_;             // per step of the plan
+  int stale_ = 0;                              // ps: StrategyOptions::staleness (0 for the others)
+  std::map<int, Key> keys_;                    // ps with staleness: by first layer
+  std::vector<int> keyOf_;                     // per layer: its key's first layer, or -1
+  bool serveByJob_ = false;                    // ps: the communication lane runs job by job
+  std::vector<std::vector<size_t>> jobTasks_;  // ps: this rank's tasks of each job
+  std::vector<int> decisionTag_;               // ps: the tag of rank 0's i-th choice
+  std::map<int, int> pulledUpTo_;              // per key: the newest step whose pull landed here
   int stalenessSeen_ = 0;
 };
 
@@ -1162,6 +1254,11 @@ void fnv(uint64_t& h, const T& v) {
 void checkRunnable(const Network& network, const Scenario& sc) {
   if (sc.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
+  if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
+      sc.workers > 1)
+    throw OptionError("--staleness",
+                      "the executor runs two-level ps (--ps-node) with staleness 0 only; the "
+                      "model and the simulator price S > 0");
   if (sc.strategy == Strategy::kPs && sc.options.psServers > 0 && sc.workers > 1)
     throw OptionError("--ps-servers",
                       "the executor runs ps with its servers sharded over the workers only "
@@ -1194,6 +1291,7 @@ uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions
   fnv(h, sc.options.psPriority);
   fnv(h, sc.options.staleness);
   fnv(h, sc.options.psServers);
+  fnv(h, sc.options.psNode);
   fnv(h, o.steps);
   fnv(h, o.learningRate);
   fnv(h, o.momentum);

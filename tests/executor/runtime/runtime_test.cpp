@@ -90,6 +90,54 @@ TEST_CASE("ps with PullWait (steps back to back) gives stepwise ps's weights bit
   }
 }
 
+TEST_CASE("ps priorities change the order of the jobs, not a bit of the weights", "[exec][ps]") {
+  // Rank 0 chooses each next job and every rank follows: no deadlock, and
+  // each job sums and updates its own key, so the order leaves the bits.
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 3, steps = 3;
+  for (int k : workerCounts(2)) {
+    std::vector<std::vector<float>> reference;
+    for (auto priority : {PsPriority::kFirstNeeded, PsPriority::kFifo, PsPriority::kLastReady}) {
+      INFO("K = " << k << " " << toString(priority));
+      auto sc = test::runScenario(Strategy::kPs, k, b);
+      sc.options.psPriority = priority;
+      std::vector<std::vector<float>> params;
+      exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &params);
+      if (reference.empty())
+        reference = params;
+      CHECK(params == reference);
+    }
+  }
+}
+
+TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b; every worker alike",
+          "[exec][ps]") {
+  // Level 1 sums into each node's leader, level 2 across the leaders (the
+  // servers), then back: other sums' order than one level, so to 1e-5 of the
+  // one-worker run, and bit for bit the same on every worker. G = 3 leaves a
+  // smaller last node for most K.
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 4, steps = 3;
+  for (int k : workerCounts(2)) {
+    const auto ref =
+        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                         test::runOptions(steps));
+    for (int g : {2, 3}) {
+      INFO("K = " << k << " G = " << g);
+      auto sc = test::runScenario(Strategy::kPs, k, b);
+      sc.options.psNode = g;
+      std::vector<std::vector<float>> params;
+      const auto run =
+          exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &params);
+      for (const auto& p : params) {
+        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+        CHECK(p == params[0]);
+      }
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+  }
+}
+
 TEST_CASE("ps with staleness S: delayed SGD, the same bits every run, never more than S ahead",
           "[exec][ps][staleness]") {
   const auto net = presetNetwork("tiny-cnn");

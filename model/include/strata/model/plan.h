@@ -103,6 +103,7 @@ struct Task {
   int round = -1;       // owt-*: round of the FC phase
   int iteration = 0;    // the training step the task belongs to
   int part = -1;        // update: the ps server shard (chunk) it updates; -1: all
+  int shards = 0;       // update with part >= 0: the chunks the parameters are cut into
   int job = -1;         // ps: index into Plan::jobs
 };
 

@@ -71,6 +71,12 @@ struct StrategyOptions {
   // server j holds chunk j of N, receives every worker's chunk, sums, updates
   // and sends it back.
   int psServers = 0;
+  // ps: 0: one level, every worker pushes to the servers. G > 0: two levels
+  // (the mshadow-ps guide's layout) over nodes of G consecutive workers: a
+  // node's workers first sum into its leader (its first worker, level 1),
+  // the leaders are the servers, sharded (level 2), and each leader returns
+  // the new weights to its node. G is normally the cluster's workers per node.
+  int psNode = 0;
   // ps: bounded staleness S. Step s's forward of a layer waits for the pull
   // of its weights from step s-1-S (0: from the step before, synchronous SGD).
   int staleness = 0;

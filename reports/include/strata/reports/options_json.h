@@ -18,7 +18,8 @@ inline nlohmann::ordered_json optionsJson(const StrategyOptions& o) {
           {"conv_sync", std::string(toString(o.convSync))},
           {"ps_priority", std::string(toString(o.psPriority))},
           {"staleness", o.staleness},
-          {"ps_servers", o.psServers}};
+          {"ps_servers", o.psServers},
+          {"ps_node", o.psNode}};
 }
 
 }  // namespace strata::reports
