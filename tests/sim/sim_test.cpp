@@ -39,6 +39,26 @@ sim::Result run(const Network& net, const Cluster& cl, const Scenario& sc, bool 
   return sim::simulate(lowerToPlan(net, sc), net, cl, o);
 }
 
+// Writes the trace of a simulated plan, checks it against Perfetto's import
+// rules, and counts its slices per task (durations checked non-negative).
+std::vector<int> traceSlicesPerTask(const Plan& plan, const Network& net, const sim::Result& r) {
+  std::ostringstream os;
+  writeTrace(os, plan, net, r.estimate, r.timeline);
+  const auto check = test::checkTrace(os.str());
+  for (const auto& p : check.problems)
+    INFO(p);
+  CHECK(check.ok());
+  const auto j = nlohmann::json::parse(os.str());
+  std::vector<int> seen(plan.tasks.size(), 0);
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("cat") == "link")
+      continue;
+    CHECK(e.at("dur").get<double>() >= 0);
+    ++seen[e.at("args").at("task").get<size_t>()];
+  }
+  return seen;
+}
+
 }  // namespace
 
 TEST_CASE("with contention off the simulator reproduces the model (1 %)", "[sim][agreement]") {
@@ -395,17 +415,7 @@ TEST_CASE("ps on dedicated servers: the closed form, the model, and a trace of t
   REQUIRE(r.estimate.workers.size() == 3u);
   CHECK(r.estimate.workers[2].sent.value() == Approx(3 * 4e6));
   // The trace holds the workers: every compute task once, servers' updates not at all.
-  std::ostringstream os;
-  writeTrace(os, plan, net, r.estimate, r.timeline);
-  const auto check = test::checkTrace(os.str());
-  for (const auto& p : check.problems)
-    INFO(p);
-  CHECK(check.ok());
-  const auto j = nlohmann::json::parse(os.str());
-  std::vector<int> seen(plan.tasks.size(), 0);
-  for (const auto& e : j.at("traceEvents"))
-    if (e.at("ph") == "X" && e.at("cat") != "link")
-      ++seen[e.at("args").at("task").get<size_t>()];
+  const auto seen = traceSlicesPerTask(plan, net, r);
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const auto& t = plan.tasks[i];
     if (t.kind == TaskKind::kCompute)
@@ -458,20 +468,7 @@ TEST_CASE("the trace is valid JSON with every task in it", "[sim][trace]") {
     sim::Options o;
     o.timeline = true;
     const auto r = sim::simulate(plan, net, cl, o);
-    std::ostringstream os;
-    writeTrace(os, plan, net, r.estimate, r.timeline);
-    const auto check = test::checkTrace(os.str());
-    for (const auto& p : check.problems)
-      INFO(p);
-    CHECK(check.ok());
-    const auto j = nlohmann::json::parse(os.str());
-    std::vector<int> seen(plan.tasks.size(), 0);
-    for (const auto& e : j.at("traceEvents")) {
-      if (e.at("ph") != "X" || e.at("cat") == "link")
-        continue;
-      CHECK(e.at("dur").get<double>() >= 0);
-      ++seen[e.at("args").at("task").get<size_t>()];
-    }
+    const auto seen = traceSlicesPerTask(plan, net, r);
     for (size_t i = 0; i < plan.tasks.size(); ++i) {
       const auto& t = plan.tasks[i];
       if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate)
