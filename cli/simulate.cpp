@@ -1,4 +1,6 @@
 // `strata simulate`: play one step's Plan on a simulated cluster, with a trace.
+#include <fmt/format.h>
+
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -6,11 +8,32 @@
 #include "commands.h"
 #include "flags.h"
 #include "strata/model/plan.h"
+#include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
 #include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
 
 namespace strata::cli {
+namespace {
+
+// --steps: the steps a ps plan plays (0: lowerToPlan's default). The other
+// strategies synchronise every step, so their plans are one step: asking
+// them for more is a mistake, not something to ignore.
+int psSteps(const std::string& text, const Scenario& sc) {
+  if (text.empty())
+    return 0;
+  const int steps = parsePositive(text, "--steps");
+  if (sc.strategy != Strategy::kPs)
+    throw OptionError("--steps", fmt::format("applies to ps only (steps back to back); {} "
+                                             "synchronises every step and plays one",
+                                             toString(sc.strategy)));
+  if (steps < 2)
+    throw OptionError("--steps",
+                      fmt::format("ps needs at least 2 steps to have a period, got {}", steps));
+  return steps;
+}
+
+}  // namespace
 
 Command addSimulateCommand(CLI::App& app) {
   struct Options {
@@ -18,7 +41,7 @@ Command addSimulateCommand(CLI::App& app) {
                                                      format = "table";
     std::vector<std::string> stragglers;
     double jitter = 0;
-    std::string seed = "1";
+    std::string seed = "1", steps;
     ScenarioFlags flags;
     LimitFlags limitFlags;
     TraceFlags traceFlags;
@@ -42,6 +65,9 @@ Command addSimulateCommand(CLI::App& app) {
   sub->add_option("--jitter", o->jitter,
                   "each compute time x (1 + u), u uniform in [-J, J], 0 <= J < 1 (default 0)");
   sub->add_option("--seed", o->seed, "seed of the jitter (default 1)");
+  sub->add_option("--steps", o->steps,
+                  "ps: steps played back to back (default 6 + 2 x staleness); more steps "
+                  "average --jitter out of the steady period");
   sub->add_option("--trace", o->trace,
                   "write a Chrome trace-event JSON file, gzipped when it ends in .gz (open it in "
                   "ui.perfetto.dev)");
@@ -51,7 +77,9 @@ Command addSimulateCommand(CLI::App& app) {
   sub->footer(
       "Examples:\n"
       "  strata simulate -n alexnet-owt -c k20x8-pcie -s owt-b -k 4 --trace step.json\n"
-      "  strata simulate -n resnet50 -c dgx-h100 -s ring -k 16 --straggler 3:1.2");
+      "  strata simulate -n resnet50 -c dgx-h100 -s ring -k 16 --straggler 3:1.2\n"
+      "  strata simulate -n alexnet-owt -c k20x8-pcie -s ps -k 8 -b 32 --jitter 0.2 --steps 60 "
+      "--staleness 1");
   return {sub, [o] {
             o->limitFlags.apply();
             const auto format = parseFormat(o->format);
@@ -65,7 +93,7 @@ Command addSimulateCommand(CLI::App& app) {
             opt.timeline = !o->trace.empty();
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            const auto p = lowerToPlan(net, sc);
+            const auto p = lowerToPlan(net, sc, psSteps(o->steps, sc));
             const TraceOptions traceOpt = o->traceFlags.options(o->trace, sc.workers);
             std::optional<TraceFile> traceFile;
             if (!o->trace.empty()) {

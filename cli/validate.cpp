@@ -238,12 +238,15 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           const std::string stem =
               o.suite ? fmt::format("{}-b{}-{}-k{}", net.name, batch, toString(s), k)
                       : fmt::format("{}-k{}", toString(s), k);
-          auto writeOne = [&](const char* suffix, const StepEstimate& est, const Timeline& tl) {
+          // Each timeline with the plan it played: a ps run holds its own
+          // number of steps, the simulation the default.
+          auto writeOne = [&](const char* suffix, const Plan& p, const StepEstimate& est,
+                              const Timeline& tl) {
             std::ofstream f(std::filesystem::path(o.outDir) / (stem + "." + suffix + ".json"));
-            writeTrace(f, plan, net, est, tl);
+            writeTrace(f, p, net, est, tl);
           };
-          writeOne("measured", median.measured, median.timeline);
-          writeOne("sim", simulated.estimate, simulated.timeline);
+          writeOne("measured", runPlan, median.measured, median.timeline);
+          writeOne("sim", plan, simulated.estimate, simulated.timeline);
           rows.push_back(std::move(row));
         }
       }

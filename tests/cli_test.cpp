@@ -982,6 +982,33 @@ TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
   std::filesystem::remove_all(dir);
 }
 
+// A ps run holds its own number of steps (--steps 8 here, the simulation the
+// default 6): each trace must be written with the plan that played it (with
+// the simulation's plan, a measured step past the sixth named no task).
+TEST_CASE("validate ps: the measured trace holds the median step, the simulated one every step",
+          "[cli][validate][ps]") {
+  const std::string dir = "cli_test_validate_ps";
+  const auto r =
+      runStrata({"validate", "-n", "tiny-cnn", "-s", "ps", "-k", "2", "--batch", "4", "--steps",
+                 "8", "--repeats", "1", "--cluster", "localhost-cpu", "--out-dir", dir});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const auto net =
+      strata::loadNetwork(strata::resolveConfig(strata::ConfigKind::kNetwork, "tiny-cnn", "test"));
+  const auto fwdSlices = [&](const char* file) {
+    const auto j = json::parse(std::ifstream(dir + "/" + file));
+    long n = 0;
+    for (const auto& e : j.at("traceEvents"))
+      if (e.value("ph", "") == "X" && e.value("name", "").rfind("fwd ", 0) == 0)
+        ++n;
+    return n;
+  };
+  const long layers = static_cast<long>(net.layers.size());
+  CHECK(fwdSlices("ps-k2.measured.json") == 2 * layers);  // the executor's median step
+  CHECK(fwdSlices("ps-k2.sim.json") == 6 * 2 * layers);
+  std::filesystem::remove_all(dir);
+}
+
 // Held-out by default: calibrate measures kernel tables only, never the
 // validated network.
 TEST_CASE("validate calibrates held-out by default", "[cli][validate][timing]") {

@@ -30,6 +30,7 @@
 #include <ostream>
 #include <queue>
 #include <span>
+#include <stdexcept>
 #include <tuple>
 
 #include "strata/model/error.h"
@@ -613,6 +614,13 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& net,
                 const StepEstimate& estimate, const Timeline& timeline,
                 const TraceOptions& options) {
   const int k = plan.scenario.workers;
+  // A timeline of another plan (another number of ps steps) would name the
+  // wrong tasks, or none: a programming error, never a trace.
+  for (const auto& s : timeline.slices)
+    if (s.task >= plan.tasks.size() || s.worker < 0 || s.worker >= k)
+      throw std::logic_error(fmt::format(
+          "writeTrace: a slice of task {} on worker {} is not in the plan ({} tasks, {} workers)",
+          s.task, s.worker, plan.tasks.size(), k));
   const auto sel = select(plan, timeline, options);
   const auto counted = count(plan, timeline, sel);
   checkLimit(counted, sel, options, k, "");

@@ -388,6 +388,39 @@ TEST_CASE("ps with staleness: a straggler no longer waits for its pulls", "[sim]
   CHECK(ahead);
 }
 
+TEST_CASE("ps with staleness: jitter averages out, each worker at its own pace",
+          "[sim][ps][jitter]") {
+  // Every compute task x (1 + u), u uniform in [-0.3, 0.3] (seed 7). With
+  // S = 0 each step waits for that step's slowest worker: the period is the
+  // mean over steps of the max over K = 8 workers (+5.5 % here: a step's
+  // tasks average part of their noise out). With S >= 1 a worker waits only
+  // for pulls S steps old, so over 40 steps the period is the slowest
+  // worker's mean compute, the step without jitter to within the noise's
+  // mean. At b = 128 every fc sync hides inside backprop, so the step
+  // without jitter is the compute alone.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = presetCluster("k20x8-pcie");
+  const int k = 8, steps = 40;
+  auto sc = scenario(Strategy::kPs, k, 128, true);
+  const double calm = estimate(net, cl, sc).step.value();
+  sim::Options noisy;
+  noisy.jitter = 0.3;
+  noisy.seed = 7;
+  const auto period = [&](int stale) {
+    sc.options.staleness = stale;
+    const auto plan = lowerToPlan(net, sc, steps);
+    REQUIRE(plan.iterations == steps);
+    const auto r = sim::simulate(plan, net, cl, noisy).estimate;
+    CHECK(r.steadySteps == steps);
+    return r.step.value();
+  };
+  const double sync = period(0), one = period(1), two = period(2);
+  CHECK(sync > 1.04 * calm);
+  CHECK(one < 0.96 * sync);
+  CHECK(two <= one);
+  CHECK(std::abs(one / calm - 1) < 0.01);
+}
+
 TEST_CASE("ps on dedicated servers: the closed form, the model, and a trace of the workers",
           "[sim][ps][servers]") {
   // Three 4 MB keys, K = 3 workers and N = 2 servers on one switch (1 GB/s,
@@ -586,6 +619,20 @@ TEST_CASE("a trace of some ranks: their slices, their links, the same from eithe
   bad.timelineRanks = {16};
   CHECK_THROWS_WITH(sim::simulate(plan, net, cl, bad),
                     "--trace-ranks: rank 16 is out of range: the step has 16 workers (ranks 0-15)");
+}
+
+TEST_CASE("a trace refuses a timeline of another plan (more ps steps) instead of misnaming it",
+          "[sim][trace][ps]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const auto cl = presetCluster("k20x8-pcie");
+  const auto sc = scenario(Strategy::kPs, 2, 16, true);
+  const auto six = lowerToPlan(net, sc), eight = lowerToPlan(net, sc, 8);
+  sim::Options o;
+  o.timeline = true;
+  const auto r = sim::simulate(eight, net, cl, o);
+  std::ostringstream os;
+  CHECK_NOTHROW(writeTrace(os, eight, net, r.estimate, r.timeline));
+  CHECK_THROWS_AS(writeTrace(os, six, net, r.estimate, r.timeline), std::logic_error);
 }
 
 TEST_CASE("same input, same output byte for byte; the seed moves the jitter", "[sim]") {
