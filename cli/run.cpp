@@ -102,9 +102,28 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   s.net = networkArg(f.network, "--network");
   const std::string workers = f.workers.empty() ? std::to_string(ranks) : f.workers;
   s.sc = f.flags.scenario(f.strategy, workers);
-  if (ranks > 0 && s.sc.workers != ranks)
+  // Under mpirun a ps plan's dedicated servers are ranks too (after the
+  // workers): without -k the workers are the ranks the servers leave.
+  auto servers = [&] {
+    return s.sc.strategy == Strategy::kPs && s.sc.workers > 1 ? s.sc.options.psServers : 0;
+  };
+  if (ranks > 0 && f.workers.empty() && servers() > 0) {
+    if (ranks - servers() < 2)
+      throw OptionError(
+          "--ps-servers",
+          fmt::format("{} servers leave {} of the {} ranks mpirun started for "
+                      "workers; start at least {} ranks",
+                      servers(), std::max(0, ranks - servers()), ranks, servers() + 2));
+    s.sc = f.flags.scenario(f.strategy, std::to_string(ranks - servers()));
+  }
+  if (ranks > 0 && s.sc.workers + servers() != ranks)
     throw OptionError("--workers",
-                      fmt::format("is {} but mpirun started {} ranks", s.sc.workers, ranks));
+                      servers() > 0
+                          ? fmt::format("is {} with {} ps server{} ({} ranks) but mpirun started "
+                                        "{} ranks",
+                                        s.sc.workers, servers(), servers() == 1 ? "" : "s",
+                                        s.sc.workers + servers(), ranks)
+                          : fmt::format("is {} but mpirun started {} ranks", s.sc.workers, ranks));
   for (const auto& [option, worker, step, stepOption] :
        {std::tuple{"--fail-rank", opt.failRank, opt.failStep, "--fail-step"},
         std::tuple{"--hang-rank", opt.hangRank, opt.hangStep, "--hang-step"}}) {
@@ -152,8 +171,13 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
 
 // Where the workers compute and how their data moves, in words.
 std::string placementOf(const Setup& s, bool mpi) {
-  if (s.opt.device == exec::Device::kCpu)
-    return mpi ? "MPI ranks" : "threads";
+  if (s.opt.device == exec::Device::kCpu) {
+    const int servers = s.plan.servers;
+    const std::string on = mpi ? "MPI ranks" : "threads";
+    return servers > 0 ? fmt::format("{}, and {} ps server{} as {} after them", on, servers,
+                                     servers == 1 ? "" : "s", mpi ? "ranks" : "threads")
+                       : on;
+  }
   if (mpi) {
 #ifdef STRATA_HAVE_NCCL
     return s.sc.workers > 1 ? "MPI ranks, one GPU each, NCCL" : "MPI rank, on cuda";

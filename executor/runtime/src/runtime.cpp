@@ -262,6 +262,7 @@ class Worker {
         net_(net),
         opt_(opt),
         k_(plan.scenario.workers),
+        world_(plan.scenario.workers + plan.servers),
         w_(comm.rank()),
         b_(plan.scenario.batchPerWorker),
         owt_(isModelParallel(plan.scenario.strategy)),
@@ -322,7 +323,9 @@ class Worker {
       decisionTag_.push_back(tag);
     }
     keyOf_.assign(net.layers.size(), -1);
-    if (plan.scenario.strategy == Strategy::kPs && k_ > 1)
+    // A dedicated server's model holds its chunks' current weights (it runs
+    // no forward): staleness is the workers' matter.
+    if (plan.scenario.strategy == Strategy::kPs && k_ > 1 && !server())
       stale_ = plan.scenario.options.staleness;
     if (stale_ > 0) {
       makeKeys();
@@ -332,6 +335,9 @@ class Worker {
   }
 
   nn::Model& model() { return model_; }
+  // A ps plan's dedicated server (ranks K..K+N-1): no examples, no compute;
+  // it sums, updates and sends its chunk of every key.
+  bool server() const { return w_ >= k_; }
 
   // Runs the plan once: training steps firstStep, firstStep + 1, ... (one
   // step, or a ps plan's steps back to back). Returns this rank's
@@ -421,6 +427,8 @@ class Worker {
   // layer (compute()): the push of the step before may still be reading the
   // others.
   void prepare(int i) {
+    if (server())
+      return;
     prepared_ = i;
     const int s = firstStep_ + i;
     step_ = s;
@@ -504,7 +512,7 @@ class Worker {
         if (error_)
           return;
         lock.unlock();
-        for (int r = 1; r < k_; ++r)
+        for (int r = 1; r < world_; ++r)
           comm_.send(r, decisionTag_[i], std::as_bytes(std::span<const int32_t>(choice)));
       } else {
         comm_.recv(0, decisionTag_[i], std::as_writable_bytes(std::span<int32_t>(choice)));
@@ -1087,7 +1095,8 @@ class Worker {
         plan_.tasks[t + 1].collective == task.collective &&
         plan_.tasks[t + 1].flowBegin == task.flowBegin && plan_.tasks[t + 1].step == task.step &&
         plan_.tasks[t + 1].segment == task.segment;
-    std::vector<int> sendPart(static_cast<size_t>(k_), -1), recvPart(static_cast<size_t>(k_), -1);
+    std::vector<int> sendPart(static_cast<size_t>(world_), -1),
+        recvPart(static_cast<size_t>(world_), -1);
     for (const auto& f : plan_.flowsOf(task)) {
       if (f.src == w_)
         sendPart[static_cast<size_t>(f.dst)] = f.part;
@@ -1099,8 +1108,8 @@ class Worker {
     e.setParts(partsCovered(task));
     scratch_.clear();
     scratchPart_.clear();
-    for (int i = 1; i < k_; ++i) {
-      const int dst = (w_ + i) % k_, src = (w_ - i + k_) % k_;
+    for (int i = 1; i < world_; ++i) {
+      const int dst = (w_ + i) % world_, src = (w_ - i + world_) % world_;
       const int sp = sendPart[static_cast<size_t>(dst)], rp = recvPart[static_cast<size_t>(src)];
       std::span<const float> out;
       std::span<float> in;
@@ -1142,6 +1151,13 @@ class Worker {
     auto& e = endpoint(task.collective);
     const int seg = std::max(task.segment, 0);
     e.setParts(partsCovered(task));
+    // A dedicated server's gradients are the sum of the workers' chunks
+    // alone: it starts from zero (its buffer holds the step before's sum).
+    if (server() && !scratch_.empty()) {
+      const auto& [src, data] = *scratch_.begin();
+      const auto dst = e.land(scratchPart_[src], seg, src);
+      std::fill(dst.begin(), dst.end(), 0.0f);
+    }
     // Sources in a fixed order (by rank) so every run sums alike.
     for (auto& [src, data] : scratch_)
       e.reduce(scratchPart_[src], seg, src, data.span());
@@ -1157,7 +1173,7 @@ class Worker {
   const Plan& plan_;
   const Network& net_;
   const RunOptions& opt_;
-  int k_, w_, b_;
+  int k_, world_, w_, b_;  // workers, ranks (workers, then ps servers), this rank, batch
   bool owt_;
   int mp_;
   nn::SyntheticDataset dataset_;
@@ -1259,10 +1275,6 @@ void checkRunnable(const Network& network, const Scenario& sc) {
     throw OptionError("--staleness",
                       "the executor runs two-level ps (--ps-node) with staleness 0 only; the "
                       "model and the simulator price S > 0");
-  if (sc.strategy == Strategy::kPs && sc.options.psServers > 0 && sc.workers > 1)
-    throw OptionError("--ps-servers",
-                      "the executor runs ps with its servers sharded over the workers only "
-                      "(--ps-servers 0); the model and the simulator price dedicated servers");
   for (size_t i = 0; i < network.layers.size(); ++i)
     if (network.layers[i].kind == LayerKind::kRnn)
       throw ConfigError(network.sourceFile, network.layers[i].configLine,
@@ -1311,9 +1323,16 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
     relowered = lowerToPlan(network, given.scenario, options.steps);
   const Plan& plan = relowered.tasks.empty() ? given : relowered;
   const int k = plan.scenario.workers;
-  if (comm.size() != k)
-    throw OptionError("--workers", fmt::format("the plan has {} workers but {} ranks were started",
-                                               k, comm.size()));
+  // Ranks: the workers, then a ps plan's dedicated servers.
+  const int world = k + plan.servers;
+  if (comm.size() != world)
+    throw OptionError(
+        "--workers",
+        plan.servers > 0
+            ? fmt::format("the plan has {} workers and {} ps server{} ({} ranks) but {} ranks "
+                          "were started",
+                          k, plan.servers, plan.servers == 1 ? "" : "s", world, comm.size())
+            : fmt::format("the plan has {} workers but {} ranks were started", k, comm.size()));
   checkRunnable(network, plan.scenario);
   checkRunOptions(options);
   checkRunDevice(options, k);
@@ -1322,6 +1341,10 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
     throw OptionError("--staleness",
                       "the GPU executor runs ps with staleness 0 only (the CPU executor, the "
                       "model and the simulator take S > 0)");
+  if (plan.servers > 0 && options.device != Device::kCpu)
+    throw OptionError("--ps-servers",
+                      "the GPU executor runs ps with its servers sharded over the workers only "
+                      "(the CPU executor, the model and the simulator take dedicated servers)");
   comm.setTimeout(options.timeout);
   if (plan.scenario.options.element != ElementType::kFp32)
     throw OptionError("--element", "the CPU executor computes in fp32 only");
@@ -1332,10 +1355,10 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
   // verdict: (first rank that differs + 1 or 0, rank 0's hash, that rank's hash)
   std::vector<uint64_t> verdict{0, hash, 0};
   if (comm.rank() == 0) {
-    for (int r = k - 1; r >= 1; --r)
+    for (int r = world - 1; r >= 1; --r)
       if (hashes[static_cast<size_t>(r)] != hash)
         verdict = {uint64_t(r) + 1, hash, hashes[static_cast<size_t>(r)]};
-    for (int r = 1; r < k; ++r)
+    for (int r = 1; r < world; ++r)
       comm.send(r, kTagVerdict, bytesOf(verdict));
   } else {
     comm.recv(0, kTagVerdict, writableBytesOf(verdict));
@@ -1362,10 +1385,12 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
       const int s = first + static_cast<int>(i);
       const auto all = gatherToRoot(comm, statsOf(ms[i]), kTagStats);
       if (comm.rank() == 0) {
+        // The workers' step (a server computes no loss and ends with its
+        // last pull, which the workers' step includes).
         StepLog log{s, 0, 0};
-        for (const auto& st : all) {
-          log.loss += st.loss;
-          log.seconds = std::max(log.seconds, st.seconds);
+        for (int r = 0; r < k; ++r) {
+          log.loss += all[static_cast<size_t>(r)].loss;
+          log.seconds = std::max(log.seconds, all[static_cast<size_t>(r)].seconds);
         }
         result.steps.push_back(log);
         stats.push_back(all);
@@ -1386,7 +1411,7 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
              result.steps[static_cast<size_t>(b)].seconds;
     });
     chosen[0] = order[order.size() / 2];
-    for (int r = 1; r < k; ++r)
+    for (int r = 1; r < world; ++r)
       comm.send(r, kTagVerdict, bytesOf(chosen));
   } else {
     comm.recv(0, kTagVerdict, writableBytesOf(chosen));
@@ -1404,7 +1429,7 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
       origin = std::min(origin, tm[i].start);
   if (!unrolled || !std::isfinite(origin))
     origin = 0;
-  for (size_t i = 0; i < mine.size(); ++i) {
+  for (size_t i = 0; i < mine.size() && !worker.server(); ++i) {  // servers are not traced
     const Task& task = plan.tasks[mine[i]];
     if (unrolled && task.iteration != med)
       continue;
@@ -1430,7 +1455,7 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
   }
   if (comm.rank() == 0) {
     result.timeline.slices = slices;
-    for (int r = 1; r < k; ++r) {
+    for (int r = 1; r < world; ++r) {
       std::vector<uint64_t> n(1);
       comm.recv(r, kTagSlices, writableBytesOf(n));
       std::vector<Slice> theirs(n[0]);
@@ -1524,7 +1549,10 @@ double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   const double floats =
       3 * double(network.totalParams()) + 2 * b * outputs + b * double(network.input.elements());
   const double perWorker = floats * sizeof(float) + 32 * estimatePlanTasks(network, sc);
-  return perWorker * sc.workers;
+  // A ps plan's dedicated servers hold a whole model each (no activations
+  // to speak of, counted alike: a bound, not an estimate).
+  const int servers = sc.strategy == Strategy::kPs && sc.workers > 1 ? sc.options.psServers : 0;
+  return perWorker * (sc.workers + servers);
 }
 
 void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
@@ -1562,23 +1590,24 @@ RunResult runThreads(const Plan& plan, const Network& network, const RunOptions&
   checkRunDevice(options, plan.scenario.workers);
   checkThreadRun(network, plan.scenario, options.device);
   const int k = plan.scenario.workers;
-  std::vector<RunResult> results(static_cast<size_t>(k));
+  const int world = k + plan.servers;  // a ps plan's dedicated servers are threads too
+  std::vector<RunResult> results(static_cast<size_t>(world));
   // On GPUs, the device communicator: each worker's messages are copied and
   // summed on its own GPU's stream (cuda_ops.h).
   std::vector<std::shared_ptr<BufferOps>> ops;
-  for (int w = 0; w < k && (options.commOps || options.device != Device::kCpu); ++w)
+  for (int w = 0; w < world && (options.commOps || options.device != Device::kCpu); ++w)
     ops.push_back(options.commOps ? options.commOps(w)
                                   : makeCommOps(options.device, gpuOfWorker(options, w)));
   runLocal(
-      k,
+      world,
       [&](Communicator& comm) {
         results[static_cast<size_t>(comm.rank())] = runWorker(comm, plan, network, options);
       },
       options.timeout, std::move(ops));
   if (perRankParameters) {
     perRankParameters->clear();
-    for (auto& r : results)
-      perRankParameters->push_back(std::move(r.parameters));
+    for (int r = 0; r < k; ++r)  // the workers' (a server's is current in its chunks only)
+      perRankParameters->push_back(std::move(results[static_cast<size_t>(r)].parameters));
   }
   return std::move(results[0]);
 }

@@ -138,6 +138,70 @@ TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b; e
   }
 }
 
+TEST_CASE("ps on N dedicated servers equals one worker with batch K b; every worker alike",
+          "[exec][ps][servers]") {
+  // Ranks K..K+N-1 are the servers: worker w pushes chunk j of N of each key
+  // to server j, which sums the K chunks from zero, updates its chunk (its
+  // own weights and momentum) and sends it back to every worker. Sums in
+  // another order than one worker, so to 1e-5; every worker bit for bit
+  // alike. N = 3 and 5: more servers than some K, chunks that do not
+  // divide the keys.
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 4, steps = 3;
+  for (int k : workerCounts(2)) {
+    const auto ref =
+        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                         test::runOptions(steps));
+    for (int n : {1, 3, 5}) {
+      INFO("K = " << k << " N = " << n);
+      auto sc = test::runScenario(Strategy::kPs, k, b);
+      sc.options.psServers = n;
+      const auto plan = lowerToPlan(net, sc, steps);
+      REQUIRE(plan.servers == n);
+      std::vector<std::vector<float>> params;
+      const auto run = exec::runThreads(plan, net, test::runOptions(steps), &params);
+      REQUIRE(params.size() == static_cast<size_t>(k));
+      for (const auto& p : params) {
+        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+        CHECK(p == params[0]);
+      }
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      // The workers' figures only: a step's push is the whole gradient, its pull
+      // the whole model.
+      REQUIRE(run.measured.workers.size() == static_cast<size_t>(k));
+      for (const auto& w : run.measured.workers) {
+        CHECK(w.sent.value() == Approx(double(net.totalParams()) * sizeof(float)).epsilon(1e-9));
+        CHECK(w.received.value() == w.sent.value());
+      }
+    }
+  }
+}
+
+TEST_CASE("ps on dedicated servers with staleness S: the sharded servers' delayed SGD",
+          "[exec][ps][servers][staleness]") {
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 5, steps = 6;
+  for (int k : {2, 3}) {
+    for (int stale : {1, 2}) {
+      INFO("K = " << k << " S = " << stale);
+      auto sc = test::runScenario(Strategy::kPs, k, b);
+      sc.options.staleness = stale;
+      std::vector<std::vector<float>> sharded, served, again;
+      exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &sharded);
+      sc.options.psServers = 2;
+      const auto plan = lowerToPlan(net, sc, steps);
+      const auto run = exec::runThreads(plan, net, test::runOptions(steps), &served);
+      exec::runThreads(plan, net, test::runOptions(steps), &again);
+      CHECK(served == again);
+      for (const auto& p : served) {
+        CHECK(p == served[0]);
+        CHECK(maxRelativeDifference(p, sharded[0]) < 1e-5);
+      }
+      CHECK(run.stalenessSeen <= stale);
+    }
+  }
+}
+
 TEST_CASE("ps with staleness S: delayed SGD, the same bits every run, never more than S ahead",
           "[exec][ps][staleness]") {
   const auto net = presetNetwork("tiny-cnn");

@@ -144,9 +144,10 @@ double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 // against its memory (deviceMemoryBytes).
 void checkThreadRun(const Network& network, const Scenario& scenario, Device device = Device::kCpu);
 
-// Runs the plan on K = plan.scenario.workers threads of this process and
-// returns rank 0's result (with every rank's parameters in `perRankParameters`
-// when non-null). A worker that throws ends all workers; the error names it.
+// Runs the plan on K = plan.scenario.workers threads of this process (and
+// one more per dedicated ps server, plan.servers) and returns rank 0's
+// result (with every worker's parameters in `perRankParameters` when
+// non-null). A worker that throws ends all workers; the error names it.
 // checkThreadRun() first.
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters = nullptr);
