@@ -104,6 +104,11 @@ class Engine {
     cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;
     handoff_ = cluster.device.handoffFor(workersPerNode(cluster, plan.scenario.workers)).value();
     commActive_.assign(static_cast<size_t>(ranks_), 0);
+    running_.assign(static_cast<size_t>(ranks_), 0);
+    computeLeft_.assign(static_cast<size_t>(ranks_), 0.0);
+    computeRate_.assign(static_cast<size_t>(ranks_), 1.0);
+    rateSince_.assign(static_cast<size_t>(ranks_), 0.0);
+    computeVersion_.assign(plan.tasks.size(), 0);
     const size_t n = plan.tasks.size();
     depsLeft_.resize(n);
     start_.assign(n, -1.0);
@@ -177,7 +182,9 @@ class Engine {
       const Event e = q_.pop();
       switch (e.kind) {
         case EventKind::kTaskDone:
-          finish(e.task);
+          // A compute task re-rated since (shared cores) carries an old version.
+          if (e.version == computeVersion_[e.task])
+            finish(e.task);
           break;
         case EventKind::kActivate:
           activate(e.task);
@@ -222,7 +229,7 @@ class Engine {
       // A ps server's shard update, on its communication thread.
       start_[t] = now;
       const auto w = static_cast<size_t>(task.worker);
-      ++commActive_[w];
+      addComm(task.worker, 1);
       const double slow = cpuShared_ && workerBusy_[w] ? overlapComm_ : 1.0;
       q_.push(now + costs_.update(task.params).value() / slow, EventKind::kTaskDone, t);
       return;
@@ -282,9 +289,34 @@ class Engine {
       return;
     const uint32_t t = queue.top();
     queue.pop();
-    workerBusy_[static_cast<size_t>(worker)] = 1;
+    const auto w = static_cast<size_t>(worker);
+    workerBusy_[w] = 1;
     start_[t] = q_.now();
-    q_.push(q_.now() + computeTime(plan_.tasks[t], t), EventKind::kTaskDone, t);
+    running_[w] = t;
+    computeLeft_[w] = computeTime(plan_.tasks[t], t);
+    computeRate_[w] = cpuShared_ && commActive_[w] > 0 ? overlapCompute_ : 1.0;
+    rateSince_[w] = q_.now();
+    q_.push(q_.now() + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t,
+            computeVersion_[t]);
+  }
+
+  // Communication on `worker`'s cores starts (+1) or ends (-1). Where the
+  // lanes share cores, the compute task running there changes speed when
+  // the first one starts or the last one ends: what it has left runs at the
+  // new speed from now (the model's sharedLanes, fluid).
+  void addComm(int worker, int delta) {
+    const auto w = static_cast<size_t>(worker);
+    const bool before = commActive_[w] > 0;
+    commActive_[w] += delta;
+    const bool after = commActive_[w] > 0;
+    if (!cpuShared_ || before == after || !workerBusy_[w])
+      return;
+    const uint32_t t = running_[w];
+    const double now = q_.now();
+    computeLeft_[w] = std::max(0.0, computeLeft_[w] - (now - rateSince_[w]) * computeRate_[w]);
+    computeRate_[w] = after ? overlapCompute_ : 1.0;
+    rateSince_[w] = now;
+    q_.push(now + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t, ++computeVersion_[t]);
   }
 
   double computeTime(const Task& task, uint32_t id) const {
@@ -294,9 +326,8 @@ class Engine {
     } else {
       seconds = costs_.update(task.params).value();
     }
-    // Communication running on this worker's cores slows it (set at start).
-    if (cpuShared_ && commActive_[static_cast<size_t>(task.worker)] > 0)
-      seconds /= overlapCompute_;
+    // Alone: communication on the worker's cores slows it while it runs
+    // (tryStart, addComm).
     const auto w = static_cast<size_t>(task.worker);
     if (w < opt_.slowdown.size())
       seconds *= opt_.slowdown[w];
@@ -313,7 +344,7 @@ class Engine {
         if (task.part >= 0) {
           // A ps server's update: communication-thread time of its worker.
           const auto w = static_cast<size_t>(task.worker);
-          --commActive_[w];
+          addComm(task.worker, -1);
           ownComm_[w].push_back({start_[t], end_[t]});
           if (opt_.timeline && recordWorker_[w])
             slices_.push_back({t, task.worker, Track::kReduce, -1, start_[t], end_[t]});
@@ -450,14 +481,14 @@ class Engine {
   bool startComm(const Task& task) {
     bool busy = false;
     for (int w : commWorkers(task)) {
-      ++commActive_[static_cast<size_t>(w)];
       busy = busy || workerBusy_[static_cast<size_t>(w)];
+      addComm(w, 1);
     }
     return busy;
   }
   void endComm(const Task& task) {
     for (int w : commWorkers(task))
-      --commActive_[static_cast<size_t>(w)];
+      addComm(w, -1);
   }
   std::vector<int> commWorkers(const Task& task) const {
     std::vector<char> in(static_cast<size_t>(ranks_), 0);
@@ -882,6 +913,12 @@ class Engine {
   bool cpuShared_ = false;
   double handoff_ = 0;  // seconds for a lane to wake up (calibrated executors)
   std::vector<int> commActive_;
+  // Per worker, its running compute task (shared cores): the work it has
+  // left at full speed, its speed and since when; per task, the version of
+  // its completion event (bumped when re-rated).
+  std::vector<uint32_t> running_;
+  std::vector<double> computeLeft_, computeRate_, rateSince_;
+  std::vector<uint32_t> computeVersion_;
 
   EventQueue q_;
 
