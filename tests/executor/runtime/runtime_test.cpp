@@ -43,6 +43,23 @@ std::vector<int> workerCounts(int from) {
   return ks;
 #endif
 }
+
+// Runs a ps layout of `sc` for `steps` steps against one worker with batch
+// K b (`ref`): its sums run in another order, so every worker's weights are
+// within 1e-5 of the reference, and the same bits on every worker.
+// Returns the run.
+exec::RunResult checkPsAgainstOneWorker(const Network& net, const Scenario& sc, int steps,
+                                        const exec::RunResult& ref) {
+  std::vector<std::vector<float>> params;
+  auto run = exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &params);
+  REQUIRE(params.size() == static_cast<size_t>(sc.workers));
+  for (const auto& p : params) {
+    CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+    CHECK(p == params[0]);
+  }
+  CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  return run;
+}
 }  // namespace
 
 TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") {
@@ -126,14 +143,7 @@ TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b; e
       INFO("K = " << k << " G = " << g);
       auto sc = test::runScenario(Strategy::kPs, k, b);
       sc.options.psNode = g;
-      std::vector<std::vector<float>> params;
-      const auto run =
-          exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &params);
-      for (const auto& p : params) {
-        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
-        CHECK(p == params[0]);
-      }
-      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      checkPsAgainstOneWorker(net, sc, steps, ref);
     }
   }
 }
@@ -156,16 +166,8 @@ TEST_CASE("ps on N dedicated servers equals one worker with batch K b; every wor
       INFO("K = " << k << " N = " << n);
       auto sc = test::runScenario(Strategy::kPs, k, b);
       sc.options.psServers = n;
-      const auto plan = lowerToPlan(net, sc, steps);
-      REQUIRE(plan.servers == n);
-      std::vector<std::vector<float>> params;
-      const auto run = exec::runThreads(plan, net, test::runOptions(steps), &params);
-      REQUIRE(params.size() == static_cast<size_t>(k));
-      for (const auto& p : params) {
-        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
-        CHECK(p == params[0]);
-      }
-      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      REQUIRE(lowerToPlan(net, sc, steps).servers == n);
+      const auto run = checkPsAgainstOneWorker(net, sc, steps, ref);
       // The workers' figures only: a step's push is the whole gradient, its pull
       // the whole model.
       REQUIRE(run.measured.workers.size() == static_cast<size_t>(k));
