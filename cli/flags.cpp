@@ -129,8 +129,8 @@ void ScenarioFlags::add(CLI::App* app) {
   option("--allreduce", allreduce,
          "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
   option("--ps-priority", psPriority,
-         "ps: bucket the server serves first: first-needed|fifo|last-ready (default "
-         "first-needed)");
+         "ps: which waiting key (layer) the server serves first: first-needed|fifo|last-ready "
+         "(default first-needed)");
   option("--ps-servers", psServers,
          "ps: dedicated server nodes after the workers' devices, 0 = sharded over the workers "
          "(default 0)");
