@@ -104,9 +104,7 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   s.sc = f.flags.scenario(f.strategy, workers);
   // Under mpirun a ps plan's dedicated servers are ranks too (after the
   // workers): without -k the workers are the ranks the servers leave.
-  auto servers = [&] {
-    return s.sc.strategy == Strategy::kPs && s.sc.workers > 1 ? s.sc.options.psServers : 0;
-  };
+  auto servers = [&] { return psServerRanks(s.sc); };
   if (ranks > 0 && f.workers.empty() && servers() > 0) {
     if (ranks - servers() < 2)
       throw OptionError(

@@ -1020,7 +1020,7 @@ Plan lowerToPlan(const Network& network, const Scenario& scenario, int iteration
     lowerWeirdTrick(b, network, scenario);
   } else if (scenario.strategy == Strategy::kPs) {
     plan.iterations = iterations;
-    plan.servers = scenario.workers > 1 ? scenario.options.psServers : 0;
+    plan.servers = psServerRanks(scenario);
     lowerParamServer(b, network, scenario, iterations);
   } else {
     lowerDataParallel(b, network, scenario);

@@ -1551,8 +1551,7 @@ double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   const double perWorker = floats * sizeof(float) + 32 * estimatePlanTasks(network, sc);
   // A ps plan's dedicated servers hold a whole model each (no activations
   // to speak of, counted alike: a bound, not an estimate).
-  const int servers = sc.strategy == Strategy::kPs && sc.workers > 1 ? sc.options.psServers : 0;
-  return perWorker * (sc.workers + servers);
+  return perWorker * (sc.workers + psServerRanks(sc));
 }
 
 void checkThreadRun(const Network& network, const Scenario& sc, Device device) {

@@ -110,6 +110,14 @@ struct Scenario {
   StrategyOptions options;
 };
 
+// Ranks after the workers that `scenario`'s dedicated ps servers take
+// (--ps-servers; 0 for other strategies and for ps on one worker, which
+// has nothing to push).
+inline int psServerRanks(const Scenario& scenario) {
+  return scenario.strategy == Strategy::kPs && scenario.workers > 1 ? scenario.options.psServers
+                                                                    : 0;
+}
+
 // Time per phase of the compute stream.
 struct PhaseTimes {
   Seconds fwd;
