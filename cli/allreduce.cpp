@@ -80,7 +80,7 @@ constexpr int kMaxExactWorkers = (1 << 24) / 1023;
 // The options as typed; read and checked by prepare().
 struct AllreduceFlags {
   std::string minBytes = "8B", maxBytes = "64MiB", stepFactor = "2", workers, device = "cpu",
-              iters = "20", warmup = "5", algorithms, format = "table";
+              iters = "20", warmup = "5", algorithms, format = "table", segment;
   CLI::Option* algorithmsOption = nullptr;
 };
 
@@ -94,6 +94,8 @@ struct Setup {
   int iterations = 20;
   int warmup = 5;
   int stepFactor = 2;
+  // Elements per segment of ring and naive (--segment); 0 = one per chunk.
+  std::size_t segmentElems = exec::kDefaultRingSegmentElems;
   std::vector<Algorithm> algorithms;  // the columns, in the order given
   std::vector<bool> available;        // per column: false prints n/a (see notes)
   std::vector<std::string> notes;     // why a column is n/a
@@ -224,6 +226,13 @@ Setup prepare(const AllreduceFlags& f, int ranks) {
   }
   s.iterations = parseCountOption(f.iters, "--iters", kMaxIterations);
   s.warmup = warmupOption(f.warmup);
+  if (!f.segment.empty()) {
+    const double bytes = parseSizeOption(f.segment, "--segment", /*zeroMeansOff=*/true).value();
+    if (bytes != 0 && std::fmod(bytes, 4.0) != 0)
+      throw OptionError("--segment", "must be a whole number of floats (a multiple of 4 B), got '" +
+                                         f.segment + "'");
+    s.segmentElems = static_cast<std::size_t>(bytes / 4);
+  }
 
   s.mpi = ranks > 0;
   if (s.mpi) {
@@ -518,6 +527,11 @@ std::optional<double> averageBusbw(const Setup& s, const Results& results, std::
   return n ? std::optional(sum / n) : std::nullopt;
 }
 
+std::string segmentText(const Setup& s) {
+  return s.segmentElems == 0 ? std::string("one message per chunk (unsegmented)")
+                             : "segments of " + formatSize(s.segmentElems * sizeof(float));
+}
+
 std::string transportOf(const Setup& s) {
   if (!s.mpi)
     return "threads";
@@ -532,6 +546,7 @@ void printTable(std::ostream& out, const Setup& s, const Results& results) {
       s.mpi ? (s.device == exec::Device::kCuda ? "MPI ranks over NCCL" : "MPI ranks") : "threads",
       exec::toString(s.device), s.iterations, s.iterations == 1 ? "" : "s", s.warmup,
       formatSize(s.sizes.front()), formatSize(s.sizes.back()), s.stepFactor);
+  out << fmt::format("ring and naive: {}\n", segmentText(s));
   out << "time: median of the slowest worker's; algbw = size / time; busbw = algbw x 2(K-1)/K; "
          "#wrong: elements != the expected sum\n";
   for (const auto& note : s.notes)
@@ -595,6 +610,7 @@ void printJson(std::ostream& out, const Setup& s, const Results& results) {
   j["device"] = std::string(exec::toString(s.device));
   j["transport"] = transportOf(s);
   j["iterations"] = s.iterations;
+  j["segment_bytes"] = s.segmentElems * sizeof(float);
   j["warmup"] = s.warmup;
   j["algorithms"] = ordered_json::array();
   for (Algorithm a : s.algorithms)
@@ -700,9 +716,13 @@ int runThreads(const AllreduceFlags& f) {
           std::vector<Lane> lanes;
           for (std::size_t c : onThreads) {
             if (s.algorithms[c] == Algorithm::kRing)
-              lanes.push_back({c, [&comm](std::span<float> d) { exec::allreduceRing(comm, d); }});
+              lanes.push_back({c, [&comm, seg = s.segmentElems](std::span<float> d) {
+                                 exec::allreduceRing(comm, d, seg);
+                               }});
             else
-              lanes.push_back({c, [&comm](std::span<float> d) { exec::allreduceNaive(comm, d); }});
+              lanes.push_back({c, [&comm, seg = s.segmentElems](std::span<float> d) {
+                                 exec::allreduceNaive(comm, d, seg);
+                               }});
           }
           measureWorker(comm, s, lanes, results);
         },
@@ -767,10 +787,14 @@ int runRank(const AllreduceFlags* f, std::string mistake, Process process) {
     for (std::size_t col = 0; col < s.algorithms.size(); ++col) {
       switch (s.algorithms[col]) {
         case Algorithm::kRing:
-          lanes.push_back({col, [&c](std::span<float> d) { exec::allreduceRing(c, d); }});
+          lanes.push_back({col, [&c, seg = s.segmentElems](std::span<float> d) {
+                             exec::allreduceRing(c, d, seg);
+                           }});
           break;
         case Algorithm::kNaive:
-          lanes.push_back({col, [&c](std::span<float> d) { exec::allreduceNaive(c, d); }});
+          lanes.push_back({col, [&c, seg = s.segmentElems](std::span<float> d) {
+                             exec::allreduceNaive(c, d, seg);
+                           }});
           break;
         case Algorithm::kMpi:
           lanes.push_back(
@@ -830,6 +854,9 @@ Command addAllreduceCommand(CLI::App& app, Process process) {
                   "one GPU per rank, over NCCL)");
   sub->add_option("--iters,-n", f->iters, "timed iterations per size (default 20)");
   sub->add_option("--warmup,-w", f->warmup, "untimed iterations before them (default 5)");
+  sub->add_option("--segment", f->segment,
+                  "segment of ring and naive: each step moves its chunk in messages of this "
+                  "size, e.g. 1MiB, 0 = one message per chunk (default 256 KiB)");
   f->algorithmsOption =
       sub->add_option("--algorithms", f->algorithms,
                       "comma list of ring, naive, nccl, mpi (default ring,naive, plus nccl with "

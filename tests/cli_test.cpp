@@ -1261,6 +1261,34 @@ TEST_CASE("allreduce on threads sums right on sizes swept as nccl-tests", "[cli]
   }
 }
 
+TEST_CASE("allreduce --segment sets ring's and naive's message size and still sums right",
+          "[cli][allreduce]") {
+  // 256 KiB in segments of 4 KiB (many per chunk), 12 B (chunks not a whole number of
+  // segments) and unsegmented; K = 3 and 5 split 64 Ki floats unevenly.
+  for (const auto& [segment, bytes] :
+       std::vector<std::pair<std::string, int64_t>>{{"4KiB", 4096}, {"12B", 12}, {"0", 0}}) {
+    for (int k : {3, 5}) {
+      INFO("--segment " << segment << ", K = " << k);
+      const auto r =
+          runStrata({"allreduce", "-k", std::to_string(k), "-b", "256KiB", "-e", "256KiB", "-n",
+                     "1", "-w", "0", "--segment", segment, "--format", "json"});
+      INFO("output was:\n" << r.output);
+      REQUIRE(r.status == 0);
+      const json j = json::parse(r.output);
+      CHECK(j.at("segment_bytes") == bytes);
+      for (const char* algorithm : {"ring", "naive"})
+        checkAllreduceCell(j.at("rows").at(0).at(algorithm), 256 * 1024, k);
+    }
+  }
+  const auto table = runStrata(
+      {"allreduce", "-k", "2", "-e", "1KiB", "-f", "16", "-n", "1", "-w", "0", "--segment", "0"});
+  REQUIRE(table.status == 0);
+  CHECK(table.output.find("ring and naive: one message per chunk") != std::string::npos);
+  const auto byDefault =
+      runStrata({"allreduce", "-k", "2", "-e", "1KiB", "-f", "16", "-n", "1", "-w", "0"});
+  CHECK(byDefault.output.find("ring and naive: segments of 256 KiB") != std::string::npos);
+}
+
 TEST_CASE("allreduce rounds sizes down to whole floats and averages busbw from 16 MiB",
           "[cli][allreduce]") {
   const auto r = runStrata({"allreduce", "-k", "2", "-b", "17B", "-e", "16MiB", "-f", "1048576",
