@@ -312,7 +312,8 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     level.group = g.asPositiveInt();
   }
   const auto link = n.require("link");
-  link.allowOnly({"bandwidth", "latency", "duplex", "lanes", "bandwidth_table"});
+  link.allowOnly(
+      {"bandwidth", "latency", "duplex", "lanes", "bandwidth_table", "exchange_bandwidth_table"});
   level.link.bandwidth = link.require("bandwidth").asBandwidth();
   level.link.latency = link.require("latency").asSeconds(true);
   const auto duplex = link.stringOr("duplex", "full");
@@ -328,18 +329,23 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     link.require("lanes").fail(fmt::format(
         "at most {} parallel links per unit (the simulator keeps every lane's load), got {}",
         kMaxLanes, level.link.lanes));
-  if (auto table = link.get("bandwidth_table")) {
+  auto readTable = [&](const char* key, std::vector<BandwidthPoint>& out) {
+    auto table = link.get(key);
+    if (!table)
+      return;
     for (const auto& row : table->items()) {
       row.allowOnly({"bytes", "bandwidth"});
       // The key says the unit: a bare number is bytes (strata calibrate writes them so).
       const Bytes bytes = row.require("bytes").asBytes(false, UnitRule::kImplied);
-      if (!level.link.bandwidthTable.empty() && bytes <= level.link.bandwidthTable.back().bytes)
+      if (!out.empty() && bytes <= out.back().bytes)
         row.require("bytes").fail("sizes must increase down the table");
-      level.link.bandwidthTable.push_back({bytes, row.require("bandwidth").asBandwidth()});
+      out.push_back({bytes, row.require("bandwidth").asBandwidth()});
     }
-    if (level.link.bandwidthTable.empty())
+    if (out.empty())
       table->fail("needs at least one row");
-  }
+  };
+  readTable("bandwidth_table", level.link.bandwidthTable);
+  readTable("exchange_bandwidth_table", level.link.exchangeTable);
   return level;
 }
 

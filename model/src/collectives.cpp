@@ -234,8 +234,11 @@ CollectiveCost naiveAllReduce(const Topology& topo, Bytes n, const CommParams& p
   const int k = topo.workers();
   const int segs = segmentCount(n, p.segment);
   const Bytes s = n / segs;
-  const auto& in = topo.gather(0);
-  const auto& out = topo.scatter(0);
+  // The root sends summed segment j-1 to a worker while it receives segment
+  // j from it (the executor's sendRecv): each pair exchanges.
+  auto in = topo.gather(0);
+  auto out = topo.scatter(0);
+  in.exchangeShare = out.exchangeShare = 1;
   const Seconds sum((k - 1) * s.value() * p.gamma);
   // Gather and broadcast use opposite directions of the reducer's link, so
   // they overlap on full-duplex links; on a half-duplex one they take turns.

@@ -73,8 +73,27 @@ int Topology::linkIndex(int level, int worker) const {
   return levelOffset_[l] + unit * lanes + lane;
 }
 
+bool allExchanges(std::span<const Flow> flows) {
+  std::vector<std::pair<int, int>> pairs;
+  pairs.reserve(flows.size());
+  for (const auto& f : flows)
+    if (f.src != f.dst)
+      pairs.emplace_back(f.src, f.dst);
+  if (pairs.empty())
+    return false;
+  std::sort(pairs.begin(), pairs.end());
+  return std::all_of(pairs.begin(), pairs.end(), [&](const auto& p) {
+    return std::binary_search(pairs.begin(), pairs.end(), std::pair{p.second, p.first});
+  });
+}
+
+double allToAllExchangeShare(int workers) {
+  return workers >= 2 && workers % 2 == 0 ? 1.0 / (workers - 1) : 0.0;
+}
+
 PatternCost Topology::cost(std::span<const Flow> flows) const {
   PatternCost result;
+  result.exchangeShare = allExchanges(flows) ? 1.0 : 0.0;
   std::vector<int> touched;
   touched.reserve(flows.size() * 4);
   for (const auto& f : flows) {
@@ -173,6 +192,7 @@ Seconds Topology::patternLatency(int root) const {
 const PatternCost& Topology::allToAll() const {
   if (!allToAll_) {
     PatternCost pc;
+    pc.exchangeShare = allToAllExchangeShare(workers_);
     if (workers_ > 1)
       pc.latency = patternLatency(-1);
     for (size_t l = 0; l < unitsAtLevel_.size(); ++l) {

@@ -71,6 +71,7 @@ struct Load {
   std::vector<std::pair<int, int>> channels;  // (channel, flows), sorted by channel
   double latency = 0;
   double secondsPerByte = 0;  // alone on the network
+  double exchangeShare = 0;   // of pairs sending to each other (PatternCost::exchangeShare)
 };
 
 // Uniform in [-1, 1] from (seed, task): splitmix64.
@@ -144,7 +145,7 @@ class Engine {
     }
     flowsOn_.assign(static_cast<size_t>(channels), 0);
     for (int l = 0; l < topo_.linkCount(); ++l)
-      hasTables_ = hasTables_ || !topo_.linkSpec(l).bandwidthTable.empty();
+      hasTables_ = hasTables_ || topo_.linkSpec(l).pricesBySize();
     tasksOn_.resize(static_cast<size_t>(channels));
     activeOn_.assign(static_cast<size_t>(channels), 0);
     busySince_.assign(static_cast<size_t>(channels), 0);
@@ -412,13 +413,28 @@ class Engine {
   const Load& loadOf(const Task& task) {
     // Patterned steps share a load per (pattern, root); stored flows get their own.
     const bool patterned = task.pattern != PatternKind::kPairs;
-    const std::pair<int, long> key{static_cast<int>(task.pattern),
+    // The naive reducer's root sends summed segment j-1 to a worker while it
+    // receives segment j from it (one exchange per pair): its gathers and
+    // broadcasts are priced as exchanges, as in the model.
+    const bool naivePair =
+        task.collective >= 0 &&
+        plan_.collectives[static_cast<size_t>(task.collective)].algorithm == "naive" &&
+        (task.pattern == PatternKind::kGather || task.pattern == PatternKind::kScatter);
+    const std::pair<int, long> key{static_cast<int>(task.pattern) + (naivePair ? 1000 : 0),
                                    patterned ? task.root : -1 - long(task.flowBegin)};
     auto it = loads_.find(key);
     if (it != loads_.end())
       return it->second;
     Load load;
     std::vector<int> touched;
+    std::vector<Flow> pairs;
+    for (const auto& f : plan_.flowsOf(task))
+      pairs.push_back({f.src, f.dst});
+    // As the model's patterns: an all-to-all in K-1 shifted rounds.
+    load.exchangeShare = naivePair                                ? 1.0
+                         : task.pattern == PatternKind::kAllToAll ? allToAllExchangeShare(k_)
+                         : allExchanges(pairs)                    ? 1.0
+                                                                  : 0.0;
     for (const auto& f : plan_.flowsOf(task)) {
       const int meet = topo_.meetLevel(f.src, f.dst);
       if (meet < 0)
@@ -617,9 +633,14 @@ class Engine {
         perByte = 0;
         for (const auto& [c, flows] : a.load->channels) {
           const auto ci = static_cast<size_t>(c);
-          const double beta =
-              hasTables_ ? topo_.linkSpec(c / 2).bandwidthFor(Bytes(a.bytes)).value() : beta_[ci];
-          perByte = std::max(perByte, (shared ? flowsOn_[ci] : flows) / beta);
+          double perFlowByte = 1 / beta_[ci];
+          if (hasTables_) {
+            const auto& spec = topo_.linkSpec(c / 2);
+            const double f = a.load->exchangeShare;
+            perFlowByte = (1 - f) / spec.bandwidthFor(Bytes(a.bytes), false).value() +
+                          f / spec.bandwidthFor(Bytes(a.bytes), true).value();
+          }
+          perByte = std::max(perByte, (shared ? flowsOn_[ci] : flows) * perFlowByte);
         }
       }
       if (cpuShared_)

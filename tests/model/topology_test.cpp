@@ -1,6 +1,7 @@
 #include "strata/model/topology.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "helpers.h"
 #include "strata/model/error.h"
@@ -114,6 +115,44 @@ TEST_CASE("a hundred thousand workers are priced without enumerating flows", "[t
   // Each GPU's NIC lane carries its own flows to the 99,992 GPUs in other nodes.
   CHECK(t.allToAll().secondsPerByte == Approx(99'992.0 / nic));
   CHECK(t.gather(12'345).secondsPerByte == Approx(99'992.0 / nic));
+}
+
+TEST_CASE("patterns whose every flow has its reverse are exchanges", "[topology]") {
+  CHECK(allExchanges(std::vector<Flow>{{0, 1}, {1, 0}}));
+  CHECK(allExchanges(std::vector<Flow>{{0, 1}, {1, 0}, {2, 2}}));  // a flow to itself is no flow
+  CHECK(allExchanges(std::vector<Flow>{{0, 1}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 1}}));
+  CHECK(!allExchanges(std::vector<Flow>{{0, 1}, {1, 2}, {2, 0}}));  // a ring of 3
+  CHECK(!allExchanges(std::vector<Flow>{{0, 1}, {1, 0}, {0, 2}}));
+  CHECK(!allExchanges(std::vector<Flow>{}));
+  CHECK(!allExchanges(std::vector<Flow>{{3, 3}}));
+}
+
+TEST_CASE("an exchange table prices pairs sending both ways, one-way flows keep the link's",
+          "[topology]") {
+  const auto cl = loadCluster(strata::test::dataFile("exchange-cluster.yaml"));
+  REQUIRE(cl.levels[0].link.exchangeTable.size() == 2);
+  REQUIRE(cl.levels[0].link.bandwidthTable.empty());
+  // K = 2: the ring's two flows are one exchange.
+  const Topology two(cl, 2);
+  CHECK(two.ringStep().exchangeShare == 1);
+  CHECK(two.ringStep().time(Bytes(64e3)).value() == Approx(1e-6 + 64e3 / 1e9));
+  CHECK(two.ringStep().time(Bytes(4e6)).value() == Approx(1e-6 + 4e6 / 5e8));
+  // Linear in log n between the rows.
+  const double at = std::log(256e3 / 64e3) / std::log(1e6 / 64e3);
+  CHECK(two.ringStep().time(Bytes(256e3)).value() == Approx(1e-6 + 256e3 / (1e9 - at * 5e8)));
+  // K = 3: each worker sends to one neighbour and receives from the other.
+  const Topology three(cl, 3);
+  CHECK(three.ringStep().exchangeShare == 0);
+  CHECK(three.ringStep().time(Bytes(4e6)).value() == Approx(1e-6 + 4e6 / 1e9));
+  // An all-to-all runs in K-1 shifted rounds (send to i+r, receive from i-r): one way
+  // for K = 3; for K = 4 round 2 pairs both ways, a third of the bytes.
+  CHECK(three.allToAll().exchangeShare == 0);
+  CHECK(three.allToAll().time(Bytes(4e6)).value() == Approx(1e-6 + 2 * 4e6 / 1e9));
+  const Topology four(cl, 4);
+  CHECK(four.allToAll().exchangeShare == Approx(1.0 / 3));
+  CHECK(four.allToAll().time(Bytes(4e6)).value() ==
+        Approx(1e-6 + 3 * 4e6 * (2.0 / 3 / 1e9 + 1.0 / 3 / 5e8)));
+  CHECK(two.allToAll().exchangeShare == 1);
 }
 
 TEST_CASE("a bandwidth table prices each message size at its own bandwidth", "[topology]") {

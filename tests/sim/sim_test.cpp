@@ -714,16 +714,18 @@ TEST_CASE("transfers alone on the network are charged to their links exactly", "
 
 TEST_CASE("simulator and model agree on a cluster with a bandwidth table", "[sim][agreement]") {
   const auto net = presetNetwork("tiny-cnn");
-  const auto cl = loadCluster(strata::test::dataFile("table-cluster.yaml"));
-  for (auto s : kAllStrategies)
-    for (int k : {2, 3, 5}) {
-      INFO(toString(s) << " K = " << k);
-      auto sc = scenario(s, k, 16, true);
-      sc.options.bucket = Bytes(100e3);
-      sc.options.segment = Bytes(64e3);
-      CHECK(run(net, cl, sc, false).estimate.step.value() ==
-            Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
-    }
+  for (const char* file : {"table-cluster.yaml", "exchange-cluster.yaml"})
+    for (auto s : kAllStrategies)
+      for (int k : {2, 3, 5}) {
+        INFO(file << ": " << toString(s) << " K = " << k);
+        const auto cl = loadCluster(strata::test::dataFile(file));
+        auto sc = scenario(s, k, 16, true);
+        sc.options.bucket = Bytes(100e3);
+        // In the exchange table's slope, and in the bandwidth table's.
+        sc.options.segment = Bytes(std::string(file) == "exchange-cluster.yaml" ? 256e3 : 64e3);
+        CHECK(run(net, cl, sc, false).estimate.step.value() ==
+              Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
+      }
 }
 
 TEST_CASE("a simulation over the event limit is refused before it starts", "[sim][limits]") {

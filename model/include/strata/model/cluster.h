@@ -98,11 +98,20 @@ struct LinkSpec {
   // Optional: effective bandwidth by message size (strata calibrate). When
   // present, n bytes cross the link at beta(n) (fit.h) instead of `bandwidth`.
   std::vector<BandwidthPoint> bandwidthTable;
+  // Optional: each direction's rate by message size while two endpoints send
+  // to each other at once (scripts/testbed cluster). Some transports move a
+  // pair's two directions slower than one alone: Open MPI's TCP transport
+  // carries both over one connection, large messages at about half the rate.
+  std::vector<BandwidthPoint> exchangeTable;
 
-  // The bandwidth a message of `bytes` gets on this link.
-  BytesPerSecond bandwidthFor(Bytes bytes) const {
+  // The bandwidth a message of `bytes` gets on this link; `exchange`: its
+  // reverse flow (same two endpoints) runs at the same time.
+  BytesPerSecond bandwidthFor(Bytes bytes, bool exchange = false) const {
+    if (exchange && !exchangeTable.empty())
+      return interpolateBandwidth(exchangeTable, bytes);
     return bandwidthTable.empty() ? bandwidth : interpolateBandwidth(bandwidthTable, bytes);
   }
+  bool pricesBySize() const { return !bandwidthTable.empty() || !exchangeTable.empty(); }
 };
 
 // One level of the hierarchy: `group` units of the level below share a switch.

@@ -28,6 +28,13 @@ struct Flow {
   int dst = 0;
 };
 
+// True when every flow between two different workers has its reverse among
+// `flows` (pairs exchanging both ways at once).
+bool allExchanges(std::span<const Flow> flows);
+// PatternCost::exchangeShare of an all-to-all of K workers as the executor
+// runs it (K-1 shifted rounds; round K/2 pairs both ways when K is even).
+double allToAllExchangeShare(int workers);
+
 // Cost of a pattern as a function of the bytes each flow carries.
 struct PatternCost {
   Seconds latency;
@@ -35,13 +42,22 @@ struct PatternCost {
   int bottleneckLink = -1;         // -1: no flow crosses any link
   bool bottleneckUp = true;        // direction on the bottleneck link (up: towards the switch)
   const LinkSpec* link = nullptr;  // the bottleneck link's spec
+  // Share of the pattern's bytes that pairs send to each other at once (a
+  // flow and its reverse together), priced by the link's exchange table when
+  // it has one: 1 for a 2-worker ring step or pairs swapping, 0 for a ring of
+  // 3 or more; an all-to-all runs as K-1 shifted rounds (send to i+r, receive
+  // from i-r), of which only r = K/2 (K even) pairs both ways: 1/(K-1).
+  double exchangeShare = 0;
 
   // alpha + n x (flows / beta) on the bottleneck link, with beta taken for a
   // message of n bytes when the link has a bandwidth table.
   Seconds time(Bytes perFlow) const {
     double perByte = secondsPerByte;
-    if (link && !link->bandwidthTable.empty())
-      perByte *= link->bandwidth.value() / link->bandwidthFor(perFlow).value();
+    if (link && link->pricesBySize()) {
+      const double nominal = link->bandwidth.value();
+      perByte *= (1 - exchangeShare) * nominal / link->bandwidthFor(perFlow, false).value() +
+                 exchangeShare * nominal / link->bandwidthFor(perFlow, true).value();
+    }
     return latency + Seconds(perFlow.value() * perByte);
   }
 };
