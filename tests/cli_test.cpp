@@ -1313,18 +1313,19 @@ TEST_CASE("allreduce prints a table with units and CSV with one row per size", "
   INFO("output was:\n" << table.output);
   REQUIRE(table.status == 0);
   const auto text = lines(table.output);
-  REQUIRE(text.size() == 7);  // header, legend, column names, 3 sizes, average
+  REQUIRE(text.size() == 8);  // header, segments, legend, column names, 3 sizes, average
   CHECK(text[0].rfind("allreduce: 2 workers (threads, cpu), float sum, 2 iterations after 0 "
                       "warm-up, sizes 1 KiB .. 4 KiB x2",
                       0) == 0);
-  CHECK(text[2].find("ring: time") != std::string::npos);
-  CHECK(text[2].find("naive: time") != std::string::npos);
-  for (size_t i = 3; i < 6; ++i) {
+  CHECK(text[1] == "ring and naive: segments of 256 KiB");
+  CHECK(text[3].find("ring: time") != std::string::npos);
+  CHECK(text[3].find("naive: time") != std::string::npos);
+  for (size_t i = 4; i < 7; ++i) {
     CHECK(text[i].find(" KiB") != std::string::npos);
     CHECK(text[i].find(" us") != std::string::npos);
     CHECK(text[i].find(" GB/s") != std::string::npos);
   }
-  CHECK(text[6].rfind("avg busbw: no size of 16 MiB", 0) == 0);
+  CHECK(text[7].rfind("avg busbw: no size of 16 MiB", 0) == 0);
 
   auto csvArgs = base;
   csvArgs.insert(csvArgs.end(), {"--format", "csv"});
