@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <queue>
+#include <tuple>
 
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
@@ -420,21 +421,25 @@ class Engine {
         task.collective >= 0 &&
         plan_.collectives[static_cast<size_t>(task.collective)].algorithm == "naive" &&
         (task.pattern == PatternKind::kGather || task.pattern == PatternKind::kScatter);
-    const std::pair<int, long> key{static_cast<int>(task.pattern) + (naivePair ? 1000 : 0),
-                                   patterned ? task.root : -1 - long(task.flowBegin)};
+    const std::tuple<int, long, bool> key{static_cast<int>(task.pattern),
+                                          patterned ? task.root : -1 - long(task.flowBegin),
+                                          naivePair};
     auto it = loads_.find(key);
     if (it != loads_.end())
       return it->second;
     Load load;
     std::vector<int> touched;
-    std::vector<Flow> pairs;
-    for (const auto& f : plan_.flowsOf(task))
-      pairs.push_back({f.src, f.dst});
     // As the model's patterns: an all-to-all in K-1 shifted rounds.
-    load.exchangeShare = naivePair                                ? 1.0
-                         : task.pattern == PatternKind::kAllToAll ? allToAllExchangeShare(k_)
-                         : allExchanges(pairs)                    ? 1.0
-                                                                  : 0.0;
+    if (naivePair) {
+      load.exchangeShare = 1;
+    } else if (task.pattern == PatternKind::kAllToAll) {
+      load.exchangeShare = allToAllExchangeShare(k_);
+    } else {
+      std::vector<Flow> pairs;
+      for (const auto& f : plan_.flowsOf(task))
+        pairs.push_back({f.src, f.dst});
+      load.exchangeShare = allExchanges(pairs) ? 1 : 0;
+    }
     for (const auto& f : plan_.flowsOf(task)) {
       const int meet = topo_.meetLevel(f.src, f.dst);
       if (meet < 0)
@@ -633,13 +638,9 @@ class Engine {
         perByte = 0;
         for (const auto& [c, flows] : a.load->channels) {
           const auto ci = static_cast<size_t>(c);
-          double perFlowByte = 1 / beta_[ci];
-          if (hasTables_) {
-            const auto& spec = topo_.linkSpec(c / 2);
-            const double f = a.load->exchangeShare;
-            perFlowByte = (1 - f) / spec.bandwidthFor(Bytes(a.bytes), false).value() +
-                          f / spec.bandwidthFor(Bytes(a.bytes), true).value();
-          }
+          const double perFlowByte = hasTables_ ? topo_.linkSpec(c / 2).secondsPerByte(
+                                                      Bytes(a.bytes), a.load->exchangeShare)
+                                                : 1 / beta_[ci];
           perByte = std::max(perByte, (shared ? flowsOn_[ci] : flows) * perFlowByte);
         }
       }
@@ -971,7 +972,7 @@ class Engine {
   std::vector<int> activeOn_;
   std::vector<double> busySince_, busy_, bytesOn_;
   std::vector<int> scratch_;
-  std::map<std::pair<int, long>, Load> loads_;
+  std::map<std::tuple<int, long, bool>, Load> loads_;
   std::vector<Active> active_;
   std::vector<int> freeActive_;
   std::vector<int> activeIndex_;

@@ -112,6 +112,12 @@ struct LinkSpec {
     return bandwidthTable.empty() ? bandwidth : interpolateBandwidth(bandwidthTable, bytes);
   }
   bool pricesBySize() const { return !bandwidthTable.empty() || !exchangeTable.empty(); }
+  // Seconds per byte of one flow of `bytes`-byte messages when a share
+  // `exchangeShare` of them travel beside their reverse (PatternCost).
+  double secondsPerByte(Bytes bytes, double exchangeShare) const {
+    return (1 - exchangeShare) / bandwidthFor(bytes, false).value() +
+           exchangeShare / bandwidthFor(bytes, true).value();
+  }
 };
 
 // One level of the hierarchy: `group` units of the level below share a switch.

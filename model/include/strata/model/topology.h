@@ -53,11 +53,8 @@ struct PatternCost {
   // message of n bytes when the link has a bandwidth table.
   Seconds time(Bytes perFlow) const {
     double perByte = secondsPerByte;
-    if (link && link->pricesBySize()) {
-      const double nominal = link->bandwidth.value();
-      perByte *= (1 - exchangeShare) * nominal / link->bandwidthFor(perFlow, false).value() +
-                 exchangeShare * nominal / link->bandwidthFor(perFlow, true).value();
-    }
+    if (link && link->pricesBySize())
+      perByte *= link->bandwidth.value() * link->secondsPerByte(perFlow, exchangeShare);
     return latency + Seconds(perFlow.value() * perByte);
   }
 };
