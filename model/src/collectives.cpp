@@ -235,15 +235,21 @@ CollectiveCost naiveAllReduce(const Topology& topo, Bytes n, const CommParams& p
   const int segs = segmentCount(n, p.segment);
   const Bytes s = n / segs;
   // The root sends summed segment j-1 to a worker while it receives segment
-  // j from it (the executor's sendRecv): each pair exchanges.
+  // j from it (the executor's sendRecv): those pairs exchange. Segment 0's
+  // gather and the last segment's broadcast go one way, alone; every path
+  // through the pipeline holds both, so their one-way price replaces the
+  // exchange price exactly once each (a single segment: all one way).
   auto in = topo.gather(0);
   auto out = topo.scatter(0);
+  const Seconds inAlone = in.time(s), outAlone = out.time(s);
   in.exchangeShare = out.exchangeShare = 1;
+  const Seconds alone = (in.time(s) - inAlone) + (out.time(s) - outAlone);
   const Seconds sum((k - 1) * s.value() * p.gamma);
   // Gather and broadcast use opposite directions of the reducer's link, so
   // they overlap on full-duplex links; on a half-duplex one they take turns.
-  c.time = topo.allFullDuplex() ? pipelineTime(segs, {in.time(s), sum, out.time(s)})
-                                : pipelineTime(segs, {in.time(s) + out.time(s), sum});
+  c.time = (topo.allFullDuplex() ? pipelineTime(segs, {in.time(s), sum, out.time(s)})
+                                 : pipelineTime(segs, {in.time(s) + out.time(s), sum})) -
+           alone;
   c.steps = 2;
   for (int i = 1; i < k; ++i) {
     c.sent[static_cast<size_t>(i)] = n.value();

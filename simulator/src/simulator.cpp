@@ -416,11 +416,14 @@ class Engine {
     const bool patterned = task.pattern != PatternKind::kPairs;
     // The naive reducer's root sends summed segment j-1 to a worker while it
     // receives segment j from it (one exchange per pair): its gathers and
-    // broadcasts are priced as exchanges, as in the model.
+    // broadcasts are priced as exchanges, as in the model, all but segment
+    // 0's gather and the last segment's broadcast, which go one way alone.
+    const auto* owner =
+        task.collective >= 0 ? &plan_.collectives[static_cast<size_t>(task.collective)] : nullptr;
     const bool naivePair =
-        task.collective >= 0 &&
-        plan_.collectives[static_cast<size_t>(task.collective)].algorithm == "naive" &&
-        (task.pattern == PatternKind::kGather || task.pattern == PatternKind::kScatter);
+        owner && owner->algorithm == "naive" &&
+        ((task.pattern == PatternKind::kGather && task.segment > 0) ||
+         (task.pattern == PatternKind::kScatter && task.segment < owner->segments - 1));
     const std::tuple<int, long, bool> key{static_cast<int>(task.pattern),
                                           patterned ? task.root : -1 - long(task.flowBegin),
                                           naivePair};

@@ -93,6 +93,30 @@ TEST_CASE("naive reducer: streamed gather, sum, broadcast", "[collectives]") {
   }
 }
 
+TEST_CASE("naive reducer: only the segments that cross pay the exchange rate", "[collectives]") {
+  // One way at 1 GB/s; pairs exchanging both ways at 500 MB/s from 1 MB.
+  const auto c = loadCluster(strata::test::dataFile("exchange-cluster.yaml"));
+  const double alpha = 1e-6, oneWay = 1e9, both = 5e8;
+  const double gamma = 1.0 / c.device.reduceBandwidth.value();
+  for (int k = 2; k <= 5; ++k) {
+    INFO("K = " << k);
+    const Topology t(c, k);
+    // One segment: the root receives everything, then sends it back. Nothing
+    // crosses, so both transfers go at the one-way rate.
+    const auto one =
+        allReduce(t, AllreduceAlgorithm::kNaive, Bytes(4e6), CommParams{Bytes(0), gamma});
+    const double g1 = alpha + (k - 1) * 4e6 / oneWay;
+    CHECK(one.time.value() == Approx(2 * g1 + (k - 1) * 4e6 * gamma).epsilon(1e-12));
+    // 4 segments of 1 MB: segment 0's gather and segment 3's broadcast go one
+    // way; the 3 gathers and 3 broadcasts between are exchanges.
+    const auto four =
+        allReduce(t, AllreduceAlgorithm::kNaive, Bytes(4e6), CommParams{Bytes(1e6), gamma});
+    const double g = alpha + (k - 1) * 1e6 / oneWay, x = alpha + (k - 1) * 1e6 / both;
+    const double r = (k - 1) * 1e6 * gamma;
+    CHECK(four.time.value() == Approx(g + r + g + 3 * std::max(x, r)).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("naive reducer on half-duplex links cannot overlap gather and broadcast",
           "[collectives]") {
   const auto c = flatCluster(kBeta, 0, 0, false, kReduceBw);
