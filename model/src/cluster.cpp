@@ -86,6 +86,10 @@ double DeviceSpec::overlapCommSpeed(int workers) const {
   return overlapComm.empty() ? 1.0 : std::min(1.0, interpolateSharing(overlapComm, workers));
 }
 
+double DeviceSpec::overlapCommRateFor(int workers) const {
+  return overlapCommRate.empty() ? 0.0 : interpolateSharing(overlapCommRate, workers);
+}
+
 Seconds DeviceSpec::handoffFor(int workers) const {
   return handoffs.empty() ? laneHandoff
                           : Seconds(interpolateRows(handoffs, workers, Beyond::kHold));
@@ -226,7 +230,7 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
   std::vector<std::pair<int, double>> out;
   for (const auto& row : list.items()) {
     row.allowOnly({"workers", "speed", "memory_speed", "overlap_compute_speed",
-                   "overlap_comm_speed", "lane_handoff"});
+                   "overlap_comm_speed", "overlap_comm_rate", "lane_handoff"});
     if (!row.has(key))
       continue;
     const int workers = row.require("workers").asPositiveInt();
@@ -285,6 +289,8 @@ DeviceSpec readDevice(const ConfigNode& n) {
     d.overlapCompute = readSharing(*sharing, "overlap_compute_speed", speed);
     d.overlapComm = readSharing(*sharing, "overlap_comm_speed", speed);
     d.handoffs = readSharing(*sharing, "lane_handoff", time);
+    auto rate = [](const ConfigNode& v) { return v.asBandwidth().value(); };
+    d.overlapCommRate = readSharing(*sharing, "overlap_comm_rate", rate);
   }
   if (auto handoff = n.get("lane_handoff"))
     d.laneHandoff = handoff->asSeconds(true);

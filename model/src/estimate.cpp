@@ -53,6 +53,20 @@ int workersPerNode(const Cluster& cluster, int workers) {
   return group == 0 ? workers : std::min(workers, group);
 }
 
+LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int workers) {
+  const int perNode = workersPerNode(cluster, workers);
+  LaneSpeeds s{cluster.device.overlapComputeSpeed(perNode),
+               cluster.device.overlapCommSpeed(perNode)};
+  const double measured = cluster.device.overlapCommRateFor(perNode);
+  const double perByte = topo.workers() > 1 ? topo.ringStep().secondsPerByte : 0.0;
+  if (measured <= 0 || perByte <= 0)
+    return s;
+  const double busy = std::min(1.0, 1.0 / perByte / measured);
+  s.compute = 1 - (1 - s.compute) * busy;
+  s.comm = std::min(1.0, s.comm / busy);
+  return s;
+}
+
 Seconds updateTime(double params, const DeviceSpec& device, ElementType element) {
   const Bytes traffic(5.0 * params * elementBytes(element));
   return traffic / (device.memoryBandwidth * device.memoryEfficiency);
@@ -87,8 +101,8 @@ struct Context {
         k(s.workers),
         b(s.batchPerWorker),
         costs(n, c, s.options.element, workersPerNode(c, s.workers)),
-        overlapCompute(c.device.overlapComputeSpeed(workersPerNode(c, s.workers))),
-        overlapComm(c.device.overlapCommSpeed(workersPerNode(c, s.workers))),
+        overlapCompute(overlapSpeeds(c, topo, s.workers).compute),
+        overlapComm(overlapSpeeds(c, topo, s.workers).comm),
         handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;
     comm.gamma = 1.0 / c.device.reduceBandwidth.value();

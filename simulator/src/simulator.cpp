@@ -100,9 +100,11 @@ class Engine {
                workersPerNode(cluster, plan.scenario.workers)),
         gamma_(1.0 / cluster.device.reduceBandwidth.value()),
         overlapCompute_(
-            cluster.device.overlapComputeSpeed(workersPerNode(cluster, plan.scenario.workers))),
+            overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers), plan.scenario.workers)
+                .compute),
         overlapComm_(
-            cluster.device.overlapCommSpeed(workersPerNode(cluster, plan.scenario.workers))) {
+            overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers), plan.scenario.workers)
+                .comm) {
     cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;
     handoff_ = cluster.device.handoffFor(workersPerNode(cluster, plan.scenario.workers)).value();
     commActive_.assign(static_cast<size_t>(ranks_), 0);

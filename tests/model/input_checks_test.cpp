@@ -134,6 +134,16 @@ TEST_CASE("a bare number for a quantity key is an error naming file, line, key a
         tmpPath("bare-peak") +
             ":4: device.peak.fp32: needs a unit: a compute rate (FLOP/s, GFLOP/s, TFLOP/s, "
             "PFLOP/s), got '1e12'");
+  // A sharing row's communication rate is a bandwidth.
+  const std::string eff = "  efficiency: {conv: 0.5, default: 0.5}\n";
+  const std::string row =
+      "  sharing:\n    - {workers: 2, speed: 0.9, overlap_compute_speed: 0.6, "
+      "overlap_comm_speed: 0.5, overlap_comm_rate: ";
+  CHECK(clusterError("comm-rate", eff, eff + row + "3.3 GB/s}\n").empty());
+  CHECK(clusterError("bare-comm-rate", eff, eff + row + "3.3e9}\n") ==
+        tmpPath("bare-comm-rate") +
+            ":10: device.sharing[0].overlap_comm_rate: needs a unit: a bandwidth (B/s, KB/s, "
+            "MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, Mb/s, Gb/s, Mbit/s, Gbit/s), got '3.3e9'");
   // 0 is 0 in every unit: a bare 0 stays allowed where 0 is.
   CHECK(clusterError("zero-latency", "latency: 10 us", "latency: 0").empty());
   // A key whose name says the unit takes a bare number: `bytes:` of a table.

@@ -393,6 +393,39 @@ TEST_CASE("workers sharing a node compute at the calibrated speed", "[strategy]"
         Approx(alone / 0.5).epsilon(1e-5));
 }
 
+TEST_CASE("a link slower than the calibrated lane leaves the cores to compute", "[strategy]") {
+  // Calibrated: with 2 workers the lanes run at 0.6 (compute) and 0.5
+  // (communication) while both run, the communication lane moving 4 GB/s alone.
+  auto speeds = [](double linkBytesPerSecond, bool withRate) {
+    auto cl = flatCluster(linkBytesPerSecond, 0, 0, true);
+    cl.device.overlapCompute = {{1, 1.0}, {2, 0.6}};
+    cl.device.overlapComm = {{1, 1.0}, {2, 0.5}};
+    if (withRate)
+      cl.device.overlapCommRate = {{2, 4e9}};
+    return overlapSpeeds(cl, Topology(cl, 2), 2);
+  };
+  // A link as fast as the lane or faster: the speeds as measured.
+  for (double beta : {4e9, 16e9}) {
+    CHECK(speeds(beta, true).compute == Approx(0.6));
+    CHECK(speeds(beta, true).comm == Approx(0.5));
+  }
+  // 1 GB/s: the lane is busy a quarter of the time. Compute loses a quarter
+  // of its 40 %; communication at half speed still keeps up with the wire.
+  CHECK(speeds(1e9, true).compute == Approx(1 - 0.4 * 0.25));
+  CHECK(speeds(1e9, true).comm == Approx(1.0));
+  // 2.5 GB/s: busy 5/8; the slowed lane moves 2 GB/s of the 2.5 the link could.
+  CHECK(speeds(2.5e9, true).compute == Approx(1 - 0.4 * 0.625));
+  CHECK(speeds(2.5e9, true).comm == Approx(0.8));
+  // Without a measured rate (older calibrations): as measured, on any link.
+  CHECK(speeds(1e8, false).compute == Approx(0.6));
+  CHECK(speeds(1e8, false).comm == Approx(0.5));
+  // One worker: nothing to share.
+  auto one = flatCluster(1e8, 0);
+  one.device.overlapCompute = {{1, 1.0}, {2, 0.6}};
+  one.device.overlapCommRate = {{2, 4e9}};
+  CHECK(overlapSpeeds(one, Topology(one, 1), 1).compute == Approx(1.0));
+}
+
 TEST_CASE("validation error arithmetic", "[validation]") {
   auto make = [](double measured, double model, double sim, bool within = true) {
     ValidationRow r;

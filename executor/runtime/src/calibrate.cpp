@@ -221,7 +221,9 @@ std::string calibrate(const CalibrationOptions& o) {
        "(memory_speed) together; with each worker's communication lane exchanging 4 MiB "
        "segments with its ring neighbours and summing them while its compute lane runs GEMMs: "
        "the compute lane's speed (overlap_compute_speed) and the exchanges' "
-       "(overlap_comm_speed); lane_handoff: a thread asleep on a condition variable runs again "
+       "(overlap_comm_speed), and the bytes per second each worker's exchanges sent alone "
+       "(overlap_comm_rate: on a slower link the lane waits on the wire and leaves the cores to "
+       "compute); lane_handoff: a thread asleep on a condition variable runs again "
        "after another notifies it, while this many threads run GEMMs (half a ping-pong of two "
        "threads, median of 3 x 300), as the executor's compute and communication lanes release "
        "each other\n";

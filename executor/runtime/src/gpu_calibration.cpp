@@ -399,10 +399,12 @@ std::pair<double, double> measureGpuSharing(int workers) {
 // worker's compute lane runs GEMMs on its backend while its communication
 // lane exchanges 4 MiB segments with its ring neighbours through the device
 // communicator and sums them with the reduce-add kernel; speeds relative to
-// each running alone with the same number of workers, median of 3 trials.
-std::pair<double, double> measureGpuOverlap(int workers) {
+// each running alone with the same number of workers, median of 3 trials. No
+// rate: the communication kernels hold their SMs for as long as they run,
+// however fast the link, so the speeds hold on any link.
+OverlapTrial measureGpuOverlap(int workers) {
   if (workers < 2)
-    return {1.0, 1.0};
+    return {};
   constexpr size_t kSegment = size_t{1} << 20;  // floats
   constexpr int kExchanges = 48;
   auto run = [&](int mode) {  // 0: communication alone, 1: compute alone, 2: both
@@ -467,7 +469,7 @@ std::pair<double, double> measureGpuOverlap(int workers) {
     c.push_back(std::min(1.0, both.first / gemmAlone));
     m.push_back(std::min(1.0, commAlone / both.second));
   }
-  return {median(c), median(m)};
+  return {median(c), median(m), 0.0};
 }
 
 }  // namespace

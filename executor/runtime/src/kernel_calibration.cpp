@@ -423,9 +423,9 @@ double median3(double a, double b, double c) {
 }
 }  // namespace
 
-std::pair<double, double> measureOverlap(int workers) {
+OverlapTrial measureOverlap(int workers) {
   if (workers < 2)
-    return {1.0, 1.0};
+    return {};
   constexpr int kGemm = 256;
   constexpr size_t kSegment = 1u << 20;  // floats: 4 MiB, the Plan's segment
   constexpr int kExchanges = 24;
@@ -471,16 +471,17 @@ std::pair<double, double> measureOverlap(int workers) {
     return std::pair{*std::min_element(gemmRate.begin(), gemmRate.end()),
                      *std::max_element(commTime.begin(), commTime.end())};
   };
-  double computeSpeed[3], commSpeed[3];
+  double computeSpeed[3], commSpeed[3], rate[3];
   for (int trial = 0; trial < 3; ++trial) {
     const double commAlone = run(0).second;
     const double gemmAlone = run(1).first;
     const auto both = run(2);
     computeSpeed[trial] = std::min(1.0, both.first / gemmAlone);
     commSpeed[trial] = std::min(1.0, commAlone / both.second);
+    rate[trial] = kExchanges * double(kSegment * sizeof(float)) / commAlone;
   }
   return {median3(computeSpeed[0], computeSpeed[1], computeSpeed[2]),
-          median3(commSpeed[0], commSpeed[1], commSpeed[2])};
+          median3(commSpeed[0], commSpeed[1], commSpeed[2]), median3(rate[0], rate[1], rate[2])};
 }
 
 double measureHandoff(int busy) {
@@ -543,7 +544,7 @@ int calibrationPoolOut(double units, int window) {
 
 std::vector<SharingRow> measureSharingRows(
     int maxWorkers, const std::function<std::pair<double, double>(int)>& sharing,
-    const std::function<std::pair<double, double>(int)>& overlap,
+    const std::function<OverlapTrial(int)>& overlap,
     const std::function<void(const std::string&)>& say, const std::string& where) {
   std::vector<SharingRow> rows;
   for (int k = 1; k <= maxWorkers; k *= 2) {
@@ -551,7 +552,10 @@ std::vector<SharingRow> measureSharingRows(
     r.workers = k;
     if (k > 1)
       std::tie(r.gemm, r.memory) = sharing(k);
-    std::tie(r.overlapCompute, r.overlapComm) = overlap(k);
+    const auto trial = overlap(k);
+    r.overlapCompute = trial.compute;
+    r.overlapComm = trial.comm;
+    r.overlapCommRate = trial.commRate;
     r.handoff = measureHandoff(k);
     rows.push_back(r);
     say(
@@ -567,8 +571,12 @@ void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows)
   for (const auto& r : rows)
     y << fmt::format(
         "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
-        "overlap_comm_speed: {:.3f}, lane_handoff: {:.4g} us}}\n",
-        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm, r.handoff * 1e6);
+        "overlap_comm_speed: {:.3f}{}, lane_handoff: {:.4g} us}}\n",
+        r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
+        r.overlapCommRate > 0
+            ? fmt::format(", overlap_comm_rate: {:.4g} GB/s", r.overlapCommRate / 1e9)
+            : std::string(),
+        r.handoff * 1e6);
 }
 
 std::vector<TimingSample> pingPong(Communicator& comm) {

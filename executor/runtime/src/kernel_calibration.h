@@ -56,6 +56,13 @@ void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables);
 struct SharingRow {
   int workers = 1;
   double gemm = 1, memory = 1, overlapCompute = 1, overlapComm = 1, handoff = 0;
+  double overlapCommRate = 0;  // bytes/s; 0: not measured (not written)
+};
+// What an overlap trial measures: the two lanes' speeds while both run, and
+// the bytes per second each worker's communication lane sent alone (0 where
+// the rate does not say how busy the lane keeps the compute's resources).
+struct OverlapTrial {
+  double compute = 1, comm = 1, commRate = 0;
 };
 // Rows for 1, 2, 4, ... up to maxWorkers: `sharing(k)` gives (GEMM, memory)
 // speeds for k > 1, `overlap(k)` (compute, communication) speeds, and the
@@ -63,7 +70,7 @@ struct SharingRow {
 // (e.g. " on GPU 0").
 std::vector<SharingRow> measureSharingRows(
     int maxWorkers, const std::function<std::pair<double, double>(int)>& sharing,
-    const std::function<std::pair<double, double>(int)>& overlap,
+    const std::function<OverlapTrial(int)>& overlap,
     const std::function<void(const std::string&)>& say, const std::string& where);
 // The rows under `sharing:` (indented by 4).
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows);
@@ -76,8 +83,9 @@ std::pair<double, double> measureSharing(int workers);
 // `workers` workers when its communication lane moves data (a ring exchange
 // of 4 MiB segments, summed as the executor sums them) while its compute lane
 // runs GEMMs, relative to each running alone with the same number of workers.
-// On CPU workers the two lanes share the cores: both slow down.
-std::pair<double, double> measureOverlap(int workers);
+// On CPU workers the two lanes share the cores: both slow down. commRate:
+// the bytes each worker's lane sent per second alone (median of 3).
+OverlapTrial measureOverlap(int workers);
 
 // Seconds for a thread asleep on a condition variable to run again after
 // another sets its flag and notifies it, as the executor's lanes hand tasks

@@ -50,6 +50,12 @@ struct DeviceSpec {
   // has engines of its own.
   std::vector<std::pair<int, double>> overlapCompute;
   std::vector<std::pair<int, double>> overlapComm;
+  // Optional (strata calibrate, overlap_comm_rate): the bytes per second each
+  // worker's communication lane moved alone in the trial that measured the
+  // overlap speeds (exchanges through shared memory, summed: every byte costs
+  // the cores). A link slower than that leaves the lane waiting on the wire
+  // for part of its time, and the cores to the compute lane (overlapSpeeds).
+  std::vector<std::pair<int, double>> overlapCommRate;
   // Optional (strata calibrate): how long a worker's lane (compute or
   // communication) takes to resume once the other lane has produced what it
   // waits for (a condition-variable wake-up in the executor); 0 elsewhere.
@@ -82,6 +88,8 @@ struct DeviceSpec {
   // without figures).
   double overlapComputeSpeed(int workers) const;
   double overlapCommSpeed(int workers) const;
+  // overlapCommRate at `workers` (linear in between); 0 when not measured.
+  double overlapCommRateFor(int workers) const;
 
   // Peak for an element type; throws OptionError("--element") naming the
   // cluster file when the device has no figure for it.

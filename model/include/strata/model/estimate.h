@@ -4,6 +4,7 @@
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
+#include "strata/model/topology.h"
 
 namespace strata {
 
@@ -42,6 +43,24 @@ MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const S
 
 // Workers that share a node (the innermost topology group) with worker 0.
 int workersPerNode(const Cluster& cluster, int workers);
+
+// Speeds of a worker's compute and communication lanes, relative to alone,
+// while both run (CPU workers sharing cores; 1 where communication has
+// engines of its own).
+struct LaneSpeeds {
+  double compute = 1;
+  double comm = 1;
+};
+// The device's overlap speeds for `workers` workers, scaled by how much of
+// its time the communication lane keeps a core busy. The speeds were
+// measured with a lane that moved overlap_comm_rate bytes per second alone,
+// every byte a copy and a sum on the cores. On a link whose flows move fewer
+// (the ring step's bottleneck, per flow), the lane waits on the wire a share
+// 1 - u of its time, u = min(1, flow rate / overlap_comm_rate): compute runs
+// at 1 - (1 - s_compute) u, and communication stays at the link's speed while
+// its slowed cores still keep up, min(1, s_comm / u). Without a measured
+// rate u = 1: the speeds as measured.
+LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int workers);
 
 // SGD with momentum over `params` parameters: reads w, g, v and writes w, v.
 Seconds updateTime(double params, const DeviceSpec& device, ElementType element);
