@@ -69,15 +69,19 @@ grep -q "2 workers (MPI ranks)" <<<"$out" || fail "strata run did not run 2 MPI 
 "$testbed" cluster --name "$name" --out "$work/tb.yaml" --largest 1048576 || fail "testbed cluster"
 "$strata" predict -n tiny-cnn -c "$work/tb.yaml" -s ring -k 2 -b 4 >/dev/null ||
   fail "strata cannot load the testbed's cluster file"
-# The link's table: one row per segment size and the unsegmented half (512 KiB), the
-# largest message at a rate under the shaping and not far below it.
+# The link's table: one row per segment size, the largest segments (256 KiB) at a rate
+# under the shaping and not far below it; the unsegmented exchange (one 512 KiB message
+# per step) a comment, not a row; the shaper's burst named.
 python3 - "$work/tb.yaml" <<'PY' || fail "the testbed's bandwidth table"
 import re, sys
-rows = re.findall(r"- \{bytes: (\d+), bandwidth: ([0-9.]+) Mb/s\}", open(sys.argv[1]).read())
+text = open(sys.argv[1]).read()
+rows = re.findall(r"- \{bytes: (\d+), bandwidth: ([0-9.]+) Mb/s\}", text)
 sizes = [int(b) for b, _ in rows]
-assert sizes == [4096, 16384, 65536, 262144, 524288], f"table sizes {sizes}"
+assert sizes == [4096, 16384, 65536, 262144], f"table sizes {sizes}"
 largest = float(rows[-1][1])
-assert 20 <= largest <= 110, f"512 KiB messages at {largest} Mb/s on 100 Mbit/s links"
-print(f"bandwidth table: {len(rows)} sizes, 512 KiB messages at {largest} Mb/s")
+assert 20 <= largest <= 110, f"256 KiB messages at {largest} Mb/s on 100 Mbit/s links"
+assert re.search(r"# not a row: one message of 524288 B per step", text), "no unsegmented note"
+assert re.search(r"# tbf bursts of 131072 B", text), "no burst note"
+print(f"bandwidth table: {len(rows)} sizes, 256 KiB messages at {largest} Mb/s")
 PY
 echo "PASS: testbed of 2 hosts at 100mbit: allreduce, run and cluster file"
