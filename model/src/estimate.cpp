@@ -55,8 +55,9 @@ int workersPerNode(const Cluster& cluster, int workers) {
 
 LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int workers) {
   const int perNode = workersPerNode(cluster, workers);
-  LaneSpeeds s{cluster.device.overlapComputeSpeed(perNode),
-               cluster.device.overlapCommSpeed(perNode)};
+  const double compute = cluster.device.overlapComputeSpeed(perNode);
+  const double comm = cluster.device.overlapCommSpeed(perNode);
+  LaneSpeeds s{compute, comm, compute, comm};
   const double measured = cluster.device.overlapCommRateFor(perNode);
   const double perByte = topo.workers() > 1 ? topo.ringStep().secondsPerByte : 0.0;
   if (measured <= 0 || perByte <= 0)
@@ -87,8 +88,7 @@ struct Context {
   int b;
   ComputeCosts costs;  // compute pricing (profile, kernel tables or roofline)
   // Speeds of compute and communication while both run on a worker.
-  double overlapCompute;
-  double overlapComm;
+  LaneSpeeds lanes;
   Seconds handoff;  // a lane's wake-up when the other lane releases it
 
   Context(const Network& n, const Cluster& c, const Scenario& s)
@@ -101,8 +101,7 @@ struct Context {
         k(s.workers),
         b(s.batchPerWorker),
         costs(n, c, s.options.element, workersPerNode(c, s.workers)),
-        overlapCompute(overlapSpeeds(c, topo, s.workers).compute),
-        overlapComm(overlapSpeeds(c, topo, s.workers).comm),
+        lanes(overlapSpeeds(c, topo, s.workers)),
         handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;
     comm.gamma = 1.0 / c.device.reduceBandwidth.value();
@@ -265,7 +264,7 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     work.push_back(c.time);
     t.add(c);
   }
-  const auto lanes = sharedLanes(clock, ready, work, ctx.overlapCompute, ctx.overlapComm);
+  const auto lanes = sharedLanes(clock, ready, work, ctx.lanes.compute, ctx.lanes.comm);
   // Backprop stretched by communication sharing its cores, spread over its phases.
   const double stretch = clock.value() > 0 ? lanes.computeEnd / clock : 1.0;
   t.compute.bwdWeights += (t.compute.bwdWeights - bwStart) * (stretch - 1);
@@ -322,12 +321,15 @@ struct PsJobSpec {
   Seconds work;  // push + server update + pull, alone
   int priority = 0;
   int step = 0;
+  // The server update's part of `work` (alone): from cpuBegin to cpuEnd the
+  // thread runs CPU work whatever the link (LaneSpeeds::busy*).
+  Seconds cpuBegin, cpuEnd;
 };
 struct PsSchedule {
   std::vector<double> itemStart, itemEnd, jobStart, jobEnd;
 };
 PsSchedule schedulePs(const std::vector<PsItem>& items, const std::vector<PsJobSpec>& jobs,
-                      bool lastReadyFirst, double handoff, double computeSpeed, double commSpeed) {
+                      bool lastReadyFirst, double handoff, const LaneSpeeds& speeds) {
   PsSchedule out;
   out.itemStart.assign(items.size(), -1);
   out.itemEnd.assign(items.size(), -1);
@@ -340,7 +342,17 @@ PsSchedule schedulePs(const std::vector<PsItem>& items, const std::vector<PsJobS
   double itemLeft = items.empty() ? 0 : items[0].work.value();
   bool itemRunning = false;
   int job = -1;
-  double jobLeft = 0;
+  // The running job's parts: 0 transfers before the update, 1 the update
+  // (CPU work whatever the link), 2 transfers after; the work left of part
+  // `jobPart` (alone).
+  int jobPart = 0;
+  double partLeft = 0;
+  auto partWork = [&](int j, int part) {
+    const auto& spec = jobs[static_cast<size_t>(j)];
+    const double begin = std::clamp(spec.cpuBegin.value(), 0.0, spec.work.value());
+    const double end = std::clamp(spec.cpuEnd.value(), begin, spec.work.value());
+    return part == 0 ? begin : part == 1 ? end - begin : spec.work.value() - end;
+  };
   auto gateTime = [&](size_t i) {
     const int g = items[i].gate;
     if (g < 0)
@@ -376,18 +388,32 @@ PsSchedule schedulePs(const std::vector<PsItem>& items, const std::vector<PsJobS
       }
       if (best >= 0) {
         job = best;
-        jobLeft = jobs[static_cast<size_t>(best)].work.value();
+        jobPart = 0;
+        partLeft = partWork(best, 0);
         out.jobStart[static_cast<size_t>(best)] = now;
         waiting.erase(std::find(waiting.begin(), waiting.end(), best));
       }
     }
+    // Parts with no work left pass at once; a job without any ends now.
+    if (job >= 0) {
+      while (jobPart < 2 && partLeft <= 0)
+        partLeft = partWork(job, ++jobPart);
+      if (partLeft <= 0) {
+        out.jobEnd[static_cast<size_t>(job)] = now;
+        job = -1;
+        ++jobsDone;
+        continue;
+      }
+    }
     const bool both = itemRunning && job >= 0;
-    const double cs = both ? computeSpeed : 1.0, ms = both ? commSpeed : 1.0;
+    const bool cpu = job >= 0 && jobPart == 1;
+    const double cs = both ? (cpu ? speeds.busyCompute : speeds.compute) : 1.0;
+    const double ms = both ? (cpu ? speeds.busyComm : speeds.comm) : 1.0;
     double next = std::numeric_limits<double>::infinity();
     if (itemRunning)
       next = std::min(next, now + itemLeft / cs);
     if (job >= 0)
-      next = std::min(next, now + jobLeft / ms);
+      next = std::min(next, now + partLeft / ms);
     for (int j : waiting)
       if (eligible[static_cast<size_t>(j)] > now)
         next = std::min(next, eligible[static_cast<size_t>(j)]);
@@ -410,12 +436,9 @@ PsSchedule schedulePs(const std::vector<PsItem>& items, const std::vector<PsJobS
       }
     }
     if (job >= 0) {
-      jobLeft -= ms * dt;
-      if (jobLeft <= 1e-15 * std::max(1.0, now)) {
-        out.jobEnd[static_cast<size_t>(job)] = now;
-        job = -1;
-        ++jobsDone;
-      }
+      partLeft -= ms * dt;
+      if (partLeft <= 1e-15 * std::max(1.0, now))
+        partLeft = 0;  // the next round moves on to the next part, or ends the job
     }
   }
   return out;
@@ -435,7 +458,7 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
   const auto buckets = psKeys(net, ctx.sc.options);
   const int nb = static_cast<int>(buckets.size());
   std::vector<int> bucketOf(static_cast<size_t>(layers), -1);
-  std::vector<Seconds> jobWork;
+  std::vector<PsJobSpec> jobWork;  // per bucket: work and the update's part
   // Dedicated servers: ranks K..K+N-1 on the devices after the workers'.
   // Push: every worker sends chunk j of N to server j (one step); the server
   // sums the K chunks, updates its chunk and sends it to every worker.
@@ -492,28 +515,34 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     if (k > 1 && ctx.sc.options.psNode > 0) {
       const Bytes n(bk.params * ctx.e);
       const double gamma = ctx.comm.gamma;
-      Seconds work = stage(into, n) + stage(across, n / nodes) + stage(back, n / nodes) +
-                     stage(outOf, n) + ctx.update(bk.params / nodes);
+      // Into the node's server and across the nodes' (summed), the update,
+      // back and out.
+      Seconds in = stage(into, n) + stage(across, n / nodes);
+      const Seconds out = stage(back, n / nodes) + stage(outOf, n);
+      const Seconds update = ctx.update(bk.params / nodes);
       if (!into.empty())
-        work += Seconds(n.value() * (perNode - 1) * gamma);
+        in += Seconds(n.value() * (perNode - 1) * gamma);
       if (!across.empty())
-        work += Seconds(n.value() / nodes * (nodes - 1) * gamma);
-      jobWork.push_back(work);
+        in += Seconds(n.value() / nodes * (nodes - 1) * gamma);
+      jobWork.push_back({in + update + out, 0, 0, in, in + update});
     } else if (k > 1 && servers > 0) {
       const Bytes chunk(bk.params * ctx.e / servers);
       const Seconds push = up.time(chunk), pull = down.time(chunk);
       t.addTime(push, up);
       t.addTime(pull, down);
       t.addSymmetricBytes(bk.params * ctx.e, bk.params * ctx.e);
-      jobWork.push_back(push + Seconds(chunk.value() * k * ctx.comm.gamma) +
-                        ctx.update(bk.params / servers) + pull);
+      // The update runs on the server's cores, not the worker's.
+      jobWork.push_back({push + Seconds(chunk.value() * k * ctx.comm.gamma) +
+                             ctx.update(bk.params / servers) + pull,
+                         0, 0, Seconds(0), Seconds(0)});
     } else if (k > 1) {
       const Bytes n(bk.params * ctx.e);
       const auto push = reduceScatter(ctx.topo, n, ctx.comm, false);
       const auto pull = allGather(ctx.topo, n / k, false);
       t.add(push);
       t.add(pull);
-      jobWork.push_back(push.time + ctx.update(bk.params / k) + pull.time);
+      const Seconds update = ctx.update(bk.params / k);
+      jobWork.push_back({push.time + update + pull.time, 0, 0, push.time, push.time + update});
     }
   }
   // The bytes and bottleneck of the collectives, not their time: a job's
@@ -528,9 +557,11 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     auto newJob = [&](int j) {
       const int id = static_cast<int>(jobs.size());
       const auto& bk = buckets[static_cast<size_t>(j)];
-      jobs.push_back(
-          {jobWork[static_cast<size_t>(j)],
-           ctx.sc.options.psPriority == PsPriority::kFirstNeeded ? layers - bk.firstLayer : 0, s});
+      PsJobSpec spec = jobWork[static_cast<size_t>(j)];
+      spec.priority =
+          ctx.sc.options.psPriority == PsPriority::kFirstNeeded ? layers - bk.firstLayer : 0;
+      spec.step = s;
+      jobs.push_back(spec);
       jobOf[static_cast<size_t>(s)][static_cast<size_t>(j)] = id;
       return id;
     };
@@ -578,8 +609,7 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
   PsSchedule sch;
   std::vector<double> computeEnd, allEnd;
   auto play = [&](int n) {
-    sch = schedulePs(items, jobs, lastReady, ctx.handoff.value(), ctx.overlapCompute,
-                     ctx.overlapComm);
+    sch = schedulePs(items, jobs, lastReady, ctx.handoff.value(), ctx.lanes);
     computeEnd.assign(static_cast<size_t>(n), 0);
     allEnd.assign(static_cast<size_t>(n), 0);
     for (size_t i = 0; i < items.size(); ++i) {
@@ -607,7 +637,8 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     if (items[i].step != n - 1)
       continue;
     // Alone unless the lanes share cores (exact, not a difference of clocks).
-    const bool shared = ctx.overlapCompute < 1 || ctx.overlapComm < 1;
+    const bool shared = ctx.lanes.compute < 1 || ctx.lanes.comm < 1 || ctx.lanes.busyCompute < 1 ||
+                        ctx.lanes.busyComm < 1;
     const Seconds wall = shared ? Seconds(sch.itemEnd[i] - sch.itemStart[i]) : items[i].work;
     computeWall += wall;
     if (items[i].update)

@@ -99,15 +99,13 @@ class Engine {
         costs_(net, cluster, plan.scenario.options.element,
                workersPerNode(cluster, plan.scenario.workers)),
         gamma_(1.0 / cluster.device.reduceBandwidth.value()),
-        overlapCompute_(
-            overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers), plan.scenario.workers)
-                .compute),
-        overlapComm_(
-            overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers), plan.scenario.workers)
-                .comm) {
-    cpuShared_ = overlapCompute_ < 1.0 || overlapComm_ < 1.0;
+        lanes_(overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers),
+                             plan.scenario.workers)) {
+    cpuShared_ = lanes_.compute < 1.0 || lanes_.comm < 1.0 || lanes_.busyCompute < 1.0 ||
+                 lanes_.busyComm < 1.0;
     handoff_ = cluster.device.handoffFor(workersPerNode(cluster, plan.scenario.workers)).value();
     commActive_.assign(static_cast<size_t>(ranks_), 0);
+    cpuCommActive_.assign(static_cast<size_t>(ranks_), 0);
     running_.assign(static_cast<size_t>(ranks_), 0);
     computeLeft_.assign(static_cast<size_t>(ranks_), 0.0);
     computeRate_.assign(static_cast<size_t>(ranks_), 1.0);
@@ -233,8 +231,8 @@ class Engine {
       // A ps server's shard update, on its communication thread.
       start_[t] = now;
       const auto w = static_cast<size_t>(task.worker);
-      addComm(task.worker, 1);
-      const double slow = cpuShared_ && workerBusy_[w] ? overlapComm_ : 1.0;
+      addComm(task.worker, 1, true);
+      const double slow = cpuShared_ && workerBusy_[w] ? lanes_.busyComm : 1.0;
       q_.push(now + costs_.update(task.params).value() / slow, EventKind::kTaskDone, t);
       return;
     }
@@ -246,14 +244,14 @@ class Engine {
         break;
       case TaskKind::kReduce: {
         start_[t] = now;
-        const double slow = cpuShared_ && startComm(task) ? overlapComm_ : 1.0;
+        const double slow = cpuShared_ && startComm(task) ? lanes_.comm : 1.0;
         q_.push(now + gamma_ * task.bytes.value() * task.inputs / slow, EventKind::kTaskDone, t);
         break;
       }
       case TaskKind::kTransfer: {
         start_[t] = now;
         if (cpuShared_)
-          cpuFactor_[t] = startComm(task) ? overlapComm_ : 1.0;
+          cpuFactor_[t] = startComm(task) ? lanes_.comm : 1.0;
         if (plan_.flowCountOf(task) == 0) {
           q_.push(now, EventKind::kTaskDone, t);
           break;
@@ -298,7 +296,7 @@ class Engine {
     start_[t] = q_.now();
     running_[w] = t;
     computeLeft_[w] = computeTime(plan_.tasks[t], t);
-    computeRate_[w] = cpuShared_ && commActive_[w] > 0 ? overlapCompute_ : 1.0;
+    computeRate_[w] = computeRateOf(w);
     rateSince_[w] = q_.now();
     q_.push(q_.now() + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t,
             computeVersion_[t]);
@@ -308,19 +306,32 @@ class Engine {
   // lanes share cores, the compute task running there changes speed when
   // the first one starts or the last one ends: what it has left runs at the
   // new speed from now (the model's sharedLanes, fluid).
-  void addComm(int worker, int delta) {
+  // A ps server's update (`cpu`) is CPU work whatever the link: beside it
+  // compute runs at the speed as measured (LaneSpeeds::busyCompute).
+  void addComm(int worker, int delta, bool cpu = false) {
     const auto w = static_cast<size_t>(worker);
-    const bool before = commActive_[w] > 0;
+    const double before = computeRateOf(w);
     commActive_[w] += delta;
-    const bool after = commActive_[w] > 0;
+    if (cpu)
+      cpuCommActive_[w] += delta;
+    const double after = computeRateOf(w);
     if (!cpuShared_ || before == after || !workerBusy_[w])
       return;
     const uint32_t t = running_[w];
     const double now = q_.now();
     computeLeft_[w] = std::max(0.0, computeLeft_[w] - (now - rateSince_[w]) * computeRate_[w]);
-    computeRate_[w] = after ? overlapCompute_ : 1.0;
+    computeRate_[w] = after;
     rateSince_[w] = now;
     q_.push(now + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t, ++computeVersion_[t]);
+  }
+
+  // The speed of a compute task on worker w with what communication runs there.
+  double computeRateOf(size_t w) const {
+    if (!cpuShared_)
+      return 1.0;
+    if (cpuCommActive_[w] > 0)
+      return lanes_.busyCompute;
+    return commActive_[w] > 0 ? lanes_.compute : 1.0;
   }
 
   double computeTime(const Task& task, uint32_t id) const {
@@ -348,7 +359,7 @@ class Engine {
         if (task.part >= 0) {
           // A ps server's update: communication-thread time of its worker.
           const auto w = static_cast<size_t>(task.worker);
-          addComm(task.worker, -1);
+          addComm(task.worker, -1, true);
           ownComm_[w].push_back({start_[t], end_[t]});
           if (opt_.timeline && recordWorker_[w])
             slices_.push_back({t, task.worker, Track::kReduce, -1, start_[t], end_[t]});
@@ -935,11 +946,11 @@ class Engine {
   // Where communication shares the workers' cores (calibrated CPU clusters):
   // speeds of compute and communication while both run on a worker, and per
   // worker the communication tasks running (docs/simulator.md).
-  double overlapCompute_ = 1.0;
-  double overlapComm_ = 1.0;
+  LaneSpeeds lanes_;  // as the model's (overlapSpeeds)
   bool cpuShared_ = false;
   double handoff_ = 0;  // seconds for a lane to wake up (calibrated executors)
   std::vector<int> commActive_;
+  std::vector<int> cpuCommActive_;  // of them, ps server updates
   // Per worker, its running compute task (shared cores): the work it has
   // left at full speed, its speed and since when; per task, the version of
   // its completion event (bumped when re-rated).

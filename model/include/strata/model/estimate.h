@@ -50,6 +50,10 @@ int workersPerNode(const Cluster& cluster, int workers);
 struct LaneSpeeds {
   double compute = 1;
   double comm = 1;
+  // While the communication lane runs work that is all CPU whatever the
+  // link (a ps server's update on its thread): the speeds as measured.
+  double busyCompute = 1;
+  double busyComm = 1;
 };
 // The device's overlap speeds for `workers` workers, scaled by how much of
 // its time the communication lane keeps a core busy. The speeds were
