@@ -504,13 +504,31 @@ void measureNcclClique(const Setup& s, std::size_t column, Results& results) {
 
 // ---- printing -------------------------------------------------------------------
 
-double algbwGBps(std::size_t bytes, const Cell& c) {
+// With one worker nothing crosses a link: the time is the call's own cost
+// and a bandwidth (size over a near-zero time) would mean nothing, so there
+// is none (printed "-", null in JSON, empty in CSV).
+std::optional<double> algbwGBps(std::size_t bytes, const Cell& c, int workers) {
+  if (workers < 2)
+    return std::nullopt;
   return double(bytes) / c.seconds / 1e9;
 }
 // nccl-tests' bus bandwidth of an allreduce: each worker's link carries
 // 2(K-1)/K of the buffer in a ring (docs: collectives.h, allreduceRing).
-double busbwGBps(std::size_t bytes, const Cell& c, int workers) {
-  return algbwGBps(bytes, c) * (2.0 * (workers - 1) / workers);
+std::optional<double> busbwGBps(std::size_t bytes, const Cell& c, int workers) {
+  const auto alg = algbwGBps(bytes, c, workers);
+  if (!alg)
+    return std::nullopt;
+  return *alg * (2.0 * (workers - 1) / workers);
+}
+
+std::string gbpsText(std::optional<double> v) {
+  return v ? fmt::format("{:.2f} GB/s", *v) : std::string("-");
+}
+nlohmann::ordered_json gbpsJson(std::optional<double> v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+std::string gbpsCsv(std::optional<double> v) {
+  return v ? fmt::format("{:.9g}", *v) : std::string();
 }
 
 // The mean busbw over sizes of kAvgBusbwMinBytes and up; nullopt when no such
@@ -519,9 +537,10 @@ std::optional<double> averageBusbw(const Setup& s, const Results& results, std::
   double sum = 0;
   int n = 0;
   for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-    if (s.sizes[i] < kAvgBusbwMinBytes || !results[column][i].measured)
+    const auto busbw = busbwGBps(s.sizes[i], results[column][i], s.workers);
+    if (s.sizes[i] < kAvgBusbwMinBytes || !results[column][i].measured || !busbw)
       continue;
-    sum += busbwGBps(s.sizes[i], results[column][i], s.workers);
+    sum += *busbw;
     ++n;
   }
   return n ? std::optional(sum / n) : std::nullopt;
@@ -570,8 +589,8 @@ void printTable(std::ostream& out, const Setup& s, const Results& results) {
         continue;
       }
       row.push_back(fmt::format("{:.1f} us", cell.seconds * 1e6));
-      row.push_back(fmt::format("{:.2f} GB/s", algbwGBps(s.sizes[i], cell)));
-      row.push_back(fmt::format("{:.2f} GB/s", busbwGBps(s.sizes[i], cell, s.workers)));
+      row.push_back(gbpsText(algbwGBps(s.sizes[i], cell, s.workers)));
+      row.push_back(gbpsText(busbwGBps(s.sizes[i], cell, s.workers)));
       row.push_back(std::to_string(cell.wrong));
     }
     rows.push_back(std::move(row));
@@ -596,7 +615,10 @@ void printTable(std::ostream& out, const Setup& s, const Results& results) {
     average += fmt::format("{}{} {}", c ? ", " : "", nameOf(s.algorithms[c]),
                            avg ? fmt::format("{:.2f} GB/s", *avg) : std::string("n/a"));
   }
-  if (s.sizes.back() >= kAvgBusbwMinBytes)
+  if (s.workers < 2)
+    out << "avg busbw: none (one worker: nothing crosses a link; the times are the calls' own "
+           "cost)\n";
+  else if (s.sizes.back() >= kAvgBusbwMinBytes)
     out << "avg busbw (sizes >= " << formatSize(kAvgBusbwMinBytes) << "): " << average << "\n";
   else
     out << "avg busbw: no size of " << formatSize(kAvgBusbwMinBytes)
@@ -626,10 +648,11 @@ void printJson(std::ostream& out, const Setup& s, const Results& results) {
         row[nameOf(s.algorithms[c])] = nullptr;
         continue;
       }
-      row[nameOf(s.algorithms[c])] = {{"time_us", cell.seconds * 1e6},
-                                      {"algbw_GBps", algbwGBps(s.sizes[i], cell)},
-                                      {"busbw_GBps", busbwGBps(s.sizes[i], cell, s.workers)},
-                                      {"wrong", cell.wrong}};
+      row[nameOf(s.algorithms[c])] = {
+          {"time_us", cell.seconds * 1e6},
+          {"algbw_GBps", gbpsJson(algbwGBps(s.sizes[i], cell, s.workers))},
+          {"busbw_GBps", gbpsJson(busbwGBps(s.sizes[i], cell, s.workers))},
+          {"wrong", cell.wrong}};
     }
     j["rows"].push_back(std::move(row));
   }
@@ -657,9 +680,9 @@ void printCsv(std::ostream& out, const Setup& s, const Results& results) {
         out << ",,,,";  // n/a: empty fields
         continue;
       }
-      out << fmt::format(",{:.9g},{:.9g},{:.9g},{}", cell.seconds * 1e6,
-                         algbwGBps(s.sizes[i], cell), busbwGBps(s.sizes[i], cell, s.workers),
-                         cell.wrong);
+      out << fmt::format(",{:.9g},{},{},{}", cell.seconds * 1e6,
+                         gbpsCsv(algbwGBps(s.sizes[i], cell, s.workers)),
+                         gbpsCsv(busbwGBps(s.sizes[i], cell, s.workers)), cell.wrong);
     }
     out << "\n";
   }

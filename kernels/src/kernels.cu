@@ -874,6 +874,59 @@ void reduceAdd(const float* x, float* y, int64_t count, Stream stream) {
   launchFlat(ReduceAddOp{x, y}, count, aligned16(x) && aligned16(y), stream, "reduceAdd");
 }
 
+namespace {
+
+// One element of a synthetic batch (nn::syntheticFill's loop body).
+struct SyntheticOp {
+  const float* means;
+  const int32_t* classes;
+  const uint64_t* keys;
+  float* out;
+  NchwSplitter split;
+  Divider width;
+  int c, h, w, gridH, gridW;
+  float noise;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    for (int k = 0; k < W; ++k) {
+      const Nchw p = split.split(i + k);
+      const uint64_t y = width.quotient(static_cast<uint64_t>(p.position));
+      const auto x = static_cast<int>(width.remainder(static_cast<uint64_t>(p.position), y));
+      const int64_t cells = int64_t{gridH} * gridW;
+      const float* row = means + (int64_t{classes[p.example]} * c + p.channel) * cells +
+                         int64_t{static_cast<int>(y) * gridH / h} * gridW;
+      const int64_t e = int64_t{p.channel} * h * w + p.position;
+      // No contraction into an FMA: the host adds the rounded product.
+      out[i + k] = __fadd_rn(
+          row[x * gridW / w],
+          __fmul_rn(noise, normalFloat(hashOf(keys[p.example], static_cast<uint64_t>(e)))));
+    }
+  }
+};
+
+}  // namespace
+
+void syntheticExamples(const float* means, const int32_t* classes, const uint64_t* keys,
+                       SyntheticShape shape, float noise, float* out, Stream stream) {
+  const int64_t plane = int64_t{shape.h} * shape.w;
+  const int64_t count = int64_t{shape.n} * shape.c * plane;
+  if (count <= 0)
+    return;
+  const SyntheticOp op{means,
+                       classes,
+                       keys,
+                       out,
+                       NchwSplitter(shape.c, plane),
+                       Divider(static_cast<uint64_t>(std::max(1, shape.w))),
+                       shape.c,
+                       shape.h,
+                       shape.w,
+                       shape.gridH,
+                       shape.gridW,
+                       noise};
+  launchFlat(op, count, false, stream, "syntheticExamples");
+}
+
 void reluForward(const float* x, float* y, int64_t count, Stream stream) {
   launchFlat(ReluForwardOp{x, y}, count, aligned16(x) && aligned16(y), stream, "reluForward");
 }

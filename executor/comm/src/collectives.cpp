@@ -238,10 +238,14 @@ void allToAllDirect(Communicator& comm, std::span<const float> send, std::span<f
 void barrier(Communicator& comm) {
   const int k = comm.size();
   const int rank = comm.rank();
+  // A one-byte token, not an empty message: a communicator may skip empty
+  // messages altogether (NCCL's does), and then nothing would wait.
+  const std::byte token{1};
+  std::byte got{0};
   for (int distance = 1; distance < k; distance *= 2) {
     // round log2(distance): signal rank + distance, wait for rank - distance
-    comm.sendRecv(wrap(rank + distance, k), kTagBarrier, std::span<const std::byte>(),
-                  wrap(rank - distance, k), kTagBarrier, std::span<std::byte>());
+    comm.sendRecv(wrap(rank + distance, k), kTagBarrier, std::span<const std::byte>(&token, 1),
+                  wrap(rank - distance, k), kTagBarrier, std::span<std::byte>(&got, 1));
   }
 }
 

@@ -334,6 +334,14 @@ struct CudaBackend::Impl {
   size_t workspaceBytes = 0;
   std::map<ConvKey, ConvPlan> plans;
 
+  // writeSynthetic's device copies: the dataset's class means (of the means
+  // span last seen) and the batch's classes and keys.
+  DevicePointer synthMeans;
+  const float* synthMeansOf = nullptr;
+  size_t synthMeansCount = 0;
+  DevicePointer synthIndex;
+  size_t synthIndexBytes = 0;
+
   // The current timeline (see CudaBackend::startTimeline): its origin and
   // the pool of mark events, of which the first `marks` are in use (-1: no
   // timeline started).
@@ -656,6 +664,63 @@ void CudaBackend::synchronize() {
   activate();
   check(cudaStreamSynchronize(impl_->stream.get()), "cudaStreamSynchronize",
         "kernels of the CUDA backend");
+}
+
+void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
+  activate();
+  const auto n = static_cast<size_t>(x.dims.n);
+  if (batch.classes.size() != n || batch.keys.size() != n)
+    throw InvariantError(fmt::format("writeSynthetic: {} classes and {} keys for {} examples",
+                                     batch.classes.size(), batch.keys.size(), n));
+  if (n == 0 || x.dims.elements() == 0)
+    return;
+  Impl& m = *impl_;
+  cudaStream_t st = m.stream.get();
+  // Every class index must name a row of the means (as syntheticFill checks).
+  const int64_t rows = static_cast<int64_t>(batch.means.size()) /
+                       std::max<int64_t>(1, int64_t{x.dims.c} * batch.gridH * batch.gridW);
+  for (int32_t c : batch.classes)
+    if (c < 0 || c >= rows)
+      throw InvariantError(fmt::format("writeSynthetic: class {} of {}", c, rows));
+  if (batch.means.data() != m.synthMeansOf || batch.means.size() != m.synthMeansCount) {
+    const size_t bytes = batch.means.size_bytes();
+    m.synthMeans.reset();  // cudaFree: waits for the kernels that read the old means
+    m.synthMeansOf = nullptr;
+    check(cudaMalloc(m.synthMeans.out(), std::max<size_t>(bytes, 1)), "cudaMalloc",
+          "the synthetic dataset's class means");
+    check(cudaMemcpy(m.synthMeans.get(), batch.means.data(), bytes, cudaMemcpyHostToDevice),
+          "cudaMemcpy", "the synthetic dataset's class means");
+    m.synthMeansOf = batch.means.data();
+    m.synthMeansCount = batch.means.size();
+  }
+  // Keys (8-byte aligned) first, then the classes.
+  const size_t keyBytes = n * sizeof(uint64_t), classBytes = n * sizeof(int32_t);
+  if (keyBytes + classBytes > m.synthIndexBytes) {
+    m.synthIndex.reset();
+    m.synthIndexBytes = 0;
+    check(cudaMalloc(m.synthIndex.out(), keyBytes + classBytes), "cudaMalloc",
+          "a synthetic batch's classes and keys");
+    m.synthIndexBytes = keyBytes + classBytes;
+  }
+  auto* keys = static_cast<uint64_t*>(m.synthIndex.get());
+  auto* classes = reinterpret_cast<int32_t*>(keys + n);
+  // From pageable memory: the copy has read the source when the call returns,
+  // and it runs after the kernels before it on the stream (which may still
+  // read the batch before).
+  check(cudaMemcpyAsync(keys, batch.keys.data(), keyBytes, cudaMemcpyHostToDevice, st),
+        "cudaMemcpyAsync", "a synthetic batch's keys");
+  check(cudaMemcpyAsync(classes, batch.classes.data(), classBytes, cudaMemcpyHostToDevice, st),
+        "cudaMemcpyAsync", "a synthetic batch's classes");
+  launch(
+      "kernels::cuda::syntheticExamples",
+      [&] { return fmt::format("synthetic batch of {} examples", n); },
+      [&] {
+        kernels::cuda::syntheticExamples(
+            static_cast<const float*>(m.synthMeans.get()), classes, keys,
+            kernels::SyntheticShape{x.dims.n, x.dims.c, x.dims.h, x.dims.w, batch.gridH,
+                                    batch.gridW},
+            batch.noise, x.data, st);
+      });
 }
 
 // ---- timeline ------------------------------------------------------------------------------

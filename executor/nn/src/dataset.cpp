@@ -59,20 +59,53 @@ int32_t SyntheticDataset::label(int64_t index) const {
 }
 
 void SyntheticDataset::example(int64_t index, std::span<float> out) const {
-  const int64_t perExample = shape_.elements();
-  STRATA_ENFORCE_OP(static_cast<int64_t>(out.size()), ==, perExample);
-  const int64_t cells = int64_t{gridH_} * gridW_;
-  const float* mean = means_.data() + int64_t{label(index)} * shape_.c * cells;
-  const uint64_t key = kernels::hashOf(seed_, kNoiseStream, static_cast<uint64_t>(index));
-  int64_t e = 0;
-  for (int c = 0; c < shape_.c; ++c)
-    for (int y = 0; y < shape_.h; ++y) {
-      const float* row = mean + int64_t{c} * cells + int64_t{y * gridH_ / shape_.h} * gridW_;
-      for (int x = 0; x < shape_.w; ++x, ++e)
-        out[static_cast<size_t>(e)] =
-            row[x * gridW_ / shape_.w] +
-            options_.noise * kernels::normalFloat(kernels::hashOf(key, static_cast<uint64_t>(e)));
-    }
+  STRATA_ENFORCE_OP(static_cast<int64_t>(out.size()), ==, shape_.elements());
+  syntheticFill(batch(index, 1), TensorView{out.data(), Dims{1, shape_.c, shape_.h, shape_.w}});
+}
+
+SyntheticBatch SyntheticDataset::batch(int64_t firstIndex, int n) const {
+  STRATA_ENFORCE_OP(firstIndex, >=, 0);
+  STRATA_ENFORCE_OP(n, >=, 0);
+  SyntheticBatch b{means_, {}, {}, gridH_, gridW_, options_.noise};
+  b.classes.reserve(static_cast<size_t>(n));
+  b.keys.reserve(static_cast<size_t>(n));
+  for (int64_t i = firstIndex; i < firstIndex + n; ++i) {
+    b.classes.push_back(label(i));
+    b.keys.push_back(kernels::hashOf(seed_, kNoiseStream, static_cast<uint64_t>(i)));
+  }
+  return b;
+}
+
+std::vector<int32_t> SyntheticDataset::labels(int64_t firstIndex, int n, int positions) const {
+  STRATA_ENFORCE_OP(positions, >=, 1);
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(n) * static_cast<size_t>(positions));
+  for (int64_t i = firstIndex; i < firstIndex + n; ++i)
+    out.insert(out.end(), static_cast<size_t>(positions), label(i));
+  return out;
+}
+
+void syntheticFill(const SyntheticBatch& b, TensorView x) {
+  STRATA_ENFORCE_OP(static_cast<int64_t>(x.dims.n), ==, static_cast<int64_t>(b.classes.size()));
+  STRATA_ENFORCE_OP(b.classes.size(), ==, b.keys.size());
+  const int64_t cells = int64_t{b.gridH} * b.gridW;
+  const int64_t perExample = int64_t{x.dims.c} * x.dims.h * x.dims.w;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const auto classIndex = static_cast<int64_t>(b.classes[static_cast<size_t>(n)]);
+    STRATA_ENFORCE(classIndex >= 0 &&
+                   (classIndex + 1) * x.dims.c * cells <= static_cast<int64_t>(b.means.size()));
+    const float* mean = b.means.data() + classIndex * x.dims.c * cells;
+    const uint64_t key = b.keys[static_cast<size_t>(n)];
+    float* out = x.data + n * perExample;
+    int64_t e = 0;
+    for (int c = 0; c < x.dims.c; ++c)
+      for (int y = 0; y < x.dims.h; ++y) {
+        const float* row = mean + int64_t{c} * cells + int64_t{y * b.gridH / x.dims.h} * b.gridW;
+        for (int xx = 0; xx < x.dims.w; ++xx, ++e)
+          out[e] = row[xx * b.gridW / x.dims.w] +
+                   b.noise * kernels::normalFloat(kernels::hashOf(key, static_cast<uint64_t>(e)));
+      }
+  }
 }
 
 void SyntheticDataset::fill(int64_t firstIndex, TensorView x, std::span<int32_t> labels,
@@ -80,11 +113,9 @@ void SyntheticDataset::fill(int64_t firstIndex, TensorView x, std::span<int32_t>
   STRATA_ENFORCE(x.dims.c == shape_.c && x.dims.h == shape_.h && x.dims.w == shape_.w);
   STRATA_ENFORCE_OP(positions, >=, 1);
   STRATA_ENFORCE_OP(static_cast<int64_t>(labels.size()), ==, int64_t{x.dims.n} * positions);
-  const auto perExample = static_cast<size_t>(shape_.elements());
-  for (int n = 0; n < x.dims.n; ++n) {
-    example(firstIndex + n, std::span<float>(x.data + n * perExample, perExample));
-    std::fill_n(labels.begin() + int64_t{n} * positions, positions, label(firstIndex + n));
-  }
+  syntheticFill(batch(firstIndex, x.dims.n), x);
+  const auto all = this->labels(firstIndex, x.dims.n, positions);
+  std::copy(all.begin(), all.end(), labels.begin());
 }
 
 }  // namespace strata::nn

@@ -272,6 +272,16 @@ Tensor& Model::input(int batch) {
   return input_;
 }
 
+void Model::writeInput(const SyntheticBatch& batch) {
+  const Dims dims{static_cast<int>(batch.classes.size()), network_.input.c, network_.input.h,
+                  network_.input.w};
+  if (!(input_.dims() == dims)) {
+    backend_->synchronize();  // a new size may move the storage the last step read
+    input_.resize(dims);
+  }
+  backend_->writeSynthetic(batch, input_.view());
+}
+
 void Model::setLabels(std::span<const int32_t> labels) {
   const int sl = softmaxLayer();
   const int classes = network_.layers[static_cast<size_t>(sl)].inShape.c;

@@ -17,6 +17,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "helpers.h"
@@ -594,6 +595,33 @@ TEST_CASE("a Model on CudaBackend: alexnet forward (lrn, groups, 11x11) equals t
 }
 
 // ---- memory, options, timing -------------------------------------------------------------------
+
+TEST_CASE("a synthetic batch made on the GPU equals the host's", "[data]") {
+  CudaBackend& g = defaultGpu();
+  // Odd sizes: a grid that does not divide h or w, 3 channels, 5 examples
+  // from an index that is not a multiple of the batch; then a second dataset
+  // (new means) and a smaller batch into the same buffer.
+  for (const auto& [shape, classes, grid, first, n] :
+       {std::tuple{Shape{3, 13, 11}, 7, 4, int64_t{37}, 5},
+        std::tuple{Shape{1, 1, 1}, 2, 4, int64_t{0}, 3},
+        std::tuple{Shape{3, 224, 224}, 1000, 4, int64_t{123456}, 2}}) {
+    const SyntheticDataset data(shape, classes, 20261125, SyntheticOptions{0.5f, 1.0f, grid});
+    const SyntheticBatch batch = data.batch(first, n);
+    const Dims dims{n, shape.c, shape.h, shape.w};
+    std::vector<float> host(static_cast<size_t>(dims.elements()));
+    syntheticFill(batch, TensorView{host.data(), dims});
+    Buffer<float> x(g.memory(), host.size());
+    g.writeSynthetic(batch, TensorView{x.data(), dims});
+    g.synchronize();
+    // The device's double log/cos may differ from glibc's in the last bit.
+    for (size_t i = 0; i < host.size(); ++i)
+      REQUIRE(std::abs(x[i] - host[i]) <= 1e-6f * (1.0f + std::abs(host[i])));
+    // example() is the same function.
+    std::vector<float> one(static_cast<size_t>(shape.elements()));
+    data.example(first + n - 1, one);
+    CHECK(std::equal(one.begin(), one.end(), host.end() - static_cast<int64_t>(one.size())));
+  }
+}
 
 TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data when it grows",
           "[memory]") {

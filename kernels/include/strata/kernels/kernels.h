@@ -34,6 +34,13 @@ namespace strata::kernels {
 
 using Stream = CUstream_st*;
 
+// A synthetic batch's layout (nn::SyntheticBatch): n examples of c x h x w,
+// class means on a gridH x gridW grid per channel.
+struct SyntheticShape {
+  int n = 0, c = 0, h = 0, w = 0;
+  int gridH = 1, gridW = 1;
+};
+
 // n examples of c channels of h x w, NCHW.
 struct Shape4 {
   int n = 0, c = 0, h = 0, w = 0;
@@ -153,6 +160,11 @@ void fill(float* x, int64_t count, float value, Stream stream);
 void accumulate(const float* src, float* dst, int64_t count, float beta, Stream stream);
 void add(const float* a, const float* b, float* y, int64_t count, Stream stream);
 void reduceAdd(const float* x, float* y, int64_t count, Stream stream);
+// nn::syntheticFill on the GPU: out[i][e] = means[classes[i]][c][cell(y, x)]
+// + noise * normalFloat(hashOf(keys[i], e)); means, classes and keys in
+// device memory.
+void syntheticExamples(const float* means, const int32_t* classes, const uint64_t* keys,
+                       SyntheticShape shape, float noise, float* out, Stream stream);
 void reluForward(const float* x, float* y, int64_t count, Stream stream);
 void reluBackward(const float* y, const float* dy, float* dx, int64_t count, float beta,
                   Stream stream);

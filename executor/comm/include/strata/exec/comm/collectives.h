@@ -191,7 +191,7 @@ void broadcast(Communicator& comm, std::span<float> data, int root);
 void allToAllDirect(Communicator& comm, std::span<const float> send, std::span<float> recv);
 
 // ---------------------------------------------------------------------------
-// Dissemination barrier: round k = 0..ceil(log2 K)-1: send an empty message to
+// Dissemination barrier: round k = 0..ceil(log2 K)-1: send a one-byte token to
 // rank (rank + 2^k), receive one from rank (rank - 2^k). No rank leaves before
 // every rank has entered. T = ceil(log2 K) alpha.
 void barrier(Communicator& comm);

@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "strata/exec/nn/memory.h"
+#include "strata/exec/nn/synthetic_batch.h"
 #include "strata/exec/nn/tensor.h"
 #include "strata/model/network.h"
 
@@ -111,6 +112,15 @@ class Backend {
   // asynchronous failure as an exception); the CPU's kernels finish before
   // they return.
   virtual void synchronize() {}
+  // Writes a batch of synthetic examples into x (this backend's memory).
+  // The CPU backend writes them on the host. A GPU backend makes them with a
+  // kernel where x lives: neither the host's Box-Muller (~0.2 s for an
+  // ImageNet batch of 64) nor a host write into managed memory (which moves
+  // the pages off the device for the next kernel to fault them back at a few
+  // GB/s) stands in the step's way.
+  virtual void writeSynthetic(const SyntheticBatch& batch, TensorView x) {
+    syntheticFill(batch, x);
+  }
 
   // ---- convolution (im2col + GEMM on CPU) ----
   virtual void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,

@@ -110,6 +110,9 @@ class CudaBackend final : public Backend {
   // cudaStreamSynchronize on this backend's stream; an asynchronous failure
   // of any kernel enqueued since the last synchronize throws here.
   void synchronize() override;
+  // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
+  // to the device once per dataset, the classes and keys with each batch.
+  void writeSynthetic(const SyntheticBatch& batch, TensorView x) override;
 
   const CudaBackendOptions& options() const { return options_; }
   // The stream every kernel of this backend runs on (a cudaStream_t), for

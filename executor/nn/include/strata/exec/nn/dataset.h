@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "strata/exec/nn/synthetic_batch.h"
 #include "strata/exec/nn/tensor.h"
 #include "strata/model/network.h"
 
@@ -48,6 +49,11 @@ class SyntheticDataset {
   // (n, c, h, w) of this dataset) and their labels into `labels`, each
   // repeated `positions` times (one per position of a per-position softmax).
   void fill(int64_t firstIndex, TensorView x, std::span<int32_t> labels, int positions = 1) const;
+  // Examples firstIndex .. firstIndex + n - 1 as data, for a backend to make
+  // them where its memory is (Backend::writeSynthetic).
+  SyntheticBatch batch(int64_t firstIndex, int n) const;
+  // Their labels, each repeated `positions` times.
+  std::vector<int32_t> labels(int64_t firstIndex, int n, int positions = 1) const;
 
  private:
   Shape shape_;

@@ -146,6 +146,10 @@ class Model {
   // ---- buffers ----
   // The network input resized to `batch` examples, for the caller to fill.
   Tensor& input(int batch);
+  // The network input made from a batch of synthetic examples by the backend
+  // (Backend::writeSynthetic): on a GPU by a kernel on its stream, without
+  // waiting for the kernels of the step before.
+  void writeInput(const SyntheticBatch& batch);
   const Tensor& input() const { return input_; }
   // Labels of the softmax layer's batch, one per position (examples x h x w),
   // whole-layer class indices in [0, classes). Copied.
