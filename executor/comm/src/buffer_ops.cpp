@@ -1,5 +1,6 @@
 #include "strata/exec/comm/buffer_ops.h"
 
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -27,6 +28,13 @@ class HostOps final : public BufferOps {
 };
 
 }  // namespace
+
+void BufferOps::copyRows(void* dst, std::size_t dstPitch, const void* src, std::size_t srcPitch,
+                         std::size_t rowBytes, std::size_t rows) {
+  for (std::size_t i = 0; i < rows; ++i)
+    copy(static_cast<std::byte*>(dst) + i * dstPitch,
+         static_cast<const std::byte*>(src) + i * srcPitch, rowBytes);
+}
 
 std::shared_ptr<BufferOps> sharedHostOps() {
   static const std::shared_ptr<BufferOps> ops = std::make_shared<HostOps>();

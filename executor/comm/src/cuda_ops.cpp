@@ -63,6 +63,17 @@ class CudaOps final : public BufferOps {
     wait();
   }
 
+  void copyRows(void* dst, std::size_t dstPitch, const void* src, std::size_t srcPitch,
+                std::size_t rowBytes, std::size_t rows) override {
+    if (rowBytes == 0 || rows == 0)
+      return;
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    check(
+        cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, rowBytes, rows, cudaMemcpyDefault, stream_),
+        "cudaMemcpy2DAsync", device_);
+    wait();
+  }
+
   void add(std::span<float> dst, std::span<const float> src) override {
     STRATA_ENFORCE_OP(dst.size(), ==, src.size());
     if (dst.empty())

@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "strata/exec/comm/collectives.h"
@@ -695,17 +696,25 @@ class Worker {
     const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
     // Other workers' rows arrived in this round's staging buffer (a round
     // ahead of the compute, so they cannot land in the input in use).
+    // Copies by the backend, on its stream (a GPU's kernels, which the
+    // round's forward follows): the host touches none of these buffers.
+    const auto copy = [&](const float* from, float* to, int64_t n) {
+      STRATA_ENFORCE(n >= 0 && n <= std::numeric_limits<int>::max());
+      backend_->accumulate(nn::ConstTensorView{from, nn::Dims{1, 1, 1, static_cast<int>(n)}},
+                           nn::TensorView{to, nn::Dims{1, 1, 1, static_cast<int>(n)}}, 0.0f);
+    };
     {
       std::lock_guard lock(stagingMutex_);  // the communication lane fills later rounds
-      if (auto it = staging_.find(r); it != staging_.end()) {
-        std::copy(it->second.begin(), it->second.end(), in.data());
-        staging_.erase(it);
+      if (landed_.erase(r) > 0) {
+        const auto& staged = staging_.at(r);
+        STRATA_ENFORCE_OP(static_cast<int64_t>(staged.size()), <=, in.elements());
+        copy(staged.data(), in.data(), static_cast<int64_t>(staged.size()));
       }
     }
     if (own.second > own.first) {
       const auto& boundary = model_.output(mp_ - 1);
-      std::memcpy(in.data() + roundOffset(r, w_) * row, boundary.data() + own.first * row,
-                  static_cast<size_t>((own.second - own.first) * row) * sizeof(float));
+      copy(boundary.data() + own.first * row, in.data() + roundOffset(r, w_) * row,
+           (own.second - own.first) * row);
     }
     std::vector<int32_t> labels(static_cast<size_t>(batch) * positions());
     size_t at = 0;
@@ -868,6 +877,21 @@ class Worker {
     return *endpoints_.emplace(c, std::move(e)).first->second;
   }
 
+  // `n` floats of staging for slot `slot` of collective `collective`, in the
+  // backend's memory, contents unspecified; the same memory every step.
+  // Communication lane only.
+  std::span<float> stage(int collective, int slot, size_t n) {
+    auto& buffer = stage_.try_emplace({collective, slot}, backend_->memory()).first->second;
+    buffer.resizeUninitialized(n);
+    return buffer.span();
+  }
+
+  int indexOf(const Collective& c) const {
+    const auto i = &c - plan_.collectives.data();
+    STRATA_ENFORCE(i >= 0 && i < static_cast<std::ptrdiff_t>(plan_.collectives.size()));
+    return static_cast<int>(i);
+  }
+
   std::unique_ptr<Endpoint> makeEndpoint(const Collective& c) {
     const int segs = c.segments;
     switch (c.buffer) {
@@ -910,17 +934,21 @@ class Worker {
       // Boundary: this rank sends its round rows of its own boundary output;
       // rows from v land at v's offset in the round's input.
       const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
-      std::vector<float>* slot = nullptr;
+      std::span<float> staged;
       {
         std::lock_guard lock(stagingMutex_);
-        slot = &staging_[r];  // std::map: the element stays put while others come and go
+        // std::map: the element stays put while others come and go. Kept
+        // from step to step (an allocation per round costs a device-wide
+        // cudaFree on a GPU); this step's rows are in it once `landed_`
+        // names the round.
+        auto& buffer = staging_.try_emplace(r, backend_->memory()).first->second;
+        buffer.resizeUninitialized(static_cast<size_t>(roundBatch(r) * row));
+        staged = buffer.span();
+        landed_.insert(r);
       }
-      auto& staged = *slot;
-      staged.assign(static_cast<size_t>(roundBatch(r) * row), 0.0f);
       auto& boundary = const_cast<nn::Tensor&>(model_.output(mp_ - 1));
       return std::make_unique<RowsEndpoint>(
-          comm_.ops(), boundary.span(), row, [this, r](int) { return ownRows(r, w_); },
-          std::span<float>(staged),
+          comm_.ops(), boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, staged,
           [this, r](int v) {
             const int64_t at = roundOffset(r, v);
             const auto rows = ownRows(r, v);
@@ -932,7 +960,7 @@ class Worker {
     // layer's input: staged per source, placed when the collective finishes.
     const int producer = c.firstLayer;
     const int batch = roundBatch(r);
-    return std::make_unique<SliceGather>(*this, producer, batch, c.segments);
+    return std::make_unique<SliceGather>(*this, indexOf(c), producer, batch, c.segments);
   }
 
   std::unique_ptr<Endpoint> gradientsEndpoint(const Collective& c) {
@@ -941,28 +969,28 @@ class Worker {
       // Gradients of the boundary activations: every rank's partial gradient
       // (exchangeInputGrad of the first FC layer, round batch x A) goes, by
       // rows, to the owners of the examples, which sum them into outputGrad.
-      return std::make_unique<BoundaryReturn>(*this, r, c.segments);
+      return std::make_unique<BoundaryReturn>(*this, indexOf(c), r, c.segments);
     }
     // Inner reduce-scatter: partial gradients of the whole input of layer
     // firstLayer + 1 go, by channel slice, to the producers of the slices.
-    return std::make_unique<SliceScatter>(*this, c.firstLayer, roundBatch(r), c.segments);
+    return std::make_unique<SliceScatter>(*this, indexOf(c), c.firstLayer, roundBatch(r),
+                                          c.segments);
   }
 
   // Staged allgather of channel slices (inner FC exchange).
   class SliceGather final : public Endpoint {
    public:
-    SliceGather(Worker& w, int producer, int batch, int segments)
+    SliceGather(Worker& w, int collective, int producer, int batch, int segments)
         : w_(w), producer_(producer), batch_(batch), segments_(segments) {
-      staged_.resize(static_cast<size_t>(w.k_));
       for (int v = 0; v < w.k_; ++v) {
         const auto s =
             nn::evenSlice(w.net_.layers[static_cast<size_t>(producer)].outShape.c, w.k_, v);
-        staged_[static_cast<size_t>(v)].resize(static_cast<size_t>(batch) * s.size() * area());
+        staged_.push_back(w.stage(collective, v, static_cast<size_t>(batch) * s.size() * area()));
       }
       // This rank's own slice, copied now: the compute lane moves on.
       const auto& out = w.model_.output(producer);
-      auto& own = staged_[static_cast<size_t>(w.w_)];
-      std::copy(out.data(), out.data() + own.size(), own.begin());
+      auto own = staged_[static_cast<size_t>(w.w_)];
+      w.comm_.ops().copy(own.data(), out.data(), own.size_bytes());
     }
     std::span<const float> send(int, int segment, int) override {
       return seg(staged_[static_cast<size_t>(w_.w_)], segment);
@@ -979,13 +1007,17 @@ class Worker {
     void finish() override {
       auto& in = w_.model_.exchangeInput(producer_ + 1, batch_);
       const auto& shape = w_.net_.layers[static_cast<size_t>(producer_)].outShape;
+      STRATA_ENFORCE(in.dims().n == batch_ && in.dims().h == shape.h && in.dims().w == shape.w);
+      const size_t plane = static_cast<size_t>(area()) * sizeof(float);
       for (int v = 0; v < w_.k_; ++v) {
         if (v == w_.w_)
           continue;  // own slice placed before the forward
+        // Slice v's channels of every example: rows of s.size() planes.
         const auto s = nn::evenSlice(shape.c, w_.k_, v);
-        nn::ConstTensorView view{staged_[static_cast<size_t>(v)].data(),
-                                 nn::Dims{batch_, s.size(), shape.h, shape.w}};
-        nn::copyIntoChannels(view, in.view(), s.begin);
+        w_.comm_.ops().copyRows(
+            in.data() + int64_t{s.begin} * area(), static_cast<size_t>(in.dims().c) * plane,
+            staged_[static_cast<size_t>(v)].data(), static_cast<size_t>(s.size()) * plane,
+            static_cast<size_t>(s.size()) * plane, static_cast<size_t>(batch_));
       }
     }
 
@@ -999,24 +1031,29 @@ class Worker {
     }
     Worker& w_;
     int producer_, batch_, segments_;
-    std::vector<std::vector<float>> staged_;
+    std::vector<std::span<float>> staged_;  // per rank: Worker::stage memory
   };
 
   // Reduce-scatter of partial input gradients by channel slice.
   class SliceScatter final : public Endpoint {
    public:
-    SliceScatter(Worker& w, int producer, int batch, int segments)
+    SliceScatter(Worker& w, int collective, int producer, int batch, int segments)
         : w_(w), producer_(producer), batch_(batch), segments_(segments) {
       const auto& shape = w.net_.layers[static_cast<size_t>(producer)].outShape;
       const auto& partial = w.model_.exchangeInputGrad(producer + 1);
-      staged_.resize(static_cast<size_t>(w.k_));
+      STRATA_ENFORCE(partial.dims().n == batch && partial.dims().c == shape.c &&
+                     partial.dims().h == shape.h && partial.dims().w == shape.w);
+      const size_t plane = static_cast<size_t>(shape.h) * shape.w * sizeof(float);
       for (int v = 0; v < w.k_; ++v) {
+        // Slice v's channels of every example, packed.
         const auto s = nn::evenSlice(shape.c, w.k_, v);
-        auto& st = staged_[static_cast<size_t>(v)];
-        st.resize(static_cast<size_t>(batch) * s.size() * shape.h * shape.w);
-        nn::copyFromChannels(
-            partial.view(), s.begin,
-            nn::TensorView{st.data(), nn::Dims{batch, s.size(), shape.h, shape.w}});
+        const auto st =
+            w.stage(collective, v, static_cast<size_t>(batch) * s.size() * shape.h * shape.w);
+        w.comm_.ops().copyRows(st.data(), static_cast<size_t>(s.size()) * plane,
+                               partial.data() + int64_t{s.begin} * shape.h * shape.w,
+                               static_cast<size_t>(shape.c) * plane,
+                               static_cast<size_t>(s.size()) * plane, static_cast<size_t>(batch));
+        staged_.push_back(st);
       }
     }
     std::span<const float> send(int, int segment, int dst) override {
@@ -1033,8 +1070,9 @@ class Worker {
     }
     void finish() override {
       auto& g = w_.model_.outputGrad(producer_);
-      const auto& own = staged_[static_cast<size_t>(w_.w_)];
-      std::copy(own.begin(), own.end(), g.data());
+      const auto own = staged_[static_cast<size_t>(w_.w_)];
+      STRATA_ENFORCE_OP(static_cast<int64_t>(own.size()), <=, g.elements());
+      w_.comm_.ops().copy(g.data(), own.data(), own.size_bytes());
     }
 
    private:
@@ -1043,24 +1081,25 @@ class Worker {
     }
     Worker& w_;
     int producer_, batch_, segments_;
-    std::vector<std::vector<float>> staged_;
+    std::vector<std::span<float>> staged_;  // per rank: Worker::stage memory
   };
 
   // Boundary gradients back to the owners of the round's examples.
   class BoundaryReturn final : public Endpoint {
    public:
-    BoundaryReturn(Worker& w, int round, int segments) : w_(w), round_(round), segments_(segments) {
+    BoundaryReturn(Worker& w, int collective, int round, int segments)
+        : w_(w), round_(round), segments_(segments) {
       row_ = w.net_.layers[static_cast<size_t>(w.mp_)].inShape.elements();
       // Copied: the compute lane may start the next round before all is sent.
       const auto& g = w.model_.exchangeInputGrad(w.mp_);
-      copy_.assign(g.data(), g.data() + g.elements());
-      partial_ = copy_;
+      partial_ = w.stage(collective, -1, static_cast<size_t>(g.elements()));
+      w.comm_.ops().copy(partial_.data(), g.data(), partial_.size_bytes());
       const auto own = w.ownRows(round, w.w_);
       const int64_t at = w.roundOffset(round, w.w_);
-      const int64_t n = (own.second - own.first) * row_;
-      acc_.assign(
-          n > 0 ? partial_.begin() + at * row_ : partial_.begin(),
-          n > 0 ? partial_.begin() + (at + own.second - own.first) * row_ : partial_.begin());
+      const int64_t n = std::max<int64_t>(0, (own.second - own.first) * row_);
+      acc_ = w.stage(collective, -2, static_cast<size_t>(n));
+      if (n > 0)
+        w.comm_.ops().copy(acc_.data(), partial_.data() + at * row_, acc_.size_bytes());
     }
     std::span<const float> send(int, int segment, int dst) override {
       const auto rows = w_.ownRows(round_, dst);
@@ -1079,7 +1118,8 @@ class Worker {
         return;
       const auto own = w_.ownRows(round_, w_.w_);
       auto& g = w_.model_.outputGrad(w_.mp_ - 1);
-      std::copy(acc_.begin(), acc_.end(), g.data() + own.first * row_);
+      STRATA_ENFORCE_OP(own.first * row_ + static_cast<int64_t>(acc_.size()), <=, g.elements());
+      w_.comm_.ops().copy(g.data() + own.first * row_, acc_.data(), acc_.size_bytes());
     }
 
    private:
@@ -1089,9 +1129,8 @@ class Worker {
     Worker& w_;
     int round_, segments_;
     int64_t row_ = 0;
-    std::vector<float> copy_;
-    std::span<float> partial_;
-    std::vector<float> acc_;
+    std::span<float> partial_;  // Worker::stage memory
+    std::span<float> acc_;
   };
 
   // Runs this rank's part of a transfer step: sends and receives paired by
@@ -1205,9 +1244,13 @@ class Worker {
   std::vector<int64_t> lastOf_;
   std::vector<TaskTiming> timing_;
   std::map<int, std::unique_ptr<Endpoint>> endpoints_;
-  std::map<int, nn::Buffer<float>> scratch_;   // received data to be summed, per source
-  std::vector<int> summedFrom_;                // the sources summed in this transfer
-  std::map<int, std::vector<float>> staging_;  // round -> boundary rows received
+  std::map<int, nn::Buffer<float>> scratch_;  // received data to be summed, per source
+  std::vector<int> summedFrom_;               // the sources summed in this transfer
+  std::map<int, nn::Buffer<float>> staging_;  // round -> boundary rows received
+  std::set<int> landed_;                      // rounds whose rows this step staged
+  // Staging of the owt exchanges, per (collective, slot), kept from step to
+  // step in the backend's memory (stage()).
+  std::map<std::pair<int, int>, nn::Buffer<float>> stage_;
   std::mutex stagingMutex_;
   std::map<int, int> scratchPart_;
   int step_ = 0;

@@ -27,6 +27,12 @@ class BufferOps {
   // rank can address: host memory, or on a GPU rank also managed memory and
   // any GPU's memory. The bytes are in place when it returns.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // `rows` rows of `rowBytes` bytes, row i from src + i*srcPitch to
+  // dst + i*dstPitch (pitches >= rowBytes): a channel slice of an NCHW
+  // tensor, one row per example. In place when it returns. The default is
+  // one copy() per row; a GPU rank's is one 2-D copy.
+  virtual void copyRows(void* dst, std::size_t dstPitch, const void* src, std::size_t srcPitch,
+                        std::size_t rowBytes, std::size_t rows);
   // dst[i] += src[i] for every i (equal sizes, not overlapping); done when it
   // returns. Sums in the order of the twins in kernels/ (one rounding per
   // element), so every implementation gives the same bits.
