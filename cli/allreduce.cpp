@@ -260,6 +260,12 @@ Setup prepare(const AllreduceFlags& f, int ranks) {
   }
 
   s.device = exec::parseDevice(f.device, "--device");
+  // On a GPU each message costs 30-50 us of copy, stream waits and hand-off
+  // (an H100, two workers: busbw 8.0 GB/s in 256 KiB segments, 104 GB/s in
+  // 4 MiB ones, 266 GB/s unsegmented; docs/executor.md, "On an H100"), so
+  // the CPU's default segment would measure the messages, not the transport.
+  if (f.segment.empty() && s.device == exec::Device::kCuda)
+    s.segmentElems = 0;
   exec::checkDevice(s.device, "--device");
   s.algorithms = algorithmsOption(f, s.device, s.mpi);
   s.available.assign(s.algorithms.size(), true);
@@ -879,7 +885,8 @@ Command addAllreduceCommand(CLI::App& app, Process process) {
   sub->add_option("--warmup,-w", f->warmup, "untimed iterations before them (default 5)");
   sub->add_option("--segment", f->segment,
                   "segment of ring and naive: each step moves its chunk in messages of this "
-                  "size, e.g. 1MiB, 0 = one message per chunk (default 256 KiB)");
+                  "size, e.g. 1MiB, 0 = one message per chunk (default 256 KiB; with --device "
+                  "cuda 0)");
   f->algorithmsOption =
       sub->add_option("--algorithms", f->algorithms,
                       "comma list of ring, naive, nccl, mpi (default ring,naive, plus nccl with "

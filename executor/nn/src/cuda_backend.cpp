@@ -723,6 +723,23 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
       });
 }
 
+void CudaBackend::copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) {
+  if (src.dims.n != dst.dims.n || src.dims.h != dst.dims.h || src.dims.w != dst.dims.w ||
+      channelOffset < 0 || channelOffset + src.dims.c > dst.dims.c)
+    throw InvariantError(fmt::format("copyIntoChannels: {} into {} at channel {}",
+                                     dimsText(src.dims), dimsText(dst.dims), channelOffset));
+  if (src.dims.elements() == 0)
+    return;
+  activate();
+  const size_t plane = static_cast<size_t>(src.dims.h) * src.dims.w * sizeof(float);
+  check(cudaMemcpy2DAsync(dst.data + int64_t{channelOffset} * src.dims.h * src.dims.w,
+                          static_cast<size_t>(dst.dims.c) * plane, src.data,
+                          static_cast<size_t>(src.dims.c) * plane,
+                          static_cast<size_t>(src.dims.c) * plane, static_cast<size_t>(src.dims.n),
+                          cudaMemcpyDefault, impl_->stream.get()),
+        "cudaMemcpy2DAsync", [&] { return fmt::format("a slice into {}", dimsText(dst.dims)); });
+}
+
 // ---- timeline ------------------------------------------------------------------------------
 
 CudaBackend::Clock::time_point CudaBackend::startTimeline() {

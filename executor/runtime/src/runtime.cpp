@@ -770,14 +770,20 @@ class Worker {
     const int64_t offset =
         l == mp_ ? ownRows(round, w_).first * net_.layers[static_cast<size_t>(l)].inShape.elements()
                  : 0;
-    std::copy(partial.data(), partial.data() + partial.elements(), g.data() + offset);
+    STRATA_ENFORCE(offset + partial.elements() <= g.elements() &&
+                   partial.elements() <= std::numeric_limits<int>::max());
+    // On the backend's stream (accumulate with beta 0 copies): the host
+    // touches neither buffer.
+    const nn::Dims flat{1, 1, 1, static_cast<int>(partial.elements())};
+    backend_->accumulate(nn::ConstTensorView{partial.data(), flat},
+                         nn::TensorView{g.data() + offset, flat}, 0.0f);
   }
 
   // A later model-parallel layer reads every worker's slice of the layer
   // before it: this rank's own slice is copied in place here.
   void placeOwnSlice(int l, int batch) {
     auto& in = model_.exchangeInput(l, batch);
-    nn::copyIntoChannels(model_.output(l - 1).view(), in.view(), model_.slice(l - 1).begin);
+    backend_->copyIntoChannels(model_.output(l - 1).view(), in.view(), model_.slice(l - 1).begin);
   }
 
   void update(const Task& task) {

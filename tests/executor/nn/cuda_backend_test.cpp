@@ -596,6 +596,27 @@ TEST_CASE("a Model on CudaBackend: alexnet forward (lrn, groups, 11x11) equals t
 
 // ---- memory, options, timing -------------------------------------------------------------------
 
+TEST_CASE("copyIntoChannels on the GPU places a slice as the host does", "[data]") {
+  CudaBackend& g = defaultGpu();
+  // 3 examples, a slice of 2 channels of 5x7 into 6 channels at offset 3.
+  const Dims from{3, 2, 5, 7}, into{3, 6, 5, 7};
+  Buffer<float> src(g.memory(), static_cast<size_t>(from.elements()));
+  Buffer<float> dst(g.memory(), static_cast<size_t>(into.elements()));
+  std::vector<float> hostSrc(src.size()), hostDst(dst.size(), -1.0f);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = hostSrc[i] = static_cast<float>(i) + 0.5f;
+  for (size_t i = 0; i < dst.size(); ++i)
+    dst[i] = -1.0f;
+  copyIntoChannels(ConstTensorView(hostSrc.data(), from), TensorView{hostDst.data(), into}, 3);
+  g.copyIntoChannels(ConstTensorView(src.data(), from), TensorView{dst.data(), into}, 3);
+  g.synchronize();
+  for (size_t i = 0; i < dst.size(); ++i)
+    REQUIRE(dst[i] == hostDst[i]);
+  CHECK_THROWS_AS(
+      g.copyIntoChannels(ConstTensorView(src.data(), from), TensorView{dst.data(), into}, 5),
+      InvariantError);
+}
+
 TEST_CASE("a synthetic batch made on the GPU equals the host's", "[data]") {
   CudaBackend& g = defaultGpu();
   // Odd sizes: a grid that does not divide h or w, 3 channels, 5 examples

@@ -160,6 +160,12 @@ class Backend {
                                float beta) = 0;
   // x = value (zeroing gradients before a round; clearing a summed gradient).
   virtual void fill(std::span<float> x, float value) = 0;
+  // dst's channels [offset, offset + src.c) = src (same n, h, w): a model-
+  // parallel slice into the whole input of the next layer. The CPU copies on
+  // the host, a GPU with one 2-D copy on its stream.
+  virtual void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) {
+    nn::copyIntoChannels(src, dst, channelOffset);
+  }
   // y = a + b.
   virtual void add(ConstTensorView a, ConstTensorView b, TensorView y) = 0;
   // dst = src + beta * dst.

@@ -113,6 +113,8 @@ class CudaBackend final : public Backend {
   // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
   // to the device once per dataset, the classes and keys with each batch.
   void writeSynthetic(const SyntheticBatch& batch, TensorView x) override;
+  // cudaMemcpy2DAsync on the stream: one row of src.c planes per example.
+  void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) override;
 
   const CudaBackendOptions& options() const { return options_; }
   // The stream every kernel of this backend runs on (a cudaStream_t), for
