@@ -1,5 +1,6 @@
 #include "strata/exec/nn/memory.h"
 
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -13,19 +14,32 @@ constexpr std::align_val_t kHostAlignment{64};
 class HostMemory final : public Memory {
  public:
   void* allocate(size_t bytes) override {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
     void* p = ::operator new(bytes == 0 ? 1 : bytes, kHostAlignment);
     std::memset(p, 0, bytes);
     return p;
   }
   void deallocate(void* p, size_t) noexcept override { ::operator delete(p, kHostAlignment); }
   const char* name() const override { return "host"; }
+  uint64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> allocations_{0};
 };
+
+HostMemory& theHostMemory() {
+  static HostMemory memory;
+  return memory;
+}
 
 }  // namespace
 
 Memory& hostMemory() {
-  static HostMemory memory;
-  return memory;
+  return theHostMemory();
+}
+
+uint64_t hostAllocations() {
+  return theHostMemory().allocations();
 }
 
 }  // namespace strata::nn

@@ -32,6 +32,11 @@ class Memory {
 
 // Plain host memory (operator new, 64-byte aligned).
 Memory& hostMemory();
+// How many buffers hostMemory() has handed out so far, over all threads: for
+// tests that a run stops allocating after its first step (a buffer made per
+// step or per message is a cudaMallocManaged and a device-wide cudaFree on a
+// GPU, which is what made an H100's ring steps 4x slower).
+uint64_t hostAllocations();
 
 // A grow-only array of trivially copyable T in one Memory: what Tensor and
 // Model keep their data in. size() is the logical size; storage only grows
