@@ -696,25 +696,18 @@ class Worker {
     const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
     // Other workers' rows arrived in this round's staging buffer (a round
     // ahead of the compute, so they cannot land in the input in use).
-    // Copies by the backend, on its stream (a GPU's kernels, which the
-    // round's forward follows): the host touches none of these buffers.
-    const auto copy = [&](const float* from, float* to, int64_t n) {
-      STRATA_ENFORCE(n >= 0 && n <= std::numeric_limits<int>::max());
-      backend_->accumulate(nn::ConstTensorView{from, nn::Dims{1, 1, 1, static_cast<int>(n)}},
-                           nn::TensorView{to, nn::Dims{1, 1, 1, static_cast<int>(n)}}, 0.0f);
-    };
     {
       std::lock_guard lock(stagingMutex_);  // the communication lane fills later rounds
       if (landed_.erase(r) > 0) {
         const auto& staged = staging_.at(r);
         STRATA_ENFORCE_OP(static_cast<int64_t>(staged.size()), <=, in.elements());
-        copy(staged.data(), in.data(), static_cast<int64_t>(staged.size()));
+        copyOnStream(staged.data(), in.data(), static_cast<int64_t>(staged.size()));
       }
     }
     if (own.second > own.first) {
       const auto& boundary = model_.output(mp_ - 1);
-      copy(boundary.data() + own.first * row, in.data() + roundOffset(r, w_) * row,
-           (own.second - own.first) * row);
+      copyOnStream(boundary.data() + own.first * row, in.data() + roundOffset(r, w_) * row,
+                   (own.second - own.first) * row);
     }
     std::vector<int32_t> labels(static_cast<size_t>(batch) * positions());
     size_t at = 0;
@@ -770,13 +763,17 @@ class Worker {
     const int64_t offset =
         l == mp_ ? ownRows(round, w_).first * net_.layers[static_cast<size_t>(l)].inShape.elements()
                  : 0;
-    STRATA_ENFORCE(offset + partial.elements() <= g.elements() &&
-                   partial.elements() <= std::numeric_limits<int>::max());
-    // On the backend's stream (accumulate with beta 0 copies): the host
-    // touches neither buffer.
-    const nn::Dims flat{1, 1, 1, static_cast<int>(partial.elements())};
-    backend_->accumulate(nn::ConstTensorView{partial.data(), flat},
-                         nn::TensorView{g.data() + offset, flat}, 0.0f);
+    STRATA_ENFORCE_OP(offset + partial.elements(), <=, g.elements());
+    copyOnStream(partial.data(), g.data() + offset, partial.elements());
+  }
+
+  // n floats from `from` to `to` by the backend, on its stream (accumulate
+  // with beta 0 copies; a GPU's kernel, which the compute after it follows):
+  // the host touches neither buffer. Compute lane only.
+  void copyOnStream(const float* from, float* to, int64_t n) {
+    STRATA_ENFORCE(n >= 0 && n <= std::numeric_limits<int>::max());
+    const nn::Dims flat{1, 1, 1, static_cast<int>(n)};
+    backend_->accumulate(nn::ConstTensorView{from, flat}, nn::TensorView{to, flat}, 0.0f);
   }
 
   // A later model-parallel layer reads every worker's slice of the layer
