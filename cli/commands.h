@@ -38,7 +38,10 @@ Command addRunCommand(CLI::App& app, Process process);
 // the exit status (2).
 int reportRunMistake(Process process, const std::string& message);
 Command addValidateCommand(CLI::App& app);
-Command addCalibrateCommand(CLI::App& app);
+Command addCalibrateCommand(CLI::App& app, Process process);
+// A wrong `strata calibrate` command line, as reportRunMistake (under mpirun
+// calibrate measures the lanes over the ranks). Returns the exit status (2).
+int reportCalibrateMistake(Process process, const std::string& message);
 // `strata report`: the command line (from `process`) goes into the report's
 // provenance, so it can be made again.
 Command addReportCommand(CLI::App& app, Process process);
@@ -63,7 +66,7 @@ inline std::vector<Command> addAllCommands(CLI::App& app, Process process) {
       addPlanCommand(app),
       addSimulateCommand(app),
       addRunCommand(app, process),
-      addCalibrateCommand(app),
+      addCalibrateCommand(app, process),
       addValidateCommand(app),
       addAllreduceCommand(app, process),
       addReportCommand(app, process),

@@ -63,6 +63,8 @@ int run(int argc, char** argv) {
       return reportRunMistake(Process{&argc, &argv}, message);  // one line under mpirun too
     if (argc > 1 && std::string(argv[1]) == "allreduce")
       return reportAllreduceMistake(Process{&argc, &argv}, message);
+    if (argc > 1 && std::string(argv[1]) == "calibrate")
+      return reportCalibrateMistake(Process{&argc, &argv}, message);
     std::cerr << "strata: error: " << message << "\n";
     return kUserErrorExit;
   }

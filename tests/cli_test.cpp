@@ -1132,6 +1132,36 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   std::remove(file.c_str());
 }
 
+// The lanes' overlap alone: one row per worker count (2, 4), each a trial
+// whose speeds are shares of running alone and whose rate is what the lane
+// moved alone, as the row a cluster file's sharing table takes.
+TEST_CASE("calibrate --overlap-only prints the lanes' overlap rows", "[cli][validate][timing]") {
+  const auto r =
+      runStrata({"calibrate", "--overlap-only", "--sharing-up-to", "4", "--format", "json"});
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  CHECK(j.at("transport").get<std::string>().find("threads") == 0);
+  CHECK(j.at("segment_bytes").get<int>() == 4 << 20);
+  const auto& rows = j.at("rows");
+  REQUIRE(rows.size() == 2);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    CHECK(row.at("workers").get<int>() == 2 << i);
+    for (const char* key : {"overlap_compute_speed", "overlap_comm_speed"}) {
+      const double v = row.at(key).get<double>();
+      CHECK(v > 0);
+      CHECK(v <= 1);
+    }
+    // 4 MiB segments through shared memory: well over a link's 100 MB/s.
+    CHECK(row.at("overlap_comm_rate_bytes_per_s").get<double>() > 1e8);
+  }
+  const auto table = runStrata({"calibrate", "--overlap-only", "--sharing-up-to", "2"});
+  CHECK(table.status == 0);
+  CHECK(table.output.find("    - {workers: 2, overlap_compute_speed: ") != std::string::npos);
+  CHECK(table.output.find("GB/s}") != std::string::npos);
+}
+
 TEST_CASE("calibrate --network records what it fitted on", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated_fitted.yaml";
   const auto r =

@@ -238,6 +238,14 @@ std::string calibrate(const CalibrationOptions& o) {
   return y.str();
 }
 
+LaneOverlap measureLaneOverlap(Communicator& comm) {
+  if (comm.size() < 2)
+    throw OptionError(
+        "-np", fmt::format("the lanes' overlap needs 2 or more workers, got {}", comm.size()));
+  const auto t = detail::measureOverlapOn(comm);
+  return {comm.size(), t.compute, t.comm, t.commRate};
+}
+
 double referenceGemmRate() {
   constexpr int n = kReferenceGemm;
   std::vector<float> a(size_t(n) * n, 0.01f), b(a.size(), 0.02f), c(a.size());

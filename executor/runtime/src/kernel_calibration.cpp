@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "strata/exec/comm/collectives.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/model.h"
@@ -423,53 +424,79 @@ double median3(double a, double b, double c) {
 }
 }  // namespace
 
-OverlapTrial measureOverlap(int workers) {
+namespace {
+// The slowest worker of a round, on every rank: the least of the `rate`s and
+// the longest of the `time`s (collective; a gather as a sum of zero-padded
+// vectors, floats: ample for speeds).
+std::pair<double, double> slowestOf(Communicator& comm, double rate, double time) {
+  const auto k = static_cast<size_t>(comm.size()), r = static_cast<size_t>(comm.rank());
+  std::vector<float> all(2 * k, 0.0f);
+  all[2 * r] = static_cast<float>(rate);
+  all[2 * r + 1] = static_cast<float>(time);
+  allreduceRing(comm, all, 0);
+  double least = 1e300, longest = 0;
+  for (size_t i = 0; i < k; ++i) {
+    least = std::min(least, double(all[2 * i]));
+    longest = std::max(longest, double(all[2 * i + 1]));
+  }
+  return {least, longest};
+}
+}  // namespace
+
+OverlapTrial measureOverlapOn(Communicator& comm) {
+  const int workers = comm.size();
   if (workers < 2)
     return {};
   constexpr int kGemm = 256;
   constexpr size_t kSegment = 1u << 20;  // floats: 4 MiB, the Plan's segment
-  constexpr int kExchanges = 24;
+  const int r = comm.rank();
+  const int right = (r + 1) % workers, left = (r + workers - 1) % workers;
+  std::vector<float> out(kSegment, 1.0f), in(kSegment), acc(kSegment, 0.0f);
+  auto exchange = [&] {
+    comm.sendRecv(right, 1, std::as_bytes(std::span<const float>(out)), left, 1,
+                  std::as_writable_bytes(std::span<float>(in)));
+    for (size_t j = 0; j < kSegment; ++j)
+      acc[j] += in[j];
+  };
+  // Exchanges per round: 24, or fewer where one takes long (a slow link
+  // between MPI ranks: a round of about 1 s, at least 4), as rank 0 timed
+  // its first (which also opens the connections).
+  barrier(comm);
+  const auto first = Clock::now();
+  exchange();
+  const int exchanges = static_cast<int>(std::clamp(
+      std::ceil(1.0 / std::max(slowestOf(comm, 0, since(first)).second, 1e-9)), 4.0, 24.0));
   // mode 0: communication alone, 1: compute alone, 2: both. Returns (GEMMs
   // per second of the slowest compute lane, seconds of the slowest
-  // communication lane for kExchanges exchanges).
+  // communication lane for `exchanges` exchanges).
   auto run = [&](int mode) {
-    std::vector<double> gemmRate(static_cast<size_t>(workers), 0.0),
-        commTime(static_cast<size_t>(workers), 0.0);
-    runLocal(workers, [&](Communicator& comm) {
-      const int r = comm.rank();
-      std::atomic<bool> stop{false};
-      std::thread compute;
-      if (mode >= 1)
-        compute = std::thread([&] {
-          std::vector<float> a(size_t(kGemm) * kGemm, 0.01f), b(a.size(), 0.02f), c(a.size());
-          int done = 0;
-          const auto t0 = Clock::now();
-          // Alone: a fixed 150 ms; together: while the exchanges run.
-          while (mode == 2 ? !stop.load() : since(t0) < 0.15) {
-            nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, a.data(), b.data(), c.data(),
-                                 false);
-            ++done;
-          }
-          gemmRate[size_t(r)] = done / since(t0);
-        });
-      if (mode != 1) {
-        std::vector<float> out(kSegment, 1.0f), in(kSegment), acc(kSegment, 0.0f);
-        const int right = (r + 1) % workers, left = (r + workers - 1) % workers;
+    barrier(comm);
+    std::atomic<bool> stop{false};
+    double gemmRate = 0, commTime = 0;
+    std::thread compute;
+    if (mode >= 1)
+      compute = std::thread([&] {
+        std::vector<float> a(size_t(kGemm) * kGemm, 0.01f), b(a.size(), 0.02f), c(a.size());
+        int done = 0;
         const auto t0 = Clock::now();
-        for (int i = 0; i < kExchanges; ++i) {
-          comm.sendRecv(right, 1, std::as_bytes(std::span<const float>(out)), left, 1,
-                        std::as_writable_bytes(std::span<float>(in)));
-          for (size_t j = 0; j < kSegment; ++j)
-            acc[j] += in[j];
+        // Alone: a fixed 150 ms; together: while the exchanges run.
+        while (mode == 2 ? !stop.load() : since(t0) < 0.15) {
+          nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, a.data(), b.data(), c.data(),
+                               false);
+          ++done;
         }
-        commTime[size_t(r)] = since(t0);
-      }
-      stop.store(true);
-      if (compute.joinable())
-        compute.join();
-    });
-    return std::pair{*std::min_element(gemmRate.begin(), gemmRate.end()),
-                     *std::max_element(commTime.begin(), commTime.end())};
+        gemmRate = done / since(t0);
+      });
+    if (mode != 1) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < exchanges; ++i)
+        exchange();
+      commTime = since(t0);
+    }
+    stop.store(true);
+    if (compute.joinable())
+      compute.join();
+    return slowestOf(comm, gemmRate, commTime);
   };
   double computeSpeed[3], commSpeed[3], rate[3];
   for (int trial = 0; trial < 3; ++trial) {
@@ -478,10 +505,22 @@ OverlapTrial measureOverlap(int workers) {
     const auto both = run(2);
     computeSpeed[trial] = std::min(1.0, both.first / gemmAlone);
     commSpeed[trial] = std::min(1.0, commAlone / both.second);
-    rate[trial] = kExchanges * double(kSegment * sizeof(float)) / commAlone;
+    rate[trial] = exchanges * double(kSegment * sizeof(float)) / commAlone;
   }
   return {median3(computeSpeed[0], computeSpeed[1], computeSpeed[2]),
           median3(commSpeed[0], commSpeed[1], commSpeed[2]), median3(rate[0], rate[1], rate[2])};
+}
+
+OverlapTrial measureOverlap(int workers) {
+  OverlapTrial result;
+  if (workers < 2)
+    return result;
+  runLocal(workers, [&](Communicator& comm) {
+    const OverlapTrial t = measureOverlapOn(comm);
+    if (comm.rank() == 0)
+      result = t;
+  });
+  return result;
 }
 
 double measureHandoff(int busy) {

@@ -86,6 +86,12 @@ std::pair<double, double> measureSharing(int workers);
 // On CPU workers the two lanes share the cores: both slow down. commRate:
 // the bytes each worker's lane sent per second alone (median of 3).
 OverlapTrial measureOverlap(int workers);
+// The same trial with every rank of `comm` a worker (collective; the same
+// result on every rank): over MPI ranks it measures the lanes as that
+// transport runs them, e.g. TCP, whose stack and polling take cores that a
+// copy through shared memory does not. Rounds of fewer exchanges where one
+// takes long (at least 4; about 1 s). Ranks < 2: speeds 1, no rate.
+OverlapTrial measureOverlapOn(Communicator& comm);
 
 // Seconds for a thread asleep on a condition variable to run again after
 // another sets its flag and notifies it, as the executor's lanes hand tasks

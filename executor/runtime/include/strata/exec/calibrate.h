@@ -41,6 +41,22 @@ void checkCalibrationOptions(const CalibrationOptions& options);
 // how it was measured. Takes well under a minute here.
 std::string calibrate(const CalibrationOptions& options);
 
+// How a worker's compute and communication lanes slow each other when each
+// rank of `comm` is one worker: calibrate's overlap trial (each lane
+// exchanging 4 MiB segments with its ring neighbours and summing them while
+// the compute lane runs GEMMs, against each alone; median of 3) over that
+// communicator. Under mpirun it measures the ranks' real transport (TCP's
+// stack and the lane's polling take cores that a copy through shared memory
+// does not), for the `sharing` row of comm.size() workers. Collective; the
+// same result on every rank. Needs 2 or more ranks.
+struct LaneOverlap {
+  int workers = 1;
+  double computeSpeed = 1;  // overlap_compute_speed
+  double commSpeed = 1;     // overlap_comm_speed
+  double commRate = 0;      // overlap_comm_rate: bytes/s each lane sent alone
+};
+LaneOverlap measureLaneOverlap(Communicator& comm);
+
 // The GEMM shape validate re-times around every row to see whether the
 // machine still runs at its calibrated speed (a VM's host may slow it down).
 inline constexpr int kReferenceGemm = 256;
