@@ -36,6 +36,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "rank_start.h"
 #include "strata/exec/comm/collectives.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/comm/mpi_communicator.h"
@@ -774,30 +775,14 @@ int runThreads(const AllreduceFlags& f) {
 int runRank(const AllreduceFlags* f, std::string mistake, Process process) {
   exec::MpiSession session(*process.argc, *process.argv);
   std::optional<exec::MpiCommunicator> mpi;
-  try {
-    mpi.emplace();
-  } catch (const std::exception& e) {
-    exec::abortMpiJob(std::string("strata: error: ") + e.what(), kRunFailureExit);
+  if (!openWorld(mpi))
     return kRunFailureExit;
-  }
   const bool root = mpi->rank() == 0;
   std::optional<Setup> setup;
-  std::string verdict;
-  exec::runOrAbort(*mpi, [&](exec::Communicator& c) {
-    if (mistake.empty()) {
-      try {
-        setup.emplace(prepare(*f, c.size()));
-      } catch (const UserError& e) {
-        mistake = e.what();
-      }
-    }
-    verdict = exec::agreeOnMistakes(c, mistake);
-  });
-  if (!verdict.empty()) {
-    if (root)
-      std::cerr << "strata: error: " << verdict << "\n";
-    return kUserErrorExit;
-  }
+  if (const int status = startRanks(
+          *mpi, mistake, [&](exec::Communicator& c) { setup.emplace(prepare(*f, c.size())); });
+      status != 0)
+    return status;
   const Setup& s = *setup;
   Results results(s.algorithms.size(), std::vector<Cell>(s.sizes.size()));
 

@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "rank_start.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/comm/mpi_communicator.h"
 #include "strata/exec/runtime.h"
@@ -105,30 +106,17 @@ void printOverlap(const std::vector<exec::LaneOverlap>& rows, const std::string&
 int overlapRank(const CalibrateFlags* f, std::string mistake, Process process) {
   exec::MpiSession session(*process.argc, *process.argv);
   std::optional<exec::MpiCommunicator> mpi;
-  try {
-    mpi.emplace();
-  } catch (const std::exception& e) {
-    exec::abortMpiJob(std::string("strata: error: ") + e.what(), kRunFailureExit);
+  if (!openWorld(mpi))
     return kRunFailureExit;
-  }
-  std::string verdict;
-  exec::runOrAbort(*mpi, [&](exec::Communicator& c) {
-    if (mistake.empty()) {
-      try {
-        checkOverlapFlags(*f, true);
-        if (c.size() < 2)
-          throw OptionError("-np", "--overlap-only under mpirun needs 2 or more ranks");
-      } catch (const UserError& e) {
-        mistake = e.what();
-      }
-    }
-    verdict = exec::agreeOnMistakes(c, mistake);
-  });
-  if (!verdict.empty()) {
-    if (mpi->rank() == 0)
-      std::cerr << "strata: error: " << verdict << "\n";
-    return kUserErrorExit;
-  }
+  if (const int status = startRanks(
+          *mpi, mistake,
+          [&](exec::Communicator& c) {
+            checkOverlapFlags(*f, true);
+            if (c.size() < 2)
+              throw OptionError("-np", "--overlap-only under mpirun needs 2 or more ranks");
+          });
+      status != 0)
+    return status;
   exec::LaneOverlap row;
   exec::runOrAbort(*mpi, [&](exec::Communicator& c) { row = exec::measureLaneOverlap(c); });
   if (mpi->rank() == 0)

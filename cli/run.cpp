@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "rank_start.h"
 #include "strata/exec/comm/mpi_communicator.h"
 #ifdef STRATA_HAVE_NCCL
 #include "strata/exec/comm/nccl_communicator.h"
@@ -333,33 +334,19 @@ int runRank(const RunFlags* f, std::string mistake, Process process) {
     }
   }
   std::optional<exec::MpiCommunicator> comm;
-  try {
-    comm.emplace(heartbeat);
-  } catch (const std::exception& e) {
-    exec::abortMpiJob(std::string("strata: error: ") + e.what(), kRunFailureExit);
+  if (!openWorld(comm, heartbeat))
     return kRunFailureExit;
-  }
   const bool root = comm->rank() == 0;
   const TermWatch termWatch(*comm);
 
   std::optional<Setup> setup;
-  std::string verdict;
-  exec::runOrAbort(*comm, [&](exec::Communicator& c) {
-    if (mistake.empty()) {
-      try {
-        setup.emplace(prepare(*f, c.size(), c.rank()));
-        c.setTimeout(setup->opt.timeout);
-      } catch (const UserError& e) {
-        mistake = e.what();
-      }
-    }
-    verdict = exec::agreeOnMistakes(c, mistake);
-  });
-  if (!verdict.empty()) {
-    if (root)
-      std::cerr << "strata: error: " << verdict << "\n";
-    return kUserErrorExit;
-  }
+  if (const int status = startRanks(*comm, mistake,
+                                    [&](exec::Communicator& c) {
+                                      setup.emplace(prepare(*f, c.size(), c.rank()));
+                                      c.setTimeout(setup->opt.timeout);
+                                    });
+      status != 0)
+    return status;
 
   Setup& s = *setup;
   // The header waits for the first step: ranks started with different
