@@ -82,6 +82,10 @@ largest = float(rows[-1][1])
 assert 20 <= largest <= 110, f"256 KiB messages at {largest} Mb/s on 100 Mbit/s links"
 assert re.search(r"# not a row: one message of 524288 B per step", text), "no unsegmented note"
 assert re.search(r"# tbf bursts of 131072 B", text), "no burst note"
+# The default base (the localhost-cpu preset) has no sharing rows: the file says the
+# lanes' overlap over MPI/TCP was not measured, rather than claim it.
+assert "overlap over the hosts' MPI/TCP is not measured" in text, "no note of the overlap rows"
+assert "overlap_compute_speed" not in text, "overlap figures without sharing rows"
 print(f"bandwidth table: {len(rows)} sizes, 256 KiB messages at {largest} Mb/s")
 PY
 echo "PASS: testbed of 2 hosts at 100mbit: allreduce, run and cluster file"
