@@ -16,7 +16,6 @@
 #include "commands.h"
 #include "flags.h"
 #include "rank_start.h"
-#include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/comm/mpi_communicator.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/quantity_text.h"
@@ -182,11 +181,7 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
               const Format format = parseFormat(o->format);
               std::vector<exec::LaneOverlap> rows;
               for (int k = 2; k <= o->maxWorkers; k *= 2)
-                exec::runLocal(k, [&](exec::Communicator& c) {
-                  const auto row = exec::measureLaneOverlap(c);
-                  if (c.rank() == 0)
-                    rows.push_back(row);
-                });
+                rows.push_back(exec::measureLaneOverlap(k));
               printOverlap(rows, "threads (strata run's local communicator)", format);
               return 0;
             }

@@ -246,6 +246,14 @@ LaneOverlap measureLaneOverlap(Communicator& comm) {
   return {comm.size(), t.compute, t.comm, t.commRate};
 }
 
+LaneOverlap measureLaneOverlap(int workers) {
+  if (workers < 2)
+    throw OptionError("--sharing-up-to",
+                      fmt::format("the lanes' overlap needs 2 or more workers, got {}", workers));
+  const auto t = detail::measureOverlap(workers);
+  return {workers, t.compute, t.comm, t.commRate};
+}
+
 double referenceGemmRate() {
   constexpr int n = kReferenceGemm;
   std::vector<float> a(size_t(n) * n, 0.01f), b(a.size(), 0.02f), c(a.size());

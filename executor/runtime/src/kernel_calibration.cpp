@@ -422,9 +422,7 @@ double sharedRun(int threads, bool gemm) {
 double median3(double a, double b, double c) {
   return std::max(std::min(a, b), std::min(std::max(a, b), c));
 }
-}  // namespace
 
-namespace {
 // The slowest worker of a round, on every rank: the least of the `rate`s and
 // the longest of the `time`s (collective; a gather as a sum of zero-padded
 // vectors, floats: ample for speeds).
@@ -459,8 +457,8 @@ OverlapTrial measureOverlapOn(Communicator& comm) {
       acc[j] += in[j];
   };
   // Exchanges per round: 24, or fewer where one takes long (a slow link
-  // between MPI ranks: a round of about 1 s, at least 4), as rank 0 timed
-  // its first (which also opens the connections).
+  // between MPI ranks: a round of about 1 s, at least 4), as the slowest
+  // rank timed its first (which also opens the connections).
   barrier(comm);
   const auto first = Clock::now();
   exchange();

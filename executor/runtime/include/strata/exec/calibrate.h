@@ -56,6 +56,9 @@ struct LaneOverlap {
   double commRate = 0;      // overlap_comm_rate: bytes/s each lane sent alone
 };
 LaneOverlap measureLaneOverlap(Communicator& comm);
+// The same trial with `workers` (2 or more) threads of this process over the
+// local communicator, as `strata run` runs workers.
+LaneOverlap measureLaneOverlap(int workers);
 
 // The GEMM shape validate re-times around every row to see whether the
 // machine still runs at its calibrated speed (a VM's host may slow it down).
