@@ -127,7 +127,9 @@ void ScenarioFlags::add(CLI::App* app) {
          "segment size of pipelined transfers, e.g. 1MiB, 0 = off (default 4 MiB)");
   option("--element", element, "element type: fp32|fp16|bf16 (default fp32)");
   option("--allreduce", allreduce,
-         "conv-gradient sync of owt-*: direct|ring|halving-doubling|naive (default direct)");
+         "gradient allreduce: auto|ring|hierarchical|tree|halving-doubling|direct|naive; auto "
+         "picks per bucket the least predicted time (default ring for ring, direct for owt-*'s "
+         "conv layers; naive is the naive reducer)");
   option("--ps-priority", psPriority,
          "ps: which waiting key (layer) the server serves first: first-needed|fifo|last-ready "
          "(default first-needed)");
@@ -166,7 +168,7 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
   if (!element.empty())
     o.element = parseElementType(element, "--element");
   if (!allreduce.empty())
-    o.convSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
+    o.convSync = o.gradientSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
   if (!psPriority.empty())
     o.psPriority = parsePsPriority(psPriority, "--ps-priority");
   // A whole number in [0, most] (no sign, no fraction, no garbage).

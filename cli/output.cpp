@@ -141,6 +141,8 @@ ordered_json estimateJson(const StepEstimate& e) {
     j["efficiency"] = e.efficiency;
     j["bottleneck"] = e.bottleneck;
   }
+  if (!e.allreduce.empty())
+    j["allreduce"] = e.allreduce;
   if (!e.computeSource.empty())
     j["compute_source"] = e.computeSource;
   if (!measured)
@@ -181,20 +183,21 @@ const char* kCsvHeader =
     "engine,network,cluster,strategy,workers,batch_per_worker,element,overlap,fc_update,"
     "segment_bytes,conv_sync,step_s,throughput_examples_per_s,speedup,efficiency,compute_s,"
     "communication_s,exposed_communication_s,sent_bytes_per_worker,received_bytes_per_worker,"
-    "memory_bytes_per_worker,fits_in_memory,bottleneck\n";
+    "memory_bytes_per_worker,fits_in_memory,bottleneck,allreduce\n";
 
 void csvRow(std::ostream& out, const StepEstimate& e) {
   const auto& o = e.scenario.options;
   const auto& w = busiest(e);
   out << fmt::format(
       "{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6g},{:.6g},{:.9g},{:.9g},{:.9g},"
-      "{:.9g},{:.9g},{:.9g},{},{}\n",
+      "{:.9g},{:.9g},{:.9g},{},{},{}\n",
       e.engine, e.network, e.cluster, toString(e.scenario.strategy), e.scenario.workers,
       e.scenario.batchPerWorker, toString(o.element), o.overlap ? "on" : "off",
       toString(o.fcUpdate), o.segment.value(), toString(o.convSync), e.step.value(), e.throughput,
       e.speedup, e.efficiency, w.compute.total().value(), w.communication.value(),
       w.exposedCommunication.value(), w.sent.value(), w.received.value(), peakMemory(e).value(),
-      e.fitsInMemory ? "yes" : "no", reports::csvField(e.bottleneck));
+      e.fitsInMemory ? "yes" : "no", reports::csvField(e.bottleneck),
+      reports::csvField(e.allreduce));
 }
 
 }  // namespace
@@ -392,6 +395,8 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
                        e.speedup, formatSeconds(e.singleWorkerStep), sc.batchPerWorker);
     out << fmt::format("efficiency    {}\n", percent(e.efficiency));
     out << fmt::format("bottleneck    {}\n", e.bottleneck);
+    if (!e.allreduce.empty())
+      out << fmt::format("allreduce     {}\n", e.allreduce);
     if (!e.computeSource.empty())
       out << fmt::format("pricing       {}\n", e.computeSource);
     const auto& w0 = e.workers.front();
@@ -515,12 +520,16 @@ void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
                        {"utilisation", l.utilisation}});
     j["links"] = links;
     j["events"] = r.events;
+    if (!r.detail.empty())
+      j["simulated"] = r.detail;
     out << j.dump(2) << "\n";
     return;
   }
   printEstimate(out, r.estimate, format);
   if (format == Format::kCsv)
     return;
+  if (!r.detail.empty())
+    out << fmt::format("simulated     {}\n", r.detail);
   out << fmt::format("\nbusiest links ({} of {} carried data; {} events)\n",
                      std::min<size_t>(8, r.links.size()), r.links.size(), r.events);
   Table t({"link", "bandwidth", "bytes", "busy", "utilisation"});

@@ -1,6 +1,8 @@
 // `strata plan`: the tasks of one training step, as the engines run them.
 #include "strata/model/plan.h"
 
+#include <fmt/format.h>
+
 #include <iostream>
 #include <memory>
 
@@ -11,7 +13,7 @@ namespace strata::cli {
 
 Command addPlanCommand(CLI::App& app) {
   struct Options {
-    std::string network, strategy, workers, format = "table";
+    std::string network, strategy, workers, cluster, format = "table";
     ScenarioFlags flags;
     LimitFlags limitFlags;
   };
@@ -20,6 +22,9 @@ Command addPlanCommand(CLI::App& app) {
   sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
   sub->add_option("--strategy,-s", o->strategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
   sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
+  sub->add_option("--cluster,-c", o->cluster,
+                  "cluster preset or YAML file: --allreduce hierarchical needs its nodes, auto "
+                  "its costs");
   o->flags.add(sub);
   o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format, "output: table|json (default table)");
@@ -31,7 +36,17 @@ Command addPlanCommand(CLI::App& app) {
             if (format == Format::kCsv)
               throw OptionError("--format", "plan prints table or json");
             const auto net = networkArg(o->network, "--network");
-            printPlan(std::cout, lowerToPlan(net, sc), net, format);
+            if (o->cluster.empty()) {
+              for (auto a : {sc.options.convSync, gradientAllreduce(sc)})
+                if (a == AllreduceAlgorithm::kAuto || a == AllreduceAlgorithm::kHierarchical)
+                  throw OptionError(
+                      "--allreduce",
+                      fmt::format("{} needs --cluster (its nodes and link costs)", toString(a)));
+              printPlan(std::cout, lowerToPlan(net, sc), net, format);
+              return 0;
+            }
+            const auto cl = clusterArg(o->cluster, "--cluster");
+            printPlan(std::cout, lowerToPlan(net, sc, cl), net, format);
             return 0;
           }};
 }

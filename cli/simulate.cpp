@@ -93,22 +93,24 @@ Command addSimulateCommand(CLI::App& app) {
             opt.timeline = !o->trace.empty();
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            const auto p = lowerToPlan(net, sc, psSteps(o->steps, sc));
+            const int steps = psSteps(o->steps, sc);
             const TraceOptions traceOpt = o->traceFlags.options(o->trace, sc.workers);
-            std::optional<TraceFile> traceFile;
-            if (!o->trace.empty()) {
-              // Over the limit or a bad path: exit 2 before simulating.
-              checkTraceSize(p, traceOpt);
-              traceFile.emplace(o->trace, "--trace");
-              opt.timelineRanks = traceOpt.ranks;
+            if (o->trace.empty()) {
+              printSimulation(std::cout, sim::simulateScenario(net, cl, sc, opt, steps), format);
+              return 0;
             }
-            const auto result = sim::simulate(p, net, cl, opt);
-            if (traceFile) {
-              writeTrace(traceFile->stream(), p, net, result.estimate, result.timeline, traceOpt);
-              traceFile->finish();
-            }
+            // A trace shows every worker's tasks: the full plan.
+            const auto p = lowerToPlan(net, sc, cl, steps);
+            // Over the limit or a bad path: exit 2 before simulating.
+            checkTraceSize(p, traceOpt);
+            TraceFile traceFile(o->trace, "--trace");
+            opt.timelineRanks = traceOpt.ranks;
+            auto result = sim::simulate(p, net, cl, opt);
+            result.detail = "full: " + sim::representativeReason(sc, cl, opt);
+            writeTrace(traceFile.stream(), p, net, result.estimate, result.timeline, traceOpt);
+            traceFile.finish();
             printSimulation(std::cout, result, format);
-            if (traceFile && format == Format::kTable)
+            if (format == Format::kTable)
               std::cout << "\ntrace written to " << o->trace << " (open it in ui.perfetto.dev)\n";
             return 0;
           }};

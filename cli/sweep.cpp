@@ -27,7 +27,8 @@ Command addSweepCommand(CLI::App& app) {
   sub->add_option("--segment", o->flags.segment, "segment size, e.g. 1MiB (default 4 MiB)");
   sub->add_option("--bucket", o->flags.bucket, "gradient bucket size (default 25 MiB)");
   sub->add_option("--allreduce", o->flags.allreduce,
-                  "conv-gradient sync of owt-* (default direct)");
+                  "gradient allreduce, auto|ring|hierarchical|tree|... (default ring for ring, "
+                  "direct for owt-*'s conv layers)");
   sub->add_option("--out,-o", o->out, "write to this file instead of stdout");
   addEngineOption(sub, o->engine);
   o->limitFlags.add(sub, false);

@@ -149,7 +149,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           row.model = estimate(net, cluster, sc);
           row.profileModel = estimate(net, profiled, sc);
           row.profileModel->engine = "model-profile";
-          const Plan plan = lowerToPlan(net, sc);
+          const Plan plan = lowerToPlan(net, sc, cluster);
           sim::Options so;
           so.timeline = true;
           const auto simulated = sim::simulate(plan, net, cluster, so);

@@ -21,26 +21,39 @@ std::string_view toString(AllreduceAlgorithm algorithm) {
       return "halving-doubling";
     case AllreduceAlgorithm::kDirect:
       return "direct";
+    case AllreduceAlgorithm::kHierarchical:
+      return "hierarchical";
+    case AllreduceAlgorithm::kTree:
+      return "tree";
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
   }
   return "?";
 }
 
 AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view text, const std::string& option) {
-  for (auto a : {AllreduceAlgorithm::kNaive, AllreduceAlgorithm::kRing,
-                 AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kDirect})
+  for (auto a :
+       {AllreduceAlgorithm::kNaive, AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling,
+        AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTree,
+        AllreduceAlgorithm::kAuto})
     if (toString(a) == text)
       return a;
   throw OptionError(option, "unknown allreduce algorithm '" + std::string(text) +
-                                "' (expected naive, ring, halving-doubling or direct)");
+                                "' (expected auto, ring, hierarchical, tree, halving-doubling, "
+                                "direct or naive)");
 }
 
-Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes) {
+Seconds pipelineTime(int segments, std::span<const Seconds> stageTimes) {
   Seconds sum, slowest;
   for (auto t : stageTimes) {
     sum += t;
     slowest = max(slowest, t);
   }
   return sum + slowest * (segments - 1);
+}
+
+Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes) {
+  return pipelineTime(segments, std::span<const Seconds>(stageTimes.begin(), stageTimes.size()));
 }
 
 int segmentCount(Bytes bytes, Bytes segment) {
@@ -77,6 +90,20 @@ void addSymmetric(CollectiveCost& c, double sentEach, double receivedEach) {
     s += sentEach;
   for (auto& r : c.received)
     r += receivedEach;
+}
+
+// One phase of rings of `size` ranks moving chunks of `chunk` bytes, each
+// step a `step` pattern: reduce-scatter, size-1 steps each a pipeline of
+// send and add over the chunk's segments, or allgather, size-1 steps of
+// sends (plan.cpp's Builder::ringPhase lowers the same).
+Seconds ringPhase(const PatternCost& step, int size, Bytes chunk, const CommParams& p,
+                  bool reduce) {
+  if (size <= 1)
+    return Seconds(0);
+  const int segs = segmentCount(chunk, p.segment);
+  const Bytes s = chunk / segs;
+  return reduce ? pipelineTime(segs, {step.time(s), Seconds(s.value() * p.gamma)}) * (size - 1)
+                : step.time(s) * (segs * (size - 1));
 }
 
 }  // namespace
@@ -184,14 +211,14 @@ CollectiveCost reduceScatter(const Topology& topo, Bytes n, const CommParams& p,
   if (k == 1)
     return c;
   const Bytes chunk = n / k;
-  const int segs = segmentCount(chunk, p.segment);
-  const Bytes s = chunk / segs;
   if (ring) {
     const auto& step = topo.ringStep();
-    c.time = pipelineTime(segs, {step.time(s), Seconds(s.value() * p.gamma)}) * (k - 1);
+    c.time = ringPhase(step, k, chunk, p, true);
     c.steps = k - 1;
     noteBottleneck(c, step);
   } else {
+    const int segs = segmentCount(chunk, p.segment);
+    const Bytes s = chunk / segs;
     const auto& step = topo.allToAll();
     c.time = pipelineTime(segs, {step.time(s), Seconds((k - 1) * s.value() * p.gamma)});
     c.steps = 1;
@@ -273,9 +300,7 @@ CollectiveCost ringAllReduce(const Topology& topo, Bytes n, const CommParams& p)
   auto c = reduceScatter(topo, n, p, true);
   const int k = topo.workers();
   const Bytes chunk = n / k;
-  const int segs = segmentCount(chunk, p.segment);
-  const auto& step = topo.ringStep();
-  c.time += step.time(chunk / segs) * (segs * (k - 1));
+  c.time += ringPhase(topo.ringStep(), k, chunk, p, false);
   c.steps += k - 1;
   addSymmetric(c, (k - 1) * chunk.value(), (k - 1) * chunk.value());
   return c;
@@ -362,10 +387,12 @@ CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const Com
   std::vector<Seconds> stepTimes;
   std::vector<PatternCost> stepCosts;
   for (int d = pof2 / 2; d >= 1; d /= 2) {
-    flows.clear();
-    for (int i = 0; i < pof2; ++i)
-      flows.push_back({worker(i), worker(i ^ d)});
-    stepCosts.push_back(topo.cost(flows));
+    stepCosts.push_back(topo.cost(fmt::format("halving-doubling {}", d), [&] {
+      flows.clear();
+      for (int i = 0; i < pof2; ++i)
+        flows.push_back({worker(i), worker(i ^ d)});
+      return flows;
+    }));
   }
   Bytes size = n;
   for (const auto& pc : stepCosts) {
@@ -397,23 +424,236 @@ CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const Com
   return c;
 }
 
+// Hierarchical ring (Horovod's hierarchical allreduce; NCCL's rings over
+// rails): with G ranks per node and N = K / G nodes,
+//
+//   node 0: r0 r1 r2 r3    node 1: r4 r5 r6 r7          (G = 4, N = 2)
+//   1. reduce-scatter inside each node, a ring of G (NVLink/NVSwitch): rank
+//      l of a node then holds the node's sum of one chunk of n/G
+//   2. allreduce of that chunk across the nodes, one ring per rail (r1 -> r5
+//      -> r1, r2 -> r6 -> r2, ...): the G rails at once, each on its own NIC
+//      (lane); reduce-scatter then allgather of N sub-chunks of n/(G N)
+//   3. allgather inside each node
+//
+//   T = 2 (G-1) (alpha_1 + n/(G beta_1)) + (G-1)/G n gamma
+//     + 2 (N-1) (alpha_2 + n/(G N beta_2)) + (N-1)/(G N) n gamma   (unsegmented;
+//       segmented, each ring step pipelines its send and add as the ring does)
+//
+// Against the flat ring's 2 (K-1) latencies, 2 (G-1) + 2 (N-1); the bytes
+// each rank sends are the same, 2 (K-1)/K n. Throws UserError when K is not
+// whole nodes.
+CollectiveCost hierarchicalAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+  auto c = empty(topo);
+  const int k = topo.workers();
+  const int g = topo.nodeSize();
+  if (k % g != 0)
+    throw OptionError("--workers",
+                      fmt::format("the hierarchical allreduce needs whole nodes: {} workers on "
+                                  "nodes of {} devices (cluster '{}'); use a multiple of {}, or "
+                                  "another --allreduce",
+                                  k, g, topo.cluster().name, g));
+  const int nodes = k / g;
+  const auto& inner = topo.ringStep(g, 1);
+  const Bytes chunk = n / g, sub = chunk / nodes;
+  const Seconds inside = ringPhase(inner, g, chunk, p, true) + ringPhase(inner, g, chunk, p, false);
+  Seconds across;
+  if (nodes > 1) {
+    const auto& outer = topo.ringStep(k, g);
+    across = ringPhase(outer, nodes, sub, p, true) + ringPhase(outer, nodes, sub, p, false);
+    noteBottleneck(c, outer);
+  }
+  if (inside > across)
+    noteBottleneck(c, inner);
+  c.time = inside + across;
+  c.steps = 2 * (g - 1) + 2 * (nodes - 1);
+  const double each = 2.0 * (g - 1) * chunk.value() + 2.0 * (nodes - 1) * sub.value();
+  addSymmetric(c, each, each);
+  return c;
+}
+
+// Double binary tree (collectives.h, doubleBinaryTree): each tree reduces
+// its half of the buffer up and broadcasts it down, both trees at once, in
+// segments s of the half that pipeline through every stage:
+//
+//   up stage h:   children of height h send s to their parent, which adds
+//                 them (inputs_h s gamma)
+//   down stage h: the same flows reversed, highest first
+//
+//   T = pipeline(segments; up_0, add_0, up_1, add_1, ..., down_1, down_0)
+//     = 2 H alpha + (2 H + m - 1) s / beta + ...   (H stages, m segments)
+//
+// The latency grows with log2 K instead of K; every rank sends about n
+// (half up in one tree, half down in the other), as in the ring.
+CollectiveCost treeAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+  auto c = empty(topo);
+  const auto& stages = topo.tree();
+  const Bytes half = n / 2;
+  const int segs = segmentCount(half, p.segment);
+  const Bytes s = half / segs;
+  std::vector<Seconds> times;
+  Seconds worst;
+  auto stage = [&](const PatternCost& pc) {
+    const Seconds t = pc.time(s);
+    times.push_back(t);
+    if (t > worst) {
+      worst = t;
+      c.bottleneckLink = pc.bottleneckLink;
+      c.bottleneckUp = pc.bottleneckUp;
+    }
+  };
+  for (size_t i = 0; i < stages.size(); ++i) {
+    stage(topo.treeCost(static_cast<int>(i), false));
+    times.push_back(Seconds(stages[i].inputs * s.value() * p.gamma));
+  }
+  for (size_t i = stages.size(); i-- > 0;)
+    stage(topo.treeCost(static_cast<int>(i), true));
+  c.time = pipelineTime(segs, times);
+  c.steps = 2 * static_cast<int>(stages.size());
+  for (const auto& st : stages)
+    for (const auto& f : st.flows) {
+      c.sent[static_cast<size_t>(f.src)] += half.value();
+      c.received[static_cast<size_t>(f.dst)] += half.value();
+      c.sent[static_cast<size_t>(f.dst)] += half.value();
+      c.received[static_cast<size_t>(f.src)] += half.value();
+    }
+  return c;
+}
+
+// Position of rank r in tree A, and the rank at a position of tree `t`.
+int positionIn(int tree, int rank, int k) {
+  if (tree == 0)
+    return rank + 1;
+  return k % 2 == 0 ? k - rank : (rank + 1) % k + 1;
+}
+int rankAt(int tree, int position, int k) {
+  if (tree == 0)
+    return position - 1;
+  return k % 2 == 0 ? k - position : (position - 2 + k) % k;
+}
+
+int heightOf(int position) {
+  int h = 0;
+  while ((position >> h & 1) == 0)
+    ++h;
+  return h;
+}
+
+// The parent of a position in the in-order tree on 1..K; 0 for the root.
+int parentOf(int position, int k) {
+  int root = 1;
+  while (root * 2 <= k)
+    root *= 2;
+  int q = position;
+  do {
+    if (q == root)
+      return 0;
+    const int h = heightOf(q);
+    q = (q >> (h + 1) & 1) ? q - (1 << h) : q + (1 << h);
+  } while (q > k);
+  return q;
+}
+
 }  // namespace
+
+std::vector<TreeStage> doubleBinaryTree(int workers) {
+  std::vector<TreeStage> byHeight;
+  if (workers < 2)
+    return byHeight;
+  for (int tree = 0; tree < 2; ++tree)
+    for (int r = 0; r < workers; ++r) {
+      const int pos = positionIn(tree, r, workers);
+      const int parent = parentOf(pos, workers);
+      if (parent == 0)
+        continue;
+      const auto h = static_cast<size_t>(heightOf(pos));
+      if (byHeight.size() <= h)
+        byHeight.resize(h + 1);
+      byHeight[h].flows.push_back({r, rankAt(tree, parent, workers)});
+      byHeight[h].tree.push_back(tree);
+    }
+  std::vector<TreeStage> stages;
+  std::vector<int> into(static_cast<size_t>(workers), 0);
+  for (auto& st : byHeight) {
+    if (st.flows.empty())
+      continue;
+    for (const auto& f : st.flows)
+      st.inputs = std::max(st.inputs, ++into[static_cast<size_t>(f.dst)]);
+    for (const auto& f : st.flows)
+      into[static_cast<size_t>(f.dst)] = 0;
+    stages.push_back(std::move(st));
+  }
+  return stages;
+}
+
+AllreduceAlgorithm chooseAllreduce(const Topology& topo, Bytes n, const CommParams& p) {
+  const int k = topo.workers(), g = topo.nodeSize();
+  std::vector<AllreduceAlgorithm> candidates{AllreduceAlgorithm::kRing};
+  if (g > 1 && k % g == 0 && k / g > 1)
+    candidates.push_back(AllreduceAlgorithm::kHierarchical);
+  candidates.push_back(AllreduceAlgorithm::kTree);
+  candidates.push_back(AllreduceAlgorithm::kHalvingDoubling);
+  AllreduceAlgorithm best = AllreduceAlgorithm::kRing;
+  Seconds bestTime(std::numeric_limits<double>::infinity());
+  for (auto a : candidates) {
+    const Seconds t = allReduce(topo, a, n, p).time;
+    if (t < bestTime) {
+      bestTime = t;
+      best = a;
+    }
+  }
+  return best;
+}
+
+std::string describeAllreduce(AllreduceAlgorithm requested,
+                              const std::vector<std::pair<std::string, double>>& picks) {
+  if (requested != AllreduceAlgorithm::kAuto)
+    return std::string(toString(requested));
+  std::vector<std::pair<std::string, std::pair<int, double>>> counts;  // in order of first use
+  for (const auto& [name, bytes] : picks) {
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [&](const auto& x) { return x.first == name; });
+    if (it == counts.end())
+      it = counts.insert(counts.end(), {name, {0, 0.0}});
+    ++it->second.first;
+    it->second.second += bytes;
+  }
+  std::string out = "auto";
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const auto& [name, c] = counts[i];
+    const char* what = i > 0 ? "" : c.first == 1 ? " buffer" : " buffers";
+    out += fmt::format("{} {} for {}{} of {}", i == 0 ? ":" : ",", name, c.first, what,
+                       formatBytes(Bytes(c.second / c.first)));
+  }
+  return out;
+}
 
 CollectiveCost allReduce(const Topology& topo, AllreduceAlgorithm algorithm, Bytes n,
                          const CommParams& p) {
-  if (topo.workers() == 1)
+  if (algorithm == AllreduceAlgorithm::kAuto)
+    algorithm = chooseAllreduce(topo, n, p);
+  auto c = [&] {
+    if (topo.workers() == 1)
+      return empty(topo);
+    switch (algorithm) {
+      case AllreduceAlgorithm::kNaive:
+        return naiveAllReduce(topo, n, p);
+      case AllreduceAlgorithm::kRing:
+        return ringAllReduce(topo, n, p);
+      case AllreduceAlgorithm::kHalvingDoubling:
+        return halvingDoublingAllReduce(topo, n, p);
+      case AllreduceAlgorithm::kDirect:
+        return directAllReduce(topo, n, p);
+      case AllreduceAlgorithm::kHierarchical:
+        return hierarchicalAllReduce(topo, n, p);
+      case AllreduceAlgorithm::kTree:
+        return treeAllReduce(topo, n, p);
+      case AllreduceAlgorithm::kAuto:
+        break;
+    }
     return empty(topo);
-  switch (algorithm) {
-    case AllreduceAlgorithm::kNaive:
-      return naiveAllReduce(topo, n, p);
-    case AllreduceAlgorithm::kRing:
-      return ringAllReduce(topo, n, p);
-    case AllreduceAlgorithm::kHalvingDoubling:
-      return halvingDoublingAllReduce(topo, n, p);
-    case AllreduceAlgorithm::kDirect:
-      return directAllReduce(topo, n, p);
-  }
-  return empty(topo);
+  }();
+  c.algorithm = std::string(toString(algorithm));
+  return c;
 }
 
 }  // namespace strata

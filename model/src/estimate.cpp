@@ -122,6 +122,8 @@ struct Tally {
   Seconds worstCollective;
   int bottleneckLink = -1;
   bool bottleneckUp = true;
+  // Each gradient allreduce's algorithm and bytes (describeAllreduce).
+  std::vector<std::pair<std::string, double>> picks;
 
   explicit Tally(int k)
       : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
@@ -259,6 +261,7 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     ready.push_back(ctx.sc.options.overlap ? readyAt[static_cast<size_t>(bucket.firstLayer - first)]
                                            : clock);
     auto c = allReduce(ctx.topo, algorithm, Bytes(bucket.params * ctx.e), ctx.comm);
+    t.picks.emplace_back(c.algorithm, bucket.params * ctx.e);
     // Its lane wakes up when the bucket is ready, and the update's when it is synced.
     c.time += ctx.handoff * 2;
     work.push_back(c.time);
@@ -290,10 +293,8 @@ double paramsIn(const Network& net, int first, int last) {
 // data-parallel.
 Seconds dataParallelStep(const Context& ctx, Tally& t) {
   const int layers = static_cast<int>(ctx.net.layers.size());
-  const auto algorithm =
-      ctx.sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive : AllreduceAlgorithm::kRing;
   const Seconds fwd = forward(ctx, 0, layers, ctx.b, 1.0, t);
-  const Seconds bwd = backpropWithSync(ctx, 0, layers, algorithm, t);
+  const Seconds bwd = backpropWithSync(ctx, 0, layers, gradientAllreduce(ctx.sc), t);
   const Seconds upd = ctx.update(paramsIn(ctx.net, 0, layers));
   t.compute.update += upd;
   return fwd + bwd + upd;
@@ -994,6 +995,8 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k;
   est.bottleneck = ctx.topo.describeLink(t.bottleneckLink, t.bottleneckUp);
+  if (scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing)
+    est.allreduce = describeAllreduce(gradientAllreduce(scenario), t.picks);
   est.computeSource = ctx.costs.describe();
 
   // Worker 0 and the others, each assigned whole: GCC 12.2 at -O3

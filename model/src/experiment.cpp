@@ -105,7 +105,7 @@ Experiment loadExperiment(const std::string& path) {
                    el->asString() + " (device.peak." + el->asString() + ")");
       }
       if (auto a = o->get("allreduce"))
-        opt.convSync = parseAllreduceAlgorithm(a->asString(), a->path());
+        opt.convSync = opt.gradientSync = parseAllreduceAlgorithm(a->asString(), a->path());
       if (auto p = o->get("ps_priority"))
         opt.psPriority = parsePsPriority(p->asString(), p->path());
       if (auto st = o->get("staleness")) {

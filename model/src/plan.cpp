@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "strata/model/collectives.h"
@@ -69,7 +72,7 @@ size_t Plan::flowCountOf(const Task& t) const {
     return 0;
   switch (t.pattern) {
     case PatternKind::kRing:
-      return k > 1 ? k : 0;
+      return k > 1 && (t.ringSpan == 0 || t.ringSpan > t.ringStride) ? k : 0;
     case PatternKind::kAllToAll:
       return k * (k - 1);
     case PatternKind::kGather:
@@ -87,12 +90,16 @@ std::vector<PlanFlow> Plan::flowsOf(const Task& t) const {
   if (t.kind != TaskKind::kTransfer && t.kind != TaskKind::kReduce)
     return f;
   f.reserve(flowCountOf(t));
+  // A ring's chunks are numbered by position in the flow's own ring.
+  const int span = t.ringSpan > 0 ? t.ringSpan : k, stride = t.ringSpan > 0 ? t.ringStride : 1;
+  const int size = span / stride;
   auto part = [&](int src, int dst) {
+    const int pos = src % span / stride;
     switch (t.parts) {
       case PartRule::kRingReduceScatter:
-        return ((src - t.step) % k + k) % k;
+        return ((pos - t.step) % size + size) % size;
       case PartRule::kRingAllGather:
-        return ((src + 1 - (t.step - (k - 1))) % k + k) % k;
+        return ((pos + 1 - (t.step - (size - 1))) % size + size) % size;
       case PartRule::kDestination:
         return dst;
       case PartRule::kSource:
@@ -104,9 +111,11 @@ std::vector<PlanFlow> Plan::flowsOf(const Task& t) const {
   };
   switch (t.pattern) {
     case PatternKind::kRing:
-      if (k > 1)
-        for (int r = 0; r < k; ++r)
-          f.push_back({r, (r + 1) % k, part(r, (r + 1) % k)});
+      if (flowCountOf(t) > 0)
+        for (int r = 0; r < k; ++r) {
+          const int next = ringNext(r, span, stride);
+          f.push_back({r, next, part(r, next)});
+        }
       break;
     case PatternKind::kAllToAll:
       for (int i = 0; i < k; ++i)
@@ -151,10 +160,23 @@ using Deps = std::vector<int>;
 
 class Builder {
  public:
-  explicit Builder(Plan& plan)
-      : plan_(plan), k_(plan.scenario.workers), segment_(plan.scenario.options.segment) {}
+  // `topo`: the cluster's topology, for the hierarchical allreduce and auto
+  // (nullptr: neither can be lowered).
+  Builder(Plan& plan, const Topology* topo, double gamma)
+      : plan_(plan),
+        k_(plan.scenario.workers),
+        segment_(plan.scenario.options.segment),
+        topo_(topo) {
+    comm_.segment = segment_;
+    comm_.gamma = gamma;
+  }
 
   int workers() const { return k_; }
+  // The workers whose compute and update tasks are lowered (1: worker 0
+  // stands for all, Plan::representative).
+  int computeWorkers() const { return plan_.representative ? 1 : k_; }
+  // Each weight-gradient allreduce's algorithm and bytes, for describeAllreduce.
+  std::vector<std::pair<std::string, double>> picks;
 
   int add(Task t, const Deps& deps) {
     t.depBegin = static_cast<uint32_t>(plan_.deps.size());
@@ -224,6 +246,30 @@ class Builder {
     return add(t, deps);
   }
 
+  // Flows stored once per plan under `key` (collectives of one shape share
+  // them: a plan at 10^5 workers would otherwise hold them per bucket):
+  // their [begin, begin + count) in Plan::flows.
+  using FlowRange = std::pair<uint32_t, uint32_t>;
+  FlowRange stored(const std::string& key, const std::function<std::vector<PlanFlow>()>& make) {
+    auto it = stored_.find(key);
+    if (it == stored_.end()) {
+      const auto flows = make();
+      const auto begin = static_cast<uint32_t>(plan_.flows.size());
+      plan_.flows.insert(plan_.flows.end(), flows.begin(), flows.end());
+      it = stored_.emplace(key, FlowRange{begin, static_cast<uint32_t>(flows.size())}).first;
+    }
+    return it->second;
+  }
+  // A transfer of stored flows.
+  int storedTransfer(FlowRange flows, Bytes bytes, int step, int segment, const Deps& deps) {
+    const int t =
+        transfer(PatternKind::kPairs, -1, PartRule::kExplicit, bytes, step, segment, deps);
+    auto& task = plan_.tasks[static_cast<size_t>(t)];
+    task.flowBegin = flows.first;
+    task.flowCount = flows.second;
+    return t;
+  }
+
   // The destinations of `transfer`'s flows each add `inputs` chunks of `bytes`.
   int reduce(int transfer, Bytes bytes, int inputs, const Deps& deps) {
     Task t;
@@ -252,6 +298,10 @@ class Builder {
 
   int allReduce(AllreduceAlgorithm algorithm, Bytes n, BufferKind buffer, int firstLayer,
                 int lastLayer, const Deps& start) {
+    if (algorithm == AllreduceAlgorithm::kAuto)
+      algorithm = chooseAllreduce(topology("auto"), n, comm_);
+    if (buffer == BufferKind::kWeightGradients)
+      picks.emplace_back(toString(algorithm), n.value());
     Collective c;
     c.algorithm = std::string(toString(algorithm));
     c.buffer = buffer;
@@ -268,35 +318,129 @@ class Builder {
         return direct(c, n, start);
       case AllreduceAlgorithm::kHalvingDoubling:
         return halvingDoubling(c, n, start);
+      case AllreduceAlgorithm::kHierarchical:
+        return hierarchical(c, n, start);
+      case AllreduceAlgorithm::kTree:
+        return tree(c, n, start);
+      case AllreduceAlgorithm::kAuto:
+        break;
     }
     return -1;
   }
 
-  // Ring: K-1 reduce-scatter steps of m segments (send, then add, pipelined),
-  // then K-1 allgather steps of m sends; each step starts when the last one
-  // is complete.
-  int ring(Collective c, Bytes n, const Deps& start) {
-    const Bytes chunk = n / k_;
+  // One phase of rings of `size` ranks (ringNext(span, stride)) on chunks of
+  // `chunk` bytes, as collectives.cpp's ringPhase: reduce-scatter, size-1
+  // steps of m segments (send, then add, pipelined), or allgather, size-1
+  // steps of m sends; each step starts when the last one is complete.
+  // Returns the phase's last task (`after` when it has none).
+  int ringPhase(int span, int stride, Bytes chunk, bool reduceScatter, int after,
+                const Deps& start) {
+    const int size = span / stride;
     const int segs = segmentCount(chunk, segment_);
     const Bytes s = chunk / segs;
-    c.parts = k_;
-    c.segments = segs;
-    begin(c);
-    int prevReduce = -1, last = -1;
-    for (int i = 0; i < k_ - 1; ++i) {
+    int last = after;
+    auto ringTransfer = [&](PartRule rule, int step, int j, const Deps& d) {
+      const int t = transfer(PatternKind::kRing, -1, rule, s, step, j, d);
+      auto& task = plan_.tasks[static_cast<size_t>(t)];
+      task.ringSpan = span == k_ && stride == 1 ? 0 : span;
+      task.ringStride = stride;
+      return t;
+    };
+    for (int i = 0; i < size - 1; ++i) {
       int prevSend = -1, red = -1;
       for (int j = 0; j < segs; ++j) {
-        const Deps d = j > 0 ? Deps{prevSend} : (i > 0 ? Deps{prevReduce} : start);
-        prevSend = transfer(PatternKind::kRing, -1, PartRule::kRingReduceScatter, s, i, j, d);
-        red = reduce(prevSend, s, 1, {prevSend, red});
+        const Deps d = j > 0 ? Deps{prevSend} : (last >= 0 ? Deps{last} : start);
+        if (reduceScatter) {
+          prevSend = ringTransfer(PartRule::kRingReduceScatter, i, j, d);
+          red = reduce(prevSend, s, 1, {prevSend, red});
+        } else {
+          prevSend = ringTransfer(PartRule::kRingAllGather, size - 1 + i, j,
+                                  last >= 0 ? Deps{last} : start);
+          last = prevSend;
+        }
       }
-      prevReduce = red;
-      last = red;
+      if (reduceScatter)
+        last = red;
     }
-    for (int i = 0; i < k_ - 1; ++i)
-      for (int j = 0; j < segs; ++j)
-        last = transfer(PatternKind::kRing, -1, PartRule::kRingAllGather, s, k_ - 1 + i, j,
-                        last >= 0 ? Deps{last} : start);
+    return last;
+  }
+
+  // Ring: reduce-scatter then allgather around the ring of all K workers.
+  int ring(Collective c, Bytes n, const Deps& start) {
+    const Bytes chunk = n / k_;
+    c.parts = k_;
+    c.segments = segmentCount(chunk, segment_);
+    begin(c);
+    const int rs = ringPhase(k_, 1, chunk, true, -1, start);
+    return end(ringPhase(k_, 1, chunk, false, rs, start));
+  }
+
+  // Hierarchical (collectives.cpp): reduce-scatter in each node's ring, an
+  // allreduce per rail across the nodes, allgather in each node's ring. A
+  // flow's part is its chunk in its own ring (Plan::flowsOf).
+  int hierarchical(Collective c, Bytes n, const Deps& start) {
+    const int g = topology("hierarchical").nodeSize();
+    if (k_ % g != 0)  // the model's message
+      (void)strata::allReduce(topology("hierarchical"), AllreduceAlgorithm::kHierarchical, n,
+                              comm_);
+    const int nodes = k_ / g;
+    const Bytes chunk = n / g, sub = chunk / nodes;
+    c.parts = k_;
+    c.segments = segmentCount(chunk, segment_);
+    begin(c);
+    int last = ringPhase(g, 1, chunk, true, -1, start);
+    last = ringPhase(k_, g, sub, true, last, start);
+    last = ringPhase(k_, g, sub, false, last, start);
+    return end(ringPhase(g, 1, chunk, false, last, start));
+  }
+
+  // Double binary tree (collectives.cpp): per segment of each tree's half,
+  // every up stage's transfer and sum, then every down stage's transfer;
+  // a stage's segment j waits for the stage before it (segment j) and for
+  // its own segment j-1. A flow's part is its tree (0: the buffer's first
+  // half). The stages' flows are stored once and shared by every segment.
+  int tree(Collective c, Bytes n, const Deps& start) {
+    const auto stages = doubleBinaryTree(k_);
+    const Bytes half = n / 2;
+    const int segs = segmentCount(half, segment_);
+    const Bytes s = half / segs;
+    c.parts = 2;
+    c.segments = segs;
+    begin(c);
+    // Flows of stage i (up) and of stage i reversed (down), stored once per plan.
+    std::vector<FlowRange> ranges;
+    for (bool down : {false, true})
+      for (size_t i = 0; i < stages.size(); ++i)
+        ranges.push_back(stored(fmt::format("tree {} {}", down ? "down" : "up", i), [&] {
+          const auto& st = stages[i];
+          std::vector<PlanFlow> v;
+          for (size_t f = 0; f < st.flows.size(); ++f) {
+            const auto& fl = st.flows[f];
+            v.push_back(down ? PlanFlow{fl.dst, fl.src, st.tree[f]}
+                             : PlanFlow{fl.src, fl.dst, st.tree[f]});
+          }
+          return v;
+        }));
+    const size_t count = stages.size();
+    std::vector<int> prev(3 * count, -1);  // per stage slot: its task of the segment before
+    int last = -1;
+    for (int j = 0; j < segs; ++j) {
+      int before = -1;
+      auto stage = [&](size_t slot, size_t flows, int step) {
+        Deps deps{before, prev[slot]};
+        if (before < 0)
+          deps.insert(deps.end(), start.begin(), start.end());
+        const int t = storedTransfer(ranges[flows], s, step, j, deps);
+        prev[slot] = before = t;
+        return t;
+      };
+      for (size_t i = 0; i < count; ++i) {
+        const int x = stage(2 * i, i, static_cast<int>(i));
+        before = prev[2 * i + 1] = reduce(x, s, stages[i].inputs, {x, prev[2 * i + 1]});
+      }
+      for (size_t i = count; i-- > 0;)
+        last = stage(2 * count + i, count + i, static_cast<int>(2 * count - 1 - i));
+    }
     return end(last);
   }
 
@@ -362,12 +506,18 @@ class Builder {
     int last = -1;
     int step = 0;
     auto next = [&](const Deps& d) { return last >= 0 ? Deps{last} : d; };
+    // Every bucket's exchanges have the same flows: stored once, shared.
+    auto flowsOfStep = [&](int at, const std::function<std::vector<PlanFlow>()>& make) {
+      return stored(fmt::format("halving-doubling {}", at), make);
+    };
     if (extra > 0) {
-      std::vector<PlanFlow> f;
-      for (int i = 0; i < extra; ++i)
-        f.push_back({2 * i + 1, 2 * i, 0});
-      const int x =
-          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0, next(start), f);
+      const auto f = flowsOfStep(step, [&] {
+        std::vector<PlanFlow> v;
+        for (int i = 0; i < extra; ++i)
+          v.push_back({2 * i + 1, 2 * i, 0});
+        return v;
+      });
+      const int x = storedTransfer(f, n, step++, 0, next(start));
       last = reduce(x, n, 1, {x});
     }
     // Reduce-scatter by recursive halving: with distance d, rank i keeps the
@@ -375,11 +525,14 @@ class Builder {
     std::vector<int> distances;
     for (int d = pof2 / 2; d >= 1; d /= 2) {
       distances.push_back(d);
-      std::vector<PlanFlow> f;
-      for (int i = 0; i < pof2; ++i) {
-        const int w = window[static_cast<size_t>(i)];
-        f.push_back({worker(i), worker(i ^ d), (i & d) ? w : w + d});
-      }
+      const auto f = flowsOfStep(step, [&] {
+        std::vector<PlanFlow> v;
+        for (int i = 0; i < pof2; ++i) {
+          const int w = window[static_cast<size_t>(i)];
+          v.push_back({worker(i), worker(i ^ d), (i & d) ? w : w + d});
+        }
+        return v;
+      });
       for (int i = 0; i < pof2; ++i)
         window[static_cast<size_t>(i)] += (i & d) ? d : 0;
       // The first exchange also waits for `start` itself: ranks that did not
@@ -389,27 +542,31 @@ class Builder {
       Deps deps = next(start);
       if (d == pof2 / 2 && extra > 0)
         deps.insert(deps.end(), start.begin(), start.end());
-      const int x =
-          transfer(PatternKind::kPairs, -1, PartRule::kExplicit, block * d, step++, 0, deps, f);
+      const int x = storedTransfer(f, block * d, step++, 0, deps);
       last = reduce(x, block * d, 1, {x});
     }
     // Allgather by recursive doubling: the same partners in reverse, each
     // sending its whole window.
     for (auto it = distances.rbegin(); it != distances.rend(); ++it) {
       const int d = *it;
-      std::vector<PlanFlow> f;
-      for (int i = 0; i < pof2; ++i)
-        f.push_back({worker(i), worker(i ^ d), window[static_cast<size_t>(i)]});
+      const auto f = flowsOfStep(step, [&] {
+        std::vector<PlanFlow> v;
+        for (int i = 0; i < pof2; ++i)
+          v.push_back({worker(i), worker(i ^ d), window[static_cast<size_t>(i)]});
+        return v;
+      });
       for (int i = 0; i < pof2; ++i)
         window[static_cast<size_t>(i)] -= (i & d) ? d : 0;
-      last = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, block * d, step++, 0,
-                      next(start), f);
+      last = storedTransfer(f, block * d, step++, 0, next(start));
     }
     if (extra > 0) {
-      std::vector<PlanFlow> f;
-      for (int i = 0; i < extra; ++i)
-        f.push_back({2 * i, 2 * i + 1, 0});
-      last = transfer(PatternKind::kPairs, -1, PartRule::kExplicit, n, step++, 0, next(start), f);
+      const auto f = flowsOfStep(step, [&] {
+        std::vector<PlanFlow> v;
+        for (int i = 0; i < extra; ++i)
+          v.push_back({2 * i, 2 * i + 1, 0});
+        return v;
+      });
+      last = storedTransfer(f, n, step++, 0, next(start));
     }
     return end(last);
   }
@@ -472,9 +629,19 @@ class Builder {
     return c;
   }
 
+  const Topology& topology(const char* algorithm) const {
+    if (!topo_)
+      throw InvariantError(
+          fmt::format("the {} allreduce was lowered without a cluster", algorithm));
+    return *topo_;
+  }
+
   Plan& plan_;
   int k_;
   Bytes segment_;
+  const Topology* topo_;
+  CommParams comm_;
+  std::map<std::string, FlowRange> stored_;  // stored(): flows by key
   int current_ = -1;
   int round_ = -1;
   int iteration_ = 0;
@@ -500,7 +667,7 @@ int backpropWithSync(Builder& b, const Network& net, const Scenario& sc, int fir
   const double e = elementBytes(sc.options.element);
   // ready[l - first][w]: worker w's bwd_weights task of layer l.
   std::vector<std::vector<int>> ready(static_cast<size_t>(last - first));
-  for (int w = 0; w < k; ++w) {
+  for (int w = 0; w < b.computeWorkers(); ++w) {
     auto& p = prev[static_cast<size_t>(w)];
     for (int l = last - 1; l >= first; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
@@ -528,15 +695,13 @@ void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc) {
   const int k = sc.workers;
   const int layers = static_cast<int>(net.layers.size());
   std::vector<int> prev(static_cast<size_t>(k), -1);
-  for (int w = 0; w < k; ++w)
+  for (int w = 0; w < b.computeWorkers(); ++w)
     for (int l = 0; l < layers; ++l)
       prev[static_cast<size_t>(w)] =
           b.compute(w, l, Phase::kFwd, sc.batchPerWorker, 1.0, {prev[static_cast<size_t>(w)]});
-  const auto algorithm =
-      sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive : AllreduceAlgorithm::kRing;
-  const int synced = backpropWithSync(b, net, sc, 0, layers, algorithm, prev);
+  const int synced = backpropWithSync(b, net, sc, 0, layers, gradientAllreduce(sc), prev);
   const double params = paramsIn(net, 0, layers);
-  for (int w = 0; w < k; ++w)
+  for (int w = 0; w < b.computeWorkers(); ++w)
     b.update(w, 0, layers - 1, params, {prev[static_cast<size_t>(w)], synced});
 }
 
@@ -857,7 +1022,8 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc) {
 // update tasks per worker and layer, and each collective's steps (ring:
 // 3 (K-1) per segment, direct and naive: 3 per segment, reduce-scatter and
 // reduce: 2 per segment, halving-doubling: 3 per exchange plus the folds).
-double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations) {
+double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations,
+                         PlanDetail detail) {
   const double k = sc.workers;
   const int layers = static_cast<int>(net.layers.size());
   const double e = elementBytes(sc.options.element);
@@ -875,15 +1041,22 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations)
         return 3 * segs(n / k);
       case AllreduceAlgorithm::kHalvingDoubling:
         return 3 * std::ceil(std::log2(k)) + 3;
+      case AllreduceAlgorithm::kHierarchical:
+      case AllreduceAlgorithm::kAuto:  // at most the ring's
+        return 3 * (k - 1) * segs(n / k);
+      case AllreduceAlgorithm::kTree:
+        return 3 * 2 * std::ceil(std::log2(k) + 1) * segs(n / 2);
     }
     return 0.0;
   };
+  // Workers whose compute and update tasks are in the plan.
+  const double cw = detail == PlanDetail::kRepresentative ? 1 : k;
   // Backprop of [first, last) on every worker and its gradient buckets.
   auto backprop = [&](int first, int last, AllreduceAlgorithm a) {
     double t = 0;
     for (int l = first; l < last; ++l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
-      t += k * ((layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1));
+      t += cw * ((layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1));
     }
     if (k > 1)
       for (const auto& bucket : gradientBuckets(net, first, last, sc.options))
@@ -910,11 +1083,8 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations)
     }
     return step * (k > 1 && iterations > 0 ? iterations : defaultPlanIterations(sc));
   }
-  if (!isModelParallel(sc.strategy)) {
-    const auto algorithm =
-        sc.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive : AllreduceAlgorithm::kRing;
-    return k * layers + backprop(0, layers, algorithm) + k;
-  }
+  if (!isModelParallel(sc.strategy))
+    return cw * layers + backprop(0, layers, gradientAllreduce(sc)) + cw;
   const int mp = net.modelParallelFrom;
   const bool owtA = sc.strategy == Strategy::kOwtA;
   const double rounds = owtA ? 1 : k;
@@ -946,9 +1116,9 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations)
   return k * mp + rounds * round + backprop(0, mp, sc.options.convSync) + updates;
 }
 
-void checkPlanSize(const Network& network, const Scenario& sc, const Limits& limits,
-                   int iterations) {
-  const double tasks = estimatePlanTasks(network, sc, iterations);
+void checkPlanSize(const Network& network, const Scenario& sc, const Limits& limits, int iterations,
+                   PlanDetail detail) {
+  const double tasks = estimatePlanTasks(network, sc, iterations, detail);
   if (tasks <= double(limits.maxPlanTasks))
     return;
   // Name what makes the plan large: a ps run's steps when one step fits,
@@ -964,7 +1134,7 @@ void checkPlanSize(const Network& network, const Scenario& sc, const Limits& lim
                     kMaxTasksOption, kAllowLargeOption));
   Scenario unsegmented = sc;
   unsegmented.options.segment = Bytes(0);
-  const bool bySegments = estimatePlanTasks(network, unsegmented, iterations) * 2 < tasks;
+  const bool bySegments = estimatePlanTasks(network, unsegmented, iterations, detail) * 2 < tasks;
   const std::string option = bySegments ? "--segment" : "--workers";
   const std::string cure =
       bySegments ? fmt::format("use larger segments than {} (or 0 for unsegmented transfers)",
@@ -1006,16 +1176,29 @@ int defaultPlanIterations(const Scenario& sc) {
                                                         : 1;
 }
 
-Plan lowerToPlan(const Network& network, const Scenario& scenario, int iterations) {
+bool canBeRepresentative(const Scenario& scenario) {
+  return scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing;
+}
+
+namespace {
+
+Plan lower(const Network& network, const Scenario& scenario, const Cluster* cluster, int iterations,
+           PlanDetail detail) {
   checkScenario(network, scenario);
   iterations = scenario.strategy != Strategy::kPs || scenario.workers == 1 ? 1
                : iterations > 0                                            ? iterations
                                 : defaultPlanIterations(scenario);
-  checkPlanSize(network, scenario, limits(), iterations);
+  STRATA_ENFORCE(detail == PlanDetail::kFull || canBeRepresentative(scenario));
+  checkPlanSize(network, scenario, limits(), iterations, detail);
   Plan plan;
   plan.network = network.name;
   plan.scenario = scenario;
-  Builder b(plan);
+  plan.representative = detail == PlanDetail::kRepresentative;
+  std::optional<Topology> topo;
+  if (cluster)
+    topo.emplace(*cluster, scenario.workers + psServerRanks(scenario));
+  Builder b(plan, topo ? &*topo : nullptr,
+            cluster ? 1.0 / cluster->device.reduceBandwidth.value() : 0.0);
   if (isModelParallel(scenario.strategy)) {
     lowerWeirdTrick(b, network, scenario);
   } else if (scenario.strategy == Strategy::kPs) {
@@ -1025,7 +1208,25 @@ Plan lowerToPlan(const Network& network, const Scenario& scenario, int iteration
   } else {
     lowerDataParallel(b, network, scenario);
   }
+  plan.allreduce = scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing
+                       ? describeAllreduce(gradientAllreduce(scenario), b.picks)
+                       : "";
   return plan;
+}
+
+}  // namespace
+
+Plan lowerToPlan(const Network& network, const Scenario& scenario, int iterations) {
+  for (auto a : {scenario.options.convSync, gradientAllreduce(scenario)})
+    if (a == AllreduceAlgorithm::kAuto || a == AllreduceAlgorithm::kHierarchical)
+      throw UserError(
+          fmt::format("the {} allreduce needs the cluster to be lowered to a plan", toString(a)));
+  return lower(network, scenario, nullptr, iterations, PlanDetail::kFull);
+}
+
+Plan lowerToPlan(const Network& network, const Scenario& scenario, const Cluster& cluster,
+                 int iterations, PlanDetail detail) {
+  return lower(network, scenario, &cluster, iterations, detail);
 }
 
 }  // namespace strata

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "strata/model/collectives.h"
 #include "strata/model/error.h"
 
 namespace strata {
@@ -154,6 +155,54 @@ const PatternCost& Topology::ringStep() const {
     ringStep_ = cost(flows);
   }
   return *ringStep_;
+}
+
+const PatternCost& Topology::cost(const std::string& key,
+                                  const std::function<std::vector<Flow>()>& flows) const {
+  auto it = named_.find(key);
+  if (it == named_.end())
+    it = named_.emplace(key, cost(flows())).first;
+  return it->second;
+}
+
+const PatternCost& Topology::ringStep(int span, int stride) const {
+  STRATA_ENFORCE(span >= 1 && stride >= 1 && workers_ % span == 0 && span % stride == 0);
+  if (span == workers_ && stride == 1)
+    return ringStep();
+  auto it = rings_.find({span, stride});
+  if (it == rings_.end()) {
+    std::vector<Flow> flows;
+    if (span > stride)
+      for (int i = 0; i < workers_; ++i)
+        flows.push_back({i, ringNext(i, span, stride)});
+    it = rings_.emplace(std::pair{span, stride}, cost(flows)).first;
+  }
+  return it->second;
+}
+
+const std::vector<TreeStage>& Topology::tree() const {
+  if (!tree_) {
+    tree_ = doubleBinaryTree(workers_);
+    for (const auto& st : *tree_) {
+      treeUp_.push_back(cost(st.flows));
+      std::vector<Flow> back;
+      back.reserve(st.flows.size());
+      for (const auto& f : st.flows)
+        back.push_back({f.dst, f.src});
+      treeDown_.push_back(cost(back));
+    }
+  }
+  return *tree_;
+}
+
+const PatternCost& Topology::treeCost(int stage, bool down) const {
+  tree();
+  return (down ? treeDown_ : treeUp_).at(static_cast<size_t>(stage));
+}
+
+int Topology::nodeSize() const {
+  const int group = cluster_->levels.front().group;
+  return group == 0 ? workers_ : std::min(workers_, group);
 }
 
 // The patterns below have closed-form link loads, so their cost is O(levels)

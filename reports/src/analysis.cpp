@@ -20,7 +20,7 @@ StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
   if (engine == "model")
     return estimate(net, cl, sc);
   if (engine == "sim")
-    return sim::simulate(lowerToPlan(net, sc), net, cl, sim::Options{}).estimate;
+    return sim::simulateScenario(net, cl, sc, sim::Options{}).estimate;
   throw OptionError("--engine", "must be model or sim, got '" + engine + "'");
 }
 
@@ -252,7 +252,7 @@ Report buildReport(const ReportRequest& request) {
           tick();
         }
         p.sensitivity.push_back(std::move(sens));
-        const auto sim = sim::simulate(lowerToPlan(net, sc), net, cl, sim::Options{});
+        const auto sim = sim::simulateScenario(net, cl, sc, sim::Options{});
         for (const auto& l : sim.links)
           p.links.push_back({s, kMax, l.name, l.bandwidth, l.bytes, l.busy, l.utilisation});
         tick();
@@ -280,7 +280,7 @@ Report buildReport(const ReportRequest& request) {
         throw OptionError("--timeline", fmt::format("{} needs fully connected layers; {} has none",
                                                     toString(ts), net.name));
       const Scenario tsc{ts, tk, p.batch, opts};
-      const Plan plan = lowerToPlan(net, tsc);
+      const Plan plan = lowerToPlan(net, tsc, cl);
       sim::Options opt;
       opt.timeline = true;
       for (int w = 0; w < std::min(tk, kTimelineMaxWorkers); ++w)

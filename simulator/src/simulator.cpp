@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
 
 #include "strata/model/compute_cost.h"
@@ -437,9 +438,10 @@ class Engine {
         owner && owner->algorithm == "naive" &&
         ((task.pattern == PatternKind::kGather && task.segment > 0) ||
          (task.pattern == PatternKind::kScatter && task.segment < owner->segments - 1));
-    const std::tuple<int, long, bool> key{static_cast<int>(task.pattern),
-                                          patterned ? task.root : -1 - long(task.flowBegin),
-                                          naivePair};
+    const LoadKey key{static_cast<int>(task.pattern),
+                      patterned ? task.root : -1 - long(task.flowBegin), naivePair,
+                      task.pattern == PatternKind::kRing ? task.ringSpan : 0,
+                      task.pattern == PatternKind::kRing ? task.ringStride : 0};
     auto it = loads_.find(key);
     if (it != loads_.end())
       return it->second;
@@ -469,7 +471,16 @@ class Engine {
         }
       }
     }
-    std::sort(touched.begin(), touched.end());
+    // Sorted by channel: a scan of every channel beats sorting when the
+    // pattern touches a good part of them (a step of every worker at 10^5).
+    if (touched.size() * 16 > scratch_.size()) {
+      touched.clear();
+      for (size_t c = 0; c < scratch_.size(); ++c)
+        if (scratch_[c] > 0)
+          touched.push_back(static_cast<int>(c));
+    } else {
+      std::sort(touched.begin(), touched.end());
+    }
     for (int c : touched) {
       const int flows = scratch_[static_cast<size_t>(c)];
       load.channels.push_back({c, flows});
@@ -710,7 +721,7 @@ class Engine {
     const std::pair<double, double> span{start_[t], end_[t]};
     const bool rootOnly = !transfer && (task.pattern == PatternKind::kGather);
     if (rootOnly) {
-      ownComm_[static_cast<size_t>(task.root)].push_back(span);
+      addInterval(ownComm_[static_cast<size_t>(task.root)], span);
     } else if (task.pattern != PatternKind::kPairs) {
       allComm_.push_back(span);
     } else {
@@ -719,7 +730,7 @@ class Engine {
         for (int w : {f.src, f.dst})
           if ((transfer || w == f.dst) && workerStamp_[static_cast<size_t>(w)] != workerStampNow_) {
             workerStamp_[static_cast<size_t>(w)] = workerStampNow_;
-            ownComm_[static_cast<size_t>(w)].push_back(span);
+            addInterval(ownComm_[static_cast<size_t>(w)], span);
           }
     }
     if (!opt_.timeline)
@@ -781,6 +792,18 @@ class Engine {
                 : task.kind == TaskKind::kReduce ? plan_.flowCountOf(task) + 1
                                                  : 1;
     slices_.reserve(slices);
+  }
+
+  // Appends [a, b], merged into the last interval when they overlap: a
+  // worker's communication tasks mostly follow one another, so its list
+  // stays short at 10^5 workers (merged() still sorts and merges it all).
+  static void addInterval(Intervals& v, std::pair<double, double> span) {
+    if (!v.empty() && span.first <= v.back().second && span.second >= v.back().first) {
+      v.back().first = std::min(v.back().first, span.first);
+      v.back().second = std::max(v.back().second, span.second);
+      return;
+    }
+    v.push_back(span);
   }
 
   static Intervals merged(Intervals v) {
@@ -871,23 +894,38 @@ class Engine {
     const MemoryUse memRoot = estimateMemory(net_, cluster_, sc, 0);
     const MemoryUse memOther = k_ > 1 ? estimateMemory(net_, cluster_, sc, 1) : memRoot;
     est.workers.resize(static_cast<size_t>(k_));
+    bool haveShared = false;
+    double sharedC = 0, sharedHidden = 0;
     for (int w = 0; w < k_; ++w) {
       const auto wi = static_cast<size_t>(w);
       auto& we = est.workers[wi];
       we.rank = w;
-      we.compute = n > 1 ? lastPhase[wi] : phase_[wi];
-      Intervals comm = ownComm_[wi].empty() ? all : merged([&] {
-        Intervals v = all;
-        v.insert(v.end(), ownComm_[wi].begin(), ownComm_[wi].end());
-        return v;
-      }());
-      Intervals compute = computeIntervals_[wi];  // sorted: one stream
-      if (n > 1) {
-        comm = clipped(comm, from, from + step);
-        compute = clipped(compute, from, from + step);
+      // A representative plan's worker 0 computes for every worker.
+      const auto ci = plan_.representative ? size_t{0} : wi;
+      we.compute = n > 1 ? lastPhase[ci] : phase_[ci];
+      // Workers with no communication of their own and worker 0's compute
+      // (a representative plan) share one answer, computed once.
+      const bool shared = plan_.representative && ownComm_[wi].empty();
+      double c = sharedC, hidden = sharedHidden;
+      if (!shared || !haveShared) {
+        Intervals comm = ownComm_[wi].empty() ? all : merged([&] {
+          Intervals v = all;
+          v.insert(v.end(), ownComm_[wi].begin(), ownComm_[wi].end());
+          return v;
+        }());
+        Intervals compute = computeIntervals_[ci];  // sorted: one stream
+        if (n > 1) {
+          comm = clipped(comm, from, from + step);
+          compute = clipped(compute, from, from + step);
+        }
+        c = length(comm);
+        hidden = overlapSeconds(comm, compute);
+        if (shared) {
+          haveShared = true;
+          sharedC = c;
+          sharedHidden = hidden;
+        }
       }
-      const double c = length(comm);
-      const double hidden = overlapSeconds(comm, compute);
       we.communication = Seconds(c);
       we.exposedCommunication = Seconds(c - hidden);
       we.idle = max(Seconds(0), est.step - we.compute.total() - we.exposedCommunication);
@@ -928,6 +966,7 @@ class Engine {
     });
     est.computeSource = costs_.describe();
     est.bottleneck = r.links.empty() ? "none" : r.links.front().name;
+    est.allreduce = plan_.allreduce;
     r.timeline.slices = std::move(slices_);
     r.timeline.linkSlices = std::move(linkSlices_);
     return r;
@@ -988,7 +1027,9 @@ class Engine {
   std::vector<int> activeOn_;
   std::vector<double> busySince_, busy_, bytesOn_;
   std::vector<int> scratch_;
-  std::map<std::tuple<int, long, bool>, Load> loads_;
+  // (pattern, root or stored flows, naive pair, ring span, ring stride)
+  using LoadKey = std::tuple<int, long, bool, int, int>;
+  std::map<LoadKey, Load> loads_;
   std::vector<Active> active_;
   std::vector<int> freeActive_;
   std::vector<int> activeIndex_;
@@ -1029,10 +1070,9 @@ Result simulate(const Plan& plan, const Network& network, const Cluster& cluster
     throw OptionError("--straggler",
                       fmt::format("names worker {} but there are {} workers",
                                   options.slowdown.size() - 1, plan.scenario.workers));
-  // Bounded before allocating: every flow of a transfer is visited when it
-  // starts and ends (an all-to-all step of K workers has K(K-1) flows).
+  // Bounded before allocating (estimatedWork).
   const Limits& lim = limits();
-  const double work = double(plan.tasks.size()) + 2 * plan.totalFlows();
+  const double work = estimatedWork(plan, cluster, options);
   if (work > double(lim.maxSimEvents))
     throw OptionError(
         "--workers",
@@ -1043,8 +1083,62 @@ Result simulate(const Plan& plan, const Network& network, const Cluster& cluster
                     plan.tasks.size(), plan.totalFlows(), work, lim.maxSimEvents, kMaxEventsOption,
                     kAllowLargeOption));
   checkPsPlacement(cluster, plan.scenario);
+  if (plan.representative) {
+    const auto why = representativeReason(plan.scenario, cluster, options);
+    if (!why.empty())
+      throw InvariantError("a representative plan was given to simulate, but " + why);
+  }
   Engine engine(plan, network, cluster, options, lim.maxSimEvents);
   return engine.run();
+}
+
+double estimatedWork(const Plan& plan, const Cluster& cluster, const Options& options) {
+  const bool perTask = options.timeline || !cluster.device.overlapCompute.empty() ||
+                       !cluster.device.overlapComm.empty();
+  double work = double(plan.tasks.size());
+  std::set<std::tuple<int, int, int, int>> patterns;
+  for (const auto& t : plan.tasks) {
+    if (t.kind != TaskKind::kTransfer && t.kind != TaskKind::kReduce)
+      continue;
+    const double flows = double(plan.flowCountOf(t));
+    if (t.pattern == PatternKind::kPairs || perTask)
+      work += 2 * flows;
+    else if (patterns.insert({static_cast<int>(t.pattern), t.root, t.ringSpan, t.ringStride})
+                 .second)
+      work += flows;
+  }
+  return work;
+}
+
+std::string representativeReason(const Scenario& scenario, const Cluster& cluster,
+                                 const Options& options) {
+  if (!canBeRepresentative(scenario))
+    return fmt::format("{} workers hold different tasks", toString(scenario.strategy));
+  for (double s : options.slowdown)
+    if (s != 1.0)
+      return "--straggler makes workers differ";
+  if (options.jitter > 0)
+    return "--jitter makes workers differ";
+  if (options.timeline)
+    return "a trace shows every worker's tasks";
+  const auto lanes = overlapSpeeds(cluster, Topology(cluster, scenario.workers), scenario.workers);
+  if (lanes.compute < 1.0 || lanes.comm < 1.0 || lanes.busyCompute < 1.0 || lanes.busyComm < 1.0)
+    return "communication shares the workers' cores, each worker's by its own part";
+  return "";
+}
+
+Result simulateScenario(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                        const Options& options, int iterations) {
+  const std::string reason = representativeReason(scenario, cluster, options);
+  const auto detail = reason.empty() ? PlanDetail::kRepresentative : PlanDetail::kFull;
+  const Plan plan = lowerToPlan(network, scenario, cluster, iterations, detail);
+  auto r = simulate(plan, network, cluster, options);
+  r.detail = reason.empty() ? fmt::format(
+                                  "representative: worker 0's compute stands for all {} "
+                                  "(every worker computes alike)",
+                                  scenario.workers)
+                            : "full: " + reason;
+  return r;
 }
 
 }  // namespace strata::sim

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "helpers.h"
+#include "strata/model/error.h"
 
 using namespace strata;
 using strata::test::flatCluster;
@@ -212,4 +213,179 @@ TEST_CASE("segmented direct allreduce: scatters and gathers take turns on one st
   const auto rs = allReduce(Topology(slow, k), AllreduceAlgorithm::kDirect, kN,
                             CommParams{Bytes(1e6), 1.0 / 0.5e9});
   CHECK(rs.time.value() == Approx(24e-3));
+}
+
+namespace {
+// Nodes of `g` devices on a switch (beta1, alpha1) behind a second level of
+// any number of nodes (beta2, alpha2), `lanes` NICs per node (rails).
+Cluster twoLevel(int g, double beta1, double alpha1, double beta2, double alpha2, int lanes) {
+  auto c = flatCluster(beta1, alpha1, g, true, kReduceBw);
+  TopologyLevel net;
+  net.name = "network";
+  net.group = 0;
+  net.link.bandwidth = BytesPerSecond(beta2);
+  net.link.latency = Seconds(alpha2);
+  net.link.lanes = lanes;
+  c.levels.push_back(net);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("hierarchical allreduce: rings inside the nodes, one ring per rail across them",
+          "[collectives][scale]") {
+  const int g = 4;
+  const double beta1 = 10e9, alpha1 = 2e-6, beta2 = 1e9, alpha2 = 10e-6;
+  const double n = kN.value();
+  for (int lanes : {g, 1}) {
+    const auto c = twoLevel(g, beta1, alpha1, beta2, alpha2, lanes);
+    for (int nodes : {1, 2, 3, 5}) {
+      const int k = g * nodes;
+      INFO("lanes " << lanes << ", " << nodes << " nodes");
+      const Topology t(c, k);
+      const auto r = allReduce(t, AllreduceAlgorithm::kHierarchical, kN, unsegmented());
+      // One NIC per device (rails): each inter-node flow has its lane; one
+      // NIC per node: the node's G rails share it.
+      const double railBeta = lanes == g ? beta2 : beta2 / g;
+      const double expect = 2 * (g - 1) * (alpha1 + n / g / beta1) + (g - 1) * n / g * kGamma +
+                            2 * (nodes - 1) * (alpha2 + n / g / nodes / railBeta) +
+                            (nodes - 1) * n / g / nodes * kGamma;
+      CHECK(r.time.value() == Approx(expect).epsilon(1e-12));
+      CHECK(r.steps == 2 * (g - 1) + 2 * (nodes - 1));
+      CHECK(r.algorithm == "hierarchical");
+      // The same bytes per rank as the flat ring: 2 (K-1)/K n.
+      for (int i = 0; i < k; ++i)
+        CHECK(r.sent[static_cast<size_t>(i)] == Approx(2.0 * (k - 1) / k * n));
+      // Fewer latencies than the flat ring, and (rails) less time.
+      const auto ring = allReduce(t, AllreduceAlgorithm::kRing, kN, unsegmented());
+      if (nodes > 1 && lanes == g)
+        CHECK(r.time < ring.time);
+    }
+  }
+  // Not whole nodes: refused, naming --workers.
+  const auto c = twoLevel(g, beta1, alpha1, beta2, alpha2, g);
+  const Topology t(c, 6);
+  CHECK_THROWS_AS(allReduce(t, AllreduceAlgorithm::kHierarchical, kN, unsegmented()), OptionError);
+  CHECK(chooseAllreduce(t, kN, unsegmented()) != AllreduceAlgorithm::kHierarchical);
+}
+
+TEST_CASE("double binary tree: two spanning trees, a leaf in one is inside the other",
+          "[collectives][scale]") {
+  // K = 8 as drawn in collectives.h.
+  const auto eight = doubleBinaryTree(8);
+  std::vector<std::vector<int>> parent(2, std::vector<int>(8, -1));
+  for (const auto& st : eight)
+    for (size_t f = 0; f < st.flows.size(); ++f)
+      parent[static_cast<size_t>(st.tree[f])][static_cast<size_t>(st.flows[f].src)] =
+          st.flows[f].dst;
+  CHECK(parent[0] == std::vector<int>{1, 3, 1, 7, 5, 3, 5, -1});
+  CHECK(parent[1] == std::vector<int>{-1, 2, 4, 2, 0, 6, 4, 6});
+  for (int k = 2; k <= 70; ++k) {
+    INFO("K = " << k);
+    const auto stages = doubleBinaryTree(k);
+    std::vector<std::vector<int>> up(2, std::vector<int>(static_cast<size_t>(k), -1));
+    std::vector<std::vector<int>> children(2, std::vector<int>(static_cast<size_t>(k), 0));
+    std::vector<int> stageOf(static_cast<size_t>(k) * 2, -1);
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const auto& st = stages[s];
+      REQUIRE(st.flows.size() == st.tree.size());
+      std::vector<int> into(static_cast<size_t>(k), 0);
+      int most = 0;
+      for (size_t f = 0; f < st.flows.size(); ++f) {
+        const auto [src, dst] = st.flows[f];
+        const auto tr = static_cast<size_t>(st.tree[f]);
+        CHECK(up[tr][static_cast<size_t>(src)] == -1);  // one parent per tree
+        up[tr][static_cast<size_t>(src)] = dst;
+        ++children[tr][static_cast<size_t>(dst)];
+        stageOf[tr * static_cast<size_t>(k) + static_cast<size_t>(src)] = static_cast<int>(s);
+        most = std::max(most, ++into[static_cast<size_t>(dst)]);
+      }
+      CHECK(st.inputs == most);
+    }
+    for (size_t tr = 0; tr < 2; ++tr) {
+      // K-1 edges, one root, every rank reaches it, each child's stage
+      // before its parent's (the reduce goes up in stage order).
+      int roots = 0;
+      for (int r = 0; r < k; ++r) {
+        roots += up[tr][static_cast<size_t>(r)] < 0 ? 1 : 0;
+        int at = r, hops = 0;
+        while (up[tr][static_cast<size_t>(at)] >= 0 && hops <= k) {
+          const int p = up[tr][static_cast<size_t>(at)];
+          if (up[tr][static_cast<size_t>(p)] >= 0)
+            CHECK(stageOf[tr * static_cast<size_t>(k) + static_cast<size_t>(at)] <
+                  stageOf[tr * static_cast<size_t>(k) + static_cast<size_t>(p)]);
+          at = p;
+          ++hops;
+        }
+        CHECK(hops < k);
+      }
+      CHECK(roots == 1);
+      for (int r = 0; r < k; ++r)
+        CHECK(children[tr][static_cast<size_t>(r)] <= 2);
+    }
+    // Even K (mirror): no rank has children in both trees.
+    if (k % 2 == 0)
+      for (int r = 0; r < k; ++r)
+        CHECK(
+            (children[0][static_cast<size_t>(r)] == 0 || children[1][static_cast<size_t>(r)] == 0));
+  }
+}
+
+TEST_CASE("tree allreduce: stages up with sums, the same down, each tree half the buffer",
+          "[collectives][scale]") {
+  const auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  const double n = kN.value();
+  {
+    // K = 4: A is r0, r2 -> r1 -> r3; B (mirrored) r3, r1 -> r2 -> r0. Stage
+    // 0 puts two flows into r1 and r2 (2 s / beta, 2 inputs summed); stage 1
+    // one flow per link, into the roots, which sum it. Down: the same,
+    // reversed.
+    const Topology t(c, 4);
+    const auto r = allReduce(t, AllreduceAlgorithm::kTree, kN, unsegmented());
+    const double s = n / 2;
+    const double expect = (kAlpha + 2 * s / kBeta) + 2 * s * kGamma + (kAlpha + s / kBeta) +
+                          s * kGamma + (kAlpha + s / kBeta) + (kAlpha + 2 * s / kBeta);
+    CHECK(r.time.value() == Approx(expect).epsilon(1e-12));
+    CHECK(r.steps == 4);
+    double total = 0;
+    for (double x : r.sent)
+      total += x;
+    CHECK(total == Approx(2 * 2 * 3 * s));  // two trees, 3 edges each, up and down
+  }
+  {
+    // K = 2 segmented: both halves cross at once (an exchange), pipelined
+    // through send, add, send back.
+    const Topology t(c, 2);
+    const Bytes seg(1'000'000);
+    const auto r = allReduce(t, AllreduceAlgorithm::kTree, kN, CommParams{seg, kGamma});
+    const double s = 1'000'000;  // 6 MB halves in 6 segments
+    const double send = kAlpha + s / kBeta, add = s * kGamma;
+    CHECK(r.time.value() == Approx(2 * send + add + 5 * std::max(send, add)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("auto picks the least predicted time and says so", "[collectives][scale]") {
+  const auto dgx = test::presetCluster("dgx-h100");
+  const CommParams p{Bytes(4.0 * 1024 * 1024), 1.0 / dgx.device.reduceBandwidth.value()};
+  for (int k : {2, 8, 12, 16, 64, 1024}) {
+    const Topology t(dgx, k);
+    for (double bytes : {4e3, 1e6, 64e6, 1e9}) {
+      INFO("K = " << k << ", " << bytes << " bytes");
+      const auto pick = chooseAllreduce(t, Bytes(bytes), p);
+      const auto best = allReduce(t, AllreduceAlgorithm::kAuto, Bytes(bytes), p);
+      CHECK(best.algorithm == toString(pick));
+      for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kTree,
+                     AllreduceAlgorithm::kHalvingDoubling})
+        CHECK(best.time <= allReduce(t, a, Bytes(bytes), p).time);
+      if (k % 8 == 0)
+        CHECK(best.time <= allReduce(t, AllreduceAlgorithm::kHierarchical, Bytes(bytes), p).time);
+    }
+  }
+  // 1,024 H100s: a 4 KB buffer is latency-bound (log K steps beat the ring's
+  // 2 (K-1)); a 1 GB one on 2 nodes goes the hierarchical way (NVLink first).
+  CHECK(chooseAllreduce(Topology(dgx, 1024), Bytes(4e3), p) != AllreduceAlgorithm::kRing);
+  CHECK(chooseAllreduce(Topology(dgx, 16), Bytes(1e9), p) == AllreduceAlgorithm::kHierarchical);
+  CHECK(describeAllreduce(AllreduceAlgorithm::kRing, {{"ring", 1e6}}) == "ring");
+  CHECK(
+      describeAllreduce(AllreduceAlgorithm::kAuto, {{"tree", 1e6}, {"ring", 8e6}, {"tree", 3e6}}) ==
+      "auto: tree for 2 buffers of 2.00 MB, ring for 1 of 8.00 MB");
 }

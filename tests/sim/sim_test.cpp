@@ -739,7 +739,11 @@ TEST_CASE("a simulation over the event limit is refused before it starts", "[sim
   const auto net = presetNetwork("tiny-cnn");
   const auto cl = presetCluster("dgx-h100");
   const auto plan = lowerToPlan(net, scenario(Strategy::kPs, 8, 8));
-  const double work = double(plan.tasks.size()) + 2 * plan.totalFlows();
+  const double work = sim::estimatedWork(plan, cl, sim::Options{});
+  // Each patterned shape's flows once, each stored flow twice: at most every
+  // task and every flow twice.
+  CHECK(work > double(plan.tasks.size()));
+  CHECK(work <= double(plan.tasks.size()) + 2 * plan.totalFlows());
   const Limits saved = limits();
   Limits l;
   l.maxSimEvents = static_cast<int64_t>(work) - 1;

@@ -11,6 +11,7 @@
 // docs/cost-model.md; each function's comment repeats its row.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,7 @@ struct CommParams {
 
 struct CollectiveCost {
   Seconds time;
+  std::string algorithm;         // allReduce: the algorithm run (auto: the one it picked)
   int steps = 0;                 // sequential communication steps (not counting segments)
   std::vector<double> sent;      // bytes sent per rank
   std::vector<double> received;  // bytes received per rank
@@ -35,13 +37,70 @@ struct CollectiveCost {
   bool bottleneckUp = true;
 };
 
-enum class AllreduceAlgorithm { kNaive, kRing, kHalvingDoubling, kDirect };
+// kAuto is not an algorithm: it stands for the candidate with the least
+// predicted time for each buffer (chooseAllreduce), as NCCL's tuner picks.
+enum class AllreduceAlgorithm {
+  kNaive,
+  kRing,
+  kHalvingDoubling,
+  kDirect,
+  kHierarchical,
+  kTree,
+  kAuto
+};
 std::string_view toString(AllreduceAlgorithm algorithm);
-// Parses "naive", "ring", "halving-doubling", "direct"; throws OptionError.
+// Parses "naive", "ring", "halving-doubling", "direct", "hierarchical",
+// "tree", "auto"; throws OptionError.
 AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view text, const std::string& option);
+
+// What `auto` chooses among, in order of preference on a tie: the Baidu ring,
+// the hierarchical ring (only where it differs from the ring: whole nodes,
+// two or more), the double binary tree and recursive halving-doubling. The
+// naive reducer and the direct all-to-all are never picked (NCCL has neither).
+// Returns the candidate whose allReduce time is least for n bytes.
+AllreduceAlgorithm chooseAllreduce(const Topology& topo, Bytes n, const CommParams& p);
+
+// "ring" or, for auto, what it picked: "auto: tree for 3 buffers of 25.0 MiB,
+// ring for 1 of 7.6 MiB" (each algorithm with its count and mean size).
+// `picks`: the algorithm run and the bytes of each buffer.
+std::string describeAllreduce(AllreduceAlgorithm requested,
+                              const std::vector<std::pair<std::string, double>>& picks);
+
+// The rank after `rank` in its ring when ranks form rings of `span`
+// consecutive ranks, each ring visiting every `stride`-th of them (span K,
+// stride 1: the flat ring; span G, stride 1: the ring inside each node of G;
+// span K, stride G: one ring per rail, across nodes).
+inline int ringNext(int rank, int span, int stride) {
+  const int base = rank - rank % span;
+  return base + (rank - base + stride) % span;
+}
+
+// NCCL's double binary tree (Sanders, Speck & Traff 2009; NCCL 2.4): tree A
+// is the in-order binary tree on positions 1..K (rank r at position r+1, a
+// position's height the number of its trailing zero bits, a parent past K
+// replaced by its own parent); tree B is A mirrored (rank r at position K-r)
+// when K is even, shifted by one rank when K is odd, so that most ranks are
+// a leaf in one tree and inside the other. Each tree carries half the buffer.
+//
+//      tree A (K = 8)              tree B (rank r at position K - r)
+//            r7                          r0
+//            r3                          r4
+//        r1      r5                  r6      r2
+//      r0  r2  r4  r6              r7  r5  r3  r1
+//
+// A stage is every flow child -> parent whose child has one height, in both
+// trees at once (the reduce goes up stage by stage, lowest height first; the
+// broadcast comes down the same flows reversed, in reverse order).
+struct TreeStage {
+  std::vector<Flow> flows;  // child -> parent
+  std::vector<int> tree;    // per flow: 0 (A) or 1 (B)
+  int inputs = 0;           // the most flows into one parent
+};
+std::vector<TreeStage> doubleBinaryTree(int workers);
 
 // Pipelined time of `segments` equal segments through stages of the given times.
 Seconds pipelineTime(int segments, std::initializer_list<Seconds> stageTimes);
+Seconds pipelineTime(int segments, std::span<const Seconds> stageTimes);
 // Number of segments for a buffer of `bytes` (>= 1); throws
 // OptionError("--segment") when it would not fit an int.
 int segmentCount(Bytes bytes, Bytes segment);
@@ -66,7 +125,8 @@ CollectiveCost allGather(const Topology& topo, Bytes perRank, bool ring);
 CollectiveCost reduceScatter(const Topology& topo, Bytes n, const CommParams& p, bool ring);
 // Every rank sends n distinct bytes to every other rank.
 CollectiveCost allToAll(const Topology& topo, Bytes perPair);
-// Sum n bytes across ranks, result on every rank.
+// Sum n bytes across ranks, result on every rank (kAuto: chooseAllreduce's
+// pick). kHierarchical throws UserError when K is not whole nodes.
 CollectiveCost allReduce(const Topology& topo, AllreduceAlgorithm algorithm, Bytes n,
                          const CommParams& p);
 

@@ -95,6 +95,9 @@ struct Task {
   PatternKind pattern = PatternKind::kPairs;
   PartRule parts = PartRule::kExplicit;
   int root = -1;  // gather / scatter
+  // ring: the rings' span and stride (ringNext in collectives.h); 0, 1: the
+  // flat ring of every worker
+  int ringSpan = 0, ringStride = 1;
   uint32_t flowBegin = 0, flowCount = 0;
   uint32_t depBegin = 0, depCount = 0;
   int collective = -1;  // transfer / reduce: index into Plan::collectives
@@ -150,6 +153,13 @@ struct Plan {
   int iterations = 1;       // steps in the plan (ps: several, back to back)
   int servers = 0;          // ps: dedicated server ranks K..K+servers-1 (their tasks' `worker`)
   std::vector<PsJob> jobs;  // ps
+  // Only worker 0's compute and update tasks are in the plan: every worker
+  // computes alike and the collectives' tasks already name every worker, so
+  // worker 0 stands for all (PlanDetail::kRepresentative).
+  bool representative = false;
+  // naive and ring: the gradient allreduce as describeAllreduce says it
+  // (auto: what each bucket got); "" for the other strategies.
+  std::string allreduce;
 
   std::span<const int> depsOf(const Task& t) const {
     return {deps.data() + t.depBegin, t.depCount};
@@ -179,15 +189,24 @@ inline constexpr int kPsSteadySteps = 6;
 // schedule that repeats every few steps gives its mean.
 double psPeriod(const std::vector<double>& computeEnd);
 
+// kRepresentative: worker 0's compute and update tasks only (Plan::
+// representative); naive and ring only. A simulator plays it as the full
+// plan when every worker computes alike (no stragglers, no jitter, no cores
+// shared between the lanes), in O(layers + collective steps) tasks instead
+// of O(K layers).
+enum class PlanDetail { kFull, kRepresentative };
+bool canBeRepresentative(const Scenario& scenario);
+
 // The number of tasks lowerToPlan would build, computed in O(layers) without
 // building them (exact up to rounding of segment counts).
-double estimatePlanTasks(const Network& network, const Scenario& scenario, int iterations = 0);
+double estimatePlanTasks(const Network& network, const Scenario& scenario, int iterations = 0,
+                         PlanDetail detail = PlanDetail::kFull);
 
 // Throws OptionError (naming --workers, or --segment when segments make the
 // plan large, and the option that raises the limit) when the plan would have
 // more than limits.maxPlanTasks tasks.
 void checkPlanSize(const Network& network, const Scenario& scenario, const Limits& limits,
-                   int iterations = 0);
+                   int iterations = 0, PlanDetail detail = PlanDetail::kFull);
 
 // Throws OptionError("--workers") when printing `plan` (every task and flow,
 // `strata plan`) would be over limits.maxPrintedPlanItems.
@@ -200,5 +219,11 @@ void checkPlanPrintable(const Plan& plan, const Limits& limits);
 // steps of a ps plan (0: defaultPlanIterations); other strategies' plans, and
 // ps on one worker, are one step whatever it says.
 Plan lowerToPlan(const Network& network, const Scenario& scenario, int iterations = 0);
+
+// With the cluster: the hierarchical allreduce knows its nodes and auto
+// picks each bucket's algorithm (chooseAllreduce) as the model does; the
+// overload without it throws UserError for those two.
+Plan lowerToPlan(const Network& network, const Scenario& scenario, const Cluster& cluster,
+                 int iterations = 0, PlanDetail detail = PlanDetail::kFull);
 
 }  // namespace strata

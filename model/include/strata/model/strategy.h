@@ -63,6 +63,10 @@ struct StrategyOptions {
   // Conv-gradient synchronisation of owt-*: Krizhevsky's scheme is `direct`
   // (each worker reduces and broadcasts its 1/K of every gradient matrix).
   AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
+  // The ring strategy's gradient allreduce (--allreduce): the Baidu ring by
+  // default; hierarchical, tree, halving-doubling, direct forced; auto: per
+  // bucket, the one with the least predicted time (chooseAllreduce).
+  AllreduceAlgorithm gradientSync = AllreduceAlgorithm::kRing;
   // ps: the order the server serves waiting buckets in.
   PsPriority psPriority = PsPriority::kFirstNeeded;
   // ps: where the servers are. 0: sharded over the workers (worker j serves
@@ -116,6 +120,13 @@ struct Scenario {
 inline int psServerRanks(const Scenario& scenario) {
   return scenario.strategy == Strategy::kPs && scenario.workers > 1 ? scenario.options.psServers
                                                                     : 0;
+}
+
+// The gradient allreduce of naive (the naive reducer) and ring
+// (options.gradientSync).
+inline AllreduceAlgorithm gradientAllreduce(const Scenario& scenario) {
+  return scenario.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
+                                               : scenario.options.gradientSync;
 }
 
 // Time per phase of the compute stream.
@@ -175,6 +186,9 @@ struct StepEstimate {
   double speedup = 0;        // throughput / single-worker throughput
   double efficiency = 0;     // speedup / K
   std::string bottleneck;    // the link limiting the costliest communication
+  // The gradient allreduce of naive and ring (describeAllreduce: with auto,
+  // what it picked per bucket); "" for the other strategies.
+  std::string allreduce;
   // How compute was priced (profile, kernel tables, roofline), with the
   // kernel shapes that fell outside the tables' grid; "" for the executor.
   std::string computeSource;

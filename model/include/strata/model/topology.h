@@ -13,6 +13,8 @@
 // limit bandwidth. Patterns depend only on K, so their costs are cached.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,6 +29,8 @@ struct Flow {
   int src = 0;
   int dst = 0;
 };
+
+struct TreeStage;  // collectives.h
 
 // True when every flow between two different workers has its reverse among
 // `flows` (pairs exchanging both ways at once).
@@ -89,9 +93,22 @@ class Topology {
 
   // Cost of any set of concurrent flows of equal size.
   PatternCost cost(std::span<const Flow> flows) const;
+  // The same for a pattern named `key` (one per K: its flows are built by
+  // `flows` the first time only), kept for the topology's life.
+  const PatternCost& cost(const std::string& key,
+                          const std::function<std::vector<Flow>()>& flows) const;
 
   // Cached patterns used by the collectives.
-  const PatternCost& ringStep() const;         // every i sends to (i + 1) mod K
+  const PatternCost& ringStep() const;  // every i sends to (i + 1) mod K
+  // Every i sends to ringNext(i, span, stride) (collectives.h): rings inside
+  // nodes, or one ring per rail across them. span must divide K.
+  const PatternCost& ringStep(int span, int stride) const;
+  // Devices of a node (the innermost level's group), at most K.
+  int nodeSize() const;
+  // The double binary tree of K ranks (collectives.h doubleBinaryTree) and
+  // the cost of stage i's flows, up (child -> parent) or down.
+  const std::vector<TreeStage>& tree() const;
+  const PatternCost& treeCost(int stage, bool down) const;
   const PatternCost& allToAll() const;         // every i sends to every j != i
   const PatternCost& gather(int root) const;   // every i != root sends to root
   const PatternCost& scatter(int root) const;  // root sends to every i != root
@@ -124,6 +141,10 @@ class Topology {
   int linkCount_ = 0;
   mutable std::vector<int> up_, down_;  // scratch: flows per link and direction
   mutable std::optional<PatternCost> ringStep_, allToAll_;
+  mutable std::map<std::pair<int, int>, PatternCost> rings_;
+  mutable std::optional<std::vector<TreeStage>> tree_;
+  mutable std::map<std::string, PatternCost> named_;
+  mutable std::vector<PatternCost> treeUp_, treeDown_;
   mutable std::vector<std::optional<PatternCost>> gather_, scatter_;
 };
 

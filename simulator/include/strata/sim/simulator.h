@@ -63,10 +63,36 @@ struct Result {
   std::vector<double> taskStart, taskEnd;
   Timeline timeline;  // slices with Options::timeline; channel names always
   uint64_t events = 0;
+  // How the step was simulated (simulateScenario): "representative: ..." or
+  // "full: ..." with the reason; "" from simulate().
+  std::string detail;
 };
 
 // Simulates `plan` (lowered from `network`) on `cluster`. Deterministic.
+// A representative plan (Plan::representative) must only be given when
+// every worker computes alike (representativeReason returns "").
 Result simulate(const Plan& plan, const Network& network, const Cluster& cluster,
                 const Options& options);
+
+// The work of simulating `plan`, bounded by the event limit before anything
+// is allocated: its tasks, the flows of each patterned step's shape once
+// (its load is cached), and each stored-flow task's flows when it starts and
+// ends; every task's flows where a trace or lanes sharing the cores need each
+// task's workers (an all-to-all step of K workers has K(K-1) flows).
+double estimatedWork(const Plan& plan, const Cluster& cluster, const Options& options);
+
+// Why `scenario` must be simulated in full detail ("": a representative plan
+// gives the same result): the strategy's workers differ (owt-*, ps), or
+// --straggler, --jitter, a trace, or lanes sharing a worker's cores make them.
+std::string representativeReason(const Scenario& scenario, const Cluster& cluster,
+                                 const Options& options);
+
+// Lowers `scenario` with `cluster` and simulates it: worker 0's compute for
+// every worker (PlanDetail::kRepresentative) where representativeReason is
+// "", which takes O(layers + collective steps) instead of O(K layers) and
+// gives the same result; every worker's tasks otherwise. Result::detail says
+// which, and why. `iterations`: the steps of a ps plan (lowerToPlan).
+Result simulateScenario(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                        const Options& options, int iterations = 0);
 
 }  // namespace strata::sim
