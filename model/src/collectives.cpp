@@ -473,42 +473,64 @@ CollectiveCost hierarchicalAllReduce(const Topology& topo, Bytes n, const CommPa
 
 // Double binary tree (collectives.h, doubleBinaryTree): each tree reduces
 // its half of the buffer up and broadcasts it down, both trees at once, in
-// segments s of the half that pipeline through every stage:
+// segments s of the half that pipeline through the stages:
 //
 //   up stage h:   children of height h send s to their parent, which adds
 //                 them (inputs_h s gamma)
 //   down stage h: the same flows reversed, highest first
 //
-//   T = pipeline(segments; up_0, add_0, up_1, add_1, ..., down_1, down_0)
-//     = 2 H alpha + (2 H + m - 1) s / beta + ...   (H stages, m segments)
+// Segment j of a stage starts when segment j of the stage before it and
+// segment j-1 of itself are done, and segment j-1 of every later stage
+// that loads one of its links (Topology::treeConflicts; plan.cpp adds the
+// same dependencies), so no two stages share a link at once:
+//
+//   C(p, j) = max(C(p-1, j), C(p, j-1), C(q, j-1) for q > p sharing a link) + t_p
+//   T = C(last, m-1);  without shared links: sum of t_p + (m-1) max t_p
 //
 // The latency grows with log2 K instead of K; every rank sends about n
 // (half up in one tree, half down in the other), as in the ring.
 CollectiveCost treeAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const auto& stages = topo.tree();
+  const auto& conflicts = topo.treeConflicts();
+  const size_t count = stages.size();
   const Bytes half = n / 2;
   const int segs = segmentCount(half, p.segment);
   const Bytes s = half / segs;
-  std::vector<Seconds> times;
+  // Transfer stage q's time, and the sum after up stage q.
+  std::vector<double> send(2 * count), add(count);
   Seconds worst;
-  auto stage = [&](const PatternCost& pc) {
-    const Seconds t = pc.time(s);
-    times.push_back(t);
-    if (t > worst) {
-      worst = t;
+  for (size_t q = 0; q < 2 * count; ++q) {
+    const bool down = q >= count;
+    const auto& pc = topo.treeCost(static_cast<int>(down ? 2 * count - 1 - q : q), down);
+    send[q] = pc.time(s).value();
+    if (Seconds(send[q]) > worst) {
+      worst = Seconds(send[q]);
       c.bottleneckLink = pc.bottleneckLink;
       c.bottleneckUp = pc.bottleneckUp;
     }
-  };
-  for (size_t i = 0; i < stages.size(); ++i) {
-    stage(topo.treeCost(static_cast<int>(i), false));
-    times.push_back(Seconds(stages[i].inputs * s.value() * p.gamma));
+    if (!down)
+      add[q] = stages[q].inputs * s.value() * p.gamma;
   }
-  for (size_t i = stages.size(); i-- > 0;)
-    stage(topo.treeCost(static_cast<int>(i), true));
-  c.time = pipelineTime(segs, times);
-  c.steps = 2 * static_cast<int>(stages.size());
+  std::vector<double> sent(2 * count, 0.0), summed(count, 0.0);  // the segment before's ends
+  double clock = 0;
+  for (int j = 0; j < segs; ++j) {
+    double before = 0;
+    std::vector<double> now(2 * count);
+    for (size_t q = 0; q < 2 * count; ++q) {
+      double ready = std::max(before, sent[q]);
+      for (size_t later = q + 1; later < 2 * count; ++later)
+        if (conflicts[q] >> later & 1)
+          ready = std::max(ready, sent[later]);
+      now[q] = before = ready + send[q];
+      if (q < count)
+        before = summed[q] = std::max(before, summed[q]) + add[q];
+    }
+    sent = now;
+    clock = before;
+  }
+  c.time = Seconds(clock);
+  c.steps = 2 * static_cast<int>(count);
   for (const auto& st : stages)
     for (const auto& f : st.flows) {
       c.sent[static_cast<size_t>(f.src)] += half.value();

@@ -395,51 +395,58 @@ class Builder {
   }
 
   // Double binary tree (collectives.cpp): per segment of each tree's half,
-  // every up stage's transfer and sum, then every down stage's transfer;
-  // a stage's segment j waits for the stage before it (segment j) and for
-  // its own segment j-1. A flow's part is its tree (0: the buffer's first
-  // half). The stages' flows are stored once and shared by every segment.
+  // every up stage's transfer and sum, then every down stage's transfer. A
+  // stage's segment j waits for the stage before it (segment j), for its own
+  // segment j-1, and for segment j-1 of every later stage that shares a link
+  // with it (Topology::treeConflicts: two stages never load one link at
+  // once). A flow's part is its tree (0: the buffer's first half). The
+  // stages' flows are stored once and shared by every segment. Without a
+  // cluster (the executor, which runs tasks in plan order anyway) no link is
+  // known to be shared.
   int tree(Collective c, Bytes n, const Deps& start) {
     const auto stages = doubleBinaryTree(k_);
+    const size_t count = stages.size();
     const Bytes half = n / 2;
     const int segs = segmentCount(half, segment_);
     const Bytes s = half / segs;
     c.parts = 2;
     c.segments = segs;
     begin(c);
-    // Flows of stage i (up) and of stage i reversed (down), stored once per plan.
+    // Transfer stage p (its step): up stage p for p < count, else down stage
+    // 2 count - 1 - p, whose flows are up stage p's reversed.
     std::vector<FlowRange> ranges;
-    for (bool down : {false, true})
-      for (size_t i = 0; i < stages.size(); ++i)
-        ranges.push_back(stored(fmt::format("tree {} {}", down ? "down" : "up", i), [&] {
-          const auto& st = stages[i];
-          std::vector<PlanFlow> v;
-          for (size_t f = 0; f < st.flows.size(); ++f) {
-            const auto& fl = st.flows[f];
-            v.push_back(down ? PlanFlow{fl.dst, fl.src, st.tree[f]}
-                             : PlanFlow{fl.src, fl.dst, st.tree[f]});
-          }
-          return v;
-        }));
-    const size_t count = stages.size();
-    std::vector<int> prev(3 * count, -1);  // per stage slot: its task of the segment before
+    for (size_t p = 0; p < 2 * count; ++p) {
+      const bool down = p >= count;
+      const size_t i = down ? 2 * count - 1 - p : p;
+      ranges.push_back(stored(fmt::format("tree {} {}", down ? "down" : "up", i), [&] {
+        const auto& st = stages[i];
+        std::vector<PlanFlow> v;
+        for (size_t f = 0; f < st.flows.size(); ++f) {
+          const auto& fl = st.flows[f];
+          v.push_back(down ? PlanFlow{fl.dst, fl.src, st.tree[f]}
+                           : PlanFlow{fl.src, fl.dst, st.tree[f]});
+        }
+        return v;
+      }));
+    }
+    const std::vector<uint64_t> none(2 * count, 0);
+    const auto& conflicts = topo_ ? topo_->treeConflicts() : none;
+    std::vector<int> sent(2 * count, -1), summed(count, -1);  // the segment before's tasks
     int last = -1;
     for (int j = 0; j < segs; ++j) {
       int before = -1;
-      auto stage = [&](size_t slot, size_t flows, int step) {
-        Deps deps{before, prev[slot]};
+      for (size_t p = 0; p < 2 * count; ++p) {
+        Deps deps{before, sent[p]};
         if (before < 0)
           deps.insert(deps.end(), start.begin(), start.end());
-        const int t = storedTransfer(ranges[flows], s, step, j, deps);
-        prev[slot] = before = t;
-        return t;
-      };
-      for (size_t i = 0; i < count; ++i) {
-        const int x = stage(2 * i, i, static_cast<int>(i));
-        before = prev[2 * i + 1] = reduce(x, s, stages[i].inputs, {x, prev[2 * i + 1]});
+        for (size_t q = p + 1; q < 2 * count; ++q)
+          if (conflicts[p] >> q & 1)
+            deps.push_back(sent[q]);
+        const int x = storedTransfer(ranges[p], s, static_cast<int>(p), j, deps);
+        sent[p] = before = last = x;
+        if (p < count)
+          before = summed[p] = reduce(x, s, stages[p].inputs, {x, summed[p]});
       }
-      for (size_t i = count; i-- > 0;)
-        last = stage(2 * count + i, count + i, static_cast<int>(2 * count - 1 - i));
     }
     return end(last);
   }

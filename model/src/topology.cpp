@@ -200,6 +200,36 @@ const PatternCost& Topology::treeCost(int stage, bool down) const {
   return (down ? treeDown_ : treeUp_).at(static_cast<size_t>(stage));
 }
 
+const std::vector<uint64_t>& Topology::treeConflicts() const {
+  const auto& stages = tree();
+  const size_t count = stages.size();
+  if (treeConflicts_.size() == 2 * count)
+    return treeConflicts_;
+  STRATA_ENFORCE(2 * count <= 64);
+  // Channel (link, direction; one per half-duplex link) -> stages loading it.
+  std::vector<uint64_t> users(2 * static_cast<size_t>(linkCount_), 0);
+  auto forEachChannel = [&](size_t p, auto&& visit) {
+    const bool down = p >= count;
+    for (const auto& f : stages[down ? 2 * count - 1 - p : p].flows) {
+      const int src = down ? f.dst : f.src, dst = down ? f.src : f.dst;
+      const int meet = meetLevel(src, dst);
+      for (int l = 0; l <= meet; ++l)
+        for (const auto& [w, up] : {std::pair{src, true}, std::pair{dst, false}}) {
+          const int link = linkIndex(l, w);
+          visit(2 * static_cast<size_t>(link) + (linkSpec(link).fullDuplex && !up ? 1 : 0));
+        }
+    }
+  };
+  for (size_t p = 0; p < 2 * count; ++p)
+    forEachChannel(p, [&](size_t c) { users[c] |= uint64_t{1} << p; });
+  treeConflicts_.assign(2 * count, 0);
+  for (size_t p = 0; p < 2 * count; ++p) {
+    forEachChannel(p, [&](size_t c) { treeConflicts_[p] |= users[c]; });
+    treeConflicts_[p] &= ~(uint64_t{1} << p);
+  }
+  return treeConflicts_;
+}
+
 int Topology::nodeSize() const {
   const int group = cluster_->levels.front().group;
   return group == 0 ? workers_ : std::min(workers_, group);

@@ -109,6 +109,10 @@ class Topology {
   // the cost of stage i's flows, up (child -> parent) or down.
   const std::vector<TreeStage>& tree() const;
   const PatternCost& treeCost(int stage, bool down) const;
+  // Per transfer stage of the tree in order (up stage 0..S-1, then down
+  // S-1..0: position p), the positions of the other stages whose flows load
+  // a link direction it loads too (bit q set).
+  const std::vector<uint64_t>& treeConflicts() const;
   const PatternCost& allToAll() const;         // every i sends to every j != i
   const PatternCost& gather(int root) const;   // every i != root sends to root
   const PatternCost& scatter(int root) const;  // root sends to every i != root
@@ -145,6 +149,7 @@ class Topology {
   mutable std::optional<std::vector<TreeStage>> tree_;
   mutable std::map<std::string, PatternCost> named_;
   mutable std::vector<PatternCost> treeUp_, treeDown_;
+  mutable std::vector<uint64_t> treeConflicts_;
   mutable std::vector<std::optional<PatternCost>> gather_, scatter_;
 };
 
