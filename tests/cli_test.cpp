@@ -1702,3 +1702,35 @@ TEST_CASE("report mistakes: one line naming the option, nothing written", "[cli]
                  {"--validation", "rows[0].step_s.measured"});
   std::filesystem::remove(bad);
 }
+
+TEST_CASE("--allreduce auto says what it picked; simulate says how it simulated", "[cli][scale]") {
+  const std::vector<std::string> common{"-n",          "resnet50", "-c",       "dgx-h100", "-s",
+                                        "ring",        "-k",       "1024",     "-b",       "64",
+                                        "--allreduce", "auto",     "--format", "json"};
+  auto args = common;
+  args.insert(args.begin(), "predict");
+  const auto predicted = runStrata(args);
+  INFO(predicted.output);
+  REQUIRE(predicted.status == 0);
+  const auto p = nlohmann::json::parse(predicted.output);
+  CHECK(p.at("allreduce").get<std::string>().rfind("auto: ", 0) == 0);
+  args.front() = "simulate";
+  const auto simulated = runStrata(args);
+  INFO(simulated.output);
+  REQUIRE(simulated.status == 0);
+  const auto s = nlohmann::json::parse(simulated.output);
+  // The same picks (the Plan lowers what the model chose), 1,024 workers
+  // from one representative, and the same step within 1 %.
+  CHECK(s.at("allreduce") == p.at("allreduce"));
+  CHECK(s.at("simulated").get<std::string>() ==
+        "representative: worker 0's compute stands for all 1024 (every worker computes alike)");
+  CHECK(s.at("step_s").get<double>() == Approx(p.at("step_s").get<double>()).epsilon(0.01));
+  // A straggler: every worker in detail.
+  args.insert(args.end(), {"--straggler", "3:1.5"});
+  args[8] = "64";
+  const auto slow = runStrata(args);
+  INFO(slow.output);
+  REQUIRE(slow.status == 0);
+  CHECK(nlohmann::json::parse(slow.output).at("simulated").get<std::string>() ==
+        "full: --straggler makes workers differ");
+}

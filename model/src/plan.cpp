@@ -1202,8 +1202,10 @@ Plan lower(const Network& network, const Scenario& scenario, const Cluster* clus
   plan.scenario = scenario;
   plan.representative = detail == PlanDetail::kRepresentative;
   std::optional<Topology> topo;
-  if (cluster)
+  if (cluster) {
+    checkPsPlacement(*cluster, scenario);  // its message before the topology's
     topo.emplace(*cluster, scenario.workers + psServerRanks(scenario));
+  }
   Builder b(plan, topo ? &*topo : nullptr,
             cluster ? 1.0 / cluster->device.reduceBandwidth.value() : 0.0);
   if (isModelParallel(scenario.strategy)) {

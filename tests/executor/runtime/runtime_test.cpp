@@ -497,6 +497,41 @@ TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weight
   }
 }
 
+TEST_CASE("every gradient allreduce the executor runs gives the one-worker weights",
+          "[exec][scale]") {
+  // The double binary tree (K = 2..8: mirrored for even K, shifted for odd),
+  // halving-doubling (folds for 3, 5, 6, 7) and the direct all-to-all, as the
+  // ring strategy's gradient allreduce; every worker within 1e-5 of one
+  // worker with batch K b.
+  const auto net = presetNetwork("tiny-cnn");
+  const int b = 4, steps = 3;
+  for (int k : workerCounts(2)) {
+    const auto ref =
+        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
+                         test::runOptions(steps));
+    for (auto a : {AllreduceAlgorithm::kTree, AllreduceAlgorithm::kHalvingDoubling,
+                   AllreduceAlgorithm::kDirect}) {
+      INFO(toString(a) << " K = " << k);
+      auto sc = test::runScenario(Strategy::kRing, k, b);
+      sc.options.gradientSync = a;
+      std::vector<std::vector<float>> params;
+      const auto run =
+          exec::runThreads(lowerToPlan(net, sc), net, test::runOptions(steps), &params);
+      REQUIRE(params.size() == static_cast<size_t>(k));
+      for (const auto& p : params)
+        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+  }
+  // Hierarchical and auto need nodes and a cluster: refused, naming --allreduce.
+  for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kAuto}) {
+    auto sc = test::runScenario(Strategy::kRing, 4, b);
+    sc.options.gradientSync = a;
+    CHECK_THROWS_WITH(exec::checkRunnable(net, sc),
+                      Catch::StartsWith("--allreduce: the executor runs one level of workers"));
+  }
+}
+
 TEST_CASE("measured traces keep every slice under Perfetto's import rules", "[exec][trace]") {
   // Real clocks: slices of one lane overlap (owt-b's broadcasts), receives
   // start before their sends, times fall anywhere within a nanosecond.
