@@ -8,6 +8,7 @@
 #include <ostream>
 #include <streambuf>
 
+#include "strata/model/estimate.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/trace.h"
@@ -143,5 +144,50 @@ void BM_WriteTraceResnet50Ring64(benchmark::State& state) {
   state.counters["events"] = double(estimateTrace(plan, r.timeline, {}).events);
 }
 BENCHMARK(BM_WriteTraceResnet50Ring64)->Unit(benchmark::kMillisecond);
+
+// The scale cases of the at-scale issue: one resnet50 step (b = 64) on 1k,
+// 4k, 16k and 128k H100s as `strata simulate` runs it (simulateScenario:
+// lowering with the cluster, a representative plan, the simulation), with
+// the flat ring and with auto (per bucket the least predicted time among
+// ring, hierarchical, tree and halving-doubling). Targets: 16,384 GPUs in
+// <= 1 s, 131,072 in <= 10 s and <= 2 GB (max RSS, /usr/bin/time -v).
+void BM_SimulateResnet50AtScale(benchmark::State& state) {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = static_cast<int>(state.range(0));
+  sc.batchPerWorker = 64;
+  sc.options.gradientSync =
+      state.range(1) == 0 ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kAuto;
+  double events = 0;
+  for (auto _ : state) {
+    const auto r = sim::simulateScenario(resnet50(), dgxH100(), sc, sim::Options{});
+    events += double(r.events);
+    benchmark::DoNotOptimize(r.estimate.step);
+  }
+  state.SetLabel(std::string(toString(sc.options.gradientSync)));
+  state.counters["events"] = events / double(state.iterations());
+}
+BENCHMARK(BM_SimulateResnet50AtScale)
+    ->ArgsProduct({{1024, 4096, 16384, 131072}, {0, 1}})
+    ->ArgNames({"K", "auto"})
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
+// The model alone at the same scales (auto prices every candidate per bucket).
+void BM_EstimateResnet50AtScale(benchmark::State& state) {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = static_cast<int>(state.range(0));
+  sc.batchPerWorker = 64;
+  sc.options.gradientSync = AllreduceAlgorithm::kAuto;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(estimate(resnet50(), dgxH100(), sc).step);
+}
+BENCHMARK(BM_EstimateResnet50AtScale)
+    ->Arg(1024)
+    ->Arg(16384)
+    ->Arg(131072)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -154,7 +154,7 @@ TEST_CASE("a bare number for a quantity key is an error naming file, line, key a
             .empty());
 }
 
-TEST_CASE("experiment sizes need their unit; 0 alone means off", "[input-checks][units]") {
+TEST_CASE("experiment sizes need their unit, 0 alone means off", "[input-checks][units]") {
   const std::string base =
       "name: NAME\nnetwork: tiny-cnn\ncluster: localhost-cpu\nstrategies: [ring]\n"
       "workers: [2]\nbatch: 8\noptions:\n  segment: 1 MiB\n  bucket: 0\n";
@@ -539,7 +539,7 @@ TEST_CASE("a plan over the task limit is refused before it is built", "[input-ch
   CHECK(lowerToPlan(net, sc).tasks.size() == size_t(estimatePlanTasks(net, sc)));
 }
 
-TEST_CASE("limits are clamped to their ceilings; 0 keeps the default", "[input-checks][limits]") {
+TEST_CASE("limits are clamped to their ceilings, 0 keeps the default", "[input-checks][limits]") {
   Limits big = largestLimits();
   big.maxModelWorkers = int64_t{1} << 40;
   {

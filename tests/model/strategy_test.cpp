@@ -87,7 +87,7 @@ TEST_CASE("the Baidu post's arithmetic: naive adds (K-1) x 1.2 s, ring 2(K-1)/K 
   }
 }
 
-TEST_CASE("ring traffic per worker is nearly independent of K; naive grows linearly",
+TEST_CASE("ring traffic per worker is nearly independent of K, naive grows linearly",
           "[strategy]") {
   const auto net = presetNetwork("alexnet-owt");
   const auto cl = presetCluster("dgx-h100");
@@ -310,7 +310,7 @@ TEST_CASE(
   CHECK(estimate(net, cl, stale).step <= small.step * (1 + 1e-9));
 }
 
-TEST_CASE("every worker's memory is estimateMemory's; only the naive reducer stages gradients",
+TEST_CASE("every worker's memory is estimateMemory's, only the naive reducer stages gradients",
           "[strategy][memory]") {
   // Release builds with GCC 12.2 (-O3) once printed the reducer's staging on
   // every naive worker: the estimate's per-worker loop was miscompiled (see

@@ -341,7 +341,7 @@ TEST_CASE("trace: the size limit and the rank selection", "[trace]") {
                                                                       "be ascending"));
 }
 
-TEST_CASE("rank lists: A-B, A,B,C and mixes; one clear message per mistake", "[trace]") {
+TEST_CASE("rank lists: A-B, A,B,C and mixes, one clear message per mistake", "[trace]") {
   CHECK(parseRankList("0-7", 8) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(parseRankList("0,2,5", 8) == std::vector<int>{0, 2, 5});
   CHECK(parseRankList(" 3 ", 8) == std::vector<int>{3});
@@ -367,7 +367,7 @@ TEST_CASE("rank lists: A-B, A,B,C and mixes; one clear message per mistake", "[t
   CHECK_THROWS_WITH(parseRankList("z", 8, "--ranks"), Catch::StartsWith("--ranks: "));
 }
 
-TEST_CASE("trace files: plain or gzip by name; bad paths and failures leave nothing", "[trace]") {
+TEST_CASE("trace files: plain or gzip by name, bad paths and failures leave nothing", "[trace]") {
   const auto dir =
       std::filesystem::temp_directory_path() / ("strata-trace-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -129,7 +129,7 @@ TEST_CASE("an experiment loader refuses a validation suite", "[validation][suite
   }
 }
 
-TEST_CASE("median and spread over repeats; a prediction inside the spread is a tie",
+TEST_CASE("median and spread over repeats, a prediction inside the spread is a tie",
           "[validation]") {
   const auto r = row(Strategy::kRing, {0.110, 0.100, 0.095}, 0.104);
   CHECK(r.measured.step.value() == Approx(0.100));
@@ -146,7 +146,7 @@ TEST_CASE("median and spread over repeats; a prediction inside the spread is a t
   CHECK(one.spreadFraction() == 0);
 }
 
-TEST_CASE("per-phase errors; negligible communication is not compared", "[validation]") {
+TEST_CASE("per-phase errors, negligible communication is not compared", "[validation]") {
   const auto measured = step("net", Strategy::kRing, 2, 0.100, 0.080, 0.020);
   const auto predicted = step("net", Strategy::kRing, 2, 0.090, 0.072, 0.025);
   CHECK(computeError(predicted, measured) == Approx(-0.10));
@@ -192,7 +192,7 @@ TEST_CASE("ranking: a misordered pair is listed, a gap inside the spread is a ti
   CHECK(checkRanking(equal).modelOrdered == 0);
 }
 
-TEST_CASE("summary: held-out rows within claims count; fitted and outside rows do not",
+TEST_CASE("summary: held-out rows within claims count, fitted and outside rows do not",
           "[validation]") {
   std::vector<ValidationRow> rows = {
       row(Strategy::kRing, {0.099, 0.100, 0.101}, 0.105),   // +5 %

@@ -158,7 +158,7 @@ TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[repo
           "rows[0].held_out: must be true or false");
 }
 
-TEST_CASE("analysis: verdicts pick the fastest that fits; strong scaling splits the batch",
+TEST_CASE("analysis: verdicts pick the fastest that fits, strong scaling splits the batch",
           "[reports]") {
   reports::ReportRequest rq;
   rq.networks = {loadNetwork(golden("tiny-net.yaml"))};

@@ -674,7 +674,7 @@ TEST_CASE("a trace refuses a timeline of another plan (more ps steps) instead of
   CHECK_THROWS_AS(writeTrace(os, six, net, r.estimate, r.timeline), std::logic_error);
 }
 
-TEST_CASE("same input, same output byte for byte; the seed moves the jitter", "[sim]") {
+TEST_CASE("same input, same output byte for byte, the seed moves the jitter", "[sim]") {
   const auto net = presetNetwork("alexnet-owt");
   const auto cl = presetCluster("k20x8-pcie");
   const auto plan = lowerToPlan(net, scenario(Strategy::kOwtC, 5, 32, true));

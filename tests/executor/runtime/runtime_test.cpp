@@ -128,7 +128,7 @@ TEST_CASE("ps priorities change the order of the jobs, not a bit of the weights"
   }
 }
 
-TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b; every worker alike",
+TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b, every worker alike",
           "[exec][ps]") {
   // Level 1 sums into each node's leader, level 2 across the leaders (the
   // servers), then back: other sums' order than one level, so to 1e-5 of the
@@ -149,7 +149,7 @@ TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b; e
   }
 }
 
-TEST_CASE("ps on N dedicated servers equals one worker with batch K b; every worker alike",
+TEST_CASE("ps on N dedicated servers equals one worker with batch K b, every worker alike",
           "[exec][ps][servers]") {
   // Ranks K..K+N-1 are the servers: worker w pushes chunk j of N of each key
   // to server j, which sums the K chunks from zero, updates its chunk (its
