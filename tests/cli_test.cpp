@@ -1705,7 +1705,7 @@ TEST_CASE("report mistakes: one line naming the option, nothing written", "[cli]
   std::filesystem::remove(bad);
 }
 
-TEST_CASE("--allreduce auto says what it picked, simulate how it simulated", "[cli][scale]") {
+TEST_CASE("allreduce auto says what it picked, simulate how it simulated", "[cli][scale]") {
   const std::vector<std::string> common{"-n",          "resnet50", "-c",       "dgx-h100", "-s",
                                         "ring",        "-k",       "1024",     "-b",       "64",
                                         "--allreduce", "auto",     "--format", "json"};
