@@ -75,16 +75,35 @@ int Topology::linkIndex(int level, int worker) const {
 }
 
 bool allExchanges(std::span<const Flow> flows) {
-  std::vector<std::pair<int, int>> pairs;
-  pairs.reserve(flows.size());
+  // Flows grouped by source (a counting sort, O(flows + ranks): patterns of
+  // every rank at 10^5 workers are checked often), then each looked up in
+  // its destination's group.
+  int ranks = 0;
+  size_t pairs = 0;
+  for (const auto& f : flows)
+    if (f.src != f.dst) {
+      ranks = std::max({ranks, f.src + 1, f.dst + 1});
+      ++pairs;
+    }
+  if (pairs == 0)
+    return false;
+  std::vector<uint32_t> begin(static_cast<size_t>(ranks) + 1, 0);
   for (const auto& f : flows)
     if (f.src != f.dst)
-      pairs.emplace_back(f.src, f.dst);
-  if (pairs.empty())
-    return false;
-  std::sort(pairs.begin(), pairs.end());
-  return std::all_of(pairs.begin(), pairs.end(), [&](const auto& p) {
-    return std::binary_search(pairs.begin(), pairs.end(), std::pair{p.second, p.first});
+      ++begin[static_cast<size_t>(f.src) + 1];
+  for (size_t i = 1; i < begin.size(); ++i)
+    begin[i] += begin[i - 1];
+  std::vector<int> to(pairs);
+  auto next = begin;
+  for (const auto& f : flows)
+    if (f.src != f.dst)
+      to[next[static_cast<size_t>(f.src)]++] = f.dst;
+  for (size_t r = 0; r + 1 < begin.size(); ++r)
+    std::sort(to.begin() + begin[r], to.begin() + begin[r + 1]);
+  return std::all_of(flows.begin(), flows.end(), [&](const Flow& f) {
+    return f.src == f.dst ||
+           std::binary_search(to.begin() + begin[static_cast<size_t>(f.dst)],
+                              to.begin() + begin[static_cast<size_t>(f.dst) + 1], f.src);
   });
 }
 

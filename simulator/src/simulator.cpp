@@ -706,7 +706,7 @@ class Engine {
         sent_[static_cast<size_t>(task.root)] += (k - 1) * b;
         break;
       case PatternKind::kPairs:
-        for (const auto& f : plan_.flowsOf(task)) {
+        for (const auto& f : plan_.storedFlows(task)) {
           sent_[static_cast<size_t>(f.src)] += b;
           received_[static_cast<size_t>(f.dst)] += b;
         }
@@ -726,7 +726,7 @@ class Engine {
       allComm_.push_back(span);
     } else {
       ++workerStampNow_;
-      for (const auto& f : plan_.flowsOf(task))
+      for (const auto& f : plan_.storedFlows(task))
         for (int w : {f.src, f.dst})
           if ((transfer || w == f.dst) && workerStamp_[static_cast<size_t>(w)] != workerStampNow_) {
             workerStamp_[static_cast<size_t>(w)] = workerStampNow_;

@@ -166,6 +166,10 @@ struct Plan {
   }
   // The flows of a transfer or reduce task (materialised for patterned ones).
   std::vector<PlanFlow> flowsOf(const Task& t) const;
+  // A kPairs task's stored flows, without a copy.
+  std::span<const PlanFlow> storedFlows(const Task& t) const {
+    return {flows.data() + t.flowBegin, t.flowCount};
+  }
   size_t flowCountOf(const Task& t) const;
   size_t count(TaskKind kind) const;
   // Flows of every transfer and reduce task (what printing or simulating the
