@@ -96,6 +96,8 @@ std::string optionsLine(const StepEstimate& e) {
                                   : "on (per layer)";
   std::string s = fmt::format("{}, overlap {}, segment {}", toString(o.element), overlap,
                               o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  if (e.scenario.strategy == Strategy::kRing && o.gradientSync != AllreduceAlgorithm::kRing)
+    s += fmt::format(", allreduce {}", toString(o.gradientSync));
   if (isModelParallel(e.scenario.strategy))
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
@@ -529,7 +531,7 @@ void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
   if (format == Format::kCsv)
     return;
   if (!r.detail.empty())
-    out << fmt::format("simulated     {}\n", r.detail);
+    out << fmt::format("\nsimulated     {}\n", r.detail);
   out << fmt::format("\nbusiest links ({} of {} carried data; {} events)\n",
                      std::min<size_t>(8, r.links.size()), r.links.size(), r.events);
   Table t({"link", "bandwidth", "bytes", "busy", "utilisation"});
