@@ -61,15 +61,18 @@ exec::RunResult checkPsAgainstOneWorker(const Network& net, const Scenario& sc, 
   CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
   return run;
 }
+// The reference of the equivalence tests: one worker with the whole batch.
+exec::RunResult oneWorker(const Network& net, int batch, int steps) {
+  return exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, batch)), net,
+                          test::runOptions(steps));
+}
 }  // namespace
 
 TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") {
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(1)) {
-    const auto ref =
-        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
-                         test::runOptions(steps));
+    const auto ref = oneWorker(net, k * b, steps);
     for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
       INFO(toString(s) << " K = " << k);
       std::vector<std::vector<float>> params;
@@ -137,9 +140,7 @@ TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b, e
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(2)) {
-    const auto ref =
-        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
-                         test::runOptions(steps));
+    const auto ref = oneWorker(net, k * b, steps);
     for (int g : {2, 3}) {
       INFO("K = " << k << " G = " << g);
       auto sc = test::runScenario(Strategy::kPs, k, b);
@@ -160,9 +161,7 @@ TEST_CASE("ps on N dedicated servers equals one worker with batch K b, every wor
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(2)) {
-    const auto ref =
-        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
-                         test::runOptions(steps));
+    const auto ref = oneWorker(net, k * b, steps);
     for (int n : {1, 3, 5}) {
       INFO("K = " << k << " N = " << n);
       auto sc = test::runScenario(Strategy::kPs, k, b);
@@ -338,9 +337,7 @@ TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "
   const int steps = 3;
   for (int k : workerCounts(1)) {
     for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
-      const auto ref =
-          exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
-                           test::runOptions(steps));
+      const auto ref = oneWorker(net, k * b, steps);
       for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
         INFO(toString(s) << " K = " << k << " b = " << b);
         std::vector<std::vector<float>> params;
@@ -482,9 +479,7 @@ TEST_CASE("every conv-gradient sync algorithm of owt gives the one-worker weight
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(2)) {
-    const auto ref =
-        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
-                         test::runOptions(steps));
+    const auto ref = oneWorker(net, k * b, steps);
     for (auto a : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRing,
                    AllreduceAlgorithm::kNaive}) {
       INFO(toString(a) << " K = " << k);
@@ -506,9 +501,7 @@ TEST_CASE("every gradient allreduce the executor runs gives the one-worker weigh
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
   for (int k : workerCounts(2)) {
-    const auto ref =
-        exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, k * b)), net,
-                         test::runOptions(steps));
+    const auto ref = oneWorker(net, k * b, steps);
     for (auto a : {AllreduceAlgorithm::kTree, AllreduceAlgorithm::kHalvingDoubling,
                    AllreduceAlgorithm::kDirect}) {
       INFO(toString(a) << " K = " << k);
