@@ -451,6 +451,11 @@ TEST_CASE("cluster unknown duplex", "[cli][errors][cluster]") {
   checkClusterError("unknown-duplex.yaml", 19, "topology[1].link.duplex", "duplex: simplex");
 }
 
+TEST_CASE("cluster unknown latency_per", "[cli][errors][cluster]") {
+  checkClusterError("unknown-latency-per.yaml", 19, "topology[1].link.latency_per",
+                    "latency_per: chunk");
+}
+
 TEST_CASE("cluster group any on an inner level", "[cli][errors][cluster]") {
   checkClusterError("any-inner.yaml", 12, "topology[0].group", "group: any");
 }

@@ -318,8 +318,8 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     level.group = g.asPositiveInt();
   }
   const auto link = n.require("link");
-  link.allowOnly(
-      {"bandwidth", "latency", "duplex", "lanes", "bandwidth_table", "exchange_bandwidth_table"});
+  link.allowOnly({"bandwidth", "latency", "latency_per", "duplex", "lanes", "bandwidth_table",
+                  "exchange_bandwidth_table"});
   level.link.bandwidth = link.require("bandwidth").asBandwidth();
   level.link.latency = link.require("latency").asSeconds(true);
   const auto duplex = link.stringOr("duplex", "full");
@@ -329,6 +329,12 @@ TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
     level.link.fullDuplex = false;
   } else {
     link.require("duplex").fail("must be full or half, got '" + duplex + "'");
+  }
+  const auto per = link.stringOr("latency_per", "message");
+  if (per == "step") {
+    level.link.latencyPerStep = true;
+  } else if (per != "message") {
+    link.require("latency_per").fail("must be message or step, got '" + per + "'");
   }
   level.link.lanes = link.positiveIntOr("lanes", 1);
   if (level.link.lanes > kMaxLanes)

@@ -96,14 +96,21 @@ void addSymmetric(CollectiveCost& c, double sentEach, double receivedEach) {
 // step a `step` pattern: reduce-scatter, size-1 steps each a pipeline of
 // send and add over the chunk's segments, or allgather, size-1 steps of
 // sends (plan.cpp's Builder::ringPhase lowers the same).
+//
+// Where the latency is paid once per step (PatternCost::latencyPerStep) the
+// segments after a step's first move their bytes without it:
+//   reduce-scatter step: alpha + P(m; s/beta, s gamma);  allgather step: alpha + m s/beta
 Seconds ringPhase(const PatternCost& step, int size, Bytes chunk, const CommParams& p,
                   bool reduce) {
   if (size <= 1)
     return Seconds(0);
   const int segs = segmentCount(chunk, p.segment);
   const Bytes s = chunk / segs;
-  return reduce ? pipelineTime(segs, {step.time(s), Seconds(s.value() * p.gamma)}) * (size - 1)
-                : step.time(s) * (segs * (size - 1));
+  const Seconds once = step.latencyPerStep ? step.latency : Seconds(0);
+  const Seconds send = step.time(s) - once;
+  return (reduce ? once + pipelineTime(segs, {send, Seconds(s.value() * p.gamma)})
+                 : once + send * segs) *
+         (size - 1);
 }
 
 }  // namespace
@@ -498,12 +505,15 @@ CollectiveCost treeAllReduce(const Topology& topo, Bytes n, const CommParams& p)
   const int segs = segmentCount(half, p.segment);
   const Bytes s = half / segs;
   // Transfer stage q's time, and the sum after up stage q.
-  std::vector<double> send(2 * count), add(count);
+  std::vector<double> send(2 * count), add(count), once(2 * count, 0.0);
   Seconds worst;
   for (size_t q = 0; q < 2 * count; ++q) {
     const bool down = q >= count;
     const auto& pc = topo.treeCost(static_cast<int>(down ? 2 * count - 1 - q : q), down);
     send[q] = pc.time(s).value();
+    // Paid by segment 0 only where the latency is per step.
+    if (pc.latencyPerStep)
+      once[q] = pc.latency.value();
     if (Seconds(send[q]) > worst) {
       worst = Seconds(send[q]);
       c.bottleneckLink = pc.bottleneckLink;
@@ -522,7 +532,7 @@ CollectiveCost treeAllReduce(const Topology& topo, Bytes n, const CommParams& p)
       for (size_t later = q + 1; later < 2 * count; ++later)
         if (conflicts[q] >> later & 1)
           ready = std::max(ready, sent[later]);
-      now[q] = before = ready + send[q];
+      now[q] = before = ready + send[q] - (j > 0 ? once[q] : 0.0);
       if (q < count)
         before = summed[q] = std::max(before, summed[q]) + add[q];
     }

@@ -344,6 +344,7 @@ class Builder {
       auto& task = plan_.tasks[static_cast<size_t>(t)];
       task.ringSpan = span == k_ && stride == 1 ? 0 : span;
       task.ringStride = stride;
+      task.follows = j > 0;
       return t;
     };
     for (int i = 0; i < size - 1; ++i) {
@@ -443,6 +444,7 @@ class Builder {
           if (conflicts[p] >> q & 1)
             deps.push_back(sent[q]);
         const int x = storedTransfer(ranges[p], s, static_cast<int>(p), j, deps);
+        plan_.tasks[static_cast<size_t>(x)].follows = j > 0;
         sent[p] = before = last = x;
         if (p < count)
           before = summed[p] = reduce(x, s, stages[p].inputs, {x, summed[p]});

@@ -122,7 +122,12 @@ PatternCost Topology::cost(std::span<const Flow> flows) const {
     const int meet = meetLevel(f.src, f.dst);
     if (meet < 0)
       continue;
-    result.latency = max(result.latency, cluster_->levels[static_cast<size_t>(meet)].link.latency);
+    const auto& metAt = cluster_->levels[static_cast<size_t>(meet)].link;
+    if (metAt.latency > result.latency ||
+        (metAt.latency == result.latency && metAt.latencyPerStep)) {
+      result.latency = metAt.latency;
+      result.latencyPerStep = metAt.latencyPerStep;
+    }
     for (int l = 0; l <= meet; ++l) {
       const int a = linkIndex(l, f.src);
       const int b = linkIndex(l, f.dst);

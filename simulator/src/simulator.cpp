@@ -72,8 +72,9 @@ class EventQueue {
 struct Load {
   std::vector<std::pair<int, int>> channels;  // (channel, flows), sorted by channel
   double latency = 0;
-  double secondsPerByte = 0;  // alone on the network
-  double exchangeShare = 0;   // of pairs sending to each other (PatternCost::exchangeShare)
+  double secondsPerByte = 0;    // alone on the network
+  double exchangeShare = 0;     // of pairs sending to each other (PatternCost::exchangeShare)
+  bool latencyPerStep = false;  // the latency's level pays it once per step (Task::follows)
 };
 
 // Uniform in [-1, 1] from (seed, task): splitmix64.
@@ -258,7 +259,8 @@ class Engine {
           break;
         }
         const Load& load = loadOf(task);
-        q_.push(now + load.latency, EventKind::kActivate, t);
+        const bool hidden = task.follows && load.latencyPerStep;
+        q_.push(now + (hidden ? 0.0 : load.latency), EventKind::kActivate, t);
         break;
       }
     }
@@ -462,7 +464,12 @@ class Engine {
       const int meet = topo_.meetLevel(f.src, f.dst);
       if (meet < 0)
         continue;
-      load.latency = std::max(load.latency, topo_.latency(f.src, f.dst).value());
+      const auto& metAt = topo_.linkSpec(topo_.linkIndex(meet, f.src));
+      if (metAt.latency.value() > load.latency ||
+          (metAt.latency.value() == load.latency && metAt.latencyPerStep)) {
+        load.latency = metAt.latency.value();
+        load.latencyPerStep = metAt.latencyPerStep;
+      }
       for (int l = 0; l <= meet; ++l) {
         for (const auto& [worker, up] : {std::pair{f.src, true}, std::pair{f.dst, false}}) {
           const int c = channelOf(topo_.linkIndex(l, worker), up);

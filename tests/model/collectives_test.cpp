@@ -404,3 +404,29 @@ TEST_CASE("auto picks the least predicted time and says so", "[collectives][scal
       describeAllreduce(AllreduceAlgorithm::kAuto, {{"tree", 1e6}, {"ring", 8e6}, {"tree", 3e6}}) ==
       "auto: tree for 2 buffers of 2.00 MB, ring for 1 of 8.00 MB");
 }
+
+TEST_CASE("latency per step: a ring step's segments after the first pay no alpha",
+          "[collectives][scale]") {
+  // NCCL keeps several chunks of a step in flight: the step pays alpha once.
+  auto c = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  c.levels[0].link.latencyPerStep = true;
+  const int k = 4;
+  const Topology t(c, k);
+  const Bytes seg(500'000);  // chunk 3 MB -> 6 segments
+  const auto r = allReduce(t, AllreduceAlgorithm::kRing, kN, CommParams{seg, kGamma});
+  const double s = 500'000;
+  const double send = s / kBeta, add = s * kGamma;
+  const double expect =
+      (k - 1) * (kAlpha + send + add + 5 * std::max(send, add)) + (k - 1) * (kAlpha + 6 * send);
+  CHECK(r.time.value() == Approx(expect).epsilon(1e-12));
+  // Unsegmented, or per message: as before.
+  auto perMessage = c;
+  perMessage.levels[0].link.latencyPerStep = false;
+  const Topology u(perMessage, k);
+  CHECK(allReduce(u, AllreduceAlgorithm::kRing, kN, CommParams{seg, kGamma}).time.value() ==
+        Approx((k - 1) * (kAlpha + send + add + 5 * std::max(kAlpha + send, add)) +
+               (k - 1) * 6 * (kAlpha + send))
+            .epsilon(1e-12));
+  CHECK(allReduce(t, AllreduceAlgorithm::kRing, kN, unsegmented()).time ==
+        allReduce(u, AllreduceAlgorithm::kRing, kN, unsegmented()).time);
+}

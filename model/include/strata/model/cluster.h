@@ -103,6 +103,11 @@ struct LinkSpec {
   Seconds latency;           // alpha of a message whose endpoints meet at this level
   bool fullDuplex = true;
   int lanes = 1;  // parallel links per unit; device i inside the unit uses lane i % lanes
+  // `latency_per: step`: the segments of one pipelined step pay the latency
+  // once (NCCL keeps several chunks of a step in flight, and its tuning model
+  // charges its per-step latency once per step); `message` (default): every
+  // segment pays it (blocking sends, as strata's executor does).
+  bool latencyPerStep = false;
   // Optional: effective bandwidth by message size (strata calibrate). When
   // present, n bytes cross the link at beta(n) (fit.h) instead of `bandwidth`.
   std::vector<BandwidthPoint> bandwidthTable;

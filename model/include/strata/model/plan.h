@@ -103,11 +103,15 @@ struct Task {
   int collective = -1;  // transfer / reduce: index into Plan::collectives
   int step = -1;        // step of the collective's algorithm
   int segment = -1;     // segment of a pipelined step
-  int round = -1;       // owt-*: round of the FC phase
-  int iteration = 0;    // the training step the task belongs to
-  int part = -1;        // update: the ps server shard (chunk) it updates; -1: all
-  int shards = 0;       // update with part >= 0: the chunks the parameters are cut into
-  int job = -1;         // ps: index into Plan::jobs
+  // A segment issued right behind the one before it of its step (a ring
+  // step's or a tree stage's segments after the first): where the link pays
+  // its latency once per step (LinkSpec::latencyPerStep) it pays none.
+  bool follows = false;
+  int round = -1;     // owt-*: round of the FC phase
+  int iteration = 0;  // the training step the task belongs to
+  int part = -1;      // update: the ps server shard (chunk) it updates; -1: all
+  int shards = 0;     // update with part >= 0: the chunks the parameters are cut into
+  int job = -1;       // ps: index into Plan::jobs
 };
 
 // ps: one bucket's push, server updates and pull in one step, tasks

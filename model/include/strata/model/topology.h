@@ -52,6 +52,10 @@ struct PatternCost {
   // 3 or more; an all-to-all runs as K-1 shifted rounds (send to i+r, receive
   // from i-r), of which only r = K/2 (K even) pairs both ways: 1/(K-1).
   double exchangeShare = 0;
+  // The latency is that of a level whose segments pay it once per step
+  // (LinkSpec::latencyPerStep): a segment issued right behind another of
+  // its step moves its bytes without it.
+  bool latencyPerStep = false;
 
   // alpha + n x (flows / beta) on the bottleneck link, with beta taken for a
   // message of n bytes when the link has a bandwidth table.
