@@ -641,13 +641,13 @@ std::string describeAllreduce(AllreduceAlgorithm requested,
   if (requested != AllreduceAlgorithm::kAuto)
     return std::string(toString(requested));
   std::vector<std::pair<std::string, std::pair<int, double>>> counts;  // in order of first use
-  for (const auto& [name, bytes] : picks) {
-    auto it =
-        std::find_if(counts.begin(), counts.end(), [&](const auto& x) { return x.first == name; });
+  for (const auto& pick : picks) {
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& x) { return x.first == pick.first; });
     if (it == counts.end())
-      it = counts.insert(counts.end(), {name, {0, 0.0}});
+      it = counts.insert(counts.end(), {pick.first, {0, 0.0}});
     ++it->second.first;
-    it->second.second += bytes;
+    it->second.second += pick.second;
   }
   std::string out = "auto";
   for (size_t i = 0; i < counts.size(); ++i) {
