@@ -638,8 +638,7 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     if (items[i].step != n - 1)
       continue;
     // Alone unless the lanes share cores (exact, not a difference of clocks).
-    const bool shared = ctx.lanes.compute < 1 || ctx.lanes.comm < 1 || ctx.lanes.busyCompute < 1 ||
-                        ctx.lanes.busyComm < 1;
+    const bool shared = ctx.lanes.shared();
     const Seconds wall = shared ? Seconds(sch.itemEnd[i] - sch.itemStart[i]) : items[i].work;
     computeWall += wall;
     if (items[i].update)

@@ -122,12 +122,8 @@ PatternCost Topology::cost(std::span<const Flow> flows) const {
     const int meet = meetLevel(f.src, f.dst);
     if (meet < 0)
       continue;
-    const auto& metAt = cluster_->levels[static_cast<size_t>(meet)].link;
-    if (metAt.latency > result.latency ||
-        (metAt.latency == result.latency && metAt.latencyPerStep)) {
-      result.latency = metAt.latency;
-      result.latencyPerStep = metAt.latencyPerStep;
-    }
+    raiseLatency(result.latency, result.latencyPerStep,
+                 cluster_->levels[static_cast<size_t>(meet)].link);
     for (int l = 0; l <= meet; ++l) {
       const int a = linkIndex(l, f.src);
       const int b = linkIndex(l, f.dst);

@@ -71,7 +71,7 @@ class EventQueue {
 
 struct Load {
   std::vector<std::pair<int, int>> channels;  // (channel, flows), sorted by channel
-  double latency = 0;
+  Seconds latency;
   double secondsPerByte = 0;    // alone on the network
   double exchangeShare = 0;     // of pairs sending to each other (PatternCost::exchangeShare)
   bool latencyPerStep = false;  // the latency's level pays it once per step (Task::follows)
@@ -103,8 +103,7 @@ class Engine {
         gamma_(1.0 / cluster.device.reduceBandwidth.value()),
         lanes_(overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers),
                              plan.scenario.workers)) {
-    cpuShared_ = lanes_.compute < 1.0 || lanes_.comm < 1.0 || lanes_.busyCompute < 1.0 ||
-                 lanes_.busyComm < 1.0;
+    cpuShared_ = lanes_.shared();
     handoff_ = cluster.device.handoffFor(workersPerNode(cluster, plan.scenario.workers)).value();
     commActive_.assign(static_cast<size_t>(ranks_), 0);
     cpuCommActive_.assign(static_cast<size_t>(ranks_), 0);
@@ -260,7 +259,7 @@ class Engine {
         }
         const Load& load = loadOf(task);
         const bool hidden = task.follows && load.latencyPerStep;
-        q_.push(now + (hidden ? 0.0 : load.latency), EventKind::kActivate, t);
+        q_.push(now + (hidden ? 0.0 : load.latency.value()), EventKind::kActivate, t);
         break;
       }
     }
@@ -464,12 +463,7 @@ class Engine {
       const int meet = topo_.meetLevel(f.src, f.dst);
       if (meet < 0)
         continue;
-      const auto& metAt = topo_.linkSpec(topo_.linkIndex(meet, f.src));
-      if (metAt.latency.value() > load.latency ||
-          (metAt.latency.value() == load.latency && metAt.latencyPerStep)) {
-        load.latency = metAt.latency.value();
-        load.latencyPerStep = metAt.latencyPerStep;
-      }
+      raiseLatency(load.latency, load.latencyPerStep, topo_.linkSpec(topo_.linkIndex(meet, f.src)));
       for (int l = 0; l <= meet; ++l) {
         for (const auto& [worker, up] : {std::pair{f.src, true}, std::pair{f.dst, false}}) {
           const int c = channelOf(topo_.linkIndex(l, worker), up);
@@ -1129,7 +1123,7 @@ std::string representativeReason(const Scenario& scenario, const Cluster& cluste
   if (options.timeline)
     return "a trace shows every worker's tasks";
   const auto lanes = overlapSpeeds(cluster, Topology(cluster, scenario.workers), scenario.workers);
-  if (lanes.compute < 1.0 || lanes.comm < 1.0 || lanes.busyCompute < 1.0 || lanes.busyComm < 1.0)
+  if (lanes.shared())
     return "communication shares the workers' cores, each worker's by its own part";
   return "";
 }

@@ -54,6 +54,8 @@ struct LaneSpeeds {
   // link (a ps server's update on its thread): the speeds as measured.
   double busyCompute = 1;
   double busyComm = 1;
+  // Whether the lanes share a worker's cores (a speed below 1).
+  bool shared() const { return compute < 1 || comm < 1 || busyCompute < 1 || busyComm < 1; }
 };
 // The device's overlap speeds for `workers` workers, scaled by how much of
 // its time the communication lane keeps a core busy. The speeds were

@@ -32,6 +32,15 @@ struct Flow {
 
 struct TreeStage;  // collectives.h
 
+// A pattern's latency is the largest of its flows' meet levels' (a tie goes
+// to a level that pays it once per step): folds in a flow that meets at `met`.
+inline void raiseLatency(Seconds& latency, bool& perStep, const LinkSpec& met) {
+  if (met.latency > latency || (met.latency == latency && met.latencyPerStep)) {
+    latency = met.latency;
+    perStep = met.latencyPerStep;
+  }
+}
+
 // True when every flow between two different workers has its reverse among
 // `flows` (pairs exchanging both ways at once).
 bool allExchanges(std::span<const Flow> flows);
