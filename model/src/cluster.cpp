@@ -111,10 +111,7 @@ int64_t Cluster::capacity() const {
 
 namespace {
 
-constexpr LayerKind kAllKinds[] = {LayerKind::kConv,    LayerKind::kPool,      LayerKind::kFc,
-                                   LayerKind::kRnn,     LayerKind::kRelu,      LayerKind::kLrn,
-                                   LayerKind::kDropout, LayerKind::kBatchNorm, LayerKind::kAdd,
-                                   LayerKind::kSoftmax};
+constexpr auto& kAllKinds = kAllLayerKinds;
 
 // A rate given in giga-units per second (the key says the unit: gflop_per_s,
 // gunits_per_s), within the compute-rate range of quantity_text.h.
@@ -259,6 +256,9 @@ DeviceSpec readDevice(const ConfigNode& n) {
   const auto eff = n.require("efficiency");
   const double fallback = eff.require("default").asFraction();
   d.efficiency.fill(fallback);
+  // Attention is GEMMs like fc: without its own figure it takes fc's.
+  if (auto fc = eff.get("fc"))
+    d.efficiency[static_cast<size_t>(LayerKind::kAttention)] = fc->asFraction();
   for (const auto& [key, value] : eff.entries()) {
     if (key == "default")
       continue;
@@ -272,7 +272,7 @@ DeviceSpec readDevice(const ConfigNode& n) {
     if (!known)
       value.fail(
           "unknown layer kind (expected default or one of conv, pool, fc, rnn, relu, lrn, "
-          "dropout, batchnorm, add, softmax)");
+          "dropout, batchnorm, add, softmax, embedding, attention, layernorm, gelu)");
   }
   if (auto sharing = n.get("sharing")) {
     for (const auto& row : sharing->items())

@@ -94,7 +94,7 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
 
 Seconds ComputeCosts::layer(int index, Phase phase, double examples, double fraction) const {
   const Layer& l = net_.layers[static_cast<size_t>(index)];
-  if (phase == Phase::kBwdWeights && !l.hasWeights())
+  if (phase == Phase::kBwdWeights && !l.computesWeightGradient())
     return Seconds(0);
   switch (source_) {
     case ComputeSource::kProfile:

@@ -38,7 +38,7 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
     case Phase::kUpdate:
       return updateTime(double(layer.params) * fraction, device, element);
   }
-  if (phase == Phase::kBwdWeights && !layer.hasWeights())
+  if (phase == Phase::kBwdWeights && !layer.computesWeightGradient())
     return Seconds(0);
   const Flops work(flops * examples * fraction);
   // Weights are read once per pass (fwd, bwd_data) or written once (bwd_weights).
@@ -583,7 +583,7 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
       const int previous = k > 1 && stale > 0 && s > 0 && j >= 0
                                ? jobOf[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
                                : -1;
-      if (layer.hasWeights())
+      if (layer.computesWeightGradient())
         items.push_back({ctx.time(layer, Phase::kBwdWeights, ctx.b, 1.0),
                          previous,
                          {},
@@ -827,7 +827,9 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
   // plus the whole input they gathered.
   double act = double(net.input.elements()) * b;
   for (int i = 0; i < mp; ++i)
-    act += double(net.layers[static_cast<size_t>(i)].outShape.elements()) * b;
+    act += (double(net.layers[static_cast<size_t>(i)].outShape.elements()) +
+            net.layers[static_cast<size_t>(i)].savedElems) *
+           b;
   if (owt) {
     const double batch = ctx.sc.strategy == Strategy::kOwtA ? k * b : b;
     for (int i = mp; i < layers; ++i) {
@@ -928,9 +930,12 @@ void checkScenario(const Network& network, const Scenario& sc) {
   checkSizeOption(sc.options.bucket, "--bucket");
   if (isModelParallel(sc.strategy) && network.modelParallelFrom < 0)
     throw UserError(
-        fmt::format("{}: network '{}' has no fc layer to run model-parallel; {} needs one (or set "
-                    "model_parallel_from)",
-                    network.sourceFile, network.name, toString(sc.strategy)));
+        fmt::format("{}: network '{}' has no part that can run model-parallel ({}); {} needs "
+                    "one (or set model_parallel_from); naive, ring and ps run any network",
+                    network.sourceFile, network.name,
+                    network.noModelParallelWhy.empty() ? "model_parallel_from is not set"
+                                                       : network.noModelParallelWhy,
+                    toString(sc.strategy)));
   if (isModelParallel(sc.strategy) && network.modelParallelFrom == 0)
     throw UserError(fmt::format("{}: network '{}' has no data-parallel part before '{}'",
                                 network.sourceFile, network.name, network.layers[0].name));

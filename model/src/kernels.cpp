@@ -40,7 +40,9 @@ constexpr std::string_view kMemNames[kMemKernelCount] = {
     "dropout_fwd",   "dropout_bwd",        "pool_max_fwd",          "pool_max_bwd", "pool_avg_fwd",
     "pool_avg_bwd",  "lrn_fwd",            "lrn_bwd",               "softmax_fwd",  "softmax_bwd",
     "batchnorm_fwd", "batchnorm_bwd_data", "batchnorm_bwd_weights", "sgd",          "reduce",
-    "pool_max_fwd_2x2", "pool_avg_fwd_2x2", "pool_avg_bwd_2x2"};
+    "pool_max_fwd_2x2", "pool_avg_fwd_2x2", "pool_avg_bwd_2x2",
+    "layernorm_fwd", "layernorm_bwd_data", "layernorm_bwd_weights", "gelu_fwd",     "gelu_bwd",
+    "attn_softmax_fwd", "attn_softmax_bwd", "embedding_fwd",        "embedding_bwd", "adam"};
 // clang-format on
 
 // Position of x among increasing grid values, in log space: index i and
@@ -244,6 +246,10 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const int64_t inArea = int64_t{l.inShape.h} * l.inShape.w;
   const int poolH = l.spec.global ? l.inShape.h : l.spec.kernelH;
   const int poolW = l.spec.global ? l.inShape.w : l.spec.kernelW;
+  // attention: d features, T positions, dh features per head
+  const int64_t d = l.inShape.c;
+  const int64_t t = inArea;
+  const int64_t dh = l.spec.heads > 0 ? d / l.spec.heads : 0;
 
   switch (phase) {
     case Phase::kUpdate: {
@@ -302,6 +308,31 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kSoftmax:
           mem(MemKernel::kSoftmaxFwd, outElems);
           break;
+        case LayerKind::kEmbedding:
+          mem(MemKernel::kEmbeddingFwd, outElems);
+          break;
+        case LayerKind::kAttention: {
+          // Per example (x: d x T), per head (Q, K, V: dh x T):
+          //   QKV = Wqkv x; S = Q^T K; P = softmax(S / sqrt(dh), causal);
+          //   C = V P^T; y = Wo C.
+          const double heads = double(n) * l.spec.heads;
+          gemm(GemmOp::kNN, 3 * d, t, d, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBias, 3 * double(d) * double(t), double(n));
+          gemm(GemmOp::kTN, t, t, dh, heads);
+          mem(MemKernel::kAttnSoftmaxFwd, heads * double(t) * double(t));
+          gemm(GemmOp::kNT, dh, t, t, heads);
+          gemm(GemmOp::kNN, d, t, d, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBias, double(d) * double(t), double(n));
+          break;
+        }
+        case LayerKind::kLayerNorm:
+          mem(MemKernel::kLayerNormFwd, outElems);
+          break;
+        case LayerKind::kGelu:
+          mem(MemKernel::kGeluFwd, outElems);
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -359,6 +390,20 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kSoftmax:
           mem(MemKernel::kSoftmaxBwd, outElems);
           break;
+        case LayerKind::kEmbedding:
+          break;  // token ids take no gradient
+        case LayerKind::kAttention:
+          // dx = Wqkv^T dQKV, from the dQKV its bwd_weights left.
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          gemm(GemmOp::kTN, d, t, 3 * d, double(n));
+          break;
+        case LayerKind::kLayerNorm:
+          mem(MemKernel::kLayerNormBwdData, outElems);
+          break;
+        case LayerKind::kGelu:
+          mem(MemKernel::kGeluBwd, outElems);
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -389,6 +434,32 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kBatchNorm:
           mem(MemKernel::kBatchNormBwdWeights, outElems);
           break;
+        case LayerKind::kLayerNorm:
+          mem(MemKernel::kLayerNormBwdWeights, outElems);
+          break;
+        case LayerKind::kEmbedding:
+          mem(MemKernel::kEmbeddingBwd, outElems);
+          break;
+        case LayerKind::kAttention: {
+          // Runs before bwd_data (as every layer's), so it carries the
+          // backward through the heads that both need, leaving dQKV:
+          //   dWo += dy C^T; dC = Wo^T dy; per head dP = dC^T V, dV = dC P;
+          //   dS = softmax'(dP); dQ = K dS^T, dK = Q dS; dWqkv += dQKV x^T.
+          const double heads = double(n) * l.spec.heads;
+          gemm(GemmOp::kNT, d, d, t, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBiasGrad, double(d) * double(t), double(n));
+          gemm(GemmOp::kTN, d, t, d, double(n));
+          gemm(GemmOp::kTN, t, t, dh, heads);
+          gemm(GemmOp::kNN, dh, t, t, heads);
+          mem(MemKernel::kAttnSoftmaxBwd, heads * double(t) * double(t));
+          gemm(GemmOp::kNT, dh, t, t, heads);
+          gemm(GemmOp::kNN, dh, t, t, heads);
+          gemm(GemmOp::kNT, 3 * d, d, t, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBiasGrad, 3 * double(d) * double(t), double(n));
+          break;
+        }
         default:
           break;
       }

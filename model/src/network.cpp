@@ -31,6 +31,14 @@ std::string_view toString(LayerKind kind) {
       return "add";
     case LayerKind::kSoftmax:
       return "softmax";
+    case LayerKind::kEmbedding:
+      return "embedding";
+    case LayerKind::kAttention:
+      return "attention";
+    case LayerKind::kLayerNorm:
+      return "layernorm";
+    case LayerKind::kGelu:
+      return "gelu";
   }
   return "?";
 }
@@ -212,7 +220,10 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
       } else {
         out = Shape{s.outputs, in.h, in.w};
         count({out.c, out.h, out.w}, "output elements");
-        layer.params = count({count({in.c, s.outputs}, "parameters") + bias}, "parameters");
+        // Tied: the weights are the embedding's (counted there).
+        layer.params = s.tiedTo >= 0 ? bias
+                                     : count({count({in.c, s.outputs}, "parameters") + bias},
+                                             "parameters");
         macs = count({in.c, s.outputs, in.h, in.w}, "multiply-accumulates");
       }
       break;
@@ -259,6 +270,76 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
       layer.fwdFlops = 4 * nIn;  // exp, sum, divide, log-loss
       layer.bwdDataFlops = nIn;
       break;
+    case LayerKind::kEmbedding: {
+      // One token id per position in: the network input, 1 x T x W.
+      if (layer.inputs.size() != 1 || layer.inputs[0] != -1 || in.c != 1)
+        throw ConfigError(file, layer.configLine, key + ".input",
+                          fmt::format("an embedding reads the network input of token ids "
+                                      "(channels: 1, one id per position), got {}x{}x{}",
+                                      in.c, in.h, in.w));
+      const int64_t positionsUsed = int64_t{in.h} * in.w;
+      if (s.positions > 0 && positionsUsed > s.positions)
+        throw ConfigError(
+            file, layer.configLine, key + ".positions",
+            fmt::format("{} positions per example, over the {} the position table holds",
+                        positionsUsed, s.positions));
+      out = Shape{s.outputs, in.h, in.w};
+      const double nOut = static_cast<double>(count({out.c, out.h, out.w}, "output elements"));
+      layer.params = count({count({s.vocab, s.outputs}, "parameters") +
+                                count({s.positions, s.outputs}, "parameters")},
+                           "parameters");
+      // A gather moves no arithmetic; adding the position vector is one
+      // FLOP per output, and so is each scatter-add of the backward pass.
+      layer.fwdFlops = s.positions > 0 ? nOut : 0;
+      layer.bwdWeightsFlops = nOut * (s.positions > 0 ? 2 : 1);
+      break;
+    }
+    case LayerKind::kAttention: {
+      if (s.heads <= 0 || in.c % s.heads != 0)
+        throw ConfigError(file, layer.configLine, key + ".heads",
+                          fmt::format("heads {} must divide the {} channels", s.heads, in.c));
+      // Per example, with T = h w positions of d = c features: the Q, K, V
+      // projections 3 T d^2, scores Q K^T T^2 d, context P V T^2 d and the
+      // output projection T d^2 multiply-accumulates (Narayanan et al.,
+      // "Efficient Large-Scale Language Model Training on GPU Clusters Using
+      // Megatron-LM", SC 2021, section 5.1: 8 b s h^2 + 4 b s^2 h FLOPs).
+      const int64_t t = count({in.h, in.w}, "positions");
+      const int64_t projection = count({4, t, in.c, in.c}, "multiply-accumulates");
+      const int64_t mixing = count({2, t, t, in.c}, "multiply-accumulates");
+      const int64_t scores = count({s.heads, t, t}, "attention scores");
+      layer.params = count({count({4, in.c, in.c}, "parameters") + (s.bias ? 4 * in.c : 0)},
+                           "parameters");
+      // Backward is twice forward: both operands of the scores and of the
+      // context GEMMs take a gradient, and so do the projections' inputs and
+      // weights. The executor runs bwd_weights first and it carries the
+      // gradient through the heads that both phases need (dQKV): the weight
+      // gradients 4 T d^2, dC = Wo^T dy T d^2 and the heads 4 T^2 d; bwd_data
+      // is dx = Wqkv^T dQKV, 3 T d^2 (model/src/kernels.cpp, lowerCpu).
+      layer.fwdFlops = 2 * double(projection + mixing);
+      layer.bwdDataFlops = 2 * 3 * double(t) * in.c * in.c;
+      layer.bwdWeightsFlops = 2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c;
+      // Memory: x, Q K V, the context and the output per position (6 T d),
+      // and the scores written, read by the softmax and written again (3 H T^2).
+      const double td = double(t) * in.c;
+      layer.fwdElems = 6 * td + 3 * double(scores);
+      layer.bwdDataElems = 5 * td;  // read dQKV, write dx (with its zero fill)
+      layer.bwdWeightsElems = 2 * layer.fwdElems;
+      layer.savedElems = 4 * td + double(scores);
+      layer.outShape = out;
+      return;
+    }
+    case LayerKind::kLayerNorm:
+      layer.params = 2 * int64_t{in.c};  // gain and bias per feature
+      layer.fwdFlops = 4 * nIn;          // as batchnorm, over the features of each position
+      layer.bwdDataFlops = 6 * nIn;
+      layer.bwdWeightsFlops = 2 * nIn;
+      break;
+    case LayerKind::kGelu:
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): 8 operations, and
+      // about 12 for its derivative.
+      layer.fwdFlops = 8 * nIn;
+      layer.bwdDataFlops = 12 * nIn;
+      break;
   }
   if (macs > 0) {
     // 2 FLOPs per multiply-accumulate; the three passes of a GEMM-shaped layer
@@ -274,7 +355,11 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
     nInAll += static_cast<double>(shape.elements());
   layer.fwdElems = nInAll + nOut;                               // read inputs, write output
   layer.bwdDataElems = nOut + nInAll + nIn;                     // read dy and saved x, write dx
-  layer.bwdWeightsElems = layer.hasWeights() ? nIn + nOut : 0;  // read x and dy
+  layer.bwdWeightsElems = layer.computesWeightGradient() ? nIn + nOut : 0;  // read x and dy
+  if (layer.kind == LayerKind::kEmbedding) {
+    layer.bwdDataElems = 0;  // token ids take no gradient
+    layer.bwdWeightsElems = 2 * nOut;
+  }
 }
 
 }  // namespace strata

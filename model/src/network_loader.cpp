@@ -19,6 +19,8 @@ namespace {
 struct RawLayer {
   Layer layer;
   std::vector<std::string> inputNames;  // empty: the previous layer
+  std::string tiedName;                 // fc: the embedding whose table it shares
+  bool startsBlock = false;             // first layer of an expanded block's repeat
   int index = 0;                        // index in the file's `layers` list
 };
 
@@ -29,13 +31,15 @@ LayerKind parseKind(const ConfigNode& n) {
       {"fc", LayerKind::kFc},           {"rnn", LayerKind::kRnn},
       {"relu", LayerKind::kRelu},       {"lrn", LayerKind::kLrn},
       {"dropout", LayerKind::kDropout}, {"batchnorm", LayerKind::kBatchNorm},
-      {"add", LayerKind::kAdd},         {"softmax", LayerKind::kSoftmax}};
+      {"add", LayerKind::kAdd},         {"softmax", LayerKind::kSoftmax},
+      {"embedding", LayerKind::kEmbedding}, {"attention", LayerKind::kAttention},
+      {"layernorm", LayerKind::kLayerNorm}, {"gelu", LayerKind::kGelu}};
   for (const auto& [name, kind] : kKinds)
     if (s == name)
       return kind;
   n.fail("unknown layer kind '" + s +
          "' (expected conv, pool, fc, rnn, relu, lrn, dropout, batchnorm, add, softmax, "
-         "bottleneck)");
+         "embedding, attention, layernorm, gelu, bottleneck, transformer)");
 }
 
 void readKernel(const ConfigNode& n, LayerSpec& spec, bool required) {
@@ -87,10 +91,28 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       break;
     }
     case LayerKind::kFc:
-      n.allowOnly({"name", "kind", "input", "outputs", "bias", "flatten"});
+      n.allowOnly({"name", "kind", "input", "outputs", "bias", "flatten", "tied"});
       s.outputs = n.require("outputs").asPositiveInt();
       s.bias = n.boolOr("bias", true);
       s.flatten = n.boolOr("flatten", true);
+      if (auto t = n.get("tied")) {
+        raw.tiedName = t->asString();
+        if (s.flatten)
+          t->fail("a tied fc applies the embedding's table at each position: it needs "
+                  "flatten: false");
+      }
+      break;
+    case LayerKind::kEmbedding:
+      n.allowOnly({"name", "kind", "input", "vocab", "outputs", "positions"});
+      s.vocab = n.require("vocab").asPositiveInt();
+      s.outputs = n.require("outputs").asPositiveInt();
+      s.positions = n.nonNegativeIntOr("positions", 0);
+      break;
+    case LayerKind::kAttention:
+      n.allowOnly({"name", "kind", "input", "heads", "causal", "bias"});
+      s.heads = n.require("heads").asPositiveInt();
+      s.causal = n.boolOr("causal", true);
+      s.bias = n.boolOr("bias", true);
       break;
     case LayerKind::kRnn: {
       n.allowOnly({"name", "kind", "input", "hidden", "cell", "bias"});
@@ -135,6 +157,8 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kRelu:
     case LayerKind::kBatchNorm:
     case LayerKind::kSoftmax:
+    case LayerKind::kLayerNorm:
+    case LayerKind::kGelu:
       n.allowOnly({"name", "kind", "input"});
       break;
   }
@@ -166,6 +190,7 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
     raw.layer.spec = spec;
     raw.layer.configLine = n.line();
     raw.inputNames = std::move(inputs);
+    raw.startsBlock = layerName.ends_with(".conv1");
     out.push_back(std::move(raw));
   };
   auto conv = [](int filters, int k, int s, int pad) {
@@ -205,7 +230,112 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
   }
 }
 
+// Expands `transformer` (a pre-LN GPT-2 block: Radford et al. 2019, section
+// 2.3, and openai/gpt-2 src/model.py) into its layers:
+//   ln1 -> attn -> [drop1] -> add1 (+ block input) -> ln2 -> fc1 (hidden)
+//   -> gelu -> fc2 (back to the width) -> [drop2] -> add2 (+ add1).
+void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
+  n.allowOnly({"name", "kind", "input", "heads", "hidden", "dropout", "causal", "repeat"});
+  const auto name = n.require("name").asString();
+  const int heads = n.require("heads").asPositiveInt();
+  const int hidden = n.require("hidden").asPositiveInt();
+  const bool causal = n.boolOr("causal", true);
+  const int repeat = n.positiveIntOr("repeat", 1);
+  double rate = 0;
+  if (auto r = n.get("dropout")) {
+    rate = r->asDouble();
+    if (rate < 0 || rate >= 1)
+      r->fail(fmt::format("must be in [0, 1), got {}", rate));
+  }
+  if (int64_t{repeat} * 10 + static_cast<int64_t>(out.size()) > kMaxNetworkLayers)
+    n.require("repeat").fail(fmt::format(
+        "{} blocks would make more than {} layers; the largest real networks have a few thousand",
+        repeat, kMaxNetworkLayers));
+  std::string prev = n.has("input") ? n.require("input").asString() : "";
+  auto add = [&](const std::string& layerName, LayerKind kind, std::vector<std::string> inputs,
+                 LayerSpec spec, bool starts = false) {
+    RawLayer raw;
+    raw.index = index;
+    raw.layer.name = layerName;
+    raw.layer.kind = kind;
+    raw.layer.spec = spec;
+    raw.layer.configLine = n.line();
+    raw.inputNames = std::move(inputs);
+    raw.startsBlock = starts;
+    out.push_back(std::move(raw));
+  };
+  LayerSpec attention;
+  attention.heads = heads;
+  attention.causal = causal;
+  LayerSpec dropout;
+  dropout.dropoutRate = rate;
+  auto fc = [](int outputs) {
+    LayerSpec spec;
+    spec.outputs = outputs;
+    spec.flatten = false;  // the same weights at every position
+    return spec;
+  };
+  for (int r = 1; r <= repeat; ++r) {
+    const std::string b = repeat == 1 ? name : fmt::format("{}.{}", name, r);
+    std::vector<std::string> blockIn =
+        prev.empty() ? std::vector<std::string>{} : std::vector<std::string>{prev};
+    add(b + ".ln1", LayerKind::kLayerNorm, blockIn, {}, true);
+    add(b + ".attn", LayerKind::kAttention, {}, attention);
+    if (rate > 0)
+      add(b + ".drop1", LayerKind::kDropout, {}, dropout);
+    add(b + ".add1", LayerKind::kAdd, {"@block-input", rate > 0 ? b + ".drop1" : b + ".attn"}, {});
+    add(b + ".ln2", LayerKind::kLayerNorm, {}, {});
+    add(b + ".fc1", LayerKind::kFc, {}, fc(hidden));
+    add(b + ".gelu", LayerKind::kGelu, {}, {});
+    add(b + ".fc2", LayerKind::kFc, {}, fc(-1));  // width: set when the input is known
+    if (rate > 0)
+      add(b + ".drop2", LayerKind::kDropout, {}, dropout);
+    add(b + ".add2", LayerKind::kAdd, {b + ".add1", rate > 0 ? b + ".drop2" : b + ".fc2"}, {});
+    prev = b + ".add2";
+  }
+}
+
 }  // namespace
+
+std::string modelParallelObstacle(const Network& net, int from) {
+  const auto& first = net.layers[static_cast<size_t>(from)];
+  if (first.kind != LayerKind::kFc)
+    return fmt::format("the model-parallel part starts at an fc layer; '{}' is {}", first.name,
+                       toString(first.kind));
+  if (first.spec.tiedTo >= 0)
+    return fmt::format("'{}' shares its weights with the data-parallel embedding '{}'",
+                       first.name, net.layers[static_cast<size_t>(first.spec.tiedTo)].name);
+  for (size_t i = static_cast<size_t>(from) + 1; i < net.layers.size(); ++i) {
+    const auto& l = net.layers[i];
+    if (l.inputs.size() != 1 || l.inputs[0] != static_cast<int>(i) - 1)
+      return fmt::format(
+          "layers after '{}' must form a chain to run model-parallel; '{}' does not read the "
+          "layer before it",
+          first.name, l.name);
+    if (l.spec.tiedTo >= 0)
+      return fmt::format("'{}' shares its weights with the data-parallel embedding '{}'", l.name,
+                         net.layers[static_cast<size_t>(l.spec.tiedTo)].name);
+  }
+  return "";
+}
+
+void findModelParallelPart(Network& net) {
+  net.modelParallelFrom = -1;
+  std::string firstWhy;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    if (net.layers[i].kind != LayerKind::kFc)
+      continue;
+    const std::string why = modelParallelObstacle(net, static_cast<int>(i));
+    if (why.empty()) {
+      net.modelParallelFrom = static_cast<int>(i);
+      net.noModelParallelWhy.clear();
+      return;
+    }
+    if (firstWhy.empty())
+      firstWhy = why;
+  }
+  net.noModelParallelWhy = firstWhy.empty() ? "it has no fc layer" : firstWhy;
+}
 
 Network loadNetwork(const std::string& path) {
   const auto root = ConfigNode::loadFile(path);
@@ -243,6 +373,8 @@ Network loadNetwork(const std::string& path) {
     const size_t before = raws.size();
     if (kindNode.asString() == "bottleneck") {
       expandBottleneck(n, static_cast<int>(i), raws);
+    } else if (kindNode.asString() == "transformer") {
+      expandTransformer(n, static_cast<int>(i), raws);
     } else {
       raws.push_back(readLayer(n, parseKind(kindNode), static_cast<int>(i)));
     }
@@ -266,8 +398,7 @@ Network loadNetwork(const std::string& path) {
     if (indexOf.count(raw.layer.name))
       throw ConfigError(path, node.line(), key + ".name",
                         "duplicate layer name '" + raw.layer.name + "'");
-    const bool firstOfBlock =
-        i == 0 || nodeOf[i - 1].line() != node.line() || raw.layer.name.ends_with(".conv1");
+    const bool firstOfBlock = i == 0 || nodeOf[i - 1].line() != node.line() || raw.startsBlock;
     if (firstOfBlock)
       blockInput = i == 0 ? "input" : net.layers[i - 1].name;
     if (raw.inputNames.empty())
@@ -289,6 +420,29 @@ Network loadNetwork(const std::string& path) {
       raw.layer.inputs.push_back(it->second);
       inShapes.push_back(shapes[static_cast<size_t>(it->second)]);
     }
+    // A transformer block's fc2 returns to the width of the block's input.
+    if (raw.layer.kind == LayerKind::kFc && raw.layer.spec.outputs < 0) {
+      const auto it = blockInput == "input" ? indexOf.end() : indexOf.find(blockInput);
+      raw.layer.spec.outputs = it == indexOf.end() ? net.input.c
+                                                   : shapes[static_cast<size_t>(it->second)].c;
+    }
+    if (!raw.tiedName.empty()) {
+      auto it = indexOf.find(raw.tiedName);
+      const std::string tiedKey = key + ".tied";
+      if (it == indexOf.end() || net.layers[static_cast<size_t>(it->second)].kind !=
+                                     LayerKind::kEmbedding)
+        throw ConfigError(path, node.line(), tiedKey,
+                          "'" + raw.tiedName + "' is not an embedding layer defined earlier");
+      const Layer& e = net.layers[static_cast<size_t>(it->second)];
+      if (raw.layer.spec.outputs != e.spec.vocab || inShapes.front().c != e.spec.outputs)
+        throw ConfigError(
+            path, node.line(), tiedKey,
+            fmt::format("a fc of {} inputs and {} outputs cannot share the table of '{}' ({} "
+                        "tokens of {} features)",
+                        inShapes.front().c, raw.layer.spec.outputs, e.name, e.spec.vocab,
+                        e.spec.outputs));
+      raw.layer.spec.tiedTo = it->second;
+    }
     deriveLayer(raw.layer, inShapes, path, raw.index);
     // Network totals are sums of layers: checked like the layers' own counts.
     if (!checkedAdd(totalParams, raw.layer.params, totalParams, kMaxExactCount))
@@ -307,24 +461,10 @@ Network loadNetwork(const std::string& path) {
     net.modelParallelFrom = net.find(mp->asString());
     if (net.modelParallelFrom < 0)
       mp->fail("no layer named '" + mp->asString() + "'");
+    if (const std::string why = modelParallelObstacle(net, net.modelParallelFrom); !why.empty())
+      mp->fail(why);
   } else {
-    for (size_t i = 0; i < net.layers.size(); ++i) {
-      if (net.layers[i].kind == LayerKind::kFc) {
-        net.modelParallelFrom = static_cast<int>(i);
-        break;
-      }
-    }
-  }
-  // The model-parallel part must be a chain: each layer reads the previous one.
-  if (net.modelParallelFrom >= 0) {
-    for (size_t i = static_cast<size_t>(net.modelParallelFrom) + 1; i < net.layers.size(); ++i) {
-      const auto& l = net.layers[i];
-      if (l.inputs.size() != 1 || l.inputs[0] != static_cast<int>(i) - 1)
-        throw ConfigError(path, l.configLine, "model_parallel_from",
-                          "layers after '" + net.layers[net.modelParallelFrom].name +
-                              "' must form a chain to run model-parallel; '" + l.name +
-                              "' does not read the layer before it");
-    }
+    findModelParallelPart(net);
   }
   return net;
 }

@@ -680,7 +680,7 @@ int backpropWithSync(Builder& b, const Network& net, const Scenario& sc, int fir
     auto& p = prev[static_cast<size_t>(w)];
     for (int l = last - 1; l >= first; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
-      if (layer.hasWeights()) {
+      if (layer.computesWeightGradient()) {
         p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, {p});
         ready[static_cast<size_t>(l - first)].push_back(p);
       }
@@ -885,7 +885,7 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
                                 : Deps{};
       for (int w = 0; w < k; ++w) {
         auto& p = prev[static_cast<size_t>(w)];
-        if (layer.hasWeights()) {
+        if (layer.computesWeightGradient()) {
           Deps d{p};
           d.insert(d.end(), previous.begin(), previous.end());
           p = b.compute(w, l, Phase::kBwdWeights, sc.batchPerWorker, 1.0, d);

@@ -85,7 +85,9 @@ NeuronRange evenSlice(int n, int parts, int index) {
 std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank) {
   if (network.modelParallelFrom < 0)
     throw UserError(
-        fmt::format("network '{}' has no model-parallel part (no fc layer)", network.name));
+        fmt::format("network '{}' has no model-parallel part ({})", network.name,
+                    network.noModelParallelWhy.empty() ? "no fc layer"
+                                                       : network.noModelParallelWhy));
   STRATA_ENFORCE(workers > 0 && rank >= 0 && rank < workers);
   std::vector<NeuronRange> slices(network.layers.size());
   for (size_t l = static_cast<size_t>(network.modelParallelFrom); l < network.layers.size(); ++l) {
@@ -142,6 +144,10 @@ Model::Model(const Network& network, ModelOptions options)
     LayerState& st = layers_[static_cast<size_t>(l)];
     if (layer.kind == LayerKind::kRnn)
       unsupported(network_, l, "rnn layers are not supported by the executor's nn layer");
+    if (layer.kind == LayerKind::kEmbedding || layer.kind == LayerKind::kAttention ||
+        layer.kind == LayerKind::kLayerNorm || layer.kind == LayerKind::kGelu ||
+        layer.spec.tiedTo >= 0)
+      unsupported(network_, l, "transformer layers are not run by the executor yet");
     if (layer.kind == LayerKind::kDropout &&
         !(layer.spec.dropoutRate >= 0 && layer.spec.dropoutRate < 1))
       unsupported(network_, l,
@@ -494,6 +500,10 @@ void Model::forward(int layer, ExampleRange r) {
       break;
     }
     case LayerKind::kRnn:
+    case LayerKind::kEmbedding:
+    case LayerKind::kAttention:
+    case LayerKind::kLayerNorm:
+    case LayerKind::kGelu:
       break;  // rejected by the constructor
   }
 }
@@ -569,7 +579,11 @@ void Model::backwardData(int layer, ExampleRange r) {
       break;
     }
     case LayerKind::kRnn:
-      break;
+    case LayerKind::kEmbedding:
+    case LayerKind::kAttention:
+    case LayerKind::kLayerNorm:
+    case LayerKind::kGelu:
+      break;  // rejected by the constructor
   }
 }
 

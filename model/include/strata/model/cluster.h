@@ -35,7 +35,7 @@ struct DeviceSpec {
   Bytes memoryCapacity;
   double memoryEfficiency = 1.0;  // fraction of memoryBandwidth reached
   // Fraction of peak reached, per layer kind (index: LayerKind).
-  std::array<double, 10> efficiency{};
+  std::array<double, kLayerKindCount> efficiency{};
   // Bytes of reduction input summed per second (gamma = 1 / this).
   BytesPerSecond reduceBandwidth;
   // Optional (strata calibrate): each worker's compute speed, relative to

@@ -64,8 +64,19 @@ enum class MemKernel {
   kPoolMaxFwd2,
   kPoolAvgFwd2,
   kPoolAvgBwd2,
+  // Transformer layers (unit: elements of the tensor produced, except as noted).
+  kLayerNormFwd,
+  kLayerNormBwdData,
+  kLayerNormBwdWeights,  // unit: input elements read
+  kGeluFwd,
+  kGeluBwd,
+  kAttnSoftmaxFwd,  // scaled, causally masked softmax over attention scores; unit: scores
+  kAttnSoftmaxBwd,  // unit: scores
+  kEmbeddingFwd,    // gather of token (and position) vectors; unit: output elements
+  kEmbeddingBwd,    // scatter-add into the tables; unit: output elements
+  kAdam,            // unit: parameters
 };
-inline constexpr int kMemKernelCount = 28;
+inline constexpr int kMemKernelCount = 38;
 std::string_view toString(MemKernel kernel);
 // Parses a config name ("relu_fwd"); false when unknown.
 bool parseMemKernel(std::string_view name, MemKernel& out);

@@ -13,7 +13,29 @@
 
 namespace strata {
 
-enum class LayerKind { kConv, kPool, kFc, kRnn, kRelu, kLrn, kDropout, kBatchNorm, kAdd, kSoftmax };
+// Appended kinds keep the earlier ones' indices (per-kind tables index by kind).
+enum class LayerKind {
+  kConv,
+  kPool,
+  kFc,
+  kRnn,
+  kRelu,
+  kLrn,
+  kDropout,
+  kBatchNorm,
+  kAdd,
+  kSoftmax,
+  kEmbedding,  // token ids -> vectors (plus learned positions), GPT-2 wte + wpe
+  kAttention,  // multi-head self-attention: QKV projection, scores, softmax, context, output
+  kLayerNorm,  // normalisation over the channels of each position (Ba et al. 2016)
+  kGelu,       // GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2)
+};
+inline constexpr int kLayerKindCount = 14;
+inline constexpr LayerKind kAllLayerKinds[] = {
+    LayerKind::kConv,      LayerKind::kPool,      LayerKind::kFc,      LayerKind::kRnn,
+    LayerKind::kRelu,      LayerKind::kLrn,       LayerKind::kDropout, LayerKind::kBatchNorm,
+    LayerKind::kAdd,       LayerKind::kSoftmax,   LayerKind::kEmbedding, LayerKind::kAttention,
+    LayerKind::kLayerNorm, LayerKind::kGelu};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -56,6 +78,18 @@ struct LayerSpec {
   // lrn / dropout
   int lrnSize = 5;
   double dropoutRate = 0.5;
+  // embedding: a table of `vocab` vectors of `outputs` features, plus (when
+  // positions > 0) a learned table of `positions` position vectors added to
+  // them; the input is one token id per position (1 x T x 1).
+  int vocab = 0;
+  int positions = 0;
+  // attention: heads (dividing the channels); causal masks future positions.
+  int heads = 0;
+  bool causal = true;
+  // fc (flatten: false) tied to an embedding: its weights are that layer's
+  // token table (vocab x features), shared, so the fc holds no parameters
+  // of its own (GPT-2's output layer). -1: not tied.
+  int tiedTo = -1;
 };
 
 // One layer with its derived per-example costs.
@@ -77,9 +111,15 @@ struct Layer {
   double fwdElems = 0;
   double bwdDataElems = 0;
   double bwdWeightsElems = 0;
+  // Elements per example kept for the backward pass besides the output
+  // (attention: Q, K, V, the probabilities and the context).
+  double savedElems = 0;
 
   bool readsNetworkInput() const;
   bool hasWeights() const { return params > 0; }
+  // Whether bwd_weights computes a gradient: a layer's own weights, or a
+  // tied fc's gradient of the embedding it shares weights with.
+  bool computesWeightGradient() const { return params > 0 || spec.tiedTo >= 0; }
 };
 
 // A network: input shape, layers in execution order, and the split point of
@@ -90,7 +130,10 @@ struct Network {
   std::string sourceFile;
   Shape input;
   std::vector<Layer> layers;
-  int modelParallelFrom = -1;  // -1: no model-parallel part (no fc layer)
+  int modelParallelFrom = -1;  // -1: no model-parallel part
+  // Why there is no model-parallel part (when modelParallelFrom is -1), for
+  // the message of an owt-* strategy: "no fc layer", "...".
+  std::string noModelParallelWhy;
 
   int64_t totalParams() const;
   double totalFwdFlops() const;
@@ -108,7 +151,16 @@ struct Network {
 void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std::string& file,
                  int index);
 
-// Loads a network YAML file (schema in docs/configs.md).
+// Loads a network YAML file (schema in docs/configs.md) or, for a path
+// ending in .onnx, an ONNX model (docs/onnx.md).
 Network loadNetwork(const std::string& path);
+
+// Why layers [from, end) cannot run model-parallel under owt-* (the first
+// must be an fc, the rest a chain, each layer reading the one before, and
+// no fc tied to an embedding); "" when they can.
+std::string modelParallelObstacle(const Network& network, int from);
+// Sets modelParallelFrom to the first fc from which the rest can run
+// model-parallel, or to -1 with noModelParallelWhy saying why none can.
+void findModelParallelPart(Network& network);
 
 }  // namespace strata
