@@ -125,7 +125,12 @@ void ScenarioFlags::add(CLI::App* app) {
          "gradient bucket size with overlap, e.g. 25MiB, 0 = per layer (default 25 MiB)");
   option("--segment", segment,
          "segment size of pipelined transfers, e.g. 1MiB, 0 = off (default 4 MiB)");
-  option("--element", element, "element type: fp32|fp16|bf16 (default fp32)");
+  option("--element", element,
+         "element type: fp32|tf32|fp16|bf16 (default fp32; tf32: fp32 tensors on tensor cores; "
+         "fp16/bf16: mixed precision with fp32 master weights)");
+  option("--optimizer", optimizer,
+         "update rule: sgd|momentum|adam, for the optimizer's memory and update time (default "
+         "momentum: SGD with momentum)");
   option("--allreduce", allreduce,
          "gradient allreduce: auto|ring|hierarchical|tree|halving-doubling|direct|naive; auto "
          "picks per bucket the least predicted time (default ring for ring, direct for owt-*'s "
@@ -167,6 +172,8 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.bucket = parseSize(bucket, "--bucket");
   if (!element.empty())
     o.element = parseElementType(element, "--element");
+  if (!optimizer.empty())
+    o.optimizer = parseOptimizer(optimizer, "--optimizer");
   if (!allreduce.empty())
     o.convSync = o.gradientSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
   if (!psPriority.empty())
@@ -186,6 +193,57 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
   if (!psNode.empty())
     o.psNode = count(psNode, "--ps-node", kMaxPsServers, "workers per node");
+}
+
+void TrainingFlags::add(CLI::App* app, const std::string& stepsName,
+                        const std::string& stepsOption) {
+  stepsOption_ = stepsOption;
+  given_.emplace_back(app->add_option(stepsName, steps,
+                                      "price a training run of this many steps: its time = steps "
+                                      "x step time (or --epochs with --dataset)"),
+                      &steps, stepsOption);
+  given_.emplace_back(
+      app->add_option("--epochs", epochs,
+                      "price a training run of this many epochs (fractions allowed) over "
+                      "--dataset examples: ceil(dataset / global batch) steps per epoch"),
+      &epochs, "--epochs");
+  given_.emplace_back(
+      app->add_option("--dataset", dataset, "examples in the dataset, for --epochs"), &dataset,
+      "--dataset");
+}
+
+TrainingRun TrainingFlags::run(const Scenario& scenario) const {
+  for (const auto& [option, text, name] : given_)
+    if (option->count() > 0 && text->empty())
+      throw OptionError(name, "was given an empty value");
+  // A finite number, the whole text (CLI11 would take "1e3x" as an error
+  // of its own, but not "nan" or "inf").
+  auto number = [](const std::string& text, const std::string& option, const char* what) {
+    double v = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v))
+      throw OptionError(option, fmt::format("must be {}, got '{}'", what, text));
+    return v;
+  };
+  if (!steps.empty() && !epochs.empty())
+    throw OptionError(stepsOption_, "give the run's length once: " + stepsOption_ +
+                                        " N or --epochs E --dataset N, not both");
+  if (!steps.empty()) {
+    if (!dataset.empty())
+      throw OptionError("--dataset", "goes with --epochs, not " + stepsOption_);
+    return trainingRunOfSteps(number(steps, stepsOption_, "a whole number of steps"), stepsOption_);
+  }
+  if (!epochs.empty() && dataset.empty())
+    throw OptionError("--epochs",
+                      "needs --dataset N, the examples in the dataset (an epoch is ceil(N / "
+                      "global batch) steps)");
+  if (epochs.empty() && !dataset.empty())
+    throw OptionError("--dataset", "needs --epochs E (or give the run as " + stepsOption_ + ")");
+  if (epochs.empty())
+    return {};
+  return trainingRunOfEpochs(number(epochs, "--epochs", "a number of epochs"),
+                             number(dataset, "--dataset", "a whole number of examples"),
+                             globalBatch(scenario.workers, scenario.batchPerWorker));
 }
 
 void TraceFlags::add(CLI::App* app) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "output.h"
@@ -62,6 +63,7 @@ struct ScenarioFlags {
   std::string segment;
   std::string bucket;
   std::string element;
+  std::string optimizer;
   std::string allreduce;
 
   // Registers every flag on `app`; after parsing, a flag given with an empty
@@ -76,6 +78,28 @@ struct ScenarioFlags {
  private:
   // The registered options (null for a flag a command registers itself).
   std::vector<std::pair<CLI::Option*, const std::string*>> given_;
+};
+
+// The length of a training run to price (predict, simulate): N steps, or E
+// epochs over a dataset of N examples.
+struct TrainingFlags {
+  std::string steps, epochs, dataset;
+
+  // `stepsName`: the steps option's name(s) for CLI11 ("--steps,--train-steps"
+  // on predict; simulate's --steps is the ps steps it plays, so there it is
+  // --train-steps alone), `stepsOption` the name errors use.
+  void add(CLI::App* app, const std::string& stepsName, const std::string& stepsOption);
+  // The run asked for by `scenario`'s workers (steps 0: none asked); its
+  // global batch is checked (globalBatch) only when epochs need it.
+  // Throws OptionError naming the option: both steps and epochs, epochs
+  // without a dataset or the other way round, a count that is not a
+  // positive finite number (steps, dataset: whole) or absurdly large.
+  TrainingRun run(const Scenario& scenario) const;
+
+ private:
+  std::string stepsOption_ = "--steps";
+  // Each option, the text it fills, its name in errors.
+  std::vector<std::tuple<CLI::Option*, const std::string*, std::string>> given_;
 };
 
 // --trace-ranks and --trace-max-events, shared by simulate and run.

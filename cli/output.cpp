@@ -88,13 +88,44 @@ const WorkerEstimate& busiest(const StepEstimate& e) {
   });
 }
 
+// A long time in the unit a person reads it in (days, hours, minutes),
+// with seconds beside it.
+std::string formatDuration(Seconds t) {
+  const double s = t.value();
+  if (s < 60)
+    return formatSeconds(t);
+  const double minutes = s / 60, hours = s / 3600, days = s / 86400;
+  const std::string unit = days >= 2    ? fmt::format("{:.1f} days", days)
+                           : hours >= 2 ? fmt::format("{:.1f} h", hours)
+                                        : fmt::format("{:.1f} min", minutes);
+  return fmt::format("{} = {:.4g} s", unit, s);
+}
+
+// How the training run's steps were counted, for the table.
+std::string trainingRunText(const StepEstimate& e) {
+  const auto& r = e.training;
+  const bool ps = e.scenario.strategy == Strategy::kPs && e.steadySteps > 1;
+  std::string s = ps ? fmt::format("{:.0f} steps: the first {}, then {} each", r.steps,
+                                   formatSeconds(e.firstStep), formatSeconds(e.step))
+                     : fmt::format("{:.0f} steps x {}", r.steps, formatSeconds(e.step));
+  if (r.epochs > 0)
+    s += fmt::format(
+        "; {:g} epoch{} x ceil({:.0f} examples / global batch {}) = {:.0f} steps "
+        "per epoch{}",
+        r.epochs, r.epochs == 1 ? "" : "s", r.dataset,
+        e.scenario.workers * e.scenario.batchPerWorker, r.stepsPerEpoch,
+        r.epochs * r.stepsPerEpoch == r.steps ? "" : ", rounded up to a whole step");
+  return s;
+}
+
 std::string optionsLine(const StepEstimate& e) {
   const auto& o = e.scenario.options;
   const std::string overlap = !o.overlap ? "off"
                               : o.bucket.value() > 0 && e.scenario.strategy != Strategy::kPs
                                   ? fmt::format("on (buckets of {})", formatBytes(o.bucket))
                                   : "on (per layer)";
-  std::string s = fmt::format("{}, overlap {}, segment {}", toString(o.element), overlap,
+  std::string s = fmt::format("{}, optimizer {}, overlap {}, segment {}", toString(o.element),
+                              toString(o.optimizer), overlap,
                               o.segment.value() > 0 ? formatBytes(o.segment) : "off");
   if (e.scenario.strategy == Strategy::kRing && o.gradientSync != AllreduceAlgorithm::kRing)
     s += fmt::format(", allreduce {}", toString(o.gradientSync));
@@ -134,6 +165,18 @@ ordered_json estimateJson(const StepEstimate& e) {
     j["steady_steps"] = e.steadySteps;
   }
   j["throughput_examples_per_s"] = e.throughput;
+  if (e.training.steps > 0) {
+    ordered_json t;
+    // Counts are whole (at most 10^12 steps, 2^53 examples): JSON integers.
+    t["steps"] = static_cast<int64_t>(e.training.steps);
+    if (e.training.epochs > 0) {
+      t["epochs"] = e.training.epochs;
+      t["dataset_examples"] = static_cast<int64_t>(e.training.dataset);
+      t["steps_per_epoch"] = static_cast<int64_t>(e.training.stepsPerEpoch);
+    }
+    t["time_s"] = e.training.time.value();
+    j["training"] = t;
+  }
   // A measured step has no single-worker reference, bottleneck or memory
   // model: those keys are left out rather than filled with placeholders.
   const bool measured = e.engine == "executor";
@@ -182,24 +225,26 @@ ordered_json estimateJson(const StepEstimate& e) {
 }
 
 const char* kCsvHeader =
-    "engine,network,cluster,strategy,workers,batch_per_worker,element,overlap,fc_update,"
+    "engine,network,cluster,strategy,workers,batch_per_worker,element,optimizer,overlap,fc_update,"
     "segment_bytes,conv_sync,step_s,throughput_examples_per_s,speedup,efficiency,compute_s,"
     "communication_s,exposed_communication_s,sent_bytes_per_worker,received_bytes_per_worker,"
-    "memory_bytes_per_worker,fits_in_memory,bottleneck,allreduce\n";
+    "memory_bytes_per_worker,fits_in_memory,bottleneck,allreduce,training_steps,training_time_s\n";
 
 void csvRow(std::ostream& out, const StepEstimate& e) {
   const auto& o = e.scenario.options;
   const auto& w = busiest(e);
   out << fmt::format(
-      "{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6g},{:.6g},{:.9g},{:.9g},{:.9g},"
-      "{:.9g},{:.9g},{:.9g},{},{},{}\n",
+      "{},{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6g},{:.6g},{:.9g},{:.9g},{:.9g},"
+      "{:.9g},{:.9g},{:.9g},{},{},{},{},{}\n",
       e.engine, e.network, e.cluster, toString(e.scenario.strategy), e.scenario.workers,
-      e.scenario.batchPerWorker, toString(o.element), o.overlap ? "on" : "off",
-      toString(o.fcUpdate), o.segment.value(), toString(o.convSync), e.step.value(), e.throughput,
-      e.speedup, e.efficiency, w.compute.total().value(), w.communication.value(),
-      w.exposedCommunication.value(), w.sent.value(), w.received.value(), peakMemory(e).value(),
-      e.fitsInMemory ? "yes" : "no", reports::csvField(e.bottleneck),
-      reports::csvField(e.allreduce));
+      e.scenario.batchPerWorker, toString(o.element), toString(o.optimizer),
+      o.overlap ? "on" : "off", toString(o.fcUpdate), o.segment.value(), toString(o.convSync),
+      e.step.value(), e.throughput, e.speedup, e.efficiency, w.compute.total().value(),
+      w.communication.value(), w.exposedCommunication.value(), w.sent.value(), w.received.value(),
+      peakMemory(e).value(), e.fitsInMemory ? "yes" : "no", reports::csvField(e.bottleneck),
+      reports::csvField(e.allreduce),
+      e.training.steps > 0 ? fmt::format("{:.0f}", e.training.steps) : std::string(),
+      e.training.steps > 0 ? fmt::format("{:.9g}", e.training.time.value()) : std::string());
 }
 
 }  // namespace
@@ -257,9 +302,16 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
   const double convParams = double(net.paramsOfKind(LayerKind::kConv));
   const double fcParams = double(net.paramsOfKind(LayerKind::kFc));
   const double rnnParams = double(net.paramsOfKind(LayerKind::kRnn));
+  const double attnParams = double(net.paramsOfKind(LayerKind::kAttention));
+  const double attnFlops = net.fwdFlopsOfKind(LayerKind::kAttention);
+  // Saved for backward per example: each output, and what attention keeps
+  // besides (Q, K, V, context, probabilities).
+  auto savedBytes = [&](const Layer& l) {
+    return (double(l.outShape.elements()) + l.savedElems) * e;
+  };
   double activations = 0;
   for (const auto& l : net.layers)
-    activations += double(l.outShape.elements()) * e;
+    activations += savedBytes(l);
 
   if (format == Format::kJson) {
     ordered_json j;
@@ -290,6 +342,14 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
           break;
         case LayerKind::kFc:
           spec = {{"outputs", sp.outputs}, {"flatten", sp.flatten}, {"bias", sp.bias}};
+          if (sp.tiedTo >= 0)
+            spec["tied"] = net.layers[static_cast<size_t>(sp.tiedTo)].name;
+          break;
+        case LayerKind::kEmbedding:
+          spec = {{"vocab", sp.vocab}, {"outputs", sp.outputs}, {"positions", sp.positions}};
+          break;
+        case LayerKind::kAttention:
+          spec = {{"heads", sp.heads}, {"causal", sp.causal}, {"bias", sp.bias}};
           break;
         case LayerKind::kLrn:
           spec = {{"size", sp.lrnSize}};
@@ -310,7 +370,7 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
                         {"fwd_flops_per_example", l.fwdFlops},
                         {"bwd_data_flops_per_example", l.bwdDataFlops},
                         {"bwd_weights_flops_per_example", l.bwdWeightsFlops},
-                        {"activation_bytes_per_example", double(l.outShape.elements()) * e},
+                        {"activation_bytes_per_example", savedBytes(l)},
                         {"model_parallel", net.modelParallelFrom >= 0 &&
                                                &l - net.layers.data() >= net.modelParallelFrom}});
     }
@@ -325,7 +385,11 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
                    {"rnn_params_fraction", rnnParams / params},
                    {"conv_fwd_flops_fraction", convFlops / totalFlops},
                    {"fc_fwd_flops_fraction", fcFlops / totalFlops},
-                   {"rnn_fwd_flops_fraction", rnnFlops / totalFlops}};
+                   {"rnn_fwd_flops_fraction", rnnFlops / totalFlops},
+                   {"attention_params_fraction", attnParams / params},
+                   {"attention_fwd_flops_fraction", attnFlops / totalFlops}};
+    if (net.modelParallelFrom < 0)
+      j["no_model_parallel_part"] = net.noModelParallelWhy;
     out << j.dump(2) << "\n";
     return;
   }
@@ -336,8 +400,7 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
     for (const auto& l : net.layers)
       out << fmt::format("{},{},{},{},{},{},{:.0f},{:.0f},{:.0f},{:.0f}\n", l.name,
                          toString(l.kind), l.outShape.c, l.outShape.h, l.outShape.w, l.params,
-                         l.fwdFlops, l.bwdDataFlops, l.bwdWeightsFlops,
-                         double(l.outShape.elements()) * e);
+                         l.fwdFlops, l.bwdDataFlops, l.bwdWeightsFlops, savedBytes(l));
     return;
   }
   out << net.name << ": " << net.description << "\n";
@@ -349,7 +412,7 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
     if (static_cast<int>(i) == net.modelParallelFrom)
       name += " *";
     t.add({name, std::string(toString(l.kind)), shape(l.outShape), count(double(l.params)),
-           formatFlops(Flops(l.fwdFlops)), formatBytes(Bytes(double(l.outShape.elements()) * e))});
+           formatFlops(Flops(l.fwdFlops)), formatBytes(Bytes(savedBytes(l)))});
   }
   t.add({"total", "", "", count(params), formatFlops(Flops(totalFlops)),
          formatBytes(Bytes(activations))});
@@ -366,8 +429,13 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
   if (rnnParams > 0)
     out << fmt::format("rnn layers  {} of parameters, {} of fwd FLOPs\n",
                        percent(rnnParams / params), percent(rnnFlops / totalFlops));
+  if (attnParams > 0 || attnFlops > 0)
+    out << fmt::format("attention   {} of parameters, {} of fwd FLOPs\n",
+                       percent(attnParams / params), percent(attnFlops / totalFlops));
   if (net.modelParallelFrom >= 0)
     out << "* owt-a/b/c run this layer and the ones after it model-parallel\n";
+  else
+    out << "owt-a/b/c do not apply: " << net.noModelParallelWhy << "\n";
 }
 
 void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
@@ -391,6 +459,9 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
         "period over {} steps)\n",
         formatSeconds(e.firstStep), e.steadySteps);
   out << fmt::format("throughput    {:.1f} examples/s\n", e.throughput);
+  if (e.training.steps > 0)
+    out << fmt::format("time to train {} ({})\n", formatDuration(e.training.time),
+                       trainingRunText(e));
   // Measured steps have no single-worker reference, bottleneck or memory model.
   if (e.engine != "executor") {
     out << fmt::format("speedup       {:.2f}x over one worker ({} per step of {} examples)\n",

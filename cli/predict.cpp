@@ -11,6 +11,7 @@ Command addPredictCommand(CLI::App& app) {
   struct Options {
     std::string network, cluster, strategy, workers, profile, engine = "model", format = "table";
     ScenarioFlags flags;
+    TrainingFlags training;
     LimitFlags limitFlags;
   };
   auto o = std::make_shared<Options>();
@@ -25,19 +26,25 @@ Command addPredictCommand(CLI::App& app) {
       ->required();
   sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
   o->flags.add(sub);
+  o->training.add(sub, "--steps,--train-steps", "--steps");
   addEngineOption(sub, o->engine);
   o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format);
   sub->footer(
       "Example:\n"
-      "  strata predict -n alexnet-owt -c k20x8-pcie -s owt-b -k 8 --fc-update round");
+      "  strata predict -n alexnet-owt -c k20x8-pcie -s owt-b -k 8 --fc-update round\n"
+      "  strata predict -n gpt2-small -c dgx-h100 -s ring -k 8 -b 8 --element bf16 "
+      "--optimizer adam --epochs 1 --dataset 1000000");
   return {sub, [o] {
             o->limitFlags.apply();
             const auto format = parseFormat(o->format);
             const Scenario sc = o->flags.scenario(o->strategy, o->workers);
+            const TrainingRun run = o->training.run(sc);
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            printEstimate(std::cout, evaluate(net, cl, sc, o->engine), format);
+            auto est = evaluate(net, cl, sc, o->engine);
+            est.training = priceTrainingRun(run, est);
+            printEstimate(std::cout, est, format);
             return 0;
           }};
 }

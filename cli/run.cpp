@@ -39,6 +39,7 @@ struct RunFlags {
   LimitFlags limitFlags;
   exec::RunOptions run;
   bool noDropout = false;
+  CLI::Option* momentumOption = nullptr;  // whether --momentum was given
 };
 
 // A run's options and configs, read and checked. Every user mistake shows
@@ -103,6 +104,19 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   s.net = networkArg(f.network, "--network");
   const std::string workers = f.workers.empty() ? std::to_string(ranks) : f.workers;
   s.sc = f.flags.scenario(f.strategy, workers);
+  // The executor's one update rule is SGD with momentum (Backend::sgdMomentum):
+  // plain SGD is momentum 0; Adam is priced by predict and simulate only.
+  if (s.sc.options.optimizer == Optimizer::kAdam)
+    throw OptionError("--optimizer",
+                      "the executor implements SGD with momentum only (--optimizer momentum, or "
+                      "sgd = momentum 0); predict and simulate price adam");
+  if (s.sc.options.optimizer == Optimizer::kSgd) {
+    if (f.momentumOption && f.momentumOption->count() > 0 && opt.momentum != 0)
+      throw OptionError("--optimizer", fmt::format("sgd has no momentum, but --momentum {} was "
+                                                   "given (use --optimizer momentum)",
+                                                   opt.momentum));
+    opt.momentum = 0;
+  }
   // Under mpirun a ps plan's dedicated servers are ranks too (after the
   // workers): without -k the workers are the ranks the servers leave.
   auto servers = [&] { return psServerRanks(s.sc); };
@@ -419,7 +433,9 @@ Command addRunCommand(CLI::App& app, Process process) {
                   "sharing one when K exceeds them; under mpirun one rank per GPU, data by NCCL");
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
   sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
-  sub->add_option("--momentum", f->run.momentum, "SGD momentum in [0, 1) (default 0.9)");
+  f->momentumOption =
+      sub->add_option("--momentum", f->run.momentum,
+                      "SGD momentum in [0, 1) (default 0.9; 0 with --optimizer sgd)");
   sub->add_option("--seed", f->seed, "seed of weights, data and dropout (default 1)");
   sub->add_flag("--no-dropout", f->noDropout, "turn dropout off (runs then match across K)");
   sub->add_option("--trace", f->trace,

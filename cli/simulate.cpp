@@ -25,7 +25,9 @@ int psSteps(const std::string& text, const Scenario& sc) {
   const int steps = parsePositive(text, "--steps");
   if (sc.strategy != Strategy::kPs)
     throw OptionError("--steps", fmt::format("applies to ps only (steps back to back); {} "
-                                             "synchronises every step and plays one",
+                                             "synchronises every step and plays one (the "
+                                             "length of a training run to price is "
+                                             "--train-steps)",
                                              toString(sc.strategy)));
   if (steps < 2)
     throw OptionError("--steps",
@@ -43,6 +45,7 @@ Command addSimulateCommand(CLI::App& app) {
     double jitter = 0;
     std::string seed = "1", steps;
     ScenarioFlags flags;
+    TrainingFlags training;
     LimitFlags limitFlags;
     TraceFlags traceFlags;
   };
@@ -57,6 +60,8 @@ Command addSimulateCommand(CLI::App& app) {
   sub->add_option("--strategy,-s", o->strategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
   sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
   o->flags.add(sub);
+  // --steps is taken (the ps steps played): the run's steps are --train-steps.
+  o->training.add(sub, "--train-steps", "--train-steps");
   sub->add_option("--contention", o->contention,
                   "links shared by concurrent transfers split their bandwidth: on|off (default "
                   "on; off = the analytic model's assumption)");
@@ -94,9 +99,12 @@ Command addSimulateCommand(CLI::App& app) {
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
             const int steps = psSteps(o->steps, sc);
+            const TrainingRun run = o->training.run(sc);
             const TraceOptions traceOpt = o->traceFlags.options(o->trace, sc.workers);
             if (o->trace.empty()) {
-              printSimulation(std::cout, sim::simulateScenario(net, cl, sc, opt, steps), format);
+              auto result = sim::simulateScenario(net, cl, sc, opt, steps);
+              result.estimate.training = priceTrainingRun(run, result.estimate);
+              printSimulation(std::cout, result, format);
               return 0;
             }
             // A trace shows every worker's tasks: the full plan.
@@ -107,6 +115,7 @@ Command addSimulateCommand(CLI::App& app) {
             opt.timelineRanks = traceOpt.ranks;
             auto result = sim::simulate(p, net, cl, opt);
             result.detail = "full: " + sim::representativeReason(sc, cl, opt);
+            result.estimate.training = priceTrainingRun(run, result.estimate);
             writeTrace(traceFile.stream(), p, net, result.estimate, result.timeline, traceOpt);
             traceFile.finish();
             printSimulation(std::cout, result, format);

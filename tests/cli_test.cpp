@@ -1741,3 +1741,217 @@ TEST_CASE("allreduce auto says what it picked, simulate how it simulated", "[cli
   CHECK(nlohmann::json::parse(slow.output).at("simulated").get<std::string>() ==
         "full: --straggler makes workers differ");
 }
+
+// ---- ONNX import (docs/onnx.md) -------------------------------------------------
+
+#ifndef STRATA_ONNX_FIXTURES
+#error "STRATA_ONNX_FIXTURES must be defined to the tests/fixtures/onnx folder"
+#endif
+
+namespace {
+std::string onnxFixture(const std::string& name) {
+  return std::string(STRATA_ONNX_FIXTURES) + "/" + name;
+}
+}  // namespace
+
+#ifdef STRATA_HAVE_ONNX
+TEST_CASE("describe an onnx file imports it", "[cli][onnx]") {
+  const auto r = runStrata({"describe", onnxFixture("resnet18.onnx"), "--format", "json"});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  json j;
+  REQUIRE_NOTHROW(j = json::parse(r.output));
+  CHECK(j["totals"]["params"].get<int64_t>() == 11'689'512);  // torchvision's resnet18
+  const auto text = runStrata({"describe", onnxFixture("tiny_transformer.onnx")});
+  INFO("output was:\n" << text.output);
+  CHECK(text.status == 0);
+  CHECK(text.output.find("tiny_transformer") != std::string::npos);
+}
+
+TEST_CASE("predict takes an onnx network", "[cli][onnx]") {
+  const auto r = runStrata({"predict", "-n", onnxFixture("tiny_cnn.onnx"), "--cluster",
+                            "k20x8-pcie", "--strategy", "ring", "--workers", "2"});
+  INFO("output was:\n" << r.output);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][onnx][errors]") {
+  const std::string file = onnxFixture("unmappable_transpose.onnx");
+  checkUserError(runStrata({"describe", file}),
+                 {file + ": nodes[1] (swap_axes): op 'Transpose' cannot be mapped"});
+}
+#else
+TEST_CASE("an onnx file in a build without onnx says so", "[cli][onnx][errors]") {
+  checkUserError(runStrata({"describe", onnxFixture("tiny_mlp.onnx")}),
+                 {"strata was built without ONNX support (install libonnx-dev and rebuild)"});
+}
+#endif
+
+TEST_CASE("a missing onnx file is no such file", "[cli][onnx][errors]") {
+  checkUserError(runStrata({"describe", "no-such-model.onnx"}),
+                 {"no such file 'no-such-model.onnx'"});
+}
+
+// ---- precision, optimizer and training runs ---------------------------------
+
+namespace {
+std::vector<std::string> tinyPredict(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"predict",
+                                   "--network",
+                                   data("golden/tiny-net.yaml"),
+                                   "--cluster",
+                                   data("golden/tiny-cluster.yaml"),
+                                   "--strategy",
+                                   "ring",
+                                   "--workers",
+                                   "2",
+                                   "--batch",
+                                   "10"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+}  // namespace
+
+TEST_CASE("predict prices an optimizer and a training run (json, csv, table)",
+          "[cli][optimizer][training]") {
+  const auto r = runStrata(tinyPredict(
+      {"--optimizer", "adam", "--epochs", "2", "--dataset", "1001", "--format", "json"}));
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.output);
+  CHECK(j["options"]["optimizer"] == "adam");
+  // Global batch 2 x 10 = 20: ceil(1001 / 20) = 51 steps an epoch, 102 in all.
+  CHECK(j["training"]["steps_per_epoch"].get<double>() == 51);
+  CHECK(j["training"]["steps"].get<double>() == 102);
+  CHECK(j["training"]["epochs"].get<double>() == 2);
+  CHECK(j["training"]["dataset_examples"].get<double>() == 1001);
+  CHECK(j["training"]["time_s"].get<double>() ==
+        Approx(102 * j["step_s"].get<double>()).epsilon(1e-12));
+  // 2,000,000 fp32 weights, adam: two 4-byte moments each.
+  CHECK(j["per_worker"][0]["memory"]["optimizer_bytes"].get<double>() == 16e6);
+
+  const auto csv =
+      runStrata(tinyPredict({"--optimizer", "sgd", "--steps", "1000", "--format", "csv"}));
+  INFO("csv was:\n" << csv.output);
+  REQUIRE(csv.status == 0);
+  const auto rows = lines(csv.output);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].find(",element,optimizer,") != std::string::npos);
+  CHECK(rows[0].find(",training_steps,training_time_s") != std::string::npos);
+  CHECK(rows[1].find(",fp32,sgd,") != std::string::npos);
+  CHECK(rows[1].find(",1000,") != std::string::npos);
+
+  const auto table = runStrata(tinyPredict({"--train-steps", "1000"}));
+  INFO("table was:\n" << table.output);
+  REQUIRE(table.status == 0);
+  CHECK(table.output.find("optimizer momentum") != std::string::npos);
+  CHECK(table.output.find("time to train ") != std::string::npos);
+  CHECK(table.output.find("1000 steps x ") != std::string::npos);
+
+  // Without a run asked, no training key (and empty CSV cells).
+  const auto plain = runStrata(tinyPredict({"--format", "json"}));
+  REQUIRE(plain.status == 0);
+  CHECK_FALSE(json::parse(plain.output).contains("training"));
+}
+
+TEST_CASE("simulate prices a training run with --train-steps", "[cli][training]") {
+  const auto r = runStrata({"simulate", "--network", data("golden/tiny-net.yaml"), "--cluster",
+                            data("golden/tiny-cluster.yaml"), "--strategy", "ring", "--workers",
+                            "2", "--train-steps", "10", "--format", "json"});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.output);
+  CHECK(j["training"]["steps"].get<double>() == 10);
+  CHECK(j["training"]["time_s"].get<double>() ==
+        Approx(10 * j["step_s"].get<double>()).epsilon(1e-12));
+  // simulate's --steps is the ps steps played: on ring it points to --train-steps.
+  checkUserError(runStrata({"simulate", "--network", data("golden/tiny-net.yaml"), "--cluster",
+                            data("golden/tiny-cluster.yaml"), "--strategy", "ring", "--workers",
+                            "2", "--steps", "10"}),
+                 {"--steps: applies to ps only", "--train-steps"});
+}
+
+TEST_CASE("training-run and optimizer mistakes are exit 2 naming the option",
+          "[cli][training][errors]") {
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--steps", "0"}, {"--steps: must be a whole number of steps"}},
+      {{"--steps", "-3"}, {"--steps: must be a whole number of steps"}},
+      {{"--steps", "1.5"}, {"--steps: must be a whole number of steps"}},
+      {{"--steps", "nan"}, {"--steps: must be a whole number of steps, got 'nan'"}},
+      {{"--steps", "inf"}, {"--steps: must be a whole number of steps, got 'inf'"}},
+      {{"--steps", "1e13"}, {"--steps: must be a whole number of steps in [1, 1e+12]"}},
+      {{"--steps", "12x"}, {"--steps: must be a whole number of steps, got '12x'"}},
+      {{"--steps", ""}, {"--steps: was given an empty value"}},
+      {{"--steps", "10", "--epochs", "1", "--dataset", "100"},
+       {"--steps: give the run's length once"}},
+      {{"--epochs", "1"}, {"--epochs: needs --dataset N"}},
+      {{"--dataset", "1000"}, {"--dataset: needs --epochs E"}},
+      {{"--steps", "10", "--dataset", "1000"}, {"--dataset: goes with --epochs"}},
+      {{"--epochs", "0", "--dataset", "1000"}, {"--epochs: must be a number of epochs"}},
+      {{"--epochs", "-1", "--dataset", "1000"}, {"--epochs: must be a number of epochs"}},
+      {{"--epochs", "inf", "--dataset", "1000"}, {"--epochs: must be a number of epochs"}},
+      {{"--epochs", "1", "--dataset", "0"}, {"--dataset: must be a whole number of examples"}},
+      {{"--epochs", "1", "--dataset", "10.5"}, {"--dataset: must be a whole number of examples"}},
+      {{"--epochs", "1e6", "--dataset", "9007199254740992"},
+       {"--epochs:", "over the 1e+12 a run may have"}},
+      {{"--optimizer", "rmsprop"}, {"--optimizer: unknown optimizer 'rmsprop'"}},
+      {{"--element", "fp8"}, {"--element: unknown element type 'fp8'", "tf32"}},
+  };
+  for (const auto& [extra, needles] : cases) {
+    std::string shown;
+    for (const auto& a : extra)
+      shown += a + " ";
+    INFO(shown);
+    checkUserError(runStrata(tinyPredict(extra)), needles);
+  }
+}
+
+TEST_CASE("tf32 on the presets: H100 prices it, V100 has no peak for it", "[cli][element]") {
+  const auto h100 = runStrata({"predict", "-n", "resnet50", "-c", "dgx-h100", "-s", "ring", "-k",
+                               "8", "--element", "tf32"});
+  INFO("output was:\n" << h100.output);
+  CHECK(h100.status == 0);
+  CHECK(h100.output.find("(tf32 peak, tf32 efficiencies)") != std::string::npos);
+  checkUserError(runStrata({"predict", "-n", "resnet50", "-c", "dgx1-v100", "-s", "ring", "-k", "8",
+                            "--element", "tf32"}),
+                 {"--element: tf32: the device of", "has no peak for it (device.peak.tf32)"});
+  // A type with a peak but no efficiency table of its own: the fp32 table,
+  // and the pricing line says so.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-cli-fp16-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = (dir / "tiny-fp16.yaml").string();
+  std::ifstream in(data("golden/tiny-cluster.yaml"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  yaml.replace(yaml.find("name: tiny-cluster"), 18, "name: tiny-fp16");
+  yaml.replace(yaml.find("peak: {fp32: 1 TFLOP/s}"), 23,
+               "peak: {fp32: 1 TFLOP/s, fp16: 8 TFLOP/s}");
+  std::ofstream(file) << yaml;
+  const auto fp16 = runStrata({"predict", "--network", data("golden/tiny-net.yaml"), "--cluster",
+                               file, "--strategy", "ring", "--workers", "2", "--element", "fp16"});
+  INFO("output was:\n" << fp16.output);
+  CHECK(fp16.status == 0);
+  CHECK(fp16.output.find("fp16 peak; tiny-fp16.yaml has no efficiency_by_element.fp16: the fp32 "
+                         "efficiencies are used, likely optimistic") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("run: the executor's update is SGD with momentum", "[cli][optimizer][errors]") {
+  checkUserError(
+      runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--optimizer", "adam"}),
+      {"--optimizer: the executor implements SGD with momentum only"});
+  checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--optimizer", "sgd",
+                            "--momentum", "0.5"}),
+                 {"--optimizer: sgd has no momentum"});
+  // tf32, like fp16: the CPU executor computes in fp32 only.
+  checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "tf32"}),
+                 {"--element: the CPU executor computes in fp32 only"});
+  // sgd is momentum 0.
+  const auto r = runStrata(
+      {"run", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "--steps", "2", "--optimizer", "sgd"});
+  INFO("output was:\n" << r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("momentum 0\n") != std::string::npos);
+}

@@ -22,23 +22,26 @@ std::string_view toString(ElementType type) {
       return "fp16";
     case ElementType::kBf16:
       return "bf16";
+    case ElementType::kTf32:
+      return "tf32";
   }
   return "?";
 }
 
 double elementBytes(ElementType type) {
-  return type == ElementType::kFp32 ? 4.0 : 2.0;
+  return isMixedPrecision(type) ? 2.0 : 4.0;
+}
+
+bool isMixedPrecision(ElementType type) {
+  return type == ElementType::kFp16 || type == ElementType::kBf16;
 }
 
 ElementType parseElementType(std::string_view text, const std::string& option) {
-  if (text == "fp32")
-    return ElementType::kFp32;
-  if (text == "fp16")
-    return ElementType::kFp16;
-  if (text == "bf16")
-    return ElementType::kBf16;
-  throw OptionError(
-      option, "unknown element type '" + std::string(text) + "' (expected fp32, fp16 or bf16)");
+  for (auto t : kAllElementTypes)
+    if (text == toString(t))
+      return t;
+  throw OptionError(option, "unknown element type '" + std::string(text) +
+                                "' (expected fp32, tf32, fp16 or bf16)");
 }
 
 FlopsPerSecond DeviceSpec::peakFor(ElementType type, const std::string& clusterFile) const {
@@ -238,34 +241,22 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
   return out;
 }
 
-DeviceSpec readDevice(const ConfigNode& n) {
-  n.allowOnly({"name", "peak", "memory_bandwidth", "memory_capacity", "memory_efficiency",
-               "efficiency", "reduce_bandwidth", "sharing", "kernels", "lane_handoff"});
-  DeviceSpec d;
-  d.name = n.require("name").asString();
-  const auto peak = n.require("peak");
-  peak.allowOnly({"fp32", "fp16", "bf16"});
-  for (auto t : {ElementType::kFp32, ElementType::kFp16, ElementType::kBf16})
-    if (auto p = peak.get(toString(t)))
-      d.peak[static_cast<size_t>(t)] = p->asFlopRate();
-  if (d.peak[0].value() <= 0)
-    peak.require("fp32");
-  d.memoryBandwidth = n.require("memory_bandwidth").asBandwidth();
-  d.memoryCapacity = n.require("memory_capacity").asBytes();
-  d.memoryEfficiency = n.require("memory_efficiency").asFraction();
-  const auto eff = n.require("efficiency");
+// One table of fractions of a peak per layer kind: `default` for every kind,
+// then the kinds named.
+std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff) {
+  std::array<double, kLayerKindCount> out{};
   const double fallback = eff.require("default").asFraction();
-  d.efficiency.fill(fallback);
+  out.fill(fallback);
   // Attention is GEMMs like fc: without its own figure it takes fc's.
   if (auto fc = eff.get("fc"))
-    d.efficiency[static_cast<size_t>(LayerKind::kAttention)] = fc->asFraction();
+    out[static_cast<size_t>(LayerKind::kAttention)] = fc->asFraction();
   for (const auto& [key, value] : eff.entries()) {
     if (key == "default")
       continue;
     bool known = false;
     for (auto kind : kAllKinds) {
       if (toString(kind) == key) {
-        d.efficiency[static_cast<size_t>(kind)] = value.asFraction();
+        out[static_cast<size_t>(kind)] = value.asFraction();
         known = true;
       }
     }
@@ -273,6 +264,45 @@ DeviceSpec readDevice(const ConfigNode& n) {
       value.fail(
           "unknown layer kind (expected default or one of conv, pool, fc, rnn, relu, lrn, "
           "dropout, batchnorm, add, softmax, embedding, attention, layernorm, gelu)");
+  }
+  return out;
+}
+
+DeviceSpec readDevice(const ConfigNode& n) {
+  n.allowOnly({"name", "peak", "memory_bandwidth", "memory_capacity", "memory_efficiency",
+               "efficiency", "efficiency_by_element", "reduce_bandwidth", "sharing", "kernels",
+               "lane_handoff"});
+  DeviceSpec d;
+  d.name = n.require("name").asString();
+  const auto peak = n.require("peak");
+  peak.allowOnly({"fp32", "tf32", "fp16", "bf16"});
+  for (auto t : kAllElementTypes)
+    if (auto p = peak.get(toString(t)))
+      d.peak[static_cast<size_t>(t)] = p->asFlopRate();
+  if (d.peak[0].value() <= 0)
+    peak.require("fp32");
+  d.memoryBandwidth = n.require("memory_bandwidth").asBandwidth();
+  d.memoryCapacity = n.require("memory_capacity").asBytes();
+  d.memoryEfficiency = n.require("memory_efficiency").asFraction();
+  d.efficiency = readEfficiency(n.require("efficiency"));
+  if (auto byElement = n.get("efficiency_by_element")) {
+    for (const auto& [key, table] : byElement->entries()) {
+      ElementType type = ElementType::kFp32;
+      bool known = false;
+      for (auto t : kAllElementTypes)
+        if (key == toString(t)) {
+          type = t;
+          known = true;
+        }
+      if (!known || type == ElementType::kFp32)
+        table.fail(known ? "fp32's table is `efficiency` (efficiency_by_element holds the other "
+                           "types: tf32, fp16, bf16)"
+                         : "unknown element type '" + key + "' (expected tf32, fp16 or bf16)");
+      if (d.peak[static_cast<size_t>(type)].value() <= 0)
+        table.fail("the device has no peak." + key + ": an efficiency table needs its peak");
+      d.efficiencyByElement[static_cast<size_t>(type)] = readEfficiency(table);
+      d.hasEfficiency[static_cast<size_t>(type)] = true;
+    }
   }
   if (auto sharing = n.get("sharing")) {
     for (const auto& row : sharing->items())

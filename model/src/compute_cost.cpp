@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
@@ -23,10 +24,12 @@ std::string_view toString(ComputeSource source) {
 }
 
 ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
-                           int workersPerNode)
+                           int workersPerNode, Optimizer optimizer)
     : net_(network),
       device_(cluster.device),
       element_(element),
+      optimizer_(optimizer),
+      clusterFile_(std::filesystem::path(cluster.sourceFile).filename().string()),
       peak_(cluster.device.peakFor(element, cluster.sourceFile)),
       speed_(cluster.device.sharingSpeed(workersPerNode) * cluster.device.computeScale),
       memorySpeed_(cluster.device.sharingMemorySpeed(workersPerNode) *
@@ -59,7 +62,7 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
     if (weight <= 0)
       continue;
     Seconds gemm, memory;
-    for (const auto& c : lower(t.backend, net_, index, phase, ex, outputs)) {
+    for (const auto& c : lower(t.backend, net_, index, phase, ex, outputs, updateKernel())) {
       any = true;
       bool outside = false;
       if (c.conv) {
@@ -104,7 +107,7 @@ Seconds ComputeCosts::layer(int index, Phase phase, double examples, double frac
     case ComputeSource::kRoofline:
       break;
   }
-  return layerTime(l, phase, examples, fraction, device_, peak_, element_) / speed_;
+  return layerTime(l, phase, examples, fraction, device_, peak_, element_, optimizer_) / speed_;
 }
 
 Seconds ComputeCosts::update(double params) const {
@@ -120,13 +123,13 @@ Seconds ComputeCosts::update(double params) const {
       return p > 0 ? t * (params / p) / speed_ : Seconds(0);
     }
     case ComputeSource::kTables:
-      if (!device_.kernels.memory[static_cast<size_t>(MemKernel::kSgd)].empty())
-        return device_.kernels.memoryTime(MemKernel::kSgd, params) / memorySpeed_;
+      if (!device_.kernels.memory[static_cast<size_t>(updateKernel())].empty())
+        return device_.kernels.memoryTime(updateKernel(), params) / memorySpeed_;
       break;
     case ComputeSource::kRoofline:
       break;
   }
-  return updateTime(params, device_, element_) / speed_;
+  return updateTime(params, device_, element_, optimizer_) / speed_;
 }
 
 std::string ComputeCosts::describe() const {
@@ -143,6 +146,15 @@ std::string ComputeCosts::describe() const {
       break;
     case ComputeSource::kRoofline:
       s = "compute from roofline x per-kind efficiency";
+      if (element_ != ElementType::kFp32) {
+        const auto type = std::string(toString(element_));
+        s += device_.ownEfficiency(element_)
+                 ? fmt::format(" ({} peak, {} efficiencies)", type, type)
+                 : fmt::format(
+                       " ({} peak; {} has no efficiency_by_element.{}: the fp32 "
+                       "efficiencies are used, likely optimistic)",
+                       type, clusterFile_.empty() ? "the cluster" : clusterFile_, type);
+      }
       break;
   }
   if (!outside_.empty()) {

@@ -20,7 +20,8 @@
 namespace strata {
 
 Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
-                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element) {
+                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element,
+                  Optimizer optimizer) {
   double flops = 0, elems = 0;
   switch (phase) {
     case Phase::kFwd:
@@ -36,14 +37,14 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
       elems = layer.bwdWeightsElems;
       break;
     case Phase::kUpdate:
-      return updateTime(double(layer.params) * fraction, device, element);
+      return updateTime(double(layer.params) * fraction, device, element, optimizer);
   }
   if (phase == Phase::kBwdWeights && !layer.computesWeightGradient())
     return Seconds(0);
   const Flops work(flops * examples * fraction);
   // Weights are read once per pass (fwd, bwd_data) or written once (bwd_weights).
   const Bytes traffic((elems * examples + double(layer.params)) * fraction * elementBytes(element));
-  const Seconds computeBound = work / (peak * device.efficiencyFor(layer.kind));
+  const Seconds computeBound = work / (peak * device.efficiencyFor(layer.kind, element));
   const Seconds memoryBound = traffic / (device.memoryBandwidth * device.memoryEfficiency);
   return max(computeBound, memoryBound);
 }
@@ -68,9 +69,42 @@ LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int worke
   return s;
 }
 
-Seconds updateTime(double params, const DeviceSpec& device, ElementType element) {
-  const Bytes traffic(5.0 * params * elementBytes(element));
-  return traffic / (device.memoryBandwidth * device.memoryEfficiency);
+UpdateCost updateCostPerParam(Optimizer optimizer, ElementType element) {
+  // Master weights and optimizer states are fp32 (4 bytes) in every case:
+  // the element's own size for fp32 and tf32, and kept in fp32 beside the
+  // 2-byte working copy in mixed precision (Micikevicius et al. 2018).
+  constexpr double kState = 4.0;
+  const double e = elementBytes(element);
+  const double states = optimizerStatesPerParam(optimizer);
+  UpdateCost c;
+  // Read g; read and write w (the fp32 master in mixed precision, which then
+  // also writes the 2-byte working copy); read and write each state.
+  c.bytes = e + 2 * kState + 2 * kState * states + (isMixedPrecision(element) ? e : 0.0);
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      c.flops = 2;  // w -= lr g
+      break;
+    case Optimizer::kMomentum:
+      c.flops = 4;  // v = mu v + g; w -= lr v
+      break;
+    case Optimizer::kAdam:
+      // m = b1 m + (1 - b1) g: 3; v = b2 v + (1 - b2) g^2: 4; w -= s m /
+      // (sqrt(v) / c + eps), bias corrections s, c folded into per-step
+      // scalars (PyTorch's Adam): sqrt, div, add, div, mul-sub = 5.
+      c.flops = 12;
+      break;
+  }
+  return c;
+}
+
+Seconds updateTime(double params, const DeviceSpec& device, ElementType element,
+                   Optimizer optimizer) {
+  const UpdateCost c = updateCostPerParam(optimizer, element);
+  const Seconds memoryBound =
+      Bytes(c.bytes * params) / (device.memoryBandwidth * device.memoryEfficiency);
+  // Element-wise fp32 arithmetic on the fp32 (non-tensor) peak.
+  const Seconds computeBound = Flops(c.flops * params) / device.peak[0];
+  return max(memoryBound, computeBound);
 }
 
 namespace {
@@ -100,7 +134,7 @@ struct Context {
         peak(c.device.peakFor(s.options.element, c.sourceFile)),
         k(s.workers),
         b(s.batchPerWorker),
-        costs(n, c, s.options.element, workersPerNode(c, s.workers)),
+        costs(n, c, s.options.element, workersPerNode(c, s.workers), s.options.optimizer),
         lanes(overlapSpeeds(c, topo, s.workers)),
         handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;
@@ -579,9 +613,11 @@ Seconds paramServerStep(const Context& ctx, Tally& t, Seconds& firstStep, int& s
     for (int l = layers - 1; l >= 0; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
       const int j = bucketOf[static_cast<size_t>(l)];
-      // With staleness: the gradients wait for the step before's job of the key.
-      const int previous = k > 1 && stale > 0 && s > 0 && j >= 0
-                               ? jobOf[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
+      // With staleness: the gradients wait for the step before's job of the
+      // key (a tied fc's: its embedding's key, whose gradient it writes).
+      const int jg = bucketOf[static_cast<size_t>(gradientOwner(net, l))];
+      const int previous = k > 1 && stale > 0 && s > 0 && jg >= 0
+                               ? jobOf[static_cast<size_t>(s - 1)][static_cast<size_t>(jg)]
                                : -1;
       if (layer.computesWeightGradient())
         items.push_back({ctx.time(layer, Phase::kBwdWeights, ctx.b, 1.0),
@@ -810,7 +846,14 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
   const double local = paramsIn(net, 0, mp) + paramsIn(net, mp, layers) / k;
   m.weights = Bytes(local * e);
   m.gradients = Bytes(local * e);
-  // ps: a worker's server holds its 1/K of the momentum (none with
+  // The optimizer's states (0 sgd, 1 momentum, 2 adam moments per parameter)
+  // and, in mixed precision, the fp32 master weights: 4 bytes each
+  // (Micikevicius et al., "Mixed Precision Training", ICLR 2018; Adam in
+  // fp16: 2 + 2 + 4 + 8 = 16 bytes per parameter with weights and gradients,
+  // Rajbhandari et al., "ZeRO", SC 2020, section 3.1).
+  const double optimizerPerParam = 4.0 * optimizerStatesPerParam(ctx.sc.options.optimizer) +
+                                   (isMixedPrecision(ctx.sc.options.element) ? 4.0 : 0.0);
+  // ps: a worker's server holds its 1/K of the optimizer state (none with
   // dedicated servers).
   // Two levels: a node's leader serves 1/M of it, its other workers nothing.
   const bool ps = ctx.sc.strategy == Strategy::kPs && k > 1;
@@ -821,7 +864,7 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
                          : ctx.sc.options.psServers > 0 ? 0.0
                                                         : 1.0 / k;
   const bool psServers = ps && ctx.sc.options.psServers > 0;
-  m.optimizer = Bytes(local * e * psShare);
+  m.optimizer = Bytes(local * optimizerPerParam * psShare);
   // Saved activations: every layer's output (and the network input) for b
   // examples; model-parallel layers hold their 1/K slice of a round's batch
   // plus the whole input they gathered.
@@ -945,6 +988,52 @@ MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const S
                          int rank) {
   const Context ctx(network, cluster, scenario);
   return memoryOf(ctx, rank);
+}
+
+TrainingRun trainingRunOfSteps(double steps, const std::string& option) {
+  if (!std::isfinite(steps) || steps < 1 || steps != std::floor(steps) || steps > kMaxTrainingSteps)
+    throw OptionError(option, fmt::format("must be a whole number of steps in [1, {:.0e}], got {}",
+                                          kMaxTrainingSteps, steps));
+  TrainingRun run;
+  run.steps = steps;
+  return run;
+}
+
+TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch) {
+  if (!std::isfinite(epochs) || epochs <= 0 || epochs > kMaxEpochs)
+    throw OptionError("--epochs", fmt::format("must be a number of epochs in (0, {:.0e}], got {}",
+                                              kMaxEpochs, epochs));
+  if (!std::isfinite(dataset) || dataset < 1 || dataset != std::floor(dataset) ||
+      dataset > kMaxDatasetExamples)
+    throw OptionError(
+        "--dataset",
+        fmt::format("must be a whole number of examples in [1, 2^53], got {}", dataset));
+  STRATA_ENFORCE(globalBatch >= 1);
+  TrainingRun run;
+  run.epochs = epochs;
+  run.dataset = dataset;
+  // In integers: the dataset is at most 2^53, exact in an int64_t.
+  const auto examples = static_cast<int64_t>(dataset);
+  run.stepsPerEpoch = double((examples + globalBatch - 1) / globalBatch);
+  // A fractional epoch count rounds up to a whole step; a product that is a
+  // whole number but for the rounding of E in binary (1.1 x 100 =
+  // 110.00000000000001) is that whole number.
+  const double exact = epochs * run.stepsPerEpoch;
+  const double nearest = std::round(exact);
+  run.steps = std::abs(exact - nearest) <= 1e-9 * std::max(1.0, exact) ? nearest : std::ceil(exact);
+  if (run.steps > kMaxTrainingSteps)
+    throw OptionError("--epochs",
+                      fmt::format("{} epochs x {:.0f} steps per epoch is {:.0f} steps, over the "
+                                  "{:.0e} a run may have",
+                                  epochs, run.stepsPerEpoch, run.steps, kMaxTrainingSteps));
+  return run;
+}
+
+TrainingRun priceTrainingRun(TrainingRun run, const StepEstimate& estimate) {
+  // An engine that leaves firstStep unset synchronises every step.
+  const Seconds first = estimate.firstStep.value() > 0 ? estimate.firstStep : estimate.step;
+  run.time = run.steps > 0 ? first + estimate.step * (run.steps - 1) : Seconds(0);
+  return run;
 }
 
 int globalBatch(int workers, int batchPerWorker) {

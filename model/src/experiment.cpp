@@ -21,7 +21,8 @@ std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
   // The non-throwing forms: a name the file system refuses (too long, say) is
   // a missing file, reported below with the key, not a filesystem_error.
   std::error_code ec;
-  if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml")) && !fs::exists(ref, ec)) {
+  if ((ref.find('/') != std::string::npos || ref.ends_with(".yaml") || ref.ends_with(".onnx")) &&
+      !fs::exists(ref, ec)) {
     const auto beside = fs::path(n.file()).parent_path() / ref;
     if (fs::exists(beside, ec))
       ref = beside.string();
@@ -87,7 +88,7 @@ Experiment loadExperiment(const std::string& path) {
                       ex.batchPerWorker, k, std::numeric_limits<int>::max()));
 
   if (auto o = root.get("options")) {
-    o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "allreduce",
+    o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "optimizer", "allreduce",
                   "ps_priority", "staleness", "ps_servers", "ps_node"});
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
@@ -104,6 +105,8 @@ Experiment loadExperiment(const std::string& path) {
           el->fail("the device of cluster '" + ex.cluster.name + "' has no peak for " +
                    el->asString() + " (device.peak." + el->asString() + ")");
       }
+      if (auto op = o->get("optimizer"))
+        opt.optimizer = parseOptimizer(op->asString(), op->path());
       if (auto a = o->get("allreduce"))
         opt.convSync = opt.gradientSync = parseAllreduceAlgorithm(a->asString(), a->path());
       if (auto p = o->get("ps_priority"))

@@ -203,7 +203,7 @@ int firstReaderOf(const Network& net, int producer) {
 }  // namespace
 
 std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, double examples,
-                                 int outputs) {
+                                 int outputs, MemKernel update) {
   STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
   const Layer& l = net.layers[static_cast<size_t>(index)];
   const int64_t n = std::max<int64_t>(1, std::llround(examples));
@@ -254,7 +254,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   switch (phase) {
     case Phase::kUpdate: {
       const double share = outputs > 0 ? double(outputs) / double(l.outShape.c) : 1.0;
-      mem(MemKernel::kSgd, double(l.params) * share);
+      mem(update, double(l.params) * share);
       break;
     }
     case Phase::kFwd:
@@ -469,7 +469,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
 }
 
 std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, double examples,
-                                  int outputs) {
+                                  int outputs, MemKernel update) {
   STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
   const Layer& l = net.layers[static_cast<size_t>(index)];
   std::vector<KernelCall> calls;
@@ -515,7 +515,7 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
   // whole batch in one launch, and applies beta itself: the zero fills before
   // overwriting gradients go, except the Model's own clearing of a summed
   // gradient in forward.
-  for (KernelCall c : lowerCpu(net, index, phase, examples, outputs)) {
+  for (KernelCall c : lowerCpu(net, index, phase, examples, outputs, update)) {
     if (!c.gemm) {
       if (c.kernel == MemKernel::kZero && phase != Phase::kFwd)
         continue;
@@ -528,10 +528,10 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
 }
 
 std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
-                              Phase phase, double examples, int outputs) {
+                              Phase phase, double examples, int outputs, MemKernel update) {
   if (backend == "cuda")
-    return lowerCuda(network, index, phase, examples, outputs);
-  return lowerCpu(network, index, phase, examples, outputs);
+    return lowerCuda(network, index, phase, examples, outputs, update);
+  return lowerCpu(network, index, phase, examples, outputs, update);
 }
 
 }  // namespace strata

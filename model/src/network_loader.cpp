@@ -26,14 +26,20 @@ struct RawLayer {
 
 LayerKind parseKind(const ConfigNode& n) {
   const auto s = n.asString();
-  static const std::pair<const char*, LayerKind> kKinds[] = {
-      {"conv", LayerKind::kConv},       {"pool", LayerKind::kPool},
-      {"fc", LayerKind::kFc},           {"rnn", LayerKind::kRnn},
-      {"relu", LayerKind::kRelu},       {"lrn", LayerKind::kLrn},
-      {"dropout", LayerKind::kDropout}, {"batchnorm", LayerKind::kBatchNorm},
-      {"add", LayerKind::kAdd},         {"softmax", LayerKind::kSoftmax},
-      {"embedding", LayerKind::kEmbedding}, {"attention", LayerKind::kAttention},
-      {"layernorm", LayerKind::kLayerNorm}, {"gelu", LayerKind::kGelu}};
+  static const std::pair<const char*, LayerKind> kKinds[] = {{"conv", LayerKind::kConv},
+                                                             {"pool", LayerKind::kPool},
+                                                             {"fc", LayerKind::kFc},
+                                                             {"rnn", LayerKind::kRnn},
+                                                             {"relu", LayerKind::kRelu},
+                                                             {"lrn", LayerKind::kLrn},
+                                                             {"dropout", LayerKind::kDropout},
+                                                             {"batchnorm", LayerKind::kBatchNorm},
+                                                             {"add", LayerKind::kAdd},
+                                                             {"softmax", LayerKind::kSoftmax},
+                                                             {"embedding", LayerKind::kEmbedding},
+                                                             {"attention", LayerKind::kAttention},
+                                                             {"layernorm", LayerKind::kLayerNorm},
+                                                             {"gelu", LayerKind::kGelu}};
   for (const auto& [name, kind] : kKinds)
     if (s == name)
       return kind;
@@ -98,8 +104,9 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       if (auto t = n.get("tied")) {
         raw.tiedName = t->asString();
         if (s.flatten)
-          t->fail("a tied fc applies the embedding's table at each position: it needs "
-                  "flatten: false");
+          t->fail(
+              "a tied fc applies the embedding's table at each position: it needs "
+              "flatten: false");
       }
       break;
     case LayerKind::kEmbedding:
@@ -167,6 +174,21 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
   return raw;
 }
 
+// One layer of a block the loader expands from config node `n` (the file's
+// `index`-th layer); `starts`: the first layer of one of its repeats.
+RawLayer blockLayer(const ConfigNode& n, int index, const std::string& name, LayerKind kind,
+                    std::vector<std::string> inputs, const LayerSpec& spec, bool starts) {
+  RawLayer raw;
+  raw.index = index;
+  raw.layer.name = name;
+  raw.layer.kind = kind;
+  raw.layer.spec = spec;
+  raw.layer.configLine = n.line();
+  raw.inputNames = std::move(inputs);
+  raw.startsBlock = starts;
+  return raw;
+}
+
 // Expands `bottleneck` (ResNet v1.5: stride on the 3x3 conv) into its layers.
 void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
   n.allowOnly({"name", "kind", "input", "mid", "outputs", "stride", "repeat"});
@@ -183,15 +205,8 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
   std::string prev = n.has("input") ? n.require("input").asString() : "";
   auto add = [&](const std::string& layerName, LayerKind kind, std::vector<std::string> inputs,
                  LayerSpec spec) {
-    RawLayer raw;
-    raw.index = index;
-    raw.layer.name = layerName;
-    raw.layer.kind = kind;
-    raw.layer.spec = spec;
-    raw.layer.configLine = n.line();
-    raw.inputNames = std::move(inputs);
-    raw.startsBlock = layerName.ends_with(".conv1");
-    out.push_back(std::move(raw));
+    out.push_back(blockLayer(n, index, layerName, kind, std::move(inputs), spec,
+                             layerName.ends_with(".conv1")));
   };
   auto conv = [](int filters, int k, int s, int pad) {
     LayerSpec spec;
@@ -254,15 +269,7 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
   std::string prev = n.has("input") ? n.require("input").asString() : "";
   auto add = [&](const std::string& layerName, LayerKind kind, std::vector<std::string> inputs,
                  LayerSpec spec, bool starts = false) {
-    RawLayer raw;
-    raw.index = index;
-    raw.layer.name = layerName;
-    raw.layer.kind = kind;
-    raw.layer.spec = spec;
-    raw.layer.configLine = n.line();
-    raw.inputNames = std::move(inputs);
-    raw.startsBlock = starts;
-    out.push_back(std::move(raw));
+    out.push_back(blockLayer(n, index, layerName, kind, std::move(inputs), spec, starts));
   };
   LayerSpec attention;
   attention.heads = heads;
@@ -303,8 +310,8 @@ std::string modelParallelObstacle(const Network& net, int from) {
     return fmt::format("the model-parallel part starts at an fc layer; '{}' is {}", first.name,
                        toString(first.kind));
   if (first.spec.tiedTo >= 0)
-    return fmt::format("'{}' shares its weights with the data-parallel embedding '{}'",
-                       first.name, net.layers[static_cast<size_t>(first.spec.tiedTo)].name);
+    return fmt::format("'{}' shares its weights with the data-parallel embedding '{}'", first.name,
+                       net.layers[static_cast<size_t>(first.spec.tiedTo)].name);
   for (size_t i = static_cast<size_t>(from) + 1; i < net.layers.size(); ++i) {
     const auto& l = net.layers[i];
     if (l.inputs.size() != 1 || l.inputs[0] != static_cast<int>(i) - 1)
@@ -321,7 +328,8 @@ std::string modelParallelObstacle(const Network& net, int from) {
 
 void findModelParallelPart(Network& net) {
   net.modelParallelFrom = -1;
-  std::string firstWhy;
+  // The reason the last fc cannot start the part: the nearest miss.
+  std::string lastWhy;
   for (size_t i = 0; i < net.layers.size(); ++i) {
     if (net.layers[i].kind != LayerKind::kFc)
       continue;
@@ -331,13 +339,21 @@ void findModelParallelPart(Network& net) {
       net.noModelParallelWhy.clear();
       return;
     }
-    if (firstWhy.empty())
-      firstWhy = why;
+    lastWhy = why;
   }
-  net.noModelParallelWhy = firstWhy.empty() ? "it has no fc layer" : firstWhy;
+  net.noModelParallelWhy = lastWhy.empty() ? "it has no fc layer" : lastWhy;
 }
 
+#ifndef STRATA_HAVE_ONNX
+Network loadOnnxNetwork(const std::string& path) {
+  throw ConfigError(path, 0, "",
+                    "strata was built without ONNX support (install libonnx-dev and rebuild)");
+}
+#endif
+
 Network loadNetwork(const std::string& path) {
+  if (path.ends_with(".onnx"))
+    return loadOnnxNetwork(path);
   const auto root = ConfigNode::loadFile(path);
   root.allowOnly({"name", "description", "input", "layers", "model_parallel_from"});
   Network net;
@@ -423,14 +439,14 @@ Network loadNetwork(const std::string& path) {
     // A transformer block's fc2 returns to the width of the block's input.
     if (raw.layer.kind == LayerKind::kFc && raw.layer.spec.outputs < 0) {
       const auto it = blockInput == "input" ? indexOf.end() : indexOf.find(blockInput);
-      raw.layer.spec.outputs = it == indexOf.end() ? net.input.c
-                                                   : shapes[static_cast<size_t>(it->second)].c;
+      raw.layer.spec.outputs =
+          it == indexOf.end() ? net.input.c : shapes[static_cast<size_t>(it->second)].c;
     }
     if (!raw.tiedName.empty()) {
       auto it = indexOf.find(raw.tiedName);
       const std::string tiedKey = key + ".tied";
-      if (it == indexOf.end() || net.layers[static_cast<size_t>(it->second)].kind !=
-                                     LayerKind::kEmbedding)
+      if (it == indexOf.end() ||
+          net.layers[static_cast<size_t>(it->second)].kind != LayerKind::kEmbedding)
         throw ConfigError(path, node.line(), tiedKey,
                           "'" + raw.tiedName + "' is not an embedding layer defined earlier");
       const Layer& e = net.layers[static_cast<size_t>(it->second)];

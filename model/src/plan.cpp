@@ -880,8 +880,10 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
     for (int l = layers - 1; l >= 0; --l) {
       const auto& layer = net.layers[static_cast<size_t>(l)];
       const int j = bucketOf[static_cast<size_t>(l)];
-      const Deps previous = k > 1 && stale > 0 && s > 0 && j >= 0
-                                ? pulled[static_cast<size_t>(s - 1)][static_cast<size_t>(j)]
+      // A tied fc writes its embedding's gradient: it waits for that key.
+      const int jg = bucketOf[static_cast<size_t>(gradientOwner(net, l))];
+      const Deps previous = k > 1 && stale > 0 && s > 0 && jg >= 0
+                                ? pulled[static_cast<size_t>(s - 1)][static_cast<size_t>(jg)]
                                 : Deps{};
       for (int w = 0; w < k; ++w) {
         auto& p = prev[static_cast<size_t>(w)];

@@ -42,6 +42,38 @@ PsPriority parsePsPriority(std::string_view text, const std::string& option) {
                                 "' (expected first-needed, fifo or last-ready)");
 }
 
+std::string_view toString(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      return "sgd";
+    case Optimizer::kMomentum:
+      return "momentum";
+    case Optimizer::kAdam:
+      return "adam";
+  }
+  return "?";
+}
+
+Optimizer parseOptimizer(std::string_view text, const std::string& option) {
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam})
+    if (toString(o) == text)
+      return o;
+  throw OptionError(
+      option, "unknown optimizer '" + std::string(text) + "' (expected sgd, momentum or adam)");
+}
+
+double optimizerStatesPerParam(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      return 0;
+    case Optimizer::kMomentum:
+      return 1;
+    case Optimizer::kAdam:
+      return 2;
+  }
+  return 0;
+}
+
 namespace {
 
 // `list`: the option takes a list, where "all" is also accepted.

@@ -103,6 +103,8 @@ std::string optionSetLabel(const ReportRequest& request, size_t index) {
     parts.push_back(fmt::format("FC update per {}", toString(o.fcUpdate)));
   if (varies(&StrategyOptions::element))
     parts.push_back(std::string(toString(o.element)));
+  if (varies(&StrategyOptions::optimizer))
+    parts.push_back(fmt::format("optimizer {}", toString(o.optimizer)));
   if (varies(&StrategyOptions::segment))
     parts.push_back("segment " + formatBytes(o.segment));
   if (varies(&StrategyOptions::bucket))

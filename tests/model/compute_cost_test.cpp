@@ -355,3 +355,205 @@ TEST_CASE("kernel tables of backend cuda: conv table loaded, convolutions priced
   }
   std::filesystem::remove_all(dir);
 }
+
+// ---- precision and optimizer ---------------------------------------------------
+
+TEST_CASE("update time per optimizer on the roofline: closed forms", "[cost][optimizer]") {
+  // 1e11 B/s at efficiency 1, fp32 peak 1e12 FLOP/s: memory-bound.
+  const auto cl = test::flatCluster(1e9, 0);
+  const double p = 1e6;
+  struct Row {
+    Optimizer o;
+    ElementType e;
+    double bytes;  // per parameter, by hand
+    double flops;
+  };
+  const Row rows[] = {
+      // g (4) + w read and written (8) + each state read and written (8).
+      {Optimizer::kSgd, ElementType::kFp32, 12, 2},
+      {Optimizer::kMomentum, ElementType::kFp32, 20, 4},
+      {Optimizer::kAdam, ElementType::kFp32, 28, 12},
+      {Optimizer::kAdam, ElementType::kTf32, 28, 12},
+      // g (2) + fp32 master read and written (8) + states (8 each) + the
+      // 2-byte working copy written (2).
+      {Optimizer::kSgd, ElementType::kFp16, 12, 2},
+      {Optimizer::kMomentum, ElementType::kBf16, 20, 4},
+      {Optimizer::kAdam, ElementType::kFp16, 28, 12},
+  };
+  for (const auto& r : rows) {
+    INFO(toString(r.o) << " " << toString(r.e));
+    const auto c = updateCostPerParam(r.o, r.e);
+    CHECK(c.bytes == r.bytes);
+    CHECK(c.flops == r.flops);
+    CHECK(updateTime(p, cl.device, r.e, r.o).value() == Approx(r.bytes * p / 1e11));
+  }
+  // Momentum in fp32 is the old formula: 5 x 4 bytes per parameter.
+  CHECK(updateTime(p, cl.device, ElementType::kFp32).value() == Approx(5 * 4 * p / 1e11));
+  // A slow fp32 peak makes adam compute-bound: 12 FLOPs per parameter.
+  auto slow = cl;
+  slow.device.peak[0] = FlopsPerSecond(1e9);
+  CHECK(updateTime(p, slow.device, ElementType::kFp32, Optimizer::kAdam).value() ==
+        Approx(12 * p / 1e9));
+  // The same through ComputeCosts (no tables: roofline).
+  const auto net = test::presetNetwork("alexnet-owt");
+  CHECK(ComputeCosts(net, cl, ElementType::kFp32, 1, Optimizer::kAdam).update(p).value() ==
+        Approx(28 * p / 1e11));
+}
+
+TEST_CASE("kernel tables price sgd and momentum from the sgd row, adam from its own",
+          "[kernels][cost][optimizer]") {
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const double p = 256;
+  const Seconds sgdRow = cl.device.kernels.memoryTime(MemKernel::kSgd, p);
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum})
+    CHECK(ComputeCosts(net, cl, ElementType::kFp32, 1, o).update(p).value() == sgdRow.value());
+  // No adam row in the tables: the roofline's adam.
+  CHECK(ComputeCosts(net, cl, ElementType::kFp32, 1, Optimizer::kAdam).update(p).value() ==
+        Approx(updateTime(p, cl.device, ElementType::kFp32, Optimizer::kAdam).value()));
+  // With an adam row, that row.
+  auto withAdam = cl;
+  auto& adam = withAdam.device.kernels.memory[static_cast<size_t>(MemKernel::kAdam)];
+  adam.units = {16, 256, 4096};
+  adam.rate = {0.1e9, 0.2e9, 0.4e9};
+  CHECK(ComputeCosts(net, withAdam, ElementType::kFp32, 1, Optimizer::kAdam).update(p).value() ==
+        Approx(p / 0.2e9));
+  // The lowering of the update phase calls the kernel asked for.
+  for (auto kernel : {MemKernel::kSgd, MemKernel::kAdam}) {
+    const auto calls = lowerCpu(net, 0, Phase::kUpdate, 1, 0, kernel);
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].kernel == kernel);
+  }
+  CHECK(lowerCpu(net, 0, Phase::kUpdate, 1, 0)[0].kernel == MemKernel::kSgd);
+}
+
+TEST_CASE("tf32: peak and per-element efficiency lookup, fp32 fallback said", "[cost][element]") {
+  CHECK(parseElementType("tf32", "--element") == ElementType::kTf32);
+  CHECK(toString(ElementType::kTf32) == "tf32");
+  CHECK(elementBytes(ElementType::kTf32) == 4);
+  CHECK(elementBytes(ElementType::kBf16) == 2);
+  CHECK_FALSE(isMixedPrecision(ElementType::kTf32));
+  CHECK(isMixedPrecision(ElementType::kFp16));
+
+  auto cl = test::flatCluster(1e9, 0);
+  cl.device.efficiency.fill(0.5);
+  cl.device.peak[static_cast<size_t>(ElementType::kTf32)] = FlopsPerSecond(8e12);
+  cl.device.peak[static_cast<size_t>(ElementType::kFp16)] = FlopsPerSecond(16e12);
+  cl.device.efficiencyByElement[static_cast<size_t>(ElementType::kTf32)].fill(0.25);
+  cl.device.hasEfficiency[static_cast<size_t>(ElementType::kTf32)] = true;
+  const auto& d = cl.device;
+  CHECK(d.peakFor(ElementType::kTf32, "x.yaml").value() == 8e12);
+  CHECK(d.efficiencyFor(LayerKind::kFc, ElementType::kTf32) == 0.25);
+  CHECK(d.efficiencyFor(LayerKind::kFc, ElementType::kFp32) == 0.5);
+  CHECK(d.efficiencyFor(LayerKind::kFc, ElementType::kFp16) == 0.5);  // fallback
+  CHECK(d.ownEfficiency(ElementType::kTf32));
+  CHECK_FALSE(d.ownEfficiency(ElementType::kFp16));
+  CHECK(d.ownEfficiency(ElementType::kFp32));
+  CHECK_THROWS_AS(d.peakFor(ElementType::kBf16, "x.yaml"), OptionError);
+
+  // A compute-bound fc phase: FLOPs / (peak x the type's efficiency).
+  const auto net = loadNetwork(test::dataFile("one-fc.yaml"));  // 1000 -> 1000
+  const Layer& fc = net.layers[0];
+  const double examples = 4096;
+  const double work = fc.fwdFlops * examples;
+  CHECK(layerTime(fc, Phase::kFwd, examples, 1, d, FlopsPerSecond(8e12), ElementType::kTf32)
+            .value() == Approx(work / (8e12 * 0.25)));
+
+  // The pricing line names the type's peak and whose efficiencies it used.
+  Scenario sc;
+  sc.workers = 1;
+  sc.batchPerWorker = 32;
+  CHECK(estimate(net, cl, sc).computeSource == "compute from roofline x per-kind efficiency");
+  sc.options.element = ElementType::kTf32;
+  CHECK(estimate(net, cl, sc).computeSource ==
+        "compute from roofline x per-kind efficiency (tf32 peak, tf32 efficiencies)");
+  sc.options.element = ElementType::kFp16;
+  const auto fallback = estimate(net, cl, sc).computeSource;
+  CHECK(fallback.find("fp16 peak; flat.yaml has no efficiency_by_element.fp16: the fp32 "
+                      "efficiencies are used") != std::string::npos);
+}
+
+TEST_CASE("presets: tf32 and per-element efficiencies where the GPU has them",
+          "[cluster][element]") {
+  const auto h100 = test::presetCluster("dgx-h100");
+  CHECK(h100.device.peakFor(ElementType::kTf32, "").value() == Approx(494.7e12));
+  for (auto t : {ElementType::kTf32, ElementType::kFp16, ElementType::kBf16})
+    CHECK(h100.device.ownEfficiency(t));
+  CHECK(h100.device.efficiencyFor(LayerKind::kFc, ElementType::kBf16) == Approx(0.55));
+  CHECK(h100.device.efficiencyFor(LayerKind::kFc, ElementType::kFp32) == Approx(0.75));
+  const auto v100 = test::presetCluster("dgx1-v100");
+  CHECK(v100.device.ownEfficiency(ElementType::kFp16));
+  try {
+    (void)v100.device.peakFor(ElementType::kTf32, "dgx1-v100.yaml");
+    FAIL("expected an OptionError");
+  } catch (const OptionError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("--element: tf32: the device of dgx1-v100.yaml has no peak for it") == 0);
+  }
+  for (const char* name : {"k20x8-pcie", "baidu-5x8-ib"})
+    CHECK_THROWS_AS(test::presetCluster(name).device.peakFor(ElementType::kTf32, name),
+                    OptionError);
+}
+
+TEST_CASE("efficiency_by_element: mistakes name the file, line and key",
+          "[cluster][element][errors]") {
+  // The cluster's name is its file's: `name: ` + the case's name + `head`.
+  const std::string head =
+      "\ndescription: test\ndevice:\n  name: d\n"
+      "  peak: {fp32: 1 TFLOP/s, bf16: 8 TFLOP/s}\n"
+      "  memory_bandwidth: 100 GB/s\n  memory_capacity: 16 GB\n  memory_efficiency: 1\n"
+      "  efficiency: {default: 0.5}\n";
+  const std::string tail =
+      "topology:\n  - name: switch\n    group: any\n"
+      "    link: {bandwidth: 1 GB/s, latency: 1 us}\n";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-eff-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Case {
+    const char* name;
+    const char* block;    // the device's efficiency_by_element lines
+    const char* key;      // expected key
+    const char* message;  // expected part of the message
+  };
+  const Case cases[] = {
+      {"unknown-type", "  efficiency_by_element:\n    fp8: {default: 0.3}\n",
+       "device.efficiency_by_element.fp8",
+       "unknown element type 'fp8' (expected tf32, fp16 or "
+       "bf16)"},
+      {"fp32", "  efficiency_by_element:\n    fp32: {default: 0.3}\n",
+       "device.efficiency_by_element.fp32", "fp32's table is `efficiency`"},
+      {"no-peak", "  efficiency_by_element:\n    fp16: {default: 0.3}\n",
+       "device.efficiency_by_element.fp16", "no peak.fp16"},
+      {"unknown-kind", "  efficiency_by_element:\n    bf16: {default: 0.3, convv: 0.4}\n",
+       "device.efficiency_by_element.bf16.convv", "unknown layer kind"},
+      {"over-one", "  efficiency_by_element:\n    bf16: {default: 1.5}\n",
+       "device.efficiency_by_element.bf16.default", ""},
+      {"no-default", "  efficiency_by_element:\n    bf16: {fc: 0.4}\n",
+       "device.efficiency_by_element.bf16", "default"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const auto path = (dir / (std::string(c.name) + ".yaml")).string();
+    std::ofstream(path) << "name: " << c.name << head << c.block << tail;
+    try {
+      loadCluster(path);
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.file() == path);
+      CHECK(e.key().rfind(c.key, 0) == 0);
+      CHECK(std::string(e.what()).find(c.message) != std::string::npos);
+    }
+  }
+  // A good table loads, attention taking fc's figure as in `efficiency`.
+  const auto path = (dir / "good.yaml").string();
+  std::ofstream(path) << "name: good" << head
+                      << "  efficiency_by_element:\n    bf16: {default: 0.3, fc: 0.6}\n"
+                      << tail;
+  const auto cl = loadCluster(path);
+  CHECK(cl.device.efficiencyFor(LayerKind::kFc, ElementType::kBf16) == 0.6);
+  CHECK(cl.device.efficiencyFor(LayerKind::kAttention, ElementType::kBf16) == 0.6);
+  CHECK(cl.device.efficiencyFor(LayerKind::kConv, ElementType::kBf16) == 0.3);
+  CHECK(cl.device.efficiencyFor(LayerKind::kConv, ElementType::kFp32) == 0.5);
+  std::filesystem::remove_all(dir);
+}

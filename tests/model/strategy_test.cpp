@@ -1,7 +1,11 @@
 // Limiting behaviour of every strategy, the Baidu post's arithmetic and the
 // weird-trick paper's reasoning, as numbers.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "helpers.h"
 #include "strata/model/collectives.h"
@@ -447,4 +451,147 @@ TEST_CASE("validation error arithmetic", "[validation]") {
   CHECK(s.worstModelError == Approx(0.10));
   CHECK(s.medianSimError == Approx(0.01));
   CHECK(s.worstSimError == Approx(0.05));
+}
+
+// ---- optimizer state and training runs ----------------------------------------
+
+namespace {
+// fc 10 -> 100 without bias: exactly 1,000 parameters.
+Network thousandParams() {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-thousand-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "thousand.yaml";  // a network's name is its file's
+  std::ofstream(path) << "name: thousand\ndescription: 1,000 weights\n"
+                         "input: {channels: 10, height: 1, width: 1}\n"
+                         "layers:\n  - {name: fc, kind: fc, outputs: 100, bias: false}\n";
+  auto net = loadNetwork(path.string());
+  std::filesystem::remove_all(dir);
+  return net;
+}
+MemoryUse memoryWith(const Network& net, const Cluster& cl, Optimizer o, ElementType e,
+                     Strategy s = Strategy::kRing, int k = 1) {
+  auto sc = scenario(s, k, 1);
+  sc.options.optimizer = o;
+  sc.options.element = e;
+  return estimateMemory(net, cl, sc, 0);
+}
+}  // namespace
+
+TEST_CASE("optimizer memory per element type: states and fp32 master weights",
+          "[strategy][memory][optimizer]") {
+  const auto net = thousandParams();
+  REQUIRE(net.totalParams() == 1000);
+  auto cl = flatCluster(1e9, 0);
+  for (auto t : {ElementType::kFp16, ElementType::kBf16, ElementType::kTf32})
+    cl.device.peak[static_cast<size_t>(t)] = FlopsPerSecond(1e12);
+  struct Row {
+    Optimizer o;
+    ElementType e;
+    double weights, gradients, optimizer;  // bytes, by hand
+  };
+  const Row rows[] = {
+      // fp32 and tf32: 4-byte weights and gradients, 4 bytes per state.
+      {Optimizer::kSgd, ElementType::kFp32, 4000, 4000, 0},
+      {Optimizer::kMomentum, ElementType::kFp32, 4000, 4000, 4000},
+      {Optimizer::kAdam, ElementType::kFp32, 4000, 4000, 8000},
+      {Optimizer::kAdam, ElementType::kTf32, 4000, 4000, 8000},
+      // Mixed precision: 2-byte weights and gradients, fp32 master (4) and
+      // states (4 each). Adam: 2 + 2 + 4 + 8 = 16 bytes per parameter (ZeRO).
+      {Optimizer::kSgd, ElementType::kFp16, 2000, 2000, 4000},
+      {Optimizer::kMomentum, ElementType::kBf16, 2000, 2000, 8000},
+      {Optimizer::kAdam, ElementType::kFp16, 2000, 2000, 12000},
+      {Optimizer::kAdam, ElementType::kBf16, 2000, 2000, 12000},
+  };
+  for (const auto& r : rows) {
+    INFO(toString(r.o) << " " << toString(r.e));
+    const auto m = memoryWith(net, cl, r.o, r.e);
+    CHECK(m.weights.value() == r.weights);
+    CHECK(m.gradients.value() == r.gradients);
+    CHECK(m.optimizer.value() == r.optimizer);
+  }
+  const auto adam16 = memoryWith(net, cl, Optimizer::kAdam, ElementType::kFp16);
+  CHECK(adam16.weights.value() + adam16.gradients.value() + adam16.optimizer.value() == 16000);
+  // ps sharded over K = 4 workers: each server holds 1/4 of the optimizer
+  // (states and master weights), whatever the optimizer.
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam}) {
+    const auto whole = memoryWith(net, cl, o, ElementType::kFp16);
+    const auto shard = memoryWith(net, cl, o, ElementType::kFp16, Strategy::kPs, 4);
+    CHECK(shard.optimizer.value() == Approx(whole.optimizer.value() / 4));
+  }
+  // The default is today's SGD with momentum.
+  CHECK(StrategyOptions{}.optimizer == Optimizer::kMomentum);
+}
+
+TEST_CASE("optimizer names parse and print", "[strategy][optimizer]") {
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam})
+    CHECK(parseOptimizer(toString(o), "--optimizer") == o);
+  CHECK(optimizerStatesPerParam(Optimizer::kSgd) == 0);
+  CHECK(optimizerStatesPerParam(Optimizer::kMomentum) == 1);
+  CHECK(optimizerStatesPerParam(Optimizer::kAdam) == 2);
+  try {
+    parseOptimizer("rmsprop", "--optimizer");
+    FAIL("expected an OptionError");
+  } catch (const OptionError& e) {
+    const std::string what = e.what();
+    CHECK(what.rfind("--optimizer: unknown optimizer 'rmsprop'", 0) == 0);
+  }
+}
+
+TEST_CASE("the update of an estimate follows the optimizer", "[strategy][optimizer]") {
+  // One worker, roofline: the step's update is updateTime's, and adam's
+  // 28 bytes per parameter cost 28/12 of sgd's 12 on a memory-bound device.
+  const auto net = presetNetwork("alexnet-owt");
+  const auto cl = flatCluster(1e9, 0);
+  auto sc = scenario(Strategy::kRing, 1, 32);
+  double update[3];
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam}) {
+    sc.options.optimizer = o;
+    update[static_cast<int>(o)] = estimate(net, cl, sc).workers[0].compute.update.value();
+  }
+  CHECK(update[1] / update[0] == Approx(20.0 / 12.0));
+  CHECK(update[2] / update[0] == Approx(28.0 / 12.0));
+}
+
+TEST_CASE("training runs: steps per epoch round up, time is first step + (n - 1) steps",
+          "[strategy][training]") {
+  // 1000 examples at a global batch of 64: 15.625, so 16 steps an epoch (the
+  // last, partial batch is a step).
+  const auto r = trainingRunOfEpochs(3, 1000, 64);
+  CHECK(r.stepsPerEpoch == 16);
+  CHECK(r.steps == 48);
+  CHECK(trainingRunOfEpochs(2.5, 1000, 64).steps == 40);
+  CHECK(trainingRunOfEpochs(0.3, 1000, 64).steps == 5);  // 4.8 steps: 5
+  // 1.1 x 100 = 110.00000000000001 in binary: 110 steps, not 111.
+  CHECK(trainingRunOfEpochs(1.1, 6400, 64).steps == 110);
+  CHECK(trainingRunOfEpochs(1, 1024, 64).stepsPerEpoch == 16);
+  CHECK(trainingRunOfEpochs(1, 1025, 64).stepsPerEpoch == 17);
+  CHECK(trainingRunOfSteps(1000).steps == 1000);
+
+  StepEstimate e;
+  e.step = Seconds(2);
+  e.firstStep = Seconds(2);
+  CHECK(priceTrainingRun(trainingRunOfSteps(10), e).time.value() == 20);
+  e.firstStep = Seconds(3);  // ps: the first step, then the steady period
+  CHECK(priceTrainingRun(trainingRunOfSteps(10), e).time.value() == 21);
+  e.firstStep = Seconds(0);  // unset: every step alike
+  CHECK(priceTrainingRun(trainingRunOfSteps(10), e).time.value() == 20);
+
+  auto option = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const OptionError& err) {
+      return std::string(err.what()).substr(0, std::string(err.what()).find(':'));
+    }
+    return "no error";
+  };
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  for (double bad : {0.0, -1.0, 1.5, nan, inf, 2e12})
+    CHECK(option([&] { trainingRunOfSteps(bad); }) == "--steps");
+  for (double bad : {0.0, -1.0, nan, inf, 2e6})
+    CHECK(option([&] { trainingRunOfEpochs(bad, 1000, 64); }) == "--epochs");
+  for (double bad : {0.0, -5.0, 10.5, nan, inf, 1e17})
+    CHECK(option([&] { trainingRunOfEpochs(1, bad, 64); }) == "--dataset");
+  // 10^6 epochs of 2^53 / 1 steps: over 10^12 steps.
+  CHECK(option([&] { trainingRunOfEpochs(1e6, 9007199254740992.0, 1); }) == "--epochs");
 }

@@ -3,6 +3,8 @@
 // are loops written so the innermost one runs over contiguous memory.
 #include "strata/exec/nn/cpu_backend.h"
 
+#include <fmt/format.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -691,6 +693,351 @@ void CpuBackend::softmaxBackward(ConstTensorView logits, const float* stats, con
   }
 }
 
+// ---- layer normalisation ----------------------------------------------------
+//
+// Position p of example n normalises the c values x[n][*][p] (stride h*w).
+// Channels are the outer index, so each loop runs over the positions of a
+// plane for one channel, with per-position statistics in rowMean_/rowInvStd_.
+
+namespace {
+// Mean and 1 / sqrt(biased variance + eps) of every position of one example
+// (c x plane values, channel-major).
+void positionStats(const float* x, int c, int64_t plane, float eps, float* mean, float* invStd) {
+  std::fill_n(mean, plane, 0.0f);
+  std::fill_n(invStd, plane, 0.0f);
+  for (int ch = 0; ch < c; ++ch) {
+    const float* xc = x + ch * plane;
+    for (int64_t p = 0; p < plane; ++p)
+      mean[p] += xc[p];
+  }
+  const float inv = 1.0f / static_cast<float>(c);
+  for (int64_t p = 0; p < plane; ++p)
+    mean[p] *= inv;
+  for (int ch = 0; ch < c; ++ch) {
+    const float* xc = x + ch * plane;
+    for (int64_t p = 0; p < plane; ++p)
+      invStd[p] += (xc[p] - mean[p]) * (xc[p] - mean[p]);
+  }
+  for (int64_t p = 0; p < plane; ++p)
+    invStd[p] = 1.0f / std::sqrt(invStd[p] * inv + eps);
+}
+}  // namespace
+
+void CpuBackend::layerNormForward(ConstTensorView x, const float* gain, const float* bias,
+                                  float eps, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  rowMean_.resize(static_cast<size_t>(plane));
+  rowInvStd_.resize(static_cast<size_t>(plane));
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* in = x.data + n * x.dims.perExample();
+    float* out = y.data + n * y.dims.perExample();
+    positionStats(in, x.dims.c, plane, eps, rowMean_.data(), rowInvStd_.data());
+    for (int c = 0; c < x.dims.c; ++c)
+      for (int64_t p = 0; p < plane; ++p)
+        out[c * plane + p] = gain[c] * (in[c * plane + p] - rowMean_[static_cast<size_t>(p)]) *
+                                 rowInvStd_[static_cast<size_t>(p)] +
+                             bias[c];
+  }
+}
+
+// With g = gain * dy and xhat over the c channels of a position:
+// dx = invStd * (g - mean(g) - xhat * mean(g * xhat)).
+void CpuBackend::layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain,
+                                       float eps, TensorView dx, float beta) {
+  checkSameDims(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  rowMean_.resize(static_cast<size_t>(plane));
+  rowInvStd_.resize(static_cast<size_t>(plane));
+  col_.resize(static_cast<size_t>(2 * plane));
+  float* meanG = col_.data();
+  float* meanGXhat = col_.data() + plane;
+  const float* mean = rowMean_.data();
+  const float* invStd = rowInvStd_.data();
+  const float inv = 1.0f / static_cast<float>(x.dims.c);
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* in = x.data + n * x.dims.perExample();
+    const float* g = dy.data + n * dy.dims.perExample();
+    float* out = dx.data + n * dx.dims.perExample();
+    positionStats(in, x.dims.c, plane, eps, rowMean_.data(), rowInvStd_.data());
+    std::fill_n(meanG, 2 * plane, 0.0f);
+    for (int c = 0; c < x.dims.c; ++c)
+      for (int64_t p = 0; p < plane; ++p) {
+        const float gc = gain[c] * g[c * plane + p];
+        meanG[p] += gc;
+        meanGXhat[p] += gc * (in[c * plane + p] - mean[p]) * invStd[p];
+      }
+    for (int64_t p = 0; p < plane; ++p) {
+      meanG[p] *= inv;
+      meanGXhat[p] *= inv;
+    }
+    for (int c = 0; c < x.dims.c; ++c)
+      for (int64_t p = 0; p < plane; ++p) {
+        const int64_t i = c * plane + p;
+        const float xhat = (in[i] - mean[p]) * invStd[p];
+        const float v = invStd[p] * (gain[c] * g[i] - meanG[p] - xhat * meanGXhat[p]);
+        out[i] = beta == 0.0f ? v : beta * out[i] + v;
+      }
+  }
+}
+
+void CpuBackend::layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                                          float* dgain, float* dbias) {
+  checkSameDims(x.dims, dy.dims);
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  rowMean_.resize(static_cast<size_t>(plane));
+  rowInvStd_.resize(static_cast<size_t>(plane));
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* in = x.data + n * x.dims.perExample();
+    const float* g = dy.data + n * dy.dims.perExample();
+    positionStats(in, x.dims.c, plane, eps, rowMean_.data(), rowInvStd_.data());
+    for (int c = 0; c < x.dims.c; ++c) {
+      float sumG = 0, sumGXhat = 0;
+      for (int64_t p = 0; p < plane; ++p) {
+        const int64_t i = c * plane + p;
+        sumG += g[i];
+        sumGXhat +=
+            g[i] * (in[i] - rowMean_[static_cast<size_t>(p)]) * rowInvStd_[static_cast<size_t>(p)];
+      }
+      dgain[c] += sumGXhat;
+      dbias[c] += sumG;
+    }
+  }
+}
+
+// ---- gelu ------------------------------------------------------------------
+
+namespace {
+constexpr float kGeluK0 = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluK1 = 0.044715f;
+}  // namespace
+
+// Eigen's vectorised tanh: std::tanh is a scalar libm call, ~20x slower than
+// relu per element here.
+void CpuBackend::geluForward(ConstTensorView x, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  const auto in = Eigen::Map<const Eigen::ArrayXf>(x.data, x.elements());
+  Eigen::Map<Eigen::ArrayXf>(y.data, y.elements()) =
+      0.5f * in * (1.0f + (kGeluK0 * (in + kGeluK1 * in.cube())).tanh());
+}
+
+void CpuBackend::geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) {
+  checkSameDims(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  const int64_t count = x.elements();
+  constexpr int64_t kChunk = 256;
+  Eigen::Array<float, kChunk, 1> th;
+  for (int64_t i = 0; i < count; i += kChunk) {
+    const int64_t m = std::min(kChunk, count - i);
+    const auto in = Eigen::Map<const Eigen::ArrayXf>(x.data + i, m);
+    const auto g = Eigen::Map<const Eigen::ArrayXf>(dy.data + i, m);
+    auto out = Eigen::Map<Eigen::ArrayXf>(dx.data + i, m);
+    auto t = th.head(m);
+    t = (kGeluK0 * (in + kGeluK1 * in.cube())).tanh();
+    const auto slope = 0.5f * (1.0f + t) + 0.5f * in * (1.0f - t.square()) * kGeluK0 *
+                                               (1.0f + 3.0f * kGeluK1 * in.square());
+    if (beta == 0.0f)
+      out = g * slope;
+    else
+      out = beta * out + g * slope;
+  }
+}
+
+// ---- attention -----------------------------------------------------------------
+//
+// One kernel call per line of model/src/kernels.cpp's lowering (kAttention):
+// per example the projections, per example and head the score and context
+// GEMMs, and one softmax over the scores of the whole batch, so the GEMMs
+// before it run over every example first.
+
+namespace {
+void checkAttention(const AttentionDesc& d, const Dims& x, const AttentionSaved& saved) {
+  STRATA_ENFORCE(d.heads > 0 && d.features % d.heads == 0);
+  STRATA_ENFORCE_OP(x.c, ==, d.features);
+  STRATA_ENFORCE_OP(int64_t{x.h} * x.w, ==, d.positions);
+  STRATA_ENFORCE_OP(saved.qkv.dims.n, ==, x.n);
+  STRATA_ENFORCE_OP(saved.qkv.dims.perExample(), ==, 3 * int64_t{d.features} * d.positions);
+  STRATA_ENFORCE_OP(saved.context.dims.n, ==, x.n);
+  STRATA_ENFORCE_OP(saved.context.dims.perExample(), ==, int64_t{d.features} * d.positions);
+  STRATA_ENFORCE(saved.probs != nullptr);
+}
+}  // namespace
+
+void CpuBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
+                                  const float* bias, const AttentionSaved& saved, TensorView y) {
+  checkAttention(d, x.dims, saved);
+  checkSameDims(x.dims, y.dims);
+  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const float* wqkv = w;
+  const float* wo = w + 3 * int64_t{f} * f;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* xn = x.data + n * ft;
+    float* qkv = saved.qkv.data + n * 3 * ft;
+    gemm(GemmOp::kNN, 3 * f, t, f, wqkv, xn, qkv, false);
+    if (bias)
+      biasAdd(qkv, bias, 3 * f, t);
+    for (int h = 0; h < d.heads; ++h)
+      gemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + h * head,
+           saved.probs + (int64_t{n} * d.heads + h) * tt, false);
+  }
+  attnSoftmaxForward(saved.probs, saved.probs, int64_t{x.dims.n} * d.heads * t, t, d.causal,
+                     1.0f / std::sqrt(static_cast<float>(dh)));
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* qkv = saved.qkv.data + n * 3 * ft;
+    float* context = saved.context.data + n * ft;
+    for (int h = 0; h < d.heads; ++h)
+      gemm(GemmOp::kNT, dh, t, t, qkv + 2 * ft + h * head,
+           saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
+    float* yn = y.data + n * ft;
+    gemm(GemmOp::kNN, f, t, f, wo, context, yn, false);
+    if (bias)
+      biasAdd(yn, bias + 3 * int64_t{f}, f, t);
+  }
+}
+
+void CpuBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x,
+                                          ConstTensorView dy, const float* w,
+                                          const AttentionSaved& saved, float* dw, float* dbias) {
+  checkAttention(d, x.dims, saved);
+  checkSameDims(x.dims, dy.dims);
+  STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
+  STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * x.dims.perExample());
+  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const float* wo = w + 3 * int64_t{f} * f;
+  float* dwqkv = dw;
+  float* dwo = dw + 3 * int64_t{f} * f;
+  dcontext_.resize(static_cast<size_t>(ft));
+  dprobs_.resize(static_cast<size_t>(int64_t{x.dims.n} * d.heads * tt));
+  float* dc = dcontext_.data();
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* dyn = dy.data + n * ft;
+    const float* qkv = saved.qkv.data + n * 3 * ft;
+    float* dqkv = saved.dqkv.data + n * 3 * ft;
+    gemm(GemmOp::kNT, f, f, t, dyn, saved.context.data + n * ft, dwo, true);
+    if (dbias)
+      biasGrad(dyn, dbias + 3 * int64_t{f}, f, t);
+    gemm(GemmOp::kTN, f, t, f, wo, dyn, dc, false);
+    for (int h = 0; h < d.heads; ++h) {
+      const int64_t at = (int64_t{n} * d.heads + h) * tt;
+      gemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + 2 * ft + h * head, dprobs_.data() + at,
+           false);
+      gemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + at, dqkv + 2 * ft + h * head, false);
+    }
+  }
+  attnSoftmaxBackward(saved.probs, dprobs_.data(), dprobs_.data(), int64_t{x.dims.n} * d.heads * t,
+                      t, 1.0f / std::sqrt(static_cast<float>(dh)));
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* qkv = saved.qkv.data + n * 3 * ft;
+    float* dqkv = saved.dqkv.data + n * 3 * ft;
+    for (int h = 0; h < d.heads; ++h) {
+      const float* ds = dprobs_.data() + (int64_t{n} * d.heads + h) * tt;
+      gemm(GemmOp::kNT, dh, t, t, qkv + ft + h * head, ds, dqkv + h * head, false);
+      gemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + ft + h * head, false);
+    }
+    gemm(GemmOp::kNT, 3 * f, f, t, dqkv, x.data + n * ft, dwqkv, true);
+    if (dbias)
+      biasGrad(dqkv, dbias, 3 * f, t);
+  }
+}
+
+void CpuBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
+                                       TensorView dx, float beta) {
+  STRATA_ENFORCE_OP(dqkv.dims.n, ==, dx.dims.n);
+  STRATA_ENFORCE_OP(dx.dims.c, ==, d.features);
+  STRATA_ENFORCE_OP(int64_t{dx.dims.h} * dx.dims.w, ==, d.positions);
+  STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, 3 * dx.dims.perExample());
+  const int f = d.features, t = d.positions;
+  const int64_t ft = int64_t{f} * t;
+  scaleForAccumulate(dx.data, dx.elements(), beta);
+  for (int n = 0; n < dx.dims.n; ++n)
+    gemm(GemmOp::kTN, f, t, 3 * f, w, dqkv.data + n * 3 * ft, dx.data + n * ft, true);
+}
+
+void CpuBackend::attnSoftmaxForward(const float* s, float* p, int64_t rows, int t, bool causal,
+                                    float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int keys = causal ? static_cast<int>(r % t) + 1 : t;
+    const auto in = Eigen::Map<const Eigen::ArrayXf>(s + r * t, keys);
+    auto out = Eigen::Map<Eigen::ArrayXf>(p + r * t, keys);
+    // Eigen's vectorised exp (std::exp is a scalar libm call).
+    const float mx = in.maxCoeff() * scale;
+    out = (in * scale - mx).exp();
+    out *= 1.0f / out.sum();
+    std::fill(p + r * t + keys, p + r * t + t, 0.0f);
+  }
+}
+
+void CpuBackend::attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows,
+                                     int t, float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = p + r * t;
+    const float* g = dp + r * t;
+    float* out = ds + r * t;
+    float dot = 0;
+    for (int j = 0; j < t; ++j)
+      dot += g[j] * pr[j];
+    for (int j = 0; j < t; ++j)
+      out[j] = scale * pr[j] * (g[j] - dot);
+  }
+}
+
+// ---- embedding -----------------------------------------------------------------
+
+namespace {
+int tokenOf(const EmbeddingDesc& d, float id) {
+  const auto token = static_cast<int64_t>(id);
+  if (!(static_cast<float>(token) == id && token >= 0 && token < d.vocab))
+    throw UserError(
+        fmt::format("embedding: token id {} is not an integer in [0, {}) (the "
+                    "vocabulary)",
+                    id, d.vocab));
+  return static_cast<int>(token);
+}
+}  // namespace
+
+void CpuBackend::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
+                                  TensorView y) {
+  STRATA_ENFORCE_OP(ids.dims.n, ==, y.dims.n);
+  STRATA_ENFORCE_OP(ids.dims.c, ==, 1);
+  STRATA_ENFORCE_OP(y.dims.c, ==, d.features);
+  const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
+  STRATA_ENFORCE_OP(int64_t{y.dims.h} * y.dims.w, ==, t);
+  const float* pos = d.positions ? table + int64_t{d.vocab} * d.features : nullptr;
+  for (int n = 0; n < ids.dims.n; ++n) {
+    float* out = y.data + n * y.dims.perExample();
+    for (int64_t p = 0; p < t; ++p) {
+      const float* row = table + int64_t{tokenOf(d, ids.data[n * t + p])} * d.features;
+      const float* at = pos ? pos + p * d.features : nullptr;
+      for (int c = 0; c < d.features; ++c)
+        out[c * t + p] = at ? row[c] + at[c] : row[c];
+    }
+  }
+}
+
+void CpuBackend::embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids,
+                                          ConstTensorView dy, float* dtable) {
+  STRATA_ENFORCE_OP(ids.dims.n, ==, dy.dims.n);
+  STRATA_ENFORCE_OP(dy.dims.c, ==, d.features);
+  const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
+  STRATA_ENFORCE_OP(int64_t{dy.dims.h} * dy.dims.w, ==, t);
+  float* dpos = d.positions ? dtable + int64_t{d.vocab} * d.features : nullptr;
+  for (int n = 0; n < ids.dims.n; ++n) {
+    const float* g = dy.data + n * dy.dims.perExample();
+    for (int64_t p = 0; p < t; ++p) {
+      float* row = dtable + int64_t{tokenOf(d, ids.data[n * t + p])} * d.features;
+      float* at = dpos ? dpos + p * d.features : nullptr;
+      for (int c = 0; c < d.features; ++c) {
+        row[c] += g[c * t + p];
+        if (at)
+          at[c] += g[c * t + p];
+      }
+    }
+  }
+}
+
 // ---- optimiser ------------------------------------------------------------
 
 void CpuBackend::sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
@@ -727,6 +1074,22 @@ void CpuBackend::gemm(GemmOp op, int m, int n, int k, const float* a, const floa
       else
         out.noalias() = ConstMatrixMap(a, k, m).transpose() * ConstMatrixMap(b, k, n);
       break;
+  }
+}
+
+void CpuBackend::adam(std::span<float> w, std::span<float> m, std::span<float> v,
+                      std::span<const float> g, float learningRate, float beta1, float beta2,
+                      float eps, int step) {
+  STRATA_ENFORCE_OP(w.size(), ==, m.size());
+  STRATA_ENFORCE_OP(w.size(), ==, v.size());
+  STRATA_ENFORCE_OP(w.size(), ==, g.size());
+  STRATA_ENFORCE_OP(step, >=, 1);
+  const float c1 = 1.0f / (1.0f - std::pow(beta1, static_cast<float>(step)));
+  const float c2 = 1.0f / (1.0f - std::pow(beta2, static_cast<float>(step)));
+  for (size_t i = 0; i < w.size(); ++i) {
+    m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+    v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    w[i] -= learningRate * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
   }
 }
 

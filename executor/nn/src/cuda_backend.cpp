@@ -668,6 +668,13 @@ void CudaBackend::synchronize() {
 
 void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
   activate();
+  if (!batch.values.empty()) {
+    // Token ids (a language model's input): written as they are, on the host
+    // into managed memory once the kernels that may read x have finished.
+    synchronize();
+    syntheticFill(batch, x);
+    return;
+  }
   const auto n = static_cast<size_t>(x.dims.n);
   if (batch.classes.size() != n || batch.keys.size() != n)
     throw InvariantError(fmt::format("writeSynthetic: {} classes and {} keys for {} examples",

@@ -15,6 +15,11 @@ namespace {
 constexpr uint64_t kLabelStream = 1;
 constexpr uint64_t kMeanStream = 2;
 constexpr uint64_t kNoiseStream = 3;
+constexpr uint64_t kTokenStream = 4;
+constexpr uint64_t kBigramStream = 5;
+// A token sequence follows the dataset's bigram map except at this fraction
+// of positions, which draw a uniform token (our choice: learnable, not trivial).
+constexpr float kTokenNoise = 0.1f;
 }  // namespace
 
 SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
@@ -27,6 +32,17 @@ SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
                       fmt::format("empty example shape {}x{}x{}", shape.c, shape.h, shape.w));
   if (options.grid < 1)
     throw OptionError("grid", fmt::format("grid {} must be positive", options.grid));
+  if (options.vocab < 0)
+    throw OptionError("vocab", fmt::format("vocabulary {} must not be negative", options.vocab));
+  if (options.vocab > 0) {
+    if (shape.c != 1)
+      throw OptionError("shape", fmt::format("token sequences have 1 channel, not {}", shape.c));
+    if (options.vocab > (1 << 24))
+      throw OptionError("vocab", fmt::format("vocabulary {} is over 2^24, the largest whose ids "
+                                             "a float holds exactly",
+                                             options.vocab));
+    return;  // no class means: examples are token sequences
+  }
   // Class means: one value per (class, channel, grid cell), spread over the
   // pixels of the cell by example(); stored per cell, so an ImageNet-sized
   // input with 1000 classes costs a few MB, not 600.
@@ -46,6 +62,10 @@ SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
 
 SyntheticDataset SyntheticDataset::forNetwork(const Network& network, uint64_t seed,
                                               SyntheticOptions options) {
+  // A language model reads token ids: its examples are token sequences.
+  for (const Layer& l : network.layers)
+    if (l.kind == LayerKind::kEmbedding && l.readsNetworkInput())
+      options.vocab = l.spec.vocab;
   for (auto it = network.layers.rbegin(); it != network.layers.rend(); ++it)
     if (it->kind == LayerKind::kSoftmax)
       return SyntheticDataset(network.input, it->inShape.c, seed, options);
@@ -63,10 +83,36 @@ void SyntheticDataset::example(int64_t index, std::span<float> out) const {
   syntheticFill(batch(index, 1), TensorView{out.data(), Dims{1, shape_.c, shape_.h, shape_.w}});
 }
 
+int32_t SyntheticDataset::token(int64_t index, int64_t position) const {
+  STRATA_ENFORCE_OP(index, >=, 0);
+  STRATA_ENFORCE(options_.vocab > 0 && position >= 0);
+  const auto vocab = static_cast<uint64_t>(options_.vocab);
+  const auto draw = [&](int64_t p) {
+    return kernels::hashOf(seed_, kTokenStream, static_cast<uint64_t>(index),
+                           static_cast<uint64_t>(p));
+  };
+  // Walk back to the last uniform draw (position 0 always is one), then
+  // follow the bigram map forward.
+  int64_t p = position;
+  while (p > 0 && kernels::uniformFloat(kernels::mix64(draw(p))) >= kTokenNoise)
+    --p;
+  auto tok = draw(p) % vocab;
+  for (; p < position; ++p)
+    tok = kernels::hashOf(seed_, kBigramStream, tok) % vocab;
+  return static_cast<int32_t>(tok);
+}
+
 SyntheticBatch SyntheticDataset::batch(int64_t firstIndex, int n) const {
   STRATA_ENFORCE_OP(firstIndex, >=, 0);
   STRATA_ENFORCE_OP(n, >=, 0);
-  SyntheticBatch b{means_, {}, {}, gridH_, gridW_, options_.noise};
+  SyntheticBatch b{means_, {}, {}, gridH_, gridW_, options_.noise, {}};
+  if (options_.vocab > 0) {
+    const int64_t t = shape_.elements();
+    b.values.reserve(static_cast<size_t>(int64_t{n} * t));
+    for (int64_t i = firstIndex; i < firstIndex + n; ++i)
+      for (int64_t p = 0; p < t; ++p)
+        b.values.push_back(static_cast<float>(token(i, p)));
+  }
   b.classes.reserve(static_cast<size_t>(n));
   b.keys.reserve(static_cast<size_t>(n));
   for (int64_t i = firstIndex; i < firstIndex + n; ++i) {
@@ -80,6 +126,13 @@ std::vector<int32_t> SyntheticDataset::labels(int64_t firstIndex, int n, int pos
   STRATA_ENFORCE_OP(positions, >=, 1);
   std::vector<int32_t> out;
   out.reserve(static_cast<size_t>(n) * static_cast<size_t>(positions));
+  if (options_.vocab > 0) {
+    // The next token at each position, as a class of the softmax.
+    for (int64_t i = firstIndex; i < firstIndex + n; ++i)
+      for (int p = 0; p < positions; ++p)
+        out.push_back(token(i, p + 1) % classes_);
+    return out;
+  }
   for (int64_t i = firstIndex; i < firstIndex + n; ++i)
     out.insert(out.end(), static_cast<size_t>(positions), label(i));
   return out;
@@ -88,6 +141,11 @@ std::vector<int32_t> SyntheticDataset::labels(int64_t firstIndex, int n, int pos
 void syntheticFill(const SyntheticBatch& b, TensorView x) {
   STRATA_ENFORCE_OP(static_cast<int64_t>(x.dims.n), ==, static_cast<int64_t>(b.classes.size()));
   STRATA_ENFORCE_OP(b.classes.size(), ==, b.keys.size());
+  if (!b.values.empty()) {
+    STRATA_ENFORCE_OP(static_cast<int64_t>(b.values.size()), ==, x.elements());
+    std::copy(b.values.begin(), b.values.end(), x.data);
+    return;
+  }
   const int64_t cells = int64_t{b.gridH} * b.gridW;
   const int64_t perExample = int64_t{x.dims.c} * x.dims.h * x.dims.w;
   for (int n = 0; n < x.dims.n; ++n) {

@@ -23,6 +23,12 @@ struct Model::LayerState {
   Tensor exchangeInGrad;
   Tensor lrnScale;
   Buffer<int32_t> argmax;  // max pooling: chosen input per output
+  // attention: kept from forward (QKV, probabilities, context) and the
+  // gradient its bwd_weights leaves for its bwd_data (dQKV)
+  Tensor qkv;
+  Tensor context;
+  Tensor dqkv;
+  Buffer<float> probs;
 };
 
 namespace {
@@ -73,6 +79,19 @@ int fcInFeatures(const Layer& l) {
   return l.spec.flatten ? static_cast<int>(l.inShape.elements()) : l.inShape.c;
 }
 
+bool isTransformerKind(const Layer& l) {
+  return l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kAttention ||
+         l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kGelu || l.spec.tiedTo >= 0;
+}
+
+AttentionDesc attentionDesc(const Layer& l) {
+  return AttentionDesc{l.inShape.c, l.inShape.h * l.inShape.w, l.spec.heads, l.spec.causal};
+}
+
+EmbeddingDesc embeddingDesc(const Layer& l) {
+  return EmbeddingDesc{l.spec.vocab, l.spec.outputs, l.spec.positions > 0};
+}
+
 }  // namespace
 
 NeuronRange evenSlice(int n, int parts, int index) {
@@ -84,10 +103,9 @@ NeuronRange evenSlice(int n, int parts, int index) {
 
 std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank) {
   if (network.modelParallelFrom < 0)
-    throw UserError(
-        fmt::format("network '{}' has no model-parallel part ({})", network.name,
-                    network.noModelParallelWhy.empty() ? "no fc layer"
-                                                       : network.noModelParallelWhy));
+    throw UserError(fmt::format(
+        "network '{}' has no model-parallel part ({})", network.name,
+        network.noModelParallelWhy.empty() ? "no fc layer" : network.noModelParallelWhy));
   STRATA_ENFORCE(workers > 0 && rank >= 0 && rank < workers);
   std::vector<NeuronRange> slices(network.layers.size());
   for (size_t l = static_cast<size_t>(network.modelParallelFrom); l < network.layers.size(); ++l) {
@@ -135,6 +153,10 @@ Model::Model(const Network& network, ModelOptions options)
     st.exchangeInGrad = Tensor(memory);
     st.lrnScale = Tensor(memory);
     st.argmax = Buffer<int32_t>(memory);
+    st.qkv = Tensor(memory);
+    st.context = Tensor(memory);
+    st.dqkv = Tensor(memory);
+    st.probs = Buffer<float>(memory);
   }
   blocks_.resize(static_cast<size_t>(count));
 
@@ -144,10 +166,16 @@ Model::Model(const Network& network, ModelOptions options)
     LayerState& st = layers_[static_cast<size_t>(l)];
     if (layer.kind == LayerKind::kRnn)
       unsupported(network_, l, "rnn layers are not supported by the executor's nn layer");
-    if (layer.kind == LayerKind::kEmbedding || layer.kind == LayerKind::kAttention ||
-        layer.kind == LayerKind::kLayerNorm || layer.kind == LayerKind::kGelu ||
-        layer.spec.tiedTo >= 0)
-      unsupported(network_, l, "transformer layers are not run by the executor yet");
+    if (isTransformerKind(layer) && !backend_->runsTransformerLayers())
+      unsupported(network_, l,
+                  fmt::format("the {} backend does not run transformer layers yet (the cpu "
+                              "backend does)",
+                              backend_->name()));
+    if (layer.spec.tiedTo >= 0 &&
+        (layer.kind != LayerKind::kFc || layer.spec.flatten ||
+         network_.layers[static_cast<size_t>(layer.spec.tiedTo)].kind != LayerKind::kEmbedding ||
+         layer.spec.tiedTo >= l))
+      unsupported(network_, l, "only a per-position fc can share an earlier embedding's table");
     if (layer.kind == LayerKind::kDropout &&
         !(layer.spec.dropoutRate >= 0 && layer.spec.dropoutRate < 1))
       unsupported(network_, l,
@@ -160,8 +188,10 @@ Model::Model(const Network& network, ModelOptions options)
       return inputSlice(p) == NeuronRange{0, network_.layers[static_cast<size_t>(p)].outShape.c};
     };
     if (!requested.empty()) {
-      if (layer.kind != LayerKind::kFc)
-        unsupported(network_, l, "only fc layers can hold a slice of their outputs");
+      if (layer.kind != LayerKind::kFc || layer.spec.tiedTo >= 0)
+        unsupported(network_, l,
+                    "only fc layers that do not share an embedding's table can hold a slice of "
+                    "their outputs");
       if (requested.begin < 0 || requested.end > layer.outShape.c)
         unsupported(network_, l,
                     fmt::format("slice [{}, {}) is outside its {} outputs", requested.begin,
@@ -216,12 +246,23 @@ Model::Model(const Network& network, ModelOptions options)
         b.bias = layer.spec.bias ? layer.spec.filters : 0;
         break;
       case LayerKind::kFc:
-        b.weights = int64_t{st.slice.size()} * fcInFeatures(layer);
+        // A tied fc's weights are its embedding's token table.
+        b.weights = layer.spec.tiedTo >= 0 ? 0 : int64_t{st.slice.size()} * fcInFeatures(layer);
         b.bias = layer.spec.bias ? st.slice.size() : 0;
         break;
       case LayerKind::kBatchNorm:
-        b.weights = layer.inShape.c;
-        b.bias = layer.inShape.c;
+      case LayerKind::kLayerNorm:
+        b.weights = layer.inShape.c;  // gamma / gain
+        b.bias = layer.inShape.c;     // shift / bias
+        break;
+      case LayerKind::kEmbedding:
+        // The token table, then the position table.
+        b.weights = (int64_t{layer.spec.vocab} + layer.spec.positions) * layer.spec.outputs;
+        break;
+      case LayerKind::kAttention:
+        // Wqkv (3d x d), Wo (d x d); biases bqkv (3d), bo (d).
+        b.weights = 4 * int64_t{layer.inShape.c} * layer.inShape.c;
+        b.bias = layer.spec.bias ? 4 * int64_t{layer.inShape.c} : 0;
         break;
       default:
         break;
@@ -229,6 +270,14 @@ Model::Model(const Network& network, ModelOptions options)
     if (!st.sliced)
       STRATA_ENFORCE_OP(b.size(), ==, layer.params);
     offset += b.size();
+  }
+  firstGradientWriter_.resize(static_cast<size_t>(count));
+  for (int l = 0; l < count; ++l) {
+    firstGradientWriter_[static_cast<size_t>(l)] = l;
+    const int tied = network_.layers[static_cast<size_t>(l)].spec.tiedTo;
+    if (tied >= 0)
+      firstGradientWriter_[static_cast<size_t>(tied)] =
+          std::max(firstGradientWriter_[static_cast<size_t>(tied)], l);
   }
   params_.resize(static_cast<size_t>(offset));  // zero-filled
   grads_.resize(static_cast<size_t>(offset));
@@ -238,16 +287,21 @@ Model::Model(const Network& network, ModelOptions options)
     const LayerState& st = layers_[static_cast<size_t>(l)];
     const ParamBlock& b = blocks_[static_cast<size_t>(l)];
     float* w = params_.data() + b.offset;
-    if (layer.kind == LayerKind::kBatchNorm) {
+    if (layer.kind == LayerKind::kBatchNorm || layer.kind == LayerKind::kLayerNorm) {
       std::fill_n(w, b.weights, 1.0f);
       continue;
     }
-    if (layer.kind != LayerKind::kConv && layer.kind != LayerKind::kFc)
+    if (layer.kind != LayerKind::kConv && layer.kind != LayerKind::kFc &&
+        layer.kind != LayerKind::kAttention && layer.kind != LayerKind::kEmbedding)
       continue;
+    // Attention: every projection reads d features. Embedding: variance 1/d,
+    // so that a tied fc's logits over a normalised input have variance ~1.
     const int64_t fanIn =
         layer.kind == LayerKind::kConv
             ? int64_t{layer.inShape.c / layer.spec.groups} * layer.spec.kernelH * layer.spec.kernelW
-            : fcInFeatures(layer);
+        : layer.kind == LayerKind::kAttention ? int64_t{layer.inShape.c}
+        : layer.kind == LayerKind::kEmbedding ? int64_t{layer.spec.outputs}
+                                              : fcInFeatures(layer);
     const bool feedsRelu =
         st.readers == 1 &&
         network_.layers[static_cast<size_t>(st.firstReader)].kind == LayerKind::kRelu;
@@ -462,7 +516,8 @@ void Model::forward(int layer, ExampleRange r) {
       break;
     }
     case LayerKind::kFc:
-      be.fcForward(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x, w, bias, y);
+      be.fcForward(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
+                   tiedWeights(layer, params_), bias, y);
       break;
     case LayerKind::kRelu:
       be.reluForward(x, y);
@@ -499,13 +554,43 @@ void Model::forward(int layer, ExampleRange r) {
       be.softmaxProbabilities(x, stats, y);
       break;
     }
-    case LayerKind::kRnn:
     case LayerKind::kEmbedding:
-    case LayerKind::kAttention:
+      be.embeddingForward(embeddingDesc(spec), x, w, y);
+      break;
+    case LayerKind::kAttention: {
+      const AttentionDesc d = attentionDesc(spec);
+      const Dims qkvDims{st.out.n(), 3 * d.features, spec.inShape.h, spec.inShape.w};
+      st.qkv.resize(qkvDims);
+      st.dqkv.resize(qkvDims);
+      st.context.resize(st.out.dims());
+      st.probs.resize(
+          static_cast<size_t>(int64_t{st.out.n()} * d.heads * d.positions * d.positions));
+      be.attentionForward(d, x, w, bias, attentionSaved(layer, r), y);
+      break;
+    }
     case LayerKind::kLayerNorm:
+      be.layerNormForward(x, w, w + b.weights, options_.layerNormEps, y);
+      break;
     case LayerKind::kGelu:
+      be.geluForward(x, y);
+      break;
+    case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
+}
+
+const float* Model::tiedWeights(int layer, const Buffer<float>& buffer) const {
+  const int tied = network_.layers[static_cast<size_t>(layer)].spec.tiedTo;
+  return buffer.data() + blocks_[static_cast<size_t>(tied >= 0 ? tied : layer)].offset;
+}
+
+AttentionSaved Model::attentionSaved(int layer, ExampleRange r) {
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  const int64_t t = int64_t{spec.inShape.h} * spec.inShape.w;
+  STRATA_ENFORCE_OP(st.qkv.n(), ==, st.out.n());
+  return AttentionSaved{st.qkv.examples(r), st.probs.data() + r.begin * spec.spec.heads * t * t,
+                        st.context.examples(r), st.dqkv.examples(r)};
 }
 
 void Model::backwardData(int layer) {
@@ -537,8 +622,8 @@ void Model::backwardData(int layer, ExampleRange r) {
           beta);
       break;
     case LayerKind::kFc:
-      be.fcBackwardData(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, dy, w, dx,
-                        beta);
+      be.fcBackwardData(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, dy,
+                        tiedWeights(layer, params_), dx, beta);
       break;
     case LayerKind::kRelu:
       be.reluBackward(st.out.examples(r), dy, dx, beta);
@@ -578,11 +663,20 @@ void Model::backwardData(int layer, ExampleRange r) {
                          static_cast<float>(1.0 / normalizer), dx, beta);
       break;
     }
-    case LayerKind::kRnn:
     case LayerKind::kEmbedding:
+      break;  // token ids take no gradient
     case LayerKind::kAttention:
+      // From the dQKV its bwd_weights (which the Model runs first) left.
+      STRATA_ENFORCE_OP(st.dqkv.n(), ==, st.out.n());
+      be.attentionBackwardData(attentionDesc(spec), st.dqkv.examples(r), w, dx, beta);
+      break;
     case LayerKind::kLayerNorm:
+      be.layerNormBackwardData(x, dy, w, options_.layerNormEps, dx, beta);
+      break;
     case LayerKind::kGelu:
+      be.geluBackward(x, dy, dx, beta);
+      break;
+    case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
 }
@@ -596,7 +690,8 @@ void Model::backwardWeights(int layer, ExampleRange r) {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   LayerState& st = layers_[static_cast<size_t>(layer)];
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
-  if (b.size() == 0)
+  // A tied fc holds no weights of its own but adds into its embedding's.
+  if (b.size() == 0 && spec.spec.tiedTo < 0)
     return;
   STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);
   float* dw = grads_.data() + b.offset;
@@ -608,11 +703,25 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       backend_->convBackwardWeights(convDesc(spec), x, dy, dw, dbias);
       break;
     case LayerKind::kFc:
-      backend_->fcBackwardWeights(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
-                                  dy, dw, dbias);
+      backend_->fcBackwardWeights(
+          FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x, dy,
+          spec.spec.tiedTo >= 0
+              ? grads_.data() + blocks_[static_cast<size_t>(spec.spec.tiedTo)].offset
+              : dw,
+          dbias);
       break;
     case LayerKind::kBatchNorm:
       backend_->batchNormBackwardWeights(x, dy, options_.batchNormEps, dw, dw + b.weights);
+      break;
+    case LayerKind::kLayerNorm:
+      backend_->layerNormBackwardWeights(x, dy, options_.layerNormEps, dw, dw + b.weights);
+      break;
+    case LayerKind::kEmbedding:
+      backend_->embeddingBackwardWeights(embeddingDesc(spec), x, dy, dw);
+      break;
+    case LayerKind::kAttention:
+      backend_->attentionBackwardWeights(attentionDesc(spec), x, dy, params_.data() + b.offset,
+                                         attentionSaved(layer, r), dw, dbias);
       break;
     default:
       break;
@@ -664,6 +773,13 @@ void Model::zeroGradients() {
 void Model::zeroGradients(int layer) {
   const ParamBlock b = paramBlock(layer);
   backend_->fill(std::span<float>(grads_.data() + b.offset, static_cast<size_t>(b.size())), 0.0f);
+}
+
+void Model::zeroGradientsBeforeBackprop(int layer) {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  for (int j = layer; j >= 0; --j)
+    if (firstGradientWriter_[static_cast<size_t>(j)] == layer)
+      zeroGradients(j);
 }
 
 void Model::forwardAll() {

@@ -66,6 +66,9 @@ std::vector<double> memorySizes() {
   return s;
 }
 
+// The vocabulary of the embedding kernels' table (1 MiB at 64 features).
+constexpr int kCalibrationVocab = 4096;
+
 std::vector<float> filled(size_t n, float value) {
   return std::vector<float>(n, value);
 }
@@ -163,6 +166,15 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   std::vector<int32_t> argmax(top), labels(top);
   for (size_t i = 0; i < top; ++i)
     labels[i] = static_cast<int32_t>(i % 10);
+  // Transformer kernels' operands: layernorm's gradients, an embedding's
+  // tables and token ids, Adam's second moments (non-negative).
+  std::vector<float> lnGrad(128), adamV(top, 0.5f);
+  std::vector<float> embedTable(static_cast<size_t>(kCalibrationVocab + 256) * 64, 0.01f),
+      tableGrad(embedTable.size());
+  std::vector<float> tokenIds(top / 64 + 1);
+  for (auto& id : tokenIds)
+    id = static_cast<float>(static_cast<int>((next() + 1.0f) * 0.5f * kCalibrationVocab) %
+                            kCalibrationVocab);
   nn::CpuBackend be;
   auto record = [&](MemKernel kernel, double units, double seconds) {
     auto& table = t.memory[static_cast<size_t>(kernel)];
@@ -231,7 +243,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
                  nn::TensorView{dx.data(), sq}, 0.0f);
            }));
     const nn::Dims bd{4, 16, side, side};
-    std::vector<float> gamma(16, 1.0f), shift(16, 0.0f), dg(16), ds(16);
+    std::vector<float> gamma(64, 1.0f), shift(64, 0.0f), dg(16), ds(16);
     record(MemKernel::kBatchNormFwd, ns, perCall([&] {
              be.batchNormForward(nn::ConstTensorView{x.data(), bd}, gamma.data(), shift.data(),
                                  1e-5f, nn::TensorView{y.data(), bd});
@@ -259,6 +271,58 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
              be.softmaxLoss(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0);
              be.softmaxBackward(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0,
                                 1.0f, nn::TensorView{dx.data(), smd}, 0.0f);
+           }));
+    // Transformer kernels on sequences of 64 features (tiny-gpt's width) and
+    // up to 256 positions per example, the rest in examples.
+    const int seqT = std::clamp(static_cast<int>(u / 64), 1, 256);
+    const nn::Dims sd{std::max(1, static_cast<int>(u / 64 / seqT)), 64, seqT, 1};
+    const double nsd = double(sd.n) * sd.c * sd.h;
+    record(MemKernel::kLayerNormFwd, nsd, perCall([&] {
+             be.layerNormForward(nn::ConstTensorView{x.data(), sd}, gamma.data(), shift.data(),
+                                 1e-5f, nn::TensorView{y.data(), sd});
+           }));
+    record(MemKernel::kLayerNormBwdData, nsd, perCall([&] {
+             be.layerNormBackwardData(nn::ConstTensorView{x.data(), sd},
+                                      nn::ConstTensorView{dy.data(), sd}, gamma.data(), 1e-5f,
+                                      nn::TensorView{dx.data(), sd}, 0.0f);
+           }));
+    record(MemKernel::kLayerNormBwdWeights, nsd, perCall([&] {
+             be.layerNormBackwardWeights(nn::ConstTensorView{x.data(), sd},
+                                         nn::ConstTensorView{dy.data(), sd}, 1e-5f, lnGrad.data(),
+                                         lnGrad.data() + 64);
+           }));
+    record(MemKernel::kGeluFwd, n, perCall([&] { be.geluForward(cx, vy); }));
+    record(MemKernel::kGeluBwd, n, perCall([&] { be.geluBackward(cx, cdy, vdx, 0.0f); }));
+    // Attention scores: rows of 64 keys (64 positions), causal, dh = 64.
+    {
+      const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(u / 64));
+      const double scores = double(rows) * 64;
+      record(MemKernel::kAttnSoftmaxFwd, scores, perCall([&] {
+               nn::CpuBackend::attnSoftmaxForward(x.data(), y.data(), rows, 64, true, 0.125f);
+             }));
+      record(MemKernel::kAttnSoftmaxBwd, scores, perCall([&] {
+               nn::CpuBackend::attnSoftmaxBackward(y.data(), dy.data(), dx.data(), rows, 64,
+                                                   0.125f);
+             }));
+    }
+    // Embedding: tokens of a 4096 x 64 table (1 MiB) plus positions.
+    {
+      const nn::EmbeddingDesc ed{kCalibrationVocab, 64, true};
+      const nn::Dims ids{sd.n, 1, sd.h, 1};
+      record(MemKernel::kEmbeddingFwd, nsd, perCall([&] {
+               be.embeddingForward(ed, nn::ConstTensorView{tokenIds.data(), ids}, embedTable.data(),
+                                   nn::TensorView{y.data(), sd});
+             }));
+      record(MemKernel::kEmbeddingBwd, nsd, perCall([&] {
+               be.embeddingBackwardWeights(ed, nn::ConstTensorView{tokenIds.data(), ids},
+                                           nn::ConstTensorView{dy.data(), sd}, tableGrad.data());
+             }));
+    }
+    record(MemKernel::kAdam, n, perCall([&] {
+             nn::CpuBackend::adam(
+                 std::span<float>(y.data(), size_t(n)), std::span<float>(dx.data(), size_t(n)),
+                 std::span<float>(adamV.data(), size_t(n)),
+                 std::span<const float>(dy.data(), size_t(n)), 1e-4f, 0.9f, 0.999f, 1e-8f, 10);
            }));
     // Pooling with 3x3 and 2x2 windows, stride 2 (AlexNet's and VGG's) over
     // 64 channels: forward units are window reads, avg backward window writes.

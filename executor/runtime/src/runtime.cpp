@@ -303,7 +303,10 @@ class Worker {
     }
     done_.assign(plan.tasks.size(), 0);
     timing_.resize(plan.tasks.size());
-    model_.setLossNormalizer(double(k_) * b_);
+    // The mean over the global batch's positions (one per example for a
+    // classifier, T per sequence for a language model), as one worker's
+    // Model takes it by default.
+    model_.setLossNormalizer(double(k_) * b_ * positions());
     // ps: this rank's communication tasks job by job, and the tag of rank
     // 0's i-th choice (that of the i-th job's first server update: a task
     // that sends nothing, so no transfer uses its tag).
@@ -724,7 +727,7 @@ class Worker {
     // job of l's key (the pull before the forward; with staleness a
     // dependency of its own), which is then done with l's gradients.
     if (task.iteration > 0 && task.phase == Phase::kBwdWeights)
-      model_.zeroGradients(l);
+      model_.zeroGradientsBeforeBackprop(l);
     if (stale_ > 0 && task.phase == Phase::kFwd && task.iteration > 0)
       stagedWeights(l, firstStep_ + task.iteration);
     if (owt_ && l == mp_ && task.phase == Phase::kFwd)

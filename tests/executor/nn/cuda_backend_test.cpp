@@ -711,6 +711,20 @@ TEST_CASE("timeline marks are GPU times in order from the origin", "[timing]") {
   g.synchronize();
 }
 
+TEST_CASE("a Model on the CUDA backend refuses transformer layers, naming the layer",
+          "[transformer]") {
+  const Network net = test::presetNetwork("tiny-gpt");
+  try {
+    Model model(net, ModelOptions{.backend = &defaultGpu()});
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("'wte' (embedding)") != std::string::npos);
+    CHECK(what.find("the cuda backend does not run transformer layers yet") != std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace strata::nn
 

@@ -124,7 +124,9 @@ void checkGradients(const Network& net, int batch, ModelOptions options = {},
   };
 
   Mismatch mismatch;
-  compare("input", inputGrad, differentiate(model.input(batch).span()), mismatch);
+  // An embedding's input holds token ids, which take no gradient.
+  if (net.layers.front().kind != LayerKind::kEmbedding)
+    compare("input", inputGrad, differentiate(model.input(batch).span()), mismatch);
   for (int l = 0; l <= last; ++l) {
     const ParamBlock b = model.paramBlock(l);
     if (b.size() == 0)
@@ -136,6 +138,15 @@ void checkGradients(const Network& net, int batch, ModelOptions options = {},
   }
   INFO(mismatch.first);
   CHECK(mismatch.count == 0);
+}
+
+// Token ids in [0, vocab): each id several times over a batch, so the
+// embedding's scatter-add sums rows.
+InputFill tokenIds(int vocab) {
+  return [vocab](std::span<float> x) {
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<float>((i * 5 + 2) % static_cast<size_t>(vocab));
+  };
 }
 
 TEST_CASE("conv gradients match central differences", "[gradient][conv]") {
@@ -290,6 +301,120 @@ TEST_CASE("a small network with every kind of layer matches central differences"
   // eps 1e-3: relu and max pool sit deep in the network, where a larger step
   // could cross a kink.
   checkGradients(b.network(), 3, options, uniformInput, 1e-3);
+}
+
+// ---- transformer layers ----------------------------------------------------
+
+LayerSpec attentionSpec(int heads, bool causal, bool bias = true) {
+  LayerSpec s;
+  s.heads = heads;
+  s.causal = causal;
+  s.bias = bias;
+  return s;
+}
+
+LayerSpec embeddingSpec(int vocab, int features, int positions) {
+  LayerSpec s;
+  s.vocab = vocab;
+  s.outputs = features;
+  s.positions = positions;
+  return s;
+}
+
+LayerSpec tiedSpec(int vocab, int embedding, bool bias = false) {
+  LayerSpec s = test::fcSpec(vocab, false, bias);
+  s.tiedTo = embedding;
+  return s;
+}
+
+TEST_CASE("layernorm gradients match central differences", "[gradient][layernorm]") {
+  SECTION("positions along h and w") {
+    NetworkBuilder b({5, 3, 2});
+    b.add(LayerKind::kLayerNorm);
+    checkGradients(b.network(), 2);
+  }
+  SECTION("after a per-position fc, so gain and bias are not 1 and 0 only") {
+    NetworkBuilder b({4, 7, 1});
+    b.add(LayerKind::kLayerNorm);
+    b.add(LayerKind::kFc, test::fcSpec(3, false));
+    b.add(LayerKind::kLayerNorm);
+    checkGradients(b.network(), 3);
+  }
+}
+
+TEST_CASE("gelu gradients match central differences", "[gradient][gelu]") {
+  NetworkBuilder b({3, 4, 2});
+  b.add(LayerKind::kGelu);
+  checkGradients(b.network(), 2, {}, [](std::span<float> x) { test::fillUniform(x, 13, -3, 3); });
+}
+
+TEST_CASE("attention gradients match central differences", "[gradient][attention]") {
+  // T = 7 and 5: sequence lengths that divide nothing; d = 6 with 1 and 3
+  // heads (dh = 6 and 2).
+  for (const bool causal : {true, false}) {
+    for (const int heads : {1, 3}) {
+      for (const int t : {7, 5}) {
+        INFO("causal " << causal << " heads " << heads << " T " << t);
+        NetworkBuilder b({6, t, 1});
+        b.add(LayerKind::kAttention, attentionSpec(heads, causal, t == 7));
+        checkGradients(b.network(), 2);
+      }
+    }
+  }
+  SECTION("positions along w, read by two layers (summed input gradient)") {
+    NetworkBuilder b({4, 1, 5});
+    const int a = b.add(LayerKind::kAttention, attentionSpec(2, true), {-1});
+    b.add(LayerKind::kAdd, {}, {a, -1});
+    checkGradients(b.network(), 3);
+  }
+}
+
+TEST_CASE("embedding weight gradients match central differences", "[gradient][embedding]") {
+  SECTION("with a position table longer than the sequence") {
+    NetworkBuilder b({1, 5, 1});
+    b.add(LayerKind::kEmbedding, embeddingSpec(7, 4, 6));
+    checkGradients(b.network(), 3, {}, tokenIds(7));
+  }
+  SECTION("without positions") {
+    NetworkBuilder b({1, 4, 1});
+    b.add(LayerKind::kEmbedding, embeddingSpec(5, 3, 0));
+    checkGradients(b.network(), 2, {}, tokenIds(5));
+  }
+}
+
+TEST_CASE("a tied fc's gradient lands in its embedding's table", "[gradient][tied]") {
+  for (const bool bias : {false, true}) {
+    INFO("bias " << bias);
+    NetworkBuilder b({1, 5, 1});
+    const int wte = b.add(LayerKind::kEmbedding, embeddingSpec(9, 6, 5));
+    b.add(LayerKind::kLayerNorm);
+    const int lm = b.add(LayerKind::kFc, tiedSpec(9, wte, bias));
+    b.add(LayerKind::kSoftmax);
+    Model model(b.network());
+    CHECK(model.paramBlock(lm).weights == 0);
+    CHECK(model.paramBlock(lm).bias == (bias ? 9 : 0));
+    // The only perturbation that reaches the fc's weights is of the
+    // embedding's table: its gradient must hold both uses.
+    checkGradients(b.network(), 2, {}, tokenIds(9));
+  }
+}
+
+TEST_CASE("a small GPT matches central differences", "[gradient][transformer]") {
+  // One pre-LN block (as the loader expands `transformer`) with a tied head.
+  NetworkBuilder b({1, 6, 1});
+  const int wte = b.add(LayerKind::kEmbedding, embeddingSpec(11, 6, 8));
+  b.add(LayerKind::kLayerNorm);
+  const int attn = b.add(LayerKind::kAttention, attentionSpec(2, true));
+  const int add1 = b.add(LayerKind::kAdd, {}, {wte, attn});
+  b.add(LayerKind::kLayerNorm);
+  b.add(LayerKind::kFc, test::fcSpec(12, false));
+  b.add(LayerKind::kGelu);
+  const int fc2 = b.add(LayerKind::kFc, test::fcSpec(6, false));
+  b.add(LayerKind::kAdd, {}, {add1, fc2});
+  b.add(LayerKind::kLayerNorm);
+  b.add(LayerKind::kFc, tiedSpec(11, wte));
+  b.add(LayerKind::kSoftmax);
+  checkGradients(b.network(), 2, {}, tokenIds(11), 1e-3);
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
-// End to end: tiny-cnn learns the synthetic task on one CPU worker.
+// End to end: tiny-cnn learns the synthetic task, and tiny-gpt the synthetic
+// token sequences, on one CPU worker.
 #include <fmt/format.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "helpers.h"
 #include "strata/exec/nn/dataset.h"
@@ -11,18 +14,27 @@
 namespace strata::nn {
 namespace {
 
-TEST_CASE("training tiny-cnn on synthetic data lowers the loss", "[training]") {
+// The losses as text, 3 decimals each.
+std::string curveOf(const std::vector<double>& losses) {
+  std::string curve;
+  for (size_t i = 0; i < losses.size(); ++i)
+    curve += fmt::format("{}{:.3f}", i ? " " : "", losses[i]);
+  return curve;
+}
+
+// Trains `net` on one worker for `steps` fresh batches of `batch` examples
+// (labels per position: `positions` of them per example) with SGD with
+// momentum; prints and returns the loss of every step.
+std::vector<double> train(const Network& net, int batch, int steps, float learningRate,
+                          float momentum, int positions) {
   const auto start = std::chrono::steady_clock::now();
-  const Network net = test::presetNetwork("tiny-cnn");
   const auto data = SyntheticDataset::forNetwork(net, 42);
   Model model(net, ModelOptions{.seed = 42});
-  const int batch = 32, steps = 30;
-  const float learningRate = 0.01f, momentum = 0.9f;
-  std::vector<int32_t> labels(batch);
+  std::vector<int32_t> labels(static_cast<size_t>(batch * positions));
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
     // Step s takes examples [s * batch, (s + 1) * batch): never the same twice.
-    data.fill(int64_t{step} * batch, model.input(batch).view(), labels);
+    data.fill(int64_t{step} * batch, model.input(batch).view(), labels, positions);
     model.setLabels(labels);
     model.setStep(static_cast<uint64_t>(step));
     model.zeroGradients();
@@ -33,25 +45,48 @@ TEST_CASE("training tiny-cnn on synthetic data lowers the loss", "[training]") {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::string curve;
-  for (size_t i = 0; i < losses.size(); ++i)
-    curve += fmt::format("{}{:.3f}", i ? " " : "", losses[i]);
-  fmt::print("tiny-cnn, batch {}, lr {}, momentum {}: loss per step: {} ({:.2f} s)\n", batch,
-             learningRate, momentum, curve, seconds);
+  fmt::print("{}, batch {}, lr {}, momentum {}: loss per step: {} ({:.2f} s)\n", net.name, batch,
+             learningRate, momentum, curveOf(losses), seconds);
+  return losses;
+}
 
+// Mean of the last `n` losses.
+double lastMean(const std::vector<double>& losses, int n) {
+  double last = 0;
+  for (size_t i = losses.size() - static_cast<size_t>(n); i < losses.size(); ++i)
+    last += losses[i] / n;
+  return last;
+}
+
+TEST_CASE("training tiny-cnn on synthetic data lowers the loss", "[training]") {
+  const auto losses = train(test::presetNetwork("tiny-cnn"), 32, 30, 0.01f, 0.9f, 1);
+  INFO("loss curve: " << curveOf(losses));
   // Mean of the last five steps against the first step: each is a fresh batch,
   // so a fall means generalisation, not memorisation.
-  double last = 0;
-  for (int i = steps - 5; i < steps; ++i)
-    last += losses[static_cast<size_t>(i)] / 5;
-  INFO("loss curve: " << curve);
+  const double last = lastMean(losses, 5);
   CHECK(last < 0.7 * losses[0]);
   CHECK(last < 0.5 * std::log(10.0));  // and well below chance (uniform over 10 classes)
-  // Speed is a claim about optimised builds; a sanitizer build
-  // (STRATA_SANITIZE, cmake/sanitizers.cmake) runs several times slower.
-#ifndef STRATA_SANITIZED
-  CHECK(seconds < 10);
-#endif
+}
+
+TEST_CASE("training tiny-gpt on synthetic token sequences lowers the loss",
+          "[training][transformer]") {
+  const Network net = test::presetNetwork("tiny-gpt");
+  // The ids the dataset writes are whole token numbers of the vocabulary.
+  {
+    const auto data = SyntheticDataset::forNetwork(net, 42);
+    Model model(net, ModelOptions{.seed = 42});
+    std::vector<int32_t> labels(8 * 32);
+    data.fill(0, model.input(8).view(), labels, 32);
+    for (float id : model.input().span())
+      REQUIRE((id >= 0 && id < 512 && id == std::floor(id)));
+    for (int32_t label : labels)
+      REQUIRE((label >= 0 && label < 512));
+  }
+  const auto losses = train(net, 8, 12, 0.05f, 0.9f, net.input.h * net.input.w);
+  INFO("loss curve: " << curveOf(losses));
+  // Fresh sequences every step: a fall is learning the bigram map.
+  CHECK(losses[0] == Approx(std::log(512.0)).epsilon(0.2));  // near chance at the start
+  CHECK(lastMean(losses, 3) < 0.9 * losses[0]);
 }
 
 }  // namespace

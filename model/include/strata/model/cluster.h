@@ -17,13 +17,21 @@
 
 namespace strata {
 
-enum class ElementType { kFp32, kFp16, kBf16 };
-inline constexpr int kElementTypeCount = 3;
+// tf32: fp32 tensors (4 bytes in memory and on the wire) multiplied on tensor
+// cores with a 10-bit mantissa (NVIDIA A100/H100); fp32 is the plain FFMA path.
+// kTf32 comes last so the indices of the older types (peak[0] = fp32) stay.
+enum class ElementType { kFp32, kFp16, kBf16, kTf32 };
+inline constexpr int kElementTypeCount = 4;
+inline constexpr ElementType kAllElementTypes[] = {ElementType::kFp32, ElementType::kTf32,
+                                                   ElementType::kFp16, ElementType::kBf16};
 
 std::string_view toString(ElementType type);
-// Size of one element: 4 bytes for fp32, 2 for fp16 and bf16.
+// Size of one element: 4 bytes for fp32 and tf32, 2 for fp16 and bf16.
 double elementBytes(ElementType type);
-// Parses "fp32", "fp16", "bf16"; throws OptionError(option) otherwise.
+// Whether training in `type` keeps fp32 master weights beside the 2-byte
+// working copy (mixed precision: fp16, bf16).
+bool isMixedPrecision(ElementType type);
+// Parses "fp32", "tf32", "fp16", "bf16"; throws OptionError(option) otherwise.
 ElementType parseElementType(std::string_view text, const std::string& option);
 
 // One device (a GPU, or a CPU core used as a worker).
@@ -34,8 +42,15 @@ struct DeviceSpec {
   BytesPerSecond memoryBandwidth;
   Bytes memoryCapacity;
   double memoryEfficiency = 1.0;  // fraction of memoryBandwidth reached
-  // Fraction of peak reached, per layer kind (index: LayerKind).
+  // Fraction of the fp32 peak reached, per layer kind (index: LayerKind):
+  // the cluster file's `efficiency`.
   std::array<double, kLayerKindCount> efficiency{};
+  // Optional (`efficiency_by_element`): fractions of each element type's own
+  // peak, per layer kind; hasEfficiency[t] says whether type t has a table.
+  // A type without one falls back to `efficiency` (efficiencyFor), which
+  // overestimates tensor-core types: the pricing line says so.
+  std::array<std::array<double, kLayerKindCount>, kElementTypeCount> efficiencyByElement{};
+  std::array<bool, kElementTypeCount> hasEfficiency{};
   // Bytes of reduction input summed per second (gamma = 1 / this).
   BytesPerSecond reduceBandwidth;
   // Optional (strata calibrate): each worker's compute speed, relative to
@@ -94,7 +109,17 @@ struct DeviceSpec {
   // Peak for an element type; throws OptionError("--element") naming the
   // cluster file when the device has no figure for it.
   FlopsPerSecond peakFor(ElementType type, const std::string& clusterFile) const;
-  double efficiencyFor(LayerKind kind) const { return efficiency[static_cast<size_t>(kind)]; }
+  // Fraction of peakFor(element) a layer of `kind` reaches: the element
+  // type's own table, else the fp32 table (ownEfficiency tells which).
+  double efficiencyFor(LayerKind kind, ElementType element = ElementType::kFp32) const {
+    return element != ElementType::kFp32 && hasEfficiency[static_cast<size_t>(element)]
+               ? efficiencyByElement[static_cast<size_t>(element)][static_cast<size_t>(kind)]
+               : efficiency[static_cast<size_t>(kind)];
+  }
+  // Whether `element` has a table of its own (fp32 always has).
+  bool ownEfficiency(ElementType element) const {
+    return element == ElementType::kFp32 || hasEfficiency[static_cast<size_t>(element)];
+  }
 };
 
 // The link from each unit of a level to that level's switch.

@@ -15,6 +15,7 @@
 
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
+#include "strata/model/strategy.h"
 #include "strata/model/units.h"
 
 namespace strata {
@@ -25,30 +26,43 @@ std::string_view toString(ComputeSource source);
 class ComputeCosts {
  public:
   // workersPerNode: the workers sharing worker 0's node (its cores, memory).
-  // Throws OptionError("--element") when the device has no peak for
-  // `element`, UserError when a profile of another network is attached.
+  // `optimizer` prices the updates. Throws OptionError("--element") when the
+  // device has no peak for `element`, UserError when a profile of another
+  // network is attached.
   ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
-               int workersPerNode);
+               int workersPerNode, Optimizer optimizer = Optimizer::kMomentum);
 
   // Phase of layer `index` on `examples` examples, of which this worker holds
   // `fraction` of the outputs (1/K of a model-parallel layer).
   Seconds layer(int index, Phase phase, double examples, double fraction) const;
-  // SGD with momentum over `params` parameters (one call).
+  // The optimizer's update of `params` parameters (one call): from the
+  // profile (per parameter, as measured, whatever the optimizer), the kernel
+  // tables' sgd (sgd, momentum: the executor's one kernel with momentum 0 or
+  // not) or adam row, else the roofline (updateTime).
   Seconds update(double params) const;
 
   ComputeSource source() const { return source_; }
   // Kernel shapes priced so far that lie outside the tables' grid (their
   // rate is the grid edge's): one text per distinct shape.
   const std::set<std::string>& outsideGrid() const { return outside_; }
-  // One line for the output: the source, and the shapes outside the grid.
+  // One line for the output: the source (with the roofline, the element
+  // type's peak and whose efficiency table, saying when a type without its
+  // own table falls back to the fp32 one), and the shapes outside the grid.
   std::string describe() const;
 
  private:
   Seconds fromTables(int index, Phase phase, double examples, double fraction) const;
+  // The kernel table row that prices the update: adam's, or sgd's (the
+  // executor's SGD-with-momentum kernel, run with momentum 0 for sgd).
+  MemKernel updateKernel() const {
+    return optimizer_ == Optimizer::kAdam ? MemKernel::kAdam : MemKernel::kSgd;
+  }
 
   const Network& net_;
   const DeviceSpec& device_;
   ElementType element_;
+  Optimizer optimizer_;
+  std::string clusterFile_;
   FlopsPerSecond peak_;
   ComputeSource source_;
   double speed_ = 1.0;        // compute speed when the node is shared

@@ -30,14 +30,40 @@ void checkPsPlacement(const Cluster& cluster, const Scenario& scenario);
 // batch does not fit an int (the CLI's `-b 2147483647 -k 2`).
 int globalBatch(int workers, int batchPerWorker);
 
+// The most steps a training run may have (--steps, or epochs x steps per
+// epoch): 10^12, over 30 years at a millisecond a step.
+inline constexpr double kMaxTrainingSteps = 1e12;
+// The most examples a dataset may have (--dataset): 2^53, counted exactly.
+inline constexpr double kMaxDatasetExamples = 9007199254740992.0;
+// The most epochs (--epochs).
+inline constexpr double kMaxEpochs = 1e6;
+
+// A run of `steps` steps. Throws OptionError(option) unless steps is a whole
+// number in [1, kMaxTrainingSteps].
+TrainingRun trainingRunOfSteps(double steps, const std::string& option = "--steps");
+// `epochs` passes over `dataset` examples at `globalBatch` examples a step:
+// ceil(dataset / globalBatch) steps per epoch (the last, partial batch is a
+// step), ceil(epochs x that) steps in all (epochs may be fractional).
+// Throws OptionError("--epochs") for epochs not finite or outside (0,
+// kMaxEpochs], OptionError("--dataset") for a dataset not a whole number in
+// [1, kMaxDatasetExamples], OptionError("--epochs") when the run has more than
+// kMaxTrainingSteps steps.
+TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch);
+// `run` with its time from `estimate`: firstStep + (steps - 1) x step.
+TrainingRun priceTrainingRun(TrainingRun run, const StepEstimate& estimate);
+
 // Time of one phase of one layer on one device for `examples` examples, of
 // which this worker computes `fraction` (1/K of a model-parallel layer):
 // roofline max(FLOPs / (peak x efficiency), bytes / (bandwidth x efficiency)).
+// The efficiency is the element type's own (DeviceSpec::efficiencyFor);
+// `optimizer` prices Phase::kUpdate (updateTime).
 Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
-                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element);
+                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element,
+                  Optimizer optimizer = Optimizer::kMomentum);
 
-// Peak memory of worker `rank` under `scenario` (weights, gradients, momentum,
-// saved activations, communication staging); the same for every engine.
+// Peak memory of worker `rank` under `scenario` (weights, gradients, the
+// optimizer's states and fp32 master weights in mixed precision, saved
+// activations, communication staging); the same for every engine.
 MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const Scenario& scenario,
                          int rank);
 
@@ -68,7 +94,20 @@ struct LaneSpeeds {
 // rate u = 1: the speeds as measured.
 LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int workers);
 
-// SGD with momentum over `params` parameters: reads w, g, v and writes w, v.
-Seconds updateTime(double params, const DeviceSpec& device, ElementType element);
+// What one parameter's update costs: bytes read and written, FLOPs. Bytes:
+// g (e bytes), the fp32 weights read and written (8), each optimizer state
+// read and written (8 each), and in mixed precision (fp16, bf16) the e-byte
+// working copy written: sgd 12, momentum 20, adam 28 bytes for every element
+// type. FLOPs: sgd 2, momentum 4, adam 12. Formulas: docs/cost-model.md.
+struct UpdateCost {
+  double bytes = 0;
+  double flops = 0;
+};
+UpdateCost updateCostPerParam(Optimizer optimizer, ElementType element);
+
+// The update of `params` parameters on the roofline: max(bytes / (bandwidth x
+// memory efficiency), FLOPs / fp32 peak) with updateCostPerParam's figures.
+Seconds updateTime(double params, const DeviceSpec& device, ElementType element,
+                   Optimizer optimizer = Optimizer::kMomentum);
 
 }  // namespace strata

@@ -32,9 +32,9 @@ enum class LayerKind {
 };
 inline constexpr int kLayerKindCount = 14;
 inline constexpr LayerKind kAllLayerKinds[] = {
-    LayerKind::kConv,      LayerKind::kPool,      LayerKind::kFc,      LayerKind::kRnn,
-    LayerKind::kRelu,      LayerKind::kLrn,       LayerKind::kDropout, LayerKind::kBatchNorm,
-    LayerKind::kAdd,       LayerKind::kSoftmax,   LayerKind::kEmbedding, LayerKind::kAttention,
+    LayerKind::kConv,      LayerKind::kPool,    LayerKind::kFc,        LayerKind::kRnn,
+    LayerKind::kRelu,      LayerKind::kLrn,     LayerKind::kDropout,   LayerKind::kBatchNorm,
+    LayerKind::kAdd,       LayerKind::kSoftmax, LayerKind::kEmbedding, LayerKind::kAttention,
     LayerKind::kLayerNorm, LayerKind::kGelu};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
@@ -154,6 +154,20 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
 // Loads a network YAML file (schema in docs/configs.md) or, for a path
 // ending in .onnx, an ONNX model (docs/onnx.md).
 Network loadNetwork(const std::string& path);
+// Imports an ONNX model (docs/onnx.md): its nodes in order, each mapped to a
+// strata layer or folded into one; shapes and costs derived as for YAML. Reads
+// only the file itself (initializers' dims; external data is never opened).
+// Name: the file stem. Throws ConfigError naming the file and the node
+// ("nodes[i] (name)") for anything it cannot map, and, in a build without
+// ONNX, one saying so.
+Network loadOnnxNetwork(const std::string& path);
+
+// The layer whose parameters receive layer `index`'s weight gradient: the
+// embedding a tied fc shares its table with, else the layer itself.
+inline int gradientOwner(const Network& network, int index) {
+  const int tied = network.layers[static_cast<size_t>(index)].spec.tiedTo;
+  return tied >= 0 ? tied : index;
+}
 
 // Why layers [from, end) cannot run model-parallel under owt-* (the first
 // must be an fc, the rest a chain, each layer reading the one before, and

@@ -39,6 +39,16 @@ enum class PsPriority { kFirstNeeded, kFifo, kLastReady };
 std::string_view toString(PsPriority priority);
 PsPriority parsePsPriority(std::string_view text, const std::string& option);
 
+// The weight update: plain SGD (w -= lr g), SGD with momentum (one velocity v
+// per parameter, the executor's and the default), or Adam (Kingma and Ba
+// 2015: two moments m, v per parameter).
+enum class Optimizer { kSgd, kMomentum, kAdam };
+std::string_view toString(Optimizer optimizer);
+Optimizer parseOptimizer(std::string_view text, const std::string& option);
+// State tensors the optimizer keeps per parameter: 0 (sgd), 1 (momentum), 2
+// (adam).
+double optimizerStatesPerParam(Optimizer optimizer);
+
 // The most steps a ps worker may run ahead of its pulls (--staleness).
 inline constexpr int kMaxStaleness = 16;
 // The most dedicated ps server nodes (--ps-servers).
@@ -54,6 +64,9 @@ struct StrategyOptions {
   // NCCL_BUFFSIZE (NCCL environment-variable documentation). 0: unsegmented.
   Bytes segment = Bytes(4.0 * 1024 * 1024);
   ElementType element = ElementType::kFp32;
+  // The update rule: what the optimizer holds per parameter (memory) and
+  // what the update reads and writes (its time).
+  Optimizer optimizer = Optimizer::kMomentum;
   // With overlap, gradients are synchronised in buckets of consecutive layers
   // (in backprop order) of at least this many bytes, each bucket as soon as
   // its last gradient is ready. 25 MiB is PyTorch DDP's default
@@ -173,6 +186,18 @@ struct RoundInfo {
   Bytes egressPerRound;     // activation bytes leaving the busiest worker per round
 };
 
+// A whole training run (predict and simulate: --steps, or --epochs over a
+// --dataset of examples): its length in steps and its time.
+struct TrainingRun {
+  double steps = 0;          // optimizer steps in the run; 0: no run asked
+  double epochs = 0;         // 0 when the run was given in steps
+  double dataset = 0;        // examples in the dataset (0 with steps)
+  double stepsPerEpoch = 0;  // ceil(dataset / global batch) (0 with steps)
+  // firstStep + (steps - 1) x step: steps x step where steps synchronise,
+  // the first step and then the steady period for ps.
+  Seconds time;
+};
+
 struct StepEstimate {
   std::string engine = "model";
   std::string network;
@@ -202,6 +227,8 @@ struct StepEstimate {
   // firstStep = step and steadySteps = 1.
   Seconds firstStep;
   int steadySteps = 1;
+  // Set by the CLI when a training run was asked (training.steps > 0).
+  TrainingRun training;
 };
 
 }  // namespace strata

@@ -15,6 +15,7 @@ inline nlohmann::ordered_json optionsJson(const StrategyOptions& o) {
           {"segment_bytes", o.segment.value()},
           {"bucket_bytes", o.bucket.value()},
           {"element", std::string(toString(o.element))},
+          {"optimizer", std::string(toString(o.optimizer))},
           {"conv_sync", std::string(toString(o.convSync))},
           {"ps_priority", std::string(toString(o.psPriority))},
           {"staleness", o.staleness},

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "strata/exec/nn/memory.h"
@@ -99,6 +100,41 @@ struct DropoutDesc {
 struct SoftmaxLossSum {
   double loss = 0;      // sum over positions whose label is held of (max + log sum - z_label)
   int64_t correct = 0;  // positions whose label is held and whose label logit is the max
+};
+
+// Multi-head self-attention over a sequence x (n, d, T, 1): d = c features,
+// T = h*w positions (Vaswani et al. 2017; GPT-2's attention). Per example,
+// with the weights Wqkv (3d x d), Wo (d x d) then the biases bqkv (3d), bo (d):
+//   QKV = Wqkv x + bqkv  (3d x T: rows [0, d) Q, [d, 2d) K, [2d, 3d) V; head
+//                         h's Q_h, K_h, V_h are rows [h dh, (h+1) dh) of each)
+//   P_h = softmax(Q_h^T K_h / sqrt(dh)) per row (query), keys after the query
+//         masked out when causal;   C_h = V_h P_h^T;   y = Wo C + bo.
+// The GEMMs and kernels are those model/src/kernels.cpp's lowerCpu prices.
+struct AttentionDesc {
+  int features = 0;   // d
+  int positions = 0;  // T
+  int heads = 1;
+  bool causal = true;
+  int headFeatures() const { return features / heads; }
+};
+
+// What an attention layer keeps from forward for its backward passes, and
+// the gradient its bwd_weights leaves for its bwd_data (all per example).
+struct AttentionSaved {
+  TensorView qkv;      // (n, 3d, T, 1)
+  float* probs;        // n x heads x T x T, row (query) major
+  TensorView context;  // C (n, d, T, 1)
+  TensorView dqkv;     // (n, 3d, T, 1): written by bwd_weights, read by bwd_data
+};
+
+// An embedding: x holds token ids (n, 1, T, 1) as floats (exact integers);
+// y (n, features, T, 1) with y[:, t] = table[id_t] (+ pos[t] when the layer
+// has a position table). Tables are row-major: vocab x features, then
+// positions x features.
+struct EmbeddingDesc {
+  int vocab = 0;
+  int features = 0;
+  bool positions = false;  // whether a position table follows the token table
 };
 
 class Backend {
@@ -203,6 +239,50 @@ class Backend {
   virtual void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                                int classOffset, float scale, TensorView dlogits, float beta) = 0;
 
+  // ---- transformer layers ----
+  // Whether this backend runs the kernels below; Model refuses a network with
+  // transformer layers on one that does not, naming the layer. Their default
+  // implementations throw a UserError naming the kernel and the backend.
+  virtual bool runsTransformerLayers() const { return false; }
+
+  // Layer normalisation (Ba et al. 2016) of each position over its c
+  // channels: y = gain * (x - mean) / sqrt(var + eps) + bias, mean and
+  // (biased) variance over the c values of the position (stride h*w in NCHW).
+  virtual void layerNormForward(ConstTensorView x, const float* gain, const float* bias, float eps,
+                                TensorView y);
+  virtual void layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain,
+                                     float eps, TensorView dx, float beta);
+  // dgain += sum over positions of dy * xhat; dbias += sum of dy.
+  virtual void layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                                        float* dgain, float* dbias);
+
+  // GELU, tanh approximation (Hendrycks & Gimpel 2016, as GPT-2):
+  // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void geluForward(ConstTensorView x, TensorView y);
+  // dx = dy * gelu'(x) + beta * dx.
+  virtual void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta);
+
+  // See AttentionDesc; fills saved.qkv, saved.probs and saved.context.
+  virtual void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
+                                const float* bias, const AttentionSaved& saved, TensorView y);
+  // dWo, dWqkv (dw, laid out as w) and dbias (may be null) += their
+  // gradients; writes saved.dqkv for attentionBackwardData.
+  virtual void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x,
+                                        ConstTensorView dy, const float* w,
+                                        const AttentionSaved& saved, float* dw, float* dbias);
+  // dx = Wqkv^T dqkv + beta * dx.
+  virtual void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
+                                     TensorView dx, float beta);
+
+  // Gathers the token (and position) vectors; an id outside [0, vocab) is an
+  // error naming both values.
+  virtual void embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
+                                TensorView y);
+  // Scatter-adds dy into the rows of the ids (and of the positions): dtable
+  // is laid out as the tables.
+  virtual void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids,
+                                        ConstTensorView dy, float* dtable);
+
   // ---- optimiser ----
   // SGD with momentum in the form of Krizhevsky et al. (2012, section 5) and
   // Sutskever et al. (2013):  v = momentum * v - lr * (g + weightDecay * w);
@@ -210,6 +290,10 @@ class Backend {
   // a constant learning rate, with v = -lr v'.
   virtual void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                            float learningRate, float momentum, float weightDecay) = 0;
+
+ protected:
+  // Throws the ConfigError of a transformer kernel this backend lacks.
+  [[noreturn]] void lacks(std::string_view kind) const;
 };
 
 }  // namespace strata::nn

@@ -61,6 +61,27 @@ class CpuBackend final : public Backend {
   void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                        int classOffset, float scale, TensorView dlogits, float beta) override;
 
+  bool runsTransformerLayers() const override { return true; }
+  void layerNormForward(ConstTensorView x, const float* gain, const float* bias, float eps,
+                        TensorView y) override;
+  void layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain, float eps,
+                             TensorView dx, float beta) override;
+  void layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgain,
+                                float* dbias) override;
+  void geluForward(ConstTensorView x, TensorView y) override;
+  void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
+  void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
+                        const float* bias, const AttentionSaved& saved, TensorView y) override;
+  void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
+                                const float* w, const AttentionSaved& saved, float* dw,
+                                float* dbias) override;
+  void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
+                             TensorView dx, float beta) override;
+  void embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
+                        TensorView y) override;
+  void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids, ConstTensorView dy,
+                                float* dtable) override;
+
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
 
@@ -81,9 +102,26 @@ class CpuBackend final : public Backend {
   static void biasGrad(const float* dy, float* dbias, int channels, int64_t positions);
   // x = 0 over count elements (what an overwriting gradient kernel does first).
   static void zero(float* x, int64_t count);
+  // Attention's softmax over `rows` rows of t scores (row r is query r % t of
+  // its head): p = softmax(scale * s), keys after the query 0 when causal
+  // (attn_softmax_fwd). p may be s (the layer runs it in place).
+  static void attnSoftmaxForward(const float* s, float* p, int64_t rows, int t, bool causal,
+                                 float scale);
+  // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
+  static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
+                                  float scale);
+  // Adam (Kingma & Ba 2015) at step >= 1, for `strata calibrate` (adam): the
+  // executor trains with sgdMomentum.
+  static void adam(std::span<float> w, std::span<float> m, std::span<float> v,
+                   std::span<const float> g, float learningRate, float beta1, float beta2,
+                   float eps, int step);
 
  private:
-  std::vector<float> col_;  // im2col of one example and group
+  std::vector<float> col_;       // im2col of one example and group
+  std::vector<float> dcontext_;  // attention backward: dC of one example (d x T)
+  std::vector<float> dprobs_;    // attention backward: dP, then dS, of the batch
+  std::vector<float> rowMean_;   // layernorm: per position of one example
+  std::vector<float> rowInvStd_;
 };
 
 }  // namespace strata::nn

@@ -103,6 +103,7 @@ struct ModelOptions {
   bool dropout = true;
   LrnDesc lrn{};               // constants of lrn layers (size comes from the layer)
   float batchNormEps = 1e-5f;  // added to the batch variance
+  float layerNormEps = 1e-5f;  // added to each position's variance (PyTorch's default)
   // Empty, or one entry per layer: a non-empty range makes that layer (an fc)
   // model-parallel with only those output neurons. See the header comment.
   std::vector<NeuronRange> slices{};
@@ -132,7 +133,14 @@ class Model {
   // batchnorm scales 1, conv and fc weights uniform in [-a, a] with variance
   // 2 / fanIn (He et al. 2015, for layers whose only reader is a relu) or
   // 1 / fanIn (LeCun/Xavier-style, for the others, e.g. the classifier).
-  // Throws UserError naming the layer for an rnn layer (not supported) or a
+  // Transformer layers: attention's Wqkv and Wo like an fc reading d
+  // features, embedding tables (tokens, then positions) with variance 1 / d,
+  // layernorm gains 1 and biases 0. A tied fc (spec.tiedTo) holds no weights:
+  // it reads its embedding's token table, and its bwd_weights adds into that
+  // table's gradient (the embedding's block, which the embedding's own
+  // bwd_weights, last in backprop, completes).
+  // Throws UserError naming the layer for an rnn layer (not supported), a
+  // transformer layer on a backend that does not run them (cuda), or a
   // model-parallel layout it cannot run.
   explicit Model(const Network& network, ModelOptions options = {});
   ~Model();
@@ -200,6 +208,12 @@ class Model {
   // update of the fc layers while the conv layers keep accumulating).
   void zeroGradients();
   void zeroGradients(int layer);
+  // Zeroes the gradients that `layer`'s bwd_weights is the first to write in
+  // backprop (layers in reverse order): its own, except an embedding's when
+  // a tied fc writes into it first, plus, for the last tied fc of an
+  // embedding, that embedding's. For a caller that clears gradients layer by
+  // layer just before their backprop (ps's later steps in one plan).
+  void zeroGradientsBeforeBackprop(int layer);
 
   // Single-worker conveniences over the whole batch: forward of every layer;
   // backward of every layer in reverse (weights, then data; data also for the
@@ -247,6 +261,11 @@ class Model {
   struct LayerState;
 
   ConstTensorView inputOf(int layer, int which) const;
+  // The weights a layer's GEMMs read in `buffer` (parameters): its own block,
+  // or for a tied fc its embedding's token table.
+  const float* tiedWeights(int layer, const Buffer<float>& buffer) const;
+  // An attention layer's saved tensors over examples r.
+  AttentionSaved attentionSaved(int layer, ExampleRange r);
   // Layers [firstLayer, lastLayer] of a parameter-shaped buffer, one span.
   std::span<float> layersOf(Buffer<float>& buffer, int firstLayer, int lastLayer) const;
   Tensor& gradTargetOf(int layer, int which);
@@ -263,6 +282,9 @@ class Model {
   Backend* backend_ = nullptr;
   std::vector<LayerState> layers_;
   std::vector<ParamBlock> blocks_;
+  // Per layer: the layer whose bwd_weights writes its gradient block first in
+  // backprop (itself, or the last tied fc of an embedding).
+  std::vector<int> firstGradientWriter_;
   Buffer<float> params_;
   Buffer<float> grads_;
   Buffer<float> momentum_;

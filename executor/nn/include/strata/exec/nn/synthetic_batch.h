@@ -15,14 +15,17 @@ namespace strata::nn {
 // Element e = (c*h + y)*w + x of example i is
 //   means[(classes[i]*c + c')*cells + (y*gridH/h)*gridW + x*gridW/w]
 //     + noise * normalFloat(hashOf(keys[i], e))      (kernels/counter_rng.h)
-// with cells = gridH*gridW. `means` belongs to the dataset (it outlives the
-// batch and does not change).
+// with cells = gridH*gridW, or `values` when it is not empty. `means` belongs to the dataset (it
+// outlives the batch and does not change).
 struct SyntheticBatch {
   std::span<const float> means;  // classes x c x gridH x gridW
   std::vector<int32_t> classes;  // per example
   std::vector<uint64_t> keys;    // per example: the key of its noise
   int gridH = 1, gridW = 1;
   float noise = 0;
+  // Non-empty: the batch's elements themselves (token ids of a language
+  // model's input, n x c*h*w), written as they are instead of the above.
+  std::vector<float> values;
 };
 
 // Writes the batch into x (host memory, dims (classes.size(), c, h, w)): the

@@ -1,0 +1,53 @@
+// The default transformer kernels of Backend: a backend without them says so.
+#include "strata/exec/nn/backend.h"
+
+#include <fmt/format.h>
+
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+void Backend::lacks(std::string_view kind) const {
+  throw UserError(
+      fmt::format("the {} backend does not run {} layers yet (transformer layers run "
+                  "on the cpu backend)",
+                  name(), kind));
+}
+
+void Backend::layerNormForward(ConstTensorView, const float*, const float*, float, TensorView) {
+  lacks("layernorm");
+}
+void Backend::layerNormBackwardData(ConstTensorView, ConstTensorView, const float*, float,
+                                    TensorView, float) {
+  lacks("layernorm");
+}
+void Backend::layerNormBackwardWeights(ConstTensorView, ConstTensorView, float, float*, float*) {
+  lacks("layernorm");
+}
+void Backend::geluForward(ConstTensorView, TensorView) {
+  lacks("gelu");
+}
+void Backend::geluBackward(ConstTensorView, ConstTensorView, TensorView, float) {
+  lacks("gelu");
+}
+void Backend::attentionForward(const AttentionDesc&, ConstTensorView, const float*, const float*,
+                               const AttentionSaved&, TensorView) {
+  lacks("attention");
+}
+void Backend::attentionBackwardWeights(const AttentionDesc&, ConstTensorView, ConstTensorView,
+                                       const float*, const AttentionSaved&, float*, float*) {
+  lacks("attention");
+}
+void Backend::attentionBackwardData(const AttentionDesc&, ConstTensorView, const float*, TensorView,
+                                    float) {
+  lacks("attention");
+}
+void Backend::embeddingForward(const EmbeddingDesc&, ConstTensorView, const float*, TensorView) {
+  lacks("embedding");
+}
+void Backend::embeddingBackwardWeights(const EmbeddingDesc&, ConstTensorView, ConstTensorView,
+                                       float*) {
+  lacks("embedding");
+}
+
+}  // namespace strata::nn

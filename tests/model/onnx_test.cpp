@@ -1,0 +1,228 @@
+// ONNX import (docs/onnx.md) against hand-computed layers, parameters and
+// FLOPs. The fixtures are committed .onnx files written by
+// tests/fixtures/onnx/make_fixtures.py; the ResNets' weights were external
+// data and are gone, so these tests also show that only dims are read.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+
+#ifndef STRATA_ONNX_FIXTURES
+#error "STRATA_ONNX_FIXTURES must be defined to the tests/fixtures/onnx folder"
+#endif
+
+using namespace strata;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(STRATA_ONNX_FIXTURES) + "/" + name;
+}
+
+const Layer& layer(const Network& n, const std::string& name) {
+  const int i = n.find(name);
+  INFO("layer " << name);
+  REQUIRE(i >= 0);
+  return n.layers[static_cast<size_t>(i)];
+}
+
+std::vector<LayerKind> kinds(const Network& n) {
+  std::vector<LayerKind> k;
+  for (const auto& l : n.layers)
+    k.push_back(l.kind);
+  return k;
+}
+
+int count(const Network& n, LayerKind kind) {
+  int c = 0;
+  for (const auto& l : n.layers)
+    c += l.kind == kind ? 1 : 0;
+  return c;
+}
+
+// loadNetwork of fixture `name` throws a ConfigError keyed by `key` whose
+// message holds every one of `needles`.
+void checkUnmappable(const std::string& name, const std::string& key,
+                     const std::vector<std::string>& needles) {
+  const std::string path = fixture(name);
+  try {
+    (void)loadNetwork(path);
+    FAIL("no error for " << name);
+  } catch (const ConfigError& e) {
+    INFO(e.what());
+    CHECK(e.file() == path);
+    CHECK(e.line() == 0);
+    CHECK(e.key() == key);
+    for (const auto& needle : needles) {
+      INFO("expected to contain: " << needle);
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("onnx tiny MLP: Gemm with and without transB, Relu, Softmax", "[onnx]") {
+  const auto n = loadNetwork(fixture("tiny_mlp.onnx"));
+  CHECK(n.name == "tiny_mlp");
+  CHECK(n.sourceFile == fixture("tiny_mlp.onnx"));
+  CHECK(n.description == "imported from tiny_mlp.onnx (producer strata-fixtures 1)");
+  CHECK(n.input == Shape{16, 1, 1});
+  CHECK(kinds(n) == std::vector<LayerKind>{LayerKind::kFc, LayerKind::kRelu, LayerKind::kFc,
+                                           LayerKind::kSoftmax});
+  CHECK(layer(n, "fc1").outShape == Shape{32, 1, 1});  // W [32, 16] with transB
+  CHECK(layer(n, "fc2").outShape == Shape{10, 1, 1});  // W [32, 10] without
+  CHECK(layer(n, "fc1").params == 16 * 32 + 32);
+  CHECK(layer(n, "fc2").params == 32 * 10 + 10);
+  CHECK(n.totalParams() == 874);  // 544 + 330
+  // fc1 2 x 16 x 32 = 1024, relu 32, fc2 2 x 32 x 10 = 640, softmax 4 x 10 = 40
+  CHECK(n.totalFwdFlops() == 1736);
+  for (const auto& l : n.layers)
+    CHECK(l.configLine == 0);
+  CHECK(n.modelParallelFrom == 0);  // fc1 and a chain after it
+}
+
+TEST_CASE("onnx tiny CNN: Conv, BatchNormalization, MaxPool, Flatten, Dropout, Gemm", "[onnx]") {
+  const auto n = loadNetwork(fixture("tiny_cnn.onnx"));
+  CHECK(n.input == Shape{3, 8, 8});
+  // Flatten maps to no layer: the fc flattens.
+  CHECK(kinds(n) == std::vector<LayerKind>{LayerKind::kConv, LayerKind::kBatchNorm,
+                                           LayerKind::kRelu, LayerKind::kPool, LayerKind::kDropout,
+                                           LayerKind::kFc});
+  const auto& conv = layer(n, "conv");
+  CHECK(conv.spec.filters == 4);
+  CHECK(conv.spec.kernelH == 3);
+  CHECK(conv.spec.pad == 1);
+  CHECK(conv.spec.bias);
+  CHECK(conv.outShape == Shape{4, 8, 8});              // (8 + 2 - 3) / 1 + 1 = 8
+  CHECK(layer(n, "pool").outShape == Shape{4, 4, 4});  // (8 - 2) / 2 + 1 = 4
+  CHECK(layer(n, "pool").spec.poolMode == PoolMode::kMax);
+  CHECK(layer(n, "drop").spec.dropoutRate == 0.25);  // the ratio input
+  CHECK(layer(n, "fc").inShape == Shape{4, 4, 4});
+  CHECK(layer(n, "fc").spec.flatten);
+  CHECK(layer(n, "fc").outShape == Shape{10, 1, 1});
+  // conv 4 x 3 x 3 x 3 + 4 = 112, bn 2 x 4 = 8, fc 64 x 10 + 10 = 650
+  CHECK(n.totalParams() == 112 + 8 + 650);
+  // conv 2 x (4 x 8 x 8) x (3 x 3 x 3) = 13824, bn 4 x 256 = 1024, relu 256,
+  // pool 64 outputs x 2 x 2 = 256, dropout 64, fc 2 x 64 x 10 = 1280
+  CHECK(n.totalFwdFlops() == 13824 + 1024 + 256 + 256 + 64 + 1280);
+  CHECK(n.modelParallelFrom == 5);
+}
+
+TEST_CASE("onnx tiny transformer: embedding with positions, attention, per-position fc", "[onnx]") {
+  const auto n = loadNetwork(fixture("tiny_transformer.onnx"));
+  CHECK(n.input == Shape{1, 8, 1});  // 8 token ids
+  // The positional Gather + Add fold into wte, the output projection (MatMul
+  // + Add) into attn, and each MatMul's bias Add into its fc.
+  const std::vector<std::string> names = {"wte",  "ln1", "attn", "add1", "ln2",     "fc1",
+                                          "gelu", "fc2", "add2", "ln_f", "lm_head", "loss"};
+  REQUIRE(n.layers.size() == names.size());
+  for (size_t i = 0; i < names.size(); ++i)
+    CHECK(n.layers[i].name == names[i]);
+  CHECK(kinds(n) == std::vector<LayerKind>{LayerKind::kEmbedding, LayerKind::kLayerNorm,
+                                           LayerKind::kAttention, LayerKind::kAdd,
+                                           LayerKind::kLayerNorm, LayerKind::kFc, LayerKind::kGelu,
+                                           LayerKind::kFc, LayerKind::kAdd, LayerKind::kLayerNorm,
+                                           LayerKind::kFc, LayerKind::kSoftmax});
+  const auto& wte = layer(n, "wte");
+  CHECK(wte.spec.vocab == 50);
+  CHECK(wte.spec.outputs == 16);
+  CHECK(wte.spec.positions == 8);
+  CHECK(wte.outShape == Shape{16, 8, 1});  // 8 positions of 16 features
+  const auto& attn = layer(n, "attn");
+  CHECK(attn.spec.heads == 2);
+  CHECK(attn.spec.causal);  // unidirectional 1
+  CHECK(attn.spec.bias);
+  CHECK(layer(n, "add1").inputs == std::vector<int>{0, 2});
+  CHECK(layer(n, "fc1").spec.flatten == false);
+  CHECK(layer(n, "fc1").spec.bias);  // folded from fc1_bias
+  CHECK(layer(n, "fc1").outShape == Shape{32, 8, 1});
+  CHECK(layer(n, "lm_head").spec.bias == false);
+  CHECK(layer(n, "loss").outShape == Shape{50, 8, 1});
+  // wte 50 x 16 + wpe 8 x 16 = 928; 3 layernorms 2 x 16 = 96; attention
+  // 4 x 16 x 16 + 4 x 16 = 1088 (QKV [16, 48] + 48, projection [16, 16] + 16);
+  // fc1 16 x 32 + 32 = 544; fc2 32 x 16 + 16 = 528; lm_head 16 x 50 = 800
+  CHECK(n.totalParams() == 928 + 96 + 1088 + 544 + 528 + 800);
+  // T = 8, d = 16: embedding (positions added) 128; layernorms 3 x 4 x 128;
+  // attention 2 (4 T d^2 + 2 T^2 d) = 2 (8192 + 2048); adds 2 x 128;
+  // fc1 2 x 16 x 32 x 8 = 8192; gelu 8 x 256 = 2048; fc2 8192;
+  // lm_head 2 x 16 x 50 x 8 = 12800; softmax 4 x 400 = 1600
+  CHECK(n.totalFwdFlops() ==
+        128 + 3 * 512 + 2 * (8192 + 2048) + 256 + 8192 + 2048 + 8192 + 12800 + 1600);
+  CHECK(n.modelParallelFrom == 10);  // lm_head: the adds after fc1 and fc2 are no chain
+}
+
+TEST_CASE("onnx resnet18 from torchvision has its 11,689,512 parameters", "[onnx]") {
+  // torchvision's resnet18 with a softmax appended, weights external and deleted.
+  const auto n = loadNetwork(fixture("resnet18.onnx"));
+  CHECK(n.name == "resnet18");
+  CHECK(n.input == Shape{3, 224, 224});
+  CHECK(n.totalParams() == 11'689'512);
+  CHECK(count(n, LayerKind::kConv) == 20);  // 1 + 8 blocks x 2 + 3 projections
+  CHECK(count(n, LayerKind::kBatchNorm) == 20);
+  CHECK(count(n, LayerKind::kRelu) == 17);  // 1 + 8 blocks x 2
+  CHECK(count(n, LayerKind::kAdd) == 8);
+  CHECK(count(n, LayerKind::kPool) == 2);  // max pool, global average pool
+  CHECK(count(n, LayerKind::kFc) == 1);
+  CHECK(n.layers.size() == 69);
+  CHECK(n.layers.front().outShape == Shape{64, 112, 112});
+  CHECK(n.layers[3].outShape == Shape{64, 56, 56});  // the max pool
+  const Layer& gap = n.layers[n.layers.size() - 3];
+  CHECK(gap.spec.global);
+  CHECK(gap.inShape == Shape{512, 7, 7});
+  CHECK(n.layers[n.layers.size() - 2].outShape == Shape{1000, 1, 1});
+  CHECK(n.layers.back().kind == LayerKind::kSoftmax);
+  // fc 512 x 1000 + 1000; conv weights are the rest with the batchnorms' 2 x channels
+  CHECK(n.paramsOfKind(LayerKind::kFc) == 513'000);
+  CHECK(n.modelParallelFrom == static_cast<int>(n.layers.size()) - 2);
+}
+
+TEST_CASE("onnx resnet50 from torchvision equals the resnet50 preset", "[onnx]") {
+  const auto n = loadNetwork(fixture("resnet50.onnx"));
+  const auto preset = strata::test::presetNetwork("resnet50");
+  CHECK(n.totalParams() == 25'557'032);
+  CHECK(preset.totalParams() == 25'557'032);
+  CHECK(n.totalFwdFlops() == preset.totalFwdFlops());
+  CHECK(n.totalTrainFlops() == preset.totalTrainFlops());
+  // Layer for layer: 53 convs, 53 batchnorms, 49 relus, 16 adds, 2 pools, fc,
+  // softmax; the same kinds and shapes in the same order.
+  REQUIRE(n.layers.size() == preset.layers.size());
+  CHECK(n.layers.size() == 175);
+  for (size_t i = 0; i < n.layers.size(); ++i) {
+    INFO("layer " << i << ": " << n.layers[i].name << " / " << preset.layers[i].name);
+    CHECK(n.layers[i].kind == preset.layers[i].kind);
+    CHECK(n.layers[i].outShape == preset.layers[i].outShape);
+    CHECK(n.layers[i].params == preset.layers[i].params);
+    CHECK(n.layers[i].fwdFlops == preset.layers[i].fwdFlops);
+  }
+}
+
+TEST_CASE("onnx ops strata cannot map are one error naming the node and the op", "[onnx]") {
+  checkUnmappable("unmappable_transpose.onnx", "nodes[1] (swap_axes)",
+                  {"op 'Transpose' cannot be mapped to a strata layer (supported: Conv,"});
+  checkUnmappable("unmappable_matmul.onnx", "nodes[1] (scores)",
+                  {"op 'MatMul' of two activations", "cannot be mapped"});
+  checkUnmappable("unmappable_erf.onnx", "nodes[1] (gelu_erf)",
+                  {"op 'Erf' cannot be mapped to a strata layer"});
+}
+
+TEST_CASE("onnx files that are missing or not ONNX are config errors", "[onnx]") {
+  CHECK_THROWS_WITH(loadNetwork(fixture("no_such_model.onnx")),
+                    Catch::Contains("no_such_model.onnx") && Catch::Contains("no such file"));
+  const std::string junk = "strata_onnx_test_junk.onnx";
+  {
+    std::ofstream out(junk, std::ios::binary);
+    out << "name: not-a-model\nlayers: [1, 2, 3]\n";
+  }
+  CHECK_THROWS_AS(loadNetwork(junk), ConfigError);
+  std::remove(junk.c_str());
+}
+
+TEST_CASE("onnx paths resolve as files, never as presets", "[onnx]") {
+  const std::string path = fixture("tiny_mlp.onnx");
+  CHECK(resolveConfig(ConfigKind::kNetwork, path, "--network") == path);
+  CHECK_THROWS_WITH(resolveConfig(ConfigKind::kNetwork, "model.onnx", "--network"),
+                    Catch::Contains("no such file 'model.onnx'"));
+}

@@ -1,0 +1,271 @@
+// Transformer layers against closed forms: parameter counts of the presets
+// against published figures, FLOPs against Megatron-LM's per-layer formula,
+// activation memory against the sequence length, and the loader's mistakes.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+
+using namespace strata;
+using strata::test::flatCluster;
+using strata::test::presetNetwork;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const Layer& layer(const Network& n, const std::string& name) {
+  const int i = n.find(name);
+  REQUIRE(i >= 0);
+  return n.layers[static_cast<size_t>(i)];
+}
+
+// Writes a network file <tmp>/strata-transformer/<stem>.yaml and loads it.
+Network loadText(const std::string& stem, const std::string& text) {
+  const auto dir = fs::temp_directory_path() / "strata-transformer";
+  fs::create_directories(dir);
+  const auto path = (dir / (stem + ".yaml")).string();
+  std::ofstream(path) << text;
+  return loadNetwork(path);
+}
+
+// The message of the ConfigError loading `text` throws ("" when none).
+std::string loadError(const std::string& stem, const std::string& text) {
+  try {
+    loadText(stem, text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Forward FLOPs per example of the GEMMs of one block (attention + fc1 +
+// fc2) of `net`'s block `b`.
+double blockGemmFlops(const Network& net, const std::string& b) {
+  return layer(net, b + ".attn").fwdFlops + layer(net, b + ".fc1").fwdFlops +
+         layer(net, b + ".fc2").fwdFlops;
+}
+
+}  // namespace
+
+TEST_CASE("gpt2-small has the 124,439,808 parameters of GPT-2 small", "[network][transformer]") {
+  const auto n = presetNetwork("gpt2-small");
+  // wte 50257 x 768 + wpe 1024 x 768.
+  CHECK(layer(n, "wte").params == int64_t{50257} * 768 + 1024 * 768);
+  // Q, K, V and output projections with biases: 4 d^2 + 4 d.
+  CHECK(layer(n, "h.1.attn").params == 4 * 768 * 768 + 4 * 768);  // 2,362,368
+  CHECK(layer(n, "h.1.ln1").params == 2 * 768);
+  CHECK(layer(n, "h.1.fc1").params == 768 * 3072 + 3072);
+  CHECK(layer(n, "h.12.fc2").params == 3072 * 768 + 768);
+  // The output layer shares the token table: no parameters of its own.
+  CHECK(layer(n, "lm_head").params == 0);
+  CHECK(layer(n, "lm_head").spec.tiedTo == n.find("wte"));
+  CHECK(layer(n, "lm_head").computesWeightGradient());
+  CHECK(n.totalParams() == 124'439'808);
+  CHECK(layer(n, "loss").inShape == Shape{50257, 1024, 1});
+}
+
+TEST_CASE("gpt3-xl has the 1.3B parameters of GPT-3 XL", "[network][transformer]") {
+  const auto n = presetNetwork("gpt3-xl");
+  // 24 x (12 d^2 + 13 d) + wte + wpe + ln_f, d = 2048.
+  const int64_t d = 2048;
+  CHECK(n.totalParams() == 24 * (12 * d * d + 13 * d) + 50257 * d + 2048 * d + 2 * d);
+  CHECK(n.totalParams() == 1'315'723'264);
+}
+
+TEST_CASE("a transformer block's forward FLOPs are Megatron-LM's 24 s h^2 + 4 s^2 h",
+          "[network][transformer]") {
+  // Narayanan et al. (SC 2021), section 5.1: per layer, per example (b = 1).
+  for (const char* name : {"gpt2-small", "gpt3-xl", "tiny-gpt"}) {
+    INFO(name);
+    const auto n = presetNetwork(name);
+    const double s = n.input.h;
+    const double h = layer(n, "wte").outShape.c;
+    const double megatron = 24 * s * h * h + 4 * s * s * h;
+    CHECK(blockGemmFlops(n, "h.1") == megatron);
+    CHECK(blockGemmFlops(n, "h.2") == megatron);
+    // The output layer: 2 s h V (Megatron's logit term).
+    const double v = layer(n, "wte").spec.vocab;
+    CHECK(layer(n, "lm_head").fwdFlops == 2 * s * h * v);
+  }
+  // gpt2-small: 12 x (24 x 1024 x 768^2 + 4 x 1024^2 x 768) + 2 x 1024 x 768 x 50257.
+  const auto g = presetNetwork("gpt2-small");
+  double gemms = 0;
+  for (const auto& l : g.layers)
+    if (l.kind == LayerKind::kAttention || l.kind == LayerKind::kFc)
+      gemms += l.fwdFlops;
+  CHECK(gemms == 12.0 * 17'716'740'096 + 79'047'426'048);
+}
+
+TEST_CASE("attention: backward is twice forward, split as the executor runs it",
+          "[network][transformer]") {
+  const auto n = presetNetwork("gpt2-small");
+  const auto& a = layer(n, "h.3.attn");
+  const double t = 1024, d = 768;
+  CHECK(a.fwdFlops == 8 * t * d * d + 4 * t * t * d);
+  CHECK(a.bwdDataFlops + a.bwdWeightsFlops == 2 * a.fwdFlops);
+  // bwd_data is dx = Wqkv^T dQKV alone: 2 x 3 T d^2.
+  CHECK(a.bwdDataFlops == 6 * t * d * d);
+  // Saved for backward besides the output: Q, K, V, context (4 T d) and
+  // the probabilities of 12 heads (12 T^2).
+  CHECK(a.savedElems == 4 * t * d + 12 * t * t);
+}
+
+TEST_CASE("activation memory grows with the square of the sequence in attention",
+          "[network][transformer]") {
+  const auto cl = flatCluster(1e10, 1e-6);
+  auto withSequence = [](int t) {
+    return loadText(fmt::format("seq{}", t), fmt::format(R"(name: seq{}
+input: {{channels: 1, height: {}, width: 1}}
+layers:
+  - {{name: wte, kind: embedding, vocab: 100, outputs: 64}}
+  - {{name: attn, kind: attention, heads: 4}}
+  - {{name: head, kind: fc, outputs: 100, flatten: false, tied: wte}}
+  - {{name: loss, kind: softmax}}
+)",
+                                                         t, t));
+  };
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 1;
+  sc.batchPerWorker = 2;
+  const auto m128 = estimateMemory(withSequence(128), cl, sc, 0).activations.value();
+  const auto m256 = estimateMemory(withSequence(256), cl, sc, 0).activations.value();
+  // Per example: input T, wte 64 T, attn 64 T + saved 4 x 64 T + 4 T^2,
+  // head 100 T, loss 100 T elements of 4 bytes, for 2 examples.
+  auto expected = [](double t) {
+    return 2 * 4 * (t + 64 * t + 64 * t + 256 * t + 4 * t * t + 200 * t);
+  };
+  CHECK(m128 == Approx(expected(128)));
+  CHECK(m256 == Approx(expected(256)));
+}
+
+TEST_CASE("ring, naive and ps price a transformer and owt-* say why they cannot",
+          "[network][transformer][strategy]") {
+  const auto n = presetNetwork("tiny-gpt");
+  CHECK(n.modelParallelFrom == -1);
+  CHECK_THAT(n.noModelParallelWhy, Catch::Contains("does not read the layer before it") ||
+                                       Catch::Contains("shares its weights"));
+  const auto cl = flatCluster(1e10, 1e-6);
+  for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+    Scenario sc;
+    sc.strategy = s;
+    sc.workers = 3;
+    sc.batchPerWorker = 4;
+    const auto e = estimate(n, cl, sc);
+    CHECK(e.step.value() > 0);
+    // Every gradient crosses the wire: the tied head adds no bytes of its own.
+    CHECK(e.workers[0].sent.value() > 0);
+  }
+  Scenario owt;
+  owt.strategy = Strategy::kOwtB;
+  owt.workers = 2;
+  owt.batchPerWorker = 4;
+  try {
+    estimate(n, cl, owt);
+    FAIL("owt-b ran a network without a model-parallel part");
+  } catch (const UserError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("no part that can run model-parallel") &&
+                                          Catch::Contains("naive, ring and ps run any network"));
+  }
+}
+
+TEST_CASE("a residual MLP runs ring (the owt chain rule no longer refuses it)",
+          "[network][transformer][strategy]") {
+  const auto n = loadText("residual-mlp", R"(name: residual-mlp
+input: {channels: 32, height: 1, width: 1}
+layers:
+  - {name: fc1, kind: fc, outputs: 32}
+  - {name: relu1, kind: relu}
+  - {name: fc2, kind: fc, outputs: 32}
+  - {name: add, kind: add, inputs: [fc1, fc2]}
+  - {name: out, kind: fc, outputs: 10}
+  - {name: loss, kind: softmax}
+)");
+  // fc1 and fc2 are followed by the add of two inputs; "out" is the first fc
+  // whose rest is a chain.
+  CHECK(n.modelParallelFrom == n.find("out"));
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 2;
+  sc.batchPerWorker = 8;
+  CHECK(estimate(n, flatCluster(1e10, 1e-6), sc).step.value() > 0);
+  // Asked for explicitly, a part that is no chain is refused at its key.
+  CHECK_THAT(loadError("residual-mp", R"(name: residual-mp
+input: {channels: 32, height: 1, width: 1}
+model_parallel_from: fc1
+layers:
+  - {name: fc1, kind: fc, outputs: 32}
+  - {name: fc2, kind: fc, outputs: 32}
+  - {name: add, kind: add, inputs: [fc1, fc2]}
+  - {name: loss, kind: softmax}
+)"),
+             Catch::Contains("model_parallel_from") && Catch::Contains("must form a chain"));
+}
+
+TEST_CASE("transformer layer mistakes name the file, line and key", "[network][transformer]") {
+  const std::string head = "input: {channels: 1, height: 8, width: 1}\nlayers:\n";
+  // The embedding reads token ids: the network input, one channel.
+  CHECK_THAT(loadError("e1",
+                       "name: e1\ninput: {channels: 3, height: 8, width: 1}\nlayers:\n"
+                       "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n"),
+             Catch::Contains("e1.yaml:4: layers[0].input") && Catch::Contains("token ids"));
+  CHECK_THAT(loadError("e2", "name: e2\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 4, "
+                                 "positions: 4}\n"),
+             Catch::Contains("layers[0].positions") && Catch::Contains("8 positions"));
+  CHECK_THAT(loadError("e3", "name: e3\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 6}\n"
+                                 "  - {name: attn, kind: attention, heads: 4}\n"),
+             Catch::Contains("e3.yaml:5: layers[1].heads") && Catch::Contains("divide the 6"));
+  CHECK_THAT(loadError("e4", "name: e4\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n"
+                                 "  - {name: out, kind: fc, outputs: 11, flatten: false, tied: "
+                                 "wte}\n"),
+             Catch::Contains("layers[1].tied") && Catch::Contains("10 tokens of 4 features"));
+  CHECK_THAT(loadError("e5", "name: e5\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n"
+                                 "  - {name: out, kind: fc, outputs: 10, tied: wte}\n"),
+             Catch::Contains("layers[1].tied") && Catch::Contains("flatten: false"));
+  CHECK_THAT(loadError("e6", "name: e6\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n"
+                                 "  - {name: out, kind: fc, outputs: 10, flatten: false, tied: "
+                                 "nothing}\n"),
+             Catch::Contains("'nothing' is not an embedding layer defined earlier"));
+  CHECK_THAT(loadError("e7", "name: e7\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n"
+                                 "  - {name: h, kind: transformer, heads: 2, hidden: 8, "
+                                 "dropout: 1.5}\n"),
+             Catch::Contains("layers[1].dropout") && Catch::Contains("[0, 1)"));
+  CHECK_THAT(loadError("e8", "name: e8\n" + head +
+                                 "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n"
+                                 "  - {name: h, kind: transformer, heads: 2, hidden: 8, "
+                                 "repeat: 100000000}\n"),
+             Catch::Contains("layers[1].repeat"));
+}
+
+TEST_CASE("a transformer block expands to the pre-LN layout with its residuals",
+          "[network][transformer]") {
+  const auto n = presetNetwork("tiny-gpt");
+  // wte, then per block ln1 attn drop1 add1 ln2 fc1 gelu fc2 drop2 add2, then
+  // ln_f, lm_head, loss.
+  REQUIRE(n.layers.size() == 1 + 2 * 10 + 3);
+  const auto& add1 = layer(n, "h.2.add1");
+  REQUIRE(add1.inputs.size() == 2);
+  CHECK(add1.inputs[0] == n.find("h.1.add2"));  // the block's input
+  CHECK(add1.inputs[1] == n.find("h.2.drop1"));
+  const auto& add2 = layer(n, "h.1.add2");
+  CHECK(add2.inputs[0] == n.find("h.1.add1"));
+  CHECK(add2.inputs[1] == n.find("h.1.drop2"));
+  CHECK(layer(n, "h.1.ln1").inputs[0] == n.find("wte"));
+  CHECK(layer(n, "h.1.add1").inputs[0] == n.find("wte"));
+  CHECK(layer(n, "h.1.fc2").outShape == Shape{64, 32, 1});  // back to the width
+  CHECK(layer(n, "h.1.fc1").outShape == Shape{256, 32, 1});
+  CHECK(layer(n, "h.1.drop1").spec.dropoutRate == 0.1);
+  CHECK(layer(n, "h.1.attn").spec.causal);
+}
