@@ -221,9 +221,9 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
         out = Shape{s.outputs, in.h, in.w};
         count({out.c, out.h, out.w}, "output elements");
         // Tied: the weights are the embedding's (counted there).
-        layer.params = s.tiedTo >= 0 ? bias
-                                     : count({count({in.c, s.outputs}, "parameters") + bias},
-                                             "parameters");
+        layer.params = s.tiedTo >= 0
+                           ? bias
+                           : count({count({in.c, s.outputs}, "parameters") + bias}, "parameters");
         macs = count({in.c, s.outputs, in.h, in.w}, "multiply-accumulates");
       }
       break;
@@ -286,7 +286,7 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
       out = Shape{s.outputs, in.h, in.w};
       const double nOut = static_cast<double>(count({out.c, out.h, out.w}, "output elements"));
       layer.params = count({count({s.vocab, s.outputs}, "parameters") +
-                                count({s.positions, s.outputs}, "parameters")},
+                            count({s.positions, s.outputs}, "parameters")},
                            "parameters");
       // A gather moves no arithmetic; adding the position vector is one
       // FLOP per output, and so is each scatter-add of the backward pass.
@@ -307,8 +307,8 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
       const int64_t projection = count({4, t, in.c, in.c}, "multiply-accumulates");
       const int64_t mixing = count({2, t, t, in.c}, "multiply-accumulates");
       const int64_t scores = count({s.heads, t, t}, "attention scores");
-      layer.params = count({count({4, in.c, in.c}, "parameters") + (s.bias ? 4 * in.c : 0)},
-                           "parameters");
+      layer.params =
+          count({count({4, in.c, in.c}, "parameters") + (s.bias ? 4 * in.c : 0)}, "parameters");
       // Backward is twice forward: both operands of the scores and of the
       // context GEMMs take a gradient, and so do the projections' inputs and
       // weights. The executor runs bwd_weights first and it carries the
@@ -353,8 +353,8 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
   double nInAll = 0;
   for (const auto& shape : inputShapes)
     nInAll += static_cast<double>(shape.elements());
-  layer.fwdElems = nInAll + nOut;                               // read inputs, write output
-  layer.bwdDataElems = nOut + nInAll + nIn;                     // read dy and saved x, write dx
+  layer.fwdElems = nInAll + nOut;            // read inputs, write output
+  layer.bwdDataElems = nOut + nInAll + nIn;  // read dy and saved x, write dx
   layer.bwdWeightsElems = layer.computesWeightGradient() ? nIn + nOut : 0;  // read x and dy
   if (layer.kind == LayerKind::kEmbedding) {
     layer.bwdDataElems = 0;  // token ids take no gradient

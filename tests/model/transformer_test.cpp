@@ -1,8 +1,9 @@
 // Transformer layers against closed forms: parameter counts of the presets
 // against published figures, FLOPs against Megatron-LM's per-layer formula,
 // activation memory against the sequence length, and the loader's mistakes.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
