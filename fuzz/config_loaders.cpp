@@ -18,12 +18,12 @@ namespace strata::fuzz {
 namespace fs = std::filesystem;
 
 Loader parseLoader(std::string_view name) {
-  for (auto l :
-       {Loader::kNetwork, Loader::kCluster, Loader::kExperiment, Loader::kSuite, Loader::kProfile})
+  for (auto l : {Loader::kNetwork, Loader::kCluster, Loader::kExperiment, Loader::kSuite,
+                 Loader::kProfile, Loader::kOnnx})
     if (toString(l) == name)
       return l;
   throw std::invalid_argument("unknown loader '" + std::string(name) +
-                              "' (network, cluster, experiment, suite, profile)");
+                              "' (network, cluster, experiment, suite, profile, onnx)");
 }
 
 std::string_view toString(Loader loader) {
@@ -38,6 +38,8 @@ std::string_view toString(Loader loader) {
       return "suite";
     case Loader::kProfile:
       return "profile";
+    case Loader::kOnnx:
+      return "onnx";
   }
   return "?";
 }
@@ -82,6 +84,7 @@ std::string load(Loader loader, const std::string& path) {
   try {
     switch (loader) {
       case Loader::kNetwork:
+      case Loader::kOnnx:  // the path ends in .onnx
         loadNetwork(path);
         break;
       case Loader::kCluster:
@@ -110,7 +113,8 @@ std::string loadBytes(Loader loader, const uint8_t* data, size_t size) {
     return d;
   }();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const fs::path path = dir / (stemOf(text) + ".yaml");
+  const fs::path path =
+      dir / (loader == Loader::kOnnx ? std::string("input.onnx") : stemOf(text) + ".yaml");
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));

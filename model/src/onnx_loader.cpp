@@ -180,9 +180,21 @@ class Importer {
       fail("", "the ONNX model has no graph");
   }
 
+  // A tensor's dims bound every count computed from them: each in
+  // [0, 2^31), their product at most 2^53 (what strata counts exactly).
+  void checkTensor(const onnx::TensorProto& t, const std::string& key) const {
+    int64_t n = 1;
+    for (const auto d : t.dims())
+      if (d < 0 || d > std::numeric_limits<int>::max() || !checkedMul(n, d, n, kMaxExactCount))
+        fail(key, fmt::format("tensor '{}' of dims {}: each dim must be in [0, 2^31) and the "
+                              "elements at most 2^53",
+                              t.name(), dimsText(tensorDims(t))));
+  }
+
   void indexGraph() {
     const auto& g = model_.graph();
     for (const auto& t : g.initializer()) {
+      checkTensor(t, fmt::format("graph.initializer ({})", t.name()));
       Value v;
       v.kind = ValueKind::kConstant;
       v.tensor = &t;
@@ -471,6 +483,7 @@ class Importer {
       const auto* a = attr(i, "value");
       if (!a || !a->has_t())
         unsupported(": only a Constant with a tensor `value` is read");
+      checkTensor(a->t(), nodeKey(i));
       Value v;
       v.kind = ValueKind::kConstant;
       v.tensor = &a->t();
