@@ -261,9 +261,7 @@ std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff) {
       }
     }
     if (!known)
-      value.fail(
-          "unknown layer kind (expected default or one of conv, pool, fc, rnn, relu, lrn, "
-          "dropout, batchnorm, add, softmax, embedding, attention, layernorm, gelu)");
+      value.fail("unknown layer kind (expected default or one of " + layerKindNames() + ")");
   }
   return out;
 }

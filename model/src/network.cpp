@@ -43,6 +43,13 @@ std::string_view toString(LayerKind kind) {
   return "?";
 }
 
+std::string layerKindNames() {
+  std::string names;
+  for (auto kind : kAllLayerKinds)
+    names += (names.empty() ? "" : ", ") + std::string(toString(kind));
+  return names;
+}
+
 std::string_view toString(Phase phase) {
   switch (phase) {
     case Phase::kFwd:

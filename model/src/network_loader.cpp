@@ -26,26 +26,11 @@ struct RawLayer {
 
 LayerKind parseKind(const ConfigNode& n) {
   const auto s = n.asString();
-  static const std::pair<const char*, LayerKind> kKinds[] = {{"conv", LayerKind::kConv},
-                                                             {"pool", LayerKind::kPool},
-                                                             {"fc", LayerKind::kFc},
-                                                             {"rnn", LayerKind::kRnn},
-                                                             {"relu", LayerKind::kRelu},
-                                                             {"lrn", LayerKind::kLrn},
-                                                             {"dropout", LayerKind::kDropout},
-                                                             {"batchnorm", LayerKind::kBatchNorm},
-                                                             {"add", LayerKind::kAdd},
-                                                             {"softmax", LayerKind::kSoftmax},
-                                                             {"embedding", LayerKind::kEmbedding},
-                                                             {"attention", LayerKind::kAttention},
-                                                             {"layernorm", LayerKind::kLayerNorm},
-                                                             {"gelu", LayerKind::kGelu}};
-  for (const auto& [name, kind] : kKinds)
-    if (s == name)
+  for (auto kind : kAllLayerKinds)
+    if (s == toString(kind))
       return kind;
-  n.fail("unknown layer kind '" + s +
-         "' (expected conv, pool, fc, rnn, relu, lrn, dropout, batchnorm, add, softmax, "
-         "embedding, attention, layernorm, gelu, bottleneck, transformer)");
+  n.fail("unknown layer kind '" + s + "' (expected " + layerKindNames() +
+         ", bottleneck, transformer)");
 }
 
 void readKernel(const ConfigNode& n, LayerSpec& spec, bool required) {

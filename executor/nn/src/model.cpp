@@ -272,12 +272,11 @@ Model::Model(const Network& network, ModelOptions options)
     offset += b.size();
   }
   firstGradientWriter_.resize(static_cast<size_t>(count));
-  for (int l = 0; l < count; ++l) {
+  for (int l = 0; l < count; ++l)
     firstGradientWriter_[static_cast<size_t>(l)] = l;
-    const int tied = network_.layers[static_cast<size_t>(l)].spec.tiedTo;
-    if (tied >= 0)
-      firstGradientWriter_[static_cast<size_t>(tied)] =
-          std::max(firstGradientWriter_[static_cast<size_t>(tied)], l);
+  for (int l = 0; l < count; ++l) {
+    int& first = firstGradientWriter_[static_cast<size_t>(gradientOwner(network_, l))];
+    first = std::max(first, l);
   }
   params_.resize(static_cast<size_t>(offset));  // zero-filled
   grads_.resize(static_cast<size_t>(offset));
@@ -517,7 +516,7 @@ void Model::forward(int layer, ExampleRange r) {
     }
     case LayerKind::kFc:
       be.fcForward(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
-                   tiedWeights(layer, params_), bias, y);
+                   params_.data() + weightOffset(layer), bias, y);
       break;
     case LayerKind::kRelu:
       be.reluForward(x, y);
@@ -579,9 +578,8 @@ void Model::forward(int layer, ExampleRange r) {
   }
 }
 
-const float* Model::tiedWeights(int layer, const Buffer<float>& buffer) const {
-  const int tied = network_.layers[static_cast<size_t>(layer)].spec.tiedTo;
-  return buffer.data() + blocks_[static_cast<size_t>(tied >= 0 ? tied : layer)].offset;
+int64_t Model::weightOffset(int layer) const {
+  return blocks_[static_cast<size_t>(gradientOwner(network_, layer))].offset;
 }
 
 AttentionSaved Model::attentionSaved(int layer, ExampleRange r) {
@@ -623,7 +621,7 @@ void Model::backwardData(int layer, ExampleRange r) {
       break;
     case LayerKind::kFc:
       be.fcBackwardData(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, dy,
-                        tiedWeights(layer, params_), dx, beta);
+                        params_.data() + weightOffset(layer), dx, beta);
       break;
     case LayerKind::kRelu:
       be.reluBackward(st.out.examples(r), dy, dx, beta);
@@ -691,7 +689,7 @@ void Model::backwardWeights(int layer, ExampleRange r) {
   LayerState& st = layers_[static_cast<size_t>(layer)];
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
   // A tied fc holds no weights of its own but adds into its embedding's.
-  if (b.size() == 0 && spec.spec.tiedTo < 0)
+  if (!spec.computesWeightGradient())
     return;
   STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);
   float* dw = grads_.data() + b.offset;
@@ -703,12 +701,8 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       backend_->convBackwardWeights(convDesc(spec), x, dy, dw, dbias);
       break;
     case LayerKind::kFc:
-      backend_->fcBackwardWeights(
-          FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x, dy,
-          spec.spec.tiedTo >= 0
-              ? grads_.data() + blocks_[static_cast<size_t>(spec.spec.tiedTo)].offset
-              : dw,
-          dbias);
+      backend_->fcBackwardWeights(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
+                                  dy, grads_.data() + weightOffset(layer), dbias);
       break;
     case LayerKind::kBatchNorm:
       backend_->batchNormBackwardWeights(x, dy, options_.batchNormEps, dw, dw + b.weights);

@@ -39,6 +39,9 @@ inline constexpr LayerKind kAllLayerKinds[] = {
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
+// Every kind's config name in kAllLayerKinds order, comma-separated (for
+// messages that list them).
+std::string layerKindNames();
 
 // The phases of one layer in one training step (DESIGN.md vocabulary).
 enum class Phase { kFwd, kBwdData, kBwdWeights, kUpdate };

@@ -261,9 +261,10 @@ class Model {
   struct LayerState;
 
   ConstTensorView inputOf(int layer, int which) const;
-  // The weights a layer's GEMMs read in `buffer` (parameters): its own block,
-  // or for a tied fc its embedding's token table.
-  const float* tiedWeights(int layer, const Buffer<float>& buffer) const;
+  // Where the weights a layer's GEMMs read (and its weight gradient) start in
+  // params_ (grads_): its own block, or for a tied fc its embedding's token
+  // table (gradientOwner).
+  int64_t weightOffset(int layer) const;
   // An attention layer's saved tensors over examples r.
   AttentionSaved attentionSaved(int layer, ExampleRange r);
   // Layers [firstLayer, lastLayer] of a parameter-shaped buffer, one span.
