@@ -27,6 +27,7 @@ namespace {
 struct CalibrateFlags {
   std::string network, out, device = "cpu", format = "table";
   int batch = 32, maxWorkers = 4;
+  bool batchGiven = false;  // --batch on the command line
   bool overlapOnly = false;
   bool sharingGiven = false;  // --sharing-up-to on the command line
 };
@@ -43,12 +44,15 @@ void checkOverlapFlags(const CalibrateFlags& f, bool mpi) {
       throw OptionError("--out", "required (the cluster YAML to write)");
     if (f.format != "table")
       throw OptionError("--format", "applies to --overlap-only (a calibration writes YAML)");
+    if (f.batchGiven && f.network.empty())
+      throw OptionError("--batch",
+                        "applies with --network only (the kernel tables time their own shapes)");
     return;
   }
   if (!f.out.empty())
     throw OptionError("--out", "--overlap-only prints its sharing rows; it writes no file");
-  if (!f.network.empty())
-    throw OptionError("--network", "--overlap-only times no network");
+  if (!f.network.empty() || f.batchGiven)
+    throw OptionError(f.batchGiven ? "--batch" : "--network", "--overlap-only times no network");
   if (f.device != "cpu")
     throw OptionError("--device",
                       "--overlap-only measures CPU lanes (a GPU's comes with "
@@ -146,7 +150,8 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
   sub->add_option("--network,-n", o->network,
                   "also fit roofline efficiencies on this network's own layers (the cluster then "
                   "is not held-out for it; default: kernel tables only)");
-  sub->add_option("--batch,-b", o->batch, "examples per timed pass with --network (default 32)");
+  auto* batch = sub->add_option("--batch,-b", o->batch,
+                                "examples per timed pass with --network (default 32)");
   sub->add_option("--device", o->device,
                   "cpu (default: this machine's cores) or cuda (GPU 0: cuBLAS, cuDNN and "
                   "kernel tables, copy and host-link bandwidth)");
@@ -164,8 +169,9 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
       "  strata calibrate --out my-cluster.yaml\n"
       "  strata predict -n tiny-cnn -c my-cluster.yaml -s ring -k 2 -b 32\n"
       "  mpirun -np 2 strata calibrate --overlap-only   # the lanes over MPI's transport");
-  return {sub, [o, sharing, process] {
+  return {sub, [o, sharing, batch, process] {
             o->sharingGiven = sharing->count() > 0;
+            o->batchGiven = batch->count() > 0;
             const bool mpi = exec::launchedByMpiexec();
 #ifdef STRATA_HAVE_MPI
             if (mpi)

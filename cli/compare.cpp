@@ -60,6 +60,7 @@ Command addCompareCommand(CLI::App& app) {
         if (workers->count() > 0)
           ex.workers = parsePositiveList(o->workers, "--workers");
         o->flags.apply(ex.batchPerWorker, ex.options);
+        o->flags.checkUsed(ex.strategies, ex.options);
         ex.cluster = withProfile(ex.cluster, ex.network, o->profile);
         std::vector<StepEstimate> rows;
         for (int k : ex.workers)

@@ -34,6 +34,14 @@ std::vector<std::string> splitList(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> splitItems(const std::string& text, const std::string& option) {
+  auto list = splitList(text);
+  if (list.empty())
+    throw OptionError(option, "needs at least one value");
+  refuseRepeats(list, option, text);
+  return list;
+}
+
 std::vector<int> parsePositiveList(const std::string& text, const std::string& option) {
   return parseCountListOption(text, option);
 }
@@ -114,6 +122,23 @@ void parseStraggler(const std::string& text, std::vector<double>& slowdown, int 
   slowdown[static_cast<size_t>(w)] = f;
 }
 
+std::vector<double> parseStragglers(const std::vector<std::string>& texts, int workers) {
+  std::vector<double> slowdown;
+  std::vector<std::string> named;  // the workers given, to refuse one given twice
+  for (const auto& text : texts) {
+    parseStraggler(text, slowdown, workers);
+    named.push_back(text.substr(0, text.find(':')));
+  }
+  for (size_t i = 0; i < named.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (std::stoi(named[i]) == std::stoi(named[j]))
+        throw OptionError("--straggler",
+                          fmt::format("worker {} is given twice ('{}' and '{}'; give each "
+                                      "straggler once)",
+                                      std::stoi(named[i]), texts[j], texts[i]));
+  return slowdown;
+}
+
 void ScenarioFlags::add(CLI::App* app) {
   auto option = [&](const char* name, std::string& value, const char* help) {
     given_.emplace_back(app->add_option(name, value, help), &value);
@@ -132,9 +157,12 @@ void ScenarioFlags::add(CLI::App* app) {
          "update rule: sgd|momentum|adam, for the optimizer's memory and update time (default "
          "momentum: SGD with momentum)");
   option("--allreduce", allreduce,
-         "gradient allreduce: auto|ring|hierarchical|tree|halving-doubling|direct|naive; auto "
-         "picks per bucket the least predicted time (default ring for ring, direct for owt-*'s "
-         "conv layers; naive is the naive reducer)");
+         "ring: the gradient allreduce, auto|ring|hierarchical|tree|halving-doubling|direct|naive; "
+         "auto picks per bucket the least predicted time (default ring; naive is the naive "
+         "reducer)");
+  option("--conv-sync", convSync,
+         "owt-a/b/c: the conv-gradient allreduce, same choices as --allreduce (default direct: "
+         "Krizhevsky's, each worker reduces and broadcasts its 1/K)");
   option("--ps-priority", psPriority,
          "ps: which waiting key (layer) the server serves first: first-needed|fifo|last-ready "
          "(default first-needed)");
@@ -153,6 +181,7 @@ Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string&
   sc.strategy = parseStrategy(strategy, "--strategy");
   sc.workers = parsePositive(workers, "--workers");
   apply(sc.batchPerWorker, sc.options);
+  checkUsed({sc.strategy}, sc.options);
   return sc;
 }
 
@@ -175,7 +204,9 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
   if (!optimizer.empty())
     o.optimizer = parseOptimizer(optimizer, "--optimizer");
   if (!allreduce.empty())
-    o.convSync = o.gradientSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
+    o.gradientSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
+  if (!convSync.empty())
+    o.convSync = parseAllreduceAlgorithm(convSync, "--conv-sync");
   if (!psPriority.empty())
     o.psPriority = parsePsPriority(psPriority, "--ps-priority");
   // A whole number in [0, most] (no sign, no fraction, no garbage).
@@ -193,6 +224,27 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
   if (!psNode.empty())
     o.psNode = count(psNode, "--ps-node", kMaxPsServers, "workers per node");
+}
+
+std::vector<OptionKey> ScenarioFlags::given() const {
+  const std::pair<OptionKey, const std::string*> fields[] = {
+      {OptionKey::kOverlap, &overlap},       {OptionKey::kFcUpdate, &fcUpdate},
+      {OptionKey::kSegment, &segment},       {OptionKey::kBucket, &bucket},
+      {OptionKey::kElement, &element},       {OptionKey::kOptimizer, &optimizer},
+      {OptionKey::kAllreduce, &allreduce},   {OptionKey::kConvSync, &convSync},
+      {OptionKey::kPsPriority, &psPriority}, {OptionKey::kStaleness, &staleness},
+      {OptionKey::kPsServers, &psServers},   {OptionKey::kPsNode, &psNode}};
+  std::vector<OptionKey> out;
+  for (const auto& [key, text] : fields)
+    if (!text->empty())
+      out.push_back(key);
+  return out;
+}
+
+void ScenarioFlags::checkUsed(const std::vector<Strategy>& strategies,
+                              const StrategyOptions& o) const {
+  if (const auto unused = optionUnused(given(), strategies, o))
+    throw OptionError(std::string(optionFlag(unused->key)), unused->why);
 }
 
 void TrainingFlags::add(CLI::App* app, const std::string& stepsName,

@@ -32,7 +32,10 @@ constexpr int kRunFailureExit = 1;
 
 // "a,b,c" -> {"a", "b", "c"}; a trailing comma gives an empty last item.
 std::vector<std::string> splitList(const std::string& text);
-// "1,2,4" -> {1, 2, 4}; every item a positive int.
+// The items of a list option (--networks, --overlaps ...): at least one, each
+// once (refuseRepeats); empty items are each reader's to reject.
+std::vector<std::string> splitItems(const std::string& text, const std::string& option);
+// "1,2,4" -> {1, 2, 4}; every item a positive int, each once.
 std::vector<int> parsePositiveList(const std::string& text, const std::string& option);
 // One positive integer (options that take a single value).
 int parsePositive(const std::string& text, const std::string& option);
@@ -49,6 +52,9 @@ double checkRange(double value, double low, double high, bool highIncluded,
                   const std::string& option);
 // "3:1.5" -> worker 3 runs 1.5x slower, into `slowdown` (resized as needed).
 void parseStraggler(const std::string& text, std::vector<double>& slowdown, int workers);
+// Every --straggler given: the slowdown per worker; a worker given twice is an
+// error (the last factor would win silently).
+std::vector<double> parseStragglers(const std::vector<std::string>& texts, int workers);
 
 // The options shared by predict, compare, sweep, plan, simulate and run, as
 // typed on the command line.
@@ -65,15 +71,22 @@ struct ScenarioFlags {
   std::string element;
   std::string optimizer;
   std::string allreduce;
+  std::string convSync;
 
   // Registers every flag on `app`; after parsing, a flag given with an empty
   // value (--segment '') is an error, not the default.
   void add(CLI::App* app);
-  // One scenario from --strategy, --workers and these flags over the defaults.
+  // One scenario from --strategy, --workers and these flags over the defaults;
+  // a flag the strategy would ignore is refused (checkUsed).
   Scenario scenario(const std::string& strategy, const std::string& workers) const;
   // Applies the flags given on the command line over `batchPerWorker` and `o`
   // (from a file or defaults).
   void apply(int& batchPerWorker, StrategyOptions& o) const;
+  // The options given on the command line (a flag set to a non-empty value).
+  std::vector<OptionKey> given() const;
+  // Throws OptionError naming the first flag given that none of `strategies`
+  // uses with options `o` (optionUnused: the one rule).
+  void checkUsed(const std::vector<Strategy>& strategies, const StrategyOptions& o) const;
 
  private:
   // The registered options (null for a flag a command registers itself).

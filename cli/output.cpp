@@ -140,6 +140,52 @@ std::string optionsLine(const StepEstimate& e) {
   return s;
 }
 
+// The header of a comparison: the options every row shares, then each
+// strategy-specific option that is not its strategy's default, named with the
+// strategies it applies to (a ring row whose allreduce is forced says so).
+std::string comparisonOptionsLine(const std::vector<StepEstimate>& rows) {
+  const auto& o = rows.front().scenario.options;
+  bool bucketed = false, ring = false, owt = false, owtRounds = false, ps = false;
+  for (const auto& e : rows) {
+    const auto s = e.scenario.strategy;
+    bucketed = bucketed || s != Strategy::kPs;
+    ring = ring || s == Strategy::kRing;
+    owt = owt || isModelParallel(s);
+    owtRounds = owtRounds || s == Strategy::kOwtB || s == Strategy::kOwtC;
+    ps = ps || s == Strategy::kPs;
+  }
+  const StrategyOptions defaults;
+  // ps pushes one key per layer whatever the bucket size (psKeys).
+  const bool buckets = o.overlap && o.bucket.value() > 0 && bucketed;
+  std::string s = fmt::format(
+      "{}, optimizer {}, overlap {}, segment {}", toString(o.element), toString(o.optimizer),
+      !o.overlap ? "off"
+      : buckets
+          ? fmt::format("on (buckets of {}{})", formatBytes(o.bucket), ps ? "; ps per layer" : "")
+          : "on (per layer)",
+      o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  if (ring && o.gradientSync != defaults.gradientSync)
+    s += fmt::format(", ring allreduce {}", toString(o.gradientSync));
+  if (owt && o.convSync != defaults.convSync)
+    s += fmt::format(", owt-* conv sync {}", toString(o.convSync));
+  if (owtRounds && o.fcUpdate != defaults.fcUpdate)
+    s += fmt::format(", owt-b/c FC update per {}", toString(o.fcUpdate));
+  if (ps) {
+    std::vector<std::string> parts;
+    if (o.psPriority != defaults.psPriority)
+      parts.push_back(fmt::format("priority {}", toString(o.psPriority)));
+    if (o.staleness != defaults.staleness)
+      parts.push_back(fmt::format("staleness {}", o.staleness));
+    if (o.psNode > 0)
+      parts.push_back(fmt::format("two levels, nodes of {}", o.psNode));
+    else if (o.psServers > 0)
+      parts.push_back(fmt::format("{} dedicated servers", o.psServers));
+    if (!parts.empty())
+      s += fmt::format(", ps {}", fmt::join(parts, ", "));
+  }
+  return s;
+}
+
 ordered_json phasesJson(const PhaseTimes& p) {
   return {{"fwd_s", p.fwd.value()},
           {"bwd_data_s", p.bwdData.value()},
@@ -469,7 +515,10 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
     out << fmt::format("efficiency    {}\n", percent(e.efficiency));
     out << fmt::format("bottleneck    {}\n", e.bottleneck);
     if (!e.allreduce.empty())
-      out << fmt::format("allreduce     {}\n", e.allreduce);
+      out << fmt::format("allreduce     {}{}\n", e.allreduce,
+                         isModelParallel(sc.strategy) ? " (conv gradients; FC layers are model "
+                                                        "parallel)"
+                                                      : "");
     if (!e.computeSource.empty())
       out << fmt::format("pricing       {}\n", e.computeSource);
     const auto& w0 = e.workers.front();
@@ -552,7 +601,7 @@ void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimat
   }
   const auto& first = estimates.front();
   out << fmt::format("{} on {}, {} examples per worker, {} [{}]\n\n", first.network, first.cluster,
-                     first.scenario.batchPerWorker, optionsLine(first), first.engine);
+                     first.scenario.batchPerWorker, comparisonOptionsLine(estimates), first.engine);
   Table t({"K", "strategy", "step", "throughput", "speedup", "efficiency", "sent/worker",
            "exposed comm", "memory/worker", "best"},
           2);

@@ -37,11 +37,11 @@ Command addPlanCommand(CLI::App& app) {
               throw OptionError("--format", "plan prints table or json");
             const auto net = networkArg(o->network, "--network");
             if (o->cluster.empty()) {
-              for (auto a : {sc.options.convSync, gradientAllreduce(sc)})
-                if (a == AllreduceAlgorithm::kAuto || a == AllreduceAlgorithm::kHierarchical)
-                  throw OptionError(
-                      "--allreduce",
-                      fmt::format("{} needs --cluster (its nodes and link costs)", toString(a)));
+              if (const auto a = syncAllreduce(sc);
+                  a && (*a == AllreduceAlgorithm::kAuto || *a == AllreduceAlgorithm::kHierarchical))
+                throw OptionError(
+                    isModelParallel(sc.strategy) ? "--conv-sync" : "--allreduce",
+                    fmt::format("{} needs --cluster (its nodes and link costs)", toString(*a)));
               printPlan(std::cout, lowerToPlan(net, sc), net, format);
               return 0;
             }

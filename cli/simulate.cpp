@@ -91,8 +91,7 @@ Command addSimulateCommand(CLI::App& app) {
             const Scenario sc = o->flags.scenario(o->strategy, o->workers);
             sim::Options opt;
             opt.contention = parseOnOff(o->contention, "--contention");
-            for (const auto& s : o->stragglers)
-              parseStraggler(s, opt.slowdown, sc.workers);
+            opt.slowdown = parseStragglers(o->stragglers, sc.workers);
             opt.jitter = checkRange(o->jitter, 0, 1, false, "--jitter");
             opt.seed = parseSeed(o->seed, "--seed");
             opt.timeline = !o->trace.empty();

@@ -23,12 +23,14 @@ Command addSweepCommand(CLI::App& app) {
   sub->add_option("--batches", o->batches, "comma-separated examples per worker (default 128)");
   sub->add_option("--overlaps", o->overlaps, "comma-separated on/off (default on)");
   sub->add_option("--elements", o->elements, "comma-separated element types (default fp32)");
-  sub->add_option("--fc-updates", o->fcUpdates, "comma-separated step/round (default step)");
+  auto* fcUpdatesGiven =
+      sub->add_option("--fc-updates", o->fcUpdates, "comma-separated step/round (default step)");
   sub->add_option("--segment", o->flags.segment, "segment size, e.g. 1MiB (default 4 MiB)");
   sub->add_option("--bucket", o->flags.bucket, "gradient bucket size (default 25 MiB)");
   sub->add_option("--allreduce", o->flags.allreduce,
-                  "gradient allreduce, auto|ring|hierarchical|tree|... (default ring for ring, "
-                  "direct for owt-*'s conv layers)");
+                  "ring: the gradient allreduce, auto|ring|hierarchical|tree|... (default ring)");
+  sub->add_option("--conv-sync", o->flags.convSync,
+                  "owt-*: the conv-gradient allreduce, same choices (default direct)");
   sub->add_option("--out,-o", o->out, "write to this file instead of stdout");
   addEngineOption(sub, o->engine);
   o->limitFlags.add(sub, false);
@@ -37,16 +39,13 @@ Command addSweepCommand(CLI::App& app) {
       "Example:\n"
       "  strata sweep --networks resnet50,vgg16 --clusters dgx-h100,gige-cluster --workers "
       "8,64,512 --overlaps on,off --out sweep.csv");
-  return {sub, [o] {
+  return {sub, [o, fcUpdatesGiven] {
             o->limitFlags.apply();
             const auto format = parseFormat(o->format);
             OutputFile out(o->out, "--out");
             // Each list needs at least one item; empty items are each reader's to reject.
             auto items = [](const std::string& text, const char* option) {
-              const auto list = splitList(text);
-              if (list.empty())
-                throw OptionError(option, "needs at least one value");
-              return list;
+              return splitItems(text, option);
             };
             std::vector<Network> nets;
             for (const auto& n : items(o->networks, "--networks"))
@@ -69,6 +68,11 @@ Command addSweepCommand(CLI::App& app) {
             StrategyOptions base;
             int unusedBatch = 0;
             o->flags.apply(unusedBatch, base);
+            // Every flag (and --fc-updates when given) is used by a strategy swept.
+            o->flags.checkUsed(strategies, base);
+            if (fcUpdatesGiven->count() > 0)
+              if (const auto unused = optionUnused({OptionKey::kFcUpdate}, strategies, base))
+                throw OptionError("--fc-updates", unused->why);
             // Count first, for the progress bar.
             size_t total = 0;
             for (const auto& net : nets)

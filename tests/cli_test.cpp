@@ -1955,3 +1955,76 @@ TEST_CASE("run: the executor's update is SGD with momentum", "[cli][optimizer][e
   CHECK(r.status == 0);
   CHECK(r.output.find("momentum 0\n") != std::string::npos);
 }
+
+// Issue 29: a list names each thing once, however it is spelt; an option no
+// strategy asked for uses is refused, from the command line or from a file.
+TEST_CASE("repeated things are refused however they are spelt", "[cli][errors]") {
+  const std::string validation = std::string(STRATA_SUITE_DATA) + "/../validation/validation.json";
+  TempFolder out("report-repeats");
+  // The same file twice, once by another path: every measured row would count twice.
+  checkUserError(runStrata({"report", data("golden/tiny-compare.yaml"), "--validation", validation,
+                            "--validation",
+                            std::string(STRATA_SUITE_DATA) + "/../validation/../validation/"
+                                                             "validation.json",
+                            "--out", out.path.string()}),
+                 {"--validation", "twice"});
+  // One network by its preset name and by its file: one figure id, written twice.
+  checkUserError(
+      runStrata({"report", "-n",
+                 "tiny-cnn," + std::string(STRATA_CONFIG_DIR_FOR_TESTS) + "/networks/tiny-cnn.yaml",
+                 "-c", "localhost-cpu", "--out", out.path.string()}),
+      {"--networks", "'tiny-cnn' twice"});
+  CHECK_FALSE(std::filesystem::exists(out.path / "index.html"));
+}
+
+TEST_CASE("an experiment file's option that none of its strategies uses names file:line:key",
+          "[cli][errors]") {
+  TempFolder dir("experiment-unused");
+  std::filesystem::create_directories(dir.path);
+  const auto write = [&](const std::string& name, const std::string& options) {
+    const auto path = dir.path / name;
+    std::ofstream(path) << "network: tiny-cnn\ncluster: localhost-cpu\nstrategies: [ring, ps]\n"
+                           "workers: [1, 2]\nbatch: 8\noptions:\n"
+                        << options;
+    return path.string();
+  };
+  checkUserError(
+      runStrata({"compare", write("a.yaml", "  conv_sync: ring\n")}),
+      {"a.yaml:7", "options.conv_sync", "applies to owt-a, owt-b and owt-c only", "ring, ps"});
+  checkUserError(runStrata({"compare", write("b.yaml", "  overlap: false\n  bucket: 1 MiB\n")}),
+                 {"b.yaml:8", "options.bucket", "overlap on only"});
+  checkUserError(runStrata({"compare", write("c.yaml", "  fc_update: round\n")}),
+                 {"c.yaml:7", "options.fc_update", "owt-b and owt-c only"});
+  // Used by one of the file's strategies: fine; the header names it.
+  const auto ok = runStrata({"compare", write("d.yaml", "  allreduce: tree\n  staleness: 1\n")});
+  INFO(ok.output);
+  REQUIRE(ok.status == 0);
+  CHECK(ok.output.find("ring allreduce tree") != std::string::npos);
+  CHECK(ok.output.find("ps staleness 1") != std::string::npos);
+}
+
+TEST_CASE("the owt-k20 headline's ring rows are the ring allreduce, and the header says when not",
+          "[cli]") {
+  // The experiment's conv_sync (Krizhevsky's direct) belongs to owt-* only.
+  const auto plain = runStrata({"compare", "owt-k20", "-k", "8", "--format", "json"});
+  REQUIRE(plain.status == 0);
+  const auto rows = json::parse(plain.output);
+  for (const auto& row : rows) {
+    const auto strategy = row["strategy"].get<std::string>();
+    INFO(strategy);
+    if (strategy == "ring")
+      CHECK(row["allreduce"] == "ring");
+    else if (strategy == "naive")
+      CHECK(row["allreduce"] == "naive");
+    else if (strategy.rfind("owt-", 0) == 0)
+      CHECK(row["allreduce"] == "direct");
+    else
+      CHECK_FALSE(row.contains("allreduce"));
+  }
+  const auto table = runStrata({"compare", "owt-k20", "-k", "8"});
+  REQUIRE(table.status == 0);
+  CHECK(table.output.find("allreduce") == std::string::npos);
+  const auto forced = runStrata({"compare", "owt-k20", "-k", "8", "--allreduce", "direct"});
+  REQUIRE(forced.status == 0);
+  CHECK(lines(forced.output).front().find("ring allreduce direct") != std::string::npos);
+}

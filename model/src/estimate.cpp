@@ -1088,8 +1088,8 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k;
   est.bottleneck = ctx.topo.describeLink(t.bottleneckLink, t.bottleneckUp);
-  if (scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing)
-    est.allreduce = describeAllreduce(gradientAllreduce(scenario), t.picks);
+  if (const auto sync = syncAllreduce(scenario))
+    est.allreduce = describeAllreduce(*sync, t.picks);
   est.computeSource = ctx.costs.describe();
 
   // Worker 0 and the others, each assigned whole: GCC 12.2 at -O3

@@ -89,7 +89,7 @@ Experiment loadExperiment(const std::string& path) {
 
   if (auto o = root.get("options")) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "optimizer", "allreduce",
-                  "ps_priority", "staleness", "ps_servers", "ps_node"});
+                  "conv_sync", "ps_priority", "staleness", "ps_servers", "ps_node"});
     auto& opt = ex.options;
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
@@ -108,7 +108,9 @@ Experiment loadExperiment(const std::string& path) {
       if (auto op = o->get("optimizer"))
         opt.optimizer = parseOptimizer(op->asString(), op->path());
       if (auto a = o->get("allreduce"))
-        opt.convSync = opt.gradientSync = parseAllreduceAlgorithm(a->asString(), a->path());
+        opt.gradientSync = parseAllreduceAlgorithm(a->asString(), a->path());
+      if (auto c = o->get("conv_sync"))
+        opt.convSync = parseAllreduceAlgorithm(c->asString(), c->path());
       if (auto p = o->get("ps_priority"))
         opt.psPriority = parsePsPriority(p->asString(), p->path());
       if (auto st = o->get("staleness")) {
@@ -138,6 +140,17 @@ Experiment loadExperiment(const std::string& path) {
       const auto node = o->require(key.substr(key.rfind('.') + 1));
       node.fail(what.substr(colon + 2));
     }
+    // Every option given is used by one of the file's strategies (the one
+    // rule, optionUnused); the command line may narrow the strategies later.
+    std::vector<OptionKey> given;
+    for (auto key :
+         {OptionKey::kOverlap, OptionKey::kFcUpdate, OptionKey::kSegment, OptionKey::kBucket,
+          OptionKey::kElement, OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
+          OptionKey::kPsPriority, OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode})
+      if (o->get(std::string(optionFileKey(key))))
+        given.push_back(key);
+    if (const auto unused = optionUnused(given, ex.strategies, opt))
+      o->require(std::string(optionFileKey(unused->key))).fail(unused->why);
   }
   return ex;
 }

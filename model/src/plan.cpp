@@ -1225,19 +1225,18 @@ Plan lower(const Network& network, const Scenario& scenario, const Cluster* clus
   } else {
     lowerDataParallel(b, network, scenario);
   }
-  plan.allreduce = scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing
-                       ? describeAllreduce(gradientAllreduce(scenario), b.picks)
-                       : "";
+  const auto sync = syncAllreduce(scenario);
+  plan.allreduce = sync ? describeAllreduce(*sync, b.picks) : "";
   return plan;
 }
 
 }  // namespace
 
 Plan lowerToPlan(const Network& network, const Scenario& scenario, int iterations) {
-  for (auto a : {scenario.options.convSync, gradientAllreduce(scenario)})
-    if (a == AllreduceAlgorithm::kAuto || a == AllreduceAlgorithm::kHierarchical)
-      throw UserError(
-          fmt::format("the {} allreduce needs the cluster to be lowered to a plan", toString(a)));
+  if (const auto a = syncAllreduce(scenario);
+      a && (*a == AllreduceAlgorithm::kAuto || *a == AllreduceAlgorithm::kHierarchical))
+    throw UserError(
+        fmt::format("the {} allreduce needs the cluster to be lowered to a plan", toString(*a)));
   return lower(network, scenario, nullptr, iterations, PlanDetail::kFull);
 }
 

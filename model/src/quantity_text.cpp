@@ -325,6 +325,12 @@ std::vector<int> parseCountListOption(std::string_view text, const std::string& 
       break;
     begin = comma + 1;
   }
+  // Each value once: a row printed twice or merged silently is never meant.
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (out[i] == out[j])
+        throw OptionError(option, fmt::format("lists {} twice in '{}' (give each once)", out[i],
+                                              std::string(text)));
   return out;
 }
 

@@ -1,5 +1,9 @@
 #include "strata/model/strategy.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "strata/model/error.h"
 
 namespace strata {
@@ -109,7 +113,142 @@ std::vector<Strategy> parseStrategies(std::string_view text, const std::string& 
       break;
     start = comma + 1;
   }
+  std::vector<std::string> names;
+  for (auto s : out)
+    names.emplace_back(toString(s));
+  refuseRepeats(names, option, text);
   return out;
+}
+
+std::string_view optionFlag(OptionKey key) {
+  switch (key) {
+    case OptionKey::kOverlap:
+      return "--overlap";
+    case OptionKey::kFcUpdate:
+      return "--fc-update";
+    case OptionKey::kSegment:
+      return "--segment";
+    case OptionKey::kBucket:
+      return "--bucket";
+    case OptionKey::kElement:
+      return "--element";
+    case OptionKey::kOptimizer:
+      return "--optimizer";
+    case OptionKey::kAllreduce:
+      return "--allreduce";
+    case OptionKey::kConvSync:
+      return "--conv-sync";
+    case OptionKey::kPsPriority:
+      return "--ps-priority";
+    case OptionKey::kStaleness:
+      return "--staleness";
+    case OptionKey::kPsServers:
+      return "--ps-servers";
+    case OptionKey::kPsNode:
+      return "--ps-node";
+  }
+  return "?";
+}
+
+std::string_view optionFileKey(OptionKey key) {
+  switch (key) {
+    case OptionKey::kOverlap:
+      return "overlap";
+    case OptionKey::kFcUpdate:
+      return "fc_update";
+    case OptionKey::kSegment:
+      return "segment";
+    case OptionKey::kBucket:
+      return "bucket";
+    case OptionKey::kElement:
+      return "element";
+    case OptionKey::kOptimizer:
+      return "optimizer";
+    case OptionKey::kAllreduce:
+      return "allreduce";
+    case OptionKey::kConvSync:
+      return "conv_sync";
+    case OptionKey::kPsPriority:
+      return "ps_priority";
+    case OptionKey::kStaleness:
+      return "staleness";
+    case OptionKey::kPsServers:
+      return "ps_servers";
+    case OptionKey::kPsNode:
+      return "ps_node";
+  }
+  return "?";
+}
+
+std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOptions& o) {
+  const bool mp = isModelParallel(strategy);
+  switch (key) {
+    case OptionKey::kOverlap:
+    case OptionKey::kSegment:
+    case OptionKey::kElement:
+    case OptionKey::kOptimizer:
+      return "";  // every strategy: compute, memory, and every transfer
+    case OptionKey::kFcUpdate:
+      // owt-a runs its FC layers once on K b examples: one update per step.
+      return strategy == Strategy::kOwtB || strategy == Strategy::kOwtC
+                 ? ""
+                 : "applies to owt-b and owt-c only (owt-a and the data-parallel strategies "
+                   "update once per step)";
+    case OptionKey::kBucket:
+      if (strategy == Strategy::kPs)
+        return "applies to naive, ring and owt-* only (ps pushes one key per layer)";
+      // Without overlap every gradient leaves in one bucket (gradientBuckets).
+      return o.overlap ? ""
+                       : "applies with overlap on only (with overlap off all gradients "
+                         "are synchronised as one buffer)";
+    case OptionKey::kAllreduce:
+      return strategy == Strategy::kRing
+                 ? ""
+                 : "applies to ring only (naive is the naive reducer, owt-* synchronise their "
+                   "conv gradients by conv sync, ps pushes and pulls)";
+    case OptionKey::kConvSync:
+      return mp ? "" : "applies to owt-a, owt-b and owt-c only (their conv-gradient sync)";
+    case OptionKey::kPsPriority:
+    case OptionKey::kStaleness:
+    case OptionKey::kPsServers:
+    case OptionKey::kPsNode:
+      return strategy == Strategy::kPs ? "" : "applies to ps only";
+  }
+  return "";
+}
+
+std::optional<UnusedOption> optionUnused(const std::vector<OptionKey>& given,
+                                         const std::vector<Strategy>& strategies,
+                                         const StrategyOptions& o) {
+  for (auto key : given) {
+    std::string why;
+    bool used = false;
+    for (auto s : strategies) {
+      const auto reason = optionIgnoredBy(key, s, o);
+      used = used || reason.empty();
+      if (why.empty())
+        why = reason;
+    }
+    if (!used && !strategies.empty()) {
+      std::vector<std::string_view> names;
+      for (auto s : strategies)
+        names.push_back(toString(s));
+      return UnusedOption{key, fmt::format("{}; {} {}", why,
+                                           names.size() == 1 ? "the strategy asked for is"
+                                                             : "the strategies asked for are",
+                                           fmt::join(names, ", "))};
+    }
+  }
+  return std::nullopt;
+}
+
+void refuseRepeats(const std::vector<std::string>& items, const std::string& option,
+                   std::string_view text) {
+  for (size_t i = 0; i < items.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (items[i] == items[j])
+        throw OptionError(option,
+                          fmt::format("lists '{}' twice in '{}' (give each once)", items[i], text));
 }
 
 std::vector<GradientBucket> gradientBuckets(const Network& network, int first, int last,

@@ -1341,16 +1341,14 @@ void checkRunnable(const Network& network, const Scenario& sc) {
                       "model and the simulator price S > 0");
   // One level of workers (threads, or ranks): no nodes to be hierarchical
   // over, and no cluster to choose by.
-  const bool gradients = sc.strategy == Strategy::kRing;
-  for (auto a : {gradients ? sc.options.gradientSync : AllreduceAlgorithm::kRing,
-                 isModelParallel(sc.strategy) ? sc.options.convSync : AllreduceAlgorithm::kRing})
-    if (a == AllreduceAlgorithm::kHierarchical || a == AllreduceAlgorithm::kAuto)
-      throw OptionError("--allreduce",
-                        fmt::format("the executor runs one level of workers (threads, or MPI "
-                                    "ranks) and runs ring, tree, halving-doubling, direct and "
-                                    "naive; {} is priced and simulated (strata predict, strata "
-                                    "simulate)",
-                                    toString(a)));
+  if (const auto a = syncAllreduce(sc);
+      a && (*a == AllreduceAlgorithm::kHierarchical || *a == AllreduceAlgorithm::kAuto))
+    throw OptionError(isModelParallel(sc.strategy) ? "--conv-sync" : "--allreduce",
+                      fmt::format("the executor runs one level of workers (threads, or MPI "
+                                  "ranks) and runs ring, tree, halving-doubling, direct and "
+                                  "naive; {} is priced and simulated (strata predict, strata "
+                                  "simulate)",
+                                  toString(*a)));
   for (size_t i = 0; i < network.layers.size(); ++i)
     if (network.layers[i].kind == LayerKind::kRnn)
       throw ConfigError(network.sourceFile, network.layers[i].configLine,

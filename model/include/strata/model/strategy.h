@@ -2,6 +2,7 @@
 // (model, simulator, executor) produces for one training step.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,10 +74,11 @@ struct StrategyOptions {
   // bucket_cap_mb (torch.nn.parallel.DistributedDataParallel documentation).
   // 0: one bucket per layer.
   Bytes bucket = Bytes(25.0 * 1024 * 1024);
-  // Conv-gradient synchronisation of owt-*: Krizhevsky's scheme is `direct`
-  // (each worker reduces and broadcasts its 1/K of every gradient matrix).
+  // Conv-gradient synchronisation of owt-* (conv_sync, --conv-sync):
+  // Krizhevsky's scheme is `direct` (arXiv:1404.5997 section 3: each worker
+  // reduces and broadcasts its 1/K of every gradient matrix).
   AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
-  // The ring strategy's gradient allreduce (--allreduce): the Baidu ring by
+  // The ring strategy's gradient allreduce (allreduce, --allreduce): the Baidu ring by
   // default; hierarchical, tree, halving-doubling, direct forced; auto: per
   // bucket, the one with the least predicted time (chooseAllreduce).
   AllreduceAlgorithm gradientSync = AllreduceAlgorithm::kRing;
@@ -98,6 +100,52 @@ struct StrategyOptions {
   // of its weights from step s-1-S (0: from the step before, synchronous SGD).
   int staleness = 0;
 };
+
+// ---- which strategies use which option: the one rule -------------------------
+// Every option a user sets, on the command line or in a file, must change what
+// runs: an option that every strategy asked for would ignore is a mistake
+// (exit 2), never a silent no-op. Front ends record which options were given
+// and ask optionUnused once the strategies are known.
+enum class OptionKey {
+  kOverlap,
+  kFcUpdate,
+  kSegment,
+  kBucket,
+  kElement,
+  kOptimizer,
+  kAllreduce,
+  kConvSync,
+  kPsPriority,
+  kStaleness,
+  kPsServers,
+  kPsNode,
+};
+
+// The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
+std::string_view optionFlag(OptionKey key);
+std::string_view optionFileKey(OptionKey key);
+
+// Why `strategy` with options `o` ignores `key` ("applies to ps only"), or ""
+// when it uses it.
+std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOptions& o);
+
+// The first of `given` that none of `strategies` uses, with the reason, or
+// nullopt. The reason names where the option applies and the strategies
+// asked for, e.g. "applies to ps only; the strategies asked for are ring".
+struct UnusedOption {
+  OptionKey key;
+  std::string why;
+};
+std::optional<UnusedOption> optionUnused(const std::vector<OptionKey>& given,
+                                         const std::vector<Strategy>& strategies,
+                                         const StrategyOptions& o);
+
+// Throws OptionError naming the first repeated item of `items` (strategy
+// names, networks, files...), e.g. "--strategies: lists 'ring' twice in
+// 'ring,ring'": a list names each thing once, never prints it twice or merges
+// it silently. `text` is the list as written, quoted in the message.
+void refuseRepeats(const std::vector<std::string>& items, const std::string& option,
+                   std::string_view text);
 
 // A group of consecutive layers whose gradients are synchronised together.
 struct GradientBucket {
@@ -140,6 +188,16 @@ inline int psServerRanks(const Scenario& scenario) {
 inline AllreduceAlgorithm gradientAllreduce(const Scenario& scenario) {
   return scenario.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
                                                : scenario.options.gradientSync;
+}
+
+// The allreduce that `scenario`'s strategy synchronises its data-parallel
+// gradients with: the naive reducer for naive, options.gradientSync for ring,
+// options.convSync (conv layers) for owt-*; nullopt for ps (push and pull).
+inline std::optional<AllreduceAlgorithm> syncAllreduce(const Scenario& scenario) {
+  if (scenario.strategy == Strategy::kPs)
+    return std::nullopt;
+  return isModelParallel(scenario.strategy) ? scenario.options.convSync
+                                            : gradientAllreduce(scenario);
 }
 
 // Time per phase of the compute stream.

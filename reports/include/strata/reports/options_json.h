@@ -16,6 +16,7 @@ inline nlohmann::ordered_json optionsJson(const StrategyOptions& o) {
           {"bucket_bytes", o.bucket.value()},
           {"element", std::string(toString(o.element))},
           {"optimizer", std::string(toString(o.optimizer))},
+          {"allreduce", std::string(toString(o.gradientSync))},
           {"conv_sync", std::string(toString(o.convSync))},
           {"ps_priority", std::string(toString(o.psPriority))},
           {"staleness", o.staleness},
