@@ -102,7 +102,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       parseStraggler(a, slowdown, 8);
     });
     expectUserError([&] { strata::parseStrategies(a, "--strategies"); });
+    expectUserError([&] { splitItems(a, "--networks"); });
   }
+  // Every argument as a --straggler: a worker given twice is refused.
+  expectUserError([&] { parseStragglers(args, 8); });
 
   std::vector<char*> argv;
   for (auto& a : args)
