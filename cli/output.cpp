@@ -140,6 +140,54 @@ std::string optionsLine(const StepEstimate& e) {
   return s;
 }
 
+std::string optionValueText(OptionKey key, const StrategyOptions& o) {
+  switch (key) {
+    case OptionKey::kOverlap:
+      return o.overlap ? "on" : "off";
+    case OptionKey::kFcUpdate:
+      return fmt::format("per {}", toString(o.fcUpdate));
+    case OptionKey::kSegment:
+      return o.segment.value() > 0 ? formatBytes(o.segment) : "off";
+    case OptionKey::kBucket:
+      return o.bucket.value() > 0 ? formatBytes(o.bucket) : "per layer";
+    case OptionKey::kElement:
+      return std::string(toString(o.element));
+    case OptionKey::kOptimizer:
+      return std::string(toString(o.optimizer));
+    case OptionKey::kAllreduce:
+      return std::string(toString(o.gradientSync));
+    case OptionKey::kConvSync:
+      return std::string(toString(o.convSync));
+    case OptionKey::kPsPriority:
+      return std::string(toString(o.psPriority));
+    case OptionKey::kStaleness:
+      return std::to_string(o.staleness);
+    case OptionKey::kPsServers:
+      return std::to_string(o.psServers);
+    case OptionKey::kPsNode:
+      return std::to_string(o.psNode);
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string nonDefaultOptionsText(Strategy strategy, const StrategyOptions& o) {
+  const StrategyOptions defaults;
+  std::vector<std::string> parts;
+  for (auto key :
+       {OptionKey::kOverlap, OptionKey::kFcUpdate, OptionKey::kSegment, OptionKey::kBucket,
+        OptionKey::kElement, OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
+        OptionKey::kPsPriority, OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode}) {
+    const auto value = optionValueText(key, o);
+    if (optionIgnoredBy(key, strategy, o).empty() && value != optionValueText(key, defaults))
+      parts.push_back(fmt::format("{} {}", optionFileKey(key), value));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+namespace {
+
 // The header of a comparison: the options every row shares, then each
 // strategy-specific option that is not its strategy's default, named with the
 // strategies it applies to (a ring row whose allreduce is forced says so).

@@ -18,6 +18,11 @@ namespace strata::cli {
 
 enum class Format { kTable, kJson, kCsv };
 
+// The options `strategy` uses whose values are not the defaults, as
+// "allreduce tree, staleness 1" (file keys), "" when none: what a header
+// says so a forced choice never hides.
+std::string nonDefaultOptionsText(Strategy strategy, const StrategyOptions& options);
+
 void printPresetList(std::ostream& out, Format format);
 void printNetwork(std::ostream& out, const Network& network, ElementType element, Format format);
 void printEstimate(std::ostream& out, const StepEstimate& estimate, Format format);

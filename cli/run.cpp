@@ -206,9 +206,11 @@ std::string placementOf(const Setup& s, bool mpi) {
 }
 
 std::string headerLine(const Setup& s, bool mpi) {
-  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}\n",
+  const auto options = nonDefaultOptionsText(s.sc.strategy, s.sc.options);
+  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}{}\n",
                      s.net.name, toString(s.sc.strategy), s.sc.workers, placementOf(s, mpi),
-                     s.sc.batchPerWorker, s.opt.steps, s.opt.learningRate, s.opt.momentum);
+                     s.sc.batchPerWorker, s.opt.steps, s.opt.learningRate, s.opt.momentum,
+                     options.empty() ? "" : ", " + options);
 }
 
 // Prints each step as it ends (table format): every step on short runs; on
