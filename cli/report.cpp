@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -174,7 +175,6 @@ Command addReportCommand(CLI::App& app, Process process) {
         int batch = ex.batchPerWorker;
         StrategyOptions base = ex.options;
         o->flags.apply(batch, base);
-        o->flags.checkUsed(rq.strategies, base);
         rq.batches = {batch};
         // Option sets side by side: the cross product of the lists given.
         std::vector<bool> overlaps{base.overlap};
@@ -203,6 +203,12 @@ Command addReportCommand(CLI::App& app, Process process) {
           elements.clear();
           for (const auto& v : items(o->elements, "--elements"))
             elements.push_back(parseElementType(v, "--elements"));
+        }
+        {
+          // Every flag is used by a strategy reported (a bucket: with one overlap on).
+          StrategyOptions probe = base;
+          probe.overlap = std::find(overlaps.begin(), overlaps.end(), true) != overlaps.end();
+          o->flags.checkUsed(rq.strategies, probe);
         }
         for (auto el : elements)
           for (bool ov : overlaps)

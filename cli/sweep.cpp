@@ -1,4 +1,5 @@
 // `strata sweep`: many configurations to CSV/JSON (stdout or a file).
+#include <algorithm>
 #include <memory>
 
 #include "commands.h"
@@ -69,7 +70,10 @@ Command addSweepCommand(CLI::App& app) {
             int unusedBatch = 0;
             o->flags.apply(unusedBatch, base);
             // Every flag (and --fc-updates when given) is used by a strategy swept.
-            o->flags.checkUsed(strategies, base);
+            // (a bucket is used when one of the overlaps swept is on).
+            StrategyOptions probe = base;
+            probe.overlap = std::find(overlaps.begin(), overlaps.end(), true) != overlaps.end();
+            o->flags.checkUsed(strategies, probe);
             if (fcUpdatesGiven->count() > 0)
               if (const auto unused = optionUnused({OptionKey::kFcUpdate}, strategies, base))
                 throw OptionError("--fc-updates", unused->why);
