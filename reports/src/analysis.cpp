@@ -197,6 +197,19 @@ Report buildReport(const ReportRequest& request) {
   STRATA_ENFORCE(!request.networks.empty() && !request.clusters.empty() &&
                  !request.strategies.empty() && !request.workers.empty() &&
                  !request.batches.empty() && !request.optionSets.empty());
+  // Each thing once: rows and figures are keyed by these names (a repeated
+  // strategy once overran the summary's buffers); front ends refuse repeats
+  // with the option or file:line:key, this is the library's own guard.
+  auto once = [](const auto& items, auto name) {
+    for (size_t i = 0; i < items.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        STRATA_ENFORCE(name(items[i]) != name(items[j]));
+  };
+  once(request.networks, [](const Network& n) { return n.name; });
+  once(request.clusters, [](const Cluster& c) { return c.name; });
+  once(request.strategies, [](Strategy s) { return std::string(toString(s)); });
+  once(request.workers, [](int k) { return std::to_string(k); });
+  once(request.batches, [](int b) { return std::to_string(b); });
   const int total = countWork(request);
   int done = 0;
   auto tick = [&] {
