@@ -120,6 +120,10 @@ enum class OptionKey {
   kPsServers,
   kPsNode,
 };
+inline constexpr OptionKey kAllOptionKeys[] = {
+    OptionKey::kOverlap,    OptionKey::kFcUpdate,  OptionKey::kSegment,   OptionKey::kBucket,
+    OptionKey::kElement,    OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
+    OptionKey::kPsPriority, OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode};
 
 // The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
 std::string_view optionFlag(OptionKey key);
