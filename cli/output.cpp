@@ -175,10 +175,7 @@ std::string optionValueText(OptionKey key, const StrategyOptions& o) {
 std::string nonDefaultOptionsText(Strategy strategy, const StrategyOptions& o) {
   const StrategyOptions defaults;
   std::vector<std::string> parts;
-  for (auto key :
-       {OptionKey::kOverlap, OptionKey::kFcUpdate, OptionKey::kSegment, OptionKey::kBucket,
-        OptionKey::kElement, OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
-        OptionKey::kPsPriority, OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode}) {
+  for (auto key : kAllOptionKeys) {
     const auto value = optionValueText(key, o);
     if (optionIgnoredBy(key, strategy, o).empty() && value != optionValueText(key, defaults))
       parts.push_back(fmt::format("{} {}", optionFileKey(key), value));

@@ -143,10 +143,7 @@ Experiment loadExperiment(const std::string& path) {
     // Every option given is used by one of the file's strategies (the one
     // rule, optionUnused); the command line may narrow the strategies later.
     std::vector<OptionKey> given;
-    for (auto key :
-         {OptionKey::kOverlap, OptionKey::kFcUpdate, OptionKey::kSegment, OptionKey::kBucket,
-          OptionKey::kElement, OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
-          OptionKey::kPsPriority, OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode})
+    for (auto key : kAllOptionKeys)
       if (o->get(std::string(optionFileKey(key))))
         given.push_back(key);
     if (const auto unused = optionUnused(given, ex.strategies, opt))
