@@ -1,6 +1,7 @@
 // `strata compare`: strategies x worker counts side by side, from an
 // experiment file or from flags.
 #include <iostream>
+#include <iterator>
 #include <memory>
 
 #include "commands.h"
@@ -36,7 +37,7 @@ Command addCompareCommand(CLI::App& app) {
       "  strata compare owt-k20\n"
       "  strata compare -n alexnet-owt -c k20x8-pcie -s all -k 1,2,4,8 --format csv");
   return {
-      sub, [o, strategies, workers] {
+      sub, [o, sub, strategies, workers] {
         o->limitFlags.apply();
         const auto format = parseFormat(o->format);
         Experiment ex;
@@ -57,16 +58,27 @@ Command addCompareCommand(CLI::App& app) {
         // Given but empty (-s '') is a mistake, not "the default".
         if (strategies->count() > 0)
           ex.strategies = parseStrategies(o->strategies, "--strategies");
-        if (workers->count() > 0)
+        if (workers->count() > 0) {
           ex.workers = parsePositiveList(o->workers, "--workers");
+          ex.workersWhere.clear();
+        }
+        // A value given on the command line is the option's, not the file's.
+        for (auto it = ex.optionWhere.begin(); it != ex.optionWhere.end();)
+          it = sub->count(it->first) > 0 ? ex.optionWhere.erase(it) : std::next(it);
         o->flags.apply(ex.batchPerWorker, ex.options);
         o->flags.checkUsed(ex.strategies, ex.options);
         ex.cluster = withProfile(ex.cluster, ex.network, o->profile);
         std::vector<StepEstimate> rows;
         for (int k : ex.workers)
-          for (auto s : ex.strategies)
-            rows.push_back(evaluate(ex.network, ex.cluster,
-                                    Scenario{s, k, ex.batchPerWorker, ex.options}, o->engine));
+          for (auto s : ex.strategies) {
+            try {
+              rows.push_back(evaluate(ex.network, ex.cluster,
+                                      Scenario{s, k, ex.batchPerWorker, ex.options}, o->engine));
+            } catch (const OptionError& e) {
+              throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
+              throw;
+            }
+          }
         printComparison(std::cout, rows, format);
         return 0;
       }};

@@ -617,11 +617,108 @@ TEST_CASE("experiment empty strategies", "[cli][errors][experiment]") {
 }
 
 TEST_CASE("experiment workers beyond the cluster capacity", "[cli][errors][experiment]") {
-  // The mistake is workers[1] = 16 in the experiment file (k20x8-pcie has 8);
-  // the message names the cluster file and an option --workers that was never
-  // given, not the experiment file, line and key.
+  // The mistake is workers[1] = 16 in the experiment file (k20x8-pcie has 8):
+  // named by the experiment file, line and key, not by an option --workers
+  // that was never given.
   checkExperimentError("too-many-workers.yaml", 6, "workers[1]", "workers: [2, 16]");
 }
+
+// ---- duplicate rows and values found late: named where the user wrote them -------
+
+TEST_CASE("a kernel table row listed twice names both lines",
+          "[cli][errors][cluster][duplicates]") {
+  // Accepted before: the second row silently set every price of its cell.
+  checkClusterError("duplicate-gemm-row.yaml", 29, "device.kernels.gemm.rates[9]",
+                    "{op: nn, m: 4, n: 4, gflop_per_s: [1300");
+  const auto r = runStrata({"predict", "-n", data("golden/tiny-net.yaml"), "-c",
+                            data("clusters/duplicate-gemm-row.yaml"), "-s", "ring", "-k", "2"});
+  CHECK(r.output.find("a second row for op nn m 4 n 4 (the first is at line 24)") !=
+        std::string::npos);
+}
+
+TEST_CASE("experiment worker counts and strategies listed twice are refused",
+          "[cli][errors][experiment][duplicates]") {
+  checkExperimentError("duplicate-workers.yaml", 6, "workers[2]", "workers: [2, 4, 2]");
+  checkUserError(runStrata({"compare", data("experiments/duplicate-workers.yaml")}),
+                 {"2 workers are listed twice (first at line 6)"});
+  checkExperimentError("duplicate-strategies.yaml", 7, "strategies[1]", "- all");
+  checkUserError(runStrata({"compare", data("experiments/duplicate-strategies.yaml")}),
+                 {"strategy ring is listed twice (first at line 6"});
+}
+
+TEST_CASE("experiment values refused when evaluated name the file, line and key",
+          "[cli][errors][experiment]") {
+  // The model's worker limit and the ps placement are checked per scenario;
+  // the values came from the file, not from --workers or --ps-servers.
+  checkExperimentError("workers-over-model-limit.yaml", 7, "workers[1]", "workers: [2, 2000000]");
+  const auto limit = runStrata({"compare", data("experiments/workers-over-model-limit.yaml")});
+  CHECK(limit.output.find("--workers:") == std::string::npos);
+  CHECK(limit.output.find("over the model's limit") != std::string::npos);
+  checkExperimentError("ps-servers-over-capacity.yaml", 9, "options.ps_servers", "ps_servers: 4");
+  // Given on the command line, the same value is the option's.
+  checkUserError(runStrata({"compare", data("experiments/ps-servers-over-capacity.yaml"),
+                            "--ps-servers", "5"}),
+                 {"strata: error: --ps-servers: "});
+  checkUserError(runStrata({"compare", data("experiments/workers-over-model-limit.yaml"), "-k",
+                            "2000000", "-c", "dgx-h100"}),
+                 {"strata: error: --workers: "});
+}
+
+TEST_CASE("network add of one input twice names it", "[cli][errors][network][duplicates]") {
+  checkNetworkError("add-same-input-twice.yaml", 12, "layers[2].inputs[2]", "- conv1");
+  checkNetworkError("duplicate-name.yaml", 7, "layers[2].name", "name: conv1");
+  checkUserError(runStrata({"describe", data("networks/duplicate-name.yaml")}),
+                 {"duplicate layer name 'conv1' (first at line 5)"});
+}
+
+TEST_CASE("validation suite mistakes found in the file name its line and key",
+          "[cli][errors][validate][suite][duplicates]") {
+  auto suite = [](const std::string& file, int line, const std::string& key,
+                  const std::string& holds, const std::string& says) {
+    const std::string rel = "suites/" + file;
+    checkConfigError({"validate", "--suite", data(rel)}, rel, line, key, holds);
+    checkUserError(runStrata({"validate", "--suite", data(rel)}), {says});
+  };
+  suite("duplicate-workers.yaml", 7, "workers[2]", "workers: [1, 2, 2]",
+        "2 workers are listed twice (first at line 7)");
+  suite("duplicate-strategies.yaml", 6, "strategies[2]", "strategies: [ring, naive, ring]",
+        "strategy ring is listed twice (first at line 6)");
+  // Zero rows: an error, not an empty table and exit 0.
+  suite("nothing-to-validate.yaml", 6, "strategies", "strategies: [owt-a]", "nothing to validate");
+  checkUserError(runStrata({"validate", "-n", data("networks/no-fc.yaml"), "-s", "owt-a,owt-c"}),
+                 {"strata: error: --strategies: nothing to validate"});
+  // 1000 worker threads: the file's workers[1], not --workers (nor calibrate's
+  // --sharing-up-to), and before the minute of calibration.
+  suite("workers-over-thread-limit.yaml", 8, "workers[1]", "workers: [2, 1000]",
+        "1000 workers would start 2000 threads");
+  const auto r = runStrata({"validate", "--suite", data("suites/workers-over-thread-limit.yaml")});
+  CHECK(r.output.find("--workers:") == std::string::npos);
+  CHECK(r.output.find("--sharing-up-to") == std::string::npos);
+}
+
+TEST_CASE("a STRATA_CONFIG_DIR folder without preset folders is refused", "[cli][presets]") {
+  // tests/cli/golden holds YAML files but no networks/, clusters/, experiments/.
+  const std::string dir = data("golden");
+  checkUserError(runStrata({"describe", "tiny-cnn"}, {"STRATA_CONFIG_DIR=" + dir}),
+                 {"strata: error: STRATA_CONFIG_DIR: '" + dir +
+                      "' holds none of networks/, clusters/, experiments/",
+                  "DIR/networks/NAME.yaml"});
+  checkUserError(
+      runStrata({"list"},
+                {"STRATA_CONFIG_DIR=" + std::string(STRATA_CONFIG_DIR_FOR_TESTS) + ":" + dir}),
+      {"'" + dir + "' holds none of"});
+}
+
+#ifdef STRATA_HAVE_ONNX
+TEST_CASE("an ONNX graph with two nodes writing one output is refused naming both",
+          "[cli][errors][onnx][duplicates]") {
+  // tests/fixtures/onnx/make_duplicate_output.py writes it: fc1 and relu1 both write 'h'.
+  const std::string file =
+      std::string(STRATA_TEST_DATA) + "/../fuzz/regressions/onnx/duplicate-output.onnx";
+  checkUserError(runStrata({"describe", file}),
+                 {file + ": nodes[1] (relu1): writes output 'h', which nodes[0] (fc1) writes too"});
+}
+#endif
 
 // ---- list, describe, help ------------------------------------------------------
 

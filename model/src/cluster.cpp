@@ -156,6 +156,9 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
   for (auto& r : table.rate)
     r.assign(d * d * d, 0.0);
   const auto rates = g.require("rates");
+  // The line of the row that set each (table, m, n): a second row for the
+  // same cell would silently set every price of that cell.
+  std::vector<int> rowLine(3 * d * d, 0);
   for (const auto& row : rates.items()) {
     row.allowOnly({key, "m", "n", "gflop_per_s"});
     const auto whichNode = row.require(key);
@@ -168,6 +171,13 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
       whichNode.fail(fmt::format("unknown {} '{}' (expected {}, {} or {})", what, name, names[0],
                                  names[1], names[2]));
     const size_t im = indexOf(row.require("m")), in = indexOf(row.require("n"));
+    int& first = rowLine[(static_cast<size_t>(which) * d + im) * d + in];
+    if (first > 0)
+      row.fail(
+          fmt::format("a second row for {} {} m {} n {} (the first is at line {}): each "
+                      "cell of the grid has one row",
+                      key, name, table.dims[im], table.dims[in], first));
+    first = row.line();
     const auto values = row.require("gflop_per_s");
     const auto items = values.items();
     if (items.size() != d)

@@ -49,6 +49,12 @@ ConfigNode ConfigNode::loadFile(const std::string& path) {
   return ConfigNode(root, file, "", 1);
 }
 
+std::string ConfigNode::where() const {
+  // ConfigError's own format, message left out.
+  const std::string text = ConfigError(*file_, line_, path_, "").what();
+  return text.substr(0, text.size() - 2);
+}
+
 void ConfigNode::fail(const std::string& message) const {
   throw ConfigError(*file_, line_, path_, message);
 }

@@ -31,6 +31,9 @@ class ConfigNode {
   const std::string& path() const { return path_; }
   int line() const { return line_; }
 
+  // "file:line: key", as fail() names this node (for errors raised later,
+  // once the value is in use).
+  std::string where() const;
   // Throws ConfigError at this node.
   [[noreturn]] void fail(const std::string& message) const;
   std::string keyOf(const YAML::Node& key) const;

@@ -1,6 +1,7 @@
 // Loads experiment files: network x cluster x strategies x worker counts.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -34,6 +35,31 @@ std::string resolveReference(ConfigKind kind, const ConfigNode& n) {
   }
 }
 
+std::vector<Strategy> readStrategyList(const ConfigNode& list) {
+  std::vector<Strategy> out;
+  std::vector<int> lines;
+  for (const auto& s : list.items(true)) {
+    std::vector<Strategy> named;
+    try {
+      named = parseStrategies(s.asString(), s.path());
+    } catch (const OptionError&) {
+      s.fail("unknown strategy '" + s.asString() +
+             "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
+    }
+    for (auto st : named) {
+      if (const auto it = std::find(out.begin(), out.end(), st); it != out.end())
+        s.fail(
+            fmt::format("strategy {} is listed twice (first at line {}{}): each strategy is "
+                        "one row",
+                        toString(st), lines[static_cast<size_t>(it - out.begin())],
+                        s.asString() == "all" ? ", and `all` names every strategy" : ""));
+      out.push_back(st);
+      lines.push_back(s.line());
+    }
+  }
+  return out;
+}
+
 Experiment loadExperiment(const std::string& path) {
   const auto root = ConfigNode::loadFile(path);
   // Validation suites live beside the experiments (configs/experiments/) and
@@ -59,18 +85,17 @@ Experiment loadExperiment(const std::string& path) {
   const auto strategies = root.require("strategies");
   if (strategies.isSequence() && strategies.items().empty())
     strategies.fail("needs at least one strategy");
-  for (const auto& s : strategies.items(true)) {
-    try {
-      for (auto st : parseStrategies(s.asString(), s.path()))
-        ex.strategies.push_back(st);
-    } catch (const OptionError&) {
-      s.fail("unknown strategy '" + s.asString() +
-             "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
-    }
-  }
+  ex.strategies = readStrategyList(strategies);
   const auto capacity = ex.cluster.capacity();
+  std::vector<int> workerLines;
   for (const auto& w : root.require("workers").items(true)) {
-    ex.workers.push_back(w.asPositiveInt());
+    const int k = w.asPositiveInt();
+    if (const auto it = std::find(ex.workers.begin(), ex.workers.end(), k); it != ex.workers.end())
+      w.fail(fmt::format("{} workers are listed twice (first at line {}): each count is one row", k,
+                         workerLines[static_cast<size_t>(it - ex.workers.begin())]));
+    ex.workers.push_back(k);
+    workerLines.push_back(w.line());
+    ex.workersWhere.push_back(w.where());
     if (capacity >= 0 && ex.workers.back() > capacity)
       w.fail("cluster '" + ex.cluster.name + "' has " + std::to_string(capacity) +
              " devices; cannot place " + std::to_string(ex.workers.back()) + " workers");
@@ -79,6 +104,7 @@ Experiment loadExperiment(const std::string& path) {
     root.require("workers").fail("needs at least one worker count");
   const auto batchNode = root.require("batch");
   ex.batchPerWorker = batchNode.asPositiveInt();
+  ex.optionWhere["--batch"] = batchNode.where();
   for (int k : ex.workers)
     if (int64_t examples = 0;
         !checkedMul(k, ex.batchPerWorker, examples, std::numeric_limits<int>::max()))
@@ -91,6 +117,12 @@ Experiment loadExperiment(const std::string& path) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "optimizer", "allreduce",
                   "conv_sync", "ps_priority", "staleness", "ps_servers", "ps_node"});
     auto& opt = ex.options;
+    // Each key stands where its option would: fc_update for --fc-update.
+    for (const auto& [key, value] : o->entries()) {
+      std::string option = "--" + key;
+      std::replace(option.begin(), option.end(), '_', '-');
+      ex.optionWhere[option] = value.where();
+    }
     opt.overlap = o->boolOr("overlap", opt.overlap);
     try {
       if (auto f = o->get("fc_update"))
@@ -150,6 +182,26 @@ Experiment loadExperiment(const std::string& path) {
       o->require(std::string(optionFileKey(unused->key))).fail(unused->why);
   }
   return ex;
+}
+
+void throwAtExperimentSource(const Experiment& ex, const OptionError& e, int workers) {
+  // OptionError's text is "OPTION: message".
+  const std::string what = e.what();
+  const auto colon = what.find(": ");
+  if (colon == std::string::npos)
+    return;
+  const std::string option = what.substr(0, colon);
+  std::string where;
+  if (option == "--workers") {
+    const auto it = std::find(ex.workers.begin(), ex.workers.end(), workers);
+    const auto i = static_cast<size_t>(it - ex.workers.begin());
+    if (it != ex.workers.end() && i < ex.workersWhere.size())
+      where = ex.workersWhere[i];
+  } else if (const auto it = ex.optionWhere.find(option); it != ex.optionWhere.end()) {
+    where = it->second;
+  }
+  if (!where.empty())
+    throw UserError(where + ": " + what.substr(colon + 2));
 }
 
 }  // namespace strata

@@ -2,6 +2,7 @@
 // `bottleneck` block into the layers of a ResNet bottleneck.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <unordered_map>
 
@@ -142,8 +143,14 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       const auto items = ins.items();
       if (items.size() < 2)
         ins.fail("an add needs at least two inputs");
-      for (const auto& i : items)
-        raw.inputNames.push_back(i.asString());
+      for (const auto& i : items) {
+        const std::string name = i.asString();
+        // Counted once or twice? An add of a layer with itself is 2x, which a
+        // scale says better; a repeated name is read as a typo.
+        if (std::find(raw.inputNames.begin(), raw.inputNames.end(), name) != raw.inputNames.end())
+          i.fail("input '" + name + "' is listed twice: each input of an add is another layer");
+        raw.inputNames.push_back(name);
+      }
       break;
     }
     case LayerKind::kRelu:
@@ -396,9 +403,10 @@ Network loadNetwork(const std::string& path) {
     auto& raw = raws[i];
     const auto& node = nodeOf[i];
     const std::string key = fmt::format("layers[{}]", raw.index);
-    if (indexOf.count(raw.layer.name))
+    if (const auto first = indexOf.find(raw.layer.name); first != indexOf.end())
       throw ConfigError(path, node.line(), key + ".name",
-                        "duplicate layer name '" + raw.layer.name + "'");
+                        fmt::format("duplicate layer name '{}' (first at line {})", raw.layer.name,
+                                    nodeOf[static_cast<size_t>(first->second)].line()));
     const bool firstOfBlock = i == 0 || nodeOf[i - 1].line() != node.line() || raw.startsBlock;
     if (firstOfBlock)
       blockInput = i == 0 ? "input" : net.layers[i - 1].name;

@@ -208,6 +208,26 @@ class Importer {
       shapeOf(vi);
     for (const auto& vi : g.output())
       shapeOf(vi);
+    // Each value has one producer: with two nodes writing one name, which
+    // of them a consumer reads would be left to the order of the file.
+    std::unordered_map<std::string, int> producer;
+    for (int i = 0; i < g.node_size(); ++i)
+      for (const auto& name : g.node(i).output()) {
+        if (name.empty())
+          continue;
+        if (const auto [it, fresh] = producer.emplace(name, i); !fresh)
+          failAt(i, it->second == i
+                        ? fmt::format("writes output '{}' twice: each value of the graph has "
+                                      "one producer",
+                                      name)
+                        : fmt::format("writes output '{}', which {} writes too: each value of "
+                                      "the graph has one producer",
+                                      name, nodeKey(it->second)));
+        if (values_.count(name))
+          failAt(i, fmt::format("writes output '{}', the name of an initializer: each value "
+                                "of the graph has one producer",
+                                name));
+      }
     for (const auto& n : g.node())
       for (const auto& name : n.input())
         if (!name.empty())

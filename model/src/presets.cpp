@@ -23,6 +23,8 @@ std::string_view toString(ConfigKind kind) {
 }
 
 namespace {
+constexpr std::string_view kPresetFolders[] = {"networks", "clusters", "experiments"};
+
 std::string_view folderOf(ConfigKind kind) {
   switch (kind) {
     case ConfigKind::kNetwork:
@@ -54,6 +56,18 @@ std::vector<std::string> configDirs() {
         std::error_code ec;  // a folder name the file system refuses is no folder either
         if (!fs::is_directory(dir, ec))
           throw OptionError("STRATA_CONFIG_DIR", "no such folder '" + dir + "'");
+        // A folder that holds no preset folder is a mistake (the configs/
+        // folder's parent, a typo), not a source that silently adds nothing.
+        const bool holdsPresets = std::any_of(
+            std::begin(kPresetFolders), std::end(kPresetFolders),
+            [&](std::string_view sub) { return fs::is_directory(fs::path(dir) / sub, ec); });
+        if (!holdsPresets)
+          throw OptionError("STRATA_CONFIG_DIR",
+                            "'" + dir +
+                                "' holds none of networks/, clusters/, experiments/: each "
+                                "folder of STRATA_CONFIG_DIR is laid out as configs/ is "
+                                "(DIR/networks/NAME.yaml, DIR/clusters/NAME.yaml, "
+                                "DIR/experiments/NAME.yaml)");
         dirs.push_back(dir);
       }
       start = colon + 1;

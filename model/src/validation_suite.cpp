@@ -54,6 +54,7 @@ ValidationSuite loadValidationSuite(const std::string& path) {
       if (std::find(entry.batches.begin(), entry.batches.end(), v) != entry.batches.end())
         b.fail("batch " + std::to_string(v) + " is listed twice");
       entry.batches.push_back(v);
+      entry.batchesWhere.push_back(b.where());
     }
     if (entry.batches.empty())
       batches.fail("needs at least one batch size");
@@ -64,23 +65,26 @@ ValidationSuite loadValidationSuite(const std::string& path) {
     suite.entries.push_back(std::move(entry));
   }
 
-  if (auto strategies = root.get("strategies")) {
+  const auto strategies = root.get("strategies");
+  if (strategies) {
     if (strategies->isSequence() && strategies->items().empty())
       strategies->fail("needs at least one strategy");
-    for (const auto& s : strategies->items(true)) {
-      try {
-        for (auto st : parseStrategies(s.asString(), s.path()))
-          if (std::find(suite.strategies.begin(), suite.strategies.end(), st) ==
-              suite.strategies.end())
-            suite.strategies.push_back(st);
-      } catch (const OptionError&) {
-        s.fail("unknown strategy '" + s.asString() +
-               "' (expected naive, ring, owt-a, owt-b, owt-c, ps or all)");
-      }
-    }
+    suite.strategies = readStrategyList(*strategies);
   } else {
     suite.strategies = {std::begin(kAllStrategies), std::end(kAllStrategies)};
   }
+  // Nothing to validate is a mistake, not an empty table: owt-* need a
+  // model-parallel part, and no entry has one.
+  const bool anyRow =
+      std::any_of(suite.strategies.begin(), suite.strategies.end(), [&](Strategy s) {
+        return !isModelParallel(s) ||
+               std::any_of(suite.entries.begin(), suite.entries.end(),
+                           [](const SuiteEntry& e) { return e.network.modelParallelFrom >= 0; });
+      });
+  if (!anyRow)
+    strategies->fail(
+        "nothing to validate: owt-a/b/c need a model-parallel part, and no network of the suite "
+        "has one (add naive, ring or ps, or a network with fc layers)");
 
   if (auto workers = root.get("workers");
       !workers || (workers->isScalar() && workers->asString() == "auto")) {
@@ -88,12 +92,20 @@ ValidationSuite loadValidationSuite(const std::string& path) {
   } else {
     if (workers->isSequence() && workers->items().empty())
       workers->fail("needs at least one worker count (or auto)");
+    std::vector<int> lines;
     for (const auto& w : workers->items(true)) {
       if (w.isScalar() && w.asString() == "auto")
         w.fail("auto stands alone: `workers: auto`");
       const int k = w.asPositiveInt();
-      if (std::find(suite.workers.begin(), suite.workers.end(), k) == suite.workers.end())
-        suite.workers.push_back(k);
+      if (const auto it = std::find(suite.workers.begin(), suite.workers.end(), k);
+          it != suite.workers.end())
+        w.fail(
+            fmt::format("{} workers are listed twice (first at line {}): each count is one "
+                        "row",
+                        k, lines[static_cast<size_t>(it - suite.workers.begin())]));
+      suite.workers.push_back(k);
+      suite.workersWhere.push_back(w.where());
+      lines.push_back(w.line());
     }
   }
 

@@ -68,7 +68,8 @@ TEST_CASE("a validation suite loads with its entries and options", "[validation]
   CHECK(s.entries[1].network.name == "one-fc");  // a path beside the suite file
   CHECK(s.entries[1].batches == std::vector<int>{8});
   CHECK(s.entries[1].where.find("suite-good.yaml:7: entries[1].network") != std::string::npos);
-  // [ring, all]: every strategy once, ring first.
+  // Every strategy, in the file's order (a strategy or worker count listed
+  // twice is refused: tests/cli/suites/duplicate-*.yaml).
   REQUIRE(s.strategies.size() == 6);
   CHECK(s.strategies.front() == Strategy::kRing);
   CHECK(s.workers == std::vector<int>{1, 2});

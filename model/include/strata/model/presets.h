@@ -1,11 +1,13 @@
 // Finding configs by preset name or path, and experiments (a comparison in a file).
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "strata/model/cluster.h"
+#include "strata/model/error.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
 
@@ -15,7 +17,8 @@ enum class ConfigKind { kNetwork, kCluster, kExperiment };
 std::string_view toString(ConfigKind kind);  // "network", "cluster", "experiment"
 
 // Where presets are looked up, in order: each folder of $STRATA_CONFIG_DIR
-// (colon-separated; a folder that does not exist is an OptionError), then the
+// (colon-separated; a folder that does not exist, or holds none of networks/,
+// clusters/, experiments/, is an OptionError naming it), then the
 // built-in presets (the source tree's configs/, else
 // <prefix>/share/strata/configs). A preset in an earlier folder hides one of
 // the same name in a later folder.
@@ -40,8 +43,25 @@ struct Experiment {
   std::vector<int> workers;
   int batchPerWorker = 128;
   StrategyOptions options;
+  // Where each value was read, "file:line: key", for mistakes found only when
+  // a scenario is evaluated: workersWhere[i] for workers[i] (empty when the
+  // counts did not come from a file), optionWhere by the command-line option
+  // that would set the value instead ("--batch", "--segment", "--ps-servers",
+  // ...). A command that overrides a value with its option drops its entry.
+  std::vector<std::string> workersWhere;
+  std::map<std::string, std::string> optionWhere;
 };
 
+// Loads an experiment file. Every mistake is a ConfigError naming file, line
+// and key; a strategy or a worker count listed twice (`strategies: [ring,
+// ring]`, `[all, ps]`, `workers: [2, 2]`) is one, naming both lines.
 Experiment loadExperiment(const std::string& path);
+
+// `e`, raised while evaluating `ex` with `workers` workers, names a
+// command-line option ("--workers: ...") whose value came from the experiment
+// file: throws the same message naming the file, line and key instead
+// ("owt.yaml:6: workers[1]: ..."). Returns when the option's value did not come
+// from the file (the caller rethrows `e`).
+void throwAtExperimentSource(const Experiment& ex, const OptionError& e, int workers);
 
 }  // namespace strata

@@ -25,6 +25,9 @@ struct SuiteEntry {
   // "file:line: entries[i].network", for errors found after loading (e.g. a
   // network the executor cannot run).
   std::string where;
+  // "file:line: entries[i].batches[j]" for batches[j] (empty when not read
+  // from a file), for a batch found too large only when a row is checked.
+  std::vector<std::string> batchesWhere;
 };
 
 struct ValidationSuite {
@@ -36,6 +39,8 @@ struct ValidationSuite {
   // Worker counts; empty when `workers: auto` (autoWorkerCounts of the
   // machine's core count, decided where the suite runs).
   std::vector<int> workers;
+  // "file:line: workers[i]" for workers[i] (empty when not read from a file).
+  std::vector<std::string> workersWhere;
   bool autoWorkers = false;
   int repeats = 3;  // executor runs per row, to measure the run-to-run spread
   int steps = 6;    // steps per run: 2 warm-up, the median of the rest is the run's step
@@ -51,7 +56,9 @@ inline constexpr int kMaxSuiteRepeats = 1000;
 // Loads a suite file; every mistake (unknown key, unknown network, batch or
 // repeats < 1 or > kMaxSuiteRepeats, steps < kMinValidateSteps or >
 // kMaxSuiteSteps, a global batch over 2^31 - 1, a file whose kind is not
-// validation-suite) is a ConfigError naming file, line and key.
+// validation-suite, a network, batch, strategy or worker count listed twice,
+// strategies that give no row: owt-* only on networks without a
+// model-parallel part) is a ConfigError naming file, line and key.
 ValidationSuite loadValidationSuite(const std::string& path);
 
 // True when `path` is a YAML map whose top-level `kind` is validation-suite;
