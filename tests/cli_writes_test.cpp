@@ -324,6 +324,18 @@ TEST_CASE("a report that fails halfway leaves the earlier report as it was", "[c
   CHECK(!fs::exists(out / "data"));
   CHECK(dir.entries() == std::vector<std::string>{"failing-gnuplot", "report"});
 
+  // A full disk (a file-size limit): exited 2 without a reason and left a
+  // truncated page. Now: the reason, status 1, the earlier page as it was.
+  r = shell("trap '' XFSZ; ulimit -f 0; STRATA_GNUPLOT=" + quote(failing.string()) + " exec " +
+            strata(args));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(lines(r.output).size() == 1);
+  CHECK(r.output.rfind("strata: error: --out: cannot write '", 0) == 0);
+  CHECK(r.output.find("': File too large") != std::string::npos);
+  CHECK(slurp(out / "index.html") == "earlier page");
+  CHECK(dir.entries() == std::vector<std::string>{"failing-gnuplot", "report"});
+
   // A gnuplot that draws an empty SVG: the report goes into place, files of
   // the user's beside it are kept, and a new folder gets a folder's mode.
   const fs::path drawing = dir.path / "drawing-gnuplot";
