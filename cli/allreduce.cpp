@@ -302,16 +302,22 @@ Setup prepare(const AllreduceFlags& f, int ranks) {
                         "without mpirun, workers run as threads on this machine's GPUs");
 #endif
   }
-  const double memory = exec::deviceMemoryBytes(s.device, s.gpu);
-  const double need = double(sharing) * double(maxBytes);
+  // On the CPU: what this process may allocate (physical memory, ulimit -v,
+  // the cgroup's memory.max), with the threads' stacks under ulimit -v.
+  const bool onCpu = s.device == exec::Device::kCpu;
+  const MemoryLimit available = onCpu ? availableMemory() : MemoryLimit{};
+  const double memory = onCpu ? available.bytes : exec::deviceMemoryBytes(s.device, s.gpu);
+  double need = double(sharing) * double(maxBytes);
+  if (onCpu && available.addressSpace)  // per process: a rank's own buffer, or the threads'
+    need = s.mpi ? double(maxBytes) : need + threadsReservedBytes(s.workers);
   if (memory > 0 && need > memory)
     throw OptionError(
         "--maxbytes",
-        fmt::format("{} worker{} x {} need {} of {} memory, more than its {}; use a smaller "
-                    "--maxbytes or fewer workers",
+        fmt::format("{} worker{} x {} need {} of {} memory, more than the {} available ({}); use "
+                    "a smaller --maxbytes or fewer workers",
                     sharing, sharing == 1 ? "" : "s", formatSize(maxBytes), formatSize(need),
-                    s.device == exec::Device::kCpu ? "this machine's" : "one GPU's",
-                    formatSize(std::floor(memory))));
+                    onCpu ? "host" : "GPU", formatSize(std::floor(memory)),
+                    onCpu ? available.what : "one GPU's memory"));
   const bool mpiBaseline =
       std::find(s.algorithms.begin(), s.algorithms.end(), Algorithm::kMpi) != s.algorithms.end();
   if (mpiBaseline && maxBytes / 4 > std::size_t{2'147'483'647})

@@ -208,9 +208,9 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
             co.device = exec::parseDevice(o->device, "--device");
             co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
             exec::checkCalibrationOptions(co);
-            std::ofstream file(o->out);
-            if (!file)
-              throw OptionError("--out", "cannot write '" + o->out + "'");
+            // Beside --out until complete: a calibration that fails or is
+            // interrupted leaves an earlier cluster file as it was.
+            AtomicFile file(o->out, "--out");
             if (co.device == exec::Device::kCuda)
               std::cout << "calibrating GPU 0 (kernel tables through cuBLAS, cuDNN and "
                            "kernels/)\n";
@@ -220,9 +220,8 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
                         << net->name << "'s layers, batch " << o->batch << ")\n";
             else
               std::cout << "calibrating this machine (kernel tables, no network)\n";
-            file << exec::calibrate(co);
-            if (!file.flush())
-              throw OptionError("--out", "error while writing '" + o->out + "'");
+            file.stream() << exec::calibrate(co);
+            file.commit();
             std::cout << "wrote " << o->out << "\n";
             return 0;
           }};

@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 
+#include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
 #include "strata/model/plan.h"
@@ -387,22 +388,19 @@ Cluster withProfile(Cluster cluster, const Network& net, const std::string& prof
   return cluster;
 }
 
-OutputFile::OutputFile(const std::string& path, const std::string& option)
-    : path_(path), option_(option) {
+OutputFile::OutputFile(const std::string& path, const std::string& option) {
   if (path.empty() || path == "-")
     return;
-  file_.open(path);
-  if (!file_)
-    throw OptionError(option, "cannot write '" + path + "'");
+  file_ = std::make_unique<AtomicFile>(path, option);
 }
 
 std::ostream& OutputFile::stream() {
-  return file_.is_open() ? static_cast<std::ostream&>(file_) : std::cout;
+  return file_ ? file_->stream() : std::cout;
 }
 
 void OutputFile::close() {
-  if (file_.is_open() && !file_.flush())
-    throw OptionError(option_, "error while writing '" + path_ + "'");
+  if (file_)
+    file_->commit();
 }
 
 ProgressBar::ProgressBar(std::string what)

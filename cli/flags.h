@@ -10,12 +10,14 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "output.h"
+#include "strata/model/atomic_file.h"
 #include "strata/model/cluster.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
@@ -174,18 +176,20 @@ class ProgressBar {
 };
 
 // Where a command writes its answer: stdout ("" or "-") or the file at
-// `path`, opened at once so a bad path fails before any work (named by
-// `option` in errors).
+// `path` through an AtomicFile (model/atomic_file.h), checked and begun at
+// once so a bad path fails before any work (named by `option` in errors).
+// The file replaces `path` only at close(); destroyed before it (an error on
+// the way), it leaves `path` as it was.
 class OutputFile {
  public:
   OutputFile(const std::string& path, const std::string& option);
   std::ostream& stream();
-  // Flushes; a write error names the option.
+  // Renames a file into place; a write error is a WriteError naming the
+  // option and its reason. Stdout is checked by main.
   void close();
 
  private:
-  std::string path_, option_;
-  std::ofstream file_;
+  std::unique_ptr<AtomicFile> file_;
 };
 
 }  // namespace strata::cli

@@ -4,13 +4,28 @@
 // line and key or the option, with exit status 2; a failure at run time (a
 // worker failed, a peer timed out) is one such line with status 1, and so is
 // a bug ("strata: internal error: ...").
+//
+// Output that does not arrive is a failure too: a stdout on a full device or a
+// closed pipe ends with one line and status 1 (SIGPIPE is ignored, so a write
+// to a closed pipe fails with EPIPE rather than killing the process without a
+// word), and an interrupt (SIGINT, SIGTERM) leaves no temporary file of an
+// output being written (model/atomic_file.h).
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "flags.h"
+#include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
+#include "strata/model/limits.h"
 #include "strata_version.h"
 
 namespace strata::cli {
@@ -74,17 +89,46 @@ int run(int argc, char** argv) {
   return kUserErrorExit;  // unreachable: CLI11 requires one subcommand
 }
 
+// `status`, unless what was written to stdout did not all arrive (a full
+// device, a closed pipe): then one line saying so and status 1. A command that
+// failed already has said so on its one line.
+int checkStdout(int status) {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout;
+  int error = errno;
+  if (!failed || status != 0)
+    return status;
+  // A write that failed earlier left no errno: a pipe whose reader is gone
+  // still says so (POLLERR on its write end).
+  pollfd out{STDOUT_FILENO, 0, 0};
+  if (error == 0 && ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) != 0)
+    error = EPIPE;
+  std::cerr << "strata: error: the output on stdout was not all written"
+            << (error != 0 ? ": " + errnoText(error) : std::string()) << "\n";
+  return kRunFailureExit;
+}
+
 }  // namespace
 }  // namespace strata::cli
 
 int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  strata::removeTemporaryFilesOnSignals();
+  using strata::cli::checkStdout;
   try {
-    return strata::cli::run(argc, argv);
+    return checkStdout(strata::cli::run(argc, argv));
   } catch (const strata::UserError& e) {
     std::cerr << "strata: error: " << e.what() << "\n";
     return strata::cli::kUserErrorExit;
   } catch (const strata::RunFailure& e) {
     std::cerr << "strata: error: " << e.what() << "\n";
+    return strata::cli::kRunFailureExit;
+  } catch (const std::bad_alloc& e) {
+    // The checks before each run compare with availableMemory() (limits.h):
+    // this is an allocation they did not foresee.
+    std::cerr << "strata: error: out of memory (" << e.what()
+              << "): " << strata::availableMemory().describe() << "\n";
     return strata::cli::kRunFailureExit;
   } catch (const std::exception& e) {
     std::cerr << "strata: internal error: " << e.what() << "\n";

@@ -1,7 +1,6 @@
 // `strata profile`: time each layer phase of one network on one worker.
 #include "strata/exec/profile.h"
 
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -38,19 +37,24 @@ Command addProfileCommand(CLI::App& app) {
       "alexnet-owt.profile.yaml");
   return {sub, [o] {
             const auto format = parseFormat(o->format);
+            // A target that cannot be one fails before the profile is measured;
+            // the file is written beside it and renamed into place after.
+            if (!o->out.empty())
+              checkOutputFile(o->out, "--out");
             const auto device = exec::parseDevice(o->device, "--device");
             const auto net = networkArg(o->network, "--network");
             std::optional<Cluster> cluster;
             if (!o->cluster.empty())
               cluster = clusterArg(o->cluster, "--cluster");
             const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats, device);
-            if (!o->out.empty()) {
-              std::ofstream file(o->out);
-              if (!file || !(file << profileYaml(profile)).flush())
-                throw OptionError("--out", "cannot write '" + o->out + "'");
-            }
+            // The measured profile is printed first: a file that cannot be
+            // written (a full disk: exit 1 with its reason) loses no measurement.
             printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, format);
-            if (!o->out.empty() && format == Format::kTable)
+            if (o->out.empty())
+              return 0;
+            std::cout << std::flush;
+            writeFileAtomically(o->out, profileYaml(profile), "--out");
+            if (format == Format::kTable)
               std::cout << "\nwrote " << o->out << "\n";
             return 0;
           }};

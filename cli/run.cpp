@@ -78,6 +78,9 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   s.format = parseFormat(f.format);
   if (s.format == Format::kCsv)
     throw OptionError("--format", "run prints table or json");
+  // A trace target that cannot be one (a device, a folder): before any work.
+  if (rank == 0 && !f.trace.empty())
+    checkOutputFile(f.trace, "--trace");
   exec::RunOptions& opt = s.opt;
   opt = f.run;
   f.limitFlags.apply();
@@ -238,14 +241,25 @@ void printSteps(exec::RunOptions& opt, std::string header) {
   };
 }
 
-// Rank 0's (or the threads') report of a finished run.
-void report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
+// Rank 0's (or the threads') report of a finished run; its exit status. A
+// trace that cannot be written (a full disk) loses no measurement: the
+// measured step is printed all the same, then one line says what was not
+// written (status 1). The trace's temporary file is gone then and a file
+// that was at --trace is as it was.
+int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
   const int stale = s.sc.strategy == Strategy::kPs && s.sc.workers > 1 ? s.sc.options.staleness : 0;
   result.measured.cluster = mpi ? "mpi" : s.opt.device == exec::Device::kCpu ? "threads" : "cuda";
+  std::string notWritten;
   if (s.traceFile) {
-    writeTrace(s.traceFile->stream(), s.plan, s.net, result.measured, result.timeline,
-               s.traceOptions);
-    s.traceFile->finish();
+    try {
+      writeTrace(s.traceFile->stream(), s.plan, s.net, result.measured, result.timeline,
+                 s.traceOptions);
+      s.traceFile->finish();
+    } catch (const WriteError& e) {
+      notWritten = e.what();
+    }
+    if (!notWritten.empty())
+      s.traceFile.reset();  // removes the temporary file now
   }
   if (s.format == Format::kJson) {
     std::cout << "{\"steps\":[";
@@ -259,17 +273,23 @@ void report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
     std::cout << "\"measured\":";
     printEstimate(std::cout, result.measured, Format::kJson);
     std::cout << "}\n";
-    return;
+  } else {
+    std::cout << "\nmeasured (median step after warm-up):\n";
+    printEstimate(std::cout, result.measured, s.format);
+    if (stale > 0 && s.format == Format::kTable)
+      std::cout << fmt::format(
+          "\nstaleness: a forward ran at most {} of the {} steps allowed "
+          "ahead of its layer's newest pull\n",
+          result.stalenessSeen, stale);
+    if (s.traceFile)
+      std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
   }
-  std::cout << "\nmeasured (median step after warm-up):\n";
-  printEstimate(std::cout, result.measured, s.format);
-  if (stale > 0 && s.format == Format::kTable)
-    std::cout << fmt::format(
-        "\nstaleness: a forward ran at most {} of the {} steps allowed "
-        "ahead of its layer's newest pull\n",
-        result.stalenessSeen, stale);
-  if (s.traceFile)
-    std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
+  if (notWritten.empty())
+    return 0;
+  std::cout << std::flush;
+  std::cerr << "strata: error: " << notWritten
+            << " (the run above was measured; its trace was not written)\n";
+  return kRunFailureExit;
 }
 
 int runThreads(const RunFlags& f) {
@@ -277,8 +297,7 @@ int runThreads(const RunFlags& f) {
   if (s.format == Format::kTable)
     printSteps(s.opt, headerLine(s, false));
   exec::RunResult result = exec::runThreads(s.plan, s.net, s.opt);
-  report(f, s, result, false);
-  return 0;
+  return report(f, s, result, false);
 }
 
 #ifdef STRATA_HAVE_MPI
@@ -290,6 +309,7 @@ int runThreads(const RunFlags& f) {
 std::atomic<const exec::MpiCommunicator*> gTermWatch{nullptr};
 
 extern "C" void onTerminate(int signal) {
+  removeTemporaryFilesNow();  // an unfinished trace's (atomic_file.h)
   const exec::MpiCommunicator* comm = gTermWatch.load();
   if (comm && !comm->endSeenElsewhere()) {
     constexpr char kLine[] =
@@ -400,11 +420,10 @@ int runRank(const RunFlags* f, std::string mistake, Process process) {
   // The other ranks are done: a failure here is rank 0's alone, and MPI
   // still finalises cleanly.
   try {
-    report(*f, s, result, true);
+    return report(*f, s, result, true);
   } catch (const std::exception& e) {
     return printError(e);
   }
-  return 0;
 }
 #endif
 

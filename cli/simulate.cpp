@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "strata/model/limits.h"
 #include "strata/model/plan.h"
 #include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
@@ -88,7 +89,10 @@ Command addSimulateCommand(CLI::App& app) {
   return {sub, [o] {
             o->limitFlags.apply();
             const auto format = parseFormat(o->format);
+            if (!o->trace.empty())
+              checkOutputFile(o->trace, "--trace");  // a device, a folder: before any work
             const Scenario sc = o->flags.scenario(o->strategy, o->workers);
+            checkSimWorkers(sc.workers, limits());  // before anything per worker is made
             sim::Options opt;
             opt.contention = parseOnOff(o->contention, "--contention");
             opt.slowdown = parseStragglers(o->stragglers, sc.workers);
@@ -115,9 +119,22 @@ Command addSimulateCommand(CLI::App& app) {
             auto result = sim::simulate(p, net, cl, opt);
             result.detail = "full: " + sim::representativeReason(sc, cl, opt);
             result.estimate.training = priceTrainingRun(run, result.estimate);
-            writeTrace(traceFile.stream(), p, net, result.estimate, result.timeline, traceOpt);
-            traceFile.finish();
+            // The step is printed whether or not its trace could be written
+            // (a full disk: the reason on one line after it, exit 1).
+            std::string notWritten;
+            try {
+              writeTrace(traceFile.stream(), p, net, result.estimate, result.timeline, traceOpt);
+              traceFile.finish();
+            } catch (const WriteError& e) {
+              notWritten = e.what();
+            }
             printSimulation(std::cout, result, format);
+            if (!notWritten.empty()) {
+              std::cout << std::flush;
+              std::cerr << "strata: error: " << notWritten
+                        << " (the step above was simulated; its trace was not written)\n";
+              return kRunFailureExit;
+            }
             if (format == Format::kTable)
               std::cout << "\ntrace written to " << o->trace << " (open it in ui.perfetto.dev)\n";
             return 0;

@@ -149,15 +149,13 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
                 << "\n"
                 << std::flush;
     }
-    std::ofstream f(path);
-    if (!f)
-      throw OptionError("--out-dir", "cannot write '" + path + "'");
-    f << exec::calibrate(co);
-    if (!f.flush())
-      throw OptionError("--out-dir", "error while writing '" + path + "'");
+    AtomicFile f(path, "--out-dir");  // renamed into place once complete
+    f.stream() << exec::calibrate(co);
+    f.commit();
   }
   const Cluster cluster = loadCluster(resolveConfig(ConfigKind::kCluster, path, "--cluster"));
 
+  std::vector<std::string> unwritten;  // traces that could not be written, why
   if (table)
     std::cout << fmt::format(
                      "{} rows: {} runs each of {} steps ({} warm-up, the median of the rest)\n",
@@ -288,10 +286,21 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
                       : fmt::format("{}-k{}", toString(s), k);
           // Each timeline with the plan it played: a ps run holds its own
           // number of steps, the simulation the default.
+          // A trace that cannot be written (a full disk) costs no
+          // measurement: the rows are printed, then what was not written.
           auto writeOne = [&](const char* suffix, const Plan& p, const StepEstimate& est,
                               const Timeline& tl) {
-            std::ofstream f(std::filesystem::path(o.outDir) / (stem + "." + suffix + ".json"));
-            writeTrace(f, p, net, est, tl);
+            try {
+              AtomicFile f(
+                  (std::filesystem::path(o.outDir) / (stem + "." + suffix + ".json")).string(),
+                  "--out-dir");
+              writeTrace(f.stream(), p, net, est, tl);
+              f.commit();
+            } catch (const WriteError& e) {
+              unwritten.push_back(e.what());
+            } catch (const OptionError& e) {
+              unwritten.push_back(e.what());
+            }
           };
           writeOne("measured", runPlan, median.measured, median.timeline);
           writeOne("sim", plan, simulated.estimate, simulated.timeline);
@@ -316,6 +325,13 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
     std::cout << "\n";
   }
   printValidation(std::cout, rows, summarize(rows), o.format, load);
+  if (!unwritten.empty()) {
+    std::cout << std::flush;
+    std::cerr << fmt::format(
+        "strata: error: {} trace{} not written (the rows above are measured): {}\n",
+        unwritten.size(), unwritten.size() == 1 ? "" : "s", unwritten.front());
+    return kRunFailureExit;
+  }
   return 0;
 }
 

@@ -1,4 +1,5 @@
 // A trace's output file: plain, or gzip through zlib when the name ends in .gz.
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <streambuf>
 #include <vector>
 
+#include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
 #include "strata/model/trace.h"
 
@@ -97,47 +99,39 @@ bool endsWith(const std::string& s, const char* suffix) {
 }  // namespace
 
 struct TraceFile::Impl {
-  std::string path;
   std::string option;
   bool gzip = false;
-  std::filebuf plain;
+  std::unique_ptr<AtomicFile> file;
   std::unique_ptr<GzipBuffer> gz;
   std::ostream stream{nullptr};
   bool finished = false;
 };
 
 TraceFile::TraceFile(const std::string& path, std::string option) : impl_(new Impl) {
-  impl_->path = path;
   impl_->option = std::move(option);
   impl_->gzip = endsWith(path, ".gz") || endsWith(path, ".GZ");
-  if (path.empty())
-    throw OptionError(impl_->option, "empty file name");
-  errno = 0;
-  if (impl_->gzip) {
-    gzFile f = gzopen(path.c_str(), kGzipMode);
-    if (f == nullptr)
-      throw OptionError(impl_->option,
-                        "cannot write '" + path + "'" +
-                            (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
-    impl_->gz = std::make_unique<GzipBuffer>(f);
-    impl_->stream.rdbuf(impl_->gz.get());
-  } else {
-    if (impl_->plain.open(path, std::ios::out | std::ios::trunc | std::ios::binary) == nullptr)
-      throw OptionError(impl_->option,
-                        "cannot write '" + path + "'" +
-                            (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
-    impl_->stream.rdbuf(&impl_->plain);
+  impl_->file = std::make_unique<AtomicFile>(path, impl_->option);
+  if (!impl_->gzip) {
+    impl_->stream.rdbuf(impl_->file->stream().rdbuf());
+    return;
   }
+  // zlib writes the temporary file through a descriptor of its own (gzclose
+  // closes it); the AtomicFile keeps its own for fsync and the rename.
+  const int fd = ::dup(impl_->file->fd());
+  gzFile f = fd < 0 ? nullptr : gzdopen(fd, kGzipMode);
+  if (f == nullptr) {
+    if (fd >= 0)
+      ::close(fd);
+    impl_->file->fail("gzdopen failed");
+  }
+  impl_->gz = std::make_unique<GzipBuffer>(f);
+  impl_->stream.rdbuf(impl_->gz.get());
 }
 
 TraceFile::~TraceFile() {
-  if (impl_->finished)
-    return;
-  // An exception on the way: no partial trace left behind.
+  // Without finish(): the AtomicFile removes its temporary file only.
   impl_->stream.rdbuf(nullptr);
   impl_->gz.reset();
-  impl_->plain.close();
-  std::remove(impl_->path.c_str());
 }
 
 std::ostream& TraceFile::stream() {
@@ -147,7 +141,7 @@ bool TraceFile::compressed() const {
   return impl_->gzip;
 }
 const std::string& TraceFile::path() const {
-  return impl_->path;
+  return impl_->file->path();
 }
 
 void TraceFile::finish() {
@@ -155,15 +149,14 @@ void TraceFile::finish() {
     return;
   errno = 0;
   bool ok = static_cast<bool>(impl_->stream.flush());
-  if (impl_->gzip)
-    ok = impl_->gz->close() && ok;
-  else
-    ok = impl_->plain.close() != nullptr && ok;
   impl_->stream.rdbuf(nullptr);
-  if (!ok)
-    throw OptionError(impl_->option,
-                      "error while writing '" + impl_->path + "'" +
-                          (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
+  if (impl_->gzip) {
+    const int error = errno;
+    ok = impl_->gz->close() && ok;
+    if (!ok)
+      impl_->file->fail(errnoText(errno != 0 ? errno : error != 0 ? error : EIO));
+  }
+  impl_->file->commit();  // a failed plain write: its reason, from the AtomicFile
   impl_->finished = true;
 }
 

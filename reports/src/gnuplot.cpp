@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -60,7 +61,9 @@ void runGnuplot(const std::string& gnuplot, const std::string& folder, const std
   if (pid < 0)
     throw RunFailure(std::string("fork for gnuplot: ") + std::strerror(errno));
   if (pid == 0) {
-    // The child: only async-signal-safe calls until exec.
+    // The child: only async-signal-safe calls until exec. strata ignores
+    // SIGPIPE (cli/main.cpp); gnuplot gets the default back.
+    ::signal(SIGPIPE, SIG_DFL);
     if (::chdir(dir.c_str()) != 0)
       ::_exit(126);
     const int fd = ::open(errors.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

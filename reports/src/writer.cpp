@@ -1,7 +1,11 @@
 // writeReport: the report folder (index.html, report.md, figures/, data/) and
 // loadValidationJson.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,6 +14,7 @@
 #include "figures.h"
 #include "gnuplot.h"
 #include "internal.h"
+#include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation.h"
@@ -30,13 +35,127 @@ std::string readFile(const fs::path& p) {
   return s.str();
 }
 
+// Each file whole and synced (AtomicFile), though in the staging folder.
 void writeFile(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out)
-    throw OptionError("--out", "cannot write " + p.string());
+  writeFileAtomically(p.string(), text, "--out");
 }
+
+[[noreturn]] void refused(const std::string& what, const fs::path& p, int error) {
+  throw WriteError("--out: cannot " + what + " '" + p.string() + "': " + errnoText(error));
+}
+
+// Flushes a file gnuplot wrote (an SVG) to the disk before it is published.
+void syncFile(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0)
+      ::close(fd);
+    refused("write", p, error);
+  }
+  ::close(fd);
+}
+
+// The report's staging folder. The report is written and drawn in a folder
+// of its own beside --out (".NAME.strata-tmp.XXXXXX", by mkdtemp: the same
+// file system, so renames move it) and published only when every file is
+// complete and synced. A report that fails halfway (gnuplot fails, the disk
+// fills, an exception) removes the staging folder (its own, nothing else)
+// and leaves no half-written index.html or SVG: --out is as it was. Into a
+// new --out the staging folder is renamed whole; into an existing one (an
+// earlier report, perhaps with files of the user's beside it) each file is
+// renamed over its namesake, so every file there is whole at every moment
+// and files the report does not write are kept.
+class Staging {
+ public:
+  explicit Staging(fs::path root) : root_(std::move(root)) {
+    std::error_code ec;
+    const fs::path parent = root_.parent_path().empty() ? fs::path(".") : root_.parent_path();
+    fs::create_directories(parent, ec);
+    if (ec)
+      throw OptionError("--out", "cannot create " + parent.string() + ": " + ec.message());
+    std::string leaf = ".";  // built by appends: GCC 12 warns (-Wrestrict) on "." + s
+    leaf += root_.filename().string().substr(0, 200);
+    leaf += ".strata-tmp.XXXXXX";
+    std::string name = (parent / leaf).string();
+    if (::mkdtemp(name.data()) == nullptr) {
+      const int error = errno;
+      const std::string why = "cannot write a report beside '" + root_.string() + "' (in '" +
+                              parent.string() + "'): " + errnoText(error);
+      if (error == EACCES || error == EPERM || error == EROFS || error == ENOTDIR ||
+          error == ENOENT)
+        throw OptionError("--out", why);
+      throw WriteError("--out: " + why);
+    }
+    dir_ = name;
+    // mkdtemp's 0700 would become the report folder's: a folder's usual mode.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::chmod(dir_.c_str(), 0777 & ~mask);
+    fs::create_directories(dir_ / "figures", ec);
+    if (!ec)
+      fs::create_directories(dir_ / "data", ec);
+    if (ec)
+      throw WriteError("--out: cannot create " + dir_.string() + ": " + ec.message());
+  }
+  ~Staging() {
+    std::error_code ec;
+    if (!dir_.empty())
+      fs::remove_all(dir_, ec);
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  const fs::path& dir() const { return dir_; }
+
+  // Moves every file into root_ (see the class comment).
+  void publish() {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir_))
+      if (e.is_regular_file())
+        files.push_back(fs::relative(e.path(), dir_));
+    for (const auto& f : files)
+      if (f.extension() == ".svg")
+        syncFile(dir_ / f);
+    const fs::path parent = root_.parent_path().empty() ? fs::path(".") : root_.parent_path();
+    if (!fs::exists(root_)) {
+      if (::rename(dir_.c_str(), root_.c_str()) != 0)
+        refused("move the report to", root_, errno);
+      dir_.clear();
+      syncFolder(parent);
+      return;
+    }
+    // Anything in the way that is not a file is found before a file moves.
+    for (const auto& f : files)
+      if (fs::exists(root_ / f) && !fs::is_regular_file(root_ / f))
+        throw OptionError("--out", "'" + (root_ / f).string() +
+                                       "' is in the way of the report's file of that name and "
+                                       "is not a regular file");
+    for (const auto& f : files) {
+      fs::create_directories((root_ / f).parent_path(), ec);
+      if (ec)
+        throw WriteError("--out: cannot create " + (root_ / f).parent_path().string() + ": " +
+                         ec.message());
+      if (::rename((dir_ / f).c_str(), (root_ / f).c_str()) != 0)
+        refused("write", root_ / f, errno);
+    }
+    syncFolder(root_);
+    syncFolder(root_ / "figures");
+    syncFolder(root_ / "data");
+  }
+
+ private:
+  static void syncFolder(const fs::path& folder) {
+    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+      return;
+    (void)::fsync(fd);  // best effort: the files are whole and in place already
+    ::close(fd);
+  }
+
+  fs::path root_, dir_;
+};
 
 std::string htmlEscape(const std::string& text) {
   std::string out;
@@ -411,13 +530,13 @@ std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std
 
 void writeReport(const Report& report, const ReportRequest& rq, const std::string& dir,
                  const std::string& gnuplot) {
-  const fs::path root(dir);
-  std::error_code ec;
-  fs::create_directories(root / "figures", ec);
-  if (!ec)
-    fs::create_directories(root / "data", ec);
-  if (ec)
-    throw OptionError("--out", "cannot create " + dir + ": " + ec.message());
+  fs::path target = fs::path(dir).lexically_normal();
+  if (target.filename().empty())  // "out/"
+    target = target.parent_path();
+  if (fs::exists(target) && !fs::is_directory(target))
+    throw OptionError("--out", "'" + dir + "' exists and is not a folder");
+  Staging staging(target);
+  const fs::path& root = staging.dir();
 
   // ---- data ----
   const Data d = collect(report, rq);
@@ -553,6 +672,7 @@ void writeReport(const Report& report, const ReportRequest& rq, const std::strin
          "</summary>\n<pre><code>" + htmlEscape(c.text) + "</code></pre>\n</details>\n";
   h += "</section>\n</body>\n</html>\n";
   writeFile(root / "index.html", h);
+  staging.publish();
 }
 
 }  // namespace strata::reports

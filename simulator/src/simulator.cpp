@@ -1130,6 +1130,7 @@ std::string representativeReason(const Scenario& scenario, const Cluster& cluste
 
 Result simulateScenario(const Network& network, const Cluster& cluster, const Scenario& scenario,
                         const Options& options, int iterations) {
+  checkSimWorkers(scenario.workers, limits());
   const std::string reason = representativeReason(scenario, cluster, options);
   const auto detail = reason.empty() ? PlanDetail::kRepresentative : PlanDetail::kFull;
   const Plan plan = lowerToPlan(network, scenario, cluster, iterations, detail);

@@ -406,8 +406,25 @@ TEST_CASE("trace files: plain or gzip by name, bad paths and failures leave noth
   {
     TraceFile f((dir / "partial.json").string());
     f.stream() << "{\"traceEvents\":[";
-    CHECK(std::filesystem::exists(dir / "partial.json"));
-  }  // no finish(): an error on the way
+    CHECK_FALSE(std::filesystem::exists(dir / "partial.json"));  // a temporary file beside it
+  }                                                              // no finish(): an error on the way
   CHECK_FALSE(std::filesystem::exists(dir / "partial.json"));
+  {
+    // A trace that fails leaves an earlier one as it was (and nothing else).
+    const std::string earlier = "an earlier trace\n";
+    { std::ofstream(dir / "kept.json.gz", std::ios::binary) << earlier; }
+    {
+      TraceFile f((dir / "kept.json.gz").string());
+      f.stream() << text;
+    }
+    std::ifstream in(dir / "kept.json.gz", std::ios::binary);
+    std::stringstream back;
+    back << in.rdbuf();
+    CHECK(back.str() == earlier);
+    int files = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir))
+      ++files;
+    CHECK(files == 3);  // t.json, t.json.gz, kept.json.gz
+  }
   std::filesystem::remove_all(dir);
 }

@@ -11,9 +11,12 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "strata/model/limits.h"
 
 namespace strata::exec {
 namespace {
@@ -464,6 +467,13 @@ namespace {
     throw UserError(prefix + e.what());
   } catch (const InvariantError& e) {
     throw InvariantError(prefix + e.what());
+  } catch (const std::bad_alloc&) {
+    // An allocation the checks before the run did not foresee: one line
+    // naming the bound (ulimit -v, the cgroup, the machine), exit status 1.
+    throw RunFailure(prefix +
+                     "out of memory (std::bad_alloc); the memory available to this "
+                     "process is " +
+                     availableMemory().describe());
   } catch (const std::exception& e) {
     throw std::runtime_error(prefix + e.what());
   } catch (...) {

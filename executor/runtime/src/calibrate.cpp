@@ -23,6 +23,7 @@
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
 #include "strata/model/fit.h"
+#include "strata/model/limits.h"
 #include "strata/model/quantity_text.h"
 #include "timing.h"
 
@@ -177,10 +178,11 @@ std::string calibrate(const CalibrationOptions& o) {
   y << fmt::format(
       "  memory_bandwidth: {:.4g} GB/s   # std::copy of 64 MiB, read + write, best of 5\n",
       memBw / 1e9);
-  y << "  memory_capacity: "
-    << fmt::format("{:.4g} GB",
-                   double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9)
-    << "   # physical memory (sysconf), shared by the workers\n";
+  // What this process may allocate: a cgroup or ulimit -v below the
+  // physical memory is what the workers of a run get.
+  const MemoryLimit memory = availableMemory();
+  y << "  memory_capacity: " << fmt::format("{:.4g} GB", memory.bytes / 1e9) << "   # "
+    << memory.what << ", shared by the workers\n";
   y << fmt::format(
       "  memory_efficiency: {:.3g}   # SGD update of {:.0f} parameters took {} (5 x 4 B each), "
       "{}\n",

@@ -4,6 +4,7 @@
 
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/model/error.h"
+#include "strata/model/limits.h"
 
 #if STRATA_HAVE_CUDA
 #include "strata/exec/comm/cuda_ops.h"
@@ -61,7 +62,7 @@ double deviceMemoryBytes(Device device, int gpu) {
 #endif
   (void)device;
   (void)gpu;
-  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  return availableMemory().bytes;
 }
 
 int deviceCount(Device device) {

@@ -1614,15 +1614,16 @@ int gpuOfWorker(const RunOptions& options, int worker) {
 }
 
 double runMemoryLowerBound(const Network& network, const Scenario& sc) {
-  // Per worker (nn::Model): parameters, gradients and momentum; every layer's
-  // output and its gradient for b examples; the input batch. The plan's
-  // bookkeeping: dependencies, done flags and timings per task.
+  // Per worker (nn::Model): parameters, gradients and momentum, and the copy
+  // of the parameters each worker hands back (RunResult::parameters); every
+  // layer's output and its gradient for b examples; the input batch. The
+  // plan's bookkeeping: dependencies, done flags and timings per task.
   const double b = sc.batchPerWorker;
   double outputs = 0;
   for (const auto& l : network.layers)
     outputs += double(l.outShape.elements());
   const double floats =
-      3 * double(network.totalParams()) + 2 * b * outputs + b * double(network.input.elements());
+      4 * double(network.totalParams()) + 2 * b * outputs + b * double(network.input.elements());
   const double perWorker = floats * sizeof(float) + 32 * estimatePlanTasks(network, sc);
   // A ps plan's dedicated servers hold a whole model each (no activations
   // to speak of, counted alike: a bound, not an estimate).
@@ -1631,7 +1632,12 @@ double runMemoryLowerBound(const Network& network, const Scenario& sc) {
 
 void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
   const int k = sc.workers;
+  // Every rank of the run is a thread with a communication lane of its own
+  // (two threads): the workers and a ps plan's dedicated servers.
+  const int servers = psServerRanks(sc);
+  const int64_t ranks = int64_t{k} + servers;
   const int64_t maxWorkers = threadWorkerLimit(limits());
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (k > maxWorkers)
     throw OptionError(
         "--workers",
@@ -1639,23 +1645,42 @@ void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
                     "workers (64 or twice the {} cores, whichever is larger); use fewer workers, "
                     "run them as MPI ranks (mpirun -np {} strata run ...), or raise the limit "
                     "with {} N ({} lifts every limit)",
-                    k, 2 * k, maxWorkers, std::max(1u, std::thread::hardware_concurrency()), k,
-                    kMaxWorkersOption, kAllowLargeOption));
+                    k, 2 * ranks, maxWorkers, cores, ranks, kMaxWorkersOption, kAllowLargeOption));
+  if (ranks > maxWorkers)
+    throw OptionError(
+        "--ps-servers",
+        fmt::format("{} workers and {} ps servers would start {} threads in this process (two "
+                    "each), over the limit of {} workers and servers (64 or twice the {} cores, "
+                    "whichever is larger); use fewer servers, run them as MPI ranks (mpirun -np "
+                    "{} strata run ...), or raise the limit with {} N ({} lifts every limit)",
+                    k, servers, 2 * ranks, maxWorkers, cores, ranks, kMaxWorkersOption,
+                    kAllowLargeOption));
   // On GPUs, workers are placed round-robin: the busiest GPU holds
   // ceil(K / GPUs) of them.
   const int gpus = device == Device::kCpu ? 1 : std::max(1, deviceCount(device));
   const int sharing = (k + gpus - 1) / gpus;
-  const double physical = deviceMemoryBytes(device);
-  const double need = runMemoryLowerBound(network, sc) / k * sharing;
-  if (physical > 0 && need > physical)
+  double need = runMemoryLowerBound(network, sc) / k * sharing;
+  std::string bound;
+  double available = 0;
+  if (device == Device::kCpu) {
+    const MemoryLimit memory = availableMemory();
+    available = memory.bytes;
+    bound = memory.what;
+    if (memory.addressSpace)  // the threads' stacks and arenas count too
+      need += threadsReservedBytes(2 * ranks);
+  } else {
+    available = deviceMemoryBytes(device);
+    bound = "one GPU's memory";
+  }
+  if (available > 0 && need > available)
     throw OptionError(
         sc.batchPerWorker > 1 ? "--batch" : "--workers",
         fmt::format("{} workers x {} examples of {} need at least {} of memory (weights, "
-                    "gradients, momentum and activations per worker), more than {} {}; use a "
-                    "smaller --batch or fewer --workers",
+                    "gradients, momentum and activations per worker{}), more than the {} "
+                    "available ({}); use a smaller --batch or fewer --workers",
                     sharing, sc.batchPerWorker, network.name, formatBytes(Bytes(need)),
-                    device == Device::kCpu ? "this machine's" : "one GPU's",
-                    formatBytes(Bytes(physical))));
+                    device == Device::kCpu && servers > 0 ? ", and a model per ps server" : "",
+                    formatBytes(Bytes(available)), bound));
 }
 
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,

@@ -629,6 +629,29 @@ TEST_CASE("run refuses more thread workers than its limit, before starting any",
   CHECK(fromRun == message);
 }
 
+TEST_CASE("a ps run's dedicated servers count against the thread limit", "[exec][limits]") {
+  // `run -s ps --ps-servers 1024` started 1,026 threads pairs (4.35 GB).
+  const auto net = presetNetwork("tiny-cnn");
+  Scenario sc = test::runScenario(Strategy::kPs, 2, 8);
+  const Limits saved = limits();
+  Limits l;
+  l.maxThreadWorkers = 8;
+  setLimits(l);
+  std::string message;
+  sc.options.psServers = 6;  // 2 workers + 6 servers: at the limit
+  CHECK_NOTHROW(exec::checkThreadRun(net, sc));
+  sc.options.psServers = 7;
+  try {
+    exec::checkThreadRun(net, sc);
+  } catch (const OptionError& e) {
+    message = e.what();
+  }
+  setLimits(saved);
+  CHECK_THAT(message, Catch::StartsWith("--ps-servers: 2 workers and 7 ps servers would start 18 "
+                                        "threads in this process (two each), over the limit of "
+                                        "8 workers and servers"));
+}
+
 TEST_CASE("run refuses a batch that cannot fit in this machine's memory", "[exec][limits]") {
   const auto net = presetNetwork("alexnet-owt");
   // 8 workers x 1,000,000 examples: activations alone are terabytes.
@@ -640,7 +663,8 @@ TEST_CASE("run refuses a batch that cannot fit in this machine's memory", "[exec
   } catch (const OptionError& e) {
     CHECK_THAT(e.what(), Catch::StartsWith("--batch: 8 workers x 1000000 examples of alexnet-owt "
                                            "need at least ") &&
-                             Catch::Contains("more than this machine's"));
+                             Catch::Contains("more than the ") && Catch::Contains(" available (") &&
+                             Catch::Contains(availableMemory().what));
   }
   // Parameters, gradients and momentum of one worker at least.
   CHECK(exec::runMemoryLowerBound(net, test::runScenario(Strategy::kRing, 1, 1)) >

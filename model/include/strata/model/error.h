@@ -50,6 +50,14 @@ class RunFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The operating system refused a write that was the user's to ask for: a
+// full disk (ENOSPC), a quota, an I/O error. Not a user mistake, so a
+// RunFailure (exit status 1), and what() carries the reason (strerror).
+class WriteError : public RunFailure {
+ public:
+  using RunFailure::RunFailure;
+};
+
 // An internal invariant does not hold: a bug in strata, not a user mistake.
 class InvariantError : public std::logic_error {
  public:

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace strata {
 
@@ -77,5 +78,36 @@ int64_t threadWorkerLimit(const Limits& limits);
 // Throws OptionError("--workers") when an estimate of `workers` workers is
 // over limits.maxModelWorkers, naming the option that raises it.
 void checkModelWorkers(int64_t workers, const Limits& limits);
+// The same bound for the simulator (simulate, --engine sim), which keeps
+// state per worker too: `simulate -k 1000000000` is refused at once.
+void checkSimWorkers(int64_t workers, const Limits& limits);
+
+// The memory this process may still allocate, and which bound sets it: the
+// smallest of
+//   - this machine's physical memory (sysconf),
+//   - the address-space limit (RLIMIT_AS, `ulimit -v`) less the address
+//     space already mapped (/proc/self/statm),
+//   - the memory.max of the process's cgroup v2 and of each cgroup above it
+//     (/proc/self/cgroup, under /sys/fs/cgroup; "max" is none), or cgroup
+//     v1's memory.limit_in_bytes.
+// Every memory check (run, profile, allreduce, calibrate) compares with this
+// one figure, before anything is allocated.
+struct MemoryLimit {
+  double bytes = 0;           // 0: no bound found (not Linux)
+  std::string what;           // the bound in words, e.g. "this machine's physical memory"
+  bool addressSpace = false;  // RLIMIT_AS sets it: reserved, untouched space counts too
+  // "3.2 GB, the address-space limit (ulimit -v) less the 0.3 GB mapped".
+  std::string describe() const;
+};
+MemoryLimit availableMemory();
+// The part of availableMemory() that reads cgroups, on `procSelfCgroup` (the
+// text of /proc/self/cgroup) under the mount `cgroupRoot`: the smallest limit
+// of the process's cgroup and its ancestors, bytes 0 when none. For tests.
+MemoryLimit cgroupMemoryLimit(const std::string& procSelfCgroup, const std::string& cgroupRoot);
+// Address space `threads` new threads reserve without touching it, which
+// counts under RLIMIT_AS: a stack each (RLIMIT_STACK, 8 MiB by default) and a
+// malloc arena each (64 MiB on 64-bit glibc), up to glibc's 8 arenas per core.
+// Checks add it when availableMemory().addressSpace.
+double threadsReservedBytes(int64_t threads);
 
 }  // namespace strata

@@ -84,13 +84,15 @@ void writeTrace(std::ostream& out, const Plan& plan, const Network& network,
 
 // An output file for a trace, by name: gzip-compressed when the name ends in
 // ".gz" (e.g. step.json.gz, which ui.perfetto.dev opens as is), plain
-// otherwise. The file is created at construction, so a bad path fails before
-// any work; finish() flushes and closes it. A TraceFile destroyed without a
-// successful finish() (an exception on the way) removes its file, so no
-// partial trace is left behind.
+// otherwise. It is an AtomicFile (atomic_file.h): the path is checked and a
+// temporary file made beside it at construction, so a bad path fails before
+// any work; finish() renames the complete trace over the path. A TraceFile
+// destroyed without a successful finish() (an exception on the way) removes
+// only its temporary file: a file that was at the path stays as it was.
 class TraceFile {
  public:
-  // Throws OptionError naming `option` when `path` cannot be created.
+  // Throws OptionError naming `option` when `path` cannot be a trace (not a
+  // regular file, a missing folder), WriteError when the system refuses.
   explicit TraceFile(const std::string& path, std::string option = "--trace");
   ~TraceFile();
   TraceFile(const TraceFile&) = delete;
@@ -99,8 +101,9 @@ class TraceFile {
   std::ostream& stream();
   bool compressed() const;
   const std::string& path() const;
-  // Flushes and closes. Throws OptionError naming the option when a write or
-  // the close failed (disk full, ...); the file is removed then.
+  // Flushes, syncs and renames the trace into place. Throws WriteError
+  // naming the option and the reason when a write failed (disk full, ...);
+  // the temporary file is removed then, and the path is as it was.
   void finish();
 
  private:

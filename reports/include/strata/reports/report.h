@@ -160,9 +160,12 @@ struct Report {
 Report buildReport(const ReportRequest& request);
 
 // Writes the report folder `dir` (created; files of the same names are
-// replaced). `gnuplot` is the program that draws the figures. Throws
-// UserError naming --out when the folder cannot be written, RunFailure when
-// gnuplot fails (with its message).
+// replaced, others kept). The whole report is written and drawn in a folder
+// beside `dir` first and moved into place only when complete, so a report
+// that fails leaves `dir` as it was. `gnuplot` is the program that draws the
+// figures. Throws UserError naming --out when `dir` cannot be a report folder,
+// WriteError with the reason when the system refuses a write (a full disk),
+// RunFailure when gnuplot fails (with its message).
 void writeReport(const Report& report, const ReportRequest& request, const std::string& dir,
                  const std::string& gnuplot);
 

@@ -28,8 +28,10 @@ bool deviceBuilt(Device device);
 // machine without a usable GPU ("no CUDA device: cudaGetDeviceCount: ...").
 void checkDevice(Device device, const std::string& option);
 
-// Memory the workers of one process have on `device`, in bytes: this
-// machine's physical memory (CPU), or GPU `gpu`'s global memory (CUDA).
+// Memory the workers of one process have on `device`, in bytes: what this
+// process may allocate (CPU: availableMemory() in model/limits.h, the least of
+// physical memory, ulimit -v and the cgroup's memory.max), or GPU `gpu`'s
+// global memory (CUDA).
 double deviceMemoryBytes(Device device, int gpu = 0);
 // How many of `device` this process sees: 1 for the CPU, the CUDA devices
 // (0 when none or not built) for CUDA.
