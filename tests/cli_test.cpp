@@ -2126,3 +2126,17 @@ TEST_CASE("the owt-k20 headline's ring rows are the ring allreduce, and the head
   REQUIRE(forced.status == 0);
   CHECK(lines(forced.output).front().find("ring allreduce direct") != std::string::npos);
 }
+
+TEST_CASE("report: a file's value found wrong when priced names file:line:key", "[cli][errors]") {
+  TempFolder dir("report-file-value");
+  std::filesystem::create_directories(dir.path);
+  const auto path = dir.path / "psx.yaml";
+  std::ofstream(path) << "network: alexnet-owt\ncluster: k20x8-pcie\nstrategies: [ps]\n"
+                         "workers: [4]\nbatch: 8\noptions:\n  ps_servers: 5\n";
+  checkUserError(runStrata({"report", path.string(), "--out", dir / "out"}),
+                 {"psx.yaml:7", "options.ps_servers", "9"});
+  // Given on the command line, the same value names the option.
+  checkUserError(runStrata({"report", path.string(), "--ps-servers", "6", "--out", dir / "out"}),
+                 {"--ps-servers"});
+  CHECK_FALSE(std::filesystem::exists(dir.path / "out"));
+}
