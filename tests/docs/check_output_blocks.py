@@ -8,7 +8,8 @@ shows for it. The HTML comment right before the fence says how it is checked:
 
     <!-- output: exact -->             run it, compare every character
     <!-- output: measured -->          run it, mask measured figures (a number
-                                       with a time or rate unit, a loss), compare
+                                       with a time or rate unit, a loss, a table
+                                       rule), compare
                                        the rest with runs of spaces collapsed
     <!-- output: pending REASON -->    run it, compare exactly; a difference is
                                        expected (REASON) and reported without
@@ -57,6 +58,9 @@ MASKS = [
     (re.compile(r"\bloss\s+" + NUMBER), "loss <loss>"),
     (re.compile(r"(?<![\w.])" + NUMBER + r"\s?%"), "<percent>"),
     (re.compile(r"(?<![\w.])" + NUMBER + r"x(?!\w)"), "<ratio>"),
+    # A table's rule under its header is as wide as its widest cell, which a
+    # measured figure changes ("36.4 ms" against "2.81 s").
+    (re.compile(r"(?<![^\s])-{2,}(?![^\s])"), "--"),
 ]
 
 
