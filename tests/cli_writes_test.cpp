@@ -333,6 +333,9 @@ TEST_CASE("a report that fails halfway leaves the earlier report as it was", "[c
   CHECK(lines(r.output).size() == 1);
   CHECK(r.output.rfind("strata: error: --out: cannot write '", 0) == 0);
   CHECK(r.output.find("': File too large") != std::string::npos);
+  // The file is named where the user will look for it, not in the staging folder.
+  CHECK(r.output.find("cannot write '" + (out / "data").string()) != std::string::npos);
+  CHECK(r.output.find("strata-tmp") == std::string::npos);
   CHECK(slurp(out / "index.html") == "earlier page");
   CHECK(dir.entries() == std::vector<std::string>{"failing-gnuplot", "report"});
 

@@ -528,6 +528,11 @@ std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std
   return out;
 }
 
+namespace {
+void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& root,
+                 const std::string& gnuplot);
+}  // namespace
+
 void writeReport(const Report& report, const ReportRequest& rq, const std::string& dir,
                  const std::string& gnuplot) {
   fs::path target = fs::path(dir).lexically_normal();
@@ -537,7 +542,26 @@ void writeReport(const Report& report, const ReportRequest& rq, const std::strin
     throw OptionError("--out", "'" + dir + "' exists and is not a folder");
   Staging staging(target);
   const fs::path& root = staging.dir();
+  try {
+    writeStaged(report, rq, root, gnuplot);
+    staging.publish();
+  } catch (const WriteError& e) {
+    // Name the file as the user will look for it: under --out, not under the
+    // staging folder that is removed on the way out.
+    std::string what = e.what();
+    const std::string staged = root.string(), final = target.string();
+    for (auto at = what.find(staged); at != std::string::npos;
+         at = what.find(staged, at + final.size()))
+      what.replace(at, staged.size(), final);
+    throw WriteError(what);
+  }
+}
 
+namespace {
+
+// Every file of the report into `root` (the staging folder).
+void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& root,
+                 const std::string& gnuplot) {
   // ---- data ----
   const Data d = collect(report, rq);
   writeFile(root / "data" / "estimates.csv",
@@ -672,7 +696,8 @@ void writeReport(const Report& report, const ReportRequest& rq, const std::strin
          "</summary>\n<pre><code>" + htmlEscape(c.text) + "</code></pre>\n</details>\n";
   h += "</section>\n</body>\n</html>\n";
   writeFile(root / "index.html", h);
-  staging.publish();
 }
+
+}  // namespace
 
 }  // namespace strata::reports
