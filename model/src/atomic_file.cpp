@@ -14,6 +14,7 @@
 #include <streambuf>
 #include <vector>
 
+#include "block_streambuf.h"
 #include "strata/model/error.h"
 
 namespace strata {
@@ -51,40 +52,13 @@ extern "C" void onEndingSignal(int signal) {
 // ---- a streambuf onto a file descriptor -----------------------------------
 // std::ofstream cannot give its descriptor (for fsync) nor the errno of a
 // failed write; this one keeps the first error.
-class FdBuffer : public std::streambuf {
+class FdBuffer : public BlockStreambuf {
  public:
-  explicit FdBuffer(int fd) : fd_(fd), buffer_(size_t{1} << 16) {
-    setp(buffer_.data(), buffer_.data() + buffer_.size());
-  }
+  explicit FdBuffer(int fd) : BlockStreambuf(size_t{1} << 16), fd_(fd) {}
   int error() const { return error_; }
 
  protected:
-  int overflow(int ch) override {
-    if (!drain())
-      return traits_type::eof();
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
-      *pptr() = traits_type::to_char_type(ch);
-      pbump(1);
-    }
-    return traits_type::not_eof(ch);
-  }
-  int sync() override { return drain() ? 0 : -1; }
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    if (static_cast<size_t>(n) >= buffer_.size()) {  // large blocks without a copy
-      if (!drain() || !write(s, static_cast<size_t>(n)))
-        return 0;
-      return n;
-    }
-    return std::streambuf::xsputn(s, n);
-  }
-
- private:
-  bool drain() {
-    const auto n = static_cast<size_t>(pptr() - pbase());
-    setp(buffer_.data(), buffer_.data() + buffer_.size());
-    return n == 0 || write(buffer_.data(), n);
-  }
-  bool write(const char* p, size_t n) {
+  bool put(const char* p, size_t n) override {
     if (error_ != 0)
       return false;
     while (n > 0) {
@@ -101,9 +75,9 @@ class FdBuffer : public std::streambuf {
     return true;
   }
 
+ private:
   int fd_;
   int error_ = 0;
-  std::vector<char> buffer_;
 };
 
 std::string folderOf(const std::string& path) {

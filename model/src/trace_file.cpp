@@ -11,6 +11,7 @@
 #include <streambuf>
 #include <vector>
 
+#include "block_streambuf.h"
 #include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
 #include "strata/model/trace.h"
@@ -25,18 +26,15 @@ constexpr const char* kGzipMode = "wb1";
 constexpr size_t kBuffer = size_t{1} << 18;
 
 // A streambuf that deflates what is written into a gzip file.
-class GzipBuffer : public std::streambuf {
+class GzipBuffer : public BlockStreambuf {
  public:
-  explicit GzipBuffer(gzFile file) : file_(file), buffer_(kBuffer) {
+  explicit GzipBuffer(gzFile file) : BlockStreambuf(kBuffer), file_(file) {
     gzbuffer(file_, static_cast<unsigned>(kBuffer));
-    setp(buffer_.data(), buffer_.data() + buffer_.size());
   }
   ~GzipBuffer() override {
     if (file_ != nullptr)
       gzclose(file_);
   }
-  GzipBuffer(const GzipBuffer&) = delete;
-  GzipBuffer& operator=(const GzipBuffer&) = delete;
 
   // Flushes and closes; false when a write or the close failed.
   bool close() {
@@ -47,33 +45,7 @@ class GzipBuffer : public std::streambuf {
   }
 
  protected:
-  int overflow(int ch) override {
-    if (!drain())
-      return traits_type::eof();
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
-      *pptr() = traits_type::to_char_type(ch);
-      pbump(1);
-    }
-    return traits_type::not_eof(ch);
-  }
-  int sync() override { return drain() ? 0 : -1; }
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    // Large blocks (the trace writer's) go to zlib without a copy.
-    if (static_cast<size_t>(n) >= buffer_.size()) {
-      if (!drain() || !write(s, static_cast<size_t>(n)))
-        return 0;
-      return n;
-    }
-    return std::streambuf::xsputn(s, n);
-  }
-
- private:
-  bool drain() {
-    const auto n = static_cast<size_t>(pptr() - pbase());
-    setp(buffer_.data(), buffer_.data() + buffer_.size());
-    return n == 0 || write(buffer_.data(), n);
-  }
-  bool write(const char* p, size_t n) {
+  bool put(const char* p, size_t n) override {
     if (file_ == nullptr)
       return false;
     while (n > 0) {
@@ -87,8 +59,8 @@ class GzipBuffer : public std::streambuf {
     return true;
   }
 
+ private:
   gzFile file_;
-  std::vector<char> buffer_;
 };
 
 bool endsWith(const std::string& s, const char* suffix) {
