@@ -37,6 +37,7 @@
 #include "strata/model/network.h"
 #include "strata/model/presets.h"
 #include "strata/model/profile.h"
+#include "strata_process.h"
 
 #ifndef STRATA_BIN
 #error "STRATA_BIN must be defined to the path of the strata binary"
@@ -51,18 +52,7 @@
 namespace {
 
 using nlohmann::json;
-
-struct Result {
-  int status = -1;     // exit status; -signal when killed by a signal
-  std::string output;  // stdout and stderr, interleaved
-};
-
-std::string shellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s)
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using namespace strata_test;
 
 // Runs strata with `args` (and `env`, "NAME=value" settings, before it),
 // capturing stdout+stderr and the exit status.
@@ -77,35 +67,11 @@ Result runStrata(const std::vector<std::string>& args, const std::vector<std::st
   cmd += shellQuote(STRATA_BIN);
   for (const auto& a : args)
     cmd += " " + shellQuote(a);
-  cmd += " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  Result r;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0)
-    r.output.append(buffer, n);
-  const int raw = pclose(pipe);
-  REQUIRE(raw != -1);
-  if (WIFEXITED(raw)) {
-    r.status = WEXITSTATUS(raw);
-  } else if (WIFSIGNALED(raw)) {
-    r.status = -WTERMSIG(raw);
-  }
-  return r;
+  return runShell(cmd);
 }
 
 std::string data(const std::string& relative) {
   return std::string(STRATA_TEST_DATA) + "/" + relative;
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    out.push_back(line);
-  return out;
 }
 
 // Line `line` (1-based) of a test-data file: guards the line numbers asserted
@@ -117,18 +83,6 @@ std::string fileLine(const std::string& relative, int line) {
   for (int i = 0; i < line && std::getline(in, text); ++i) {
   }
   return text;
-}
-
-// Exit status 2, exactly one line, "strata: error: " first, every `needle` in it.
-void checkUserError(const Result& r, const std::vector<std::string>& needles) {
-  INFO("output was:\n" << r.output);
-  CHECK(r.status == 2);
-  CHECK(lines(r.output).size() == 1);
-  CHECK(r.output.rfind("strata: error: ", 0) == 0);
-  for (const auto& needle : needles) {
-    INFO("expected to contain: " << needle);
-    CHECK(r.output.find(needle) != std::string::npos);
-  }
 }
 
 // A mistake in test-data file `relative` at `line`, key `key`: first checks
@@ -1537,13 +1491,6 @@ struct TempFolder {
   }
   std::string operator/(const std::string& rel) const { return (path / rel).string(); }
 };
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // index.html with the namespace names of the inlined SVGs removed: what is
 // left must name no http:// or https:// resource.

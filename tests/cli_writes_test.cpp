@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "strata_process.h"
+
 #ifndef STRATA_BIN
 #error "STRATA_BIN must be defined to the path of the strata binary"
 #endif
@@ -31,41 +33,19 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int status = -1;     // exit status; -signal when killed by a signal
-  std::string output;  // what the command's shell line sends to the pipe
-};
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s)
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using namespace strata_test;
 
 // "strata ARGS", each argument quoted.
 std::string strata(const std::vector<std::string>& args) {
-  std::string cmd = quote(STRATA_BIN);
+  std::string cmd = shellQuote(STRATA_BIN);
   for (const auto& a : args)
-    cmd += " " + quote(a);
+    cmd += " " + shellQuote(a);
   return cmd;
 }
 
-// Runs `line` with sh; the output is its stdout (and stderr when the line
-// sends it there).
+// Runs `line` with sh; the output is its stdout and stderr.
 Result shell(const std::string& line) {
-  FILE* pipe = popen(("exec 2>&1; " + line).c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  Result r;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0)
-    r.output.append(buffer, n);
-  const int raw = pclose(pipe);
-  REQUIRE(raw != -1);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : WIFSIGNALED(raw) ? -WTERMSIG(raw) : -1;
-  return r;
+  return runShell(line);
 }
 
 // strata under a file-size limit of `kib` KiB: a write past it fails (EFBIG,
@@ -73,22 +53,6 @@ Result shell(const std::string& line) {
 std::string underFileLimit(int kib, const std::vector<std::string>& args) {
   // sh's ulimit -f counts 512-byte blocks (dash) or KiB (bash): small either way.
   return "trap '' XFSZ; ulimit -f " + std::to_string(kib * 2) + "; exec " + strata(args);
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    out.push_back(line);
-  return out;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A folder of this test's own, removed at the end; `entries()` counts what is
@@ -110,18 +74,6 @@ struct Folder {
     return out;
   }
 };
-
-// Exit status 2, one line "strata: error: ..." holding every needle.
-void checkUserError(const Result& r, const std::vector<std::string>& needles) {
-  INFO("output was:\n" << r.output);
-  CHECK(r.status == 2);
-  CHECK(lines(r.output).size() == 1);
-  CHECK(r.output.rfind("strata: error: ", 0) == 0);
-  for (const auto& needle : needles) {
-    INFO("expected to contain: " << needle);
-    CHECK(r.output.find(needle) != std::string::npos);
-  }
-}
 
 const std::string kEarlier = "{\"an earlier trace\": \"to be kept byte for byte\"}\n";
 
@@ -316,7 +268,7 @@ TEST_CASE("a report that fails halfway leaves the earlier report as it was", "[c
   fs::permissions(failing, fs::perms::owner_all);
   const std::vector<std::string> args = {"report", "-n", "tiny-cnn", "-c",    "localhost-cpu", "-s",
                                          "ring",   "-k", "1,2",      "--out", out.string()};
-  auto r = shell("STRATA_GNUPLOT=" + quote(failing.string()) + " " + strata(args));
+  auto r = shell("STRATA_GNUPLOT=" + shellQuote(failing.string()) + " " + strata(args));
   INFO(r.output);
   CHECK(r.status == 1);
   CHECK(lines(r.output).back().find("failure for the test") != std::string::npos);
@@ -326,7 +278,7 @@ TEST_CASE("a report that fails halfway leaves the earlier report as it was", "[c
 
   // A full disk (a file-size limit): exited 2 without a reason and left a
   // truncated page. Now: the reason, status 1, the earlier page as it was.
-  r = shell("trap '' XFSZ; ulimit -f 0; STRATA_GNUPLOT=" + quote(failing.string()) + " exec " +
+  r = shell("trap '' XFSZ; ulimit -f 0; STRATA_GNUPLOT=" + shellQuote(failing.string()) + " exec " +
             strata(args));
   INFO(r.output);
   CHECK(r.status == 1);
@@ -348,7 +300,7 @@ TEST_CASE("a report that fails halfway leaves the earlier report as it was", "[c
            "echo \"<svg xmlns='http://www.w3.org/2000/svg' id='x'></svg>\" > \"$out\"\n";
   }
   fs::permissions(drawing, fs::perms::owner_all);
-  r = shell("STRATA_GNUPLOT=" + quote(drawing.string()) + " " + strata(args));
+  r = shell("STRATA_GNUPLOT=" + shellQuote(drawing.string()) + " " + strata(args));
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(slurp(out / "index.html").rfind("<!DOCTYPE html>", 0) == 0);
@@ -357,7 +309,7 @@ TEST_CASE("a report that fails halfway leaves the earlier report as it was", "[c
   const fs::path fresh = dir.path / "fresh";
   auto argsFresh = args;
   argsFresh.back() = fresh.string();
-  r = shell("umask 022; STRATA_GNUPLOT=" + quote(drawing.string()) + " " + strata(argsFresh));
+  r = shell("umask 022; STRATA_GNUPLOT=" + shellQuote(drawing.string()) + " " + strata(argsFresh));
   CHECK(r.status == 0);
   CHECK(fs::exists(fresh / "index.html"));
   CHECK((fs::status(fresh).permissions() & fs::perms::all) ==
