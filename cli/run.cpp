@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -21,6 +22,7 @@
 #ifdef STRATA_HAVE_NCCL
 #include "strata/exec/comm/nccl_communicator.h"
 #endif
+#include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
@@ -40,6 +42,7 @@ struct RunFlags {
   exec::RunOptions run;
   bool noDropout = false;
   CLI::Option* momentumOption = nullptr;  // whether --momentum was given
+  CLI::Option* threadsOption = nullptr;   // whether --threads-per-worker was given
 };
 
 // A run's options and configs, read and checked. Every user mistake shows
@@ -51,7 +54,8 @@ struct Setup {
   exec::RunOptions opt;
   Format format = Format::kTable;
   TraceOptions traceOptions;
-  std::unique_ptr<TraceFile> traceFile;  // rank 0 (or threads) with --trace
+  std::unique_ptr<TraceFile> traceFile;       // rank 0 (or threads) with --trace
+  nn::CpuIsa cpuIsa = nn::CpuIsa::kBaseline;  // the CPU kernels' path (--device cpu)
 };
 
 // A finite time of at least 100 ms with its unit: a bare "2" could be meant
@@ -70,6 +74,32 @@ Seconds heartbeatOf(const RunFlags& f) {
                       "period / 4, at most every 50 ms), got '" +
                           text + "'");
   return period;
+}
+
+// --threads-per-worker, or by default the cores this process may use divided
+// among the workers it runs (threads: all K and the ps servers; under mpirun
+// the ranks on this node, unless mpirun bound the rank to its own cores).
+int threadsPerWorker(const RunFlags& f, exec::Device device, int workersHere, int ranks) {
+  const bool given = f.threadsOption && f.threadsOption->count() > 0;
+  if (device == exec::Device::kCuda) {
+    if (given)
+      throw OptionError("--threads-per-worker",
+                        "applies to --device cpu (a cuda worker's kernels run on its GPU)");
+    return 1;
+  }
+  if (given) {
+    if (f.run.threadsPerWorker < 1 || f.run.threadsPerWorker > exec::kMaxThreadsPerWorker)
+      throw OptionError("--threads-per-worker",
+                        fmt::format("must be in [1, {}], got {}", exec::kMaxThreadsPerWorker,
+                                    f.run.threadsPerWorker));
+    return f.run.threadsPerWorker;
+  }
+  const int cores = exec::usableCores();
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int sharing = workersHere;
+  if (ranks > 0)  // a rank bound to fewer cores than the machine has owns them
+    sharing = cores < machine ? 1 : std::max(1, exec::localSizeFromLauncher());
+  return std::max(1, cores / std::max(1, sharing));
 }
 
 // `ranks`: the number of MPI ranks, 0 on threads. Throws UserError.
@@ -174,6 +204,9 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
                       onNode, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", ranks));
 #endif
   }
+  if (opt.device == exec::Device::kCpu)
+    s.cpuIsa = nn::selectedCpuIsa();  // a bad STRATA_CPU_ISA is a mistake, before any work
+  opt.threadsPerWorker = threadsPerWorker(f, opt.device, s.sc.workers + psServerRanks(s.sc), ranks);
   exec::checkRunnable(s.net, s.sc);
   s.plan = lowerToPlan(s.net, s.sc, s.opt.steps);  // a ps plan holds every step
   // Every rank checks the trace options, so all stop together on a mistake.
@@ -210,10 +243,15 @@ std::string placementOf(const Setup& s, bool mpi) {
 
 std::string headerLine(const Setup& s, bool mpi) {
   const auto options = nonDefaultOptionsText(s.sc.strategy, s.sc.options);
-  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}{}\n",
+  std::string kernels;
+  if (s.opt.device == exec::Device::kCpu)
+    kernels = fmt::format("cpu kernels: {}, {} thread{} per worker{}\n",
+                          nn::cpuIsaDescription(s.cpuIsa), s.opt.threadsPerWorker,
+                          s.opt.threadsPerWorker == 1 ? "" : "s", mpi ? " (rank 0)" : "");
+  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}{}\n{}",
                      s.net.name, toString(s.sc.strategy), s.sc.workers, placementOf(s, mpi),
                      s.sc.batchPerWorker, s.opt.steps, s.opt.learningRate, s.opt.momentum,
-                     options.empty() ? "" : ", " + options);
+                     options.empty() ? "" : ", " + options, kernels);
 }
 
 // Prints each step as it ends (table format): every step on short runs; on
@@ -452,6 +490,10 @@ Command addRunCommand(CLI::App& app, Process process) {
   sub->add_option("--device", f->device,
                   "cpu (default) or cuda (needs a CUDA build): K workers on the GPUs round-robin, "
                   "sharing one when K exceeds them; under mpirun one rank per GPU, data by NCCL");
+  f->threadsOption = sub->add_option(
+      "--threads-per-worker", f->run.threadsPerWorker,
+      "cpu: threads of each worker's kernels (default: the cores this process may use / its "
+      "workers)");
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
   sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
   f->momentumOption =

@@ -73,12 +73,14 @@ def key(name):
 
 
 class StrataNet(nn.Module):
-    def __init__(self, described):
+    def __init__(self, described, make_module=module_of):
+        """make_module(layer): the layer's torch module, None for add and softmax;
+        scripts/cpu/torch_step.py passes one that also knows the transformer layers."""
         super().__init__()
         self.layers = described["layers"]
         self.mods = nn.ModuleDict()
         for layer in self.layers:
-            m = module_of(layer)
+            m = make_module(layer)
             if m is not None:
                 self.mods[key(layer["name"])] = m
 

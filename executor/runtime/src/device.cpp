@@ -1,6 +1,10 @@
 #include "strata/exec/device.h"
 
+#include <sched.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <thread>
 
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/model/error.h"
@@ -73,7 +77,16 @@ int deviceCount(Device device) {
   return device == Device::kCpu ? 1 : 0;
 }
 
-std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option, int gpu) {
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option, int gpu,
+                                         int threads) {
   checkDevice(device, option);
 #if STRATA_HAVE_CUDA
   if (device == Device::kCuda) {
@@ -83,7 +96,9 @@ std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& optio
   }
 #endif
   (void)gpu;
-  return std::make_unique<nn::CpuBackend>();
+  nn::CpuOptions cpu;
+  cpu.threads = threads;
+  return std::make_unique<nn::CpuBackend>(cpu);
 }
 
 std::shared_ptr<BufferOps> makeCommOps(Device device, int gpu) {

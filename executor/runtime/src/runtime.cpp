@@ -270,7 +270,8 @@ class Worker {
         owt_(isModelParallel(plan.scenario.strategy)),
         mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
         dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
-        backend_(makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()))),
+        backend_(makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()),
+                             opt.threadsPerWorker)),
         model_(net, modelOptions()),
         timer_(*backend_) {
     for (size_t t = 0; t < plan.tasks.size(); ++t)
@@ -1592,6 +1593,10 @@ void checkRunOptions(const RunOptions& options) {
     throw OptionError("--lr", fmt::format("must be in (0, 1000000], got {}", options.learningRate));
   if (!(options.momentum >= 0 && options.momentum < 1))
     throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
+  if (options.threadsPerWorker < 1 || options.threadsPerWorker > kMaxThreadsPerWorker)
+    throw OptionError(
+        "--threads-per-worker",
+        fmt::format("must be in [1, {}], got {}", kMaxThreadsPerWorker, options.threadsPerWorker));
   if (!(options.timeout.value() > 0 && std::isfinite(options.timeout.value())))
     throw OptionError("--timeout",
                       fmt::format("must be a positive time, got {} s", options.timeout.value()));

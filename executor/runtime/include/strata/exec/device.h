@@ -38,10 +38,12 @@ double deviceMemoryBytes(Device device, int gpu = 0);
 int deviceCount(Device device);
 
 // A backend for one worker on `device` (checkDevice first). The CPU's is a
-// CpuBackend; CUDA's a CudaBackend on GPU `gpu` with FP32 arithmetic (no
-// TF32).
+// CpuBackend on `threads` threads; CUDA's a CudaBackend on GPU `gpu` with
+// FP32 arithmetic (no TF32).
 std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option = "--device",
-                                         int gpu = 0);
+                                         int gpu = 0, int threads = 1);
+// The cores this process may run on (its CPU affinity mask; at least 1).
+int usableCores();
 // How a worker on `device` (GPU `gpu`) copies and sums its messages: the
 // host's, or its GPU's stream and kernels (cuda_ops.h).
 std::shared_ptr<BufferOps> makeCommOps(Device device, int gpu = 0);

@@ -21,6 +21,9 @@
 
 namespace strata::exec {
 
+// The most threads one worker's kernels may use (--threads-per-worker).
+inline constexpr int kMaxThreadsPerWorker = 256;
+
 struct RunOptions {
   // Where each worker computes: its own CpuBackend, or its own CudaBackend.
   Device device = Device::kCpu;
@@ -28,6 +31,10 @@ struct RunOptions {
   // w mod (GPUs this process sees), so K workers share fewer GPUs
   // round-robin, each with its own streams (gpuOfWorker).
   int gpu = -1;
+  // CPU: threads of each worker's kernels (CpuOptions::threads; the CLI's
+  // --threads-per-worker, by default the cores this process may use divided
+  // among its workers). Results depend on it only in the last bits.
+  int threadsPerWorker = 1;
   // runThreads: how worker w copies and sums its messages; empty: by device
   // (makeCommOps: the host's, or its GPU's stream and kernels). Tests give
   // instrumented ops here to see that every byte goes through them.

@@ -1,7 +1,20 @@
 // The CPU backend: convolutions and fully-connected layers as GEMMs through
-// Eigen, everything else as plain loops. Eigen stays inside cpu_backend.cpp.
+// Eigen, everything else as plain loops, on the best instruction set the
+// running CPU supports and on the worker's threads.
+//
+// The kernels are compiled once per instruction set (baseline x86-64 with
+// SSE2, AVX2 + FMA, AVX-512; see src/cpu_isa.h) and one binary picks at run
+// time, from the CPU's features, the best path it can run, the way oneDNN and
+// OpenBLAS dispatch: no -march flags, no environment variable needed. Every
+// path computes the same functions; GEMM results differ between paths in the
+// last bits (FMA and vector widths change the order of float sums), the other
+// kernels are the same bit for bit. Results are deterministic run to run for a
+// given path and thread count.
 #pragma once
 
+#include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/exec/nn/backend.h"
@@ -9,85 +22,169 @@
 
 namespace strata::nn {
 
-// Single-threaded per instance (Eigen runs without threads here): parallelism
-// comes from running one worker, with its own CpuBackend, per thread or
-// process. Not thread-safe: the im2col scratch is shared between calls.
+struct CpuIsaTable;
+class ThreadTeam;
+
+// The instruction-set paths of the CPU kernels, worst first.
+enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
+
+// "baseline", "avx2", "avx512": the names STRATA_CPU_ISA takes.
+std::string_view cpuIsaName(CpuIsa isa);
+// What the path uses, for the run header: "avx512 (AVX-512F/BW/DQ/VL, FMA)".
+std::string cpuIsaDescription(CpuIsa isa);
+// The paths this binary holds that this CPU can run, best first (baseline is
+// always there).
+std::vector<CpuIsa> runnableCpuIsas();
+// The path CpuBackend takes: the best runnable one, or the one the
+// environment variable STRATA_CPU_ISA names (for comparing paths and testing
+// them on one machine). A name that is not a path, or a path this CPU cannot
+// run or this binary does not hold, is a UserError naming the variable.
+CpuIsa selectedCpuIsa();
+
+struct CpuOptions {
+  // Threads of this worker's kernels: the worker's own thread and threads - 1
+  // helpers (--threads-per-worker; at least 1).
+  int threads = 1;
+};
+
+// Not thread-safe (one per worker, as every Backend): the worker calls it
+// from one thread, and it splits a kernel's work over its own team.
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(CpuOptions options = {});
+  ~CpuBackend() override;
+
   std::string_view name() const override { return "cpu"; }
+  CpuIsa isa() const { return isa_; }
+  int threads() const;
+  bool runsTransformerLayers() const override { return impl_->runsTransformerLayers(); }
 
   void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,
-                   TensorView y) override;
+                   TensorView y) override {
+    impl_->convForward(d, x, w, bias, y);
+  }
   void convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w, TensorView dx,
-                        float beta) override;
+                        float beta) override {
+    impl_->convBackwardData(d, dy, w, dx, beta);
+  }
   void convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
-                           float* dbias) override;
-
-  void poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) override;
+                           float* dbias) override {
+    impl_->convBackwardWeights(d, x, dy, dw, dbias);
+  }
+  void poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) override {
+    impl_->poolForward(d, x, y, argmax);
+  }
   void poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t* argmax, TensorView dx,
-                    float beta) override;
-
+                    float beta) override {
+    impl_->poolBackward(d, dy, argmax, dx, beta);
+  }
   void fcForward(const FcDesc& d, ConstTensorView x, const float* w, const float* bias,
-                 TensorView y) override;
+                 TensorView y) override {
+    impl_->fcForward(d, x, w, bias, y);
+  }
   void fcBackwardData(const FcDesc& d, ConstTensorView dy, const float* w, TensorView dx,
-                      float beta) override;
+                      float beta) override {
+    impl_->fcBackwardData(d, dy, w, dx, beta);
+  }
   void fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorView dy, float* dw,
-                         float* dbias) override;
-
-  void reluForward(ConstTensorView x, TensorView y) override;
-  void reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) override;
-  void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) override;
+                         float* dbias) override {
+    impl_->fcBackwardWeights(d, x, dy, dw, dbias);
+  }
+  void reluForward(ConstTensorView x, TensorView y) override { impl_->reluForward(x, y); }
+  void reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) override {
+    impl_->reluBackward(y, dy, dx, beta);
+  }
+  void dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) override {
+    impl_->dropoutForward(d, x, y);
+  }
   void dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
-                       float beta) override;
-  void fill(std::span<float> x, float value) override;
-  void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
-  void accumulate(ConstTensorView src, TensorView dst, float beta) override;
-
-  void lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) override;
+                       float beta) override {
+    impl_->dropoutBackward(d, dy, dx, beta);
+  }
+  void fill(std::span<float> x, float value) override { impl_->fill(x, value); }
+  void add(ConstTensorView a, ConstTensorView b, TensorView y) override { impl_->add(a, b, y); }
+  void accumulate(ConstTensorView src, TensorView dst, float beta) override {
+    impl_->accumulate(src, dst, beta);
+  }
+  void lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) override {
+    impl_->lrnForward(d, x, y, scale);
+  }
   void lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y, ConstTensorView scale,
-                   ConstTensorView dy, TensorView dx, float beta) override;
-
+                   ConstTensorView dy, TensorView dx, float beta) override {
+    impl_->lrnBackward(d, x, y, scale, dy, dx, beta);
+  }
   void batchNormForward(ConstTensorView x, const float* gamma, const float* shift, float eps,
-                        TensorView y) override;
+                        TensorView y) override {
+    impl_->batchNormForward(x, gamma, shift, eps, y);
+  }
   void batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gamma, float eps,
-                             TensorView dx, float beta) override;
+                             TensorView dx, float beta) override {
+    impl_->batchNormBackwardData(x, dy, gamma, eps, dx, beta);
+  }
   void batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgamma,
-                                float* dshift) override;
-
-  void softmaxStats(ConstTensorView logits, float* stats) override;
-  void softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) override;
+                                float* dshift) override {
+    impl_->batchNormBackwardWeights(x, dy, eps, dgamma, dshift);
+  }
+  void softmaxStats(ConstTensorView logits, float* stats) override {
+    impl_->softmaxStats(logits, stats);
+  }
+  void softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) override {
+    impl_->softmaxProbabilities(logits, stats, y);
+  }
   SoftmaxLossSum softmaxLoss(ConstTensorView logits, const float* stats, const int32_t* labels,
-                             int classOffset) override;
+                             int classOffset) override {
+    return impl_->softmaxLoss(logits, stats, labels, classOffset);
+  }
   void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
-                       int classOffset, float scale, TensorView dlogits, float beta) override;
-
-  bool runsTransformerLayers() const override { return true; }
+                       int classOffset, float scale, TensorView dlogits, float beta) override {
+    impl_->softmaxBackward(logits, stats, labels, classOffset, scale, dlogits, beta);
+  }
   void layerNormForward(ConstTensorView x, const float* gain, const float* bias, float eps,
-                        TensorView y) override;
+                        TensorView y) override {
+    impl_->layerNormForward(x, gain, bias, eps, y);
+  }
   void layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain, float eps,
-                             TensorView dx, float beta) override;
+                             TensorView dx, float beta) override {
+    impl_->layerNormBackwardData(x, dy, gain, eps, dx, beta);
+  }
   void layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgain,
-                                float* dbias) override;
-  void geluForward(ConstTensorView x, TensorView y) override;
-  void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
+                                float* dbias) override {
+    impl_->layerNormBackwardWeights(x, dy, eps, dgain, dbias);
+  }
+  void geluForward(ConstTensorView x, TensorView y) override { impl_->geluForward(x, y); }
+  void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override {
+    impl_->geluBackward(x, dy, dx, beta);
+  }
   void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
-                        const float* bias, const AttentionSaved& saved, TensorView y) override;
+                        const float* bias, const AttentionSaved& saved, TensorView y) override {
+    impl_->attentionForward(d, x, w, bias, saved, y);
+  }
   void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
                                 const float* w, const AttentionSaved& saved, float* dw,
-                                float* dbias) override;
+                                float* dbias) override {
+    impl_->attentionBackwardWeights(d, x, dy, w, saved, dw, dbias);
+  }
   void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
-                             TensorView dx, float beta) override;
+                             TensorView dx, float beta) override {
+    impl_->attentionBackwardData(d, dqkv, w, dx, beta);
+  }
   void embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
-                        TensorView y) override;
+                        TensorView y) override {
+    impl_->embeddingForward(d, ids, table, y);
+  }
   void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids, ConstTensorView dy,
-                                float* dtable) override;
-
+                                float* dtable) override {
+    impl_->embeddingBackwardWeights(d, ids, dy, dtable);
+  }
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
-                   float learningRate, float momentum, float weightDecay) override;
+                   float learningRate, float momentum, float weightDecay) override {
+    impl_->sgdMomentum(w, v, g, learningRate, momentum, weightDecay);
+  }
 
   // ---- the kernels inside the layers above, for calibration ----------------
-  // Each is the exact code the layer kernels run (model/kernels.h names them),
-  // exposed so that `strata calibrate` can time it alone at any size.
+  // Each is the exact code the layer kernels run (model/kernels.h names them)
+  // on the selected path (selectedCpuIsa()), on one thread, exposed so that
+  // `strata calibrate` can time it alone at any size.
 
   // C (m x n) = op(A) op(B), or C += that when `accumulate`; row-major; A and
   // B as the op reads them (nn: A m x k, B k x n; nt: B n x k; tn: A k x m).
@@ -117,11 +214,9 @@ class CpuBackend final : public Backend {
                    float eps, int step);
 
  private:
-  std::vector<float> col_;       // im2col of one example and group
-  std::vector<float> dcontext_;  // attention backward: dC of one example (d x T)
-  std::vector<float> dprobs_;    // attention backward: dP, then dS, of the batch
-  std::vector<float> rowMean_;   // layernorm: per position of one example
-  std::vector<float> rowInvStd_;
+  CpuIsa isa_;
+  std::unique_ptr<ThreadTeam> team_;
+  std::unique_ptr<Backend> impl_;  // the selected path's kernels, on team_
 };
 
 }  // namespace strata::nn
