@@ -173,6 +173,9 @@ void ScenarioFlags::add(CLI::App* app) {
   option("--ps-node", psNode,
          "ps: two levels over nodes of G workers (sum into the node's leader, the leaders are "
          "the servers), 0 = one level (default 0)");
+  option("--threads-per-worker", threadsPerWorker,
+         "cpu: threads of each worker's kernels, 1-256; each keeps a core busy (default 1; "
+         "strata run: the cores this process may use / its workers)");
   option("--staleness", staleness,
          "ps: steps a worker may run ahead of its pulls, 0-16 (default 0: synchronous SGD)");
 }
@@ -225,16 +228,33 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
   if (!psNode.empty())
     o.psNode = count(psNode, "--ps-node", kMaxPsServers, "workers per node");
+  if (!threadsPerWorker.empty()) {
+    int v = 0;
+    const auto& t = threadsPerWorker;
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || ptr != t.data() + t.size() || v < 1 || v > kMaxThreadsPerWorker)
+      throw OptionError("--threads-per-worker",
+                        fmt::format("must be a whole number of threads in [1, {}], got '{}'",
+                                    kMaxThreadsPerWorker, t));
+    o.threadsPerWorker = v;
+  }
 }
 
 std::vector<OptionKey> ScenarioFlags::given() const {
   const std::pair<OptionKey, const std::string*> fields[] = {
-      {OptionKey::kOverlap, &overlap},       {OptionKey::kFcUpdate, &fcUpdate},
-      {OptionKey::kSegment, &segment},       {OptionKey::kBucket, &bucket},
-      {OptionKey::kElement, &element},       {OptionKey::kOptimizer, &optimizer},
-      {OptionKey::kAllreduce, &allreduce},   {OptionKey::kConvSync, &convSync},
-      {OptionKey::kPsPriority, &psPriority}, {OptionKey::kStaleness, &staleness},
-      {OptionKey::kPsServers, &psServers},   {OptionKey::kPsNode, &psNode}};
+      {OptionKey::kOverlap, &overlap},
+      {OptionKey::kFcUpdate, &fcUpdate},
+      {OptionKey::kSegment, &segment},
+      {OptionKey::kBucket, &bucket},
+      {OptionKey::kElement, &element},
+      {OptionKey::kOptimizer, &optimizer},
+      {OptionKey::kAllreduce, &allreduce},
+      {OptionKey::kConvSync, &convSync},
+      {OptionKey::kPsPriority, &psPriority},
+      {OptionKey::kStaleness, &staleness},
+      {OptionKey::kPsServers, &psServers},
+      {OptionKey::kPsNode, &psNode},
+      {OptionKey::kThreadsPerWorker, &threadsPerWorker}};
   std::vector<OptionKey> out;
   for (const auto& [key, text] : fields)
     if (!text->empty())

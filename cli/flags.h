@@ -68,6 +68,7 @@ struct ScenarioFlags {
   std::string staleness;
   std::string psServers;
   std::string psNode;
+  std::string threadsPerWorker;
   std::string segment;
   std::string bucket;
   std::string element;

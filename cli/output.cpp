@@ -127,6 +127,8 @@ std::string optionsLine(const StepEstimate& e) {
   std::string s = fmt::format("{}, optimizer {}, overlap {}, segment {}", toString(o.element),
                               toString(o.optimizer), overlap,
                               o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  if (o.threadsPerWorker != 1)
+    s += fmt::format(", {} threads per worker", o.threadsPerWorker);
   if (e.scenario.strategy == Strategy::kRing && o.gradientSync != AllreduceAlgorithm::kRing)
     s += fmt::format(", allreduce {}", toString(o.gradientSync));
   if (isModelParallel(e.scenario.strategy))
@@ -166,6 +168,8 @@ std::string optionValueText(OptionKey key, const StrategyOptions& o) {
       return std::to_string(o.psServers);
     case OptionKey::kPsNode:
       return std::to_string(o.psNode);
+    case OptionKey::kThreadsPerWorker:
+      return std::to_string(o.threadsPerWorker);
   }
   return "?";
 }
@@ -209,6 +213,8 @@ std::string comparisonOptionsLine(const std::vector<StepEstimate>& rows) {
           ? fmt::format("on (buckets of {}{})", formatBytes(o.bucket), ps ? "; ps per layer" : "")
           : "on (per layer)",
       o.segment.value() > 0 ? formatBytes(o.segment) : "off");
+  if (o.threadsPerWorker != defaults.threadsPerWorker)
+    s += fmt::format(", {} threads per worker", o.threadsPerWorker);
   if (ring && o.gradientSync != defaults.gradientSync)
     s += fmt::format(", ring allreduce {}", toString(o.gradientSync));
   if (owt && o.convSync != defaults.convSync)
@@ -1157,6 +1163,48 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
   }
 }
 
+namespace {
+// The rate each layer kind reaches in each phase: the network's FLOPs of
+// that kind and phase over the measured time (kinds with FLOPs only).
+void printProfileRates(std::ostream& out, const Network& net, const OpProfile& profile) {
+  struct Sum {
+    double flops[3] = {0, 0, 0};
+    double seconds[3] = {0, 0, 0};
+  };
+  std::vector<std::pair<LayerKind, Sum>> kinds;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer& l = net.layers[i];
+    const double f[3] = {l.fwdFlops, l.readsNetworkInput() ? 0.0 : l.bwdDataFlops,
+                         l.bwdWeightsFlops};
+    if (f[0] + f[1] + f[2] <= 0)
+      continue;
+    auto it =
+        std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == l.kind; });
+    if (it == kinds.end())
+      it = kinds.insert(kinds.end(), {l.kind, Sum{}});
+    const auto& m = profile.layers[i];
+    const double s[3] = {m.fwd.value(), m.bwdData.value(), m.bwdWeights.value()};
+    for (int p = 0; p < 3; ++p) {
+      it->second.flops[p] += f[p] * profile.batch;
+      it->second.seconds[p] += s[p];
+    }
+  }
+  if (kinds.empty())
+    return;
+  out << "\nrate by layer kind (the model's FLOPs / measured time):\n";
+  Table t({"kind", "fwd", "bwd_data", "bwd_weights"}, 1);
+  for (const auto& [kind, sum] : kinds) {
+    std::vector<std::string> row{std::string(toString(kind))};
+    for (int p = 0; p < 3; ++p)
+      row.push_back(sum.flops[p] > 0 && sum.seconds[p] > 0
+                        ? fmt::format("{:.1f} GFLOP/s", sum.flops[p] / sum.seconds[p] / 1e9)
+                        : std::string("-"));
+    t.add(row);
+  }
+  t.print(out);
+}
+}  // namespace
+
 void printProfile(std::ostream& out, const Network& net, const OpProfile& profile,
                   const Cluster* cluster, Format format) {
   std::optional<ComputeCosts> costs;
@@ -1249,6 +1297,7 @@ void printProfile(std::ostream& out, const Network& net, const OpProfile& profil
     t.add(row);
   }
   t.print(out);
+  printProfileRates(out, net, profile);
   out << fmt::format("\ntotal {} measured", formatSeconds(sumMeasured));
   if (costs)
     out << fmt::format(", {} priced ({})\n{}", formatSeconds(sumPriced),

@@ -14,7 +14,7 @@ namespace strata::cli {
 Command addProfileCommand(CLI::App& app) {
   struct Options {
     std::string network, out, cluster, format = "table", device = "cpu";
-    int batch = 32, repeats = 5;
+    int batch = 32, repeats = 5, threads = 1;
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand(
@@ -26,6 +26,8 @@ Command addProfileCommand(CLI::App& app) {
   sub->add_option("--out,-o", o->out, "profile YAML to write (for --profile)");
   sub->add_option("--device", o->device,
                   "cpu (default; this thread) or cuda (GPU 0, GPU time from CUDA events)");
+  sub->add_option("--threads-per-worker", o->threads,
+                  "cpu: threads of the worker's kernels (default 1: one worker on this thread)");
   sub->add_option("--cluster,-c", o->cluster,
                   "also print each phase as this cluster prices it (kernel tables or roofline), "
                   "beside the measured one");
@@ -46,7 +48,8 @@ Command addProfileCommand(CLI::App& app) {
             std::optional<Cluster> cluster;
             if (!o->cluster.empty())
               cluster = clusterArg(o->cluster, "--cluster");
-            const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats, device);
+            const OpProfile profile =
+                exec::profileNetwork(net, o->batch, o->repeats, device, o->threads);
             // The measured profile is printed first: a file that cannot be
             // written (a full disk: exit 1 with its reason) loses no measurement.
             printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, format);

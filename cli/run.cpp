@@ -42,7 +42,6 @@ struct RunFlags {
   exec::RunOptions run;
   bool noDropout = false;
   CLI::Option* momentumOption = nullptr;  // whether --momentum was given
-  CLI::Option* threadsOption = nullptr;   // whether --threads-per-worker was given
 };
 
 // A run's options and configs, read and checked. Every user mistake shows
@@ -79,27 +78,24 @@ Seconds heartbeatOf(const RunFlags& f) {
 // --threads-per-worker, or by default the cores this process may use divided
 // among the workers it runs (threads: all K and the ps servers; under mpirun
 // the ranks on this node, unless mpirun bound the rank to its own cores).
-int threadsPerWorker(const RunFlags& f, exec::Device device, int workersHere, int ranks) {
-  const bool given = f.threadsOption && f.threadsOption->count() > 0;
+int threadsPerWorker(const RunFlags& f, const Scenario& sc, exec::Device device, int ranks) {
+  const auto given = f.flags.given();
+  const bool explicitly =
+      std::find(given.begin(), given.end(), OptionKey::kThreadsPerWorker) != given.end();
   if (device == exec::Device::kCuda) {
-    if (given)
+    if (explicitly)
       throw OptionError("--threads-per-worker",
                         "applies to --device cpu (a cuda worker's kernels run on its GPU)");
     return 1;
   }
-  if (given) {
-    if (f.run.threadsPerWorker < 1 || f.run.threadsPerWorker > exec::kMaxThreadsPerWorker)
-      throw OptionError("--threads-per-worker",
-                        fmt::format("must be in [1, {}], got {}", exec::kMaxThreadsPerWorker,
-                                    f.run.threadsPerWorker));
-    return f.run.threadsPerWorker;
-  }
+  if (explicitly)
+    return sc.options.threadsPerWorker;
   const int cores = exec::usableCores();
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int sharing = workersHere;
+  int sharing = sc.workers + psServerRanks(sc);
   if (ranks > 0)  // a rank bound to fewer cores than the machine has owns them
     sharing = cores < machine ? 1 : std::max(1, exec::localSizeFromLauncher());
-  return std::max(1, cores / std::max(1, sharing));
+  return std::clamp(cores / std::max(1, sharing), 1, kMaxThreadsPerWorker);
 }
 
 // `ranks`: the number of MPI ranks, 0 on threads. Throws UserError.
@@ -206,7 +202,8 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   }
   if (opt.device == exec::Device::kCpu)
     s.cpuIsa = nn::selectedCpuIsa();  // a bad STRATA_CPU_ISA is a mistake, before any work
-  opt.threadsPerWorker = threadsPerWorker(f, opt.device, s.sc.workers + psServerRanks(s.sc), ranks);
+  s.sc.options.threadsPerWorker = threadsPerWorker(f, s.sc, opt.device, ranks);
+  opt.threadsPerWorker = s.sc.options.threadsPerWorker;
   exec::checkRunnable(s.net, s.sc);
   s.plan = lowerToPlan(s.net, s.sc, s.opt.steps);  // a ps plan holds every step
   // Every rank checks the trace options, so all stop together on a mistake.
@@ -242,7 +239,10 @@ std::string placementOf(const Setup& s, bool mpi) {
 }
 
 std::string headerLine(const Setup& s, bool mpi) {
-  const auto options = nonDefaultOptionsText(s.sc.strategy, s.sc.options);
+  // The threads are on the kernels' line below.
+  StrategyOptions shown = s.sc.options;
+  shown.threadsPerWorker = StrategyOptions{}.threadsPerWorker;
+  const auto options = nonDefaultOptionsText(s.sc.strategy, shown);
   std::string kernels;
   if (s.opt.device == exec::Device::kCpu)
     kernels = fmt::format("cpu kernels: {}, {} thread{} per worker{}\n",
@@ -490,10 +490,6 @@ Command addRunCommand(CLI::App& app, Process process) {
   sub->add_option("--device", f->device,
                   "cpu (default) or cuda (needs a CUDA build): K workers on the GPUs round-robin, "
                   "sharing one when K exceeds them; under mpirun one rank per GPU, data by NCCL");
-  f->threadsOption = sub->add_option(
-      "--threads-per-worker", f->run.threadsPerWorker,
-      "cpu: threads of each worker's kernels (default: the cores this process may use / its "
-      "workers)");
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
   sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
   f->momentumOption =

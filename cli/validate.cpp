@@ -207,6 +207,7 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
           const Plan runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, ro.steps) : plan;
           ro.warmup = kWarmupSteps;
           ro.device = o.device;
+          ro.threadsPerWorker = sc.options.threadsPerWorker;  // as priced: one thread per worker
           // The drift check re-times a CPU GEMM: on a GPU it would watch the
           // wrong device.
           const double speedBefore = onGpu ? 0 : exec::referenceGemmRate();

@@ -149,24 +149,25 @@ void lrnBackward(const LrnParams& p, Shape4 shape, const float* x, const float* 
 
 namespace {
 
-// The statistics of channel c, two passes in double as CpuBackend takes them.
+// The statistics of channel c, two passes in double lanes as CpuBackend
+// takes them (element::forEachInLanes).
 element::ChannelStats channelStats(Shape4 shape, const float* x, int c, float eps) {
   const int64_t plane = shape.plane();
   const double count = double(shape.n) * double(plane);
-  double sum = 0;
+  double sums[element::kSumLanes] = {};
   for (int n = 0; n < shape.n; ++n) {
     const float* row = x + (int64_t{n} * shape.c + c) * plane;
-    for (int64_t i = 0; i < plane; ++i)
-      sum += row[i];
+    element::forEachInLanes(plane, [&](int j, int64_t i) { sums[j] += row[i]; });
   }
+  const double sum = element::addLanes(sums);
   const double mean = sum / count;
-  double squares = 0;
+  double squares[element::kSumLanes] = {};
   for (int n = 0; n < shape.n; ++n) {
     const float* row = x + (int64_t{n} * shape.c + c) * plane;
-    for (int64_t i = 0; i < plane; ++i)
-      squares += element::squaredDeviation(row[i], mean);
+    element::forEachInLanes(
+        plane, [&](int j, int64_t i) { squares[j] += element::squaredDeviation(row[i], mean); });
   }
-  return element::channelStats(sum, squares, count, eps);
+  return element::channelStats(sum, element::addLanes(squares), count, eps);
 }
 
 // Sums over channel c of dy and of dy * xhat (double).
@@ -178,15 +179,15 @@ struct GradientSums {
 GradientSums gradientSums(Shape4 shape, const float* x, const float* dy, int c,
                           element::ChannelStats st) {
   const int64_t plane = shape.plane();
-  GradientSums sums;
+  double sumDy[element::kSumLanes] = {}, sumDyXhat[element::kSumLanes] = {};
   for (int n = 0; n < shape.n; ++n) {
     const int64_t off = (int64_t{n} * shape.c + c) * plane;
-    for (int64_t i = 0; i < plane; ++i) {
-      sums.dy += dy[off + i];
-      sums.dyXhat += element::dyXhat(st, x[off + i], dy[off + i]);
-    }
+    element::forEachInLanes(plane, [&](int j, int64_t i) {
+      sumDy[j] += dy[off + i];
+      sumDyXhat[j] += element::dyXhat(st, x[off + i], dy[off + i]);
+    });
   }
-  return sums;
+  return {element::addLanes(sumDy), element::addLanes(sumDyXhat)};
 }
 
 }  // namespace

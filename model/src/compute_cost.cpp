@@ -24,15 +24,17 @@ std::string_view toString(ComputeSource source) {
 }
 
 ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
-                           int workersPerNode, Optimizer optimizer)
+                           int workersPerNode, Optimizer optimizer, int threadsPerWorker)
     : net_(network),
       device_(cluster.device),
       element_(element),
       optimizer_(optimizer),
       clusterFile_(std::filesystem::path(cluster.sourceFile).filename().string()),
       peak_(cluster.device.peakFor(element, cluster.sourceFile)),
-      speed_(cluster.device.sharingSpeed(workersPerNode) * cluster.device.computeScale),
-      memorySpeed_(cluster.device.sharingMemorySpeed(workersPerNode) *
+      speed_(threadsPerWorker * cluster.device.sharingSpeed(workersPerNode * threadsPerWorker) *
+             cluster.device.computeScale),
+      memorySpeed_(threadsPerWorker *
+                   cluster.device.sharingMemorySpeed(workersPerNode * threadsPerWorker) *
                    cluster.device.computeScale) {
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);

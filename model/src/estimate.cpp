@@ -134,7 +134,8 @@ struct Context {
         peak(c.device.peakFor(s.options.element, c.sourceFile)),
         k(s.workers),
         b(s.batchPerWorker),
-        costs(n, c, s.options.element, workersPerNode(c, s.workers), s.options.optimizer),
+        costs(n, c, s.options.element, workersPerNode(c, s.workers), s.options.optimizer,
+              s.options.threadsPerWorker),
         lanes(overlapSpeeds(c, topo, s.workers)),
         handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;
@@ -960,6 +961,10 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw OptionError("--ps-node", fmt::format("must be a whole number of workers per node in [0, "
                                                "{}], got {}",
                                                kMaxPsServers, sc.options.psNode));
+  if (sc.options.threadsPerWorker < 1 || sc.options.threadsPerWorker > kMaxThreadsPerWorker)
+    throw OptionError("--threads-per-worker",
+                      fmt::format("must be a whole number of threads in [1, {}], got {}",
+                                  kMaxThreadsPerWorker, sc.options.threadsPerWorker));
   if (sc.options.psNode > 0 && sc.options.psServers > 0)
     throw OptionError("--ps-node",
                       "two levels make the node leaders the servers: use --ps-node or "

@@ -115,7 +115,8 @@ Experiment loadExperiment(const std::string& path) {
 
   if (auto o = root.get("options")) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "optimizer", "allreduce",
-                  "conv_sync", "ps_priority", "staleness", "ps_servers", "ps_node"});
+                  "conv_sync", "ps_priority", "staleness", "ps_servers", "ps_node",
+                  "threads_per_worker"});
     auto& opt = ex.options;
     // Each key stands where its option would: fc_update for --fc-update.
     for (const auto& [key, value] : o->entries()) {
@@ -163,6 +164,13 @@ Experiment loadExperiment(const std::string& path) {
           pn->fail(
               fmt::format("must be a whole number of workers per node in [0, {}]", kMaxPsServers));
         opt.psNode = static_cast<int>(v);
+      }
+      if (auto t = o->get("threads_per_worker")) {
+        const double v = t->asDouble();
+        if (!(v >= 1 && v <= kMaxThreadsPerWorker && v == std::floor(v)))
+          t->fail(
+              fmt::format("must be a whole number of threads in [1, {}]", kMaxThreadsPerWorker));
+        opt.threadsPerWorker = static_cast<int>(v);
       }
     } catch (const OptionError& e) {
       // Re-raise with the file and line of the option.

@@ -146,6 +146,8 @@ std::string_view optionFlag(OptionKey key) {
       return "--ps-servers";
     case OptionKey::kPsNode:
       return "--ps-node";
+    case OptionKey::kThreadsPerWorker:
+      return "--threads-per-worker";
   }
   return "?";
 }
@@ -176,6 +178,8 @@ std::string_view optionFileKey(OptionKey key) {
       return "ps_servers";
     case OptionKey::kPsNode:
       return "ps_node";
+    case OptionKey::kThreadsPerWorker:
+      return "threads_per_worker";
   }
   return "?";
 }
@@ -187,6 +191,7 @@ std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOpti
     case OptionKey::kSegment:
     case OptionKey::kElement:
     case OptionKey::kOptimizer:
+    case OptionKey::kThreadsPerWorker:
       return "";  // every strategy: compute, memory, and every transfer
     case OptionKey::kFcUpdate:
       // owt-a runs its FC layers once on K b examples: one update per step.

@@ -99,7 +99,8 @@ class Engine {
         ranks_(plan.scenario.workers + plan.servers),
         k_(plan.scenario.workers),
         costs_(net, cluster, plan.scenario.options.element,
-               workersPerNode(cluster, plan.scenario.workers), plan.scenario.options.optimizer),
+               workersPerNode(cluster, plan.scenario.workers), plan.scenario.options.optimizer,
+               plan.scenario.options.threadsPerWorker),
         gamma_(1.0 / cluster.device.reduceBandwidth.value()),
         lanes_(overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers),
                              plan.scenario.workers)) {

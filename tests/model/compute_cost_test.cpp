@@ -105,6 +105,37 @@ TEST_CASE("workers sharing a node slow GEMMs and memory kernels by their own spe
   CHECK(costs.update(64).value() == Approx(64 * 3e-9 / 0.25).epsilon(1e-12));
 }
 
+TEST_CASE("a worker on T threads computes at T times the speed of T x workers busy cores",
+          "[kernels][cost]") {
+  auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  cl.device.sharing = {{1, 1.0}, {2, 0.8}, {4, 0.5}};
+  cl.device.sharingMemory = {{1, 1.0}, {2, 0.6}, {4, 0.25}};
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const ComputeCosts one(net, cl, ElementType::kFp32, 1);
+  // One worker, 2 threads: 2 cores busy, each at 0.8 (GEMMs) and 0.6 (memory).
+  const ComputeCosts two(net, cl, ElementType::kFp32, 1, Optimizer::kMomentum, 2);
+  CHECK(two.layer(0, Phase::kBwdData, 4, 1.0).value() ==
+        Approx(64 * 1.5e-9 / (2 * 0.6) + 2.0 * 4 * 16 * 4 / 19e9 / (2 * 0.8) +
+               kCallOverhead / (2 * 0.8))
+            .epsilon(1e-12));
+  CHECK(two.update(64).value() == Approx(one.update(64).value() / (2 * 0.6)).epsilon(1e-12));
+  // Two workers of 2 threads on a node: 4 cores busy, each worker at 2 x 0.5.
+  const ComputeCosts shared(net, cl, ElementType::kFp32, 2, Optimizer::kMomentum, 2);
+  CHECK(shared.update(64).value() == Approx(one.update(64).value() / (2 * 0.25)).epsilon(1e-12));
+  // estimate takes the threads from the scenario.
+  Scenario sc;
+  sc.strategy = Strategy::kNaive;
+  sc.workers = 1;
+  sc.batchPerWorker = 4;
+  const auto base = estimate(net, cl, sc);
+  sc.options.threadsPerWorker = 2;
+  const auto threaded = estimate(net, cl, sc);
+  CHECK(threaded.workers[0].compute.fwd.value() ==
+        Approx(base.workers[0].compute.fwd.value() / 1.6).epsilon(1e-12));
+  sc.options.threadsPerWorker = 0;
+  CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::Contains("--threads-per-worker"));
+}
+
 TEST_CASE("estimate prices compute from the kernel tables", "[kernels][cost]") {
   const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
   const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));

@@ -14,6 +14,7 @@
 #include "cpu_isa.h"
 #include "shape_checks.h"
 #include "strata/kernels/counter_rng.h"
+#include "strata/kernels/elementwise.h"
 #include "strata/model/error.h"
 
 namespace strata::nn::STRATA_CPU_ISA {
@@ -178,30 +179,45 @@ void col2imAdd(const ConvDesc& d, const float* col, int channels, float* x) {
   }
 }
 
-// Per-channel batch statistics of a view, accumulated in double so that the
-// variance of large batches does not lose digits.
-struct ChannelStats {
-  float mean = 0;
-  float invStd = 0;
-};
+// Per-channel batch statistics of a view, accumulated in double lanes
+// (kernels::element::forEachInLanes, the twins' order) so that the variance
+// of large batches does not lose digits and the sums vectorise.
+using ChannelStats = kernels::element::ChannelStats;
+using kernels::element::addLanes;
+using kernels::element::forEachInLanes;
+using kernels::element::kSumLanes;
 
 ChannelStats channelStats(ConstTensorView x, int c, float eps) {
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   const double count = double(x.dims.n) * double(plane);
-  double sum = 0;
+  double sums[kSumLanes] = {};
   for (int n = 0; n < x.dims.n; ++n) {
     const float* p = x.data + (int64_t{n} * x.dims.c + c) * plane;
-    for (int64_t i = 0; i < plane; ++i)
-      sum += p[i];
+    forEachInLanes(plane, [&](int j, int64_t i) { sums[j] += p[i]; });
   }
+  const double sum = addLanes(sums);
   const double mean = sum / count;
-  double squares = 0;
+  double squares[kSumLanes] = {};
   for (int n = 0; n < x.dims.n; ++n) {
     const float* p = x.data + (int64_t{n} * x.dims.c + c) * plane;
-    for (int64_t i = 0; i < plane; ++i)
-      squares += (p[i] - mean) * (p[i] - mean);
+    forEachInLanes(plane, [&](int j, int64_t i) { squares[j] += (p[i] - mean) * (p[i] - mean); });
   }
-  return {static_cast<float>(mean), static_cast<float>(1.0 / std::sqrt(squares / count + eps))};
+  return kernels::element::channelStats(sum, addLanes(squares), count, eps);
+}
+
+// Sums over channel c of dy and of dy xhat, in double lanes (the twins').
+std::pair<double, double> gradientSums(ConstTensorView x, ConstTensorView dy, int c,
+                                       ChannelStats st) {
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  double sumDy[kSumLanes] = {}, sumDyXhat[kSumLanes] = {};
+  for (int n = 0; n < x.dims.n; ++n) {
+    const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
+    forEachInLanes(plane, [&](int j, int64_t i) {
+      sumDy[j] += dy.data[off + i];
+      sumDyXhat[j] += dy.data[off + i] * (x.data[off + i] - st.mean) * st.invStd;
+    });
+  }
+  return {addLanes(sumDy), addLanes(sumDyXhat)};
 }
 
 // The dropout decision of one element, see DropoutDesc.
@@ -741,14 +757,7 @@ void CpuImpl::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const
   parallelRanges(team_, x.dims.c, 1, [&](int64_t first, int64_t last) {
     for (int c = int(first); c < int(last); ++c) {
       const ChannelStats st = channelStats(x, c, eps);
-      double sumDy = 0, sumDyXhat = 0;
-      for (int n = 0; n < x.dims.n; ++n) {
-        const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
-        for (int64_t i = 0; i < plane; ++i) {
-          sumDy += dy.data[off + i];
-          sumDyXhat += dy.data[off + i] * (x.data[off + i] - st.mean) * st.invStd;
-        }
-      }
+      const auto [sumDy, sumDyXhat] = gradientSums(x, dy, c, st);
       const auto meanDy = static_cast<float>(sumDy / m);
       const auto meanDyXhat = static_cast<float>(sumDyXhat / m);
       const float a = gamma[c] * st.invStd;
@@ -767,19 +776,11 @@ void CpuImpl::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const
 void CpuImpl::batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
                                        float* dgamma, float* dshift) {
   checkSameDims(x.dims, dy.dims);
-  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   // Channels are independent: each is computed as on one thread.
   parallelRanges(team_, x.dims.c, 1, [&](int64_t first, int64_t last) {
     for (int c = int(first); c < int(last); ++c) {
       const ChannelStats st = channelStats(x, c, eps);
-      double sumDy = 0, sumDyXhat = 0;
-      for (int n = 0; n < x.dims.n; ++n) {
-        const int64_t off = (int64_t{n} * x.dims.c + c) * plane;
-        for (int64_t i = 0; i < plane; ++i) {
-          sumDy += dy.data[off + i];
-          sumDyXhat += dy.data[off + i] * (x.data[off + i] - st.mean) * st.invStd;
-        }
-      }
+      const auto [sumDy, sumDyXhat] = gradientSums(x, dy, c, st);
       dgamma[c] += static_cast<float>(sumDyXhat);
       dshift[c] += static_cast<float>(sumDy);
     }

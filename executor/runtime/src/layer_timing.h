@@ -17,6 +17,7 @@ struct LayerTimes {
   std::vector<double> fwd, bwdData, bwdWeights, update;  // per layer
   double updateAll = 0;  // one SGD step over every parameter at once
 };
-LayerTimes timeLayers(const Network& net, int b, int repeats, Device device = Device::kCpu);
+LayerTimes timeLayers(const Network& net, int b, int repeats, Device device = Device::kCpu,
+                      int threads = 1);
 
 }  // namespace strata::exec::detail

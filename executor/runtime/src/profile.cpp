@@ -31,8 +31,8 @@ double medianAfterWarmup(std::vector<double> v) {
 
 }  // namespace
 
-LayerTimes timeLayers(const Network& net, int b, int repeats, Device device) {
-  const auto backend = makeBackend(device);
+LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads) {
+  const auto backend = makeBackend(device, "--device", 0, threads);
   nn::ModelOptions mo;
   mo.dropout = true;
   mo.backend = backend.get();
@@ -101,7 +101,14 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device) {
 
 }  // namespace detail
 
-OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device) {
+OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device,
+                         int threads) {
+  if (threads < 1 || threads > kMaxThreadsPerWorker)
+    throw OptionError("--threads-per-worker",
+                      fmt::format("must be in [1, {}], got {}", kMaxThreadsPerWorker, threads));
+  if (threads > 1 && device != Device::kCpu)
+    throw OptionError("--threads-per-worker",
+                      "applies to --device cpu (a cuda worker's kernels run on its GPU)");
   if (batch < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", batch));
   if (repeats < 1 || repeats > 1000)
@@ -112,7 +119,7 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   checkRunnable(network, one);
   checkDevice(device, "--device");
   checkThreadRun(network, one, device);
-  const auto t = detail::timeLayers(network, batch, repeats, device);
+  const auto t = detail::timeLayers(network, batch, repeats, device, threads);
   OpProfile p;
   p.network = network.name;
   p.batch = batch;
@@ -123,8 +130,9 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   char day[32];
   std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
   p.provenance = fmt::format(
-      "measured by `strata profile -n {} --batch {}{}` on {}, {}", network.name, batch,
-      device == Device::kCpu ? "" : " --device " + std::string(toString(device)), hostName, day);
+      "measured by `strata profile -n {} --batch {}{}{}` on {}, {}", network.name, batch,
+      device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
+      threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads), hostName, day);
   for (size_t l = 0; l < network.layers.size(); ++l)
     p.layers.push_back({network.layers[l].name, Seconds(t.fwd[l]), Seconds(t.bwdData[l]),
                         Seconds(t.bwdWeights[l]), Seconds(t.update[l])});

@@ -248,6 +248,34 @@ STRATA_HD inline float lrnGrad(const LrnParams& p, const float* x, const float* 
 
 // ---- batch normalisation ----------------------------------------------------------
 
+// The host's double sums over a channel (CpuBackend and the twins) run in
+// kSumLanes independent lanes: value i of a row goes to lane i mod kSumLanes,
+// the lanes persist across the channel's rows and are added 0, 1, ... at the
+// end. One running double sum is a dependent add per value (bound by the
+// add's latency, ~4 cycles); independent lanes let the compiler vectorise
+// (8 doubles: one AVX-512 register). The CUDA kernels reduce in their own
+// order (compared within tolerance).
+inline constexpr int kSumLanes = 8;
+
+// Calls visit(lane, i) for i in [0, count), lane = i mod kSumLanes.
+template <class Visit>
+inline void forEachInLanes(int64_t count, Visit&& visit) {
+  int64_t i = 0;
+  for (; i + kSumLanes <= count; i += kSumLanes)
+    for (int j = 0; j < kSumLanes; ++j)
+      visit(j, i + j);
+  for (; i < count; ++i)
+    visit(static_cast<int>(i % kSumLanes), i);
+}
+
+// lanes[0] + lanes[1] + ... in that order.
+inline double addLanes(const double* lanes) {
+  double sum = 0;
+  for (int j = 0; j < kSumLanes; ++j)
+    sum += lanes[j];
+  return sum;
+}
+
 // One channel's statistics as the kernels use them (rounded to float).
 struct ChannelStats {
   float mean = 0;

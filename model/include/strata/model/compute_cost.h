@@ -26,11 +26,14 @@ std::string_view toString(ComputeSource source);
 class ComputeCosts {
  public:
   // workersPerNode: the workers sharing worker 0's node (its cores, memory).
-  // `optimizer` prices the updates. Throws OptionError("--element") when the
+  // `optimizer` prices the updates. threadsPerWorker: each worker's kernels
+  // on T threads (CPU), T cores each: T times the speed of one core with
+  // workersPerNode x T cores busy. Throws OptionError("--element") when the
   // device has no peak for `element`, UserError when a profile of another
   // network is attached.
   ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
-               int workersPerNode, Optimizer optimizer = Optimizer::kMomentum);
+               int workersPerNode, Optimizer optimizer = Optimizer::kMomentum,
+               int threadsPerWorker = 1);
 
   // Phase of layer `index` on `examples` examples, of which this worker holds
   // `fraction` of the outputs (1/K of a model-parallel layer).

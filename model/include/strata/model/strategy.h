@@ -99,7 +99,16 @@ struct StrategyOptions {
   // ps: bounded staleness S. Step s's forward of a layer waits for the pull
   // of its weights from step s-1-S (0: from the step before, synchronous SGD).
   int staleness = 0;
+  // CPU workers: threads of each worker's kernels (--threads-per-worker).
+  // On a CPU cluster a device is a core, so a worker with T threads keeps T
+  // cores busy: its compute is priced at T times the per-core speed with
+  // (workers on the node) x T cores busy (DeviceSpec::sharingSpeed), as if
+  // every kernel split perfectly (docs/cost-model.md, "Threads per worker").
+  int threadsPerWorker = 1;
 };
+
+// The most threads one worker's kernels may use (--threads-per-worker).
+inline constexpr int kMaxThreadsPerWorker = 256;
 
 // ---- which strategies use which option: the one rule -------------------------
 // Every option a user sets, on the command line or in a file, must change what
@@ -119,11 +128,13 @@ enum class OptionKey {
   kStaleness,
   kPsServers,
   kPsNode,
+  kThreadsPerWorker,
 };
 inline constexpr OptionKey kAllOptionKeys[] = {
-    OptionKey::kOverlap,    OptionKey::kFcUpdate,  OptionKey::kSegment,   OptionKey::kBucket,
-    OptionKey::kElement,    OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
-    OptionKey::kPsPriority, OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode};
+    OptionKey::kOverlap,         OptionKey::kFcUpdate,  OptionKey::kSegment,   OptionKey::kBucket,
+    OptionKey::kElement,         OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
+    OptionKey::kPsPriority,      OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode,
+    OptionKey::kThreadsPerWorker};
 
 // The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
 std::string_view optionFlag(OptionKey key);

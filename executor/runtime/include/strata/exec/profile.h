@@ -3,17 +3,19 @@
 #pragma once
 
 #include "strata/exec/device.h"
+#include "strata/exec/runtime.h"
 #include "strata/model/network.h"
 #include "strata/model/profile.h"
 
 namespace strata::exec {
 
 // Times fwd, bwd_data, bwd_weights and update of every layer of `network` on
-// one worker of `device` (the CPU backend on this thread, or GPU 0: GPU time
-// from CUDA events) at `batch` examples: a warm-up pass, then `repeats`
-// passes; each figure is the median. Throws UserError (OptionError for
-// batch, repeats and device) for what the executor cannot run.
+// one worker of `device` (the CPU backend on this thread and threads - 1
+// helpers, or GPU 0: GPU time from CUDA events) at `batch` examples: a
+// warm-up pass, then `repeats` passes; each figure is the median. Throws
+// UserError (OptionError for batch, repeats, device and threads) for what the
+// executor cannot run.
 OpProfile profileNetwork(const Network& network, int batch, int repeats = 5,
-                         Device device = Device::kCpu);
+                         Device device = Device::kCpu, int threads = 1);
 
 }  // namespace strata::exec

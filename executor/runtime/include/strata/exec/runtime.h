@@ -21,9 +21,6 @@
 
 namespace strata::exec {
 
-// The most threads one worker's kernels may use (--threads-per-worker).
-inline constexpr int kMaxThreadsPerWorker = 256;
-
 struct RunOptions {
   // Where each worker computes: its own CpuBackend, or its own CudaBackend.
   Device device = Device::kCpu;
