@@ -46,8 +46,8 @@ std::vector<float> layerResults(CpuBackend& be, int n) {
   const Dims xd{n, c.inC, c.inH, c.inW}, yd{n, c.filters, c.outH, c.outW};
   auto x = randoms(size_t(xd.elements()), 1), w = randoms(size_t(c.filters * 3 * 9), 2),
        bias = randoms(size_t(c.filters), 3), dy = randoms(size_t(yd.elements()), 4);
-  std::vector<float> y(size_t(yd.elements())), dx = randoms(x.size(), 5),
-      dw = randoms(w.size(), 6), db = randoms(bias.size(), 7);
+  std::vector<float> y(size_t(yd.elements())), dx = randoms(x.size(), 5), dw = randoms(w.size(), 6),
+                                               db = randoms(bias.size(), 7);
   be.convForward(c, {x.data(), xd}, w.data(), bias.data(), {y.data(), yd});
   be.convBackwardData(c, {dy.data(), yd}, w.data(), {dx.data(), xd}, 1.0f);
   be.convBackwardWeights(c, {x.data(), xd}, {dy.data(), yd}, dw.data(), db.data());
@@ -62,8 +62,8 @@ std::vector<float> layerResults(CpuBackend& be, int n) {
     const Dims od = flatten ? Dims{n, f.outputs, 1, 1} : Dims{n, f.outputs, c.inH, c.inW};
     auto fw = randoms(size_t(f.outputs) * size_t(f.inFeatures), 8),
          fb = randoms(size_t(f.outputs), 9), fdy = randoms(size_t(od.elements()), 10);
-    std::vector<float> fy(size_t(od.elements())), fdx = randoms(x.size(), 11),
-        fdw = randoms(fw.size(), 12), fdb = randoms(fb.size(), 13);
+    std::vector<float> fy(size_t(od.elements())),
+        fdx = randoms(x.size(), 11), fdw = randoms(fw.size(), 12), fdb = randoms(fb.size(), 13);
     be.fcForward(f, {x.data(), xd}, fw.data(), fb.data(), {fy.data(), od});
     be.fcBackwardData(f, {fdy.data(), od}, fw.data(), {fdx.data(), xd}, 1.0f);
     be.fcBackwardWeights(f, {x.data(), xd}, {fdy.data(), od}, fdw.data(), fdb.data());
@@ -110,8 +110,8 @@ std::vector<float> independentResults(CpuBackend& be, int n) {
   LrnDesc l;
   be.lrnForward(l, {x.data(), d}, {y.data(), d}, {scale.data(), d});
   keep(y);
-  be.lrnBackward(l, {x.data(), d}, {y.data(), d}, {scale.data(), d}, {dy.data(), d},
-                 {dx.data(), d}, 1.0f);
+  be.lrnBackward(l, {x.data(), d}, {y.data(), d}, {scale.data(), d}, {dy.data(), d}, {dx.data(), d},
+                 1.0f);
   keep(dx);
   be.batchNormForward({x.data(), d}, gamma.data(), shift.data(), 1e-5f, {y.data(), d});
   keep(y);
@@ -133,8 +133,7 @@ std::vector<float> independentResults(CpuBackend& be, int n) {
 
 }  // namespace
 
-TEST_CASE("the CPU paths: baseline is always there, the best is taken, names round-trip",
-          "[cpu]") {
+TEST_CASE("the CPU paths: baseline is always there, the best is taken, names round-trip", "[cpu]") {
   const auto runnable = runnableCpuIsas();
   REQUIRE(!runnable.empty());
   CHECK(runnable.back() == CpuIsa::kBaseline);
@@ -148,7 +147,8 @@ TEST_CASE("the CPU paths: baseline is always there, the best is taken, names rou
   CHECK(be.threads() == 1);
 }
 
-TEST_CASE("conv and fc on 1..8 threads equal one thread, the same bits every run", "[cpu]") {
+TEST_CASE("conv and fc on 1..8 threads equal one thread, the same bits every run",
+          "[cpu][threads]") {
   for (int n : {1, 2, 5, 7}) {
     CpuBackend one;
     const auto reference = layerResults(one, n);
@@ -165,7 +165,7 @@ TEST_CASE("conv and fc on 1..8 threads equal one thread, the same bits every run
 }
 
 TEST_CASE("elementwise, pooling, lrn, batchnorm and dropout on 1..8 threads: one thread's bits",
-          "[cpu]") {
+          "[cpu][threads]") {
   for (int n : {1, 3}) {
     CpuBackend one;
     const auto reference = independentResults(one, n);
@@ -179,7 +179,7 @@ TEST_CASE("elementwise, pooling, lrn, batchnorm and dropout on 1..8 threads: one
   }
 }
 
-TEST_CASE("a GEMM split over threads equals the one-thread GEMM", "[cpu]") {
+TEST_CASE("a GEMM split over threads equals the one-thread GEMM", "[cpu][threads]") {
   // Big enough to split (kMinSplitMacs), with sizes that are not multiples
   // of the split's 16: every op, by rows (m > n) and by columns (n >= m).
   for (auto op : {GemmOp::kNN, GemmOp::kNT, GemmOp::kTN}) {
@@ -198,7 +198,8 @@ TEST_CASE("a GEMM split over threads equals the one-thread GEMM", "[cpu]") {
       CpuBackend be(o);
       const auto x = randoms(size_t(n) * k, 22);
       std::vector<float> y(size_t(n) * m), y1(size_t(n) * m);
-      be.fcForward(f, {x.data(), Dims{n, k, 1, 1}}, a.data(), nullptr, {y.data(), Dims{n, m, 1, 1}});
+      be.fcForward(f, {x.data(), Dims{n, k, 1, 1}}, a.data(), nullptr,
+                   {y.data(), Dims{n, m, 1, 1}});
       CpuBackend single;
       single.fcForward(f, {x.data(), Dims{n, k, 1, 1}}, a.data(), nullptr,
                        {y1.data(), Dims{n, m, 1, 1}});
@@ -207,7 +208,7 @@ TEST_CASE("a GEMM split over threads equals the one-thread GEMM", "[cpu]") {
   }
 }
 
-TEST_CASE("a thread team runs every task once and rethrows a task's error", "[cpu]") {
+TEST_CASE("a thread team runs every task once and rethrows a task's error", "[cpu][threads]") {
   for (int size = 1; size <= 5; ++size) {
     ThreadTeam team(size);
     for (int tasks : {0, 1, 3, 8, 13}) {

@@ -86,6 +86,28 @@ TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") 
   }
 }
 
+TEST_CASE("workers on several threads each equal one worker with batch K b", "[exec]") {
+  // --threads-per-worker: each worker's kernels split over its own team (3
+  // threads: batches of 4 and 5 examples do not divide). tiny-cnn through
+  // conv, pool, fc and softmax; tiny-gpt through the transformer layers.
+  for (const char* name : {"tiny-cnn", "tiny-gpt"}) {
+    const auto net = presetNetwork(name);
+    const int b = 4, steps = 2;
+    for (int k : {1, 2, 3}) {
+      const auto ref = oneWorker(net, k * b, steps);
+      INFO(name << " K = " << k);
+      auto options = test::runOptions(steps);
+      options.threadsPerWorker = 3;
+      std::vector<std::vector<float>> params;
+      const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, k, b)),
+                                        net, options, &params);
+      for (const auto& p : params)
+        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+  }
+}
+
 TEST_CASE("data-parallel strategies on tiny-gpt equal one worker with batch K b",
           "[exec][transformer]") {
   // Embedding, attention, layernorm, gelu and the tied head through every
