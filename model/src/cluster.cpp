@@ -11,6 +11,7 @@
 #include "strata/model/checked.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
+#include "strata/model/quantity_text.h"
 
 namespace strata {
 
@@ -100,6 +101,31 @@ Seconds DeviceSpec::handoffFor(int workers) const {
 
 double DeviceSpec::sharingMemorySpeed(int workers) const {
   return sharingMemory.empty() ? sharingSpeed(workers) : interpolateSharing(sharingMemory, workers);
+}
+
+double DeviceSpec::sharingMemorySpeed(int workers, double bytes) const {
+  if (sharingMemoryBySize.empty() || sharingMemoryBySize.size() != sharingMemory.size())
+    return sharingMemorySpeed(workers);
+  // Each row's speed at `bytes`, then across rows by workers as the others.
+  std::vector<std::pair<int, double>> rows;
+  for (const auto& [rowWorkers, bySize] : sharingMemoryBySize) {
+    double speed = bySize.front().second;
+    if (bytes >= bySize.back().first) {
+      speed = bySize.back().second;
+    } else {
+      for (size_t i = 1; i < bySize.size(); ++i) {
+        if (bytes > bySize[i].first)
+          continue;
+        const auto& [b0, s0] = bySize[i - 1];
+        const auto& [b1, s1] = bySize[i];
+        const double f = bytes <= b0 ? 0.0 : std::log(bytes / b0) / std::log(b1 / b0);
+        speed = s0 + f * (s1 - s0);
+        break;
+      }
+    }
+    rows.push_back({rowWorkers, speed});
+  }
+  return interpolateSharing(rows, workers);
 }
 
 int64_t Cluster::capacity() const {
@@ -239,8 +265,9 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
                                                 double (*read)(const ConfigNode&)) {
   std::vector<std::pair<int, double>> out;
   for (const auto& row : list.items()) {
-    row.allowOnly({"workers", "speed", "memory_speed", "overlap_compute_speed",
-                   "overlap_comm_speed", "overlap_comm_rate", "lane_handoff"});
+    row.allowOnly({"workers", "speed", "memory_speed", "memory_speed_by_size",
+                   "overlap_compute_speed", "overlap_comm_speed", "overlap_comm_rate",
+                   "lane_handoff"});
     if (!row.has(key))
       continue;
     const int workers = row.require("workers").asPositiveInt();
@@ -324,6 +351,40 @@ DeviceSpec readDevice(const ConfigNode& n) {
     auto time = [](const ConfigNode& v) { return v.asSeconds(true).value(); };
     d.sharing = readSharing(*sharing, "speed", speed);
     d.sharingMemory = readSharing(*sharing, "memory_speed", speed);
+    // memory_speed_by_size: {256 KiB: 0.99, 16 MiB: 0.6}, sizes increasing,
+    // in a row with memory_speed; a row without it (workers: 1, which is
+    // never slowed) keeps memory_speed at every size.
+    bool anyBySize = false;
+    std::vector<std::pair<int, std::vector<std::pair<double, double>>>> bySizeRows;
+    for (const auto& row : sharing->items()) {
+      if (!row.has("memory_speed")) {
+        if (auto bySize = row.get("memory_speed_by_size"))
+          bySize->fail("needs memory_speed in the same row (the figure beyond the sizes)");
+        continue;
+      }
+      std::vector<std::pair<double, double>> table;
+      if (auto bySize = row.get("memory_speed_by_size")) {
+        anyBySize = true;
+        for (const auto& [key, value] : bySize->entries()) {
+          double bytes = 0;
+          try {
+            bytes = parseSizeOption(key, "memory_speed_by_size", false).value();
+          } catch (const UserError&) {
+            value.fail("'" + key + "' is not a size with its unit (e.g. 256 KiB)");
+          }
+          if (!table.empty() && bytes <= table.back().first)
+            value.fail("sizes must be positive and increase along the map");
+          table.push_back({bytes, speed(value)});
+        }
+        if (table.empty())
+          bySize->fail("needs at least one size: speed entry");
+      } else {
+        table.push_back({1.0, speed(row.require("memory_speed"))});
+      }
+      bySizeRows.push_back({row.require("workers").asPositiveInt(), table});
+    }
+    if (anyBySize)
+      d.sharingMemoryBySize = std::move(bySizeRows);
     d.overlapCompute = readSharing(*sharing, "overlap_compute_speed", speed);
     d.overlapComm = readSharing(*sharing, "overlap_comm_speed", speed);
     d.handoffs = readSharing(*sharing, "lane_handoff", time);

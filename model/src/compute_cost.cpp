@@ -11,6 +11,14 @@
 
 namespace strata {
 
+namespace {
+// Bytes a memory-bound kernel call touches per unit of its table (elements
+// produced, parameters updated): a float read and a float written. The
+// sharing slowdown of memory-bound kernels depends on whether that working
+// set stays in a core's own caches (DeviceSpec::sharingMemorySpeed by size).
+constexpr double kMemoryBytesPerUnit = 8;
+}  // namespace
+
 std::string_view toString(ComputeSource source) {
   switch (source) {
     case ComputeSource::kProfile:
@@ -33,9 +41,8 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
       peak_(cluster.device.peakFor(element, cluster.sourceFile)),
       speed_(threadsPerWorker * cluster.device.sharingSpeed(workersPerNode * threadsPerWorker) *
              cluster.device.computeScale),
-      memorySpeed_(threadsPerWorker *
-                   cluster.device.sharingMemorySpeed(workersPerNode * threadsPerWorker) *
-                   cluster.device.computeScale) {
+      busyCores_(workersPerNode * threadsPerWorker),
+      threads_(threadsPerWorker) {
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);
     source_ = ComputeSource::kProfile;
@@ -80,7 +87,7 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
       } else if (!t.memory[static_cast<size_t>(c.kernel)].empty()) {
         memory += (c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside)
                                 : t.memoryTime(c.kernel, c.units, &outside)) *
-                  c.count;
+                  c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
         if (outside)
           outside_.insert(
               c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
@@ -89,12 +96,17 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
       } else {
         outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
         memory += Seconds(c.units * c.count * 2 * elementBytes(element_) /
-                          (device_.memoryBandwidth.value() * device_.memoryEfficiency));
+                          (device_.memoryBandwidth.value() * device_.memoryEfficiency)) /
+                  memorySpeed(c.units * kMemoryBytesPerUnit);
       }
     }
-    total += (gemm / speed_ + memory / memorySpeed_) * weight;
+    total += (gemm / speed_ + memory) * weight;
   }
   return any ? total + t.callOverhead / speed_ : total;
+}
+
+double ComputeCosts::memorySpeed(double bytes) const {
+  return threads_ * device_.sharingMemorySpeed(busyCores_, bytes / threads_) * device_.computeScale;
 }
 
 Seconds ComputeCosts::layer(int index, Phase phase, double examples, double fraction) const {
@@ -126,7 +138,8 @@ Seconds ComputeCosts::update(double params) const {
     }
     case ComputeSource::kTables:
       if (!device_.kernels.memory[static_cast<size_t>(updateKernel())].empty())
-        return device_.kernels.memoryTime(updateKernel(), params) / memorySpeed_;
+        return device_.kernels.memoryTime(updateKernel(), params) /
+               memorySpeed(params * kMemoryBytesPerUnit);
       break;
     case ComputeSource::kRoofline:
       break;

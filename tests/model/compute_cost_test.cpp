@@ -136,6 +136,27 @@ TEST_CASE("a worker on T threads computes at T times the speed of T x workers bu
   CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::Contains("--threads-per-worker"));
 }
 
+TEST_CASE("memory-bound kernels slow by the bytes they touch when workers share a node",
+          "[kernels][cost]") {
+  auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  cl.device.sharing = {{1, 1.0}, {2, 0.5}};
+  cl.device.sharingMemory = {{1, 1.0}, {2, 0.25}};
+  // In a core's caches (up to 1 KiB here) no slowdown; 0.25 from 16 KiB up.
+  cl.device.sharingMemoryBySize = {{1, {{1024, 1.0}, {16384, 1.0}}},
+                                   {2, {{1024, 1.0}, {16384, 0.25}}}};
+  CHECK(cl.device.sharingMemorySpeed(2, 512) == Approx(1.0));
+  CHECK(cl.device.sharingMemorySpeed(2, 4096) == Approx(1.0 - 0.75 * 0.5));  // log-midway
+  CHECK(cl.device.sharingMemorySpeed(2, 1e9) == Approx(0.25));
+  CHECK(cl.device.sharingMemorySpeed(1, 1e9) == Approx(1.0));
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));
+  const ComputeCosts alone(net, cl, ElementType::kFp32, 1);
+  const ComputeCosts shared(net, cl, ElementType::kFp32, 2);
+  // sgd over 64 parameters touches 512 bytes: in cache, no slowdown; over
+  // 4096 parameters (32 KiB), the DRAM figure.
+  CHECK(shared.update(64).value() == Approx(alone.update(64).value()).epsilon(1e-12));
+  CHECK(shared.update(4096).value() == Approx(alone.update(4096).value() / 0.25).epsilon(1e-12));
+}
+
 TEST_CASE("estimate prices compute from the kernel tables", "[kernels][cost]") {
   const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
   const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));

@@ -144,6 +144,17 @@ TEST_CASE("a bare number for a quantity key is an error naming file, line, key a
         tmpPath("bare-comm-rate") +
             ":10: device.sharing[0].overlap_comm_rate: needs a unit: a bandwidth (B/s, KB/s, "
             "MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, Mb/s, Gb/s, Mbit/s, Gbit/s), got '3.3e9'");
+  // memory_speed_by_size: sizes with units, increasing, beside memory_speed.
+  const std::string mem = "  sharing:\n    - {workers: 2, speed: 0.9, memory_speed: 0.5, ";
+  CHECK(clusterError("by-size", eff,
+                     eff + mem + "memory_speed_by_size: {256 KiB: 1.0, 16 MiB: 0.5}}\n")
+            .empty());
+  CHECK(clusterError("by-size-bare", eff,
+                     eff + mem + "memory_speed_by_size: {262144: 1.0, 16 MiB: 0.5}}\n")
+            .find("'262144' is not a size with its unit") != std::string::npos);
+  CHECK(clusterError("by-size-order", eff,
+                     eff + mem + "memory_speed_by_size: {16 MiB: 0.5, 256 KiB: 1.0}}\n")
+            .find("sizes must be positive and increase") != std::string::npos);
   // 0 is 0 in every unit: a bare 0 stays allowed where 0 is.
   CHECK(clusterError("zero-latency", "latency: 10 us", "latency: 0").empty());
   // A key whose name says the unit takes a bare number: `bytes:` of a table.

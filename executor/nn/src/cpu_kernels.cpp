@@ -895,18 +895,22 @@ void CpuImpl::layerNormForward(ConstTensorView x, const float* gain, const float
                                TensorView y) {
   checkSameDims(x.dims, y.dims);
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
-  rowMean_.resize(static_cast<size_t>(plane));
-  rowInvStd_.resize(static_cast<size_t>(plane));
-  for (int n = 0; n < x.dims.n; ++n) {
-    const float* in = x.data + n * x.dims.perExample();
-    float* out = y.data + n * y.dims.perExample();
-    positionStats(in, x.dims.c, plane, eps, rowMean_.data(), rowInvStd_.data());
-    for (int c = 0; c < x.dims.c; ++c)
-      for (int64_t p = 0; p < plane; ++p)
-        out[c * plane + p] = gain[c] * (in[c * plane + p] - rowMean_[static_cast<size_t>(p)]) *
-                                 rowInvStd_[static_cast<size_t>(p)] +
-                             bias[c];
-  }
+  // Examples are independent; each thread keeps its positions' statistics.
+  const int parts = std::min(team_.size(), x.dims.n);
+  reserveScratch(parts, 2 * plane);
+  team_.forEach(parts, [&](int t) {
+    float* mean = scratch_[size_t(t)].data();
+    float* invStd = mean + plane;
+    const auto [first, last] = partOf(x.dims.n, parts, t);
+    for (int64_t n = first; n < last; ++n) {
+      const float* in = x.data + n * x.dims.perExample();
+      float* out = y.data + n * y.dims.perExample();
+      positionStats(in, x.dims.c, plane, eps, mean, invStd);
+      for (int c = 0; c < x.dims.c; ++c)
+        for (int64_t p = 0; p < plane; ++p)
+          out[c * plane + p] = gain[c] * (in[c * plane + p] - mean[p]) * invStd[p] + bias[c];
+    }
+  });
 }
 
 // With g = gain * dy and xhat over the c channels of a position:
@@ -916,38 +920,42 @@ void CpuImpl::layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
-  rowMean_.resize(static_cast<size_t>(plane));
-  rowInvStd_.resize(static_cast<size_t>(plane));
-  col_.resize(static_cast<size_t>(2 * plane));
-  float* meanG = col_.data();
-  float* meanGXhat = col_.data() + plane;
-  const float* mean = rowMean_.data();
-  const float* invStd = rowInvStd_.data();
   const float inv = 1.0f / static_cast<float>(x.dims.c);
-  for (int n = 0; n < x.dims.n; ++n) {
-    const float* in = x.data + n * x.dims.perExample();
-    const float* g = dy.data + n * dy.dims.perExample();
-    float* out = dx.data + n * dx.dims.perExample();
-    positionStats(in, x.dims.c, plane, eps, rowMean_.data(), rowInvStd_.data());
-    std::fill_n(meanG, 2 * plane, 0.0f);
-    for (int c = 0; c < x.dims.c; ++c)
+  // Examples are independent; each thread keeps its positions' statistics
+  // and means.
+  const int parts = std::min(team_.size(), x.dims.n);
+  reserveScratch(parts, 4 * plane);
+  team_.forEach(parts, [&](int t) {
+    float* mean = scratch_[size_t(t)].data();
+    float* invStd = mean + plane;
+    float* meanG = invStd + plane;
+    float* meanGXhat = meanG + plane;
+    const auto [first, last] = partOf(x.dims.n, parts, t);
+    for (int64_t n = first; n < last; ++n) {
+      const float* in = x.data + n * x.dims.perExample();
+      const float* g = dy.data + n * dy.dims.perExample();
+      float* out = dx.data + n * dx.dims.perExample();
+      positionStats(in, x.dims.c, plane, eps, mean, invStd);
+      std::fill_n(meanG, 2 * plane, 0.0f);
+      for (int c = 0; c < x.dims.c; ++c)
+        for (int64_t p = 0; p < plane; ++p) {
+          const float gc = gain[c] * g[c * plane + p];
+          meanG[p] += gc;
+          meanGXhat[p] += gc * (in[c * plane + p] - mean[p]) * invStd[p];
+        }
       for (int64_t p = 0; p < plane; ++p) {
-        const float gc = gain[c] * g[c * plane + p];
-        meanG[p] += gc;
-        meanGXhat[p] += gc * (in[c * plane + p] - mean[p]) * invStd[p];
+        meanG[p] *= inv;
+        meanGXhat[p] *= inv;
       }
-    for (int64_t p = 0; p < plane; ++p) {
-      meanG[p] *= inv;
-      meanGXhat[p] *= inv;
+      for (int c = 0; c < x.dims.c; ++c)
+        for (int64_t p = 0; p < plane; ++p) {
+          const int64_t i = c * plane + p;
+          const float xhat = (in[i] - mean[p]) * invStd[p];
+          const float v = invStd[p] * (gain[c] * g[i] - meanG[p] - xhat * meanGXhat[p]);
+          out[i] = beta == 0.0f ? v : beta * out[i] + v;
+        }
     }
-    for (int c = 0; c < x.dims.c; ++c)
-      for (int64_t p = 0; p < plane; ++p) {
-        const int64_t i = c * plane + p;
-        const float xhat = (in[i] - mean[p]) * invStd[p];
-        const float v = invStd[p] * (gain[c] * g[i] - meanG[p] - xhat * meanGXhat[p]);
-        out[i] = beta == 0.0f ? v : beta * out[i] + v;
-      }
-  }
+  });
 }
 
 void CpuImpl::layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
@@ -979,37 +987,50 @@ void CpuImpl::layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, fl
 namespace {
 constexpr float kGeluK0 = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluK1 = 0.044715f;
+constexpr int64_t kGeluBlock = 256;  // elements: the unit gelu's work is split in
 }  // namespace
 
 // Eigen's vectorised tanh: std::tanh is a scalar libm call, ~20x slower than
 // relu per element here.
 void CpuImpl::geluForward(ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
-  const auto in = Eigen::Map<const Eigen::ArrayXf>(x.data, x.elements());
-  Eigen::Map<Eigen::ArrayXf>(y.data, y.elements()) =
-      0.5f * in * (1.0f + (kGeluK0 * (in + kGeluK1 * in.cube())).tanh());
+  // Ranges of whole 256-element blocks: Eigen runs the elements of a range's
+  // unaligned head and odd tail through the scalar tanh, so ranges cut
+  // elsewhere would change which elements take which path (and their bits)
+  // with the thread count.
+  const int64_t count = x.elements();
+  const int64_t blocks = (count + kGeluBlock - 1) / kGeluBlock;
+  parallelRanges(team_, blocks, kElementGrain / kGeluBlock, [&](int64_t b0, int64_t b1) {
+    const int64_t first = b0 * kGeluBlock, last = std::min(count, b1 * kGeluBlock);
+    const auto in = Eigen::Map<const Eigen::ArrayXf>(x.data + first, last - first);
+    Eigen::Map<Eigen::ArrayXf>(y.data + first, last - first) =
+        0.5f * in * (1.0f + (kGeluK0 * (in + kGeluK1 * in.cube())).tanh());
+  });
 }
 
 void CpuImpl::geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) {
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
   const int64_t count = x.elements();
-  constexpr int64_t kChunk = 256;
-  Eigen::Array<float, kChunk, 1> th;
-  for (int64_t i = 0; i < count; i += kChunk) {
-    const int64_t m = std::min(kChunk, count - i);
-    const auto in = Eigen::Map<const Eigen::ArrayXf>(x.data + i, m);
-    const auto g = Eigen::Map<const Eigen::ArrayXf>(dy.data + i, m);
-    auto out = Eigen::Map<Eigen::ArrayXf>(dx.data + i, m);
-    auto t = th.head(m);
-    t = (kGeluK0 * (in + kGeluK1 * in.cube())).tanh();
-    const auto slope = 0.5f * (1.0f + t) + 0.5f * in * (1.0f - t.square()) * kGeluK0 *
-                                               (1.0f + 3.0f * kGeluK1 * in.square());
-    if (beta == 0.0f)
-      out = g * slope;
-    else
-      out = beta * out + g * slope;
-  }
+  constexpr int64_t kChunk = kGeluBlock;
+  const int64_t blocks = (count + kChunk - 1) / kChunk;
+  parallelRanges(team_, blocks, kElementGrain / kChunk, [&](int64_t b0, int64_t b1) {
+    Eigen::Array<float, kChunk, 1> th;
+    for (int64_t i = b0 * kChunk; i < std::min(count, b1 * kChunk); i += kChunk) {
+      const int64_t m = std::min(kChunk, count - i);
+      const auto in = Eigen::Map<const Eigen::ArrayXf>(x.data + i, m);
+      const auto g = Eigen::Map<const Eigen::ArrayXf>(dy.data + i, m);
+      auto out = Eigen::Map<Eigen::ArrayXf>(dx.data + i, m);
+      auto t = th.head(m);
+      t = (kGeluK0 * (in + kGeluK1 * in.cube())).tanh();
+      const auto slope = 0.5f * (1.0f + t) + 0.5f * in * (1.0f - t.square()) * kGeluK0 *
+                                                 (1.0f + 3.0f * kGeluK1 * in.square());
+      if (beta == 0.0f)
+        out = g * slope;
+      else
+        out = beta * out + g * slope;
+    }
+  });
 }
 
 // ---- attention -----------------------------------------------------------------
@@ -1050,8 +1071,13 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
       teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + h * head,
                saved.probs + (int64_t{n} * d.heads + h) * tt, false);
   }
-  attnSoftmaxForward(saved.probs, saved.probs, int64_t{x.dims.n} * d.heads * t, t, d.causal,
-                     1.0f / std::sqrt(static_cast<float>(dh)));
+  // Whole (example, head) score blocks of t rows per thread: a row's mask
+  // depends on its index mod t.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  parallelRanges(team_, int64_t{x.dims.n} * d.heads, 1, [&](int64_t first, int64_t last) {
+    attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt, (last - first) * t, t,
+                       d.causal, scale);
+  });
   for (int n = 0; n < x.dims.n; ++n) {
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* context = saved.context.data + n * ft;
@@ -1096,8 +1122,11 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
                false);
     }
   }
-  attnSoftmaxBackward(saved.probs, dprobs_.data(), dprobs_.data(), int64_t{x.dims.n} * d.heads * t,
-                      t, 1.0f / std::sqrt(static_cast<float>(dh)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  parallelRanges(team_, int64_t{x.dims.n} * d.heads, 1, [&](int64_t first, int64_t last) {
+    attnSoftmaxBackward(saved.probs + first * tt, dprobs_.data() + first * tt,
+                        dprobs_.data() + first * tt, (last - first) * t, t, scale);
+  });
   for (int n = 0; n < x.dims.n; ++n) {
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* dqkv = saved.dqkv.data + n * 3 * ft;

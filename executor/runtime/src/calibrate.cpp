@@ -157,8 +157,9 @@ std::string calibrate(const CalibrationOptions& o) {
   // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
   // speed = time alone / time together. Overlap: each of K workers moving
   // data on its communication lane while its compute lane runs GEMMs.
-  const auto sharing = detail::measureSharingRows(o.maxWorkers, detail::measureSharing,
-                                                  detail::measureOverlap, say, "");
+  const auto sharing =
+      detail::measureSharingRows(o.maxWorkers, detail::measureSharing, detail::measureOverlap, say,
+                                 "", detail::measureMemorySharingBySize);
 
   // The YAML, every number with its provenance.
   std::ostringstream y;
@@ -220,7 +221,8 @@ std::string calibrate(const CalibrationOptions& o) {
   }
   y << "  sharing:   # speed of each worker when this many run at once, relative to alone "
        "(median of 3 trials): threads running 256^3 GEMMs (speed) or copying 16 MiB "
-       "(memory_speed) together; with each worker's communication lane exchanging 4 MiB "
+       "(memory_speed; memory_speed_by_size: copying that many bytes each) together; with each "
+       "worker's communication lane exchanging 4 MiB "
        "segments with its ring neighbours and summing them while its compute lane runs GEMMs: "
        "the compute lane's speed (overlap_compute_speed) and the exchanges' "
        "(overlap_comm_speed), and the bytes per second each worker's exchanges sent alone "

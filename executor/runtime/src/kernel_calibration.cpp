@@ -446,9 +446,8 @@ void memoryRowsYaml(std::ostringstream& y, const KernelTables& t) {
 namespace {
 // One measurement of measureSharing: the slowest of `threads` threads
 // running 60 GEMMs of 256^3 (gemm) or 40 copies of 16 MiB.
-double sharedRun(int threads, bool gemm) {
+double sharedRun(int threads, bool gemm, size_t kCopy = 4u << 20 /* floats: 16 MiB */) {
   constexpr int kGemm = 256;
-  constexpr size_t kCopy = 4u << 20;  // floats
   std::vector<std::vector<float>> a(static_cast<size_t>(threads)), b(static_cast<size_t>(threads)),
       c(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) {
@@ -469,7 +468,9 @@ double sharedRun(int threads, bool gemm) {
       while (ready.load() < threads) {
       }
       const auto t0 = Clock::now();
-      for (int r = 0; r < (gemm ? 60 : 40); ++r) {
+      // Copies: at least 40, and at least 640 MiB in all (small ones repeat).
+      const int reps = gemm ? 60 : std::max<int>(40, int((640u << 20) / (kCopy * 4)));
+      for (int r = 0; r < reps; ++r) {
         if (gemm)
           nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, A.data(), B.data(), C.data(),
                                false);
@@ -646,13 +647,16 @@ int calibrationPoolOut(double units, int window) {
 std::vector<SharingRow> measureSharingRows(
     int maxWorkers, const std::function<std::pair<double, double>(int)>& sharing,
     const std::function<OverlapTrial(int)>& overlap,
-    const std::function<void(const std::string&)>& say, const std::string& where) {
+    const std::function<void(const std::string&)>& say, const std::string& where,
+    const std::function<std::vector<std::pair<double, double>>(int)>& memoryBySize) {
   std::vector<SharingRow> rows;
   for (int k = 1; k <= maxWorkers; k *= 2) {
     SharingRow r;
     r.workers = k;
     if (k > 1)
       std::tie(r.gemm, r.memory) = sharing(k);
+    if (k > 1 && memoryBySize)
+      r.memoryBySize = memoryBySize(k);
     const auto trial = overlap(k);
     r.overlapCompute = trial.compute;
     r.overlapComm = trial.comm;
@@ -668,16 +672,29 @@ std::vector<SharingRow> measureSharingRows(
   return rows;
 }
 
+namespace {
+// ", memory_speed_by_size: {256 KiB: 0.99, ...}" or "".
+std::string memoryBySizeYaml(const std::vector<std::pair<double, double>>& bySize) {
+  if (bySize.empty())
+    return "";
+  std::string s = ", memory_speed_by_size: {";
+  for (size_t i = 0; i < bySize.size(); ++i)
+    s += fmt::format("{}{:.0f} KiB: {:.3f}", i ? ", " : "", bySize[i].first / 1024,
+                     bySize[i].second);
+  return s + "}";
+}
+}  // namespace
+
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows) {
   for (const auto& r : rows)
     y << fmt::format(
         "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
-        "overlap_comm_speed: {:.3f}{}, lane_handoff: {:.4g} us}}\n",
+        "overlap_comm_speed: {:.3f}{}, lane_handoff: {:.4g} us{}}}\n",
         r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
         r.overlapCommRate > 0
             ? fmt::format(", overlap_comm_rate: {:.4g} GB/s", r.overlapCommRate / 1e9)
             : std::string(),
-        r.handoff * 1e6);
+        r.handoff * 1e6, memoryBySizeYaml(r.memoryBySize));
 }
 
 std::vector<TimingSample> pingPong(Communicator& comm) {
@@ -755,6 +772,21 @@ std::pair<double, double> measureSharing(int workers) {
     mem[trial] = std::min(1.0, sharedRun(1, false) / sharedRun(workers, false));
   }
   return {median3(gemm[0], gemm[1], gemm[2]), median3(mem[0], mem[1], mem[2])};
+}
+
+std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers) {
+  // Bytes per thread: inside a core's L2 (256 KiB), about the L2 (1 MiB),
+  // a share of the L3 (4 MiB), DRAM (16 MiB, memory_speed's size).
+  constexpr double kSizes[] = {256.0 * 1024, 1024.0 * 1024, 4096.0 * 1024, 16384.0 * 1024};
+  std::vector<std::pair<double, double>> out;
+  for (double bytes : kSizes) {
+    const auto floats = static_cast<size_t>(bytes / 4);
+    double mem[3];
+    for (double& m : mem)
+      m = std::min(1.0, sharedRun(1, false, floats) / sharedRun(workers, false, floats));
+    out.push_back({bytes, median3(mem[0], mem[1], mem[2])});
+  }
+  return out;
 }
 
 }  // namespace strata::exec::detail

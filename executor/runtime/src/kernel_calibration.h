@@ -57,6 +57,8 @@ struct SharingRow {
   int workers = 1;
   double gemm = 1, memory = 1, overlapCompute = 1, overlapComm = 1, handoff = 0;
   double overlapCommRate = 0;  // bytes/s; 0: not measured (not written)
+  // (bytes per thread, memory speed) by working-set size; empty: not measured.
+  std::vector<std::pair<double, double>> memoryBySize;
 };
 // What an overlap trial measures: the two lanes' speeds while both run, and
 // the bytes per second each worker's communication lane sent alone (0 where
@@ -71,13 +73,18 @@ struct OverlapTrial {
 std::vector<SharingRow> measureSharingRows(
     int maxWorkers, const std::function<std::pair<double, double>(int)>& sharing,
     const std::function<OverlapTrial(int)>& overlap,
-    const std::function<void(const std::string&)>& say, const std::string& where);
+    const std::function<void(const std::string&)>& say, const std::string& where,
+    const std::function<std::vector<std::pair<double, double>>(int)>& memoryBySize = {});
 // The rows under `sharing:` (indented by 4).
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows);
 
 // Speed of each of `workers` threads running GEMMs (first) and memory-bound
 // kernels (second) at once, relative to one thread alone.
 std::pair<double, double> measureSharing(int workers);
+// Memory-bound speed of each of `workers` threads copying at once, by the
+// bytes each copies (kSharingCopySizes): a working set inside a core's own
+// caches barely slows, one that streams from DRAM shares its bandwidth.
+std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers);
 
 // Speed of compute (first) and of communication (second) of each of
 // `workers` workers when its communication lane moves data (a ring exchange

@@ -59,6 +59,11 @@ struct DeviceSpec {
   std::vector<std::pair<int, double>> sharing;
   // Optional, the same for memory-bound kernels (GEMMs use `sharing`).
   std::vector<std::pair<int, double>> sharingMemory;
+  // Optional (strata calibrate, memory_speed_by_size): per sharing row
+  // (workers), the memory-bound speed by the bytes each worker's kernel
+  // touches, increasing: a working set inside a core's own caches slows far
+  // less than one streaming from DRAM (memory_speed is the 16 MiB figure).
+  std::vector<std::pair<int, std::vector<std::pair<double, double>>>> sharingMemoryBySize;
   // Optional: while a worker's communication runs at the same time as its
   // compute, the speed of each (relative to running alone): below 1 where
   // both lanes share the cores (CPU workers), absent (1) where communication
@@ -99,6 +104,10 @@ struct DeviceSpec {
   double sharingSpeed(int workers) const;
   // The same for memory-bound kernels; sharingSpeed when there is no figure.
   double sharingMemorySpeed(int workers) const;
+  // The same for a kernel touching `bytes` per worker: from
+  // sharingMemoryBySize where rows have it (log-linear in bytes, the ends
+  // beyond them), else sharingMemorySpeed(workers).
+  double sharingMemorySpeed(int workers, double bytes) const;
   // Speeds of compute and of communication while both run on a worker (1, 1
   // without figures).
   double overlapComputeSpeed(int workers) const;

@@ -68,8 +68,14 @@ class ComputeCosts {
   std::string clusterFile_;
   FlopsPerSecond peak_;
   ComputeSource source_;
-  double speed_ = 1.0;        // compute speed when the node is shared
-  double memorySpeed_ = 1.0;  // memory-bound kernels' speed when shared
+  // Memory-bound kernels' speed for a call touching `bytes` (all threads of
+  // the worker): threads x the per-core speed at the busy cores and the
+  // bytes each thread touches (DeviceSpec::sharingMemorySpeed by size).
+  double memorySpeed(double bytes) const;
+
+  double speed_ = 1.0;  // compute speed when the node is shared
+  int busyCores_ = 1;   // workers on the node x threads per worker
+  int threads_ = 1;     // threads per worker
   mutable std::set<std::string> outside_;
 };
 
