@@ -168,6 +168,9 @@ class CpuImpl final : public Backend {
   // C = op(A) op(B) (+ C) split over the team's threads by rows or columns.
   void teamGemm(GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
                 bool accumulate);
+  // How many threads a kernel over `examples` independent examples of
+  // `perExample` elements takes: at least kElementGrain elements each.
+  int examplesParts(int examples, int64_t perExample) const;
   // Scratch of `elements` floats for each of `parts` threads.
   void reserveScratch(int parts, int64_t elements);
 

@@ -98,13 +98,14 @@ void parallelRanges(ThreadTeam& team, int64_t count, int64_t grain, F&& f) {
     f(begin, end);
   });
 }
-// Elementwise kernels split in ranges of at least this many elements (128
-// KiB of floats): less work than that does not pay for waking the team.
-constexpr int64_t kElementGrain = 32 * 1024;
+// Elementwise kernels split in ranges of at least this many elements (256
+// KiB of floats, ~5 us of a memory-bound pass): less work than that does not
+// pay for handing it to another core.
+constexpr int64_t kElementGrain = 64 * 1024;
 
 // Below this many multiply-adds a GEMM stays on one thread: waking the team
 // costs a few microseconds.
-constexpr int64_t kMinSplitMacs = int64_t{1} << 19;
+constexpr int64_t kMinSplitMacs = int64_t{1} << 20;
 // Blocks of a split GEMM are whole multiples of this many rows or columns
 // (a 16-float AVX-512 register, two AVX2 ones), so each thread's kernel runs
 // full vectors.
@@ -896,7 +897,7 @@ void CpuImpl::layerNormForward(ConstTensorView x, const float* gain, const float
   checkSameDims(x.dims, y.dims);
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   // Examples are independent; each thread keeps its positions' statistics.
-  const int parts = std::min(team_.size(), x.dims.n);
+  const int parts = examplesParts(x.dims.n, x.dims.perExample());
   reserveScratch(parts, 2 * plane);
   team_.forEach(parts, [&](int t) {
     float* mean = scratch_[size_t(t)].data();
@@ -923,7 +924,7 @@ void CpuImpl::layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const
   const float inv = 1.0f / static_cast<float>(x.dims.c);
   // Examples are independent; each thread keeps its positions' statistics
   // and means.
-  const int parts = std::min(team_.size(), x.dims.n);
+  const int parts = examplesParts(x.dims.n, x.dims.perExample());
   reserveScratch(parts, 4 * plane);
   team_.forEach(parts, [&](int t) {
     float* mean = scratch_[size_t(t)].data();
@@ -1074,10 +1075,11 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
   // Whole (example, head) score blocks of t rows per thread: a row's mask
   // depends on its index mod t.
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  parallelRanges(team_, int64_t{x.dims.n} * d.heads, 1, [&](int64_t first, int64_t last) {
-    attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt, (last - first) * t, t,
-                       d.causal, scale);
-  });
+  parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+                 [&](int64_t first, int64_t last) {
+                   attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt,
+                                      (last - first) * t, t, d.causal, scale);
+                 });
   for (int n = 0; n < x.dims.n; ++n) {
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* context = saved.context.data + n * ft;
@@ -1123,10 +1125,11 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  parallelRanges(team_, int64_t{x.dims.n} * d.heads, 1, [&](int64_t first, int64_t last) {
-    attnSoftmaxBackward(saved.probs + first * tt, dprobs_.data() + first * tt,
-                        dprobs_.data() + first * tt, (last - first) * t, t, scale);
-  });
+  parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+                 [&](int64_t first, int64_t last) {
+                   attnSoftmaxBackward(saved.probs + first * tt, dprobs_.data() + first * tt,
+                                       dprobs_.data() + first * tt, (last - first) * t, t, scale);
+                 });
   for (int n = 0; n < x.dims.n; ++n) {
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* dqkv = saved.dqkv.data + n * 3 * ft;
@@ -1282,6 +1285,11 @@ void CpuImpl::teamGemm(GemmOp op, int m, int n, int k, const float* a, const flo
       gemmLd(op, last - first, n, k, ap, lda, b, ldb, c + int64_t{first} * n, n, accumulate);
     }
   });
+}
+
+int CpuImpl::examplesParts(int examples, int64_t perExample) const {
+  const int64_t most = int64_t{examples} * perExample / kElementGrain;
+  return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(most, examples), 1, team_.size()));
 }
 
 void CpuImpl::reserveScratch(int parts, int64_t elements) {

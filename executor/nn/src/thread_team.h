@@ -1,5 +1,5 @@
 // A worker's compute threads: the worker's own thread plus size() - 1
-// helpers that sleep between calls. CpuBackend splits a layer's examples, or a
+// helpers that spin briefly, then sleep, between calls. CpuBackend splits a layer's examples, or a
 // GEMM's rows or columns, over them (--threads-per-worker). Each call hands
 // task i to member i % size() (member 0 is the caller), so the same call
 // always splits the same way: results are deterministic for a given size.
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -46,9 +47,10 @@ class ThreadTeam {
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped by each run
-  int pending_ = 0;          // helpers still working on this generation
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};  // bumped by each run
+  std::atomic<int> pending_{0};          // helpers still working on this generation
+  std::atomic<bool> stop_{false};
+  // The call being run: written by run() before it bumps generation_.
   int tasks_ = 0;
   void (*fn_)(void*, int) = nullptr;
   void* context_ = nullptr;

@@ -79,7 +79,7 @@ std::vector<float> layerResults(CpuBackend& be, int n) {
 // independent, on sizes above their split grain: relu, add, accumulate,
 // pooling (max and avg), lrn, batchnorm and dropout, forward and backward.
 std::vector<float> independentResults(CpuBackend& be, int n) {
-  const Dims d{n, 16, 48, 48};
+  const Dims d{n, 16, 64, 64};  // 64 Ki elements an example: above the split grain
   const size_t count = size_t(d.elements());
   auto x = randoms(count, 30), dy = randoms(count, 31), gamma = randoms(16, 32),
        shift = randoms(16, 33);
@@ -97,9 +97,9 @@ std::vector<float> independentResults(CpuBackend& be, int n) {
   for (const auto mode : {PoolMode::kMax, PoolMode::kAvg}) {
     PoolDesc p;
     p.mode = mode;
-    p.c = 16, p.inH = 48, p.inW = 48, p.kernelH = 3, p.kernelW = 3, p.stride = 2, p.pad = 1;
-    p.outH = 24, p.outW = 24;
-    const Dims od{n, 16, 24, 24};
+    p.c = 16, p.inH = 64, p.inW = 64, p.kernelH = 3, p.kernelW = 3, p.stride = 2, p.pad = 1;
+    p.outH = 32, p.outW = 32;
+    const Dims od{n, 16, 32, 32};
     std::vector<float> py(size_t(od.elements())), pdx = randoms(count, 35);
     std::vector<int32_t> arg(py.size());
     be.poolForward(p, {x.data(), d}, {py.data(), od}, arg.data());
@@ -190,7 +190,7 @@ TEST_CASE("gelu on 2..5 threads equals one thread", "[cpu][threads]") {
   // one thread where buffers are 64-byte aligned (the Model's are); here, on
   // a vector's alignment, within rounding of Eigen's scalar and vector tanh.
   // (Attention on threads: the executor test with tiny-gpt on 3 threads.)
-  const Dims d{3, 40, 37, 29};
+  const Dims d{3, 40, 67, 59};  // 474 Ki elements: split at every thread count
   const auto x = randoms(size_t(d.elements()), 40), dy = randoms(size_t(d.elements()), 41);
   std::vector<float> y1(x.size()), dx1(x.size());
   CpuBackend one;
