@@ -171,6 +171,14 @@ class CpuImpl final : public Backend {
   // How many threads a kernel over `examples` independent examples of
   // `perExample` elements takes: at least kElementGrain elements each.
   int examplesParts(int examples, int64_t perExample) const;
+  // teamGemm when `split`, else gemm on this thread.
+  void gemmOn(bool split, GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
+              bool accumulate) {
+    if (split)
+      teamGemm(op, m, n, k, a, b, c, accumulate);
+    else
+      gemm(op, m, n, k, a, b, c, accumulate);
+  }
   // Scratch of `elements` floats for each of `parts` threads.
   void reserveScratch(int parts, int64_t elements);
 

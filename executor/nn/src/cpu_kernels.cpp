@@ -98,6 +98,26 @@ void parallelRanges(ThreadTeam& team, int64_t count, int64_t grain, F&& f) {
     f(begin, end);
   });
 }
+// Runs example(n, scratch, splitGemm) for each of `examples` examples: over
+// the team by examples when there are at least as many as threads (thread t
+// on scratch[t], its GEMMs whole), else one after the other on scratch[0],
+// each GEMM split over the team.
+template <class F>
+void forEachExample(ThreadTeam& team, std::vector<std::vector<float>>& scratch, int examples,
+                    F&& example) {
+  const int threads = team.size();
+  if (threads > 1 && examples >= threads) {
+    team.forEach(threads, [&](int t) {
+      const auto [first, last] = partOf(examples, threads, t);
+      for (int64_t n = first; n < last; ++n)
+        example(int(n), scratch[size_t(t)], false);
+    });
+  } else {
+    for (int n = 0; n < examples; ++n)
+      example(n, scratch[0], true);
+  }
+}
+
 // Elementwise kernels split in ranges of at least this many elements (256
 // KiB of floats, ~5 us of a memory-bound pass): less work than that does not
 // pay for handing it to another core.
@@ -281,7 +301,6 @@ void CpuImpl::convForward(const ConvDesc& d, ConstTensorView x, const float* w, 
   const int cg = geo.cg, fg = geo.fg;
   const int64_t k = geo.k, p = geo.p, inPlane = geo.inPlane;
   const int threads = team_.size();
-  const bool byExample = threads > 1 && x.dims.n >= threads;
   reserveScratch(threads, geo.pointwise ? 0 : k * p);
   // One example on scratch `col`; its GEMMs split over the team when the
   // examples do not (fewer examples than threads).
@@ -291,24 +310,12 @@ void CpuImpl::convForward(const ConvDesc& d, ConstTensorView x, const float* w, 
           columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane, col);
       float* yg = y.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p;
       const float* wg = w + int64_t{g} * fg * k;
-      if (splitGemm)
-        teamGemm(GemmOp::kNN, fg, int(p), int(k), wg, cols, yg, false);
-      else
-        gemm(GemmOp::kNN, fg, int(p), int(k), wg, cols, yg, false);
+      gemmOn(splitGemm, GemmOp::kNN, fg, int(p), int(k), wg, cols, yg, false);
       if (bias)
         biasAdd(yg, bias + int64_t{g} * fg, fg, p);
     }
   };
-  if (byExample) {
-    team_.forEach(threads, [&](int t) {
-      const auto [first, last] = partOf(x.dims.n, threads, t);
-      for (int64_t n = first; n < last; ++n)
-        example(int(n), scratch_[size_t(t)], false);
-    });
-  } else {
-    for (int n = 0; n < x.dims.n; ++n)
-      example(n, scratch_[0], true);
-  }
+  forEachExample(team_, scratch_, x.dims.n, example);
 }
 
 void CpuImpl::convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w, TensorView dx,
@@ -318,7 +325,6 @@ void CpuImpl::convBackwardData(const ConvDesc& d, ConstTensorView dy, const floa
   const int cg = geo.cg, fg = geo.fg;
   const int64_t k = geo.k, p = geo.p, inPlane = geo.inPlane;
   const int threads = team_.size();
-  const bool byExample = threads > 1 && dy.dims.n >= threads;
   reserveScratch(threads, geo.pointwise ? 0 : k * p);
   scaleForAccumulate(dx.data, dx.elements(), beta);
   // dx of one example = col2im(W^T dy): each example writes its own slice.
@@ -328,24 +334,12 @@ void CpuImpl::convBackwardData(const ConvDesc& d, ConstTensorView dy, const floa
       const float* wg = w + int64_t{g} * fg * k;
       const float* dyg = dy.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p;
       float* out = geo.pointwise ? dxg : col.data();
-      if (splitGemm)
-        teamGemm(GemmOp::kTN, int(k), int(p), fg, wg, dyg, out, geo.pointwise);
-      else
-        gemm(GemmOp::kTN, int(k), int(p), fg, wg, dyg, out, geo.pointwise);
+      gemmOn(splitGemm, GemmOp::kTN, int(k), int(p), fg, wg, dyg, out, geo.pointwise);
       if (!geo.pointwise)
         col2imAdd(d, col.data(), cg, dxg);
     }
   };
-  if (byExample) {
-    team_.forEach(threads, [&](int t) {
-      const auto [first, last] = partOf(dy.dims.n, threads, t);
-      for (int64_t n = first; n < last; ++n)
-        example(int(n), scratch_[size_t(t)], false);
-    });
-  } else {
-    for (int n = 0; n < dy.dims.n; ++n)
-      example(n, scratch_[0], true);
-  }
+  forEachExample(team_, scratch_, dy.dims.n, example);
 }
 
 void CpuImpl::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy,
@@ -364,10 +358,8 @@ void CpuImpl::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTen
       for (int g = 0; g < d.groups; ++g) {
         const float* cols = columns(d, geo, x.data + (n * d.inC + int64_t{g} * cg) * inPlane, col);
         const float* dyg = dy.data + (n * d.filters + int64_t{g} * fg) * p;
-        if (splitGemm)
-          teamGemm(GemmOp::kNT, fg, int(k), int(p), dyg, cols, gw + int64_t{g} * fg * k, true);
-        else
-          gemm(GemmOp::kNT, fg, int(k), int(p), dyg, cols, gw + int64_t{g} * fg * k, true);
+        gemmOn(splitGemm, GemmOp::kNT, fg, int(k), int(p), dyg, cols, gw + int64_t{g} * fg * k,
+               true);
         if (gbias)
           biasGrad(dyg, gbias + int64_t{g} * fg, fg, p);
       }
