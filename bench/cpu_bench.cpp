@@ -27,8 +27,10 @@
 // Run on an idle machine: build/bench/cpu_bench (a few minutes); one kind:
 // --benchmark_filter=Conv, one layer: --benchmark_filter=res2.1.conv2.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -38,6 +40,11 @@
 #include "strata/exec/nn/backend.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/tensor.h"
+#if STRATA_BENCH_HAVE_EXEC
+#include "strata/exec/runtime.h"
+#include "strata/model/plan.h"
+#include "strata/model/presets.h"
+#endif
 #include "strata/model/kernels.h"
 
 #if STRATA_BENCH_HAVE_OPENBLAS
@@ -893,6 +900,54 @@ void registerAll() {
                       dnnLrn);
 }
 
+#if STRATA_BENCH_HAVE_EXEC
+// A whole training step of one worker (strata run's naive strategy at K = 1:
+// forward, backward, SGD update, no communication), dropout off, on T
+// threads: the executor's step time as `strata run` measures it (the median
+// step of the run after one warm-up step), reported as manual time.
+void registerSteps() {
+  struct Step {
+    const char* network;
+    int batch;
+  };
+  for (const Step step :
+       {Step{"tiny-cnn", 32}, Step{"alexnet-owt", 32}, Step{"resnet50", 8}, Step{"tiny-gpt", 8}}) {
+    for (int threads : {1, 2}) {
+      const std::string name =
+          fmt::format("BM_Step/{}/batch:{}/threads:{}", step.network, step.batch, threads);
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [step, threads](benchmark::State& state) {
+            const auto net = strata::loadNetwork(
+                strata::resolveConfig(strata::ConfigKind::kNetwork, step.network, "BM_Step"));
+            strata::Scenario sc;
+            sc.strategy = strata::Strategy::kNaive;
+            sc.workers = 1;
+            sc.batchPerWorker = step.batch;
+            const auto plan = strata::lowerToPlan(net, sc);
+            strata::exec::RunOptions o;
+            o.steps = 4;
+            o.dropout = false;
+            o.threadsPerWorker = threads;
+            double flops = 0;
+            for (auto _ : state) {
+              const auto run = strata::exec::runThreads(plan, net, o);
+              state.SetIterationTime(run.measured.step.value());
+              flops += net.totalTrainFlops() * step.batch;
+            }
+            state.counters["flops"] =
+                benchmark::Counter(flops / static_cast<double>(state.iterations()),
+                                   benchmark::Counter::kIsIterationInvariantRate);
+            state.SetLabel(strata::nn::cpuIsaDescription(strata::nn::selectedCpuIsa()));
+          })
+          ->UseManualTime()
+          ->Iterations(3)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -908,6 +963,11 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("openblas", openblas_get_config());
 #endif
   registerAll();
+#if STRATA_BENCH_HAVE_EXEC
+  // Presets from this source tree unless the caller says otherwise.
+  setenv("STRATA_CONFIG_DIR", STRATA_BENCH_CONFIG_DIR, 0);
+  registerSteps();
+#endif
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
