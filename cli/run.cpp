@@ -308,6 +308,9 @@ int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
     std::cout << "],";
     if (stale > 0)
       std::cout << fmt::format("\"staleness_seen\":{},", result.stalenessSeen);
+    if (s.opt.device == exec::Device::kCpu)
+      std::cout << fmt::format("\"cpu_kernels\":{{\"isa\":\"{}\",\"threads_per_worker\":{}}},",
+                               nn::cpuIsaName(s.cpuIsa), s.opt.threadsPerWorker);
     std::cout << "\"measured\":";
     printEstimate(std::cout, result.measured, Format::kJson);
     std::cout << "}\n";

@@ -21,7 +21,8 @@ inline nlohmann::ordered_json optionsJson(const StrategyOptions& o) {
           {"ps_priority", std::string(toString(o.psPriority))},
           {"staleness", o.staleness},
           {"ps_servers", o.psServers},
-          {"ps_node", o.psNode}};
+          {"ps_node", o.psNode},
+          {"threads_per_worker", o.threadsPerWorker}};
 }
 
 }  // namespace strata::reports
