@@ -3,7 +3,7 @@
 // over elements and a CUDA thread takes some of them; both call these
 // functions, so one element's value is computed by the same operations in
 // the same order on either side. Each function mirrors, operation for
-// operation, what CpuBackend (executor/nn/src/cpu_backend.cpp) does for that
+// operation, what CpuBackend (executor/nn/src/cpu_kernels.cpp) does for that
 // element: the order of a float sum, where a product is grouped, and whether
 // a value goes through float or double all decide the last bit.
 //

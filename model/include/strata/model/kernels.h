@@ -6,7 +6,7 @@
 // shape the backend runs it: GEMMs from a grid of (m, n, k) per transpose
 // variant, memory-bound kernels (elementwise, pooling, LRN, softmax,
 // batchnorm, im2col/col2im, SGD, reduce-add) from a throughput-by-size table.
-// The CPU lowering (backend "cpu") mirrors executor/nn/src/cpu_backend.cpp and
+// The CPU lowering (backend "cpu") mirrors executor/nn/src/cpu_kernels.cpp and
 // model.cpp call for call; a GPU backend fills the same tables from
 // cuBLAS/cuDNN and adds its own lowering (e.g. a convolution table).
 #pragma once
