@@ -961,10 +961,7 @@ void checkScenario(const Network& network, const Scenario& sc) {
     throw OptionError("--ps-node", fmt::format("must be a whole number of workers per node in [0, "
                                                "{}], got {}",
                                                kMaxPsServers, sc.options.psNode));
-  if (sc.options.threadsPerWorker < 1 || sc.options.threadsPerWorker > kMaxThreadsPerWorker)
-    throw OptionError("--threads-per-worker",
-                      fmt::format("must be a whole number of threads in [1, {}], got {}",
-                                  kMaxThreadsPerWorker, sc.options.threadsPerWorker));
+  checkThreadsPerWorker(sc.options.threadsPerWorker);
   if (sc.options.psNode > 0 && sc.options.psServers > 0)
     throw OptionError("--ps-node",
                       "two levels make the node leaders the servers: use --ps-node or "

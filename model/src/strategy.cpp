@@ -120,6 +120,13 @@ std::vector<Strategy> parseStrategies(std::string_view text, const std::string& 
   return out;
 }
 
+void checkThreadsPerWorker(int threads) {
+  if (threads < 1 || threads > kMaxThreadsPerWorker)
+    throw OptionError("--threads-per-worker",
+                      fmt::format("must be a whole number of threads in [1, {}], got {}",
+                                  kMaxThreadsPerWorker, threads));
+}
+
 std::string_view optionFlag(OptionKey key) {
   switch (key) {
     case OptionKey::kOverlap:

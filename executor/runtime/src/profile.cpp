@@ -103,9 +103,7 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
 
 OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device,
                          int threads) {
-  if (threads < 1 || threads > kMaxThreadsPerWorker)
-    throw OptionError("--threads-per-worker",
-                      fmt::format("must be in [1, {}], got {}", kMaxThreadsPerWorker, threads));
+  checkThreadsPerWorker(threads);
   if (threads > 1 && device != Device::kCpu)
     throw OptionError("--threads-per-worker",
                       "applies to --device cpu (a cuda worker's kernels run on its GPU)");

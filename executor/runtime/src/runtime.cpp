@@ -1593,10 +1593,7 @@ void checkRunOptions(const RunOptions& options) {
     throw OptionError("--lr", fmt::format("must be in (0, 1000000], got {}", options.learningRate));
   if (!(options.momentum >= 0 && options.momentum < 1))
     throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
-  if (options.threadsPerWorker < 1 || options.threadsPerWorker > kMaxThreadsPerWorker)
-    throw OptionError(
-        "--threads-per-worker",
-        fmt::format("must be in [1, {}], got {}", kMaxThreadsPerWorker, options.threadsPerWorker));
+  checkThreadsPerWorker(options.threadsPerWorker);
   if (!(options.timeout.value() > 0 && std::isfinite(options.timeout.value())))
     throw OptionError("--timeout",
                       fmt::format("must be a positive time, got {} s", options.timeout.value()));

@@ -109,6 +109,8 @@ struct StrategyOptions {
 
 // The most threads one worker's kernels may use (--threads-per-worker).
 inline constexpr int kMaxThreadsPerWorker = 256;
+// Throws OptionError("--threads-per-worker") unless 1 <= threads <= kMaxThreadsPerWorker.
+void checkThreadsPerWorker(int threads);
 
 // ---- which strategies use which option: the one rule -------------------------
 // Every option a user sets, on the command line or in a file, must change what
