@@ -46,6 +46,7 @@
 #include "strata/model/presets.h"
 #endif
 #include "strata/model/kernels.h"
+#include "strata/model/network_loader.h"
 
 #if STRATA_BENCH_HAVE_OPENBLAS
 #include <cblas.h>

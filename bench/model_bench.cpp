@@ -6,7 +6,9 @@
 
 #include <cstdlib>
 
+#include "strata/model/cluster_loader.h"
 #include "strata/model/estimate.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
 
 namespace {

@@ -8,7 +8,9 @@
 #include <ostream>
 #include <streambuf>
 
+#include "strata/model/cluster_loader.h"
 #include "strata/model/estimate.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/trace.h"

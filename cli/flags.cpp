@@ -13,11 +13,14 @@
 #include <sstream>
 
 #include "strata/model/atomic_file.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/profile.h"
+#include "strata/model/profile_loader.h"
 #include "strata/model/quantity_text.h"
 #include "strata/reports/engine.h"
 #include "strata/sim/simulator.h"

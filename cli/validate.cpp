@@ -17,6 +17,7 @@
 #include "strata/exec/calibrate.h"
 #include "strata/exec/profile.h"
 #include "strata/exec/runtime.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/limits.h"

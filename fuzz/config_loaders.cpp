@@ -7,10 +7,13 @@
 #include <stdexcept>
 
 #include "strata/model/cluster.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 #include "strata/model/network.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
 #include "strata/model/profile.h"
+#include "strata/model/profile_loader.h"
 #include "strata/model/validation_suite.h"
 
 namespace strata::fuzz {

@@ -33,10 +33,13 @@
 #include <vector>
 
 #include "strata/model/cluster.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/kernels.h"
 #include "strata/model/network.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
 #include "strata/model/profile.h"
+#include "strata/model/profile_loader.h"
 #include "strata_process.h"
 
 #ifndef STRATA_BIN

@@ -16,8 +16,11 @@
 #include <string>
 
 #include "helpers.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/lowering.h"
+#include "strata/model/network_loader.h"
 
 using namespace strata;
 

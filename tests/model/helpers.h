@@ -4,7 +4,9 @@
 #include <string>
 
 #include "strata/model/cluster.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/network.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
 
 namespace strata::test {

@@ -11,10 +11,12 @@
 
 #include "helpers.h"
 #include "strata/model/checked.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/collectives.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/limits.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "helpers.h"
+#include "strata/model/lowering.h"
+#include "strata/model/network_loader.h"
 
 using namespace strata;
 

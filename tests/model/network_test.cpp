@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "strata/model/error.h"
+#include "strata/model/network_loader.h"
 
 using namespace strata;
 using strata::test::presetNetwork;

@@ -8,6 +8,7 @@
 
 #include "helpers.h"
 #include "strata/model/error.h"
+#include "strata/model/network_loader.h"
 
 #ifndef STRATA_ONNX_FIXTURES
 #error "STRATA_ONNX_FIXTURES must be defined to the tests/fixtures/onnx folder"

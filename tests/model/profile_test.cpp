@@ -12,9 +12,11 @@
 #include <string>
 
 #include "helpers.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/profile_loader.h"
 
 using namespace strata;
 

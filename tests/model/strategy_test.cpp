@@ -11,6 +11,7 @@
 #include "strata/model/collectives.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/topology.h"
 #include "strata/model/validation.h"

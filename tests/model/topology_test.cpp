@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "helpers.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 
 using namespace strata;

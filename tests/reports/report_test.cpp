@@ -10,8 +10,10 @@
 #include <string>
 
 #include "../../reports/src/gnuplot.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/validation.h"
 #include "strata/reports/csv.h"
 #include "strata/reports/engine.h"

@@ -8,9 +8,11 @@
 
 #include "../model/helpers.h"
 #include "../trace_checker.h"
+#include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/limits.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/trace.h"
 #include "strata/sim/simulator.h"

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "strata/model/ring.h"
+
 namespace strata::exec {
 
 static_assert(kFirstReservedTag < kFirstCollectiveTag &&
@@ -141,10 +143,10 @@ void reduceScatterRing(Communicator& comm, std::span<float> data, std::size_t se
   const int right = wrap(rank + 1, k);
   const int left = wrap(rank - 1, k);
   for (int i = 0; i < k - 1; ++i) {
-    // step i: send chunk (rank - i - 1) to the right, receive chunk
-    // (rank - i - 2) from the left and add it in
-    ringStep(comm, kTagReduceScatter, right, chunkOf(data, k, wrap(rank - i - 1, k)), left,
-             chunkOf(data, k, wrap(rank - i - 2, k)), segmentElems, Arrival::kSum);
+    // the chunk numbering of ring.h, as the Plan's rings
+    ringStep(comm, kTagReduceScatter, right, chunkOf(data, k, ringReduceScatterSends(rank, i, k)),
+             left, chunkOf(data, k, ringReduceScatterReceives(rank, i, k)), segmentElems,
+             Arrival::kSum);
   }
 }
 
@@ -156,10 +158,8 @@ void allGatherChunksRing(Communicator& comm, std::span<float> data, std::size_t 
   const int right = wrap(rank + 1, k);
   const int left = wrap(rank - 1, k);
   for (int i = 0; i < k - 1; ++i) {
-    // step i: send chunk (rank - i) to the right, receive chunk (rank - i - 1)
-    // from the left
-    ringStep(comm, kTagAllGather, right, chunkOf(data, k, wrap(rank - i, k)), left,
-             chunkOf(data, k, wrap(rank - i - 1, k)), segmentElems, Arrival::kStore);
+    ringStep(comm, kTagAllGather, right, chunkOf(data, k, ringAllGatherSends(rank, i, k)), left,
+             chunkOf(data, k, ringAllGatherReceives(rank, i, k)), segmentElems, Arrival::kStore);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "strata/exec/nn/model.h"
 #include "strata/model/network.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
 
 namespace strata::nn::test {

@@ -10,6 +10,7 @@
 #include "strata/exec/comm/mpi_communicator.h"
 #include "strata/exec/nn/model.h"
 #include "strata/exec/runtime.h"
+#include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
 
 using namespace strata;

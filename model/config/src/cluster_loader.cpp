@@ -1,0 +1,373 @@
+#include "strata/model/cluster_loader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+
+#include "config_node.h"
+#include "strata/model/checked.h"
+#include "strata/model/error.h"
+#include "strata/model/limits.h"
+#include "strata/model/quantity_text.h"
+
+namespace strata {
+
+namespace {
+
+constexpr auto& kAllKinds = kAllLayerKinds;
+
+// A rate given in giga-units per second (the key says the unit: gflop_per_s,
+// gunits_per_s), within the compute-rate range of quantity_text.h.
+double readRate(const ConfigNode& v) {
+  const auto range = quantityRange(QuantityKind::kFlopRate);
+  return v.asDoubleIn(range.min / 1e9, range.max / 1e9,
+                      "giga-units per second: 1 to 1e18 per second, the compute-rate range") *
+         1e9;
+}
+
+// A rate grid (`gemm` or `conv`): dims, then one row per (table, m, n) with
+// the rates over k; `key` names the table column ("op" or "pass"), `names`
+// its three values in table order and `what` what they are ("GEMM op").
+void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char* what,
+              const std::array<std::string_view, 3>& names) {
+  g.allowOnly({"dims", "rates"});
+  const auto dims = g.require("dims");
+  const auto dimItems = dims.items();
+  // The rate tables hold 3 d^3 figures: 64 grid values are 786,432 (calibrate writes 15).
+  if (dimItems.size() > kMaxGridDims)
+    dims.fail(fmt::format("has {} grid values; at most {} (the tables grow as the cube)",
+                          dimItems.size(), kMaxGridDims));
+  for (const auto& d : dimItems) {
+    const int v = d.asPositiveInt();
+    if (!table.dims.empty() && v <= table.dims.back())
+      d.fail("dims must increase");
+    table.dims.push_back(v);
+  }
+  if (table.dims.size() < 2)
+    dims.fail("needs at least two grid values");
+  const size_t d = table.dims.size();
+  auto indexOf = [&](const ConfigNode& v) {
+    const int x = v.asPositiveInt();
+    const auto it = std::find(table.dims.begin(), table.dims.end(), int64_t{x});
+    if (it == table.dims.end())
+      v.fail("not one of the grid's dims");
+    return static_cast<size_t>(it - table.dims.begin());
+  };
+  for (auto& r : table.rate)
+    r.assign(d * d * d, 0.0);
+  const auto rates = g.require("rates");
+  // The line of the row that set each (table, m, n): a second row for the
+  // same cell would silently set every price of that cell.
+  std::vector<int> rowLine(3 * d * d, 0);
+  for (const auto& row : rates.items()) {
+    row.allowOnly({key, "m", "n", "gflop_per_s"});
+    const auto whichNode = row.require(key);
+    const auto name = whichNode.asString();
+    int which = -1;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name)
+        which = static_cast<int>(i);
+    if (which < 0)
+      whichNode.fail(fmt::format("unknown {} '{}' (expected {}, {} or {})", what, name, names[0],
+                                 names[1], names[2]));
+    const size_t im = indexOf(row.require("m")), in = indexOf(row.require("n"));
+    int& first = rowLine[(static_cast<size_t>(which) * d + im) * d + in];
+    if (first > 0)
+      row.fail(
+          fmt::format("a second row for {} {} m {} n {} (the first is at line {}): each "
+                      "cell of the grid has one row",
+                      key, name, table.dims[im], table.dims[in], first));
+    first = row.line();
+    const auto values = row.require("gflop_per_s");
+    const auto items = values.items();
+    if (items.size() != d)
+      values.fail(fmt::format("needs {} rates (one per k in dims), got {}", d, items.size()));
+    for (size_t ik = 0; ik < d; ++ik)
+      table.rate[static_cast<size_t>(which)][(im * d + in) * d + ik] = readRate(items[ik]);
+  }
+  for (size_t w = 0; w < 3; ++w)
+    for (size_t i = 0; i < d * d * d; ++i)
+      if (table.rate[w][i] <= 0)
+        rates.fail(fmt::format("no row for {} {} m {} n {}", key, names[w], table.dims[i / (d * d)],
+                               table.dims[(i / d) % d]));
+}
+
+KernelTables readKernels(const ConfigNode& n) {
+  n.allowOnly({"backend", "call_overhead", "gemm", "conv", "memory"});
+  KernelTables t;
+  const auto backend = n.require("backend");
+  t.backend = backend.asString();
+  if (t.backend != "cpu" && t.backend != "cuda")
+    backend.fail("unknown backend '" + t.backend + "' (expected cpu or cuda)");
+  if (auto overhead = n.get("call_overhead"))
+    t.callOverhead = overhead->asSeconds(true);
+  readGrid(n.require("gemm"), t.gemm, "op", "GEMM op",
+           {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
+  if (auto conv = n.get("conv")) {
+    if (t.backend != "cuda")
+      conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
+    readGrid(
+        *conv, t.conv, "pass", "convolution pass",
+        {toString(ConvPass::kFwd), toString(ConvPass::kBwdData), toString(ConvPass::kBwdFilter)});
+  }
+  if (auto memory = n.get("memory")) {
+    for (const auto& [name, row] : memory->entries()) {
+      MemKernel kernel;
+      if (!parseMemKernel(name, kernel))
+        row.fail("unknown kernel '" + name + "'");
+      row.allowOnly({"units", "gunits_per_s"});
+      auto& table = t.memory[static_cast<size_t>(kernel)];
+      for (const auto& u : row.require("units").items()) {
+        const double x =
+            u.asDoubleIn(1, 9007199254740992.0, "units per call: at least one, at most 2^53");
+        if (!table.units.empty() && x <= table.units.back())
+          u.fail("units must increase");
+        table.units.push_back(x);
+      }
+      for (const auto& r : row.require("gunits_per_s").items())
+        table.rate.push_back(readRate(r));
+      if (table.units.empty() || table.rate.size() != table.units.size())
+        row.require("gunits_per_s").fail("needs one rate per entry of units");
+    }
+  }
+  return t;
+}
+
+// One column of the sharing rows: (workers, value) for the rows that have
+// `key`, the value read by `read`.
+std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const char* key,
+                                                double (*read)(const ConfigNode&)) {
+  std::vector<std::pair<int, double>> out;
+  for (const auto& row : list.items()) {
+    row.allowOnly({"workers", "speed", "memory_speed", "memory_speed_by_size",
+                   "overlap_compute_speed", "overlap_comm_speed", "overlap_comm_rate",
+                   "lane_handoff"});
+    if (!row.has(key))
+      continue;
+    const int workers = row.require("workers").asPositiveInt();
+    if (!out.empty() && workers <= out.back().first)
+      row.require("workers").fail("worker counts must increase down the list");
+    out.push_back({workers, read(row.require(key))});
+  }
+  return out;
+}
+
+// One table of fractions of a peak per layer kind: `default` for every kind,
+// then the kinds named.
+std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff) {
+  std::array<double, kLayerKindCount> out{};
+  const double fallback = eff.require("default").asFraction();
+  out.fill(fallback);
+  // Attention is GEMMs like fc: without its own figure it takes fc's.
+  if (auto fc = eff.get("fc"))
+    out[static_cast<size_t>(LayerKind::kAttention)] = fc->asFraction();
+  for (const auto& [key, value] : eff.entries()) {
+    if (key == "default")
+      continue;
+    bool known = false;
+    for (auto kind : kAllKinds) {
+      if (toString(kind) == key) {
+        out[static_cast<size_t>(kind)] = value.asFraction();
+        known = true;
+      }
+    }
+    if (!known)
+      value.fail("unknown layer kind (expected default or one of " + layerKindNames() + ")");
+  }
+  return out;
+}
+
+DeviceSpec readDevice(const ConfigNode& n) {
+  n.allowOnly({"name", "peak", "memory_bandwidth", "memory_capacity", "memory_efficiency",
+               "efficiency", "efficiency_by_element", "reduce_bandwidth", "sharing", "kernels",
+               "lane_handoff"});
+  DeviceSpec d;
+  d.name = n.require("name").asString();
+  const auto peak = n.require("peak");
+  peak.allowOnly({"fp32", "tf32", "fp16", "bf16"});
+  for (auto t : kAllElementTypes)
+    if (auto p = peak.get(toString(t)))
+      d.peak[static_cast<size_t>(t)] = p->asFlopRate();
+  if (d.peak[0].value() <= 0)
+    peak.require("fp32");
+  d.memoryBandwidth = n.require("memory_bandwidth").asBandwidth();
+  d.memoryCapacity = n.require("memory_capacity").asBytes();
+  d.memoryEfficiency = n.require("memory_efficiency").asFraction();
+  d.efficiency = readEfficiency(n.require("efficiency"));
+  if (auto byElement = n.get("efficiency_by_element")) {
+    for (const auto& [key, table] : byElement->entries()) {
+      ElementType type = ElementType::kFp32;
+      bool known = false;
+      for (auto t : kAllElementTypes)
+        if (key == toString(t)) {
+          type = t;
+          known = true;
+        }
+      if (!known || type == ElementType::kFp32)
+        table.fail(known ? "fp32's table is `efficiency` (efficiency_by_element holds the other "
+                           "types: tf32, fp16, bf16)"
+                         : "unknown element type '" + key + "' (expected tf32, fp16 or bf16)");
+      if (d.peak[static_cast<size_t>(type)].value() <= 0)
+        table.fail("the device has no peak." + key + ": an efficiency table needs its peak");
+      d.efficiencyByElement[static_cast<size_t>(type)] = readEfficiency(table);
+      d.hasEfficiency[static_cast<size_t>(type)] = true;
+    }
+  }
+  if (auto sharing = n.get("sharing")) {
+    for (const auto& row : sharing->items())
+      row.require("speed");
+    // Speeds relative to one worker alone: sharing slows a worker down, and
+    // never makes it ten times faster.
+    auto speed = [](const ConfigNode& v) {
+      return v.asDoubleIn(ConfigNode::kMinFraction, 10,
+                          "a speed relative to one worker alone, 1e-6 to 10");
+    };
+    auto time = [](const ConfigNode& v) { return v.asSeconds(true).value(); };
+    d.sharing = readSharing(*sharing, "speed", speed);
+    d.sharingMemory = readSharing(*sharing, "memory_speed", speed);
+    // memory_speed_by_size: {256 KiB: 0.99, 16 MiB: 0.6}, sizes increasing,
+    // in a row with memory_speed; a row without it (workers: 1, which is
+    // never slowed) keeps memory_speed at every size.
+    bool anyBySize = false;
+    std::vector<std::pair<int, std::vector<std::pair<double, double>>>> bySizeRows;
+    for (const auto& row : sharing->items()) {
+      if (!row.has("memory_speed")) {
+        if (auto bySize = row.get("memory_speed_by_size"))
+          bySize->fail("needs memory_speed in the same row (the figure beyond the sizes)");
+        continue;
+      }
+      std::vector<std::pair<double, double>> table;
+      if (auto bySize = row.get("memory_speed_by_size")) {
+        anyBySize = true;
+        for (const auto& [key, value] : bySize->entries()) {
+          double bytes = 0;
+          try {
+            bytes = parseSizeOption(key, "memory_speed_by_size", false).value();
+          } catch (const UserError&) {
+            value.fail("'" + key + "' is not a size with its unit (e.g. 256 KiB)");
+          }
+          if (!table.empty() && bytes <= table.back().first)
+            value.fail("sizes must be positive and increase along the map");
+          table.push_back({bytes, speed(value)});
+        }
+        if (table.empty())
+          bySize->fail("needs at least one size: speed entry");
+      } else {
+        table.push_back({1.0, speed(row.require("memory_speed"))});
+      }
+      bySizeRows.push_back({row.require("workers").asPositiveInt(), table});
+    }
+    if (anyBySize)
+      d.sharingMemoryBySize = std::move(bySizeRows);
+    d.overlapCompute = readSharing(*sharing, "overlap_compute_speed", speed);
+    d.overlapComm = readSharing(*sharing, "overlap_comm_speed", speed);
+    d.handoffs = readSharing(*sharing, "lane_handoff", time);
+    auto rate = [](const ConfigNode& v) { return v.asBandwidth().value(); };
+    d.overlapCommRate = readSharing(*sharing, "overlap_comm_rate", rate);
+  }
+  if (auto handoff = n.get("lane_handoff"))
+    d.laneHandoff = handoff->asSeconds(true);
+  if (auto kernels = n.get("kernels"))
+    d.kernels = readKernels(*kernels);
+  if (auto r = n.get("reduce_bandwidth")) {
+    d.reduceBandwidth = r->asBandwidth();
+  } else {
+    // Summing n bytes into an accumulator reads 2n and writes n bytes.
+    d.reduceBandwidth = BytesPerSecond(d.memoryBandwidth.value() * d.memoryEfficiency / 3.0);
+  }
+  return d;
+}
+
+TopologyLevel readLevel(const ConfigNode& n, bool outermost) {
+  n.allowOnly({"name", "group", "link"});
+  TopologyLevel level;
+  level.name = n.require("name").asString();
+  const auto g = n.require("group");
+  if (g.isScalar() && g.asString() == "any") {
+    if (!outermost)
+      g.fail("'any' is allowed only on the outermost level");
+    level.group = 0;
+  } else {
+    level.group = g.asPositiveInt();
+  }
+  const auto link = n.require("link");
+  link.allowOnly({"bandwidth", "latency", "latency_per", "duplex", "lanes", "bandwidth_table",
+                  "exchange_bandwidth_table"});
+  level.link.bandwidth = link.require("bandwidth").asBandwidth();
+  level.link.latency = link.require("latency").asSeconds(true);
+  const auto duplex = link.stringOr("duplex", "full");
+  if (duplex == "full") {
+    level.link.fullDuplex = true;
+  } else if (duplex == "half") {
+    level.link.fullDuplex = false;
+  } else {
+    link.require("duplex").fail("must be full or half, got '" + duplex + "'");
+  }
+  const auto per = link.stringOr("latency_per", "message");
+  if (per == "step") {
+    level.link.latencyPerStep = true;
+  } else if (per != "message") {
+    link.require("latency_per").fail("must be message or step, got '" + per + "'");
+  }
+  level.link.lanes = link.positiveIntOr("lanes", 1);
+  if (level.link.lanes > kMaxLanes)
+    link.require("lanes").fail(fmt::format(
+        "at most {} parallel links per unit (the simulator keeps every lane's load), got {}",
+        kMaxLanes, level.link.lanes));
+  auto readTable = [&](const char* key, std::vector<BandwidthPoint>& out) {
+    auto table = link.get(key);
+    if (!table)
+      return;
+    for (const auto& row : table->items()) {
+      row.allowOnly({"bytes", "bandwidth"});
+      // The key says the unit: a bare number is bytes (strata calibrate writes them so).
+      const Bytes bytes = row.require("bytes").asBytes(false, UnitRule::kImplied);
+      if (!out.empty() && bytes <= out.back().bytes)
+        row.require("bytes").fail("sizes must increase down the table");
+      out.push_back({bytes, row.require("bandwidth").asBandwidth()});
+    }
+    if (out.empty())
+      table->fail("needs at least one row");
+  };
+  readTable("bandwidth_table", level.link.bandwidthTable);
+  readTable("exchange_bandwidth_table", level.link.exchangeTable);
+  return level;
+}
+
+}  // namespace
+
+Cluster loadCluster(const std::string& path) {
+  const auto root = ConfigNode::loadFile(path);
+  root.allowOnly({"name", "description", "fitted_on", "device", "topology"});
+  Cluster c;
+  c.sourceFile = path;
+  const auto nameNode = root.require("name");
+  c.name = nameNode.asString();
+  const auto stem = std::filesystem::path(path).stem().string();
+  if (c.name != stem)
+    nameNode.fail("name '" + c.name + "' must equal the file name '" + stem + "'");
+  c.description = root.stringOr("description", "");
+  c.fittedOn = root.stringOr("fitted_on", "");
+  c.device = readDevice(root.require("device"));
+  const auto topo = root.require("topology");
+  const auto levels = topo.items();
+  if (levels.empty())
+    topo.fail("a cluster needs at least one topology level");
+  int64_t devices = 1;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    c.levels.push_back(readLevel(levels[i], i + 1 == levels.size()));
+    // Workers are ints: a finite cluster holds at most 2^31 - 1 devices.
+    const int64_t group = c.levels.back().group;
+    if (group > 0 && !checkedMul(devices, group, devices, kMaxClusterDevices))
+      levels[i].require("group").fail(fmt::format(
+          "the cluster would hold more than {} devices (the product of the groups); use "
+          "`group: any` on the outermost level for an unbounded number",
+          kMaxClusterDevices));
+  }
+  return c;
+}
+
+}  // namespace strata

@@ -1,0 +1,38 @@
+#pragma once
+
+// Kernel lowering: the calls each backend makes for one layer phase, in the
+// vocabulary of kernels.h, which the cost model prices from kernel tables.
+
+#include <string_view>
+#include <vector>
+
+#include "strata/model/kernels.h"
+#include "strata/model/network.h"
+
+namespace strata {
+
+// The CPU backend's kernel calls for `phase` of layer `index` of `network` on
+// `examples` examples (rounded to whole examples, at least 1), holding
+// `outputs` output channels of a model-parallel fc (0: the whole layer).
+// Includes the Model's own work around the kernels (zeroing a gradient that
+// several readers sum into). Update: one call of `update` (kSgd, the
+// SGD-with-momentum kernel, or kAdam) over the layer's parameters (scaled by
+// fraction). Empty for phases that do nothing (bwd_weights of a layer
+// without weights).
+std::vector<KernelCall> lowerCpu(const Network& network, int index, Phase phase, double examples,
+                                 int outputs, MemKernel update = MemKernel::kSgd);
+
+// The same for the CUDA backend (executor/nn/src/cuda_backend.cpp): a
+// convolution is one cuDNN call per pass (groups included, count = groups of
+// per-group implicit GEMMs) with the bias kernels beside it; fc layers are
+// cuBLAS GEMMs as on the CPU (per-position fc a batch of n GEMMs); every other
+// layer one kernel of kernels/, which applies beta itself (no zero fills).
+std::vector<KernelCall> lowerCuda(const Network& network, int index, Phase phase, double examples,
+                                  int outputs, MemKernel update = MemKernel::kSgd);
+
+// lowerCpu or lowerCuda by `backend` ("cpu", "cuda").
+std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
+                              Phase phase, double examples, int outputs,
+                              MemKernel update = MemKernel::kSgd);
+
+}  // namespace strata

@@ -1,0 +1,191 @@
+#include "strata/model/compute_cost.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+#include "strata/model/kernels.h"
+#include "strata/model/lowering.h"
+
+namespace strata {
+
+namespace {
+// Bytes a memory-bound kernel call touches per unit of its table (elements
+// produced, parameters updated): a float read and a float written. The
+// sharing slowdown of memory-bound kernels depends on whether that working
+// set stays in a core's own caches (DeviceSpec::sharingMemorySpeed by size).
+constexpr double kMemoryBytesPerUnit = 8;
+}  // namespace
+
+std::string_view toString(ComputeSource source) {
+  switch (source) {
+    case ComputeSource::kProfile:
+      return "profile";
+    case ComputeSource::kTables:
+      return "kernel tables";
+    case ComputeSource::kRoofline:
+      return "roofline";
+  }
+  return "?";
+}
+
+ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
+                           int workersPerNode, Optimizer optimizer, int threadsPerWorker)
+    : net_(network),
+      device_(cluster.device),
+      element_(element),
+      optimizer_(optimizer),
+      clusterFile_(std::filesystem::path(cluster.sourceFile).filename().string()),
+      peak_(cluster.device.peakFor(element, cluster.sourceFile)),
+      speed_(threadsPerWorker * cluster.device.sharingSpeed(workersPerNode * threadsPerWorker) *
+             cluster.device.computeScale),
+      busyCores_(workersPerNode * threadsPerWorker),
+      threads_(threadsPerWorker) {
+  if (device_.profile) {
+    checkProfileMatches(*device_.profile, network);
+    source_ = ComputeSource::kProfile;
+  } else if (!device_.kernels.empty() && element == ElementType::kFp32) {
+    source_ = ComputeSource::kTables;
+  } else {
+    source_ = ComputeSource::kRoofline;
+  }
+}
+
+Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double fraction) const {
+  const Layer& l = net_.layers[static_cast<size_t>(index)];
+  const int outputs =
+      fraction < 1.0 ? static_cast<int>(std::ceil(double(l.outShape.c) * fraction - 1e-9)) : 0;
+  // Whole examples are run; a fractional count (owt-c's b/K) is the mean of
+  // the neighbours' costs.
+  const double lo = std::max(1.0, std::floor(examples));
+  const double hi = std::max(1.0, std::ceil(examples));
+  const double w = hi > lo ? examples - lo : 0.0;
+  const auto& t = device_.kernels;
+  Seconds total;
+  bool any = false;
+  for (int side = 0; side < (hi > lo ? 2 : 1); ++side) {
+    const double ex = side == 0 ? lo : hi;
+    const double weight = side == 0 ? 1.0 - w : w;
+    if (weight <= 0)
+      continue;
+    Seconds gemm, memory;
+    for (const auto& c : lower(t.backend, net_, index, phase, ex, outputs, updateKernel())) {
+      any = true;
+      bool outside = false;
+      if (c.conv) {
+        gemm += t.convTime(c.pass, double(c.m), double(c.n), double(c.k), &outside) * c.count;
+        if (outside)
+          outside_.insert(
+              fmt::format("conv {} {}x{}x{} ({})", toString(c.pass), c.m, c.n, c.k, l.name));
+      } else if (c.gemm) {
+        gemm += t.gemmTime(c.op, double(c.m), double(c.n), double(c.k), &outside) * c.count;
+        if (outside)
+          outside_.insert(
+              fmt::format("gemm {} {}x{}x{} ({})", toString(c.op), c.m, c.n, c.k, l.name));
+      } else if (!t.memory[static_cast<size_t>(c.kernel)].empty()) {
+        memory += (c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside)
+                                : t.memoryTime(c.kernel, c.units, &outside)) *
+                  c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
+        if (outside)
+          outside_.insert(
+              c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
+                                         c.units, c.window, l.name)
+                           : fmt::format("{} of {:.0f} ({})", toString(c.kernel), c.units, l.name));
+      } else {
+        outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
+        memory += Seconds(c.units * c.count * 2 * elementBytes(element_) /
+                          (device_.memoryBandwidth.value() * device_.memoryEfficiency)) /
+                  memorySpeed(c.units * kMemoryBytesPerUnit);
+      }
+    }
+    total += (gemm / speed_ + memory) * weight;
+  }
+  return any ? total + t.callOverhead / speed_ : total;
+}
+
+double ComputeCosts::memorySpeed(double bytes) const {
+  return threads_ * device_.sharingMemorySpeed(busyCores_, bytes / threads_) * device_.computeScale;
+}
+
+Seconds ComputeCosts::layer(int index, Phase phase, double examples, double fraction) const {
+  const Layer& l = net_.layers[static_cast<size_t>(index)];
+  if (phase == Phase::kBwdWeights && !l.computesWeightGradient())
+    return Seconds(0);
+  switch (source_) {
+    case ComputeSource::kProfile:
+      return device_.profile->time(index, phase, examples, fraction) / speed_;
+    case ComputeSource::kTables:
+      return fromTables(index, phase, examples, fraction);
+    case ComputeSource::kRoofline:
+      break;
+  }
+  return layerTime(l, phase, examples, fraction, device_, peak_, element_, optimizer_) / speed_;
+}
+
+Seconds ComputeCosts::update(double params) const {
+  switch (source_) {
+    case ComputeSource::kProfile: {
+      // Per parameter, as the profile measured the whole network's updates.
+      double p = 0;
+      Seconds t;
+      for (size_t i = 0; i < net_.layers.size(); ++i) {
+        p += double(net_.layers[i].params);
+        t += device_.profile->layers[i].update;
+      }
+      return p > 0 ? t * (params / p) / speed_ : Seconds(0);
+    }
+    case ComputeSource::kTables:
+      if (!device_.kernels.memory[static_cast<size_t>(updateKernel())].empty())
+        return device_.kernels.memoryTime(updateKernel(), params) /
+               memorySpeed(params * kMemoryBytesPerUnit);
+      break;
+    case ComputeSource::kRoofline:
+      break;
+  }
+  return updateTime(params, device_, element_, optimizer_) / speed_;
+}
+
+std::string ComputeCosts::describe() const {
+  std::string s;
+  switch (source_) {
+    case ComputeSource::kProfile:
+      s = fmt::format(
+          "compute from the per-op profile {} (batch {})",
+          device_.profile->sourceFile.empty() ? "measured now" : device_.profile->sourceFile,
+          device_.profile->batch);
+      break;
+    case ComputeSource::kTables:
+      s = fmt::format("compute from kernel tables (backend {})", device_.kernels.backend);
+      break;
+    case ComputeSource::kRoofline:
+      s = "compute from roofline x per-kind efficiency";
+      if (element_ != ElementType::kFp32) {
+        const auto type = std::string(toString(element_));
+        s += device_.ownEfficiency(element_)
+                 ? fmt::format(" ({} peak, {} efficiencies)", type, type)
+                 : fmt::format(
+                       " ({} peak; {} has no efficiency_by_element.{}: the fp32 "
+                       "efficiencies are used, likely optimistic)",
+                       type, clusterFile_.empty() ? "the cluster" : clusterFile_, type);
+      }
+      break;
+  }
+  if (!outside_.empty()) {
+    s += fmt::format("; {} kernel shape{} outside the tables' grid (priced at the edge): ",
+                     outside_.size(), outside_.size() == 1 ? "" : "s");
+    int shown = 0;
+    for (const auto& o : outside_) {
+      if (shown++ == 3) {
+        s += ", ...";
+        break;
+      }
+      s += (shown > 1 ? ", " : "") + o;
+    }
+  }
+  return s;
+}
+
+}  // namespace strata

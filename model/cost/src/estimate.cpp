@@ -1,0 +1,412 @@
+// The analytic cost model. Formulas and their sources: docs/cost-model.md.
+#include "strata/model/estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "step_context.h"
+#include "strata/model/checked.h"
+#include "strata/model/collectives.h"
+#include "strata/model/compute_cost.h"
+#include "strata/model/error.h"
+#include "strata/model/limits.h"
+#include "strata/model/quantity_text.h"
+#include "strata/model/topology.h"
+
+namespace strata {
+
+Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
+                  const DeviceSpec& device, FlopsPerSecond peak, ElementType element,
+                  Optimizer optimizer) {
+  double flops = 0, elems = 0;
+  switch (phase) {
+    case Phase::kFwd:
+      flops = layer.fwdFlops;
+      elems = layer.fwdElems;
+      break;
+    case Phase::kBwdData:
+      flops = layer.bwdDataFlops;
+      elems = layer.bwdDataElems;
+      break;
+    case Phase::kBwdWeights:
+      flops = layer.bwdWeightsFlops;
+      elems = layer.bwdWeightsElems;
+      break;
+    case Phase::kUpdate:
+      return updateTime(double(layer.params) * fraction, device, element, optimizer);
+  }
+  if (phase == Phase::kBwdWeights && !layer.computesWeightGradient())
+    return Seconds(0);
+  const Flops work(flops * examples * fraction);
+  // Weights are read once per pass (fwd, bwd_data) or written once (bwd_weights).
+  const Bytes traffic((elems * examples + double(layer.params)) * fraction * elementBytes(element));
+  const Seconds computeBound = work / (peak * device.efficiencyFor(layer.kind, element));
+  const Seconds memoryBound = traffic / (device.memoryBandwidth * device.memoryEfficiency);
+  return max(computeBound, memoryBound);
+}
+
+int workersPerNode(const Cluster& cluster, int workers) {
+  const int group = cluster.levels.front().group;
+  return group == 0 ? workers : std::min(workers, group);
+}
+
+LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int workers) {
+  const int perNode = workersPerNode(cluster, workers);
+  const double compute = cluster.device.overlapComputeSpeed(perNode);
+  const double comm = cluster.device.overlapCommSpeed(perNode);
+  LaneSpeeds s{compute, comm, compute, comm};
+  const double measured = cluster.device.overlapCommRateFor(perNode);
+  const double perByte = topo.workers() > 1 ? topo.ringStep().secondsPerByte : 0.0;
+  if (measured <= 0 || perByte <= 0)
+    return s;
+  const double busy = std::min(1.0, 1.0 / perByte / measured);
+  s.compute = 1 - (1 - s.compute) * busy;
+  s.comm = std::min(1.0, s.comm / busy);
+  return s;
+}
+
+UpdateCost updateCostPerParam(Optimizer optimizer, ElementType element) {
+  // Master weights and optimizer states are fp32 (4 bytes) in every case:
+  // the element's own size for fp32 and tf32, and kept in fp32 beside the
+  // 2-byte working copy in mixed precision (Micikevicius et al. 2018).
+  constexpr double kState = 4.0;
+  const double e = elementBytes(element);
+  const double states = optimizerStatesPerParam(optimizer);
+  UpdateCost c;
+  // Read g; read and write w (the fp32 master in mixed precision, which then
+  // also writes the 2-byte working copy); read and write each state.
+  c.bytes = e + 2 * kState + 2 * kState * states + (isMixedPrecision(element) ? e : 0.0);
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      c.flops = 2;  // w -= lr g
+      break;
+    case Optimizer::kMomentum:
+      c.flops = 4;  // v = mu v + g; w -= lr v
+      break;
+    case Optimizer::kAdam:
+      // m = b1 m + (1 - b1) g: 3; v = b2 v + (1 - b2) g^2: 4; w -= s m /
+      // (sqrt(v) / c + eps), bias corrections s, c folded into per-step
+      // scalars (PyTorch's Adam): sqrt, div, add, div, mul-sub = 5.
+      c.flops = 12;
+      break;
+  }
+  return c;
+}
+
+Seconds updateTime(double params, const DeviceSpec& device, ElementType element,
+                   Optimizer optimizer) {
+  const UpdateCost c = updateCostPerParam(optimizer, element);
+  const Seconds memoryBound =
+      Bytes(c.bytes * params) / (device.memoryBandwidth * device.memoryEfficiency);
+  // Element-wise fp32 arithmetic on the fp32 (non-tensor) peak.
+  const Seconds computeBound = Flops(c.flops * params) / device.peak[0];
+  return max(memoryBound, computeBound);
+}
+
+namespace {
+
+using namespace cost;
+
+// Memory of worker `rank`. Every worker holds the same, except that only the
+// naive reducer (rank 0) stages the K-1 incoming gradients.
+MemoryUse memoryOf(const Context& ctx, int rank) {
+  const auto& net = ctx.net;
+  const int layers = static_cast<int>(net.layers.size());
+  const double e = ctx.e;
+  const double b = ctx.b;
+  const int k = ctx.k;
+  MemoryUse m;
+  const bool owt = isModelParallel(ctx.sc.strategy);
+  const int mp = owt ? net.modelParallelFrom : layers;
+  const double local = paramsIn(net, 0, mp) + paramsIn(net, mp, layers) / k;
+  m.weights = Bytes(local * e);
+  m.gradients = Bytes(local * e);
+  // The optimizer's states (0 sgd, 1 momentum, 2 adam moments per parameter)
+  // and, in mixed precision, the fp32 master weights: 4 bytes each
+  // (Micikevicius et al., "Mixed Precision Training", ICLR 2018; Adam in
+  // fp16: 2 + 2 + 4 + 8 = 16 bytes per parameter with weights and gradients,
+  // Rajbhandari et al., "ZeRO", SC 2020, section 3.1).
+  const double optimizerPerParam = 4.0 * optimizerStatesPerParam(ctx.sc.options.optimizer) +
+                                   (isMixedPrecision(ctx.sc.options.element) ? 4.0 : 0.0);
+  // ps: a worker's server holds its 1/K of the optimizer state (none with
+  // dedicated servers).
+  // Two levels: a node's leader serves 1/M of it, its other workers nothing.
+  const bool ps = ctx.sc.strategy == Strategy::kPs && k > 1;
+  const int perNode = std::min(k, std::max(1, ctx.sc.options.psNode));
+  const int nodes = (k + perNode - 1) / perNode;
+  const double psShare = !ps                            ? 1.0
+                         : ctx.sc.options.psNode > 0    ? (rank % perNode == 0 ? 1.0 / nodes : 0.0)
+                         : ctx.sc.options.psServers > 0 ? 0.0
+                                                        : 1.0 / k;
+  const bool psServers = ps && ctx.sc.options.psServers > 0;
+  m.optimizer = Bytes(local * optimizerPerParam * psShare);
+  // Saved activations: every layer's output (and the network input) for b
+  // examples; model-parallel layers hold their 1/K slice of a round's batch
+  // plus the whole input they gathered.
+  double act = double(net.input.elements()) * b;
+  for (int i = 0; i < mp; ++i)
+    act += (double(net.layers[static_cast<size_t>(i)].outShape.elements()) +
+            net.layers[static_cast<size_t>(i)].savedElems) *
+           b;
+  if (owt) {
+    const double batch = ctx.sc.strategy == Strategy::kOwtA ? k * b : b;
+    for (int i = mp; i < layers; ++i) {
+      const auto& l = net.layers[static_cast<size_t>(i)];
+      act += double(l.outShape.elements()) / k * batch;
+      if (l.hasWeights())
+        act += double(l.inShape.elements()) * batch;
+    }
+  }
+  m.activations = Bytes(act * e);
+  // Communication staging.
+  const double seg = ctx.sc.options.segment.value();
+  const double grads = paramsIn(net, 0, mp) * e;
+  auto staged = [&](double bytes) { return seg > 0 ? std::min(seg, bytes) : bytes; };
+  double buffers = 0;
+  if (k > 1) {
+    switch (ctx.sc.strategy) {
+      case Strategy::kNaive:
+        buffers = rank == 0 ? (k - 1) * staged(grads) : 0;
+        break;  // on the reducer
+      case Strategy::kRing:
+        buffers = 2 * staged(grads / k);
+        break;
+      case Strategy::kPs:
+        buffers = psServers ? 0.0 : grads * psShare;
+        break;  // server shard accumulator
+      case Strategy::kOwtA:
+      case Strategy::kOwtB:
+      case Strategy::kOwtC: {
+        const double boundary = double(net.layers[static_cast<size_t>(mp)].inShape.elements()) * e;
+        // Next round's activations prefetched (b, c) and the conv-gradient
+        // chunks of the direct sync.
+        buffers = (ctx.sc.strategy == Strategy::kOwtA ? 0 : b * boundary) + 2 * grads / k;
+        break;
+      }
+    }
+  }
+  m.buffers = Bytes(buffers);
+  return m;
+}
+
+// The strategy registry of the closed form: one row per strategy, naming the
+// step of its family (cost/src/<family>.cpp). plan/src/plan.cpp has the
+// matching row for the Plan; docs/architecture.md lists the rest of a new
+// strategy's files.
+struct StrategyCost {
+  Strategy strategy;
+  StepCost step;
+};
+constexpr StrategyCost kStrategyCosts[] = {
+    {Strategy::kNaive, dataParallelStep}, {Strategy::kRing, dataParallelStep},
+    {Strategy::kOwtA, weirdTrickStep},    {Strategy::kOwtB, weirdTrickStep},
+    {Strategy::kOwtC, weirdTrickStep},    {Strategy::kPs, paramServerStep},
+};
+static_assert(std::size(kStrategyCosts) == std::size(kAllStrategies));
+
+Seconds run(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep, int& steps) {
+  for (const auto& row : kStrategyCosts)
+    if (row.strategy == ctx.sc.strategy)
+      return row.step(ctx, t, info, firstStep, steps);
+  STRATA_ENFORCE(false);
+  return {};
+}
+
+}  // namespace
+
+namespace {
+// A size option of a scenario: exactly 0 (off) or a whole, finite size in the
+// byte range of quantity_text.h. A size between 0 and 1 B would round to 0,
+// which means off: the request would silently change meaning.
+void checkSizeOption(Bytes size, const char* option) {
+  const double v = size.value();
+  const auto range = quantityRange(QuantityKind::kBytes);
+  if (!std::isfinite(v) || v < 0)
+    throw OptionError(option, fmt::format("must be a size of at least 1 B, or 0 for off; got {}",
+                                          formatBytes(size)));
+  if (v > 0 && v < range.min)
+    throw OptionError(option, fmt::format("{:g} B is less than one byte (it would round to 0, "
+                                          "which means off); write 0 for off or at least 1 B",
+                                          v));
+  if (v > range.max)
+    throw OptionError(option, fmt::format("{} is over 2^53 B, the largest size strata counts "
+                                          "exactly",
+                                          formatBytes(size)));
+}
+}  // namespace
+
+void checkScenario(const Network& network, const Scenario& sc) {
+  if (sc.workers < 1)
+    throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
+  if (sc.batchPerWorker < 1)
+    throw OptionError("--batch", fmt::format("must be at least 1, got {}", sc.batchPerWorker));
+  if (sc.options.psServers < 0 || sc.options.psServers > kMaxPsServers)
+    throw OptionError("--ps-servers", fmt::format("must be a whole number of server nodes in [0, "
+                                                  "{}], got {}",
+                                                  kMaxPsServers, sc.options.psServers));
+  if (sc.options.psNode < 0 || sc.options.psNode > kMaxPsServers)
+    throw OptionError("--ps-node", fmt::format("must be a whole number of workers per node in [0, "
+                                               "{}], got {}",
+                                               kMaxPsServers, sc.options.psNode));
+  checkThreadsPerWorker(sc.options.threadsPerWorker);
+  if (sc.options.psNode > 0 && sc.options.psServers > 0)
+    throw OptionError("--ps-node",
+                      "two levels make the node leaders the servers: use --ps-node or "
+                      "--ps-servers, not both");
+  if (sc.options.staleness < 0 || sc.options.staleness > kMaxStaleness)
+    throw OptionError("--staleness",
+                      fmt::format("must be a whole number of steps in [0, {}], got {}",
+                                  kMaxStaleness, sc.options.staleness));
+  globalBatch(sc.workers, sc.batchPerWorker);
+  checkSizeOption(sc.options.segment, "--segment");
+  checkSizeOption(sc.options.bucket, "--bucket");
+  if (isModelParallel(sc.strategy) && network.modelParallelFrom < 0)
+    throw UserError(
+        fmt::format("{}: network '{}' has no part that can run model-parallel ({}); {} needs "
+                    "one (or set model_parallel_from); naive, ring and ps run any network",
+                    network.sourceFile, network.name,
+                    network.noModelParallelWhy.empty() ? "model_parallel_from is not set"
+                                                       : network.noModelParallelWhy,
+                    toString(sc.strategy)));
+  if (isModelParallel(sc.strategy) && network.modelParallelFrom == 0)
+    throw UserError(fmt::format("{}: network '{}' has no data-parallel part before '{}'",
+                                network.sourceFile, network.name, network.layers[0].name));
+}
+
+MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                         int rank) {
+  const Context ctx(network, cluster, scenario);
+  return memoryOf(ctx, rank);
+}
+
+TrainingRun trainingRunOfSteps(double steps, const std::string& option) {
+  if (!std::isfinite(steps) || steps < 1 || steps != std::floor(steps) || steps > kMaxTrainingSteps)
+    throw OptionError(option, fmt::format("must be a whole number of steps in [1, {:.0e}], got {}",
+                                          kMaxTrainingSteps, steps));
+  TrainingRun run;
+  run.steps = steps;
+  return run;
+}
+
+TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch) {
+  if (!std::isfinite(epochs) || epochs <= 0 || epochs > kMaxEpochs)
+    throw OptionError("--epochs", fmt::format("must be a number of epochs in (0, {:.0e}], got {}",
+                                              kMaxEpochs, epochs));
+  if (!std::isfinite(dataset) || dataset < 1 || dataset != std::floor(dataset) ||
+      dataset > kMaxDatasetExamples)
+    throw OptionError(
+        "--dataset",
+        fmt::format("must be a whole number of examples in [1, 2^53], got {}", dataset));
+  STRATA_ENFORCE(globalBatch >= 1);
+  TrainingRun run;
+  run.epochs = epochs;
+  run.dataset = dataset;
+  // In integers: the dataset is at most 2^53, exact in an int64_t.
+  const auto examples = static_cast<int64_t>(dataset);
+  run.stepsPerEpoch = double((examples + globalBatch - 1) / globalBatch);
+  // A fractional epoch count rounds up to a whole step; a product that is a
+  // whole number but for the rounding of E in binary (1.1 x 100 =
+  // 110.00000000000001) is that whole number.
+  const double exact = epochs * run.stepsPerEpoch;
+  const double nearest = std::round(exact);
+  run.steps = std::abs(exact - nearest) <= 1e-9 * std::max(1.0, exact) ? nearest : std::ceil(exact);
+  if (run.steps > kMaxTrainingSteps)
+    throw OptionError("--epochs",
+                      fmt::format("{} epochs x {:.0f} steps per epoch is {:.0f} steps, over the "
+                                  "{:.0e} a run may have",
+                                  epochs, run.stepsPerEpoch, run.steps, kMaxTrainingSteps));
+  return run;
+}
+
+TrainingRun priceTrainingRun(TrainingRun run, const StepEstimate& estimate) {
+  // An engine that leaves firstStep unset synchronises every step.
+  const Seconds first = estimate.firstStep.value() > 0 ? estimate.firstStep : estimate.step;
+  run.time = run.steps > 0 ? first + estimate.step * (run.steps - 1) : Seconds(0);
+  return run;
+}
+
+int globalBatch(int workers, int batchPerWorker) {
+  int64_t examples = 0;
+  if (!checkedMul(workers, batchPerWorker, examples, std::numeric_limits<int>::max()))
+    throw OptionError("--batch",
+                      fmt::format("{} examples per worker x {} workers is a global batch over {} "
+                                  "examples; lower --batch or --workers",
+                                  batchPerWorker, workers, std::numeric_limits<int>::max()));
+  return static_cast<int>(examples);
+}
+
+void checkPsPlacement(const Cluster& cluster, const Scenario& sc) {
+  const int servers = sc.options.psServers;
+  const auto cap = cluster.capacity();
+  if (sc.strategy == Strategy::kPs && servers > 0 && sc.workers > 1 && cap >= 0 &&
+      int64_t(sc.workers) + servers > cap)
+    throw OptionError("--ps-servers",
+                      fmt::format("cluster '{}' ({}) has {} devices: {} workers and {} dedicated "
+                                  "servers need {}; use fewer servers or workers, or --ps-servers "
+                                  "0 (servers sharded over the workers)",
+                                  cluster.name, cluster.sourceFile, cap, sc.workers, servers,
+                                  int64_t(sc.workers) + servers));
+}
+
+StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
+  checkModelWorkers(scenario.workers, limits());
+  checkScenario(network, scenario);
+  checkPsPlacement(cluster, scenario);
+  const Context ctx(network, cluster, scenario);
+  Tally t(scenario.workers);
+  StepEstimate est;
+  est.network = network.name;
+  est.cluster = cluster.name;
+  est.scenario = scenario;
+  est.step = run(ctx, t, est.rounds, est.firstStep, est.steadySteps);
+
+  // One worker, b examples, no communication: the speedup's reference.
+  Scenario single = scenario;
+  single.workers = 1;
+  single.strategy = Strategy::kRing;
+  const Context one(network, cluster, single);
+  Tally t1(1);
+  RoundInfo unused;
+  Seconds unusedFirst;
+  int unusedSteps = 0;
+  est.singleWorkerStep = run(one, t1, unused, unusedFirst, unusedSteps);
+
+  const int k = scenario.workers;
+  const double examples = double(k) * scenario.batchPerWorker;
+  est.throughput = examples / est.step.value();
+  est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
+  est.efficiency = est.speedup / k;
+  est.bottleneck = ctx.topo.describeLink(t.bottleneckLink, t.bottleneckUp);
+  if (const auto sync = syncAllreduce(scenario))
+    est.allreduce = describeAllreduce(*sync, t.picks);
+  est.computeSource = ctx.costs.describe();
+
+  // Worker 0 and the others, each assigned whole: GCC 12.2 at -O3
+  // (-ftree-loop-distribution) split this loop and ran a field store
+  // `w.memory.buffers = 0` before the copy `w.memory = mem` it was meant to
+  // amend, so the naive reducer's staging showed on every worker. One
+  // aggregate store per worker leaves nothing to reorder; the model test
+  // "every worker's memory is estimateMemory's" guards it (docs/testing.md).
+  const MemoryUse memRoot = memoryOf(ctx, 0);
+  const MemoryUse memOther = memoryOf(ctx, 1);
+  est.workers.resize(static_cast<size_t>(k));
+  for (int r = 0; r < k; ++r) {
+    auto& w = est.workers[static_cast<size_t>(r)];
+    w.rank = r;
+    w.compute = t.compute;
+    w.communication = t.communication;
+    w.exposedCommunication = t.exposed;
+    w.idle = max(Seconds(0), est.step - t.compute.total() - t.exposed);
+    w.sent = Bytes(t.sent[static_cast<size_t>(r)]);
+    w.received = Bytes(t.received[static_cast<size_t>(r)]);
+    w.memory = r == 0 ? memRoot : memOther;
+  }
+  est.fitsInMemory = max(memRoot.total(), memOther.total()) <= cluster.device.memoryCapacity;
+  return est;
+}
+
+}  // namespace strata

@@ -1,0 +1,361 @@
+#include "strata/model/lowering.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/model/error.h"
+
+namespace strata {
+
+namespace {
+
+int readersOf(const Network& net, int producer) {
+  int n = 0;
+  for (const auto& l : net.layers)
+    n += static_cast<int>(std::count(l.inputs.begin(), l.inputs.end(), producer));
+  return n;
+}
+
+int firstReaderOf(const Network& net, int producer) {
+  for (size_t i = 0; i < net.layers.size(); ++i)
+    for (int p : net.layers[i].inputs)
+      if (p == producer)
+        return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, double examples,
+                                 int outputs, MemKernel update) {
+  STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
+  const Layer& l = net.layers[static_cast<size_t>(index)];
+  const int64_t n = std::max<int64_t>(1, std::llround(examples));
+  const bool sliced = outputs > 0 && l.kind == LayerKind::kFc;
+  const int64_t channels = outputs > 0 ? outputs : l.outShape.c;
+  const int64_t area = int64_t{l.outShape.h} * l.outShape.w;
+  const double outElems = double(n) * double(channels) * double(area);
+  const double inElems = double(n) * double(l.inShape.elements());
+  std::vector<KernelCall> calls;
+  auto gemm = [&](GemmOp op, int64_t m, int64_t nn, int64_t k, double count) {
+    KernelCall c;
+    c.gemm = true;
+    c.op = op;
+    c.m = m;
+    c.n = nn;
+    c.k = k;
+    c.count = count;
+    calls.push_back(c);
+  };
+  auto mem = [&](MemKernel kernel, double units, double count = 1, double window = 0) {
+    if (units <= 0 || count <= 0)
+      return;
+    KernelCall c;
+    c.kernel = kernel;
+    c.units = units;
+    c.window = window;
+    c.count = count;
+    calls.push_back(c);
+  };
+  // The gradient into input `which` is summed (beta 1) when several layers
+  // read that input; else it is overwritten, after a zero fill for the
+  // kernels that accumulate.
+  auto summedInto = [&](size_t which) { return !sliced && readersOf(net, l.inputs[which]) > 1; };
+  const int cg = l.kind == LayerKind::kConv ? l.inShape.c / std::max(1, l.spec.groups) : 0;
+  const int fg = l.kind == LayerKind::kConv ? l.spec.filters / std::max(1, l.spec.groups) : 0;
+  const int64_t ck = int64_t{cg} * l.spec.kernelH * l.spec.kernelW;  // column rows
+  const bool pointwise =
+      l.spec.kernelH == 1 && l.spec.kernelW == 1 && l.spec.stride == 1 && l.spec.pad == 0;
+  const int64_t fcIn = l.spec.flatten ? l.inShape.elements() : l.inShape.c;
+  const int64_t inArea = int64_t{l.inShape.h} * l.inShape.w;
+  const int poolH = l.spec.global ? l.inShape.h : l.spec.kernelH;
+  const int poolW = l.spec.global ? l.inShape.w : l.spec.kernelW;
+  // attention: d features, T positions, dh features per head
+  const int64_t d = l.inShape.c;
+  const int64_t t = inArea;
+  const int64_t dh = l.spec.heads > 0 ? d / l.spec.heads : 0;
+
+  switch (phase) {
+    case Phase::kUpdate: {
+      const double share = outputs > 0 ? double(outputs) / double(l.outShape.c) : 1.0;
+      mem(update, double(l.params) * share);
+      break;
+    }
+    case Phase::kFwd:
+      // The first reader of a value several layers read clears its gradient.
+      if (!sliced)
+        for (int p : l.inputs)
+          if (p >= 0 && readersOf(net, p) > 1 && firstReaderOf(net, p) == index)
+            mem(MemKernel::kZero,
+                double(n) * double(net.layers[static_cast<size_t>(p)].outShape.elements()));
+      switch (l.kind) {
+        case LayerKind::kConv: {
+          const double count = double(n) * l.spec.groups;
+          if (!pointwise)
+            mem(MemKernel::kIm2col, double(ck * area), count);
+          gemm(GemmOp::kNN, fg, area, ck, count);
+          if (l.spec.bias)
+            mem(MemKernel::kBias, double(fg) * double(area), count);
+          break;
+        }
+        case LayerKind::kPool:
+          mem(l.spec.poolMode == PoolMode::kMax ? MemKernel::kPoolMaxFwd : MemKernel::kPoolAvgFwd,
+              outElems * poolH * poolW, 1, double(poolH) * poolW);
+          break;
+        case LayerKind::kFc:
+          if (l.spec.flatten) {
+            gemm(GemmOp::kNT, n, channels, fcIn, 1);
+            if (l.spec.bias)
+              mem(MemKernel::kBias, double(n) * double(channels));
+          } else {
+            gemm(GemmOp::kNN, channels, inArea, fcIn, double(n));
+            if (l.spec.bias)
+              mem(MemKernel::kBias, double(channels) * double(inArea), double(n));
+          }
+          break;
+        case LayerKind::kRelu:
+          mem(MemKernel::kReluFwd, outElems);
+          break;
+        case LayerKind::kDropout:
+          mem(l.spec.dropoutRate > 0 ? MemKernel::kDropoutFwd : MemKernel::kCopy, outElems);
+          break;
+        case LayerKind::kLrn:
+          mem(MemKernel::kLrnFwd, outElems);
+          break;
+        case LayerKind::kBatchNorm:
+          mem(MemKernel::kBatchNormFwd, outElems);
+          break;
+        case LayerKind::kAdd:
+          mem(MemKernel::kAdd, outElems);
+          mem(MemKernel::kAccumulate, outElems, double(l.inputs.size()) - 2);
+          break;
+        case LayerKind::kSoftmax:
+          mem(MemKernel::kSoftmaxFwd, outElems);
+          break;
+        case LayerKind::kEmbedding:
+          mem(MemKernel::kEmbeddingFwd, outElems);
+          break;
+        case LayerKind::kAttention: {
+          // Per example (x: d x T), per head (Q, K, V: dh x T):
+          //   QKV = Wqkv x; S = Q^T K; P = softmax(S / sqrt(dh), causal);
+          //   C = V P^T; y = Wo C.
+          const double heads = double(n) * l.spec.heads;
+          gemm(GemmOp::kNN, 3 * d, t, d, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBias, 3 * double(d) * double(t), double(n));
+          gemm(GemmOp::kTN, t, t, dh, heads);
+          mem(MemKernel::kAttnSoftmaxFwd, heads * double(t) * double(t));
+          gemm(GemmOp::kNT, dh, t, t, heads);
+          gemm(GemmOp::kNN, d, t, d, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBias, double(d) * double(t), double(n));
+          break;
+        }
+        case LayerKind::kLayerNorm:
+          mem(MemKernel::kLayerNormFwd, outElems);
+          break;
+        case LayerKind::kGelu:
+          mem(MemKernel::kGeluFwd, outElems);
+          break;
+        case LayerKind::kRnn:
+          break;
+      }
+      break;
+    case Phase::kBwdData: {
+      const bool summed = summedInto(0);
+      switch (l.kind) {
+        case LayerKind::kConv: {
+          const double count = double(n) * l.spec.groups;
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          gemm(GemmOp::kTN, ck, area, fg, count);
+          if (!pointwise)
+            mem(MemKernel::kCol2im, double(ck * area), count);
+          break;
+        }
+        case LayerKind::kPool:
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          if (l.spec.poolMode == PoolMode::kMax)
+            mem(MemKernel::kPoolMaxBwd, outElems);
+          else
+            mem(MemKernel::kPoolAvgBwd, outElems * poolH * poolW, 1, double(poolH) * poolW);
+          break;
+        case LayerKind::kFc:
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          if (l.spec.flatten)
+            gemm(GemmOp::kNN, n, fcIn, channels, 1);
+          else
+            gemm(GemmOp::kTN, fcIn, inArea, channels, double(n));
+          break;
+        case LayerKind::kRelu:
+          mem(MemKernel::kReluBwd, outElems);
+          break;
+        case LayerKind::kDropout:
+          if (l.spec.dropoutRate > 0) {
+            if (!summed)
+              mem(MemKernel::kZero, outElems);
+            mem(MemKernel::kDropoutBwd, outElems);
+          } else {
+            mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);
+          }
+          break;
+        case LayerKind::kLrn:
+          mem(MemKernel::kLrnBwd, outElems);
+          break;
+        case LayerKind::kBatchNorm:
+          mem(MemKernel::kBatchNormBwdData, outElems);
+          break;
+        case LayerKind::kAdd:
+          for (size_t i = 0; i < l.inputs.size(); ++i)
+            mem(summedInto(i) ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);
+          break;
+        case LayerKind::kSoftmax:
+          mem(MemKernel::kSoftmaxBwd, outElems);
+          break;
+        case LayerKind::kEmbedding:
+          break;  // token ids take no gradient
+        case LayerKind::kAttention:
+          // dx = Wqkv^T dQKV, from the dQKV its bwd_weights left.
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          gemm(GemmOp::kTN, d, t, 3 * d, double(n));
+          break;
+        case LayerKind::kLayerNorm:
+          mem(MemKernel::kLayerNormBwdData, outElems);
+          break;
+        case LayerKind::kGelu:
+          mem(MemKernel::kGeluBwd, outElems);
+          break;
+        case LayerKind::kRnn:
+          break;
+      }
+      break;
+    }
+    case Phase::kBwdWeights:
+      switch (l.kind) {
+        case LayerKind::kConv: {
+          const double count = double(n) * l.spec.groups;
+          if (!pointwise)
+            mem(MemKernel::kIm2col, double(ck * area), count);
+          gemm(GemmOp::kNT, fg, ck, area, count);
+          if (l.spec.bias)
+            mem(MemKernel::kBiasGrad, double(fg) * double(area), count);
+          break;
+        }
+        case LayerKind::kFc:
+          if (l.spec.flatten) {
+            gemm(GemmOp::kTN, channels, fcIn, n, 1);
+            if (l.spec.bias)
+              mem(MemKernel::kBiasGrad, double(n) * double(channels));
+          } else {
+            gemm(GemmOp::kNT, channels, fcIn, inArea, double(n));
+            if (l.spec.bias)
+              mem(MemKernel::kBiasGrad, double(channels) * double(inArea), double(n));
+          }
+          break;
+        case LayerKind::kBatchNorm:
+          mem(MemKernel::kBatchNormBwdWeights, outElems);
+          break;
+        case LayerKind::kLayerNorm:
+          mem(MemKernel::kLayerNormBwdWeights, outElems);
+          break;
+        case LayerKind::kEmbedding:
+          mem(MemKernel::kEmbeddingBwd, outElems);
+          break;
+        case LayerKind::kAttention: {
+          // Runs before bwd_data (as every layer's), so it carries the
+          // backward through the heads that both need, leaving dQKV:
+          //   dWo += dy C^T; dC = Wo^T dy; per head dP = dC^T V, dV = dC P;
+          //   dS = softmax'(dP); dQ = K dS^T, dK = Q dS; dWqkv += dQKV x^T.
+          const double heads = double(n) * l.spec.heads;
+          gemm(GemmOp::kNT, d, d, t, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBiasGrad, double(d) * double(t), double(n));
+          gemm(GemmOp::kTN, d, t, d, double(n));
+          gemm(GemmOp::kTN, t, t, dh, heads);
+          gemm(GemmOp::kNN, dh, t, t, heads);
+          mem(MemKernel::kAttnSoftmaxBwd, heads * double(t) * double(t));
+          gemm(GemmOp::kNT, dh, t, t, heads);
+          gemm(GemmOp::kNN, dh, t, t, heads);
+          gemm(GemmOp::kNT, 3 * d, d, t, double(n));
+          if (l.spec.bias)
+            mem(MemKernel::kBiasGrad, 3 * double(d) * double(t), double(n));
+          break;
+        }
+        default:
+          break;
+      }
+      break;
+  }
+  return calls;
+}
+
+std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, double examples,
+                                  int outputs, MemKernel update) {
+  STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
+  const Layer& l = net.layers[static_cast<size_t>(index)];
+  std::vector<KernelCall> calls;
+  if (l.kind == LayerKind::kConv && phase != Phase::kUpdate) {
+    // One cuDNN call per pass over the whole batch and every group, and the
+    // bias kernels of kernels/ (one launch each).
+    const int64_t n = std::max<int64_t>(1, std::llround(examples));
+    const int64_t area = int64_t{l.outShape.h} * l.outShape.w;
+    const int groups = std::max(1, l.spec.groups);
+    KernelCall c;
+    c.conv = true;
+    c.m = n * area;
+    c.n = l.spec.filters / groups;
+    c.k = int64_t{l.inShape.c / groups} * l.spec.kernelH * l.spec.kernelW;
+    c.count = groups;
+    auto bias = [&](MemKernel kernel) {
+      KernelCall b;
+      b.kernel = kernel;
+      b.units = double(n) * double(l.spec.filters) * double(area);
+      calls.push_back(b);
+    };
+    if (phase == Phase::kFwd) {
+      // The first reader of a value several layers read clears its gradient.
+      for (const auto& z : lowerCpu(net, index, phase, examples, outputs))
+        if (!z.gemm && z.kernel == MemKernel::kZero)
+          calls.push_back(z);
+      c.pass = ConvPass::kFwd;
+      calls.push_back(c);
+      if (l.spec.bias)
+        bias(MemKernel::kBias);
+    } else if (phase == Phase::kBwdData) {
+      c.pass = ConvPass::kBwdData;  // cuDNN applies beta: no zero fill
+      calls.push_back(c);
+    } else {
+      c.pass = ConvPass::kBwdFilter;
+      calls.push_back(c);
+      if (l.spec.bias)
+        bias(MemKernel::kBiasGrad);
+    }
+    return calls;
+  }
+  // Everything else calls what the CPU calls, but each kernel covers the
+  // whole batch in one launch, and applies beta itself: the zero fills before
+  // overwriting gradients go, except the Model's own clearing of a summed
+  // gradient in forward.
+  for (KernelCall c : lowerCpu(net, index, phase, examples, outputs, update)) {
+    if (!c.gemm) {
+      if (c.kernel == MemKernel::kZero && phase != Phase::kFwd)
+        continue;
+      c.units *= c.count;
+      c.count = 1;
+    }
+    calls.push_back(c);
+  }
+  return calls;
+}
+
+std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
+                              Phase phase, double examples, int outputs, MemKernel update) {
+  if (backend == "cuda")
+    return lowerCuda(network, index, phase, examples, outputs, update);
+  return lowerCpu(network, index, phase, examples, outputs, update);
+}
+
+}  // namespace strata

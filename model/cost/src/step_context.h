@@ -1,0 +1,146 @@
+// What the closed form's strategies share (cost/src/*.cpp): the context of
+// one evaluation, the per-worker tallies, and the building blocks of a step.
+// Private to strata::model_cost; each strategy's step lives in the file named
+// after it (data_parallel.cpp, param_server.cpp, weird_trick.cpp).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strata/model/collectives.h"
+#include "strata/model/compute_cost.h"
+#include "strata/model/estimate.h"
+#include "strata/model/topology.h"
+
+namespace strata::cost {
+
+// Everything one evaluation needs, computed once.
+struct Context {
+  const Network& net;
+  const Cluster& cluster;
+  const Scenario& sc;
+  Topology topo;
+  double e;             // bytes per element
+  FlopsPerSecond peak;  // for the element type
+  CommParams comm;
+  int k;
+  int b;
+  ComputeCosts costs;  // compute pricing (profile, kernel tables or roofline)
+  // Speeds of compute and communication while both run on a worker.
+  LaneSpeeds lanes;
+  Seconds handoff;  // a lane's wake-up when the other lane releases it
+
+  Context(const Network& n, const Cluster& c, const Scenario& s)
+      : net(n),
+        cluster(c),
+        sc(s),
+        topo(c, s.workers),
+        e(elementBytes(s.options.element)),
+        peak(c.device.peakFor(s.options.element, c.sourceFile)),
+        k(s.workers),
+        b(s.batchPerWorker),
+        costs(n, c, s.options.element, workersPerNode(c, s.workers), s.options.optimizer,
+              s.options.threadsPerWorker),
+        lanes(overlapSpeeds(c, topo, s.workers)),
+        handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
+    comm.segment = s.options.segment;
+    comm.gamma = 1.0 / c.device.reduceBandwidth.value();
+  }
+
+  Seconds time(const Layer& l, Phase p, double examples, double fraction) const {
+    return costs.layer(static_cast<int>(&l - net.layers.data()), p, examples, fraction);
+  }
+  Seconds update(double params) const { return costs.update(params); }
+};
+
+// Per-worker accumulators shared by all strategies.
+struct Tally {
+  PhaseTimes compute;
+  std::vector<double> sent, received;
+  Seconds communication;  // sum of collective durations
+  Seconds exposed;
+  Seconds worstCollective;
+  int bottleneckLink = -1;
+  bool bottleneckUp = true;
+  // Each gradient allreduce's algorithm and bytes (describeAllreduce).
+  std::vector<std::pair<std::string, double>> picks;
+
+  explicit Tally(int k)
+      : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
+
+  // Communication with the same bytes for every worker, added in bulk.
+  void addSymmetricBytes(double sentEach, double receivedEach) {
+    for (auto& x : sent)
+      x += sentEach;
+    for (auto& x : received)
+      x += receivedEach;
+  }
+  void addTime(Seconds time, const PatternCost& pattern) {
+    communication += time;
+    if (time > worstCollective && pattern.bottleneckLink >= 0) {
+      worstCollective = time;
+      bottleneckLink = pattern.bottleneckLink;
+      bottleneckUp = pattern.bottleneckUp;
+    }
+  }
+
+  void add(const CollectiveCost& c, double times = 1.0) {
+    for (size_t i = 0; i < sent.size(); ++i) {
+      sent[i] += c.sent[i] * times;
+      received[i] += c.received[i] * times;
+    }
+    communication += c.time * times;
+    if (c.time > worstCollective && c.bottleneckLink >= 0) {
+      worstCollective = c.time;
+      bottleneckLink = c.bottleneckLink;
+      bottleneckUp = c.bottleneckUp;
+    }
+  }
+};
+
+// Where a worker's communication and compute share its cores (CPU workers),
+// both slow down while both run: compute at `computeSpeed`, communication at
+// `commSpeed` of their speeds alone. A fluid schedule of one compute lane
+// (`compute` seconds of work alone) and one communication lane running jobs
+// in order, job j once compute has done ready[j] of its work and job j-1 is
+// over, each needing work[j] seconds alone. With both speeds 1 it is the
+// plain overlap max(compute, ready + work chained).
+struct LaneTimes {
+  Seconds computeEnd;     // wall time when compute finishes
+  Seconds end;            // wall time when the last job finishes (>= computeEnd)
+  Seconds communication;  // sum of the jobs' wall durations
+};
+
+LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
+                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed);
+
+// Forward of layers [first, last) on `examples` examples.
+Seconds forward(const Context& ctx, int first, int last, double examples, double fraction,
+                Tally& t);
+
+// Backprop of data-parallel layers [first, last) with their gradient
+// synchronisation. Gradients become ready layer by layer (bwd_weights runs
+// before bwd_data so the gradient leaves early). With overlap a communication
+// stream allreduces each bucket (strategy.h) as soon as its last gradient is
+// ready, one bucket after another, last layers first; without overlap one
+// allreduce of every gradient follows backprop. Returns the time from the
+// start of backprop until gradients are synced.
+Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgorithm algorithm,
+                         Tally& t);
+
+// Parameters of layers [first, last).
+double paramsIn(const Network& net, int first, int last);
+
+// One step of each strategy family: returns its period; sets the first
+// step's time and the steps played (ps plays several; the others one).
+using StepCost = Seconds (*)(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
+                             int& steps);
+Seconds dataParallelStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
+                         int& steps);  // data_parallel.cpp
+Seconds paramServerStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
+                        int& steps);  // param_server.cpp
+Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
+                       int& steps);  // weird_trick.cpp
+
+}  // namespace strata::cost

@@ -1,0 +1,157 @@
+// Kernel tables: what a compute backend's kernels cost on one device, measured
+// by `strata calibrate` independently of any network, and the lowering of a
+// layer phase into the kernels the backend really runs.
+//
+// A layer phase is priced as the sum of its kernel calls, each at the exact
+// shape the backend runs it: GEMMs from a grid of (m, n, k) per transpose
+// variant, memory-bound kernels (elementwise, pooling, LRN, softmax,
+// batchnorm, im2col/col2im, SGD, reduce-add) from a throughput-by-size table.
+// The CPU lowering (backend "cpu") mirrors executor/nn/src/cpu_kernels.cpp and
+// model.cpp call for call; a GPU backend fills the same tables from
+// cuBLAS/cuDNN and adds its own lowering (e.g. a convolution table).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/model/network.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+// C (m x n) = op(A) (m x k) * op(B) (k x n), row-major, as Eigen runs them:
+// nn: A * B; nt: A * B^T; tn: A^T * B.
+enum class GemmOp { kNN, kNT, kTN };
+inline constexpr GemmOp kAllGemmOps[] = {GemmOp::kNN, GemmOp::kNT, GemmOp::kTN};
+std::string_view toString(GemmOp op);
+
+// Memory-bound kernels; each table row counts the kernel's own unit per call
+// (docs/configs.md, "kernels"): elements of the tensor it produces, except
+// im2col/col2im (elements of the column matrix), pool forward (window reads:
+// output elements x window area) and sgd/reduce (parameters / elements summed).
+enum class MemKernel {
+  kIm2col,
+  kCol2im,
+  kZero,        // fill with 0 before an accumulating kernel (beta = 0)
+  kCopy,        // dst = src
+  kAccumulate,  // dst += src
+  kAdd,         // y = a + b
+  kBias,        // y += bias (per output channel)
+  kBiasGrad,    // dbias += sums of dy
+  kReluFwd,
+  kReluBwd,
+  kDropoutFwd,
+  kDropoutBwd,
+  kPoolMaxFwd,  // unit: window reads
+  kPoolMaxBwd,  // unit: input elements (zeroing dx, then scattering)
+  kPoolAvgFwd,  // unit: window reads
+  kPoolAvgBwd,  // unit: window reads
+  kLrnFwd,
+  kLrnBwd,
+  kSoftmaxFwd,  // statistics + probabilities
+  kSoftmaxBwd,  // loss + gradient
+  kBatchNormFwd,
+  kBatchNormBwdData,
+  kBatchNormBwdWeights,
+  kSgd,     // unit: parameters
+  kReduce,  // unit: elements summed into an accumulator (y += x)
+  // The window kernels above are timed with 3x3 windows, these with 2x2:
+  // a pooling layer's rate is interpolated by its window area between them.
+  kPoolMaxFwd2,
+  kPoolAvgFwd2,
+  kPoolAvgBwd2,
+  // Transformer layers (unit: elements of the tensor produced, except as noted).
+  kLayerNormFwd,
+  kLayerNormBwdData,
+  kLayerNormBwdWeights,  // unit: input elements read
+  kGeluFwd,
+  kGeluBwd,
+  kAttnSoftmaxFwd,  // scaled, causally masked softmax over attention scores; unit: scores
+  kAttnSoftmaxBwd,  // unit: scores
+  kEmbeddingFwd,    // gather of token (and position) vectors; unit: output elements
+  kEmbeddingBwd,    // scatter-add into the tables; unit: output elements
+  kAdam,            // unit: parameters
+};
+inline constexpr int kMemKernelCount = 38;
+std::string_view toString(MemKernel kernel);
+// Parses a config name ("relu_fwd"); false when unknown.
+bool parseMemKernel(std::string_view name, MemKernel& out);
+
+// Attained rate by size for one kernel: `rate[i]` units per second at
+// `units[i]` units per call (sizes increasing). Log-linear in between;
+// constant beyond the ends.
+struct SizeTable {
+  std::vector<double> units;
+  std::vector<double> rate;
+  bool empty() const { return units.empty(); }
+};
+
+// GEMM FLOP/s on a grid: the same increasing `dims` for m, n and k.
+struct GemmTable {
+  std::vector<int64_t> dims;
+  // rate[op][(im * D + in) * D + ik], FLOP/s.
+  std::array<std::vector<double>, 3> rate;
+  bool empty() const { return dims.empty(); }
+};
+
+// The three passes of a convolution as cuDNN runs them, each an implicit
+// GEMM over the unfolded input: forward Y (m x n) = X_col (m x k) W^T,
+// backward data dX_col (m x k) = dY (m x n) W, backward filter dW (n x k) =
+// dY^T X_col, with m = examples x output positions, n = filters per group,
+// k = input channels per group x kernel area.
+enum class ConvPass { kFwd, kBwdData, kBwdFilter };
+inline constexpr ConvPass kAllConvPasses[] = {ConvPass::kFwd, ConvPass::kBwdData,
+                                              ConvPass::kBwdFilter};
+std::string_view toString(ConvPass pass);  // fwd, bwd_data, bwd_filter
+
+struct KernelTables {
+  // "cpu": the lowering of executor/nn's CPU backend (lowerCpu); "cuda": of
+  // its CUDA backend (lowerCuda: cuDNN convolutions, cuBLAS GEMMs, kernels/).
+  std::string backend;
+  GemmTable gemm;
+  // cuda: FLOP/s of cuDNN's convolutions (3x3, stride 1, pad 1, the
+  // algorithm cuDNN finds fastest) on a grid of implicit-GEMM shapes, indexed
+  // by ConvPass instead of GemmOp. Empty: a convolution is priced as the GEMM
+  // of its implicit shape (fwd as nt, bwd_data as nn, bwd_filter as tn, as fc
+  // layers run them).
+  GemmTable conv;
+  std::array<SizeTable, kMemKernelCount> memory;
+  // Fixed cost of one layer-phase call around its kernels (the Model's
+  // bookkeeping: views, checks, buffer sizing), added once per phase.
+  Seconds callOverhead;
+  bool empty() const { return gemm.empty(); }
+
+  // Seconds of one GEMM call; sets *outside when a dimension lies beyond the
+  // grid (the rate is then the edge's).
+  Seconds gemmTime(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
+  // Seconds of one convolution pass of implicit-GEMM shape (m, n, k): from
+  // the conv table, or else the GEMM table (see `conv`).
+  Seconds convTime(ConvPass pass, double m, double n, double k, bool* outside = nullptr) const;
+  // Seconds of one call of a memory-bound kernel over `units` units.
+  Seconds memoryTime(MemKernel kernel, double units, bool* outside = nullptr) const;
+  // A pooling window kernel (timed at 3x3) for a window of `window` elements:
+  // interpolated by area between its 2x2 and 3x3 tables (*outside beyond).
+  Seconds windowTime(MemKernel kernel, double units, double window, bool* outside = nullptr) const;
+  // Rate at a size (interpolated), for tests and printing.
+  double gemmRate(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
+  double memoryRate(MemKernel kernel, double units, bool* outside = nullptr) const;
+};
+
+// One kernel call of a lowered layer phase, `count` times.
+struct KernelCall {
+  bool gemm = false;
+  GemmOp op = GemmOp::kNN;
+  bool conv = false;  // a cuDNN convolution pass (m, n, k: its implicit GEMM)
+  ConvPass pass = ConvPass::kFwd;
+  int64_t m = 0, n = 0, k = 0;  // GEMM shape
+  MemKernel kernel = MemKernel::kCopy;
+  double units = 0;   // memory kernel units per call
+  double window = 0;  // pooling window area (window kernels), else 0
+  double count = 1;
+};
+
+}  // namespace strata

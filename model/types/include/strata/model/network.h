@@ -1,0 +1,172 @@
+// Networks: layers, shapes, and per-example costs derived from the shapes.
+//
+// Every cost here is per example and independent of hardware: parameters,
+// FLOPs of fwd / bwd_data / bwd_weights, and the elements each phase reads and
+// writes. The formulas are in docs/cost-model.md; the cost model turns them
+// into time on a device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+// Appended kinds keep the earlier ones' indices (per-kind tables index by kind).
+enum class LayerKind {
+  kConv,
+  kPool,
+  kFc,
+  kRnn,
+  kRelu,
+  kLrn,
+  kDropout,
+  kBatchNorm,
+  kAdd,
+  kSoftmax,
+  kEmbedding,  // token ids -> vectors (plus learned positions), GPT-2 wte + wpe
+  kAttention,  // multi-head self-attention: QKV projection, scores, softmax, context, output
+  kLayerNorm,  // normalisation over the channels of each position (Ba et al. 2016)
+  kGelu,       // GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2)
+};
+inline constexpr int kLayerKindCount = 14;
+inline constexpr LayerKind kAllLayerKinds[] = {
+    LayerKind::kConv,      LayerKind::kPool,    LayerKind::kFc,        LayerKind::kRnn,
+    LayerKind::kRelu,      LayerKind::kLrn,     LayerKind::kDropout,   LayerKind::kBatchNorm,
+    LayerKind::kAdd,       LayerKind::kSoftmax, LayerKind::kEmbedding, LayerKind::kAttention,
+    LayerKind::kLayerNorm, LayerKind::kGelu};
+
+// Lower-case config name of a kind ("conv", "batchnorm").
+std::string_view toString(LayerKind kind);
+// Every kind's config name in kAllLayerKinds order, comma-separated (for
+// messages that list them).
+std::string layerKindNames();
+
+// The phases of one layer in one training step (DESIGN.md vocabulary).
+enum class Phase { kFwd, kBwdData, kBwdWeights, kUpdate };
+std::string_view toString(Phase phase);
+
+enum class PoolMode { kMax, kAvg };
+enum class RnnCell { kVanilla, kGru, kLstm };
+
+// Channels x height x width of one example's tensor.
+struct Shape {
+  int c = 0;
+  int h = 0;
+  int w = 0;
+  int64_t elements() const { return int64_t{c} * h * w; }
+  bool operator==(const Shape&) const = default;
+};
+
+// The kind-specific settings of a layer; only the fields of its kind are used.
+struct LayerSpec {
+  // conv / pool
+  int filters = 0;
+  int kernelH = 0;
+  int kernelW = 0;
+  int stride = 1;
+  int pad = 0;
+  int groups = 1;
+  PoolMode poolMode = PoolMode::kMax;
+  bool global = false;
+  // conv / fc / rnn
+  bool bias = true;
+  // fc
+  int outputs = 0;
+  bool flatten = true;
+  // rnn
+  int hidden = 0;
+  RnnCell cell = RnnCell::kVanilla;
+  // lrn / dropout
+  int lrnSize = 5;
+  double dropoutRate = 0.5;
+  // embedding: a table of `vocab` vectors of `outputs` features, plus (when
+  // positions > 0) a learned table of `positions` position vectors added to
+  // them; the input is one token id per position (1 x T x 1).
+  int vocab = 0;
+  int positions = 0;
+  // attention: heads (dividing the channels); causal masks future positions.
+  int heads = 0;
+  bool causal = true;
+  // fc (flatten: false) tied to an embedding: its weights are that layer's
+  // token table (vocab x features), shared, so the fc holds no parameters
+  // of its own (GPT-2's output layer). -1: not tied.
+  int tiedTo = -1;
+};
+
+// One layer with its derived per-example costs.
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::kRelu;
+  LayerSpec spec;
+  std::vector<int> inputs;  // indices of the layers read; -1 is the network input
+  int configLine = 0;       // line of the layer in its config file
+
+  Shape inShape;   // shape of the (first) input
+  Shape outShape;  // shape of the output
+
+  int64_t params = 0;          // weights + biases (trainable)
+  double fwdFlops = 0;         // per example
+  double bwdDataFlops = 0;     // per example
+  double bwdWeightsFlops = 0;  // per example
+  // Elements read + written per example by each phase, weights excluded.
+  double fwdElems = 0;
+  double bwdDataElems = 0;
+  double bwdWeightsElems = 0;
+  // Elements per example kept for the backward pass besides the output
+  // (attention: Q, K, V, the probabilities and the context).
+  double savedElems = 0;
+
+  bool readsNetworkInput() const;
+  bool hasWeights() const { return params > 0; }
+  // Whether bwd_weights computes a gradient: a layer's own weights, or a
+  // tied fc's gradient of the embedding it shares weights with.
+  bool computesWeightGradient() const { return params > 0 || spec.tiedTo >= 0; }
+};
+
+// A network: input shape, layers in execution order, and the split point of
+// the owt-* strategies (layers from `modelParallelFrom` on run model-parallel).
+struct Network {
+  std::string name;
+  std::string description;
+  std::string sourceFile;
+  Shape input;
+  std::vector<Layer> layers;
+  int modelParallelFrom = -1;  // -1: no model-parallel part
+  // Why there is no model-parallel part (when modelParallelFrom is -1), for
+  // the message of an owt-* strategy: "no fc layer", "...".
+  std::string noModelParallelWhy;
+
+  int64_t totalParams() const;
+  double totalFwdFlops() const;
+  // Forward + backward (both parts) FLOPs per example.
+  double totalTrainFlops() const;
+  // Sums over layers of one kind (for the conv/FC split).
+  int64_t paramsOfKind(LayerKind kind) const;
+  double fwdFlopsOfKind(LayerKind kind) const;
+  // Index of a layer by name, -1 if absent.
+  int find(std::string_view layerName) const;
+};
+
+// Computes shapes and costs of `layer` given its input shapes; throws
+// ConfigError (file, layer's line, "layers[i].key") when the shape does not fit.
+void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std::string& file,
+                 int index);
+
+// The layer whose parameters receive layer `index`'s weight gradient: the
+// embedding a tied fc shares its table with, else the layer itself.
+inline int gradientOwner(const Network& network, int index) {
+  const int tied = network.layers[static_cast<size_t>(index)].spec.tiedTo;
+  return tied >= 0 ? tied : index;
+}
+
+// Why layers [from, end) cannot run model-parallel under owt-* (the first
+// must be an fc, the rest a chain, each layer reading the one before, and
+// no fc tied to an embedding); "" when they can.
+std::string modelParallelObstacle(const Network& network, int from);
+// Sets modelParallelFrom to the first fc from which the rest can run
+// model-parallel, or to -1 with noModelParallelWhy saying why none can.
+void findModelParallelPart(Network& network);
+
+}  // namespace strata

@@ -1,0 +1,309 @@
+// Parallelization strategies, their options, and the StepEstimate every engine
+// (model, simulator, executor) produces for one training step.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/model/allreduce_algorithm.h"
+#include "strata/model/cluster.h"
+#include "strata/model/network.h"
+#include "strata/model/units.h"
+
+namespace strata {
+
+// Canonical strategy names of DESIGN.md.
+enum class Strategy { kNaive, kRing, kOwtA, kOwtB, kOwtC, kPs };
+inline constexpr Strategy kAllStrategies[] = {Strategy::kNaive, Strategy::kRing, Strategy::kOwtA,
+                                              Strategy::kOwtB,  Strategy::kOwtC, Strategy::kPs};
+
+std::string_view toString(Strategy strategy);
+// Parses a canonical name; throws OptionError(option) listing the valid names.
+Strategy parseStrategy(std::string_view text, const std::string& option);
+// Parses a comma-separated list or "all".
+std::vector<Strategy> parseStrategies(std::string_view text, const std::string& option);
+bool isModelParallel(Strategy strategy);  // owt-a, owt-b, owt-c
+
+// When the model-parallel FC layers of owt-b/owt-c update their weights.
+enum class FcUpdate { kStep, kRound };
+std::string_view toString(FcUpdate update);
+FcUpdate parseFcUpdate(std::string_view text, const std::string& option);
+
+// ps: which waiting bucket the parameter server serves first when its
+// communication thread frees (mshadow-ps serves the bigger priority number
+// first). first-needed: the bucket holding the earliest layers, which the
+// next forward reaches first (the seed's default); fifo: the one whose
+// gradients were ready first; last-ready: the one ready last.
+enum class PsPriority { kFirstNeeded, kFifo, kLastReady };
+std::string_view toString(PsPriority priority);
+PsPriority parsePsPriority(std::string_view text, const std::string& option);
+
+// The weight update: plain SGD (w -= lr g), SGD with momentum (one velocity v
+// per parameter, the executor's and the default), or Adam (Kingma and Ba
+// 2015: two moments m, v per parameter).
+enum class Optimizer { kSgd, kMomentum, kAdam };
+std::string_view toString(Optimizer optimizer);
+Optimizer parseOptimizer(std::string_view text, const std::string& option);
+// State tensors the optimizer keeps per parameter: 0 (sgd), 1 (momentum), 2
+// (adam).
+double optimizerStatesPerParam(Optimizer optimizer);
+
+// The most steps a ps worker may run ahead of its pulls (--staleness).
+inline constexpr int kMaxStaleness = 16;
+// The most dedicated ps server nodes (--ps-servers).
+inline constexpr int kMaxPsServers = 1024;
+
+struct StrategyOptions {
+  // Overlap gradient communication with backprop (layer by layer, last first).
+  bool overlap = true;
+  // owt-b/owt-c: update the FC layers after every round (batch b) or once per
+  // step (batch K b). owt-a always updates per step.
+  FcUpdate fcUpdate = FcUpdate::kStep;
+  // Pipelining granularity of segmented transfers; 4 MiB is NCCL's default
+  // NCCL_BUFFSIZE (NCCL environment-variable documentation). 0: unsegmented.
+  Bytes segment = Bytes(4.0 * 1024 * 1024);
+  ElementType element = ElementType::kFp32;
+  // The update rule: what the optimizer holds per parameter (memory) and
+  // what the update reads and writes (its time).
+  Optimizer optimizer = Optimizer::kMomentum;
+  // With overlap, gradients are synchronised in buckets of consecutive layers
+  // (in backprop order) of at least this many bytes, each bucket as soon as
+  // its last gradient is ready. 25 MiB is PyTorch DDP's default
+  // bucket_cap_mb (torch.nn.parallel.DistributedDataParallel documentation).
+  // 0: one bucket per layer.
+  Bytes bucket = Bytes(25.0 * 1024 * 1024);
+  // Conv-gradient synchronisation of owt-* (conv_sync, --conv-sync):
+  // Krizhevsky's scheme is `direct` (arXiv:1404.5997 section 3: each worker
+  // reduces and broadcasts its 1/K of every gradient matrix).
+  AllreduceAlgorithm convSync = AllreduceAlgorithm::kDirect;
+  // The ring strategy's gradient allreduce (allreduce, --allreduce): the Baidu ring by
+  // default; hierarchical, tree, halving-doubling, direct forced; auto: per
+  // bucket, the one with the least predicted time (chooseAllreduce).
+  AllreduceAlgorithm gradientSync = AllreduceAlgorithm::kRing;
+  // ps: the order the server serves waiting buckets in.
+  PsPriority psPriority = PsPriority::kFirstNeeded;
+  // ps: where the servers are. 0: sharded over the workers (worker j serves
+  // chunk j of every key); N > 0: N dedicated server nodes, placed on the
+  // cluster's devices after the K workers' (the parameter-server deployment):
+  // server j holds chunk j of N, receives every worker's chunk, sums, updates
+  // and sends it back.
+  int psServers = 0;
+  // ps: 0: one level, every worker pushes to the servers. G > 0: two levels
+  // (the mshadow-ps guide's layout) over nodes of G consecutive workers: a
+  // node's workers first sum into its leader (its first worker, level 1),
+  // the leaders are the servers, sharded (level 2), and each leader returns
+  // the new weights to its node. G is normally the cluster's workers per node.
+  int psNode = 0;
+  // ps: bounded staleness S. Step s's forward of a layer waits for the pull
+  // of its weights from step s-1-S (0: from the step before, synchronous SGD).
+  int staleness = 0;
+  // CPU workers: threads of each worker's kernels (--threads-per-worker).
+  // On a CPU cluster a device is a core, so a worker with T threads keeps T
+  // cores busy: its compute is priced at T times the per-core speed with
+  // (workers on the node) x T cores busy (DeviceSpec::sharingSpeed), as if
+  // every kernel split perfectly (docs/cost-model.md, "Threads per worker").
+  int threadsPerWorker = 1;
+};
+
+// The most threads one worker's kernels may use (--threads-per-worker).
+inline constexpr int kMaxThreadsPerWorker = 256;
+// Throws OptionError("--threads-per-worker") unless 1 <= threads <= kMaxThreadsPerWorker.
+void checkThreadsPerWorker(int threads);
+
+// ---- which strategies use which option: the one rule -------------------------
+// Every option a user sets, on the command line or in a file, must change what
+// runs: an option that every strategy asked for would ignore is a mistake
+// (exit 2), never a silent no-op. Front ends record which options were given
+// and ask optionUnused once the strategies are known.
+enum class OptionKey {
+  kOverlap,
+  kFcUpdate,
+  kSegment,
+  kBucket,
+  kElement,
+  kOptimizer,
+  kAllreduce,
+  kConvSync,
+  kPsPriority,
+  kStaleness,
+  kPsServers,
+  kPsNode,
+  kThreadsPerWorker,
+};
+inline constexpr OptionKey kAllOptionKeys[] = {
+    OptionKey::kOverlap,         OptionKey::kFcUpdate,  OptionKey::kSegment,   OptionKey::kBucket,
+    OptionKey::kElement,         OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
+    OptionKey::kPsPriority,      OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode,
+    OptionKey::kThreadsPerWorker};
+
+// The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
+std::string_view optionFlag(OptionKey key);
+std::string_view optionFileKey(OptionKey key);
+
+// Why `strategy` with options `o` ignores `key` ("applies to ps only"), or ""
+// when it uses it.
+std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOptions& o);
+
+// The first of `given` that none of `strategies` uses, with the reason, or
+// nullopt. The reason names where the option applies and the strategies
+// asked for, e.g. "applies to ps only; the strategies asked for are ring".
+struct UnusedOption {
+  OptionKey key;
+  std::string why;
+};
+std::optional<UnusedOption> optionUnused(const std::vector<OptionKey>& given,
+                                         const std::vector<Strategy>& strategies,
+                                         const StrategyOptions& o);
+
+// Throws OptionError naming the first repeated item of `items` (strategy
+// names, networks, files...), e.g. "--strategies: lists 'ring' twice in
+// 'ring,ring'": a list names each thing once, never prints it twice or merges
+// it silently. `text` is the list as written, quoted in the message.
+void refuseRepeats(const std::vector<std::string>& items, const std::string& option,
+                   std::string_view text);
+
+// A group of consecutive layers whose gradients are synchronised together.
+struct GradientBucket {
+  int firstLayer = 0;  // lowest layer index: its gradient is the last one ready
+  int lastLayer = 0;
+  double params = 0;
+};
+
+// The buckets of data-parallel layers [first, last) in the order they are
+// synchronised (last layers first): all of them in one bucket without
+// overlap, else consecutive layers with weights until a bucket holds at least
+// `options.bucket` bytes.
+std::vector<GradientBucket> gradientBuckets(const Network& network, int first, int last,
+                                            const StrategyOptions& options);
+
+// ps: what is pushed and pulled as one key. mshadow-ps keys are layers, so
+// ps ignores the bucket size: one key per layer with weights with overlap,
+// one key for every layer without.
+std::vector<GradientBucket> psKeys(const Network& network, const StrategyOptions& options);
+
+// One question: this network on this cluster with this strategy and K workers
+// of b examples each.
+struct Scenario {
+  Strategy strategy = Strategy::kRing;
+  int workers = 1;
+  int batchPerWorker = 128;
+  StrategyOptions options;
+};
+
+// Ranks after the workers that `scenario`'s dedicated ps servers take
+// (--ps-servers; 0 for other strategies and for ps on one worker, which
+// has nothing to push).
+inline int psServerRanks(const Scenario& scenario) {
+  return scenario.strategy == Strategy::kPs && scenario.workers > 1 ? scenario.options.psServers
+                                                                    : 0;
+}
+
+// The gradient allreduce of naive (the naive reducer) and ring
+// (options.gradientSync).
+inline AllreduceAlgorithm gradientAllreduce(const Scenario& scenario) {
+  return scenario.strategy == Strategy::kNaive ? AllreduceAlgorithm::kNaive
+                                               : scenario.options.gradientSync;
+}
+
+// The allreduce that `scenario`'s strategy synchronises its data-parallel
+// gradients with: the naive reducer for naive, options.gradientSync for ring,
+// options.convSync (conv layers) for owt-*; nullopt for ps (push and pull).
+inline std::optional<AllreduceAlgorithm> syncAllreduce(const Scenario& scenario) {
+  if (scenario.strategy == Strategy::kPs)
+    return std::nullopt;
+  return isModelParallel(scenario.strategy) ? scenario.options.convSync
+                                            : gradientAllreduce(scenario);
+}
+
+// Time per phase of the compute stream.
+struct PhaseTimes {
+  Seconds fwd;
+  Seconds bwdData;
+  Seconds bwdWeights;
+  Seconds update;
+  Seconds total() const { return fwd + bwdData + bwdWeights + update; }
+};
+
+// Peak memory of one worker, by what it holds.
+struct MemoryUse {
+  Bytes weights;
+  Bytes gradients;
+  Bytes optimizer;    // momentum
+  Bytes activations;  // saved for backward
+  Bytes buffers;      // communication staging
+  Bytes total() const { return weights + gradients + optimizer + activations + buffers; }
+};
+
+struct WorkerEstimate {
+  int rank = 0;
+  PhaseTimes compute;
+  // Time this worker's communication keeps a link busy (its collectives'
+  // durations, summed), and the part of it not hidden behind compute.
+  Seconds communication;
+  Seconds exposedCommunication;
+  Seconds idle;  // step - compute - exposed communication
+  Bytes sent;
+  Bytes received;
+  MemoryUse memory;
+};
+
+// owt-* only: the rounds of the FC phase.
+struct RoundInfo {
+  int rounds = 0;
+  int batchPerRound = 0;    // examples in one round's FC batch
+  Seconds transfer;         // activations in, per round
+  Seconds compute;          // FC fwd + bwd compute, per round
+  Seconds innerComm;        // exchanges between model-parallel layers, per round
+  Seconds gradientReturn;   // activation gradients back to their owners, per round
+  int hiddenTransfers = 0;  // activation transfers hidden behind FC compute
+  Bytes egressPerRound;     // activation bytes leaving the busiest worker per round
+};
+
+// A whole training run (predict and simulate: --steps, or --epochs over a
+// --dataset of examples): its length in steps and its time.
+struct TrainingRun {
+  double steps = 0;          // optimizer steps in the run; 0: no run asked
+  double epochs = 0;         // 0 when the run was given in steps
+  double dataset = 0;        // examples in the dataset (0 with steps)
+  double stepsPerEpoch = 0;  // ceil(dataset / global batch) (0 with steps)
+  // firstStep + (steps - 1) x step: steps x step where steps synchronise,
+  // the first step and then the steady period for ps.
+  Seconds time;
+};
+
+struct StepEstimate {
+  std::string engine = "model";
+  std::string network;
+  std::string cluster;
+  Scenario scenario;
+  Seconds step;
+  std::vector<WorkerEstimate> workers;
+  // Examples per second over all workers (K b / step).
+  double throughput = 0;
+  Seconds singleWorkerStep;  // same network, one worker, b examples, no communication
+  double speedup = 0;        // throughput / single-worker throughput
+  double efficiency = 0;     // speedup / K
+  std::string bottleneck;    // the link limiting the costliest communication
+  // The gradient allreduce of naive and ring (describeAllreduce: with auto,
+  // what it picked per bucket); "" for the other strategies.
+  std::string allreduce;
+  // How compute was priced (profile, kernel tables, roofline), with the
+  // kernel shapes that fell outside the tables' grid; "" for the executor.
+  std::string computeSource;
+  bool fitsInMemory = true;  // peak memory of every worker <= device capacity
+  RoundInfo rounds;
+  // ps runs steps back to back (the next forward waits only for its layers'
+  // pulls): `step` is then the steady-state period and `firstStep` the first
+  // step alone, from its start until its last pull lands; `steadySteps` is
+  // how many steps were played to reach the period (model, simulator) or run
+  // (executor). The other strategies synchronise before the next step:
+  // firstStep = step and steadySteps = 1.
+  Seconds firstStep;
+  int steadySteps = 1;
+  // Set by the CLI when a training run was asked (training.steps > 0).
+  TrainingRun training;
+};
+
+}  // namespace strata

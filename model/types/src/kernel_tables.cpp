@@ -1,0 +1,185 @@
+#include <algorithm>
+#include <cmath>
+
+#include "strata/model/error.h"
+#include "strata/model/kernels.h"
+
+namespace strata {
+
+std::string_view toString(GemmOp op) {
+  switch (op) {
+    case GemmOp::kNN:
+      return "nn";
+    case GemmOp::kNT:
+      return "nt";
+    case GemmOp::kTN:
+      return "tn";
+  }
+  return "?";
+}
+
+std::string_view toString(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kFwd:
+      return "fwd";
+    case ConvPass::kBwdData:
+      return "bwd_data";
+    case ConvPass::kBwdFilter:
+      return "bwd_filter";
+  }
+  return "?";
+}
+
+namespace {
+
+// clang-format off
+constexpr std::string_view kMemNames[kMemKernelCount] = {
+    "im2col",        "col2im",             "zero",                  "copy",         "accumulate",
+    "add",           "bias",               "bias_grad",             "relu_fwd",     "relu_bwd",
+    "dropout_fwd",   "dropout_bwd",        "pool_max_fwd",          "pool_max_bwd", "pool_avg_fwd",
+    "pool_avg_bwd",  "lrn_fwd",            "lrn_bwd",               "softmax_fwd",  "softmax_bwd",
+    "batchnorm_fwd", "batchnorm_bwd_data", "batchnorm_bwd_weights", "sgd",          "reduce",
+    "pool_max_fwd_2x2", "pool_avg_fwd_2x2", "pool_avg_bwd_2x2",
+    "layernorm_fwd", "layernorm_bwd_data", "layernorm_bwd_weights", "gelu_fwd",     "gelu_bwd",
+    "attn_softmax_fwd", "attn_softmax_bwd", "embedding_fwd",        "embedding_bwd", "adam"};
+// clang-format on
+
+// Position of x among increasing grid values, in log space: index i and
+// weight t of grid[i + 1] (t in [0, 1]); *outside when x lies beyond an end.
+std::pair<size_t, double> locate(const std::vector<double>& logGrid, double x, bool* outside) {
+  const double lx = std::log(std::max(x, 1e-300));
+  const size_t n = logGrid.size();
+  if (n == 1) {
+    if (outside && std::fabs(lx - logGrid[0]) > 1e-9)
+      *outside = true;
+    return {0, 0.0};
+  }
+  if (lx <= logGrid.front()) {
+    if (outside && lx < logGrid.front() - 1e-9)
+      *outside = true;
+    return {0, 0.0};
+  }
+  if (lx >= logGrid.back()) {
+    if (outside && lx > logGrid.back() + 1e-9)
+      *outside = true;
+    return {n - 2, 1.0};
+  }
+  const size_t i =
+      static_cast<size_t>(std::upper_bound(logGrid.begin(), logGrid.end(), lx) - logGrid.begin()) -
+      1;
+  return {i, (lx - logGrid[i]) / (logGrid[i + 1] - logGrid[i])};
+}
+
+std::vector<double> logsOf(const std::vector<double>& v) {
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (double x : v)
+    out.push_back(std::log(x));
+  return out;
+}
+
+}  // namespace
+
+std::string_view toString(MemKernel kernel) {
+  return kMemNames[static_cast<size_t>(kernel)];
+}
+
+bool parseMemKernel(std::string_view name, MemKernel& out) {
+  for (int i = 0; i < kMemKernelCount; ++i)
+    if (kMemNames[i] == name) {
+      out = static_cast<MemKernel>(i);
+      return true;
+    }
+  return false;
+}
+
+namespace {
+
+// Rate of table `which` of a grid at (m, n, k): trilinear in log size.
+double gridRate(const GemmTable& table, size_t which, double m, double n, double k, bool* outside) {
+  STRATA_ENFORCE(!table.empty());
+  std::vector<double> grid(table.dims.begin(), table.dims.end());
+  const auto lg = logsOf(grid);
+  const auto [im, tm] = locate(lg, m, outside);
+  const auto [in, tn] = locate(lg, n, outside);
+  const auto [ik, tk] = locate(lg, k, outside);
+  const size_t d = table.dims.size();
+  const auto& r = table.rate[which];
+  auto at = [&](size_t a, size_t b, size_t c) {
+    return r[(std::min(a, d - 1) * d + std::min(b, d - 1)) * d + std::min(c, d - 1)];
+  };
+  double sum = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 2; ++c) {
+        const double w = (a ? tm : 1 - tm) * (b ? tn : 1 - tn) * (c ? tk : 1 - tk);
+        if (w > 0)
+          sum += w * at(im + size_t(a), in + size_t(b), ik + size_t(c));
+      }
+  return sum;
+}
+
+}  // namespace
+
+double KernelTables::gemmRate(GemmOp op, double m, double n, double k, bool* outside) const {
+  return gridRate(gemm, static_cast<size_t>(op), m, n, k, outside);
+}
+
+Seconds KernelTables::convTime(ConvPass pass, double m, double n, double k, bool* outside) const {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return Seconds(0);
+  if (!conv.empty())
+    return Seconds(2.0 * m * n * k / gridRate(conv, static_cast<size_t>(pass), m, n, k, outside));
+  // The implicit GEMM as an fc layer's phase runs it.
+  switch (pass) {
+    case ConvPass::kFwd:
+      return gemmTime(GemmOp::kNT, m, n, k, outside);
+    case ConvPass::kBwdData:
+      return gemmTime(GemmOp::kNN, m, k, n, outside);
+    case ConvPass::kBwdFilter:
+      return gemmTime(GemmOp::kTN, n, k, m, outside);
+  }
+  return Seconds(0);
+}
+
+Seconds KernelTables::gemmTime(GemmOp op, double m, double n, double k, bool* outside) const {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return Seconds(0);
+  return Seconds(2.0 * m * n * k / gemmRate(op, m, n, k, outside));
+}
+
+double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside) const {
+  const auto& t = memory[static_cast<size_t>(kernel)];
+  STRATA_ENFORCE(!t.empty());
+  const auto [i, w] = locate(logsOf(t.units), units, outside);
+  if (t.units.size() == 1)
+    return t.rate[0];
+  // On a size point (or clamped to an end) the table's own figure, exactly.
+  if (w <= 0)
+    return t.rate[i];
+  if (w >= 1)
+    return t.rate[i + 1];
+  // Interpolate time per unit (the reciprocal of the rate) in log size.
+  return 1.0 / ((1 - w) / t.rate[i] + w / t.rate[i + 1]);
+}
+
+Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside) const {
+  if (units <= 0)
+    return Seconds(0);
+  return Seconds(units / memoryRate(kernel, units, outside));
+}
+
+Seconds KernelTables::windowTime(MemKernel kernel, double units, double window,
+                                 bool* outside) const {
+  const MemKernel small = kernel == MemKernel::kPoolMaxFwd   ? MemKernel::kPoolMaxFwd2
+                          : kernel == MemKernel::kPoolAvgFwd ? MemKernel::kPoolAvgFwd2
+                                                             : MemKernel::kPoolAvgBwd2;
+  if (memory[static_cast<size_t>(small)].empty())
+    return memoryTime(kernel, units, outside);
+  if (outside && (window < 4 - 1e-9 || window > 9 + 1e-9))
+    *outside = true;
+  const double w = std::clamp((window - 4) / 5, 0.0, 1.0);
+  return memoryTime(small, units, outside) * (1 - w) + memoryTime(kernel, units, outside) * w;
+}
+
+}  // namespace strata
