@@ -1,6 +1,6 @@
 // Kernel tables (model/kernels.h): interpolation of hand-made tables against
 // closed forms, and the CPU lowering of layer phases into kernel calls,
-// computed by hand from executor/nn/src/cpu_kernels.cpp and model.cpp.
+// computed by hand from executor/nn/src/cpu_*.cpp and model_phases.cpp.
 #include "strata/model/kernels.h"
 
 #include <fmt/format.h>

@@ -1,10 +1,11 @@
-// Inside the CPU backend: the kernels of one instruction set. cpu_kernels.cpp
-// is compiled once per ISA the build supports, each time with STRATA_CPU_ISA
-// set to that ISA's namespace (cpu_baseline, cpu_avx2, cpu_avx512), its
-// compiler flags, and `Eigen` renamed (strata_eigen_<isa>). CMake then links
-// each copy into one relocatable object whose symbols are all local except
-// those of its own namespace, so an inline function or template that two
-// copies both instantiate (std::vector<float>'s members, say) is never shared
+// Inside the CPU backend: the kernels of one instruction set. Their files
+// (cpu_kernels.cpp lists them) are compiled once per ISA the build supports,
+// each time with STRATA_CPU_ISA set to that ISA's namespace (cpu_baseline,
+// cpu_avx2, cpu_avx512), its compiler flags, and `Eigen` renamed
+// (strata_eigen_<isa>). CMake then links each ISA's objects into one
+// relocatable object whose symbols are all local except those of its own
+// namespace, so an inline function or template that two copies both
+// instantiate (std::vector<float>'s members, say) is never shared
 // between them: code built for AVX-512 cannot be reached from the baseline
 // path on a CPU without it. CpuBackend (cpu_backend.cpp) picks a table at
 // run time from the CPU's features.

@@ -3,9 +3,10 @@
 // over elements and a CUDA thread takes some of them; both call these
 // functions, so one element's value is computed by the same operations in
 // the same order on either side. Each function mirrors, operation for
-// operation, what CpuBackend (executor/nn/src/cpu_kernels.cpp) does for that
-// element: the order of a float sum, where a product is grouped, and whether
-// a value goes through float or double all decide the last bit.
+// operation, what CpuBackend (executor/nn/src/cpu_*.cpp, listed in
+// cpu_kernels.cpp) does for that element: the order of a float sum, where a
+// product is grouped, and whether a value goes through float or double all
+// decide the last bit.
 //
 // Two forms of `beta` exist in CpuBackend and are kept apart here:
 //  - blend(): dst = value (beta 0) or beta * dst + value, the kernels that

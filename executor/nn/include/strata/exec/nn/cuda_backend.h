@@ -219,7 +219,7 @@ class CudaBackend final : public Backend {
                    float learningRate, float momentum, float weightDecay) override;
 
  private:
-  struct Impl;  // the CUDA, cuBLAS and cuDNN objects (cuda_backend.cpp)
+  struct Impl;  // the CUDA, cuBLAS and cuDNN objects (src/cuda_internal.h)
 
   // Makes this backend's device current on the calling thread (workers may
   // call from threads that last used another device).

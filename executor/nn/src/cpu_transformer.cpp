@@ -1,0 +1,220 @@
+// The CPU kernels of one ISA (cpu_kernels.cpp): multi-head attention (its
+// GEMMs and softmax) and token embedding.
+#include <fmt/format.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "cpu_kernels.h"
+#include "shape_checks.h"
+#include "strata/model/error.h"
+
+namespace strata::nn::STRATA_CPU_ISA {
+
+// ---- attention -----------------------------------------------------------------
+//
+// One kernel call per line of model/src/kernels.cpp's lowering (kAttention):
+// per example the projections, per example and head the score and context
+// GEMMs, and one softmax over the scores of the whole batch, so the GEMMs
+// before it run over every example first.
+
+namespace {
+void checkAttention(const AttentionDesc& d, const Dims& x, const AttentionSaved& saved) {
+  STRATA_ENFORCE(d.heads > 0 && d.features % d.heads == 0);
+  STRATA_ENFORCE_OP(x.c, ==, d.features);
+  STRATA_ENFORCE_OP(int64_t{x.h} * x.w, ==, d.positions);
+  STRATA_ENFORCE_OP(saved.qkv.dims.n, ==, x.n);
+  STRATA_ENFORCE_OP(saved.qkv.dims.perExample(), ==, 3 * int64_t{d.features} * d.positions);
+  STRATA_ENFORCE_OP(saved.context.dims.n, ==, x.n);
+  STRATA_ENFORCE_OP(saved.context.dims.perExample(), ==, int64_t{d.features} * d.positions);
+  STRATA_ENFORCE(saved.probs != nullptr);
+}
+}  // namespace
+
+void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
+                               const float* bias, const AttentionSaved& saved, TensorView y) {
+  checkAttention(d, x.dims, saved);
+  checkSameDims(x.dims, y.dims);
+  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const float* wqkv = w;
+  const float* wo = w + 3 * int64_t{f} * f;
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* xn = x.data + n * ft;
+    float* qkv = saved.qkv.data + n * 3 * ft;
+    teamGemm(GemmOp::kNN, 3 * f, t, f, wqkv, xn, qkv, false);
+    if (bias)
+      biasAdd(qkv, bias, 3 * f, t);
+    for (int h = 0; h < d.heads; ++h)
+      teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + h * head,
+               saved.probs + (int64_t{n} * d.heads + h) * tt, false);
+  }
+  // Whole (example, head) score blocks of t rows per thread: a row's mask
+  // depends on its index mod t.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+                 [&](int64_t first, int64_t last) {
+                   attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt,
+                                      (last - first) * t, t, d.causal, scale);
+                 });
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* qkv = saved.qkv.data + n * 3 * ft;
+    float* context = saved.context.data + n * ft;
+    for (int h = 0; h < d.heads; ++h)
+      teamGemm(GemmOp::kNT, dh, t, t, qkv + 2 * ft + h * head,
+               saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
+    float* yn = y.data + n * ft;
+    teamGemm(GemmOp::kNN, f, t, f, wo, context, yn, false);
+    if (bias)
+      biasAdd(yn, bias + 3 * int64_t{f}, f, t);
+  }
+}
+
+void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x,
+                                       ConstTensorView dy, const float* w,
+                                       const AttentionSaved& saved, float* dw, float* dbias) {
+  checkAttention(d, x.dims, saved);
+  checkSameDims(x.dims, dy.dims);
+  STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
+  STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * x.dims.perExample());
+  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const float* wo = w + 3 * int64_t{f} * f;
+  float* dwqkv = dw;
+  float* dwo = dw + 3 * int64_t{f} * f;
+  dcontext_.resize(static_cast<size_t>(ft));
+  dprobs_.resize(static_cast<size_t>(int64_t{x.dims.n} * d.heads * tt));
+  float* dc = dcontext_.data();
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* dyn = dy.data + n * ft;
+    const float* qkv = saved.qkv.data + n * 3 * ft;
+    float* dqkv = saved.dqkv.data + n * 3 * ft;
+    teamGemm(GemmOp::kNT, f, f, t, dyn, saved.context.data + n * ft, dwo, true);
+    if (dbias)
+      biasGrad(dyn, dbias + 3 * int64_t{f}, f, t);
+    teamGemm(GemmOp::kTN, f, t, f, wo, dyn, dc, false);
+    for (int h = 0; h < d.heads; ++h) {
+      const int64_t at = (int64_t{n} * d.heads + h) * tt;
+      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + 2 * ft + h * head, dprobs_.data() + at,
+               false);
+      teamGemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + at, dqkv + 2 * ft + h * head,
+               false);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+                 [&](int64_t first, int64_t last) {
+                   attnSoftmaxBackward(saved.probs + first * tt, dprobs_.data() + first * tt,
+                                       dprobs_.data() + first * tt, (last - first) * t, t, scale);
+                 });
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* qkv = saved.qkv.data + n * 3 * ft;
+    float* dqkv = saved.dqkv.data + n * 3 * ft;
+    for (int h = 0; h < d.heads; ++h) {
+      const float* ds = dprobs_.data() + (int64_t{n} * d.heads + h) * tt;
+      teamGemm(GemmOp::kNT, dh, t, t, qkv + ft + h * head, ds, dqkv + h * head, false);
+      teamGemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + ft + h * head, false);
+    }
+    teamGemm(GemmOp::kNT, 3 * f, f, t, dqkv, x.data + n * ft, dwqkv, true);
+    if (dbias)
+      biasGrad(dqkv, dbias, 3 * f, t);
+  }
+}
+
+void CpuImpl::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
+                                    TensorView dx, float beta) {
+  STRATA_ENFORCE_OP(dqkv.dims.n, ==, dx.dims.n);
+  STRATA_ENFORCE_OP(dx.dims.c, ==, d.features);
+  STRATA_ENFORCE_OP(int64_t{dx.dims.h} * dx.dims.w, ==, d.positions);
+  STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, 3 * dx.dims.perExample());
+  const int f = d.features, t = d.positions;
+  const int64_t ft = int64_t{f} * t;
+  scaleForAccumulate(dx.data, dx.elements(), beta);
+  for (int n = 0; n < dx.dims.n; ++n)
+    teamGemm(GemmOp::kTN, f, t, 3 * f, w, dqkv.data + n * 3 * ft, dx.data + n * ft, true);
+}
+
+void CpuImpl::attnSoftmaxForward(const float* s, float* p, int64_t rows, int t, bool causal,
+                                 float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int keys = causal ? static_cast<int>(r % t) + 1 : t;
+    const auto in = Eigen::Map<const Eigen::ArrayXf>(s + r * t, keys);
+    auto out = Eigen::Map<Eigen::ArrayXf>(p + r * t, keys);
+    // Eigen's vectorised exp (std::exp is a scalar libm call).
+    const float mx = in.maxCoeff() * scale;
+    out = (in * scale - mx).exp();
+    out *= 1.0f / orderedSum(p + r * t, keys);
+    std::fill(p + r * t + keys, p + r * t + t, 0.0f);
+  }
+}
+
+void CpuImpl::attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
+                                  float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = p + r * t;
+    const float* g = dp + r * t;
+    float* out = ds + r * t;
+    float dot = 0;
+    for (int j = 0; j < t; ++j)
+      dot += g[j] * pr[j];
+    for (int j = 0; j < t; ++j)
+      out[j] = scale * pr[j] * (g[j] - dot);
+  }
+}
+
+// ---- embedding -----------------------------------------------------------------
+
+namespace {
+int tokenOf(const EmbeddingDesc& d, float id) {
+  const auto token = static_cast<int64_t>(id);
+  if (!(static_cast<float>(token) == id && token >= 0 && token < d.vocab))
+    throw UserError(
+        fmt::format("embedding: token id {} is not an integer in [0, {}) (the "
+                    "vocabulary)",
+                    id, d.vocab));
+  return static_cast<int>(token);
+}
+}  // namespace
+
+void CpuImpl::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
+                               TensorView y) {
+  STRATA_ENFORCE_OP(ids.dims.n, ==, y.dims.n);
+  STRATA_ENFORCE_OP(ids.dims.c, ==, 1);
+  STRATA_ENFORCE_OP(y.dims.c, ==, d.features);
+  const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
+  STRATA_ENFORCE_OP(int64_t{y.dims.h} * y.dims.w, ==, t);
+  const float* pos = d.positions ? table + int64_t{d.vocab} * d.features : nullptr;
+  for (int n = 0; n < ids.dims.n; ++n) {
+    float* out = y.data + n * y.dims.perExample();
+    for (int64_t p = 0; p < t; ++p) {
+      const float* row = table + int64_t{tokenOf(d, ids.data[n * t + p])} * d.features;
+      const float* at = pos ? pos + p * d.features : nullptr;
+      for (int c = 0; c < d.features; ++c)
+        out[c * t + p] = at ? row[c] + at[c] : row[c];
+    }
+  }
+}
+
+void CpuImpl::embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids,
+                                       ConstTensorView dy, float* dtable) {
+  STRATA_ENFORCE_OP(ids.dims.n, ==, dy.dims.n);
+  STRATA_ENFORCE_OP(dy.dims.c, ==, d.features);
+  const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
+  STRATA_ENFORCE_OP(int64_t{dy.dims.h} * dy.dims.w, ==, t);
+  float* dpos = d.positions ? dtable + int64_t{d.vocab} * d.features : nullptr;
+  for (int n = 0; n < ids.dims.n; ++n) {
+    const float* g = dy.data + n * dy.dims.perExample();
+    for (int64_t p = 0; p < t; ++p) {
+      float* row = dtable + int64_t{tokenOf(d, ids.data[n * t + p])} * d.features;
+      float* at = dpos ? dpos + p * d.features : nullptr;
+      for (int c = 0; c < d.features; ++c) {
+        row[c] += g[c * t + p];
+        if (at)
+          at[c] += g[c * t + p];
+      }
+    }
+  }
+}
+
+}  // namespace strata::nn::STRATA_CPU_ISA

@@ -1,0 +1,314 @@
+// The CUDA backend's convolutions (cuda_internal.h): cuDNN's legacy
+// convolution API, a plan of descriptors per shape, the algorithm of each
+// direction chosen once per shape, one workspace per backend.
+#include <cudnn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+
+#include "cuda_internal.h"
+#include "shape_checks.h"
+#include "strata/kernels/kernels.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+using namespace cuda_detail;
+
+namespace {
+
+ConvKey convKey(const ConvDesc& d, int n) {
+  return {d.inC,    d.inH, d.inW,    d.filters, d.kernelH, d.kernelW,
+          d.stride, d.pad, d.groups, d.outH,    d.outW,    n};
+}
+
+std::string convWhere(const ConvDesc& d, int n) {
+  return fmt::format("conv {}x{}x{}x{} stride {} pad {}{}, input {}x{}, batch {}", d.filters,
+                     d.inC / d.groups, d.kernelH, d.kernelW, d.stride, d.pad,
+                     d.groups > 1 ? fmt::format(" groups {}", d.groups) : std::string(), d.inH,
+                     d.inW, n);
+}
+
+const char* mathName(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor-op-allow-conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
+  }
+  return "?";
+}
+
+}  // namespace
+
+ConvPlan& CudaBackend::Impl::plan(const ConvDesc& d, int n) {
+  const ConvKey key = convKey(d, n);
+  if (auto it = plans.find(key); it != plans.end())
+    return it->second;
+  ConvPlan p;
+  p.where = convWhere(d, n);
+  check(cudnnCreateTensorDescriptor(p.x.out()), "cudnnCreateTensorDescriptor", p.where);
+  check(cudnnSetTensor4dDescriptor(p.x.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.inC, d.inH,
+                                   d.inW),
+        "cudnnSetTensor4dDescriptor (input)", p.where);
+  check(cudnnCreateTensorDescriptor(p.y.out()), "cudnnCreateTensorDescriptor", p.where);
+  check(cudnnSetTensor4dDescriptor(p.y.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.filters,
+                                   d.outH, d.outW),
+        "cudnnSetTensor4dDescriptor (output)", p.where);
+  check(cudnnCreateFilterDescriptor(p.w.out()), "cudnnCreateFilterDescriptor", p.where);
+  check(cudnnSetFilter4dDescriptor(p.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.filters,
+                                   d.inC / d.groups, d.kernelH, d.kernelW),
+        "cudnnSetFilter4dDescriptor", p.where);
+  check(cudnnCreateConvolutionDescriptor(p.conv.out()), "cudnnCreateConvolutionDescriptor",
+        p.where);
+  // Cross-correlation (no kernel flip), as CpuBackend and every framework.
+  check(cudnnSetConvolution2dDescriptor(p.conv.get(), d.pad, d.pad, d.stride, d.stride, 1, 1,
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        "cudnnSetConvolution2dDescriptor", p.where);
+  check(cudnnSetConvolutionGroupCount(p.conv.get(), d.groups), "cudnnSetConvolutionGroupCount",
+        p.where);
+  // cuDNN's output shape must be the one ConvDesc says (the same formula).
+  std::array<int, 4> out{};
+  check(cudnnGetConvolution2dForwardOutputDim(p.conv.get(), p.x.get(), p.w.get(), &out[0], &out[1],
+                                              &out[2], &out[3]),
+        "cudnnGetConvolution2dForwardOutputDim", p.where);
+  STRATA_ENFORCE_OP(out[1], ==, d.filters);
+  STRATA_ENFORCE_OP(out[2], ==, d.outH);
+  STRATA_ENFORCE_OP(out[3], ==, d.outW);
+  return plans.emplace(key, std::move(p)).first->second;
+}
+
+namespace {
+
+// Picks one direction's algorithm: asks cuDNN for its candidates (timed or
+// heuristic, best first) and keeps the first that succeeded, has the math
+// allowed (FMA only when TF32 is off: the search also tries the default
+// math, which may use TF32 on Ampere and later), still reports a workspace
+// size for its math and fits the workspace limit.
+//   search(count, &returned, perf) runs cudnnFind* or cudnnGet*_v7;
+//   workspaceOf(algo, &bytes) runs cudnnGet*WorkspaceSize.
+template <class Perf, class Search, class WorkspaceOf>
+ConvChoice chooseAlgorithm(const char* searchCall, cudnnConvolutionDescriptor_t conv,
+                           const CudaBackendOptions& options, const std::string& where,
+                           Search&& search, WorkspaceOf&& workspaceOf) {
+  constexpr int kMaxCandidates = 16;  // more than any direction has (8, 6, 7)
+  std::array<Perf, kMaxCandidates> perf{};
+  int returned = 0;
+  // The search runs with FMA math (plain FP32) unless TF32 is allowed, when
+  // the default math lets cuDNN use TF32 tensor cores; an earlier direction's
+  // choice may have left another math type on the descriptor.
+  check(cudnnSetConvolutionMathType(conv, options.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+        "cudnnSetConvolutionMathType", where);
+  check(search(kMaxCandidates, &returned, perf.data()), searchCall, where);
+  // The search may try algorithms that fail inside (e.g. out of memory for a
+  // large workspace) and leave that CUDA error behind, non-sticky, for the
+  // next launch check to blame on its own kernel; those failures are in the
+  // candidates' statuses.
+  static_cast<void>(cudaGetLastError());
+  std::string rejected;
+  for (int i = 0; i < returned; ++i) {
+    const Perf& p = perf[static_cast<size_t>(i)];
+    const auto note = [&](const std::string& why) {
+      rejected += fmt::format("{}algorithm {} ({} math): {}", rejected.empty() ? "" : "; ",
+                              static_cast<int>(p.algo), mathName(p.mathType), why);
+    };
+    if (p.status != CUDNN_STATUS_SUCCESS) {
+      note(cudnnGetErrorString(p.status));
+      continue;
+    }
+    if (!options.allowTf32 && p.mathType != CUDNN_FMA_MATH) {
+      note("not FMA math (TF32 is off)");
+      continue;
+    }
+    check(cudnnSetConvolutionMathType(conv, p.mathType), "cudnnSetConvolutionMathType", where);
+    size_t bytes = 0;
+    if (const cudnnStatus_t s = workspaceOf(p.algo, &bytes); s != CUDNN_STATUS_SUCCESS) {
+      note(fmt::format("workspace size: {}", cudnnGetErrorString(s)));
+      continue;
+    }
+    bytes = std::max(bytes, p.memory);
+    if (bytes > options.maxWorkspaceBytes) {
+      note(fmt::format("needs {} bytes of workspace (limit {})", bytes, options.maxWorkspaceBytes));
+      continue;
+    }
+    return {static_cast<int>(p.algo), p.mathType, bytes};
+  }
+  throw RunFailure(fmt::format("{} ({}): no usable algorithm among {} candidates{}{}", searchCall,
+                               where, returned, rejected.empty() ? "" : ": ", rejected));
+}
+
+}  // namespace
+
+const ConvChoice& CudaBackend::Impl::forward(ConvPlan& p) {
+  if (!p.forward) {
+    const auto workspaceOf = [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+      return cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), p.x.get(), p.w.get(),
+                                                     p.conv.get(), p.y.get(), a, bytes);
+    };
+    if (options.benchmarkConvolutions)
+      p.forward = chooseAlgorithm<cudnnConvolutionFwdAlgoPerf_t>(
+          "cudnnFindConvolutionForwardAlgorithm", p.conv.get(), options, p.where,
+          [&](int count, int* returned, cudnnConvolutionFwdAlgoPerf_t* perf) {
+            return cudnnFindConvolutionForwardAlgorithm(
+                cudnn.get(), p.x.get(), p.w.get(), p.conv.get(), p.y.get(), count, returned, perf);
+          },
+          workspaceOf);
+    else
+      p.forward = chooseAlgorithm<cudnnConvolutionFwdAlgoPerf_t>(
+          "cudnnGetConvolutionForwardAlgorithm_v7", p.conv.get(), options, p.where,
+          [&](int count, int* returned, cudnnConvolutionFwdAlgoPerf_t* perf) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(
+                cudnn.get(), p.x.get(), p.w.get(), p.conv.get(), p.y.get(), count, returned, perf);
+          },
+          workspaceOf);
+    growWorkspace(p.forward->workspace);
+  }
+  return *p.forward;
+}
+
+const ConvChoice& CudaBackend::Impl::backwardData(ConvPlan& p) {
+  if (!p.backwardData) {
+    const auto workspaceOf = [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn.get(), p.w.get(), p.y.get(),
+                                                          p.conv.get(), p.x.get(), a, bytes);
+    };
+    if (options.benchmarkConvolutions)
+      p.backwardData = chooseAlgorithm<cudnnConvolutionBwdDataAlgoPerf_t>(
+          "cudnnFindConvolutionBackwardDataAlgorithm", p.conv.get(), options, p.where,
+          [&](int count, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+            return cudnnFindConvolutionBackwardDataAlgorithm(
+                cudnn.get(), p.w.get(), p.y.get(), p.conv.get(), p.x.get(), count, returned, perf);
+          },
+          workspaceOf);
+    else
+      p.backwardData = chooseAlgorithm<cudnnConvolutionBwdDataAlgoPerf_t>(
+          "cudnnGetConvolutionBackwardDataAlgorithm_v7", p.conv.get(), options, p.where,
+          [&](int count, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                cudnn.get(), p.w.get(), p.y.get(), p.conv.get(), p.x.get(), count, returned, perf);
+          },
+          workspaceOf);
+    growWorkspace(p.backwardData->workspace);
+  }
+  return *p.backwardData;
+}
+
+const ConvChoice& CudaBackend::Impl::backwardFilter(ConvPlan& p) {
+  if (!p.backwardFilter) {
+    const auto workspaceOf = [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn.get(), p.x.get(), p.y.get(),
+                                                            p.conv.get(), p.w.get(), a, bytes);
+    };
+    if (options.benchmarkConvolutions)
+      p.backwardFilter = chooseAlgorithm<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          "cudnnFindConvolutionBackwardFilterAlgorithm", p.conv.get(), options, p.where,
+          [&](int count, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+            return cudnnFindConvolutionBackwardFilterAlgorithm(
+                cudnn.get(), p.x.get(), p.y.get(), p.conv.get(), p.w.get(), count, returned, perf);
+          },
+          workspaceOf);
+    else
+      p.backwardFilter = chooseAlgorithm<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7", p.conv.get(), options, p.where,
+          [&](int count, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                cudnn.get(), p.x.get(), p.y.get(), p.conv.get(), p.w.get(), count, returned, perf);
+          },
+          workspaceOf);
+    growWorkspace(p.backwardFilter->workspace);
+  }
+  return *p.backwardFilter;
+}
+
+void* CudaBackend::Impl::prepare(ConvPlan& p, const ConvChoice& c) {
+  check(cudnnSetConvolutionMathType(p.conv.get(), c.math), "cudnnSetConvolutionMathType", p.where);
+  return c.workspace > 0 ? workspace.get() : nullptr;
+}
+
+void CudaBackend::Impl::growWorkspace(size_t bytes) {
+  if (bytes <= workspaceBytes)
+    return;
+  // Kernels already enqueued may still use the old buffer.
+  check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+  workspace.reset();
+  workspaceBytes = 0;
+  check(cudaMalloc(workspace.out(), bytes), "cudaMalloc",
+        [&] { return fmt::format("cuDNN workspace of {} bytes", bytes); });
+  workspaceBytes = bytes;
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+
+void CudaBackend::convForward(const ConvDesc& d, ConstTensorView x, const float* w,
+                              const float* bias, TensorView y) {
+  checkConv(d, x.dims, y.dims);
+  if (x.dims.n == 0)
+    return;
+  activate();
+  Impl& m = *impl_;
+  ConvPlan& p = m.plan(d, x.dims.n);
+  const ConvChoice& c = m.forward(p);
+  void* ws = m.prepare(p, c);
+  check(cudnnConvolutionForward(m.cudnn.get(), &kOne, p.x.get(), x.data, p.w.get(), w, p.conv.get(),
+                                static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm), ws,
+                                c.workspace, &kZero, p.y.get(), y.data),
+        "cudnnConvolutionForward", p.where);
+  if (bias) {
+    launch("kernels::cuda::biasAdd", p.where, [&] {
+      kernels::cuda::biasAdd(y.data, bias, y.dims.n, d.filters, int64_t{d.outH} * d.outW,
+                             m.stream.get());
+    });
+  }
+}
+
+// cuDNN blends dx = 1 * result + beta * dx and does not read dx when beta
+// is 0 (it may hold NaN from an earlier batch), as the Backend requires.
+void CudaBackend::convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w,
+                                   TensorView dx, float beta) {
+  checkConv(d, dx.dims, dy.dims);
+  if (dy.dims.n == 0)
+    return;
+  activate();
+  Impl& m = *impl_;
+  ConvPlan& p = m.plan(d, dy.dims.n);
+  const ConvChoice& c = m.backwardData(p);
+  void* ws = m.prepare(p, c);
+  check(cudnnConvolutionBackwardData(m.cudnn.get(), &kOne, p.w.get(), w, p.y.get(), dy.data,
+                                     p.conv.get(),
+                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algorithm), ws,
+                                     c.workspace, &beta, p.x.get(), dx.data),
+        "cudnnConvolutionBackwardData", p.where);
+}
+
+// dw += (cuDNN's beta 1); dbias += by the project's kernel.
+void CudaBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTensorView dy,
+                                      float* dw, float* dbias) {
+  checkConv(d, x.dims, dy.dims);
+  if (x.dims.n == 0)
+    return;
+  activate();
+  Impl& m = *impl_;
+  ConvPlan& p = m.plan(d, x.dims.n);
+  const ConvChoice& c = m.backwardFilter(p);
+  void* ws = m.prepare(p, c);
+  check(cudnnConvolutionBackwardFilter(m.cudnn.get(), &kOne, p.x.get(), x.data, p.y.get(), dy.data,
+                                       p.conv.get(),
+                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm),
+                                       ws, c.workspace, &kOne, p.w.get(), dw),
+        "cudnnConvolutionBackwardFilter", p.where);
+  if (dbias) {
+    launch("kernels::cuda::biasGrad", p.where, [&] {
+      kernels::cuda::biasGrad(dy.data, dbias, dy.dims.n, d.filters, int64_t{d.outH} * d.outW,
+                              m.stream.get());
+    });
+  }
+}
+
+}  // namespace strata::nn

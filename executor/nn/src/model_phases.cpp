@@ -1,0 +1,399 @@
+// Model's layer phases (strata/exec/nn/model.h): forward, backward data and
+// weights, the optimiser's update and the gradients' zeroing, each a call of
+// the backend per layer; model.cpp builds the Model they run on.
+#include <algorithm>
+#include <span>
+
+#include "model_state.h"
+#include "strata/exec/nn/backend.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+
+namespace {
+
+ConvDesc convDesc(const Layer& l) {
+  ConvDesc d;
+  d.inC = l.inShape.c;
+  d.inH = l.inShape.h;
+  d.inW = l.inShape.w;
+  d.filters = l.spec.filters;
+  d.kernelH = l.spec.kernelH;
+  d.kernelW = l.spec.kernelW;
+  d.stride = l.spec.stride;
+  d.pad = l.spec.pad;
+  d.groups = l.spec.groups;
+  d.outH = l.outShape.h;
+  d.outW = l.outShape.w;
+  return d;
+}
+
+PoolDesc poolDesc(const Layer& l) {
+  PoolDesc d;
+  d.mode = l.spec.poolMode;
+  d.c = l.inShape.c;
+  d.inH = l.inShape.h;
+  d.inW = l.inShape.w;
+  // The same rules as deriveLayer: a global pool is one window over the map.
+  d.kernelH = l.spec.global ? l.inShape.h : l.spec.kernelH;
+  d.kernelW = l.spec.global ? l.inShape.w : l.spec.kernelW;
+  d.stride = l.spec.global ? 1 : l.spec.stride;
+  d.pad = l.spec.global ? 0 : l.spec.pad;
+  d.outH = l.outShape.h;
+  d.outW = l.outShape.w;
+  return d;
+}
+
+AttentionDesc attentionDesc(const Layer& l) {
+  return AttentionDesc{l.inShape.c, l.inShape.h * l.inShape.w, l.spec.heads, l.spec.causal};
+}
+
+EmbeddingDesc embeddingDesc(const Layer& l) {
+  return EmbeddingDesc{l.spec.vocab, l.spec.outputs, l.spec.positions > 0};
+}
+
+}  // namespace
+
+// ---- phases ---------------------------------------------------------------
+
+// Sizes the layer's buffers for its input's batch and clears, over the
+// range, the gradient buffers of inputs this layer is the first to read when
+// several layers will add into them.
+void Model::prepareForward(int layer, ExampleRange r) {
+  checkRange(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const int batch = inputOf(layer, 0).dims.n;
+  for (size_t k = 1; k < spec.inputs.size(); ++k)
+    STRATA_ENFORCE_OP(inputOf(layer, static_cast<int>(k)).dims.n, ==, batch);
+  const Dims outDims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
+  st.out.resize(outDims);
+  st.outGrad.resize(outDims);
+  if (st.sliced)
+    return;
+  for (int p : spec.inputs) {
+    if (p < 0) {
+      if (inputFirstReader_ != layer)
+        continue;
+      inputGrad_.resize(input_.dims());
+      if (inputReaders_ > 1)
+        backend_->fill(inputGrad_.examples(r).span(), 0.0f);
+    } else {
+      LayerState& producer = layers_[static_cast<size_t>(p)];
+      if (producer.firstReader == layer && producer.readers > 1) {
+        backend_->fill(producer.outGrad.examples(r).span(), 0.0f);
+      }
+    }
+  }
+}
+
+void Model::forward(int layer) {
+  forward(layer, {0, inputOf(layer, 0).dims.n});
+}
+
+void Model::forward(int layer, ExampleRange r) {
+  prepareForward(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  const float* w = params_.data() + b.offset;
+  const float* bias = b.bias > 0 ? w + b.weights : nullptr;
+  const ConstTensorView x = inputOf(layer, 0).examples(r);
+  const TensorView y = st.out.examples(r);
+  Backend& be = *backend_;
+  switch (spec.kind) {
+    case LayerKind::kConv:
+      be.convForward(convDesc(spec), x, w, bias, y);
+      break;
+    case LayerKind::kPool: {
+      const PoolDesc d = poolDesc(spec);
+      int32_t* argmax = nullptr;
+      if (d.mode == PoolMode::kMax) {
+        st.argmax.resize(static_cast<size_t>(st.out.elements()));
+        argmax = st.argmax.data() + r.begin * st.out.dims().perExample();
+      }
+      be.poolForward(d, x, y, argmax);
+      break;
+    }
+    case LayerKind::kFc:
+      be.fcForward(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
+                   params_.data() + weightOffset(layer), bias, y);
+      break;
+    case LayerKind::kRelu:
+      be.reluForward(x, y);
+      break;
+    case LayerKind::kDropout:
+      if (options_.dropout && spec.spec.dropoutRate > 0) {
+        be.dropoutForward(DropoutDesc{static_cast<float>(spec.spec.dropoutRate), options_.seed,
+                                      step_, layer, r.begin, st.slice.begin, spec.outShape.c},
+                          x, y);
+      } else {
+        be.accumulate(x, y, 0.0f);
+      }
+      break;
+    case LayerKind::kLrn: {
+      st.lrnScale.resize(st.out.dims());
+      LrnDesc d = options_.lrn;
+      d.size = spec.spec.lrnSize;
+      be.lrnForward(d, x, y, st.lrnScale.examples(r));
+      break;
+    }
+    case LayerKind::kBatchNorm:
+      be.batchNormForward(x, w, w + b.weights, options_.batchNormEps, y);
+      break;
+    case LayerKind::kAdd:
+      be.add(x, inputOf(layer, 1).examples(r), y);
+      for (size_t k = 2; k < spec.inputs.size(); ++k)
+        be.accumulate(inputOf(layer, static_cast<int>(k)).examples(r), y, 1.0f);
+      break;
+    case LayerKind::kSoftmax: {
+      const int64_t plane = int64_t{spec.inShape.h} * spec.inShape.w;
+      softmaxStats_.resize(static_cast<size_t>(2 * st.out.n() * plane));
+      float* stats = softmaxStats_.data() + 2 * r.begin * plane;
+      be.softmaxStats(x, stats);
+      be.softmaxProbabilities(x, stats, y);
+      break;
+    }
+    case LayerKind::kEmbedding:
+      be.embeddingForward(embeddingDesc(spec), x, w, y);
+      break;
+    case LayerKind::kAttention: {
+      const AttentionDesc d = attentionDesc(spec);
+      const Dims qkvDims{st.out.n(), 3 * d.features, spec.inShape.h, spec.inShape.w};
+      st.qkv.resize(qkvDims);
+      st.dqkv.resize(qkvDims);
+      st.context.resize(st.out.dims());
+      st.probs.resize(
+          static_cast<size_t>(int64_t{st.out.n()} * d.heads * d.positions * d.positions));
+      be.attentionForward(d, x, w, bias, attentionSaved(layer, r), y);
+      break;
+    }
+    case LayerKind::kLayerNorm:
+      be.layerNormForward(x, w, w + b.weights, options_.layerNormEps, y);
+      break;
+    case LayerKind::kGelu:
+      be.geluForward(x, y);
+      break;
+    case LayerKind::kRnn:
+      break;  // rejected by the constructor
+  }
+}
+
+int64_t Model::weightOffset(int layer) const {
+  return blocks_[static_cast<size_t>(gradientOwner(network_, layer))].offset;
+}
+
+AttentionSaved Model::attentionSaved(int layer, ExampleRange r) {
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  const int64_t t = int64_t{spec.inShape.h} * spec.inShape.w;
+  STRATA_ENFORCE_OP(st.qkv.n(), ==, st.out.n());
+  return AttentionSaved{st.qkv.examples(r), st.probs.data() + r.begin * spec.spec.heads * t * t,
+                        st.context.examples(r), st.dqkv.examples(r)};
+}
+
+void Model::backwardData(int layer) {
+  backwardData(layer, {0, inputOf(layer, 0).dims.n});
+}
+
+void Model::backwardData(int layer, ExampleRange r) {
+  checkRange(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);  // forward ran on this batch
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  const float* w = params_.data() + b.offset;
+  if (st.sliced)
+    st.exchangeInGrad.resize(st.exchangeIn.dims());
+  const ConstTensorView x = inputOf(layer, 0).examples(r);
+  const ConstTensorView dy = st.outGrad.examples(r);
+  const TensorView dx = gradTargetOf(layer, 0).examples(r);
+  const float beta = betaOf(layer, 0);
+  Backend& be = *backend_;
+  switch (spec.kind) {
+    case LayerKind::kConv:
+      be.convBackwardData(convDesc(spec), dy, w, dx, beta);
+      break;
+    case LayerKind::kPool:
+      be.poolBackward(
+          poolDesc(spec), dy,
+          st.argmax.empty() ? nullptr : st.argmax.data() + r.begin * st.out.dims().perExample(), dx,
+          beta);
+      break;
+    case LayerKind::kFc:
+      be.fcBackwardData(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, dy,
+                        params_.data() + weightOffset(layer), dx, beta);
+      break;
+    case LayerKind::kRelu:
+      be.reluBackward(st.out.examples(r), dy, dx, beta);
+      break;
+    case LayerKind::kDropout:
+      if (options_.dropout && spec.spec.dropoutRate > 0) {
+        be.dropoutBackward(DropoutDesc{static_cast<float>(spec.spec.dropoutRate), options_.seed,
+                                       step_, layer, r.begin, st.slice.begin, spec.outShape.c},
+                           dy, dx, beta);
+      } else {
+        be.accumulate(dy, dx, beta);
+      }
+      break;
+    case LayerKind::kLrn: {
+      LrnDesc d = options_.lrn;
+      d.size = spec.spec.lrnSize;
+      be.lrnBackward(d, x, st.out.examples(r), st.lrnScale.examples(r), dy, dx, beta);
+      break;
+    }
+    case LayerKind::kBatchNorm:
+      be.batchNormBackwardData(x, dy, w, options_.batchNormEps, dx, beta);
+      break;
+    case LayerKind::kAdd:
+      be.accumulate(dy, dx, beta);
+      for (size_t k = 1; k < spec.inputs.size(); ++k)
+        be.accumulate(dy, gradTargetOf(layer, static_cast<int>(k)).examples(r),
+                      betaOf(layer, static_cast<int>(k)));
+      break;
+    case LayerKind::kSoftmax: {
+      const int64_t plane = int64_t{spec.inShape.h} * spec.inShape.w;
+      STRATA_ENFORCE_OP(static_cast<int64_t>(labels_.size()), ==, softmaxPositions());
+      STRATA_ENFORCE_OP(static_cast<int64_t>(softmaxStats_.size()), ==, 2 * softmaxPositions());
+      const double normalizer =
+          lossNormalizer_ > 0 ? lossNormalizer_ : static_cast<double>(softmaxPositions());
+      be.softmaxBackward(x, softmaxStats_.data() + 2 * r.begin * plane,
+                         labels_.data() + r.begin * plane, st.slice.begin,
+                         static_cast<float>(1.0 / normalizer), dx, beta);
+      break;
+    }
+    case LayerKind::kEmbedding:
+      break;  // token ids take no gradient
+    case LayerKind::kAttention:
+      // From the dQKV its bwd_weights (which the Model runs first) left.
+      STRATA_ENFORCE_OP(st.dqkv.n(), ==, st.out.n());
+      be.attentionBackwardData(attentionDesc(spec), st.dqkv.examples(r), w, dx, beta);
+      break;
+    case LayerKind::kLayerNorm:
+      be.layerNormBackwardData(x, dy, w, options_.layerNormEps, dx, beta);
+      break;
+    case LayerKind::kGelu:
+      be.geluBackward(x, dy, dx, beta);
+      break;
+    case LayerKind::kRnn:
+      break;  // rejected by the constructor
+  }
+}
+
+void Model::backwardWeights(int layer) {
+  backwardWeights(layer, {0, inputOf(layer, 0).dims.n});
+}
+
+void Model::backwardWeights(int layer, ExampleRange r) {
+  checkRange(layer, r);
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  LayerState& st = layers_[static_cast<size_t>(layer)];
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  // A tied fc holds no weights of its own but adds into its embedding's.
+  if (!spec.computesWeightGradient())
+    return;
+  STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);
+  float* dw = grads_.data() + b.offset;
+  float* dbias = b.bias > 0 ? dw + b.weights : nullptr;
+  const ConstTensorView x = inputOf(layer, 0).examples(r);
+  const ConstTensorView dy = st.outGrad.examples(r);
+  switch (spec.kind) {
+    case LayerKind::kConv:
+      backend_->convBackwardWeights(convDesc(spec), x, dy, dw, dbias);
+      break;
+    case LayerKind::kFc:
+      backend_->fcBackwardWeights(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
+                                  dy, grads_.data() + weightOffset(layer), dbias);
+      break;
+    case LayerKind::kBatchNorm:
+      backend_->batchNormBackwardWeights(x, dy, options_.batchNormEps, dw, dw + b.weights);
+      break;
+    case LayerKind::kLayerNorm:
+      backend_->layerNormBackwardWeights(x, dy, options_.layerNormEps, dw, dw + b.weights);
+      break;
+    case LayerKind::kEmbedding:
+      backend_->embeddingBackwardWeights(embeddingDesc(spec), x, dy, dw);
+      break;
+    case LayerKind::kAttention:
+      backend_->attentionBackwardWeights(attentionDesc(spec), x, dy, params_.data() + b.offset,
+                                         attentionSaved(layer, r), dw, dbias);
+      break;
+    default:
+      break;
+  }
+}
+
+void Model::update(int layer, float learningRate, float momentum, float weightDecay) {
+  const ParamBlock b = paramBlock(layer);
+  if (b.size() == 0)
+    return;
+  if (momentum_.empty())
+    momentum_.resize(params_.size());  // zero-filled
+  const auto at = [&](Buffer<float>& buffer) {
+    return std::span<float>(buffer.data() + b.offset, static_cast<size_t>(b.size()));
+  };
+  backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
+                        weightDecay);
+}
+
+void Model::updateAll(float learningRate, float momentum, float weightDecay) {
+  if (params_.empty())
+    return;
+  if (momentum_.empty())
+    momentum_.resize(params_.size());  // zero-filled
+  backend_->sgdMomentum(params_, momentum_, grads_, learningRate, momentum, weightDecay);
+}
+
+void Model::updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
+                        float learningRate, float momentum, float weightDecay) {
+  STRATA_ENFORCE(0 <= begin && begin <= end &&
+                 end <= static_cast<int64_t>(layersOf(params_, firstLayer, lastLayer).size()));
+  if (begin == end)
+    return;
+  if (momentum_.empty())
+    momentum_.resize(params_.size());  // zero-filled
+  const auto at = [&](Buffer<float>& buffer) {
+    return layersOf(buffer, firstLayer, lastLayer)
+        .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+  };
+  backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
+                        weightDecay);
+  backend_->synchronize();
+}
+
+void Model::zeroGradients() {
+  backend_->fill(grads_, 0.0f);
+}
+
+void Model::zeroGradients(int layer) {
+  const ParamBlock b = paramBlock(layer);
+  backend_->fill(std::span<float>(grads_.data() + b.offset, static_cast<size_t>(b.size())), 0.0f);
+}
+
+void Model::zeroGradientsBeforeBackprop(int layer) {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  for (int j = layer; j >= 0; --j)
+    if (firstGradientWriter_[static_cast<size_t>(j)] == layer)
+      zeroGradients(j);
+}
+
+void Model::forwardAll() {
+  for (int l = 0; l < layerCount(); ++l) {
+    STRATA_ENFORCE(!modelParallel(l));
+    forward(l);
+  }
+}
+
+void Model::backwardAll(bool inputGradient) {
+  for (int l = layerCount() - 1; l >= 0; --l) {
+    STRATA_ENFORCE(!modelParallel(l));
+    backwardWeights(l);
+    const auto& inputs = network_.layers[static_cast<size_t>(l)].inputs;
+    const bool readsOnlyInput =
+        std::all_of(inputs.begin(), inputs.end(), [](int p) { return p < 0; });
+    if (inputGradient || !readsOnlyInput)
+      backwardData(l);
+  }
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,37 @@
+// Inside Model (strata/exec/nn/model.h): what its two files share, the state
+// of one layer and the fc input width. model.cpp builds a Model (shapes,
+// readers, slices, parameters) and serves its buffers, parameters and loss;
+// model_phases.cpp runs its layers' phases (forward, backward, update).
+// Internal to executor/nn.
+#pragma once
+
+#include "strata/exec/nn/model.h"
+
+namespace strata::nn {
+
+struct Model::LayerState {
+  NeuronRange slice;    // output channels held: the slice, or [0, channels)
+  bool sliced = false;  // model-parallel fc: reads exchangeIn
+  int readers = 0;      // layers reading `out` locally (not through an exchange)
+  int exchangeReaders = 0;
+  int firstReader = -1;
+  Tensor out;
+  Tensor outGrad;
+  Tensor exchangeIn;
+  Tensor exchangeInGrad;
+  Tensor lrnScale;
+  Buffer<int32_t> argmax;  // max pooling: chosen input per output
+  // attention: kept from forward (QKV, probabilities, context) and the
+  // gradient its bwd_weights leaves for its bwd_data (dQKV)
+  Tensor qkv;
+  Tensor context;
+  Tensor dqkv;
+  Buffer<float> probs;
+};
+
+// The inputs of an fc layer: its input flattened, or its channels per position.
+inline int fcInFeatures(const Layer& l) {
+  return l.spec.flatten ? static_cast<int>(l.inShape.elements()) : l.inShape.c;
+}
+
+}  // namespace strata::nn
