@@ -1,7 +1,8 @@
-// The Plan interpreter's entry points (docs/executor.md): the checks of what
-// can run, the ranks' agreement on their configuration, runWorker and
-// runThreads (measurement.cpp runs and measures a rank's steps; a rank's
-// Worker is in worker.h).
+// The Plan interpreter's entry points (docs/executor.md): whether a run can
+// run (checkRun and its parts), the ranks' agreement on their configuration,
+// and runWorker and runThreads, which lower a ps plan for the run's steps
+// once and hand it to every rank (measurement.cpp runs and measures it; a
+// rank's Worker is in worker.h).
 #include "strata/exec/runtime.h"
 
 #include <fmt/format.h>
@@ -39,6 +40,49 @@ void fnv(uint64_t& h, const void* data, size_t n) {
 template <class T>
 void fnv(uint64_t& h, const T& v) {
   fnv(h, &v, sizeof(v));
+}
+
+// The plan a run of options.steps steps executes. A ps plan holds every
+// step of the run, back to back (any other plan one step, run once per
+// step): one lowered for another number of steps is lowered again for this
+// run, into `relowered`.
+const Plan& planForSteps(const Plan& given, const Network& network, const RunOptions& options,
+                         Plan& relowered) {
+  if (given.iterations > 1 && given.iterations != options.steps && options.steps >= 1 &&
+      options.steps <= kMaxRunSteps)
+    relowered = lowerToPlan(network, given.scenario, options.steps);
+  return relowered.tasks.empty() ? given : relowered;
+}
+
+// This rank's run of `plan` (lowered for options.steps) once its checks
+// passed: the ranks agree on their configuration, then run and measure it.
+RunResult runChecked(Communicator& comm, const Plan& plan, const Network& network,
+                     const RunOptions& options) {
+  const int world = plan.scenario.workers + plan.servers;
+  comm.setTimeout(options.timeout);
+
+  // Ranks started with different configs would compute nonsense together.
+  const uint64_t hash = configHash(network, plan.scenario, options);
+  const auto hashes = gatherToRoot(comm, hash, kTagHash);
+  // verdict: (first rank that differs + 1 or 0, rank 0's hash, that rank's hash)
+  std::vector<uint64_t> verdict{0, hash, 0};
+  if (comm.rank() == 0) {
+    for (int r = world - 1; r >= 1; --r)
+      if (hashes[static_cast<size_t>(r)] != hash)
+        verdict = {uint64_t(r) + 1, hash, hashes[static_cast<size_t>(r)]};
+    for (int r = 1; r < world; ++r)
+      comm.send(r, kTagVerdict, bytesOf(verdict));
+  } else {
+    comm.recv(0, kTagVerdict, writableBytesOf(verdict));
+  }
+  if (verdict[0] > 0)
+    throw ConfigMismatch(fmt::format(
+        "rank {} was started with a different configuration than rank 0 (config hash {:016x} vs "
+        "{:016x}); start every rank with the same network, strategy, workers, batch, options and "
+        "run options",
+        verdict[0] - 1, verdict[2], verdict[1]));
+
+  return detail::runMeasured(comm, plan, network, options);
 }
 
 }  // namespace
@@ -101,14 +145,8 @@ uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions
 
 RunResult runWorker(Communicator& comm, const Plan& given, const Network& network,
                     const RunOptions& options) {
-  // A ps plan holds every step of the run, back to back (any other plan one
-  // step, run once per step): one lowered for another number of steps is
-  // lowered again for this run.
   Plan relowered;
-  if (given.iterations > 1 && given.iterations != options.steps && options.steps >= 1 &&
-      options.steps <= kMaxRunSteps)
-    relowered = lowerToPlan(network, given.scenario, options.steps);
-  const Plan& plan = relowered.tasks.empty() ? given : relowered;
+  const Plan& plan = planForSteps(given, network, options, relowered);
   const int k = plan.scenario.workers;
   // Ranks: the workers, then a ps plan's dedicated servers.
   const int world = k + plan.servers;
@@ -120,44 +158,8 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
                           "were started",
                           k, plan.servers, plan.servers == 1 ? "" : "s", world, comm.size())
             : fmt::format("the plan has {} workers but {} ranks were started", k, comm.size()));
-  checkRunnable(network, plan.scenario);
-  checkRunOptions(options);
-  checkRunDevice(options, k);
-  if (plan.scenario.strategy == Strategy::kPs && plan.scenario.options.staleness > 0 &&
-      options.device != Device::kCpu)
-    throw OptionError("--staleness",
-                      "the GPU executor runs ps with staleness 0 only (the CPU executor, the "
-                      "model and the simulator take S > 0)");
-  if (plan.servers > 0 && options.device != Device::kCpu)
-    throw OptionError("--ps-servers",
-                      "the GPU executor runs ps with its servers sharded over the workers only "
-                      "(the CPU executor, the model and the simulator take dedicated servers)");
-  comm.setTimeout(options.timeout);
-  if (plan.scenario.options.element != ElementType::kFp32)
-    throw OptionError("--element", "the CPU executor computes in fp32 only");
-
-  // Ranks started with different configs would compute nonsense together.
-  const uint64_t hash = configHash(network, plan.scenario, options);
-  const auto hashes = gatherToRoot(comm, hash, kTagHash);
-  // verdict: (first rank that differs + 1 or 0, rank 0's hash, that rank's hash)
-  std::vector<uint64_t> verdict{0, hash, 0};
-  if (comm.rank() == 0) {
-    for (int r = world - 1; r >= 1; --r)
-      if (hashes[static_cast<size_t>(r)] != hash)
-        verdict = {uint64_t(r) + 1, hash, hashes[static_cast<size_t>(r)]};
-    for (int r = 1; r < world; ++r)
-      comm.send(r, kTagVerdict, bytesOf(verdict));
-  } else {
-    comm.recv(0, kTagVerdict, writableBytesOf(verdict));
-  }
-  if (verdict[0] > 0)
-    throw ConfigMismatch(fmt::format(
-        "rank {} was started with a different configuration than rank 0 (config hash {:016x} vs "
-        "{:016x}); start every rank with the same network, strategy, workers, batch, options and "
-        "run options",
-        verdict[0] - 1, verdict[2], verdict[1]));
-
-  return detail::runMeasured(comm, plan, network, options);
+  checkRun(network, plan.scenario, options, RunPlacement::kRanks);
+  return runChecked(comm, plan, network, options);
 }
 
 void checkRunOptions(const RunOptions& options) {
@@ -265,11 +267,29 @@ void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
                     formatBytes(Bytes(available)), bound));
 }
 
-RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
-                     std::vector<std::vector<float>>* perRankParameters) {
+void checkRun(const Network& network, const Scenario& sc, const RunOptions& options,
+              RunPlacement placement) {
+  checkRunnable(network, sc);
   checkRunOptions(options);
-  checkRunDevice(options, plan.scenario.workers);
-  checkThreadRun(network, plan.scenario, options.device);
+  checkRunDevice(options, sc.workers);
+  if (sc.strategy == Strategy::kPs && sc.options.staleness > 0 && options.device != Device::kCpu)
+    throw OptionError("--staleness",
+                      "the GPU executor runs ps with staleness 0 only (the CPU executor, the "
+                      "model and the simulator take S > 0)");
+  if (psServerRanks(sc) > 0 && options.device != Device::kCpu)
+    throw OptionError("--ps-servers",
+                      "the GPU executor runs ps with its servers sharded over the workers only "
+                      "(the CPU executor, the model and the simulator take dedicated servers)");
+  if (placement == RunPlacement::kThreads)
+    checkThreadRun(network, sc, options.device);
+}
+
+RunResult runThreads(const Plan& given, const Network& network, const RunOptions& options,
+                     std::vector<std::vector<float>>* perRankParameters) {
+  checkRun(network, given.scenario, options, RunPlacement::kThreads);
+  // Once for every thread (each rank lowered it again when it ran).
+  Plan relowered;
+  const Plan& plan = planForSteps(given, network, options, relowered);
   const int k = plan.scenario.workers;
   const int world = k + plan.servers;  // a ps plan's dedicated servers are threads too
   std::vector<RunResult> results(static_cast<size_t>(world));
@@ -282,7 +302,7 @@ RunResult runThreads(const Plan& plan, const Network& network, const RunOptions&
   runLocal(
       world,
       [&](Communicator& comm) {
-        results[static_cast<size_t>(comm.rank())] = runWorker(comm, plan, network, options);
+        results[static_cast<size_t>(comm.rank())] = runChecked(comm, plan, network, options);
       },
       options.timeout, std::move(ops));
   if (perRankParameters) {
