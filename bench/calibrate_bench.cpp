@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "kernel_calibration.h"  // executor/runtime/src: detail::measureKernelTables
+#include "kernel_calibration.h"  // executor/calibrate/src: detail::measureKernelTables
 #include "strata/exec/calibrate.h"
 
 namespace {

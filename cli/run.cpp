@@ -204,7 +204,8 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
     s.cpuIsa = nn::selectedCpuIsa();  // a bad STRATA_CPU_ISA is a mistake, before any work
   s.sc.options.threadsPerWorker = threadsPerWorker(f, s.sc, opt.device, ranks);
   opt.threadsPerWorker = s.sc.options.threadsPerWorker;
-  exec::checkRunnable(s.net, s.sc);
+  exec::checkRun(s.net, s.sc, opt,
+                 ranks > 0 ? exec::RunPlacement::kRanks : exec::RunPlacement::kThreads);
   s.plan = lowerToPlan(s.net, s.sc, s.opt.steps);  // a ps plan holds every step
   // Every rank checks the trace options, so all stop together on a mistake.
   s.traceOptions = f.traceFlags.options(f.trace, s.sc.workers);

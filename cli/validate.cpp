@@ -65,8 +65,9 @@ void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::D
           try {
             checkModelWorkers(sc.workers, limits());
             checkScenario(entry.network, sc);
-            exec::checkRunnable(entry.network, sc);
-            exec::checkThreadRun(entry.network, sc, device);
+            exec::RunOptions run;
+            run.device = device;
+            exec::checkRun(entry.network, sc, run, exec::RunPlacement::kThreads);
           } catch (const OptionError& e) {
             // OptionError's text is "OPTION: message".
             const std::string what = e.what();

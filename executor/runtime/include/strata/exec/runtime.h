@@ -93,9 +93,27 @@ class ConfigMismatch : public UserError {
   using UserError::UserError;
 };
 
-// Throws UserError (OptionError for options) when the executor cannot run
-// this scenario: an element type other than fp32, an rnn layer. Cheap; call it
-// before starting workers.
+// Where the ranks of a run are: what checkRun checks beyond the run itself.
+enum class RunPlacement {
+  kRanks,    // this process is one rank (runWorker; e.g. under mpirun)
+  kThreads,  // every rank is a thread of this process (runThreads)
+};
+
+// The one check of whether the executor can run `scenario` of `network` with
+// `options`, its ranks placed as `placement`: throws UserError saying why
+// not (OptionError naming the option, ConfigError naming a layer's file and
+// line), InvariantError when options.gpu is not -1 or a GPU this process
+// sees. In this order:
+// checkRunnable, checkRunOptions, checkRunDevice, what only the CPU executor
+// runs (ps with staleness, dedicated ps servers), and for threads
+// checkThreadRun. Cheap (O(layers)); runWorker and runThreads call it, and a
+// caller may call it before lowering and printing anything.
+void checkRun(const Network& network, const Scenario& scenario, const RunOptions& options,
+              RunPlacement placement);
+
+// Part of checkRun: throws UserError (OptionError for options) when the
+// executor cannot run this scenario: an element type other than fp32, an
+// rnn layer.
 void checkRunnable(const Network& network, const Scenario& scenario);
 
 // A hash of everything the ranks must agree on (the network's layers and
@@ -107,12 +125,13 @@ uint64_t configHash(const Network& network, const Scenario& scenario, const RunO
 // starts; a ps plan runs its steps back to back (a step's forward of a layer
 // waits only for that layer's pull), lowered again for options.steps when it
 // holds another number (so pass lowerToPlan(network, scenario, steps) for the
-// timeline's task ids to be the plan's). A step's measured time is then the
+// timeline's task ids to be the plan's, and for the plan to be lowered once).
+// A step's measured time is then the
 // period from the end of the step before; RunResult::measured.firstStep is
 // the first step's. Collective: every rank of comm.size() == plan.scenario.workers
 // ranks must call it with the same arguments; ranks whose config hash differs
 // are detected at start (ConfigMismatch on every rank). Throws UserError for what
-// cannot run (e.g. an rnn layer); CommError for
+// cannot run (checkRun, placed as kRanks); CommError for
 // communication failures (timeouts name the peer and tag).
 RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network,
                     const RunOptions& options);
@@ -121,12 +140,14 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
 // plan holds them all: checkPlanSize bounds it).
 inline constexpr int kMaxRunSteps = 1'000'000;
 
-// Throws OptionError naming the option when a run option is out of range:
+// Part of checkRun: throws OptionError naming the option when a run option is
+// out of range:
 // steps in 1..kMaxRunSteps, learning rate in (0, 1e6], momentum in [0, 1),
 // timeout positive and finite (NaN and infinities included).
 void checkRunOptions(const RunOptions& options);
 
-// Throws OptionError naming --device when options.device cannot be used here
+// Part of checkRun: throws OptionError naming --device when options.device
+// cannot be used here
 // (not built, or no usable GPU: checkDevice); InvariantError when
 // options.gpu is not -1 or a GPU this process sees.
 void checkRunDevice(const RunOptions& options, int workers);
@@ -139,11 +160,10 @@ int gpuOfWorker(const RunOptions& options, int worker);
 // b examples; the plan's per-task bookkeeping), in bytes.
 double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 
-// Throws OptionError before any thread starts when K = scenario.workers
-// threads-as-workers are over limits()'s thread-worker limit (naming
-// --workers and the option that raises it) or need more memory than this
-// machine has (naming --batch). Cheap (O(layers)); call it with
-// checkRunnable() before lowering and printing, when not under mpirun.
+// Part of checkRun for threads: throws OptionError before any thread starts
+// when K = scenario.workers threads-as-workers are over limits()'s
+// thread-worker limit (naming --workers and the option that raises it) or
+// need more memory than this machine has (naming --batch). Cheap (O(layers)).
 // On CUDA the bound is per GPU: the workers that share the busiest GPU
 // against its memory (deviceMemoryBytes).
 void checkThreadRun(const Network& network, const Scenario& scenario, Device device = Device::kCpu);
@@ -151,8 +171,9 @@ void checkThreadRun(const Network& network, const Scenario& scenario, Device dev
 // Runs the plan on K = plan.scenario.workers threads of this process (and
 // one more per dedicated ps server, plan.servers) and returns rank 0's
 // result (with every worker's parameters in `perRankParameters` when
-// non-null). A worker that throws ends all workers; the error names it.
-// checkThreadRun() first.
+// non-null). Checks first (checkRun, placed as kThreads) and lowers a ps
+// plan for options.steps once for all workers (as runWorker). A worker that
+// throws ends all workers; the error names it.
 RunResult runThreads(const Plan& plan, const Network& network, const RunOptions& options,
                      std::vector<std::vector<float>>* perRankParameters = nullptr);
 

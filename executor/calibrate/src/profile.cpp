@@ -114,9 +114,10 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   Scenario one;  // one worker's passes at `batch`: bounded like a run
   one.workers = 1;
   one.batchPerWorker = batch;
-  checkRunnable(network, one);
-  checkDevice(device, "--device");
-  checkThreadRun(network, one, device);
+  RunOptions run;
+  run.device = device;
+  run.threadsPerWorker = threads;
+  checkRun(network, one, run, RunPlacement::kThreads);
   const auto t = detail::timeLayers(network, batch, repeats, device, threads);
   OpProfile p;
   p.network = network.name;

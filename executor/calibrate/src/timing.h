@@ -1,5 +1,5 @@
 // Wall-clock helpers of the measuring code (calibrate, kernel tables,
-// profile). Internal to executor/runtime.
+// profile). Internal to executor/calibrate.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Measuring the CPU backend's kernel tables (model/kernels.h) and how kernels
-// slow down when workers share the machine. Internal to executor/runtime.
+// slow down when workers share the machine. Internal to executor/calibrate.
 #pragma once
 
 #include <array>

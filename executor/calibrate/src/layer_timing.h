@@ -1,5 +1,5 @@
 // Timing every layer phase of a network on one worker (shared by calibrate and
-// profile). Internal to executor/runtime.
+// profile). Internal to executor/calibrate.
 #pragma once
 
 #include <vector>

@@ -220,7 +220,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
                             std::span<float>(dx.data(), size_t(n)),
                             std::span<const float>(dy.data(), size_t(n)), 0.0f, 0.9f, 0.0f);
            }));
-    // The executor's reduce step: the loop of its endpoints (runtime.cpp).
+    // The executor's reduce step: the loop of its endpoints (runtime/src/endpoints.cpp).
     record(MemKernel::kReduce, n, perCall([&] {
              float* dst = dx.data();
              const float* src = dy.data();

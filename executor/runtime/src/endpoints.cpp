@@ -1,0 +1,389 @@
+// The endpoints: where a collective's data is on one rank, by its buffer kind.
+//
+// Weight gradients are the Model's gradient span of the bucket's layers,
+// split into `parts` chunks and `segments` segments (integer splits, the
+// remainder spread over the first pieces); owt activations and activation
+// gradients move rows (examples) or channel slices of the Model's tensors,
+// staged contiguously. A transfer followed by a reduce receives into scratch
+// that the reduce adds (or, for softmax statistics, merges) into place.
+#include "endpoints.h"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "strata/model/error.h"
+#include "worker.h"
+
+namespace strata::exec::detail {
+
+namespace {
+
+// A flat buffer on every rank (weight gradients, softmax statistics): parts
+// are chunks of it, segments pieces of a chunk. `group` keeps (max, sum) pairs
+// of softmax statistics whole.
+class FlatEndpoint final : public Endpoint {
+ public:
+  FlatEndpoint(BufferOps& ops, std::span<float> buffer, int parts, int segments, int group,
+               bool mergeStats)
+      : ops_(ops),
+        buffer_(buffer),
+        parts_(parts),
+        segments_(segments),
+        group_(group),
+        merge_(mergeStats) {}
+
+  void setParts(int count) override { count_ = std::max(1, count); }
+  std::span<const float> send(int part, int segment, int) override { return at(part, segment); }
+  std::span<float> land(int part, int segment, int) override { return at(part, segment); }
+  size_t size(int part, int segment, int) override { return at(part, segment).size(); }
+  void reduce(int part, int segment, int, std::span<const float> data) override {
+    auto dst = at(part, segment);
+    if (merge_) {
+      nn::mergeSoftmaxStats(dst, data);  // on the host: the statistics are managed memory
+      return;
+    }
+    ops_.add(dst, data);
+  }
+
+ private:
+  std::span<float> at(int part, int segment) {
+    const int64_t groups = static_cast<int64_t>(buffer_.size()) / group_;
+    const int p = parts_ > 1 ? part : 0;
+    auto chunk = piece(groups, parts_, p);
+    if (count_ > 1)
+      chunk.second = piece(groups, parts_, std::min(p + count_, parts_) - 1).second;
+    const auto seg = piece(chunk.second - chunk.first, segments_, segment);
+    return buffer_.subspan(static_cast<size_t>((chunk.first + seg.first) * group_),
+                           static_cast<size_t>((seg.second - seg.first) * group_));
+  }
+  BufferOps& ops_;
+  std::span<float> buffer_;
+  int parts_, segments_, group_;
+  bool merge_;
+  int count_ = 1;
+};
+
+// A ps pull with staleness: this rank sends its server's updated chunk and
+// lands the others' in a staging copy of the key's weights (a slot per step
+// of delay), which the compute lane copies into the model before the forward
+// that may use them.
+class PullEndpoint final : public Endpoint {
+ public:
+  PullEndpoint(std::span<const float> shard, std::span<float> slot, int parts)
+      : shard_(shard), slot_(slot), parts_(parts) {}
+  std::span<const float> send(int, int, int) override { return shard_; }
+  std::span<float> land(int part, int, int) override { return at(part); }
+  size_t size(int part, int, int) override { return at(part).size(); }
+  void reduce(int, int, int, std::span<const float>) override {
+    throw InvariantError("a ps pull sums nothing");
+  }
+
+ private:
+  std::span<float> at(int part) {
+    const auto r = piece(static_cast<int64_t>(slot_.size()), parts_, part);
+    return slot_.subspan(static_cast<size_t>(r.first), static_cast<size_t>(r.second - r.first));
+  }
+  std::span<const float> shard_;
+  std::span<float> slot_;
+  int parts_;
+};
+
+// Rows (examples) of a tensor: what a rank sends is rows of its own tensor
+// chosen per destination; what it receives lands in rows chosen per source;
+// sums go into an accumulator initialised with this rank's own share.
+class RowsEndpoint final : public Endpoint {
+ public:
+  using RowsOf = std::function<std::pair<int64_t, int64_t>(int rank)>;
+  // sendFrom: this rank's source tensor; sendRows(dst): rows sent to dst.
+  // landIn: where received rows go (rows landRows(src)), or nullptr when
+  // received data is summed into `acc` (rows accRows(src) of the sender's
+  // tensor map onto the whole accumulator).
+  RowsEndpoint(BufferOps& ops, std::span<float> sendFrom, int64_t rowSize, RowsOf sendRows,
+               std::span<float> landIn, RowsOf landRows, int segments)
+      : ops_(ops),
+        from_(sendFrom),
+        row_(rowSize),
+        sendRows_(std::move(sendRows)),
+        to_(landIn),
+        landRows_(std::move(landRows)),
+        segments_(segments) {}
+
+  // Accumulator mode: the sum lands in `acc` (initialised by the caller).
+  void accumulate(std::span<float> acc) { acc_ = acc; }
+
+  std::span<const float> send(int, int segment, int dst) override {
+    return seg(sub(from_, scale(sendRows_(dst))), segment);
+  }
+  std::span<float> land(int, int segment, int src) override {
+    return seg(sub(to_, scale(landRows_(src))), segment);
+  }
+  size_t size(int, int segment, int src) override {
+    // Rows from `src` have the size of the rows this rank would land or sum.
+    const auto r = acc_.empty() ? landRows_(src) : std::pair<int64_t, int64_t>{0, accRows()};
+    const int64_t n = (r.second - r.first) * row_;
+    const auto s = piece(n, segments_, segment);
+    return static_cast<size_t>(s.second - s.first);
+  }
+  void reduce(int, int segment, int, std::span<const float> data) override {
+    ops_.add(seg(acc_, segment), data);
+  }
+
+ private:
+  int64_t accRows() const { return static_cast<int64_t>(acc_.size()) / row_; }
+  std::pair<int64_t, int64_t> scale(std::pair<int64_t, int64_t> rows) const {
+    return {rows.first * row_, rows.second * row_};
+  }
+  std::span<float> seg(std::span<float> s, int segment) const {
+    return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+  }
+  BufferOps& ops_;
+  std::span<float> from_;
+  int64_t row_;
+  RowsOf sendRows_;
+  std::span<float> to_;
+  RowsOf landRows_;
+  int segments_;
+  std::span<float> acc_;
+};
+
+}  // namespace
+
+// Staged allgather of channel slices (inner FC exchange).
+class Worker::SliceGather final : public Endpoint {
+ public:
+  SliceGather(Worker& w, int collective, int producer, int batch, int segments)
+      : w_(w), producer_(producer), batch_(batch), segments_(segments) {
+    for (int v = 0; v < w.k_; ++v) {
+      const auto s =
+          nn::evenSlice(w.net_.layers[static_cast<size_t>(producer)].outShape.c, w.k_, v);
+      staged_.push_back(w.stage(collective, v, static_cast<size_t>(batch) * s.size() * area()));
+    }
+    // This rank's own slice, copied now: the compute lane moves on.
+    const auto& out = w.model_.output(producer);
+    auto own = staged_[static_cast<size_t>(w.w_)];
+    w.comm_.ops().copy(own.data(), out.data(), own.size_bytes());
+  }
+  std::span<const float> send(int, int segment, int) override {
+    return seg(staged_[static_cast<size_t>(w_.w_)], segment);
+  }
+  std::span<float> land(int, int segment, int src) override {
+    return seg(staged_[static_cast<size_t>(src)], segment);
+  }
+  size_t size(int, int segment, int src) override {
+    return seg(staged_[static_cast<size_t>(src)], segment).size();
+  }
+  void reduce(int, int, int, std::span<const float>) override {
+    throw InvariantError("an allgather has no sum");
+  }
+  void finish() override {
+    auto& in = w_.model_.exchangeInput(producer_ + 1, batch_);
+    const auto& shape = w_.net_.layers[static_cast<size_t>(producer_)].outShape;
+    STRATA_ENFORCE(in.dims().n == batch_ && in.dims().h == shape.h && in.dims().w == shape.w);
+    const size_t plane = static_cast<size_t>(area()) * sizeof(float);
+    for (int v = 0; v < w_.k_; ++v) {
+      if (v == w_.w_)
+        continue;  // own slice placed before the forward
+      // Slice v's channels of every example: rows of s.size() planes.
+      const auto s = nn::evenSlice(shape.c, w_.k_, v);
+      w_.comm_.ops().copyRows(
+          in.data() + int64_t{s.begin} * area(), static_cast<size_t>(in.dims().c) * plane,
+          staged_[static_cast<size_t>(v)].data(), static_cast<size_t>(s.size()) * plane,
+          static_cast<size_t>(s.size()) * plane, static_cast<size_t>(batch_));
+    }
+  }
+
+ private:
+  int64_t area() const {
+    const auto& s = w_.net_.layers[static_cast<size_t>(producer_)].outShape;
+    return int64_t{s.h} * s.w;
+  }
+  std::span<float> seg(std::span<float> s, int segment) const {
+    return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+  }
+  Worker& w_;
+  int producer_, batch_, segments_;
+  std::vector<std::span<float>> staged_;  // per rank: Worker::stage memory
+};
+
+// Reduce-scatter of partial input gradients by channel slice.
+class Worker::SliceScatter final : public Endpoint {
+ public:
+  SliceScatter(Worker& w, int collective, int producer, int batch, int segments)
+      : w_(w), producer_(producer), batch_(batch), segments_(segments) {
+    const auto& shape = w.net_.layers[static_cast<size_t>(producer)].outShape;
+    const auto& partial = w.model_.exchangeInputGrad(producer + 1);
+    STRATA_ENFORCE(partial.dims().n == batch && partial.dims().c == shape.c &&
+                   partial.dims().h == shape.h && partial.dims().w == shape.w);
+    const size_t plane = static_cast<size_t>(shape.h) * shape.w * sizeof(float);
+    for (int v = 0; v < w.k_; ++v) {
+      // Slice v's channels of every example, packed.
+      const auto s = nn::evenSlice(shape.c, w.k_, v);
+      const auto st =
+          w.stage(collective, v, static_cast<size_t>(batch) * s.size() * shape.h * shape.w);
+      w.comm_.ops().copyRows(st.data(), static_cast<size_t>(s.size()) * plane,
+                             partial.data() + int64_t{s.begin} * shape.h * shape.w,
+                             static_cast<size_t>(shape.c) * plane,
+                             static_cast<size_t>(s.size()) * plane, static_cast<size_t>(batch));
+      staged_.push_back(st);
+    }
+  }
+  std::span<const float> send(int, int segment, int dst) override {
+    return seg(staged_[static_cast<size_t>(dst)], segment);
+  }
+  std::span<float> land(int, int, int) override {
+    throw InvariantError("a reduce-scatter sums what it receives");
+  }
+  size_t size(int, int segment, int) override {
+    return seg(staged_[static_cast<size_t>(w_.w_)], segment).size();
+  }
+  void reduce(int, int segment, int, std::span<const float> data) override {
+    w_.comm_.ops().add(seg(staged_[static_cast<size_t>(w_.w_)], segment), data);
+  }
+  void finish() override {
+    auto& g = w_.model_.outputGrad(producer_);
+    const auto own = staged_[static_cast<size_t>(w_.w_)];
+    STRATA_ENFORCE_OP(static_cast<int64_t>(own.size()), <=, g.elements());
+    w_.comm_.ops().copy(g.data(), own.data(), own.size_bytes());
+  }
+
+ private:
+  std::span<float> seg(std::span<float> s, int segment) const {
+    return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+  }
+  Worker& w_;
+  int producer_, batch_, segments_;
+  std::vector<std::span<float>> staged_;  // per rank: Worker::stage memory
+};
+
+// Boundary gradients back to the owners of the round's examples.
+class Worker::BoundaryReturn final : public Endpoint {
+ public:
+  BoundaryReturn(Worker& w, int collective, int round, int segments)
+      : w_(w), round_(round), segments_(segments) {
+    row_ = w.net_.layers[static_cast<size_t>(w.mp_)].inShape.elements();
+    // Copied: the compute lane may start the next round before all is sent.
+    const auto& g = w.model_.exchangeInputGrad(w.mp_);
+    partial_ = w.stage(collective, -1, static_cast<size_t>(g.elements()));
+    w.comm_.ops().copy(partial_.data(), g.data(), partial_.size_bytes());
+    const auto own = w.ownRows(round, w.w_);
+    const int64_t at = w.roundOffset(round, w.w_);
+    const int64_t n = std::max<int64_t>(0, (own.second - own.first) * row_);
+    acc_ = w.stage(collective, -2, static_cast<size_t>(n));
+    if (n > 0)
+      w.comm_.ops().copy(acc_.data(), partial_.data() + at * row_, acc_.size_bytes());
+  }
+  std::span<const float> send(int, int segment, int dst) override {
+    const auto rows = w_.ownRows(round_, dst);
+    const int64_t at = w_.roundOffset(round_, dst);
+    return seg(sub(partial_, {at * row_, (at + rows.second - rows.first) * row_}), segment);
+  }
+  std::span<float> land(int, int, int) override {
+    throw InvariantError("gradients coming back are summed");
+  }
+  size_t size(int, int segment, int) override { return seg(acc_, segment).size(); }
+  void reduce(int, int segment, int, std::span<const float> data) override {
+    w_.comm_.ops().add(seg(acc_, segment), data);
+  }
+  void finish() override {
+    if (acc_.empty())
+      return;
+    const auto own = w_.ownRows(round_, w_.w_);
+    auto& g = w_.model_.outputGrad(w_.mp_ - 1);
+    STRATA_ENFORCE_OP(own.first * row_ + static_cast<int64_t>(acc_.size()), <=, g.elements());
+    w_.comm_.ops().copy(g.data() + own.first * row_, acc_.data(), acc_.size_bytes());
+  }
+
+ private:
+  std::span<float> seg(std::span<float> s, int segment) const {
+    return sub(s, piece(static_cast<int64_t>(s.size()), segments_, segment));
+  }
+  Worker& w_;
+  int round_, segments_;
+  int64_t row_ = 0;
+  std::span<float> partial_;  // Worker::stage memory
+  std::span<float> acc_;
+};
+
+std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
+  const int segs = c.segments;
+  switch (c.buffer) {
+    case BufferKind::kWeightGradients: {
+      // No wait for the whole backend: the communication lane waited for
+      // the tasks that produced these gradients (lane()).
+      return std::make_unique<FlatEndpoint>(
+          comm_.ops(), model_.gradientsNoWait(c.firstLayer, c.lastLayer), c.parts, segs, 1, false);
+    }
+    case BufferKind::kWeights: {
+      if (stale_ > 0) {
+        auto& key = keys_.at(c.firstLayer);
+        const int it = plan_.tasks[c.firstTask].iteration;
+        return std::make_unique<PullEndpoint>(key.weights, key.slot(it), c.parts);
+      }
+      // Synchronous: the servers' updated chunks land in place. The
+      // compute lane reads these weights again only in the next step's
+      // forward, which waits for the pull (PullWait).
+      return std::make_unique<FlatEndpoint>(
+          comm_.ops(), model_.parametersNoWait(c.firstLayer, c.lastLayer), c.parts, segs, 1, false);
+    }
+    case BufferKind::kLossStatistics:
+      return std::make_unique<FlatEndpoint>(comm_.ops(), model_.softmaxStats(), c.parts, segs, 2,
+                                            true);
+    case BufferKind::kActivations:
+      return activationsEndpoint(c);
+    case BufferKind::kActivationGradients:
+      return gradientsEndpoint(c);
+  }
+  throw InvariantError("unknown buffer kind");
+}
+
+std::unique_ptr<Endpoint> Worker::activationsEndpoint(const Collective& c) {
+  const int r = c.round;
+  if (c.firstLayer == mp_) {
+    // Boundary: this rank sends its round rows of its own boundary output;
+    // rows from v land at v's offset in the round's input.
+    const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
+    std::span<float> staged;
+    {
+      std::lock_guard lock(stagingMutex_);
+      // std::map: the element stays put while others come and go. Kept
+      // from step to step (an allocation per round costs a device-wide
+      // cudaFree on a GPU); this step's rows are in it once `landed_`
+      // names the round.
+      auto& buffer = staging_.try_emplace(r, backend_->memory()).first->second;
+      buffer.resizeUninitialized(static_cast<size_t>(roundBatch(r) * row));
+      staged = buffer.span();
+      landed_.insert(r);
+    }
+    auto& boundary = const_cast<nn::Tensor&>(model_.output(mp_ - 1));
+    return std::make_unique<RowsEndpoint>(
+        comm_.ops(), boundary.span(), row, [this, r](int) { return ownRows(r, w_); }, staged,
+        [this, r](int v) {
+          const int64_t at = roundOffset(r, v);
+          const auto rows = ownRows(r, v);
+          return std::pair<int64_t, int64_t>{at, at + rows.second - rows.first};
+        },
+        c.segments);
+  }
+  // Inner allgather of layer firstLayer's output slices into the next
+  // layer's input: staged per source, placed when the collective finishes.
+  const int producer = c.firstLayer;
+  const int batch = roundBatch(r);
+  return std::make_unique<SliceGather>(*this, indexOf(c), producer, batch, c.segments);
+}
+
+std::unique_ptr<Endpoint> Worker::gradientsEndpoint(const Collective& c) {
+  const int r = c.round;
+  if (c.firstLayer == mp_ - 1) {
+    // Gradients of the boundary activations: every rank's partial gradient
+    // (exchangeInputGrad of the first FC layer, round batch x A) goes, by
+    // rows, to the owners of the examples, which sum them into outputGrad.
+    return std::make_unique<BoundaryReturn>(*this, indexOf(c), r, c.segments);
+  }
+  // Inner reduce-scatter: partial gradients of the whole input of layer
+  // firstLayer + 1 go, by channel slice, to the producers of the slices.
+  return std::make_unique<SliceScatter>(*this, indexOf(c), c.firstLayer, roundBatch(r), c.segments);
+}
+
+}  // namespace strata::exec::detail

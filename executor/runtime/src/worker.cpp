@@ -1,0 +1,426 @@
+// A rank's construction, its two lanes, and its compute and update tasks
+// (worker.h says which file holds the rest).
+//
+// Each rank walks the Plan's tasks in order and runs those it takes part in:
+// its compute and update tasks, and the transfers and sums whose flows name
+// it. Plan order is topological and every rank follows the same order, so
+// blocking sends and receives cannot deadlock (a rank waiting in task T for a
+// peer means the peer has finished every earlier task both take part in).
+#include "worker.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <thread>
+
+#include "strata/exec/comm/collectives.h"
+#include "strata/model/error.h"
+
+namespace strata::exec::detail {
+
+Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const RunOptions& opt)
+    : comm_(comm),
+      plan_(plan),
+      net_(net),
+      opt_(opt),
+      k_(plan.scenario.workers),
+      world_(plan.scenario.workers + plan.servers),
+      w_(comm.rank()),
+      b_(plan.scenario.batchPerWorker),
+      owt_(isModelParallel(plan.scenario.strategy)),
+      mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
+      dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
+      backend_(
+          makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()), opt.threadsPerWorker)),
+      model_(net, modelOptions()),
+      timer_(*backend_) {
+  for (size_t t = 0; t < plan.tasks.size(); ++t)
+    if (involves(plan.tasks[t]))
+      mine_.push_back(t);
+  lastOf_.assign(plan.collectives.size(), -1);
+  for (size_t t : mine_)
+    if (plan.tasks[t].collective >= 0)
+      lastOf_[static_cast<size_t>(plan.tasks[t].collective)] = static_cast<int64_t>(t);
+  std::vector<char> isMine(plan.tasks.size(), 0);
+  for (size_t t : mine_)
+    isMine[t] = 1;
+  ownDeps_.resize(plan.tasks.size());
+  for (size_t t : mine_) {
+    (onComputeLane(plan.tasks[t]) ? computeTasks_ : commTasks_).push_back(t);
+    // Dependencies on other ranks' tasks are kept by the messages, except
+    // one: waiting for a collective to finish (its last task may not involve
+    // this rank, e.g. the fold-out of halving-doubling) means waiting for
+    // this rank's last task of it.
+    for (int d : plan.depsOf(plan.tasks[t])) {
+      const auto du = static_cast<size_t>(d);
+      if (isMine[du]) {
+        ownDeps_[t].push_back(d);
+      } else if (const int c = plan.tasks[du].collective; c >= 0) {
+        const int64_t own = lastOf_[static_cast<size_t>(c)];
+        if (own >= 0 && own < static_cast<int64_t>(t))
+          ownDeps_[t].push_back(static_cast<int>(own));
+      }
+    }
+  }
+  done_.assign(plan.tasks.size(), 0);
+  timing_.resize(plan.tasks.size());
+  // The mean over the global batch's positions (one per example for a
+  // classifier, T per sequence for a language model), as one worker's
+  // Model takes it by default.
+  model_.setLossNormalizer(double(k_) * b_ * positions());
+  // ps: this rank's communication tasks job by job, and the tag of rank
+  // 0's i-th choice (that of the i-th job's first server update: a task
+  // that sends nothing, so no transfer uses its tag).
+  serveByJob_ = !plan.jobs.empty() && k_ > 1;
+  jobTasks_.resize(plan.jobs.size());
+  for (size_t t : commTasks_) {
+    if (plan.tasks[t].job < 0)
+      serveByJob_ = false;
+    else
+      jobTasks_[static_cast<size_t>(plan.tasks[t].job)].push_back(t);
+  }
+  for (const auto& j : plan.jobs) {
+    int tag = tagOf(j.lastTask);
+    for (uint32_t t = j.firstTask; t <= j.lastTask; ++t)
+      if (plan.tasks[t].kind == TaskKind::kUpdate) {
+        tag = tagOf(t);
+        break;
+      }
+    decisionTag_.push_back(tag);
+  }
+  keyOf_.assign(net.layers.size(), -1);
+  // A dedicated server's model holds its chunks' current weights (it runs
+  // no forward): staleness is the workers' matter.
+  if (plan.scenario.strategy == Strategy::kPs && k_ > 1 && !server())
+    stale_ = plan.scenario.options.staleness;
+  if (stale_ > 0) {
+    makeKeys();
+    for (const auto& [first, key] : keys_)
+      pulledUpTo_[first] = -1;
+  }
+}
+
+std::vector<Measured> Worker::run(int firstStep) {
+  const int n = plan_.iterations;
+  for (int s = firstStep; s < firstStep + n; ++s)
+    if (opt_.failRank == w_ && opt_.failStep == s)
+      throw RunFailure(
+          fmt::format("injected fault at step {} (--fail-rank {} --fail-step {})", s, w_, s));
+  for (int s = firstStep; s < firstStep + n; ++s)
+    if (opt_.hangRank == w_ && opt_.hangStep == s) {
+      step_ = s;
+      hang();
+    }
+  firstStep_ = firstStep;
+  step_ = firstStep;
+  prepared_ = -1;
+  lossShares_.assign(static_cast<size_t>(n), 0.0);
+  std::vector<Measured> ms(static_cast<size_t>(n));
+  model_.zeroGradients();
+  prepare(0);
+  // The ranks start the step together. Making a step's examples is the
+  // data loader's work, not the step's, and it takes each rank its own
+  // time (the host's synthetic ImageNet batch of 64 took 0.1-0.3 s): a rank
+  // would wait for the slowest in its first transfer, and that wait would
+  // count as the step's communication (alexnet-owt ring, 2 workers on one
+  // H100: steps of 17.5 to 53.9 ms for ~17 ms of work).
+  if (world_ > 1)
+    barrier(comm_);
+  // Two lanes, as the Plan's resources: this thread runs the compute and
+  // update tasks, a communication thread the transfers and sums (and a ps
+  // server's updates), each in Plan order and each task once its own
+  // dependencies on this rank are done. So gradients travel while backprop
+  // goes on (overlap), a push returns at once and whatever needs the data
+  // (the update, the next round's forward, a ps step's next forward of the
+  // layer: PullWait) waits for it.
+  // Time 0: compute and update tasks are timed by marks on the backend (the
+  // GPU's own clock on CUDA, whose kernels run after the host enqueued
+  // them), communication on the host clock from the same origin.
+  const auto t0 = timer_.start();
+  std::fill(done_.begin(), done_.end(), 0);
+  marks_.assign(plan_.tasks.size(), {-1, -1});
+  error_ = nullptr;
+  std::thread commLane([&] { lane(t0, true, ms); });
+  lane(t0, false, ms);
+  commLane.join();
+  if (error_)
+    std::rethrow_exception(error_);
+  timer_.finish();
+  const double total = seconds(t0);
+  measure(total, ms);
+  return ms;
+}
+
+void Worker::prepare(int i) {
+  if (server())
+    return;
+  prepared_ = i;
+  const int s = firstStep_ + i;
+  step_ = s;
+  model_.setStep(static_cast<uint64_t>(s));
+  // Own examples for the data-parallel (conv) part.
+  const int64_t first = firstExample(s, k_, w_, b_);
+  model_.writeInput(dataset_.batch(first, b_));
+  if (!owt_)
+    model_.setLabels(dataset_.labels(first, b_, positions()));
+}
+
+void Worker::hang() {
+  if (opt_.hangStopsProcess) {
+    stopThisProcessForTest(Seconds(2 * opt_.timeout.value() + 60));
+    return;
+  }
+  while (!comm_.aborted())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  throw CommError(fmt::format("hung at step {} (--hang-rank {} --hang-step {})", step_, w_, step_));
+}
+
+void Worker::lane(Clock::time_point t0, bool communication, std::vector<Measured>& ms) {
+  try {
+    if (communication && serveByJob_) {
+      serveJobs(t0, ms);
+      return;
+    }
+    for (size_t t : communication ? commTasks_ : computeTasks_)
+      if (!runTask(t, t0, communication, ms))
+        return;
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!error_)
+        error_ = std::current_exception();
+    }
+    cv_.notify_all();
+    // The other lane may be blocked in a receive: end the world.
+    comm_.abort(fmt::format("worker {}: {}", w_, e.what()));
+  }
+}
+
+bool Worker::runTask(size_t t, Clock::time_point t0, bool communication,
+                     std::vector<Measured>& ms) {
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] {
+      if (error_)
+        return true;
+      for (int d : ownDeps_[t])
+        if (!done_[static_cast<size_t>(d)])
+          return false;
+      return true;
+    });
+    if (error_)
+      return false;
+  }
+  const Task& task = plan_.tasks[t];
+  Measured& m = ms[static_cast<size_t>(task.iteration)];
+  if (!communication) {
+    if (task.iteration != prepared_)
+      prepare(task.iteration);
+    // Compute and update: marks on the backend, read after the step.
+    const int a = timer_.mark();
+    if (task.kind == TaskKind::kCompute)
+      compute(task);
+    else
+      update(task);
+    marks_[t] = {a, timer_.mark()};
+  } else {
+    // The compute lane only enqueued its tasks (a GPU runs them
+    // later): wait for the ones this task reads, and only those.
+    for (int d : ownDeps_[t])
+      if (const int end = marks_[static_cast<size_t>(d)].second; end >= 0)
+        timer_.wait(end);
+    const double start = seconds(t0);
+    if (task.kind == TaskKind::kTransfer)
+      transfer(t, task, m);
+    else if (task.kind == TaskKind::kReduce)
+      reduce(t, task);
+    else
+      serverUpdate(task);
+    const double end = seconds(t0);
+    timing_[t] = {start, end};
+    m.communication += end - start;
+  }
+  if (task.collective >= 0 && lastOf_[static_cast<size_t>(task.collective)] == int64_t(t)) {
+    endCollective(task.collective);
+    endpoints_.erase(task.collective);
+    const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+    if (stale_ > 0 && c.buffer == BufferKind::kWeights) {
+      std::lock_guard lock(mutex_);
+      auto& newest = pulledUpTo_.at(c.firstLayer);
+      newest = std::max(newest, firstStep_ + task.iteration);
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    done_[t] = 1;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+nn::ModelOptions Worker::modelOptions() const {
+  nn::ModelOptions o;
+  o.backend = backend_.get();
+  o.seed = opt_.seed;
+  o.dropout = opt_.dropout;
+  if (owt_)
+    o.slices = nn::modelParallelSlices(net_, k_, w_);
+  return o;
+}
+
+int Worker::positions() const {
+  const auto& last = net_.layers.back().outShape;
+  return last.h * last.w;
+}
+
+bool Worker::involves(const Task& t) const {
+  if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate)
+    return t.worker == w_;
+  for (const auto& f : plan_.flowsOf(t))
+    if (f.src == w_ || f.dst == w_)
+      return true;
+  return false;
+}
+
+std::vector<std::pair<int, std::pair<int64_t, int64_t>>> Worker::roundRows(int r) const {
+  std::vector<std::pair<int, std::pair<int64_t, int64_t>>> rows;
+  switch (plan_.scenario.strategy) {
+    case Strategy::kOwtA:
+      for (int v = 0; v < k_; ++v)
+        rows.push_back({v, {0, b_}});
+      break;
+    case Strategy::kOwtB:
+      rows.push_back({r, {0, b_}});
+      break;
+    default:
+      for (int v = 0; v < k_; ++v)
+        rows.push_back({v, piece(b_, k_, r)});
+  }
+  return rows;
+}
+
+int Worker::roundBatch(int r) const {
+  int64_t n = 0;
+  for (const auto& [v, rows] : roundRows(r))
+    n += rows.second - rows.first;
+  return static_cast<int>(n);
+}
+
+int64_t Worker::roundOffset(int r, int v) const {
+  int64_t n = 0;
+  for (const auto& [u, rows] : roundRows(r)) {
+    if (u == v)
+      return n;
+    n += rows.second - rows.first;
+  }
+  return -1;
+}
+
+std::pair<int64_t, int64_t> Worker::ownRows(int r, int v) const {
+  for (const auto& [u, rows] : roundRows(r))
+    if (u == v)
+      return rows;
+  return {0, 0};
+}
+
+void Worker::startRound(int r) {
+  const int batch = roundBatch(r);
+  auto& in = model_.exchangeInput(mp_, batch);
+  const auto own = ownRows(r, w_);
+  const int64_t row = net_.layers[static_cast<size_t>(mp_)].inShape.elements();
+  // Other workers' rows arrived in this round's staging buffer (a round
+  // ahead of the compute, so they cannot land in the input in use).
+  {
+    std::lock_guard lock(stagingMutex_);  // the communication lane fills later rounds
+    if (landed_.erase(r) > 0) {
+      const auto& staged = staging_.at(r);
+      STRATA_ENFORCE_OP(static_cast<int64_t>(staged.size()), <=, in.elements());
+      copyOnStream(staged.data(), in.data(), static_cast<int64_t>(staged.size()));
+    }
+  }
+  if (own.second > own.first) {
+    const auto& boundary = model_.output(mp_ - 1);
+    copyOnStream(boundary.data() + own.first * row, in.data() + roundOffset(r, w_) * row,
+                 (own.second - own.first) * row);
+  }
+  std::vector<int32_t> labels(static_cast<size_t>(batch) * positions());
+  size_t at = 0;
+  for (const auto& [v, rows] : roundRows(r))
+    for (int64_t e = rows.first; e < rows.second; ++e)
+      for (int p = 0; p < positions(); ++p)
+        labels[at++] = dataset_.label(firstExample(step_, k_, v, b_) + e);
+  model_.setLabels(labels);
+}
+
+void Worker::compute(const Task& task) {
+  const int l = task.layer;
+  // ps, a later step: its backprop of layer l runs after the step before's
+  // job of l's key (the pull before the forward; with staleness a
+  // dependency of its own), which is then done with l's gradients.
+  if (task.iteration > 0 && task.phase == Phase::kBwdWeights)
+    model_.zeroGradientsBeforeBackprop(l);
+  if (stale_ > 0 && task.phase == Phase::kFwd && task.iteration > 0)
+    stagedWeights(l, firstStep_ + task.iteration);
+  if (owt_ && l == mp_ && task.phase == Phase::kFwd)
+    startRound(task.round);
+  if (owt_ && l > mp_ && task.phase == Phase::kFwd && model_.modelParallel(l) &&
+      net_.layers[static_cast<size_t>(l)].hasWeights())
+    placeOwnSlice(l, roundBatch(task.round));
+  switch (task.phase) {
+    case Phase::kFwd:
+      model_.forward(l);
+      break;
+    case Phase::kBwdData:
+      // The loss of the examples just through the softmax (this worker's
+      // share of them in owt-*), before its backward.
+      if (net_.layers[static_cast<size_t>(l)].kind == LayerKind::kSoftmax)
+        lossShares_[static_cast<size_t>(task.iteration)] += model_.loss();
+      model_.backwardData(l);
+      if (owt_ && k_ == 1 && l >= mp_ && model_.modelParallel(l) &&
+          net_.layers[static_cast<size_t>(l)].hasWeights())
+        keepOwnInputGradient(l, task.round);
+      break;
+    case Phase::kBwdWeights:
+      model_.backwardWeights(l);
+      break;
+    case Phase::kUpdate:
+      break;
+  }
+}
+
+void Worker::keepOwnInputGradient(int l, int round) {
+  const auto& partial = model_.exchangeInputGrad(l);
+  auto& g = model_.outputGrad(l - 1);
+  const int64_t offset =
+      l == mp_ ? ownRows(round, w_).first * net_.layers[static_cast<size_t>(l)].inShape.elements()
+               : 0;
+  STRATA_ENFORCE_OP(offset + partial.elements(), <=, g.elements());
+  copyOnStream(partial.data(), g.data() + offset, partial.elements());
+}
+
+void Worker::copyOnStream(const float* from, float* to, int64_t n) {
+  STRATA_ENFORCE(n >= 0 && n <= std::numeric_limits<int>::max());
+  const nn::Dims flat{1, 1, 1, static_cast<int>(n)};
+  backend_->accumulate(nn::ConstTensorView{from, flat}, nn::TensorView{to, flat}, 0.0f);
+}
+
+void Worker::placeOwnSlice(int l, int batch) {
+  auto& in = model_.exchangeInput(l, batch);
+  backend_->copyIntoChannels(model_.output(l - 1).view(), in.view(), model_.slice(l - 1).begin);
+}
+
+void Worker::update(const Task& task) {
+  const bool fcPart = owt_ && task.layer >= mp_;
+  for (int l = task.layer; l <= task.lastLayer; ++l)
+    if (net_.layers[static_cast<size_t>(l)].hasWeights()) {
+      model_.update(l, opt_.learningRate, opt_.momentum);
+      // FC gradients accumulate over the rounds; after a per-round update
+      // the next round starts from zero.
+      if (fcPart)
+        model_.zeroGradients(l);
+    }
+}
+
+}  // namespace strata::exec::detail
