@@ -18,8 +18,8 @@
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation.h"
-#include "strata/reports/csv.h"
-#include "strata/reports/options_json.h"
+#include "strata/study/csv.h"
+#include "strata/study/estimate_schema.h"
 
 namespace strata::reports {
 
@@ -188,25 +188,40 @@ std::string mdCell(std::string text) {
   return text;
 }
 
-std::string num(double v) {
-  return fmt::format("{:.9g}", v);
-}
-
-Bytes maxOf(const StepEstimate& e, Bytes WorkerEstimate::*field) {
-  Bytes m(0);
-  for (const auto& w : e.workers)
-    m = std::max(m, w.*field);
-  return m;
-}
-
 // ---- data ------------------------------------------------------------------
 
-const char* kEstimateColumns =
-    "scaling,engine,network,cluster,strategy,workers,batch_per_worker,global_batch,overlap,"
-    "fc_update,element,step_s,"
-    "throughput_examples_per_s,speedup,efficiency,compute_s,exposed_communication_s,idle_s,"
-    "communication_s,sent_bytes_per_worker,received_bytes_per_worker,memory_bytes_per_worker,"
-    "memory_capacity_bytes,fits_in_memory,bottleneck";
+// One row of data/estimates.csv: the scaling it belongs to, the estimate's
+// columns in the one schema (study/estimate_schema.h), and the capacity its
+// memory is judged against.
+ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
+  using C = study::EstimateColumn;
+  ordered_json j;
+  j["scaling"] = scaling;
+  j.update(study::estimateRow(e, {C::kEngine,
+                                  C::kNetwork,
+                                  C::kCluster,
+                                  C::kStrategy,
+                                  C::kWorkers,
+                                  C::kBatchPerWorker,
+                                  C::kGlobalBatch,
+                                  C::kOverlap,
+                                  C::kFcUpdate,
+                                  C::kElement,
+                                  C::kStep,
+                                  C::kThroughput,
+                                  C::kSpeedup,
+                                  C::kEfficiency,
+                                  C::kCompute,
+                                  C::kExposedCommunication,
+                                  C::kIdle,
+                                  C::kCommunication,
+                                  C::kSentBytesPerWorker,
+                                  C::kReceivedBytesPerWorker,
+                                  C::kMemoryBytesPerWorker}));
+  j["memory_capacity_bytes"] = cl.device.memoryCapacity.value();
+  j.update(study::estimateRow(e, {C::kFitsInMemory, C::kBottleneck}));
+  return j;
+}
 
 // The headers of the other tables when they have no rows (no link carried a
 // byte with K = 1); with rows, the header comes from the rows' keys.
@@ -218,65 +233,16 @@ const char* kLinkColumns =
     "utilisation";
 const char* kSummaryColumns = "network,cluster,option_set,batch_per_worker,workers,best,step_s,why";
 
-ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
-  ordered_json j;
-  j["scaling"] = scaling;
-  j["engine"] = e.engine;
-  j["network"] = e.network;
-  j["cluster"] = e.cluster;
-  j["strategy"] = std::string(toString(e.scenario.strategy));
-  j["workers"] = e.scenario.workers;
-  j["batch_per_worker"] = e.scenario.batchPerWorker;
-  j["global_batch"] = int64_t(e.scenario.workers) * e.scenario.batchPerWorker;
-  j["overlap"] = e.scenario.options.overlap ? "on" : "off";
-  j["fc_update"] = std::string(toString(e.scenario.options.fcUpdate));
-  j["element"] = std::string(toString(e.scenario.options.element));
-  j["step_s"] = e.step.value();
-  j["throughput_examples_per_s"] = e.throughput;
-  j["speedup"] = e.speedup;
-  j["efficiency"] = e.efficiency;
-  j["compute_s"] = meanCompute(e).value();
-  j["exposed_communication_s"] = meanExposed(e).value();
-  j["idle_s"] = meanIdle(e).value();
-  j["communication_s"] = meanCommunication(e).value();
-  j["sent_bytes_per_worker"] = maxOf(e, &WorkerEstimate::sent).value();
-  j["received_bytes_per_worker"] = maxOf(e, &WorkerEstimate::received).value();
-  j["memory_bytes_per_worker"] = peakMemory(e).value();
-  j["memory_capacity_bytes"] = cl.device.memoryCapacity.value();
-  j["fits_in_memory"] = e.fitsInMemory;
-  j["bottleneck"] = e.bottleneck;
-  return j;
-}
-
 // A CSV of flat JSON objects (same keys in each), header from the first.
 std::string csvOf(const std::string& header, const ordered_json& rows) {
   std::string out = header + "\n";
-  for (const auto& r : rows) {
-    std::vector<std::string> cells;
-    for (const auto& [key, v] : r.items()) {
-      if (v.is_string())
-        cells.push_back(csvField(v.get<std::string>()));
-      else if (v.is_boolean())
-        cells.push_back(v.get<bool>() ? "yes" : "no");
-      else if (v.is_number_float())
-        cells.push_back(num(v.get<double>()));
-      else if (v.is_null())
-        cells.push_back("");
-      else
-        cells.push_back(v.dump());
-    }
-    out += fmt::format("{}\n", fmt::join(cells, ","));
-  }
+  for (const auto& r : rows)
+    out += study::csvLine(r) + "\n";
   return out;
 }
 
 std::string headerOf(const ordered_json& rows, const char* fallback) {
-  if (rows.empty())
-    return fallback;
-  std::vector<std::string> keys;
-  for (const auto& [key, v] : rows.front().items())
-    keys.push_back(key);
-  return fmt::format("{}", fmt::join(keys, ","));
+  return rows.empty() ? std::string(fallback) : study::csvHeader(rows.front());
 }
 
 struct Data {
@@ -361,7 +327,7 @@ Data collect(const Report& report, const ReportRequest& rq) {
 ordered_json requestJson(const ReportRequest& rq) {
   ordered_json j;
   j["title"] = rq.title;
-  j["engine"] = rq.engine;
+  j["engine"] = std::string(study::toString(rq.engine));
   ordered_json nets = ordered_json::array(), clusters = ordered_json::array(),
                strategies = ordered_json::array();
   for (const auto& n : rq.networks)
@@ -377,7 +343,7 @@ ordered_json requestJson(const ReportRequest& rq) {
   j["batches"] = rq.batches;
   ordered_json sets = ordered_json::array();
   for (const auto& o : rq.optionSets)
-    sets.push_back(optionsJson(o));
+    sets.push_back(study::optionsJson(o));
   j["option_sets"] = sets;
   return j;
 }
@@ -429,7 +395,8 @@ std::string provenanceLine(const Provenance& p, const ReportRequest& rq) {
   for (const auto& o : rq.optionSets)
     sets.push_back(optionsText(o));
   return fmt::format("strata {} (revision {}), {}; engine: {}; options: {}", p.version, p.revision,
-                     p.date, rq.engine == "sim" ? "simulator" : "closed-form model",
+                     p.date,
+                     rq.engine == study::Engine::kSimulator ? "simulator" : "closed-form model",
                      fmt::join(sets, " | "));
 }
 
@@ -565,7 +532,7 @@ void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& 
   // ---- data ----
   const Data d = collect(report, rq);
   writeFile(root / "data" / "estimates.csv",
-            csvOf(headerOf(d.estimates, kEstimateColumns), d.estimates));
+            csvOf(study::csvHeader(estimateRow("weak", StepEstimate{}, Cluster{})), d.estimates));
   writeFile(root / "data" / "whatif.csv", csvOf(headerOf(d.whatif, kWhatIfColumns), d.whatif));
   writeFile(root / "data" / "links.csv", csvOf(headerOf(d.links, kLinkColumns), d.links));
   writeFile(root / "data" / "summary.csv",

@@ -13,8 +13,7 @@
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/validation.h"
-#include "strata/reports/csv.h"
-#include "strata/reports/engine.h"
+#include "strata/study/engine.h"
 
 namespace {
 
@@ -94,13 +93,6 @@ TEST_CASE("inlined SVG: declaration dropped, ids and references prefixed", "[rep
   CHECK(out.find("url(#fig-a-grad)") != std::string::npos);
   CHECK(out.find("data-id='x'") != std::string::npos);  // not an id attribute
   CHECK_THROWS_AS(reports::inlineSvg("<html/>", "p"), RunFailure);
-}
-
-TEST_CASE("CSV fields are quoted only when they must be", "[reports]") {
-  CHECK(reports::csvField("ring") == "ring");
-  CHECK(reports::csvField("host link of devices 0-3 (up)") == "host link of devices 0-3 (up)");
-  CHECK(reports::csvField("a, b") == "\"a, b\"");
-  CHECK(reports::csvField("say \"hi\"") == "\"say \"\"hi\"\"\"");
 }
 
 TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[reports]") {
@@ -190,7 +182,8 @@ TEST_CASE("analysis: verdicts pick the fastest that fits, strong scaling splits 
   // Each row as the engine prices it alone.
   for (const auto& e : p.rows)
     CHECK(e.step.value() ==
-          reports::evaluate(rq.networks[0], rq.clusters[0], e.scenario, "model").step.value());
+          study::evaluate(rq.networks[0], rq.clusters[0], e.scenario, study::Engine::kModel)
+              .step.value());
   REQUIRE(report.verdicts[0].size() == 3);
   for (const auto& v : report.verdicts[0]) {
     REQUIRE(v.best);

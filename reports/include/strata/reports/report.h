@@ -22,6 +22,7 @@
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
+#include "strata/study/engine.h"
 
 namespace strata::reports {
 
@@ -73,7 +74,7 @@ struct ReportRequest {
   // Option sets compared side by side (overlap on and off, ...): each one is
   // a panel of its own. At least one.
   std::vector<StrategyOptions> optionSets;
-  std::string engine = "model";  // "model" or "sim": prices every row
+  study::Engine engine = study::Engine::kModel;  // prices every row: the model or the simulator
   std::vector<MeasuredPoint> measured;
   // The configuration of the timeline figure; unset: the fastest strategy
   // at the largest K of at most kTimelineMaxWorkers workers.
