@@ -437,7 +437,7 @@ class Engine {
     const auto* owner =
         task.collective >= 0 ? &plan_.collectives[static_cast<size_t>(task.collective)] : nullptr;
     const bool naivePair =
-        owner && owner->algorithm == "naive" &&
+        owner && owner->algorithm == toString(AllreduceAlgorithm::kNaive) &&
         ((task.pattern == PatternKind::kGather && task.segment > 0) ||
          (task.pattern == PatternKind::kScatter && task.segment < owner->segments - 1));
     const LoadKey key{static_cast<int>(task.pattern),

@@ -1202,7 +1202,7 @@ class Worker {
   // Parts (blocks) one flow of `task` carries: several in halving-doubling.
   int partsCovered(const Task& task) const {
     const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
-    if (c.algorithm != "halving-doubling" || c.parts <= 1)
+    if (c.algorithm != toString(AllreduceAlgorithm::kHalvingDoubling) || c.parts <= 1)
       return 1;
     return static_cast<int>(std::lround(task.bytes.value() / (c.bytes.value() / c.parts)));
   }
