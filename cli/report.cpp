@@ -250,7 +250,7 @@ Command addReportCommand(CLI::App& app, Process process) {
                             fmt::format("{}", fmt::join(o->validation, " ")));
             }
             for (const auto& v : o->validation) {
-              auto points = reports::loadValidationJson(v, "--validation");
+              auto points = study::loadValidationJson(v, "--validation");
               rq.measured.insert(rq.measured.end(), points.begin(), points.end());
               rq.provenance.configs.push_back({"validation", v, "(strata validate --format json)"});
             }

@@ -1,5 +1,4 @@
-// writeReport: the report folder (index.html, report.md, figures/, data/) and
-// loadValidationJson.
+// writeReport: the report folder (index.html, report.md, figures/, data/).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -416,84 +415,6 @@ pre{background:#f6f6f6;padding:.7em;overflow-x:auto;font-size:.85em}
 details{margin:.4em 0}summary{cursor:pointer})";
 
 }  // namespace
-
-std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std::string& option) {
-  if (!fs::is_regular_file(path))
-    throw OptionError(option, "no such file '" + path + "'");
-  ordered_json j;
-  try {
-    j = ordered_json::parse(readFile(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw OptionError(option, path + ": not JSON (" + std::string(e.what()) +
-                                  "): give the output of strata validate --format json");
-  }
-  if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array())
-    throw OptionError(option, path +
-                                  ": no \"rows\" array: give the output of strata validate "
-                                  "--format json");
-  std::vector<MeasuredPoint> out;
-  for (size_t i = 0; i < j["rows"].size(); ++i) {
-    const auto& r = j["rows"][i];
-    const std::string where = fmt::format("{}: rows[{}]", path, i);
-    auto need = [&](const ordered_json& parent, const std::string& key,
-                    const std::string& at) -> const ordered_json& {
-      if (!parent.is_object() || !parent.contains(key))
-        throw OptionError(option, fmt::format("{}.{}: missing", at, key));
-      return parent[key];
-    };
-    auto seconds = [&](const ordered_json& parent, const std::string& key, const std::string& at) {
-      const auto& v = need(parent, key, at);
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
-        throw OptionError(
-            option,
-            fmt::format("{}.{}: must be a finite time in seconds >= 0, got {}", at, key, v.dump()));
-      return Seconds(v.get<double>());
-    };
-    auto positive = [&](const std::string& key) {
-      const auto& v = need(r, key, where);
-      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 30))
-        throw OptionError(
-            option, fmt::format("{}.{}: must be a positive integer, got {}", where, key, v.dump()));
-      return int(v.get<int64_t>());
-    };
-    MeasuredPoint m;
-    m.source = fs::path(path).filename().string();  // the full path is in the provenance
-    const auto& net = need(r, "network", where);
-    const auto& strategy = need(r, "strategy", where);
-    if (!net.is_string() || !strategy.is_string())
-      throw OptionError(option, where + ": network and strategy must be strings");
-    m.network = net.get<std::string>();
-    m.strategy = parseStrategy(strategy.get<std::string>(), option + " (" + where + ".strategy)");
-    m.workers = positive("workers");
-    m.batchPerWorker = positive("batch_per_worker");
-    const char* engines[] = {"measured", "model", "sim"};
-    for (size_t e = 0; e < 3; ++e) {
-      m.step[e] = seconds(need(r, "step_s", where), engines[e], where + ".step_s");
-      m.compute[e] = seconds(need(r, "compute_s", where), engines[e], where + ".compute_s");
-      m.communication[e] =
-          seconds(need(r, "communication_s", where), engines[e], where + ".communication_s");
-    }
-    auto flag = [&](const std::string& key) {
-      const auto& v = need(r, key, where);
-      if (!v.is_boolean())
-        throw OptionError(
-            option, fmt::format("{}.{}: must be true or false, got {}", where, key, v.dump()));
-      return v.get<bool>();
-    };
-    m.heldOut = flag("held_out");
-    m.withinClaims = flag("within_claims");
-    m.busy = flag("busy");
-    const auto& spread = need(r, "spread_s", where);
-    m.spreadMin = seconds(spread, "min", where + ".spread_s");
-    m.spreadMax = seconds(spread, "max", where + ".spread_s");
-    if (m.spreadMin > m.step[0] || m.spreadMax < m.step[0])
-      throw OptionError(option, where + ".spread_s: the measured median lies outside [min, max]");
-    out.push_back(std::move(m));
-  }
-  if (out.empty())
-    throw OptionError(option, path + ": no rows");
-  return out;
-}
 
 namespace {
 void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& root,

@@ -96,8 +96,7 @@ TEST_CASE("inlined SVG: declaration dropped, ids and references prefixed", "[rep
 }
 
 TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[reports]") {
-  const auto rows =
-      reports::loadValidationJson(std::string(STRATA_VALIDATION_JSON), "--validation");
+  const auto rows = study::loadValidationJson(std::string(STRATA_VALIDATION_JSON), "--validation");
   REQUIRE(!rows.empty());
   CHECK(rows[0].network == "tiny-cnn");
   CHECK(rows[0].strategy == Strategy::kRing);
@@ -118,7 +117,7 @@ TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[repo
     std::ofstream(path) << text;
     INFO(text);
     try {
-      reports::loadValidationJson(path, "--validation");
+      study::loadValidationJson(path, "--validation");
       FAIL("accepted");
     } catch (const OptionError& e) {
       CHECK(std::string(e.what()).find(needle) != std::string::npos);
