@@ -12,7 +12,6 @@
 // provenance (date, revision, command) changes between two runs.
 #pragma once
 
-#include <array>
 #include <functional>
 #include <optional>
 #include <string>
