@@ -17,6 +17,8 @@
 // in its own BufferOps' memory: the host's, or a GPU's with --device cuda),
 // or MPI ranks under mpirun (over MpiCommunicator; over NcclCommunicator with
 // --device cuda).
+#include "allreduce.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -49,23 +51,14 @@
 
 namespace strata::cli {
 
+using namespace allreduce;
+
 namespace {
-
-enum class Algorithm { kRing, kNaive, kNccl, kMpi };
-constexpr std::array<const char*, 4> kAlgorithmNames = {"ring", "naive", "nccl", "mpi"};
-
-const char* nameOf(Algorithm a) {
-  return kAlgorithmNames[static_cast<size_t>(a)];
-}
 
 // -n and -w at most: every worker keeps one time per iteration and sends them
 // to rank 0 (0.8 MB at this cap), and 100000 iterations of a 64 MiB allreduce
 // already take hours on one machine.
 constexpr int kMaxIterations = 100'000;
-// The "avg busbw" line averages sizes from here up: smaller ones measure the
-// latency of a message more than the bandwidth of a link (nccl-tests averages
-// every size; its default sweep is mostly large sizes).
-constexpr std::size_t kAvgBusbwMinBytes = std::size_t{16} << 20;
 // Per-rank times and wrong counts travel to rank 0 under this tag, in the
 // executor's bookkeeping range, clear of the runtime's and NCCL's bootstrap.
 constexpr int kTagResults = exec::kFirstReservedTag + 70;
@@ -84,53 +77,6 @@ struct AllreduceFlags {
               iters = "20", warmup = "5", algorithms, format = "table", segment;
   CLI::Option* algorithmsOption = nullptr;
 };
-
-// A benchmark's options and configuration, read and checked: every user
-// mistake shows while this is made, before any worker starts.
-struct Setup {
-  int workers = 1;
-  bool mpi = false;  // MPI ranks under mpirun, else threads
-  exec::Device device = exec::Device::kCpu;
-  std::vector<std::size_t> sizes;  // bytes, ascending, whole floats
-  int iterations = 20;
-  int warmup = 5;
-  int stepFactor = 2;
-  // Elements per segment of ring and naive (--segment); 0 = one per chunk.
-  std::size_t segmentElems = exec::kDefaultRingSegmentElems;
-  std::vector<Algorithm> algorithms;  // the columns, in the order given
-  std::vector<bool> available;        // per column: false prints n/a (see notes)
-  std::vector<std::string> notes;     // why a column is n/a
-  Format format = Format::kTable;
-  int gpu = 0;  // under mpirun with --device cuda: this rank's GPU
-};
-
-// One algorithm at one size, over every worker.
-struct Cell {
-  bool measured = false;
-  double seconds = 0;  // median over iterations of the slowest worker's time
-  int64_t wrong = 0;   // elements that differ from the expected sum, all workers
-};
-// [column][size index], as Setup::algorithms and Setup::sizes.
-using Results = std::vector<std::vector<Cell>>;
-
-// "1 KiB", "64 MiB", "24 B": sizes are given in binary units (-b 1KiB), so
-// they are printed in them; a size that is no whole number of a unit (-f 3)
-// gets two decimals.
-std::string formatSize(double bytes) {
-  constexpr std::array<std::pair<double, const char*>, 4> kUnits = {
-      {{0x1p40, "TiB"}, {0x1p30, "GiB"}, {0x1p20, "MiB"}, {0x1p10, "KiB"}}};
-  for (const auto& [unit, name] : kUnits) {
-    if (bytes < unit)
-      continue;
-    if (std::fmod(bytes, unit) == 0)
-      return fmt::format("{:.0f} {}", bytes / unit, name);
-    return fmt::format("{:.2f} {}", bytes / unit, name);
-  }
-  return fmt::format("{:.0f} B", bytes);
-}
-std::string formatSize(std::size_t bytes) {
-  return formatSize(double(bytes));
-}
 
 // A size option in bytes, rounded down to whole floats (at least one).
 std::size_t sizeOption(const std::string& text, const std::string& option) {
@@ -515,206 +461,10 @@ void measureNcclClique(const Setup& s, std::size_t column, Results& results) {
 }
 #endif
 
-// ---- printing -------------------------------------------------------------------
-
-// With one worker nothing crosses a link: the time is the call's own cost
-// and a bandwidth (size over a near-zero time) would mean nothing, so there
-// is none (printed "-", null in JSON, empty in CSV).
-std::optional<double> algbwGBps(std::size_t bytes, const Cell& c, int workers) {
-  if (workers < 2)
-    return std::nullopt;
-  return double(bytes) / c.seconds / 1e9;
-}
-// nccl-tests' bus bandwidth of an allreduce: each worker's link carries
-// 2(K-1)/K of the buffer in a ring (docs: collectives.h, allreduceRing).
-std::optional<double> busbwGBps(std::size_t bytes, const Cell& c, int workers) {
-  const auto alg = algbwGBps(bytes, c, workers);
-  if (!alg)
-    return std::nullopt;
-  return *alg * (2.0 * (workers - 1) / workers);
-}
-
-std::string gbpsText(std::optional<double> v) {
-  return v ? fmt::format("{:.2f} GB/s", *v) : std::string("-");
-}
-nlohmann::ordered_json gbpsJson(std::optional<double> v) {
-  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
-}
-std::string gbpsCsv(std::optional<double> v) {
-  return v ? fmt::format("{:.9g}", *v) : std::string();
-}
-
-// The mean busbw over sizes of kAvgBusbwMinBytes and up; nullopt when no such
-// size was measured.
-std::optional<double> averageBusbw(const Setup& s, const Results& results, std::size_t column) {
-  double sum = 0;
-  int n = 0;
-  for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-    const auto busbw = busbwGBps(s.sizes[i], results[column][i], s.workers);
-    if (s.sizes[i] < kAvgBusbwMinBytes || !results[column][i].measured || !busbw)
-      continue;
-    sum += *busbw;
-    ++n;
-  }
-  return n ? std::optional(sum / n) : std::nullopt;
-}
-
-std::string segmentText(const Setup& s) {
-  return s.segmentElems == 0 ? std::string("one message per chunk (unsegmented)")
-                             : "segments of " + formatSize(s.segmentElems * sizeof(float));
-}
-
-std::string transportOf(const Setup& s) {
-  if (!s.mpi)
-    return "threads";
-  return s.device == exec::Device::kCuda ? "nccl" : "mpi";
-}
-
-void printTable(std::ostream& out, const Setup& s, const Results& results) {
-  out << fmt::format(
-      "allreduce: {} worker{} ({}, {}), float sum, {} iteration{} after {} warm-up, sizes {} .. "
-      "{} x{}\n",
-      s.workers, s.workers == 1 ? "" : "s",
-      s.mpi ? (s.device == exec::Device::kCuda ? "MPI ranks over NCCL" : "MPI ranks") : "threads",
-      exec::toString(s.device), s.iterations, s.iterations == 1 ? "" : "s", s.warmup,
-      formatSize(s.sizes.front()), formatSize(s.sizes.back()), s.stepFactor);
-  out << fmt::format("ring and naive: {}\n", segmentText(s));
-  out << "time: median of the slowest worker's; algbw = size / time; busbw = algbw x 2(K-1)/K; "
-         "#wrong: elements != the expected sum\n";
-  for (const auto& note : s.notes)
-    out << "note: " << note << "\n";
-
-  // Cells as text, columns right-aligned; " | " between algorithms.
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"size", "count"};
-  for (Algorithm a : s.algorithms)
-    for (const std::string& h : {std::string(nameOf(a)) + ": time", std::string("algbw"),
-                                 std::string("busbw"), std::string("#wrong")})
-      header.push_back(h);
-  rows.push_back(header);
-  for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-    std::vector<std::string> row = {formatSize(s.sizes[i]),
-                                    std::to_string(s.sizes[i] / sizeof(float))};
-    for (std::size_t c = 0; c < s.algorithms.size(); ++c) {
-      const Cell& cell = results[c][i];
-      if (!cell.measured) {
-        row.insert(row.end(), {"n/a", "", "", ""});
-        continue;
-      }
-      row.push_back(fmt::format("{:.1f} us", cell.seconds * 1e6));
-      row.push_back(gbpsText(algbwGBps(s.sizes[i], cell, s.workers)));
-      row.push_back(gbpsText(busbwGBps(s.sizes[i], cell, s.workers)));
-      row.push_back(std::to_string(cell.wrong));
-    }
-    rows.push_back(std::move(row));
-  }
-  std::vector<std::size_t> width(header.size(), 0);
-  for (const auto& row : rows)
-    for (std::size_t j = 0; j < row.size(); ++j)
-      width[j] = std::max(width[j], row[j].size());
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t j = 0; j < row.size(); ++j) {
-      if (j > 0)
-        line += j >= 2 && (j - 2) % 4 == 0 ? " | " : "  ";
-      line += fmt::format("{:>{}}", row[j], width[j]);
-    }
-    out << line << "\n";
-  }
-
-  std::string average;
-  for (std::size_t c = 0; c < s.algorithms.size(); ++c) {
-    const auto avg = averageBusbw(s, results, c);
-    average += fmt::format("{}{} {}", c ? ", " : "", nameOf(s.algorithms[c]),
-                           avg ? fmt::format("{:.2f} GB/s", *avg) : std::string("n/a"));
-  }
-  if (s.workers < 2)
-    out << "avg busbw: none (one worker: nothing crosses a link; the times are the calls' own "
-           "cost)\n";
-  else if (s.sizes.back() >= kAvgBusbwMinBytes)
-    out << "avg busbw (sizes >= " << formatSize(kAvgBusbwMinBytes) << "): " << average << "\n";
-  else
-    out << "avg busbw: no size of " << formatSize(kAvgBusbwMinBytes)
-        << " or more (it averages those; -e 16MiB or larger)\n";
-}
-
-void printJson(std::ostream& out, const Setup& s, const Results& results) {
-  using nlohmann::ordered_json;
-  ordered_json j;
-  j["workers"] = s.workers;
-  j["device"] = std::string(exec::toString(s.device));
-  j["transport"] = transportOf(s);
-  j["iterations"] = s.iterations;
-  j["segment_bytes"] = s.segmentElems * sizeof(float);
-  j["warmup"] = s.warmup;
-  j["algorithms"] = ordered_json::array();
-  for (Algorithm a : s.algorithms)
-    j["algorithms"].push_back(nameOf(a));
-  j["rows"] = ordered_json::array();
-  for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-    ordered_json row;
-    row["bytes"] = s.sizes[i];
-    row["count"] = s.sizes[i] / sizeof(float);
-    for (std::size_t c = 0; c < s.algorithms.size(); ++c) {
-      const Cell& cell = results[c][i];
-      if (!cell.measured) {
-        row[nameOf(s.algorithms[c])] = nullptr;
-        continue;
-      }
-      row[nameOf(s.algorithms[c])] = {
-          {"time_us", cell.seconds * 1e6},
-          {"algbw_GBps", gbpsJson(algbwGBps(s.sizes[i], cell, s.workers))},
-          {"busbw_GBps", gbpsJson(busbwGBps(s.sizes[i], cell, s.workers))},
-          {"wrong", cell.wrong}};
-    }
-    j["rows"].push_back(std::move(row));
-  }
-  j["avg_busbw_min_bytes"] = kAvgBusbwMinBytes;
-  ordered_json average = ordered_json::object();
-  for (std::size_t c = 0; c < s.algorithms.size(); ++c) {
-    const auto avg = averageBusbw(s, results, c);
-    average[nameOf(s.algorithms[c])] = avg ? ordered_json(*avg) : ordered_json(nullptr);
-  }
-  j["avg_busbw_GBps"] = std::move(average);
-  j["notes"] = s.notes;
-  out << j.dump() << "\n";
-}
-
-void printCsv(std::ostream& out, const Setup& s, const Results& results) {
-  out << "bytes,count";
-  for (Algorithm a : s.algorithms)
-    out << fmt::format(",{0}_time_us,{0}_algbw_GBps,{0}_busbw_GBps,{0}_wrong", nameOf(a));
-  out << "\n";
-  for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-    out << s.sizes[i] << "," << s.sizes[i] / sizeof(float);
-    for (std::size_t c = 0; c < s.algorithms.size(); ++c) {
-      const Cell& cell = results[c][i];
-      if (!cell.measured) {
-        out << ",,,,";  // n/a: empty fields
-        continue;
-      }
-      out << fmt::format(",{:.9g},{},{},{}", cell.seconds * 1e6,
-                         gbpsCsv(algbwGBps(s.sizes[i], cell, s.workers)),
-                         gbpsCsv(busbwGBps(s.sizes[i], cell, s.workers)), cell.wrong);
-    }
-    out << "\n";
-  }
-}
-
 // Prints the results; a wrong element anywhere is a failure of the collective
 // (one line on stderr after the output, exit status 1). Returns the status.
 int report(const Setup& s, const Results& results) {
-  switch (s.format) {
-    case Format::kTable:
-      printTable(std::cout, s, results);
-      break;
-    case Format::kJson:
-      printJson(std::cout, s, results);
-      break;
-    case Format::kCsv:
-      printCsv(std::cout, s, results);
-      break;
-  }
+  printResults(std::cout, s, results);
   std::cout.flush();
   int64_t wrong = 0;
   std::string where;

@@ -68,12 +68,13 @@ Command addCompareCommand(CLI::App& app) {
         o->flags.apply(ex.batchPerWorker, ex.options);
         o->flags.checkUsed(ex.strategies, ex.options);
         ex.cluster = withProfile(ex.cluster, ex.network, o->profile);
+        const auto engine = engineArg(o->engine);
         std::vector<StepEstimate> rows;
         for (int k : ex.workers)
           for (auto s : ex.strategies) {
             try {
-              rows.push_back(evaluate(ex.network, ex.cluster,
-                                      Scenario{s, k, ex.batchPerWorker, ex.options}, o->engine));
+              rows.push_back(study::evaluate(
+                  ex.network, ex.cluster, Scenario{s, k, ex.batchPerWorker, ex.options}, engine));
             } catch (const OptionError& e) {
               throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
               throw;

@@ -22,7 +22,6 @@
 #include "strata/model/profile.h"
 #include "strata/model/profile_loader.h"
 #include "strata/model/quantity_text.h"
-#include "strata/reports/engine.h"
 #include "strata/sim/simulator.h"
 
 namespace strata::cli {
@@ -390,9 +389,8 @@ void addEngineOption(CLI::App* app, std::string& engine) {
   app->add_option("--engine", engine, "model (closed form) or sim (simulated Plan); default model");
 }
 
-StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
-                      const std::string& engine) {
-  return reports::evaluate(net, cl, sc, engine);
+study::Engine engineArg(const std::string& engine) {
+  return study::parsePredictingEngine(engine, "--engine");
 }
 
 Network networkArg(const std::string& nameOrPath, const std::string& option) {

@@ -24,6 +24,7 @@
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
 #include "strata/model/trace.h"
+#include "strata/study/engine.h"
 
 namespace strata::cli {
 
@@ -148,13 +149,12 @@ struct LimitFlags {
 // --format into `format` ("table" unless the caller set another default).
 void addFormatOption(CLI::App* app, std::string& format,
                      const std::string& help = "output: table|json|csv (default table)");
-// --engine into `engine`: model (closed form) or sim (simulated Plan).
+// --engine into `engine`: model (closed form) or sim (simulated Plan), read
+// by engineArg.
 void addEngineOption(CLI::App* app, std::string& engine);
-
-// One step estimate from the chosen engine: the closed-form model, or the
-// simulator playing the strategy's Plan with contention on.
-StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
-                      const std::string& engine);
+// The engine --engine names (study::parsePredictingEngine): OptionError
+// "--engine: must be model or sim, got '...'" otherwise.
+study::Engine engineArg(const std::string& engine);
 
 Network networkArg(const std::string& nameOrPath, const std::string& option);
 Cluster clusterArg(const std::string& nameOrPath, const std::string& option);

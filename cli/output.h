@@ -1,6 +1,9 @@
 // Printing strata's answers as a table (for people), JSON or CSV (for tools).
 // Every number carries its unit: in the cell for tables, in the key or column
-// name for JSON and CSV (e.g. "step_s", "sent_bytes").
+// name for JSON and CSV (e.g. "step_s", "sent_bytes"). The tables are cli/'s
+// (output*.cpp, by what they print); estimates and validation results in JSON
+// and CSV are study/'s one schema (strata/study/estimate_schema.h,
+// validation_schema.h).
 #pragma once
 
 #include <ostream>

@@ -42,7 +42,7 @@ Command addPredictCommand(CLI::App& app) {
             const TrainingRun run = o->training.run(sc);
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            auto est = evaluate(net, cl, sc, o->engine);
+            auto est = study::evaluate(net, cl, sc, engineArg(o->engine));
             est.training = priceTrainingRun(run, est);
             printEstimate(std::cout, est, format);
             return 0;

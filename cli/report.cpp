@@ -237,9 +237,7 @@ Command addReportCommand(CLI::App& app, Process process) {
             for (const auto& c : rq.clusters)
               if (!c.sourceFile.empty())
                 rq.provenance.configs.push_back({"cluster", c.sourceFile, readText(c.sourceFile)});
-            if (o->engine != "model" && o->engine != "sim")
-              throw OptionError("--engine", "must be model or sim, got '" + o->engine + "'");
-            rq.engine = o->engine;
+            rq.engine = engineArg(o->engine);
             // One file twice would count every measured row twice.
             {
               std::vector<std::string> files;
@@ -252,7 +250,7 @@ Command addReportCommand(CLI::App& app, Process process) {
                             fmt::format("{}", fmt::join(o->validation, " ")));
             }
             for (const auto& v : o->validation) {
-              auto points = reports::loadValidationJson(v, "--validation");
+              auto points = study::loadValidationJson(v, "--validation");
               rq.measured.insert(rq.measured.end(), points.begin(), points.end());
               rq.provenance.configs.push_back({"validation", v, "(strata validate --format json)"});
             }

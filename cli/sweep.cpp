@@ -84,6 +84,7 @@ Command addSweepCommand(CLI::App& app) {
                 if (!isModelParallel(s) || net.modelParallelFrom > 0)
                   total += clusters.size() * batches.size() * elements.size() * overlaps.size() *
                            updates.size() * workers.size();
+            const auto engine = engineArg(o->engine);
             ProgressBar bar("configurations priced");
             std::vector<StepEstimate> rows;
             for (const auto& net : nets)
@@ -100,7 +101,7 @@ Command addSweepCommand(CLI::App& app) {
                             sc.options.fcUpdate = up;
                             if (isModelParallel(s) && net.modelParallelFrom <= 0)
                               continue;
-                            rows.push_back(evaluate(net, cl, sc, o->engine));
+                            rows.push_back(study::evaluate(net, cl, sc, engine));
                             bar.update(int(rows.size()), int(total));
                           }
             printComparison(out.stream(), rows, format);

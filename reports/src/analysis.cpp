@@ -15,15 +15,6 @@
 
 namespace strata::reports {
 
-StepEstimate evaluate(const Network& net, const Cluster& cl, const Scenario& sc,
-                      const std::string& engine) {
-  if (engine == "model")
-    return estimate(net, cl, sc);
-  if (engine == "sim")
-    return sim::simulateScenario(net, cl, sc, sim::Options{}).estimate;
-  throw OptionError("--engine", "must be model or sim, got '" + engine + "'");
-}
-
 const std::vector<WhatIf>& whatIfs() {
   static const std::vector<WhatIf> list = {
       {"bandwidth x0.5", "every link's bandwidth (and bandwidth table) halved"},
@@ -240,7 +231,8 @@ Report buildReport(const ReportRequest& request) {
       for (size_t bi = 0; bi < request.batches.size(); ++bi)
         for (auto s : strategies)
           for (int k : request.workers) {
-            auto e = evaluate(net, cl, Scenario{s, k, request.batches[bi], opts}, request.engine);
+            auto e =
+                study::evaluate(net, cl, Scenario{s, k, request.batches[bi], opts}, request.engine);
             (bi == 0 ? p.rows : p.otherBatches).push_back(std::move(e));
             tick();
           }
@@ -250,8 +242,8 @@ Report buildReport(const ReportRequest& request) {
         for (auto s : strategies)
           for (int k : request.workers) {
             if (p.strongGlobalBatch % k == 0)
-              p.strong.push_back(
-                  evaluate(net, cl, Scenario{s, k, p.strongGlobalBatch / k, opts}, request.engine));
+              p.strong.push_back(study::evaluate(
+                  net, cl, Scenario{s, k, p.strongGlobalBatch / k, opts}, request.engine));
             tick();
           }
       }
@@ -263,7 +255,7 @@ Report buildReport(const ReportRequest& request) {
           if (e.scenario.strategy == s && e.scenario.workers == kMax)
             sens.step.push_back(e.step);
         for (size_t w = 0; w < whatIfs().size(); ++w) {
-          sens.step.push_back(evaluate(net, applyWhatIf(cl, w), sc, request.engine).step);
+          sens.step.push_back(study::evaluate(net, applyWhatIf(cl, w), sc, request.engine).step);
           tick();
         }
         p.sensitivity.push_back(std::move(sens));

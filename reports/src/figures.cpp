@@ -649,7 +649,7 @@ Figure clustersFigure(const Report& report, const ReportRequest& rq, int network
 
 // ---- predicted against measured ---------------------------------------------
 
-Figure validationScatter(const std::vector<MeasuredPoint>& points) {
+Figure validationScatter(const std::vector<study::MeasuredPoint>& points) {
   Figure f;
   f.title = "Predicted against measured";
   f.height = 520;
@@ -748,11 +748,11 @@ Figure validationScatter(const std::vector<MeasuredPoint>& points) {
   return f;
 }
 
-Figure validationPhases(const std::vector<MeasuredPoint>& all) {
+Figure validationPhases(const std::vector<study::MeasuredPoint>& all) {
   Figure f;
   f.title = "Per phase: measured, model, simulator";
   constexpr size_t kShown = 16;
-  std::vector<MeasuredPoint> points(all.begin(), all.begin() + std::min(all.size(), kShown));
+  std::vector<study::MeasuredPoint> points(all.begin(), all.begin() + std::min(all.size(), kShown));
   f.width = std::max(760, 140 + 70 * int(points.size()));
   f.height = 470;
   double hi = 0;

@@ -5,5 +5,5 @@
 
 #include "strata/model/strategy.h"
 #include "strata/model/validation.h"  // meanCompute, meanExposed, meanIdle, peakMemory
-#include "strata/reports/engine.h"
 #include "strata/reports/report.h"
+#include "strata/study/engine.h"

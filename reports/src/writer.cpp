@@ -1,5 +1,4 @@
-// writeReport: the report folder (index.html, report.md, figures/, data/) and
-// loadValidationJson.
+// writeReport: the report folder (index.html, report.md, figures/, data/).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -18,8 +17,8 @@
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/validation.h"
-#include "strata/reports/csv.h"
-#include "strata/reports/options_json.h"
+#include "strata/study/csv.h"
+#include "strata/study/estimate_schema.h"
 
 namespace strata::reports {
 
@@ -188,25 +187,40 @@ std::string mdCell(std::string text) {
   return text;
 }
 
-std::string num(double v) {
-  return fmt::format("{:.9g}", v);
-}
-
-Bytes maxOf(const StepEstimate& e, Bytes WorkerEstimate::*field) {
-  Bytes m(0);
-  for (const auto& w : e.workers)
-    m = std::max(m, w.*field);
-  return m;
-}
-
 // ---- data ------------------------------------------------------------------
 
-const char* kEstimateColumns =
-    "scaling,engine,network,cluster,strategy,workers,batch_per_worker,global_batch,overlap,"
-    "fc_update,element,step_s,"
-    "throughput_examples_per_s,speedup,efficiency,compute_s,exposed_communication_s,idle_s,"
-    "communication_s,sent_bytes_per_worker,received_bytes_per_worker,memory_bytes_per_worker,"
-    "memory_capacity_bytes,fits_in_memory,bottleneck";
+// One row of data/estimates.csv: the scaling it belongs to, the estimate's
+// columns in the one schema (study/estimate_schema.h), and the capacity its
+// memory is judged against.
+ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
+  using C = study::EstimateColumn;
+  ordered_json j;
+  j["scaling"] = scaling;
+  j.update(study::estimateRow(e, {C::kEngine,
+                                  C::kNetwork,
+                                  C::kCluster,
+                                  C::kStrategy,
+                                  C::kWorkers,
+                                  C::kBatchPerWorker,
+                                  C::kGlobalBatch,
+                                  C::kOverlap,
+                                  C::kFcUpdate,
+                                  C::kElement,
+                                  C::kStep,
+                                  C::kThroughput,
+                                  C::kSpeedup,
+                                  C::kEfficiency,
+                                  C::kCompute,
+                                  C::kExposedCommunication,
+                                  C::kIdle,
+                                  C::kCommunication,
+                                  C::kSentBytesPerWorker,
+                                  C::kReceivedBytesPerWorker,
+                                  C::kMemoryBytesPerWorker}));
+  j["memory_capacity_bytes"] = cl.device.memoryCapacity.value();
+  j.update(study::estimateRow(e, {C::kFitsInMemory, C::kBottleneck}));
+  return j;
+}
 
 // The headers of the other tables when they have no rows (no link carried a
 // byte with K = 1); with rows, the header comes from the rows' keys.
@@ -218,65 +232,16 @@ const char* kLinkColumns =
     "utilisation";
 const char* kSummaryColumns = "network,cluster,option_set,batch_per_worker,workers,best,step_s,why";
 
-ordered_json estimateRow(const std::string& scaling, const StepEstimate& e, const Cluster& cl) {
-  ordered_json j;
-  j["scaling"] = scaling;
-  j["engine"] = e.engine;
-  j["network"] = e.network;
-  j["cluster"] = e.cluster;
-  j["strategy"] = std::string(toString(e.scenario.strategy));
-  j["workers"] = e.scenario.workers;
-  j["batch_per_worker"] = e.scenario.batchPerWorker;
-  j["global_batch"] = int64_t(e.scenario.workers) * e.scenario.batchPerWorker;
-  j["overlap"] = e.scenario.options.overlap ? "on" : "off";
-  j["fc_update"] = std::string(toString(e.scenario.options.fcUpdate));
-  j["element"] = std::string(toString(e.scenario.options.element));
-  j["step_s"] = e.step.value();
-  j["throughput_examples_per_s"] = e.throughput;
-  j["speedup"] = e.speedup;
-  j["efficiency"] = e.efficiency;
-  j["compute_s"] = meanCompute(e).value();
-  j["exposed_communication_s"] = meanExposed(e).value();
-  j["idle_s"] = meanIdle(e).value();
-  j["communication_s"] = meanCommunication(e).value();
-  j["sent_bytes_per_worker"] = maxOf(e, &WorkerEstimate::sent).value();
-  j["received_bytes_per_worker"] = maxOf(e, &WorkerEstimate::received).value();
-  j["memory_bytes_per_worker"] = peakMemory(e).value();
-  j["memory_capacity_bytes"] = cl.device.memoryCapacity.value();
-  j["fits_in_memory"] = e.fitsInMemory;
-  j["bottleneck"] = e.bottleneck;
-  return j;
-}
-
 // A CSV of flat JSON objects (same keys in each), header from the first.
 std::string csvOf(const std::string& header, const ordered_json& rows) {
   std::string out = header + "\n";
-  for (const auto& r : rows) {
-    std::vector<std::string> cells;
-    for (const auto& [key, v] : r.items()) {
-      if (v.is_string())
-        cells.push_back(csvField(v.get<std::string>()));
-      else if (v.is_boolean())
-        cells.push_back(v.get<bool>() ? "yes" : "no");
-      else if (v.is_number_float())
-        cells.push_back(num(v.get<double>()));
-      else if (v.is_null())
-        cells.push_back("");
-      else
-        cells.push_back(v.dump());
-    }
-    out += fmt::format("{}\n", fmt::join(cells, ","));
-  }
+  for (const auto& r : rows)
+    out += study::csvLine(r) + "\n";
   return out;
 }
 
 std::string headerOf(const ordered_json& rows, const char* fallback) {
-  if (rows.empty())
-    return fallback;
-  std::vector<std::string> keys;
-  for (const auto& [key, v] : rows.front().items())
-    keys.push_back(key);
-  return fmt::format("{}", fmt::join(keys, ","));
+  return rows.empty() ? std::string(fallback) : study::csvHeader(rows.front());
 }
 
 struct Data {
@@ -361,7 +326,7 @@ Data collect(const Report& report, const ReportRequest& rq) {
 ordered_json requestJson(const ReportRequest& rq) {
   ordered_json j;
   j["title"] = rq.title;
-  j["engine"] = rq.engine;
+  j["engine"] = std::string(study::toString(rq.engine));
   ordered_json nets = ordered_json::array(), clusters = ordered_json::array(),
                strategies = ordered_json::array();
   for (const auto& n : rq.networks)
@@ -377,7 +342,7 @@ ordered_json requestJson(const ReportRequest& rq) {
   j["batches"] = rq.batches;
   ordered_json sets = ordered_json::array();
   for (const auto& o : rq.optionSets)
-    sets.push_back(optionsJson(o));
+    sets.push_back(study::optionsJson(o));
   j["option_sets"] = sets;
   return j;
 }
@@ -429,7 +394,8 @@ std::string provenanceLine(const Provenance& p, const ReportRequest& rq) {
   for (const auto& o : rq.optionSets)
     sets.push_back(optionsText(o));
   return fmt::format("strata {} (revision {}), {}; engine: {}; options: {}", p.version, p.revision,
-                     p.date, rq.engine == "sim" ? "simulator" : "closed-form model",
+                     p.date,
+                     rq.engine == study::Engine::kSimulator ? "simulator" : "closed-form model",
                      fmt::join(sets, " | "));
 }
 
@@ -449,84 +415,6 @@ pre{background:#f6f6f6;padding:.7em;overflow-x:auto;font-size:.85em}
 details{margin:.4em 0}summary{cursor:pointer})";
 
 }  // namespace
-
-std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std::string& option) {
-  if (!fs::is_regular_file(path))
-    throw OptionError(option, "no such file '" + path + "'");
-  ordered_json j;
-  try {
-    j = ordered_json::parse(readFile(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw OptionError(option, path + ": not JSON (" + std::string(e.what()) +
-                                  "): give the output of strata validate --format json");
-  }
-  if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array())
-    throw OptionError(option, path +
-                                  ": no \"rows\" array: give the output of strata validate "
-                                  "--format json");
-  std::vector<MeasuredPoint> out;
-  for (size_t i = 0; i < j["rows"].size(); ++i) {
-    const auto& r = j["rows"][i];
-    const std::string where = fmt::format("{}: rows[{}]", path, i);
-    auto need = [&](const ordered_json& parent, const std::string& key,
-                    const std::string& at) -> const ordered_json& {
-      if (!parent.is_object() || !parent.contains(key))
-        throw OptionError(option, fmt::format("{}.{}: missing", at, key));
-      return parent[key];
-    };
-    auto seconds = [&](const ordered_json& parent, const std::string& key, const std::string& at) {
-      const auto& v = need(parent, key, at);
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
-        throw OptionError(
-            option,
-            fmt::format("{}.{}: must be a finite time in seconds >= 0, got {}", at, key, v.dump()));
-      return Seconds(v.get<double>());
-    };
-    auto positive = [&](const std::string& key) {
-      const auto& v = need(r, key, where);
-      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 30))
-        throw OptionError(
-            option, fmt::format("{}.{}: must be a positive integer, got {}", where, key, v.dump()));
-      return int(v.get<int64_t>());
-    };
-    MeasuredPoint m;
-    m.source = fs::path(path).filename().string();  // the full path is in the provenance
-    const auto& net = need(r, "network", where);
-    const auto& strategy = need(r, "strategy", where);
-    if (!net.is_string() || !strategy.is_string())
-      throw OptionError(option, where + ": network and strategy must be strings");
-    m.network = net.get<std::string>();
-    m.strategy = parseStrategy(strategy.get<std::string>(), option + " (" + where + ".strategy)");
-    m.workers = positive("workers");
-    m.batchPerWorker = positive("batch_per_worker");
-    const char* engines[] = {"measured", "model", "sim"};
-    for (size_t e = 0; e < 3; ++e) {
-      m.step[e] = seconds(need(r, "step_s", where), engines[e], where + ".step_s");
-      m.compute[e] = seconds(need(r, "compute_s", where), engines[e], where + ".compute_s");
-      m.communication[e] =
-          seconds(need(r, "communication_s", where), engines[e], where + ".communication_s");
-    }
-    auto flag = [&](const std::string& key) {
-      const auto& v = need(r, key, where);
-      if (!v.is_boolean())
-        throw OptionError(
-            option, fmt::format("{}.{}: must be true or false, got {}", where, key, v.dump()));
-      return v.get<bool>();
-    };
-    m.heldOut = flag("held_out");
-    m.withinClaims = flag("within_claims");
-    m.busy = flag("busy");
-    const auto& spread = need(r, "spread_s", where);
-    m.spreadMin = seconds(spread, "min", where + ".spread_s");
-    m.spreadMax = seconds(spread, "max", where + ".spread_s");
-    if (m.spreadMin > m.step[0] || m.spreadMax < m.step[0])
-      throw OptionError(option, where + ".spread_s: the measured median lies outside [min, max]");
-    out.push_back(std::move(m));
-  }
-  if (out.empty())
-    throw OptionError(option, path + ": no rows");
-  return out;
-}
 
 namespace {
 void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& root,
@@ -565,7 +453,7 @@ void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& 
   // ---- data ----
   const Data d = collect(report, rq);
   writeFile(root / "data" / "estimates.csv",
-            csvOf(headerOf(d.estimates, kEstimateColumns), d.estimates));
+            csvOf(study::csvHeader(estimateRow("weak", StepEstimate{}, Cluster{})), d.estimates));
   writeFile(root / "data" / "whatif.csv", csvOf(headerOf(d.whatif, kWhatIfColumns), d.whatif));
   writeFile(root / "data" / "links.csv", csvOf(headerOf(d.links, kLinkColumns), d.links));
   writeFile(root / "data" / "summary.csv",

@@ -15,8 +15,7 @@
 #include "strata/model/estimate.h"
 #include "strata/model/network_loader.h"
 #include "strata/model/validation.h"
-#include "strata/reports/csv.h"
-#include "strata/reports/engine.h"
+#include "strata/study/engine.h"
 
 namespace {
 
@@ -98,16 +97,8 @@ TEST_CASE("inlined SVG: declaration dropped, ids and references prefixed", "[rep
   CHECK_THROWS_AS(reports::inlineSvg("<html/>", "p"), RunFailure);
 }
 
-TEST_CASE("CSV fields are quoted only when they must be", "[reports]") {
-  CHECK(reports::csvField("ring") == "ring");
-  CHECK(reports::csvField("host link of devices 0-3 (up)") == "host link of devices 0-3 (up)");
-  CHECK(reports::csvField("a, b") == "\"a, b\"");
-  CHECK(reports::csvField("say \"hi\"") == "\"say \"\"hi\"\"\"");
-}
-
 TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[reports]") {
-  const auto rows =
-      reports::loadValidationJson(std::string(STRATA_VALIDATION_JSON), "--validation");
+  const auto rows = study::loadValidationJson(std::string(STRATA_VALIDATION_JSON), "--validation");
   REQUIRE(!rows.empty());
   CHECK(rows[0].network == "tiny-cnn");
   CHECK(rows[0].strategy == Strategy::kRing);
@@ -128,7 +119,7 @@ TEST_CASE("validate JSON: every row read, mistakes named by row and key", "[repo
     std::ofstream(path) << text;
     INFO(text);
     try {
-      reports::loadValidationJson(path, "--validation");
+      study::loadValidationJson(path, "--validation");
       FAIL("accepted");
     } catch (const OptionError& e) {
       CHECK(std::string(e.what()).find(needle) != std::string::npos);
@@ -192,7 +183,8 @@ TEST_CASE("analysis: verdicts pick the fastest that fits, strong scaling splits 
   // Each row as the engine prices it alone.
   for (const auto& e : p.rows)
     CHECK(e.step.value() ==
-          reports::evaluate(rq.networks[0], rq.clusters[0], e.scenario, "model").step.value());
+          study::evaluate(rq.networks[0], rq.clusters[0], e.scenario, study::Engine::kModel)
+              .step.value());
   REQUIRE(report.verdicts[0].size() == 3);
   for (const auto& v : report.verdicts[0]) {
     REQUIRE(v.best);

@@ -12,7 +12,6 @@
 // provenance (date, revision, command) changes between two runs.
 #pragma once
 
-#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -22,6 +21,8 @@
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
+#include "strata/study/engine.h"
+#include "strata/study/validation_schema.h"
 
 namespace strata::reports {
 
@@ -41,28 +42,6 @@ struct Provenance {
   std::vector<ConfigText> configs;
 };
 
-// One measured row of `strata validate --format json`: the executor's median
-// step and spread beside the model's and the simulator's predictions.
-struct MeasuredPoint {
-  std::string source;  // the name of the file it was read from
-  std::string network;
-  Strategy strategy = Strategy::kRing;
-  int workers = 1;
-  int batchPerWorker = 1;
-  // Index 0 measured, 1 model, 2 simulator.
-  std::array<Seconds, 3> step, compute, communication;
-  Seconds spreadMin, spreadMax;  // the measured repeats' range
-  // As validate judged the row: held out of calibration, within what the
-  // model claims (both: a prediction that counts), run on a busy machine.
-  bool heldOut = true;
-  bool withinClaims = true;
-  bool busy = false;
-};
-
-// Reads every row of a `strata validate --format json` output. Throws
-// UserError naming `option`, the file and the key when it is not one.
-std::vector<MeasuredPoint> loadValidationJson(const std::string& path, const std::string& option);
-
 struct ReportRequest {
   std::string title;
   std::vector<Network> networks;
@@ -73,8 +52,8 @@ struct ReportRequest {
   // Option sets compared side by side (overlap on and off, ...): each one is
   // a panel of its own. At least one.
   std::vector<StrategyOptions> optionSets;
-  std::string engine = "model";  // "model" or "sim": prices every row
-  std::vector<MeasuredPoint> measured;
+  study::Engine engine = study::Engine::kModel;  // prices every row: the model or the simulator
+  std::vector<study::MeasuredPoint> measured;    // study::loadValidationJson
   // The configuration of the timeline figure; unset: the fastest strategy
   // at the largest K of at most kTimelineMaxWorkers workers.
   std::optional<Strategy> timelineStrategy;

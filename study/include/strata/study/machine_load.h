@@ -6,7 +6,7 @@
 
 #include "strata/model/validation.h"
 
-namespace strata::cli {
+namespace strata::study {
 
 // The machine's and this process's CPU time now; nullopt where /proc/stat is
 // missing (not Linux).
@@ -20,4 +20,4 @@ std::optional<double> loadAverage();
 // is missing.
 LoadReport measureLoadBefore(double windowSeconds, int cores);
 
-}  // namespace strata::cli
+}  // namespace strata::study

@@ -1,4 +1,4 @@
-#include "machine_load.h"
+#include "strata/study/machine_load.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-namespace strata::cli {
+namespace strata::study {
 
 namespace {
 double seconds(const timeval& t) {
@@ -71,4 +71,4 @@ LoadReport measureLoadBefore(double windowSeconds, int cores) {
   return report;
 }
 
-}  // namespace strata::cli
+}  // namespace strata::study

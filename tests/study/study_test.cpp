@@ -1,0 +1,200 @@
+// Unit tests of study/: the engine enum at the edge (its text in and out),
+// evaluate, CSV quoting, and the one estimate schema (each column one
+// definition, a measured step's inapplicable columns left empty).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "strata/model/cluster.h"
+#include "strata/model/cluster_loader.h"
+#include "strata/model/error.h"
+#include "strata/model/network.h"
+#include "strata/model/network_loader.h"
+#include "strata/study/csv.h"
+#include "strata/study/engine.h"
+#include "strata/study/estimate_schema.h"
+
+namespace {
+
+using namespace strata;
+using study::Engine;
+using study::EstimateColumn;
+
+std::string golden(const std::string& name) {
+  return std::string(STRATA_CLI_TEST_DATA) + "/golden/" + name;
+}
+
+// Two workers that differ in every per-worker figure: worker 0 computes 3 ms
+// and sends 100 B, worker 1 computes 1 ms and sends 300 B (receives 50, 40).
+StepEstimate twoWorkers(const char* engine) {
+  StepEstimate e;
+  e.engine = engine;
+  e.network = "net, with a comma";
+  e.cluster = "c";
+  e.scenario.strategy = Strategy::kRing;
+  e.scenario.workers = 2;
+  e.scenario.batchPerWorker = 8;
+  e.step = Seconds(0.010);
+  e.throughput = 1600;
+  e.speedup = 1.5;
+  e.efficiency = 0.75;
+  e.bottleneck = "link 0-1";
+  const double compute[] = {0.003, 0.001}, sent[] = {100, 300}, received[] = {50, 40};
+  for (int r = 0; r < 2; ++r) {
+    WorkerEstimate w;
+    w.rank = r;
+    w.compute.fwd = Seconds(compute[r]);
+    w.communication = Seconds(0.002 * (r + 1));
+    w.exposedCommunication = Seconds(0.001 * (r + 1));
+    w.idle = e.step - w.compute.total() - w.exposedCommunication;
+    w.sent = Bytes(sent[r]);
+    w.received = Bytes(received[r]);
+    w.memory.weights = Bytes(1000.0 * (r + 1));
+    e.workers.push_back(w);
+  }
+  return e;
+}
+
+// The cells of a CSV line without quoted commas.
+std::vector<std::string> cells(std::string line) {
+  if (!line.empty() && line.back() == '\n')
+    line.pop_back();
+  std::vector<std::string> out;
+  std::string cell;
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"')
+      quoted = !quoted;
+    else if (c == ',' && !quoted) {
+      out.push_back(cell);
+      cell.clear();
+    } else
+      cell += c;
+  }
+  out.push_back(cell);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engines: the text each output writes, and --engine's", "[study]") {
+  CHECK(study::toString(Engine::kModel) == "model");
+  CHECK(study::toString(Engine::kSimulator) == "sim");
+  CHECK(study::toString(Engine::kExecutor) == "executor");
+  CHECK(study::parsePredictingEngine("model", "--engine") == Engine::kModel);
+  CHECK(study::parsePredictingEngine("sim", "--engine") == Engine::kSimulator);
+  // The executor measures: no command prices with it.
+  for (const char* bad : {"executor", "oracle", "", "Model"}) {
+    INFO(bad);
+    try {
+      study::parsePredictingEngine(bad, "--engine");
+      FAIL("accepted");
+    } catch (const OptionError& e) {
+      CHECK(std::string(e.what()) ==
+            "--engine: must be model or sim, got '" + std::string(bad) + "'");
+    }
+  }
+  CHECK(study::engineOf(twoWorkers("sim")) == Engine::kSimulator);
+  CHECK(study::engineOf(twoWorkers("model-profile")) == Engine::kModel);
+  CHECK(study::isMeasured(twoWorkers("executor")));
+  CHECK_FALSE(study::isMeasured(twoWorkers("model")));
+  CHECK_THROWS_AS(study::engineOf(twoWorkers("oracle")), InvariantError);
+}
+
+TEST_CASE("evaluate prices with the engine it is given", "[study]") {
+  const Network net = loadNetwork(golden("tiny-net.yaml"));
+  const Cluster cl = loadCluster(golden("tiny-cluster.yaml"));
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 2;
+  sc.batchPerWorker = 10;
+  const auto model = study::evaluate(net, cl, sc, Engine::kModel);
+  const auto sim = study::evaluate(net, cl, sc, Engine::kSimulator);
+  CHECK(study::engineOf(model) == Engine::kModel);
+  CHECK(study::engineOf(sim) == Engine::kSimulator);
+  CHECK(model.step.value() > 0);
+  CHECK(sim.step.value() > 0);
+  CHECK_THROWS_AS(study::evaluate(net, cl, sc, Engine::kExecutor), InvariantError);
+}
+
+TEST_CASE("CSV fields are quoted only when they must be", "[study]") {
+  CHECK(study::csvField("ring") == "ring");
+  CHECK(study::csvField("host link of devices 0-3 (up)") == "host link of devices 0-3 (up)");
+  CHECK(study::csvField("a, b") == "\"a, b\"");
+  CHECK(study::csvField("say \"hi\"") == "\"say \"\"hi\"\"\"");
+  CHECK(study::csvField("two\nlines") == "\"two\nlines\"");
+}
+
+TEST_CASE("CSV cells: yes/no, 9 digits, integers as they are, null empty", "[study]") {
+  const nlohmann::ordered_json row = {{"a", "x,y"}, {"b", true},    {"c", 1.0 / 3},
+                                      {"d", 42},    {"e", nullptr}, {"f", false}};
+  CHECK(study::csvHeader(row) == "a,b,c,d,e,f");
+  CHECK(study::csvLine(row) == "\"x,y\",yes,0.333333333,42,,no");
+  CHECK(study::csvLine(nlohmann::ordered_json{{"first", nullptr}, {"second", 1}}) == ",1");
+}
+
+TEST_CASE("estimate schema: every column one name, one definition", "[study][schema]") {
+  using C = EstimateColumn;
+  std::set<std::string> names;
+  for (int c = 0; c <= int(C::kTrainingTime); ++c) {
+    const std::string name(study::columnName(EstimateColumn(c)));
+    CHECK(name != "?");
+    CHECK(names.insert(name).second);  // no two columns share a key
+  }
+  const auto e = twoWorkers("model");
+  // Per-step figures over workers: means for times, the largest for bytes.
+  CHECK(study::columnValue(C::kCompute, e).get<double>() == Approx(0.002));
+  CHECK(study::columnValue(C::kCommunication, e).get<double>() == Approx(0.003));
+  CHECK(study::columnValue(C::kExposedCommunication, e).get<double>() == Approx(0.0015));
+  CHECK(study::columnValue(C::kIdle, e).get<double>() == Approx(0.0065));
+  // compute + exposed + idle = step, as the report's bars draw it.
+  CHECK(study::columnValue(C::kCompute, e).get<double>() +
+            study::columnValue(C::kExposedCommunication, e).get<double>() +
+            study::columnValue(C::kIdle, e).get<double>() ==
+        Approx(e.step.value()));
+  CHECK(study::columnValue(C::kSentBytesPerWorker, e).get<double>() == 300);
+  CHECK(study::columnValue(C::kReceivedBytesPerWorker, e).get<double>() == 50);
+  CHECK(study::columnValue(C::kMemoryBytesPerWorker, e).get<double>() == 2000);
+  CHECK(study::columnValue(C::kGlobalBatch, e).get<int64_t>() == 16);
+  CHECK(study::columnValue(C::kTrainingSteps, e).is_null());
+
+  // The CLI's CSV: the header's columns and the row's cells line up.
+  const auto header = cells(study::estimateCsvHeader());
+  const auto row = cells(study::estimateCsvRow(e));
+  REQUIRE(header.size() == row.size());
+  auto at = [&](const std::string& key) {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i] == key)
+        return row[i];
+    FAIL("no column " << key);
+    return std::string();
+  };
+  CHECK(at("network") == "net, with a comma");
+  CHECK(at("compute_s") == "0.002");
+  CHECK(at("sent_bytes_per_worker") == "300");
+  CHECK(at("speedup") == "1.5");
+  CHECK(at("fits_in_memory") == "yes");
+  CHECK(at("training_steps").empty());
+}
+
+TEST_CASE("estimate schema: a measured step leaves out what it has no model of",
+          "[study][schema]") {
+  const auto e = twoWorkers("executor");
+  const auto j = study::estimateJson(e);
+  for (const char* key : {"speedup", "efficiency", "bottleneck", "fits_in_memory"})
+    CHECK_FALSE(j.contains(key));
+  CHECK_FALSE(j["per_worker"][0].contains("memory"));
+  // The same quantities are empty cells in CSV, not zeros.
+  const auto header = cells(study::estimateCsvHeader());
+  const auto row = cells(study::estimateCsvRow(e));
+  REQUIRE(header.size() == row.size());
+  for (size_t i = 0; i < header.size(); ++i) {
+    INFO(header[i]);
+    const bool none = header[i] == "speedup" || header[i] == "efficiency" ||
+                      header[i] == "memory_bytes_per_worker" || header[i] == "fits_in_memory" ||
+                      header[i] == "bottleneck" || header[i] == "training_steps" ||
+                      header[i] == "training_time_s" || header[i] == "allreduce";
+    CHECK(row[i].empty() == none);
+  }
+}
