@@ -17,7 +17,7 @@ const Load& Engine::loadOf(const Task& task) {
   const auto* owner =
       task.collective >= 0 ? &plan_.collectives[static_cast<size_t>(task.collective)] : nullptr;
   const bool naivePair =
-      owner && owner->algorithm == "naive" &&
+      owner && owner->allreduce == AllreduceAlgorithm::kNaive &&
       ((task.pattern == PatternKind::kGather && task.segment > 0) ||
        (task.pattern == PatternKind::kScatter && task.segment < owner->segments - 1));
   const LoadKey key{static_cast<int>(task.pattern),

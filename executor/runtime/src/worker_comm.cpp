@@ -30,11 +30,7 @@ int Worker::indexOf(const Collective& c) const {
 
 void Worker::transfer(size_t t, const Task& task, Measured& m) {
   auto& e = endpoint(task.collective);
-  const bool summed = t + 1 < plan_.tasks.size() && plan_.tasks[t + 1].kind == TaskKind::kReduce &&
-                      plan_.tasks[t + 1].collective == task.collective &&
-                      plan_.tasks[t + 1].flowBegin == task.flowBegin &&
-                      plan_.tasks[t + 1].step == task.step &&
-                      plan_.tasks[t + 1].segment == task.segment;
+  const bool summed = task.summed;  // the Plan says which transfers a reduce sums
   std::vector<int> sendPart(static_cast<size_t>(world_), -1),
       recvPart(static_cast<size_t>(world_), -1);
   for (const auto& f : plan_.flowsOf(task)) {
@@ -87,7 +83,7 @@ void Worker::transfer(size_t t, const Task& task, Measured& m) {
 
 int Worker::partsCovered(const Task& task) const {
   const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
-  if (c.algorithm != "halving-doubling" || c.parts <= 1)
+  if (c.allreduce != AllreduceAlgorithm::kHalvingDoubling || c.parts <= 1)
     return 1;
   return static_cast<int>(std::lround(task.bytes.value() / (c.bytes.value() / c.parts)));
 }

@@ -141,7 +141,8 @@ class Builder {
   int reduce(int transfer, Bytes bytes, int inputs, const Deps& deps) {
     Task t;
     t.kind = TaskKind::kReduce;
-    const auto& x = plan_.tasks[static_cast<size_t>(transfer)];
+    auto& x = plan_.tasks[static_cast<size_t>(transfer)];
+    x.summed = true;
     t.flowBegin = x.flowBegin;
     t.flowCount = x.flowCount;
     t.pattern = x.pattern;
@@ -170,6 +171,7 @@ class Builder {
     if (buffer == BufferKind::kWeightGradients)
       picks.emplace_back(toString(algorithm), n.value());
     Collective c;
+    c.allreduce = algorithm;
     c.algorithm = std::string(toString(algorithm));
     c.buffer = buffer;
     c.bytes = n;

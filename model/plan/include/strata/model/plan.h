@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,6 +109,9 @@ struct Task {
   // step's or a tree stage's segments after the first): where the link pays
   // its latency once per step (LinkSpec::latencyPerStep) it pays none.
   bool follows = false;
+  // transfer: a reduce task sums what it delivers (Builder::reduce), so the
+  // data lands in scratch, not in the buffer.
+  bool summed = false;
   int round = -1;     // owt-*: round of the FC phase
   int iteration = 0;  // the training step the task belongs to
   int part = -1;      // update: the ps server shard (chunk) it updates; -1: all
@@ -129,8 +133,12 @@ struct PsJob {
 };
 
 struct Collective {
-  std::string algorithm;  // "ring", "naive", "direct", "halving-doubling", "broadcast",
-                          // "all-to-all", "reduce", "reduce-scatter", "allgather"
+  // The allreduce algorithm lowered, for an allreduce (never kAuto: the one
+  // auto picked); empty for the other collectives. Engines decide by this.
+  std::optional<AllreduceAlgorithm> allreduce;
+  // Its name in plans and traces: toString(*allreduce), or "broadcast",
+  // "all-to-all", "reduce", "reduce-scatter", "allgather", "p2p".
+  std::string algorithm;
   BufferKind buffer = BufferKind::kWeightGradients;
   Bytes bytes;          // the whole buffer
   int firstLayer = -1;  // layers whose buffers it covers
