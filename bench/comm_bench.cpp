@@ -220,7 +220,7 @@ std::vector<Candidate> candidates(const Options& options, bool withMpi) {
   std::vector<Candidate> list;
   const std::size_t segment = options.ringSegment;
   list.push_back(
-      {"ring", [segment](Communicator& c, std::span<float> d) { allreduceRing(c, d, segment); }});
+      {"ring", [segment](Communicator& c, std::span<float> d) { allReduceRing(c, d, segment); }});
 #ifdef STRATA_HAVE_MPI
   if (withMpi) {
     list.push_back({"mpi", [](Communicator& c, std::span<float> d) {
@@ -230,7 +230,7 @@ std::vector<Candidate> candidates(const Options& options, bool withMpi) {
 #else
   (void)withMpi;
 #endif
-  list.push_back({"naive", [](Communicator& c, std::span<float> d) { allreduceNaive(c, d); }});
+  list.push_back({"naive", [](Communicator& c, std::span<float> d) { allReduceNaive(c, d); }});
   return list;
 }
 
@@ -241,7 +241,7 @@ std::vector<Candidate> sweep() {
         std::size_t{1} << 17, std::size_t{1} << 18, std::size_t{1} << 20, std::size_t{0}}) {
     list.push_back(
         {"ring-seg" + std::to_string(segment),
-         [segment](Communicator& c, std::span<float> d) { allreduceRing(c, d, segment); }});
+         [segment](Communicator& c, std::span<float> d) { allReduceRing(c, d, segment); }});
   }
   return list;
 }

@@ -1,5 +1,5 @@
 // `strata allreduce`: the sum of float buffers over K workers, the project's
-// collectives (allreduceRing, allreduceNaive) beside baselines
+// collectives (allReduceRing, allReduceNaive) beside baselines
 // (ncclAllReduce, MPI_Allreduce) in one run, on the sizes and with the columns
 // of NVIDIA's nccl-tests all_reduce_perf:
 //
@@ -503,11 +503,11 @@ int runThreads(const AllreduceFlags& f) {
           for (std::size_t c : onThreads) {
             if (s.algorithms[c] == Algorithm::kRing)
               lanes.push_back({c, [&comm, seg = s.segmentElems](std::span<float> d) {
-                                 exec::allreduceRing(comm, d, seg);
+                                 exec::allReduceRing(comm, d, seg);
                                }});
             else
               lanes.push_back({c, [&comm, seg = s.segmentElems](std::span<float> d) {
-                                 exec::allreduceNaive(comm, d, seg);
+                                 exec::allReduceNaive(comm, d, seg);
                                }});
           }
           measureWorker(comm, s, lanes, results);
@@ -558,12 +558,12 @@ int runRank(const AllreduceFlags* f, std::string mistake, Process process) {
       switch (s.algorithms[col]) {
         case Algorithm::kRing:
           lanes.push_back({col, [&c, seg = s.segmentElems](std::span<float> d) {
-                             exec::allreduceRing(c, d, seg);
+                             exec::allReduceRing(c, d, seg);
                            }});
           break;
         case Algorithm::kNaive:
           lanes.push_back({col, [&c, seg = s.segmentElems](std::span<float> d) {
-                             exec::allreduceNaive(c, d, seg);
+                             exec::allReduceNaive(c, d, seg);
                            }});
           break;
         case Algorithm::kMpi:

@@ -38,7 +38,7 @@ std::optional<double> algbwGBps(std::size_t bytes, const Cell& c, int workers) {
   return double(bytes) / c.seconds / 1e9;
 }
 // nccl-tests' bus bandwidth of an allreduce: each worker's link carries
-// 2(K-1)/K of the buffer in a ring (docs: collectives.h, allreduceRing).
+// 2(K-1)/K of the buffer in a ring (docs: collectives.h, allReduceRing).
 std::optional<double> busbwGBps(std::size_t bytes, const Cell& c, int workers) {
   const auto alg = algbwGBps(bytes, c, workers);
   if (!alg)

@@ -735,7 +735,7 @@ TEST_CASE("help exits 0 and shows examples", "[cli][help]") {
 //
 //   Ring step pattern for K = 2: flows 0->1 and 1->0, one flow per link
 //   direction: T(n) = 1e-5 + n / 1e9.
-//   ringAllReduce of n = 4e6 B (one layer), chunk c = n / K = 2e6 B < 4 MiB,
+//   allReduceRing of n = 4e6 B (one layer), chunk c = n / K = 2e6 B < 4 MiB,
 //   so one segment:
 //     reduce-scatter (K-1) x [T(c) + c gamma] = 1e-5 + 2e-3 + 2e-4 = 2.21e-3 s
 //     allgather      (K-1) x T(c)             = 1e-5 + 2e-3       = 2.01e-3 s

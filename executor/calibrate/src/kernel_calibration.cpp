@@ -496,7 +496,7 @@ std::pair<double, double> slowestOf(Communicator& comm, double rate, double time
   std::vector<float> all(2 * k, 0.0f);
   all[2 * r] = static_cast<float>(rate);
   all[2 * r + 1] = static_cast<float>(time);
-  allreduceRing(comm, all, 0);
+  allReduceRing(comm, all, 0);
   double least = 1e300, longest = 0;
   for (size_t i = 0; i < k; ++i) {
     least = std::min(least, double(all[2 * i]));

@@ -87,7 +87,7 @@ ChunkRange chunkRange(std::size_t n, int parts, int index) {
 
 // ---- naive reducer -------------------------------------------------------------
 
-void allreduceNaive(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
+void allReduceNaive(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
   constexpr int kRoot = 0;
   const int k = comm.size();
   if (k == 1 || data.empty())
@@ -163,7 +163,7 @@ void allGatherChunksRing(Communicator& comm, std::span<float> data, std::size_t 
   }
 }
 
-void allreduceRing(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
+void allReduceRing(Communicator& comm, std::span<float> data, std::size_t segmentElems) {
   // reduce-scatter, steps 0..K-2: afterwards chunk `rank` holds the full sum
   reduceScatterRing(comm, data, segmentElems);
   // allgather, steps 0..K-2: every summed chunk travels once around the ring

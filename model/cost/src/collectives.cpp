@@ -231,7 +231,7 @@ namespace {
 //                          broadcast alpha + s (K-1)/beta_0)
 //     -> (K-1) n / beta on full-duplex links as segments shrink (the Baidu
 //        post's figure), 2 (K-1) n / beta unsegmented.
-CollectiveCost naiveAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+CollectiveCost allReduceNaive(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const int k = topo.workers();
   const int segs = segmentCount(n, p.segment);
@@ -271,7 +271,7 @@ CollectiveCost naiveAllReduce(const Topology& topo, Bytes n, const CommParams& p
 //
 //   T = (K-1) pipeline(send, add) + (K-1) segments (alpha + s/beta)
 //     = 2 (K-1) alpha + 2 (K-1)/K n / beta + (K-1)/K n gamma   (unsegmented)
-CollectiveCost ringAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+CollectiveCost allReduceRing(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = reduceScatter(topo, n, p, true);
   const int k = topo.workers();
   const Bytes chunk = n / k;
@@ -292,7 +292,7 @@ CollectiveCost ringAllReduce(const Topology& topo, Bytes n, const CommParams& p)
 //
 // while the sums run beside it. With the network slower than the sum:
 //   T = 2 m (alpha + s (K-1)/beta)   (m >= 2),   2 (alpha + c (K-1)/beta) + (K-1) c gamma  (m = 1)
-Seconds directAllReduceTime(Seconds step, Seconds sum, int segments) {
+Seconds allReduceDirectTime(Seconds step, Seconds sum, int segments) {
   Seconds net, sumPrev;
   std::vector<Seconds> sums(static_cast<size_t>(segments));
   auto gatherBack = [&](int i) { net = max(net, sums[static_cast<size_t>(i)]) + step; };
@@ -307,14 +307,14 @@ Seconds directAllReduceTime(Seconds step, Seconds sum, int segments) {
   return net;
 }
 
-CollectiveCost directAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+CollectiveCost allReduceDirect(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const int k = topo.workers();
   const Bytes chunk = n / k;
   const int segs = segmentCount(chunk, p.segment);
   const Bytes s = chunk / segs;
   const auto& step = topo.allToAll();
-  c.time = directAllReduceTime(step.time(s), Seconds((k - 1) * s.value() * p.gamma), segs);
+  c.time = allReduceDirectTime(step.time(s), Seconds((k - 1) * s.value() * p.gamma), segs);
   c.steps = 2;
   addSymmetric(c, 2.0 * (k - 1) * chunk.value(), 2.0 * (k - 1) * chunk.value());
   noteBottleneck(c, step);
@@ -330,7 +330,7 @@ CollectiveCost directAllReduce(const Topology& topo, Bytes n, const CommParams& 
 //   post: ranks 2i send the result to 2i+1.
 //   T = 2 log2(p') alpha + 2 (p'-1)/p' n / beta + (p'-1)/p' n gamma
 //       (+ 2 (alpha + n / beta) + n gamma when K is not a power of two)
-CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+CollectiveCost allReduceHalvingDoubling(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const int k = topo.workers();
   int pof2 = 1;
@@ -417,7 +417,7 @@ CollectiveCost halvingDoublingAllReduce(const Topology& topo, Bytes n, const Com
 // Against the flat ring's 2 (K-1) latencies, 2 (G-1) + 2 (N-1); the bytes
 // each rank sends are the same, 2 (K-1)/K n. Throws UserError when K is not
 // whole nodes.
-CollectiveCost hierarchicalAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+CollectiveCost allReduceHierarchical(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const int k = topo.workers();
   const int g = topo.nodeSize();
@@ -464,7 +464,7 @@ CollectiveCost hierarchicalAllReduce(const Topology& topo, Bytes n, const CommPa
 //
 // The latency grows with log2 K instead of K; every rank sends about n
 // (half up in one tree, half down in the other), as in the ring.
-CollectiveCost treeAllReduce(const Topology& topo, Bytes n, const CommParams& p) {
+CollectiveCost allReduceTree(const Topology& topo, Bytes n, const CommParams& p) {
   auto c = empty(topo);
   const auto& stages = topo.tree();
   const auto& conflicts = topo.treeConflicts();
@@ -572,17 +572,17 @@ CollectiveCost allReduce(const Topology& topo, AllreduceAlgorithm algorithm, Byt
       return empty(topo);
     switch (algorithm) {
       case AllreduceAlgorithm::kNaive:
-        return naiveAllReduce(topo, n, p);
+        return allReduceNaive(topo, n, p);
       case AllreduceAlgorithm::kRing:
-        return ringAllReduce(topo, n, p);
+        return allReduceRing(topo, n, p);
       case AllreduceAlgorithm::kHalvingDoubling:
-        return halvingDoublingAllReduce(topo, n, p);
+        return allReduceHalvingDoubling(topo, n, p);
       case AllreduceAlgorithm::kDirect:
-        return directAllReduce(topo, n, p);
+        return allReduceDirect(topo, n, p);
       case AllreduceAlgorithm::kHierarchical:
-        return hierarchicalAllReduce(topo, n, p);
+        return allReduceHierarchical(topo, n, p);
       case AllreduceAlgorithm::kTree:
-        return treeAllReduce(topo, n, p);
+        return allReduceTree(topo, n, p);
       case AllreduceAlgorithm::kAuto:
         break;
     }

@@ -180,17 +180,17 @@ class Builder {
     c.round = round_;
     switch (algorithm) {
       case AllreduceAlgorithm::kRing:
-        return ring(c, n, start);
+        return allReduceRing(c, n, start);
       case AllreduceAlgorithm::kNaive:
-        return naive(c, n, start);
+        return allReduceNaive(c, n, start);
       case AllreduceAlgorithm::kDirect:
-        return direct(c, n, start);
+        return allReduceDirect(c, n, start);
       case AllreduceAlgorithm::kHalvingDoubling:
-        return halvingDoubling(c, n, start);
+        return allReduceHalvingDoubling(c, n, start);
       case AllreduceAlgorithm::kHierarchical:
-        return hierarchical(c, n, start);
+        return allReduceHierarchical(c, n, start);
       case AllreduceAlgorithm::kTree:
-        return tree(c, n, start);
+        return allReduceTree(c, n, start);
       case AllreduceAlgorithm::kAuto:
         break;
     }
@@ -236,7 +236,7 @@ class Builder {
   }
 
   // Ring: reduce-scatter then allgather around the ring of all K workers.
-  int ring(Collective c, Bytes n, const Deps& start) {
+  int allReduceRing(Collective c, Bytes n, const Deps& start) {
     const Bytes chunk = n / k_;
     c.parts = k_;
     c.segments = segmentCount(chunk, segment_);
@@ -248,7 +248,7 @@ class Builder {
   // Hierarchical (collectives.cpp): reduce-scatter in each node's ring, an
   // allreduce per rail across the nodes, allgather in each node's ring. A
   // flow's part is its chunk in its own ring (Plan::flowsOf).
-  int hierarchical(Collective c, Bytes n, const Deps& start) {
+  int allReduceHierarchical(Collective c, Bytes n, const Deps& start) {
     const int g = topology("hierarchical").nodeSize();
     if (k_ % g != 0)  // the model's message
       (void)strata::allReduce(topology("hierarchical"), AllreduceAlgorithm::kHierarchical, n,
@@ -273,7 +273,7 @@ class Builder {
   // stages' flows are stored once and shared by every segment. Without a
   // cluster (the executor, which runs tasks in plan order anyway) no link is
   // known to be shared.
-  int tree(Collective c, Bytes n, const Deps& start) {
+  int allReduceTree(Collective c, Bytes n, const Deps& start) {
     const auto stages = doubleBinaryTree(k_);
     const size_t count = stages.size();
     const Bytes half = n / 2;
@@ -324,7 +324,7 @@ class Builder {
 
   // Naive reducer: per segment, gather into rank 0, sum there, broadcast;
   // the three stages pipeline over segments.
-  int naive(Collective c, Bytes n, const Deps& start) {
+  int allReduceNaive(Collective c, Bytes n, const Deps& start) {
     const int segs = segmentCount(n, segment_);
     const Bytes s = n / segs;
     c.segments = segs;
@@ -340,7 +340,7 @@ class Builder {
 
   // Direct: per segment scatter S_i (all-to-all), sum R_i, gather-back G_i,
   // on one stream in the order S0 S1 G0 S2 G1 ... G_{m-1}.
-  int direct(Collective c, Bytes n, const Deps& start) {
+  int allReduceDirect(Collective c, Bytes n, const Deps& start) {
     const Bytes chunk = n / k_;
     const int segs = segmentCount(chunk, segment_);
     const Bytes s = chunk / segs;
@@ -368,7 +368,7 @@ class Builder {
   // Recursive halving-doubling: fold the extra ranks in, log2 p' exchanges
   // of halving size (each followed by its sum), the same in reverse without
   // sums, fold out. Unsegmented, one step after another.
-  int halvingDoubling(Collective c, Bytes n, const Deps& start) {
+  int allReduceHalvingDoubling(Collective c, Bytes n, const Deps& start) {
     int pof2 = 1;
     while (pof2 * 2 <= k_)
       pof2 *= 2;

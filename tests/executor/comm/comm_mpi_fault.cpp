@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   MpiCommunicator comm{Seconds(heartbeat)};
   runOrAbort(comm, [&](Communicator& c) {
     std::vector<float> data(4096, 1.0f);
-    allreduceRing(c, data);
+    allReduceRing(c, data);
     if (c.rank() == 1) {
       if (mode == "throw")
         throw std::runtime_error("injected failure on rank 1");
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       if (mode == "exit")
         std::_Exit(3);
     }
-    allreduceRing(c, data);  // the others wait here for rank 1
+    allReduceRing(c, data);  // the others wait here for rank 1
   });
   return 0;
 }

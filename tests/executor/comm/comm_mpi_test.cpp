@@ -81,12 +81,12 @@ void testCollectives(Communicator& comm) {
     for (std::size_t segment : segments) {
       auto sum = [&](std::size_t i) { return expectedSum(k, n, i); };
       std::vector<float> v = inputs(rank, n);
-      allreduceRing(comm, v, segment);
-      check(equals(v, 0, n, sum), label("allreduceRing", n, segment));
+      allReduceRing(comm, v, segment);
+      check(equals(v, 0, n, sum), label("allReduceRing", n, segment));
 
       v = inputs(rank, n);
-      allreduceNaive(comm, v, segment);
-      check(equals(v, 0, n, sum), label("allreduceNaive", n, segment));
+      allReduceNaive(comm, v, segment);
+      check(equals(v, 0, n, sum), label("allReduceNaive", n, segment));
 
       v = inputs(rank, n);
       reduceScatterRing(comm, v, segment);
@@ -142,11 +142,11 @@ void testCollectives(Communicator& comm) {
     const std::size_t n = (std::size_t{1} << 18) + 3;
     std::vector<float> v = inputs(rank, n);
     std::vector<float> baseline = v;
-    allreduceRing(comm, v);
+    allReduceRing(comm, v);
     mpiAllreduceBaseline(dynamic_cast<MpiCommunicator&>(comm), baseline);
     check(equals(v, 0, n, [&](std::size_t i) { return expectedSum(k, n, i); }),
-          label("allreduceRing (large)", n, kDefaultRingSegmentElems));
-    check(v == baseline, "allreduceRing equals MPI_Allreduce");
+          label("allReduceRing (large)", n, kDefaultRingSegmentElems));
+    check(v == baseline, "allReduceRing equals MPI_Allreduce");
   }
   barrier(comm);
 }

@@ -104,7 +104,7 @@ TEST_CASE("ring allreduce sums exactly on 1..8 ranks, any N, any segment") {
     for (std::size_t segment : kSegments) {
       auto out = runRanks(k, [&](Communicator& comm, std::vector<float>& mine) {
         mine = inputs(comm.rank(), n);
-        allreduceRing(comm, mine, segment);
+        allReduceRing(comm, mine, segment);
       });
       for (int r = 0; r < k; ++r) {
         INFO("K " << k << " N " << n << " segment " << segment << " rank " << r);
@@ -121,7 +121,7 @@ TEST_CASE("naive reducer allreduce sums exactly on 1..8 ranks, any N, any segmen
     for (std::size_t segment : kSegments) {
       auto out = runRanks(k, [&](Communicator& comm, std::vector<float>& mine) {
         mine = inputs(comm.rank(), n);
-        allreduceNaive(comm, mine, segment);
+        allReduceNaive(comm, mine, segment);
       });
       for (int r = 0; r < k; ++r) {
         INFO("K " << k << " N " << n << " segment " << segment << " rank " << r);
@@ -278,9 +278,9 @@ TEST_CASE("large buffers with many segments, and collectives back to back on sha
       mine = inputs(comm.rank(), n);
       std::vector<float> twin = mine;
       std::vector<float> third = mine;
-      allreduceRing(comm, mine, 1000);   // 66+ segments per chunk
-      allreduceNaive(comm, twin, 4096);  // streamed through rank 0
-      allreduceRing(comm, third, 0);     // one segment per chunk
+      allReduceRing(comm, mine, 1000);   // 66+ segments per chunk
+      allReduceNaive(comm, twin, 4096);  // streamed through rank 0
+      allReduceRing(comm, third, 0);     // one segment per chunk
       if (twin != mine || third != mine)
         mine.assign(1, -42.0f);
     });
@@ -406,12 +406,12 @@ TEST_CASE("one failing rank ends all: runLocal rethrows 'worker 2: ...' promptly
         runLocal(k, [&](Communicator& comm) {
           std::vector<float> data(1000, 1.0f);
           if (comm.rank() == 2) {
-            allreduceRing(comm, data);
+            allReduceRing(comm, data);
             throw std::runtime_error("boom");
           }
           try {
-            allreduceRing(comm, data);
-            allreduceRing(comm, data);  // waits for rank 2, default 60 s timeout
+            allReduceRing(comm, data);
+            allReduceRing(comm, data);  // waits for rank 2, default 60 s timeout
           } catch (const CommError& e) {
             if (std::string(e.what()).find("worker 2: boom") != std::string::npos)
               abortedRanks.fetch_add(1);
@@ -588,9 +588,9 @@ TEST_CASE("a world of per-rank BufferOps moves and sums every byte through them"
             auto& mine = out[static_cast<std::size_t>(comm.rank())];
             mine = inputs(comm.rank(), n);
             if (ring)
-              allreduceRing(comm, mine, 1000);
+              allReduceRing(comm, mine, 1000);
             else
-              allreduceNaive(comm, mine, 1000);
+              allReduceNaive(comm, mine, 1000);
           },
           Seconds(20.0), counted.ops());
       for (int r = 0; r < k; ++r) {

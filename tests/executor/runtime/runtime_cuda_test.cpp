@@ -53,9 +53,9 @@ TEST_CASE("device communicator: ring and naive allreduce of device memory sum ex
               auto* data = static_cast<float*>(ops.allocate(n * sizeof(float)));
               ops.copy(data, host.data(), n * sizeof(float));
               if (ring)
-                exec::allreduceRing(comm, std::span<float>(data, n), 4096);
+                exec::allReduceRing(comm, std::span<float>(data, n), 4096);
               else
-                exec::allreduceNaive(comm, std::span<float>(data, n), 4096);
+                exec::allReduceNaive(comm, std::span<float>(data, n), 4096);
               ops.copy(host.data(), data, n * sizeof(float));
               ops.deallocate(data, n * sizeof(float));
               out[size_t(comm.rank())] = std::move(host);

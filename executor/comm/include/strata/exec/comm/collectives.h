@@ -78,7 +78,7 @@ ChunkRange chunkRange(std::size_t n, int parts, int index);
 //
 // On return every rank's `data` holds the element-wise sum over ranks.
 // segmentElems: elements per streamed segment; 0 = whole buffer at once.
-void allreduceNaive(Communicator& comm, std::span<float> data,
+void allReduceNaive(Communicator& comm, std::span<float> data,
                     std::size_t segmentElems = kDefaultNaiveSegmentElems);
 
 // ---------------------------------------------------------------------------
@@ -112,11 +112,11 @@ void allreduceNaive(Communicator& comm, std::span<float> data,
 //
 // On return every rank's `data` holds the element-wise sum over ranks.
 // segmentElems: elements per segment; 0 = one segment per chunk.
-void allreduceRing(Communicator& comm, std::span<float> data,
+void allReduceRing(Communicator& comm, std::span<float> data,
                    std::size_t segmentElems = kDefaultRingSegmentElems);
 
 // ---------------------------------------------------------------------------
-// Ring reduce-scatter: the first half of allreduceRing (diagram above).
+// Ring reduce-scatter: the first half of allReduceRing (diagram above).
 //   step i = 0..K-2: send chunk (rank-i-1) to the right, receive chunk
 //   (rank-i-2) from the left and add it into our copy.
 //
@@ -129,7 +129,7 @@ void reduceScatterRing(Communicator& comm, std::span<float> data,
                        std::size_t segmentElems = kDefaultRingSegmentElems);
 
 // ---------------------------------------------------------------------------
-// Ring allgather of chunks, in place: the second half of allreduceRing.
+// Ring allgather of chunks, in place: the second half of allReduceRing.
 //   step i = 0..K-2: send chunk (rank-i) to the right, receive chunk
 //   (rank-i-1) from the left.
 //
@@ -198,7 +198,7 @@ void barrier(Communicator& comm);
 
 #ifdef STRATA_HAVE_MPI
 // MPI_Allreduce(MPI_IN_PLACE, data, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD): the
-// baseline the bench compares allreduceRing against. Not interruptible by
+// baseline the bench compares allReduceRing against. Not interruptible by
 // abort() or the timeout (it is MPI's own blocking call). Throws CommError when
 // MPI fails or data.size() exceeds INT_MAX.
 void mpiAllreduceBaseline(MpiCommunicator& comm, std::span<float> data);

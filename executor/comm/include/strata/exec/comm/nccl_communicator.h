@@ -11,7 +11,7 @@
 // the MpiCommunicator; every rank then joins the NCCL communicator on its
 // GPU. Transfers: ncclSend / ncclRecv on the rank's own stream (a sendRecv is
 // one ncclGroupStart/End, so both directions of a link move at once); the
-// project's collectives (allreduceRing, ...) run over them unchanged, and
+// project's collectives (allReduceRing, ...) run over them unchanged, and
 // ncclAllReduce is there as the baseline. The communicator is non-blocking
 // (ncclConfig_t::blocking = 0): every wait polls the stream, NCCL's
 // asynchronous error and the timeout, so a lost peer ends the call with a
