@@ -13,8 +13,8 @@
 #include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
-#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/trace.h"
 
 namespace {
 

@@ -23,8 +23,8 @@
 #include "strata/model/estimate.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
-#include "strata/model/trace.h"
 #include "strata/study/engine.h"
+#include "strata/study/trace.h"
 
 namespace strata::cli {
 

@@ -14,8 +14,8 @@
 #include "strata/model/network.h"
 #include "strata/model/plan.h"
 #include "strata/model/strategy.h"
-#include "strata/model/validation.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/validation.h"
 
 namespace strata::cli {
 

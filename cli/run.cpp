@@ -27,7 +27,7 @@
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/timeline.h"
-#include "strata/model/trace.h"
+#include "strata/study/trace.h"
 
 namespace strata::cli {
 

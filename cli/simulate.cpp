@@ -11,8 +11,8 @@
 #include "strata/model/plan.h"
 #include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
-#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/trace.h"
 
 namespace strata::cli {
 namespace {

@@ -9,9 +9,9 @@
 #include "strata/model/estimate.h"
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
-#include "strata/model/validation.h"
 #include "strata/reports/report.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/validation.h"
 
 namespace strata::reports {
 

@@ -11,7 +11,7 @@
 
 #include "internal.h"
 #include "strata/model/quantity_text.h"
-#include "strata/model/validation.h"
+#include "strata/study/validation.h"
 
 namespace strata::reports {
 

@@ -4,6 +4,6 @@
 #include <string>
 
 #include "strata/model/strategy.h"
-#include "strata/model/validation.h"  // meanCompute, meanExposed, meanIdle, peakMemory
 #include "strata/reports/report.h"
 #include "strata/study/engine.h"
+#include "strata/study/validation.h"  // meanCompute, meanExposed, meanIdle, peakMemory

@@ -16,9 +16,9 @@
 #include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
-#include "strata/model/validation.h"
 #include "strata/study/csv.h"
 #include "strata/study/estimate_schema.h"
+#include "strata/study/validation.h"
 
 namespace strata::reports {
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "strata/model/validation.h"  // meanCompute, meanExposed, meanIdle, peakMemory
 #include "strata/study/csv.h"
 #include "strata/study/engine.h"
+#include "strata/study/validation.h"  // meanCompute, meanExposed, meanIdle, peakMemory
 
 namespace strata::study {
 

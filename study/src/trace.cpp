@@ -18,7 +18,7 @@
 // Hand-rolled text output (std::to_chars into one growing buffer, written in
 // 1 MiB blocks) rather than a JSON library or fmt per event: traces of big runs
 // have millions of events.
-#include "strata/model/trace.h"
+#include "strata/study/trace.h"
 
 #include <fmt/format.h>
 

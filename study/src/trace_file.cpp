@@ -14,7 +14,7 @@
 #include "strata/model/atomic_file.h"
 #include "strata/model/block_streambuf.h"
 #include "strata/model/error.h"
-#include "strata/model/trace.h"
+#include "strata/study/trace.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "strata/model/validation.h"
+#include "strata/study/validation.h"
 
 #include <algorithm>
 #include <cmath>

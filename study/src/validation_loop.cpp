@@ -20,9 +20,9 @@
 #include "strata/model/plan.h"
 #include "strata/model/presets.h"
 #include "strata/model/timeline.h"
-#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
 #include "strata/study/machine_load.h"
+#include "strata/study/trace.h"
 
 namespace strata::study {
 

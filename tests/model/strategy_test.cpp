@@ -14,7 +14,7 @@
 #include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
 #include "strata/model/topology.h"
-#include "strata/model/validation.h"
+#include "strata/study/validation.h"
 
 using namespace strata;
 using strata::test::flatCluster;

@@ -2,7 +2,7 @@
 // of concurrent slices, flows, escaping, exact args, pids, the size limit, rank
 // lists and the output file (plain and gzip). Every trace is also run through
 // the checker of Perfetto's import rules (tests/trace_checker.h).
-#include "strata/model/trace.h"
+#include "strata/study/trace.h"
 
 #include <unistd.h>
 #include <zlib.h>

@@ -1,7 +1,7 @@
 // Validation suites (loader and its errors) and validate's arithmetic: median
 // and spread over repeats, ties, per-phase errors, held-out counting, the
 // ranking check and the machine-load figures, on hand-made rows.
-#include "strata/model/validation.h"
+#include "strata/study/validation.h"
 
 #include <catch2/catch.hpp>
 

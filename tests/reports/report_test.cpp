@@ -14,8 +14,8 @@
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/network_loader.h"
-#include "strata/model/validation.h"
 #include "strata/study/engine.h"
+#include "strata/study/validation.h"
 
 namespace {
 

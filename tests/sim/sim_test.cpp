@@ -14,8 +14,8 @@
 #include "strata/model/limits.h"
 #include "strata/model/network_loader.h"
 #include "strata/model/plan.h"
-#include "strata/model/trace.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/trace.h"
 
 using namespace strata;
 using strata::test::flatCluster;

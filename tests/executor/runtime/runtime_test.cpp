@@ -21,7 +21,7 @@
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
-#include "strata/model/trace.h"
+#include "strata/study/trace.h"
 
 using namespace strata;
 using strata::test::maxRelativeDifference;

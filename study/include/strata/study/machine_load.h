@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "strata/model/validation.h"
+#include "strata/study/validation.h"
 
 namespace strata::study {
 

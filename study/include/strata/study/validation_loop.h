@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "strata/exec/device.h"
-#include "strata/model/validation.h"
 #include "strata/model/validation_suite.h"
+#include "strata/study/validation.h"
 
 namespace strata::study {
 

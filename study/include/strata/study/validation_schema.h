@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/model/validation.h"
+#include "strata/study/validation.h"
 
 namespace strata::study {
 

@@ -1,6 +1,6 @@
 // What happened during one step, task by task: the common output of the
 // simulator and the executor, written as a Chrome trace-event file that the
-// Perfetto UI opens (strata/model/trace.h). Both engines use the same schema,
+// Perfetto UI opens (strata/study/trace.h). Both engines use the same schema,
 // so a simulated and a measured step open side by side.
 #pragma once
 
