@@ -2,7 +2,7 @@
 // (predict, compare, sweep, simulate, run) and the report (data/estimates.csv,
 // data/report.json). Every number carries its unit in its key ("step_s",
 // "sent_bytes_per_worker"), and every key means one thing wherever it appears
-// (docs/study.md, "One schema").
+// (docs/architecture.md, "One schema").
 #pragma once
 
 #include <initializer_list>
