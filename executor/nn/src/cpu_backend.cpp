@@ -130,7 +130,13 @@ CpuIsa selectedCpuIsa() {
 CpuBackend::CpuBackend(CpuOptions options)
     : isa_(selectedCpuIsa()),
       team_(std::make_unique<ThreadTeam>(options.threads)),
-      impl_(tableOf(isa_).make(*team_)) {}
+      impl_(tableOf(isa_).make(*team_)) {
+  if (options.recorder != nullptr) {
+    setRecorder(options.recorder);
+    if (options.recorder->recordOnly())
+      reserved_ = std::make_unique<ReservedMemory>();
+  }
+}
 
 CpuBackend::~CpuBackend() = default;
 

@@ -36,6 +36,8 @@ struct DropoutMask {
 
 void CpuImpl::reluForward(ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kReluFwd, double(x.elements())))
+    return;
   parallelRanges(team_, x.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       y.data[i] = std::max(x.data[i], 0.0f);
@@ -46,6 +48,8 @@ void CpuImpl::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx,
   checkSameDims(y.dims, dy.dims);
   checkSameDims(y.dims, dx.dims);
   const int64_t count = y.elements();
+  if (!runs(MemKernel::kReluBwd, double(count)))
+    return;
   // Restrict-qualified so the compiler may vectorise the select: written as
   // plain loops over the views it branches per element, and a branch on the
   // sign of activations mispredicts about half the time (~10x slower here).
@@ -70,6 +74,8 @@ void CpuImpl::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx,
 
 void CpuImpl::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kDropoutFwd, double(x.elements())))
+    return;
   const DropoutMask mask(d, x.dims);
   const int64_t plane = mask.plane;
   parallelRanges(team_, x.dims.n, 1, [&](int64_t first, int64_t last) {
@@ -88,7 +94,9 @@ void CpuImpl::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorVi
   checkSameDims(dy.dims, dx.dims);
   const DropoutMask mask(d, dy.dims);
   const int64_t plane = mask.plane;
-  scaleForAccumulate(dx.data, dx.elements(), beta);
+  scaleForBeta(dx, beta);
+  if (!runs(MemKernel::kDropoutBwd, double(dy.elements())))
+    return;
   parallelRanges(team_, dy.dims.n, 1, [&](int64_t first, int64_t last) {
     for (int64_t n = first; n < last; ++n) {
       const uint64_t key = mask.rowKey(int(n));
@@ -101,13 +109,17 @@ void CpuImpl::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorVi
   });
 }
 
+// Priced as the zero kernel whatever the value (the Model fills only zeros).
 void CpuImpl::fill(std::span<float> x, float value) {
-  std::fill(x.begin(), x.end(), value);
+  if (runs(MemKernel::kZero, double(x.size())))
+    std::fill(x.begin(), x.end(), value);
 }
 
 void CpuImpl::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   checkSameDims(a.dims, b.dims);
   checkSameDims(a.dims, y.dims);
+  if (!runs(MemKernel::kAdd, double(a.elements())))
+    return;
   parallelRanges(team_, a.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       y.data[i] = a.data[i] + b.data[i];
@@ -116,6 +128,8 @@ void CpuImpl::add(ConstTensorView a, ConstTensorView b, TensorView y) {
 
 void CpuImpl::accumulate(ConstTensorView src, TensorView dst, float beta) {
   checkSameDims(src.dims, dst.dims);
+  if (!runs(beta == 0.0f ? MemKernel::kCopy : MemKernel::kAccumulate, double(src.elements())))
+    return;
   parallelRanges(team_, src.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
     if (beta == 0.0f) {
       std::copy(src.data + begin, src.data + end, dst.data + begin);
@@ -138,6 +152,8 @@ constexpr int64_t kGeluBlock = 256;  // elements: the unit gelu's work is split 
 // relu per element here.
 void CpuImpl::geluForward(ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kGeluFwd, double(x.elements())))
+    return;
   // Ranges of whole 256-element blocks: Eigen runs the elements of a range's
   // unaligned head and odd tail through the scalar tanh, so ranges cut
   // elsewhere would change which elements take which path (and their bits)
@@ -156,6 +172,8 @@ void CpuImpl::geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx,
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
   const int64_t count = x.elements();
+  if (!runs(MemKernel::kGeluBwd, double(count)))
+    return;
   constexpr int64_t kChunk = kGeluBlock;
   const int64_t blocks = (count + kChunk - 1) / kChunk;
   parallelRanges(team_, blocks, kElementGrain / kChunk, [&](int64_t b0, int64_t b1) {

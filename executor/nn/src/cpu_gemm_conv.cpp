@@ -151,6 +151,9 @@ void CpuImpl::gemm(GemmOp op, int m, int n, int k, const float* a, const float* 
 
 void CpuImpl::teamGemm(GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
                        bool accumulate) {
+  // One call, however many threads share it.
+  if (!runsGemm(op, m, n, k))
+    return;
   const int threads = team_.size();
   const int wide = std::max(m, n);
   const int blocks = (wide + kSplitAlign - 1) / kSplitAlign;
@@ -198,12 +201,14 @@ struct ConvGeometry {
 };
 
 // The k x p column matrix of one example's group `xg`: the input itself for a
-// pointwise convolution (no copy), else its im2col in `col` (sized k x p).
+// pointwise convolution (no copy), else its im2col in `col` (sized k x p),
+// run when `run` (false in a record-only run).
 const float* columns(const ConvDesc& d, const ConvGeometry& geo, const float* xg,
-                     std::vector<float>& col) {
+                     std::vector<float>& col, bool run) {
   if (geo.pointwise)
     return xg;
-  im2col(d, xg, geo.cg, col.data());
+  if (run)
+    im2col(d, xg, geo.cg, col.data());
   return col.data();
 }
 }  // namespace
@@ -220,12 +225,12 @@ void CpuImpl::convForward(const ConvDesc& d, ConstTensorView x, const float* w, 
   // examples do not (fewer examples than threads).
   auto example = [&](int n, std::vector<float>& col, bool splitGemm) {
     for (int g = 0; g < d.groups; ++g) {
-      const float* cols =
-          columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane, col);
+      const float* cols = columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane,
+                                  col, geo.pointwise || runs(MemKernel::kIm2col, double(k * p)));
       float* yg = y.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p;
       const float* wg = w + int64_t{g} * fg * k;
       gemmOn(splitGemm, GemmOp::kNN, fg, int(p), int(k), wg, cols, yg, false);
-      if (bias)
+      if (bias && runs(MemKernel::kBias, double(fg) * double(p)))
         biasAdd(yg, bias + int64_t{g} * fg, fg, p);
     }
   };
@@ -240,7 +245,7 @@ void CpuImpl::convBackwardData(const ConvDesc& d, ConstTensorView dy, const floa
   const int64_t k = geo.k, p = geo.p, inPlane = geo.inPlane;
   const int threads = team_.size();
   reserveScratch(threads, geo.pointwise ? 0 : k * p);
-  scaleForAccumulate(dx.data, dx.elements(), beta);
+  scaleForBeta(dx, beta);
   // dx of one example = col2im(W^T dy): each example writes its own slice.
   auto example = [&](int n, std::vector<float>& col, bool splitGemm) {
     for (int g = 0; g < d.groups; ++g) {
@@ -249,7 +254,7 @@ void CpuImpl::convBackwardData(const ConvDesc& d, ConstTensorView dy, const floa
       const float* dyg = dy.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p;
       float* out = geo.pointwise ? dxg : col.data();
       gemmOn(splitGemm, GemmOp::kTN, int(k), int(p), fg, wg, dyg, out, geo.pointwise);
-      if (!geo.pointwise)
+      if (!geo.pointwise && runs(MemKernel::kCol2im, double(k * p)))
         col2imAdd(d, col.data(), cg, dxg);
     }
   };
@@ -270,11 +275,12 @@ void CpuImpl::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTen
                       bool splitGemm) {
     for (int64_t n = first; n < last; ++n) {
       for (int g = 0; g < d.groups; ++g) {
-        const float* cols = columns(d, geo, x.data + (n * d.inC + int64_t{g} * cg) * inPlane, col);
+        const float* cols = columns(d, geo, x.data + (n * d.inC + int64_t{g} * cg) * inPlane, col,
+                                    geo.pointwise || runs(MemKernel::kIm2col, double(k * p)));
         const float* dyg = dy.data + (n * d.filters + int64_t{g} * fg) * p;
         gemmOn(splitGemm, GemmOp::kNT, fg, int(k), int(p), dyg, cols, gw + int64_t{g} * fg * k,
                true);
-        if (gbias)
+        if (gbias && runs(MemKernel::kBiasGrad, double(fg) * double(p)))
           biasGrad(dyg, gbias + int64_t{g} * fg, fg, p);
       }
     }
@@ -283,24 +289,30 @@ void CpuImpl::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTen
     examples(0, x.dims.n, scratch_[0], dw, dbias, true);
     return;
   }
-  // Each thread sums its examples into its own partial gradient; the
-  // partials then add onto dw in thread order (deterministic for a given
-  // thread count).
+  // Each thread sums its examples into its own partial gradient (zeroed
+  // first); the partials then add onto dw in thread order (deterministic for
+  // a given thread count): per thread a zero fill and the reduce of its
+  // weight and bias partials, calls the lowering counts at this thread count.
   const int64_t weights = int64_t{d.filters} * k;
   const int64_t partial = weights + (dbias ? d.filters : 0);
   if (partials_.size() < size_t(threads))
     partials_.resize(size_t(threads));
   team_.forEach(threads, [&](int t) {
     std::vector<float>& mine = partials_[size_t(t)];
-    mine.assign(size_t(partial), 0.0f);
+    // Record only: no partials; dw stands in for them (never written).
+    float* gw = dw;
+    if (runs(MemKernel::kZero, double(partial))) {
+      mine.assign(size_t(partial), 0.0f);
+      gw = mine.data();
+    }
     const auto [first, last] = partOf(x.dims.n, threads, t);
-    examples(first, last, scratch_[size_t(t)], mine.data(), dbias ? mine.data() + weights : nullptr,
-             false);
+    examples(first, last, scratch_[size_t(t)], gw, dbias ? gw + weights : nullptr, false);
   });
   for (int t = 0; t < threads; ++t) {
     const std::vector<float>& mine = partials_[size_t(t)];
-    VectorMap(dw, weights) += ConstVectorMap(mine.data(), weights);
-    if (dbias)
+    if (runs(MemKernel::kReduce, double(weights)))
+      VectorMap(dw, weights) += ConstVectorMap(mine.data(), weights);
+    if (dbias && runs(MemKernel::kReduce, double(d.filters)))
       VectorMap(dbias, d.filters) += ConstVectorMap(mine.data() + weights, d.filters);
   }
 }
@@ -317,7 +329,7 @@ void CpuImpl::fcForward(const FcDesc& d, ConstTensorView x, const float* w, cons
   if (d.flatten) {
     STRATA_ENFORCE_OP(x.dims.perExample(), ==, d.inFeatures);
     teamGemm(GemmOp::kNT, y.dims.n, d.outputs, d.inFeatures, x.data, w, y.data, false);
-    if (bias)
+    if (bias && runs(MemKernel::kBias, double(y.elements())))
       MatrixMap(y.data, y.dims.n, d.outputs).rowwise() +=
           ConstVectorMap(bias, d.outputs).transpose();
     return;
@@ -328,7 +340,7 @@ void CpuImpl::fcForward(const FcDesc& d, ConstTensorView x, const float* w, cons
     float* out = y.data + n * y.dims.perExample();
     teamGemm(GemmOp::kNN, d.outputs, p, d.inFeatures, w, x.data + n * x.dims.perExample(), out,
              false);
-    if (bias)
+    if (bias && runs(MemKernel::kBias, double(d.outputs) * p))
       biasAdd(out, bias, d.outputs, p);
   }
 }
@@ -337,7 +349,7 @@ void CpuImpl::fcBackwardData(const FcDesc& d, ConstTensorView dy, const float* w
                              float beta) {
   STRATA_ENFORCE_OP(dx.dims.n, ==, dy.dims.n);
   STRATA_ENFORCE_OP(dy.dims.c, ==, d.outputs);
-  scaleForAccumulate(dx.data, dx.elements(), beta);
+  scaleForBeta(dx, beta);
   if (d.flatten) {
     STRATA_ENFORCE_OP(dx.dims.perExample(), ==, d.inFeatures);
     teamGemm(GemmOp::kNN, dx.dims.n, d.inFeatures, d.outputs, dy.data, w, dx.data, true);
@@ -357,7 +369,8 @@ void CpuImpl::fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorV
   if (d.flatten) {
     STRATA_ENFORCE_OP(x.dims.perExample(), ==, d.inFeatures);
     teamGemm(GemmOp::kTN, d.outputs, d.inFeatures, dy.dims.n, dy.data, x.data, dw, true);
-    if (dbias)  // row by row: the order is the examples', whatever the alignment
+    // Row by row: the order is the examples', whatever the alignment.
+    if (dbias && runs(MemKernel::kBiasGrad, double(dy.elements())))
       for (int n = 0; n < dy.dims.n; ++n)
         VectorMap(dbias, d.outputs) += ConstVectorMap(dy.data + int64_t{n} * d.outputs, d.outputs);
     return;
@@ -368,7 +381,7 @@ void CpuImpl::fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTensorV
     const float* g = dy.data + n * dy.dims.perExample();
     teamGemm(GemmOp::kNT, d.outputs, d.inFeatures, p, g, x.data + n * x.dims.perExample(), dw,
              true);
-    if (dbias)
+    if (dbias && runs(MemKernel::kBiasGrad, double(d.outputs) * p))
       biasGrad(g, dbias, d.outputs, p);
   }
 }

@@ -172,15 +172,19 @@ class CpuImpl final : public Backend {
   // How many threads a kernel over `examples` independent examples of
   // `perExample` elements takes: at least kElementGrain elements each.
   int examplesParts(int examples, int64_t perExample) const;
-  // teamGemm when `split`, else gemm on this thread.
+  // teamGemm when `split`, else gemm on this thread; either reports one call.
   void gemmOn(bool split, GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
               bool accumulate) {
     if (split)
       teamGemm(op, m, n, k, a, b, c, accumulate);
-    else
+    else if (runsGemm(op, m, n, k))
       gemm(op, m, n, k, a, b, c, accumulate);
   }
-  // Scratch of `elements` floats for each of `parts` threads.
+  // dst = beta * dst before a kernel adds its result; beta 0 is a call of
+  // the zero kernel (it must not read dst: it may hold NaN).
+  void scaleForBeta(TensorView dst, float beta);
+  // Scratch of `elements` floats for each of `parts` threads (none in a
+  // record-only run, whose kernels touch no data).
   void reserveScratch(int parts, int64_t elements);
 
   ThreadTeam& team_;

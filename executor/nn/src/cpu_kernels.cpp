@@ -25,7 +25,14 @@ int CpuImpl::examplesParts(int examples, int64_t perExample) const {
   return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(most, examples), 1, team_.size()));
 }
 
+void CpuImpl::scaleForBeta(TensorView dst, float beta) {
+  if (beta == 0.0f ? runs(MemKernel::kZero, double(dst.elements())) : !recordOnly())
+    scaleForAccumulate(dst.data, dst.elements(), beta);
+}
+
 void CpuImpl::reserveScratch(int parts, int64_t elements) {
+  if (recordOnly())
+    elements = 0;
   if (scratch_.size() < size_t(parts))
     scratch_.resize(size_t(parts));
   for (int t = 0; t < parts; ++t)

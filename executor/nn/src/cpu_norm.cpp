@@ -60,6 +60,8 @@ std::pair<double, double> gradientSums(ConstTensorView x, ConstTensorView dy, in
 void CpuImpl::batchNormForward(ConstTensorView x, const float* gamma, const float* shift, float eps,
                                TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kBatchNormFwd, double(x.elements())))
+    return;
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   // Channels are independent: each is computed as on one thread.
   parallelRanges(team_, x.dims.c, 1, [&](int64_t first, int64_t last) {
@@ -82,6 +84,8 @@ void CpuImpl::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const
                                     float eps, TensorView dx, float beta) {
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
+  if (!runs(MemKernel::kBatchNormBwdData, double(x.elements())))
+    return;
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   const double m = double(x.dims.n) * double(plane);
   // Channels are independent: each is computed as on one thread.
@@ -107,6 +111,8 @@ void CpuImpl::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, const
 void CpuImpl::batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
                                        float* dgamma, float* dshift) {
   checkSameDims(x.dims, dy.dims);
+  if (!runs(MemKernel::kBatchNormBwdWeights, double(x.elements())))
+    return;
   // Channels are independent: each is computed as on one thread.
   parallelRanges(team_, x.dims.c, 1, [&](int64_t first, int64_t last) {
     for (int c = int(first); c < int(last); ++c) {
@@ -151,6 +157,8 @@ void positionStats(const float* x, int c, int64_t plane, float eps, float* mean,
 void CpuImpl::layerNormForward(ConstTensorView x, const float* gain, const float* bias, float eps,
                                TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kLayerNormFwd, double(x.elements())))
+    return;
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   // Examples are independent; each thread keeps its positions' statistics.
   const int parts = examplesParts(x.dims.n, x.dims.perExample());
@@ -176,6 +184,8 @@ void CpuImpl::layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const
                                     float eps, TensorView dx, float beta) {
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
+  if (!runs(MemKernel::kLayerNormBwdData, double(x.elements())))
+    return;
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   const float inv = 1.0f / static_cast<float>(x.dims.c);
   // Examples are independent; each thread keeps its positions' statistics
@@ -218,6 +228,8 @@ void CpuImpl::layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const
 void CpuImpl::layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
                                        float* dgain, float* dbias) {
   checkSameDims(x.dims, dy.dims);
+  if (!runs(MemKernel::kLayerNormBwdWeights, double(x.elements())))
+    return;
   const int64_t plane = int64_t{x.dims.h} * x.dims.w;
   rowMean_.resize(static_cast<size_t>(plane));
   rowInvStd_.resize(static_cast<size_t>(plane));

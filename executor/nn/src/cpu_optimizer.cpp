@@ -13,6 +13,8 @@ void CpuImpl::sgdMomentum(std::span<float> w, std::span<float> v, std::span<cons
                           float learningRate, float momentum, float weightDecay) {
   STRATA_ENFORCE_OP(w.size(), ==, v.size());
   STRATA_ENFORCE_OP(w.size(), ==, g.size());
+  if (!runs(MemKernel::kSgd, double(w.size())))
+    return;
   for (size_t i = 0; i < w.size(); ++i) {
     v[i] = momentum * v[i] - learningRate * (g[i] + weightDecay * w[i]);
     w[i] += v[i];

@@ -21,6 +21,11 @@ void CpuImpl::poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, in
   const bool isMax = d.mode == PoolMode::kMax;
   STRATA_ENFORCE(!isMax || argmax != nullptr);
   const int64_t planes = int64_t{x.dims.n} * d.c;
+  // Units: window reads, padding included (the lowering's and calibration's).
+  const double window = double(d.kernelH) * d.kernelW;
+  if (!runs(isMax ? MemKernel::kPoolMaxFwd : MemKernel::kPoolAvgFwd, double(y.elements()) * window,
+            window))
+    return;
   const int64_t grain = std::max<int64_t>(1, kElementGrain / (int64_t{d.inH} * d.inW));
   parallelRanges(team_, planes, grain, [&](int64_t first, int64_t last) {
     for (int64_t pl = first; pl < last; ++pl) {
@@ -66,8 +71,14 @@ void CpuImpl::poolBackward(const PoolDesc& d, ConstTensorView dy, const int32_t*
   STRATA_ENFORCE_OP(dx.dims.n, ==, dy.dims.n);
   STRATA_ENFORCE(dx.dims.c == d.c && dy.dims.c == d.c);
   const bool isMax = d.mode == PoolMode::kMax;
-  scaleForAccumulate(dx.data, dx.elements(), beta);
+  scaleForBeta(dx, beta);
   const int64_t planes = int64_t{dy.dims.n} * d.c;
+  // Units: max scatters one gradient per output element; avg spreads each
+  // over its window (window writes, padding included).
+  const double window = double(d.kernelH) * d.kernelW;
+  if (!(isMax ? runs(MemKernel::kPoolMaxBwd, double(dy.elements()))
+              : runs(MemKernel::kPoolAvgBwd, double(dy.elements()) * window, window)))
+    return;
   const int64_t grain = std::max<int64_t>(1, kElementGrain / (int64_t{d.inH} * d.inW));
   parallelRanges(team_, planes, grain, [&](int64_t first, int64_t last) {
     for (int64_t pl = first; pl < last; ++pl) {
@@ -111,6 +122,8 @@ void CpuImpl::lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, Tens
   const int before = (d.size - 1) / 2;
   const int after = d.size / 2;
   const int64_t planes = int64_t{x.dims.n} * x.dims.c;
+  if (!runs(MemKernel::kLrnFwd, double(x.elements())))
+    return;
   parallelRanges(
       team_, planes, std::max<int64_t>(1, kElementGrain / plane), [&](int64_t first, int64_t last) {
         for (int64_t pl = first; pl < last; ++pl) {
@@ -145,6 +158,8 @@ void CpuImpl::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y
   const int after = d.size / 2;
   const int64_t perExample = x.dims.perExample();
   const int threads = team_.size();
+  if (!runs(MemKernel::kLrnBwd, double(x.elements())))
+    return;
   reserveScratch(threads, perExample);  // per thread: dy_j y_j / s_j of one example
   const int parts = std::min<int>(threads, x.dims.n);
   team_.forEach(parts, [&](int t) {
@@ -178,7 +193,11 @@ void CpuImpl::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorView y
 //
 // Position q = n * h*w + p; class c of position q is at (n, c, p), stride h*w.
 
+// softmax_fwd is the statistics and the probabilities together (as
+// calibration times them): one call, reported here.
 void CpuImpl::softmaxStats(ConstTensorView logits, float* stats) {
+  if (!runs(MemKernel::kSoftmaxFwd, double(logits.elements())))
+    return;
   const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
   for (int n = 0; n < logits.dims.n; ++n) {
     const float* z = logits.data + n * logits.dims.perExample();
@@ -196,8 +215,11 @@ void CpuImpl::softmaxStats(ConstTensorView logits, float* stats) {
   }
 }
 
+// The second half of softmax_fwd (reported by softmaxStats).
 void CpuImpl::softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) {
   checkSameDims(logits.dims, y.dims);
+  if (recordOnly())
+    return;
   const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
   for (int n = 0; n < logits.dims.n; ++n) {
     const int64_t base = n * logits.dims.perExample();
@@ -213,6 +235,10 @@ SoftmaxLossSum CpuImpl::softmaxLoss(ConstTensorView logits, const float* stats,
                                     const int32_t* labels, int classOffset) {
   const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
   SoftmaxLossSum out;
+  // Part of no layer phase (the loss of a step); calibration's softmax_bwd
+  // includes it.
+  if (recordOnly())
+    return out;
   for (int n = 0; n < logits.dims.n; ++n) {
     for (int64_t p = 0; p < plane; ++p) {
       const int64_t q = n * plane + p;
@@ -231,6 +257,8 @@ SoftmaxLossSum CpuImpl::softmaxLoss(ConstTensorView logits, const float* stats,
 void CpuImpl::softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                               int classOffset, float scale, TensorView dlogits, float beta) {
   checkSameDims(logits.dims, dlogits.dims);
+  if (!runs(MemKernel::kSoftmaxBwd, double(logits.elements())))
+    return;
   const int64_t plane = int64_t{logits.dims.h} * logits.dims.w;
   for (int n = 0; n < logits.dims.n; ++n) {
     const int64_t base = n * logits.dims.perExample();

@@ -44,7 +44,7 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
     const float* xn = x.data + n * ft;
     float* qkv = saved.qkv.data + n * 3 * ft;
     teamGemm(GemmOp::kNN, 3 * f, t, f, wqkv, xn, qkv, false);
-    if (bias)
+    if (bias && runs(MemKernel::kBias, 3.0 * double(ft)))
       biasAdd(qkv, bias, 3 * f, t);
     for (int h = 0; h < d.heads; ++h)
       teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + h * head,
@@ -53,11 +53,12 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
   // Whole (example, head) score blocks of t rows per thread: a row's mask
   // depends on its index mod t.
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
-                 [&](int64_t first, int64_t last) {
-                   attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt,
-                                      (last - first) * t, t, d.causal, scale);
-                 });
+  if (runs(MemKernel::kAttnSoftmaxFwd, double(x.dims.n) * d.heads * double(tt)))
+    parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+                   [&](int64_t first, int64_t last) {
+                     attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt,
+                                        (last - first) * t, t, d.causal, scale);
+                   });
   for (int n = 0; n < x.dims.n; ++n) {
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* context = saved.context.data + n * ft;
@@ -66,7 +67,7 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
                saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
     float* yn = y.data + n * ft;
     teamGemm(GemmOp::kNN, f, t, f, wo, context, yn, false);
-    if (bias)
+    if (bias && runs(MemKernel::kBias, double(ft)))
       biasAdd(yn, bias + 3 * int64_t{f}, f, t);
   }
 }
@@ -83,41 +84,49 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
   const float* wo = w + 3 * int64_t{f} * f;
   float* dwqkv = dw;
   float* dwo = dw + 3 * int64_t{f} * f;
-  dcontext_.resize(static_cast<size_t>(ft));
-  dprobs_.resize(static_cast<size_t>(int64_t{x.dims.n} * d.heads * tt));
-  float* dc = dcontext_.data();
+  // Record only: no scratch (the batch's dP is 268 MB an example for
+  // gpt3-xl); the pointers below are formed but never used, so they point
+  // into buffers of the Model of at least the size (the context, the scores).
+  float* dc = saved.context.data;
+  float* dprobs = saved.probs;
+  if (!recordOnly()) {
+    dcontext_.resize(static_cast<size_t>(ft));
+    dprobs_.resize(static_cast<size_t>(int64_t{x.dims.n} * d.heads * tt));
+    dc = dcontext_.data();
+    dprobs = dprobs_.data();
+  }
   for (int n = 0; n < x.dims.n; ++n) {
     const float* dyn = dy.data + n * ft;
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* dqkv = saved.dqkv.data + n * 3 * ft;
     teamGemm(GemmOp::kNT, f, f, t, dyn, saved.context.data + n * ft, dwo, true);
-    if (dbias)
+    if (dbias && runs(MemKernel::kBiasGrad, double(ft)))
       biasGrad(dyn, dbias + 3 * int64_t{f}, f, t);
     teamGemm(GemmOp::kTN, f, t, f, wo, dyn, dc, false);
     for (int h = 0; h < d.heads; ++h) {
       const int64_t at = (int64_t{n} * d.heads + h) * tt;
-      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + 2 * ft + h * head, dprobs_.data() + at,
-               false);
+      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + 2 * ft + h * head, dprobs + at, false);
       teamGemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + at, dqkv + 2 * ft + h * head,
                false);
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
-                 [&](int64_t first, int64_t last) {
-                   attnSoftmaxBackward(saved.probs + first * tt, dprobs_.data() + first * tt,
-                                       dprobs_.data() + first * tt, (last - first) * t, t, scale);
-                 });
+  if (runs(MemKernel::kAttnSoftmaxBwd, double(x.dims.n) * d.heads * double(tt)))
+    parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+                   [&](int64_t first, int64_t last) {
+                     attnSoftmaxBackward(saved.probs + first * tt, dprobs + first * tt,
+                                         dprobs + first * tt, (last - first) * t, t, scale);
+                   });
   for (int n = 0; n < x.dims.n; ++n) {
     const float* qkv = saved.qkv.data + n * 3 * ft;
     float* dqkv = saved.dqkv.data + n * 3 * ft;
     for (int h = 0; h < d.heads; ++h) {
-      const float* ds = dprobs_.data() + (int64_t{n} * d.heads + h) * tt;
+      const float* ds = dprobs + (int64_t{n} * d.heads + h) * tt;
       teamGemm(GemmOp::kNT, dh, t, t, qkv + ft + h * head, ds, dqkv + h * head, false);
       teamGemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + ft + h * head, false);
     }
     teamGemm(GemmOp::kNT, 3 * f, f, t, dqkv, x.data + n * ft, dwqkv, true);
-    if (dbias)
+    if (dbias && runs(MemKernel::kBiasGrad, 3.0 * double(ft)))
       biasGrad(dqkv, dbias, 3 * f, t);
   }
 }
@@ -130,7 +139,7 @@ void CpuImpl::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv
   STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, 3 * dx.dims.perExample());
   const int f = d.features, t = d.positions;
   const int64_t ft = int64_t{f} * t;
-  scaleForAccumulate(dx.data, dx.elements(), beta);
+  scaleForBeta(dx, beta);
   for (int n = 0; n < dx.dims.n; ++n)
     teamGemm(GemmOp::kTN, f, t, 3 * f, w, dqkv.data + n * 3 * ft, dx.data + n * ft, true);
 }
@@ -185,6 +194,8 @@ void CpuImpl::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, cons
   const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
   STRATA_ENFORCE_OP(int64_t{y.dims.h} * y.dims.w, ==, t);
   const float* pos = d.positions ? table + int64_t{d.vocab} * d.features : nullptr;
+  if (!runs(MemKernel::kEmbeddingFwd, double(y.elements())))
+    return;
   for (int n = 0; n < ids.dims.n; ++n) {
     float* out = y.data + n * y.dims.perExample();
     for (int64_t p = 0; p < t; ++p) {
@@ -203,6 +214,8 @@ void CpuImpl::embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView i
   const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
   STRATA_ENFORCE_OP(int64_t{dy.dims.h} * dy.dims.w, ==, t);
   float* dpos = d.positions ? dtable + int64_t{d.vocab} * d.features : nullptr;
+  if (!runs(MemKernel::kEmbeddingBwd, double(dy.elements())))
+    return;
   for (int n = 0; n < ids.dims.n; ++n) {
     const float* g = dy.data + n * dy.dims.perExample();
     for (int64_t p = 0; p < t; ++p) {

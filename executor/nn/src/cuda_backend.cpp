@@ -171,6 +171,16 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
   impl_ = std::make_unique<Impl>(options_, options_.device);
 }
 
+CudaBackend::CudaBackend(KernelRecorder& recorder) : reserved_(std::make_unique<ReservedMemory>()) {
+  STRATA_ENFORCE(recorder.recordOnly());
+  recorder_ = &recorder;
+}
+
+void CudaBackend::setRecorder(KernelRecorder* recorder) {
+  STRATA_ENFORCE(impl_ || (recorder != nullptr && recorder->recordOnly()));
+  recorder_ = recorder;
+}
+
 CudaBackend::~CudaBackend() {
   if (!impl_)
     return;
@@ -180,10 +190,13 @@ CudaBackend::~CudaBackend() {
 }
 
 Memory& CudaBackend::memory() {
+  if (!impl_)
+    return *reserved_;
   return impl_->memory;
 }
 
 CUstream_st* CudaBackend::stream() const {
+  STRATA_ENFORCE(impl_ != nullptr);
   return impl_->stream.get();
 }
 
@@ -228,16 +241,21 @@ std::pair<double, double> CudaBackend::hostCopySeconds(size_t bytes) {
 }
 
 void CudaBackend::activate() const {
+  STRATA_ENFORCE(impl_ != nullptr);  // a record-only backend has no device
   setDevice(options_.device);
 }
 
 void CudaBackend::synchronize() {
+  if (!impl_)
+    return;  // record only: nothing runs
   activate();
   check(cudaStreamSynchronize(impl_->stream.get()), "cudaStreamSynchronize",
         "kernels of the CUDA backend");
 }
 
 void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
+  if (recordOnly())
+    return;  // no layer phase's kernel
   activate();
   if (!batch.values.empty()) {
     // Token ids (a language model's input): written as they are, on the host
@@ -306,8 +324,8 @@ void CudaBackend::copyIntoChannels(ConstTensorView src, TensorView dst, int chan
       channelOffset < 0 || channelOffset + src.dims.c > dst.dims.c)
     throw InvariantError(fmt::format("copyIntoChannels: {} into {} at channel {}",
                                      dimsText(src.dims), dimsText(dst.dims), channelOffset));
-  if (src.dims.elements() == 0)
-    return;
+  if (src.dims.elements() == 0 || recordOnly())
+    return;  // record only: no layer phase's kernel
   activate();
   const size_t plane = static_cast<size_t>(src.dims.h) * src.dims.w * sizeof(float);
   check(cudaMemcpy2DAsync(dst.data + int64_t{channelOffset} * src.dims.h * src.dims.w,

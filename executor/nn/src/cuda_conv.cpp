@@ -251,20 +251,24 @@ void CudaBackend::convForward(const ConvDesc& d, ConstTensorView x, const float*
   checkConv(d, x.dims, y.dims);
   if (x.dims.n == 0)
     return;
-  activate();
-  Impl& m = *impl_;
-  ConvPlan& p = m.plan(d, x.dims.n);
-  const ConvChoice& c = m.forward(p);
-  void* ws = m.prepare(p, c);
-  check(cudnnConvolutionForward(m.cudnn.get(), &kOne, p.x.get(), x.data, p.w.get(), w, p.conv.get(),
-                                static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm), ws,
-                                c.workspace, &kZero, p.y.get(), y.data),
-        "cudnnConvolutionForward", p.where);
-  if (bias) {
-    launch("kernels::cuda::biasAdd", p.where, [&] {
-      kernels::cuda::biasAdd(y.data, bias, y.dims.n, d.filters, int64_t{d.outH} * d.outW,
-                             m.stream.get());
-    });
+  if (runs(cudnnCall(ConvPass::kFwd, d, x.dims.n))) {
+    activate();
+    Impl& m = *impl_;
+    ConvPlan& p = m.plan(d, x.dims.n);
+    const ConvChoice& c = m.forward(p);
+    void* ws = m.prepare(p, c);
+    check(cudnnConvolutionForward(m.cudnn.get(), &kOne, p.x.get(), x.data, p.w.get(), w,
+                                  p.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm),
+                                  ws, c.workspace, &kZero, p.y.get(), y.data),
+          "cudnnConvolutionForward", p.where);
+  }
+  if (bias && runs(MemKernel::kBias, double(y.elements()))) {
+    launch(
+        "kernels::cuda::biasAdd", [&] { return convWhere(d, x.dims.n); },
+        [&] {
+          kernels::cuda::biasAdd(y.data, bias, y.dims.n, d.filters, int64_t{d.outH} * d.outW,
+                                 impl_->stream.get());
+        });
   }
 }
 
@@ -273,7 +277,7 @@ void CudaBackend::convForward(const ConvDesc& d, ConstTensorView x, const float*
 void CudaBackend::convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w,
                                    TensorView dx, float beta) {
   checkConv(d, dx.dims, dy.dims);
-  if (dy.dims.n == 0)
+  if (dy.dims.n == 0 || !runs(cudnnCall(ConvPass::kBwdData, d, dy.dims.n)))
     return;
   activate();
   Impl& m = *impl_;
@@ -293,21 +297,25 @@ void CudaBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, Cons
   checkConv(d, x.dims, dy.dims);
   if (x.dims.n == 0)
     return;
-  activate();
-  Impl& m = *impl_;
-  ConvPlan& p = m.plan(d, x.dims.n);
-  const ConvChoice& c = m.backwardFilter(p);
-  void* ws = m.prepare(p, c);
-  check(cudnnConvolutionBackwardFilter(m.cudnn.get(), &kOne, p.x.get(), x.data, p.y.get(), dy.data,
-                                       p.conv.get(),
-                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm),
-                                       ws, c.workspace, &kOne, p.w.get(), dw),
-        "cudnnConvolutionBackwardFilter", p.where);
-  if (dbias) {
-    launch("kernels::cuda::biasGrad", p.where, [&] {
-      kernels::cuda::biasGrad(dy.data, dbias, dy.dims.n, d.filters, int64_t{d.outH} * d.outW,
-                              m.stream.get());
-    });
+  if (runs(cudnnCall(ConvPass::kBwdFilter, d, x.dims.n))) {
+    activate();
+    Impl& m = *impl_;
+    ConvPlan& p = m.plan(d, x.dims.n);
+    const ConvChoice& c = m.backwardFilter(p);
+    void* ws = m.prepare(p, c);
+    check(cudnnConvolutionBackwardFilter(m.cudnn.get(), &kOne, p.x.get(), x.data, p.y.get(),
+                                         dy.data, p.conv.get(),
+                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm),
+                                         ws, c.workspace, &kOne, p.w.get(), dw),
+          "cudnnConvolutionBackwardFilter", p.where);
+  }
+  if (dbias && runs(MemKernel::kBiasGrad, double(dy.elements()))) {
+    launch(
+        "kernels::cuda::biasGrad", [&] { return convWhere(d, x.dims.n); },
+        [&] {
+          kernels::cuda::biasGrad(dy.data, dbias, dy.dims.n, d.filters, int64_t{d.outH} * d.outW,
+                                  impl_->stream.get());
+        });
   }
 }
 

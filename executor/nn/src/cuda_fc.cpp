@@ -49,24 +49,27 @@ void CudaBackend::fcForward(const FcDesc& d, ConstTensorView x, const float* w, 
   const int n = x.dims.n;
   if (n == 0)
     return;
-  activate();
-  Impl& m = *impl_;
   const auto where = [&] { return fcWhere(d, x.dims); };
   const int p = x.dims.h * x.dims.w;
   const int o = d.outputs, k = d.inFeatures;
   if (d.flatten || p == 1) {
-    check(cublasSgemm(m.cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, o, n, k, &kOne, w, k, x.data, k,
-                      &kZero, y.data, o),
-          "cublasSgemm", where);
-  } else {
-    check(
-        cublasSgemmStridedBatched(m.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, p, o, k, &kOne, x.data,
-                                  p, int64_t{k} * p, w, k, 0, &kZero, y.data, p, int64_t{o} * p, n),
-        "cublasSgemmStridedBatched", where);
+    if (runs(cublasCall(CUBLAS_OP_T, CUBLAS_OP_N, o, n, k))) {
+      activate();
+      check(cublasSgemm(impl_->cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, o, n, k, &kOne, w, k, x.data,
+                        k, &kZero, y.data, o),
+            "cublasSgemm", where);
+    }
+  } else if (runs(cublasCall(CUBLAS_OP_N, CUBLAS_OP_N, p, o, k, n))) {
+    activate();
+    check(cublasSgemmStridedBatched(impl_->cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, p, o, k, &kOne,
+                                    x.data, p, int64_t{k} * p, w, k, 0, &kZero, y.data, p,
+                                    int64_t{o} * p, n),
+          "cublasSgemmStridedBatched", where);
   }
-  if (bias) {
-    launch("kernels::cuda::biasAdd", where,
-           [&] { kernels::cuda::biasAdd(y.data, bias, n, o, d.flatten ? 1 : p, m.stream.get()); });
+  if (bias && runs(MemKernel::kBias, double(y.elements()))) {
+    launch("kernels::cuda::biasAdd", where, [&] {
+      kernels::cuda::biasAdd(y.data, bias, n, o, d.flatten ? 1 : p, impl_->stream.get());
+    });
   }
 }
 
@@ -82,20 +85,22 @@ void CudaBackend::fcBackwardData(const FcDesc& d, ConstTensorView dy, const floa
   const int n = dy.dims.n;
   if (n == 0)
     return;
-  activate();
-  Impl& m = *impl_;
   const auto where = [&] { return fcWhere(d, dx.dims); };
   const int p = dx.dims.h * dx.dims.w;
   const int o = d.outputs, k = d.inFeatures;
   if (d.flatten || p == 1) {
-    check(cublasSgemm(m.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, k, n, o, &kOne, w, k, dy.data, o,
-                      &beta, dx.data, k),
-          "cublasSgemm", where);
-  } else {
-    check(
-        cublasSgemmStridedBatched(m.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_T, p, k, o, &kOne, dy.data,
-                                  p, int64_t{o} * p, w, k, 0, &beta, dx.data, p, int64_t{k} * p, n),
-        "cublasSgemmStridedBatched", where);
+    if (runs(cublasCall(CUBLAS_OP_N, CUBLAS_OP_N, k, n, o))) {
+      activate();
+      check(cublasSgemm(impl_->cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, k, n, o, &kOne, w, k,
+                        dy.data, o, &beta, dx.data, k),
+            "cublasSgemm", where);
+    }
+  } else if (runs(cublasCall(CUBLAS_OP_N, CUBLAS_OP_T, p, k, o, n))) {
+    activate();
+    check(cublasSgemmStridedBatched(impl_->cublas.get(), CUBLAS_OP_N, CUBLAS_OP_T, p, k, o, &kOne,
+                                    dy.data, p, int64_t{o} * p, w, k, 0, &beta, dx.data, p,
+                                    int64_t{k} * p, n),
+          "cublasSgemmStridedBatched", where);
   }
 }
 
@@ -110,25 +115,29 @@ void CudaBackend::fcBackwardWeights(const FcDesc& d, ConstTensorView x, ConstTen
   const int n = x.dims.n;
   if (n == 0)
     return;
-  activate();
-  Impl& m = *impl_;
   const auto where = [&] { return fcWhere(d, x.dims); };
   const int p = x.dims.h * x.dims.w;
   const int o = d.outputs, k = d.inFeatures;
   if (d.flatten || p == 1) {
-    check(cublasSgemm(m.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_T, k, o, n, &kOne, x.data, k, dy.data,
-                      o, &kOne, dw, k),
-          "cublasSgemm", where);
-  } else {
-    for (int e = 0; e < n; ++e)
-      check(cublasSgemm(m.cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, k, o, p, &kOne,
-                        x.data + e * x.dims.perExample(), p, dy.data + e * dy.dims.perExample(), p,
-                        &kOne, dw, k),
+    if (runs(cublasCall(CUBLAS_OP_N, CUBLAS_OP_T, k, o, n))) {
+      activate();
+      check(cublasSgemm(impl_->cublas.get(), CUBLAS_OP_N, CUBLAS_OP_T, k, o, n, &kOne, x.data, k,
+                        dy.data, o, &kOne, dw, k),
             "cublasSgemm", where);
+    }
+  } else {
+    if (!recordOnly())
+      activate();
+    for (int e = 0; e < n; ++e)
+      if (runs(cublasCall(CUBLAS_OP_T, CUBLAS_OP_N, k, o, p)))
+        check(cublasSgemm(impl_->cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, k, o, p, &kOne,
+                          x.data + e * x.dims.perExample(), p, dy.data + e * dy.dims.perExample(),
+                          p, &kOne, dw, k),
+              "cublasSgemm", where);
   }
-  if (dbias) {
+  if (dbias && runs(MemKernel::kBiasGrad, double(dy.elements()))) {
     launch("kernels::cuda::biasGrad", where, [&] {
-      kernels::cuda::biasGrad(dy.data, dbias, n, o, d.flatten ? 1 : p, m.stream.get());
+      kernels::cuda::biasGrad(dy.data, dbias, n, o, d.flatten ? 1 : p, impl_->stream.get());
     });
   }
 }

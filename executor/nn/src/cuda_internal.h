@@ -165,6 +165,28 @@ using ConvKey = std::array<int, 12>;
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
 
+// ---- what each call is, in the lowering's vocabulary (kernel_recorder.h) ----
+
+// A cuDNN convolution pass over n examples as its implicit GEMM per group
+// (model/kernels.h, ConvPass): m = examples x output positions, n = filters
+// per group, k = input channels per group x kernel area; `groups` of them.
+inline KernelCall cudnnCall(ConvPass pass, const ConvDesc& d, int n) {
+  return convCall(pass, int64_t{n} * d.outH * d.outW, d.filters / d.groups,
+                  int64_t{d.inC / d.groups} * d.kernelH * d.kernelW, d.groups);
+}
+
+// The row-major GEMM that a column-major cuBLAS call C (M x N) = op(A) op(B)
+// computes, `batch` times. Read row-major, the same memory holds C^T (N x M)
+// = op(B)^T op(A)^T, and B's (A's) array read row-major is B^T (A^T): so
+// m = N, n = M, k = K, with the first operand transposed when transb is, the
+// second when transa is (both: not a shape the backend uses).
+inline KernelCall cublasCall(cublasOperation_t transa, cublasOperation_t transb, int M, int N,
+                             int K, int batch = 1) {
+  const bool first = transb == CUBLAS_OP_T, second = transa == CUBLAS_OP_T;
+  STRATA_ENFORCE(!(first && second));
+  return gemmCall(first ? GemmOp::kTN : second ? GemmOp::kNT : GemmOp::kNN, N, M, K, batch);
+}
+
 }  // namespace strata::nn::cuda_detail
 
 namespace strata::nn {

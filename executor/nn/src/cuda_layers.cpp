@@ -69,6 +69,11 @@ kernels::DropoutParams dropoutParams(const DropoutDesc& d) {
 void CudaBackend::poolForward(const PoolDesc& d, ConstTensorView x, TensorView y, int32_t* argmax) {
   checkPool(d, x.dims, y.dims);
   STRATA_ENFORCE(d.mode != PoolMode::kMax || argmax != nullptr);
+  // Units: window reads, padding included (as the CPU kernel's).
+  const double window = double(d.kernelH) * d.kernelW;
+  if (!runs(d.mode == PoolMode::kMax ? MemKernel::kPoolMaxFwd : MemKernel::kPoolAvgFwd,
+            double(y.elements()) * window, window))
+    return;
   activate();
   launch(
       "kernels::cuda::poolForward", [&] { return "pool " + dimsText(x.dims); },
@@ -82,6 +87,12 @@ void CudaBackend::poolBackward(const PoolDesc& d, ConstTensorView dy, const int3
                                TensorView dx, float beta) {
   checkPool(d, dx.dims, dy.dims);
   STRATA_ENFORCE(d.mode != PoolMode::kMax || argmax != nullptr);
+  // Applies beta itself: no zero fill. Units as the CPU kernel's.
+  const double window = double(d.kernelH) * d.kernelW;
+  if (!(d.mode == PoolMode::kMax
+            ? runs(MemKernel::kPoolMaxBwd, double(dy.elements()))
+            : runs(MemKernel::kPoolAvgBwd, double(dy.elements()) * window, window)))
+    return;
   activate();
   launch(
       "kernels::cuda::poolBackward", [&] { return "pool " + dimsText(dx.dims); },
@@ -95,6 +106,8 @@ void CudaBackend::poolBackward(const PoolDesc& d, ConstTensorView dy, const int3
 
 void CudaBackend::reluForward(ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kReluFwd, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::reluForward", [&] { return "relu " + dimsText(x.dims); },
@@ -104,6 +117,8 @@ void CudaBackend::reluForward(ConstTensorView x, TensorView y) {
 void CudaBackend::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView dx, float beta) {
   checkSameDims(y.dims, dy.dims);
   checkSameDims(y.dims, dx.dims);
+  if (!runs(MemKernel::kReluBwd, double(y.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::reluBackward", [&] { return "relu " + dimsText(y.dims); },
@@ -115,6 +130,8 @@ void CudaBackend::reluBackward(ConstTensorView y, ConstTensorView dy, TensorView
 
 void CudaBackend::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kDropoutFwd, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::dropoutForward", [&] { return "dropout " + dimsText(x.dims); },
@@ -127,6 +144,8 @@ void CudaBackend::dropoutForward(const DropoutDesc& d, ConstTensorView x, Tensor
 void CudaBackend::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx,
                                   float beta) {
   checkSameDims(dy.dims, dx.dims);
+  if (!runs(MemKernel::kDropoutBwd, double(dy.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::dropoutBackward", [&] { return "dropout " + dimsText(dy.dims); },
@@ -137,6 +156,8 @@ void CudaBackend::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, Tens
 }
 
 void CudaBackend::fill(std::span<float> x, float value) {
+  if (!runs(MemKernel::kZero, double(x.size())))
+    return;
   activate();
   launch(
       "kernels::cuda::fill", [&] { return fmt::format("fill of {} values", x.size()); },
@@ -148,6 +169,8 @@ void CudaBackend::fill(std::span<float> x, float value) {
 void CudaBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   checkSameDims(a.dims, b.dims);
   checkSameDims(a.dims, y.dims);
+  if (!runs(MemKernel::kAdd, double(a.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::add", [&] { return "add " + dimsText(a.dims); },
@@ -156,6 +179,8 @@ void CudaBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
 
 void CudaBackend::accumulate(ConstTensorView src, TensorView dst, float beta) {
   checkSameDims(src.dims, dst.dims);
+  if (!runs(beta == 0.0f ? MemKernel::kCopy : MemKernel::kAccumulate, double(src.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::accumulate", [&] { return "accumulate " + dimsText(src.dims); },
@@ -169,6 +194,8 @@ void CudaBackend::accumulate(ConstTensorView src, TensorView dst, float beta) {
 void CudaBackend::lrnForward(const LrnDesc& d, ConstTensorView x, TensorView y, TensorView scale) {
   checkSameDims(x.dims, y.dims);
   checkSameDims(x.dims, scale.dims);
+  if (!runs(MemKernel::kLrnFwd, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::lrnForward", [&] { return "lrn " + dimsText(x.dims); },
@@ -185,6 +212,8 @@ void CudaBackend::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorVi
   checkSameDims(x.dims, scale.dims);
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
+  if (!runs(MemKernel::kLrnBwd, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::lrnBackward", [&] { return "lrn " + dimsText(x.dims); },
@@ -199,6 +228,8 @@ void CudaBackend::lrnBackward(const LrnDesc& d, ConstTensorView x, ConstTensorVi
 void CudaBackend::batchNormForward(ConstTensorView x, const float* gamma, const float* shift,
                                    float eps, TensorView y) {
   checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kBatchNormFwd, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::batchNormForward", [&] { return "batchnorm " + dimsText(x.dims); },
@@ -212,6 +243,8 @@ void CudaBackend::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, c
                                         float eps, TensorView dx, float beta) {
   checkSameDims(x.dims, dy.dims);
   checkSameDims(x.dims, dx.dims);
+  if (!runs(MemKernel::kBatchNormBwdData, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::batchNormBackwardData", [&] { return "batchnorm " + dimsText(x.dims); },
@@ -224,6 +257,8 @@ void CudaBackend::batchNormBackwardData(ConstTensorView x, ConstTensorView dy, c
 void CudaBackend::batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
                                            float* dgamma, float* dshift) {
   checkSameDims(x.dims, dy.dims);
+  if (!runs(MemKernel::kBatchNormBwdWeights, double(x.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::batchNormBackwardWeights", [&] { return "batchnorm " + dimsText(x.dims); },
@@ -235,7 +270,11 @@ void CudaBackend::batchNormBackwardWeights(ConstTensorView x, ConstTensorView dy
 
 // ---- softmax + cross-entropy --------------------------------------------------------------------
 
+// softmax_fwd is the statistics and the probabilities together (as the CPU
+// backend reports it): one call, reported here.
 void CudaBackend::softmaxStats(ConstTensorView logits, float* stats) {
+  if (!runs(MemKernel::kSoftmaxFwd, double(logits.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::softmaxStats", [&] { return "softmax " + dimsText(logits.dims); },
@@ -246,6 +285,8 @@ void CudaBackend::softmaxStats(ConstTensorView logits, float* stats) {
 
 void CudaBackend::softmaxProbabilities(ConstTensorView logits, const float* stats, TensorView y) {
   checkSameDims(logits.dims, y.dims);
+  if (recordOnly())
+    return;  // the second half of softmax_fwd (softmaxStats reports it)
   activate();
   launch(
       "kernels::cuda::softmaxProbabilities", [&] { return "softmax " + dimsText(logits.dims); },
@@ -257,6 +298,8 @@ void CudaBackend::softmaxProbabilities(ConstTensorView logits, const float* stat
 
 SoftmaxLossSum CudaBackend::softmaxLoss(ConstTensorView logits, const float* stats,
                                         const int32_t* labels, int classOffset) {
+  if (recordOnly())
+    return {};  // part of no layer phase (the loss of a step)
   activate();
   kernels::LossSum sum;
   launch(
@@ -271,6 +314,8 @@ SoftmaxLossSum CudaBackend::softmaxLoss(ConstTensorView logits, const float* sta
 void CudaBackend::softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                                   int classOffset, float scale, TensorView dlogits, float beta) {
   checkSameDims(logits.dims, dlogits.dims);
+  if (!runs(MemKernel::kSoftmaxBwd, double(logits.elements())))
+    return;
   activate();
   launch(
       "kernels::cuda::softmaxBackward", [&] { return "softmax " + dimsText(logits.dims); },
@@ -286,6 +331,8 @@ void CudaBackend::sgdMomentum(std::span<float> w, std::span<float> v, std::span<
                               float learningRate, float momentum, float weightDecay) {
   STRATA_ENFORCE_OP(w.size(), ==, v.size());
   STRATA_ENFORCE_OP(w.size(), ==, g.size());
+  if (!runs(MemKernel::kSgd, double(w.size())))
+    return;
   activate();
   launch(
       "kernels::cuda::sgdMomentum", [&] { return fmt::format("sgd of {} weights", w.size()); },

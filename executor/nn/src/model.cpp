@@ -221,7 +221,7 @@ Model::Model(const Network& network, ModelOptions options)
   params_.resize(static_cast<size_t>(offset));  // zero-filled
   grads_.resize(static_cast<size_t>(offset));
 
-  for (int l = 0; l < count; ++l) {
+  for (int l = 0; l < count && options_.initializeParameters; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
     const LayerState& st = layers_[static_cast<size_t>(l)];
     const ParamBlock& b = blocks_[static_cast<size_t>(l)];

@@ -72,7 +72,8 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
     if (weight <= 0)
       continue;
     Seconds gemm, memory;
-    for (const auto& c : lower(t.backend, net_, index, phase, ex, outputs, updateKernel())) {
+    for (const auto& c :
+         lower(t.backend, net_, index, phase, ex, outputs, updateKernel(), threads_)) {
       any = true;
       bool outside = false;
       if (c.conv) {

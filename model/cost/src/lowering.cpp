@@ -27,7 +27,7 @@ int firstReaderOf(const Network& net, int producer) {
 }  // namespace
 
 std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, double examples,
-                                 int outputs, MemKernel update) {
+                                 int outputs, MemKernel update, int threads) {
   STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
   const Layer& l = net.layers[static_cast<size_t>(index)];
   const int64_t n = std::max<int64_t>(1, std::llround(examples));
@@ -82,12 +82,14 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
       break;
     }
     case Phase::kFwd:
-      // The first reader of a value several layers read clears its gradient.
+      // The first reader of a value several layers read (the network input
+      // too) clears its gradient.
       if (!sliced)
         for (int p : l.inputs)
-          if (p >= 0 && readersOf(net, p) > 1 && firstReaderOf(net, p) == index)
+          if (readersOf(net, p) > 1 && firstReaderOf(net, p) == index)
             mem(MemKernel::kZero,
-                double(n) * double(net.layers[static_cast<size_t>(p)].outShape.elements()));
+                double(n) * double(p < 0 ? net.input.elements()
+                                         : net.layers[static_cast<size_t>(p)].outShape.elements()));
       switch (l.kind) {
         case LayerKind::kConv: {
           const double count = double(n) * l.spec.groups;
@@ -242,6 +244,15 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           gemm(GemmOp::kNT, fg, ck, area, count);
           if (l.spec.bias)
             mem(MemKernel::kBiasGrad, double(fg) * double(area), count);
+          // Over at least as many examples as threads, each thread sums its
+          // examples into its own zeroed partial, added onto the gradient.
+          if (threads > 1 && n >= threads) {
+            const double weights = double(l.spec.filters) * double(ck);
+            const double filters = l.spec.bias ? double(l.spec.filters) : 0.0;
+            mem(MemKernel::kZero, weights + filters, threads);
+            mem(MemKernel::kReduce, weights, threads);
+            mem(MemKernel::kReduce, filters, threads);
+          }
           break;
         }
         case LayerKind::kFc:
@@ -338,13 +349,43 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
   // Everything else calls what the CPU calls, but each kernel covers the
   // whole batch in one launch, and applies beta itself: the zero fills before
   // overwriting gradients go, except the Model's own clearing of a summed
-  // gradient in forward.
+  // gradient in forward. An add's accumulates stay one launch per input.
+  // A per-position fc over a single position runs as the flattened one: its
+  // per-example GEMMs stacked into one over the batch (fcForward's p == 1).
+  const bool onePosition =
+      l.kind == LayerKind::kFc && !l.spec.flatten && l.inShape.h * l.inShape.w == 1;
   for (KernelCall c : lowerCpu(net, index, phase, examples, outputs, update)) {
     if (!c.gemm) {
       if (c.kernel == MemKernel::kZero && phase != Phase::kFwd)
         continue;
-      c.units *= c.count;
+      if (l.kind != LayerKind::kAdd) {
+        c.units *= c.count;
+        c.count = 1;
+      }
+    } else if (onePosition) {
+      const auto batch = static_cast<int64_t>(c.count);
+      const int64_t m = c.m, n = c.n, k = c.k;
       c.count = 1;
+      switch (c.op) {
+        case GemmOp::kNN:  // y (O x 1) = W x per example: Y (n x O) = X W^T
+          c.op = GemmOp::kNT;
+          c.m = batch;
+          c.n = m;
+          c.k = k;
+          break;
+        case GemmOp::kTN:  // dx (C x 1) = W^T dy: dX (n x C) = dY W
+          c.op = GemmOp::kNN;
+          c.m = batch;
+          c.n = m;
+          c.k = k;
+          break;
+        case GemmOp::kNT:  // dW (O x C) += dy x^T: dW += dY^T X
+          c.op = GemmOp::kTN;
+          c.m = m;
+          c.n = n;
+          c.k = batch;
+          break;
+      }
     }
     calls.push_back(c);
   }
@@ -352,10 +393,11 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
 }
 
 std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
-                              Phase phase, double examples, int outputs, MemKernel update) {
+                              Phase phase, double examples, int outputs, MemKernel update,
+                              int threads) {
   if (backend == "cuda")
     return lowerCuda(network, index, phase, examples, outputs, update);
-  return lowerCpu(network, index, phase, examples, outputs, update);
+  return lowerCpu(network, index, phase, examples, outputs, update, threads);
 }
 
 }  // namespace strata

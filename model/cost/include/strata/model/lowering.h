@@ -18,9 +18,13 @@ namespace strata {
 // several readers sum into). Update: one call of `update` (kSgd, the
 // SGD-with-momentum kernel, or kAdam) over the layer's parameters (scaled by
 // fraction). Empty for phases that do nothing (bwd_weights of a layer
-// without weights).
+// without weights). `threads`: the worker's threads (--threads-per-worker);
+// a GEMM split over them is one call, but a conv's bwd_weights over at least
+// that many examples adds a zero fill and a reduce of each thread's partial
+// gradient. tests/executor/nn/lowering_test.cpp holds this list against the
+// calls the CPU backend makes.
 std::vector<KernelCall> lowerCpu(const Network& network, int index, Phase phase, double examples,
-                                 int outputs, MemKernel update = MemKernel::kSgd);
+                                 int outputs, MemKernel update = MemKernel::kSgd, int threads = 1);
 
 // The same for the CUDA backend (executor/nn/src/cuda_backend.cpp): a
 // convolution is one cuDNN call per pass (groups included, count = groups of
@@ -30,9 +34,9 @@ std::vector<KernelCall> lowerCpu(const Network& network, int index, Phase phase,
 std::vector<KernelCall> lowerCuda(const Network& network, int index, Phase phase, double examples,
                                   int outputs, MemKernel update = MemKernel::kSgd);
 
-// lowerCpu or lowerCuda by `backend` ("cpu", "cuda").
+// lowerCpu or lowerCuda by `backend` ("cpu", "cuda"); threads: lowerCpu's.
 std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,
                               Phase phase, double examples, int outputs,
-                              MemKernel update = MemKernel::kSgd);
+                              MemKernel update = MemKernel::kSgd, int threads = 1);
 
 }  // namespace strata

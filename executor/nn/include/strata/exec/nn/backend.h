@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "strata/exec/nn/kernel_recorder.h"
 #include "strata/exec/nn/memory.h"
 #include "strata/exec/nn/synthetic_batch.h"
 #include "strata/exec/nn/tensor.h"
@@ -157,6 +158,11 @@ class Backend {
   virtual void writeSynthetic(const SyntheticBatch& batch, TensorView x) {
     syntheticFill(batch, x);
   }
+  // Reports every kernel call made from now on to `recorder` (null: none);
+  // see kernel_recorder.h. A record-only recorder makes the calls skip their
+  // work. Not owned; it must outlive its use here.
+  virtual void setRecorder(KernelRecorder* recorder) { recorder_ = recorder; }
+  KernelRecorder* recorder() const { return recorder_; }
 
   // ---- convolution (im2col + GEMM on CPU) ----
   virtual void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,
@@ -294,6 +300,26 @@ class Backend {
  protected:
   // Throws the ConfigError of a transformer kernel this backend lacks.
   [[noreturn]] void lacks(std::string_view kind) const;
+
+  // Whether to do a kernel call's work: reports the call to the recorder, if
+  // any, and says false when that recorder only records. Each sits beside
+  // the call it describes, so a recording lists what the code runs.
+  bool runs(const KernelCall& call) {
+    if (recorder_ == nullptr)
+      return true;
+    recorder_->record(call);
+    return !recorder_->recordOnly();
+  }
+  bool runs(MemKernel kernel, double units, double window = 0) {
+    return recorder_ == nullptr || runs(memoryCall(kernel, units, window));
+  }
+  bool runsGemm(GemmOp op, int64_t m, int64_t n, int64_t k) {
+    return recorder_ == nullptr || runs(gemmCall(op, m, n, k));
+  }
+  // Whether the recorder, if any, only records (scratch need not be sized).
+  bool recordOnly() const { return recorder_ != nullptr && recorder_->recordOnly(); }
+
+  KernelRecorder* recorder_ = nullptr;
 };
 
 }  // namespace strata::nn

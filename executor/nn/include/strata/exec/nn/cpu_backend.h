@@ -45,6 +45,10 @@ struct CpuOptions {
   // Threads of this worker's kernels: the worker's own thread and threads - 1
   // helpers (--threads-per-worker; at least 1).
   int threads = 1;
+  // Reports the kernels' calls from the start (setRecorder; not owned). A
+  // record-only recorder also makes memory() ReservedMemory, so that a Model
+  // on this backend allocates address space only (kernel_recorder.h).
+  KernelRecorder* recorder = nullptr;
 };
 
 // Not thread-safe (one per worker, as every Backend): the worker calls it
@@ -55,9 +59,16 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
 
   std::string_view name() const override { return "cpu"; }
+  Memory& memory() override { return reserved_ ? *reserved_ : hostMemory(); }
   CpuIsa isa() const { return isa_; }
   int threads() const;
   bool runsTransformerLayers() const override { return impl_->runsTransformerLayers(); }
+  // The kernels (impl_) report their calls themselves, one per logical call
+  // whatever the thread count splits it into (kernel_recorder.h).
+  void setRecorder(KernelRecorder* recorder) override {
+    Backend::setRecorder(recorder);
+    impl_->setRecorder(recorder);
+  }
 
   void convForward(const ConvDesc& d, ConstTensorView x, const float* w, const float* bias,
                    TensorView y) override {
@@ -216,7 +227,8 @@ class CpuBackend final : public Backend {
  private:
   CpuIsa isa_;
   std::unique_ptr<ThreadTeam> team_;
-  std::unique_ptr<Backend> impl_;  // the selected path's kernels, on team_
+  std::unique_ptr<Backend> impl_;             // the selected path's kernels, on team_
+  std::unique_ptr<ReservedMemory> reserved_;  // memory() when built record-only
 };
 
 }  // namespace strata::nn

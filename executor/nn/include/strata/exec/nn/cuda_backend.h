@@ -101,6 +101,14 @@ class CudaBackend final : public Backend {
   // with the host while kernels run (cudaDevAttrConcurrentManagedAccess, which
   // Linux on Pascal and later has) or when a handle cannot be created.
   explicit CudaBackend(CudaBackendOptions options = {});
+  // A backend without a device that only records (kernel_recorder.h;
+  // `recorder` must be record-only and outlive it): each method reports the
+  // cuBLAS and cuDNN calls and the kernel launches it would make, from the
+  // same code and arguments as a device run, and makes no CUDA call at all
+  // (memory() is ReservedMemory, synchronize() returns at once; stream(),
+  // the timeline and the device queries need a device). How the tests hold
+  // lowerCuda against this backend on machines without a GPU.
+  explicit CudaBackend(KernelRecorder& recorder);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -113,6 +121,8 @@ class CudaBackend final : public Backend {
   // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
   // to the device once per dataset, the classes and keys with each batch.
   void writeSynthetic(const SyntheticBatch& batch, TensorView x) override;
+  // A record-only backend takes only a record-only recorder.
+  void setRecorder(KernelRecorder* recorder) override;
   // cudaMemcpy2DAsync on the stream: one row of src.c planes per example.
   void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) override;
 
@@ -226,7 +236,8 @@ class CudaBackend final : public Backend {
   void activate() const;
 
   CudaBackendOptions options_;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;                // null: record only (no device)
+  std::unique_ptr<ReservedMemory> reserved_;  // memory() of a record-only backend
 };
 
 }  // namespace strata::nn

@@ -110,6 +110,11 @@ struct ModelOptions {
   // The backend to run on; null: the Model creates and owns a CpuBackend.
   // A given backend must outlive the Model.
   Backend* backend = nullptr;
+  // false: the parameters stay zero, never written (batchnorm and layernorm
+  // scales included): for a Model whose backend only records its kernel
+  // calls (kernel_recorder.h) on ReservedMemory, where the values are never
+  // read and a 1.3-billion-parameter network must cost address space only.
+  bool initializeParameters = true;
 };
 
 // Offsets of one layer's parameters within Model::allParameters().

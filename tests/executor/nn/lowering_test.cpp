@@ -1,0 +1,372 @@
+// The cost model's lowerings (model/lowering.h: lowerCpu, lowerCuda) against
+// the kernel calls the backends really make, recorded by the backends
+// themselves (kernel_recorder.h): for every preset network, every layer and
+// phase, batches of 1 and 3 examples, the CPU backend at 1 and 2 threads per
+// worker, and the CUDA backend (record only: no device needed) where it is
+// built.
+//
+// Compared as multisets (mergeCalls): the cost model sums a phase's calls,
+// so their order does not matter (and with 2 threads the team's threads
+// report their examples' GEMMs in whatever order they run). Memory units
+// compare to 1e-12 relative (a model-parallel slice's update is the layer's
+// parameters times a share); shapes and counts exactly.
+//
+// Threads: lowerCpu lists the calls of one worker whose kernels run on T
+// threads (--threads-per-worker). A GEMM that the team splits is one call
+// (the cost model divides its time by T), as the recorder counts it; the one
+// call list that depends on T is a convolution's bwd_weights over at least T
+// examples (a zero fill and a reduce of each thread's partial gradient), so
+// the CPU cases run at T = 1 and T = 2.
+//
+// The record-only runs compute nothing and allocate address space only
+// (ReservedMemory, parameters left uninitialised), so gpt3-xl takes
+// milliseconds; the small presets also run computing, to show that the
+// record-only list is the computing run's and that a recorder changes no bit.
+#include "strata/model/lowering.h"
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/exec/nn/kernel_recorder.h"
+#include "strata/exec/nn/model.h"
+#include "strata/model/error.h"
+#include "strata/model/kernels.h"
+#include "strata/model/presets.h"
+#if STRATA_TEST_CUDA
+#include "strata/exec/nn/cuda_backend.h"
+#endif
+
+namespace strata::nn {
+namespace {
+
+using test::presetNetwork;
+
+constexpr Phase kPhases[] = {Phase::kFwd, Phase::kBwdData, Phase::kBwdWeights, Phase::kUpdate};
+
+// Calls per (layer, phase) of one step.
+using StepCalls = std::map<std::pair<int, Phase>, std::vector<KernelCall>>;
+
+bool sameCall(const KernelCall& a, const KernelCall& b) {
+  if (a.gemm != b.gemm || a.conv != b.conv || a.count != b.count)
+    return false;
+  if (a.gemm || a.conv)
+    return (a.gemm ? a.op == b.op : a.pass == b.pass) && a.m == b.m && a.n == b.n && a.k == b.k;
+  return a.kernel == b.kernel && a.window == b.window &&
+         std::fabs(a.units - b.units) <= 1e-12 * std::max(std::fabs(a.units), 1.0);
+}
+
+bool sameCalls(const std::vector<KernelCall>& a, const std::vector<KernelCall>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!sameCall(a[i], b[i]))
+      return false;
+  return true;
+}
+
+// A model-parallel layout (owt-*) to record: rank `rank` of `workers`, or
+// none (workers 0).
+struct Slicing {
+  int workers = 0;
+  int rank = 0;
+};
+
+// One training step of `net` on `backend`, layer by layer, recording each
+// phase: forward in order, then per layer from the last bwd_weights and
+// bwd_data (as Model::backwardAll and the plans run them), then the SGD
+// update of each layer. `compute`: the parameters are initialised and the
+// input filled (a computing run); else nothing is written.
+StepCalls recordStep(const Network& net, Backend& backend, KernelRecorder& recorder, int batch,
+                     bool compute, Slicing slicing = {}) {
+  ModelOptions options;
+  options.backend = &backend;
+  options.initializeParameters = compute;
+  if (slicing.workers > 0)
+    options.slices = modelParallelSlices(net, slicing.workers, slicing.rank);
+  Model model(net, options);
+  const int layers = model.layerCount();
+  Tensor& input = model.input(batch);
+  // Token ids stay 0 (an id); images get values.
+  if (compute && net.layers[0].kind != LayerKind::kEmbedding)
+    test::fillUniform(input.span(), 7, 0.0f, 1.0f);
+  for (int l = 0; l < layers; ++l)
+    if (model.modelParallel(l)) {
+      Tensor& in = model.exchangeInput(l, batch);
+      if (compute)
+        test::fillUniform(in.span(), 11u + static_cast<uint32_t>(l));
+    }
+  const Layer& last = net.layers.back();
+  model.setLabels(std::vector<int32_t>(size_t(batch) * last.inShape.h * last.inShape.w, 0));
+  StepCalls calls;
+  auto record = [&](int l, Phase phase, auto&& run) {
+    recorder.clear();
+    run();
+    calls[{l, phase}] = recorder.calls();
+  };
+  for (int l = 0; l < layers; ++l)
+    record(l, Phase::kFwd, [&] { model.forward(l); });
+  for (int l = layers - 1; l >= 0; --l) {
+    record(l, Phase::kBwdWeights, [&] { model.backwardWeights(l); });
+    record(l, Phase::kBwdData, [&] { model.backwardData(l); });
+  }
+  for (int l = 0; l < layers; ++l)
+    record(l, Phase::kUpdate, [&] { model.update(l, 0.01f, 0.9f); });
+  recorder.clear();
+  return calls;
+}
+
+// The `outputs` argument of the lowering for layer l: the slice it holds
+// under model parallelism, else 0 (the whole layer).
+int outputsOf(const Network& net, Slicing slicing, int l) {
+  if (slicing.workers == 0 || l < net.modelParallelFrom)
+    return 0;
+  const Layer& layer = net.layers[static_cast<size_t>(l)];
+  if (layer.kind == LayerKind::kSoftmax || layer.kind == LayerKind::kRelu ||
+      layer.kind == LayerKind::kDropout || layer.kind == LayerKind::kFc)
+    return evenSlice(layer.outShape.c, slicing.workers, slicing.rank).size();
+  return 0;
+}
+
+// Checks every (layer, phase) of a recorded step against `lowering`.
+template <class Lowering>
+void checkAgainst(const Network& net, const StepCalls& recorded, Lowering&& lowering,
+                  const std::string& what) {
+  for (int l = 0; l < static_cast<int>(net.layers.size()); ++l)
+    for (Phase phase : kPhases) {
+      const std::vector<KernelCall> lowered = mergeCalls(lowering(l, phase));
+      const std::vector<KernelCall>& real = recorded.at({l, phase});
+      INFO(fmt::format("{}: layer {} '{}' ({}), {}", what, l, net.layers[size_t(l)].name,
+                       toString(net.layers[size_t(l)].kind), toString(phase)));
+      INFO("lowered:  " << describe(lowered));
+      INFO("recorded: " << describe(real));
+      CHECK(sameCalls(lowered, real));
+    }
+}
+
+// Adam: the executor trains with SGD with momentum only (`strata run`
+// refuses --optimizer adam), so no Adam update can be recorded. The Adam
+// lowering prices CpuBackend::adam (what calibration times) over the same
+// parameters: it must be the recorded SGD update with the kernel swapped.
+void checkAdamUpdate(const Network& net, const StepCalls& recorded, int batch) {
+  for (int l = 0; l < static_cast<int>(net.layers.size()); ++l) {
+    std::vector<KernelCall> expected = recorded.at({l, Phase::kUpdate});
+    for (KernelCall& c : expected) {
+      REQUIRE(c.kernel == MemKernel::kSgd);
+      c.kernel = MemKernel::kAdam;
+    }
+    INFO(fmt::format("{}: adam update of layer {}", net.name, l));
+    CHECK(sameCalls(mergeCalls(lowerCpu(net, l, Phase::kUpdate, batch, 0, MemKernel::kAdam)),
+                    mergeCalls(expected)));
+  }
+}
+
+bool hasRnn(const Network& net) {
+  for (const Layer& l : net.layers)
+    if (l.kind == LayerKind::kRnn)
+      return true;
+  return false;
+}
+
+void checkCpu(int threads) {
+  for (const std::string& preset : listPresets(ConfigKind::kNetwork)) {
+    const Network net = presetNetwork(preset);
+    if (hasRnn(net)) {
+      // The executor runs no rnn layer (lm-300m): nothing to record.
+      INFO(preset);
+      CHECK_THROWS_AS(Model(net), ConfigError);
+      continue;
+    }
+    for (int batch : {1, 3}) {
+      std::vector<Slicing> layouts = {{}};
+      if (net.modelParallelFrom >= 0)
+        layouts.push_back({3, 1});  // the middle third: uneven slices
+      for (Slicing slicing : layouts) {
+        KernelRecorder recorder(/*recordOnly=*/true);
+        CpuBackend backend(CpuOptions{threads, &recorder});
+        const StepCalls recorded = recordStep(net, backend, recorder, batch, false, slicing);
+        checkAgainst(
+            net, recorded,
+            [&](int l, Phase phase) {
+              return lowerCpu(net, l, phase, batch, outputsOf(net, slicing, l), MemKernel::kSgd,
+                              threads);
+            },
+            fmt::format("{}, batch {}, T = {}{}", preset, batch, threads,
+                        slicing.workers > 0 ? fmt::format(", model-parallel rank {} of {}",
+                                                          slicing.rank, slicing.workers)
+                                            : ""));
+        if (slicing.workers == 0)
+          checkAdamUpdate(net, recorded, batch);
+      }
+    }
+  }
+}
+
+TEST_CASE("lowerCpu lists the calls the CPU backend makes: every preset on 1 thread",
+          "[lowering]") {
+  checkCpu(1);
+}
+
+// What no preset has: the network input read by two layers, a four-input
+// add, grouped and pointwise convolutions without bias, avg pooling with
+// padding, a global pool, dropout at rate 0, per-position fc layers over
+// several positions and over one.
+Network edgeNetwork() {
+  using test::convSpec;
+  using test::fcSpec;
+  using test::poolSpec;
+  test::NetworkBuilder b(Shape{3, 9, 9});
+  const int c0 = b.add(LayerKind::kConv, convSpec(8, 3, 3, 1, 1), {-1});
+  const int r0 = b.add(LayerKind::kRelu);
+  const int c1 = b.add(LayerKind::kConv, convSpec(8, 1, 1, 1, 0, 1, false), {-1});
+  const int c2 = b.add(LayerKind::kConv, convSpec(8, 3, 3, 1, 1, 4), {r0});
+  const int c3 = b.add(LayerKind::kConv, convSpec(8, 1, 1, 1, 0, 2, false), {r0});
+  static_cast<void>(c0);
+  b.add(LayerKind::kAdd, {}, {r0, c1, c2, c3});
+  b.add(LayerKind::kPool, poolSpec(PoolMode::kAvg, 3, 2, 1));
+  b.add(LayerKind::kLrn, test::lrnSpec(3));
+  b.add(LayerKind::kFc, fcSpec(6, false));
+  b.add(LayerKind::kDropout, test::dropoutSpec(0.0));
+  b.add(LayerKind::kPool, poolSpec(PoolMode::kMax, 1, 1, 0, true));
+  b.add(LayerKind::kFc, fcSpec(4, false));
+  b.add(LayerKind::kBatchNorm);
+  b.add(LayerKind::kFc, fcSpec(5));
+  b.add(LayerKind::kDropout, test::dropoutSpec(0.5));
+  b.add(LayerKind::kSoftmax);
+  return b.network();
+}
+
+TEST_CASE("lowerCpu lists the calls the CPU backend makes: layers no preset has",
+          "[lowering][threads]") {
+  const Network net = edgeNetwork();
+  for (int threads : {1, 2})
+    for (int batch : {1, 3}) {
+      KernelRecorder recorder(/*recordOnly=*/true);
+      CpuBackend backend(CpuOptions{threads, &recorder});
+      const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+      checkAgainst(
+          net, recorded,
+          [&](int l, Phase phase) {
+            return lowerCpu(net, l, phase, batch, 0, MemKernel::kSgd, threads);
+          },
+          fmt::format("edge network, batch {}, T = {}", batch, threads));
+    }
+}
+
+TEST_CASE("lowerCpu lists the calls the CPU backend makes: every preset on 2 threads",
+          "[lowering][threads]") {
+  checkCpu(2);
+}
+
+// A parameter-identical copy of a step's results, for bit comparisons.
+std::vector<float> stepResult(const Network& net, Backend& backend) {
+  ModelOptions options;
+  options.backend = &backend;
+  Model model(net, options);
+  Tensor& input = model.input(3);
+  if (net.layers[0].kind != LayerKind::kEmbedding)
+    test::fillUniform(input.span(), 7, 0.0f, 1.0f);
+  const Layer& last = net.layers.back();
+  model.setLabels(std::vector<int32_t>(size_t(3) * last.inShape.h * last.inShape.w, 0));
+  model.forwardAll();
+  model.backwardAll();
+  model.updateAll(0.01f, 0.9f);
+  const auto params = model.allParameters();
+  return {params.begin(), params.end()};
+}
+
+TEST_CASE("a record-only run lists the calls a computing run makes and recording changes no bit",
+          "[lowering][threads]") {
+  for (const char* preset : {"tiny-cnn", "tiny-gpt"})
+    for (int threads : {1, 2}) {
+      const Network net = presetNetwork(preset);
+      INFO(fmt::format("{}, T = {}", preset, threads));
+      KernelRecorder onlyRecords(/*recordOnly=*/true), alsoComputes(/*recordOnly=*/false);
+      CpuBackend dry(CpuOptions{threads, &onlyRecords});
+      CpuBackend wet(CpuOptions{threads, &alsoComputes});
+      const StepCalls recorded = recordStep(net, dry, onlyRecords, 3, false);
+      const StepCalls computed = recordStep(net, wet, alsoComputes, 3, true);
+      for (const auto& [key, calls] : computed) {
+        INFO(fmt::format("layer {}, {}", key.first, toString(key.second)));
+        INFO("computing:   " << describe(calls));
+        INFO("record only: " << describe(recorded.at(key)));
+        CHECK(sameCalls(calls, recorded.at(key)));
+      }
+      CpuBackend plain(CpuOptions{threads});
+      const std::vector<float> without = stepResult(net, plain);
+      const std::vector<float> with = stepResult(net, wet);
+      REQUIRE(without.size() == with.size());
+      CHECK(std::memcmp(without.data(), with.data(), without.size() * sizeof(float)) == 0);
+    }
+}
+
+#if STRATA_TEST_CUDA
+TEST_CASE("lowerCuda lists the calls the CUDA backend makes: layers no preset has",
+          "[lowering][cuda]") {
+  const Network net = edgeNetwork();
+  for (int batch : {1, 3}) {
+    KernelRecorder recorder(/*recordOnly=*/true);
+    CudaBackend backend(recorder);
+    const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+    checkAgainst(
+        net, recorded, [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0); },
+        fmt::format("edge network on cuda, batch {}", batch));
+  }
+}
+
+// CudaBackend record only: each method reports the cuBLAS / cuDNN calls and
+// kernel launches of its device path, from the same arguments, and makes no
+// CUDA call, so this runs without a GPU. The CUDA backend runs no
+// transformer layers: for those presets the Model refuses it, and lowerCuda
+// has nothing to be held against.
+TEST_CASE(
+    "lowerCuda lists the calls the CUDA backend makes: every preset recorded without a device",
+    "[lowering][cuda]") {
+  for (const std::string& preset : listPresets(ConfigKind::kNetwork)) {
+    const Network net = presetNetwork(preset);
+    if (hasRnn(net))
+      continue;  // no backend runs rnn layers
+    bool transformer = false;
+    for (const Layer& l : net.layers)
+      transformer = transformer || l.kind == LayerKind::kEmbedding ||
+                    l.kind == LayerKind::kAttention || l.kind == LayerKind::kLayerNorm ||
+                    l.kind == LayerKind::kGelu;
+    for (int batch : {1, 3}) {
+      KernelRecorder recorder(/*recordOnly=*/true);
+      CudaBackend backend(recorder);
+      if (transformer) {
+        INFO(preset);
+        ModelOptions options;
+        options.backend = &backend;
+        CHECK_THROWS_AS(Model(net, options), UserError);
+        continue;
+      }
+      std::vector<Slicing> layouts = {{}};
+      if (net.modelParallelFrom >= 0)
+        layouts.push_back({3, 1});
+      for (Slicing slicing : layouts) {
+        const StepCalls recorded = recordStep(net, backend, recorder, batch, false, slicing);
+        checkAgainst(
+            net, recorded,
+            [&](int l, Phase phase) {
+              return lowerCuda(net, l, phase, batch, outputsOf(net, slicing, l));
+            },
+            fmt::format("{} on cuda, batch {}{}", preset, batch,
+                        slicing.workers > 0 ? fmt::format(", model-parallel rank {} of {}",
+                                                          slicing.rank, slicing.workers)
+                                            : ""));
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace strata::nn
