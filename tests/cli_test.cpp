@@ -719,7 +719,7 @@ TEST_CASE("help exits 0 and shows examples", "[cli][help]") {
 // Hand check of `predict tiny-net on tiny-cluster, ring, K = 2, --bucket 0`
 // (one allreduce per layer; defaults otherwise: b = 128, fp32 (e = 4 B),
 // overlap on, segment 4 MiB), from
-// model/src/estimate.cpp and model/src/collectives.cpp:
+// model/cost/src/estimate.cpp and model/cost/src/collectives.cpp:
 //
 //   tiny-net: fc1, fc2: 1000 -> 1000, no bias: 1e6 params each (4e6 B of
 //   gradient each), 2 * 1000 * 1000 = 2e6 FLOP per example per pass.

@@ -14,7 +14,7 @@ namespace strata::nn::STRATA_CPU_ISA {
 
 // ---- attention -----------------------------------------------------------------
 //
-// One kernel call per line of model/src/kernels.cpp's lowering (kAttention):
+// One kernel call per line of model/cost/src/lowering.cpp's lowering (kAttention):
 // per example the projections, per example and head the score and context
 // GEMMs, and one softmax over the scores of the whole batch, so the GEMMs
 // before it run over every example first.

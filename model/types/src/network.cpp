@@ -321,7 +321,7 @@ void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std:
       // weights. The executor runs bwd_weights first and it carries the
       // gradient through the heads that both phases need (dQKV): the weight
       // gradients 4 T d^2, dC = Wo^T dy T d^2 and the heads 4 T^2 d; bwd_data
-      // is dx = Wqkv^T dQKV, 3 T d^2 (model/src/kernels.cpp, lowerCpu).
+      // is dx = Wqkv^T dQKV, 3 T d^2 (model/cost/src/lowering.cpp, lowerCpu).
       layer.fwdFlops = 2 * double(projection + mixing);
       layer.bwdDataFlops = 2 * 3 * double(t) * in.c * in.c;
       layer.bwdWeightsFlops = 2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c;

@@ -110,7 +110,7 @@ struct SoftmaxLossSum {
 //                         h's Q_h, K_h, V_h are rows [h dh, (h+1) dh) of each)
 //   P_h = softmax(Q_h^T K_h / sqrt(dh)) per row (query), keys after the query
 //         masked out when causal;   C_h = V_h P_h^T;   y = Wo C + bo.
-// The GEMMs and kernels are those model/src/kernels.cpp's lowerCpu prices.
+// The GEMMs and kernels are those model/cost/src/lowering.cpp's lowerCpu prices.
 struct AttentionDesc {
   int features = 0;   // d
   int positions = 0;  // T
