@@ -10,14 +10,13 @@
 #include "config_node.h"
 #include "strata/model/checked.h"
 #include "strata/model/error.h"
+#include "strata/model/layer_kinds.h"
 #include "strata/model/limits.h"
 #include "strata/model/quantity_text.h"
 
 namespace strata {
 
 namespace {
-
-constexpr auto& kAllKinds = kAllLayerKinds;
 
 // A rate given in giga-units per second (the key says the unit: gflop_per_s,
 // gunits_per_s), within the compute-rate range of quantity_text.h.
@@ -167,15 +166,10 @@ std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff) {
   for (const auto& [key, value] : eff.entries()) {
     if (key == "default")
       continue;
-    bool known = false;
-    for (auto kind : kAllKinds) {
-      if (toString(kind) == key) {
-        out[static_cast<size_t>(kind)] = value.asFraction();
-        known = true;
-      }
-    }
-    if (!known)
+    const auto kind = parseLayerKind(key);
+    if (!kind)
       value.fail("unknown layer kind (expected default or one of " + layerKindNames() + ")");
+    out[static_cast<size_t>(*kind)] = value.asFraction();
   }
   return out;
 }

@@ -117,6 +117,10 @@ void ConfigNode::checkDuplicateKeys() const {
 }
 
 void ConfigNode::allowOnly(std::initializer_list<std::string_view> allowed) const {
+  allowOnly(std::span<const std::string_view>(allowed.begin(), allowed.size()));
+}
+
+void ConfigNode::allowOnly(std::span<const std::string_view> allowed) const {
   requireValue();
   if (!node_.IsMap())
     fail("expected a map of keys");

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,6 +51,7 @@ class ConfigNode {
   std::optional<ConfigNode> get(std::string_view key) const;
   // Fails naming the first key that is not in `allowed` (typos are errors).
   void allowOnly(std::initializer_list<std::string_view> allowed) const;
+  void allowOnly(std::span<const std::string_view> allowed) const;
   // (key, value) pairs of a map, in file order.
   std::vector<std::pair<std::string, ConfigNode>> entries() const;
 

@@ -11,6 +11,7 @@
 #include "config_node.h"
 #include "strata/model/checked.h"
 #include "strata/model/error.h"
+#include "strata/model/layer_kinds.h"
 #include "strata/model/limits.h"
 #include "strata/model/network.h"
 
@@ -29,9 +30,8 @@ struct RawLayer {
 
 LayerKind parseKind(const ConfigNode& n) {
   const auto s = n.asString();
-  for (auto kind : kAllLayerKinds)
-    if (s == toString(kind))
-      return kind;
+  if (const auto kind = parseLayerKind(s))
+    return *kind;
   n.fail("unknown layer kind '" + s + "' (expected " + layerKindNames() +
          ", bottleneck, transformer)");
 }
@@ -54,11 +54,15 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
   l.kind = kind;
   l.configLine = n.line();
   l.name = n.require("name").asString();
+  // The keys of every layer, then its kind's (layer_kinds.cpp).
+  std::vector<std::string_view> allowed{"name", "kind"};
+  const auto keys = layerKindRow(kind).keys;
+  allowed.insert(allowed.end(), keys.begin(), keys.end());
+  n.allowOnly(allowed);
+  // Each kind's keys, read from the YAML node.
   auto& s = l.spec;
   switch (kind) {
     case LayerKind::kConv:
-      n.allowOnly({"name", "kind", "input", "filters", "kernel", "kernel_h", "kernel_w", "stride",
-                   "pad", "groups", "bias"});
       s.filters = n.require("filters").asPositiveInt();
       readKernel(n, s, true);
       s.stride = n.positiveIntOr("stride", 1);
@@ -67,8 +71,6 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       s.bias = n.boolOr("bias", true);
       break;
     case LayerKind::kPool: {
-      n.allowOnly({"name", "kind", "input", "mode", "kernel", "kernel_h", "kernel_w", "stride",
-                   "pad", "global"});
       const auto mode = n.require("mode");
       const auto m = mode.asString();
       if (m == "max") {
@@ -85,7 +87,6 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       break;
     }
     case LayerKind::kFc:
-      n.allowOnly({"name", "kind", "input", "outputs", "bias", "flatten", "tied"});
       s.outputs = n.require("outputs").asPositiveInt();
       s.bias = n.boolOr("bias", true);
       s.flatten = n.boolOr("flatten", true);
@@ -98,19 +99,16 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       }
       break;
     case LayerKind::kEmbedding:
-      n.allowOnly({"name", "kind", "input", "vocab", "outputs", "positions"});
       s.vocab = n.require("vocab").asPositiveInt();
       s.outputs = n.require("outputs").asPositiveInt();
       s.positions = n.nonNegativeIntOr("positions", 0);
       break;
     case LayerKind::kAttention:
-      n.allowOnly({"name", "kind", "input", "heads", "causal", "bias"});
       s.heads = n.require("heads").asPositiveInt();
       s.causal = n.boolOr("causal", true);
       s.bias = n.boolOr("bias", true);
       break;
     case LayerKind::kRnn: {
-      n.allowOnly({"name", "kind", "input", "hidden", "cell", "bias"});
       s.hidden = n.require("hidden").asPositiveInt();
       s.bias = n.boolOr("bias", true);
       if (auto c = n.get("cell")) {
@@ -128,11 +126,9 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       break;
     }
     case LayerKind::kLrn:
-      n.allowOnly({"name", "kind", "input", "size"});
       s.lrnSize = n.positiveIntOr("size", 5);
       break;
     case LayerKind::kDropout:
-      n.allowOnly({"name", "kind", "input", "rate"});
       if (auto r = n.get("rate")) {
         s.dropoutRate = r->asDouble();  // finite and not denormal
         if (s.dropoutRate < 0 || s.dropoutRate >= 1)
@@ -140,7 +136,6 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       }
       break;
     case LayerKind::kAdd: {
-      n.allowOnly({"name", "kind", "inputs"});
       const auto ins = n.require("inputs");
       const auto items = ins.items();
       if (items.size() < 2)
@@ -160,7 +155,6 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kSoftmax:
     case LayerKind::kLayerNorm:
     case LayerKind::kGelu:
-      n.allowOnly({"name", "kind", "input"});
       break;
   }
   if (auto in = n.get("input"))

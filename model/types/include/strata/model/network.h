@@ -14,6 +14,7 @@
 namespace strata {
 
 // Appended kinds keep the earlier ones' indices (per-kind tables index by kind).
+// Each kind has one row in layer_kinds.h: its name, YAML keys and derive rule.
 enum class LayerKind {
   kConv,
   kPool,
@@ -149,7 +150,8 @@ struct Network {
   int find(std::string_view layerName) const;
 };
 
-// Computes shapes and costs of `layer` given its input shapes; throws
+// Computes shapes and costs of `layer` given its input shapes, by its kind's
+// rule (layer_kinds.cpp); throws
 // ConfigError (file, layer's line, "layers[i].key") when the shape does not fit.
 void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std::string& file,
                  int index);

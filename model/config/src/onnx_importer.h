@@ -1,0 +1,215 @@
+// The ONNX importer's private parts (docs/onnx.md), shared by its two
+// sources: onnx_loader.cpp reads the protobuf graph (the file, its
+// initializers, input, value shapes and outputs) and builds the network;
+// onnx_ops.cpp maps each ONNX op onto strata layers.
+#pragma once
+
+#include <fmt/format.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "strata/model/error.h"
+#include "strata/model/network.h"
+
+namespace strata::onnx_import {
+
+using Dims = std::vector<int64_t>;
+
+// What a named ONNX value is to the importer.
+enum class ValueKind {
+  kActivation,  // a per-example tensor some layer (or the network input) produces
+  kTokens,      // the network input of token ids (read only by an embedding Gather)
+  kConstant,    // an initializer or a Constant node's tensor: weights, shapes, ratios
+  kPositions,   // rows of a position table gathered at constant ids (GPT-2's wpe)
+};
+
+struct Value {
+  ValueKind kind = ValueKind::kActivation;
+  int layer = -1;                             // producing layer; -1: the network input
+  int rank = 0;                               // per-example rank: 1 [F], 2 [T, F] or 3 [C, H, W]
+  bool flat = false;                          // the layer's C x H x W read as one vector (Flatten)
+  const onnx::TensorProto* tensor = nullptr;  // kConstant
+  int64_t rows = 0;                           // kPositions: rows of the table
+  int64_t width = 0;                          // kPositions: features per row
+};
+
+// What a com.microsoft Attention still needs from the nodes after it:
+// strata's attention layer includes the output projection, which the op
+// leaves to a following MatMul (and bias Add).
+struct AttentionState {
+  bool projection = false;  // the MatMul by a [D, D] weight was folded in
+  bool outputBias = false;  // and its bias Add
+};
+
+std::string dimsText(const Dims& d);
+Dims tensorDims(const onnx::TensorProto& t);
+int64_t elementsOf(const Dims& d);
+// The int64 values of a tensor stored in the file itself; nullopt for
+// external data (never read) or another element type.
+std::optional<std::vector<int64_t>> inlineInt64s(const onnx::TensorProto& t);
+// The one float value of a scalar tensor stored in the file; nullopt otherwise.
+std::optional<double> inlineScalar(const onnx::TensorProto& t);
+
+class Importer {
+ public:
+  explicit Importer(std::string path) : path_(std::move(path)) {}
+
+  Network run();
+
+ private:
+  // ---- errors --------------------------------------------------------------
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
+    throw ConfigError(path_, 0, key, message);
+  }
+  std::string nodeKey(int i) const {
+    const auto& n = model_.graph().node(i);
+    return fmt::format("nodes[{}] ({})", i, n.name().empty() ? defaultName(i) : n.name());
+  }
+  [[noreturn]] void failAt(int i, const std::string& message) const { fail(nodeKey(i), message); }
+  std::string defaultName(int i) const {
+    return fmt::format("{}_{}", model_.graph().node(i).op_type(), i);
+  }
+  int toInt(int i, int64_t v, const char* what) const {
+    if (v <= 0 || v > std::numeric_limits<int>::max())
+      failAt(i, fmt::format("{} {} is not a positive int", what, v));
+    return static_cast<int>(v);
+  }
+
+  // ---- reading the file (onnx_loader.cpp) ------------------------------------
+  void parse();
+  // A tensor's dims bound every count computed from them: each in
+  // [0, 2^31), their product at most 2^53 (what strata counts exactly).
+  void checkTensor(const onnx::TensorProto& t, const std::string& key) const;
+  void indexGraph();
+  // The one graph input that is no initializer: its dims after the batch.
+  void readInput();
+  // strata's C x H x W of ONNX per-example dims: [F] -> F x 1 x 1, [T, F] ->
+  // F x T x 1 (a sequence of T vectors), [C, H, W] as they are.
+  static Shape shapeOfDims(const Dims& d);
+
+  // ---- values --------------------------------------------------------------
+  const Shape& shapeOf(const Value& v) const {
+    return v.layer < 0 ? net_.input : net_.layers[static_cast<size_t>(v.layer)].outShape;
+  }
+  // The ONNX per-example dims of an activation, as strata derives them.
+  Dims dimsOf(const Value& v) const {
+    const Shape& s = shapeOf(v);
+    if (v.flat)
+      return {s.elements()};
+    if (v.rank == 1)
+      return {s.c};
+    if (v.rank == 2)
+      return {s.h, s.c};
+    return {s.c, s.h, s.w};
+  }
+
+  bool hasInput(int i, int k) const {
+    const auto& n = model_.graph().node(i);
+    return n.input_size() > k && !n.input(k).empty();
+  }
+  const Value& input(int i, int k) const {
+    const auto& n = model_.graph().node(i);
+    if (!hasInput(i, k))
+      failAt(i, fmt::format("op '{}' needs input {}", n.op_type(), k));
+    auto it = values_.find(n.input(k));
+    if (it == values_.end())
+      failAt(i, fmt::format("input '{}' is not produced by an earlier node (or is an output "
+                            "strata does not map)",
+                            n.input(k)));
+    return it->second;
+  }
+  const Value& activation(int i, int k) const {
+    const Value& v = input(i, k);
+    if (v.kind != ValueKind::kActivation)
+      failAt(i, fmt::format("op '{}' reads '{}' as an activation; it is {}",
+                            model_.graph().node(i).op_type(), model_.graph().node(i).input(k),
+                            v.kind == ValueKind::kTokens ? "the token ids (only an embedding "
+                                                           "Gather reads them)"
+                                                         : "a constant"));
+    return v;
+  }
+  Dims constant(int i, int k, const char* what) const {
+    const Value& v = input(i, k);
+    if (v.kind != ValueKind::kConstant)
+      failAt(i, fmt::format("the {} '{}' must be an initializer (a weight), not computed by the "
+                            "graph",
+                            what, model_.graph().node(i).input(k)));
+    return tensorDims(*v.tensor);
+  }
+
+  // Records output 0 of node i and checks it against the graph's shape.
+  void produce(int i, Value v);
+  void checkShape(int i, const std::string& name, const Value& v) const;
+
+  // ---- layers --------------------------------------------------------------
+  std::string layerName(int i);
+  std::vector<Shape> inputShapes(const Layer& l) const;
+  // deriveLayer, its errors re-keyed to the ONNX node.
+  void derive(size_t index);
+  // Appends a layer of node i reading `inputs`; returns its activation value.
+  Value addLayer(int i, LayerKind kind, const LayerSpec& spec, std::vector<int> inputs, int rank);
+
+  Layer& layerOf(const Value& v) { return net_.layers[static_cast<size_t>(v.layer)]; }
+
+  // ---- attributes ------------------------------------------------------------
+  const onnx::AttributeProto* attr(int i, const char* name) const {
+    for (const auto& a : model_.graph().node(i).attribute())
+      if (a.name() == name)
+        return &a;
+    return nullptr;
+  }
+  int64_t intAttr(int i, const char* name, int64_t fallback) const {
+    const auto* a = attr(i, name);
+    return a ? a->i() : fallback;
+  }
+  std::vector<int64_t> intsAttr(int i, const char* name) const {
+    const auto* a = attr(i, name);
+    return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+  }
+  std::string stringAttr(int i, const char* name, const std::string& fallback) const {
+    const auto* a = attr(i, name);
+    return a ? a->s() : fallback;
+  }
+
+  // kernel / strides / pads / dilations of a 2-D window, as strata's one
+  // stride and one symmetric pad for both dims.
+  struct Window {
+    int kernelH = 0, kernelW = 0, stride = 1, pad = 0;
+  };
+  Window window(int i, const Dims& kernel) const;
+
+  // ---- the mapping (onnx_ops.cpp) --------------------------------------------
+  void mapNode(int i);
+  void mapConv(int i);
+  void mapPool(int i, PoolMode mode);
+  void mapDropout(int i);
+  void mapAdd(int i);
+  void mapReshape(int i);
+  void mapGemm(int i);
+  void mapMatMul(int i);
+  void mapGather(int i);
+  void mapAttention(int i);
+
+  // ---- the whole network (onnx_loader.cpp) -------------------------------------
+  void finish();
+
+  std::string path_;
+  onnx::ModelProto model_;
+  Network net_;
+  std::unordered_map<std::string, Value> values_;
+  std::unordered_map<std::string, const onnx::TensorShapeProto*> graphShapes_;
+  std::unordered_map<std::string, int> consumers_;  // readers of each value (nodes, outputs)
+  std::map<int, AttentionState> attention_;         // by layer
+  std::vector<int> nodeOf_;                         // the node each layer came from
+  std::set<std::string> usedNames_;
+};
+
+}  // namespace strata::onnx_import

@@ -1,0 +1,388 @@
+// The layer-kind table (layer_kinds.h) and each kind's derive rule: shape,
+// parameters, FLOPs and the elements each phase reads and writes, per example
+// (docs/cost-model.md).
+#include "strata/model/layer_kinds.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "strata/model/checked.h"
+#include "strata/model/error.h"
+
+namespace strata {
+
+namespace {
+
+// floor((in + 2 pad - kernel) / stride) + 1, or an error when it does not fit.
+// In 64 bits: an input and a pad of up to 1e9 each do not fit an int.
+int windowOutput(int in, int kernel, int stride, int pad, const std::string& what,
+                 const std::string& file, const Layer& layer, const std::string& key) {
+  const int64_t padded = int64_t{in} + 2 * int64_t{pad};
+  if (kernel > padded)
+    throw ConfigError(file, layer.configLine, key,
+                      fmt::format("{} {} is larger than the padded input {} (input {}, pad {})",
+                                  what, kernel, padded, in, pad));
+  const int64_t out = (padded - kernel) / stride + 1;
+  if (out > std::numeric_limits<int>::max())
+    throw ConfigError(file, layer.configLine, key,
+                      fmt::format("output size {} (input {}, pad {}) is larger than {}", out, in,
+                                  pad, std::numeric_limits<int>::max()));
+  return static_cast<int>(out);
+}
+
+// The product of `factors`, checked: a ConfigError naming the layer when it
+// exceeds 2^53, the largest count the cost model computes with exactly.
+int64_t countOf(std::initializer_list<int64_t> factors, const char* what, const std::string& file,
+                const Layer& layer, const std::string& key) {
+  int64_t r = 1;
+  for (auto f : factors) {
+    if (!checkedMul(r, f, r, kMaxExactCount)) {
+      std::string product;
+      double value = 1;
+      for (auto g : factors) {
+        product += (product.empty() ? "" : " x ") + std::to_string(g);
+        value *= double(g);
+      }
+      throw ConfigError(file, layer.configLine, key,
+                        fmt::format("{} of layer '{}' overflow: {} = {:.3g}, over 2^53 = {:.3g} "
+                                    "(the largest count strata computes with exactly)",
+                                    what, layer.name, product, value, double(kMaxExactCount)));
+    }
+  }
+  return r;
+}
+
+int rnnGates(RnnCell cell) {
+  switch (cell) {
+    case RnnCell::kVanilla:
+      return 1;
+    case RnnCell::kGru:
+      return 3;
+    case RnnCell::kLstm:
+      return 4;
+  }
+  return 1;
+}
+
+void deriveConv(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const auto& s = d.s;
+  const std::string& file = d.file;
+  const std::string& key = d.key;
+  Shape& out = d.out;
+  int64_t& macs = d.macs;
+  if (in.c % s.groups != 0 || s.filters % s.groups != 0)
+    throw ConfigError(file, layer.configLine, key + ".groups",
+                      fmt::format("groups {} must divide both input channels {} and filters {}",
+                                  s.groups, in.c, s.filters));
+  out.c = s.filters;
+  out.h =
+      windowOutput(in.h, s.kernelH, s.stride, s.pad, "kernel height", file, layer, key + ".kernel");
+  out.w =
+      windowOutput(in.w, s.kernelW, s.stride, s.pad, "kernel width", file, layer, key + ".kernel");
+  d.count({out.c, out.h, out.w}, "output elements");
+  const int64_t weights = d.count({s.filters, in.c / s.groups, s.kernelH, s.kernelW}, "parameters");
+  layer.params = d.count({weights + (s.bias ? s.filters : 0)}, "parameters");
+  macs =
+      d.count({out.c, out.h, out.w, in.c / s.groups, s.kernelH, s.kernelW}, "multiply-accumulates");
+}
+
+void derivePool(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const auto& s = d.s;
+  const std::string& file = d.file;
+  const std::string& key = d.key;
+  Shape& out = d.out;
+  int kh = s.kernelH, kw = s.kernelW, stride = s.stride;
+  if (s.global) {
+    kh = in.h;
+    kw = in.w;
+    stride = 1;
+  }
+  out.h = windowOutput(in.h, kh, stride, s.global ? 0 : s.pad, "pool window", file, layer,
+                       key + ".kernel");
+  out.w = windowOutput(in.w, kw, stride, s.global ? 0 : s.pad, "pool window", file, layer,
+                       key + ".kernel");
+  layer.fwdFlops = static_cast<double>(d.count({out.c, out.h, out.w, kh, kw}, "FLOPs"));
+  layer.bwdDataFlops = layer.fwdFlops;
+}
+
+void deriveFc(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const auto& s = d.s;
+  Shape& out = d.out;
+  int64_t& macs = d.macs;
+  const int64_t bias = s.bias ? s.outputs : 0;
+  if (s.flatten) {
+    out = Shape{s.outputs, 1, 1};
+    const int64_t weights = d.count({in.c, in.h, in.w, s.outputs}, "parameters");
+    layer.params = d.count({weights + bias}, "parameters");
+    macs = weights;
+  } else {
+    out = Shape{s.outputs, in.h, in.w};
+    d.count({out.c, out.h, out.w}, "output elements");
+    // Tied: the weights are the embedding's (counted there).
+    layer.params = s.tiedTo >= 0
+                       ? bias
+                       : d.count({d.count({in.c, s.outputs}, "parameters") + bias}, "parameters");
+    macs = d.count({in.c, s.outputs, in.h, in.w}, "multiply-accumulates");
+  }
+}
+
+void deriveRnn(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const auto& s = d.s;
+  Shape& out = d.out;
+  int64_t& macs = d.macs;
+  const int gates = rnnGates(s.cell);
+  out = Shape{s.hidden, in.h, in.w};
+  d.count({out.c, out.h, out.w}, "output elements");
+  const int64_t width = int64_t{in.c} + s.hidden;  // input and recurrent state
+  const int64_t perGate =
+      d.count({d.count({s.hidden, width}, "parameters") + (s.bias ? s.hidden : 0)}, "parameters");
+  layer.params = d.count({gates, perGate}, "parameters");
+  macs = d.count({in.h, in.w, gates, s.hidden, width}, "multiply-accumulates");
+}
+
+// relu and dropout: one FLOP per element each way.
+void deriveElementwise(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const double nIn = d.nIn;
+  layer.fwdFlops = nIn;
+  layer.bwdDataFlops = nIn;
+}
+
+void deriveLrn(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const auto& s = d.s;
+  const double nIn = d.nIn;
+  // Sum of squares over a window of `size` channels (2 size), then scale
+  // and power (3) per element; backward costs about twice the forward.
+  layer.fwdFlops = nIn * (2.0 * s.lrnSize + 3);
+  layer.bwdDataFlops = 2 * layer.fwdFlops;
+}
+
+void deriveBatchNorm(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const double nIn = d.nIn;
+  layer.params = 2 * int64_t{in.c};  // scale and shift per channel
+  layer.fwdFlops = 4 * nIn;          // mean, variance, normalise, scale-shift
+  layer.bwdDataFlops = 6 * nIn;
+  layer.bwdWeightsFlops = 2 * nIn;
+}
+
+void deriveAdd(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const auto& inputShapes = d.inputShapes;
+  const Shape in = d.in;
+  const std::string& file = d.file;
+  const std::string& key = d.key;
+  const double nIn = d.nIn;
+  for (size_t i = 1; i < inputShapes.size(); ++i)
+    if (!(inputShapes[i] == in))
+      throw ConfigError(file, layer.configLine, key + ".inputs",
+                        fmt::format("add of different shapes {}x{}x{} and {}x{}x{}", in.c, in.h,
+                                    in.w, inputShapes[i].c, inputShapes[i].h, inputShapes[i].w));
+  layer.fwdFlops = nIn * double(inputShapes.size() - 1);
+}
+
+void deriveSoftmax(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const double nIn = d.nIn;
+  layer.fwdFlops = 4 * nIn;  // exp, sum, divide, log-loss
+  layer.bwdDataFlops = nIn;
+}
+
+void deriveEmbedding(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const auto& s = d.s;
+  const std::string& file = d.file;
+  const std::string& key = d.key;
+  Shape& out = d.out;
+  // One token id per position in: the network input, 1 x T x W.
+  if (layer.inputs.size() != 1 || layer.inputs[0] != -1 || in.c != 1)
+    throw ConfigError(file, layer.configLine, key + ".input",
+                      fmt::format("an embedding reads the network input of token ids "
+                                  "(channels: 1, one id per position), got {}x{}x{}",
+                                  in.c, in.h, in.w));
+  const int64_t positionsUsed = int64_t{in.h} * in.w;
+  if (s.positions > 0 && positionsUsed > s.positions)
+    throw ConfigError(file, layer.configLine, key + ".positions",
+                      fmt::format("{} positions per example, over the {} the position table holds",
+                                  positionsUsed, s.positions));
+  out = Shape{s.outputs, in.h, in.w};
+  const double nOut = static_cast<double>(d.count({out.c, out.h, out.w}, "output elements"));
+  layer.params = d.count({d.count({s.vocab, s.outputs}, "parameters") +
+                          d.count({s.positions, s.outputs}, "parameters")},
+                         "parameters");
+  // A gather moves no arithmetic; adding the position vector is one
+  // FLOP per output, and so is each scatter-add of the backward pass.
+  layer.fwdFlops = s.positions > 0 ? nOut : 0;
+  layer.bwdWeightsFlops = nOut * (s.positions > 0 ? 2 : 1);
+  d.finish();
+  layer.bwdDataElems = 0;  // token ids take no gradient
+  layer.bwdWeightsElems = 2 * nOut;
+  d.done = true;
+}
+
+void deriveAttention(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const auto& s = d.s;
+  const std::string& file = d.file;
+  const std::string& key = d.key;
+  Shape& out = d.out;
+  if (s.heads <= 0 || in.c % s.heads != 0)
+    throw ConfigError(file, layer.configLine, key + ".heads",
+                      fmt::format("heads {} must divide the {} channels", s.heads, in.c));
+  // Per example, with T = h w positions of d = c features: the Q, K, V
+  // projections 3 T d^2, scores Q K^T T^2 d, context P V T^2 d and the
+  // output projection T d^2 multiply-accumulates (Narayanan et al.,
+  // "Efficient Large-Scale Language Model Training on GPU Clusters Using
+  // Megatron-LM", SC 2021, section 5.1: 8 b s h^2 + 4 b s^2 h FLOPs).
+  const int64_t t = d.count({in.h, in.w}, "positions");
+  const int64_t projection = d.count({4, t, in.c, in.c}, "multiply-accumulates");
+  const int64_t mixing = d.count({2, t, t, in.c}, "multiply-accumulates");
+  const int64_t scores = d.count({s.heads, t, t}, "attention scores");
+  layer.params =
+      d.count({d.count({4, in.c, in.c}, "parameters") + (s.bias ? 4 * in.c : 0)}, "parameters");
+  // Backward is twice forward: both operands of the scores and of the
+  // context GEMMs take a gradient, and so do the projections' inputs and
+  // weights. The executor runs bwd_weights first and it carries the
+  // gradient through the heads that both phases need (dQKV): the weight
+  // gradients 4 T d^2, dC = Wo^T dy T d^2 and the heads 4 T^2 d; bwd_data
+  // is dx = Wqkv^T dQKV, 3 T d^2 (model/cost/src/lowering.cpp, lowerCpu).
+  layer.fwdFlops = 2 * double(projection + mixing);
+  layer.bwdDataFlops = 2 * 3 * double(t) * in.c * in.c;
+  layer.bwdWeightsFlops = 2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c;
+  // Memory: x, Q K V, the context and the output per position (6 T d),
+  // and the scores written, read by the softmax and written again (3 H T^2).
+  const double td = double(t) * in.c;
+  layer.fwdElems = 6 * td + 3 * double(scores);
+  layer.bwdDataElems = 5 * td;  // read dQKV, write dx (with its zero fill)
+  layer.bwdWeightsElems = 2 * layer.fwdElems;
+  layer.savedElems = 4 * td + double(scores);
+  layer.outShape = out;
+  d.done = true;
+}
+
+void deriveLayerNorm(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const double nIn = d.nIn;
+  layer.params = 2 * int64_t{in.c};  // gain and bias per feature
+  layer.fwdFlops = 4 * nIn;          // as batchnorm, over the features of each position
+  layer.bwdDataFlops = 6 * nIn;
+  layer.bwdWeightsFlops = 2 * nIn;
+}
+
+void deriveGelu(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const double nIn = d.nIn;
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): 8 operations, and
+  // about 12 for its derivative.
+  layer.fwdFlops = 8 * nIn;
+  layer.bwdDataFlops = 12 * nIn;
+}
+
+// The YAML keys of each kind besides `name` and `kind`.
+constexpr std::string_view kConvKeys[] = {"input",  "filters", "kernel", "kernel_h", "kernel_w",
+                                          "stride", "pad",     "groups", "bias"};
+constexpr std::string_view kPoolKeys[] = {"input",    "mode",   "kernel", "kernel_h",
+                                          "kernel_w", "stride", "pad",    "global"};
+constexpr std::string_view kFcKeys[] = {"input", "outputs", "bias", "flatten", "tied"};
+constexpr std::string_view kRnnKeys[] = {"input", "hidden", "cell", "bias"};
+constexpr std::string_view kLrnKeys[] = {"input", "size"};
+constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
+constexpr std::string_view kAddKeys[] = {"inputs"};
+constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
+constexpr std::string_view kAttentionKeys[] = {"input", "heads", "causal", "bias"};
+constexpr std::string_view kInputKey[] = {"input"};
+
+// One row per kind, in LayerKind order.
+constexpr auto kRows = std::to_array<LayerKindRow>({
+    {LayerKind::kConv, "conv", kConvKeys, deriveConv},
+    {LayerKind::kPool, "pool", kPoolKeys, derivePool},
+    {LayerKind::kFc, "fc", kFcKeys, deriveFc},
+    {LayerKind::kRnn, "rnn", kRnnKeys, deriveRnn},
+    {LayerKind::kRelu, "relu", kInputKey, deriveElementwise},
+    {LayerKind::kLrn, "lrn", kLrnKeys, deriveLrn},
+    {LayerKind::kDropout, "dropout", kDropoutKeys, deriveElementwise},
+    {LayerKind::kBatchNorm, "batchnorm", kInputKey, deriveBatchNorm},
+    {LayerKind::kAdd, "add", kAddKeys, deriveAdd},
+    {LayerKind::kSoftmax, "softmax", kInputKey, deriveSoftmax},
+    {LayerKind::kEmbedding, "embedding", kEmbeddingKeys, deriveEmbedding},
+    {LayerKind::kAttention, "attention", kAttentionKeys, deriveAttention},
+    {LayerKind::kLayerNorm, "layernorm", kInputKey, deriveLayerNorm},
+    {LayerKind::kGelu, "gelu", kInputKey, deriveGelu},
+});
+
+constexpr bool rowsInKindOrder() {
+  for (size_t k = 0; k < kRows.size(); ++k)
+    if (kRows[k].kind != static_cast<LayerKind>(k) || kRows[k].name.empty() || !kRows[k].derive)
+      return false;
+  return true;
+}
+static_assert(kRows.size() == kLayerKindCount, "one row per LayerKind (kLayerKindCount)");
+static_assert(rowsInKindOrder(), "row k is LayerKind k, with a name and a derive rule");
+
+}  // namespace
+
+std::span<const LayerKindRow> layerKindTable() {
+  return kRows;
+}
+
+const LayerKindRow& layerKindRow(LayerKind kind) {
+  return kRows.at(static_cast<size_t>(kind));
+}
+
+std::optional<LayerKind> parseLayerKind(std::string_view name) {
+  for (const auto& row : kRows)
+    if (row.name == name)
+      return row.kind;
+  return std::nullopt;
+}
+
+int64_t LayerDerivation::count(std::initializer_list<int64_t> factors, const char* what) const {
+  return countOf(factors, what, file, layer, key);
+}
+
+void LayerDerivation::finish() {
+  if (macs > 0) {
+    // 2 FLOPs per multiply-accumulate; the three passes of a GEMM-shaped layer
+    // are GEMMs of the same size (bias terms are not counted).
+    layer.fwdFlops = 2 * double(macs);
+    layer.bwdDataFlops = 2 * double(macs);
+    layer.bwdWeightsFlops = 2 * double(macs);
+  }
+  layer.outShape = out;
+  const double nOut = static_cast<double>(out.elements());
+  double nInAll = 0;
+  for (const auto& shape : inputShapes)
+    nInAll += static_cast<double>(shape.elements());
+  layer.fwdElems = nInAll + nOut;            // read inputs, write output
+  layer.bwdDataElems = nOut + nInAll + nIn;  // read dy and saved x, write dx
+  layer.bwdWeightsElems = layer.computesWeightGradient() ? nIn + nOut : 0;  // read x and dy
+}
+
+void deriveLayer(Layer& layer, const std::vector<Shape>& inputShapes, const std::string& file,
+                 int index) {
+  const std::string key = fmt::format("layers[{}]", index);
+  const Shape in = inputShapes.at(0);
+  layer.inShape = in;
+  LayerDerivation d{layer, inputShapes, in, layer.spec, file, key, 0, in, 0, false};
+  // The loader checks the network input; earlier layers checked their outputs.
+  d.nIn = static_cast<double>(d.count({in.c, in.h, in.w}, "input elements"));
+  layerKindRow(layer.kind).derive(d);
+  if (!d.done)
+    d.finish();
+}
+
+}  // namespace strata
