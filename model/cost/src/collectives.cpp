@@ -63,7 +63,7 @@ void addSymmetric(CollectiveCost& c, double sentEach, double receivedEach) {
 // One phase of rings of `size` ranks moving chunks of `chunk` bytes, each
 // step a `step` pattern: reduce-scatter, size-1 steps each a pipeline of
 // send and add over the chunk's segments, or allgather, size-1 steps of
-// sends (plan.cpp's Builder::ringPhase lowers the same).
+// sends (plan/src/builder.h's Builder::ringPhase lowers the same).
 //
 // Where the latency is paid once per step (PatternCost::latencyPerStep) the
 // segments after a step's first move their bytes without it:
@@ -456,7 +456,7 @@ CollectiveCost allReduceHierarchical(const Topology& topo, Bytes n, const CommPa
 //
 // Segment j of a stage starts when segment j of the stage before it and
 // segment j-1 of itself are done, and segment j-1 of every later stage
-// that loads one of its links (Topology::treeConflicts; plan.cpp adds the
+// that loads one of its links (Topology::treeConflicts; builder.h adds the
 // same dependencies), so no two stages share a link at once:
 //
 //   C(p, j) = max(C(p-1, j), C(p, j-1), C(q, j-1) for q > p sharing a link) + t_p

@@ -10,9 +10,11 @@
 
 namespace strata::cost {
 
+namespace {
+
 // ---- ps: steps back to back --------------------------------------------------
 // One worker's compute lane and its server's communication thread over
-// consecutive steps (every worker is alike), as lowerParamServer (plan.cpp)
+// consecutive steps (every worker is alike), as lowerParamServer (plan/src/param_server.cpp)
 // builds them and the simulator plays them: a fluid schedule in wall time.
 // Compute items run in order, an item gated by a job once that job is over
 // (and its lane woke up: `handoff`); a job becomes eligible when the item
@@ -155,7 +157,9 @@ PsSchedule schedulePs(const std::vector<PsItem>& items, const std::vector<PsJobS
   return out;
 }
 
-// ps: PullWait over consecutive steps (lowerParamServer in plan.cpp). Prices
+}  // namespace
+
+// ps: PullWait over consecutive steps (lowerParamServer in plan/src/param_server.cpp). Prices
 // push (direct reduce-scatter), the server's update of its 1/K shard and
 // pull (direct allgather of the updated weights) per key; plays the steps
 // the simulator's plan holds (defaultPlanIterations) and takes the period as

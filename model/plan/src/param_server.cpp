@@ -10,7 +10,7 @@ namespace strata::planning {
 // worker's backprop has left the bucket's layers (their weights are then free
 // to be overwritten by the pull), or when backprop is over without overlap.
 // Step s's forward of a layer waits only for the pull of its bucket from step
-// s-1-S (PullWait); estimate.cpp prices the same schedule.
+// s-1-S (PullWait); cost/src/param_server.cpp prices the same schedule.
 void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int iterations) {
   const int k = sc.workers;
   const int layers = static_cast<int>(net.layers.size());

@@ -1,7 +1,9 @@
-// Lowering strategies and collectives to Plans. Each collective's lowering
-// mirrors its cost formula in collectives.cpp (same stages, same pipelining),
-// and each strategy's lowering mirrors its schedule in estimate.cpp, so that a
-// simulator with contention off reproduces the analytic model.
+// The Plan: its tasks' flows, the strategy registry and lowerToPlan. The
+// Builder (builder.h) lowers each collective as its cost formula in
+// cost/src/collectives.cpp prices it (same stages, same pipelining), and each
+// strategy's lowering (plan/src/<strategy>.cpp) mirrors its schedule in
+// cost/src/<strategy>.cpp, so that a simulator with contention off reproduces
+// the analytic model.
 #include "strata/model/plan.h"
 
 #include <fmt/format.h>

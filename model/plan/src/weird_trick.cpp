@@ -27,7 +27,7 @@ void lowerWeirdTrick(Builder& b, const Network& net, const Scenario& sc, int /*i
   const std::vector<int> convForwardDone = prev;
 
   // The FC phase: a flow shop of rounds (activations in, FC compute with its
-  // inner exchanges, gradients back), as in estimate.cpp. Round r+1's
+  // inner exchanges, gradients back), as in cost/src/weird_trick.cpp. Round r+1's
   // activations are issued when round r starts (one round ahead: an in-order
   // communication stream then moves them while round r computes, and a
   // receiver needs two round buffers).
