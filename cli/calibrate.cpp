@@ -197,8 +197,7 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
               Scenario timed;  // one worker's passes at --batch: bounded like a run
               timed.workers = 1;
               timed.batchPerWorker = o->batch;
-              exec::checkRunnable(*net, timed);
-              exec::checkThreadRun(*net, timed);
+              exec::checkRun(*net, timed, exec::RunOptions{}, exec::RunPlacement::kThreads);
             }
             exec::CalibrationOptions co;
             co.name = std::filesystem::path(o->out).stem().string();

@@ -534,8 +534,8 @@ TEST_CASE("worker counts are bounded before allocating", "[cli][errors][input-ch
   checkUserError(
       runStrata({"plan", "-n", "resnet50", "-s", "ring", "-k", "1024", "--format", "json"}),
       {"--workers: the plan of resnet50 (ring, 1024 workers) has ", "--allow-large"});
-  // Started 1,855 threads and 5.9 GB. The run's header line comes first until
-  // the CLI calls exec::checkThreadRun before printing it.
+  // Started 1,855 threads and 5.9 GB before exec::checkRun refused it; at
+  // most the run's header line comes before the error.
   const auto r = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "1000", "-b", "8"});
   INFO(r.output);
   CHECK(r.status == 2);
