@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "csv_cells.h"
 #include "strata/model/cluster.h"
 #include "strata/model/cluster_loader.h"
 #include "strata/model/kernels.h"
@@ -1508,22 +1509,8 @@ std::string withoutNamespaces(std::string html) {
 // Simple CSV rows (the report's CSV quotes only text with commas).
 std::vector<std::vector<std::string>> csvRows(const std::string& text) {
   std::vector<std::vector<std::string>> rows;
-  for (const auto& line : lines(text)) {
-    std::vector<std::string> cells;
-    std::string cell;
-    bool quoted = false;
-    for (char c : line) {
-      if (c == '"')
-        quoted = !quoted;
-      else if (c == ',' && !quoted) {
-        cells.push_back(cell);
-        cell.clear();
-      } else
-        cell += c;
-    }
-    cells.push_back(cell);
-    rows.push_back(cells);
-  }
+  for (const auto& line : lines(text))
+    rows.push_back(csvCells(line));
   return rows;
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "../csv_cells.h"
 #include "strata/model/cluster.h"
 #include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
@@ -54,26 +55,6 @@ StepEstimate twoWorkers(const char* engine) {
     e.workers.push_back(w);
   }
   return e;
-}
-
-// The cells of a CSV line without quoted commas.
-std::vector<std::string> cells(std::string line) {
-  if (!line.empty() && line.back() == '\n')
-    line.pop_back();
-  std::vector<std::string> out;
-  std::string cell;
-  bool quoted = false;
-  for (char c : line) {
-    if (c == '"')
-      quoted = !quoted;
-    else if (c == ',' && !quoted) {
-      out.push_back(cell);
-      cell.clear();
-    } else
-      cell += c;
-  }
-  out.push_back(cell);
-  return out;
 }
 
 }  // namespace
@@ -160,8 +141,8 @@ TEST_CASE("estimate schema: every column one name, one definition", "[study][sch
   CHECK(study::columnValue(C::kTrainingSteps, e).is_null());
 
   // The CLI's CSV: the header's columns and the row's cells line up.
-  const auto header = cells(study::estimateCsvHeader());
-  const auto row = cells(study::estimateCsvRow(e));
+  const auto header = csvCells(study::estimateCsvHeader());
+  const auto row = csvCells(study::estimateCsvRow(e));
   REQUIRE(header.size() == row.size());
   auto at = [&](const std::string& key) {
     for (size_t i = 0; i < header.size(); ++i)
@@ -186,8 +167,8 @@ TEST_CASE("estimate schema: a measured step leaves out what it has no model of",
     CHECK_FALSE(j.contains(key));
   CHECK_FALSE(j["per_worker"][0].contains("memory"));
   // The same quantities are empty cells in CSV, not zeros.
-  const auto header = cells(study::estimateCsvHeader());
-  const auto row = cells(study::estimateCsvRow(e));
+  const auto header = csvCells(study::estimateCsvHeader());
+  const auto row = csvCells(study::estimateCsvRow(e));
   REQUIRE(header.size() == row.size());
   for (size_t i = 0; i < header.size(); ++i) {
     INFO(header[i]);
