@@ -3,9 +3,8 @@
 with `strata run` on this machine (scripts/cpu-peer runs both).
 
 The network comes from `strata describe NET --format json` and is built by
-scripts/gpu/torch_step.py (same layers, every output shape checked against
-strata's); this script adds the transformer layers (embedding, layernorm,
-attention, gelu, tied fc). The step is strata run's: SGD with momentum 0.9,
+scripts/gpu/torch_step.py (same layers, the transformer ones included, every
+output shape checked against strata's). The step is strata run's: SGD with momentum 0.9,
 lr 0.01, on synthetic inputs (random floats, or token ids when the first layer
 is an embedding). The first --warmup steps are not timed; the median is the
 upper one, as strata run picks it. With --workers K, K processes train with
@@ -32,7 +31,6 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 from torch import nn
 
 # scripts/gpu/torch_step.py by path: its module name is the same as this file's.
@@ -41,91 +39,6 @@ _spec = importlib.util.spec_from_file_location(
                                    "torch_step.py"))
 gpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu)
-
-
-# ---- transformer layers, in strata's layout: (batch, features, positions, 1) ----
-
-class Embedding(nn.Module):
-    """Token table (vocab x features) plus a learnt position table, as strata's."""
-
-    def __init__(self, vocab, features, positions):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, features)
-        self.pos = nn.Parameter(torch.randn(positions, features) * 0.02) if positions else None
-
-    def forward(self, ids):
-        b, _, h, w = ids.shape
-        y = self.tok(ids.reshape(b, h * w))  # (b, positions, features)
-        if self.pos is not None:
-            y = y + self.pos[:h * w]
-        return y.transpose(1, 2).reshape(b, -1, h, w)
-
-
-class LayerNorm(nn.Module):
-    """Normalises the features of each position (strata's eps is PyTorch's 1e-5)."""
-
-    def __init__(self, features):
-        super().__init__()
-        self.norm = nn.LayerNorm(features)
-
-    def forward(self, x):
-        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention over the positions: QKV and output projections
-    (4 f^2 weights, as strata counts), causal mask when strata's is causal."""
-
-    def __init__(self, features, heads, positions, causal, bias):
-        super().__init__()
-        self.mha = nn.MultiheadAttention(features, heads, bias=bias, batch_first=True)
-        # A plain tensor, not a buffer: DDP has nothing to broadcast for it.
-        self.mask = torch.ones(positions, positions, dtype=torch.bool).triu(1) if causal else None
-
-    def forward(self, x):
-        b, f, h, w = x.shape
-        seq = x.reshape(b, f, h * w).transpose(1, 2)
-        y, _ = self.mha(seq, seq, seq, attn_mask=self.mask, need_weights=False)
-        return y.transpose(1, 2).reshape(b, f, h, w)
-
-
-class TiedFc(nn.Module):
-    """Per-position fc whose weight is an embedding's token table (GPT's lm_head);
-    the weight is set by tie_weights once every module exists."""
-
-    def __init__(self, outputs, bias):
-        super().__init__()
-        self.weight = None
-        self.bias = nn.Parameter(torch.zeros(outputs)) if bias else None
-
-    def forward(self, x):
-        return F.conv2d(x, self.weight[:, :, None, None], self.bias)
-
-
-def module_of(layer):
-    """The layer's torch module: the transformer kinds here, the rest from the GPU script."""
-    kind, spec, shape = layer["kind"], layer["spec"], layer["input_shape"]
-    if kind == "embedding":
-        return Embedding(spec["vocab"], spec["outputs"], spec["positions"])
-    if kind == "layernorm":
-        return LayerNorm(shape[0])
-    if kind == "attention":
-        return Attention(shape[0], spec["heads"], shape[1] * shape[2], spec["causal"],
-                         spec["bias"])
-    if kind == "gelu":
-        return nn.GELU(approximate="tanh")  # strata's gelu is the tanh form
-    if kind == "fc" and spec.get("tied"):
-        return TiedFc(spec["outputs"], spec["bias"])
-    return gpu.module_of(layer)
-
-
-def build_net(described):
-    net = gpu.StrataNet(described, make_module=module_of)
-    for layer in described["layers"]:
-        if layer["kind"] == "fc" and layer["spec"].get("tied"):
-            source = net.mods[gpu.key(layer["spec"]["tied"])]
-            net.mods[gpu.key(layer["name"])].weight = source.tok.weight
-    return net
 
 
 # ---- which BLAS this process runs ----
@@ -180,38 +93,27 @@ def set_threads(threads, openblas):
 
 # ---- the training step ----
 
-def synthetic_batch(described, batch):
-    """Random inputs, or token ids when the first layer is an embedding."""
-    c, h, w = (described["input"][k] for k in ("channels", "height", "width"))
-    first = described["layers"][0]
-    if first["kind"] == "embedding":
-        return torch.randint(0, first["spec"]["vocab"], (batch, c, h, w))
-    return torch.randn(batch, c, h, w)
-
-
 def timed_steps(described, args, ddp):
     """Builds the network, checks its shapes, runs args.steps SGD steps; the
     seconds of each step after the warm-up."""
     torch.manual_seed(1)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
-    net = build_net(described)
+    net = gpu.build_net(described)
     if args.no_dropout:
         for m in net.modules():
             if isinstance(m, nn.Dropout):
                 m.p = 0.0
     torch.manual_seed(1 + (dist.get_rank() if ddp else 0))  # each rank its own data
-    x = synthetic_batch(described, args.batch)
+    x = gpu.synthetic_batch(described, args.batch, "cpu")
     with torch.no_grad():
-        logits = net(x, check_shapes=True)
-    labels = torch.randint(0, logits.shape[1], (args.batch, logits.shape[2], logits.shape[3]))
+        labels = net.random_labels(net(x, check_shapes=True))
     # broadcast_buffers off: strata does not sync batchnorm running statistics.
     model = nn.parallel.DistributedDataParallel(net, broadcast_buffers=False) if ddp else net
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    opt = gpu.make_optimizer("momentum", model.parameters(), 0.01)
     seconds = []
     for _ in range(args.steps):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = loss_fn(model(x), labels)
+        loss = net.loss(model(x), labels)
         loss.backward()  # under DDP, returns once the gradient allreduce is done
         opt.step()
         seconds.append(time.perf_counter() - start)

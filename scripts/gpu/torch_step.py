@@ -1,23 +1,42 @@
 #!/usr/bin/env python3
 """PyTorch's training step of a strata network, for the side-by-side comparison
-with `strata run --device cuda` (same network, batch and precision).
+with `strata run --device cuda` (same network, batch, precision and update rule).
 
 The network comes from `strata describe NET --format json` (layers, their
 inputs and specs, expanded blocks included), so both run exactly the same
-layers; every layer's output shape is checked against strata's. Precision:
-fp32 with TF32 off (as strata's CUDA backend by default), or --tf32.
-Prints one JSON line: the median step time over the steps after the warm-up
-and the spread (min, max), in milliseconds, measured by CUDA events.
+layers; every layer's output shape is checked against strata's, and the
+parameter count is printed (a tied fc counts its embedding's table once, as
+strata's does). Convolutional networks run in strata's layout (batch,
+channels, height, width). A network whose first layer is an embedding (the
+transformers) runs in the layout a PyTorch user writes, (batch, positions,
+features): embedding with learnt positions, layernorm (eps 1e-5), attention
+as backend.h's AttentionDesc, gelu (tanh form), per-position fc as
+nn.Linear, the fc tied to the embedding's token table, and the softmax
+cross-entropy averaged over every position of every example.
+
+Precision: fp32 with TF32 off (strata's CUDA default), --tf32 (TF32 tensor
+cores for fp32 GEMMs and convolutions), or --bf16 (autocast to bf16 with fp32
+master weights, as strata's --element bf16). Update rule: --optimizer
+sgd|momentum|adam|adamw (strata run's default: momentum 0.9, lr 0.01).
+
+Prints one JSON line: the median step (the upper median, as strata run picks
+it) over the steps after the warm-up and the spread (min, max), in
+milliseconds, measured by CUDA events on the GPU and by the host clock with
+--device cpu; the parameter count; the loss of the first and the last step.
 
   strata describe alexnet-owt --format json > alexnet-owt.json
   python3 scripts/gpu/torch_step.py alexnet-owt.json --batch 128 --steps 12
+  python3 scripts/gpu/torch_step.py gpt2-small.json --batch 8 --steps 8 --bf16 --optimizer adam
 """
 import argparse
 import json
+import math
 import statistics
 import sys
+import time
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -33,9 +52,122 @@ class LrnAsStrata(nn.Module):
         return self.lrn(x)
 
 
-def module_of(layer):
+# ---- transformer layers, in the sequence layout (batch, positions, features) ----
+
+class Embedding(nn.Module):
+    """Token table (vocab x features) plus, when strata's has one, a learnt
+    position table (positions x features): y[t] = table[id_t] + pos[t]. Both
+    start with variance 1/features, as strata's, so that a tied fc's logits over
+    a normalised input have variance ~1."""
+
+    def __init__(self, vocab, features, positions):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, features)
+        nn.init.normal_(self.tok.weight, std=features**-0.5)
+        self.pos = (nn.Parameter(torch.randn(positions, features) * features**-0.5)
+                    if positions else None)
+
+    def forward(self, ids):
+        b, _, h, w = ids.shape  # strata's input: (batch, 1, positions, 1) token ids
+        y = self.tok(ids.reshape(b, h * w).long())
+        if self.pos is not None:
+            y = y + self.pos[:h * w]
+        return y
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention as backend.h's AttentionDesc, per example with
+    x (positions x d): QKV = x Wqkv^T + bqkv (features [0, d) Q, [d, 2d) K,
+    [2d, 3d) V; head h's are features [h dh, (h+1) dh) of each);
+    P_h = softmax(Q_h K_h^T / sqrt(dh)) per query, keys after the query masked
+    out when causal; C_h = P_h V_h; y = C Wo^T + bo. 4 d^2 (+ 4 d) parameters,
+    as strata counts. PyTorch >= 2.0 runs the heads through
+    scaled_dot_product_attention (its fused kernels, what a PyTorch user runs);
+    older ones (and `fused = False`) through the formula above."""
+
+    def __init__(self, features, heads, causal, bias):
+        super().__init__()
+        if features % heads:
+            raise SystemExit(f"torch_step.py: {features} features do not split into {heads} heads")
+        self.qkv = nn.Linear(features, 3 * features, bias=bias)
+        self.out = nn.Linear(features, features, bias=bias)
+        self.heads, self.causal = heads, causal
+        self.fused = hasattr(F, "scaled_dot_product_attention")
+        self._masks = {}  # (positions, device): the causal mask, not a buffer (DDP has none)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        dh = d // self.heads
+        q, k, v = (z.reshape(b, t, self.heads, dh).transpose(1, 2)
+                   for z in self.qkv(x).split(d, dim=2))  # each (b, heads, t, dh)
+        if self.fused:
+            c = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+            if self.causal:
+                where = (t, x.device)
+                if where not in self._masks:
+                    self._masks[where] = torch.ones(t, t, dtype=torch.bool,
+                                                    device=x.device).triu(1)
+                scores = scores.masked_fill(self._masks[where], float("-inf"))
+            c = scores.softmax(dim=-1) @ v
+        return self.out(c.transpose(1, 2).reshape(b, t, d))
+
+
+class TiedFc(nn.Module):
+    """Per-position fc whose weight is an embedding's token table (GPT's lm_head):
+    logits = x table^T (+ bias). The table is set by build_net once every module
+    exists."""
+
+    def __init__(self, outputs, bias):
+        super().__init__()
+        self.weight = None
+        self.bias = nn.Parameter(torch.zeros(outputs)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+def is_sequence(described):
+    """Whether the network runs in the sequence layout: its first layer is an embedding."""
+    return described["layers"][0]["kind"] == "embedding"
+
+
+def module_of(layer, sequence=False):
+    """The layer's torch module (None for add and softmax, which forward does
+    itself); `sequence`: the network runs in the (batch, positions, features) layout."""
     kind, spec = layer["kind"], layer["spec"]
-    c_in = layer["input_shape"][0]
+    shape = layer["input_shape"]
+    c_in = shape[0]
+    unsupported = SystemExit(f"torch_step.py: layer '{layer['name']}': kind {kind} is not "
+                             f"supported in a {'sequence' if sequence else 'convolutional'} "
+                             "network")
+    if kind == "embedding":
+        if not sequence:
+            raise unsupported
+        return Embedding(spec["vocab"], spec["outputs"], spec.get("positions", 0))
+    if kind == "layernorm":
+        if not sequence:
+            raise unsupported
+        return nn.LayerNorm(c_in)  # eps 1e-5, strata's
+    if kind == "attention":
+        if not sequence:
+            raise unsupported
+        return Attention(c_in, spec["heads"], spec["causal"], spec["bias"])
+    if kind == "gelu":
+        return nn.GELU(approximate="tanh")  # strata's gelu is the tanh form
+    if kind == "fc" and spec.get("tied"):
+        return TiedFc(spec["outputs"], spec["bias"])
+    if kind == "relu":
+        return nn.ReLU()
+    if kind == "dropout":
+        return nn.Dropout(spec["rate"])
+    if kind in ("add", "softmax"):
+        return None
+    if sequence:
+        if kind == "fc" and not spec["flatten"]:
+            return nn.Linear(c_in, spec["outputs"], bias=spec["bias"])  # per position
+        raise unsupported
     if kind == "conv":
         return nn.Conv2d(c_in, spec["filters"], tuple(spec["kernel"]), stride=spec["stride"],
                          padding=spec["pad"], groups=spec["groups"], bias=spec["bias"])
@@ -49,22 +181,16 @@ def module_of(layer):
                             count_include_pad=False)
     if kind == "fc":
         if spec["flatten"]:
-            features = c_in * layer["input_shape"][1] * layer["input_shape"][2]
+            features = c_in * shape[1] * shape[2]
             return nn.Sequential(nn.Flatten(), nn.Linear(features, spec["outputs"],
                                                          bias=spec["bias"]),
                                  nn.Unflatten(1, (spec["outputs"], 1, 1)))
         return nn.Conv2d(c_in, spec["outputs"], 1, bias=spec["bias"])  # per position
-    if kind == "relu":
-        return nn.ReLU()
     if kind == "lrn":
         return LrnAsStrata(spec["size"])
-    if kind == "dropout":
-        return nn.Dropout(spec["rate"])
     if kind == "batchnorm":
         return nn.BatchNorm2d(c_in)
-    if kind in ("add", "softmax"):
-        return None
-    raise SystemExit(f"torch_step.py: layer '{layer['name']}': kind {kind} is not supported")
+    raise unsupported
 
 
 def key(name):
@@ -74,15 +200,22 @@ def key(name):
 
 class StrataNet(nn.Module):
     def __init__(self, described, make_module=module_of):
-        """make_module(layer): the layer's torch module, None for add and softmax;
-        scripts/cpu/torch_step.py passes one that also knows the transformer layers."""
+        """make_module(layer, sequence): the layer's torch module, None for add and softmax."""
         super().__init__()
         self.layers = described["layers"]
+        self.sequence = is_sequence(described)
         self.mods = nn.ModuleDict()
         for layer in self.layers:
-            m = make_module(layer)
+            m = make_module(layer, self.sequence)
             if m is not None:
                 self.mods[key(layer["name"])] = m
+
+    def strata_shape(self, y):
+        """y's per-example shape as strata writes it: (channels, height, width);
+        a sequence (positions, features) is strata's (features, positions, 1)."""
+        if self.sequence:
+            return [y.shape[2], y.shape[1], 1]
+        return list(y.shape[1:])
 
     def forward(self, x, check_shapes=False):
         values = {"input": x}
@@ -98,60 +231,153 @@ class StrataNet(nn.Module):
                 y = logits
             else:
                 y = self.mods[key(layer["name"])](ins[0])
-            if check_shapes and list(y.shape[1:]) != layer["output"]:
-                raise SystemExit(f"torch_step.py: layer '{layer['name']}' gives {list(y.shape[1:])}"
-                                 f", strata says {layer['output']}")
+            if check_shapes and self.strata_shape(y) != layer["output"]:
+                raise SystemExit(f"torch_step.py: layer '{layer['name']}' gives "
+                                 f"{self.strata_shape(y)}, strata says {layer['output']}")
             values[layer["name"]] = y
         return logits if logits is not None else y
 
+    def random_labels(self, logits):
+        """A class per position of every example."""
+        if self.sequence:
+            return torch.randint(0, logits.shape[2], logits.shape[:2], device=logits.device)
+        return torch.randint(0, logits.shape[1], (logits.shape[0],) + tuple(logits.shape[2:]),
+                             device=logits.device)
 
-def main():
+    def loss(self, logits, labels):
+        """Softmax cross-entropy, the mean over positions and examples (strata's)."""
+        if self.sequence:
+            return F.cross_entropy(logits.reshape(-1, logits.shape[2]), labels.reshape(-1))
+        return F.cross_entropy(logits, labels)
+
+
+def build_net(described, make_module=module_of):
+    """The network, with every tied fc reading its embedding's token table."""
+    net = StrataNet(described, make_module)
+    for layer in described["layers"]:
+        if layer["kind"] == "fc" and layer["spec"].get("tied"):
+            source = net.mods[key(layer["spec"]["tied"])]
+            net.mods[key(layer["name"])].weight = source.tok.weight
+    return net
+
+
+def parameter_count(net):
+    """Distinct parameters (a tied table once)."""
+    return sum(p.numel() for p in net.parameters())
+
+
+def synthetic_batch(described, batch, device):
+    """Random inputs, or token ids when the first layer is an embedding."""
+    c, h, w = (described["input"][k] for k in ("channels", "height", "width"))
+    first = described["layers"][0]
+    if first["kind"] == "embedding":
+        return torch.randint(0, first["spec"]["vocab"], (batch, c, h, w), device=device)
+    return torch.randn(batch, c, h, w, device=device)
+
+
+def make_optimizer(name, params, lr):
+    """strata run's update rules: SGD without and with momentum 0.9, Adam, AdamW
+    (PyTorch's betas, eps and, for AdamW, weight decay 0.01)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.0)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("described", help="output of `strata describe NET --format json` (- = stdin)")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=12, help="steps; the first two are warm-up")
-    ap.add_argument("--tf32", action="store_true", help="allow TF32 (default: full FP32)")
+    ap.add_argument("--batch", type=int, default=128, help="examples per step (default 128)")
+    ap.add_argument("--steps", type=int, default=12,
+                    help="steps, warm-up included (default 12)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed first steps (default 2)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="where to train (default cuda)")
+    precision = ap.add_mutually_exclusive_group()
+    precision.add_argument("--tf32", action="store_true",
+                           help="TF32 for fp32 GEMMs and convolutions (default: full fp32)")
+    precision.add_argument("--bf16", action="store_true",
+                           help="autocast to bf16, fp32 master weights")
+    ap.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"),
+                    default="momentum", help="update rule (default momentum, 0.9)")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="learning rate (default 0.01 for sgd and momentum, as strata run; "
+                         "0.001 for adam and adamw)")
     ap.add_argument("--no-dropout", action="store_true", help="dropout layers as identity")
-    args = ap.parse_args()
-    if args.batch < 1 or args.steps < 3:
-        raise SystemExit("torch_step.py: --batch must be >= 1 and --steps >= 3")
+    args = ap.parse_args(argv)
+    if args.batch < 1 or args.warmup < 0 or args.steps <= args.warmup:
+        ap.error("need --batch >= 1 and --steps > --warmup >= 0")
+    if args.tf32 and args.device != "cuda":
+        ap.error("--tf32 needs --device cuda (a CPU has no TF32)")
+    if args.lr is None:
+        args.lr = 0.01 if args.optimizer in ("sgd", "momentum") else 0.001
+    if not args.lr > 0:
+        ap.error("--lr must be positive")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     described = json.load(sys.stdin if args.described == "-" else open(args.described))
-    if not torch.cuda.is_available():
-        raise SystemExit("torch_step.py: no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
-    torch.backends.cudnn.benchmark = True  # as strata: the fastest algorithm per shape
-    dev = torch.device("cuda")
-    net = StrataNet(described).to(dev)
+    cuda = args.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            raise SystemExit("torch_step.py: no CUDA device (--device cpu runs on the CPU)")
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = True  # as strata: the fastest algorithm per shape
+    dev = torch.device(args.device)
+    torch.manual_seed(1)
+    net = build_net(described).to(dev)
     if args.no_dropout:
         for m in net.modules():
             if isinstance(m, nn.Dropout):
                 m.p = 0.0
-    c, h, w = (described["input"][k] for k in ("channels", "height", "width"))
-    x = torch.randn(args.batch, c, h, w, device=dev)
+    x = synthetic_batch(described, args.batch, dev)
     with torch.no_grad():
         logits = net(x, check_shapes=True)
-    classes, positions = logits.shape[1], logits.shape[2] * logits.shape[3]
-    labels = torch.randint(0, classes, (args.batch, logits.shape[2], logits.shape[3]), device=dev)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    times = []
-    for step in range(args.steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    labels = net.random_labels(logits)
+    positions = labels[0].numel()
+    opt = make_optimizer(args.optimizer, net.parameters(), args.lr)
+    precision = "bf16" if args.bf16 else "tf32" if args.tf32 else "fp32"
+
+    def step():
         opt.zero_grad(set_to_none=False)
-        loss = loss_fn(net(x), labels)
+        if args.bf16:
+            with torch.autocast(device_type=args.device, dtype=torch.bfloat16):
+                loss = net.loss(net(x), labels)
+        else:
+            loss = net.loss(net(x), labels)
         loss.backward()
         opt.step()
-        end.record()
-        torch.cuda.synchronize()
-        if step >= 2:
-            times.append(start.elapsed_time(end))
-    print(json.dumps({"network": described["network"], "batch": args.batch,
-                      "precision": "tf32" if args.tf32 else "fp32", "positions": positions,
-                      "median_step_ms": statistics.median(times), "min_step_ms": min(times),
+        return loss
+
+    times, losses = [], []
+    for i in range(args.steps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            loss = step()
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            t0 = time.perf_counter()
+            loss = step()
+            ms = (time.perf_counter() - t0) * 1e3
+        losses.append(float(loss))
+        if i >= args.warmup:
+            times.append(ms)
+    print(json.dumps({"network": described["network"], "device": args.device,
+                      "batch": args.batch, "precision": precision, "optimizer": args.optimizer,
+                      "lr": args.lr, "params": parameter_count(net), "positions": positions,
+                      "median_step_ms": statistics.median_high(times), "min_step_ms": min(times),
                       "max_step_ms": max(times), "steps_timed": len(times),
-                      "torch": torch.__version__}))
+                      "loss_first": losses[0], "loss_last": losses[-1],
+                      "torch": torch.__version__}), flush=True)
 
 
 if __name__ == "__main__":
