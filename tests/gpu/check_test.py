@@ -163,6 +163,16 @@ class DryRun(unittest.TestCase):
                      "allreduce-k4", "predict-vgg16", "predict-resnet50"):
             self.assertIn(name, commands)
 
+    def test_only_brings_what_a_step_reads(self):
+        r = subprocess.run([CHECK, "--list", "--only", "torch-gpt2-small-bf16,predict-vgg16"],
+                           capture_output=True, text=True, check=True)
+        names = [line.split()[1] for line in r.stdout.splitlines()[:-1]]
+        self.assertEqual(names, ["describe-gpt2-small", "torch-gpt2-small-bf16", "calibrate",
+                                 "predict-vgg16"])
+        r = subprocess.run([CHECK, "--list", "smoke", "--only", "validate"], capture_output=True,
+                           text=True, check=True)
+        self.assertEqual(r.stdout.splitlines()[-1], "0 steps, estimated 0 s (budget 345 s)")
+
     def test_options_exist(self):
         """Every option of a strata command is in its subcommand's --help; every
         option of a torch_step.py command is one torch_step.py defines."""
