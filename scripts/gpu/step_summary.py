@@ -168,9 +168,11 @@ def figure(kind, text):
         return _bench_figure(lines)
     if kind == "describe":
         return _describe_figure(text)
-    if kind == "gpu":
-        rows = [line for line in lines if line.strip() and not line.startswith("name")]
-        return _squeeze(rows[0]) if rows else None
+    if kind == "gpu":  # nvidia-smi's CSV: a header, then a row per GPU
+        if not lines or not lines[0].startswith("name,"):
+            return None
+        rows = [_squeeze(line) for line in lines[1:] if line.strip()]
+        return "; ".join(rows) or None
     return None
 
 
@@ -251,6 +253,8 @@ def why(kind, status, text, limit=None):
         prefix = f"killed by {_SIGNALS[status]}; "
     elif status == 77 and kind == "test":
         prefix = "no usable GPU (the program skipped itself); "
+    elif status in (126, 127):
+        prefix = "command not found; " if status == 127 else "command not executable; "
     found = None
     if kind == "test":
         found = _catch2_failure(lines)

@@ -67,6 +67,8 @@ class Figures(unittest.TestCase):
         self.check("profile", "profile.txt", "total 162 ms")
         self.check("bench", "bench-abort.txt", "3 benchmarks")
         self.check("gpu", "gpu.txt", "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB, 0 MiB")
+        self.assertIsNone(step_summary.figure(
+            "gpu", "timeout: failed to run command 'nvidia-smi': No such file or directory"))
 
     def test_describe(self):
         self.assertEqual(step_summary.figure(
@@ -126,6 +128,12 @@ class Why(unittest.TestCase):
                    "of 256 MiB): cudaErrorMemoryAllocation (out of memory)")
         self.check("run", 139, "segfault.txt",
                    "killed by SIGSEGV; last line: step 1/12 loss 6.9312 step time 812 ms")
+
+    def test_command_not_found(self):
+        text = "timeout: failed to run command 'nvidia-smi': No such file or directory\n"
+        self.assertEqual(step_summary.why("gpu", 127, text),
+                         "command not found; last line: timeout: failed to run command "
+                         "'nvidia-smi': No such file or directory")
 
     def test_cuda_status_without_a_strata_line(self):
         text = "loading\nwarning: slow path\nncclUnhandledCudaError: Call to CUDA function failed.\n" \

@@ -14,6 +14,7 @@ torch (TORCH_PYTHON, /usr/bin/python3 or python3; none: skipped, exit 77).
   torch_step_test.py --strata build/cli/strata
 """
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -31,11 +32,8 @@ SKIP = 77
 
 def torch_python():
     """This interpreter when it has torch, else the first candidate that has."""
-    try:
-        import torch  # noqa: F401
+    if importlib.util.find_spec("torch") is not None:
         return sys.executable
-    except ImportError:
-        pass
     for candidate in (os.environ.get("TORCH_PYTHON"), "/usr/bin/python3", "python3"):
         exe = candidate and shutil.which(candidate)
         if exe and subprocess.run([exe, "-c", "import torch"], capture_output=True).returncode == 0:
