@@ -22,7 +22,8 @@ sgd|momentum|adam|adamw (strata run's default: momentum 0.9, lr 0.01).
 Prints one JSON line: the median step (the upper median, as strata run picks
 it) over the steps after the warm-up and the spread (min, max), in
 milliseconds, measured by CUDA events on the GPU and by the host clock with
---device cpu; the parameter count; the loss of the first and the last step.
+--device cpu; the parameter count; the loss of the first and the last step;
+on the GPU the most memory PyTorch's allocator held.
 
   strata describe alexnet-owt --format json > alexnet-owt.json
   python3 scripts/gpu/torch_step.py alexnet-owt.json --batch 128 --steps 12
@@ -377,6 +378,9 @@ def main(argv=None):
                       "median_step_ms": statistics.median_high(times), "min_step_ms": min(times),
                       "max_step_ms": max(times), "steps_timed": len(times),
                       "loss_first": losses[0], "loss_last": losses[-1],
+                      # what PyTorch's allocator held at most (weights, optimizer state,
+                      # activations), beside strata's memory estimate; none on the CPU
+                      "peak_memory_bytes": torch.cuda.max_memory_allocated() if cuda else None,
                       "torch": torch.__version__}), flush=True)
 
 

@@ -100,6 +100,7 @@ class OnTheCpu(unittest.TestCase):
             self.assertEqual(j["median_step_ms"], j["min_step_ms"])
             self.assertGreater(j["median_step_ms"], 0)
             self.assertTrue(math.isfinite(j["loss_first"]) and math.isfinite(j["loss_last"]))
+            self.assertIsNone(j["peak_memory_bytes"])
         # tiny-gpt starts near ln(vocab) = ln 512 (strata's init: 6.75 on its data).
         self.assertLess(abs(self.step("tiny-gpt")["loss_first"] - math.log(512)), 1.5)
 
