@@ -116,7 +116,8 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   Memory& memory() override;
   // cudaStreamSynchronize on this backend's stream; an asynchronous failure
-  // of any kernel enqueued since the last synchronize throws here.
+  // of any kernel enqueued since the last synchronize throws here, and so
+  // does a bad token id an embedding met (UserError, as CpuBackend's).
   void synchronize() override;
   // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
   // to the device once per dataset, the classes and keys with each batch.
@@ -224,6 +225,35 @@ class CudaBackend final : public Backend {
                              int classOffset) override;
   void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                        int classOffset, float scale, TensorView dlogits, float beta) override;
+
+  // Transformer layers (cuda_transformer.cpp): attention's projections and
+  // per-head products on cuBLAS, the rest on kernels/ (transformer.h).
+  bool runsTransformerLayers() const override { return true; }
+  void layerNormForward(ConstTensorView x, const float* gain, const float* bias, float eps,
+                        TensorView y) override;
+  void layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain, float eps,
+                             TensorView dx, float beta) override;
+  void layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgain,
+                                float* dbias) override;
+  void geluForward(ConstTensorView x, TensorView y) override;
+  void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
+  void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
+                        const float* bias, const AttentionSaved& saved, TensorView y) override;
+  void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
+                                const float* w, const AttentionSaved& saved, float* dw,
+                                float* dbias) override;
+  void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
+                             TensorView dx, float beta) override;
+  // A bad token id (not an integer in [0, vocab)) is found on the device:
+  // its output is 0 and the next synchronize() throws CpuBackend's
+  // UserError naming the id and the vocabulary.
+  void embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
+                        TensorView y) override;
+  // Deterministic: a stable sort of (token, position) pairs, then each
+  // token's positions added in order (no float atomics); equals CpuBackend
+  // bit for bit.
+  void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids, ConstTensorView dy,
+                                float* dtable) override;
 
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
