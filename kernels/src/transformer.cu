@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- GELU ---------------------------------------------------------------------------
 
-__global__ void __launch_bounds__(kThreads) geluForwardKernel(const float* x, float* y,
-                                                              int64_t count) {
+__global__ void __launch_bounds__(kThreads)
+    geluForwardKernel(const float* x, float* y, int64_t count) {
   for (int64_t i = firstIndex(); i < count; i += gridStride())
     y[i] = element::gelu(x[i]);
 }
@@ -366,8 +366,7 @@ void layerNormForward(Shape4 shape, const float* x, const float* gain, const flo
   const int64_t positions = int64_t{shape.n} * shape.plane();
   if (positions <= 0 || shape.c <= 0)
     return;
-  layerNormForwardKernel<<<gridFor(positions), kThreads, 0, stream>>>(shape, x, gain, bias, eps,
-                                                                      y);
+  layerNormForwardKernel<<<gridFor(positions), kThreads, 0, stream>>>(shape, x, gain, bias, eps, y);
   checkLaunch("layerNormForward");
 }
 
@@ -417,7 +416,7 @@ void attnSoftmaxForward(const float* s, float* p, int64_t rows, int t, bool caus
   if (rows <= 0 || t <= 0)
     return;
   attnSoftmaxForwardKernel<<<gridFor(rows * kWarp), kThreads, 0, stream>>>(s, p, rows, t, causal,
-                                                                          scale);
+                                                                           scale);
   checkLaunch("attnSoftmaxForward");
 }
 
@@ -426,7 +425,7 @@ void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t row
   if (rows <= 0 || t <= 0)
     return;
   attnSoftmaxBackwardKernel<<<gridFor(rows * kWarp), kThreads, 0, stream>>>(p, dp, ds, rows, t,
-                                                                           scale);
+                                                                            scale);
   checkLaunch("attnSoftmaxBackward");
 }
 

@@ -163,8 +163,8 @@ TEST_CASE("embedding kernels equal their twins bit for bit, bad ids recorded") {
   Random r(57);
   std::vector<EmbeddingParams> cases = {{8, 1024, 50257, 64, true}, {4, 300, 3, 17, false}};
   for (int i = 0; i < 30; ++i)
-    cases.push_back({r.integer(1, 4), r.integer(1, 40), r.integer(1, 9), r.integer(1, 9),
-                     r.coin()});
+    cases.push_back(
+        {r.integer(1, 4), r.integer(1, 40), r.integer(1, 9), r.integer(1, 9), r.coin()});
   for (const EmbeddingParams& p : cases)
     for (bool withBad : {false, true}) {
       INFO("n " << p.n << ", T " << p.positions << ", vocab " << p.vocab << ", features "

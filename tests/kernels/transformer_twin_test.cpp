@@ -109,8 +109,8 @@ TEST_CASE("attention softmax: the causal mask leaves zeros after each query's po
 TEST_CASE("embedding: rows and positions added, repeated ids summed, a bad id recorded") {
   // vocab 3, 2 features, 2 examples of 2 positions, position table.
   const EmbeddingParams p{2, 2, 3, 2, true};
-  const std::vector<float> table = {0, 1, 10, 11, 20, 21,  // tokens 0..2
-                                    100, 200, 300, 400};   // positions 0, 1
+  const std::vector<float> table = {0,   1,   10,  11, 20, 21,  // tokens 0..2
+                                    100, 200, 300, 400};        // positions 0, 1
   const std::vector<float> ids = {2, 0, 2, 2};
   std::vector<float> y(8);
   uint64_t bad = kNoBadToken;
@@ -156,8 +156,7 @@ TEST_CASE("layer normalisation twins equal CpuBackend bit for bit") {
     for (float beta : kBetas) {
       INFO("beta " << beta);
       expected = actual = destination(r, s.elements(), beta);
-      cpu.layerNormBackwardData(view(x, s), view(dy, s), gain.data(), eps, view(expected, s),
-                                beta);
+      cpu.layerNormBackwardData(view(x, s), view(dy, s), gain.data(), eps, view(expected, s), beta);
       twin::layerNormBackwardData(s, x.data(), dy.data(), gain.data(), eps, actual.data(), beta);
       requireSameBits(expected, actual, "layerNormBackwardData");
     }
@@ -165,8 +164,7 @@ TEST_CASE("layer normalisation twins equal CpuBackend bit for bit") {
     std::vector<float> dgainCpu = r.floats(s.c), dbiasCpu = r.floats(s.c);
     std::vector<float> dgainTwin = dgainCpu, dbiasTwin = dbiasCpu;
     cpu.layerNormBackwardWeights(view(x, s), view(dy, s), eps, dgainCpu.data(), dbiasCpu.data());
-    twin::layerNormBackwardWeights(s, x.data(), dy.data(), eps, dgainTwin.data(),
-                                   dbiasTwin.data());
+    twin::layerNormBackwardWeights(s, x.data(), dy.data(), eps, dgainTwin.data(), dbiasTwin.data());
     requireSameBits(dgainCpu, dgainTwin, "layerNormBackwardWeights dgain");
     requireSameBits(dbiasCpu, dbiasTwin, "layerNormBackwardWeights dbias");
   }
@@ -317,7 +315,8 @@ TEST_CASE("attention softmax twins equal CpuBackend's attention within rounding"
           for (int k = 0; k < t; ++k) {
             double s = 0;
             for (int j = 0; j < dh; ++j)
-              s += dc[size_t((h * dh + j) * t + q)] * qkv[e * 3 * ft + 2 * ft + (h * dh + j) * t + k];
+              s += dc[size_t((h * dh + j) * t + q)] *
+                   qkv[e * 3 * ft + 2 * ft + (h * dh + j) * t + k];
             dprobs[(e * c.heads + h) * tt + q * t + k] = static_cast<float>(s);
           }
     }
@@ -332,8 +331,8 @@ TEST_CASE("attention softmax twins equal CpuBackend's attention within rounding"
             double dq = 0, dk = 0;
             for (int k = 0; k < t; ++k) {
               const int64_t block = (e * c.heads + h) * tt;
-              dq += double(qkv[e * 3 * ft + ft + (h * dh + j) * t + k]) *
-                    dscores[block + q * t + k];
+              dq +=
+                  double(qkv[e * 3 * ft + ft + (h * dh + j) * t + k]) * dscores[block + q * t + k];
               dk += double(qkv[e * 3 * ft + (h * dh + j) * t + k]) * dscores[block + k * t + q];
             }
             expectedDqk[e * 2 * ft + (h * dh + j) * t + q] = static_cast<float>(dq);

@@ -344,8 +344,8 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
       const nn::EmbeddingDesc ed{kCalibrationVocab, 64, true};
       const nn::Dims ids{sd.n, 1, sd.h, 1};
       record(MemKernel::kEmbeddingFwd, nsd, gpuPerCall(timer, [&] {
-               be.embeddingForward(ed, nn::ConstTensorView{tokenIds.data(), ids},
-                                   embedTable.data(), nn::TensorView{y, sd});
+               be.embeddingForward(ed, nn::ConstTensorView{tokenIds.data(), ids}, embedTable.data(),
+                                   nn::TensorView{y, sd});
              }));
       record(MemKernel::kEmbeddingBwd, nsd, gpuPerCall(timer, [&] {
                be.embeddingBackwardWeights(ed, nn::ConstTensorView{tokenIds.data(), ids},

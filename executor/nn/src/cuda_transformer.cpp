@@ -322,15 +322,16 @@ void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, co
            [&] { kernels::cuda::biasAdd(qkv, bias, n, 3 * f, t, st); });
 
   // S_eh (t x t) = Q_eh^T K_eh, Q_eh and K_eh dh x t.
-  forEachHeadGemm({GemmOp::kTN, t, t, dh, qkv, t, qkv + ft, t, probs, t}, n, heads, {3 * ft, head}, {3 * ft, head}, {heads * tt, tt}, gemm);
+  forEachHeadGemm({GemmOp::kTN, t, t, dh, qkv, t, qkv + ft, t, probs, t}, n, heads, {3 * ft, head},
+                  {3 * ft, head}, {heads * tt, tt}, gemm);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t rows = int64_t{n} * heads * t;
   if (runs(MemKernel::kAttnSoftmaxFwd, double(rows) * t))
-    launch("kernels::cuda::attnSoftmaxForward", where, [&] {
-      kernels::cuda::attnSoftmaxForward(probs, probs, rows, t, d.causal, scale, st);
-    });
+    launch("kernels::cuda::attnSoftmaxForward", where,
+           [&] { kernels::cuda::attnSoftmaxForward(probs, probs, rows, t, d.causal, scale, st); });
   // C_eh (dh x t) = V_eh P_eh^T.
-  forEachHeadGemm({GemmOp::kNT, dh, t, t, qkv + 2 * ft, t, probs, t, saved.context.data, t}, n, heads, {3 * ft, head}, {heads * tt, tt}, {ft, head}, gemm);
+  forEachHeadGemm({GemmOp::kNT, dh, t, t, qkv + 2 * ft, t, probs, t, saved.context.data, t}, n,
+                  heads, {3 * ft, head}, {heads * tt, tt}, {ft, head}, gemm);
 
   // y_e (f x t) = Wo C_e.
   RowMajorGemm out = proj;
@@ -421,8 +422,10 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
   dcGemm.batch = n;
   gemm(dcGemm);
   // Per head: dP (t x t) = dC_h^T V_h; dV_h (dh x t) = dC_h P.
-  forEachHeadGemm({GemmOp::kTN, t, t, dh, dc, t, qkv + 2 * ft, t, dprobs, t}, n, heads, {ft, head}, {3 * ft, head}, {heads * tt, tt}, gemm);
-  forEachHeadGemm({GemmOp::kNN, dh, t, t, dc, t, saved.probs, t, dqkv + 2 * ft, t}, n, heads, {ft, head}, {heads * tt, tt}, {3 * ft, head}, gemm);
+  forEachHeadGemm({GemmOp::kTN, t, t, dh, dc, t, qkv + 2 * ft, t, dprobs, t}, n, heads, {ft, head},
+                  {3 * ft, head}, {heads * tt, tt}, gemm);
+  forEachHeadGemm({GemmOp::kNN, dh, t, t, dc, t, saved.probs, t, dqkv + 2 * ft, t}, n, heads,
+                  {ft, head}, {heads * tt, tt}, {3 * ft, head}, gemm);
   // dS = softmax'(dP), in place.
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t rows = int64_t{n} * heads * t;
@@ -431,8 +434,10 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
       kernels::cuda::attnSoftmaxBackward(saved.probs, dprobs, dprobs, rows, t, scale, st);
     });
   // dQ_h = K_h dS^T, dK_h = Q_h dS (dh x t).
-  forEachHeadGemm({GemmOp::kNT, dh, t, t, qkv + ft, t, dprobs, t, dqkv, t}, n, heads, {3 * ft, head}, {heads * tt, tt}, {3 * ft, head}, gemm);
-  forEachHeadGemm({GemmOp::kNN, dh, t, t, qkv, t, dprobs, t, dqkv + ft, t}, n, heads, {3 * ft, head}, {heads * tt, tt}, {3 * ft, head}, gemm);
+  forEachHeadGemm({GemmOp::kNT, dh, t, t, qkv + ft, t, dprobs, t, dqkv, t}, n, heads,
+                  {3 * ft, head}, {heads * tt, tt}, {3 * ft, head}, gemm);
+  forEachHeadGemm({GemmOp::kNN, dh, t, t, qkv, t, dprobs, t, dqkv + ft, t}, n, heads,
+                  {3 * ft, head}, {heads * tt, tt}, {3 * ft, head}, gemm);
   // dWqkv (3f x f) += dQKV_e (3f x t) x_e^T, per example.
   for (int e = 0; e < n; ++e) {
     RowMajorGemm g;

@@ -720,7 +720,8 @@ TEST_CASE("layer normalisation and gelu equal the CPU's", "[transformer]") {
     INFO("dims " << dims.n << "x" << dims.c << "x" << dims.h << "x" << dims.w);
     TwinTensor x = randomTensor(dims, 61, -2, 3);
     TwinTensor dy = randomTensor(dims, 62);
-    TwinArray gain = randomArray(size_t(dims.c), 63, 0.5f, 2), bias = randomArray(size_t(dims.c), 64);
+    TwinArray gain = randomArray(size_t(dims.c), 63, 0.5f, 2),
+              bias = randomArray(size_t(dims.c), 64);
     const float eps = 1e-5f;
     TwinTensor y = nanTensor(dims);
     cpu.layerNormForward(x.onCpu(), gain.cpu.data(), bias.cpu.data(), eps, y.onCpu());
@@ -804,11 +805,10 @@ void compareAttention(const AttentionCase& c) {
 
 TEST_CASE("attention equals the CPU's: causal and not, heads batched and looped", "[transformer]") {
   // heads >= n: batched over heads, a call per example; else the reverse.
-  for (const AttentionCase& c : {AttentionCase{3, 6, 5, 3, true, true},
-                                 AttentionCase{2, 8, 7, 4, false, true},
-                                 AttentionCase{5, 4, 3, 1, true, false},
-                                 AttentionCase{5, 12, 9, 2, false, true},
-                                 AttentionCase{1, 64, 33, 4, true, true}}) {
+  for (const AttentionCase& c :
+       {AttentionCase{3, 6, 5, 3, true, true}, AttentionCase{2, 8, 7, 4, false, true},
+        AttentionCase{5, 4, 3, 1, true, false}, AttentionCase{5, 12, 9, 2, false, true},
+        AttentionCase{1, 64, 33, 4, true, true}}) {
     INFO("n " << c.n << ", d " << c.features << ", T " << c.positions << ", heads " << c.heads
               << (c.causal ? ", causal" : "") << (c.bias ? ", bias" : ""));
     compareAttention(c);
