@@ -1,7 +1,8 @@
 // The CUDA kernels of transformer.h. Each computes its elements with the
 // element functions of transformer.h (as the twins do); how the work is split:
-//  - layer normalisation, forward and backward data: a thread per position,
-//    summing its channels in channel order (the twin's order: equal bits);
+//  - layer normalisation, forward and backward data: a thread per position
+//    (blocks of 64), summing its channels in channel order (the twin's
+//    order: equal bits);
 //    the channel loop reads, across a warp, 32 neighbouring positions;
 //  - layer normalisation, backward weights: a statistics pass (a thread per
 //    position, into the caller's scratch), then a block per channel summing
@@ -49,10 +50,17 @@ constexpr int kThreads = 256;  // threads per block
 constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = 65535 * 8;  // a grid-stride loop's blocks at most
 
-unsigned gridFor(int64_t work) {
-  const int64_t needed = (work + kThreads - 1) / kThreads;
+// Blocks of `threads` for a grid-stride loop over `work` items.
+unsigned gridFor(int64_t work, int threads = kThreads) {
+  const int64_t needed = (work + threads - 1) / threads;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, kMaxBlocks)));
 }
+
+// Threads per block of the thread-per-position layer normalisation kernels:
+// a batch has few positions (gpt2-small's 8 x 1024 are 32 blocks of 256,
+// a quarter of an H100's SMs), each with a long channel loop; blocks of 64
+// spread them over 4x the SMs.
+constexpr int kPositionThreads = 64;
 
 __device__ int64_t firstIndex() {
   return int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -74,7 +82,7 @@ __device__ void noteBadToken(uint64_t* badToken, float id, int vocab) {
 
 // ---- layer normalisation ----------------------------------------------------------
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPositionThreads)
     layerNormForwardKernel(Shape4 shape, const float* x, const float* gain, const float* bias,
                            float eps, float* y) {
   const int64_t plane = shape.plane();
@@ -88,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPositionThreads)
     layerNormBackwardDataKernel(Shape4 shape, const float* x, const float* dy, const float* gain,
                                 float eps, float* dx, float beta) {
   const int64_t plane = shape.plane();
@@ -107,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // stats[2i], stats[2i + 1] = mean, invStd of position i (example-major).
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPositionThreads)
     layerNormStatsKernel(Shape4 shape, const float* x, float eps, float* stats) {
   const int64_t plane = shape.plane();
   const int64_t positions = int64_t{shape.n} * plane;
@@ -366,7 +374,8 @@ void layerNormForward(Shape4 shape, const float* x, const float* gain, const flo
   const int64_t positions = int64_t{shape.n} * shape.plane();
   if (positions <= 0 || shape.c <= 0)
     return;
-  layerNormForwardKernel<<<gridFor(positions), kThreads, 0, stream>>>(shape, x, gain, bias, eps, y);
+  layerNormForwardKernel<<<gridFor(positions, kPositionThreads), kPositionThreads, 0, stream>>>(
+      shape, x, gain, bias, eps, y);
   checkLaunch("layerNormForward");
 }
 
@@ -375,8 +384,8 @@ void layerNormBackwardData(Shape4 shape, const float* x, const float* dy, const 
   const int64_t positions = int64_t{shape.n} * shape.plane();
   if (positions <= 0 || shape.c <= 0)
     return;
-  layerNormBackwardDataKernel<<<gridFor(positions), kThreads, 0, stream>>>(shape, x, dy, gain, eps,
-                                                                           dx, beta);
+  layerNormBackwardDataKernel<<<gridFor(positions, kPositionThreads), kPositionThreads, 0,
+                                stream>>>(shape, x, dy, gain, eps, dx, beta);
   checkLaunch("layerNormBackwardData");
 }
 
@@ -389,7 +398,8 @@ void layerNormBackwardWeights(Shape4 shape, const float* x, const float* dy, flo
   const int64_t positions = int64_t{shape.n} * shape.plane();
   if (positions <= 0 || shape.c <= 0)
     return;
-  layerNormStatsKernel<<<gridFor(positions), kThreads, 0, stream>>>(shape, x, eps, scratch);
+  layerNormStatsKernel<<<gridFor(positions, kPositionThreads), kPositionThreads, 0, stream>>>(
+      shape, x, eps, scratch);
   checkLaunch("layerNormBackwardWeights (statistics)");
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(shape.c, kMaxBlocks));
   layerNormWeightsKernel<<<blocks, kThreads, 0, stream>>>(shape, x, dy, scratch, dgain, dbias);

@@ -1,8 +1,9 @@
 // The CUDA backend: the Backend interface on one GPU.
 //
 // Convolutions run on cuDNN (its legacy convolution API, the algorithm
-// chosen once per shape), fully-connected layers on cuBLAS SGEMM, and every
-// other layer on the project's own kernels (kernels/, strata::kernels::cuda),
+// chosen once per shape), fully-connected layers and attention's products on
+// cuBLAS SGEMM, and every other layer (attention's softmax included) on the
+// project's own kernels (kernels/, strata::kernels::cuda and transformer.h),
 // which implement exactly CpuBackend's semantics (tie-breaking of max
 // pooling, the LRN window and alpha, per-view batch statistics), so that the
 // two backends give the same results within rounding. cuDNN's pooling, LRN
