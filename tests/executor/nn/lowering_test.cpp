@@ -260,6 +260,53 @@ TEST_CASE("lowerCpu lists the calls the CPU backend makes: layers no preset has"
     }
 }
 
+// Transformer layers as no preset has them: an embedding without a position
+// table, attention with one head (fewer heads than the batch of 3: the CUDA
+// backend then batches its per-head GEMMs over the examples) and without
+// bias, attention with two heads not causal, a tied fc with a bias.
+Network transformerEdgeNetwork() {
+  test::NetworkBuilder b(Shape{1, 5, 1});
+  LayerSpec embedding;
+  embedding.vocab = 7;
+  embedding.outputs = 6;
+  embedding.positions = 0;
+  const int wte = b.add(LayerKind::kEmbedding, embedding);
+  LayerSpec oneHead;
+  oneHead.heads = 1;
+  oneHead.causal = true;
+  oneHead.bias = false;
+  b.add(LayerKind::kAttention, oneHead);
+  b.add(LayerKind::kLayerNorm);
+  LayerSpec twoHeads;
+  twoHeads.heads = 2;
+  twoHeads.causal = false;
+  twoHeads.bias = true;
+  b.add(LayerKind::kAttention, twoHeads);
+  b.add(LayerKind::kGelu);
+  LayerSpec tied = test::fcSpec(7, false, true);
+  tied.tiedTo = wte;
+  b.add(LayerKind::kFc, tied);
+  b.add(LayerKind::kSoftmax);
+  return b.network();
+}
+
+TEST_CASE("lowerCpu lists the calls the CPU backend makes: transformer layers no preset has",
+          "[lowering][threads]") {
+  const Network net = transformerEdgeNetwork();
+  for (int threads : {1, 2})
+    for (int batch : {1, 3}) {
+      KernelRecorder recorder(/*recordOnly=*/true);
+      CpuBackend backend(CpuOptions{threads, &recorder});
+      const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+      checkAgainst(
+          net, recorded,
+          [&](int l, Phase phase) {
+            return lowerCpu(net, l, phase, batch, 0, MemKernel::kSgd, threads);
+          },
+          fmt::format("transformer edge network, batch {}, T = {}", batch, threads));
+    }
+}
+
 TEST_CASE("lowerCpu lists the calls the CPU backend makes: every preset on 2 threads",
           "[lowering][threads]") {
   checkCpu(2);
@@ -318,6 +365,19 @@ TEST_CASE("lowerCuda lists the calls the CUDA backend makes: layers no preset ha
     checkAgainst(
         net, recorded, [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0); },
         fmt::format("edge network on cuda, batch {}", batch));
+  }
+}
+
+TEST_CASE("lowerCuda lists the calls the CUDA backend makes: transformer layers no preset has",
+          "[lowering][cuda]") {
+  const Network net = transformerEdgeNetwork();
+  for (int batch : {1, 3}) {
+    KernelRecorder recorder(/*recordOnly=*/true);
+    CudaBackend backend(recorder);
+    const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+    checkAgainst(
+        net, recorded, [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0); },
+        fmt::format("transformer edge network on cuda, batch {}", batch));
   }
 }
 
