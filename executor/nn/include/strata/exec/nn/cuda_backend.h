@@ -265,6 +265,9 @@ class CudaBackend final : public Backend {
   // Makes this backend's device current on the calling thread (workers may
   // call from threads that last used another device).
   void activate() const;
+  // The calls of an attention plan on this backend (cuda_transformer.cpp,
+  // which alone uses it).
+  auto attentionOps(const std::string& where, CUstream_st* stream);
 
   CudaBackendOptions options_;
   std::unique_ptr<Impl> impl_;                // null: record only (no device)
