@@ -6,6 +6,10 @@
 //   cuda_fc.cpp       fully-connected layers on cuBLAS
 //   cuda_layers.cpp   the rest on the project's kernels: pooling, element-wise,
 //                     LRN, batch normalisation, softmax, the optimiser
+//   cuda_transformer.cpp  transformer layers: attention (its GEMMs and kernels as
+//                     attention_plan.h lists them) on cuBLAS and kernels/,
+//                     layer normalisation, GELU, embedding; their scratch
+//                     (GrowingBuffer) and the bad-token record
 #pragma once
 
 #include <cublas_v2.h>
