@@ -25,6 +25,7 @@
 #include "strata/exec/nn/cuda_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/kernels/kernels.h"
+#include "strata/kernels/transformer.h"
 #endif
 
 namespace strata::exec::detail {
@@ -203,6 +204,15 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
     nn::Buffer<int32_t> argmax(mem, top), labels(mem, top);
     for (size_t i = 0; i < top; ++i)
       labels[i] = static_cast<int32_t>(i % 10);
+    // The transformer kernels' layouts, as the CPU's tables (kernel_calibration.cpp):
+    // sequences of 64 features (tiny-gpt's width) and up to 256 positions,
+    // token ids spread over a 4096-token table (+ 256 position rows).
+    const size_t tokens = top / 64;
+    nn::Buffer<float> tokenIds(mem, tokens);
+    for (size_t i = 0; i < tokens; ++i)
+      tokenIds[i] = static_cast<float>((i * 2654435761u) % kCalibrationVocab);
+    nn::Buffer<float> embedTable(mem, size_t{kCalibrationVocab + 256} * 64);
+    nn::Buffer<float> tableGrad(mem, embedTable.size());
     auto record = [&](MemKernel kernel, double units, double seconds) {
       auto& table = t.memory[static_cast<size_t>(kernel)];
       if (!table.units.empty() && units <= table.units.back())
@@ -300,6 +310,47 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
                                  0.0f);
                }));
       }
+      // Transformer kernels: layer normalisation over 64 channels, GELU
+      // elementwise, the attention softmax over rows of 64 keys (causal, dh
+      // = 64), the embedding of one id per position.
+      const int seqT = std::clamp(static_cast<int>(u / 64), 1, 256);
+      const nn::Dims sd{std::max(1, static_cast<int>(u / 64 / seqT)), 64, seqT, 1};
+      const double nsd = double(sd.elements());
+      const float* gain = dy + top - 128;
+      const float* shift = dy + top - 64;
+      record(MemKernel::kLayerNormFwd, nsd, gpuPerCall(timer, [&] {
+               be.layerNormForward(nn::ConstTensorView{x, sd}, gain, shift, 1e-5f,
+                                   nn::TensorView{y, sd});
+             }));
+      record(MemKernel::kLayerNormBwdData, nsd, gpuPerCall(timer, [&] {
+               be.layerNormBackwardData(nn::ConstTensorView{x, sd}, nn::ConstTensorView{dy, sd},
+                                        gain, 1e-5f, nn::TensorView{dx, sd}, 0.0f);
+             }));
+      record(MemKernel::kLayerNormBwdWeights, nsd, gpuPerCall(timer, [&] {
+               be.layerNormBackwardWeights(nn::ConstTensorView{x, sd}, nn::ConstTensorView{dy, sd},
+                                           1e-5f, y + top - 128, y + top - 64);
+             }));
+      record(MemKernel::kGeluFwd, n, gpuPerCall(timer, [&] { be.geluForward(cx, vy); }));
+      record(MemKernel::kGeluBwd, n,
+             gpuPerCall(timer, [&] { be.geluBackward(cx, cdy, vdx, 0.0f); }));
+      const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(u / 64));
+      const double scores = double(rows) * 64;
+      record(MemKernel::kAttnSoftmaxFwd, scores, gpuPerCall(timer, [&] {
+               kernels::cuda::attnSoftmaxForward(x, y, rows, 64, true, 0.125f, be.stream());
+             }));
+      record(MemKernel::kAttnSoftmaxBwd, scores, gpuPerCall(timer, [&] {
+               kernels::cuda::attnSoftmaxBackward(y, dy, dx, rows, 64, 0.125f, be.stream());
+             }));
+      const nn::EmbeddingDesc ed{kCalibrationVocab, 64, true};
+      const nn::Dims ids{sd.n, 1, sd.h, 1};
+      record(MemKernel::kEmbeddingFwd, nsd, gpuPerCall(timer, [&] {
+               be.embeddingForward(ed, nn::ConstTensorView{tokenIds.data(), ids}, embedTable.data(),
+                                   nn::TensorView{y, sd});
+             }));
+      record(MemKernel::kEmbeddingBwd, nsd, gpuPerCall(timer, [&] {
+               be.embeddingBackwardWeights(ed, nn::ConstTensorView{tokenIds.data(), ids},
+                                           nn::ConstTensorView{dy, sd}, tableGrad.data());
+             }));
       record(MemKernel::kBias, n, gpuPerCall(timer, [&] {
                kernels::cuda::biasAdd(dx, y + top - 64, 1, 64, int64_t(fd.w), be.stream());
              }));

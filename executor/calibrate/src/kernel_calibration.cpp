@@ -66,9 +66,6 @@ std::vector<double> memorySizes() {
   return s;
 }
 
-// The vocabulary of the embedding kernels' table (1 MiB at 64 features).
-constexpr int kCalibrationVocab = 4096;
-
 std::vector<float> filled(size_t n, float value) {
   return std::vector<float>(n, value);
 }

@@ -26,6 +26,10 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
 // over one element, the input its only input.
 Network callOverheadNetwork();
 
+// The vocabulary of the embedding kernels' table (1 MiB at 64 features),
+// on the CPU and the GPU alike.
+inline constexpr int kCalibrationVocab = 4096;
+
 // The pooling the kernel tables time (AlexNet's 3x3 and VGG's 2x2, stride 2)
 // over 64 channels: an `out` x `out` output and the input its windows cover;
 // mode max.

@@ -251,6 +251,7 @@ void CudaBackend::synchronize() {
   activate();
   check(cudaStreamSynchronize(impl_->stream.get()), "cudaStreamSynchronize",
         "kernels of the CUDA backend");
+  impl_->reportBadToken();
 }
 
 void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {

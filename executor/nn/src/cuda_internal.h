@@ -6,6 +6,10 @@
 //   cuda_fc.cpp       fully-connected layers on cuBLAS
 //   cuda_layers.cpp   the rest on the project's kernels: pooling, element-wise,
 //                     LRN, batch normalisation, softmax, the optimiser
+//   cuda_transformer.cpp  transformer layers: attention (its GEMMs and kernels as
+//                     attention_plan.h lists them) on cuBLAS and kernels/,
+//                     layer normalisation, GELU, embedding; their scratch
+//                     (GrowingBuffer) and the bad-token record
 #pragma once
 
 #include <cublas_v2.h>
@@ -126,6 +130,14 @@ class Owned {
 using StreamHandle = Owned<cudaStream_t, cudaStreamDestroy>;
 using EventHandle = Owned<cudaEvent_t, cudaEventDestroy>;
 using DevicePointer = Owned<void*, cudaFree>;
+using PinnedPointer = Owned<void*, cudaFreeHost>;
+
+// A device buffer that grows to the largest size asked of it and is kept
+// (CudaBackend::Impl::grow): scratch is never allocated per step.
+struct GrowingBuffer {
+  DevicePointer memory;
+  size_t bytes = 0;
+};
 using CublasHandle = Owned<cublasHandle_t, cublasDestroy>;
 using CudnnHandle = Owned<cudnnHandle_t, cudnnDestroy>;
 using TensorDescriptor = Owned<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
@@ -209,6 +221,21 @@ struct CudaBackend::Impl {
 
   void growWorkspace(size_t bytes);
 
+  // ---- cuda_transformer.cpp ----
+  // `buffer` holding at least `bytes` (what: for messages); growing waits for
+  // the stream first (kernels enqueued may still use the old buffer).
+  void* grow(cuda_detail::GrowingBuffer& buffer, size_t bytes, const char* what);
+  // The device's bad-token record (kernels/transformer.h), created and
+  // cleared on first use.
+  uint64_t* badTokenRecord();
+  // Enqueues the record's copy to its pinned host copy (after an embedding
+  // kernel), read by reportBadToken.
+  void copyBadTokenRecord();
+  // After the stream has been waited for: throws the UserError CpuBackend
+  // throws for a bad token id, naming the id and the vocabulary, when one
+  // was recorded (and clears the record).
+  void reportBadToken();
+
   const CudaBackendOptions& options;
   cuda_detail::StreamHandle stream;
   CudaMemory memory;
@@ -218,6 +245,12 @@ struct CudaBackend::Impl {
   cuda_detail::DevicePointer workspace;  // cuDNN's scratch, shared by every convolution
   size_t workspaceBytes = 0;
   std::map<cuda_detail::ConvKey, cuda_detail::ConvPlan> plans;
+
+  // The transformer layers' scratch (cuda_transformer.cpp) and the
+  // bad-token record with its host copy.
+  cuda_detail::GrowingBuffer attnContextGrad, attnScoresGrad, layerNormStats, embeddingScratch;
+  cuda_detail::DevicePointer badToken;
+  cuda_detail::PinnedPointer badTokenHost;
 
   // writeSynthetic's device copies: the dataset's class means (of the means
   // span last seen) and the batch's classes and keys.

@@ -352,6 +352,10 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
   // gradient in forward. An add's accumulates stay one launch per input.
   // A per-position fc over a single position runs as the flattened one: its
   // per-example GEMMs stacked into one over the batch (fcForward's p == 1).
+  // Attention (cuda_transformer.cpp) makes the CPU's GEMMs: a strided-batched
+  // call over the examples, or over (examples x heads) in loops, is its
+  // batch's count of the same GEMM, which is how the CPU's list counts them;
+  // its softmax, bias and bias-gradient kernels are one launch each.
   const bool onePosition =
       l.kind == LayerKind::kFc && !l.spec.flatten && l.inShape.h * l.inShape.w == 1;
   for (KernelCall c : lowerCpu(net, index, phase, examples, outputs, update)) {

@@ -1,8 +1,9 @@
 // The CUDA backend: the Backend interface on one GPU.
 //
 // Convolutions run on cuDNN (its legacy convolution API, the algorithm
-// chosen once per shape), fully-connected layers on cuBLAS SGEMM, and every
-// other layer on the project's own kernels (kernels/, strata::kernels::cuda),
+// chosen once per shape), fully-connected layers and attention's products on
+// cuBLAS SGEMM, and every other layer (attention's softmax included) on the
+// project's own kernels (kernels/, strata::kernels::cuda and transformer.h),
 // which implement exactly CpuBackend's semantics (tie-breaking of max
 // pooling, the LRN window and alpha, per-view batch statistics), so that the
 // two backends give the same results within rounding. cuDNN's pooling, LRN
@@ -116,7 +117,8 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   Memory& memory() override;
   // cudaStreamSynchronize on this backend's stream; an asynchronous failure
-  // of any kernel enqueued since the last synchronize throws here.
+  // of any kernel enqueued since the last synchronize throws here, and so
+  // does a bad token id an embedding met (UserError, as CpuBackend's).
   void synchronize() override;
   // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
   // to the device once per dataset, the classes and keys with each batch.
@@ -225,6 +227,35 @@ class CudaBackend final : public Backend {
   void softmaxBackward(ConstTensorView logits, const float* stats, const int32_t* labels,
                        int classOffset, float scale, TensorView dlogits, float beta) override;
 
+  // Transformer layers (cuda_transformer.cpp): attention's projections and
+  // per-head products on cuBLAS, the rest on kernels/ (transformer.h).
+  bool runsTransformerLayers() const override { return true; }
+  void layerNormForward(ConstTensorView x, const float* gain, const float* bias, float eps,
+                        TensorView y) override;
+  void layerNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain, float eps,
+                             TensorView dx, float beta) override;
+  void layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps, float* dgain,
+                                float* dbias) override;
+  void geluForward(ConstTensorView x, TensorView y) override;
+  void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
+  void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
+                        const float* bias, const AttentionSaved& saved, TensorView y) override;
+  void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
+                                const float* w, const AttentionSaved& saved, float* dw,
+                                float* dbias) override;
+  void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
+                             TensorView dx, float beta) override;
+  // A bad token id (not an integer in [0, vocab)) is found on the device:
+  // its output is 0 and the next synchronize() throws CpuBackend's
+  // UserError naming the id and the vocabulary.
+  void embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
+                        TensorView y) override;
+  // Deterministic: a stable sort of (token, position) pairs, then each
+  // token's positions added in order (no float atomics); equals CpuBackend
+  // bit for bit.
+  void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids, ConstTensorView dy,
+                                float* dtable) override;
+
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
 
@@ -234,6 +265,9 @@ class CudaBackend final : public Backend {
   // Makes this backend's device current on the calling thread (workers may
   // call from threads that last used another device).
   void activate() const;
+  // The calls of an attention plan on this backend (cuda_transformer.cpp,
+  // which alone uses it).
+  auto attentionOps(const std::string& where, CUstream_st* stream);
 
   CudaBackendOptions options_;
   std::unique_ptr<Impl> impl_;                // null: record only (no device)

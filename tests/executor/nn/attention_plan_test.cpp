@@ -1,0 +1,156 @@
+// The CUDA backend's attention plan (executor/nn/src/attention_plan.h) run on
+// the CPU: each GEMM through the same row-major-to-column-major mapping the
+// backend hands cuBLAS, into a column-major strided-batched SGEMM that
+// checks its arguments as cuBLAS does (leading dimensions) and computes as
+// cuBLAS's reference does; the bias and softmax kernels' CPU twins. Its
+// results must equal CpuBackend's attention, so the GEMM descriptions
+// (operands, row lengths, strides, the loops over examples or heads) are
+// tested here, on machines without a GPU.
+#include "attention_plan.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "helpers.h"
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/kernels/kernels.h"
+#include "strata/kernels/transformer.h"
+
+namespace strata::nn {
+namespace {
+
+// C = alpha op(A) op(B) + beta C with alpha 1, column-major, `batch` times
+// (cublasSgemmStridedBatched's semantics; beta 0 does not read C). Sums in
+// double. Every call is counted.
+struct ColumnMajorDevice {
+  int calls = 0;
+
+  void operator()(const attention::ColumnMajorGemm& g) {
+    ++calls;
+    // cuBLAS's argument checks (CUBLAS_STATUS_INVALID_VALUE otherwise).
+    REQUIRE(g.m >= 0);
+    REQUIRE(g.n >= 0);
+    REQUIRE(g.k >= 0);
+    REQUIRE(g.lda >= std::max(1, g.transA ? g.k : g.m));
+    REQUIRE(g.ldb >= std::max(1, g.transB ? g.n : g.k));
+    REQUIRE(g.ldc >= std::max(1, g.m));
+    REQUIRE(g.batch >= 1);
+    for (int b = 0; b < g.batch; ++b) {
+      const float* a = g.a + b * g.strideA;
+      const float* bm = g.b + b * g.strideB;
+      float* c = g.c + b * g.strideC;
+      for (int j = 0; j < g.n; ++j)
+        for (int i = 0; i < g.m; ++i) {
+          double sum = 0;
+          for (int l = 0; l < g.k; ++l) {
+            const float av = g.transA ? a[l + int64_t{i} * g.lda] : a[i + int64_t{l} * g.lda];
+            const float bv = g.transB ? bm[j + int64_t{l} * g.ldb] : bm[l + int64_t{j} * g.ldb];
+            sum += double(av) * bv;
+          }
+          float& cv = c[i + int64_t{j} * g.ldc];
+          cv = g.beta == 0.0f ? static_cast<float>(sum) : static_cast<float>(sum + g.beta * cv);
+        }
+    }
+  }
+};
+
+struct PlanCase {
+  int n, features, positions, heads;
+  bool causal, bias;
+};
+
+void checkPlan(const PlanCase& c) {
+  AttentionDesc d;
+  d.features = c.features;
+  d.positions = c.positions;
+  d.heads = c.heads;
+  d.causal = c.causal;
+  const int f = c.features, t = c.positions, n = c.n;
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t;
+  const Dims xd{n, f, t, 1}, qkvd{n, 3 * f, t, 1};
+  std::vector<float> x(size_t(n * ft)), w(size_t(4) * f * f), bias(size_t(4) * f);
+  std::vector<float> dy(x.size());
+  test::fillUniform(x, 1);
+  test::fillUniform(w, 2, -0.5f, 0.5f);
+  test::fillUniform(bias, 3);
+  test::fillUniform(dy, 4);
+
+  // CpuBackend.
+  CpuBackend cpu;
+  std::vector<float> qkv(size_t(3 * n * ft)), dqkv(qkv.size()), context(x.size()), y(x.size());
+  std::vector<float> probs(size_t(n * c.heads * tt));
+  std::vector<float> dw(w.size(), 0.25f), dbias(bias.size(), 0.5f), dx(x.size());
+  const AttentionSaved saved{
+      {qkv.data(), qkvd}, probs.data(), {context.data(), xd}, {dqkv.data(), qkvd}};
+  const float* b = c.bias ? bias.data() : nullptr;
+  cpu.attentionForward(d, {x.data(), xd}, w.data(), b, saved, {y.data(), xd});
+  cpu.attentionBackwardWeights(d, {x.data(), xd}, {dy.data(), xd}, w.data(), saved, dw.data(),
+                               c.bias ? dbias.data() : nullptr);
+  cpu.attentionBackwardData(d, {dqkv.data(), qkvd}, w.data(), {dx.data(), xd}, 0.0f);
+
+  // The plan, as the CUDA backend runs it.
+  ColumnMajorDevice device;
+  auto ops =
+      attention::Ops{[&](const attention::RowMajorGemm& g) { device(attention::columnMajor(g)); },
+                     [](float* out, const float* bs, int en, int channels, int64_t positions) {
+                       kernels::twin::biasAdd(out, bs, en, channels, positions);
+                     },
+                     [](const float* g, float* db, int en, int channels, int64_t positions) {
+                       kernels::twin::biasGrad(g, db, en, channels, positions);
+                     },
+                     [](float* scores, int64_t rows, int tt2, bool causal, float scale) {
+                       kernels::twin::attnSoftmaxForward(scores, scores, rows, tt2, causal, scale);
+                     },
+                     [](const float* p, float* dp, int64_t rows, int tt2, float scale) {
+                       kernels::twin::attnSoftmaxBackward(p, dp, dp, rows, tt2, scale);
+                     }};
+  std::vector<float> pQkv(qkv.size()), pDqkv(qkv.size()), pContext(x.size()), pY(x.size());
+  std::vector<float> pProbs(probs.size()), pDw(w.size(), 0.25f), pDbias(bias.size(), 0.5f);
+  std::vector<float> pDx(x.size()), dc(x.size()), dprobs(probs.size());
+  attention::forward(d, n, x.data(), w.data(), b, pQkv.data(), pProbs.data(), pContext.data(),
+                     pY.data(), ops);
+  attention::backwardWeights(d, n, x.data(), dy.data(), w.data(), pQkv.data(), pProbs.data(),
+                             pContext.data(), pDqkv.data(), pDw.data(),
+                             c.bias ? pDbias.data() : nullptr, dc.data(), dprobs.data(), ops);
+  device(attention::columnMajor(
+      attention::backwardData(d, n, pDqkv.data(), w.data(), pDx.data(), 0.0f)));
+
+  const auto close = [](const std::vector<float>& expected, const std::vector<float>& actual,
+                        const char* what) {
+    INFO(what);
+    REQUIRE(expected.size() == actual.size());
+    const double tolerance = 1e-5 * std::max(test::maxAbs(expected), 1e-30);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      INFO("element " << i << ": cpu " << expected[i] << ", plan " << actual[i]);
+      REQUIRE(std::abs(double(expected[i]) - actual[i]) <= tolerance);
+    }
+  };
+  close(qkv, pQkv, "qkv");
+  close(probs, pProbs, "probabilities");
+  close(context, pContext, "context");
+  close(y, pY, "y");
+  close(dqkv, pDqkv, "dqkv");
+  close(dw, pDw, "dw");
+  close(dbias, pDbias, "dbias");
+  close(dx, pDx, "dx");
+  // One call per GEMM line (two per example for the weight gradients),
+  // the per-head ones once per item of the smaller of n and heads.
+  const int loops = std::min(n, c.heads);
+  CHECK(device.calls == 2 + 2 * loops + 2 * n + 1 + 4 * loops + 1);
+}
+
+TEST_CASE("the CUDA attention plan, on a CPU emulation of cuBLAS, equals CpuBackend's attention",
+          "[transformer]") {
+  // heads >= n: batched over heads, a call per example; else the reverse.
+  for (const PlanCase& c : {PlanCase{3, 6, 5, 3, true, true}, PlanCase{2, 8, 7, 4, false, true},
+                            PlanCase{5, 4, 3, 1, true, false}, PlanCase{5, 12, 9, 2, false, true},
+                            PlanCase{1, 16, 11, 4, true, true}, PlanCase{1, 3, 1, 1, true, true}}) {
+    INFO("n " << c.n << ", d " << c.features << ", T " << c.positions << ", heads " << c.heads
+              << (c.causal ? ", causal" : "") << (c.bias ? ", bias" : ""));
+    checkPlan(c);
+  }
+}
+
+}  // namespace
+}  // namespace strata::nn
