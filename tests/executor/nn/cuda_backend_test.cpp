@@ -664,7 +664,7 @@ TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data w
 }
 
 TEST_CASE("TF32 on: conv and fc stay within TF32's precision of the CPU's", "[tf32]") {
-  CudaBackend tf32(CudaBackendOptions{.allowTf32 = true});
+  CudaBackend tf32(CudaBackendOptions{.element = ElementType::kTf32});
   CpuBackend cpu;
   const ConvDesc d = convDesc(16, 13, 13, 24, 3, 3, 1, 1, 1);
   const Dims xDims{2, d.inC, d.inH, d.inW}, yDims{2, d.filters, d.outH, d.outW};
