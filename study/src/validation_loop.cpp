@@ -284,6 +284,9 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
     f.commit();
   }
   const Cluster cluster = loadCluster(resolveConfig(ConfigKind::kCluster, path, "--cluster"));
+  // The rows are predicted in --element: the cluster must price it (a file
+  // calibrated on a GPU has tf32 and bf16 peaks), before any row runs.
+  static_cast<void>(cluster.device.peakFor(o.element, path));
   result.clusterName = cluster.name;
   result.clusterPath = path;
   if (progress.started)
