@@ -13,7 +13,7 @@ namespace strata::cli {
 
 Command addProfileCommand(CLI::App& app) {
   struct Options {
-    std::string network, out, cluster, format = "table", device = "cpu";
+    std::string network, out, cluster, format = "table", device = "cpu", element = "fp32";
     int batch = 32, repeats = 5, threads = 1;
   };
   auto o = std::make_shared<Options>();
@@ -26,6 +26,9 @@ Command addProfileCommand(CLI::App& app) {
   sub->add_option("--out,-o", o->out, "profile YAML to write (for --profile)");
   sub->add_option("--device", o->device,
                   "cpu (default; this thread) or cuda (GPU 0, GPU time from CUDA events)");
+  sub->add_option("--element", o->element,
+                  "cuda: precision of GEMMs and convolutions, fp32|tf32|bf16 (default fp32; bf16: "
+                  "fp32 accumulation and master weights); cpu: fp32 only");
   sub->add_option("--threads-per-worker", o->threads,
                   "cpu: threads of the worker's kernels (default 1: one worker on this thread)");
   sub->add_option("--cluster,-c", o->cluster,
@@ -44,12 +47,14 @@ Command addProfileCommand(CLI::App& app) {
             if (!o->out.empty())
               checkOutputFile(o->out, "--out");
             const auto device = exec::parseDevice(o->device, "--device");
+            const auto element = parseElementType(o->element, "--element");
+            exec::checkElement(element, device);
             const auto net = networkArg(o->network, "--network");
             std::optional<Cluster> cluster;
             if (!o->cluster.empty())
               cluster = clusterArg(o->cluster, "--cluster");
             const OpProfile profile =
-                exec::profileNetwork(net, o->batch, o->repeats, device, o->threads);
+                exec::profileNetwork(net, o->batch, o->repeats, device, o->threads, element);
             // The measured profile is printed first: a file that cannot be
             // written (a full disk: exit 1 with its reason) loses no measurement.
             printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, format);

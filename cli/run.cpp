@@ -182,6 +182,8 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
                       "peer to notice it)");
   opt.hangStopsProcess = ranks > 0;
   opt.device = exec::parseDevice(f.device, "--device");
+  // An element type the device does not run is a mistake on any machine.
+  exec::checkElement(s.sc.options.element, opt.device);
   exec::checkRunDevice(opt, s.sc.workers);
   if (ranks > 0 && opt.device == exec::Device::kCuda) {
     // A rank per GPU: its local rank on the node picks it.

@@ -77,7 +77,7 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu";
+                device = "cpu", element = "fp32";
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -115,6 +115,9 @@ Command addValidateCommand(CLI::App& app) {
   sub->add_option("--device", o->device,
                   "cpu (threads) or cuda (K workers on the GPUs round-robin, sharing them when "
                   "K exceeds them; the device communicator between them) (default cpu)");
+  sub->add_option("--element", o->element,
+                  "cuda: precision of GEMMs and convolutions in the runs, profiles and "
+                  "predictions, fp32|tf32|bf16 (default fp32); cpu: fp32 only");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -133,6 +136,8 @@ Command addValidateCommand(CLI::App& app) {
         ValidationSuite suite;
         ValidateOptions opt = o->validate;
         opt.device = exec::parseDevice(o->device, "--device");
+        opt.element = parseElementType(o->element, "--element");
+        exec::checkElement(opt.element, opt.device);
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));

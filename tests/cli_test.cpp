@@ -1981,7 +1981,15 @@ TEST_CASE("run: the executor's update is SGD with momentum", "[cli][optimizer][e
                  {"--optimizer: sgd has no momentum"});
   // tf32, like fp16: the CPU executor computes in fp32 only.
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "tf32"}),
-                 {"--element: the CPU executor computes in fp32 only"});
+                 {"--element: tf32 with --device cpu: the CPU executor computes in fp32 only "
+                  "(--element tf32 and bf16 run with --device cuda)"});
+  // fp16 is refused on CUDA too, before any device is looked for, saying why
+  // and what to use.
+  checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "--device", "cuda",
+                            "--element", "fp16"}),
+                 {"--element: fp16 with --device cuda: the executor does not run fp16, which "
+                  "needs loss scaling",
+                  "use --element bf16"});
   // sgd is momentum 0.
   const auto r = runStrata(
       {"run", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "--steps", "2", "--optimizer", "sgd"});

@@ -46,7 +46,8 @@ std::string rowName(const Network& net, int batch, Strategy s, int k) {
 // a minute): a worker count or a batch that the model, the executor or this
 // machine refuses. A value read from a suite file is named by its
 // file:line:key, not by the option a command line would have used.
-void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::Device device) {
+void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::Device device,
+               ElementType element) {
   for (const auto& entry : suite.entries)
     for (size_t b = 0; b < entry.batches.size(); ++b)
       for (size_t i = 0; i < ks.size(); ++i)
@@ -57,6 +58,7 @@ void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::D
           sc.strategy = s;
           sc.workers = ks[i];
           sc.batchPerWorker = entry.batches[b];
+          sc.options.element = element;
           try {
             checkModelWorkers(sc.workers, limits());
             checkScenario(entry.network, sc);
@@ -218,6 +220,7 @@ ValidationRow runRow(Context& c, const Network& net, const Cluster& profiled, bo
 ValidationResult runValidation(const ValidationSuite& suite, const ValidationOptions& o,
                                const ValidationProgress& progress) {
   const bool onGpu = o.device == exec::Device::kCuda;
+  exec::checkElement(o.element, o.device);
   exec::checkDevice(o.device, "--device");
   const int gpus = onGpu ? std::max(1, exec::deviceCount(o.device)) : 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -249,7 +252,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
                       fmt::format("nothing to validate: owt-a/b/c need a model-parallel part, and "
                                   "{} has none (add naive, ring or ps)",
                                   suite.entries.front().network.name));
-  checkRows(suite, ks, o.device);
+  checkRows(suite, ks, o.device, o.element);
   std::error_code ec;
   std::filesystem::create_directories(o.outDir, ec);
   if (ec)
@@ -281,6 +284,9 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
     f.commit();
   }
   const Cluster cluster = loadCluster(resolveConfig(ConfigKind::kCluster, path, "--cluster"));
+  // The rows are predicted in --element: the cluster must price it (a file
+  // calibrated on a GPU has tf32 and bf16 peaks), before any row runs.
+  static_cast<void>(cluster.device.peakFor(o.element, path));
   result.clusterName = cluster.name;
   result.clusterPath = path;
   if (progress.started)
@@ -301,7 +307,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
         progress.profiling(net.name, batch);
       Cluster profiled = cluster;
       profiled.device.profile =
-          std::make_shared<OpProfile>(exec::profileNetwork(net, batch, 5, o.device));
+          std::make_shared<OpProfile>(exec::profileNetwork(net, batch, 5, o.device, 1, o.element));
       for (int k : ks) {
         for (auto s : suite.strategies) {
           if (isModelParallel(s) && net.modelParallelFrom < 0)
@@ -310,6 +316,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
           sc.strategy = s;
           sc.workers = k;
           sc.batchPerWorker = batch;
+          sc.options.element = o.element;
           if (progress.running)
             progress.running(static_cast<int>(result.rows.size()) + 1, total,
                              rowName(net, batch, s, k));

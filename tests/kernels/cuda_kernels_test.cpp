@@ -9,7 +9,9 @@
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "cases.h"
 #include "gpu_skip.h"
 #include "strata/kernels/kernels.h"
+#include "strata/kernels/precision.h"
 
 namespace strata::kernels::test {
 namespace {
@@ -75,6 +78,39 @@ constexpr float kBetas[] = {0.0f, 1.0f, 0.5f};
 // Element counts: tiny, odd, and beyond one wave of the grid (132 SMs x
 // 2048 threads on an H100; each float4 thread takes 4).
 const std::vector<int64_t> kCounts = {1, 3, 4, 5, 1000, 4099, (int64_t{1} << 22) + 3};
+
+// fp32 <-> bf16 casts (precision.h): bit for bit, special values included
+// (ties, NaN, infinities, denormals, the largest floats that overflow).
+TEST_CASE("bf16 casts equal their twins bit for bit") {
+  cudaStream_t stream = testStream();
+  const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f7f7fffu, 0x7f800000u,
+                              0xff800000u, 0x7fc00000u, 0x7f800001u, 0xff800001u, 0x00000001u,
+                              0x00018000u, 0x807fffffu, 0x80000000u, 0x3fffffffu};
+  for (int64_t count : kCounts) {
+    for (int offset : {0, 1}) {
+      Random r(static_cast<uint64_t>(count * 3 + offset));
+      INFO(count << " elements, offset " << offset);
+      std::vector<float> x = r.floats(count);
+      for (size_t i = 0; i < std::size(special) && i < x.size(); ++i)
+        std::memcpy(&x[i * 7 % x.size()], &special[i], sizeof(float));
+      Managed<float> dx(x, offset);
+      std::vector<uint16_t> expected(x.size());
+      Managed<uint16_t> half(expected, offset);
+      twin::castToBf16(x.data(), expected.data(), count);
+      cuda::castToBf16(dx.get(), half.get(), count, stream);
+      REQUIRE(half.host() == expected);
+      for (float beta : kBetas) {
+        INFO("beta " << beta);
+        const std::vector<float> start = destination(r, count, beta);
+        std::vector<float> back = start;
+        Managed<float> out(start, offset);
+        twin::castFromBf16(expected.data(), back.data(), count, beta);
+        cuda::castFromBf16(half.get(), out.get(), count, beta, stream);
+        requireSameBits(back, out.host(), "castFromBf16");
+      }
+    }
+  }
+}
 
 TEST_CASE("flat kernels equal their twins bit for bit") {
   cudaStream_t stream = testStream();

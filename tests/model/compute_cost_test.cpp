@@ -550,6 +550,81 @@ TEST_CASE("presets: tf32 and per-element efficiencies where the GPU has them",
                     OptionError);
 }
 
+// What `strata calibrate --device cuda` writes for tf32 and bf16
+// (executor/calibrate/src/gpu_calibration.cpp): each type's measured peak
+// (its fastest cuBLAS GEMM) beside fp32's in `peak`, and its efficiencies as
+// fractions of that peak in `efficiency_by_element`, lines and comments as
+// written. The model prices fp32 from the kernel tables and tf32 and bf16 by
+// roofline with their own peak and efficiencies.
+TEST_CASE("a calibrated cuda file's tf32 and bf16 peaks and efficiencies load and price",
+          "[cluster][element][cuda]") {
+  std::string text = readText(test::dataFile("kernel-cluster.yaml"));
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+  };
+  replace("name: kernel-cluster", "name: calibrated-cuda");
+  replace("backend: cpu ", "backend: cuda");
+  replace("memory_bandwidth: 100 GB/s", "memory_bandwidth: 100000 GB/s");
+  replace("  peak: {fp32: 1 TFLOP/s}",
+          "  peak: {fp32: 50000 GFLOP/s, tf32: 400000 GFLOP/s, bf16: 800000 GFLOP/s}   # fp32: "
+          "fastest cuBLAS SGEMM shape of the tables below (no TF32); tf32, bf16: fastest cuBLAS "
+          "GEMM in that precision through the fc phases (nn, nt, tn at m = n = k = 2048, 4096, "
+          "8192; bf16: bf16 operands, fp32 accumulation and result)\n  #");
+  replace("  efficiency: {default: 1.0}       # test value\n",
+          "  efficiency: {default: 1.0}       # test value\n"
+          "  efficiency_by_element:   # fractions of each type's own peak above, measured as the "
+          "fp32 ones (the model prices tf32 and bf16 by roofline with these; fp32 by the kernel "
+          "tables)\n"
+          "    tf32:\n"
+          "      conv: 0.5   # cuDNN 3x3 forward, implicit GEMM 65536 x 256 x 2304, tf32\n"
+          "      fc: 0.25   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64), tf32\n"
+          "      default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n"
+          "    bf16:\n"
+          "      conv: 0.4   # cuDNN 3x3 forward, implicit GEMM 65536 x 256 x 2304, bf16\n"
+          "      fc: 0.125   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64), bf16\n"
+          "      default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata-calibrated-cuda-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "calibrated-cuda.yaml").string();
+  std::ofstream(path) << text;
+  const auto cl = loadCluster(path);
+  const auto& d = cl.device;
+  CHECK(d.peakFor(ElementType::kFp32, path).value() == Approx(50e12));
+  CHECK(d.peakFor(ElementType::kTf32, path).value() == Approx(400e12));
+  CHECK(d.peakFor(ElementType::kBf16, path).value() == Approx(800e12));
+  CHECK_THROWS_AS(d.peakFor(ElementType::kFp16, path), OptionError);  // not measured: refused
+  CHECK(d.ownEfficiency(ElementType::kTf32));
+  CHECK(d.ownEfficiency(ElementType::kBf16));
+  CHECK_FALSE(d.ownEfficiency(ElementType::kFp16));
+  CHECK(d.efficiencyFor(LayerKind::kConv, ElementType::kTf32) == 0.5);
+  CHECK(d.efficiencyFor(LayerKind::kFc, ElementType::kTf32) == 0.25);
+  CHECK(d.efficiencyFor(LayerKind::kConv, ElementType::kBf16) == 0.4);
+  CHECK(d.efficiencyFor(LayerKind::kFc, ElementType::kBf16) == 0.125);
+  CHECK(d.efficiencyFor(LayerKind::kAttention, ElementType::kBf16) == 0.125);  // fc's
+  CHECK(d.efficiencyFor(LayerKind::kRelu, ElementType::kBf16) == 0.1);
+  CHECK(d.efficiencyFor(LayerKind::kFc, ElementType::kFp32) == 1.0);
+
+  // fp32 from the tables, bf16 by roofline: an fc forward of 4096 examples,
+  // 1000 -> 1000, is 8.192 GFLOP at 800 x 0.125 TFLOP/s = 81.92 us (its
+  // 10.2 MB of bf16 traffic take 0.1 us at 100 TB/s).
+  const auto net = loadNetwork(test::dataFile("one-fc.yaml"));
+  const ComputeCosts fp32(net, cl, ElementType::kFp32, 1);
+  CHECK(fp32.source() == ComputeSource::kTables);
+  const ComputeCosts bf16(net, cl, ElementType::kBf16, 1);
+  CHECK(bf16.source() == ComputeSource::kRoofline);
+  CHECK(bf16.layer(0, Phase::kFwd, 4096, 1).value() ==
+        Approx(2.0 * 1000 * 1000 * 4096 / (800e12 * 0.125)));
+  CHECK(bf16.describe() ==
+        "compute from roofline x per-kind efficiency (bf16 peak, bf16 efficiencies)");
+  const ComputeCosts tf32(net, cl, ElementType::kTf32, 1);
+  CHECK(tf32.layer(0, Phase::kFwd, 4096, 1).value() ==
+        Approx(2.0 * 1000 * 1000 * 4096 / (400e12 * 0.25)));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("efficiency_by_element: mistakes name the file, line and key",
           "[cluster][element][errors]") {
   // The cluster's name is its file's: `name: ` + the case's name + `head`.

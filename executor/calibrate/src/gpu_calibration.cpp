@@ -25,6 +25,7 @@
 #include "strata/exec/nn/cuda_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/kernels/kernels.h"
+#include "strata/kernels/precision.h"
 #include "strata/kernels/transformer.h"
 #endif
 
@@ -79,6 +80,96 @@ struct GpuTables {
   double reduceBandwidth = 0;
 };
 
+// Seconds of one GEMM (m x n, depth k) through the fc phase that runs it, as
+// lowerCuda prices them: forward nt (m x k) (n x k)^T, backward data nn,
+// backward weights tn; a, b and c hold at least the operands.
+double gemmSeconds(nn::CudaBackend& be, WorkTimer& timer, GemmOp op, int m, int n, int k, float* a,
+                   float* b, float* c) {
+  switch (op) {
+    case GemmOp::kNT: {  // y (m x n) = x (m x k) W^T, W (n x k)
+      const nn::FcDesc fd{true, k, n};
+      return gpuPerCall(timer, [&] {
+        be.fcForward(fd, nn::ConstTensorView{a, {m, k, 1, 1}}, b, nullptr,
+                     nn::TensorView{c, {m, n, 1, 1}});
+      });
+    }
+    case GemmOp::kNN: {  // dx (m x n) = dy (m x k) W, W (k x n)
+      const nn::FcDesc fd{true, n, k};
+      return gpuPerCall(timer, [&] {
+        be.fcBackwardData(fd, nn::ConstTensorView{a, {m, k, 1, 1}}, b,
+                          nn::TensorView{c, {m, n, 1, 1}}, 0.0f);
+      });
+    }
+    case GemmOp::kTN: {  // dW (m x n) += dy^T x, dy (k x m), x (k x n)
+      const nn::FcDesc fd{true, n, m};
+      return gpuPerCall(timer, [&] {
+        be.fcBackwardWeights(fd, nn::ConstTensorView{a, {k, n, 1, 1}},
+                             nn::ConstTensorView{b, {k, m, 1, 1}}, c, nullptr);
+      });
+    }
+  }
+  return 0;
+}
+
+// The shapes behind the efficiencies a calibrated file writes, for every
+// precision: an fc layer's forward at batch 64 (nt 64 x 1024 x 1024) and a
+// 3x3 convolution's forward at implicit GEMM 65536 x 256 x 2304 (16 examples
+// of 256 channels of 64 x 64, 256 filters).
+constexpr int kFcM = 64, kFcN = 1024, kFcK = 1024;
+nn::ConvDesc efficiencyConv() {
+  nn::ConvDesc cd;
+  cd.inC = 256;
+  cd.inH = cd.inW = cd.outH = cd.outW = 64;
+  cd.filters = 256;
+  cd.kernelH = cd.kernelW = 3;
+  cd.pad = 1;
+  return cd;
+}
+constexpr int kConvExamples = 16;
+
+// What calibrate measures of tf32 and bf16 (CudaBackendOptions::element) for
+// the roofline the model prices those types with: the fastest GEMM of the
+// three fc phases at m = n = k in kPeakDims (the type's peak in the file),
+// and the fc and conv shapes above (their efficiencies: fractions of it).
+struct PrecisionRates {
+  ElementType element = ElementType::kFp32;
+  double peak = 0, fc = 0, conv = 0;  // FLOP/s
+};
+constexpr int kPeakDims[] = {2048, 4096, 8192};
+
+PrecisionRates measurePrecision(ElementType element,
+                                const std::function<void(const std::string&)>& say) {
+  nn::CudaBackendOptions o;
+  o.element = element;
+  nn::CudaBackend be(o);
+  WorkTimer timer(be);
+  const size_t top = size_t{8192} * 8192;  // the largest operand: 256 MiB
+  nn::Buffer<float> a(be.memory(), top), b(be.memory(), top), c(be.memory(), top);
+  be.fill(a.span(), 0.01f);
+  be.fill(b.span(), 0.02f);
+  PrecisionRates r;
+  r.element = element;
+  for (const int s : kPeakDims)
+    for (auto op : kAllGemmOps)
+      r.peak =
+          std::max(r.peak, 2.0 * s * s * double(s) /
+                               gemmSeconds(be, timer, op, s, s, s, a.data(), b.data(), c.data()));
+  r.fc = 2.0 * kFcM * kFcN * kFcK /
+         gemmSeconds(be, timer, GemmOp::kNT, kFcM, kFcN, kFcK, a.data(), b.data(), c.data());
+  const nn::ConvDesc cd = efficiencyConv();
+  const nn::Dims xd{kConvExamples, cd.inC, cd.inH, cd.inW},
+      yd{kConvExamples, cd.filters, cd.outH, cd.outW};
+  r.conv = 2.0 * kConvExamples * cd.outH * cd.outW * double(cd.filters) * 9.0 * cd.inC /
+           gpuPerCall(timer, [&] {
+             be.convForward(cd, nn::ConstTensorView{a.data(), xd}, b.data(), nullptr,
+                            nn::TensorView{c.data(), yd});
+           });
+  say(fmt::format("{:<16} peak {:.4g} TFLOP/s (fastest GEMM), fc {:.4g}, conv {:.4g} TFLOP/s",
+                  std::string(toString(element)) + " GEMMs", r.peak / 1e12, r.fc / 1e12,
+                  r.conv / 1e12));
+  return r;
+}
+
 GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::string&)>& say) {
   GpuTables out;
   KernelTables& t = out.tables;
@@ -106,34 +197,7 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
             if (double(m) * n * k > kMaxMacs ||
                 std::max({double(m) * k, double(k) * n, double(m) * n}) > kMaxOperand)
               continue;
-            double s = 0;
-            switch (op) {
-              case GemmOp::kNT: {  // y (m x n) = x (m x k) W^T, W (n x k)
-                const nn::FcDesc fd{true, k, n};
-                s = gpuPerCall(timer, [&] {
-                  be.fcForward(fd, nn::ConstTensorView{a.data(), {m, k, 1, 1}}, b.data(), nullptr,
-                               nn::TensorView{c.data(), {m, n, 1, 1}});
-                });
-                break;
-              }
-              case GemmOp::kNN: {  // dx (m x n) = dy (m x k) W, W (k x n)
-                const nn::FcDesc fd{true, n, k};
-                s = gpuPerCall(timer, [&] {
-                  be.fcBackwardData(fd, nn::ConstTensorView{a.data(), {m, k, 1, 1}}, b.data(),
-                                    nn::TensorView{c.data(), {m, n, 1, 1}}, 0.0f);
-                });
-                break;
-              }
-              case GemmOp::kTN: {  // dW (m x n) += dy^T x, dy (k x m), x (k x n)
-                const nn::FcDesc fd{true, n, m};
-                s = gpuPerCall(timer, [&] {
-                  be.fcBackwardWeights(fd, nn::ConstTensorView{a.data(), {k, n, 1, 1}},
-                                       nn::ConstTensorView{b.data(), {k, m, 1, 1}}, c.data(),
-                                       nullptr);
-                });
-                break;
-              }
-            }
+            const double s = gemmSeconds(be, timer, op, m, n, k, a.data(), b.data(), c.data());
             rate[(im * d + in) * d + ik] = 2.0 * m * n * k / s;
             measured[(im * d + in) * d + ik] = 1;
           }
@@ -251,6 +315,14 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
       record(MemKernel::kSgd, n, gpuPerCall(timer, [&] {
                be.sgdMomentum(span(y), span(dx), std::span<const float>(dy, size_t(n)), 0.0f, 0.9f,
                               0.0f);
+             }));
+      // The casts of --element bf16 (device memory: dx's floats hold the bf16).
+      auto* half = reinterpret_cast<uint16_t*>(dx);
+      record(MemKernel::kCastBf16, n, gpuPerCall(timer, [&] {
+               kernels::cuda::castToBf16(x, half, int64_t(n), be.stream());
+             }));
+      record(MemKernel::kCastFp32, n, gpuPerCall(timer, [&] {
+               kernels::cuda::castFromBf16(half, y, int64_t(n), 0.0f, be.stream());
              }));
       const int side = std::max(1, int(std::lround(std::sqrt(u / 64))));
       const nn::Dims sq{1, 64, side, side};
@@ -541,6 +613,11 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
   for (const auto& r : t.gemm.rate)
     for (double x : r)
       peak = std::max(peak, x);
+  // tf32 and bf16 (the model prices them by roofline: their own peak and
+  // efficiencies), each on a backend of its own.
+  std::vector<PrecisionRates> precisions;
+  for (auto element : {ElementType::kTf32, ElementType::kBf16})
+    precisions.push_back(measurePrecision(element, say));
   const auto [h2d, d2h] = be.hostCopySeconds(size_t{256} << 20);
   const auto [h2dSmall, d2hSmall] = be.hostCopySeconds(4096);
   const double hostBw = double(size_t{256} << 20) / std::max(h2d, d2h);
@@ -577,10 +654,12 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
                    info.name, info.multiprocessors);
   y << "device:\n";
   y << "  name: " << info.name << "\n";
-  y << fmt::format(
-      "  peak: {{fp32: {:.4g} GFLOP/s}}   # fastest cuBLAS SGEMM shape of the tables below (FP32, "
-      "no TF32)\n",
-      peak / 1e9);
+  y << fmt::format("  peak: {{fp32: {:.4g} GFLOP/s", peak / 1e9);
+  for (const auto& p : precisions)
+    y << fmt::format(", {}: {:.4g} GFLOP/s", toString(p.element), p.peak / 1e9);
+  y << "}   # fp32: fastest cuBLAS SGEMM shape of the tables below (no TF32); tf32, bf16: "
+       "fastest cuBLAS GEMM in that precision through the fc phases (nn, nt, tn at m = n = k = "
+       "2048, 4096, 8192; bf16: bf16 operands, fp32 accumulation and result)\n";
   y << fmt::format(
       "  memory_bandwidth: {:.4g} GB/s   # device-to-device copy of 256 MiB by kernels/ "
       "(read + write), median of 3 timed groups\n",
@@ -600,6 +679,19 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
   y << fmt::format("    fc: {:.4g}   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64)\n",
                    std::clamp(t.gemmRate(GemmOp::kNT, 64, 1024, 1024) / peak, 1e-4, 1.0));
   y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
+  y << "  efficiency_by_element:   # fractions of each type's own peak above, measured as the "
+       "fp32 ones (the model prices tf32 and bf16 by roofline with these; fp32 by the kernel "
+       "tables)\n";
+  for (const auto& p : precisions) {
+    const auto type = std::string(toString(p.element));
+    y << "    " << type << ":\n";
+    y << fmt::format(
+        "      conv: {:.4g}   # cuDNN 3x3 forward, implicit GEMM 65536 x 256 x 2304, {}\n",
+        std::clamp(p.conv / p.peak, 1e-4, 1.0), type);
+    y << fmt::format("      fc: {:.4g}   # nt GEMM 64 x 1024 x 1024 (an fc layer, batch 64), {}\n",
+                     std::clamp(p.fc / p.peak, 1e-4, 1.0), type);
+    y << "      default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
+  }
   y << "  sharing:   # speed of each worker when this many share GPU 0, each with its own "
        "backend and streams, relative to one alone (median of 3 trials): cuBLAS fc forwards "
        "64 x 4096 x 4096 (speed) or copies of 64 MiB (memory_speed) at once; with each worker's "

@@ -17,6 +17,7 @@
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/model.h"
+#include "strata/kernels/precision.h"
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
 #include "timing.h"
@@ -166,6 +167,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   // Transformer kernels' operands: layernorm's gradients, an embedding's
   // tables and token ids, Adam's second moments (non-negative).
   std::vector<float> lnGrad(128), adamV(top, 0.5f);
+  std::vector<uint16_t> bf16(top);  // the bf16 side of the casts
   std::vector<float> embedTable(static_cast<size_t>(kCalibrationVocab + 256) * 64, 0.01f),
       tableGrad(embedTable.size());
   std::vector<float> tokenIds(top / 64 + 1);
@@ -321,6 +323,12 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
                  std::span<float>(adamV.data(), size_t(n)),
                  std::span<const float>(dy.data(), size_t(n)), 1e-4f, 0.9f, 0.999f, 1e-8f, 10);
            }));
+    // The casts of mixed precision (the CUDA backend's --element bf16), by
+    // their CPU twins.
+    record(MemKernel::kCastBf16, n,
+           perCall([&] { kernels::twin::castToBf16(x.data(), bf16.data(), int64_t(n)); }));
+    record(MemKernel::kCastFp32, n,
+           perCall([&] { kernels::twin::castFromBf16(bf16.data(), y.data(), int64_t(n), 0.0f); }));
     // Pooling with 3x3 and 2x2 windows, stride 2 (AlexNet's and VGG's) over
     // 64 channels: forward units are window reads, avg backward window writes.
     for (int win : {3, 2}) {

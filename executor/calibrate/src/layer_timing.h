@@ -17,7 +17,9 @@ struct LayerTimes {
   std::vector<double> fwd, bwdData, bwdWeights, update;  // per layer
   double updateAll = 0;  // one SGD step over every parameter at once
 };
+// `element`: the precision of the CUDA backend's GEMMs and convolutions
+// (makeBackend).
 LayerTimes timeLayers(const Network& net, int b, int repeats, Device device = Device::kCpu,
-                      int threads = 1);
+                      int threads = 1, ElementType element = ElementType::kFp32);
 
 }  // namespace strata::exec::detail

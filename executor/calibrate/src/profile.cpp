@@ -31,8 +31,9 @@ double medianAfterWarmup(std::vector<double> v) {
 
 }  // namespace
 
-LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads) {
-  const auto backend = makeBackend(device, "--device", 0, threads);
+LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads,
+                      ElementType element) {
+  const auto backend = makeBackend(device, "--device", 0, threads, element);
   nn::ModelOptions mo;
   mo.dropout = true;
   mo.backend = backend.get();
@@ -101,8 +102,9 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
 
 }  // namespace detail
 
-OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device,
-                         int threads) {
+OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device, int threads,
+                         ElementType element) {
+  checkElement(element, device);
   checkThreadsPerWorker(threads);
   if (threads > 1 && device != Device::kCpu)
     throw OptionError("--threads-per-worker",
@@ -114,11 +116,12 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   Scenario one;  // one worker's passes at `batch`: bounded like a run
   one.workers = 1;
   one.batchPerWorker = batch;
+  one.options.element = element;
   RunOptions run;
   run.device = device;
   run.threadsPerWorker = threads;
   checkRun(network, one, run, RunPlacement::kThreads);
-  const auto t = detail::timeLayers(network, batch, repeats, device, threads);
+  const auto t = detail::timeLayers(network, batch, repeats, device, threads, element);
   OpProfile p;
   p.network = network.name;
   p.batch = batch;
@@ -129,8 +132,9 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   char day[32];
   std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
   p.provenance = fmt::format(
-      "measured by `strata profile -n {} --batch {}{}{}` on {}, {}", network.name, batch,
+      "measured by `strata profile -n {} --batch {}{}{}{}` on {}, {}", network.name, batch,
       device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
+      element == ElementType::kFp32 ? "" : " --element " + std::string(toString(element)),
       threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads), hostName, day);
   for (size_t l = 0; l < network.layers.size(); ++l)
     p.layers.push_back({network.layers[l].name, Seconds(t.fwd[l]), Seconds(t.bwdData[l]),

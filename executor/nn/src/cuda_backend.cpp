@@ -136,9 +136,11 @@ CudaBackend::Impl::Impl(const CudaBackendOptions& o, int dev)
   check(cublasCreate(cublas.out()), "cublasCreate");
   check(cublasSetStream(cublas.get(), stream.get()), "cublasSetStream");
   // Default math keeps FP32 products in FP32 (no TF32, no reduced-precision
-  // emulation); TF32 only when asked for.
+  // emulation); TF32 only when asked for. bf16's GEMMs say their types in
+  // each cublasGemmEx call (bf16 operands run on tensor cores whatever the
+  // mode); any SGEMM beside them stays plain FP32.
   check(cublasSetMathMode(cublas.get(),
-                          options.allowTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                          options.tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
         "cublasSetMathMode");
   check(cudnnCreate(cudnn.out()), "cudnnCreate");
   check(cudnnSetStream(cudnn.get(), stream.get()), "cudnnSetStream");
@@ -146,7 +148,22 @@ CudaBackend::Impl::Impl(const CudaBackendOptions& o, int dev)
 
 // ---- CudaBackend ---------------------------------------------------------------------------
 
+namespace {
+
+// fp16 needs loss scaling, which the backend does not do (the executor
+// refuses --element fp16 first, naming the option; this guards other callers).
+void checkElement(ElementType element) {
+  if (element == ElementType::kFp16)
+    throw RunFailure(
+        "the CUDA backend does not run fp16: fp16 training needs loss scaling (small gradients "
+        "underflow its 5-bit exponent), which is not implemented; use bf16 (fp32's exponent "
+        "range, the same tensor-core peak on A100 and H100)");
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
+  checkElement(options_.element);
   int count = 0;
   if (const std::string why = countDevices(count); !why.empty())
     throw RunFailure("no CUDA device: " + why);
@@ -171,7 +188,10 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
   impl_ = std::make_unique<Impl>(options_, options_.device);
 }
 
-CudaBackend::CudaBackend(KernelRecorder& recorder) : reserved_(std::make_unique<ReservedMemory>()) {
+CudaBackend::CudaBackend(KernelRecorder& recorder, ElementType element)
+    : reserved_(std::make_unique<ReservedMemory>()) {
+  checkElement(element);
+  options_.element = element;
   STRATA_ENFORCE(recorder.recordOnly());
   recorder_ = &recorder;
 }
@@ -238,6 +258,27 @@ std::pair<double, double> CudaBackend::hostCopySeconds(size_t bytes) {
   static_cast<void>(cudaFree(device));
   static_cast<void>(cudaFreeHost(host));
   return best;
+}
+
+uint16_t* CudaBackend::Impl::bf16Slot(int slot, int64_t count) {
+  STRATA_ENFORCE(slot >= 0 && slot < 3 && count >= 0);
+  const size_t i = static_cast<size_t>(slot);
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(count) * sizeof(uint16_t), 256);
+  if (bytes > bf16Bytes[i]) {
+    // Kernels already enqueued may still read or write the old buffer.
+    check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize",
+          "before growing bf16 scratch");
+    bf16[i].reset();
+    bf16Bytes[i] = 0;
+    check(cudaMalloc(bf16[i].out(), bytes), "cudaMalloc",
+          [&] { return fmt::format("bf16 scratch {} of {} bytes", slot, bytes); });
+    bf16Bytes[i] = bytes;
+  }
+  return static_cast<uint16_t*>(bf16[i].get());
+}
+
+uint16_t* CudaBackend::bf16Scratch(int slot, int64_t count) {
+  return recordOnly() ? nullptr : impl_->bf16Slot(slot, count);
 }
 
 void CudaBackend::activate() const {

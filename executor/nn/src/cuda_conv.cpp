@@ -1,6 +1,16 @@
 // The CUDA backend's convolutions (cuda_internal.h): cuDNN's legacy
 // convolution API, a plan of descriptors per shape, the algorithm of each
 // direction chosen once per shape, one workspace per backend.
+//
+// bf16 (CudaBackendOptions::element): the plan's tensors and filter are
+// CUDNN_DATA_BFLOAT16 with CUDNN_DATA_FLOAT compute (cuDNN's
+// PSEUDO_BFLOAT16_CONFIG: products summed in fp32; the legacy API takes one
+// data type for x, w and y, so the result is bf16 too). Each call casts its
+// two operands to bf16 into the backend's scratch (the weights on every call:
+// the Model owns when they change), runs cuDNN into bf16 scratch with beta 0
+// and casts that back into the fp32 tensor with the call's beta (dw: beta 1,
+// so weight gradients accumulate in fp32). A backend has one element type, so
+// its plans and their algorithm search are per shape and that precision.
 #include <cudnn.h>
 #include <fmt/format.h>
 
@@ -23,6 +33,11 @@ namespace {
 ConvKey convKey(const ConvDesc& d, int n) {
   return {d.inC,    d.inH, d.inW,    d.filters, d.kernelH, d.kernelW,
           d.stride, d.pad, d.groups, d.outH,    d.outW,    n};
+}
+
+// Elements of the weights (without bias): filters x inC / groups x kernel.
+int64_t weightCount(const ConvDesc& d) {
+  return int64_t{d.filters} * (d.inC / d.groups) * d.kernelH * d.kernelW;
 }
 
 std::string convWhere(const ConvDesc& d, int n) {
@@ -54,17 +69,21 @@ ConvPlan& CudaBackend::Impl::plan(const ConvDesc& d, int n) {
     return it->second;
   ConvPlan p;
   p.where = convWhere(d, n);
+  if (options.element == ElementType::kBf16)
+    p.where += ", bf16";
+  // bf16 data, fp32 compute (cudnnSetConvolution2dDescriptor's type below).
+  const cudnnDataType_t data =
+      options.element == ElementType::kBf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   check(cudnnCreateTensorDescriptor(p.x.out()), "cudnnCreateTensorDescriptor", p.where);
-  check(cudnnSetTensor4dDescriptor(p.x.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.inC, d.inH,
-                                   d.inW),
+  check(cudnnSetTensor4dDescriptor(p.x.get(), CUDNN_TENSOR_NCHW, data, n, d.inC, d.inH, d.inW),
         "cudnnSetTensor4dDescriptor (input)", p.where);
   check(cudnnCreateTensorDescriptor(p.y.out()), "cudnnCreateTensorDescriptor", p.where);
-  check(cudnnSetTensor4dDescriptor(p.y.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.filters,
-                                   d.outH, d.outW),
-        "cudnnSetTensor4dDescriptor (output)", p.where);
+  check(
+      cudnnSetTensor4dDescriptor(p.y.get(), CUDNN_TENSOR_NCHW, data, n, d.filters, d.outH, d.outW),
+      "cudnnSetTensor4dDescriptor (output)", p.where);
   check(cudnnCreateFilterDescriptor(p.w.out()), "cudnnCreateFilterDescriptor", p.where);
-  check(cudnnSetFilter4dDescriptor(p.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.filters,
-                                   d.inC / d.groups, d.kernelH, d.kernelW),
+  check(cudnnSetFilter4dDescriptor(p.w.get(), data, CUDNN_TENSOR_NCHW, d.filters, d.inC / d.groups,
+                                   d.kernelH, d.kernelW),
         "cudnnSetFilter4dDescriptor", p.where);
   check(cudnnCreateConvolutionDescriptor(p.conv.out()), "cudnnCreateConvolutionDescriptor",
         p.where);
@@ -89,9 +108,10 @@ namespace {
 
 // Picks one direction's algorithm: asks cuDNN for its candidates (timed or
 // heuristic, best first) and keeps the first that succeeded, has the math
-// allowed (FMA only when TF32 is off: the search also tries the default
-// math, which may use TF32 on Ampere and later), still reports a workspace
-// size for its math and fits the workspace limit.
+// allowed (fp32: FMA only, as the search also tries the default math, which
+// may use TF32 on Ampere and later; tf32 and bf16: any, tensor cores
+// included), still reports a workspace size for its math and fits the
+// workspace limit.
 //   search(count, &returned, perf) runs cudnnFind* or cudnnGet*_v7;
 //   workspaceOf(algo, &bytes) runs cudnnGet*WorkspaceSize.
 template <class Perf, class Search, class WorkspaceOf>
@@ -101,10 +121,14 @@ ConvChoice chooseAlgorithm(const char* searchCall, cudnnConvolutionDescriptor_t 
   constexpr int kMaxCandidates = 16;  // more than any direction has (8, 6, 7)
   std::array<Perf, kMaxCandidates> perf{};
   int returned = 0;
-  // The search runs with FMA math (plain FP32) unless TF32 is allowed, when
-  // the default math lets cuDNN use TF32 tensor cores; an earlier direction's
-  // choice may have left another math type on the descriptor.
-  check(cudnnSetConvolutionMathType(conv, options.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+  // The search runs with FMA math (plain FP32) for fp32; the default math
+  // lets cuDNN use TF32 tensor cores, tensor-op math bf16 ones; an earlier
+  // direction's choice may have left another math type on the descriptor.
+  const bool fmaOnly = options.element == ElementType::kFp32;
+  check(cudnnSetConvolutionMathType(conv, fmaOnly ? CUDNN_FMA_MATH
+                                          : options.element == ElementType::kBf16
+                                              ? CUDNN_TENSOR_OP_MATH
+                                              : CUDNN_DEFAULT_MATH),
         "cudnnSetConvolutionMathType", where);
   check(search(kMaxCandidates, &returned, perf.data()), searchCall, where);
   // The search may try algorithms that fail inside (e.g. out of memory for a
@@ -123,8 +147,8 @@ ConvChoice chooseAlgorithm(const char* searchCall, cudnnConvolutionDescriptor_t 
       note(cudnnGetErrorString(p.status));
       continue;
     }
-    if (!options.allowTf32 && p.mathType != CUDNN_FMA_MATH) {
-      note("not FMA math (TF32 is off)");
+    if (fmaOnly && p.mathType != CUDNN_FMA_MATH) {
+      note("not FMA math (fp32: TF32 is off)");
       continue;
     }
     check(cudnnSetConvolutionMathType(conv, p.mathType), "cudnnSetConvolutionMathType", where);
@@ -251,17 +275,27 @@ void CudaBackend::convForward(const ConvDesc& d, ConstTensorView x, const float*
   checkConv(d, x.dims, y.dims);
   if (x.dims.n == 0)
     return;
+  const bool half = bf16();
+  const auto where = [&] { return convWhere(d, x.dims.n) + ", bf16"; };
+  if (half && !recordOnly())
+    activate();
+  const void* xs =
+      half ? static_cast<const void*>(castOperand(0, x.data, x.elements(), where)) : x.data;
+  const void* wsrc = half ? static_cast<const void*>(castOperand(1, w, weightCount(d), where)) : w;
+  void* out = half ? static_cast<void*>(bf16Scratch(2, y.elements())) : y.data;
   if (runs(cudnnCall(ConvPass::kFwd, d, x.dims.n))) {
     activate();
     Impl& m = *impl_;
     ConvPlan& p = m.plan(d, x.dims.n);
     const ConvChoice& c = m.forward(p);
     void* ws = m.prepare(p, c);
-    check(cudnnConvolutionForward(m.cudnn.get(), &kOne, p.x.get(), x.data, p.w.get(), w,
+    check(cudnnConvolutionForward(m.cudnn.get(), &kOne, p.x.get(), xs, p.w.get(), wsrc,
                                   p.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm),
-                                  ws, c.workspace, &kZero, p.y.get(), y.data),
+                                  ws, c.workspace, &kZero, p.y.get(), out),
           "cudnnConvolutionForward", p.where);
   }
+  if (half)
+    castResult(static_cast<const uint16_t*>(out), y.data, y.elements(), 0.0f, where);
   if (bias && runs(MemKernel::kBias, double(y.elements()))) {
     launch(
         "kernels::cuda::biasAdd", [&] { return convWhere(d, x.dims.n); },
@@ -277,18 +311,32 @@ void CudaBackend::convForward(const ConvDesc& d, ConstTensorView x, const float*
 void CudaBackend::convBackwardData(const ConvDesc& d, ConstTensorView dy, const float* w,
                                    TensorView dx, float beta) {
   checkConv(d, dx.dims, dy.dims);
-  if (dy.dims.n == 0 || !runs(cudnnCall(ConvPass::kBwdData, d, dy.dims.n)))
+  if (dy.dims.n == 0)
     return;
-  activate();
-  Impl& m = *impl_;
-  ConvPlan& p = m.plan(d, dy.dims.n);
-  const ConvChoice& c = m.backwardData(p);
-  void* ws = m.prepare(p, c);
-  check(cudnnConvolutionBackwardData(m.cudnn.get(), &kOne, p.w.get(), w, p.y.get(), dy.data,
-                                     p.conv.get(),
-                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algorithm), ws,
-                                     c.workspace, &beta, p.x.get(), dx.data),
-        "cudnnConvolutionBackwardData", p.where);
+  const bool half = bf16();
+  const auto where = [&] { return convWhere(d, dy.dims.n) + ", bf16"; };
+  if (half && !recordOnly())
+    activate();
+  const void* dys =
+      half ? static_cast<const void*>(castOperand(0, dy.data, dy.elements(), where)) : dy.data;
+  const void* wsrc = half ? static_cast<const void*>(castOperand(1, w, weightCount(d), where)) : w;
+  void* out = half ? static_cast<void*>(bf16Scratch(2, dx.elements())) : dx.data;
+  // bf16: cuDNN overwrites the bf16 scratch; beta applies in fp32 below.
+  const float* blend = half ? &kZero : &beta;
+  if (runs(cudnnCall(ConvPass::kBwdData, d, dy.dims.n))) {
+    activate();
+    Impl& m = *impl_;
+    ConvPlan& p = m.plan(d, dy.dims.n);
+    const ConvChoice& c = m.backwardData(p);
+    void* ws = m.prepare(p, c);
+    check(cudnnConvolutionBackwardData(m.cudnn.get(), &kOne, p.w.get(), wsrc, p.y.get(), dys,
+                                       p.conv.get(),
+                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algorithm), ws,
+                                       c.workspace, blend, p.x.get(), out),
+          "cudnnConvolutionBackwardData", p.where);
+  }
+  if (half)
+    castResult(static_cast<const uint16_t*>(out), dx.data, dx.elements(), beta, where);
 }
 
 // dw += (cuDNN's beta 1); dbias += by the project's kernel.
@@ -297,18 +345,30 @@ void CudaBackend::convBackwardWeights(const ConvDesc& d, ConstTensorView x, Cons
   checkConv(d, x.dims, dy.dims);
   if (x.dims.n == 0)
     return;
+  const bool half = bf16();
+  const auto where = [&] { return convWhere(d, x.dims.n) + ", bf16"; };
+  if (half && !recordOnly())
+    activate();
+  const void* xs =
+      half ? static_cast<const void*>(castOperand(0, x.data, x.elements(), where)) : x.data;
+  const void* dys =
+      half ? static_cast<const void*>(castOperand(1, dy.data, dy.elements(), where)) : dy.data;
+  void* out = half ? static_cast<void*>(bf16Scratch(2, weightCount(d))) : dw;
+  // bf16: cuDNN overwrites the bf16 scratch, which is added to dw in fp32.
   if (runs(cudnnCall(ConvPass::kBwdFilter, d, x.dims.n))) {
     activate();
     Impl& m = *impl_;
     ConvPlan& p = m.plan(d, x.dims.n);
     const ConvChoice& c = m.backwardFilter(p);
     void* ws = m.prepare(p, c);
-    check(cudnnConvolutionBackwardFilter(m.cudnn.get(), &kOne, p.x.get(), x.data, p.y.get(),
-                                         dy.data, p.conv.get(),
+    check(cudnnConvolutionBackwardFilter(m.cudnn.get(), &kOne, p.x.get(), xs, p.y.get(), dys,
+                                         p.conv.get(),
                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm),
-                                         ws, c.workspace, &kOne, p.w.get(), dw),
+                                         ws, c.workspace, half ? &kZero : &kOne, p.w.get(), out),
           "cudnnConvolutionBackwardFilter", p.where);
   }
+  if (half)
+    castResult(static_cast<const uint16_t*>(out), dw, weightCount(d), 1.0f, where);
   if (dbias && runs(MemKernel::kBiasGrad, double(dy.elements()))) {
     launch(
         "kernels::cuda::biasGrad", [&] { return convWhere(d, x.dims.n); },

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "strata/exec/nn/cuda_backend.h"
+#include "strata/kernels/precision.h"
 #include "strata/model/error.h"
 
 namespace strata::nn::cuda_detail {
@@ -220,6 +221,9 @@ struct CudaBackend::Impl {
   void* prepare(cuda_detail::ConvPlan& p, const cuda_detail::ConvChoice& c);
 
   void growWorkspace(size_t bytes);
+  // Scratch slot `slot` with room for `count` bf16 elements (grow-only, as
+  // the workspace: a larger need waits for the stream, then reallocates).
+  uint16_t* bf16Slot(int slot, int64_t count);
 
   // ---- cuda_transformer.cpp ----
   // `buffer` holding at least `bytes` (what: for messages); growing waits for
@@ -251,6 +255,11 @@ struct CudaBackend::Impl {
   cuda_detail::GrowingBuffer attnContextGrad, attnScoresGrad, layerNormStats, embeddingScratch;
   cuda_detail::DevicePointer badToken;
   cuda_detail::PinnedPointer badTokenHost;
+  // Mixed precision (element bf16): the bf16 copies of a GEMM's or
+  // convolution's operands (slots 0 and 1) and a convolution's bf16 result
+  // (slot 2), each grown to the largest need so far and kept.
+  std::array<cuda_detail::DevicePointer, 3> bf16;
+  std::array<size_t, 3> bf16Bytes{};
 
   // writeSynthetic's device copies: the dataset's class means (of the means
   // span last seen) and the batch's classes and keys.
@@ -270,5 +279,31 @@ struct CudaBackend::Impl {
   // (communication lane).
   std::mutex marksMutex;
 };
+
+}  // namespace strata::nn
+
+// ---- mixed precision: the casts around bf16 GEMMs and convolutions ------------
+
+namespace strata::nn {
+
+template <class Where>
+const uint16_t* CudaBackend::castOperand(int slot, const float* x, int64_t count,
+                                         const Where& where) {
+  if (!runs(MemKernel::kCastBf16, double(count)))
+    return nullptr;
+  uint16_t* h = impl_->bf16Slot(slot, count);
+  cuda_detail::launch("kernels::cuda::castToBf16", where,
+                      [&] { kernels::cuda::castToBf16(x, h, count, impl_->stream.get()); });
+  return h;
+}
+
+template <class Where>
+void CudaBackend::castResult(const uint16_t* h, float* y, int64_t count, float beta,
+                             const Where& where) {
+  if (!runs(MemKernel::kCastFp32, double(count)))
+    return;
+  cuda_detail::launch("kernels::cuda::castFromBf16", where,
+                      [&] { kernels::cuda::castFromBf16(h, y, count, beta, impl_->stream.get()); });
+}
 
 }  // namespace strata::nn

@@ -1,5 +1,6 @@
 #include "strata/exec/device.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -85,13 +86,33 @@ int usableCores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+void checkElement(ElementType element, Device device) {
+  if (element == ElementType::kFp32)
+    return;
+  const auto type = std::string(toString(element));
+  if (device == Device::kCpu)
+    throw OptionError("--element",
+                      fmt::format("{} with --device cpu: the CPU executor computes in fp32 only "
+                                  "(--element tf32 and bf16 run with --device cuda)",
+                                  type));
+  if (element == ElementType::kFp16)
+    throw OptionError(
+        "--element",
+        "fp16 with --device cuda: the executor does not run fp16, which needs loss scaling "
+        "(small gradients underflow fp16's 5-bit exponent) and that is not built; use --element "
+        "bf16 (fp32's exponent range, no loss scaling, the same tensor-core peak on A100 and "
+        "H100)");
+}
+
 std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option, int gpu,
-                                         int threads) {
+                                         int threads, ElementType element) {
   checkDevice(device, option);
+  checkElement(element, device);
 #if STRATA_HAVE_CUDA
   if (device == Device::kCuda) {
     nn::CudaBackendOptions o;
     o.device = gpu;
+    o.element = element;
     return std::make_unique<nn::CudaBackend>(o);
   }
 #endif

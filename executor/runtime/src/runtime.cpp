@@ -87,9 +87,8 @@ RunResult runChecked(Communicator& comm, const Plan& plan, const Network& networ
 
 }  // namespace
 
-void checkRunnable(const Network& network, const Scenario& sc) {
-  if (sc.options.element != ElementType::kFp32)
-    throw OptionError("--element", "the CPU executor computes in fp32 only");
+void checkRunnable(const Network& network, const Scenario& sc, Device device) {
+  checkElement(sc.options.element, device);
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",
@@ -269,7 +268,7 @@ void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
 
 void checkRun(const Network& network, const Scenario& sc, const RunOptions& options,
               RunPlacement placement) {
-  checkRunnable(network, sc);
+  checkRunnable(network, sc, options.device);
   checkRunOptions(options);
   checkRunDevice(options, sc.workers);
   if (sc.strategy == Strategy::kPs && sc.options.staleness > 0 && options.device != Device::kCpu)

@@ -304,10 +304,21 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
 }
 
 std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, double examples,
-                                  int outputs, MemKernel update) {
+                                  int outputs, MemKernel update, ElementType element) {
   STRATA_ENFORCE(index >= 0 && index < static_cast<int>(net.layers.size()));
   const Layer& l = net.layers[static_cast<size_t>(index)];
   std::vector<KernelCall> calls;
+  // bf16: the casts of one conv or fc phase (cuda_conv.cpp, cuda_fc.cpp):
+  // its two operands into bf16 scratch, and a convolution's result back.
+  const bool bf16 = element == ElementType::kBf16 && phase != Phase::kUpdate &&
+                    (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc);
+  auto cast = [&](MemKernel kernel, double units) {
+    KernelCall c;
+    c.kernel = kernel;
+    c.units = units;
+    calls.push_back(c);
+  };
+  const double wholeBatch = double(std::max<int64_t>(1, std::llround(examples)));
   if (l.kind == LayerKind::kConv && phase != Phase::kUpdate) {
     // One cuDNN call per pass over the whole batch and every group, and the
     // bias kernels of kernels/ (one launch each).
@@ -326,21 +337,42 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
       b.units = double(n) * double(l.spec.filters) * double(area);
       calls.push_back(b);
     };
+    const double in = wholeBatch * double(l.inShape.c) * l.inShape.h * l.inShape.w;
+    const double out = double(n) * double(l.spec.filters) * double(area);
+    const double weights = double(l.spec.filters) * double(c.k);
     if (phase == Phase::kFwd) {
       // The first reader of a value several layers read clears its gradient.
       for (const auto& z : lowerCpu(net, index, phase, examples, outputs))
         if (!z.gemm && z.kernel == MemKernel::kZero)
           calls.push_back(z);
+      if (bf16) {
+        cast(MemKernel::kCastBf16, in);
+        cast(MemKernel::kCastBf16, weights);
+      }
       c.pass = ConvPass::kFwd;
       calls.push_back(c);
+      if (bf16)
+        cast(MemKernel::kCastFp32, out);
       if (l.spec.bias)
         bias(MemKernel::kBias);
     } else if (phase == Phase::kBwdData) {
+      if (bf16) {
+        cast(MemKernel::kCastBf16, out);
+        cast(MemKernel::kCastBf16, weights);
+      }
       c.pass = ConvPass::kBwdData;  // cuDNN applies beta: no zero fill
       calls.push_back(c);
+      if (bf16)
+        cast(MemKernel::kCastFp32, in);
     } else {
+      if (bf16) {
+        cast(MemKernel::kCastBf16, in);
+        cast(MemKernel::kCastBf16, out);
+      }
       c.pass = ConvPass::kBwdFilter;
       calls.push_back(c);
+      if (bf16)
+        cast(MemKernel::kCastFp32, weights);
       if (l.spec.bias)
         bias(MemKernel::kBiasGrad);
     }
@@ -392,6 +424,17 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
       }
     }
     calls.push_back(c);
+  }
+  if (bf16 && l.kind == LayerKind::kFc) {
+    // fc: the rows held (a model-parallel slice: `outputs`) of the weights,
+    // the input and the output gradient of the whole batch.
+    const double rows = outputs > 0 ? double(outputs) : double(l.outShape.c);
+    const double positions = l.spec.flatten ? 1.0 : double(l.inShape.h) * l.inShape.w;
+    const double features =
+        l.spec.flatten ? double(l.inShape.c) * l.inShape.h * l.inShape.w : double(l.inShape.c);
+    const double x = wholeBatch * features * positions, dy = wholeBatch * rows * positions;
+    cast(MemKernel::kCastBf16, phase == Phase::kBwdData ? dy : x);
+    cast(MemKernel::kCastBf16, phase == Phase::kBwdWeights ? dy : rows * features);
   }
   return calls;
 }

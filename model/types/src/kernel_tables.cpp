@@ -41,7 +41,8 @@ constexpr std::string_view kMemNames[kMemKernelCount] = {
     "batchnorm_fwd", "batchnorm_bwd_data", "batchnorm_bwd_weights", "sgd",          "reduce",
     "pool_max_fwd_2x2", "pool_avg_fwd_2x2", "pool_avg_bwd_2x2",
     "layernorm_fwd", "layernorm_bwd_data", "layernorm_bwd_weights", "gelu_fwd",     "gelu_bwd",
-    "attn_softmax_fwd", "attn_softmax_bwd", "embedding_fwd",        "embedding_bwd", "adam"};
+    "attn_softmax_fwd", "attn_softmax_bwd", "embedding_fwd",        "embedding_bwd", "adam",
+    "cast_bf16",     "cast_fp32"};
 // clang-format on
 
 // Position of x among increasing grid values, in log space: index i and

@@ -20,11 +20,13 @@
 #include <tuple>
 #include <vector>
 
+#include "bf16_reference.h"
 #include "helpers.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/memory.h"
 #include "strata/exec/nn/model.h"
+#include "strata/kernels/precision.h"
 #include "strata/model/error.h"
 
 namespace strata::nn {
@@ -35,7 +37,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // One backend per configuration for the whole program (creating the cuBLAS
 // and cuDNN handles costs a good part of a second), released by main before
 // it returns: CUDA objects must not outlive the CUDA runtime's own teardown.
-std::unique_ptr<CudaBackend> sharedDefault, sharedHeuristic;
+std::unique_ptr<CudaBackend> sharedDefault, sharedHeuristic, sharedBf16;
 
 CudaBackend& defaultGpu() {
   if (!sharedDefault)
@@ -49,6 +51,13 @@ CudaBackend& heuristicGpu() {
     sharedHeuristic =
         std::make_unique<CudaBackend>(CudaBackendOptions{.benchmarkConvolutions = false});
   return *sharedHeuristic;
+}
+
+// GEMMs and convolutions in bf16 with fp32 accumulation (--element bf16).
+CudaBackend& bf16Gpu() {
+  if (!sharedBf16)
+    sharedBf16 = std::make_unique<CudaBackend>(CudaBackendOptions{.element = ElementType::kBf16});
+  return *sharedBf16;
 }
 
 // The same array for both backends: a host vector for the CPU and a buffer
@@ -664,7 +673,7 @@ TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data w
 }
 
 TEST_CASE("TF32 on: conv and fc stay within TF32's precision of the CPU's", "[tf32]") {
-  CudaBackend tf32(CudaBackendOptions{.allowTf32 = true});
+  CudaBackend tf32(CudaBackendOptions{.element = ElementType::kTf32});
   CpuBackend cpu;
   const ConvDesc d = convDesc(16, 13, 13, 24, 3, 3, 1, 1, 1);
   const Dims xDims{2, d.inC, d.inH, d.inW}, yDims{2, d.filters, d.outH, d.outW};
@@ -681,6 +690,211 @@ TEST_CASE("TF32 on: conv and fc stay within TF32's precision of the CPU's", "[tf
   cpu.fcForward(fc, x.onCpu(), wf.cpu.data(), nullptr, yf.onCpu());
   tf32.fcForward(fc, x.onGpu(), wf.gpu.data(), nullptr, yf.onGpu());
   requireClose(tf32, yf, 1e-2);
+}
+
+// ---- mixed precision: bf16 ------------------------------------------------------------------
+//
+// The reference of a bf16 GEMM or convolution is the fp32 one of operands
+// rounded to bf16 (tests/bf16_reference.h): products of two bf16 values are
+// exact in fp32, so CpuBackend on rounded operands computes what cuBLAS and
+// cuDNN do with bf16 operands and fp32 accumulation, up to the order of the
+// sums. Tolerances, relative to the result's largest |value|:
+//  - fc (cuBLAS writes fp32): 1e-3. Only the order of fp32 sums and the
+//    tensor cores' fp32 accumulation (which truncates, a few ulps over k
+//    terms) separate the two; a result or partial sums rounded to bf16 would
+//    be off by up to 2^-9 = 2e-3 of the largest element and fail.
+//  - conv (cuDNN's legacy API writes bf16, cast back): 4e-3 = 2^-8, one
+//    bf16 rounding of each element (at most 2^-9 of it) plus the sums' order.
+
+// A twin's CPU side rounded through bf16, for CpuBackend (the GPU side keeps
+// its fp32 values: the bf16 backend rounds them itself).
+std::vector<float> rounded(const TwinArray& a) {
+  return strata::test::roundedThroughBf16(a.cpu);
+}
+
+TEST_CASE("bf16 fc: cublasGemmEx equals the bf16 reference GEMM", "[bf16][fc]") {
+  CudaBackend& g = bf16Gpu();
+  const int n = 6, k = 300, o = 37;
+  const FcDesc d{true, k, o};
+  TwinTensor x = randomTensor(Dims{n, k, 1, 1}, 301);
+  TwinArray w = randomArray(static_cast<size_t>(o) * k, 302);
+  TwinTensor y = nanTensor(Dims{n, o, 1, 1});
+  g.fcForward(d, x.onGpu(), w.gpu.data(), nullptr, y.onGpu());
+  const std::vector<float> reference = strata::test::bf16GemmNt(x.cpu, w.cpu, n, o, k);
+  requireClose(g, reference, y.gpu.span(), 1e-3);
+  // The GPU did round its operands: the fp32 product differs by more than
+  // fp32's rounding (so this test tells bf16 from fp32).
+  CpuBackend cpu;
+  TwinTensor exact = nanTensor(Dims{n, o, 1, 1});
+  cpu.fcForward(d, x.onCpu(), w.cpu.data(), nullptr, exact.onCpu());
+  double largest = 0;
+  for (size_t i = 0; i < exact.cpu.size(); ++i)
+    largest = std::max(largest, std::abs(double(exact.cpu[i]) - double(y.gpu[i])));
+  CHECK(largest > 1e-5 * test::maxAbs(exact.cpu));
+}
+
+// Per position and flattened, every phase, beta 0 and 1: CpuBackend on the
+// rounded operands is the reference.
+void compareFcBf16(bool flatten, Dims xDims, int outputs) {
+  CAPTURE(flatten, xDims.n, xDims.c, xDims.h, xDims.w, outputs);
+  CudaBackend& g = bf16Gpu();
+  CpuBackend cpu;
+  const int inFeatures = flatten ? static_cast<int>(xDims.perExample()) : xDims.c;
+  const FcDesc d{flatten, inFeatures, outputs};
+  const Dims yDims =
+      flatten ? Dims{xDims.n, outputs, 1, 1} : Dims{xDims.n, outputs, xDims.h, xDims.w};
+  const auto weights = static_cast<size_t>(outputs) * inFeatures;
+  TwinTensor x = randomTensor(xDims, 311);
+  TwinArray w = randomArray(weights, 312);
+  TwinArray bias = randomArray(static_cast<size_t>(outputs), 313);
+  TwinTensor dy = randomTensor(yDims, 314);
+  std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+  const ConstTensorView xrv{xr.data(), xDims}, dyrv{dyr.data(), yDims};
+
+  TwinTensor y = nanTensor(yDims);
+  cpu.fcForward(d, xrv, wr.data(), bias.cpu.data(), y.onCpu());
+  g.fcForward(d, x.onGpu(), w.gpu.data(), bias.gpu.data(), y.onGpu());
+  requireClose(g, y, 1e-3);
+  for (float beta : {0.0f, 1.0f}) {
+    CAPTURE(beta);
+    TwinTensor dx = beta == 0.0f ? nanTensor(xDims) : randomTensor(xDims, 315);
+    cpu.fcBackwardData(d, dyrv, wr.data(), dx.onCpu(), beta);
+    g.fcBackwardData(d, dy.onGpu(), w.gpu.data(), dx.onGpu(), beta);
+    requireClose(g, dx, 1e-3);
+  }
+  TwinArray dw = randomArray(weights, 316);
+  TwinArray db = randomArray(static_cast<size_t>(outputs), 317);
+  cpu.fcBackwardWeights(d, xrv, dyrv, dw.cpu.data(), db.cpu.data());
+  g.fcBackwardWeights(d, x.onGpu(), dy.onGpu(), dw.gpu.data(), db.gpu.data());
+  requireClose(g, dw, 1e-3);
+  // The bias gradient is fp32 throughout (kernels/, on unrounded dy).
+  TwinArray dbExact = randomArray(static_cast<size_t>(outputs), 317);
+  cpu.fcBackwardWeights(d, x.onCpu(), dy.onCpu(), dw.cpu.data(), dbExact.cpu.data());
+  requireClose(g, dbExact.cpu, db.gpu.span());
+}
+
+TEST_CASE("bf16 fc: every phase equals CpuBackend on bf16-rounded operands", "[bf16][fc]") {
+  compareFcBf16(true, Dims{5, 4, 3, 2}, 7);
+  compareFcBf16(true, Dims{9, 64, 1, 1}, 33);
+  compareFcBf16(false, Dims{5, 6, 3, 4}, 7);  // strided-batched GemmEx, per-example weight GEMMs
+  compareFcBf16(false, Dims{4, 6, 1, 1}, 5);  // one position: the flatten path
+}
+
+void compareConvBf16(const ConvDesc& d, int n) {
+  CAPTURE(d.inC, d.inH, d.inW, d.filters, d.kernelH, d.kernelW, d.stride, d.pad, d.groups, n);
+  CudaBackend& g = bf16Gpu();
+  CpuBackend cpu;
+  constexpr double kTolerance = 4e-3;  // 2^-8: the bf16 result, rounded once
+  const Dims xDims{n, d.inC, d.inH, d.inW}, yDims{n, d.filters, d.outH, d.outW};
+  const auto weights = static_cast<size_t>(d.filters) * (d.inC / d.groups) * d.kernelH * d.kernelW;
+  TwinTensor x = randomTensor(xDims, 321);
+  TwinArray w = randomArray(weights, 322);
+  TwinArray bias = randomArray(static_cast<size_t>(d.filters), 323);
+  TwinTensor dy = randomTensor(yDims, 324);
+  std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+  const ConstTensorView xrv{xr.data(), xDims}, dyrv{dyr.data(), yDims};
+
+  TwinTensor y = nanTensor(yDims);
+  cpu.convForward(d, xrv, wr.data(), bias.cpu.data(), y.onCpu());
+  g.convForward(d, x.onGpu(), w.gpu.data(), bias.gpu.data(), y.onGpu());
+  requireClose(g, y, kTolerance);
+  for (float beta : {0.0f, 1.0f}) {
+    CAPTURE(beta);
+    TwinTensor dx = beta == 0.0f ? nanTensor(xDims) : randomTensor(xDims, 325);
+    cpu.convBackwardData(d, dyrv, wr.data(), dx.onCpu(), beta);
+    g.convBackwardData(d, dy.onGpu(), w.gpu.data(), dx.onGpu(), beta);
+    requireClose(g, dx, kTolerance);
+  }
+  // dw starts non-zero: the bf16 result is added to it in fp32.
+  TwinArray dw = randomArray(weights, 326);
+  cpu.convBackwardWeights(d, xrv, dyrv, dw.cpu.data(), nullptr);
+  g.convBackwardWeights(d, x.onGpu(), dy.onGpu(), dw.gpu.data(), nullptr);
+  requireClose(g, dw, kTolerance);
+}
+
+TEST_CASE("bf16 conv: cuDNN with bf16 tensors equals CpuBackend on bf16-rounded operands",
+          "[bf16][conv]") {
+  compareConvBf16(convDesc(16, 13, 13, 24, 3, 3, 1, 1, 1), 2);
+  compareConvBf16(convDesc(3, 31, 31, 8, 11, 11, 4, 2, 1), 3);  // AlexNet's conv1, small
+  compareConvBf16(convDesc(8, 9, 9, 12, 5, 5, 1, 2, 2), 2);     // groups
+}
+
+// A whole step in bf16 against the same step in fp32 on the CPU. Every conv
+// and fc rounds its operands to bf16 (unit roundoff 2^-9 = 2e-3), and the
+// errors pass through the layers; a max-pooling window whose two largest
+// inputs are within that of each other may route its gradient to the other
+// one. So the comparison is normwise per parameter block (|a - b| / |b| over
+// the block): 5e-2, ten times what a few roundings of 2e-3 give, while a
+// wrong GEMM (a transposed operand, a lost accumulation, a result in the
+// wrong scratch) is off by the order of 1.
+double relativeNorm(std::span<const float> reference, std::span<const float> other) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    diff += (double(reference[i]) - double(other[i])) * (double(reference[i]) - double(other[i]));
+    norm += double(reference[i]) * double(reference[i]);
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+TEST_CASE("a bf16 Model step stays within bf16's tolerance of the fp32 step (tiny-cnn)",
+          "[bf16][model]") {
+  const Network net = test::presetNetwork("tiny-cnn");
+  CpuBackend cpuBackend;
+  Model cpu(net, ModelOptions{.backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.backend = &bf16Gpu()});
+  REQUIRE(copyOf(cpu.allParameters()) == copyOf(gpu.allParameters()));
+  const auto data = SyntheticDataset::forNetwork(net, 5);
+  const int batch = 8;
+  for (Model* m : {&cpu, &gpu}) {
+    std::vector<int32_t> labels(batch);
+    data.fill(0, m->input(batch).view(), labels);
+    m->setLabels(labels);
+    m->setStep(0);
+    m->zeroGradients();
+    m->forwardAll();
+    m->backwardAll();
+  }
+  bf16Gpu().synchronize();
+  CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-2));
+  const auto gc = copyOf(cpu.allGradients()), gg = copyOf(gpu.allGradients());
+  for (int l = 0; l < cpu.layerCount(); ++l) {
+    const ParamBlock b = cpu.paramBlock(l);
+    if (b.size() == 0)
+      continue;
+    INFO("gradients of " << net.layers[static_cast<size_t>(l)].name);
+    const auto at = static_cast<size_t>(b.offset), size = static_cast<size_t>(b.size());
+    CHECK(relativeNorm(std::span(gc).subspan(at, size), std::span(gg).subspan(at, size)) < 5e-2);
+  }
+  cpu.updateAll(0.01f, 0.9f, 5e-4f);
+  gpu.updateAll(0.01f, 0.9f, 5e-4f);
+  bf16Gpu().synchronize();
+  // Master weights stay fp32: the updated weights are not bf16 values (a
+  // bf16 copy kept as the weights would have the low 16 bits all zero).
+  const auto pg = copyOf(gpu.allParameters()), pc = copyOf(cpu.allParameters());
+  size_t beyondBf16 = 0;
+  for (float v : pg)
+    beyondBf16 += kernels::element::roundThroughBf16(v) != v ? 1 : 0;
+  CHECK(beyondBf16 > pg.size() / 2);
+  // And the step moved them as fp32's did, within the gradients' tolerance.
+  const auto p0 = copyOf(Model(net, ModelOptions{.backend = &cpuBackend}).allParameters());
+  std::vector<float> stepCpu(pc.size()), stepGpu(pc.size());
+  for (size_t i = 0; i < pc.size(); ++i) {
+    stepCpu[i] = pc[i] - p0[i];
+    stepGpu[i] = pg[i] - p0[i];
+  }
+  CHECK(relativeNorm(stepCpu, stepGpu) < 5e-2);
+}
+
+// fp16 needs loss scaling, which is not built: refused with the reason.
+TEST_CASE("the CUDA backend refuses fp16, naming bf16 instead", "[bf16]") {
+  try {
+    CudaBackend fp16(CudaBackendOptions{.element = ElementType::kFp16});
+    FAIL("no error");
+  } catch (const RunFailure& e) {
+    const std::string what = e.what();
+    CHECK(what.find("loss scaling") != std::string::npos);
+    CHECK(what.find("use bf16") != std::string::npos);
+  }
 }
 
 TEST_CASE("timeline marks are GPU times in order from the origin", "[timing]") {
@@ -916,6 +1130,7 @@ int main(int argc, char** argv) {
     }
   }
   const int failed = session.run();
+  strata::nn::sharedBf16.reset();
   strata::nn::sharedHeuristic.reset();
   strata::nn::sharedDefault.reset();
   return failed;

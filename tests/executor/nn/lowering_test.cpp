@@ -26,6 +26,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -358,14 +359,68 @@ TEST_CASE("a record-only run lists the calls a computing run makes and recording
 TEST_CASE("lowerCuda lists the calls the CUDA backend makes: layers no preset has",
           "[lowering][cuda]") {
   const Network net = edgeNetwork();
-  for (int batch : {1, 3}) {
-    KernelRecorder recorder(/*recordOnly=*/true);
-    CudaBackend backend(recorder);
-    const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
-    checkAgainst(
-        net, recorded, [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0); },
-        fmt::format("edge network on cuda, batch {}", batch));
+  for (auto element : {ElementType::kFp32, ElementType::kBf16})
+    for (int batch : {1, 3}) {
+      KernelRecorder recorder(/*recordOnly=*/true);
+      CudaBackend backend(recorder, element);
+      const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+      checkAgainst(
+          net, recorded,
+          [&](int l, Phase phase) {
+            return lowerCuda(net, l, phase, batch, 0, MemKernel::kSgd, element);
+          },
+          fmt::format("edge network on cuda {}, batch {}", toString(element), batch));
+    }
+}
+
+// bf16 adds casts around every conv and fc phase and nothing else: the
+// lowering of a conv layer's forward lists them with their sizes.
+TEST_CASE("lowerCuda bf16: the casts around a convolution and an fc layer", "[lowering][cuda]") {
+  const Network net = presetNetwork("tiny-cnn");
+  int conv = -1, fc = -1;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    if (conv < 0 && net.layers[i].kind == LayerKind::kConv)
+      conv = static_cast<int>(i);
+    if (fc < 0 && net.layers[i].kind == LayerKind::kFc && net.layers[i].spec.flatten)
+      fc = static_cast<int>(i);
   }
+  REQUIRE(conv >= 0);
+  REQUIRE(fc >= 0);
+  const Layer& c = net.layers[static_cast<size_t>(conv)];
+  const double n = 3, in = n * c.inShape.c * c.inShape.h * c.inShape.w,
+               out = n * c.outShape.c * c.outShape.h * c.outShape.w,
+               weights = double(c.spec.filters) * (c.inShape.c / std::max(1, c.spec.groups)) *
+                         c.spec.kernelH * c.spec.kernelW;
+  auto casts = [](const std::vector<KernelCall>& calls, MemKernel kernel) {
+    std::vector<double> units;
+    for (const auto& k : calls)
+      if (!k.gemm && !k.conv && k.kernel == kernel)
+        units.push_back(k.units);
+    std::sort(units.begin(), units.end());
+    return units;
+  };
+  const auto sorted = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const auto fwd = lowerCuda(net, conv, Phase::kFwd, n, 0, MemKernel::kSgd, ElementType::kBf16);
+  CHECK(casts(fwd, MemKernel::kCastBf16) == sorted({in, weights}));
+  CHECK(casts(fwd, MemKernel::kCastFp32) == std::vector<double>{out});
+  const auto bwd =
+      lowerCuda(net, conv, Phase::kBwdWeights, n, 0, MemKernel::kSgd, ElementType::kBf16);
+  CHECK(casts(bwd, MemKernel::kCastBf16) == sorted({in, out}));
+  CHECK(casts(bwd, MemKernel::kCastFp32) == std::vector<double>{weights});
+  // fp32 and tf32: none.
+  for (auto e : {ElementType::kFp32, ElementType::kTf32})
+    CHECK(casts(lowerCuda(net, conv, Phase::kFwd, n, 0, MemKernel::kSgd, e), MemKernel::kCastBf16)
+              .empty());
+  const Layer& f = net.layers[static_cast<size_t>(fc)];
+  const double features = double(f.inShape.c) * f.inShape.h * f.inShape.w;
+  const auto data = lowerCuda(net, fc, Phase::kBwdData, n, 0, MemKernel::kSgd, ElementType::kBf16);
+  CHECK(casts(data, MemKernel::kCastBf16) ==
+        sorted({n * f.outShape.c, double(f.outShape.c) * features}));
+  CHECK(casts(data, MemKernel::kCastFp32).empty());  // cuBLAS writes fp32
+  CHECK(lowerCuda(net, fc, Phase::kUpdate, n, 0, MemKernel::kSgd, ElementType::kBf16).size() == 1);
 }
 
 TEST_CASE("lowerCuda lists the calls the CUDA backend makes: transformer layers no preset has",
@@ -394,25 +449,27 @@ TEST_CASE(
     const Network net = presetNetwork(preset);
     if (hasRnn(net))
       continue;  // no backend runs rnn layers
-    for (int batch : {1, 3}) {
-      KernelRecorder recorder(/*recordOnly=*/true);
-      CudaBackend backend(recorder);
-      std::vector<Slicing> layouts = {{}};
-      if (net.modelParallelFrom >= 0)
-        layouts.push_back({3, 1});
-      for (Slicing slicing : layouts) {
-        const StepCalls recorded = recordStep(net, backend, recorder, batch, false, slicing);
-        checkAgainst(
-            net, recorded,
-            [&](int l, Phase phase) {
-              return lowerCuda(net, l, phase, batch, outputsOf(net, slicing, l));
-            },
-            fmt::format("{} on cuda, batch {}{}", preset, batch,
-                        slicing.workers > 0 ? fmt::format(", model-parallel rank {} of {}",
-                                                          slicing.rank, slicing.workers)
-                                            : ""));
+    for (auto element : {ElementType::kFp32, ElementType::kBf16})
+      for (int batch : {1, 3}) {
+        KernelRecorder recorder(/*recordOnly=*/true);
+        CudaBackend backend(recorder, element);
+        std::vector<Slicing> layouts = {{}};
+        if (net.modelParallelFrom >= 0)
+          layouts.push_back({3, 1});
+        for (Slicing slicing : layouts) {
+          const StepCalls recorded = recordStep(net, backend, recorder, batch, false, slicing);
+          checkAgainst(
+              net, recorded,
+              [&](int l, Phase phase) {
+                return lowerCuda(net, l, phase, batch, outputsOf(net, slicing, l), MemKernel::kSgd,
+                                 element);
+              },
+              fmt::format("{} on cuda {}, batch {}{}", preset, toString(element), batch,
+                          slicing.workers > 0 ? fmt::format(", model-parallel rank {} of {}",
+                                                            slicing.rank, slicing.workers)
+                                              : ""));
+        }
       }
-    }
   }
 }
 #endif

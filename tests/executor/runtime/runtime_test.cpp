@@ -573,6 +573,24 @@ TEST_CASE("every gradient allreduce the executor runs gives the one-worker weigh
       CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
     }
   }
+  // Element types: the CPU computes in fp32 only; CUDA runs tf32 and bf16,
+  // not fp16 (no loss scaling), each refused naming --element and the device.
+  {
+    auto sc = test::runScenario(Strategy::kRing, 2, b);
+    sc.options.element = ElementType::kBf16;
+    CHECK_THROWS_WITH(exec::checkRunnable(net, sc),
+                      Catch::StartsWith("--element: bf16 with --device cpu: the CPU executor "
+                                        "computes in fp32 only"));
+    CHECK_NOTHROW(exec::checkRunnable(net, sc, exec::Device::kCuda));
+    sc.options.element = ElementType::kTf32;
+    CHECK_NOTHROW(exec::checkRunnable(net, sc, exec::Device::kCuda));
+    sc.options.element = ElementType::kFp16;
+    CHECK_THROWS_WITH(exec::checkRunnable(net, sc, exec::Device::kCuda),
+                      Catch::Contains("fp16 with --device cuda") &&
+                          Catch::Contains("loss scaling") && Catch::Contains("--element bf16"));
+    CHECK_THROWS_AS(exec::makeBackend(exec::Device::kCpu, "--device", 0, 1, ElementType::kBf16),
+                    OptionError);
+  }
   // Hierarchical and auto need nodes and a cluster: refused, naming --allreduce.
   for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kAuto}) {
     auto sc = test::runScenario(Strategy::kRing, 4, b);

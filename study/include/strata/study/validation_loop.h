@@ -31,6 +31,11 @@ struct ValidationOptions {
   // Where the runs compute: the CPU's threads, or CUDA (K workers on the
   // GPUs round-robin, the device communicator between them).
   exec::Device device = exec::Device::kCpu;
+  // The precision every row runs, profiles and is predicted in (--element;
+  // CUDA: fp32, tf32 or bf16 on the backend's GEMMs and convolutions, the
+  // model pricing them from the calibrated file's peak and
+  // efficiency_by_element of that type; the CPU: fp32 only).
+  ElementType element = ElementType::kFp32;
 };
 
 // What the loop is doing, for a front end to show (each may be left empty).

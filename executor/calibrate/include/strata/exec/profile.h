@@ -12,10 +12,12 @@ namespace strata::exec {
 // Times fwd, bwd_data, bwd_weights and update of every layer of `network` on
 // one worker of `device` (the CPU backend on this thread and threads - 1
 // helpers, or GPU 0: GPU time from CUDA events) at `batch` examples: a
-// warm-up pass, then `repeats` passes; each figure is the median. Throws
-// UserError (OptionError for batch, repeats, device and threads) for what the
-// executor cannot run.
+// warm-up pass, then `repeats` passes; each figure is the median. `element`:
+// the precision of the CUDA backend's GEMMs and convolutions (fp32, tf32,
+// bf16; the CPU: fp32 only). Throws UserError (OptionError for batch,
+// repeats, device, threads and element) for what the executor cannot run.
 OpProfile profileNetwork(const Network& network, int batch, int repeats = 5,
-                         Device device = Device::kCpu, int threads = 1);
+                         Device device = Device::kCpu, int threads = 1,
+                         ElementType element = ElementType::kFp32);
 
 }  // namespace strata::exec

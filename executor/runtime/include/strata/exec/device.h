@@ -10,6 +10,7 @@
 
 #include "strata/exec/comm/buffer_ops.h"
 #include "strata/exec/nn/backend.h"
+#include "strata/model/cluster.h"
 
 namespace strata::exec {
 
@@ -37,11 +38,19 @@ double deviceMemoryBytes(Device device, int gpu = 0);
 // (0 when none or not built) for CUDA.
 int deviceCount(Device device);
 
-// A backend for one worker on `device` (checkDevice first). The CPU's is a
-// CpuBackend on `threads` threads; CUDA's a CudaBackend on GPU `gpu` with
-// FP32 arithmetic (no TF32).
+// A backend for one worker on `device` (checkDevice and checkElement
+// first). The CPU's is a CpuBackend on `threads` threads; CUDA's a
+// CudaBackend on GPU `gpu` whose GEMMs and convolutions compute in `element`
+// (CudaBackendOptions::element: fp32 without TF32, tf32, or bf16 with fp32
+// accumulation and fp32 master weights).
 std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& option = "--device",
-                                         int gpu = 0, int threads = 1);
+                                         int gpu = 0, int threads = 1,
+                                         ElementType element = ElementType::kFp32);
+// Throws OptionError naming --element (and the device) when the executor
+// cannot compute in `element` on `device`: the CPU computes in fp32 only; the
+// CUDA backend runs fp32, tf32 and bf16, not fp16 (it would need loss
+// scaling, which is not built: use bf16).
+void checkElement(ElementType element, Device device);
 // The cores this process may run on (its CPU affinity mask; at least 1).
 int usableCores();
 // How a worker on `device` (GPU `gpu`) copies and sums its messages: the

@@ -112,9 +112,10 @@ void checkRun(const Network& network, const Scenario& scenario, const RunOptions
               RunPlacement placement);
 
 // Part of checkRun: throws UserError (OptionError for options) when the
-// executor cannot run this scenario: an element type other than fp32, an
-// rnn layer.
-void checkRunnable(const Network& network, const Scenario& scenario);
+// executor cannot run this scenario on `device`: an element type it does not
+// compute in there (checkElement: fp32 only on the CPU; fp32, tf32 and bf16 on
+// CUDA), an rnn layer.
+void checkRunnable(const Network& network, const Scenario& scenario, Device device = Device::kCpu);
 
 // A hash of everything the ranks must agree on (the network's layers and
 // shapes, strategy, K, b, options, run options); compared at start.

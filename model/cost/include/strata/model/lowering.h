@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/model/cluster.h"
 #include "strata/model/kernels.h"
 #include "strata/model/network.h"
 
@@ -31,8 +32,14 @@ std::vector<KernelCall> lowerCpu(const Network& network, int index, Phase phase,
 // per-group implicit GEMMs) with the bias kernels beside it; fc layers are
 // cuBLAS GEMMs as on the CPU (per-position fc a batch of n GEMMs); every other
 // layer one kernel of kernels/, which applies beta itself (no zero fills).
+// element bf16 (CudaBackendOptions::element): each conv and fc phase also
+// casts its two operands to bf16 (cast_bf16: x or dy, and w or dy, one call
+// each per phase) and a convolution its bf16 result back (cast_fp32: y, dx or
+// dw); the GEMM and convolution shapes are the same. fp32 and tf32 lower
+// alike.
 std::vector<KernelCall> lowerCuda(const Network& network, int index, Phase phase, double examples,
-                                  int outputs, MemKernel update = MemKernel::kSgd);
+                                  int outputs, MemKernel update = MemKernel::kSgd,
+                                  ElementType element = ElementType::kFp32);
 
 // lowerCpu or lowerCuda by `backend` ("cpu", "cuda"); threads: lowerCpu's.
 std::vector<KernelCall> lower(std::string_view backend, const Network& network, int index,

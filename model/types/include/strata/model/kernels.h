@@ -75,8 +75,12 @@ enum class MemKernel {
   kEmbeddingFwd,    // gather of token (and position) vectors; unit: output elements
   kEmbeddingBwd,    // scatter-add into the tables; unit: output elements
   kAdam,            // unit: parameters
+  // Mixed precision (the CUDA backend's --element bf16): the casts around its
+  // bf16 GEMMs and convolutions; unit: elements converted.
+  kCastBf16,  // fp32 -> bf16 (round to nearest even), an operand into scratch
+  kCastFp32,  // bf16 -> fp32 with beta, a convolution's result out of scratch
 };
-inline constexpr int kMemKernelCount = 38;
+inline constexpr int kMemKernelCount = 40;
 std::string_view toString(MemKernel kernel);
 // Parses a config name ("relu_fwd"); false when unknown.
 bool parseMemKernel(std::string_view name, MemKernel& out);

@@ -22,11 +22,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "strata/exec/nn/backend.h"
+#include "strata/model/cluster.h"
 
 // cudaStream_t is a pointer to this (driver_types.h).
 struct CUstream_st;
@@ -36,11 +38,27 @@ namespace strata::nn {
 struct CudaBackendOptions {
   // CUDA device ordinal.
   int device = 0;
-  // TF32 tensor cores in cuBLAS GEMMs and cuDNN convolutions: about 8x the
-  // FP32 throughput on A100/H100 with a 10-bit mantissa in the products. Off:
-  // full FP32 arithmetic (cuBLAS CUBLAS_DEFAULT_MATH, cuDNN CUDNN_FMA_MATH),
-  // which the tests against CpuBackend need.
-  bool allowTf32 = false;
+  // The arithmetic of GEMMs (fc) and convolutions; every other layer, the
+  // buffers the Model holds and the weights stay fp32 whatever this says.
+  //  fp32: full FP32 arithmetic (cuBLAS CUBLAS_DEFAULT_MATH, cuDNN
+  //        CUDNN_FMA_MATH), which the tests against CpuBackend need.
+  //  tf32: fp32 tensors on TF32 tensor cores (cuBLAS
+  //        CUBLAS_TF32_TENSOR_OP_MATH, cuDNN's default math): about 8x the
+  //        FP32 throughput on A100/H100 with a 10-bit mantissa in the products.
+  //  bf16: mixed precision. Each operand is cast to bf16 (round to nearest
+  //        even, kernels/precision.h) into scratch the backend keeps, the
+  //        weights included (per call: the Model may change them between any
+  //        two calls); fc layers are cublasGemmEx with bf16 A and B, fp32 C
+  //        and CUBLAS_COMPUTE_32F (products summed in fp32, written in fp32,
+  //        beta applied in fp32); convolutions run on cuDNN with bf16 tensors
+  //        and fp32 compute into bf16 scratch, cast back to fp32 with beta
+  //        (weight gradients accumulated in fp32). Master weights, their
+  //        gradients' sums and the update stay fp32 (the Model's buffers).
+  //  fp16: refused (RunFailure; the executor's --element check says so
+  //        first): fp16 training needs loss scaling, which is not built.
+  ElementType element = ElementType::kFp32;
+  // Whether GEMMs and convolutions of fp32 tensors may use TF32.
+  bool tf32() const { return element == ElementType::kTf32; }
   // How a convolution algorithm is chosen, once per shape and direction:
   // true: cuDNN times every algorithm on scratch buffers of its own
   // (cudnnFind*Algorithm; blocks the host for a few milliseconds up to a
@@ -108,8 +126,10 @@ class CudaBackend final : public Backend {
   // same code and arguments as a device run, and makes no CUDA call at all
   // (memory() is ReservedMemory, synchronize() returns at once; stream(),
   // the timeline and the device queries need a device). How the tests hold
-  // lowerCuda against this backend on machines without a GPU.
-  explicit CudaBackend(KernelRecorder& recorder);
+  // lowerCuda against this backend on machines without a GPU. `element` as
+  // CudaBackendOptions::element (bf16 records the casts around its GEMMs and
+  // convolutions).
+  explicit CudaBackend(KernelRecorder& recorder, ElementType element = ElementType::kFp32);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -268,6 +288,21 @@ class CudaBackend final : public Backend {
   // The calls of an attention plan on this backend (cuda_transformer.cpp,
   // which alone uses it).
   auto attentionOps(const std::string& where, CUstream_st* stream);
+
+  // ---- mixed precision (element bf16: cuda_internal.h) ----
+  bool bf16() const { return options_.element == ElementType::kBf16; }
+  // `count` floats at x cast to bf16 into scratch slot `slot` (0, 1: the two
+  // operands of a GEMM or convolution; 2: a convolution's result), reported as
+  // one kCastBf16 call; the slot's bf16 copy, or null on a record-only
+  // backend (which allocates nothing).
+  template <class Where>
+  const uint16_t* castOperand(int slot, const float* x, int64_t count, const Where& where);
+  // Scratch slot `slot` as room for a bf16 result of `count` elements.
+  uint16_t* bf16Scratch(int slot, int64_t count);
+  // y = float(h) + beta * y over `count` elements, reported as one kCastFp32
+  // call: a bf16 result back into the fp32 tensor the Backend contract names.
+  template <class Where>
+  void castResult(const uint16_t* h, float* y, int64_t count, float beta, const Where& where);
 
   CudaBackendOptions options_;
   std::unique_ptr<Impl> impl_;                // null: record only (no device)
