@@ -97,7 +97,10 @@ void Worker::reduce(size_t, const Task& task) {
   if (server() && !summedFrom_.empty()) {
     const int src = summedFrom_.front();
     const auto dst = e.land(scratchPart_[src], seg, src);
-    std::fill(dst.begin(), dst.end(), 0.0f);
+    // Zeroed in the backend's memory, and done before the communicator's
+    // sums (on their own stream on a GPU) read it.
+    backend_->memory().zero(dst.data(), dst.size_bytes());
+    backend_->synchronize();
   }
   // Sources in a fixed order (by rank) so every run sums alike.
   for (int src : summedFrom_)

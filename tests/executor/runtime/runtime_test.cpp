@@ -15,6 +15,7 @@
 #include "../../model/helpers.h"
 #include "../../trace_checker.h"
 #include "../counting_ops.h"
+#include "../device_like_memory.h"
 #include "run_helpers.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/memory.h"
@@ -711,4 +712,53 @@ TEST_CASE("learning rate and momentum must be finite and in range", "[exec][erro
   CHECK(errorOf(std::nanf(""), 0.9f) == "--lr: must be in (0, 1000000], got nan");
   CHECK(errorOf(0.01f, std::nanf("")) == "--momentum: must be in [0, 1), got nan");
   CHECK(errorOf(0.01f, 0.9f).empty());
+}
+
+// The GPU path without a GPU: every rank's buffers in memory that says the
+// host may not address it (device_like_memory.h), so a host-span accessor
+// left on any strategy's path (Model::allParameters, softmaxStats, Tensor::at,
+// a std::fill on a gradient span, ...) throws InvariantError and fails the
+// run. The run must hold the bits of the same run on host memory.
+TEST_CASE("every strategy runs on memory the host cannot address, bit for bit as on host memory",
+          "[exec][memory]") {
+  struct Case {
+    const char* network;
+    Strategy strategy;
+    int psServers = 0;
+    FcUpdate fcUpdate = FcUpdate::kStep;
+  };
+  std::vector<Case> cases;
+  for (Strategy s : kAllStrategies)
+    cases.push_back({"tiny-cnn", s});
+  cases.push_back({"tiny-cnn", Strategy::kOwtB, 0, FcUpdate::kRound});
+  cases.push_back({"tiny-cnn", Strategy::kPs, 1});
+  // A language model: token ids as the input, a label per position.
+  for (Strategy s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs})
+    cases.push_back({"tiny-gpt", s});
+  const int b = 3, steps = 2;
+  for (const Case& c : cases) {
+    const auto net = presetNetwork(c.network);
+    for (int k = 1; k <= 4; ++k) {
+      if (c.psServers > 0 && k == 1)
+        continue;  // dedicated servers serve two workers or more
+      INFO(c.network << " " << toString(c.strategy) << " K = " << k << " servers " << c.psServers);
+      auto sc = test::runScenario(c.strategy, k, b);
+      sc.options.psServers = c.psServers;
+      sc.options.fcUpdate = c.fcUpdate;
+      const Plan plan = lowerToPlan(net, sc, steps);
+      std::vector<std::vector<float>> host, device;
+      const auto onHost = exec::runThreads(plan, net, test::runOptions(steps), &host);
+      test::DeviceLikeMemory memory;
+      auto options = test::runOptions(steps);
+      options.backend = [&](int) { return test::deviceLikeBackend(memory); };
+      const auto onDevice = exec::runThreads(plan, net, options, &device);
+      CHECK(device == host);
+      REQUIRE(onDevice.steps.size() == onHost.steps.size());
+      for (size_t i = 0; i < onHost.steps.size(); ++i)
+        CHECK(onDevice.steps[i].loss == onHost.steps[i].loss);
+      // The host met the buffers only through the copies.
+      CHECK(memory.uploads > 0);
+      CHECK(memory.downloads > 0);
+    }
+  }
 }

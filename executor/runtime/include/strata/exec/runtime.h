@@ -36,6 +36,10 @@ struct RunOptions {
   // (makeCommOps: the host's, or its GPU's stream and kernels). Tests give
   // instrumented ops here to see that every byte goes through them.
   std::function<std::shared_ptr<BufferOps>(int worker)> commOps;
+  // Every rank's compute backend; empty: by device (makeBackend). Tests give
+  // a CPU backend whose memory the host may not address (memory.h) here, so
+  // any host touch of a buffer on the run's path fails as it would on a GPU.
+  std::function<std::unique_ptr<nn::Backend>(int rank)> backend;
   int steps = 10;
   float learningRate = 0.01f;
   float momentum = 0.9f;
