@@ -198,6 +198,16 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
                       "or run the workers as threads of one process, where they may share a GPU "
                       "(strata run -k {} --device cuda, without mpirun)",
                       onNode, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", ranks));
+#else
+    // Without NCCL the ranks' messages would go through MPI, which this
+    // build hands host pointers only: a GPU rank's buffers are device memory.
+    if (ranks > 1)
+      throw OptionError("--device",
+                        fmt::format("cuda under mpirun needs NCCL between the {} ranks (this "
+                                    "strata was built without it); run the workers as threads of "
+                                    "one process instead (strata run -k {} --device cuda, "
+                                    "without mpirun)",
+                                    ranks, ranks));
 #endif
   }
   if (opt.device == exec::Device::kCpu)

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cuda_backend.h"
@@ -200,9 +201,14 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
     std::vector<double> sizes;
     for (double u = 1024; u <= 64.0 * 1024 * 1024; u *= 4)
       sizes.push_back(u);
-    nn::Buffer<int32_t> argmax(mem, top), labels(mem, top);
-    for (size_t i = 0; i < top; ++i)
-      labels[i] = static_cast<int32_t>(i % 10);
+    nn::Buffer<int32_t> argmax(mem, top), labels(mem);
+    {
+      // Made on the host and uploaded: device memory.
+      std::vector<int32_t> host(top);
+      for (size_t i = 0; i < top; ++i)
+        host[i] = static_cast<int32_t>(i % 10);
+      labels.assign(host);
+    }
     auto record = [&](MemKernel kernel, double units, double seconds) {
       auto& table = t.memory[static_cast<size_t>(kernel)];
       if (!table.units.empty() && units <= table.units.back())
@@ -326,7 +332,7 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
     nn::ModelOptions mo;
     mo.backend = &be;
     nn::Model model(callOverheadNetwork(), mo);
-    model.input(1).fill(1.0f);
+    be.fill(model.input(1).span(), 1.0f);  // device memory: a fill kernel, not the host
     t.callOverhead = Seconds(gpuPerCall(timer, [&] { model.forward(0); }));
   }
   return out;

@@ -94,18 +94,10 @@ std::string cudaUnavailableReason() {
 }
 
 size_t cudaDeviceMemoryBytes(int device) {
-  return cudaMemoryInfo(device).totalBytes;
-}
-
-CudaMemoryInfo cudaMemoryInfo(int device) {
-  const auto where = [&] { return fmt::format("device {}", device); };
-  setDevice(device);
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", where);
-  CudaMemoryInfo info;
-  check(cudaMemGetInfo(&info.freeBytes, &info.totalBytes), "cudaMemGetInfo", where);
-  info.name = prop.name;
-  return info;
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties",
+        [&] { return fmt::format("device {}", device); });
+  return prop.totalGlobalMem;
 }
 
 // ---- CudaDeviceMemory ----------------------------------------------------------------------
@@ -141,6 +133,28 @@ cudaMemPool_t devicePool(int device) {
 }
 
 }  // namespace
+
+CudaMemoryInfo cudaMemoryInfo(int device) {
+  const auto where = [&] { return fmt::format("device {}", device); };
+  setDevice(device);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", where);
+  int pools = 0;
+  check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device),
+        "cudaDeviceGetAttribute (cudaDevAttrMemoryPoolsSupported)", where);
+  if (pools) {
+    // Blocks an earlier backend of this process freed stay in the pool (its
+    // release threshold keeps them): give them back first, so that they
+    // count as free.
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", where);
+    check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo", where);
+  }
+  CudaMemoryInfo info;
+  check(cudaMemGetInfo(&info.freeBytes, &info.totalBytes), "cudaMemGetInfo", where);
+  info.name = prop.name;
+  return info;
+}
 
 // Pinned host memory used as a ring: each copy takes the next free region,
 // and a region is written again only once the copy that used it has

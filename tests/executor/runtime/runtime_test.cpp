@@ -762,3 +762,36 @@ TEST_CASE("every strategy runs on memory the host cannot address, bit for bit as
     }
   }
 }
+
+TEST_CASE("a GPU run is sized against the memory free on its GPU, not its total",
+          "[exec][limits][memory]") {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const exec::GpuMemory gpu{1, "NVIDIA H100 80GB HBM3", 10 * kGiB, 80 * kGiB};
+  // 2 x 4 GiB fit in 10 GiB free; 2 x 5 GiB fill it exactly, which fits.
+  CHECK(exec::gpuMemoryShortfall(gpu, 4 * kGiB, 2, "alexnet", 128).empty());
+  CHECK(exec::gpuMemoryShortfall(gpu, 5 * kGiB, 2, "alexnet", 128).empty());
+  // 3 x 4 GiB = 12 GiB do not, though the GPU has 80 GiB in all.
+  const std::string why = exec::gpuMemoryShortfall(gpu, 4 * kGiB, 3, "alexnet", 128);
+  CHECK_THAT(why, Catch::Contains("3 workers x 128 examples of alexnet need at least 12.00 GiB "
+                                  "of device memory on GPU 1 (NVIDIA H100 80GB HBM3)"));
+  CHECK_THAT(why, Catch::Contains("more than the 10.00 GiB free there now (of 80.00 GiB"));
+  CHECK_THAT(why, Catch::Contains("--batch"));
+  CHECK_THAT(exec::gpuMemoryShortfall(gpu, 10.5 * kGiB, 1, "gpt3-xl", 8),
+             Catch::StartsWith("1 worker x 8 examples of gpt3-xl need at least 10.50 GiB"));
+
+  // One worker's device memory: runMemoryLowerBound's one-worker bound less
+  // its host copy of the parameters, whatever K and the ps servers are.
+  const auto net = presetNetwork("tiny-cnn");
+  auto sc = test::runScenario(Strategy::kPs, 4, 16);
+  sc.options.psServers = 1;
+  auto one = test::runScenario(Strategy::kPs, 1, 16);
+  const double expected =
+      exec::runMemoryLowerBound(net, one) - double(net.totalParams()) * sizeof(float);
+  CHECK(exec::gpuWorkerMemoryLowerBound(net, sc) == expected);
+  CHECK(exec::gpuWorkerMemoryLowerBound(net, one) == expected);
+  // Three copies of the parameters and 2 b outputs: more than those alone.
+  double outputs = 0;
+  for (const auto& l : net.layers)
+    outputs += double(l.outShape.elements());
+  CHECK(expected > (3 * double(net.totalParams()) + 2 * 16 * outputs) * sizeof(float));
+}

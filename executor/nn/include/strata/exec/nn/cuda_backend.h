@@ -66,8 +66,9 @@ std::string cudaUnavailableReason();
 size_t cudaDeviceMemoryBytes(int device = 0);
 
 // What device `device` has free now and in all, in bytes (cudaMemGetInfo:
-// other processes' and this one's allocations count), and its name; throws
-// RunFailure naming the call when they cannot be read.
+// other processes' and this one's allocations count; the blocks this
+// process's pool keeps unused are given back first, cudaMemPoolTrimTo), and
+// its name; throws RunFailure naming the call when they cannot be read.
 struct CudaMemoryInfo {
   size_t freeBytes = 0;
   size_t totalBytes = 0;
