@@ -26,12 +26,12 @@ namespace {
 // of softmax statistics whole.
 class FlatEndpoint final : public Endpoint {
  public:
-  // `memory`: the buffer's (the backend's), through which softmax statistics
-  // go to the host to be merged.
-  FlatEndpoint(BufferOps& ops, nn::Memory& memory, std::span<float> buffer, int parts, int segments,
-               int group, bool mergeStats)
+  // `backend`: the buffer's; softmax statistics go to the host through its
+  // memory to be merged.
+  FlatEndpoint(BufferOps& ops, nn::Backend& backend, std::span<float> buffer, int parts,
+               int segments, int group, bool mergeStats)
       : ops_(ops),
-        memory_(memory),
+        backend_(backend),
         buffer_(buffer),
         parts_(parts),
         segments_(segments),
@@ -47,11 +47,15 @@ class FlatEndpoint final : public Endpoint {
     if (merge_) {
       // On the host, in copies: the statistics are a few floats per
       // position, and may be device memory.
+      nn::Memory& memory = backend_.memory();
       std::vector<float> into(dst.size()), other(data.size());
-      nn::download(memory_, std::span<float>(into), dst.data());
-      nn::download(memory_, std::span<float>(other), data.data());
+      nn::download(memory, std::span<float>(into), dst.data());
+      nn::download(memory, std::span<float>(other), data.data());
       nn::mergeSoftmaxStats(into, other);
-      nn::upload(memory_, dst.data(), std::span<const float>(into));
+      nn::upload(memory, dst.data(), std::span<const float>(into));
+      // In place before it returns: the collective's next send reads it
+      // through the communicator (on its own stream on a GPU).
+      backend_.synchronize();
       return;
     }
     ops_.add(dst, data);
@@ -69,7 +73,7 @@ class FlatEndpoint final : public Endpoint {
                            static_cast<size_t>((seg.second - seg.first) * group_));
   }
   BufferOps& ops_;
-  nn::Memory& memory_;
+  nn::Backend& backend_;
   std::span<float> buffer_;
   int parts_, segments_, group_;
   bool merge_;
@@ -323,7 +327,7 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
     case BufferKind::kWeightGradients: {
       // No wait for the whole backend: the communication lane waited for
       // the tasks that produced these gradients (lane()).
-      return std::make_unique<FlatEndpoint>(comm_.ops(), backend_->memory(),
+      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
                                             model_.gradientsNoWait(c.firstLayer, c.lastLayer),
                                             c.parts, segs, 1, false);
     }
@@ -336,7 +340,7 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
       // Synchronous: the servers' updated chunks land in place. The
       // compute lane reads these weights again only in the next step's
       // forward, which waits for the pull (PullWait).
-      return std::make_unique<FlatEndpoint>(comm_.ops(), backend_->memory(),
+      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
                                             model_.parametersNoWait(c.firstLayer, c.lastLayer),
                                             c.parts, segs, 1, false);
     }
@@ -344,8 +348,8 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
       // After the forward that wrote them: their sends read them on the
       // communicator's own stream.
       backend_->synchronize();
-      return std::make_unique<FlatEndpoint>(comm_.ops(), backend_->memory(),
-                                            model_.softmaxStatsNoWait(), c.parts, segs, 2, true);
+      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_, model_.softmaxStatsNoWait(),
+                                            c.parts, segs, 2, true);
     case BufferKind::kActivations:
       return activationsEndpoint(c);
     case BufferKind::kActivationGradients:
