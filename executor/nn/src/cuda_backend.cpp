@@ -551,8 +551,10 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
     m.synthMeansOf = nullptr;
     check(cudaMalloc(m.synthMeans.out(), std::max<size_t>(bytes, 1)), "cudaMalloc",
           "the synthetic dataset's class means");
-    check(cudaMemcpy(m.synthMeans.get(), batch.means.data(), bytes, cudaMemcpyHostToDevice),
-          "cudaMemcpy", "the synthetic dataset's class means");
+    // On the stream, so the kernel below reads them after they landed (a
+    // cudaMemcpy from pageable memory may return before its DMA is done,
+    // and the legacy stream does not order the backend's non-blocking one).
+    upload(m.memory, static_cast<float*>(m.synthMeans.get()), batch.means);
     m.synthMeansOf = batch.means.data();
     m.synthMeansCount = batch.means.size();
   }
