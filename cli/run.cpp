@@ -450,6 +450,9 @@ int runRank(const RunFlags* f, std::string mistake, Process process) {
       mismatch = e.what();  // every rank has it: end cleanly, as a mistake
     }
   };
+  // A GPU rank alone in the job: its copies are device to device.
+  if (s.opt.device == exec::Device::kCuda && comm->size() == 1)
+    comm->setOps(exec::makeCommOps(s.opt.device, s.opt.gpu));
 #ifdef STRATA_HAVE_NCCL
   // GPUs across processes: the workers' data moves by NCCL, one rank per GPU.
   std::optional<exec::NcclCommunicator> nccl;
