@@ -44,8 +44,8 @@ void Worker::transfer(size_t t, const Task& task, Measured& m) {
   e.setParts(partsCovered(task));
   // Scratch stays allocated from transfer to transfer (grow-only, per
   // source): a fresh buffer per segment cost an allocation and a zero-fill,
-  // and on a GPU a cudaMallocManaged and a device-wide cudaFree, ~0.7 ms
-  // per 4 MB segment on an H100, more than the copy.
+  // and on a GPU (then managed memory) a cudaMallocManaged and a device-wide
+  // cudaFree, ~0.7 ms per 4 MB segment on an H100, more than the copy.
   summedFrom_.clear();
   scratchPart_.clear();
   for (int i = 1; i < world_; ++i) {

@@ -486,9 +486,11 @@ TEST_CASE("a worker that throws ends every worker with its error, promptly", "[e
 
 TEST_CASE("after its first step a run allocates no more buffers: scratch and staging are kept",
           "[exec][memory]") {
-  // A buffer per step or per message is, on a GPU, a cudaMallocManaged and a
-  // device-wide cudaFree (4 MB ring segments took 0.7 ms instead of 30 us on
-  // an H100). So 2 steps and 10 steps of the same run allocate alike.
+  // A buffer per step or per message was, on a GPU with managed memory, a
+  // cudaMallocManaged and a device-wide cudaFree (4 MB ring segments took
+  // 0.7 ms instead of 30 us on an H100), and is still an allocation and a
+  // wait for the stream (CudaDeviceMemory::allocate). So 2 steps and 10
+  // steps of the same run allocate alike.
   const auto net = presetNetwork("tiny-cnn");
   for (int k : {1, 2, 3, 5}) {
     for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs, Strategy::kOwtA,
