@@ -797,3 +797,30 @@ TEST_CASE("a GPU run is sized against the memory free on its GPU, not its total"
     outputs += double(l.outShape.elements());
   CHECK(expected > (3 * double(net.totalParams()) + 2 * 16 * outputs) * sizeof(float));
 }
+
+TEST_CASE("on memory the host cannot address a run also stops allocating after its first step",
+          "[exec][memory]") {
+  // Device memory's allocate waits for the stream, so an allocation per step
+  // (a host copy made through a fresh buffer, say) would cost the step its
+  // asynchrony. The device-like memory allocates from host memory, so
+  // hostAllocations() counts its buffers too.
+  const auto net = presetNetwork("tiny-cnn");
+  for (int k : {1, 3}) {
+    for (auto s :
+         {Strategy::kNaive, Strategy::kRing, Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+      INFO(toString(s) << " K = " << k);
+      const auto plan = lowerToPlan(net, test::runScenario(s, k, 5));
+      test::DeviceLikeMemory memory;
+      const auto allocations = [&](int steps) {
+        auto options = test::runOptions(steps);
+        options.backend = [&](int) { return test::deviceLikeBackend(memory); };
+        const uint64_t before = nn::hostAllocations();
+        exec::runThreads(plan, net, options);
+        return nn::hostAllocations() - before;
+      };
+      const uint64_t two = allocations(2), six = allocations(6);
+      CHECK(two > 0);
+      CHECK(six == two);
+    }
+  }
+}
