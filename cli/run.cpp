@@ -200,6 +200,16 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
                       "or run the workers as threads of one process, where they may share a GPU "
                       "(strata run -k {} --device cuda, without mpirun)",
                       onNode, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", ranks));
+#else
+    // Without NCCL the ranks' messages would go through MPI, which this
+    // build hands host pointers only: a GPU rank's buffers are device memory.
+    if (ranks > 1)
+      throw OptionError("--device",
+                        fmt::format("cuda under mpirun needs NCCL between the {} ranks (this "
+                                    "strata was built without it); run the workers as threads of "
+                                    "one process instead (strata run -k {} --device cuda, "
+                                    "without mpirun)",
+                                    ranks, ranks));
 #endif
   }
   if (opt.device == exec::Device::kCpu)
@@ -442,6 +452,9 @@ int runRank(const RunFlags* f, std::string mistake, Process process) {
       mismatch = e.what();  // every rank has it: end cleanly, as a mistake
     }
   };
+  // A GPU rank alone in the job: its copies are device to device.
+  if (s.opt.device == exec::Device::kCuda && comm->size() == 1)
+    comm->setOps(exec::makeCommOps(s.opt.device, s.opt.gpu));
 #ifdef STRATA_HAVE_NCCL
   // GPUs across processes: the workers' data moves by NCCL, one rank per GPU.
   std::optional<exec::NcclCommunicator> nccl;

@@ -1,5 +1,5 @@
 // Every CUDA kernel of kernels.h against its CPU twin on the same inputs (in
-// managed memory): bit for bit where the contract says so (elementwise,
+// device memory, copied explicitly): bit for bit where the contract says so (elementwise,
 // dropout, pooling, bias add, sgd, the LRN scale), within stated relative
 // tolerances where CUDA's exp/log/pow or the order of a sum differ. Sizes
 // run from one element to millions (more than one wave of a grid-stride
@@ -35,34 +35,6 @@ void requireCuda(cudaError_t status, const char* what) {
     FAIL(what << ": " << cudaGetErrorString(status));
 }
 
-// A copy of host values in managed memory, `offset` elements past a
-// 256-byte aligned allocation (offset 1: no float4 path).
-template <class T>
-class Managed {
- public:
-  explicit Managed(const std::vector<T>& values, int offset = 0) : count_(values.size()) {
-    requireCuda(cudaMallocManaged(&base_, (values.size() + 4) * sizeof(T)), "cudaMallocManaged");
-    data_ = base_ + offset;
-    if (!values.empty())
-      std::memcpy(data_, values.data(), values.size() * sizeof(T));
-  }
-  Managed(const Managed&) = delete;
-  Managed& operator=(const Managed&) = delete;
-  ~Managed() { cudaFree(base_); }
-
-  T* get() { return data_; }
-  // The values, after the device has finished with them.
-  std::vector<T> host() const {
-    requireCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    return std::vector<T>(data_, data_ + count_);
-  }
-
- private:
-  size_t count_;
-  T* base_ = nullptr;
-  T* data_ = nullptr;
-};
-
 // One stream for every test, as the CUDA backend holds one per worker.
 cudaStream_t testStream() {
   static cudaStream_t stream = [] {
@@ -72,6 +44,47 @@ cudaStream_t testStream() {
   }();
   return stream;
 }
+
+// A copy of host values in device memory (cudaMalloc, as the backend's
+// buffers: the host never dereferences it), `offset` elements past a
+// 256-byte aligned allocation (offset 1: no float4 path). Copies go on the
+// test stream and are waited for.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& values, int offset = 0) : count_(values.size()) {
+    requireCuda(cudaMalloc(&base_, (values.size() + 4) * sizeof(T)), "cudaMalloc");
+    data_ = base_ + offset;
+    if (!values.empty()) {
+      requireCuda(cudaMemcpyAsync(data_, values.data(), values.size() * sizeof(T),
+                                  cudaMemcpyHostToDevice, testStream()),
+                  "cudaMemcpyAsync (to the device)");
+      requireCuda(cudaStreamSynchronize(testStream()), "cudaStreamSynchronize");
+    }
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(base_); }
+
+  T* get() { return data_; }
+  // The values, copied back once the kernels before on the test stream are
+  // done (the copy is ordered after them, and waited for).
+  std::vector<T> host() const {
+    std::vector<T> out(count_);
+    if (count_ > 0) {
+      requireCuda(cudaMemcpyAsync(out.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost,
+                                  testStream()),
+                  "cudaMemcpyAsync (to the host)");
+      requireCuda(cudaStreamSynchronize(testStream()), "cudaStreamSynchronize");
+    }
+    return out;
+  }
+
+ private:
+  size_t count_;
+  T* base_ = nullptr;
+  T* data_ = nullptr;
+};
 
 constexpr float kBetas[] = {0.0f, 1.0f, 0.5f};
 
@@ -93,9 +106,9 @@ TEST_CASE("bf16 casts equal their twins bit for bit") {
       std::vector<float> x = r.floats(count);
       for (size_t i = 0; i < std::size(special) && i < x.size(); ++i)
         std::memcpy(&x[i * 7 % x.size()], &special[i], sizeof(float));
-      Managed<float> dx(x, offset);
+      DeviceArray<float> dx(x, offset);
       std::vector<uint16_t> expected(x.size());
-      Managed<uint16_t> half(expected, offset);
+      DeviceArray<uint16_t> half(expected, offset);
       twin::castToBf16(x.data(), expected.data(), count);
       cuda::castToBf16(dx.get(), half.get(), count, stream);
       REQUIRE(half.host() == expected);
@@ -103,7 +116,7 @@ TEST_CASE("bf16 casts equal their twins bit for bit") {
         INFO("beta " << beta);
         const std::vector<float> start = destination(r, count, beta);
         std::vector<float> back = start;
-        Managed<float> out(start, offset);
+        DeviceArray<float> out(start, offset);
         twin::castFromBf16(expected.data(), back.data(), count, beta);
         cuda::castFromBf16(half.get(), out.get(), count, beta, stream);
         requireSameBits(back, out.host(), "castFromBf16");
@@ -120,10 +133,10 @@ TEST_CASE("flat kernels equal their twins bit for bit") {
       INFO(count << " elements, offset " << offset);
       const std::vector<float> x = r.coin() ? r.levels(count, -3, 3) : r.floats(count);
       const std::vector<float> other = r.floats(count);
-      Managed<float> dx(x, offset), dOther(other, offset);
+      DeviceArray<float> dx(x, offset), dOther(other, offset);
 
       std::vector<float> expected(x.size());
-      Managed<float> out(expected, offset);
+      DeviceArray<float> out(expected, offset);
       twin::fill(expected.data(), count, 0.75f);
       cuda::fill(out.get(), count, 0.75f, stream);
       requireSameBits(expected, out.host(), "fill");
@@ -140,26 +153,26 @@ TEST_CASE("flat kernels equal their twins bit for bit") {
         INFO("beta " << beta);
         const std::vector<float> start = destination(r, count, beta);
         expected = start;
-        Managed<float> acc(start, offset);
+        DeviceArray<float> acc(start, offset);
         twin::accumulate(x.data(), expected.data(), count, beta);
         cuda::accumulate(dx.get(), acc.get(), count, beta, stream);
         requireSameBits(expected, acc.host(), "accumulate");
 
         expected = start;
-        Managed<float> grad(start, offset);
+        DeviceArray<float> grad(start, offset);
         twin::reluBackward(x.data(), other.data(), expected.data(), count, beta);
         cuda::reluBackward(dx.get(), dOther.get(), grad.get(), count, beta, stream);
         requireSameBits(expected, grad.host(), "reluBackward");
       }
 
       expected = other;
-      Managed<float> sum(other, offset);
+      DeviceArray<float> sum(other, offset);
       twin::reduceAdd(x.data(), expected.data(), count);
       cuda::reduceAdd(dx.get(), sum.get(), count, stream);
       requireSameBits(expected, sum.host(), "reduceAdd");
 
       std::vector<float> w = r.floats(count), v = r.floats(count, -0.1f, 0.1f);
-      Managed<float> dw(w, offset), dv(v, offset);
+      DeviceArray<float> dw(w, offset), dv(v, offset);
       twin::sgdMomentum(w.data(), v.data(), other.data(), count, 0.01f, 0.9f, 5e-4f);
       cuda::sgdMomentum(dw.get(), dv.get(), dOther.get(), count, 0.01f, 0.9f, 5e-4f, stream);
       requireSameBits(w, dw.host(), "sgdMomentum weights");
@@ -185,14 +198,14 @@ TEST_CASE("dropout kernels equal their twins bit for bit") {
     INFO("shape " << describe(s) << ", channelOffset " << p.channelOffset);
     const std::vector<float> x = r.floats(s.elements());
     std::vector<float> expected(x.size());
-    Managed<float> dx(x), out(expected);
+    DeviceArray<float> dx(x), out(expected);
     twin::dropoutForward(p, s, x.data(), expected.data());
     cuda::dropoutForward(p, s, dx.get(), out.get(), stream);
     requireSameBits(expected, out.host(), "dropoutForward");
     for (float beta : kBetas) {
       INFO("beta " << beta);
       expected = destination(r, s.elements(), beta);
-      Managed<float> grad(expected);
+      DeviceArray<float> grad(expected);
       twin::dropoutBackward(p, s, x.data(), expected.data(), beta);
       cuda::dropoutBackward(p, s, dx.get(), grad.get(), beta, stream);
       requireSameBits(expected, grad.host(), "dropoutBackward");
@@ -207,14 +220,14 @@ TEST_CASE("bias kernels: biasAdd bit for bit, biasGrad within rounding") {
     INFO("shape " << describe(s));
     const std::vector<float> bias = r.floats(s.c);
     std::vector<float> y = r.floats(s.elements());
-    Managed<float> dy(y), dbias(bias);
+    DeviceArray<float> dy(y), dbias(bias);
     twin::biasAdd(y.data(), bias.data(), s.n, s.c, s.plane());
     cuda::biasAdd(dy.get(), dbias.get(), s.n, s.c, s.plane(), stream);
     requireSameBits(y, dy.host(), "biasAdd");
 
     const std::vector<float> g = r.floats(s.elements());
     std::vector<float> grad = r.floats(s.c);
-    Managed<float> dg(g), dgrad(grad);
+    DeviceArray<float> dg(g), dgrad(grad);
     twin::biasGrad(g.data(), grad.data(), s.n, s.c, s.plane());
     cuda::biasGrad(dg.get(), dgrad.get(), s.n, s.c, s.plane(), stream);
     requireClose(grad, dgrad.host(), kReduction, kReduction, "biasGrad");
@@ -237,8 +250,8 @@ TEST_CASE("pooling kernels equal their twins bit for bit") {
     const std::vector<float> x = r.levels(in.elements(), -2, 2);
     std::vector<float> expected(static_cast<size_t>(out.elements()));
     std::vector<int32_t> arg(expected.size());
-    Managed<float> dx(x), dy(expected);
-    Managed<int32_t> darg(arg);
+    DeviceArray<float> dx(x), dy(expected);
+    DeviceArray<int32_t> darg(arg);
     twin::poolForward(p, in.n, x.data(), expected.data(), p.max ? arg.data() : nullptr);
     cuda::poolForward(p, in.n, dx.get(), dy.get(), p.max ? darg.get() : nullptr, stream);
     requireSameBits(expected, dy.host(), "poolForward");
@@ -246,11 +259,11 @@ TEST_CASE("pooling kernels equal their twins bit for bit") {
       REQUIRE(arg == darg.host());
 
     const std::vector<float> g = r.floats(out.elements());
-    Managed<float> dg(g);
+    DeviceArray<float> dg(g);
     for (float beta : kBetas) {
       INFO("beta " << beta);
       expected = destination(r, in.elements(), beta);
-      Managed<float> grad(expected);
+      DeviceArray<float> grad(expected);
       twin::poolBackward(p, in.n, g.data(), arg.data(), expected.data(), beta);
       cuda::poolBackward(p, in.n, dg.get(), darg.get(), grad.get(), beta, stream);
       requireSameBits(expected, grad.host(), "poolBackward");
@@ -258,7 +271,7 @@ TEST_CASE("pooling kernels equal their twins bit for bit") {
   }
   const PoolParams noArgmax{true, 1, 2, 2, 2, 2, 1, 0, 1, 1};
   std::vector<float> one(4);
-  Managed<float> in(one), out(one);
+  DeviceArray<float> in(one), out(one);
   CHECK_THROWS_AS(cuda::poolForward(noArgmax, 1, in.get(), out.get(), nullptr, stream),
                   std::invalid_argument);
 }
@@ -271,18 +284,18 @@ TEST_CASE("LRN kernels: scale bit for bit, output and gradient within pow's ulps
     INFO("shape " << describe(s) << ", size " << p.size);
     const std::vector<float> x = r.floats(s.elements());
     std::vector<float> y(x.size()), scale(x.size());
-    Managed<float> dx(x), dy(y), dscale(scale);
+    DeviceArray<float> dx(x), dy(y), dscale(scale);
     twin::lrnForward(p, s, x.data(), y.data(), scale.data());
     cuda::lrnForward(p, s, dx.get(), dy.get(), dscale.get(), stream);
     requireSameBits(scale, dscale.host(), "lrnForward scale");
     requireClose(y, dy.host(), kTranscendental, kTranscendental, "lrnForward");
 
     const std::vector<float> g = r.floats(s.elements());
-    Managed<float> dg(g), ty(y), tscale(scale);
+    DeviceArray<float> dg(g), ty(y), tscale(scale);
     for (float beta : kBetas) {
       INFO("beta " << beta);
       std::vector<float> expected = destination(r, s.elements(), beta);
-      Managed<float> grad(expected);
+      DeviceArray<float> grad(expected);
       twin::lrnBackward(p, s, x.data(), y.data(), scale.data(), g.data(), expected.data(), beta);
       cuda::lrnBackward(p, s, dx.get(), ty.get(), tscale.get(), dg.get(), grad.get(), beta, stream);
       requireClose(expected, grad.host(), kTranscendental, kTranscendental, "lrnBackward");
@@ -301,17 +314,17 @@ TEST_CASE("batchnorm kernels equal their twins within rounding") {
     const std::vector<float> x = r.floats(s.elements(), 3.0f, 5.0f);
     const std::vector<float> gamma = r.floats(s.c), shift = r.floats(s.c);
     std::vector<float> y(x.size());
-    Managed<float> dx(x), dgamma(gamma), dshift(shift), dy(y);
+    DeviceArray<float> dx(x), dgamma(gamma), dshift(shift), dy(y);
     twin::batchNormForward(s, x.data(), gamma.data(), shift.data(), eps, y.data());
     cuda::batchNormForward(s, dx.get(), dgamma.get(), dshift.get(), eps, dy.get(), stream);
     requireClose(y, dy.host(), kReduction, kReduction, "batchNormForward");
 
     const std::vector<float> g = r.floats(s.elements());
-    Managed<float> dg(g);
+    DeviceArray<float> dg(g);
     for (float beta : kBetas) {
       INFO("beta " << beta);
       std::vector<float> expected = destination(r, s.elements(), beta);
-      Managed<float> grad(expected);
+      DeviceArray<float> grad(expected);
       twin::batchNormBackwardData(s, x.data(), g.data(), gamma.data(), eps, expected.data(), beta);
       cuda::batchNormBackwardData(s, dx.get(), dg.get(), dgamma.get(), eps, grad.get(), beta,
                                   stream);
@@ -321,7 +334,7 @@ TEST_CASE("batchnorm kernels equal their twins within rounding") {
     }
 
     std::vector<float> dgammaSum = r.floats(s.c), dshiftSum = r.floats(s.c);
-    Managed<float> ddgamma(dgammaSum), ddshift(dshiftSum);
+    DeviceArray<float> ddgamma(dgammaSum), ddshift(dshiftSum);
     twin::batchNormBackwardWeights(s, x.data(), g.data(), eps, dgammaSum.data(), dshiftSum.data());
     cuda::batchNormBackwardWeights(s, dx.get(), dg.get(), eps, ddgamma.get(), ddshift.get(),
                                    stream);
@@ -344,16 +357,16 @@ TEST_CASE("softmax kernels equal their twins within exp's ulps, class slices inc
     const std::vector<float> z = r.floats(s.elements(), -8.0f, 8.0f);
     const std::vector<int32_t> labels = r.labels(positions, 0, classes - 1);
     std::vector<float> stats(static_cast<size_t>(2 * positions));
-    Managed<float> dz(z), dstats(stats);
-    Managed<int32_t> dlabels(labels);
+    DeviceArray<float> dz(z), dstats(stats);
+    DeviceArray<int32_t> dlabels(labels);
     twin::softmaxStats(s, z.data(), stats.data());
     cuda::softmaxStats(s, dz.get(), dstats.get(), stream);
     requireClose(stats, dstats.host(), kReduction, 0.0, "softmaxStats");
 
     // The rest read the twin's statistics, so only exp and log differ.
-    Managed<float> tstats(stats);
+    DeviceArray<float> tstats(stats);
     std::vector<float> prob(z.size());
-    Managed<float> dprob(prob);
+    DeviceArray<float> dprob(prob);
     twin::softmaxProbabilities(s, z.data(), stats.data(), prob.data());
     cuda::softmaxProbabilities(s, dz.get(), tstats.get(), dprob.get(), stream);
     requireClose(prob, dprob.host(), kTranscendental, 1e-7, "softmaxProbabilities");
@@ -368,7 +381,7 @@ TEST_CASE("softmax kernels equal their twins within exp's ulps, class slices inc
     for (float beta : kBetas) {
       INFO("beta " << beta);
       std::vector<float> grad = destination(r, s.elements(), beta);
-      Managed<float> dgrad(grad);
+      DeviceArray<float> dgrad(grad);
       twin::softmaxBackward(s, z.data(), stats.data(), labels.data(), classOffset, 0.5f,
                             grad.data(), beta);
       cuda::softmaxBackward(s, dz.get(), tstats.get(), dlabels.get(), classOffset, 0.5f,

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cuda_backend.h"
@@ -265,16 +266,26 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
     std::vector<double> sizes;
     for (double u = 1024; u <= 64.0 * 1024 * 1024; u *= 4)
       sizes.push_back(u);
-    nn::Buffer<int32_t> argmax(mem, top), labels(mem, top);
-    for (size_t i = 0; i < top; ++i)
-      labels[i] = static_cast<int32_t>(i % 10);
+    nn::Buffer<int32_t> argmax(mem, top), labels(mem);
+    {
+      // Made on the host and uploaded: device memory.
+      std::vector<int32_t> host(top);
+      for (size_t i = 0; i < top; ++i)
+        host[i] = static_cast<int32_t>(i % 10);
+      labels.assign(host);
+    }
     // The transformer kernels' layouts, as the CPU's tables (kernel_calibration.cpp):
     // sequences of 64 features (tiny-gpt's width) and up to 256 positions,
-    // token ids spread over a 4096-token table (+ 256 position rows).
+    // token ids spread over a 4096-token table (+ 256 position rows); made on
+    // the host and uploaded.
     const size_t tokens = top / 64;
-    nn::Buffer<float> tokenIds(mem, tokens);
-    for (size_t i = 0; i < tokens; ++i)
-      tokenIds[i] = static_cast<float>((i * 2654435761u) % kCalibrationVocab);
+    nn::Buffer<float> tokenIds(mem);
+    {
+      std::vector<float> host(tokens);
+      for (size_t i = 0; i < tokens; ++i)
+        host[i] = static_cast<float>((i * 2654435761u) % kCalibrationVocab);
+      tokenIds.assign(host);
+    }
     nn::Buffer<float> embedTable(mem, size_t{kCalibrationVocab + 256} * 64);
     nn::Buffer<float> tableGrad(mem, embedTable.size());
     auto record = [&](MemKernel kernel, double units, double seconds) {
@@ -449,7 +460,7 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
     nn::ModelOptions mo;
     mo.backend = &be;
     nn::Model model(callOverheadNetwork(), mo);
-    model.input(1).fill(1.0f);
+    be.fill(model.input(1).span(), 1.0f);  // device memory: a fill kernel, not the host
     t.callOverhead = Seconds(gpuPerCall(timer, [&] { model.forward(0); }));
   }
   return out;

@@ -42,7 +42,12 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
   auto& x = model.input(b);
   const auto& last = net.layers.back().outShape;
   std::vector<int32_t> labels(static_cast<size_t>(b) * last.h * last.w);
-  data.fill(0, x.view(), labels, last.h * last.w);
+  {
+    // Made on the host, then uploaded (the backend's memory may be a GPU's).
+    nn::Tensor examples(x.dims());
+    data.fill(0, examples.view(), labels, last.h * last.w);
+    x.upload(examples.span());
+  }
   if (net.layers.back().kind == LayerKind::kSoftmax)
     model.setLabels(labels);
   const size_t n = net.layers.size();

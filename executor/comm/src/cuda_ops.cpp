@@ -47,6 +47,8 @@ class CudaOps final : public BufferOps {
   ~CudaOps() override {
     if (staging_)
       (void)cudaFree(staging_);
+    if (hostStaging_)
+      (void)cudaFreeHost(hostStaging_);
     (void)cudaSetDevice(device_);
     (void)cudaStreamDestroy(stream_);
   }
@@ -86,8 +88,8 @@ class CudaOps final : public BufferOps {
       check(cudaGetLastError(), "reduceAdd kernel launch", device_);
       wait();
     } else if (to.host && from.host) {
-      // Host memory on one side (bookkeeping, host-staged owt rows): the
-      // host sums, in the kernel's order.
+      // Host memory (pageable, pinned or managed) on both sides: the host
+      // sums, in the kernel's order.
       kernels::twin::reduceAdd(src.data(), dst.data(), n);
     } else if (to.device) {
       // Pageable host data into device memory: stage it on the GPU first.
@@ -96,6 +98,12 @@ class CudaOps final : public BufferOps {
       kernels::cuda::reduceAdd(staged, dst.data(), n, stream_);
       check(cudaGetLastError(), "reduceAdd kernel launch", device_);
       wait();
+    } else if (to.host) {
+      // Device data into host memory: bring it to pinned host staging, and
+      // the host sums (in the kernel's order) once the copy is waited for.
+      float* staged = stageOnHost(src.size());
+      copy(staged, src.data(), src.size_bytes());
+      kernels::twin::reduceAdd(staged, dst.data(), n);
     } else {
       throw RunFailure(fmt::format(
           "cuda:{}: cannot sum into memory that neither the host nor this GPU reaches", device_));
@@ -145,11 +153,29 @@ class CudaOps final : public BufferOps {
     return staging_;
   }
 
+  // Pinned host memory of `elements` floats (grow-only). Free to write: every
+  // copy through it was waited for before the call that made it returned.
+  float* stageOnHost(std::size_t elements) {
+    if (elements > hostStagingElems_) {
+      if (hostStaging_)
+        check(cudaFreeHost(hostStaging_), "cudaFreeHost", device_);
+      hostStaging_ = nullptr;
+      hostStagingElems_ = 0;
+      void* p = nullptr;
+      check(cudaMallocHost(&p, elements * sizeof(float)), "cudaMallocHost", device_);
+      hostStaging_ = static_cast<float*>(p);
+      hostStagingElems_ = elements;
+    }
+    return hostStaging_;
+  }
+
   int device_;
   cudaStream_t stream_ = nullptr;
   std::vector<bool> peers_;  // devices whose memory our kernels may touch
   float* staging_ = nullptr;
   std::size_t stagingElems_ = 0;
+  float* hostStaging_ = nullptr;
+  std::size_t hostStagingElems_ = 0;
 };
 
 }  // namespace

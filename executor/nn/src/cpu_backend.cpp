@@ -130,7 +130,8 @@ CpuIsa selectedCpuIsa() {
 CpuBackend::CpuBackend(CpuOptions options)
     : isa_(selectedCpuIsa()),
       team_(std::make_unique<ThreadTeam>(options.threads)),
-      impl_(tableOf(isa_).make(*team_)) {
+      impl_(tableOf(isa_).make(*team_)),
+      memory_(options.memory) {
   if (options.recorder != nullptr) {
     setRecorder(options.recorder);
     if (options.recorder->recordOnly())

@@ -1,8 +1,9 @@
 // The CUDA backend: cuDNN convolutions, cuBLAS fully-connected layers and the
 // project's CUDA kernels for the rest, all on one stream per backend. Plain
 // C++ calling the CUDA runtime, cuBLAS and cuDNN C APIs (no device code here:
-// that lives in kernels/). This file: the checks' messages, devices, managed
-// memory, the backend's stream and handles, copies and the GPU timeline; the
+// that lives in kernels/). This file: the checks' messages, devices, device
+// memory (pooled) and managed memory, the backend's stream and handles, copies
+// and the GPU timeline; the
 // layers are in cuda_conv.cpp, cuda_fc.cpp and cuda_layers.cpp
 // (cuda_internal.h).
 #include "strata/exec/nn/cuda_backend.h"
@@ -14,7 +15,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
+#include <deque>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -95,9 +100,254 @@ size_t cudaDeviceMemoryBytes(int device) {
   return prop.totalGlobalMem;
 }
 
-// ---- CudaMemory ------------------------------------------------------------------------------
+// ---- CudaDeviceMemory ----------------------------------------------------------------------
 
-void* CudaMemory::allocate(size_t bytes) {
+namespace {
+
+// The default memory pool of `device`, its release threshold raised to the
+// maximum the first time (so blocks freed by cudaFreeAsync stay in the pool
+// for the next allocation rather than going back to the driver at each
+// synchronisation). One pool per device, shared by every worker on it.
+cudaMemPool_t devicePool(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;
+  std::lock_guard lock(mutex);
+  if (auto it = pools.find(device); it != pools.end())
+    return it->second;
+  const auto where = [&] { return fmt::format("device {}", device); };
+  int supported = 0;
+  check(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device),
+        "cudaDeviceGetAttribute (cudaDevAttrMemoryPoolsSupported)", where);
+  if (!supported)
+    throw RunFailure(fmt::format(
+        "CUDA device {} has no memory pools (cudaDevAttrMemoryPoolsSupported 0): the CUDA "
+        "backend allocates its buffers from one (cudaMallocFromPoolAsync)",
+        device));
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", where);
+  uint64_t threshold = std::numeric_limits<uint64_t>::max();
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+        "cudaMemPoolSetAttribute (cudaMemPoolAttrReleaseThreshold)", where);
+  pools.emplace(device, pool);
+  return pool;
+}
+
+}  // namespace
+
+CudaMemoryInfo cudaMemoryInfo(int device) {
+  const auto where = [&] { return fmt::format("device {}", device); };
+  setDevice(device);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", where);
+  int pools = 0;
+  check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device),
+        "cudaDeviceGetAttribute (cudaDevAttrMemoryPoolsSupported)", where);
+  if (pools) {
+    // Blocks an earlier backend of this process freed stay in the pool (its
+    // release threshold keeps them): give them back first, so that they
+    // count as free.
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", where);
+    check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo", where);
+  }
+  CudaMemoryInfo info;
+  check(cudaMemGetInfo(&info.freeBytes, &info.totalBytes), "cudaMemGetInfo", where);
+  info.name = prop.name;
+  return info;
+}
+
+// Pinned host memory used as a ring: each copy takes the next free region,
+// and a region is written again only once the copy that used it has
+// completed (its event). So a step's small uploads (keys, classes, labels,
+// token ids) never wait for the kernels before them: their regions were last
+// used many copies ago, by copies long done.
+struct CudaDeviceMemory::Staging {
+  struct Use {
+    size_t begin = 0, end = 0;
+    EventHandle event;  // recorded after the copy that used [begin, end)
+  };
+
+  std::mutex mutex;  // the compute and communication lanes both copy
+  std::byte* pinned = nullptr;
+  size_t bytes = 0;
+  size_t head = 0;                 // where the next region starts
+  std::deque<Use> uses;            // copies that may still use their region
+  std::vector<EventHandle> spare;  // events of finished uses, for reuse
+
+  ~Staging() {
+    for (Use& u : uses)
+      static_cast<void>(cudaEventSynchronize(u.event.get()));
+    uses.clear();
+    if (pinned)
+      static_cast<void>(cudaFreeHost(pinned));
+  }
+
+  void finish(Use& u, bool wait) {
+    if (wait)
+      check(cudaEventSynchronize(u.event.get()), "cudaEventSynchronize",
+            "a copy through pinned staging");
+    spare.push_back(std::move(u.event));
+  }
+
+  // A region of `need` bytes (need <= kStagingBytes) that no pending copy
+  // uses: waits only for the copies whose regions it overlaps.
+  std::byte* take(size_t need) {
+    // Drop the copies already done.
+    for (auto it = uses.begin(); it != uses.end();) {
+      const cudaError_t e = cudaEventQuery(it->event.get());
+      if (e == cudaErrorNotReady) {
+        ++it;
+        continue;
+      }
+      check(e, "cudaEventQuery", "a copy through pinned staging");
+      finish(*it, false);
+      it = uses.erase(it);
+    }
+    if (need > bytes) {
+      for (Use& u : uses)
+        finish(u, true);
+      uses.clear();
+      if (pinned)
+        check(cudaFreeHost(pinned), "cudaFreeHost", "pinned staging");
+      pinned = nullptr;
+      bytes = head = 0;
+      // At least 1 MiB at once, so that small copies do not regrow it.
+      const size_t size = std::min(kStagingBytes, std::max(need, size_t{1} << 20));
+      void* p = nullptr;
+      check(cudaMallocHost(&p, size), "cudaMallocHost",
+            [&] { return fmt::format("{} bytes of pinned staging", size); });
+      pinned = static_cast<std::byte*>(p);
+      bytes = size;
+    }
+    if (head + need > bytes)
+      head = 0;  // wrap around
+    const size_t begin = head, end = head + need;
+    for (auto it = uses.begin(); it != uses.end();) {
+      if (it->begin < end && begin < it->end) {
+        finish(*it, true);
+        it = uses.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    head = end;
+    return pinned + begin;
+  }
+
+  // Records, on `stream`, the end of the copy that used [at, at + n).
+  void used(const std::byte* at, size_t n, cudaStream_t stream) {
+    Use u;
+    u.begin = static_cast<size_t>(at - pinned);
+    u.end = u.begin + n;
+    if (!spare.empty()) {
+      u.event = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      // Timing off: the event only orders the reuse of the region.
+      check(cudaEventCreateWithFlags(u.event.out(), cudaEventDisableTiming),
+            "cudaEventCreateWithFlags", "pinned staging");
+    }
+    check(cudaEventRecord(u.event.get(), stream), "cudaEventRecord", "pinned staging");
+    uses.push_back(std::move(u));
+  }
+};
+
+CudaDeviceMemory::CudaDeviceMemory(int device, CUstream_st* stream)
+    : device_(device), stream_(stream), staging_(std::make_unique<Staging>()) {
+  setDevice(device_);
+  static_cast<void>(devicePool(device_));  // a device without pools fails here, not later
+}
+
+CudaDeviceMemory::~CudaDeviceMemory() {
+  static_cast<void>(cudaSetDevice(device_));
+}
+
+void* CudaDeviceMemory::allocate(size_t bytes) {
+  setDevice(device_);
+  const size_t size = bytes == 0 ? 1 : bytes;
+  const auto where = [&] {
+    return fmt::format("{} bytes ({:.3f} GiB) on device {}", bytes,
+                       double(bytes) / double(1ull << 30), device_);
+  };
+  void* p = nullptr;
+  check(cudaMallocFromPoolAsync(&p, size, devicePool(device_), stream_), "cudaMallocFromPoolAsync",
+        where);
+  // Zero-filled on the stream; waited for, so that any stream may use the
+  // block once this returns (a pool's block is ordered on its stream only).
+  cudaError_t e = cudaMemsetAsync(p, 0, size, stream_);
+  const char* call = "cudaMemsetAsync";
+  if (e == cudaSuccess) {
+    e = cudaStreamSynchronize(stream_);
+    call = "cudaStreamSynchronize";
+  }
+  if (e != cudaSuccess) {
+    static_cast<void>(cudaFreeAsync(p, stream_));
+    fail(call, where(), statusText(e));
+  }
+  return p;
+}
+
+void CudaDeviceMemory::deallocate(void* p, size_t) noexcept {
+  static_cast<void>(cudaSetDevice(device_));
+  static_cast<void>(cudaFreeAsync(p, stream_));
+}
+
+void CudaDeviceMemory::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0)
+    return;
+  setDevice(device_);
+  std::lock_guard lock(staging_->mutex);
+  for (size_t at = 0; at < bytes; at += kStagingBytes) {
+    const size_t n = std::min(kStagingBytes, bytes - at);
+    std::byte* pinned = staging_->take(n);
+    std::memcpy(pinned, static_cast<const std::byte*>(src) + at, n);
+    check(cudaMemcpyAsync(static_cast<std::byte*>(dst) + at, pinned, n, cudaMemcpyHostToDevice,
+                          stream_),
+          "cudaMemcpyAsync", [&] { return fmt::format("upload of {} bytes", n); });
+    staging_->used(pinned, n, stream_);
+  }
+}
+
+void CudaDeviceMemory::download(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0)
+    return;
+  setDevice(device_);
+  std::lock_guard lock(staging_->mutex);
+  for (size_t at = 0; at < bytes; at += kStagingBytes) {
+    const size_t n = std::min(kStagingBytes, bytes - at);
+    std::byte* pinned = staging_->take(n);
+    check(cudaMemcpyAsync(pinned, static_cast<const std::byte*>(src) + at, n,
+                          cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync", [&] { return fmt::format("download of {} bytes", n); });
+    staging_->used(pinned, n, stream_);
+    // The host reads the bytes: wait for this copy (and so for the kernels
+    // before it on the stream).
+    Staging::Use& mine = staging_->uses.back();
+    staging_->finish(mine, true);
+    staging_->uses.pop_back();
+    std::memcpy(static_cast<std::byte*>(dst) + at, pinned, n);
+  }
+}
+
+void CudaDeviceMemory::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0)
+    return;
+  setDevice(device_);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync",
+        [&] { return fmt::format("device copy of {} bytes", bytes); });
+}
+
+void CudaDeviceMemory::zero(void* dst, size_t bytes) {
+  if (bytes == 0)
+    return;
+  setDevice(device_);
+  check(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync",
+        [&] { return fmt::format("zero fill of {} bytes", bytes); });
+}
+
+// ---- CudaManagedMemory ----------------------------------------------------------------------
+
+void* CudaManagedMemory::allocate(size_t bytes) {
   setDevice(device_);
   // cudaMallocManaged rejects a size of 0; 256-byte aligned, as every CUDA
   // allocation.
@@ -116,8 +366,37 @@ void* CudaMemory::allocate(size_t bytes) {
   return p.release();  // the Buffer owns it now
 }
 
-void CudaMemory::deallocate(void* p, size_t) noexcept {
+void CudaManagedMemory::deallocate(void* p, size_t) noexcept {
   static_cast<void>(cudaFree(p));
+}
+
+void CudaManagedMemory::wait() {
+  setDevice(device_);
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", "managed memory copy");
+}
+
+void CudaManagedMemory::upload(void* dst, const void* src, size_t bytes) {
+  wait();
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
+}
+
+void CudaManagedMemory::download(void* dst, const void* src, size_t bytes) {
+  wait();
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
+}
+
+void CudaManagedMemory::copy(void* dst, const void* src, size_t bytes) {
+  wait();
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
+}
+
+void CudaManagedMemory::zero(void* dst, size_t bytes) {
+  wait();
+  if (bytes > 0)
+    std::memset(dst, 0, bytes);
 }
 
 namespace {
@@ -171,20 +450,6 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
     throw RunFailure(fmt::format("no CUDA device {}: this machine has {} (devices 0 to {})",
                                  options_.device, count, count - 1));
   check(cudaSetDevice(options_.device), "cudaSetDevice");
-  // The host reads and writes buffers in managed memory while this or
-  // another worker's kernels run; without concurrent managed access that
-  // is a fault (Windows, some virtual machines, GPUs before Pascal).
-  int managed = 0, concurrent = 0;
-  check(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, options_.device),
-        "cudaDeviceGetAttribute (cudaDevAttrManagedMemory)");
-  check(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, options_.device),
-        "cudaDeviceGetAttribute (cudaDevAttrConcurrentManagedAccess)");
-  if (!managed || !concurrent)
-    throw RunFailure(fmt::format(
-        "CUDA device {} cannot share managed memory with the host while kernels run "
-        "(cudaDevAttrManagedMemory {}, cudaDevAttrConcurrentManagedAccess {}): the CUDA backend "
-        "needs both",
-        options_.device, managed, concurrent));
   impl_ = std::make_unique<Impl>(options_, options_.device);
 }
 
@@ -300,10 +565,12 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
     return;  // no layer phase's kernel
   activate();
   if (!batch.values.empty()) {
-    // Token ids (a language model's input): written as they are, on the host
-    // into managed memory once the kernels that may read x have finished.
-    synchronize();
-    syntheticFill(batch, x);
+    // Token ids (a language model's input): uploaded as they are (pinned
+    // staging, on the stream after the kernels that may still read x).
+    if (static_cast<int64_t>(batch.values.size()) != x.dims.elements())
+      throw InvariantError(fmt::format("writeSynthetic: {} values for {} elements",
+                                       batch.values.size(), x.dims.elements()));
+    upload(impl_->memory, x.data, std::span<const float>(batch.values));
     return;
   }
   const auto n = static_cast<size_t>(x.dims.n);
@@ -326,8 +593,10 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
     m.synthMeansOf = nullptr;
     check(cudaMalloc(m.synthMeans.out(), std::max<size_t>(bytes, 1)), "cudaMalloc",
           "the synthetic dataset's class means");
-    check(cudaMemcpy(m.synthMeans.get(), batch.means.data(), bytes, cudaMemcpyHostToDevice),
-          "cudaMemcpy", "the synthetic dataset's class means");
+    // On the stream, so the kernel below reads them after they landed (a
+    // cudaMemcpy from pageable memory may return before its DMA is done,
+    // and the legacy stream does not order the backend's non-blocking one).
+    upload(m.memory, static_cast<float*>(m.synthMeans.get()), batch.means);
     m.synthMeansOf = batch.means.data();
     m.synthMeansCount = batch.means.size();
   }
@@ -342,13 +611,11 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
   }
   auto* keys = static_cast<uint64_t*>(m.synthIndex.get());
   auto* classes = reinterpret_cast<int32_t*>(keys + n);
-  // From pageable memory: the copy has read the source when the call returns,
-  // and it runs after the kernels before it on the stream (which may still
-  // read the batch before).
-  check(cudaMemcpyAsync(keys, batch.keys.data(), keyBytes, cudaMemcpyHostToDevice, st),
-        "cudaMemcpyAsync", "a synthetic batch's keys");
-  check(cudaMemcpyAsync(classes, batch.classes.data(), classBytes, cudaMemcpyHostToDevice, st),
-        "cudaMemcpyAsync", "a synthetic batch's classes");
+  // Through the memory's pinned staging, on the stream: after the kernels
+  // before it (which may still read the batch before), and the host's
+  // vectors are free when the calls return.
+  upload(m.memory, keys, std::span<const uint64_t>(batch.keys));
+  upload(m.memory, classes, std::span<const int32_t>(batch.classes));
   launch(
       "kernels::cuda::syntheticExamples",
       [&] { return fmt::format("synthetic batch of {} examples", n); },

@@ -1,7 +1,7 @@
 // Inside the CUDA backend (cuda_backend.h): what its files share. The call
 // checks and kernel launches, owners of CUDA, cuBLAS and cuDNN objects, a
 // convolution's cuDNN plan, and CudaBackend::Impl. The files, by concern:
-//   cuda_backend.cpp  devices, managed memory, the stream, copies, timeline
+//   cuda_backend.cpp  devices, device memory, the stream, copies, timeline
 //   cuda_conv.cpp     convolutions on cuDNN: plans, algorithm choice, workspace
 //   cuda_fc.cpp       fully-connected layers on cuBLAS
 //   cuda_layers.cpp   the rest on the project's kernels: pooling, element-wise,
@@ -242,7 +242,7 @@ struct CudaBackend::Impl {
 
   const CudaBackendOptions& options;
   cuda_detail::StreamHandle stream;
-  CudaMemory memory;
+  CudaDeviceMemory memory;
   cuda_detail::CublasHandle cublas;
   cuda_detail::CudnnHandle cudnn;
 

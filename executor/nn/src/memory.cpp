@@ -1,8 +1,12 @@
 #include "strata/exec/nn/memory.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstring>
 #include <new>
+
+#include "strata/model/error.h"
 
 namespace strata::nn {
 
@@ -11,7 +15,7 @@ namespace {
 // 64 bytes: a cache line, and the widest vector load Eigen may use.
 constexpr std::align_val_t kHostAlignment{64};
 
-class HostMemory final : public Memory {
+class HostMemory final : public HostAddressedMemory {
  public:
   void* allocate(size_t bytes) override {
     allocations_.fetch_add(1, std::memory_order_relaxed);
@@ -33,6 +37,34 @@ HostMemory& theHostMemory() {
 }
 
 }  // namespace
+
+void HostAddressedMemory::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
+}
+
+void HostAddressedMemory::download(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
+}
+
+void HostAddressedMemory::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
+}
+
+void HostAddressedMemory::zero(void* dst, size_t bytes) {
+  if (bytes > 0)
+    std::memset(dst, 0, bytes);
+}
+
+void requireHostAccess(const Memory& memory, const char* what) {
+  if (!memory.hostAccessible())
+    throw InvariantError(fmt::format(
+        "{}: the buffer is in {} memory, which the host cannot address; copy it with the "
+        "Memory's download/upload (memory.h)",
+        what, memory.name()));
+}
 
 Memory& hostMemory() {
   return theHostMemory();

@@ -221,13 +221,20 @@ Model::Model(const Network& network, ModelOptions options)
   params_.resize(static_cast<size_t>(offset));  // zero-filled
   grads_.resize(static_cast<size_t>(offset));
 
+  // Made on the host layer by layer and uploaded (the parameters may be
+  // device memory).
+  std::vector<float> w;
   for (int l = 0; l < count && options_.initializeParameters; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
     const LayerState& st = layers_[static_cast<size_t>(l)];
     const ParamBlock& b = blocks_[static_cast<size_t>(l)];
-    float* w = params_.data() + b.offset;
+    w.assign(static_cast<size_t>(b.weights), 0.0f);
+    const auto store = [&] {
+      upload(memory, params_.data() + b.offset, std::span<const float>(w));
+    };
     if (layer.kind == LayerKind::kBatchNorm || layer.kind == LayerKind::kLayerNorm) {
-      std::fill_n(w, b.weights, 1.0f);
+      std::fill(w.begin(), w.end(), 1.0f);
+      store();
       continue;
     }
     if (layer.kind != LayerKind::kConv && layer.kind != LayerKind::kFc &&
@@ -253,8 +260,9 @@ Model::Model(const Network& network, ModelOptions options)
     for (int64_t e = 0; e < b.weights; ++e) {
       const uint64_t bits = kernels::hashOf(options_.seed, static_cast<uint64_t>(l),
                                             static_cast<uint64_t>(first + e));
-      w[e] = (2.0f * kernels::uniformFloat(bits) - 1.0f) * a;
+      w[static_cast<size_t>(e)] = (2.0f * kernels::uniformFloat(bits) - 1.0f) * a;
     }
+    store();
   }
 }
 
@@ -266,18 +274,18 @@ Model& Model::operator=(Model&&) noexcept = default;
 
 Tensor& Model::input(int batch) {
   STRATA_ENFORCE_OP(batch, >=, 0);
-  backend_->synchronize();  // the last step's kernels may still read it
+  // A resize's copy or zero fill is ordered with the kernels; the wait after
+  // it also lets a copy on another stream (a communicator's) write the input.
   input_.resize(Dims{batch, network_.input.c, network_.input.h, network_.input.w});
+  backend_->synchronize();
   return input_;
 }
 
 void Model::writeInput(const SyntheticBatch& batch) {
   const Dims dims{static_cast<int>(batch.classes.size()), network_.input.c, network_.input.h,
                   network_.input.w};
-  if (!(input_.dims() == dims)) {
-    backend_->synchronize();  // a new size may move the storage the last step read
-    input_.resize(dims);
-  }
+  if (!(input_.dims() == dims))
+    input_.resize(dims);  // stream-ordered: storage the last step read is freed after it
   backend_->writeSynthetic(batch, input_.view());
 }
 
@@ -286,7 +294,8 @@ void Model::setLabels(std::span<const int32_t> labels) {
   const int classes = network_.layers[static_cast<size_t>(sl)].inShape.c;
   for (int32_t label : labels)
     STRATA_ENFORCE(label >= 0 && label < classes);
-  backend_->synchronize();
+  // An upload ordered after the kernels that read the last labels: no wait
+  // for them (the host's labels are consumed when it returns).
   labels_.assign(labels);
 }
 
@@ -297,17 +306,69 @@ const Tensor& Model::inputGrad() const {
 
 std::span<float> Model::allParameters() {
   backend_->synchronize();
-  return params_;
+  return params_.hostSpan("Model::allParameters");
 }
 
 std::span<float> Model::allGradients() {
   backend_->synchronize();
-  return grads_;
+  return grads_.hostSpan("Model::allGradients");
 }
 
 std::span<float> Model::softmaxStats() {
   backend_->synchronize();
+  return softmaxStats_.hostSpan("Model::softmaxStats");
+}
+
+std::span<float> Model::softmaxStatsNoWait() {
   return softmaxStats_;
+}
+
+std::vector<float> Model::parametersToHost() {
+  return params_.toHost();
+}
+
+std::vector<float> Model::gradientsToHost() {
+  return grads_.toHost();
+}
+
+std::vector<float> Model::parametersToHost(int firstLayer, int lastLayer) {
+  const std::span<float> at = layersOf(params_, firstLayer, lastLayer);
+  std::vector<float> out(at.size());
+  download(params_.memory(), std::span<float>(out), at.data());
+  return out;
+}
+
+std::vector<float> Model::gradientsToHost(int firstLayer, int lastLayer) {
+  const std::span<float> at = layersOf(grads_, firstLayer, lastLayer);
+  std::vector<float> out(at.size());
+  download(grads_.memory(), std::span<float>(out), at.data());
+  return out;
+}
+
+void Model::uploadParameters(int firstLayer, int lastLayer, std::span<const float> values) {
+  const std::span<float> at = layersOf(params_, firstLayer, lastLayer);
+  STRATA_ENFORCE_OP(values.size(), ==, at.size());
+  upload(params_.memory(), at.data(), values);
+}
+
+void Model::uploadParameters(std::span<const float> values) {
+  STRATA_ENFORCE_OP(values.size(), ==, params_.size());
+  upload(params_.memory(), params_.data(), values);
+}
+
+void Model::uploadGradients(int firstLayer, int lastLayer, std::span<const float> values) {
+  const std::span<float> at = layersOf(grads_, firstLayer, lastLayer);
+  STRATA_ENFORCE_OP(values.size(), ==, at.size());
+  upload(grads_.memory(), at.data(), values);
+}
+
+std::vector<float> Model::softmaxStatsToHost() {
+  return softmaxStats_.toHost();
+}
+
+void Model::uploadSoftmaxStats(std::span<const float> values) {
+  STRATA_ENFORCE_OP(values.size(), ==, softmaxStats_.size());
+  upload(softmaxStats_.memory(), softmaxStats_.data(), values);
 }
 
 const Tensor& Model::output(int layer) const {
@@ -337,8 +398,10 @@ Tensor& Model::exchangeInput(int layer, int batch) {
   STRATA_ENFORCE_OP(batch, >=, 0);
   const Shape in = network_.layers[static_cast<size_t>(layer)].inShape;
   Tensor& t = layers_[static_cast<size_t>(layer)].exchangeIn;
-  backend_->synchronize();
+  // Resized first: its zero fill or copy runs on the backend's stream, and
+  // the caller's copies into it may run on another (a communicator's).
   t.resize(Dims{batch, in.c, in.h, in.w});
+  backend_->synchronize();
   return t;
 }
 
@@ -403,17 +466,20 @@ ParamBlock Model::paramBlock(int layer) const {
 std::span<float> Model::parameters(int layer) {
   const ParamBlock b = paramBlock(layer);
   backend_->synchronize();
-  return {params_.data() + b.offset, static_cast<size_t>(b.size())};
+  return params_.hostSpan("Model::parameters")
+      .subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size()));
 }
 
 std::span<float> Model::gradients(int layer) {
   const ParamBlock b = paramBlock(layer);
   backend_->synchronize();
-  return {grads_.data() + b.offset, static_cast<size_t>(b.size())};
+  return grads_.hostSpan("Model::gradients")
+      .subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size()));
 }
 
 std::span<float> Model::gradients(int firstLayer, int lastLayer) {
   backend_->synchronize();
+  requireHostAccess(grads_.memory(), "Model::gradients");
   return gradientsNoWait(firstLayer, lastLayer);
 }
 
@@ -438,7 +504,8 @@ std::span<float> Model::momentum(int layer) {
     momentum_.resize(params_.size());  // zero-filled
   const ParamBlock b = paramBlock(layer);
   backend_->synchronize();
-  return {momentum_.data() + b.offset, static_cast<size_t>(b.size())};
+  return momentum_.hostSpan("Model::momentum")
+      .subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size()));
 }
 
 // ---- loss -------------------------------------------------------------------

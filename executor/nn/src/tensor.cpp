@@ -35,7 +35,19 @@ void Tensor::resize(Dims dims) {
 }
 
 void Tensor::fill(float value) {
+  requireHostAccess(memory(), "Tensor::fill");
   std::fill_n(storage_.data(), elements(), value);
+}
+
+std::vector<float> Tensor::toHost() const {
+  std::vector<float> out(static_cast<size_t>(elements()));
+  download(memory(), std::span<float>(out), storage_.data());
+  return out;
+}
+
+void Tensor::upload(std::span<const float> values) {
+  STRATA_ENFORCE_OP(static_cast<int64_t>(values.size()), ==, elements());
+  nn::upload(memory(), storage_.data(), values);
 }
 
 void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) {

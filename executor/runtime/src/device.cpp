@@ -70,6 +70,19 @@ double deviceMemoryBytes(Device device, int gpu) {
   return availableMemory().bytes;
 }
 
+DeviceMemoryNow deviceMemoryNow(Device device, int gpu) {
+#if STRATA_HAVE_CUDA
+  if (device == Device::kCuda) {
+    const nn::CudaMemoryInfo info = nn::cudaMemoryInfo(gpu);
+    return {double(info.freeBytes), double(info.totalBytes), info.name};
+  }
+#endif
+  (void)device;
+  (void)gpu;
+  const double bytes = availableMemory().bytes;
+  return {bytes, bytes, "host"};
+}
+
 int deviceCount(Device device) {
 #if STRATA_HAVE_CUDA
   if (device == Device::kCuda)

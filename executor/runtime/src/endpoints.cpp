@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "strata/model/error.h"
 #include "worker.h"
@@ -25,9 +26,12 @@ namespace {
 // of softmax statistics whole.
 class FlatEndpoint final : public Endpoint {
  public:
-  FlatEndpoint(BufferOps& ops, std::span<float> buffer, int parts, int segments, int group,
-               bool mergeStats)
+  // `backend`: the buffer's; softmax statistics go to the host through its
+  // memory to be merged.
+  FlatEndpoint(BufferOps& ops, nn::Backend& backend, std::span<float> buffer, int parts,
+               int segments, int group, bool mergeStats)
       : ops_(ops),
+        backend_(backend),
         buffer_(buffer),
         parts_(parts),
         segments_(segments),
@@ -41,7 +45,17 @@ class FlatEndpoint final : public Endpoint {
   void reduce(int part, int segment, int, std::span<const float> data) override {
     auto dst = at(part, segment);
     if (merge_) {
-      nn::mergeSoftmaxStats(dst, data);  // on the host: the statistics are managed memory
+      // On the host, in copies: the statistics are a few floats per
+      // position, and may be device memory.
+      nn::Memory& memory = backend_.memory();
+      std::vector<float> into(dst.size()), other(data.size());
+      nn::download(memory, std::span<float>(into), dst.data());
+      nn::download(memory, std::span<float>(other), data.data());
+      nn::mergeSoftmaxStats(into, other);
+      nn::upload(memory, dst.data(), std::span<const float>(into));
+      // In place before it returns: the collective's next send reads it
+      // through the communicator (on its own stream on a GPU).
+      backend_.synchronize();
       return;
     }
     ops_.add(dst, data);
@@ -59,6 +73,7 @@ class FlatEndpoint final : public Endpoint {
                            static_cast<size_t>((seg.second - seg.first) * group_));
   }
   BufferOps& ops_;
+  nn::Backend& backend_;
   std::span<float> buffer_;
   int parts_, segments_, group_;
   bool merge_;
@@ -312,8 +327,9 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
     case BufferKind::kWeightGradients: {
       // No wait for the whole backend: the communication lane waited for
       // the tasks that produced these gradients (lane()).
-      return std::make_unique<FlatEndpoint>(
-          comm_.ops(), model_.gradientsNoWait(c.firstLayer, c.lastLayer), c.parts, segs, 1, false);
+      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
+                                            model_.gradientsNoWait(c.firstLayer, c.lastLayer),
+                                            c.parts, segs, 1, false);
     }
     case BufferKind::kWeights: {
       if (stale_ > 0) {
@@ -324,12 +340,16 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
       // Synchronous: the servers' updated chunks land in place. The
       // compute lane reads these weights again only in the next step's
       // forward, which waits for the pull (PullWait).
-      return std::make_unique<FlatEndpoint>(
-          comm_.ops(), model_.parametersNoWait(c.firstLayer, c.lastLayer), c.parts, segs, 1, false);
+      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
+                                            model_.parametersNoWait(c.firstLayer, c.lastLayer),
+                                            c.parts, segs, 1, false);
     }
     case BufferKind::kLossStatistics:
-      return std::make_unique<FlatEndpoint>(comm_.ops(), model_.softmaxStats(), c.parts, segs, 2,
-                                            true);
+      // After the forward that wrote them: their sends read them on the
+      // communicator's own stream.
+      backend_->synchronize();
+      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_, model_.softmaxStatsNoWait(),
+                                            c.parts, segs, 2, true);
     case BufferKind::kActivations:
       return activationsEndpoint(c);
     case BufferKind::kActivationGradients:

@@ -203,7 +203,7 @@ RunResult runMeasured(Communicator& comm, const Plan& plan, const Network& netwo
     est.firstStep = Seconds(result.steps[0].seconds);
     est.steadySteps = options.steps;
     est.throughput = double(k) * plan.scenario.batchPerWorker / step.seconds;
-    const double params = double(worker.model().allParameters().size()) * sizeof(float);
+    const double params = double(worker.model().parameterCount()) * sizeof(float);
     for (int r = 0; r < k; ++r) {
       const auto& st = stats[static_cast<size_t>(med)][static_cast<size_t>(r)];
       WorkerEstimate w;
@@ -223,8 +223,7 @@ RunResult runMeasured(Communicator& comm, const Plan& plan, const Network& netwo
   const auto seen = gatherToRoot(comm, worker.stalenessSeen(), kTagStats);
   if (comm.rank() == 0)
     result.stalenessSeen = *std::max_element(seen.begin(), seen.end());
-  const auto p = worker.model().allParameters();
-  result.parameters.assign(p.begin(), p.end());
+  result.parameters = worker.model().parametersToHost();
   return result;
 }
 

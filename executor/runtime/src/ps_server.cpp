@@ -84,7 +84,7 @@ void Worker::makeKeys() {
     Key key;
     key.firstLayer = j.firstLayer;
     key.lastLayer = j.lastLayer;
-    const auto all = model_.parametersNoWait(j.firstLayer, j.lastLayer);
+    const std::vector<float> all = model_.parametersToHost(j.firstLayer, j.lastLayer);
     const auto [begin, end] = piece(static_cast<int64_t>(all.size()), k_, w_);
     key.weights.assign(all.begin() + begin, all.begin() + end);
     key.momentum.assign(key.weights.size(), 0.0f);
@@ -112,8 +112,7 @@ void Worker::stagedWeights(int l, int s) {
   const auto b = model_.paramBlock(l);
   const auto src =
       key.slot(from).subspan(static_cast<size_t>(b.offset - base), static_cast<size_t>(b.size()));
-  auto dst = model_.parameters(l);
-  std::copy(src.begin(), src.end(), dst.begin());
+  model_.uploadParameters(l, l, src);
 }
 
 }  // namespace strata::exec::detail

@@ -213,7 +213,30 @@ double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   return perWorker * (sc.workers + psServerRanks(sc));
 }
 
-void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
+double gpuWorkerMemoryLowerBound(const Network& network, const Scenario& sc) {
+  Scenario one = sc;
+  one.workers = 1;
+  one.options.psServers = 0;
+  // runMemoryLowerBound counts four copies of the parameters per worker; the
+  // fourth (RunResult::parameters) is on the host.
+  return runMemoryLowerBound(network, one) - double(network.totalParams()) * sizeof(float);
+}
+
+std::string gpuMemoryShortfall(const GpuMemory& gpu, double perWorkerBytes, int workers,
+                               const std::string& network, int batch) {
+  const double need = perWorkerBytes * workers;
+  if (need <= gpu.freeBytes)
+    return {};
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return fmt::format(
+      "{} worker{} x {} examples of {} need at least {:.2f} GiB of device memory on GPU {} ({}) "
+      "(weights, gradients, momentum and activations per worker), more than the {:.2f} GiB free "
+      "there now (of {:.2f} GiB; cudaMemGetInfo); use a smaller --batch or fewer --workers per GPU",
+      workers, workers == 1 ? "" : "s", batch, network, need / kGiB, gpu.gpu, gpu.name,
+      gpu.freeBytes / kGiB, gpu.totalBytes / kGiB);
+}
+
+void checkThreadRun(const Network& network, const Scenario& sc, Device device, int gpu) {
   const int k = sc.workers;
   // Every rank of the run is a thread with a communication lane of its own
   // (two threads): the workers and a ps plan's dedicated servers.
@@ -238,23 +261,34 @@ void checkThreadRun(const Network& network, const Scenario& sc, Device device) {
                     "{} strata run ...), or raise the limit with {} N ({} lifts every limit)",
                     k, servers, 2 * ranks, maxWorkers, cores, ranks, kMaxWorkersOption,
                     kAllowLargeOption));
-  // On GPUs, workers are placed round-robin: the busiest GPU holds
-  // ceil(K / GPUs) of them.
-  const int gpus = device == Device::kCpu ? 1 : std::max(1, deviceCount(device));
-  const int sharing = (k + gpus - 1) / gpus;
-  double need = runMemoryLowerBound(network, sc) / k * sharing;
-  std::string bound;
-  double available = 0;
-  if (device == Device::kCpu) {
-    const MemoryLimit memory = availableMemory();
-    available = memory.bytes;
-    bound = memory.what;
-    if (memory.addressSpace)  // the threads' stacks and arenas count too
-      need += threadsReservedBytes(2 * ranks);
-  } else {
-    available = deviceMemoryBytes(device);
-    bound = "one GPU's memory";
+  if (device == Device::kCuda) {
+    // Workers on GPU gpu, or round-robin (gpuOfWorker): each GPU used against
+    // what it has free now.
+    const int gpus = std::max(1, deviceCount(device));
+    STRATA_ENFORCE_OP(gpu, <, gpus);
+    std::vector<int> workersOn(static_cast<size_t>(gpus), 0);
+    for (int w = 0; w < k; ++w)
+      ++workersOn[static_cast<size_t>(gpu >= 0 ? gpu : w % gpus)];
+    const double perWorker = gpuWorkerMemoryLowerBound(network, sc);
+    for (int g = 0; g < gpus; ++g) {
+      if (workersOn[static_cast<size_t>(g)] == 0)
+        continue;
+      const DeviceMemoryNow now = deviceMemoryNow(device, g);
+      const std::string why =
+          gpuMemoryShortfall(GpuMemory{g, now.name, now.freeBytes, now.totalBytes}, perWorker,
+                             workersOn[static_cast<size_t>(g)], network.name, sc.batchPerWorker);
+      if (!why.empty())
+        throw OptionError(sc.batchPerWorker > 1 ? "--batch" : "--workers", why);
+    }
+    return;
   }
+  const int sharing = k;
+  double need = runMemoryLowerBound(network, sc);
+  const MemoryLimit memory = availableMemory();
+  const double available = memory.bytes;
+  const std::string bound = memory.what;
+  if (memory.addressSpace)  // the threads' stacks and arenas count too
+    need += threadsReservedBytes(2 * ranks);
   if (available > 0 && need > available)
     throw OptionError(
         sc.batchPerWorker > 1 ? "--batch" : "--workers",
@@ -280,7 +314,16 @@ void checkRun(const Network& network, const Scenario& sc, const RunOptions& opti
                       "the GPU executor runs ps with its servers sharded over the workers only "
                       "(the CPU executor, the model and the simulator take dedicated servers)");
   if (placement == RunPlacement::kThreads)
-    checkThreadRun(network, sc, options.device);
+    checkThreadRun(network, sc, options.device, options.gpu);
+  if (placement == RunPlacement::kRanks && options.device == Device::kCuda && options.gpu >= 0) {
+    // A rank per GPU: this rank's worker against what its GPU has free.
+    const DeviceMemoryNow now = deviceMemoryNow(options.device, options.gpu);
+    const std::string why = gpuMemoryShortfall(
+        GpuMemory{options.gpu, now.name, now.freeBytes, now.totalBytes},
+        gpuWorkerMemoryLowerBound(network, sc), 1, network.name, sc.batchPerWorker);
+    if (!why.empty())
+      throw OptionError("--batch", why);
+  }
 }
 
 RunResult runThreads(const Plan& given, const Network& network, const RunOptions& options,

@@ -32,8 +32,9 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
       owt_(isModelParallel(plan.scenario.strategy)),
       mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
       dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
-      backend_(makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()),
-                           opt.threadsPerWorker, plan.scenario.options.element)),
+      backend_(opt.backend ? opt.backend(comm.rank())
+                           : makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()),
+                                         opt.threadsPerWorker, plan.scenario.options.element)),
       model_(net, modelOptions()),
       timer_(*backend_) {
   for (size_t t = 0; t < plan.tasks.size(); ++t)

@@ -44,8 +44,8 @@ void Worker::transfer(size_t t, const Task& task, Measured& m) {
   e.setParts(partsCovered(task));
   // Scratch stays allocated from transfer to transfer (grow-only, per
   // source): a fresh buffer per segment cost an allocation and a zero-fill,
-  // and on a GPU a cudaMallocManaged and a device-wide cudaFree, ~0.7 ms
-  // per 4 MB segment on an H100, more than the copy.
+  // and on a GPU (then managed memory) a cudaMallocManaged and a device-wide
+  // cudaFree, ~0.7 ms per 4 MB segment on an H100, more than the copy.
   summedFrom_.clear();
   scratchPart_.clear();
   for (int i = 1; i < world_; ++i) {
@@ -97,7 +97,10 @@ void Worker::reduce(size_t, const Task& task) {
   if (server() && !summedFrom_.empty()) {
     const int src = summedFrom_.front();
     const auto dst = e.land(scratchPart_[src], seg, src);
-    std::fill(dst.begin(), dst.end(), 0.0f);
+    // Zeroed in the backend's memory, and done before the communicator's
+    // sums (on their own stream on a GPU) read it.
+    backend_->memory().zero(dst.data(), dst.size_bytes());
+    backend_->synchronize();
   }
   // Sources in a fixed order (by rank) so every run sums alike.
   for (int src : summedFrom_)

@@ -61,7 +61,8 @@ CudaBackend& bf16Gpu() {
 }
 
 // The same array for both backends: a host vector for the CPU and a buffer
-// in CUDA managed memory for the GPU, filled alike.
+// in the GPU's device memory, filled alike (uploads: the host never touches
+// device memory).
 template <class T>
 struct Twin {
   std::vector<T> cpu;
@@ -70,9 +71,11 @@ struct Twin {
   explicit Twin(size_t count) : cpu(count), gpu(defaultGpu().memory(), count) {}
   void fill(T value) {
     std::fill(cpu.begin(), cpu.end(), value);
-    std::fill_n(gpu.data(), gpu.size(), value);
+    copyToGpu();
   }
-  void copyToGpu() { std::copy(cpu.begin(), cpu.end(), gpu.data()); }
+  void copyToGpu() { test::deviceCopy(gpu.memory(), gpu.data(), std::span<const T>(cpu)); }
+  // The GPU's values on the host (waits for the kernels before).
+  std::vector<T> fromGpu() const { return gpu.toHost(); }
 };
 
 using TwinArray = Twin<float>;
@@ -127,7 +130,8 @@ void requireClose(CudaBackend& backend, std::span<const float> cpu, std::span<co
 }
 
 void requireClose(CudaBackend& backend, const TwinArray& a, double rel = 1e-4) {
-  requireClose(backend, a.cpu, a.gpu.span(), rel);
+  const std::vector<float> gpu = a.fromGpu();
+  requireClose(backend, a.cpu, gpu, rel);
 }
 
 // ---- convolution ----------------------------------------------------------------------
@@ -249,7 +253,7 @@ TEST_CASE("pooling equals the CPU's, argmax and ties included", "[pool]") {
       g.poolForward(d, x.onGpu(), y.onGpu(), isMax ? argmax.gpu.data() : nullptr);
       requireClose(g, y);
       if (isMax)
-        REQUIRE(std::equal(argmax.cpu.begin(), argmax.cpu.end(), argmax.gpu.data()));
+        REQUIRE(argmax.fromGpu() == argmax.cpu);
 
       TwinTensor dy = randomTensor(yDims, 12);
       TwinTensor dx = nanTensor(xDims);
@@ -332,7 +336,8 @@ void compareFc(const FcCase& fc) {
 
     TwinArray dwSlice(static_cast<size_t>(rows) * inFeatures);
     const size_t first = static_cast<size_t>(r0) * inFeatures;
-    std::copy_n(dwWhole.gpu.data() + first, dwSlice.cpu.size(), dwSlice.gpu.data());
+    g.memory().copy(dwSlice.gpu.data(), dwWhole.gpu.data() + first,
+                    dwSlice.cpu.size() * sizeof(float));
     g.fcBackwardWeights(slice, x.onGpu(), dySlice.onGpu(), dwSlice.gpu.data(), nullptr);
     std::copy_n(dwWhole.cpu.begin() + static_cast<std::ptrdiff_t>(first), dwSlice.cpu.size(),
                 dwSlice.cpu.begin());
@@ -551,14 +556,16 @@ TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-
   // Dropout on: its masks are a function of coordinates, the same on both.
   Model cpu(net, ModelOptions{.backend = &cpuBackend});
   Model gpu(net, ModelOptions{.backend = &defaultGpu()});
-  REQUIRE(copyOf(cpu.allParameters()) == copyOf(gpu.allParameters()));
+  REQUIRE(copyOf(cpu.allParameters()) == gpu.parametersToHost());
   const auto data = SyntheticDataset::forNetwork(net, 5);
   const int batch = 8;
   for (int step = 0; step < 2; ++step) {
     CAPTURE(step);
     for (Model* m : {&cpu, &gpu}) {
       std::vector<int32_t> labels(batch);
-      data.fill(int64_t{step} * batch, m->input(batch).view(), labels);
+      Tensor examples(m->input(batch).dims());  // made on the host, then uploaded
+      data.fill(int64_t{step} * batch, examples.view(), labels);
+      m->input(batch).upload(examples.span());
       m->setLabels(labels);
       m->setStep(static_cast<uint64_t>(step));
       m->zeroGradients();
@@ -567,14 +574,14 @@ TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-
     }
     for (int l = 0; l < cpu.layerCount(); ++l) {
       INFO("output of " << net.layers[static_cast<size_t>(l)].name);
-      requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span());
+      requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).toHost());
     }
     CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-5));
     CHECK(gpu.correctCount() == cpu.correctCount());
-    requireSameBlocks(cpu, copyOf(cpu.allGradients()), copyOf(gpu.allGradients()));
+    requireSameBlocks(cpu, copyOf(cpu.allGradients()), gpu.gradientsToHost());
     cpu.updateAll(0.01f, 0.9f, 5e-4f);
     gpu.updateAll(0.01f, 0.9f, 5e-4f);
-    requireSameBlocks(cpu, copyOf(cpu.allParameters()), copyOf(gpu.allParameters()));
+    requireSameBlocks(cpu, copyOf(cpu.allParameters()), gpu.parametersToHost());
   }
 }
 
@@ -592,13 +599,15 @@ TEST_CASE("a Model on CudaBackend: alexnet forward (lrn, groups, 11x11) equals t
   const int batch = 2;
   for (Model* m : {&cpu, &gpu}) {
     std::vector<int32_t> labels(batch);
-    data.fill(0, m->input(batch).view(), labels);
+    Tensor examples(m->input(batch).dims());
+    data.fill(0, examples.view(), labels);
+    m->input(batch).upload(examples.span());
     m->setLabels(labels);
     m->forwardAll();
   }
   for (int l = 0; l < cpu.layerCount(); ++l) {
     INFO("output of " << net.layers[static_cast<size_t>(l)].name);
-    requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span(), 1e-3);
+    requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).toHost(), 1e-3);
   }
   CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-4));
 }
@@ -609,18 +618,16 @@ TEST_CASE("copyIntoChannels on the GPU places a slice as the host does", "[data]
   CudaBackend& g = defaultGpu();
   // 3 examples, a slice of 2 channels of 5x7 into 6 channels at offset 3.
   const Dims from{3, 2, 5, 7}, into{3, 6, 5, 7};
-  Buffer<float> src(g.memory(), static_cast<size_t>(from.elements()));
-  Buffer<float> dst(g.memory(), static_cast<size_t>(into.elements()));
-  std::vector<float> hostSrc(src.size()), hostDst(dst.size(), -1.0f);
-  for (size_t i = 0; i < src.size(); ++i)
-    src[i] = hostSrc[i] = static_cast<float>(i) + 0.5f;
-  for (size_t i = 0; i < dst.size(); ++i)
-    dst[i] = -1.0f;
+  Buffer<float> src(g.memory()), dst(g.memory());
+  std::vector<float> hostSrc(static_cast<size_t>(from.elements())),
+      hostDst(static_cast<size_t>(into.elements()), -1.0f);
+  for (size_t i = 0; i < hostSrc.size(); ++i)
+    hostSrc[i] = static_cast<float>(i) + 0.5f;
+  src.assign(hostSrc);
+  dst.assign(hostDst);
   copyIntoChannels(ConstTensorView(hostSrc.data(), from), TensorView{hostDst.data(), into}, 3);
   g.copyIntoChannels(ConstTensorView(src.data(), from), TensorView{dst.data(), into}, 3);
-  g.synchronize();
-  for (size_t i = 0; i < dst.size(); ++i)
-    REQUIRE(dst[i] == hostDst[i]);
+  CHECK(dst.toHost() == hostDst);
   CHECK_THROWS_AS(
       g.copyIntoChannels(ConstTensorView(src.data(), from), TensorView{dst.data(), into}, 5),
       InvariantError);
@@ -642,10 +649,10 @@ TEST_CASE("a synthetic batch made on the GPU equals the host's", "[data]") {
     syntheticFill(batch, TensorView{host.data(), dims});
     Buffer<float> x(g.memory(), host.size());
     g.writeSynthetic(batch, TensorView{x.data(), dims});
-    g.synchronize();
+    const std::vector<float> made = x.toHost();
     // The device's double log/cos may differ from glibc's in the last bit.
     for (size_t i = 0; i < host.size(); ++i)
-      REQUIRE(std::abs(x[i] - host[i]) <= 1e-6f * (1.0f + std::abs(host[i])));
+      REQUIRE(std::abs(made[i] - host[i]) <= 1e-6f * (1.0f + std::abs(host[i])));
     // example() is the same function.
     std::vector<float> one(static_cast<size_t>(shape.elements()));
     data.example(first + n - 1, one);
@@ -656,9 +663,9 @@ TEST_CASE("a synthetic batch made on the GPU equals the host's", "[data]") {
 TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data when it grows",
           "[memory]") {
   CudaBackend& g = defaultGpu();
-  CHECK(g.name() == "cuda");
-  CHECK(std::string(g.memory().name()) == "cuda-managed");
-  Buffer<float> b(g.memory(), 1000);
+  CudaManagedMemory managed(0, g.stream());
+  CHECK(managed.hostAccessible());
+  Buffer<float> b(managed, 1000);
   CHECK(std::all_of(b.data(), b.data() + b.size(), [](float v) { return v == 0.0f; }));
   for (size_t i = 0; i < b.size(); ++i)
     b[i] = static_cast<float>(i);
@@ -670,6 +677,62 @@ TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data w
                TensorView{b.data(), {1, 1, 1, 5000}}, 1.0f);
   g.synchronize();
   CHECK(b[999] == 2.0f * 999);
+}
+
+TEST_CASE("the backend's device memory: zero-filled, copies through pinned staging, pooled",
+          "[memory]") {
+  CudaBackend& g = defaultGpu();
+  CHECK(g.name() == "cuda");
+  Memory& m = g.memory();
+  CHECK(std::string(m.name()) == "cuda-device");
+  CHECK_FALSE(m.hostAccessible());
+  Buffer<float> b(m, 1000);
+  CHECK(b.toHost() == std::vector<float>(1000, 0.0f));
+  CHECK_THROWS_AS(b.hostSpan("a test"), InvariantError);
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(i);
+  b.assign(values);
+  b.resize(5000);  // a new block: the first 1000 copied on the device, the rest zero
+  const std::vector<float> grown = b.toHost();
+  for (size_t i = 0; i < grown.size(); ++i)
+    REQUIRE(grown[i] == (i < 1000 ? static_cast<float>(i) : 0.0f));
+  // Kernels read and write it: accumulate (beta 1) doubles it; the download
+  // is ordered after the kernel.
+  g.accumulate(ConstTensorView(b.data(), Dims{1, 1, 1, 5000}),
+               TensorView{b.data(), {1, 1, 1, 5000}}, 1.0f);
+  CHECK(b.toHost()[999] == 2.0f * 999);
+  // Longer than the staging: chunked, in order; many uploads back to back
+  // (ring regions reused) land where they should.
+  const size_t big = CudaDeviceMemory::kStagingBytes / sizeof(float) * 2 + 123;
+  std::vector<float> many(big);
+  for (size_t i = 0; i < big; ++i)
+    many[i] = static_cast<float>(i % 65536);
+  Buffer<float> c(m);
+  c.assign(many);
+  CHECK(c.toHost() == many);
+  Buffer<int32_t> small(m, 64);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<int32_t> v(64, round);
+    small.assign(v);
+    g.accumulate(ConstTensorView(b.data(), Dims{1, 1, 1, 16}), TensorView{b.data(), {1, 1, 1, 16}},
+                 1.0f);
+  }
+  CHECK(small.toHost() == std::vector<int32_t>(64, 199));
+  // Token ids go up as they are.
+  SyntheticBatch ids;
+  ids.values = {3, 1, 4, 1, 5, 9};
+  Buffer<float> x(m, 6);
+  g.writeSynthetic(ids, TensorView{x.data(), Dims{2, 1, 3, 1}});
+  CHECK(x.toHost() == ids.values);
+}
+
+TEST_CASE("the free memory a run is sized against is cudaMemGetInfo's", "[memory]") {
+  const CudaMemoryInfo info = cudaMemoryInfo(0);
+  CHECK(double(info.totalBytes) == Approx(double(cudaDeviceMemoryBytes(0))).epsilon(0.01));
+  CHECK(info.freeBytes > 0);
+  CHECK(info.freeBytes <= info.totalBytes);
+  CHECK_FALSE(info.name.empty());
 }
 
 TEST_CASE("TF32 on: conv and fc stay within TF32's precision of the CPU's", "[tf32]") {

@@ -16,6 +16,24 @@
 
 namespace strata::nn::test {
 
+// `n` elements of a backend's buffer at `data`, copied to the host (a
+// download: waits for the kernels before it): how a test reads a result
+// that may be in device memory.
+template <class T>
+std::vector<T> hostCopy(Memory& memory, const T* data, size_t n) {
+  std::vector<T> out(n);
+  download(memory, std::span<T>(out), data);
+  return out;
+}
+inline std::vector<float> hostCopy(Memory& memory, ConstTensorView v) {
+  return hostCopy(memory, v.data, static_cast<size_t>(v.elements()));
+}
+// Host values into a backend's buffer at `data` (an upload).
+template <class T>
+void deviceCopy(Memory& memory, T* data, std::span<const T> values) {
+  upload(memory, data, values);
+}
+
 // Builds a Network layer by layer with the model's own shape rules
 // (deriveLayer), so shapes and parameter counts are those a config gives.
 class NetworkBuilder {

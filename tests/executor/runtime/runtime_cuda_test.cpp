@@ -152,6 +152,24 @@ TEST_CASE("a worker that throws on the GPU ends every worker with its error with
 
 // Lists tests without a device; runs them only where a GPU is usable, else
 // exits 77 (skipped).
+TEST_CASE("a run that cannot fit in the GPU's free memory is refused before it starts",
+          "[gpu][exec][memory]") {
+  // gpt3-xl (1.3 billion parameters) with 512 sequences per worker: far
+  // more than any GPU's memory; the refusal names the GPU and GiB.
+  const auto net = presetNetwork("gpt3-xl");
+  auto sc = test::runScenario(Strategy::kRing, 2, 512);
+  try {
+    exec::checkThreadRun(net, sc, exec::Device::kCuda);
+    FAIL("no refusal");
+  } catch (const OptionError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("--batch") != std::string::npos);
+    CHECK(what.find("GiB of device memory on GPU 0 (") != std::string::npos);
+    CHECK(what.find("GiB free there now") != std::string::npos);
+  }
+}
+
 int main(int argc, char** argv) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0)

@@ -15,6 +15,7 @@
 #include "../../model/helpers.h"
 #include "../../trace_checker.h"
 #include "../counting_ops.h"
+#include "../device_like_memory.h"
 #include "run_helpers.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/memory.h"
@@ -485,9 +486,11 @@ TEST_CASE("a worker that throws ends every worker with its error, promptly", "[e
 
 TEST_CASE("after its first step a run allocates no more buffers: scratch and staging are kept",
           "[exec][memory]") {
-  // A buffer per step or per message is, on a GPU, a cudaMallocManaged and a
-  // device-wide cudaFree (4 MB ring segments took 0.7 ms instead of 30 us on
-  // an H100). So 2 steps and 10 steps of the same run allocate alike.
+  // A buffer per step or per message was, on a GPU with managed memory, a
+  // cudaMallocManaged and a device-wide cudaFree (4 MB ring segments took
+  // 0.7 ms instead of 30 us on an H100), and is still an allocation and a
+  // wait for the stream (CudaDeviceMemory::allocate). So 2 steps and 10
+  // steps of the same run allocate alike.
   const auto net = presetNetwork("tiny-cnn");
   for (int k : {1, 2, 3, 5}) {
     for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs, Strategy::kOwtA,
@@ -729,4 +732,113 @@ TEST_CASE("learning rate and momentum must be finite and in range", "[exec][erro
   CHECK(errorOf(std::nanf(""), 0.9f) == "--lr: must be in (0, 1000000], got nan");
   CHECK(errorOf(0.01f, std::nanf("")) == "--momentum: must be in [0, 1), got nan");
   CHECK(errorOf(0.01f, 0.9f).empty());
+}
+
+// The GPU path without a GPU: every rank's buffers in memory that says the
+// host may not address it (device_like_memory.h), so a host-span accessor
+// left on any strategy's path (Model::allParameters, softmaxStats, Tensor::at,
+// a std::fill on a gradient span, ...) throws InvariantError and fails the
+// run. The run must hold the bits of the same run on host memory.
+TEST_CASE("every strategy runs on memory the host cannot address, bit for bit as on host memory",
+          "[exec][memory]") {
+  struct Case {
+    const char* network;
+    Strategy strategy;
+    int psServers = 0;
+    FcUpdate fcUpdate = FcUpdate::kStep;
+  };
+  std::vector<Case> cases;
+  for (Strategy s : kAllStrategies)
+    cases.push_back({"tiny-cnn", s});
+  cases.push_back({"tiny-cnn", Strategy::kOwtB, 0, FcUpdate::kRound});
+  cases.push_back({"tiny-cnn", Strategy::kPs, 1});
+  // A language model: token ids as the input, a label per position.
+  for (Strategy s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs})
+    cases.push_back({"tiny-gpt", s});
+  const int b = 3, steps = 2;
+  for (const Case& c : cases) {
+    const auto net = presetNetwork(c.network);
+    for (int k = 1; k <= 4; ++k) {
+      if (c.psServers > 0 && k == 1)
+        continue;  // dedicated servers serve two workers or more
+      INFO(c.network << " " << toString(c.strategy) << " K = " << k << " servers " << c.psServers);
+      auto sc = test::runScenario(c.strategy, k, b);
+      sc.options.psServers = c.psServers;
+      sc.options.fcUpdate = c.fcUpdate;
+      const Plan plan = lowerToPlan(net, sc, steps);
+      std::vector<std::vector<float>> host, device;
+      const auto onHost = exec::runThreads(plan, net, test::runOptions(steps), &host);
+      test::DeviceLikeMemory memory;
+      auto options = test::runOptions(steps);
+      options.backend = [&](int) { return test::deviceLikeBackend(memory); };
+      const auto onDevice = exec::runThreads(plan, net, options, &device);
+      CHECK(device == host);
+      REQUIRE(onDevice.steps.size() == onHost.steps.size());
+      for (size_t i = 0; i < onHost.steps.size(); ++i)
+        CHECK(onDevice.steps[i].loss == onHost.steps[i].loss);
+      // The host met the buffers only through the copies.
+      CHECK(memory.uploads > 0);
+      CHECK(memory.downloads > 0);
+    }
+  }
+}
+
+TEST_CASE("a GPU run is sized against the memory free on its GPU, not its total",
+          "[exec][limits][memory]") {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const exec::GpuMemory gpu{1, "NVIDIA H100 80GB HBM3", 10 * kGiB, 80 * kGiB};
+  // 2 x 4 GiB fit in 10 GiB free; 2 x 5 GiB fill it exactly, which fits.
+  CHECK(exec::gpuMemoryShortfall(gpu, 4 * kGiB, 2, "alexnet", 128).empty());
+  CHECK(exec::gpuMemoryShortfall(gpu, 5 * kGiB, 2, "alexnet", 128).empty());
+  // 3 x 4 GiB = 12 GiB do not, though the GPU has 80 GiB in all.
+  const std::string why = exec::gpuMemoryShortfall(gpu, 4 * kGiB, 3, "alexnet", 128);
+  CHECK_THAT(why, Catch::Contains("3 workers x 128 examples of alexnet need at least 12.00 GiB "
+                                  "of device memory on GPU 1 (NVIDIA H100 80GB HBM3)"));
+  CHECK_THAT(why, Catch::Contains("more than the 10.00 GiB free there now (of 80.00 GiB"));
+  CHECK_THAT(why, Catch::Contains("--batch"));
+  CHECK_THAT(exec::gpuMemoryShortfall(gpu, 10.5 * kGiB, 1, "gpt3-xl", 8),
+             Catch::StartsWith("1 worker x 8 examples of gpt3-xl need at least 10.50 GiB"));
+
+  // One worker's device memory: runMemoryLowerBound's one-worker bound less
+  // its host copy of the parameters, whatever K and the ps servers are.
+  const auto net = presetNetwork("tiny-cnn");
+  auto sc = test::runScenario(Strategy::kPs, 4, 16);
+  sc.options.psServers = 1;
+  auto one = test::runScenario(Strategy::kPs, 1, 16);
+  const double expected =
+      exec::runMemoryLowerBound(net, one) - double(net.totalParams()) * sizeof(float);
+  CHECK(exec::gpuWorkerMemoryLowerBound(net, sc) == expected);
+  CHECK(exec::gpuWorkerMemoryLowerBound(net, one) == expected);
+  // Three copies of the parameters and 2 b outputs: more than those alone.
+  double outputs = 0;
+  for (const auto& l : net.layers)
+    outputs += double(l.outShape.elements());
+  CHECK(expected > (3 * double(net.totalParams()) + 2 * 16 * outputs) * sizeof(float));
+}
+
+TEST_CASE("on memory the host cannot address a run also stops allocating after its first step",
+          "[exec][memory]") {
+  // Device memory's allocate waits for the stream, so an allocation per step
+  // (a host copy made through a fresh buffer, say) would cost the step its
+  // asynchrony. The device-like memory allocates from host memory, so
+  // hostAllocations() counts its buffers too.
+  const auto net = presetNetwork("tiny-cnn");
+  for (int k : {1, 3}) {
+    for (auto s :
+         {Strategy::kNaive, Strategy::kRing, Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+      INFO(toString(s) << " K = " << k);
+      const auto plan = lowerToPlan(net, test::runScenario(s, k, 5));
+      test::DeviceLikeMemory memory;
+      const auto allocations = [&](int steps) {
+        auto options = test::runOptions(steps);
+        options.backend = [&](int) { return test::deviceLikeBackend(memory); };
+        const uint64_t before = nn::hostAllocations();
+        exec::runThreads(plan, net, options);
+        return nn::hostAllocations() - before;
+      };
+      const uint64_t two = allocations(2), six = allocations(6);
+      CHECK(two > 0);
+      CHECK(six == two);
+    }
+  }
 }

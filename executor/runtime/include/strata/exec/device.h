@@ -34,6 +34,15 @@ void checkDevice(Device device, const std::string& option);
 // physical memory, ulimit -v and the cgroup's memory.max), or GPU `gpu`'s
 // global memory (CUDA).
 double deviceMemoryBytes(Device device, int gpu = 0);
+// What device memory there is now: CUDA GPU `gpu`'s free and total bytes
+// (cudaMemGetInfo) and its name; the CPU: availableMemory() for both, name
+// "host". Throws RunFailure naming the call when a GPU cannot be read.
+struct DeviceMemoryNow {
+  double freeBytes = 0;
+  double totalBytes = 0;
+  std::string name;
+};
+DeviceMemoryNow deviceMemoryNow(Device device, int gpu = 0);
 // How many of `device` this process sees: 1 for the CPU, the CUDA devices
 // (0 when none or not built) for CUDA.
 int deviceCount(Device device);

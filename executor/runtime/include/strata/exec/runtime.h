@@ -36,6 +36,10 @@ struct RunOptions {
   // (makeCommOps: the host's, or its GPU's stream and kernels). Tests give
   // instrumented ops here to see that every byte goes through them.
   std::function<std::shared_ptr<BufferOps>(int worker)> commOps;
+  // Every rank's compute backend; empty: by device (makeBackend). Tests give
+  // a CPU backend whose memory the host may not address (memory.h) here, so
+  // any host touch of a buffer on the run's path fails as it would on a GPU.
+  std::function<std::unique_ptr<nn::Backend>(int rank)> backend;
   int steps = 10;
   float learningRate = 0.01f;
   float momentum = 0.9f;
@@ -161,13 +165,36 @@ int gpuOfWorker(const RunOptions& options, int worker);
 // b examples; the plan's per-task bookkeeping), in bytes.
 double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 
+// The device memory one worker of `scenario` needs on its GPU at least, in
+// bytes: runMemoryLowerBound's share of one worker, less the copy of the
+// parameters it hands back (host memory).
+double gpuWorkerMemoryLowerBound(const Network& network, const Scenario& scenario);
+
+// One GPU's memory as cudaMemGetInfo reads it now (device.h: deviceMemoryNow).
+struct GpuMemory {
+  int gpu = 0;
+  std::string name;       // "NVIDIA H100 80GB HBM3"
+  double freeBytes = 0;   // free now: other processes' allocations are not
+  double totalBytes = 0;  // its global memory
+};
+
+// Whether `workers` workers that need `perWorkerBytes` each fit in what `gpu`
+// has free (not its total: a GPU asked for more than is free fails or, with
+// managed memory, can hang). Empty when they fit; otherwise the one-line
+// refusal, naming the GPU, the bytes needed and free (GiB), and `option`'s
+// remedy. A pure function, for checkThreadRun and its tests.
+std::string gpuMemoryShortfall(const GpuMemory& gpu, double perWorkerBytes, int workers,
+                               const std::string& network, int batch);
+
 // Part of checkRun for threads: throws OptionError before any thread starts
 // when K = scenario.workers threads-as-workers are over limits()'s
 // thread-worker limit (naming --workers and the option that raises it) or
 // need more memory than this machine has (naming --batch). Cheap (O(layers)).
-// On CUDA the bound is per GPU: the workers that share the busiest GPU
-// against its memory (deviceMemoryBytes).
-void checkThreadRun(const Network& network, const Scenario& scenario, Device device = Device::kCpu);
+// On CUDA the bound is per GPU: the workers placed on each GPU (gpuOfWorker;
+// all on `gpu` when it is not -1) against the memory free on it now
+// (gpuMemoryShortfall).
+void checkThreadRun(const Network& network, const Scenario& scenario, Device device = Device::kCpu,
+                    int gpu = -1);
 
 // Runs the plan on K = plan.scenario.workers threads of this process (and
 // one more per dedicated ps server, plan.servers) and returns rank 0's

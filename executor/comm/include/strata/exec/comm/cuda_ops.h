@@ -7,8 +7,12 @@
 // wait for the stream before returning, so a message is in place (and its
 // sum done) when send/recv return, as on the host, and the next transfer of
 // the Plan may read it. Messages in flight are staged in device memory
-// (cudaMalloc) of the sender's GPU. A rank's ops are driven by one thread at a
-// time (the rank's communication lane), as its Communicator.
+// (cudaMalloc) of the sender's GPU. Sums between device and host memory never
+// touch device memory from the host: host data is copied to the GPU and
+// summed there, device data summed into host memory is first copied to pinned
+// host staging (cudaMallocHost, grow-only) and summed by the host. A rank's
+// ops are driven by one thread at a time (the rank's communication lane), as
+// its Communicator.
 //
 // Several ranks may share one GPU (K workers on fewer GPUs): each has its own
 // stream, so their copies and sums run concurrently on the GPU's copy engines

@@ -119,6 +119,14 @@ class MpiCommunicator final : public Communicator {
   void abort(const std::string& reason) override;
   bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
 
+  // How this rank copies and sums its buffers (buffer_ops.h): the host's
+  // unless set. MPI itself is handed host pointers only, so a GPU rank sets
+  // its GPU's ops only when it is alone in the job (mpirun -np 1: nothing
+  // goes through MPI, but the Plan interpreter's copies of owt's rows and
+  // slices are device to device); GPU ranks that talk go over NCCL.
+  BufferOps& ops() override { return ops_ ? *ops_ : hostOps(); }
+  void setOps(std::shared_ptr<BufferOps> ops) { ops_ = std::move(ops); }
+
   // True while the watcher thread runs (heartbeats are on).
   bool heartbeats() const;
   // Whether a line about the job's end from this rank would repeat one that
@@ -142,6 +150,7 @@ class MpiCommunicator final : public Communicator {
   struct Transfer;
   struct Watcher;
   using Clock = std::chrono::steady_clock;
+  std::shared_ptr<BufferOps> ops_;  // null: hostOps()
   // Who ends the job once it is ending: this rank, or another one that told
   // this rank (or that this rank's watcher left it to) to stand by.
   enum class Ending { kNo, kHere, kElsewhere };

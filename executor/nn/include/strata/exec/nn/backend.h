@@ -16,10 +16,12 @@
 //  - A Backend keeps scratch space and is not thread-safe: one per worker.
 //
 // Memory: every view and array a kernel takes comes from the backend's
-// memory() (host memory for the CPU, CUDA managed memory for the CUDA
-// backend: see memory.h). Kernels may run asynchronously: the host reads or
-// writes a buffer a kernel used only after synchronize() (Model does this
-// where it hands buffers to the host).
+// memory() (host memory for the CPU, device memory for the CUDA backend: see
+// memory.h). The host dereferences those pointers only when the memory says
+// hostAccessible(); otherwise it copies through the memory's upload and
+// download, which are ordered with the kernels. Kernels may run
+// asynchronously: synchronize() waits for them (a communicator copying on
+// its own stream starts after it).
 #pragma once
 
 #include <cstdint>
@@ -151,10 +153,9 @@ class Backend {
   virtual void synchronize() {}
   // Writes a batch of synthetic examples into x (this backend's memory).
   // The CPU backend writes them on the host. A GPU backend makes them with a
-  // kernel where x lives: neither the host's Box-Muller (~0.2 s for an
-  // ImageNet batch of 64) nor a host write into managed memory (which moves
-  // the pages off the device for the next kernel to fault them back at a few
-  // GB/s) stands in the step's way.
+  // kernel where x lives (the host's Box-Muller takes ~0.2 s for an ImageNet
+  // batch of 64), from the classes and keys it uploads; token ids
+  // (batch.values) it uploads as they are.
   virtual void writeSynthetic(const SyntheticBatch& batch, TensorView x) {
     syntheticFill(batch, x);
   }

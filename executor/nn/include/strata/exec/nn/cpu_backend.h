@@ -49,6 +49,11 @@ struct CpuOptions {
   // record-only recorder also makes memory() ReservedMemory, so that a Model
   // on this backend allocates address space only (kernel_recorder.h).
   KernelRecorder* recorder = nullptr;
+  // Where the buffers live (not owned; it must outlive the backend); null:
+  // host memory. The kernels use its pointers whatever it says of host
+  // access: tests give memory that says the host may not address it, so
+  // that host code touching a buffer fails as it would on a GPU.
+  Memory* memory = nullptr;
 };
 
 // Not thread-safe (one per worker, as every Backend): the worker calls it
@@ -59,7 +64,7 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
 
   std::string_view name() const override { return "cpu"; }
-  Memory& memory() override { return reserved_ ? *reserved_ : hostMemory(); }
+  Memory& memory() override { return reserved_ ? *reserved_ : memory_ ? *memory_ : hostMemory(); }
   CpuIsa isa() const { return isa_; }
   int threads() const;
   bool runsTransformerLayers() const override { return impl_->runsTransformerLayers(); }
@@ -229,6 +234,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadTeam> team_;
   std::unique_ptr<Backend> impl_;             // the selected path's kernels, on team_
   std::unique_ptr<ReservedMemory> reserved_;  // memory() when built record-only
+  Memory* memory_ = nullptr;                  // CpuOptions::memory
 };
 
 }  // namespace strata::nn

@@ -10,11 +10,13 @@
 // and batch normalisation are not used: their conventions differ from the
 // Backend contract.
 //
-// Buffers live in CUDA managed memory (CudaMemory), so host code (Model, the
-// Plan interpreter, communicators) reads and writes them through the same
-// pointers as on the CPU. Kernels are enqueued on the backend's own stream
-// and return at once; synchronize() waits for them (Backend's contract: the
-// host touches a buffer only after that).
+// Buffers live in device memory (CudaDeviceMemory) from the device's memory
+// pool: host code (Model, the Plan interpreter, communicators) never
+// dereferences them; it hands their pointers to kernels and to a
+// communicator's BufferOps, and moves values with the Memory's copies, which
+// run on the backend's stream through pinned staging (memory.h). Kernels are
+// enqueued on the backend's own stream and return at once; synchronize()
+// waits for them.
 //
 // This header includes no CUDA header: callers compile without the toolkit's
 // include path; the CUDA types appear only as their opaque struct pointers.
@@ -82,26 +84,90 @@ std::string cudaUnavailableReason();
 // throws RunFailure naming the call when it cannot be read.
 size_t cudaDeviceMemoryBytes(int device = 0);
 
-// CUDA managed memory (cudaMallocManaged) on one device: the host and the
-// device address it through the same pointers, pages migrate on access.
-// Allocations prefer the device (cudaMemAdviseSetPreferredLocation), so
-// kernels run on device-resident pages and a host access moves only what it
-// touches. allocate() zero-fills on the device, on the given stream, and
-// waits for that stream (so also for the kernels already enqueued on it;
-// other workers' streams keep running).
-class CudaMemory final : public Memory {
+// What device `device` has free now and in all, in bytes (cudaMemGetInfo:
+// other processes' and this one's allocations count; the blocks this
+// process's pool keeps unused are given back first, cudaMemPoolTrimTo), and
+// its name; throws RunFailure naming the call when they cannot be read.
+struct CudaMemoryInfo {
+  size_t freeBytes = 0;
+  size_t totalBytes = 0;
+  std::string name;  // "NVIDIA H100 80GB HBM3"
+};
+CudaMemoryInfo cudaMemoryInfo(int device = 0);
+
+// Device memory of one GPU, from the device's memory pool: allocate() is
+// cudaMallocFromPoolAsync on the device's default pool (cudaMemPool_t), whose
+// release threshold is raised to the maximum once per device so that freed
+// blocks stay in the pool for the next allocation instead of going back to
+// the driver at every synchronisation; deallocate() is cudaFreeAsync. Both on
+// `stream` (the backend's). allocate() zero-fills on the stream and then
+// waits for it, so the block is usable from any stream (a communicator's)
+// when it returns; buffers grow in the first step, never per step.
+//
+// The host cannot address it (hostAccessible() is false). upload() and
+// download() go through pinned host staging (cudaMallocHost, grown up to
+// kStagingBytes and kept) used as a ring: each copy (cudaMemcpyAsync on the
+// stream, chunk by chunk) takes the next region, and a region is written
+// again only after the event recorded behind the copy that last used it.
+// download() waits for its copies (so for the kernels before them on the
+// stream); upload() returns once the host's bytes are in the staging. copy() and zero() are
+// cudaMemcpyAsync / cudaMemsetAsync on the stream and do not wait: a consumer
+// on another stream waits for the backend first (Model does). Thread-safe
+// (the compute and communication lanes of a worker both copy).
+class CudaDeviceMemory final : public Memory {
  public:
-  // `stream` is the stream the zero-fill runs on (the backend's).
-  CudaMemory(int device, CUstream_st* stream) : device_(device), stream_(stream) {}
+  // Pinned staging is at most this large; longer copies go in chunks.
+  static constexpr size_t kStagingBytes = size_t{32} << 20;
+
+  // Throws RunFailure when the device has no memory pools
+  // (cudaDevAttrMemoryPoolsSupported) or a call fails.
+  CudaDeviceMemory(int device, CUstream_st* stream);
+  ~CudaDeviceMemory() override;
+  CudaDeviceMemory(const CudaDeviceMemory&) = delete;
+  CudaDeviceMemory& operator=(const CudaDeviceMemory&) = delete;
+
   void* allocate(size_t bytes) override;
-  // cudaFree, which may wait for the whole device: buffers are freed when
-  // they grow or at the end, never per step. A failure is dropped (this must
-  // not throw; cudaFree fails only after an earlier sticky error, which the
-  // next checked call reports).
+  // A failure is dropped (this must not throw; cudaFreeAsync fails only
+  // after an earlier sticky error, which the next checked call reports).
   void deallocate(void* p, size_t bytes) noexcept override;
-  const char* name() const override { return "cuda-managed"; }
+  const char* name() const override { return "cuda-device"; }
+  bool hostAccessible() const override { return false; }
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
 
  private:
+  struct Staging;  // the pinned buffer and the event of its last copy
+  int device_;
+  CUstream_st* stream_;
+  std::unique_ptr<Staging> staging_;
+};
+
+// CUDA managed memory (cudaMallocManaged) on one device: the host and the
+// device address it through the same pointers, pages migrate on access.
+// Allocations prefer the device (cudaMemAdviseSetPreferredLocation).
+// allocate() zero-fills on the device, on the given stream, and waits for
+// that stream. No backend uses it (the device machine's notes warn that
+// asking for more managed memory than is free can hang the GPU; no framework
+// trains from it): it is kept for the test that checks it, as the contrast
+// to CudaDeviceMemory. Its copies are memcpy after waiting for the stream.
+class CudaManagedMemory final : public Memory {
+ public:
+  // `stream` is the stream the zero-fill runs on.
+  CudaManagedMemory(int device, CUstream_st* stream) : device_(device), stream_(stream) {}
+  void* allocate(size_t bytes) override;
+  // cudaFree, which may wait for the whole device.
+  void deallocate(void* p, size_t bytes) noexcept override;
+  const char* name() const override { return "cuda-managed"; }
+  bool hostAccessible() const override { return true; }
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+
+ private:
+  void wait();
   int device_;
   CUstream_st* stream_;
 };
@@ -116,9 +182,8 @@ class CudaMemory final : public Memory {
 class CudaBackend final : public Backend {
  public:
   // Throws RunFailure when there is no usable device ("no CUDA device:
-  // cudaGetDeviceCount: ..."), when the device cannot share managed memory
-  // with the host while kernels run (cudaDevAttrConcurrentManagedAccess, which
-  // Linux on Pascal and later has) or when a handle cannot be created.
+  // cudaGetDeviceCount: ..."), when it has no memory pools (CudaDeviceMemory)
+  // or when a handle cannot be created.
   explicit CudaBackend(CudaBackendOptions options = {});
   // A backend without a device that only records (kernel_recorder.h;
   // `recorder` must be record-only and outlive it): each method reports the
@@ -141,7 +206,10 @@ class CudaBackend final : public Backend {
   // does a bad token id an embedding met (UserError, as CpuBackend's).
   void synchronize() override;
   // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
-  // to the device once per dataset, the classes and keys with each batch.
+  // to the device once per dataset, the classes and keys with each batch
+  // (uploads through the memory's pinned staging). A language model's token
+  // ids (batch.values) are uploaded as they are, the same way: no wait for
+  // the kernels before.
   void writeSynthetic(const SyntheticBatch& batch, TensorView x) override;
   // A record-only backend takes only a record-only recorder.
   void setRecorder(KernelRecorder* recorder) override;

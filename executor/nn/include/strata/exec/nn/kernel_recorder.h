@@ -75,7 +75,7 @@ std::string describe(const std::vector<KernelCall>& calls);
 // MAP_NORESERVE; zero-filled, as Memory requires): for the buffers of a
 // record-only Model, which nothing reads or writes, so that networks of any
 // size cost address space only.
-class ReservedMemory final : public Memory {
+class ReservedMemory final : public HostAddressedMemory {
  public:
   void* allocate(size_t bytes) override;
   void deallocate(void* p, size_t bytes) noexcept override;

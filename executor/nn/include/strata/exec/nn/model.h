@@ -125,13 +125,23 @@ struct ParamBlock {
   int64_t size() const { return weights + bias; }
 };
 
-// Buffers live in the backend's memory (Backend::memory()), and the
-// accessors that hand them to the host (input, setLabels, output,
-// outputGrad, inputGrad, exchangeInput, exchangeInputGrad, parameters,
-// gradients, momentum, softmaxStats, loss) first wait for the backend's
-// kernels (Backend::synchronize()), so the caller reads results and
-// overwrites inputs safely on an asynchronous backend too. The phases
-// themselves do not wait.
+// Buffers live in the backend's memory (Backend::memory()), which may be
+// device memory the host cannot address (memory.h). So the Model hands its
+// buffers out in two ways:
+//  - as the memory's pointers (the Tensors of input, output, outputGrad,
+//    inputGrad, exchangeInput, exchangeInputGrad; parametersNoWait,
+//    gradientsNoWait, softmaxStatsNoWait): for the backend's kernels and a
+//    communicator's BufferOps, never dereferenced by the host unless the
+//    memory is host-accessible (Tensor::at, fill and the spans below check);
+//  - as host copies: parametersToHost, gradientsToHost, softmaxStatsToHost,
+//    Tensor::toHost (downloads, which wait for the kernels before them), and
+//    setLabels, writeInput, uploadParameters, uploadGradients,
+//    uploadSoftmaxStats (uploads, ordered after them).
+// The host spans (parameters, gradients, momentum, allParameters,
+// allGradients, softmaxStats) exist for host memory only: they throw
+// InvariantError when the memory is not host-accessible. The accessors wait
+// for the backend's kernels (Backend::synchronize()) before handing a buffer
+// out, except the NoWait ones; the phases themselves do not wait.
 class Model {
  public:
   // Allocates and initialises the parameters: biases and batchnorm shifts 0,
@@ -228,6 +238,8 @@ class Model {
 
   // ---- parameters ----
   ParamBlock paramBlock(int layer) const;
+  // Elements of the parameters (this worker's: a slice's rows only).
+  int64_t parameterCount() const { return static_cast<int64_t>(params_.size()); }
   std::span<float> parameters(int layer);  // weights then bias, contiguous
   std::span<float> gradients(int layer);
   // Gradients of layers [firstLayer, lastLayer], one contiguous span.
@@ -243,12 +255,28 @@ class Model {
   std::span<float> allGradients();
   std::span<float> momentum(int layer);  // allocates the momentum on first use
 
+  // ---- host copies (any memory; see above) ----
+  std::vector<float> parametersToHost();
+  std::vector<float> gradientsToHost();
+  // Layers [firstLayer, lastLayer], as parametersNoWait lays them out.
+  std::vector<float> parametersToHost(int firstLayer, int lastLayer);
+  std::vector<float> gradientsToHost(int firstLayer, int lastLayer);
+  // Writes host values over every parameter / those of layers [firstLayer,
+  // lastLayer] (sizes must match).
+  void uploadParameters(std::span<const float> values);
+  void uploadParameters(int firstLayer, int lastLayer, std::span<const float> values);
+  void uploadGradients(int firstLayer, int lastLayer, std::span<const float> values);
+
   // ---- loss ----
   // 0 (default): the number of positions of the softmax batch.
   void setLossNormalizer(double normalizer) { lossNormalizer_ = normalizer; }
   // Per position of the softmax batch: (max, sum of exp(z - max)) over the
   // classes held, after forward(softmax); writable for merged statistics.
   std::span<float> softmaxStats();
+  // The same statistics as the memory's pointers, without waiting.
+  std::span<float> softmaxStatsNoWait();
+  std::vector<float> softmaxStatsToHost();
+  void uploadSoftmaxStats(std::span<const float> values);
   // Cross-entropy summed over positions / normaliser, from the logits of the
   // last forward, the labels and softmaxStats(); for a sliced softmax this
   // worker's share (see header).

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "strata/exec/nn/memory.h"
 
@@ -78,18 +79,35 @@ class Tensor {
   const Dims& dims() const { return dims_; }
   int n() const { return dims_.n; }
   int64_t elements() const { return dims_.elements(); }
+  Memory& memory() const { return storage_.memory(); }
+  // The Memory's pointers (memory.h): for kernels and BufferOps, and for the
+  // host only where the memory is host-accessible.
   float* data() { return storage_.data(); }
   const float* data() const { return storage_.data(); }
   std::span<float> span() { return {storage_.data(), static_cast<size_t>(elements())}; }
   std::span<const float> span() const { return {storage_.data(), static_cast<size_t>(elements())}; }
 
-  float& at(int n, int c, int h, int w) { return view().at(n, c, h, w); }
-  float at(int n, int c, int h, int w) const { return view().at(n, c, h, w); }
+  // Host reads and writes of elements: InvariantError when the memory is not
+  // host-accessible (use toHost() / upload()).
+  float& at(int n, int c, int h, int w) {
+    requireHostAccess(memory(), "Tensor::at");
+    return view().at(n, c, h, w);
+  }
+  float at(int n, int c, int h, int w) const {
+    requireHostAccess(memory(), "Tensor::at");
+    return view().at(n, c, h, w);
+  }
+  // The elements copied to the host (waits for the kernels before it).
+  std::vector<float> toHost() const;
+  // Writes host `values` (elements() of them) into the tensor.
+  void upload(std::span<const float> values);
 
   // Changes the shape. Contents are unspecified afterwards unless the shape is
   // unchanged (then nothing happens); storage only grows, so a per-step resize
   // to the same or a smaller batch does not allocate.
   void resize(Dims dims);
+  // Every element = value, on the host (host-accessible memory only; a
+  // backend's buffers are filled with Backend::fill).
   void fill(float value);
 
   TensorView view() { return {storage_.data(), dims_}; }
