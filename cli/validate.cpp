@@ -77,7 +77,7 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu";
+                device = "cpu", optimizer = "momentum";
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -115,6 +115,10 @@ Command addValidateCommand(CLI::App& app) {
   sub->add_option("--device", o->device,
                   "cpu (threads) or cuda (K workers on the GPUs round-robin, sharing them when "
                   "K exceeds them; the device communicator between them) (default cpu)");
+  sub->add_option("--optimizer", o->optimizer,
+                  "update rule every row is predicted, simulated and run with: "
+                  "sgd|momentum|adam|adamw (default momentum; adam and adamw at PyTorch's "
+                  "learning rate 0.001)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -133,6 +137,7 @@ Command addValidateCommand(CLI::App& app) {
         ValidationSuite suite;
         ValidateOptions opt = o->validate;
         opt.device = exec::parseDevice(o->device, "--device");
+        opt.optimizer = parseOptimizer(o->optimizer, "--optimizer");
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));

@@ -46,7 +46,8 @@ std::string rowName(const Network& net, int batch, Strategy s, int k) {
 // a minute): a worker count or a batch that the model, the executor or this
 // machine refuses. A value read from a suite file is named by its
 // file:line:key, not by the option a command line would have used.
-void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::Device device) {
+void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::Device device,
+               Optimizer optimizer) {
   for (const auto& entry : suite.entries)
     for (size_t b = 0; b < entry.batches.size(); ++b)
       for (size_t i = 0; i < ks.size(); ++i)
@@ -57,6 +58,7 @@ void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::D
           sc.strategy = s;
           sc.workers = ks[i];
           sc.batchPerWorker = entry.batches[b];
+          sc.options.optimizer = optimizer;
           try {
             checkModelWorkers(sc.workers, limits());
             checkScenario(entry.network, sc);
@@ -114,6 +116,8 @@ ValidationRow runRow(Context& c, const Network& net, const Cluster& profiled, bo
 
   exec::RunOptions ro;
   ro.steps = c.suite.steps;
+  ro.learningRate = exec::defaultLearningRate(sc.options.optimizer);
+  ro.weightDecay = exec::defaultWeightDecay(sc.options.optimizer);
   // A ps plan holds every step it runs.
   const Plan runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, ro.steps) : plan;
   ro.warmup = kWarmupSteps;
@@ -249,7 +253,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
                       fmt::format("nothing to validate: owt-a/b/c need a model-parallel part, and "
                                   "{} has none (add naive, ring or ps)",
                                   suite.entries.front().network.name));
-  checkRows(suite, ks, o.device);
+  checkRows(suite, ks, o.device, o.optimizer);
   std::error_code ec;
   std::filesystem::create_directories(o.outDir, ec);
   if (ec)
@@ -300,8 +304,8 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
       if (progress.profiling)
         progress.profiling(net.name, batch);
       Cluster profiled = cluster;
-      profiled.device.profile =
-          std::make_shared<OpProfile>(exec::profileNetwork(net, batch, 5, o.device));
+      profiled.device.profile = std::make_shared<OpProfile>(
+          exec::profileNetwork(net, batch, 5, o.device, 1, o.optimizer));
       for (int k : ks) {
         for (auto s : suite.strategies) {
           if (isModelParallel(s) && net.modelParallelFrom < 0)
@@ -310,6 +314,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
           sc.strategy = s;
           sc.workers = k;
           sc.batchPerWorker = batch;
+          sc.options.optimizer = o.optimizer;
           if (progress.running)
             progress.running(static_cast<int>(result.rows.size()) + 1, total,
                              rowName(net, batch, s, k));

@@ -31,7 +31,8 @@ double medianAfterWarmup(std::vector<double> v) {
 
 }  // namespace
 
-LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads) {
+LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads,
+                      Optimizer optimizer) {
   const auto backend = makeBackend(device, "--device", 0, threads);
   nn::ModelOptions mo;
   mo.dropout = true;
@@ -50,6 +51,10 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
   // Each call between two marks of the backend's timer: host time on the
   // CPU, GPU time (CUDA events) on CUDA. A pass is read after it ends.
   WorkTimer timer(*backend);
+  // Learning rate 0: every pass times the same weights.
+  nn::UpdateRule rule;
+  rule.optimizer = optimizer;
+  rule.learningRate = 0.0f;
   for (int rep = 0; rep < repeats + 1; ++rep) {
     timer.start();
     model.zeroGradients();
@@ -70,9 +75,9 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
     }
     for (size_t l = 0; l < n; ++l)
       if (net.layers[l].hasWeights())
-        timed(um[l], [&] { model.update(static_cast<int>(l), 0.0f, 0.9f); });
+        timed(um[l], [&] { model.update(static_cast<int>(l), rule); });
     std::pair<int, int> am;
-    timed(am, [&] { model.updateAll(0.0f, 0.9f); });
+    timed(am, [&] { model.updateAll(rule); });
     timer.finish();
     const auto seconds = [&](std::pair<int, int> m) {
       return timer.seconds(m.second) - timer.seconds(m.first);
@@ -101,8 +106,8 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
 
 }  // namespace detail
 
-OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device,
-                         int threads) {
+OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device, int threads,
+                         Optimizer optimizer) {
   checkThreadsPerWorker(threads);
   if (threads > 1 && device != Device::kCpu)
     throw OptionError("--threads-per-worker",
@@ -114,11 +119,12 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   Scenario one;  // one worker's passes at `batch`: bounded like a run
   one.workers = 1;
   one.batchPerWorker = batch;
+  one.options.optimizer = optimizer;
   RunOptions run;
   run.device = device;
   run.threadsPerWorker = threads;
   checkRun(network, one, run, RunPlacement::kThreads);
-  const auto t = detail::timeLayers(network, batch, repeats, device, threads);
+  const auto t = detail::timeLayers(network, batch, repeats, device, threads, optimizer);
   OpProfile p;
   p.network = network.name;
   p.batch = batch;
@@ -129,9 +135,11 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   char day[32];
   std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
   p.provenance = fmt::format(
-      "measured by `strata profile -n {} --batch {}{}{}` on {}, {}", network.name, batch,
+      "measured by `strata profile -n {} --batch {}{}{}{}` on {}, {}", network.name, batch,
       device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
-      threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads), hostName, day);
+      threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads),
+      optimizer == Optimizer::kMomentum ? "" : " --optimizer " + std::string(toString(optimizer)),
+      hostName, day);
   for (size_t l = 0; l < network.layers.size(); ++l)
     p.layers.push_back({network.layers[l].name, Seconds(t.fwd[l]), Seconds(t.bwdData[l]),
                         Seconds(t.bwdWeights[l]), Seconds(t.update[l])});

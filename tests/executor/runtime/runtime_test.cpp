@@ -62,28 +62,39 @@ exec::RunResult checkPsAgainstOneWorker(const Network& net, const Scenario& sc, 
   return run;
 }
 // The reference of the equivalence tests: one worker with the whole batch.
-exec::RunResult oneWorker(const Network& net, int batch, int steps) {
-  return exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, batch)), net,
-                          test::runOptions(steps));
+exec::RunResult oneWorker(const Network& net, int batch, int steps,
+                          Optimizer optimizer = Optimizer::kMomentum) {
+  return exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, batch, optimizer)),
+                          net, test::runOptions(steps, optimizer));
 }
 }  // namespace
 
 TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") {
+  // With each update rule: SGD with momentum, Adam and AdamW (whose step
+  // counts and bias corrections every worker and the ps servers keep alike).
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
-  for (int k : workerCounts(1)) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
-      INFO(toString(s) << " K = " << k);
-      std::vector<std::vector<float>> params;
-      const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
-                                        test::runOptions(steps), &params);
-      // Float sums in another order: 1e-5 of the largest weight.
-      for (const auto& p : params)
-        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
-      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(1)) {
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+        INFO(toString(s) << " K = " << k << " " << toString(optimizer));
+        std::vector<std::vector<float>> params;
+        const auto options = test::runOptions(steps, optimizer);
+        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer)),
+                                          net, options, &params);
+        // Float sums in another order: 1e-5 of the largest weight.
+        for (const auto& p : params)
+          test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
+        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      }
     }
   }
+  // Adam moves the weights: a run of 3 steps is not the initial model.
+  const auto adam = oneWorker(net, b, steps, Optimizer::kAdam);
+  const auto none = oneWorker(net, b, 1, Optimizer::kAdam);
+  CHECK(maxRelativeDifference(adam.parameters, none.parameters) > 1e-4);
+  CHECK(maxRelativeDifference(adam.parameters, oneWorker(net, b, steps).parameters) > 1e-4);
 }
 
 TEST_CASE("workers on several threads each equal one worker with batch K b", "[exec]") {
@@ -117,19 +128,24 @@ TEST_CASE("data-parallel strategies on tiny-gpt equal one worker with batch K b"
   // gradient where backprop first writes it).
   const auto net = presetNetwork("tiny-gpt");
   const int b = 2, steps = 3;
-  for (int k : {1, 2, 3, 5}) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
-      for (int planSteps : {1, steps}) {
-        if (planSteps > 1 && s != Strategy::kPs)
-          continue;
-        INFO(toString(s) << " K = " << k << " plan of " << planSteps << " steps");
-        std::vector<std::vector<float>> params;
-        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b), planSteps),
-                                          net, test::runOptions(steps), &params);
-        for (const auto& p : params)
-          CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
-        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : {1, 2, 3, 5}) {
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+        for (int planSteps : {1, steps}) {
+          if (planSteps > 1 && s != Strategy::kPs)
+            continue;
+          INFO(toString(s) << " K = " << k << " plan of " << planSteps << " steps "
+                           << toString(optimizer));
+          std::vector<std::vector<float>> params;
+          const auto options = test::runOptions(steps, optimizer);
+          const auto run =
+              exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer), planSteps),
+                               net, options, &params);
+          for (const auto& p : params)
+            test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
+          CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+        }
       }
     }
   }
@@ -233,25 +249,29 @@ TEST_CASE("ps on N dedicated servers equals one worker with batch K b, every wor
 
 TEST_CASE("ps on dedicated servers with staleness S: the sharded servers' delayed SGD",
           "[exec][ps][servers][staleness]") {
+  // Adam too: the servers' own weights keep Adam's moments beside them.
   const auto net = presetNetwork("tiny-cnn");
   const int b = 5, steps = 6;
-  for (int k : {2, 3}) {
-    for (int stale : {1, 2}) {
-      INFO("K = " << k << " S = " << stale);
-      auto sc = test::runScenario(Strategy::kPs, k, b);
-      sc.options.staleness = stale;
-      std::vector<std::vector<float>> sharded, served, again;
-      exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &sharded);
-      sc.options.psServers = 2;
-      const auto plan = lowerToPlan(net, sc, steps);
-      const auto run = exec::runThreads(plan, net, test::runOptions(steps), &served);
-      exec::runThreads(plan, net, test::runOptions(steps), &again);
-      CHECK(served == again);
-      for (const auto& p : served) {
-        CHECK(p == served[0]);
-        CHECK(maxRelativeDifference(p, sharded[0]) < 1e-5);
+  for (Optimizer optimizer : {Optimizer::kMomentum, Optimizer::kAdam}) {
+    const auto options = test::runOptions(steps, optimizer);
+    for (int k : {2, 3}) {
+      for (int stale : {1, 2}) {
+        INFO("K = " << k << " S = " << stale << " " << toString(optimizer));
+        auto sc = test::runScenario(Strategy::kPs, k, b, optimizer);
+        sc.options.staleness = stale;
+        std::vector<std::vector<float>> sharded, served, again;
+        exec::runThreads(lowerToPlan(net, sc, steps), net, options, &sharded);
+        sc.options.psServers = 2;
+        const auto plan = lowerToPlan(net, sc, steps);
+        const auto run = exec::runThreads(plan, net, options, &served);
+        exec::runThreads(plan, net, options, &again);
+        CHECK(served == again);
+        for (const auto& p : served) {
+          CHECK(p == served[0]);
+          test::checkSameWeights(p, sharded[0], optimizer, options.learningRate);
+        }
+        CHECK(run.stalenessSeen <= stale);
       }
-      CHECK(run.stalenessSeen <= stale);
     }
   }
 }
@@ -390,18 +410,26 @@ std::vector<float> assembled(const Network& net, const std::vector<std::vector<f
 }  // namespace
 
 TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "[exec][owt]") {
+  // Adam and AdamW through owt-b (the sliced fc layers keep the moments of
+  // their rows only), SGD with momentum through all three.
   const auto net = presetNetwork("tiny-cnn");
   const int steps = 3;
-  for (int k : workerCounts(1)) {
-    for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
-      const auto ref = oneWorker(net, k * b, steps);
-      for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
-        INFO(toString(s) << " K = " << k << " b = " << b);
-        std::vector<std::vector<float>> params;
-        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
-                                          test::runOptions(steps), &params);
-        CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
-        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(1)) {
+      for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
+        const auto ref = oneWorker(net, k * b, steps, optimizer);
+        for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+          if (optimizer != Optimizer::kMomentum && s != Strategy::kOwtB)
+            continue;
+          INFO(toString(s) << " K = " << k << " b = " << b << " " << toString(optimizer));
+          std::vector<std::vector<float>> params;
+          const auto options = test::runOptions(steps, optimizer);
+          const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer)),
+                                            net, options, &params);
+          test::checkSameWeights(assembled(net, params, k), ref.parameters, optimizer,
+                                 options.learningRate);
+          CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+        }
       }
     }
   }

@@ -31,6 +31,10 @@ struct ValidationOptions {
   // Where the runs compute: the CPU's threads, or CUDA (K workers on the
   // GPUs round-robin, the device communicator between them).
   exec::Device device = exec::Device::kCpu;
+  // The update rule every row is predicted, simulated, profiled and run with
+  // (learning rate and weight decay: exec::defaultLearningRate and
+  // defaultWeightDecay of it).
+  Optimizer optimizer = Optimizer::kMomentum;
 };
 
 // What the loop is doing, for a front end to show (each may be left empty).

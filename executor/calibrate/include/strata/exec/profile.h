@@ -12,10 +12,13 @@ namespace strata::exec {
 // Times fwd, bwd_data, bwd_weights and update of every layer of `network` on
 // one worker of `device` (the CPU backend on this thread and threads - 1
 // helpers, or GPU 0: GPU time from CUDA events) at `batch` examples: a
-// warm-up pass, then `repeats` passes; each figure is the median. Throws
-// UserError (OptionError for batch, repeats, device and threads) for what the
-// executor cannot run.
+// warm-up pass, then `repeats` passes; each figure is the median. The update
+// runs `optimizer`'s kernel (sgd and momentum: SGD with momentum; adam and
+// adamw: Adam), whose states the memory check counts. Throws UserError
+// (OptionError for batch, repeats, device and threads) for what the executor
+// cannot run.
 OpProfile profileNetwork(const Network& network, int batch, int repeats = 5,
-                         Device device = Device::kCpu, int threads = 1);
+                         Device device = Device::kCpu, int threads = 1,
+                         Optimizer optimizer = Optimizer::kMomentum);
 
 }  // namespace strata::exec
