@@ -389,12 +389,6 @@ void Model::updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t en
   backend_->synchronize();
 }
 
-void Model::updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
-                        float learningRate, float momentum, float weightDecay) {
-  updateShard(firstLayer, lastLayer, begin, end,
-              UpdateRule{Optimizer::kMomentum, learningRate, momentum, weightDecay}, 1);
-}
-
 void Model::zeroGradients() {
   backend_->fill(grads_, 0.0f);
 }

@@ -514,6 +514,30 @@ TEST_CASE("sgd with momentum equals the CPU's", "[update]") {
   requireClose(g, v);
 }
 
+TEST_CASE("adam and adamw equal the CPU's", "[update]") {
+  // One element function on both (kernels/elementwise.h), the bias
+  // corrections taken on the host: the same bits (held here to 1e-6).
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  for (bool decoupled : {false, true}) {
+    INFO((decoupled ? "adamw" : "adam"));
+    const size_t count = 4099;  // not a multiple of a block
+    TwinArray w = randomArray(count, 81), m = randomArray(count, 82, -0.1f, 0.1f),
+              v = randomArray(count, 83, 0.0f, 0.2f), grad = randomArray(count, 84);
+    AdamParams p;
+    p.weightDecay = decoupled ? kAdamWWeightDecay : 1e-4f;
+    p.decoupled = decoupled;
+    for (int64_t step = 1; step <= 3; ++step) {
+      p.step = step;
+      cpu.adam(w.cpu, m.cpu, v.cpu, grad.cpu, p);
+      g.adam(w.gpu, m.gpu, v.gpu, grad.gpu, p);
+    }
+    requireClose(g, w, 1e-6);
+    requireClose(g, m, 1e-6);
+    requireClose(g, v, 1e-6);
+  }
+}
+
 // ---- whole models -------------------------------------------------------------------------------
 
 // Requires every layer's block of `gpu` within 1e-4 of the block's largest
@@ -567,6 +591,39 @@ TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-
     gpu.updateAll(0.01f, 0.9f, 5e-4f);
     requireSameBlocks(cpu, copyOf(cpu.allParameters()), copyOf(gpu.allParameters()));
   }
+}
+
+TEST_CASE("a Model updated by Adam on CudaBackend equals the CPU's (tiny-cnn)", "[model][update]") {
+  // The same gradients on both (one batch, copied), then two Adam steps per
+  // layer: the moments and the step counts live in each Model.
+  const Network net = test::presetNetwork("tiny-cnn");
+  CpuBackend cpuBackend;
+  Model cpu(net, ModelOptions{.backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.backend = &defaultGpu()});
+  const auto data = SyntheticDataset::forNetwork(net, 5);
+  const int batch = 8;
+  for (Model* m : {&cpu, &gpu}) {
+    std::vector<int32_t> labels(batch);
+    data.fill(0, m->input(batch).view(), labels);
+    m->setLabels(labels);
+    m->zeroGradients();
+    m->forwardAll();
+    m->backwardAll();
+  }
+  const std::vector<float> grads = copyOf(cpu.allGradients());
+  std::span<float> gpuGrads = gpu.allGradients();
+  std::copy(grads.begin(), grads.end(), gpuGrads.begin());
+  for (Optimizer o : {Optimizer::kAdam, Optimizer::kAdamW}) {
+    UpdateRule rule{o, 1e-3f};
+    rule.weightDecay = 0.01f;
+    for (int step = 0; step < 2; ++step)
+      for (int l = 0; l < cpu.layerCount(); ++l) {
+        cpu.update(l, rule);
+        gpu.update(l, rule);
+      }
+    requireSameBlocks(cpu, copyOf(cpu.allParameters()), copyOf(gpu.allParameters()));
+  }
+  CHECK(gpu.updateCount(0) == 4);
 }
 
 // Forward only: in backward, max pooling routes a gradient to the first

@@ -239,8 +239,6 @@ class Model {
   // returning (a server thread sends the result).
   void updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
                    const UpdateRule& rule, int64_t step);
-  void updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end, float learningRate,
-                   float momentum, float weightDecay = 0);
   // Sets every gradient / one layer's gradients to zero (after a per-round
   // update of the fc layers while the conv layers keep accumulating).
   void zeroGradients();
