@@ -51,9 +51,11 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
       std::cout << fmt::format("{}, {} examples per worker: ", suite.entries.front().network.name,
                                suite.entries.front().batches.front());
     std::cout << fmt::format(
-        "on {} ({}), {} run(s) per row of {} steps ({} warm-up, median of the rest); traces in "
+        "on {} ({}), {} run(s) per row of {} steps ({} warm-up, median of the rest){}; traces in "
         "{}/\n",
         result.clusterName, result.clusterPath, suite.repeats, suite.steps, study::kWarmupSteps,
+        o.optimizer == Optimizer::kMomentum ? ""
+                                            : fmt::format(", optimizer {}", toString(o.optimizer)),
         o.outDir);
     for (const auto& s : result.skipped)
       std::cout << "skipped " << s << "\n";
