@@ -52,10 +52,12 @@ std::vector<int> workerCounts(int from) {
 exec::RunResult checkPsAgainstOneWorker(const Network& net, const Scenario& sc, int steps,
                                         const exec::RunResult& ref) {
   std::vector<std::vector<float>> params;
-  auto run = exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &params);
+  const Optimizer optimizer = sc.options.optimizer;
+  const auto options = test::runOptions(steps, optimizer);
+  auto run = exec::runThreads(lowerToPlan(net, sc, steps), net, options, &params);
   REQUIRE(params.size() == static_cast<size_t>(sc.workers));
   for (const auto& p : params) {
-    CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+    test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
     CHECK(p == params[0]);
   }
   CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
@@ -205,15 +207,20 @@ TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b, e
   // servers), then back: other sums' order than one level, so to 1e-5 of the
   // one-worker run, and bit for bit the same on every worker. G = 3 leaves a
   // smaller last node for most K.
+  // Adam on K = 2, 5, 7: the leaders keep the moments of their shards.
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
-  for (int k : workerCounts(2)) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (int g : {2, 3}) {
-      INFO("K = " << k << " G = " << g);
-      auto sc = test::runScenario(Strategy::kPs, k, b);
-      sc.options.psNode = g;
-      checkPsAgainstOneWorker(net, sc, steps, ref);
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(2)) {
+      if (optimizer != Optimizer::kMomentum && k != 2 && k != 5 && k != 7)
+        continue;
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (int g : {2, 3}) {
+        INFO("K = " << k << " G = " << g << " " << toString(optimizer));
+        auto sc = test::runScenario(Strategy::kPs, k, b, optimizer);
+        sc.options.psNode = g;
+        checkPsAgainstOneWorker(net, sc, steps, ref);
+      }
     }
   }
 }
@@ -226,22 +233,27 @@ TEST_CASE("ps on N dedicated servers equals one worker with batch K b, every wor
   // another order than one worker, so to 1e-5; every worker bit for bit
   // alike. N = 3 and 5: more servers than some K, chunks that do not
   // divide the keys.
+  // Adam on K = 2, 5, 7: each server keeps the moments of its chunk.
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
-  for (int k : workerCounts(2)) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (int n : {1, 3, 5}) {
-      INFO("K = " << k << " N = " << n);
-      auto sc = test::runScenario(Strategy::kPs, k, b);
-      sc.options.psServers = n;
-      REQUIRE(lowerToPlan(net, sc, steps).servers == n);
-      const auto run = checkPsAgainstOneWorker(net, sc, steps, ref);
-      // The workers' figures only: a step's push is the whole gradient, its pull
-      // the whole model.
-      REQUIRE(run.measured.workers.size() == static_cast<size_t>(k));
-      for (const auto& w : run.measured.workers) {
-        CHECK(w.sent.value() == Approx(double(net.totalParams()) * sizeof(float)).epsilon(1e-9));
-        CHECK(w.received.value() == w.sent.value());
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(2)) {
+      if (optimizer != Optimizer::kMomentum && k != 2 && k != 5 && k != 7)
+        continue;
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (int n : {1, 3, 5}) {
+        INFO("K = " << k << " N = " << n << " " << toString(optimizer));
+        auto sc = test::runScenario(Strategy::kPs, k, b, optimizer);
+        sc.options.psServers = n;
+        REQUIRE(lowerToPlan(net, sc, steps).servers == n);
+        const auto run = checkPsAgainstOneWorker(net, sc, steps, ref);
+        // The workers' figures only: a step's push is the whole gradient, its
+        // pull the whole model.
+        REQUIRE(run.measured.workers.size() == static_cast<size_t>(k));
+        for (const auto& w : run.measured.workers) {
+          CHECK(w.sent.value() == Approx(double(net.totalParams()) * sizeof(float)).epsilon(1e-9));
+          CHECK(w.received.value() == w.sent.value());
+        }
       }
     }
   }
