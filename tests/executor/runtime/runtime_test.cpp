@@ -453,62 +453,67 @@ TEST_CASE("owt-b with per-round FC updates equals a sequential emulation of that
   // everything; then for each round r the FC layers run forward and backward
   // on rows of round r and update (gradient normalised by the global batch, as
   // in the executor); then conv backward on everything and the conv update.
+  // Adam too: each round's FC update is one Adam step of those layers (their
+  // own step counts), the conv layers one per step.
   const auto net = presetNetwork("tiny-cnn");
   const int steps = 3, b = 4;
   const int mp = net.modelParallelFrom;
   const int layers = static_cast<int>(net.layers.size());
-  for (int k : {1, 2, 3, 5}) {
-    INFO("K = " << k);
-    const auto opt = test::runOptions(steps);
-    auto sc = test::runScenario(Strategy::kOwtB, k, b);
-    sc.options.fcUpdate = FcUpdate::kRound;
-    std::vector<std::vector<float>> params;
-    exec::runThreads(lowerToPlan(net, sc), net, opt, &params);
+  for (Optimizer optimizer : {Optimizer::kMomentum, Optimizer::kAdam})
+    for (int k : {1, 2, 3, 5}) {
+      INFO("K = " << k << " " << toString(optimizer));
+      const auto opt = test::runOptions(steps, optimizer);
+      const nn::UpdateRule rule{optimizer, opt.learningRate, opt.momentum, opt.weightDecay,
+                                opt.beta1, opt.beta2,        opt.eps};
+      auto sc = test::runScenario(Strategy::kOwtB, k, b, optimizer);
+      sc.options.fcUpdate = FcUpdate::kRound;
+      std::vector<std::vector<float>> params;
+      exec::runThreads(lowerToPlan(net, sc), net, opt, &params);
 
-    nn::ModelOptions mo;
-    mo.seed = opt.seed;
-    mo.dropout = false;
-    nn::Model model(net, mo);
-    model.setLossNormalizer(double(k) * b);
-    const auto data = nn::SyntheticDataset::forNetwork(net, opt.seed);
-    for (int s = 0; s < steps; ++s) {
-      model.setStep(static_cast<uint64_t>(s));
-      model.zeroGradients();
-      auto& x = model.input(k * b);
-      std::vector<int32_t> labels(static_cast<size_t>(k * b));
-      data.fill(int64_t(s) * k * b, x.view(), labels);
-      model.setLabels(labels);
-      for (int l = 0; l < mp; ++l)
-        model.forward(l);
-      for (int r = 0; r < k; ++r) {
-        const nn::ExampleRange rows{r * b, (r + 1) * b};
-        for (int l = mp; l < layers; ++l)
-          model.forward(l, rows);
-        for (int l = layers - 1; l >= mp; --l) {
-          if (net.layers[static_cast<size_t>(l)].hasWeights())
-            model.backwardWeights(l, rows);
-          model.backwardData(l, rows);
-        }
-        for (int l = mp; l < layers; ++l)
-          if (net.layers[static_cast<size_t>(l)].hasWeights()) {
-            model.update(l, opt.learningRate, opt.momentum);
-            model.zeroGradients(l);
+      nn::ModelOptions mo;
+      mo.seed = opt.seed;
+      mo.dropout = false;
+      nn::Model model(net, mo);
+      model.setLossNormalizer(double(k) * b);
+      const auto data = nn::SyntheticDataset::forNetwork(net, opt.seed);
+      for (int s = 0; s < steps; ++s) {
+        model.setStep(static_cast<uint64_t>(s));
+        model.zeroGradients();
+        auto& x = model.input(k * b);
+        std::vector<int32_t> labels(static_cast<size_t>(k * b));
+        data.fill(int64_t(s) * k * b, x.view(), labels);
+        model.setLabels(labels);
+        for (int l = 0; l < mp; ++l)
+          model.forward(l);
+        for (int r = 0; r < k; ++r) {
+          const nn::ExampleRange rows{r * b, (r + 1) * b};
+          for (int l = mp; l < layers; ++l)
+            model.forward(l, rows);
+          for (int l = layers - 1; l >= mp; --l) {
+            if (net.layers[static_cast<size_t>(l)].hasWeights())
+              model.backwardWeights(l, rows);
+            model.backwardData(l, rows);
           }
+          for (int l = mp; l < layers; ++l)
+            if (net.layers[static_cast<size_t>(l)].hasWeights()) {
+              model.update(l, rule);
+              model.zeroGradients(l);
+            }
+        }
+        for (int l = mp - 1; l >= 0; --l) {
+          if (net.layers[static_cast<size_t>(l)].hasWeights())
+            model.backwardWeights(l);
+          if (!net.layers[static_cast<size_t>(l)].readsNetworkInput())
+            model.backwardData(l);
+        }
+        for (int l = 0; l < mp; ++l)
+          if (net.layers[static_cast<size_t>(l)].hasWeights())
+            model.update(l, rule);
       }
-      for (int l = mp - 1; l >= 0; --l) {
-        if (net.layers[static_cast<size_t>(l)].hasWeights())
-          model.backwardWeights(l);
-        if (!net.layers[static_cast<size_t>(l)].readsNetworkInput())
-          model.backwardData(l);
-      }
-      for (int l = 0; l < mp; ++l)
-        if (net.layers[static_cast<size_t>(l)].hasWeights())
-          model.update(l, opt.learningRate, opt.momentum);
+      const auto p = model.allParameters();
+      test::checkSameWeights(assembled(net, params, k), std::vector<float>(p.begin(), p.end()),
+                             optimizer, opt.learningRate);
     }
-    const auto p = model.allParameters();
-    CHECK(maxRelativeDifference(assembled(net, params, k), std::vector<float>(p.begin(), p.end())) <
-          1e-5);
-  }
 }
 
 TEST_CASE("a worker that throws ends every worker with its error, promptly", "[exec][faults]") {
