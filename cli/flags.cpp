@@ -157,8 +157,8 @@ void ScenarioFlags::add(CLI::App* app) {
          "element type: fp32|tf32|fp16|bf16 (default fp32; tf32: fp32 tensors on tensor cores; "
          "fp16/bf16: mixed precision with fp32 master weights)");
   option("--optimizer", optimizer,
-         "update rule: sgd|momentum|adam, for the optimizer's memory and update time (default "
-         "momentum: SGD with momentum)");
+         "update rule: sgd|momentum|adam|adamw: the optimizer's memory and update time, and "
+         "what strata run trains with (default momentum: SGD with momentum)");
   option("--allreduce", allreduce,
          "ring: the gradient allreduce, auto|ring|hierarchical|tree|halving-doubling|direct|naive; "
          "auto picks per bucket the least predicted time (default ring; naive is the naive "

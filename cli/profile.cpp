@@ -13,7 +13,8 @@ namespace strata::cli {
 
 Command addProfileCommand(CLI::App& app) {
   struct Options {
-    std::string network, out, cluster, format = "table", device = "cpu", element = "fp32";
+    std::string network, out, cluster, format = "table", device = "cpu", element = "fp32",
+                                       optimizer = "momentum";
     int batch = 32, repeats = 5, threads = 1;
   };
   auto o = std::make_shared<Options>();
@@ -31,6 +32,9 @@ Command addProfileCommand(CLI::App& app) {
                   "fp32 accumulation and master weights); cpu: fp32 only");
   sub->add_option("--threads-per-worker", o->threads,
                   "cpu: threads of the worker's kernels (default 1: one worker on this thread)");
+  sub->add_option("--optimizer", o->optimizer,
+                  "the update phase's rule: sgd|momentum (SGD with momentum) or adam|adamw (Adam) "
+                  "(default momentum)");
   sub->add_option("--cluster,-c", o->cluster,
                   "also print each phase as this cluster prices it (kernel tables or roofline), "
                   "beside the measured one");
@@ -49,12 +53,13 @@ Command addProfileCommand(CLI::App& app) {
             const auto device = exec::parseDevice(o->device, "--device");
             const auto element = parseElementType(o->element, "--element");
             exec::checkElement(element, device);
+            const auto optimizer = parseOptimizer(o->optimizer, "--optimizer");
             const auto net = networkArg(o->network, "--network");
             std::optional<Cluster> cluster;
             if (!o->cluster.empty())
               cluster = clusterArg(o->cluster, "--cluster");
-            const OpProfile profile =
-                exec::profileNetwork(net, o->batch, o->repeats, device, o->threads, element);
+            const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats, device,
+                                                           o->threads, element, optimizer);
             // The measured profile is printed first: a file that cannot be
             // written (a full disk: exit 1 with its reason) loses no measurement.
             printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, format);

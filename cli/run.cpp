@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -41,7 +42,9 @@ struct RunFlags {
   LimitFlags limitFlags;
   exec::RunOptions run;
   bool noDropout = false;
-  CLI::Option* momentumOption = nullptr;  // whether --momentum was given
+  CLI::Option* momentumOption = nullptr;     // whether --momentum was given
+  CLI::Option* lrOption = nullptr;           // whether --lr was given
+  CLI::Option* weightDecayOption = nullptr;  // whether --weight-decay was given
 };
 
 // A run's options and configs, read and checked. Every user mistake shows
@@ -118,6 +121,9 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   if (!(opt.learningRate > 0))
     throw OptionError("--lr", "must be positive");
   checkRange(opt.momentum, 0, 1, false, "--momentum");
+  if (!(opt.weightDecay >= 0 && std::isfinite(opt.weightDecay)))
+    throw OptionError("--weight-decay",
+                      fmt::format("must be finite and at least 0, got {}", opt.weightDecay));
   if (opt.steps < 1)
     throw OptionError("--steps", fmt::format("must be at least 1, got {}", opt.steps));
   for (const auto& [option, value] :
@@ -133,13 +139,20 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
   s.net = networkArg(f.network, "--network");
   const std::string workers = f.workers.empty() ? std::to_string(ranks) : f.workers;
   s.sc = f.flags.scenario(f.strategy, workers);
-  // The executor's one update rule is SGD with momentum (Backend::sgdMomentum):
-  // plain SGD is momentum 0; Adam is priced by predict and simulate only.
-  if (s.sc.options.optimizer == Optimizer::kAdam)
-    throw OptionError("--optimizer",
-                      "the executor implements SGD with momentum only (--optimizer momentum, or "
-                      "sgd = momentum 0); predict and simulate price adam");
-  if (s.sc.options.optimizer == Optimizer::kSgd) {
+  // sgd and momentum run Backend::sgdMomentum (sgd: momentum 0), adam and
+  // adamw Backend::adam; unset --lr and --weight-decay take the optimizer's
+  // defaults (exec::defaultLearningRate, defaultWeightDecay).
+  const Optimizer optimizer = s.sc.options.optimizer;
+  const auto given = [](const CLI::Option* o) { return o != nullptr && o->count() > 0; };
+  if (!given(f.lrOption))
+    opt.learningRate = exec::defaultLearningRate(optimizer);
+  if (!given(f.weightDecayOption))
+    opt.weightDecay = exec::defaultWeightDecay(optimizer);
+  if (isAdam(optimizer) && given(f.momentumOption))
+    throw OptionError("--momentum", fmt::format("applies to sgd and momentum, not {} (whose "
+                                                "moments decay with PyTorch's betas 0.9, 0.999)",
+                                                toString(optimizer)));
+  if (optimizer == Optimizer::kSgd) {
     if (f.momentumOption && f.momentumOption->count() > 0 && opt.momentum != 0)
       throw OptionError("--optimizer", fmt::format("sgd has no momentum, but --momentum {} was "
                                                    "given (use --optimizer momentum)",
@@ -261,10 +274,18 @@ std::string headerLine(const Setup& s, bool mpi) {
     kernels = fmt::format("cpu kernels: {}, {} thread{} per worker{}\n",
                           nn::cpuIsaDescription(s.cpuIsa), s.opt.threadsPerWorker,
                           s.opt.threadsPerWorker == 1 ? "" : "s", mpi ? " (rank 0)" : "");
-  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, lr {}, momentum {}{}\n{}",
-                     s.net.name, toString(s.sc.strategy), s.sc.workers, placementOf(s, mpi),
-                     s.sc.batchPerWorker, s.opt.steps, s.opt.learningRate, s.opt.momentum,
-                     options.empty() ? "" : ", " + options, kernels);
+  // The update rule's own hyper-parameters (the optimizer itself is among
+  // the options when not the default).
+  std::string rule = isAdam(s.sc.options.optimizer)
+                         ? fmt::format("lr {}, betas {} {}, eps {}", s.opt.learningRate,
+                                       s.opt.beta1, s.opt.beta2, s.opt.eps)
+                         : fmt::format("lr {}, momentum {}", s.opt.learningRate, s.opt.momentum);
+  if (s.opt.weightDecay != 0)
+    rule += fmt::format(", weight decay {}", s.opt.weightDecay);
+  return fmt::format("{}: {}, {} workers ({}) x {} examples, {} steps, {}{}\n{}", s.net.name,
+                     toString(s.sc.strategy), s.sc.workers, placementOf(s, mpi),
+                     s.sc.batchPerWorker, s.opt.steps, rule, options.empty() ? "" : ", " + options,
+                     kernels);
 }
 
 // Prints each step as it ends (table format): every step on short runs; on
@@ -510,10 +531,16 @@ Command addRunCommand(CLI::App& app, Process process) {
                   "cpu (default) or cuda (needs a CUDA build): K workers on the GPUs round-robin, "
                   "sharing one when K exceeds them; under mpirun one rank per GPU, data by NCCL");
   sub->add_option("--steps", f->run.steps, "training steps (default 10)");
-  sub->add_option("--lr", f->run.learningRate, "SGD learning rate (default 0.01)");
+  f->lrOption = sub->add_option("--lr", f->run.learningRate,
+                                "learning rate (default 0.01; 0.001 with --optimizer adam|adamw, "
+                                "PyTorch's)");
   f->momentumOption =
       sub->add_option("--momentum", f->run.momentum,
                       "SGD momentum in [0, 1) (default 0.9; 0 with --optimizer sgd)");
+  f->weightDecayOption = sub->add_option(
+      "--weight-decay", f->run.weightDecay,
+      "weight decay >= 0: L2 in the gradient (sgd, momentum, adam) or decoupled (adamw) "
+      "(default 0; 0.01 with --optimizer adamw, PyTorch's)");
   sub->add_option("--seed", f->seed, "seed of weights, data and dropout (default 1)");
   sub->add_flag("--no-dropout", f->noDropout, "turn dropout off (runs then match across K)");
   sub->add_option("--trace", f->trace,

@@ -51,9 +51,11 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
       std::cout << fmt::format("{}, {} examples per worker: ", suite.entries.front().network.name,
                                suite.entries.front().batches.front());
     std::cout << fmt::format(
-        "on {} ({}), {} run(s) per row of {} steps ({} warm-up, median of the rest); traces in "
+        "on {} ({}), {} run(s) per row of {} steps ({} warm-up, median of the rest){}; traces in "
         "{}/\n",
         result.clusterName, result.clusterPath, suite.repeats, suite.steps, study::kWarmupSteps,
+        o.optimizer == Optimizer::kMomentum ? ""
+                                            : fmt::format(", optimizer {}", toString(o.optimizer)),
         o.outDir);
     for (const auto& s : result.skipped)
       std::cout << "skipped " << s << "\n";
@@ -77,7 +79,7 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu", element = "fp32";
+                device = "cpu", element = "fp32", optimizer = "momentum";
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -118,6 +120,10 @@ Command addValidateCommand(CLI::App& app) {
   sub->add_option("--element", o->element,
                   "cuda: precision of GEMMs and convolutions in the runs, profiles and "
                   "predictions, fp32|tf32|bf16 (default fp32); cpu: fp32 only");
+  sub->add_option("--optimizer", o->optimizer,
+                  "update rule every row is predicted, simulated and run with: "
+                  "sgd|momentum|adam|adamw (default momentum; adam and adamw at PyTorch's "
+                  "learning rate 0.001)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -138,6 +144,7 @@ Command addValidateCommand(CLI::App& app) {
         opt.device = exec::parseDevice(o->device, "--device");
         opt.element = parseElementType(o->element, "--element");
         exec::checkElement(opt.element, opt.device);
+        opt.optimizer = parseOptimizer(o->optimizer, "--optimizer");
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));

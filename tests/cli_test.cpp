@@ -1972,10 +1972,64 @@ TEST_CASE("tf32 on the presets: H100 prices it, V100 has no peak for it", "[cli]
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("run: the executor's update is SGD with momentum", "[cli][optimizer][errors]") {
+TEST_CASE("run: the executor trains with sgd, momentum, adam and adamw", "[cli][optimizer]") {
+  // Adam at PyTorch's defaults (lr 0.001, betas 0.9 0.999, eps 1e-8); the
+  // header names them and each step prints its loss.
+  const auto adam = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--steps", "2",
+                               "-b", "4", "--optimizer", "adam", "--format", "json"});
+  INFO("output was:\n" << adam.output);
+  REQUIRE(adam.status == 0);
+  const auto j = nlohmann::json::parse(adam.output);
+  CHECK(j["measured"]["options"]["optimizer"] == "adam");
+  REQUIRE(j["steps"].size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(j["steps"][i]["step"] == i);
+    // tiny-cnn's first losses (10 classes) are finite and above chance.
+    CHECK(j["steps"][i]["loss"].get<double>() > std::log(10.0));
+    CHECK(j["steps"][i]["loss"].get<double>() < 100);
+  }
+  const auto table = runStrata({"run", "-n", "tiny-cnn", "-s", "ps", "-k", "2", "--steps", "2",
+                                "-b", "4", "--optimizer", "adamw"});
+  INFO("output was:\n" << table.output);
+  CHECK(table.status == 0);
+  CHECK(table.output.find("lr 0.001, betas 0.9 0.999, eps 1e-08, weight decay 0.01, optimizer "
+                          "adamw\n") != std::string::npos);
+  CHECK(table.output.find("step    2/2  loss ") != std::string::npos);
+  // --lr and --weight-decay given replace the defaults.
+  const auto given =
+      runStrata({"run", "-n", "tiny-cnn", "-s", "naive", "-k", "1", "--steps", "1", "-b", "2",
+                 "--optimizer", "adam", "--lr", "0.01", "--weight-decay", "0.5"});
+  INFO("output was:\n" << given.output);
+  CHECK(given.status == 0);
+  CHECK(given.output.find("lr 0.01, betas 0.9 0.999, eps 1e-08, weight decay 0.5, optimizer "
+                          "adam\n") != std::string::npos);
+  // validate and profile take the same --optimizer.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-cli-adam-" + std::to_string(::getpid()));
+  const auto validated =
+      runStrata({"validate", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "-b", "4", "--steps", "3",
+                 "--optimizer", "adam", "--cluster", "localhost-cpu", "--out-dir", dir.string()});
+  INFO("output was:\n" << validated.output);
+  CHECK(validated.status == 0);
+  CHECK(validated.output.find("(2 warm-up, median of the rest), optimizer adam; traces in") !=
+        std::string::npos);
+  const std::string profileFile = (dir / "tiny-cnn.profile.yaml").string();
+  const auto profiled = runStrata({"profile", "-n", "tiny-cnn", "-b", "2", "--repeats", "1",
+                                   "--optimizer", "adamw", "--out", profileFile});
+  INFO("output was:\n" << profiled.output);
+  CHECK(profiled.status == 0);
+  std::ifstream in(profileFile);
+  std::stringstream yaml;
+  yaml << in.rdbuf();
+  CHECK(yaml.str().find("measured by `strata profile -n tiny-cnn --batch 2 --optimizer adamw`") !=
+        std::string::npos);
+  std::filesystem::remove_all(dir);
+  checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--optimizer", "adam",
+                            "--momentum", "0.5"}),
+                 {"--momentum: applies to sgd and momentum, not adam"});
   checkUserError(
-      runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--optimizer", "adam"}),
-      {"--optimizer: the executor implements SGD with momentum only"});
+      runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--weight-decay", "-1"}),
+      {"--weight-decay: must be finite and at least 0, got -1"});
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--optimizer", "sgd",
                             "--momentum", "0.5"}),
                  {"--optimizer: sgd has no momentum"});

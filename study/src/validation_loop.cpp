@@ -47,7 +47,7 @@ std::string rowName(const Network& net, int batch, Strategy s, int k) {
 // machine refuses. A value read from a suite file is named by its
 // file:line:key, not by the option a command line would have used.
 void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::Device device,
-               ElementType element) {
+               ElementType element, Optimizer optimizer) {
   for (const auto& entry : suite.entries)
     for (size_t b = 0; b < entry.batches.size(); ++b)
       for (size_t i = 0; i < ks.size(); ++i)
@@ -59,6 +59,7 @@ void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::D
           sc.workers = ks[i];
           sc.batchPerWorker = entry.batches[b];
           sc.options.element = element;
+          sc.options.optimizer = optimizer;
           try {
             checkModelWorkers(sc.workers, limits());
             checkScenario(entry.network, sc);
@@ -116,6 +117,8 @@ ValidationRow runRow(Context& c, const Network& net, const Cluster& profiled, bo
 
   exec::RunOptions ro;
   ro.steps = c.suite.steps;
+  ro.learningRate = exec::defaultLearningRate(sc.options.optimizer);
+  ro.weightDecay = exec::defaultWeightDecay(sc.options.optimizer);
   // A ps plan holds every step it runs.
   const Plan runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, ro.steps) : plan;
   ro.warmup = kWarmupSteps;
@@ -252,7 +255,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
                       fmt::format("nothing to validate: owt-a/b/c need a model-parallel part, and "
                                   "{} has none (add naive, ring or ps)",
                                   suite.entries.front().network.name));
-  checkRows(suite, ks, o.device, o.element);
+  checkRows(suite, ks, o.device, o.element, o.optimizer);
   std::error_code ec;
   std::filesystem::create_directories(o.outDir, ec);
   if (ec)
@@ -306,8 +309,8 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
       if (progress.profiling)
         progress.profiling(net.name, batch);
       Cluster profiled = cluster;
-      profiled.device.profile =
-          std::make_shared<OpProfile>(exec::profileNetwork(net, batch, 5, o.device, 1, o.element));
+      profiled.device.profile = std::make_shared<OpProfile>(
+          exec::profileNetwork(net, batch, 5, o.device, 1, o.element, o.optimizer));
       for (int k : ks) {
         for (auto s : suite.strategies) {
           if (isModelParallel(s) && net.modelParallelFrom < 0)
@@ -317,6 +320,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
           sc.workers = k;
           sc.batchPerWorker = batch;
           sc.options.element = o.element;
+          sc.options.optimizer = o.optimizer;
           if (progress.running)
             progress.running(static_cast<int>(result.rows.size()) + 1, total,
                              rowName(net, batch, s, k));

@@ -1,6 +1,6 @@
 // Every CUDA kernel of kernels.h against its CPU twin on the same inputs (in
 // device memory, copied explicitly): bit for bit where the contract says so (elementwise,
-// dropout, pooling, bias add, sgd, the LRN scale), within stated relative
+// dropout, pooling, bias add, sgd, adam, the LRN scale), within stated relative
 // tolerances where CUDA's exp/log/pow or the order of a sum differ. Sizes
 // run from one element to millions (more than one wave of a grid-stride
 // loop), pointers aligned and not (the float4 and scalar paths). Without a
@@ -387,6 +387,36 @@ TEST_CASE("softmax kernels equal their twins within exp's ulps, class slices inc
       cuda::softmaxBackward(s, dz.get(), tstats.get(), dlabels.get(), classOffset, 0.5f,
                             dgrad.get(), beta, stream);
       requireClose(grad, dgrad.host(), kTranscendental, 1e-7, "softmaxBackward");
+    }
+  }
+}
+
+TEST_CASE("adam and adamw equal their twin bit for bit") {
+  // The per-step scalars come from the host (adamScalars) on both sides; the
+  // element's sqrt and divisions are correctly rounded on the GPU too.
+  cudaStream_t stream = testStream();
+  for (int64_t count : kCounts) {
+    for (int offset : {0, 1}) {
+      for (bool decoupled : {false, true}) {
+        Random r(static_cast<uint64_t>(count * 4 + offset * 2 + (decoupled ? 1 : 0)));
+        INFO(count << " elements, offset " << offset << (decoupled ? ", adamw" : ", adam"));
+        std::vector<float> w = r.floats(count), m = r.floats(count, -0.1f, 0.1f),
+                           v = r.floats(count, 0.0f, 0.2f);
+        const std::vector<float> g = r.floats(count);
+        DeviceArray<float> dw(w, offset), dm(m, offset), dv(v, offset), dg(g, offset);
+        AdamParams p;
+        p.learningRate = 1e-3f;
+        p.weightDecay = 0.01f;
+        p.decoupled = decoupled;
+        for (int64_t t = 1; t <= 3; ++t) {
+          p.step = t;
+          twin::adam(w.data(), m.data(), v.data(), g.data(), count, p);
+          cuda::adam(dw.get(), dm.get(), dv.get(), dg.get(), count, p, stream);
+        }
+        requireSameBits(w, dw.host(), "adam weights after 3 steps");
+        requireSameBits(m, dm.host(), "adam first moment");
+        requireSameBits(v, dv.host(), "adam second moment");
+      }
     }
   }
 }

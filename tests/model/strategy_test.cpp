@@ -525,11 +525,15 @@ TEST_CASE("optimizer memory per element type: states and fp32 master weights",
 }
 
 TEST_CASE("optimizer names parse and print", "[strategy][optimizer]") {
-  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam})
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam, Optimizer::kAdamW})
     CHECK(parseOptimizer(toString(o), "--optimizer") == o);
+  CHECK(toString(Optimizer::kAdamW) == "adamw");
   CHECK(optimizerStatesPerParam(Optimizer::kSgd) == 0);
   CHECK(optimizerStatesPerParam(Optimizer::kMomentum) == 1);
   CHECK(optimizerStatesPerParam(Optimizer::kAdam) == 2);
+  CHECK(optimizerStatesPerParam(Optimizer::kAdamW) == 2);
+  CHECK(isAdam(Optimizer::kAdamW));
+  CHECK(!isAdam(Optimizer::kMomentum));
   try {
     parseOptimizer("rmsprop", "--optimizer");
     FAIL("expected an OptionError");
@@ -552,6 +556,14 @@ TEST_CASE("the update of an estimate follows the optimizer", "[strategy][optimiz
   }
   CHECK(update[1] / update[0] == Approx(20.0 / 12.0));
   CHECK(update[2] / update[0] == Approx(28.0 / 12.0));
+  // AdamW is priced as Adam: the same kernel, states and memory.
+  sc.options.optimizer = Optimizer::kAdamW;
+  const auto adamw = estimate(net, cl, sc);
+  sc.options.optimizer = Optimizer::kAdam;
+  const auto adam = estimate(net, cl, sc);
+  CHECK(adamw.workers[0].compute.update.value() == adam.workers[0].compute.update.value());
+  CHECK(adamw.workers[0].memory.optimizer.value() == adam.workers[0].memory.optimizer.value());
+  CHECK(adamw.step.value() == adam.step.value());
 }
 
 TEST_CASE("training runs: steps per epoch round up, time is first step + (n - 1) steps",

@@ -318,10 +318,13 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
              }));
     }
     record(MemKernel::kAdam, n, perCall([&] {
-             nn::CpuBackend::adam(
-                 std::span<float>(y.data(), size_t(n)), std::span<float>(dx.data(), size_t(n)),
-                 std::span<float>(adamV.data(), size_t(n)),
-                 std::span<const float>(dy.data(), size_t(n)), 1e-4f, 0.9f, 0.999f, 1e-8f, 10);
+             nn::AdamParams adam;
+             adam.learningRate = 1e-4f;
+             adam.step = 10;
+             nn::CpuBackend::adamKernel(std::span<float>(y.data(), size_t(n)),
+                                        std::span<float>(dx.data(), size_t(n)),
+                                        std::span<float>(adamV.data(), size_t(n)),
+                                        std::span<const float>(dy.data(), size_t(n)), adam);
            }));
     // The casts of mixed precision (the CUDA backend's --element bf16), by
     // their CPU twins.

@@ -6,20 +6,23 @@
 
 #include "strata/exec/device.h"
 #include "strata/model/network.h"
+#include "strata/model/strategy.h"
 
 namespace strata::exec::detail {
 
 // Seconds of each (layer, phase) of `net` at batch b on one worker of
 // `device` (GPU time on CUDA): the median of `repeats` passes after a warm-up
 // pass. bwdData is 0 for layers that read the network
-// input, bwdWeights 0 for layers without weights.
+// input, bwdWeights 0 for layers without weights. update runs `optimizer`'s
+// kernel (learning rate 0: the weights stay as they are).
 struct LayerTimes {
   std::vector<double> fwd, bwdData, bwdWeights, update;  // per layer
-  double updateAll = 0;  // one SGD step over every parameter at once
+  double updateAll = 0;                                  // one update over every parameter at once
 };
 // `element`: the precision of the CUDA backend's GEMMs and convolutions
 // (makeBackend).
 LayerTimes timeLayers(const Network& net, int b, int repeats, Device device = Device::kCpu,
-                      int threads = 1, ElementType element = ElementType::kFp32);
+                      int threads = 1, ElementType element = ElementType::kFp32,
+                      Optimizer optimizer = Optimizer::kMomentum);
 
 }  // namespace strata::exec::detail

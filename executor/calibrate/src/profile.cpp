@@ -32,7 +32,7 @@ double medianAfterWarmup(std::vector<double> v) {
 }  // namespace
 
 LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads,
-                      ElementType element) {
+                      ElementType element, Optimizer optimizer) {
   const auto backend = makeBackend(device, "--device", 0, threads, element);
   nn::ModelOptions mo;
   mo.dropout = true;
@@ -56,6 +56,10 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
   // Each call between two marks of the backend's timer: host time on the
   // CPU, GPU time (CUDA events) on CUDA. A pass is read after it ends.
   WorkTimer timer(*backend);
+  // Learning rate 0: every pass times the same weights.
+  nn::UpdateRule rule;
+  rule.optimizer = optimizer;
+  rule.learningRate = 0.0f;
   for (int rep = 0; rep < repeats + 1; ++rep) {
     timer.start();
     model.zeroGradients();
@@ -76,9 +80,9 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
     }
     for (size_t l = 0; l < n; ++l)
       if (net.layers[l].hasWeights())
-        timed(um[l], [&] { model.update(static_cast<int>(l), 0.0f, 0.9f); });
+        timed(um[l], [&] { model.update(static_cast<int>(l), rule); });
     std::pair<int, int> am;
-    timed(am, [&] { model.updateAll(0.0f, 0.9f); });
+    timed(am, [&] { model.updateAll(rule); });
     timer.finish();
     const auto seconds = [&](std::pair<int, int> m) {
       return timer.seconds(m.second) - timer.seconds(m.first);
@@ -108,7 +112,7 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
 }  // namespace detail
 
 OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device, int threads,
-                         ElementType element) {
+                         ElementType element, Optimizer optimizer) {
   checkElement(element, device);
   checkThreadsPerWorker(threads);
   if (threads > 1 && device != Device::kCpu)
@@ -122,11 +126,12 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   one.workers = 1;
   one.batchPerWorker = batch;
   one.options.element = element;
+  one.options.optimizer = optimizer;
   RunOptions run;
   run.device = device;
   run.threadsPerWorker = threads;
   checkRun(network, one, run, RunPlacement::kThreads);
-  const auto t = detail::timeLayers(network, batch, repeats, device, threads, element);
+  const auto t = detail::timeLayers(network, batch, repeats, device, threads, element, optimizer);
   OpProfile p;
   p.network = network.name;
   p.batch = batch;
@@ -140,7 +145,9 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
       "measured by `strata profile -n {} --batch {}{}{}{}` on {}, {}", network.name, batch,
       device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
       element == ElementType::kFp32 ? "" : " --element " + std::string(toString(element)),
-      threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads), hostName, day);
+      threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads),
+      optimizer == Optimizer::kMomentum ? "" : " --optimizer " + std::string(toString(optimizer)),
+      hostName, day);
   for (size_t l = 0; l < network.layers.size(); ++l)
     p.layers.push_back({network.layers[l].name, Seconds(t.fwd[l]), Seconds(t.bwdData[l]),
                         Seconds(t.bwdWeights[l]), Seconds(t.update[l])});

@@ -172,10 +172,9 @@ void CpuBackend::attnSoftmaxBackward(const float* p, const float* dp, float* ds,
                                      int t, float scale) {
   selectedTable().attnSoftmaxBackward(p, dp, ds, rows, t, scale);
 }
-void CpuBackend::adam(std::span<float> w, std::span<float> m, std::span<float> v,
-                      std::span<const float> g, float learningRate, float beta1, float beta2,
-                      float eps, int step) {
-  selectedTable().adam(w, m, v, g, learningRate, beta1, beta2, eps, step);
+void CpuBackend::adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
+                            std::span<const float> g, const AdamParams& p) {
+  selectedTable().adam(w, m, v, g, p);
 }
 
 }  // namespace strata::nn

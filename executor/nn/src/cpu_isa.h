@@ -37,7 +37,7 @@ struct CpuIsaTable {
   void (*attnSoftmaxBackward)(const float* p, const float* dp, float* ds, int64_t rows, int t,
                               float scale);
   void (*adam)(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
-               float learningRate, float beta1, float beta2, float eps, int step);
+               const AdamParams& p);
 };
 
 namespace cpu_baseline {
@@ -133,6 +133,8 @@ class CpuImpl final : public Backend {
 
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
+  void adam(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
+            const AdamParams& p) override;
 
   // ---- the kernels inside the layers above, for calibration ----------------
   // Each is the exact code the layer kernels run (model/kernels.h names them),
@@ -159,11 +161,10 @@ class CpuImpl final : public Backend {
   // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
   static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
                                   float scale);
-  // Adam (Kingma & Ba 2015) at step >= 1, for `strata calibrate` (adam): the
-  // executor trains with sgdMomentum.
-  static void adam(std::span<float> w, std::span<float> m, std::span<float> v,
-                   std::span<const float> g, float learningRate, float beta1, float beta2,
-                   float eps, int step);
+  // Backend::adam's kernel (adam): what training runs and `strata calibrate`
+  // times.
+  static void adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
+                         std::span<const float> g, const AdamParams& p);
 
  private:
   // C = op(A) op(B) (+ C) split over the team's threads by rows or columns.

@@ -51,7 +51,7 @@ const CpuIsaTable& table() {
       &CpuImpl::zero,
       &CpuImpl::attnSoftmaxForward,
       &CpuImpl::attnSoftmaxBackward,
-      &CpuImpl::adam,
+      &CpuImpl::adamKernel,
   };
   return kTable;
 }

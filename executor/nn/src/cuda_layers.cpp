@@ -342,4 +342,27 @@ void CudaBackend::sgdMomentum(std::span<float> w, std::span<float> v, std::span<
       });
 }
 
+void CudaBackend::adam(std::span<float> w, std::span<float> m, std::span<float> v,
+                       std::span<const float> g, const AdamParams& p) {
+  STRATA_ENFORCE_OP(w.size(), ==, m.size());
+  STRATA_ENFORCE_OP(w.size(), ==, v.size());
+  STRATA_ENFORCE_OP(w.size(), ==, g.size());
+  STRATA_ENFORCE_OP(p.step, >=, 1);
+  if (!runs(MemKernel::kAdam, double(w.size())))
+    return;
+  activate();
+  launch(
+      "kernels::cuda::adam",
+      [&] {
+        return fmt::format("{} step {} of {} weights", p.decoupled ? "adamw" : "adam", p.step,
+                           w.size());
+      },
+      [&] {
+        kernels::cuda::adam(
+            w.data(), m.data(), v.data(), g.data(), static_cast<int64_t>(w.size()),
+            {p.learningRate, p.beta1, p.beta2, p.eps, p.weightDecay, p.decoupled, p.step},
+            impl_->stream.get());
+      });
+}
+
 }  // namespace strata::nn

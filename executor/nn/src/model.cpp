@@ -77,6 +77,8 @@ Model::Model(const Network& network, ModelOptions options)
   params_ = Buffer<float>(memory);
   grads_ = Buffer<float>(memory);
   momentum_ = Buffer<float>(memory);
+  adamM_ = Buffer<float>(memory);
+  adamV_ = Buffer<float>(memory);
   softmaxStats_ = Buffer<float>(memory);
   labels_ = Buffer<int32_t>(memory);
   input_ = Tensor(memory);
@@ -99,6 +101,7 @@ Model::Model(const Network& network, ModelOptions options)
     st.probs = Buffer<float>(memory);
   }
   blocks_.resize(static_cast<size_t>(count));
+  updates_.assign(static_cast<size_t>(count), 0);
 
   // Shapes of what each layer holds, and who reads what.
   for (int l = 0; l < count; ++l) {

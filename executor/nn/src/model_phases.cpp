@@ -323,41 +323,69 @@ void Model::backwardWeights(int layer, ExampleRange r) {
   }
 }
 
-void Model::update(int layer, float learningRate, float momentum, float weightDecay) {
+void Model::allocateStates(Optimizer optimizer) {
+  if (isAdam(optimizer)) {
+    if (adamM_.empty()) {
+      adamM_.resize(params_.size());  // zero-filled
+      adamV_.resize(params_.size());
+    }
+  } else if (momentum_.empty()) {
+    momentum_.resize(params_.size());  // zero-filled
+  }
+}
+
+void Model::applyRule(const UpdateRule& rule, int64_t offset, int64_t size, int64_t step) {
+  allocateStates(rule.optimizer);
+  const auto at = [&](Buffer<float>& buffer) {
+    return std::span<float>(buffer.data() + offset, static_cast<size_t>(size));
+  };
+  switch (rule.optimizer) {
+    case Optimizer::kSgd:
+    case Optimizer::kMomentum:
+      backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), rule.learningRate,
+                            rule.optimizer == Optimizer::kSgd ? 0.0f : rule.momentum,
+                            rule.weightDecay);
+      return;
+    case Optimizer::kAdam:
+    case Optimizer::kAdamW:
+      backend_->adam(at(params_), at(adamM_), at(adamV_), at(grads_), rule.adam(step));
+      return;
+  }
+}
+
+void Model::update(int layer, const UpdateRule& rule) {
   const ParamBlock b = paramBlock(layer);
   if (b.size() == 0)
     return;
-  if (momentum_.empty())
-    momentum_.resize(params_.size());  // zero-filled
-  const auto at = [&](Buffer<float>& buffer) {
-    return std::span<float>(buffer.data() + b.offset, static_cast<size_t>(b.size()));
-  };
-  backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
-                        weightDecay);
+  const int64_t step = ++updates_.at(static_cast<size_t>(layer));
+  applyRule(rule, b.offset, b.size(), step);
+}
+
+void Model::updateAll(const UpdateRule& rule) {
+  if (params_.empty())
+    return;
+  // One kernel over every layer: one step for all, after the most-updated.
+  const int64_t step = *std::max_element(updates_.begin(), updates_.end()) + 1;
+  std::fill(updates_.begin(), updates_.end(), step);
+  applyRule(rule, 0, static_cast<int64_t>(params_.size()), step);
+}
+
+void Model::update(int layer, float learningRate, float momentum, float weightDecay) {
+  update(layer, UpdateRule{Optimizer::kMomentum, learningRate, momentum, weightDecay});
 }
 
 void Model::updateAll(float learningRate, float momentum, float weightDecay) {
-  if (params_.empty())
-    return;
-  if (momentum_.empty())
-    momentum_.resize(params_.size());  // zero-filled
-  backend_->sgdMomentum(params_, momentum_, grads_, learningRate, momentum, weightDecay);
+  updateAll(UpdateRule{Optimizer::kMomentum, learningRate, momentum, weightDecay});
 }
 
 void Model::updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
-                        float learningRate, float momentum, float weightDecay) {
-  STRATA_ENFORCE(0 <= begin && begin <= end &&
-                 end <= static_cast<int64_t>(layersOf(params_, firstLayer, lastLayer).size()));
+                        const UpdateRule& rule, int64_t step) {
+  const auto all = layersOf(params_, firstLayer, lastLayer);
+  STRATA_ENFORCE(0 <= begin && begin <= end && end <= static_cast<int64_t>(all.size()));
   if (begin == end)
     return;
-  if (momentum_.empty())
-    momentum_.resize(params_.size());  // zero-filled
-  const auto at = [&](Buffer<float>& buffer) {
-    return layersOf(buffer, firstLayer, lastLayer)
-        .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
-  };
-  backend_->sgdMomentum(at(params_), at(momentum_), at(grads_), learningRate, momentum,
-                        weightDecay);
+  const int64_t offset = (all.data() - params_.data()) + begin;
+  applyRule(rule, offset, end - begin, step);
   backend_->synchronize();
 }
 

@@ -60,10 +60,12 @@ bool Worker::jobReady(size_t j) const {
 void Worker::serverUpdate(const Task& task) {
   const auto n = static_cast<int64_t>(model_.parametersNoWait(task.layer, task.lastLayer).size());
   const auto [begin, end] = piece(n, task.shards > 0 ? task.shards : k_, task.part);
+  // Adam's step t: the run's step s (0-based) is every layer's update s + 1.
+  const int64_t step = int64_t{firstStep_} + task.iteration + 1;
   if (stale_ == 0) {
     // Synchronous: the server's chunk is the model's own (every worker
     // holds the same weights between steps).
-    model_.updateShard(task.layer, task.lastLayer, begin, end, opt_.learningRate, opt_.momentum);
+    model_.updateShard(task.layer, task.lastLayer, begin, end, rule_, step);
     return;
   }
   // With staleness the model holds older weights: the server keeps its
@@ -72,7 +74,12 @@ void Worker::serverUpdate(const Task& task) {
   auto& key = keys_.at(task.layer);
   const auto grads = model_.gradientsNoWait(task.layer, task.lastLayer)
                          .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
-  backend_->sgdMomentum(key.weights, key.momentum, grads, opt_.learningRate, opt_.momentum, 0);
+  if (isAdam(rule_.optimizer))
+    backend_->adam(key.weights, key.adamM, key.adamV, grads, rule_.adam(step));
+  else
+    backend_->sgdMomentum(key.weights, key.momentum, grads, rule_.learningRate,
+                          rule_.optimizer == Optimizer::kSgd ? 0.0f : rule_.momentum,
+                          rule_.weightDecay);
   std::copy(key.weights.begin(), key.weights.end(),
             key.slot(task.iteration).begin() + static_cast<std::ptrdiff_t>(begin));
 }
@@ -87,7 +94,12 @@ void Worker::makeKeys() {
     const std::vector<float> all = model_.parametersToHost(j.firstLayer, j.lastLayer);
     const auto [begin, end] = piece(static_cast<int64_t>(all.size()), k_, w_);
     key.weights.assign(all.begin() + begin, all.begin() + end);
-    key.momentum.assign(key.weights.size(), 0.0f);
+    if (isAdam(rule_.optimizer)) {
+      key.adamM.assign(key.weights.size(), 0.0f);
+      key.adamV.assign(key.weights.size(), 0.0f);
+    } else {
+      key.momentum.assign(key.weights.size(), 0.0f);
+    }
     key.slots.assign(static_cast<size_t>(stale_) + 1, std::vector<float>(all.size()));
     for (int l = j.firstLayer; l <= j.lastLayer; ++l)
       keyOf_[static_cast<size_t>(l)] = j.firstLayer;

@@ -14,6 +14,7 @@
 #include "measurement.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/device.h"
+#include "strata/exec/nn/backend.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/limits.h"
@@ -137,6 +138,11 @@ uint64_t configHash(const Network& network, const Scenario& sc, const RunOptions
   fnv(h, o.steps);
   fnv(h, o.learningRate);
   fnv(h, o.momentum);
+  fnv(h, sc.options.optimizer);
+  fnv(h, o.weightDecay);
+  fnv(h, o.beta1);
+  fnv(h, o.beta2);
+  fnv(h, o.eps);
   fnv(h, o.seed);
   fnv(h, o.dropout);
   return h;
@@ -161,6 +167,14 @@ RunResult runWorker(Communicator& comm, const Plan& given, const Network& networ
   return runChecked(comm, plan, network, options);
 }
 
+float defaultLearningRate(Optimizer optimizer) {
+  return isAdam(optimizer) ? nn::AdamParams{}.learningRate : RunOptions{}.learningRate;
+}
+
+float defaultWeightDecay(Optimizer optimizer) {
+  return optimizer == Optimizer::kAdamW ? nn::kAdamWWeightDecay : 0.0f;
+}
+
 void checkRunOptions(const RunOptions& options) {
   if (options.steps < 1)
     throw OptionError("--steps", fmt::format("must be at least 1, got {}", options.steps));
@@ -174,6 +188,17 @@ void checkRunOptions(const RunOptions& options) {
     throw OptionError("--lr", fmt::format("must be in (0, 1000000], got {}", options.learningRate));
   if (!(options.momentum >= 0 && options.momentum < 1))
     throw OptionError("--momentum", fmt::format("must be in [0, 1), got {}", options.momentum));
+  if (!(options.weightDecay >= 0 && std::isfinite(options.weightDecay)))
+    throw OptionError("--weight-decay",
+                      fmt::format("must be finite and at least 0, got {}", options.weightDecay));
+  // The betas and eps have no CLI option (PyTorch's defaults): a caller's
+  // out-of-range value names the RunOptions member.
+  if (!(options.beta1 >= 0 && options.beta1 < 1))
+    throw OptionError("beta1", fmt::format("must be in [0, 1), got {}", options.beta1));
+  if (!(options.beta2 >= 0 && options.beta2 < 1))
+    throw OptionError("beta2", fmt::format("must be in [0, 1), got {}", options.beta2));
+  if (!(options.eps > 0 && std::isfinite(options.eps)))
+    throw OptionError("eps", fmt::format("must be positive and finite, got {}", options.eps));
   checkThreadsPerWorker(options.threadsPerWorker);
   if (!(options.timeout.value() > 0 && std::isfinite(options.timeout.value())))
     throw OptionError("--timeout",
@@ -197,16 +222,19 @@ int gpuOfWorker(const RunOptions& options, int worker) {
 }
 
 double runMemoryLowerBound(const Network& network, const Scenario& sc) {
-  // Per worker (nn::Model): parameters, gradients and momentum, and the copy
-  // of the parameters each worker hands back (RunResult::parameters); every
+  // Per worker (nn::Model): parameters, gradients and the optimizer's states
+  // (none for sgd, whose update still allocates the momentum it runs with 0;
+  // m and v for adam and adamw), and the copy of the parameters each worker
+  // hands back (RunResult::parameters); every
   // layer's output and its gradient for b examples; the input batch. The
   // plan's bookkeeping: dependencies, done flags and timings per task.
   const double b = sc.batchPerWorker;
   double outputs = 0;
   for (const auto& l : network.layers)
     outputs += double(l.outShape.elements());
-  const double floats =
-      4 * double(network.totalParams()) + 2 * b * outputs + b * double(network.input.elements());
+  const double states = std::max(1.0, optimizerStatesPerParam(sc.options.optimizer));
+  const double floats = (3 + states) * double(network.totalParams()) + 2 * b * outputs +
+                        b * double(network.input.elements());
   const double perWorker = floats * sizeof(float) + 32 * estimatePlanTasks(network, sc);
   // A ps plan's dedicated servers hold a whole model each (no activations
   // to speak of, counted alike: a bound, not an estimate).
@@ -293,7 +321,7 @@ void checkThreadRun(const Network& network, const Scenario& sc, Device device, i
     throw OptionError(
         sc.batchPerWorker > 1 ? "--batch" : "--workers",
         fmt::format("{} workers x {} examples of {} need at least {} of memory (weights, "
-                    "gradients, momentum and activations per worker{}), more than the {} "
+                    "gradients, optimizer states and activations per worker{}), more than the {} "
                     "available ({}); use a smaller --batch or fewer --workers",
                     sharing, sc.batchPerWorker, network.name, formatBytes(Bytes(need)),
                     device == Device::kCpu && servers > 0 ? ", and a model per ps server" : "",

@@ -25,6 +25,13 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
       plan_(plan),
       net_(net),
       opt_(opt),
+      rule_{plan.scenario.options.optimizer,
+            opt.learningRate,
+            opt.momentum,
+            opt.weightDecay,
+            opt.beta1,
+            opt.beta2,
+            opt.eps},
       k_(plan.scenario.workers),
       world_(plan.scenario.workers + plan.servers),
       w_(comm.rank()),
@@ -416,7 +423,9 @@ void Worker::update(const Task& task) {
   const bool fcPart = owt_ && task.layer >= mp_;
   for (int l = task.layer; l <= task.lastLayer; ++l)
     if (net_.layers[static_cast<size_t>(l)].hasWeights()) {
-      model_.update(l, opt_.learningRate, opt_.momentum);
+      // Adam's step: the layer's own count of updates (a per-round FC
+      // update counts every round, as one worker applying that rule would).
+      model_.update(l, rule_);
       // FC gradients accumulate over the rounds; after a per-round update
       // the next round starts from zero.
       if (fcPart)

@@ -157,12 +157,13 @@ class Worker {
   void serverUpdate(const Task& task);
 
   // A ps key (the layers of one push) on this rank with staleness: its
-  // server's chunk of the weights and momentum, and S + 1 staging copies of
+  // server's chunk of the weights and the optimizer's states (momentum, or
+  // Adam's m and v), and S + 1 staging copies of
   // the key's weights, one per step of delay (step t's pull lands in slot
   // t mod (S + 1); the forward of step t + 1 + S copies it out).
   struct Key {
     int firstLayer = 0, lastLayer = 0;
-    std::vector<float> weights, momentum;
+    std::vector<float> weights, momentum, adamM, adamV;
     std::vector<std::vector<float>> slots;
     std::span<float> slot(int step) { return slots[static_cast<size_t>(step) % slots.size()]; }
   };
@@ -201,6 +202,7 @@ class Worker {
   const Plan& plan_;
   const Network& net_;
   const RunOptions& opt_;
+  nn::UpdateRule rule_;    // the plan's optimizer with opt_'s hyper-parameters
   int k_, world_, w_, b_;  // workers, ranks (workers, then ps servers), this rank, batch
   bool owt_;
   int mp_;

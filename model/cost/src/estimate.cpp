@@ -88,6 +88,7 @@ UpdateCost updateCostPerParam(Optimizer optimizer, ElementType element) {
       c.flops = 4;  // v = mu v + g; w -= lr v
       break;
     case Optimizer::kAdam:
+    case Optimizer::kAdamW:  // its decay is one more multiply, within the rounding
       // m = b1 m + (1 - b1) g: 3; v = b2 v + (1 - b2) g^2: 4; w -= s m /
       // (sqrt(v) / c + eps), bias corrections s, c folded into per-step
       // scalars (PyTorch's Adam): sqrt, div, add, div, mul-sub = 5.

@@ -54,16 +54,18 @@ std::string_view toString(Optimizer optimizer) {
       return "momentum";
     case Optimizer::kAdam:
       return "adam";
+    case Optimizer::kAdamW:
+      return "adamw";
   }
   return "?";
 }
 
 Optimizer parseOptimizer(std::string_view text, const std::string& option) {
-  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam})
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam, Optimizer::kAdamW})
     if (toString(o) == text)
       return o;
-  throw OptionError(
-      option, "unknown optimizer '" + std::string(text) + "' (expected sgd, momentum or adam)");
+  throw OptionError(option, "unknown optimizer '" + std::string(text) +
+                                "' (expected sgd, momentum, adam or adamw)");
 }
 
 double optimizerStatesPerParam(Optimizer optimizer) {
@@ -73,6 +75,7 @@ double optimizerStatesPerParam(Optimizer optimizer) {
     case Optimizer::kMomentum:
       return 1;
     case Optimizer::kAdam:
+    case Optimizer::kAdamW:
       return 2;
   }
   return 0;

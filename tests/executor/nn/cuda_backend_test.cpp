@@ -528,6 +528,30 @@ TEST_CASE("sgd with momentum equals the CPU's", "[update]") {
   requireClose(g, v);
 }
 
+TEST_CASE("adam and adamw equal the CPU's", "[update]") {
+  // One element function on both (kernels/elementwise.h), the bias
+  // corrections taken on the host: the same bits (held here to 1e-6).
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  for (bool decoupled : {false, true}) {
+    INFO((decoupled ? "adamw" : "adam"));
+    const size_t count = 4099;  // not a multiple of a block
+    TwinArray w = randomArray(count, 81), m = randomArray(count, 82, -0.1f, 0.1f),
+              v = randomArray(count, 83, 0.0f, 0.2f), grad = randomArray(count, 84);
+    AdamParams p;
+    p.weightDecay = decoupled ? kAdamWWeightDecay : 1e-4f;
+    p.decoupled = decoupled;
+    for (int64_t step = 1; step <= 3; ++step) {
+      p.step = step;
+      cpu.adam(w.cpu, m.cpu, v.cpu, grad.cpu, p);
+      g.adam(w.gpu, m.gpu, v.gpu, grad.gpu, p);
+    }
+    requireClose(g, w, 1e-6);
+    requireClose(g, m, 1e-6);
+    requireClose(g, v, 1e-6);
+  }
+}
+
 // ---- whole models -------------------------------------------------------------------------------
 
 // Requires every layer's block of `gpu` within 1e-4 of the block's largest
@@ -544,6 +568,15 @@ void requireSameBlocks(Model& model, std::span<const float> cpu, std::span<const
                  cpu.subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size())),
                  gpu.subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.size())));
   }
+}
+
+// Writes examples [first, first + batch) of `data` into the model's input:
+// made on the host, then uploaded (the input may be device memory).
+void fillInput(Model& m, const SyntheticDataset& data, int64_t first, int batch,
+               std::span<int32_t> labels, int positions = 1) {
+  Tensor examples(m.input(batch).dims());
+  data.fill(first, examples.view(), labels, positions);
+  m.input(batch).upload(examples.span());
 }
 
 std::vector<float> copyOf(std::span<const float> s) {
@@ -563,9 +596,7 @@ TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-
     CAPTURE(step);
     for (Model* m : {&cpu, &gpu}) {
       std::vector<int32_t> labels(batch);
-      Tensor examples(m->input(batch).dims());  // made on the host, then uploaded
-      data.fill(int64_t{step} * batch, examples.view(), labels);
-      m->input(batch).upload(examples.span());
+      fillInput(*m, data, int64_t{step} * batch, batch, labels);
       m->setLabels(labels);
       m->setStep(static_cast<uint64_t>(step));
       m->zeroGradients();
@@ -585,6 +616,38 @@ TEST_CASE("a Model on CudaBackend computes what it computes on CpuBackend (tiny-
   }
 }
 
+TEST_CASE("a Model updated by Adam on CudaBackend equals the CPU's (tiny-cnn)", "[model][update]") {
+  // The same gradients on both (one batch, copied), then two Adam steps per
+  // layer: the moments and the step counts live in each Model.
+  const Network net = test::presetNetwork("tiny-cnn");
+  CpuBackend cpuBackend;
+  Model cpu(net, ModelOptions{.backend = &cpuBackend});
+  Model gpu(net, ModelOptions{.backend = &defaultGpu()});
+  const auto data = SyntheticDataset::forNetwork(net, 5);
+  const int batch = 8;
+  for (Model* m : {&cpu, &gpu}) {
+    std::vector<int32_t> labels(batch);
+    fillInput(*m, data, 0, batch, labels);
+    m->setLabels(labels);
+    m->zeroGradients();
+    m->forwardAll();
+    m->backwardAll();
+  }
+  const std::vector<float> grads = copyOf(cpu.allGradients());
+  gpu.uploadGradients(0, gpu.layerCount() - 1, grads);
+  for (Optimizer o : {Optimizer::kAdam, Optimizer::kAdamW}) {
+    UpdateRule rule{o, 1e-3f};
+    rule.weightDecay = 0.01f;
+    for (int step = 0; step < 2; ++step)
+      for (int l = 0; l < cpu.layerCount(); ++l) {
+        cpu.update(l, rule);
+        gpu.update(l, rule);
+      }
+    requireSameBlocks(cpu, copyOf(cpu.allParameters()), gpu.parametersToHost());
+  }
+  CHECK(gpu.updateCount(0) == 4);
+}
+
 // Forward only: in backward, max pooling routes a gradient to the first
 // largest input of a window, and two inputs equal within rounding may then
 // be picked differently by the two backends; a network of this size has
@@ -599,9 +662,7 @@ TEST_CASE("a Model on CudaBackend: alexnet forward (lrn, groups, 11x11) equals t
   const int batch = 2;
   for (Model* m : {&cpu, &gpu}) {
     std::vector<int32_t> labels(batch);
-    Tensor examples(m->input(batch).dims());
-    data.fill(0, examples.view(), labels);
-    m->input(batch).upload(examples.span());
+    fillInput(*m, data, 0, batch, labels);
     m->setLabels(labels);
     m->forwardAll();
   }
@@ -784,7 +845,8 @@ TEST_CASE("bf16 fc: cublasGemmEx equals the bf16 reference GEMM", "[bf16][fc]") 
   TwinTensor y = nanTensor(Dims{n, o, 1, 1});
   g.fcForward(d, x.onGpu(), w.gpu.data(), nullptr, y.onGpu());
   const std::vector<float> reference = strata::test::bf16GemmNt(x.cpu, w.cpu, n, o, k);
-  requireClose(g, reference, y.gpu.span(), 1e-3);
+  const std::vector<float> yGpu = y.fromGpu();
+  requireClose(g, reference, yGpu, 1e-3);
   // The GPU did round its operands: the fp32 product differs by more than
   // fp32's rounding (so this test tells bf16 from fp32).
   CpuBackend cpu;
@@ -792,7 +854,7 @@ TEST_CASE("bf16 fc: cublasGemmEx equals the bf16 reference GEMM", "[bf16][fc]") 
   cpu.fcForward(d, x.onCpu(), w.cpu.data(), nullptr, exact.onCpu());
   double largest = 0;
   for (size_t i = 0; i < exact.cpu.size(); ++i)
-    largest = std::max(largest, std::abs(double(exact.cpu[i]) - double(y.gpu[i])));
+    largest = std::max(largest, std::abs(double(exact.cpu[i]) - double(yGpu[i])));
   CHECK(largest > 1e-5 * test::maxAbs(exact.cpu));
 }
 
@@ -833,7 +895,7 @@ void compareFcBf16(bool flatten, Dims xDims, int outputs) {
   // The bias gradient is fp32 throughout (kernels/, on unrounded dy).
   TwinArray dbExact = randomArray(static_cast<size_t>(outputs), 317);
   cpu.fcBackwardWeights(d, x.onCpu(), dy.onCpu(), dw.cpu.data(), dbExact.cpu.data());
-  requireClose(g, dbExact.cpu, db.gpu.span());
+  requireClose(g, dbExact.cpu, db.fromGpu());
 }
 
 TEST_CASE("bf16 fc: every phase equals CpuBackend on bf16-rounded operands", "[bf16][fc]") {
@@ -905,12 +967,12 @@ TEST_CASE("a bf16 Model step stays within bf16's tolerance of the fp32 step (tin
   CpuBackend cpuBackend;
   Model cpu(net, ModelOptions{.backend = &cpuBackend});
   Model gpu(net, ModelOptions{.backend = &bf16Gpu()});
-  REQUIRE(copyOf(cpu.allParameters()) == copyOf(gpu.allParameters()));
+  REQUIRE(copyOf(cpu.allParameters()) == gpu.parametersToHost());
   const auto data = SyntheticDataset::forNetwork(net, 5);
   const int batch = 8;
   for (Model* m : {&cpu, &gpu}) {
     std::vector<int32_t> labels(batch);
-    data.fill(0, m->input(batch).view(), labels);
+    fillInput(*m, data, 0, batch, labels);
     m->setLabels(labels);
     m->setStep(0);
     m->zeroGradients();
@@ -919,7 +981,7 @@ TEST_CASE("a bf16 Model step stays within bf16's tolerance of the fp32 step (tin
   }
   bf16Gpu().synchronize();
   CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-2));
-  const auto gc = copyOf(cpu.allGradients()), gg = copyOf(gpu.allGradients());
+  const auto gc = copyOf(cpu.allGradients()), gg = gpu.gradientsToHost();
   for (int l = 0; l < cpu.layerCount(); ++l) {
     const ParamBlock b = cpu.paramBlock(l);
     if (b.size() == 0)
@@ -933,7 +995,7 @@ TEST_CASE("a bf16 Model step stays within bf16's tolerance of the fp32 step (tin
   bf16Gpu().synchronize();
   // Master weights stay fp32: the updated weights are not bf16 values (a
   // bf16 copy kept as the weights would have the low 16 bits all zero).
-  const auto pg = copyOf(gpu.allParameters()), pc = copyOf(cpu.allParameters());
+  const auto pg = gpu.parametersToHost(), pc = copyOf(cpu.allParameters());
   size_t beyondBf16 = 0;
   for (float v : pg)
     beyondBf16 += kernels::element::roundThroughBf16(v) != v ? 1 : 0;
@@ -1136,14 +1198,14 @@ TEST_CASE("a Model of tiny-gpt (tied output fc) trains on CudaBackend as on CpuB
   CpuBackend cpuBackend;
   Model cpu(net, ModelOptions{.backend = &cpuBackend});
   Model gpu(net, ModelOptions{.backend = &defaultGpu()});
-  REQUIRE(copyOf(cpu.allParameters()) == copyOf(gpu.allParameters()));
+  REQUIRE(copyOf(cpu.allParameters()) == gpu.parametersToHost());
   const auto data = SyntheticDataset::forNetwork(net, 7);
   const int batch = 4, positions = net.input.h * net.input.w;
   for (int step = 0; step < 4; ++step) {
     CAPTURE(step);
     for (Model* m : {&cpu, &gpu}) {
       std::vector<int32_t> labels(size_t(batch) * positions);
-      data.fill(int64_t{step} * batch, m->input(batch).view(), labels, positions);
+      fillInput(*m, data, int64_t{step} * batch, batch, labels, positions);
       m->setLabels(labels);
       m->setStep(static_cast<uint64_t>(step));
       m->zeroGradients();
@@ -1152,13 +1214,13 @@ TEST_CASE("a Model of tiny-gpt (tied output fc) trains on CudaBackend as on CpuB
     }
     for (int l = 0; l < cpu.layerCount(); ++l) {
       INFO("output of " << net.layers[static_cast<size_t>(l)].name);
-      requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).span());
+      requireClose(defaultGpu(), cpu.output(l).span(), gpu.output(l).toHost());
     }
     CHECK(gpu.loss() == Approx(cpu.loss()).epsilon(1e-5));
-    requireSameBlocks(cpu, copyOf(cpu.allGradients()), copyOf(gpu.allGradients()));
+    requireSameBlocks(cpu, copyOf(cpu.allGradients()), gpu.gradientsToHost());
     cpu.updateAll(0.05f, 0.9f);
     gpu.updateAll(0.05f, 0.9f);
-    requireSameBlocks(cpu, copyOf(cpu.allParameters()), copyOf(gpu.allParameters()));
+    requireSameBlocks(cpu, copyOf(cpu.allParameters()), gpu.parametersToHost());
   }
 }
 

@@ -82,11 +82,12 @@ struct Slicing {
 
 // One training step of `net` on `backend`, layer by layer, recording each
 // phase: forward in order, then per layer from the last bwd_weights and
-// bwd_data (as Model::backwardAll and the plans run them), then the SGD
-// update of each layer. `compute`: the parameters are initialised and the
-// input filled (a computing run); else nothing is written.
+// bwd_data (as Model::backwardAll and the plans run them), then the update
+// of each layer by `optimizer`. `compute`: the parameters are initialised
+// and the input filled (a computing run); else nothing is written.
 StepCalls recordStep(const Network& net, Backend& backend, KernelRecorder& recorder, int batch,
-                     bool compute, Slicing slicing = {}) {
+                     bool compute, Slicing slicing = {},
+                     Optimizer optimizer = Optimizer::kMomentum) {
   ModelOptions options;
   options.backend = &backend;
   options.initializeParameters = compute;
@@ -119,7 +120,7 @@ StepCalls recordStep(const Network& net, Backend& backend, KernelRecorder& recor
     record(l, Phase::kBwdData, [&] { model.backwardData(l); });
   }
   for (int l = 0; l < layers; ++l)
-    record(l, Phase::kUpdate, [&] { model.update(l, 0.01f, 0.9f); });
+    record(l, Phase::kUpdate, [&] { model.update(l, UpdateRule{optimizer}); });
   recorder.clear();
   return calls;
 }
@@ -152,20 +153,34 @@ void checkAgainst(const Network& net, const StepCalls& recorded, Lowering&& lowe
     }
 }
 
-// Adam: the executor trains with SGD with momentum only (`strata run`
-// refuses --optimizer adam), so no Adam update can be recorded. The Adam
-// lowering prices CpuBackend::adam (what calibration times) over the same
-// parameters: it must be the recorded SGD update with the kernel swapped.
-void checkAdamUpdate(const Network& net, const StepCalls& recorded, int batch) {
-  for (int l = 0; l < static_cast<int>(net.layers.size()); ++l) {
-    std::vector<KernelCall> expected = recorded.at({l, Phase::kUpdate});
-    for (KernelCall& c : expected) {
-      REQUIRE(c.kernel == MemKernel::kSgd);
-      c.kernel = MemKernel::kAdam;
+// Adam and AdamW: a step updated by Backend::adam lists, phase by phase, the
+// calls lowerCpu prices with the adam kernel (the update kernel the cost
+// model picks for both, ComputeCosts::updateKernel), and its update calls
+// are the SGD step's with the kernel swapped (same parameters, one call per
+// layer).
+void checkAdamUpdate(const Network& net, const StepCalls& sgd, int batch, int threads,
+                     Slicing slicing) {
+  for (Optimizer optimizer : {Optimizer::kAdam, Optimizer::kAdamW}) {
+    KernelRecorder recorder(/*recordOnly=*/true);
+    CpuBackend backend(CpuOptions{threads, &recorder});
+    const StepCalls recorded = recordStep(net, backend, recorder, batch, false, slicing, optimizer);
+    checkAgainst(
+        net, recorded,
+        [&](int l, Phase phase) {
+          return lowerCpu(net, l, phase, batch, outputsOf(net, slicing, l), MemKernel::kAdam,
+                          threads);
+        },
+        fmt::format("{} {}, batch {}, T = {}{}", net.name, toString(optimizer), batch, threads,
+                    slicing.workers > 0 ? ", model-parallel" : ""));
+    for (int l = 0; l < static_cast<int>(net.layers.size()); ++l) {
+      std::vector<KernelCall> expected = sgd.at({l, Phase::kUpdate});
+      for (KernelCall& c : expected) {
+        REQUIRE(c.kernel == MemKernel::kSgd);
+        c.kernel = MemKernel::kAdam;
+      }
+      INFO(fmt::format("{}: {} update of layer {}", net.name, toString(optimizer), l));
+      CHECK(sameCalls(mergeCalls(recorded.at({l, Phase::kUpdate})), mergeCalls(expected)));
     }
-    INFO(fmt::format("{}: adam update of layer {}", net.name, l));
-    CHECK(sameCalls(mergeCalls(lowerCpu(net, l, Phase::kUpdate, batch, 0, MemKernel::kAdam)),
-                    mergeCalls(expected)));
   }
 }
 
@@ -203,8 +218,7 @@ void checkCpu(int threads) {
                         slicing.workers > 0 ? fmt::format(", model-parallel rank {} of {}",
                                                           slicing.rank, slicing.workers)
                                             : ""));
-        if (slicing.workers == 0)
-          checkAdamUpdate(net, recorded, batch);
+        checkAdamUpdate(net, recorded, batch, threads, slicing);
       }
     }
   }
@@ -433,6 +447,18 @@ TEST_CASE("lowerCuda lists the calls the CUDA backend makes: transformer layers 
     checkAgainst(
         net, recorded, [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0); },
         fmt::format("transformer edge network on cuda, batch {}", batch));
+    // CudaBackend::adam reports the adam kernel over each layer's parameters.
+    for (Optimizer optimizer : {Optimizer::kAdam, Optimizer::kAdamW}) {
+      KernelRecorder adamRecorder(/*recordOnly=*/true);
+      CudaBackend adamBackend(adamRecorder);
+      const StepCalls withAdam =
+          recordStep(net, adamBackend, adamRecorder, batch, false, {}, optimizer);
+      checkAgainst(
+          net, withAdam,
+          [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0, MemKernel::kAdam); },
+          fmt::format("transformer edge network on cuda, {}, batch {}", toString(optimizer),
+                      batch));
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // What the executor's tests share: the scenario and run options of the
-// equivalence tests, and how two weight vectors are compared.
+// equivalence tests (with each update rule), and how two weight vectors are
+// compared.
 #pragma once
 
 #include <algorithm>
@@ -13,9 +14,10 @@
 namespace strata::test {
 
 // K workers of b examples, overlap on, several buckets and segments.
-inline Scenario runScenario(Strategy s, int k, int b) {
+inline Scenario runScenario(Strategy s, int k, int b, Optimizer optimizer = Optimizer::kMomentum) {
   Scenario sc;
   sc.strategy = s;
+  sc.options.optimizer = optimizer;
   sc.workers = k;
   sc.batchPerWorker = b;
   sc.options.overlap = true;
@@ -35,6 +37,23 @@ inline exec::RunOptions runOptions(int steps, exec::Device device = exec::Device
   return o;
 }
 
+// The same for a scenario trained with `optimizer`: adam and adamw with eps
+// 1e-5 (see sameWeights) and, for adamw, weight decay 0.1, so that a decay
+// left out (lr * 0.1 of every weight per step) shows.
+inline exec::RunOptions runOptions(int steps, Optimizer optimizer,
+                                   exec::Device device = exec::Device::kCpu) {
+  exec::RunOptions o = runOptions(steps, device);
+  if (isAdam(optimizer))
+    o.eps = 1e-5f;
+  if (optimizer == Optimizer::kAdamW)
+    o.weightDecay = 0.1f;
+  return o;
+}
+
+// The update rules every equivalence test trains with.
+inline constexpr Optimizer kOptimizers[] = {Optimizer::kMomentum, Optimizer::kAdam,
+                                            Optimizer::kAdamW};
+
 // Largest |a - b| relative to the largest |b|.
 inline double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -44,6 +63,42 @@ inline double maxRelativeDifference(const std::vector<float>& a, const std::vect
     scale = std::max(scale, double(std::fabs(b[i])));
   }
   return diff / scale;
+}
+
+// Whether K workers' weights `a` equal one worker's `b` after a run of
+// `optimizer` at learning rate `lr`. SGD with momentum: every element within
+// 1e-5 of the largest weight (float sums in another order). Adam divides
+// each element's step by that element's own gradient magnitude, so where
+// rounding decides something discrete or near zero, one element moves by a
+// share of lr that the rounding chose: a relu at 0 that one run passes and
+// the other not on a unit almost never active, or a gradient that cancels to
+// ~eps (tiny-gpt at PyTorch's eps 1e-8: ~120 of 134,912 weights up to 8e-4
+// apart after 3 steps at lr 0.005; at eps 1e-5 none; tiny-cnn at eps 1e-5:
+// up to 15 of 268,650 on some K, 1.5e-4 apart). So for Adam: all but 1 in
+// 2,000 elements within 1e-5 of the largest weight, and every element
+// within lr (one step's reach). A wrong step count, state or decay moves
+// every element; a wrong shard or slice thousands.
+// `tolerance`: 1e-5, or another (the GPU against the CPU: 1e-4).
+inline void checkSameWeights(const std::vector<float>& a, const std::vector<float>& b,
+                             Optimizer optimizer, float lr, double tolerance = 1e-5) {
+  if (!isAdam(optimizer)) {
+    CHECK(maxRelativeDifference(a, b) < tolerance);
+    return;
+  }
+  REQUIRE(a.size() == b.size());
+  double scale = 0, worst = 0;
+  for (float x : b)
+    scale = std::max(scale, double(std::fabs(x)));
+  size_t off = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    worst = std::max(worst, d);
+    off += d > tolerance * scale ? 1 : 0;
+  }
+  INFO(off << " of " << a.size() << " weights further than " << tolerance << " of the largest ("
+           << scale << ") apart; the furthest " << worst << " (lr " << lr << ")");
+  CHECK(off <= a.size() / 2000);
+  CHECK(worst < lr);
 }
 
 }  // namespace strata::test

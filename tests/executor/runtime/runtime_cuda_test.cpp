@@ -99,16 +99,22 @@ TEST_CASE("every strategy on the GPU with K = 1..4 workers equals one worker wit
 }
 
 TEST_CASE("the GPU run gives the CPU run's weights", "[gpu][exec]") {
+  // With each update rule (Adam's kernel: kernels/src/optimizer.cu).
   const auto net = presetNetwork("tiny-cnn");
-  for (auto s : {Strategy::kRing, Strategy::kOwtC}) {
-    INFO(toString(s));
-    const auto plan = lowerToPlan(net, test::runScenario(s, 3, 4));
-    std::vector<std::vector<float>> cpu, gpu;
-    exec::runThreads(plan, net, test::runOptions(3, exec::Device::kCpu), &cpu);
-    exec::runThreads(plan, net, test::runOptions(3, exec::Device::kCuda), &gpu);
-    REQUIRE(cpu.size() == gpu.size());
-    for (size_t r = 0; r < cpu.size(); ++r)
-      CHECK(maxRelativeDifference(gpu[r], cpu[r]) < 1e-4);
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (auto s : {Strategy::kRing, Strategy::kOwtC, Strategy::kPs}) {
+      if (s == Strategy::kPs && optimizer == Optimizer::kMomentum)
+        continue;
+      INFO(toString(s) << " " << toString(optimizer));
+      const auto plan = lowerToPlan(net, test::runScenario(s, 3, 4, optimizer));
+      const auto cpuOptions = test::runOptions(3, optimizer, exec::Device::kCpu);
+      std::vector<std::vector<float>> cpu, gpu;
+      exec::runThreads(plan, net, cpuOptions, &cpu);
+      exec::runThreads(plan, net, test::runOptions(3, optimizer, exec::Device::kCuda), &gpu);
+      REQUIRE(cpu.size() == gpu.size());
+      for (size_t r = 0; r < cpu.size(); ++r)
+        test::checkSameWeights(gpu[r], cpu[r], optimizer, cpuOptions.learningRate, 1e-4);
+    }
   }
 }
 

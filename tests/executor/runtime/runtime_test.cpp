@@ -53,38 +53,51 @@ std::vector<int> workerCounts(int from) {
 exec::RunResult checkPsAgainstOneWorker(const Network& net, const Scenario& sc, int steps,
                                         const exec::RunResult& ref) {
   std::vector<std::vector<float>> params;
-  auto run = exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &params);
+  const Optimizer optimizer = sc.options.optimizer;
+  const auto options = test::runOptions(steps, optimizer);
+  auto run = exec::runThreads(lowerToPlan(net, sc, steps), net, options, &params);
   REQUIRE(params.size() == static_cast<size_t>(sc.workers));
   for (const auto& p : params) {
-    CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
+    test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
     CHECK(p == params[0]);
   }
   CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
   return run;
 }
 // The reference of the equivalence tests: one worker with the whole batch.
-exec::RunResult oneWorker(const Network& net, int batch, int steps) {
-  return exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, batch)), net,
-                          test::runOptions(steps));
+exec::RunResult oneWorker(const Network& net, int batch, int steps,
+                          Optimizer optimizer = Optimizer::kMomentum) {
+  return exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, batch, optimizer)),
+                          net, test::runOptions(steps, optimizer));
 }
 }  // namespace
 
 TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") {
+  // With each update rule: SGD with momentum, Adam and AdamW (whose step
+  // counts and bias corrections every worker and the ps servers keep alike).
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
-  for (int k : workerCounts(1)) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
-      INFO(toString(s) << " K = " << k);
-      std::vector<std::vector<float>> params;
-      const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
-                                        test::runOptions(steps), &params);
-      // Float sums in another order: 1e-5 of the largest weight.
-      for (const auto& p : params)
-        CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
-      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(1)) {
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+        INFO(toString(s) << " K = " << k << " " << toString(optimizer));
+        std::vector<std::vector<float>> params;
+        const auto options = test::runOptions(steps, optimizer);
+        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer)),
+                                          net, options, &params);
+        // Float sums in another order: 1e-5 of the largest weight.
+        for (const auto& p : params)
+          test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
+        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      }
     }
   }
+  // Adam moves the weights: a run of 3 steps is not the initial model.
+  const auto adam = oneWorker(net, b, steps, Optimizer::kAdam);
+  const auto none = oneWorker(net, b, 1, Optimizer::kAdam);
+  CHECK(maxRelativeDifference(adam.parameters, none.parameters) > 1e-4);
+  CHECK(maxRelativeDifference(adam.parameters, oneWorker(net, b, steps).parameters) > 1e-4);
 }
 
 TEST_CASE("workers on several threads each equal one worker with batch K b", "[exec]") {
@@ -118,19 +131,24 @@ TEST_CASE("data-parallel strategies on tiny-gpt equal one worker with batch K b"
   // gradient where backprop first writes it).
   const auto net = presetNetwork("tiny-gpt");
   const int b = 2, steps = 3;
-  for (int k : {1, 2, 3, 5}) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
-      for (int planSteps : {1, steps}) {
-        if (planSteps > 1 && s != Strategy::kPs)
-          continue;
-        INFO(toString(s) << " K = " << k << " plan of " << planSteps << " steps");
-        std::vector<std::vector<float>> params;
-        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b), planSteps),
-                                          net, test::runOptions(steps), &params);
-        for (const auto& p : params)
-          CHECK(maxRelativeDifference(p, ref.parameters) < 1e-5);
-        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : {1, 2, 3, 5}) {
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+        for (int planSteps : {1, steps}) {
+          if (planSteps > 1 && s != Strategy::kPs)
+            continue;
+          INFO(toString(s) << " K = " << k << " plan of " << planSteps << " steps "
+                           << toString(optimizer));
+          std::vector<std::vector<float>> params;
+          const auto options = test::runOptions(steps, optimizer);
+          const auto run =
+              exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer), planSteps),
+                               net, options, &params);
+          for (const auto& p : params)
+            test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
+          CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+        }
       }
     }
   }
@@ -190,15 +208,20 @@ TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b, e
   // servers), then back: other sums' order than one level, so to 1e-5 of the
   // one-worker run, and bit for bit the same on every worker. G = 3 leaves a
   // smaller last node for most K.
+  // Adam on K = 2, 5, 7: the leaders keep the moments of their shards.
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
-  for (int k : workerCounts(2)) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (int g : {2, 3}) {
-      INFO("K = " << k << " G = " << g);
-      auto sc = test::runScenario(Strategy::kPs, k, b);
-      sc.options.psNode = g;
-      checkPsAgainstOneWorker(net, sc, steps, ref);
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(2)) {
+      if (optimizer != Optimizer::kMomentum && k != 2 && k != 5 && k != 7)
+        continue;
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (int g : {2, 3}) {
+        INFO("K = " << k << " G = " << g << " " << toString(optimizer));
+        auto sc = test::runScenario(Strategy::kPs, k, b, optimizer);
+        sc.options.psNode = g;
+        checkPsAgainstOneWorker(net, sc, steps, ref);
+      }
     }
   }
 }
@@ -211,22 +234,27 @@ TEST_CASE("ps on N dedicated servers equals one worker with batch K b, every wor
   // another order than one worker, so to 1e-5; every worker bit for bit
   // alike. N = 3 and 5: more servers than some K, chunks that do not
   // divide the keys.
+  // Adam on K = 2, 5, 7: each server keeps the moments of its chunk.
   const auto net = presetNetwork("tiny-cnn");
   const int b = 4, steps = 3;
-  for (int k : workerCounts(2)) {
-    const auto ref = oneWorker(net, k * b, steps);
-    for (int n : {1, 3, 5}) {
-      INFO("K = " << k << " N = " << n);
-      auto sc = test::runScenario(Strategy::kPs, k, b);
-      sc.options.psServers = n;
-      REQUIRE(lowerToPlan(net, sc, steps).servers == n);
-      const auto run = checkPsAgainstOneWorker(net, sc, steps, ref);
-      // The workers' figures only: a step's push is the whole gradient, its pull
-      // the whole model.
-      REQUIRE(run.measured.workers.size() == static_cast<size_t>(k));
-      for (const auto& w : run.measured.workers) {
-        CHECK(w.sent.value() == Approx(double(net.totalParams()) * sizeof(float)).epsilon(1e-9));
-        CHECK(w.received.value() == w.sent.value());
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(2)) {
+      if (optimizer != Optimizer::kMomentum && k != 2 && k != 5 && k != 7)
+        continue;
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (int n : {1, 3, 5}) {
+        INFO("K = " << k << " N = " << n << " " << toString(optimizer));
+        auto sc = test::runScenario(Strategy::kPs, k, b, optimizer);
+        sc.options.psServers = n;
+        REQUIRE(lowerToPlan(net, sc, steps).servers == n);
+        const auto run = checkPsAgainstOneWorker(net, sc, steps, ref);
+        // The workers' figures only: a step's push is the whole gradient, its
+        // pull the whole model.
+        REQUIRE(run.measured.workers.size() == static_cast<size_t>(k));
+        for (const auto& w : run.measured.workers) {
+          CHECK(w.sent.value() == Approx(double(net.totalParams()) * sizeof(float)).epsilon(1e-9));
+          CHECK(w.received.value() == w.sent.value());
+        }
       }
     }
   }
@@ -234,25 +262,29 @@ TEST_CASE("ps on N dedicated servers equals one worker with batch K b, every wor
 
 TEST_CASE("ps on dedicated servers with staleness S: the sharded servers' delayed SGD",
           "[exec][ps][servers][staleness]") {
+  // Adam too: the servers' own weights keep Adam's moments beside them.
   const auto net = presetNetwork("tiny-cnn");
   const int b = 5, steps = 6;
-  for (int k : {2, 3}) {
-    for (int stale : {1, 2}) {
-      INFO("K = " << k << " S = " << stale);
-      auto sc = test::runScenario(Strategy::kPs, k, b);
-      sc.options.staleness = stale;
-      std::vector<std::vector<float>> sharded, served, again;
-      exec::runThreads(lowerToPlan(net, sc, steps), net, test::runOptions(steps), &sharded);
-      sc.options.psServers = 2;
-      const auto plan = lowerToPlan(net, sc, steps);
-      const auto run = exec::runThreads(plan, net, test::runOptions(steps), &served);
-      exec::runThreads(plan, net, test::runOptions(steps), &again);
-      CHECK(served == again);
-      for (const auto& p : served) {
-        CHECK(p == served[0]);
-        CHECK(maxRelativeDifference(p, sharded[0]) < 1e-5);
+  for (Optimizer optimizer : {Optimizer::kMomentum, Optimizer::kAdam}) {
+    const auto options = test::runOptions(steps, optimizer);
+    for (int k : {2, 3}) {
+      for (int stale : {1, 2}) {
+        INFO("K = " << k << " S = " << stale << " " << toString(optimizer));
+        auto sc = test::runScenario(Strategy::kPs, k, b, optimizer);
+        sc.options.staleness = stale;
+        std::vector<std::vector<float>> sharded, served, again;
+        exec::runThreads(lowerToPlan(net, sc, steps), net, options, &sharded);
+        sc.options.psServers = 2;
+        const auto plan = lowerToPlan(net, sc, steps);
+        const auto run = exec::runThreads(plan, net, options, &served);
+        exec::runThreads(plan, net, options, &again);
+        CHECK(served == again);
+        for (const auto& p : served) {
+          CHECK(p == served[0]);
+          test::checkSameWeights(p, sharded[0], optimizer, options.learningRate);
+        }
+        CHECK(run.stalenessSeen <= stale);
       }
-      CHECK(run.stalenessSeen <= stale);
     }
   }
 }
@@ -391,18 +423,26 @@ std::vector<float> assembled(const Network& net, const std::vector<std::vector<f
 }  // namespace
 
 TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "[exec][owt]") {
+  // Adam and AdamW through owt-b (the sliced fc layers keep the moments of
+  // their rows only), SGD with momentum through all three.
   const auto net = presetNetwork("tiny-cnn");
   const int steps = 3;
-  for (int k : workerCounts(1)) {
-    for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
-      const auto ref = oneWorker(net, k * b, steps);
-      for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
-        INFO(toString(s) << " K = " << k << " b = " << b);
-        std::vector<std::vector<float>> params;
-        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net,
-                                          test::runOptions(steps), &params);
-        CHECK(maxRelativeDifference(assembled(net, params, k), ref.parameters) < 1e-5);
-        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : workerCounts(1)) {
+      for (int b : {4, 5}) {  // 5 does not divide by most K (owt-c's round slices)
+        const auto ref = oneWorker(net, k * b, steps, optimizer);
+        for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+          if (optimizer != Optimizer::kMomentum && s != Strategy::kOwtB)
+            continue;
+          INFO(toString(s) << " K = " << k << " b = " << b << " " << toString(optimizer));
+          std::vector<std::vector<float>> params;
+          const auto options = test::runOptions(steps, optimizer);
+          const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer)),
+                                            net, options, &params);
+          test::checkSameWeights(assembled(net, params, k), ref.parameters, optimizer,
+                                 options.learningRate);
+          CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+        }
       }
     }
   }
@@ -414,62 +454,67 @@ TEST_CASE("owt-b with per-round FC updates equals a sequential emulation of that
   // everything; then for each round r the FC layers run forward and backward
   // on rows of round r and update (gradient normalised by the global batch, as
   // in the executor); then conv backward on everything and the conv update.
+  // Adam too: each round's FC update is one Adam step of those layers (their
+  // own step counts), the conv layers one per step.
   const auto net = presetNetwork("tiny-cnn");
   const int steps = 3, b = 4;
   const int mp = net.modelParallelFrom;
   const int layers = static_cast<int>(net.layers.size());
-  for (int k : {1, 2, 3, 5}) {
-    INFO("K = " << k);
-    const auto opt = test::runOptions(steps);
-    auto sc = test::runScenario(Strategy::kOwtB, k, b);
-    sc.options.fcUpdate = FcUpdate::kRound;
-    std::vector<std::vector<float>> params;
-    exec::runThreads(lowerToPlan(net, sc), net, opt, &params);
+  for (Optimizer optimizer : {Optimizer::kMomentum, Optimizer::kAdam})
+    for (int k : {1, 2, 3, 5}) {
+      INFO("K = " << k << " " << toString(optimizer));
+      const auto opt = test::runOptions(steps, optimizer);
+      const nn::UpdateRule rule{optimizer, opt.learningRate, opt.momentum, opt.weightDecay,
+                                opt.beta1, opt.beta2,        opt.eps};
+      auto sc = test::runScenario(Strategy::kOwtB, k, b, optimizer);
+      sc.options.fcUpdate = FcUpdate::kRound;
+      std::vector<std::vector<float>> params;
+      exec::runThreads(lowerToPlan(net, sc), net, opt, &params);
 
-    nn::ModelOptions mo;
-    mo.seed = opt.seed;
-    mo.dropout = false;
-    nn::Model model(net, mo);
-    model.setLossNormalizer(double(k) * b);
-    const auto data = nn::SyntheticDataset::forNetwork(net, opt.seed);
-    for (int s = 0; s < steps; ++s) {
-      model.setStep(static_cast<uint64_t>(s));
-      model.zeroGradients();
-      auto& x = model.input(k * b);
-      std::vector<int32_t> labels(static_cast<size_t>(k * b));
-      data.fill(int64_t(s) * k * b, x.view(), labels);
-      model.setLabels(labels);
-      for (int l = 0; l < mp; ++l)
-        model.forward(l);
-      for (int r = 0; r < k; ++r) {
-        const nn::ExampleRange rows{r * b, (r + 1) * b};
-        for (int l = mp; l < layers; ++l)
-          model.forward(l, rows);
-        for (int l = layers - 1; l >= mp; --l) {
-          if (net.layers[static_cast<size_t>(l)].hasWeights())
-            model.backwardWeights(l, rows);
-          model.backwardData(l, rows);
-        }
-        for (int l = mp; l < layers; ++l)
-          if (net.layers[static_cast<size_t>(l)].hasWeights()) {
-            model.update(l, opt.learningRate, opt.momentum);
-            model.zeroGradients(l);
+      nn::ModelOptions mo;
+      mo.seed = opt.seed;
+      mo.dropout = false;
+      nn::Model model(net, mo);
+      model.setLossNormalizer(double(k) * b);
+      const auto data = nn::SyntheticDataset::forNetwork(net, opt.seed);
+      for (int s = 0; s < steps; ++s) {
+        model.setStep(static_cast<uint64_t>(s));
+        model.zeroGradients();
+        auto& x = model.input(k * b);
+        std::vector<int32_t> labels(static_cast<size_t>(k * b));
+        data.fill(int64_t(s) * k * b, x.view(), labels);
+        model.setLabels(labels);
+        for (int l = 0; l < mp; ++l)
+          model.forward(l);
+        for (int r = 0; r < k; ++r) {
+          const nn::ExampleRange rows{r * b, (r + 1) * b};
+          for (int l = mp; l < layers; ++l)
+            model.forward(l, rows);
+          for (int l = layers - 1; l >= mp; --l) {
+            if (net.layers[static_cast<size_t>(l)].hasWeights())
+              model.backwardWeights(l, rows);
+            model.backwardData(l, rows);
           }
+          for (int l = mp; l < layers; ++l)
+            if (net.layers[static_cast<size_t>(l)].hasWeights()) {
+              model.update(l, rule);
+              model.zeroGradients(l);
+            }
+        }
+        for (int l = mp - 1; l >= 0; --l) {
+          if (net.layers[static_cast<size_t>(l)].hasWeights())
+            model.backwardWeights(l);
+          if (!net.layers[static_cast<size_t>(l)].readsNetworkInput())
+            model.backwardData(l);
+        }
+        for (int l = 0; l < mp; ++l)
+          if (net.layers[static_cast<size_t>(l)].hasWeights())
+            model.update(l, rule);
       }
-      for (int l = mp - 1; l >= 0; --l) {
-        if (net.layers[static_cast<size_t>(l)].hasWeights())
-          model.backwardWeights(l);
-        if (!net.layers[static_cast<size_t>(l)].readsNetworkInput())
-          model.backwardData(l);
-      }
-      for (int l = 0; l < mp; ++l)
-        if (net.layers[static_cast<size_t>(l)].hasWeights())
-          model.update(l, opt.learningRate, opt.momentum);
+      const auto p = model.allParameters();
+      test::checkSameWeights(assembled(net, params, k), std::vector<float>(p.begin(), p.end()),
+                             optimizer, opt.learningRate);
     }
-    const auto p = model.allParameters();
-    CHECK(maxRelativeDifference(assembled(net, params, k), std::vector<float>(p.begin(), p.end())) <
-          1e-5);
-  }
 }
 
 TEST_CASE("a worker that throws ends every worker with its error, promptly", "[exec][faults]") {

@@ -90,6 +90,56 @@ STRATA_HD inline void sgdMomentum(float* w, float* v, float g, float learningRat
   *w = *w + velocity;
 }
 
+// Adam (Kingma and Ba, "Adam: A Method for Stochastic Optimization", ICLR
+// 2015, Algorithm 1) and AdamW (Loshchilov and Hutter, "Decoupled Weight
+// Decay Regularization", ICLR 2019, Algorithm 2) as PyTorch's single-tensor
+// torch.optim.Adam / AdamW (2.x) order them: at step t,
+//   AdamW: w = w (1 - lr wd);   Adam: g = g + wd w
+//   m = b1 m + (1 - b1) g;   v = b2 v + ((1 - b2) g) g
+//   w = w - (lr / (1 - b1^t)) (m / (sqrt(v) / sqrt(1 - b2^t) + eps))
+// (m as the paper writes it; PyTorch's lerp of m may differ in the last bit).
+// The bias corrections take pow once per step, on the host in double
+// (adamScalars), so the per-element work is multiplies, adds, one sqrt and
+// two divisions, all correctly rounded on the CPU and on the GPU (nvcc's
+// default -prec-sqrt=true -prec-div=true; --fmad=false): the twin, the CPU
+// backend and the CUDA kernel agree bit for bit.
+struct AdamScalars {
+  float beta1, oneMinusBeta1;
+  float beta2, oneMinusBeta2;
+  float stepSize;     // lr / (1 - b1^t)
+  float correction2;  // sqrt(1 - b2^t)
+  float eps;
+  float l2;     // Adam's weight decay in the gradient (0 for AdamW)
+  float decay;  // AdamW's factor 1 - lr wd (1 for Adam)
+};
+
+// The scalars of step p.step (>= 1; the caller checks it). Host only.
+inline AdamScalars adamScalars(const AdamParams& p) {
+  const double t = static_cast<double>(p.step);
+  AdamScalars s{};
+  s.beta1 = p.beta1;
+  s.oneMinusBeta1 = 1.0f - p.beta1;
+  s.beta2 = p.beta2;
+  s.oneMinusBeta2 = 1.0f - p.beta2;
+  s.stepSize = static_cast<float>(double(p.learningRate) / (1.0 - std::pow(double(p.beta1), t)));
+  s.correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(double(p.beta2), t)));
+  s.eps = p.eps;
+  s.l2 = p.decoupled ? 0.0f : p.weightDecay;
+  s.decay = p.decoupled ? static_cast<float>(1.0 - double(p.learningRate) * p.weightDecay) : 1.0f;
+  return s;
+}
+
+// One parameter's Adam / AdamW step (see AdamScalars).
+STRATA_HD inline void adam(float* w, float* m, float* v, float g, const AdamScalars& s) {
+  const float grad = s.l2 == 0.0f ? g : g + s.l2 * *w;
+  const float weight = s.decay == 1.0f ? *w : *w * s.decay;
+  const float first = s.beta1 * *m + s.oneMinusBeta1 * grad;
+  const float second = s.beta2 * *v + s.oneMinusBeta2 * grad * grad;
+  *m = first;
+  *v = second;
+  *w = weight - s.stepSize * (first / (std::sqrt(second) / s.correction2 + s.eps));
+}
+
 // ---- pooling --------------------------------------------------------------------
 
 // The input rows [h0, h1) and columns [w0, w1) output (oh, ow) reads; empty

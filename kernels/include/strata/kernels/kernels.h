@@ -90,6 +90,18 @@ struct LossSum {
   int64_t correct = 0;
 };
 
+// nn::AdamParams: Adam's hyper-parameters and the step t >= 1 whose bias
+// corrections it applies; decoupled: AdamW's weight decay, else Adam's L2
+// term in the gradient (the update is in elementwise.h's adam()).
+struct AdamParams {
+  float learningRate = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weightDecay = 0;
+  bool decoupled = false;
+  int64_t step = 1;
+};
+
 // ---- the CPU twins ----------------------------------------------------------
 namespace twin {
 
@@ -148,6 +160,9 @@ void softmaxBackward(Shape4 shape, const float* logits, const float* stats, cons
 // v = momentum * v - lr * (g + weightDecay * w); w = w + v.
 void sgdMomentum(float* w, float* v, const float* g, int64_t count, float learningRate,
                  float momentum, float weightDecay);
+// Adam or AdamW on count parameters w with moments m, v and gradient g
+// (elementwise.h's adam, scalars from adamScalars(p)). optimizer_twin.cpp.
+void adam(float* w, float* m, float* v, const float* g, int64_t count, const AdamParams& p);
 
 }  // namespace twin
 
@@ -197,6 +212,10 @@ void softmaxBackward(Shape4 shape, const float* logits, const float* stats, cons
                      int classOffset, float scale, float* dlogits, float beta, Stream stream);
 void sgdMomentum(float* w, float* v, const float* g, int64_t count, float learningRate,
                  float momentum, float weightDecay, Stream stream);
+// twin::adam on the GPU (optimizer.cu); the per-step scalars are computed on
+// the host as the twin computes them, so the two agree bit for bit.
+void adam(float* w, float* m, float* v, const float* g, int64_t count, const AdamParams& p,
+          Stream stream);
 
 }  // namespace cuda
 

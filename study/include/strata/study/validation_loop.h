@@ -36,6 +36,10 @@ struct ValidationOptions {
   // model pricing them from the calibrated file's peak and
   // efficiency_by_element of that type; the CPU: fp32 only).
   ElementType element = ElementType::kFp32;
+  // The update rule every row is predicted, simulated, profiled and run with
+  // (learning rate and weight decay: exec::defaultLearningRate and
+  // defaultWeightDecay of it).
+  Optimizer optimizer = Optimizer::kMomentum;
 };
 
 // What the loop is doing, for a front end to show (each may be left empty).

@@ -14,10 +14,13 @@ namespace strata::exec {
 // helpers, or GPU 0: GPU time from CUDA events) at `batch` examples: a
 // warm-up pass, then `repeats` passes; each figure is the median. `element`:
 // the precision of the CUDA backend's GEMMs and convolutions (fp32, tf32,
-// bf16; the CPU: fp32 only). Throws UserError (OptionError for batch,
-// repeats, device, threads and element) for what the executor cannot run.
+// bf16; the CPU: fp32 only). The update runs `optimizer`'s kernel (sgd and
+// momentum: SGD with momentum; adam and adamw: Adam), whose states the memory
+// check counts. Throws UserError (OptionError for batch, repeats, device,
+// threads and element) for what the executor cannot run.
 OpProfile profileNetwork(const Network& network, int batch, int repeats = 5,
                          Device device = Device::kCpu, int threads = 1,
-                         ElementType element = ElementType::kFp32);
+                         ElementType element = ElementType::kFp32,
+                         Optimizer optimizer = Optimizer::kMomentum);
 
 }  // namespace strata::exec

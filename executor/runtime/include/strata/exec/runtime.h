@@ -41,8 +41,16 @@ struct RunOptions {
   // any host touch of a buffer on the run's path fails as it would on a GPU.
   std::function<std::unique_ptr<nn::Backend>(int rank)> backend;
   int steps = 10;
+  // The update rule is the plan's (plan.scenario.options.optimizer: sgd,
+  // momentum, adam or adamw; nn::UpdateRule), with these hyper-parameters.
   float learningRate = 0.01f;
-  float momentum = 0.9f;
+  float momentum = 0.9f;  // sgd (as 0) and momentum
+  // L2 in the gradient (sgd, momentum, adam) or decoupled (adamw).
+  float weightDecay = 0;
+  // adam and adamw: nn::AdamParams' defaults (PyTorch's).
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
   uint64_t seed = 1;    // weights, synthetic data and dropout masks
   bool dropout = true;  // off makes runs comparable across worker counts
   // Steps left out of the measured estimate (the first touches cold memory).
@@ -145,9 +153,16 @@ RunResult runWorker(Communicator& comm, const Plan& plan, const Network& network
 // plan holds them all: checkPlanSize bounds it).
 inline constexpr int kMaxRunSteps = 1'000'000;
 
+// The defaults of a run with `optimizer` where the user gives none: learning
+// rate 0.01 for sgd and momentum, PyTorch's 1e-3 for adam and adamw; weight
+// decay 0, except PyTorch's 0.01 for adamw (nn::AdamParams).
+float defaultLearningRate(Optimizer optimizer);
+float defaultWeightDecay(Optimizer optimizer);
+
 // Part of checkRun: throws OptionError naming the option when a run option is
 // out of range:
 // steps in 1..kMaxRunSteps, learning rate in (0, 1e6], momentum in [0, 1),
+// weight decay finite and >= 0, betas in [0, 1), eps positive and finite,
 // timeout positive and finite (NaN and infinities included).
 void checkRunOptions(const RunOptions& options);
 
@@ -161,8 +176,9 @@ void checkRunDevice(const RunOptions& options, int workers);
 int gpuOfWorker(const RunOptions& options, int worker);
 
 // A lower bound of the memory K = scenario.workers workers of this process
-// need (each its own network: parameters, gradients, momentum, activations of
-// b examples; the plan's per-task bookkeeping), in bytes.
+// need (each its own network: parameters, gradients, the optimizer's states
+// of scenario.options.optimizer, activations of b examples; the plan's
+// per-task bookkeeping), in bytes.
 double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 
 // The device memory one worker of `scenario` needs on its GPU at least, in

@@ -55,11 +55,10 @@ class ComputeCosts {
 
  private:
   Seconds fromTables(int index, Phase phase, double examples, double fraction) const;
-  // The kernel table row that prices the update: adam's, or sgd's (the
-  // executor's SGD-with-momentum kernel, run with momentum 0 for sgd).
-  MemKernel updateKernel() const {
-    return optimizer_ == Optimizer::kAdam ? MemKernel::kAdam : MemKernel::kSgd;
-  }
+  // The kernel table row that prices the update: adam's (adam, adamw: one
+  // kernel), or sgd's (the executor's SGD-with-momentum kernel, run with
+  // momentum 0 for sgd).
+  MemKernel updateKernel() const { return isAdam(optimizer_) ? MemKernel::kAdam : MemKernel::kSgd; }
 
   const Network& net_;
   const DeviceSpec& device_;

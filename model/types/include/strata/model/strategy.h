@@ -41,14 +41,20 @@ std::string_view toString(PsPriority priority);
 PsPriority parsePsPriority(std::string_view text, const std::string& option);
 
 // The weight update: plain SGD (w -= lr g), SGD with momentum (one velocity v
-// per parameter, the executor's and the default), or Adam (Kingma and Ba
-// 2015: two moments m, v per parameter).
-enum class Optimizer { kSgd, kMomentum, kAdam };
+// per parameter, the default), Adam (Kingma and Ba 2015: two moments m, v per
+// parameter; weight decay as L2 in the gradient) or AdamW (Loshchilov and
+// Hutter 2019: Adam with the weight decay decoupled from the gradient; the
+// same kernel and states as Adam, so priced as Adam).
+enum class Optimizer { kSgd, kMomentum, kAdam, kAdamW };
 std::string_view toString(Optimizer optimizer);
 Optimizer parseOptimizer(std::string_view text, const std::string& option);
 // State tensors the optimizer keeps per parameter: 0 (sgd), 1 (momentum), 2
-// (adam).
+// (adam, adamw).
 double optimizerStatesPerParam(Optimizer optimizer);
+// Whether the update is Adam's (adam or adamw: the adam kernel, m and v).
+inline bool isAdam(Optimizer optimizer) {
+  return optimizer == Optimizer::kAdam || optimizer == Optimizer::kAdamW;
+}
 
 // The most steps a ps worker may run ahead of its pulls (--staleness).
 inline constexpr int kMaxStaleness = 16;

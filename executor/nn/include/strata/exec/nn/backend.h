@@ -140,6 +140,26 @@ struct EmbeddingDesc {
   bool positions = false;  // whether a position table follows the token table
 };
 
+// Adam's hyper-parameters and the step it takes (Backend::adam). Defaults:
+// PyTorch's torch.optim.Adam (lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+// weight_decay 0; https://pytorch.org/docs/stable/generated/torch.optim.Adam.html);
+// torch.optim.AdamW differs only in weight_decay 0.01 (kAdamWWeightDecay).
+struct AdamParams {
+  float learningRate = 1e-3f;
+  float beta1 = 0.9f;    // decay of the first moment m, in [0, 1)
+  float beta2 = 0.999f;  // decay of the second moment v, in [0, 1)
+  float eps = 1e-8f;     // added to sqrt(v-hat), > 0
+  float weightDecay = 0;
+  // AdamW (Loshchilov and Hutter 2019): w *= 1 - lr weightDecay before the
+  // step; else Adam's L2 form, weightDecay w added to the gradient.
+  bool decoupled = false;
+  // t >= 1: the bias corrections 1 - beta^t of the moments that started at 0.
+  int64_t step = 1;
+};
+// torch.optim.AdamW's default weight_decay
+// (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html).
+inline constexpr float kAdamWWeightDecay = 0.01f;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -297,6 +317,14 @@ class Backend {
   // a constant learning rate, with v = -lr v'.
   virtual void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                            float learningRate, float momentum, float weightDecay) = 0;
+  // Adam (Kingma and Ba 2015) or AdamW (Loshchilov and Hutter 2019) at step
+  // p.step >= 1 on w with the moments m and v (zero before step 1) and the
+  // gradient g, all of one size:  (AdamW: w *= 1 - lr wd; Adam: g += wd w)
+  //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+  //   w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+  // Every backend computes each element as kernels/elementwise.h's adam().
+  virtual void adam(std::span<float> w, std::span<float> m, std::span<float> v,
+                    std::span<const float> g, const AdamParams& p) = 0;
 
  protected:
   // Throws the ConfigError of a transformer kernel this backend lacks.

@@ -196,6 +196,10 @@ class CpuBackend final : public Backend {
                    float learningRate, float momentum, float weightDecay) override {
     impl_->sgdMomentum(w, v, g, learningRate, momentum, weightDecay);
   }
+  void adam(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
+            const AdamParams& p) override {
+    impl_->adam(w, m, v, g, p);
+  }
 
   // ---- the kernels inside the layers above, for calibration ----------------
   // Each is the exact code the layer kernels run (model/kernels.h names them)
@@ -223,11 +227,9 @@ class CpuBackend final : public Backend {
   // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
   static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
                                   float scale);
-  // Adam (Kingma & Ba 2015) at step >= 1, for `strata calibrate` (adam): the
-  // executor trains with sgdMomentum.
-  static void adam(std::span<float> w, std::span<float> m, std::span<float> v,
-                   std::span<const float> g, float learningRate, float beta1, float beta2,
-                   float eps, int step);
+  // Backend::adam's kernel (adam), the one training runs.
+  static void adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
+                         std::span<const float> g, const AdamParams& p);
 
  private:
   CpuIsa isa_;

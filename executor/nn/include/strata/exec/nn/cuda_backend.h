@@ -346,6 +346,8 @@ class CudaBackend final : public Backend {
 
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
+  void adam(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
+            const AdamParams& p) override;
 
  private:
   struct Impl;  // the CUDA, cuBLAS and cuDNN objects (src/cuda_internal.h)

@@ -2,15 +2,15 @@
 //
 // The Model owns the parameters (one contiguous array: per layer its weights
 // then its bias, layers in order, so the gradients of consecutive layers form
-// one span an allreduce can take in buckets), their gradients, the momentum
-// of SGD, and per layer the output activation and the gradient with respect
-// to that output. A Plan interpreter drives it one (layer, phase, examples)
-// task at a time:
+// one span an allreduce can take in buckets), their gradients, the
+// optimizer's states (the momentum of SGD, or Adam's two moments, allocated
+// at the first update that needs them) and per layer the output activation and the gradient with
+// respect to that output. A Plan interpreter drives it one (layer, phase, examples) task at a time:
 //
 //   model.input(b) <- examples; model.setLabels(labels)
 //   for l in 0..L-1:     model.forward(l)
 //   for l in L-1..0:     model.backwardWeights(l); model.backwardData(l)
-//   allreduce(model.allGradients()); model.updateAll(lr, momentum)
+//   allreduce(model.allGradients()); model.updateAll(rule)
 //
 // Batches. Every phase call takes an ExampleRange of the layer's current
 // batch, which is the batch of the tensor it reads (the network input, the
@@ -67,6 +67,7 @@
 #include "strata/exec/nn/backend.h"
 #include "strata/exec/nn/tensor.h"
 #include "strata/model/network.h"
+#include "strata/model/strategy.h"
 
 namespace strata::nn {
 
@@ -115,6 +116,26 @@ struct ModelOptions {
   // calls (kernel_recorder.h) on ReservedMemory, where the values are never
   // read and a 1.3-billion-parameter network must cost address space only.
   bool initializeParameters = true;
+};
+
+// The weight update and its hyper-parameters (exec::RunOptions carries one).
+// sgd and momentum run Backend::sgdMomentum (sgd with momentum 0); adam and
+// adamw run Backend::adam (adamw decoupled) at each layer's own step count.
+struct UpdateRule {
+  Optimizer optimizer = Optimizer::kMomentum;
+  float learningRate = 0.01f;
+  float momentum = 0.9f;  // sgd and momentum only (sgd: 0)
+  // L2 in the gradient for sgd, momentum and adam; decoupled for adamw.
+  float weightDecay = 0;
+  // adam and adamw (AdamParams' defaults, PyTorch's).
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+
+  // Backend::adam's parameters for step t >= 1.
+  AdamParams adam(int64_t step) const {
+    return {learningRate, beta1, beta2, eps, weightDecay, optimizer == Optimizer::kAdamW, step};
+  }
 };
 
 // Offsets of one layer's parameters within Model::allParameters().
@@ -209,16 +230,25 @@ class Model {
   // no-op for layers without parameters.
   void backwardWeights(int layer, ExampleRange examples);
   void backwardWeights(int layer);
-  // SGD with momentum on one layer's / every layer's parameters (the form is
-  // in Backend::sgdMomentum). The momentum buffer starts at zero.
+  // The rule's update of one layer's / every layer's parameters. The states
+  // (momentum; Adam's m and v) start at zero. Adam counts each layer's
+  // updates: a layer's n-th update is step n of its bias corrections (a
+  // layer updated per round of a step counts every round); updateAll takes
+  // one step for all, the most-updated layer's next, and sets every count
+  // to it.
+  void update(int layer, const UpdateRule& rule);
+  void updateAll(const UpdateRule& rule);
+  // SGD with momentum (UpdateRule with Optimizer::kMomentum).
   void update(int layer, float learningRate, float momentum, float weightDecay = 0);
   void updateAll(float learningRate, float momentum, float weightDecay = 0);
   // The same on elements [begin, end) of the parameters of layers
   // [firstLayer, lastLayer] taken as one span (a ps server's shard), so a
-  // shard's update gives the bits update() gives on those elements. Waits
-  // for the backend before returning (a server thread sends the result).
-  void updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end, float learningRate,
-                   float momentum, float weightDecay = 0);
+  // shard's update gives the bits update() gives on those elements; Adam at
+  // step `step` >= 1 (the caller's count: a server's shard is part of a
+  // layer, whose count update() keeps). Waits for the backend before
+  // returning (a server thread sends the result).
+  void updateShard(int firstLayer, int lastLayer, int64_t begin, int64_t end,
+                   const UpdateRule& rule, int64_t step);
   // Sets every gradient / one layer's gradients to zero (after a per-round
   // update of the fc layers while the conv layers keep accumulating).
   void zeroGradients();
@@ -254,6 +284,8 @@ class Model {
   std::span<float> allParameters();
   std::span<float> allGradients();
   std::span<float> momentum(int layer);  // allocates the momentum on first use
+  // How many updates the layer has had (Adam's step count).
+  int64_t updateCount(int layer) const { return updates_.at(static_cast<size_t>(layer)); }
 
   // ---- host copies (any memory; see above) ----
   std::vector<float> parametersToHost();
@@ -302,6 +334,11 @@ class Model {
   AttentionSaved attentionSaved(int layer, ExampleRange r);
   // Layers [firstLayer, lastLayer] of a parameter-shaped buffer, one span.
   std::span<float> layersOf(Buffer<float>& buffer, int firstLayer, int lastLayer) const;
+  // Allocates (zero-filled) the states `optimizer` keeps, on first use.
+  void allocateStates(Optimizer optimizer);
+  // The rule's kernel on one span of parameters, gradients and states (at
+  // `offset` in every parameter-shaped buffer), Adam at step `step`.
+  void applyRule(const UpdateRule& rule, int64_t offset, int64_t size, int64_t step);
   Tensor& gradTargetOf(int layer, int which);
   float betaOf(int layer, int which) const;
   void prepareForward(int layer, ExampleRange r);
@@ -322,6 +359,9 @@ class Model {
   Buffer<float> params_;
   Buffer<float> grads_;
   Buffer<float> momentum_;
+  Buffer<float> adamM_;  // Adam's moments, allocated (zero) by the first adam update
+  Buffer<float> adamV_;
+  std::vector<int64_t> updates_;  // per layer: updates so far (Adam's step count)
   Tensor input_;
   Tensor inputGrad_;
   int inputReaders_ = 0;
