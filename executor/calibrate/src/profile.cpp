@@ -142,7 +142,7 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   char day[32];
   std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
   p.provenance = fmt::format(
-      "measured by `strata profile -n {} --batch {}{}{}{}` on {}, {}", network.name, batch,
+      "measured by `strata profile -n {} --batch {}{}{}{}{}` on {}, {}", network.name, batch,
       device == Device::kCpu ? "" : " --device " + std::string(toString(device)),
       element == ElementType::kFp32 ? "" : " --element " + std::string(toString(element)),
       threads == 1 ? "" : fmt::format(" --threads-per-worker {}", threads),
