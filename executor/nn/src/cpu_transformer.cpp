@@ -19,19 +19,6 @@ namespace strata::nn::STRATA_CPU_ISA {
 // GEMMs, and one softmax over the scores of the whole batch, so the GEMMs
 // before it run over every example first.
 
-namespace {
-void checkAttention(const AttentionDesc& d, const Dims& x, const AttentionSaved& saved) {
-  STRATA_ENFORCE(d.heads > 0 && d.features % d.heads == 0);
-  STRATA_ENFORCE_OP(x.c, ==, d.features);
-  STRATA_ENFORCE_OP(int64_t{x.h} * x.w, ==, d.positions);
-  STRATA_ENFORCE_OP(saved.qkv.dims.n, ==, x.n);
-  STRATA_ENFORCE_OP(saved.qkv.dims.perExample(), ==, 3 * int64_t{d.features} * d.positions);
-  STRATA_ENFORCE_OP(saved.context.dims.n, ==, x.n);
-  STRATA_ENFORCE_OP(saved.context.dims.perExample(), ==, int64_t{d.features} * d.positions);
-  STRATA_ENFORCE(saved.probs != nullptr);
-}
-}  // namespace
-
 void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
                                const float* bias, const AttentionSaved& saved, TensorView y) {
   checkAttention(d, x.dims, saved);

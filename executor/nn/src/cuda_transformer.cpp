@@ -54,17 +54,6 @@ std::string attentionWhere(const AttentionDesc& d, int n) {
                      d.causal ? " causal" : "", n);
 }
 
-void checkAttention(const AttentionDesc& d, const Dims& x, const AttentionSaved& saved) {
-  STRATA_ENFORCE(d.heads > 0 && d.features % d.heads == 0);
-  STRATA_ENFORCE_OP(x.c, ==, d.features);
-  STRATA_ENFORCE_OP(int64_t{x.h} * x.w, ==, d.positions);
-  STRATA_ENFORCE_OP(saved.qkv.dims.n, ==, x.n);
-  STRATA_ENFORCE_OP(saved.qkv.dims.perExample(), ==, 3 * int64_t{d.features} * d.positions);
-  STRATA_ENFORCE_OP(saved.context.dims.n, ==, x.n);
-  STRATA_ENFORCE_OP(saved.context.dims.perExample(), ==, int64_t{d.features} * d.positions);
-  STRATA_ENFORCE(saved.probs != nullptr);
-}
-
 kernels::EmbeddingParams embeddingParams(const EmbeddingDesc& d, const Dims& ids) {
   kernels::EmbeddingParams p;
   p.n = ids.n;
