@@ -27,27 +27,14 @@
 #include "strata/kernels/elementwise.h"
 #include "strata/kernels/kernels.h"
 
+#include "launch.cuh"
+
 namespace strata::kernels::cuda {
 
 namespace {
 
-// ---- errors, launch geometry, scratch memory -----------------------------------
+// ---- launch geometry, scratch memory (errors: launch.cuh) ---------------------
 
-// Throws the failure of a CUDA call, naming the call (or kernel) and the error.
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("strata::kernels::cuda: ") + what + ": " +
-                             cudaGetErrorString(status));
-}
-
-// After a launch: a bad configuration (or an earlier asynchronous failure)
-// is an exception naming the kernel.
-void checkLaunch(const char* kernel) {
-  check(cudaGetLastError(), kernel);
-}
-
-constexpr int kThreads = 256;        // threads per block of every kernel
-constexpr int kWarp = 32;            // threads per warp
 constexpr int kThreadsPerSm = 2048;  // resident threads per SM on sm_90
 constexpr int kMaxDevices = 64;      // devices whose SM count is cached
 

@@ -11,19 +11,13 @@
 #include "strata/kernels/elementwise.h"
 #include "strata/kernels/kernels.h"
 
+#include "launch.cuh"
+
 namespace strata::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;        // threads per block
 constexpr int kThreadsPerSm = 2048;  // resident threads per SM on sm_90
-
-// Throws the failure of a CUDA call, naming the call (or kernel) and the error.
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("strata::kernels::cuda: ") + what + ": " +
-                             cudaGetErrorString(status));
-}
 
 // Blocks of kThreads for a grid-stride loop over `count` elements: one per
 // kThreads elements, at most what the device holds at once, at least one.

@@ -9,21 +9,16 @@
 #include "strata/kernels/elementwise.h"
 #include "strata/kernels/precision.h"
 
+#include "launch.cuh"
+
 namespace strata::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 // Blocks of a launch: one per kThreads elements, at most this many (a
 // grid-stride loop needs no more than fill the device: 132 SMs x 8 resident
 // blocks of 256 threads on an H100).
 constexpr int64_t kMaxBlocks = 4096;
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("strata::kernels::cuda: ") + what + ": " +
-                             cudaGetErrorString(status));
-}
 
 unsigned blocksFor(int64_t count) {
   return static_cast<unsigned>(

@@ -30,24 +30,14 @@
 #include "strata/kernels/elementwise.h"
 #include "strata/kernels/transformer.h"
 
+#include "launch.cuh"
+
 namespace strata::kernels::cuda {
 
 namespace {
 
-// ---- errors and launch geometry (as kernels.cu's) -------------------------------
+// ---- launch geometry ---------------------------------------------------------
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("strata::kernels::cuda: ") + what + ": " +
-                             cudaGetErrorString(status));
-}
-
-void checkLaunch(const char* kernel) {
-  check(cudaGetLastError(), kernel);
-}
-
-constexpr int kThreads = 256;  // threads per block
-constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = 65535 * 8;  // a grid-stride loop's blocks at most
 
 // Blocks of `threads` for a grid-stride loop over `work` items.
