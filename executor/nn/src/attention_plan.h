@@ -19,13 +19,23 @@
 // over examples). Backward follows CpuBackend's GEMMs (and
 // model/cost/src/lowering.cpp's list); the weight gradients dWo and dWqkv sum
 // over examples, so they run as one GEMM per example accumulating (beta 1).
+//
+// Mixed precision (element bf16): before the GEMMs that read an fp32 array,
+// the plan casts it (ops.cast) into one of three bf16 scratch slots, and the
+// GEMMs then read the bf16 copy (copyHolding finds it from the fp32
+// pointer); results and accumulation stay fp32, as the softmax does. A slot
+// is reused once the GEMMs reading its previous copy are enqueued (one
+// stream orders them). model/cost/src/lowering.cpp lists the same casts.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "strata/exec/nn/backend.h"
 #include "strata/exec/nn/kernel_recorder.h"
+#include "strata/model/error.h"
 
 namespace strata::nn::attention {
 
@@ -93,21 +103,49 @@ inline ColumnMajorGemm columnMajor(const RowMajorGemm& g) {
   return c;
 }
 
+// The bf16 scratch slots a plan casts into, and what each holds a copy of:
+// the fp32 array [from, from + count).
+constexpr int kCastSlots = 3;
+struct Copy {
+  const float* from = nullptr;
+  int64_t count = 0;
+};
+using Copies = std::array<Copy, kCastSlots>;
+
+// The slot whose copy holds the element `p` points at: exactly one must.
+inline int copyHolding(const Copies& copies, const float* p) {
+  int found = -1;
+  for (int i = 0; i < kCastSlots; ++i) {
+    const Copy& c = copies[size_t(i)];
+    if (c.from && !std::less<const float*>{}(p, c.from) &&
+        std::less<const float*>{}(p, c.from + c.count)) {
+      STRATA_ENFORCE(found < 0);  // two copies hold one operand
+      found = i;
+    }
+  }
+  STRATA_ENFORCE(found >= 0);  // the operand was not cast
+  return found;
+}
+
 // What a plan calls; each member a callable:
 //   gemm(const RowMajorGemm&)
 //   bias(float* y, const float* bias, int n, int channels, int64_t positions)
 //   biasGrad(const float* dy, float* dbias, int n, int channels, int64_t positions)
 //   softmaxForward(float* scores, int64_t rows, int t, bool causal, float scale)  (in place)
 //   softmaxBackward(const float* p, float* dp, int64_t rows, int t, float scale)  (in place)
+//   cast(int slot, const float* x, int64_t count)  bf16 only: x's copy into the slot
+//                                                  (a no-op for fp32)
 // The backend's versions report each call to the recorder and skip the work
 // when it only records.
-template <class Gemm, class Bias, class BiasGrad, class SoftmaxForward, class SoftmaxBackward>
+template <class Gemm, class Bias, class BiasGrad, class SoftmaxForward, class SoftmaxBackward,
+          class Cast>
 struct Ops {
   Gemm gemm;
   Bias bias;
   BiasGrad biasGrad;
   SoftmaxForward softmaxForward;
   SoftmaxBackward softmaxBackward;
+  Cast cast;
 };
 
 // A per-(example, head) GEMM: the operands of example 0, head 0, each
@@ -179,6 +217,9 @@ void forward(const AttentionDesc& d, int n, const float* x, const float* w, cons
              float* qkv, float* probs, float* context, float* y, O& ops) {
   const Sizes s(d);
   const int f = s.f, t = s.t;
+  const int64_t scores = int64_t{n} * s.heads * s.tt;
+  ops.cast(0, x, n * s.ft);
+  ops.cast(1, w, 4 * int64_t{f} * f);  // Wqkv and Wo
   // QKV_e (3f x t) = Wqkv (3f x f) x_e (f x t), weights batch stride 0.
   RowMajorGemm proj;
   proj.op = GemmOp::kNN;
@@ -197,15 +238,18 @@ void forward(const AttentionDesc& d, int n, const float* x, const float* w, cons
   ops.gemm(proj);
   if (bias)
     ops.bias(qkv, bias, n, 3 * f, t);
+  ops.cast(0, qkv, 3 * n * s.ft);
   // S_eh (t x t) = Q_eh^T K_eh, Q_eh and K_eh dh x t.
   const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt};
   forEachHead({GemmOp::kTN, t, t, s.dh, qkv, t, inQkv, qkv + s.ft, t, inQkv, probs, t, inScores}, n,
               s.heads, ops.gemm);
   ops.softmaxForward(probs, int64_t{n} * s.heads * t, t, d.causal, s.scale());
+  ops.cast(2, probs, scores);
   // C_eh (dh x t) = V_eh P_eh^T.
   forEachHead({GemmOp::kNT, s.dh, t, t, qkv + 2 * s.ft, t, inQkv, probs, t, inScores, context, t,
                HeadStrides{s.ft, s.head}},
               n, s.heads, ops.gemm);
+  ops.cast(0, context, n * s.ft);
   // y_e (f x t) = Wo C_e.
   RowMajorGemm out = proj;
   out.m = f;
@@ -229,6 +273,9 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
   const int f = s.f, t = s.t;
   const float* wo = w + 3 * int64_t{f} * f;
   float* dwo = dw + 3 * int64_t{f} * f;
+  const int64_t scores = int64_t{n} * s.heads * s.tt;
+  ops.cast(0, dy, n * s.ft);
+  ops.cast(1, context, n * s.ft);
   // dWo (f x f) += dy_e (f x t) C_e^T, per example.
   for (int e = 0; e < n; ++e) {
     RowMajorGemm g;
@@ -247,6 +294,7 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
   }
   if (dbias)
     ops.biasGrad(dy, dbias + 3 * int64_t{f}, n, f, t);
+  ops.cast(1, wo, int64_t{f} * f);
   // dC_e (f x t) = Wo^T dy_e, over the examples at once.
   RowMajorGemm dcGemm;
   dcGemm.op = GemmOp::kTN;
@@ -263,22 +311,28 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
   dcGemm.strideC = s.ft;
   dcGemm.batch = n;
   ops.gemm(dcGemm);
+  ops.cast(1, dc, n * s.ft);
+  ops.cast(2, qkv, 3 * n * s.ft);
   const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt},
       inContext{s.ft, s.head};
   // Per head: dP (t x t) = dC_h^T V_h; dV_h (dh x t) = dC_h P.
   forEachHead(
       {GemmOp::kTN, t, t, s.dh, dc, t, inContext, qkv + 2 * s.ft, t, inQkv, dprobs, t, inScores}, n,
       s.heads, ops.gemm);
+  ops.cast(0, probs, scores);
   forEachHead(
       {GemmOp::kNN, s.dh, t, t, dc, t, inContext, probs, t, inScores, dqkv + 2 * s.ft, t, inQkv}, n,
       s.heads, ops.gemm);
   // dS = softmax'(dP), in place.
   ops.softmaxBackward(probs, dprobs, int64_t{n} * s.heads * t, t, s.scale());
+  ops.cast(0, dprobs, scores);
   // dQ_h = K_h dS^T, dK_h = Q_h dS (dh x t).
   forEachHead({GemmOp::kNT, s.dh, t, t, qkv + s.ft, t, inQkv, dprobs, t, inScores, dqkv, t, inQkv},
               n, s.heads, ops.gemm);
   forEachHead({GemmOp::kNN, s.dh, t, t, qkv, t, inQkv, dprobs, t, inScores, dqkv + s.ft, t, inQkv},
               n, s.heads, ops.gemm);
+  ops.cast(0, dqkv, 3 * n * s.ft);
+  ops.cast(1, x, n * s.ft);
   // dWqkv (3f x f) += dQKV_e (3f x t) x_e^T, per example.
   for (int e = 0; e < n; ++e) {
     RowMajorGemm g;
@@ -300,7 +354,9 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
 }
 
 // dx_e (f x t) = Wqkv^T (f x 3f) dQKV_e (3f x t) + beta dx_e, one GEMM
-// over the examples (the GEMM applies beta: no zero fill).
+// over the examples (the GEMM applies beta: no zero fill). With bf16 the
+// caller casts dqkv (3 n f t) into slot 0 and Wqkv (3 f^2) into slot 1 first
+// (backwardDataCasts).
 inline RowMajorGemm backwardData(const AttentionDesc& d, int n, const float* dqkv, const float* w,
                                  float* dx, float beta) {
   const Sizes s(d);
@@ -320,6 +376,13 @@ inline RowMajorGemm backwardData(const AttentionDesc& d, int n, const float* dqk
   g.batch = n;
   g.beta = beta;
   return g;
+}
+
+template <class O>
+void backwardDataCasts(const AttentionDesc& d, int n, const float* dqkv, const float* w, O& ops) {
+  const Sizes s(d);
+  ops.cast(0, dqkv, 3 * n * s.ft);
+  ops.cast(1, w, 3 * int64_t{s.f} * s.f);
 }
 
 }  // namespace strata::nn::attention

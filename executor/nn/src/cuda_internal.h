@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_plan.h"
 #include "strata/exec/nn/cuda_backend.h"
 #include "strata/kernels/precision.h"
 #include "strata/model/error.h"
@@ -260,6 +261,10 @@ struct CudaBackend::Impl {
   // (slot 2), each grown to the largest need so far and kept.
   std::array<cuda_detail::DevicePointer, 3> bf16;
   std::array<size_t, 3> bf16Bytes{};
+  // What each slot holds a copy of during one attention call (its GEMMs
+  // find their bf16 operands by their fp32 pointers: attention_plan.h);
+  // cleared at the start of every attention call.
+  attention::Copies attentionCopies{};
 
   // writeSynthetic's device copies: the dataset's class means (of the means
   // span last seen) and the batch's classes and keys.

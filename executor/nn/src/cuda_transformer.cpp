@@ -5,7 +5,11 @@
 // Attention follows attention_plan.h (CUDA-free, so that a test runs the
 // same plan on the CPU): its GEMMs as cuBLAS SGEMMs (strided-batched over
 // the examples, or over (examples x heads) in loops), its softmax and bias
-// kernels from kernels/.
+// kernels from kernels/. With element bf16 the plan's casts put bf16 copies
+// of the GEMM operands into the backend's bf16 scratch slots (as
+// cuda_fc.cpp's), and each GEMM runs as cublasGemmEx /
+// cublasGemmStridedBatchedEx on those copies with an fp32 result and
+// CUBLAS_COMPUTE_32F; the softmax and the biases stay fp32.
 //
 // Scratch (dC and dP for backward, layer normalisation's statistics, the
 // embedding's sort buffers) grows to the largest need and is kept; growing
@@ -33,12 +37,37 @@ kernels::Shape4 shapeOf(const Dims& d) {
   return {d.n, d.c, d.h, d.w};
 }
 
-// Runs a plan's GEMM as the cuBLAS call that computes it.
+// Runs a plan's GEMM as the cuBLAS call that computes it: an SGEMM, or with
+// bf16 (`slots`: the bf16 scratch slots that `copies` describes) a GEMM on
+// the bf16 copies of its operands with an fp32 result and accumulation.
 template <class Where>
-void runGemm(cublasHandle_t handle, const attention::RowMajorGemm& g, const Where& where) {
+void runGemm(cublasHandle_t handle, const attention::RowMajorGemm& g, const Where& where,
+             const attention::Copies* copies = nullptr,
+             const std::array<DevicePointer, 3>* slots = nullptr) {
   const attention::ColumnMajorGemm c = attention::columnMajor(g);
   const cublasOperation_t ta = c.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = c.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (copies) {
+    const auto bf16Of = [&](const float* p) {
+      const int slot = attention::copyHolding(*copies, p);
+      return static_cast<const uint16_t*>((*slots)[size_t(slot)].get()) +
+             (p - (*copies)[size_t(slot)].from);
+    };
+    const uint16_t* a = bf16Of(c.a);
+    const uint16_t* b = bf16Of(c.b);
+    if (c.batch == 1)
+      check(cublasGemmEx(handle, ta, tb, c.m, c.n, c.k, &kOne, a, CUDA_R_16BF, c.lda, b,
+                         CUDA_R_16BF, c.ldb, &c.beta, c.c, CUDA_R_32F, c.ldc, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx (bf16 operands, fp32 result)", where);
+    else
+      check(cublasGemmStridedBatchedEx(handle, ta, tb, c.m, c.n, c.k, &kOne, a, CUDA_R_16BF, c.lda,
+                                       c.strideA, b, CUDA_R_16BF, c.ldb, c.strideB, &c.beta, c.c,
+                                       CUDA_R_32F, c.ldc, c.strideC, c.batch, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx (bf16 operands, fp32 result)", where);
+    return;
+  }
   if (c.batch == 1)
     check(cublasSgemm(handle, ta, tb, c.m, c.n, c.k, &kOne, c.a, c.lda, c.b, c.ldb, &c.beta, c.c,
                       c.ldc),
@@ -194,11 +223,19 @@ void CudaBackend::geluBackward(ConstTensorView x, ConstTensorView dy, TensorView
 
 // The plan's calls on this backend: each reported to the recorder, run
 // unless it only records. `st` is the stream (null when recording only).
+// Clears the record of what the bf16 slots hold (a new plan call casts
+// before its GEMMs read).
 auto CudaBackend::attentionOps(const std::string& where, CUstream_st* st) {
+  if (!recordOnly())
+    impl_->attentionCopies = {};
   return attention::Ops{
       [this, &where](const attention::RowMajorGemm& g) {
-        if (runs(g.call()))
-          runGemm(impl_->cublas.get(), g, where);
+        if (runs(g.call())) {
+          if (bf16())
+            runGemm(impl_->cublas.get(), g, where, &impl_->attentionCopies, &impl_->bf16);
+          else
+            runGemm(impl_->cublas.get(), g, where);
+        }
       },
       [this, &where, st](float* y, const float* b, int n, int channels, int64_t positions) {
         if (runs(MemKernel::kBias, double(n) * channels * double(positions)))
@@ -220,6 +257,10 @@ auto CudaBackend::attentionOps(const std::string& where, CUstream_st* st) {
         if (runs(MemKernel::kAttnSoftmaxBwd, double(rows) * t))
           launch("kernels::cuda::attnSoftmaxBackward", where,
                  [&] { kernels::cuda::attnSoftmaxBackward(p, dp, dp, rows, t, scale, st); });
+      },
+      [this, &where](int slot, const float* x, int64_t count) {
+        if (bf16() && castOperand(slot, x, count, where))
+          impl_->attentionCopies[size_t(slot)] = {x, count};
       }};
 }
 
@@ -283,11 +324,15 @@ void CudaBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView 
   const int n = dx.dims.n;
   if (n == 0)
     return;
-  const attention::RowMajorGemm g = attention::backwardData(d, n, dqkv.data, w, dx.data, beta);
-  if (runs(g.call())) {
+  cudaStream_t st = nullptr;
+  if (!recordOnly()) {
     activate();
-    runGemm(impl_->cublas.get(), g, [&] { return attentionWhere(d, n); });
+    st = impl_->stream.get();
   }
+  const std::string where = attentionWhere(d, n);
+  auto ops = attentionOps(where, st);
+  attention::backwardDataCasts(d, n, dqkv.data, w, ops);
+  ops.gemm(attention::backwardData(d, n, dqkv.data, w, dx.data, beta));
 }
 
 // ---- embedding ------------------------------------------------------------------------------

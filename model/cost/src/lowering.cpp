@@ -309,9 +309,11 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
   const Layer& l = net.layers[static_cast<size_t>(index)];
   std::vector<KernelCall> calls;
   // bf16: the casts of one conv or fc phase (cuda_conv.cpp, cuda_fc.cpp):
-  // its two operands into bf16 scratch, and a convolution's result back.
-  const bool bf16 = element == ElementType::kBf16 && phase != Phase::kUpdate &&
-                    (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc);
+  // its two operands into bf16 scratch, and a convolution's result back;
+  // attention's, its GEMM operands as attention_plan.h casts them.
+  const bool bf16 =
+      element == ElementType::kBf16 && phase != Phase::kUpdate &&
+      (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc || l.kind == LayerKind::kAttention);
   auto cast = [&](MemKernel kernel, double units) {
     KernelCall c;
     c.kernel = kernel;
@@ -435,6 +437,24 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
     const double x = wholeBatch * features * positions, dy = wholeBatch * rows * positions;
     cast(MemKernel::kCastBf16, phase == Phase::kBwdData ? dy : x);
     cast(MemKernel::kCastBf16, phase == Phase::kBwdWeights ? dy : rows * features);
+  }
+  if (bf16 && l.kind == LayerKind::kAttention) {
+    // attention_plan.h's casts, over the whole batch (x: d x T an example,
+    // scores: heads x T x T): forward x, the weights (Wqkv and Wo), QKV, the
+    // probabilities, the context; backward weights dy, the context, Wo, dC,
+    // QKV, the probabilities, dS, dQKV, x; backward data dQKV and Wqkv.
+    const double d = l.inShape.c, t = double(l.inShape.h) * l.inShape.w;
+    const double x = wholeBatch * d * t, scores = wholeBatch * l.spec.heads * t * t;
+    if (phase == Phase::kFwd) {
+      for (double units : {x, 4 * d * d, 3 * x, scores, x})
+        cast(MemKernel::kCastBf16, units);
+    } else if (phase == Phase::kBwdWeights) {
+      for (double units : {x, x, d * d, x, 3 * x, scores, scores, 3 * x, x})
+        cast(MemKernel::kCastBf16, units);
+    } else {
+      cast(MemKernel::kCastBf16, 3 * x);
+      cast(MemKernel::kCastBf16, 3 * d * d);
+    }
   }
   return calls;
 }

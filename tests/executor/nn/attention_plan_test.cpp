@@ -6,8 +6,17 @@
 // results must equal CpuBackend's attention, so the GEMM descriptions
 // (operands, row lengths, strides, the loops over examples or heads) are
 // tested here, on machines without a GPU.
+//
+// The bf16 plan (element bf16) runs here too: each cast copies its fp32
+// array into a slot's host vector, and each GEMM reads its operands from the
+// slot that copyHolding names. With exact copies the results must equal the
+// fp32 plan's (so every cast comes after its array is written and before it
+// is read, and every operand is cast); with copies rounded through bf16
+// (what the GPU's GEMMs read) they must stay within the bf16 tolerance that
+// cuda_backend_test's "bf16 attention" case states.
 #include "attention_plan.h"
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -15,6 +24,7 @@
 #include "helpers.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/kernels/kernels.h"
+#include "strata/kernels/precision.h"
 #include "strata/kernels/transformer.h"
 
 namespace strata::nn {
@@ -60,7 +70,25 @@ struct PlanCase {
   bool causal, bias;
 };
 
-void checkPlan(const PlanCase& c) {
+// fp32: no casts; copy: casts into exact copies; bf16: into rounded ones.
+enum class Casts { kNone, kCopy, kBf16 };
+
+// Every element rounded through bf16 (as kernels::twin::castToBf16 then back).
+void roundThroughBf16(std::vector<float>& v) {
+  for (float& e : v)
+    e = kernels::element::roundThroughBf16(e);
+}
+
+// The bf16 tolerance of attention's results against CpuBackend on the
+// bf16-rounded inputs (x, w, dy), relative to the largest |value|: the QKV
+// projection reads the same rounded operands as the CPU (fp32 rounding
+// only), but every later GEMM reads an intermediate (QKV, P, C, dC, dS,
+// dQKV) rounded once more (at most 2^-9 of each element), and these errors
+// pass through up to four GEMMs and the softmax: a few times 2^-9, so
+// 3e-2; a wrong operand or a stale copy is off by the order of 1.
+constexpr double kBf16Tolerance = 3e-2;
+
+void checkPlan(const PlanCase& c, Casts casts) {
   AttentionDesc d;
   d.features = c.features;
   d.positions = c.positions;
@@ -75,6 +103,12 @@ void checkPlan(const PlanCase& c) {
   test::fillUniform(w, 2, -0.5f, 0.5f);
   test::fillUniform(bias, 3);
   test::fillUniform(dy, 4);
+  if (casts == Casts::kBf16) {
+    // The inputs the GPU's first GEMMs read: CpuBackend's reference, too.
+    roundThroughBf16(x);
+    roundThroughBf16(w);
+    roundThroughBf16(dy);
+  }
 
   // CpuBackend.
   CpuBackend cpu;
@@ -91,8 +125,23 @@ void checkPlan(const PlanCase& c) {
 
   // The plan, as the CUDA backend runs it.
   ColumnMajorDevice device;
+  attention::Copies copies{};
+  std::array<std::vector<float>, attention::kCastSlots> slots;
+  int castCalls = 0;
+  const auto gemm = [&](const attention::RowMajorGemm& g) {
+    attention::ColumnMajorGemm cm = attention::columnMajor(g);
+    if (casts != Casts::kNone) {
+      const auto copyOf = [&](const float* p) {
+        const int slot = attention::copyHolding(copies, p);
+        return slots[size_t(slot)].data() + (p - copies[size_t(slot)].from);
+      };
+      cm.a = copyOf(cm.a);
+      cm.b = copyOf(cm.b);
+    }
+    device(cm);
+  };
   auto ops =
-      attention::Ops{[&](const attention::RowMajorGemm& g) { device(attention::columnMajor(g)); },
+      attention::Ops{gemm,
                      [](float* out, const float* bs, int en, int channels, int64_t positions) {
                        kernels::twin::biasAdd(out, bs, en, channels, positions);
                      },
@@ -104,6 +153,18 @@ void checkPlan(const PlanCase& c) {
                      },
                      [](const float* p, float* dp, int64_t rows, int tt2, float scale) {
                        kernels::twin::attnSoftmaxBackward(p, dp, dp, rows, tt2, scale);
+                     },
+                     [&](int slot, const float* from, int64_t count) {
+                       if (casts == Casts::kNone)
+                         return;
+                       ++castCalls;
+                       REQUIRE(slot >= 0);
+                       REQUIRE(slot < attention::kCastSlots);
+                       std::vector<float>& copy = slots[size_t(slot)];
+                       copy.assign(from, from + count);
+                       if (casts == Casts::kBf16)
+                         roundThroughBf16(copy);
+                       copies[size_t(slot)] = {from, count};
                      }};
   std::vector<float> pQkv(qkv.size()), pDqkv(qkv.size()), pContext(x.size()), pY(x.size());
   std::vector<float> pProbs(probs.size()), pDw(w.size(), 0.25f), pDbias(bias.size(), 0.5f);
@@ -113,17 +174,21 @@ void checkPlan(const PlanCase& c) {
   attention::backwardWeights(d, n, x.data(), dy.data(), w.data(), pQkv.data(), pProbs.data(),
                              pContext.data(), pDqkv.data(), pDw.data(),
                              c.bias ? pDbias.data() : nullptr, dc.data(), dprobs.data(), ops);
-  device(attention::columnMajor(
-      attention::backwardData(d, n, pDqkv.data(), w.data(), pDx.data(), 0.0f)));
+  attention::backwardDataCasts(d, n, pDqkv.data(), w.data(), ops);
+  ops.gemm(attention::backwardData(d, n, pDqkv.data(), w.data(), pDx.data(), 0.0f));
 
-  const auto close = [](const std::vector<float>& expected, const std::vector<float>& actual,
-                        const char* what) {
+  const double rel = casts == Casts::kBf16 ? kBf16Tolerance : 1e-5;
+  double worst = 0;  // the largest error seen, relative to its array's largest |value|
+  const auto close = [&](const std::vector<float>& expected, const std::vector<float>& actual,
+                         const char* what) {
     INFO(what);
     REQUIRE(expected.size() == actual.size());
-    const double tolerance = 1e-5 * std::max(test::maxAbs(expected), 1e-30);
+    const double largest = std::max(test::maxAbs(expected), 1e-30);
+    const double tolerance = rel * largest;
     for (size_t i = 0; i < expected.size(); ++i) {
       INFO("element " << i << ": cpu " << expected[i] << ", plan " << actual[i]);
       REQUIRE(std::abs(double(expected[i]) - actual[i]) <= tolerance);
+      worst = std::max(worst, std::abs(double(expected[i]) - actual[i]) / largest);
     }
   };
   close(qkv, pQkv, "qkv");
@@ -138,17 +203,27 @@ void checkPlan(const PlanCase& c) {
   // the per-head ones once per item of the smaller of n and heads.
   const int loops = std::min(n, c.heads);
   CHECK(device.calls == 2 + 2 * loops + 2 * n + 1 + 4 * loops + 1);
+  // Five casts forward, nine for the weight gradients, two for dx.
+  CHECK(castCalls == (casts == Casts::kNone ? 0 : 5 + 9 + 2));
+  // Rounded operands do show (so the bf16 case tests rounding, not a no-op).
+  if (casts == Casts::kBf16)
+    CHECK(worst > 1e-5);
 }
 
-TEST_CASE("the CUDA attention plan, on a CPU emulation of cuBLAS, equals CpuBackend's attention",
-          "[transformer]") {
+TEST_CASE(
+    "the CUDA attention plan, on a CPU emulation of cuBLAS, equals CpuBackend's (bf16: within its "
+    "tolerance)",
+    "[transformer]") {
   // heads >= n: batched over heads, a call per example; else the reverse.
   for (const PlanCase& c : {PlanCase{3, 6, 5, 3, true, true}, PlanCase{2, 8, 7, 4, false, true},
                             PlanCase{5, 4, 3, 1, true, false}, PlanCase{5, 12, 9, 2, false, true},
                             PlanCase{1, 16, 11, 4, true, true}, PlanCase{1, 3, 1, 1, true, true}}) {
     INFO("n " << c.n << ", d " << c.features << ", T " << c.positions << ", heads " << c.heads
               << (c.causal ? ", causal" : "") << (c.bias ? ", bias" : ""));
-    checkPlan(c);
+    for (Casts casts : {Casts::kNone, Casts::kCopy, Casts::kBf16}) {
+      INFO((casts == Casts::kNone ? "fp32" : casts == Casts::kCopy ? "exact copies" : "bf16"));
+      checkPlan(c, casts);
+    }
   }
 }
 

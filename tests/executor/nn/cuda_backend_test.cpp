@@ -1164,6 +1164,83 @@ TEST_CASE("attention equals the CPU's: causal and not, heads batched and looped"
   }
 }
 
+// bf16 attention (every GEMM on bf16 copies of its operands, fp32 results,
+// the softmax fp32) against CpuBackend on the bf16-rounded inputs x, w and
+// dy. The QKV projection reads exactly those operands (1e-3, as fc's); every
+// later GEMM reads an intermediate rounded once more on the GPU only, so
+// those results are held to 3e-2 of the largest |value| (attention_plan_test
+// runs the same rounding on the CPU within the same bound; its reasoning is
+// there), while a wrong or stale bf16 operand is off by the order of 1.
+void compareAttentionBf16(const AttentionCase& c) {
+  constexpr double kTolerance = 3e-2;
+  CpuBackend cpu;
+  CudaBackend& g = bf16Gpu();
+  AttentionDesc d;
+  d.features = c.features;
+  d.positions = c.positions;
+  d.heads = c.heads;
+  d.causal = c.causal;
+  const int f = c.features, t = c.positions;
+  const Dims xd{c.n, f, t, 1}, qkvd{c.n, 3 * f, t, 1};
+  TwinTensor x = randomTensor(xd, 81);
+  TwinArray w = randomArray(size_t(4) * f * f, 82, -0.5f, 0.5f);
+  TwinArray bias = randomArray(size_t(4) * f, 83);
+  TwinTensor dy = randomTensor(xd, 84);
+  std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+  TwinTensor qkv = nanTensor(qkvd), dqkv = nanTensor(qkvd), context = nanTensor(xd);
+  TwinArray probs(size_t(c.n) * c.heads * t * t);
+  probs.fill(kNaN);
+  const AttentionSaved onCpu{qkv.onCpu(), probs.cpu.data(), context.onCpu(), dqkv.onCpu()};
+  const AttentionSaved onGpu{qkv.onGpu(), probs.gpu.data(), context.onGpu(), dqkv.onGpu()};
+  TwinTensor y = nanTensor(xd);
+  const float* biasCpu = c.bias ? bias.cpu.data() : nullptr;
+  const float* biasGpu = c.bias ? bias.gpu.data() : nullptr;
+  cpu.attentionForward(d, {xr.data(), xd}, wr.data(), biasCpu, onCpu, y.onCpu());
+  g.attentionForward(d, x.onGpu(), w.gpu.data(), biasGpu, onGpu, y.onGpu());
+  requireClose(g, qkv, 1e-3);
+  requireClose(g, probs, kTolerance);
+  requireClose(g, context, kTolerance);
+  requireClose(g, y, kTolerance);
+
+  // dw starts non-zero: the GEMMs accumulate into it in fp32.
+  TwinArray dw = randomArray(w.cpu.size(), 85), dbias = randomArray(bias.cpu.size(), 86);
+  cpu.attentionBackwardWeights(d, {xr.data(), xd}, {dyr.data(), xd}, wr.data(), onCpu,
+                               dw.cpu.data(), c.bias ? dbias.cpu.data() : nullptr);
+  g.attentionBackwardWeights(d, x.onGpu(), dy.onGpu(), w.gpu.data(), onGpu, dw.gpu.data(),
+                             c.bias ? dbias.gpu.data() : nullptr);
+  requireClose(g, dqkv, kTolerance);
+  requireClose(g, dw, kTolerance);
+  if (c.bias) {
+    // dbo sums the unrounded dy in fp32; dbqkv sums dQKV (fp32 on both
+    // sides, from operands rounded on the GPU): the same tolerance.
+    TwinArray dbExact = randomArray(bias.cpu.size(), 86);
+    cpu.attentionBackwardWeights(d, x.onCpu(), dy.onCpu(), wr.data(), onCpu, dw.cpu.data(),
+                                 dbExact.cpu.data());
+    requireClose(g, dbExact.cpu, dbias.fromGpu(), kTolerance);
+  }
+  // dx from the GPU's own dQKV on both sides: one GEMM on its rounded copy.
+  const std::vector<float> dqkvGpu = dqkv.fromGpu();
+  const std::vector<float> dqkvr = strata::test::roundedThroughBf16(dqkvGpu);
+  TwinTensor dx = nanTensor(xd);
+  for (const float beta : {0.0f, 1.0f}) {
+    CAPTURE(beta);
+    cpu.attentionBackwardData(d, {dqkvr.data(), qkvd}, wr.data(), dx.onCpu(), beta);
+    g.attentionBackwardData(d, dqkv.onGpu(), w.gpu.data(), dx.onGpu(), beta);
+    requireClose(g, dx, 1e-3);
+  }
+}
+
+TEST_CASE("bf16 attention: GemmEx on bf16 copies equals CpuBackend on bf16-rounded inputs",
+          "[bf16][transformer]") {
+  for (const AttentionCase& c :
+       {AttentionCase{3, 6, 5, 3, true, true}, AttentionCase{5, 12, 9, 2, false, true},
+        AttentionCase{1, 64, 33, 4, true, true}, AttentionCase{2, 32, 17, 1, false, false}}) {
+    INFO("n " << c.n << ", d " << c.features << ", T " << c.positions << ", heads " << c.heads
+              << (c.causal ? ", causal" : "") << (c.bias ? ", bias" : ""));
+    compareAttentionBf16(c);
+  }
+}
+
 TEST_CASE("embedding equals the CPU's bit for bit, position tables on and off", "[transformer]") {
   CpuBackend cpu;
   CudaBackend& g = defaultGpu();
