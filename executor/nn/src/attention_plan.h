@@ -25,7 +25,9 @@
 // GEMMs then read the bf16 copy (copyHolding finds it from the fp32
 // pointer); results and accumulation stay fp32, as the softmax does. A slot
 // is reused once the GEMMs reading its previous copy are enqueued (one
-// stream orders them). model/cost/src/lowering.cpp lists the same casts.
+// stream orders them). The scores' copies (P, dS: heads x T x T an example,
+// the largest) all go to slot 2, so that only one slot grows to their size.
+// model/cost/src/lowering.cpp lists the same casts.
 #pragma once
 
 #include <array>
@@ -312,20 +314,20 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
   dcGemm.batch = n;
   ops.gemm(dcGemm);
   ops.cast(1, dc, n * s.ft);
-  ops.cast(2, qkv, 3 * n * s.ft);
+  ops.cast(0, qkv, 3 * n * s.ft);
   const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt},
       inContext{s.ft, s.head};
   // Per head: dP (t x t) = dC_h^T V_h; dV_h (dh x t) = dC_h P.
   forEachHead(
       {GemmOp::kTN, t, t, s.dh, dc, t, inContext, qkv + 2 * s.ft, t, inQkv, dprobs, t, inScores}, n,
       s.heads, ops.gemm);
-  ops.cast(0, probs, scores);
+  ops.cast(2, probs, scores);
   forEachHead(
       {GemmOp::kNN, s.dh, t, t, dc, t, inContext, probs, t, inScores, dqkv + 2 * s.ft, t, inQkv}, n,
       s.heads, ops.gemm);
   // dS = softmax'(dP), in place.
   ops.softmaxBackward(probs, dprobs, int64_t{n} * s.heads * t, t, s.scale());
-  ops.cast(0, dprobs, scores);
+  ops.cast(2, dprobs, scores);
   // dQ_h = K_h dS^T, dK_h = Q_h dS (dh x t).
   forEachHead({GemmOp::kNT, s.dh, t, t, qkv + s.ft, t, inQkv, dprobs, t, inScores, dqkv, t, inQkv},
               n, s.heads, ops.gemm);
