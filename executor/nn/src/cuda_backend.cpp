@@ -568,9 +568,25 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
   if (recordOnly())
     return;  // no layer phase's kernel
   activate();
+  if (batch.tokens.vocab > 0) {
+    // Token ids (a language model's input): made on the device, on the
+    // stream after the kernels that may still read x.
+    if (batch.classes.size() != static_cast<size_t>(x.dims.n))
+      throw InvariantError(fmt::format("writeSynthetic: token batch of {} examples for {}",
+                                       batch.classes.size(), x.dims.n));
+    launch(
+        "kernels::cuda::syntheticTokens",
+        [&] { return fmt::format("synthetic token batch of {} examples", x.dims.n); },
+        [&] {
+          kernels::cuda::syntheticTokens({batch.tokens.seed, batch.tokens.vocab,
+                                          batch.tokens.firstIndex, x.dims.n, x.dims.perExample()},
+                                         x.data, impl_->stream.get());
+        });
+    return;
+  }
   if (!batch.values.empty()) {
-    // Token ids (a language model's input): uploaded as they are (pinned
-    // staging, on the stream after the kernels that may still read x).
+    // Given elements: uploaded as they are (pinned staging, on the stream
+    // after the kernels that may still read x).
     if (static_cast<int64_t>(batch.values.size()) != x.dims.elements())
       throw InvariantError(fmt::format("writeSynthetic: {} values for {} elements",
                                        batch.values.size(), x.dims.elements()));
