@@ -135,6 +135,41 @@ void BM_CudaSgd(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSgd)->Arg(1 << 20)->Arg(1 << 26)->UseManualTime();
 
+// ---- adam (adamw alike): reads w, m, v, g, writes w, m, v: 28 bytes per element -----
+
+AdamParams benchAdam() {
+  AdamParams p;
+  p.learningRate = 1e-4f;
+  p.weightDecay = 0.01f;
+  p.decoupled = true;
+  p.step = 10;
+  return p;
+}
+
+void BM_CudaAdam(benchmark::State& state) {
+  if (!gpuReady(state))
+    return;
+  const int64_t count = state.range(0);
+  DeviceFloats w(count), m(count), v(count), g(count);
+  const AdamParams p = benchAdam();
+  timeOnGpu(state, 7 * kFloat * count,
+            [&] { cuda::adam(w.get(), m.get(), v.get(), g.get(), count, p, nullptr); });
+}
+BENCHMARK(BM_CudaAdam)->Arg(1 << 20)->Arg(1 << 26)->UseManualTime();
+
+void BM_TwinAdam(benchmark::State& state) {
+  const int64_t count = state.range(0);
+  std::vector<float> w(static_cast<size_t>(count), 0.5f), m(w.size(), 0.5f), v(w.size(), 0.5f),
+      g(w.size(), 1e-3f);
+  const AdamParams p = benchAdam();
+  for (auto _ : state) {
+    twin::adam(w.data(), m.data(), v.data(), g.data(), count, p);
+    benchmark::DoNotOptimize(w.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 7 * kFloat * count);
+}
+BENCHMARK(BM_TwinAdam)->Arg(1 << 20);
+
 // ---- dropout forward (a hash per element): 8 bytes per element ----------------------
 
 void BM_CudaDropout(benchmark::State& state) {

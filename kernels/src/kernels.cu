@@ -23,11 +23,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "launch.cuh"
 #include "strata/kernels/divider.h"
 #include "strata/kernels/elementwise.h"
 #include "strata/kernels/kernels.h"
-
-#include "launch.cuh"
 
 namespace strata::kernels::cuda {
 
@@ -891,7 +890,37 @@ struct SyntheticOp {
   }
 };
 
+// One token id of a token batch (twin::syntheticTokens' loop body).
+struct SyntheticTokensOp {
+  uint64_t seed, vocab;
+  int64_t firstIndex;
+  Divider positions;
+  float* out;
+  template <int W>
+  __device__ void apply(int64_t i) const {
+    for (int k = 0; k < W; ++k) {
+      const auto flat = static_cast<uint64_t>(i + k);
+      const uint64_t example = positions.quotient(flat);
+      const auto p = static_cast<int64_t>(positions.remainder(flat, example));
+      out[i + k] = static_cast<float>(
+          element::syntheticToken(seed, vocab, static_cast<uint64_t>(firstIndex) + example, p));
+    }
+  }
+};
+
 }  // namespace
+
+void syntheticTokens(const SyntheticTokens& batch, float* out, Stream stream) {
+  const int64_t count = int64_t{batch.n} * batch.positions;
+  if (count <= 0)
+    return;
+  if (batch.vocab < 1 || batch.firstIndex < 0)
+    throw std::invalid_argument(
+        "strata::kernels::cuda::syntheticTokens: vocab must be positive, firstIndex not negative");
+  const SyntheticTokensOp op{batch.seed, static_cast<uint64_t>(batch.vocab), batch.firstIndex,
+                             Divider(static_cast<uint64_t>(batch.positions)), out};
+  launchFlat(op, count, false, stream, "syntheticTokens");
+}
 
 void syntheticExamples(const float* means, const int32_t* classes, const uint64_t* keys,
                        SyntheticShape shape, float noise, float* out, Stream stream) {

@@ -15,6 +15,14 @@ void fill(float* x, int64_t count, float value) {
   std::fill_n(x, count, value);
 }
 
+void syntheticTokens(const SyntheticTokens& batch, float* out) {
+  const auto vocab = static_cast<uint64_t>(batch.vocab);
+  for (int i = 0; i < batch.n; ++i)
+    for (int64_t p = 0; p < batch.positions; ++p)
+      *out++ = static_cast<float>(element::syntheticToken(
+          batch.seed, vocab, static_cast<uint64_t>(batch.firstIndex + i), p));
+}
+
 void accumulate(const float* src, float* dst, int64_t count, float beta) {
   for (int64_t i = 0; i < count; ++i)
     dst[i] = element::blend(dst + i, src[i], beta);

@@ -125,6 +125,24 @@ TEST_CASE("bf16 casts equal their twins bit for bit") {
   }
 }
 
+// A language model's synthetic token ids (twin::syntheticTokens): a pure
+// function of the seed, the example's index and the position, so bit for
+// bit; batches past one wave of the grid, from indices beyond 2^32.
+TEST_CASE("synthetic token ids equal their twin's bit for bit") {
+  cudaStream_t stream = testStream();
+  for (const SyntheticTokens& batch :
+       {SyntheticTokens{7, 50257, 0, 1, 1}, SyntheticTokens{20261126, 4096, 37, 5, 129},
+        SyntheticTokens{3, 2, int64_t{1} << 33, 3, 64},
+        SyntheticTokens{11, 1 << 24, 1000, 64, int64_t{1} << 16}}) {
+    INFO(batch.n << " x " << batch.positions << " tokens of vocab " << batch.vocab);
+    std::vector<float> expected(static_cast<size_t>(int64_t{batch.n} * batch.positions));
+    twin::syntheticTokens(batch, expected.data());
+    DeviceArray<float> made(std::vector<float>(expected.size(), -1.0f));
+    cuda::syntheticTokens(batch, made.get(), stream);
+    requireSameBits(expected, made.host(), "syntheticTokens");
+  }
+}
+
 TEST_CASE("flat kernels equal their twins bit for bit") {
   cudaStream_t stream = testStream();
   for (int64_t count : kCounts) {

@@ -181,6 +181,10 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
   nn::Buffer<float> a(mem, top), b(mem, top), c(mem, top), d4(mem, top);
   be.fill(a.span(), 0.01f);
   be.fill(b.span(), 0.02f);
+  // Adam's second moment (non-negative: the step takes its square root), as
+  // the CPU's table (kernel_calibration.cpp) fills it.
+  nn::Buffer<float> adamV(mem, top);
+  be.fill(adamV.span(), 0.5f);
 
   // GEMMs through the fc phases, as lowerCuda prices them: forward nt
   // (m x k) (n x k)^T, backward data nn, backward weights tn.
@@ -326,6 +330,14 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
       record(MemKernel::kSgd, n, gpuPerCall(timer, [&] {
                be.sgdMomentum(span(y), span(dx), std::span<const float>(dy, size_t(n)), 0.0f, 0.9f,
                               0.0f);
+             }));
+      // Adam in the CPU table's layout: w = y, m = dx, v = adamV, g = dy.
+      record(MemKernel::kAdam, n, gpuPerCall(timer, [&] {
+               nn::AdamParams adam;
+               adam.learningRate = 1e-4f;
+               adam.step = 10;
+               be.adam(span(y), span(dx), span(adamV.data()), std::span<const float>(dy, size_t(n)),
+                       adam);
              }));
       // The casts of --element bf16 (device memory: dx's floats hold the bf16).
       auto* half = reinterpret_cast<uint16_t*>(dx);

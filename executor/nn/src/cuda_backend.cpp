@@ -528,18 +528,22 @@ std::pair<double, double> CudaBackend::hostCopySeconds(size_t bytes) {
 uint16_t* CudaBackend::Impl::bf16Slot(int slot, int64_t count) {
   STRATA_ENFORCE(slot >= 0 && slot < 3 && count >= 0);
   const size_t i = static_cast<size_t>(slot);
-  const size_t bytes = std::max<size_t>(static_cast<size_t>(count) * sizeof(uint16_t), 256);
-  if (bytes > bf16Bytes[i]) {
-    // Kernels already enqueued may still read or write the old buffer.
-    check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize",
-          "before growing bf16 scratch");
-    bf16[i].reset();
-    bf16Bytes[i] = 0;
-    check(cudaMalloc(bf16[i].out(), bytes), "cudaMalloc",
-          [&] { return fmt::format("bf16 scratch {} of {} bytes", slot, bytes); });
-    bf16Bytes[i] = bytes;
+  // At least 128 elements (256 bytes), as exec::bf16ScratchBytes counts.
+  const size_t elements = std::max<size_t>(static_cast<size_t>(count), 128);
+  if (elements > bf16[i].size()) {
+    // Kernels already enqueued may still read or write the old buffer: its
+    // release (cudaFreeAsync on the stream) is ordered after them, and the
+    // new block comes from the pool on the same stream. Released first, so
+    // that the old and the new are not held at once.
+    bf16[i] = Buffer<uint16_t>();
+    try {
+      bf16[i] = Buffer<uint16_t>(memory, elements);
+    } catch (const RunFailure& e) {
+      throw RunFailure(fmt::format("bf16 scratch {} of {} bytes: {}", slot,
+                                   elements * sizeof(uint16_t), e.what()));
+    }
   }
-  return static_cast<uint16_t*>(bf16[i].get());
+  return bf16[i].data();
 }
 
 uint16_t* CudaBackend::bf16Scratch(int slot, int64_t count) {
@@ -564,9 +568,25 @@ void CudaBackend::writeSynthetic(const SyntheticBatch& batch, TensorView x) {
   if (recordOnly())
     return;  // no layer phase's kernel
   activate();
+  if (batch.tokens.vocab > 0) {
+    // Token ids (a language model's input): made on the device, on the
+    // stream after the kernels that may still read x.
+    if (batch.classes.size() != static_cast<size_t>(x.dims.n))
+      throw InvariantError(fmt::format("writeSynthetic: token batch of {} examples for {}",
+                                       batch.classes.size(), x.dims.n));
+    launch(
+        "kernels::cuda::syntheticTokens",
+        [&] { return fmt::format("synthetic token batch of {} examples", x.dims.n); },
+        [&] {
+          kernels::cuda::syntheticTokens({batch.tokens.seed, batch.tokens.vocab,
+                                          batch.tokens.firstIndex, x.dims.n, x.dims.perExample()},
+                                         x.data, impl_->stream.get());
+        });
+    return;
+  }
   if (!batch.values.empty()) {
-    // Token ids (a language model's input): uploaded as they are (pinned
-    // staging, on the stream after the kernels that may still read x).
+    // Given elements: uploaded as they are (pinned staging, on the stream
+    // after the kernels that may still read x).
     if (static_cast<int64_t>(batch.values.size()) != x.dims.elements())
       throw InvariantError(fmt::format("writeSynthetic: {} values for {} elements",
                                        batch.values.size(), x.dims.elements()));

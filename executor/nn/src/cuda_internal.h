@@ -258,9 +258,10 @@ struct CudaBackend::Impl {
   cuda_detail::PinnedPointer badTokenHost;
   // Mixed precision (element bf16): the bf16 copies of a GEMM's or
   // convolution's operands (slots 0 and 1) and a convolution's bf16 result
-  // (slot 2), each grown to the largest need so far and kept.
-  std::array<cuda_detail::DevicePointer, 3> bf16;
-  std::array<size_t, 3> bf16Bytes{};
+  // (slot 2), each grown to the largest need so far and kept; from `memory`
+  // (the device's pool), as every buffer of a run, and counted by the
+  // run's memory bound (exec::bf16ScratchBytes).
+  std::array<Buffer<uint16_t>, 3> bf16;
   // What each slot holds a copy of during one attention call (its GEMMs
   // find their bf16 operands by their fp32 pointers: attention_plan.h);
   // cleared at the start of every attention call.

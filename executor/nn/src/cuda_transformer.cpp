@@ -43,15 +43,14 @@ kernels::Shape4 shapeOf(const Dims& d) {
 template <class Where>
 void runGemm(cublasHandle_t handle, const attention::RowMajorGemm& g, const Where& where,
              const attention::Copies* copies = nullptr,
-             const std::array<DevicePointer, 3>* slots = nullptr) {
+             const std::array<Buffer<uint16_t>, 3>* slots = nullptr) {
   const attention::ColumnMajorGemm c = attention::columnMajor(g);
   const cublasOperation_t ta = c.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = c.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (copies) {
     const auto bf16Of = [&](const float* p) {
       const int slot = attention::copyHolding(*copies, p);
-      return static_cast<const uint16_t*>((*slots)[size_t(slot)].get()) +
-             (p - (*copies)[size_t(slot)].from);
+      return (*slots)[size_t(slot)].data() + (p - (*copies)[size_t(slot)].from);
     };
     const uint16_t* a = bf16Of(c.a);
     const uint16_t* b = bf16Of(c.b);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "strata/kernels/counter_rng.h"
+#include "strata/kernels/kernels.h"
 #include "strata/model/error.h"
 
 namespace strata::nn {
@@ -15,11 +16,13 @@ namespace {
 constexpr uint64_t kLabelStream = 1;
 constexpr uint64_t kMeanStream = 2;
 constexpr uint64_t kNoiseStream = 3;
-constexpr uint64_t kTokenStream = 4;
-constexpr uint64_t kBigramStream = 5;
-// A token sequence follows the dataset's bigram map except at this fraction
-// of positions, which draw a uniform token (our choice: learnable, not trivial).
-constexpr float kTokenNoise = 0.1f;
+// Token sequences draw from streams 4 and 5 (kernels.h: kTokenStream,
+// kBigramStream), and follow the dataset's bigram map except at a fraction
+// kTokenNoise = 0.1 of positions, which draw a uniform token (our choice:
+// learnable, not trivial).
+using kernels::kBigramStream;
+using kernels::kTokenNoise;
+using kernels::kTokenStream;
 }  // namespace
 
 SyntheticDataset::SyntheticDataset(Shape shape, int classes, uint64_t seed,
@@ -105,14 +108,9 @@ int32_t SyntheticDataset::token(int64_t index, int64_t position) const {
 SyntheticBatch SyntheticDataset::batch(int64_t firstIndex, int n) const {
   STRATA_ENFORCE_OP(firstIndex, >=, 0);
   STRATA_ENFORCE_OP(n, >=, 0);
-  SyntheticBatch b{means_, {}, {}, gridH_, gridW_, options_.noise, {}};
-  if (options_.vocab > 0) {
-    const int64_t t = shape_.elements();
-    b.values.reserve(static_cast<size_t>(int64_t{n} * t));
-    for (int64_t i = firstIndex; i < firstIndex + n; ++i)
-      for (int64_t p = 0; p < t; ++p)
-        b.values.push_back(static_cast<float>(token(i, p)));
-  }
+  SyntheticBatch b{means_, {}, {}, gridH_, gridW_, options_.noise, {}, {}};
+  if (options_.vocab > 0)
+    b.tokens = {seed_, options_.vocab, firstIndex};  // token(i, p), made by the backend
   b.classes.reserve(static_cast<size_t>(n));
   b.keys.reserve(static_cast<size_t>(n));
   for (int64_t i = firstIndex; i < firstIndex + n; ++i) {
@@ -141,6 +139,12 @@ std::vector<int32_t> SyntheticDataset::labels(int64_t firstIndex, int n, int pos
 void syntheticFill(const SyntheticBatch& b, TensorView x) {
   STRATA_ENFORCE_OP(static_cast<int64_t>(x.dims.n), ==, static_cast<int64_t>(b.classes.size()));
   STRATA_ENFORCE_OP(b.classes.size(), ==, b.keys.size());
+  if (b.tokens.vocab > 0) {
+    kernels::twin::syntheticTokens(
+        {b.tokens.seed, b.tokens.vocab, b.tokens.firstIndex, x.dims.n, x.dims.perExample()},
+        x.data);
+    return;
+  }
   if (!b.values.empty()) {
     STRATA_ENFORCE_OP(static_cast<int64_t>(b.values.size()), ==, x.elements());
     std::copy(b.values.begin(), b.values.end(), x.data);

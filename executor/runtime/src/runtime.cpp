@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <thread>
 
@@ -241,13 +242,55 @@ double runMemoryLowerBound(const Network& network, const Scenario& sc) {
   return perWorker * (sc.workers + psServerRanks(sc));
 }
 
+double bf16ScratchBytes(const Network& network, const Scenario& sc) {
+  if (sc.options.element != ElementType::kBf16)
+    return 0;
+  // The slots of CudaBackend::Impl::bf16Slot, each grown to its largest
+  // need (at least 256 bytes once used): 0 holds x (forward, backward
+  // weights) or dy (backward data); 1 the weights (forward, backward data)
+  // or dy (backward weights); 2 a convolution's result (y, dx or dw). A
+  // layer that reads the network's input has no backward data (no dx, and
+  // its dy is cast for the weights only). An fc slice of a model-parallel
+  // part holds outputs / K rows at least.
+  const double b = sc.batchPerWorker;
+  std::array<double, 3> slot{};
+  for (size_t i = 0; i < network.layers.size(); ++i) {
+    const Layer& l = network.layers[i];
+    const double in = b * double(l.inShape.elements());
+    const bool backwardData = !l.readsNetworkInput();
+    if (l.kind == LayerKind::kConv) {
+      const double out = b * double(l.outShape.elements());
+      const double w =
+          double(l.spec.filters) * (l.inShape.c / l.spec.groups) * l.spec.kernelH * l.spec.kernelW;
+      slot[0] = std::max({slot[0], in, backwardData ? out : 0.0});
+      slot[1] = std::max({slot[1], w, out});
+      slot[2] = std::max({slot[2], out, backwardData ? in : 0.0, w});
+    } else if (l.kind == LayerKind::kFc) {
+      const bool sliced = isModelParallel(sc.strategy) && network.modelParallelFrom >= 0 &&
+                          int(i) >= network.modelParallelFrom;
+      const double o = sliced ? std::floor(double(l.spec.outputs) / sc.workers) : l.spec.outputs;
+      const double k = l.spec.flatten ? double(l.inShape.elements()) : double(l.inShape.c);
+      const double positions = l.spec.flatten ? 1.0 : double(l.inShape.h) * l.inShape.w;
+      const double out = b * positions * o;
+      slot[0] = std::max({slot[0], in, backwardData ? out : 0.0});
+      slot[1] = std::max({slot[1], o * k, out});
+    }
+  }
+  double elements = 0;
+  for (double e : slot)
+    elements += e > 0 ? std::max(e, 128.0) : 0.0;
+  return elements * sizeof(uint16_t);
+}
+
 double gpuWorkerMemoryLowerBound(const Network& network, const Scenario& sc) {
   Scenario one = sc;
   one.workers = 1;
   one.options.psServers = 0;
   // runMemoryLowerBound counts four copies of the parameters per worker; the
-  // fourth (RunResult::parameters) is on the host.
-  return runMemoryLowerBound(network, one) - double(network.totalParams()) * sizeof(float);
+  // fourth (RunResult::parameters) is on the host. A bf16 run adds the
+  // backend's bf16 scratch (at the run's K: a model-parallel slice's size).
+  return runMemoryLowerBound(network, one) - double(network.totalParams()) * sizeof(float) +
+         bf16ScratchBytes(network, sc);
 }
 
 std::string gpuMemoryShortfall(const GpuMemory& gpu, double perWorkerBytes, int workers,

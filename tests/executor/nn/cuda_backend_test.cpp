@@ -731,6 +731,24 @@ TEST_CASE("a synthetic batch made on the GPU equals the host's", "[data]") {
   }
 }
 
+TEST_CASE("a language model's synthetic token ids made on the GPU equal the host's", "[data]") {
+  CudaBackend& g = defaultGpu();
+  // Token sequences of 1 x 129 x 1 (positions past a multiple of the warp),
+  // 5 examples from index 37; made by a kernel, nothing uploaded: bit for
+  // bit the ids the host writes.
+  const SyntheticDataset data(Shape{1, 129, 1}, 4096, 20261126,
+                              SyntheticOptions{1.0f, 0.5f, 4, 4096});
+  const SyntheticBatch batch = data.batch(37, 5);
+  REQUIRE(batch.tokens.vocab == 4096);
+  REQUIRE(batch.values.empty());
+  const Dims dims{5, 1, 129, 1};
+  std::vector<float> host(static_cast<size_t>(dims.elements()));
+  syntheticFill(batch, TensorView{host.data(), dims});
+  Buffer<float> x(g.memory(), host.size());
+  g.writeSynthetic(batch, TensorView{x.data(), dims});
+  CHECK(x.toHost() == host);
+}
+
 TEST_CASE("cuda-managed memory is zero-filled, host-addressable and keeps data when it grows",
           "[memory]") {
   CudaBackend& g = defaultGpu();
@@ -790,7 +808,7 @@ TEST_CASE("the backend's device memory: zero-filled, copies through pinned stagi
                  1.0f);
   }
   CHECK(small.toHost() == std::vector<int32_t>(64, 199));
-  // Token ids go up as they are.
+  // Given values go up as they are.
   SyntheticBatch ids;
   ids.values = {3, 1, 4, 1, 5, 9};
   Buffer<float> x(m, 6);

@@ -44,6 +44,34 @@ TEST_CASE("K workers with b examples each see the one-worker batch of K*b", "[da
   }
 }
 
+TEST_CASE("a token batch's ids are the dataset's tokens, bit for bit", "[dataset]") {
+  // The batch carries only (seed, vocab, first index); syntheticFill makes
+  // the ids with kernels' twin (the CUDA kernel's element function), which
+  // must equal token(i, p), the host's own walk, at every position.
+  for (const auto& [vocab, positions, first, n] :
+       {std::tuple{50257, 64, int64_t{0}, 3}, std::tuple{2, 129, int64_t{37}, 5},
+        std::tuple{1 << 24, 17, int64_t{1} << 33, 2}}) {
+    CAPTURE(vocab, positions, first);
+    const SyntheticDataset data(Shape{1, positions, 1}, 10, 20261126,
+                                SyntheticOptions{1.0f, 0.5f, 4, vocab});
+    const SyntheticBatch batch = data.batch(first, n);
+    CHECK(batch.values.empty());
+    CHECK(batch.tokens.vocab == vocab);
+    CHECK(batch.tokens.firstIndex == first);
+    Tensor x(Dims{n, 1, positions, 1});
+    syntheticFill(batch, x.view());
+    for (int i = 0; i < n; ++i)
+      for (int p = 0; p < positions; ++p)
+        REQUIRE(x.span()[static_cast<size_t>(i * positions + p)] ==
+                static_cast<float>(data.token(first + i, p)));
+    // example() is the same function; the ids are in [0, vocab).
+    std::vector<float> one(static_cast<size_t>(positions));
+    data.example(first + n - 1, one);
+    CHECK(std::equal(one.begin(), one.end(), x.span().end() - positions));
+    CHECK(*std::max_element(x.span().begin(), x.span().end()) < float(vocab));
+  }
+}
+
 TEST_CASE("labels are spread over the classes and repeat per position", "[dataset]") {
   const SyntheticDataset data({2, 4, 4}, 10, 7);
   std::vector<int> counts(10);

@@ -861,6 +861,33 @@ TEST_CASE("a GPU run is sized against the memory free on its GPU, not its total"
   CHECK(expected > (3 * double(net.totalParams()) + 2 * 16 * outputs) * sizeof(float));
 }
 
+TEST_CASE("a bf16 GPU run counts the backend's bf16 scratch in its device memory",
+          "[exec][limits][memory]") {
+  // tiny-cnn at b = 4, by hand: conv1 3x32x32 -> 16x32x32 (432 weights,
+  // reads the input: no dx), conv2 16x16x16 -> 32x16x16 (4608 weights),
+  // fc3 2048 -> 128 (262144 weights), fc4 128 -> 10. Slot 0 (x, or dy of a
+  // backward data): conv2's dy 4 x 8192 = 32768; slot 1 (weights, or dy of
+  // a backward weights): fc3's 262144 weights; slot 2 (a conv's result):
+  // conv1's y 4 x 16384 = 65536. 360448 bf16 elements: 720896 bytes.
+  const auto net = presetNetwork("tiny-cnn");
+  auto sc = test::runScenario(Strategy::kRing, 2, 4);
+  CHECK(exec::bf16ScratchBytes(net, sc) == 0);  // fp32: no scratch
+  sc.options.element = ElementType::kTf32;
+  CHECK(exec::bf16ScratchBytes(net, sc) == 0);
+  sc.options.element = ElementType::kBf16;
+  CHECK(exec::bf16ScratchBytes(net, sc) == 720896);
+  auto fp32 = sc;
+  fp32.options.element = ElementType::kFp32;
+  CHECK(exec::gpuWorkerMemoryLowerBound(net, sc) ==
+        exec::gpuWorkerMemoryLowerBound(net, fp32) + 720896);
+  // owt-a at K = 2: fc3 (the model-parallel part's first layer) holds 64 of
+  // its 128 rows, 131072 weights: slot 1 is that, 32768 + 131072 + 65536 =
+  // 229376 elements, 458752 bytes.
+  REQUIRE(net.modelParallelFrom == net.find("fc3"));
+  sc.strategy = Strategy::kOwtA;
+  CHECK(exec::bf16ScratchBytes(net, sc) == 458752);
+}
+
 TEST_CASE("on memory the host cannot address a run also stops allocating after its first step",
           "[exec][memory]") {
   // Device memory's allocate waits for the stream, so an allocation per step

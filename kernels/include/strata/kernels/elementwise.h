@@ -416,4 +416,20 @@ STRATA_HD inline float softmaxGrad(float z, const float* stats, bool isLabel, fl
   return scale * (softmaxProbability(z, stats) - (isLabel ? 1.0f : 0.0f));
 }
 
+// Token `position` of example `index` of a token dataset (SyntheticTokens):
+// walks back to the last position that draws a uniform token (position 0
+// always does), then follows the bigram map forward. Integer arithmetic and
+// one exact float compare: the same on host and device.
+STRATA_HD inline int32_t syntheticToken(uint64_t seed, uint64_t vocab, uint64_t index,
+                                        int64_t position) {
+  int64_t p = position;
+  while (p > 0 && uniformFloat(mix64(
+                      hashOf(seed, kTokenStream, index, static_cast<uint64_t>(p)))) >= kTokenNoise)
+    --p;
+  uint64_t token = hashOf(seed, kTokenStream, index, static_cast<uint64_t>(p)) % vocab;
+  for (; p < position; ++p)
+    token = hashOf(seed, kBigramStream, token) % vocab;
+  return static_cast<int32_t>(token);
+}
+
 }  // namespace strata::kernels::element

@@ -41,6 +41,24 @@ struct SyntheticShape {
   int gridH = 1, gridW = 1;
 };
 
+// A language model's synthetic batch (nn::SyntheticDataset's token
+// sequences): n examples of `positions` token ids each, of examples
+// firstIndex, firstIndex + 1, ... of the dataset with `seed` and `vocab`;
+// each id is element::syntheticToken, written as a float.
+struct SyntheticTokens {
+  uint64_t seed = 0;
+  int32_t vocab = 0;
+  int64_t firstIndex = 0;
+  int n = 0;
+  int64_t positions = 0;
+};
+// The streams of the counter-based generator that token sequences draw
+// from, and the fraction of positions that draw a uniform token instead of
+// following the bigram map (nn::SyntheticDataset's other streams are 1..3).
+inline constexpr uint64_t kTokenStream = 4;
+inline constexpr uint64_t kBigramStream = 5;
+inline constexpr float kTokenNoise = 0.1f;
+
 // n examples of c channels of h x w, NCHW.
 struct Shape4 {
   int n = 0, c = 0, h = 0, w = 0;
@@ -107,6 +125,9 @@ namespace twin {
 
 // x = value over count elements.
 void fill(float* x, int64_t count, float value);
+// The batch's n x positions token ids, as floats (nn::syntheticFill of a
+// token batch). twins.cpp.
+void syntheticTokens(const SyntheticTokens& batch, float* out);
 // dst = src + beta * dst (beta 0: overwrite, never reading dst).
 void accumulate(const float* src, float* dst, int64_t count, float beta);
 // y = a + b.
@@ -180,6 +201,8 @@ void reduceAdd(const float* x, float* y, int64_t count, Stream stream);
 // device memory.
 void syntheticExamples(const float* means, const int32_t* classes, const uint64_t* keys,
                        SyntheticShape shape, float noise, float* out, Stream stream);
+// twin::syntheticTokens on the GPU: nothing read but the batch's numbers.
+void syntheticTokens(const SyntheticTokens& batch, float* out, Stream stream);
 void reluForward(const float* x, float* y, int64_t count, Stream stream);
 void reluBackward(const float* y, const float* dy, float* dx, int64_t count, float beta,
                   Stream stream);

@@ -183,8 +183,15 @@ double runMemoryLowerBound(const Network& network, const Scenario& scenario);
 
 // The device memory one worker of `scenario` needs on its GPU at least, in
 // bytes: runMemoryLowerBound's share of one worker, less the copy of the
-// parameters it hands back (host memory).
+// parameters it hands back (host memory), plus bf16ScratchBytes.
 double gpuWorkerMemoryLowerBound(const Network& network, const Scenario& scenario);
+
+// The CUDA backend's bf16 scratch of a worker of `scenario`, in bytes (0
+// unless scenario.options.element is bf16): the bf16 copies of the operands
+// and a convolution's bf16 result, three slots each as large as the largest
+// such operand or result of any conv or fc layer at the run's batch per
+// worker. A pure function (gpuWorkerMemoryLowerBound adds it).
+double bf16ScratchBytes(const Network& network, const Scenario& scenario);
 
 // One GPU's memory as cudaMemGetInfo reads it now (device.h: deviceMemoryNow).
 struct GpuMemory {

@@ -175,7 +175,8 @@ class Backend {
   // The CPU backend writes them on the host. A GPU backend makes them with a
   // kernel where x lives (the host's Box-Muller takes ~0.2 s for an ImageNet
   // batch of 64), from the classes and keys it uploads; token ids
-  // (batch.values) it uploads as they are.
+  // (batch.tokens) from their seed, indices and positions alone; given
+  // values (batch.values) it uploads as they are.
   virtual void writeSynthetic(const SyntheticBatch& batch, TensorView x) {
     syntheticFill(batch, x);
   }

@@ -208,8 +208,9 @@ class CudaBackend final : public Backend {
   // A kernel on the stream (kernels::cuda::syntheticExamples); the means go
   // to the device once per dataset, the classes and keys with each batch
   // (uploads through the memory's pinned staging). A language model's token
-  // ids (batch.values) are uploaded as they are, the same way: no wait for
-  // the kernels before.
+  // ids (batch.tokens) come from a kernel too (kernels::cuda::syntheticTokens,
+  // nothing uploaded); given values (batch.values) are uploaded as they are:
+  // no wait for the kernels before.
   void writeSynthetic(const SyntheticBatch& batch, TensorView x) override;
   // A record-only backend takes only a record-only recorder.
   void setRecorder(KernelRecorder* recorder) override;

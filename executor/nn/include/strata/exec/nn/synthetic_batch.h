@@ -23,9 +23,18 @@ struct SyntheticBatch {
   std::vector<uint64_t> keys;    // per example: the key of its noise
   int gridH = 1, gridW = 1;
   float noise = 0;
-  // Non-empty: the batch's elements themselves (token ids of a language
-  // model's input, n x c*h*w), written as they are instead of the above.
+  // Non-empty: the batch's elements themselves (n x c*h*w), written as they
+  // are instead of the above.
   std::vector<float> values;
+  // vocab > 0: a language model's token ids instead of the above, a pure
+  // function of the dataset's seed, the example's index (firstIndex + i)
+  // and the position (kernels::element::syntheticToken), so that a backend
+  // makes them where the input lives (no host loop, no upload).
+  struct Tokens {
+    uint64_t seed = 0;
+    int32_t vocab = 0;
+    int64_t firstIndex = 0;
+  } tokens;
 };
 
 // Writes the batch into x (host memory, dims (classes.size(), c, h, w)): the
