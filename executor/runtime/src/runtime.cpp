@@ -248,7 +248,8 @@ double bf16ScratchBytes(const Network& network, const Scenario& sc) {
   // The slots of CudaBackend::Impl::bf16Slot, each grown to its largest
   // need (at least 256 bytes once used): 0 holds x (forward, backward
   // weights) or dy (backward data); 1 the weights (forward, backward data)
-  // or dy (backward weights); 2 a convolution's result (y, dx or dw). A
+  // or dy (backward weights); 2 a convolution's result (y, dx or dw) or
+  // attention's scores (below). A
   // layer that reads the network's input has no backward data (no dx, and
   // its dy is cast for the weights only). An fc slice of a model-parallel
   // part holds outputs / K rows at least.
@@ -274,6 +275,14 @@ double bf16ScratchBytes(const Network& network, const Scenario& sc) {
       const double out = b * positions * o;
       slot[0] = std::max({slot[0], in, backwardData ? out : 0.0});
       slot[1] = std::max({slot[1], o * k, out});
+    } else if (l.kind == LayerKind::kAttention) {
+      // attention_plan.h's casts: QKV (3 b f T) into slot 0; Wqkv and Wo
+      // (4 f^2) or the context (b f T) into slot 1; the scores P and dS
+      // (b heads T^2) into slot 2.
+      const double f = l.inShape.c, t = double(l.inShape.h) * l.inShape.w;
+      slot[0] = std::max(slot[0], 3 * b * f * t);
+      slot[1] = std::max({slot[1], 4 * f * f, b * f * t});
+      slot[2] = std::max(slot[2], b * l.spec.heads * t * t);
     }
   }
   double elements = 0;
@@ -301,8 +310,9 @@ std::string gpuMemoryShortfall(const GpuMemory& gpu, double perWorkerBytes, int 
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   return fmt::format(
       "{} worker{} x {} examples of {} need at least {:.2f} GiB of device memory on GPU {} ({}) "
-      "(weights, gradients, momentum and activations per worker), more than the {:.2f} GiB free "
-      "there now (of {:.2f} GiB; cudaMemGetInfo); use a smaller --batch or fewer --workers per GPU",
+      "(weights, gradients, optimizer states and activations per worker), more than the "
+      "{:.2f} GiB free there now (of {:.2f} GiB; cudaMemGetInfo); use a smaller --batch or fewer "
+      "--workers per GPU",
       workers, workers == 1 ? "" : "s", batch, network, need / kGiB, gpu.gpu, gpu.name,
       gpu.freeBytes / kGiB, gpu.totalBytes / kGiB);
 }

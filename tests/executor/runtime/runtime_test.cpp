@@ -888,6 +888,20 @@ TEST_CASE("a bf16 GPU run counts the backend's bf16 scratch in its device memory
   CHECK(exec::bf16ScratchBytes(net, sc) == 458752);
 }
 
+TEST_CASE("a bf16 GPU run counts attention's bf16 scratch (the scores) too",
+          "[exec][limits][memory]") {
+  // tiny-gpt at b = 2 (f = 64, T = 32, 4 heads, vocabulary 512), by hand.
+  // Slot 0: the tied lm_head's dy, 2 x 32 x 512 = 32768 (attention's QKV
+  // is 3 x 2 x 64 x 32 = 12288). Slot 1: lm_head's weights (the token
+  // table, 512 x 64) and its dy, 32768 (attention's Wqkv and Wo, 4 x 64^2 =
+  // 16384). Slot 2: attention's scores, 2 x 4 x 32^2 = 8192. 73728 bf16
+  // elements: 147456 bytes (131072 without the scores).
+  const auto net = presetNetwork("tiny-gpt");
+  auto sc = test::runScenario(Strategy::kRing, 1, 2);
+  sc.options.element = ElementType::kBf16;
+  CHECK(exec::bf16ScratchBytes(net, sc) == 147456);
+}
+
 TEST_CASE("on memory the host cannot address a run also stops allocating after its first step",
           "[exec][memory]") {
   // Device memory's allocate waits for the stream, so an allocation per step
