@@ -17,22 +17,13 @@
 #include <vector>
 
 #include "cases.h"
+#include "nn_views.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/kernels/transformer.h"
 #include "strata/model/error.h"
 
 namespace strata::kernels::test {
 namespace {
-
-nn::Dims dimsOf(Shape4 s) {
-  return {s.n, s.c, s.h, s.w};
-}
-nn::TensorView view(std::vector<float>& v, Shape4 s) {
-  return {v.data(), dimsOf(s)};
-}
-nn::ConstTensorView view(const std::vector<float>& v, Shape4 s) {
-  return {v.data(), dimsOf(s)};
-}
 
 constexpr float kBetas[] = {0.0f, 1.0f, 0.5f};
 // GELU's gradient far left of 0 takes 1 - tanh^2 with tanh within an ulp of

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cases.h"
+#include "nn_views.h"
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/kernels/kernels.h"
 
@@ -18,15 +19,6 @@ namespace {
 
 // ---- kernels.h's descriptors as executor/nn's ---------------------------------
 
-nn::Dims dimsOf(Shape4 s) {
-  return {s.n, s.c, s.h, s.w};
-}
-nn::TensorView view(std::vector<float>& v, Shape4 s) {
-  return {v.data(), dimsOf(s)};
-}
-nn::ConstTensorView view(const std::vector<float>& v, Shape4 s) {
-  return {v.data(), dimsOf(s)};
-}
 // A flat array as a 1 x count x 1 x 1 view.
 Shape4 flat(int64_t count) {
   return {1, static_cast<int>(count), 1, 1};

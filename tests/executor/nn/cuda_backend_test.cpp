@@ -1124,15 +1124,20 @@ struct AttentionCase {
   bool causal, bias;
 };
 
-// Every saved value and every gradient of an attention layer, both backends.
-void compareAttention(const AttentionCase& c) {
-  CpuBackend cpu;
-  CudaBackend& g = defaultGpu();
+AttentionDesc descOf(const AttentionCase& c) {
   AttentionDesc d;
   d.features = c.features;
   d.positions = c.positions;
   d.heads = c.heads;
   d.causal = c.causal;
+  return d;
+}
+
+// Every saved value and every gradient of an attention layer, both backends.
+void compareAttention(const AttentionCase& c) {
+  CpuBackend cpu;
+  CudaBackend& g = defaultGpu();
+  const AttentionDesc d = descOf(c);
   const int f = c.features, t = c.positions;
   const Dims xd{c.n, f, t, 1}, qkvd{c.n, 3 * f, t, 1};
   TwinTensor x = randomTensor(xd, 71);
@@ -1193,11 +1198,7 @@ void compareAttentionBf16(const AttentionCase& c) {
   constexpr double kTolerance = 3e-2;
   CpuBackend cpu;
   CudaBackend& g = bf16Gpu();
-  AttentionDesc d;
-  d.features = c.features;
-  d.positions = c.positions;
-  d.heads = c.heads;
-  d.causal = c.causal;
+  const AttentionDesc d = descOf(c);
   const int f = c.features, t = c.positions;
   const Dims xd{c.n, f, t, 1}, qkvd{c.n, 3 * f, t, 1};
   TwinTensor x = randomTensor(xd, 81);
