@@ -333,16 +333,21 @@ long startupKiB() {
             "1", "-b", "1", "--hang-rank", "1", "--timeout", "30s", static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  // Read VmSize only once the run's workers exist: right after exec (and, in
+  // a sanitized build, before the sanitizer has mapped its shadow memory) the
+  // image is a few MB, and a limit derived from that would stop startup.
   long kib = 0;
-  for (int i = 0; i < 100 && kib == 0; ++i) {
+  for (int i = 0; i < 400 && kib == 0; ++i) {
     ::usleep(50'000);
     std::ifstream status("/proc/" + std::to_string(child) + "/status");
     std::string line;
+    long threads = 0, size = 0;
     while (std::getline(status, line))
-      if (line.rfind("Threads:", 0) == 0 && std::stol(line.substr(8)) < 3)
-        break;  // not yet running its workers
+      if (line.rfind("Threads:", 0) == 0)
+        threads = std::stol(line.substr(8));
       else if (line.rfind("VmSize:", 0) == 0)
-        kib = std::stol(line.substr(7));
+        size = std::stol(line.substr(7));
+    if (threads >= 3) kib = size;
   }
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
