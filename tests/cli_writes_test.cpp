@@ -347,7 +347,8 @@ long startupKiB() {
         threads = std::stol(line.substr(8));
       else if (line.rfind("VmSize:", 0) == 0)
         size = std::stol(line.substr(7));
-    if (threads >= 3) kib = size;
+    if (threads >= 3)
+      kib = size;
   }
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
