@@ -60,6 +60,18 @@ void printErrorFigures(std::ostream& out, const ValidationSummary& summary,
   out << fmt::format(
       "within the measured spread (a tie): model {} of {} rows, simulator {} of {}\n",
       summary.modelWithinSpread, summary.rowsCounted, summary.simWithinSpread, summary.rowsCounted);
+  if (summary.rowsWithSpread > 0)
+    out << fmt::format(
+        "measurement: run-to-run spread median ±{:.1f} % after drift normalisation (±{:.1f} % "
+        "raw) over {} rows; the measurement's own error covers the model's whole error in {} "
+        "of {} rows\n",
+        100 * summary.medianSpread, 100 * summary.medianRawSpread, summary.rowsWithSpread,
+        summary.modelExplained, summary.rowsCounted);
+  if (summary.rowsClockChecked > 0)
+    out << fmt::format(
+        "step timing against the trace's span: median |difference| {:.2f} %, worst {:.2f} % "
+        "over {} rows\n",
+        100 * summary.medianClockCheck, 100 * summary.worstClockCheck, summary.rowsClockChecked);
   out << fmt::format(
       "ranking: {} of {} measurable pairs ordered as measured by the model (simulator: {} of "
       "{}); pairs within the spread are ties and not counted\n",
@@ -83,15 +95,20 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
     return;
   }
 
-  Table t({"network", "b", "K", "strategy", "measured", "spread", "model", "error", "sim", "error",
-           "profile", "error", "compute error (model / sim)", "comm error (model / sim)", "tie",
-           "note"},
+  Table t({"network", "b", "K", "strategy", "measured", "spread (raw)", "meas. error", "model",
+           "error", "sim", "error", "profile", "error", "compute error (model / sim)",
+           "comm error (model / sim)", "tie", "note"},
           4);
   for (const auto& r : rows) {
     const auto& sc = r.measured.scenario;
     t.add({r.measured.network, std::to_string(sc.batchPerWorker), std::to_string(sc.workers),
            std::string(toString(sc.strategy)), formatSeconds(r.measured.step),
-           r.repeats.size() > 1 ? fmt::format("±{:.1f} %", 100 * r.spreadFraction()) : "-",
+           r.repeats.size() > 1 ? fmt::format("±{:.1f} % (±{:.1f} %)", 100 * r.spreadFraction(),
+                                              100 * r.rawSpreadFraction())
+                                : "-",
+           r.repeats.size() > 1 || r.referenceSwing > 0
+               ? fmt::format("±{:.1f} %", 100 * r.measurementError())
+               : "-",
            formatSeconds(r.model.step), signedPercent(r.modelError()), formatSeconds(r.sim.step),
            signedPercent(r.simError()), r.profileModel ? formatSeconds(r.profileModel->step) : "-",
            signedPercent(r.profileModelError()),
@@ -143,8 +160,17 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
       names += (names.empty() ? "" : ", ") + b;
     out << fmt::format(
         "warning: the machine ran more than {:.0f} % off its calibrated speed (a reference GEMM "
-        "re-timed around each row) during {} row(s), left out of the summary: {}\n",
+        "re-timed around each run) during {} row(s), left out of the summary: {}\n",
         100 * kMaxSpeedDrift, load.driftRows.size(), names);
+  }
+  if (!load.unsteadyRows.empty()) {
+    std::string names;
+    for (const auto& b : load.unsteadyRows)
+      names += (names.empty() ? "" : ", ") + b;
+    out << fmt::format(
+        "warning: the machine's speed moved more than {:.0f} % during a run (the reference GEMM "
+        "before and after it) in {} row(s), left out of the summary: {}\n",
+        100 * kMaxReferenceSwing, load.unsteadyRows.size(), names);
   }
 }
 

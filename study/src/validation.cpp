@@ -72,6 +72,46 @@ bool ValidationRow::withinSpread(Seconds predicted) const {
   return predicted >= spreadMin() && predicted <= spreadMax();
 }
 
+double ValidationRow::rawSpreadFraction() const {
+  if (rawRepeats.empty())
+    return spreadFraction();
+  const double mid = rawStep().value();
+  if (mid <= 0)
+    return 0;
+  const auto [lo, hi] = std::minmax_element(rawRepeats.begin(), rawRepeats.end());
+  return std::max(mid - lo->value(), hi->value() - mid) / mid;
+}
+
+Seconds ValidationRow::rawStep() const {
+  return rawRepeats.empty() ? measured.step : medianOf(rawRepeats);
+}
+
+double ValidationRow::measurementError() const {
+  const double spread = repeats.size() > 1 ? spreadFraction() : 0.0;
+  return std::hypot(spread, 0.5 * referenceSwing);
+}
+
+double ValidationRow::explainedShare(double error) const {
+  const double e = std::fabs(error);
+  const double m = measurementError();
+  return e <= m ? 1.0 : m / e;
+}
+
+Seconds normalisedStep(Seconds raw, double referenceRate, double calibratedRate) {
+  STRATA_ENFORCE(referenceRate > 0 && calibratedRate > 0);
+  // A machine running at referenceRate takes calibratedRate / referenceRate
+  // times as long as the calibrated one for the same work.
+  return raw * (referenceRate / calibratedRate);
+}
+
+std::vector<int> roundOrder(int n, int round) {
+  STRATA_ENFORCE(n >= 0 && round >= 0);
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    order[static_cast<size_t>(i)] = (i + round) % n;
+  return order;
+}
+
 std::optional<double> ValidationRow::profileModelError() const {
   if (!profileModel)
     return std::nullopt;
@@ -189,6 +229,7 @@ ValidationSummary summarize(const std::vector<ValidationRow>& rows) {
   s.rowsCounted = static_cast<int>(counted.size());
 
   std::vector<double> model, sim, profile, modelCompute, simCompute, modelComm, simComm;
+  std::vector<double> spread, rawSpread, clock;
   for (const auto& r : counted) {
     model.push_back(r.modelError());
     sim.push_back(r.simError());
@@ -206,7 +247,20 @@ ValidationSummary summarize(const std::vector<ValidationRow>& rows) {
     }
     s.modelWithinSpread += r.withinSpread(r.model.step) ? 1 : 0;
     s.simWithinSpread += r.withinSpread(r.sim.step) ? 1 : 0;
+    if (r.repeats.size() > 1) {
+      spread.push_back(r.spreadFraction());
+      rawSpread.push_back(r.rawSpreadFraction());
+    }
+    s.modelExplained += r.explainedShare(r.modelError()) >= 1.0 ? 1 : 0;
+    if (r.clockCheck)
+      clock.push_back(*r.clockCheck);
   }
+  s.rowsWithSpread = static_cast<int>(spread.size());
+  s.medianSpread = medianAbs(spread);
+  s.medianRawSpread = medianAbs(rawSpread);
+  s.rowsClockChecked = static_cast<int>(clock.size());
+  s.medianClockCheck = medianAbs(clock);
+  s.worstClockCheck = maxAbs(clock);
   s.medianModelError = medianAbs(model);
   s.worstModelError = maxAbs(model);
   s.medianSimError = medianAbs(sim);

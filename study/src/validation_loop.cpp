@@ -93,57 +93,154 @@ struct Context {
   int gpus = 0;
   int cores = 1;
   ValidationResult& result;
+  int runsDone = 0;
+  int runs = 0;  // rows x repeats
 };
 
-// Predicts, simulates, runs and compares one row; writes its two traces.
-ValidationRow runRow(Context& c, const Network& net, const Cluster& profiled, bool fitted,
-                     const Scenario& sc) {
-  const auto& o = c.o;
-  const auto& cluster = c.cluster;
-  const bool onGpu = c.onGpu;
-  const int gpus = c.gpus, cores = c.cores, k = sc.workers;
-  const std::string name = rowName(net, sc.batchPerWorker, sc.strategy, k);
-  auto& load = c.result.load;
+// Calls of the reference GEMM per timing: about 15 ms here, short beside a
+// run and long enough that its median moves by well under 1 % between two
+// timings on a steady machine.
+constexpr int kReferenceCalls = 31;
+// A step timing further than this from its trace's span gets a note.
+constexpr double kClockCheckNote = 0.05;
 
+// A row of a (network, batch, K) group: predicted before the group's rounds,
+// then one run per round, each between two timings of the reference.
+struct Pending {
+  Scenario sc;
+  std::string name;
   ValidationRow row;
-  row.model = estimate(net, cluster, sc);
-  row.profileModel = estimate(net, profiled, sc);
-  row.profileModel->engine = "model-profile";
-  const Plan plan = lowerToPlan(net, sc, cluster);
+  Plan plan;     // the simulated step
+  Plan runPlan;  // what the executor runs (a ps plan holds every step it runs)
+  sim::Result simulated;
+  std::vector<Repeat> runs;
+  std::vector<double> referenceRates;  // per run: the mean of its two timings
+};
+
+Pending predictRow(const Context& c, const Network& net, const Cluster& profiled,
+                   const Scenario& sc) {
+  Pending p;
+  p.sc = sc;
+  p.name = rowName(net, sc.batchPerWorker, sc.strategy, sc.workers);
+  p.row.model = estimate(net, c.cluster, sc);
+  p.row.profileModel = estimate(net, profiled, sc);
+  p.row.profileModel->engine = "model-profile";
+  p.plan = lowerToPlan(net, sc, c.cluster);
   sim::Options so;
   so.timeline = true;
-  const auto simulated = sim::simulate(plan, net, cluster, so);
-  row.sim = simulated.estimate;
+  p.simulated = sim::simulate(p.plan, net, c.cluster, so);
+  p.row.sim = p.simulated.estimate;
+  p.runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, c.suite.steps) : p.plan;
+  return p;
+}
 
+exec::RunOptions runOptions(const Context& c, const Scenario& sc) {
   exec::RunOptions ro;
   ro.steps = c.suite.steps;
   ro.learningRate = exec::defaultLearningRate(sc.options.optimizer);
   ro.weightDecay = exec::defaultWeightDecay(sc.options.optimizer);
-  // A ps plan holds every step it runs.
-  const Plan runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, ro.steps) : plan;
   ro.warmup = kWarmupSteps;
-  ro.device = o.device;
+  ro.device = c.o.device;
   ro.threadsPerWorker = sc.options.threadsPerWorker;  // as priced: one thread per worker
-  // The drift check re-times a CPU GEMM: on a GPU it would watch the wrong device.
-  const double speedBefore = onGpu ? 0 : exec::referenceGemmRate();
-  const auto before = sampleCpu();
-  std::vector<Repeat> repeats;
-  for (int r = 0; r < c.suite.repeats; ++r) {
-    auto run = exec::runThreads(runPlan, net, ro);
-    run.measured.cluster = cluster.name;
-    row.repeats.push_back(run.measured.step);
-    repeats.push_back({std::move(run.measured), std::move(run.timeline)});
+  return ro;
+}
+
+// The first task's start to the last task's end over every worker's slices.
+std::optional<double> traceSpan(const Timeline& t) {
+  if (t.slices.empty())
+    return std::nullopt;
+  double lo = t.slices.front().start, hi = t.slices.front().end;
+  for (const auto& s : t.slices) {
+    lo = std::min(lo, s.start);
+    hi = std::max(hi, s.end);
   }
-  const auto after = sampleCpu();
-  const double speedAfter = onGpu ? 0 : exec::referenceGemmRate();
-  // The run whose step is the (lower) median gives the phases compared.
-  std::vector<size_t> order(repeats.size());
+  return hi - lo;
+}
+
+// Runs the rows of one (network, batch, K) group interleaved: `repeats`
+// rounds, each running every row once in roundOrder's rotation, the
+// reference GEMM timed before the first run and after every run (so each run
+// lies between two timings, shared with its neighbours). Other processes'
+// CPU use is measured per run; a row's figure is its busiest run's.
+void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
+  const int n = static_cast<int>(group.size());
+  const bool normalise = c.result.load.referenceCalibrated > 0;
+  std::vector<double> others(group.size(), -1.0);
+  double reference = normalise ? exec::referenceGemmRate(kReferenceCalls) : 0.0;
+  for (int round = 0; round < c.suite.repeats; ++round) {
+    for (int i : roundOrder(n, round)) {
+      auto& p = group[static_cast<size_t>(i)];
+      if (c.progress.running)
+        c.progress.running(++c.runsDone, c.runs,
+                           c.suite.repeats > 1 ? fmt::format("{} (round {} of {})", p.name,
+                                                             round + 1, c.suite.repeats)
+                                               : p.name);
+      const auto before = sampleCpu();
+      auto run = exec::runThreads(p.runPlan, net, runOptions(c, p.sc));
+      const auto after = sampleCpu();
+      if (before && after)
+        others[static_cast<size_t>(i)] =
+            std::max(others[static_cast<size_t>(i)], othersCores(*before, *after));
+      if (normalise) {
+        const double next = exec::referenceGemmRate(kReferenceCalls);
+        p.referenceRates.push_back(0.5 * (reference + next));
+        p.row.referenceSwing = std::max(p.row.referenceSwing,
+                                        std::fabs(next - reference) / (0.5 * (next + reference)));
+        reference = next;
+      }
+      run.measured.cluster = c.cluster.name;
+      p.runs.push_back({std::move(run.measured), std::move(run.timeline)});
+    }
+  }
+  for (size_t i = 0; i < group.size(); ++i)
+    group[i].row.othersCores = others[i];
+}
+
+// Puts a measured row together: normalises its runs, picks the median run,
+// applies the claims rule, and writes its two traces.
+ValidationRow finishRow(Context& c, const Network& net, bool fitted, Pending& p) {
+  const auto& o = c.o;
+  const auto& cluster = c.cluster;
+  const bool onGpu = c.onGpu;
+  const int gpus = c.gpus, cores = c.cores, k = p.sc.workers;
+  auto& load = c.result.load;
+  ValidationRow& row = p.row;
+  const double anchor = load.referenceCalibrated;
+  for (size_t r = 0; r < p.runs.size(); ++r) {
+    const Seconds raw = p.runs[r].measured.step;
+    if (r < p.referenceRates.size()) {
+      row.rawRepeats.push_back(raw);
+      row.repeats.push_back(normalisedStep(raw, p.referenceRates[r], anchor));
+      const double drift = p.referenceRates[r] / anchor - 1;
+      if (std::fabs(drift) > std::fabs(row.speedDrift))
+        row.speedDrift = drift;
+    } else {
+      row.repeats.push_back(raw);
+    }
+  }
+  // The run whose step is the (lower) median gives the phases compared,
+  // scaled as its step was.
+  std::vector<size_t> order(p.runs.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return repeats[a].measured.step < repeats[b].measured.step;
-  });
-  const Repeat& median = repeats[order[(order.size() - 1) / 2]];
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return row.repeats[a] < row.repeats[b]; });
+  const size_t mid = order[(order.size() - 1) / 2];
+  const Repeat& median = p.runs[mid];
   row.measured = median.measured;
+  if (const auto span = traceSpan(median.timeline);
+      span && p.sc.strategy != Strategy::kPs && median.measured.step.value() > 0)
+    row.clockCheck = *span / median.measured.step.value() - 1;
+  if (mid < p.referenceRates.size()) {
+    const double scale = p.referenceRates[mid] / anchor;
+    for (auto& w : row.measured.workers) {
+      for (Seconds* t :
+           {&w.compute.fwd, &w.compute.bwdData, &w.compute.bwdWeights, &w.compute.update})
+        *t = *t * scale;
+      w.communication = w.communication * scale;
+      w.exposedCommunication = w.exposedCommunication * scale;
+      w.idle = w.idle * scale;
+    }
+  }
   row.measured.step = medianOf(row.repeats);
 
   std::vector<std::string> notes;
@@ -170,42 +267,49 @@ ValidationRow runRow(Context& c, const Network& net, const Cluster& profiled, bo
     notes.push_back(fmt::format("{} workers on {} cores{}", k, cores,
                                 calibrated ? " (sharing calibrated)" : ", sharing not calibrated"));
   }
-  if (before && after) {
-    row.othersCores = othersCores(*before, *after);
+  // The executor's step against the trace's span (a second clock): a
+  // difference this large means time inside the step that no task accounts for.
+  if (row.clockCheck && std::fabs(*row.clockCheck) > kClockCheckNote)
+    notes.push_back(
+        fmt::format("step timing {:+.1f} % off the trace's span", -100 * *row.clockCheck));
+  if (row.othersCores >= 0) {
     row.busy = row.othersCores > kBusyOthersCores;
     if (row.busy) {
       notes.push_back(fmt::format("busy: others used {:.2f} cores", row.othersCores));
-      load.busyRows.push_back(name);
+      load.busyRows.push_back(p.name);
     }
   }
-  // A machine running off its calibrated speed (a VM's host slowing it) is
-  // not the machine the prediction is for: outside claims.
-  if (!onGpu && !cluster.device.kernels.empty()) {
-    const double calibrated = cluster.device.kernels.gemmRate(
-        GemmOp::kNN, exec::kReferenceGemm, exec::kReferenceGemm, exec::kReferenceGemm);
-    const double drift = std::min(speedBefore, speedAfter) / calibrated - 1;
-    row.speedDrift = drift;
-    if (std::fabs(drift) > kMaxSpeedDrift) {
+  // The claims rule (validation.h): normalisation corrects a machine
+  // uniformly off its calibrated speed, not one too far off or one that
+  // changed speed during a run.
+  if (!p.referenceRates.empty()) {
+    if (std::fabs(row.speedDrift) > kMaxSpeedDrift) {
       row.withinClaims = false;
-      notes.push_back(fmt::format("machine {:+.0f} % off its calibrated speed", 100 * drift));
-      load.driftRows.push_back(name);
+      notes.push_back(
+          fmt::format("machine {:+.0f} % off its calibrated speed", 100 * row.speedDrift));
+      load.driftRows.push_back(p.name);
+    } else if (row.referenceSwing > kMaxReferenceSwing) {
+      row.withinClaims = false;
+      notes.push_back(
+          fmt::format("machine speed moved {:.0f} % during a run", 100 * row.referenceSwing));
+      load.unsteadyRows.push_back(p.name);
     }
   }
   for (const auto& n : notes)
     row.note += (row.note.empty() ? "" : "; ") + n;
 
-  const std::string stem =
-      o.suite ? fmt::format("{}-b{}-{}-k{}", net.name, sc.batchPerWorker, toString(sc.strategy), k)
-              : fmt::format("{}-k{}", toString(sc.strategy), k);
+  const std::string stem = o.suite ? fmt::format("{}-b{}-{}-k{}", net.name, p.sc.batchPerWorker,
+                                                 toString(p.sc.strategy), k)
+                                   : fmt::format("{}-k{}", toString(p.sc.strategy), k);
   // Each timeline with the plan it played: a ps run holds its own number of
   // steps, the simulation the default. A trace that cannot be written (a full
   // disk) costs no measurement: the rows are printed, then what was not written.
-  auto writeOne = [&](const char* suffix, const Plan& p, const StepEstimate& est,
+  auto writeOne = [&](const char* suffix, const Plan& plan, const StepEstimate& est,
                       const Timeline& tl) {
     try {
       AtomicFile f((std::filesystem::path(o.outDir) / (stem + "." + suffix + ".json")).string(),
                    "--out-dir");
-      writeTrace(f.stream(), p, net, est, tl);
+      writeTrace(f.stream(), plan, net, est, tl);
       f.commit();
     } catch (const WriteError& e) {
       c.result.unwritten.push_back(e.what());
@@ -213,9 +317,9 @@ ValidationRow runRow(Context& c, const Network& net, const Cluster& profiled, bo
       c.result.unwritten.push_back(e.what());
     }
   };
-  writeOne("measured", runPlan, median.measured, median.timeline);
-  writeOne("sim", plan, simulated.estimate, simulated.timeline);
-  return row;
+  writeOne("measured", p.runPlan, median.measured, median.timeline);
+  writeOne("sim", p.plan, p.simulated.estimate, p.simulated.timeline);
+  return std::move(row);
 }
 
 }  // namespace
@@ -292,10 +396,22 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
   static_cast<void>(cluster.device.peakFor(o.element, path));
   result.clusterName = cluster.name;
   result.clusterPath = path;
+  // The speed every run is normalised to: the reference re-timed now, right
+  // after calibrating, by the very function every round times it with; with
+  // --cluster, the same GEMM in the file's tables. None on a GPU (the
+  // reference is a CPU GEMM: it would watch the wrong device).
+  if (!onGpu) {
+    if (o.clusterPath.empty())
+      result.load.referenceCalibrated = exec::referenceGemmRate(kReferenceCalls);
+    else if (!cluster.device.kernels.empty())
+      result.load.referenceCalibrated = cluster.device.kernels.gemmRate(
+          GemmOp::kNN, exec::kReferenceGemm, exec::kReferenceGemm, exec::kReferenceGemm);
+  }
   if (progress.started)
     progress.started(total, suite.repeats, suite.steps);
 
   Context context{suite, o, progress, cluster, onGpu, gpus, cores, result};
+  context.runs = total * suite.repeats;
   for (const auto& entry : suite.entries) {
     const Network& net = entry.network;
     const bool fitted = cluster.fittedOn == net.name || (o.fitOnNetwork && o.clusterPath.empty());
@@ -312,6 +428,9 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
       profiled.device.profile = std::make_shared<OpProfile>(
           exec::profileNetwork(net, batch, 5, o.device, 1, o.element, o.optimizer));
       for (int k : ks) {
+        // One group: every strategy at this (network, batch, K), predicted,
+        // then measured interleaved so that a drift lands on all alike.
+        std::vector<Pending> group;
         for (auto s : suite.strategies) {
           if (isModelParallel(s) && net.modelParallelFrom < 0)
             continue;
@@ -321,11 +440,11 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
           sc.batchPerWorker = batch;
           sc.options.element = o.element;
           sc.options.optimizer = o.optimizer;
-          if (progress.running)
-            progress.running(static_cast<int>(result.rows.size()) + 1, total,
-                             rowName(net, batch, s, k));
-          result.rows.push_back(runRow(context, net, profiled, fitted, sc));
+          group.push_back(predictRow(context, net, profiled, sc));
         }
+        measureGroup(context, net, group);
+        for (auto& p : group)
+          result.rows.push_back(finishRow(context, net, fitted, p));
       }
     }
   }

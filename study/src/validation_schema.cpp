@@ -70,6 +70,18 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
     row["repeats_step_s"] = repeats;
     row["spread_s"] = {{"min", r.spreadMin().value()}, {"max", r.spreadMax().value()}};
     row["spread_fraction"] = r.spreadFraction();
+    // Before drift normalisation (docs/validation.md): absent figures are
+    // the normalised ones when nothing was normalised (a GPU row).
+    ordered_json raw = ordered_json::array();
+    for (auto t : r.rawRepeats)
+      raw.push_back(t.value());
+    row["raw_step_s"] = r.rawStep().value();
+    row["raw_repeats_step_s"] = r.rawRepeats.empty() ? repeats : raw;
+    row["raw_spread_fraction"] = r.rawSpreadFraction();
+    row["reference_swing"] = r.referenceSwing;
+    row["measurement_error"] = r.measurementError();
+    row["model_error_explained"] = r.explainedShare(r.modelError());
+    row["clock_check"] = orNull(r.clockCheck);
     row["model_error"] = r.modelError();
     row["sim_error"] = r.simError();
     row["profile_model_error"] = orNull(profileErr);
@@ -123,6 +135,14 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
        {{"model", summary.medianModelCommunicationError},
         {"sim", summary.medianSimCommunicationError}}},
       {"within_spread", {{"model", summary.modelWithinSpread}, {"sim", summary.simWithinSpread}}},
+      {"rows_with_spread", summary.rowsWithSpread},
+      {"spread_median", summary.medianSpread},
+      {"raw_spread_median", summary.medianRawSpread},
+      {"model_errors_explained", summary.modelExplained},
+      {"clock_check",
+       {{"rows", summary.rowsClockChecked},
+        {"median", summary.medianClockCheck},
+        {"worst", summary.worstClockCheck}}},
       {"ranking",
        {{"measurable_pairs", rk.measurablePairs},
         {"model_ordered", rk.modelOrdered},
@@ -134,6 +154,9 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
     busyRows.push_back(b);
   for (const auto& b : load.driftRows)
     driftRows.push_back(b);
+  ordered_json unsteadyRows = ordered_json::array();
+  for (const auto& b : load.unsteadyRows)
+    unsteadyRows.push_back(b);
   j["load"] = {{"measured", load.measured},
                {"cores", load.cores},
                {"load_average_before",
@@ -143,6 +166,10 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
                {"busy_before", load.busyBefore},
                {"busy_rows", busyRows},
                {"speed_drift_rows", driftRows},
+               {"unsteady_rows", unsteadyRows},
+               {"reference_rate_flop_per_s", load.referenceCalibrated > 0
+                                                 ? ordered_json(load.referenceCalibrated)
+                                                 : ordered_json(nullptr)},
                {"busy", load.busyBefore || !load.busyRows.empty()}};
   return j;
 }
@@ -156,7 +183,8 @@ std::string validationCsv(const std::vector<ValidationRow>& rows) {
       "spread_fraction,repeats,model_step_s,model_error,sim_step_s,sim_error,"
       "profile_model_step_s,profile_model_error,model_compute_error,sim_compute_error,"
       "model_communication_error,sim_communication_error,model_within_spread,"
-      "sim_within_spread,held_out,within_claims,busy,others_cpu_cores,note\n";
+      "sim_within_spread,held_out,within_claims,busy,others_cpu_cores,raw_step_s,"
+      "raw_spread_fraction,reference_swing,measurement_error,clock_check,note\n";
   for (const auto& r : rows) {
     const auto& sc = r.measured.scenario;
     std::optional<double> profileStep;
@@ -164,7 +192,7 @@ std::string validationCsv(const std::vector<ValidationRow>& rows) {
       profileStep = r.profileModel->step.value();
     out += fmt::format(
         "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.6g},{},{:.9g},{:.6g},{:.9g},{:.6g},{},{},{},"
-        "{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{:.9g},{:.6g},{:.6g},{:.6g},{},{}\n",
         csvField(r.measured.network), sc.batchPerWorker, sc.workers, toString(sc.strategy),
         r.measured.step.value(), r.spreadMin().value(), r.spreadMax().value(), r.spreadFraction(),
         std::max<size_t>(1, r.repeats.size()), r.model.step.value(), r.modelError(),
@@ -173,7 +201,9 @@ std::string validationCsv(const std::vector<ValidationRow>& rows) {
         num(communicationError(r.model, r.measured)), num(communicationError(r.sim, r.measured)),
         r.withinSpread(r.model.step) ? "yes" : "no", r.withinSpread(r.sim.step) ? "yes" : "no",
         r.heldOut() ? "yes" : "no", r.withinClaims ? "yes" : "no", r.busy ? "yes" : "no",
-        r.othersCores >= 0 ? fmt::format("{:.3g}", r.othersCores) : "", csvField(r.note));
+        r.othersCores >= 0 ? fmt::format("{:.3g}", r.othersCores) : "", r.rawStep().value(),
+        r.rawSpreadFraction(), r.referenceSwing, r.measurementError(), num(r.clockCheck),
+        csvField(r.note));
   }
   return out;
 }

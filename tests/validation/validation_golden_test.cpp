@@ -1,6 +1,8 @@
 // validate's printer on fixed measured / predicted rows: golden JSON, and the
 // table's summary lines.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -42,6 +44,13 @@ TEST_CASE("validate's JSON for fixed measured / predicted rows", "[validation][g
   ring.sim = step("sim", 0.042, 0.031, 0.008, 0.003);
   ring.profileModel = step("model-profile", 0.041, 0.032, 0.006, 0.002);
   ring.othersCores = 0.02;
+  // Before drift normalisation: 46, 40, 41 ms (median 41 ms, +12.2 %
+  // spread); the reference moved 4 % across one run, so the measurement
+  // could explain hypot(10 %, 2 %) = 10.2 %; the trace spans 1 % less than
+  // the timed step.
+  ring.rawRepeats = {Seconds(0.046), Seconds(0.040), Seconds(0.041)};
+  ring.referenceSwing = 0.04;
+  ring.clockCheck = -0.01;
   // naive, K = 2: measured 60 ms +- 1 ms, predicted 37 ms: faster than ring, a misordered pair.
   ValidationRow naive = ring;
   naive.measured.scenario.strategy = naive.model.scenario.strategy = naive.sim.scenario.strategy =
@@ -51,6 +60,9 @@ TEST_CASE("validate's JSON for fixed measured / predicted rows", "[validation][g
   naive.model.step = Seconds(0.037);
   naive.sim.step = Seconds(0.062);
   naive.profileModel.reset();
+  naive.rawRepeats.clear();  // not normalised (a GPU row): raw = normalised
+  naive.referenceSwing = 0;
+  naive.clockCheck.reset();
   naive.othersCores = 0.35;
   naive.busy = true;
   naive.note = "busy: others used 0.35 cores";
@@ -98,6 +110,23 @@ TEST_CASE("validate's JSON for fixed measured / predicted rows", "[validation][g
   CHECK(row0.at("within_spread").at("model").get<bool>());
   CHECK(row0.at("communication_error").at("model").get<double>() == Approx(-0.25));
   CHECK(actual.at("rows")[1].at("profile_model_error").is_null());
+  // Drift normalisation's figures, by hand (the ring and naive rows count).
+  CHECK(row0.at("raw_step_s").get<double>() == Approx(0.041));
+  CHECK(row0.at("raw_spread_fraction").get<double>() == Approx(0.005 / 0.041));
+  CHECK(row0.at("measurement_error").get<double>() == Approx(std::hypot(0.10, 0.02)));
+  CHECK(row0.at("model_error_explained").get<double>() == Approx(1.0));
+  CHECK(row0.at("clock_check").get<double>() == Approx(-0.01));
+  const auto& row1 = actual.at("rows")[1];
+  CHECK(row1.at("raw_step_s").get<double>() == Approx(0.060));
+  CHECK(row1.at("measurement_error").get<double>() == Approx(1.0 / 60));
+  CHECK(row1.at("model_error_explained").get<double>() == Approx((1.0 / 60) / (23.0 / 60)));
+  CHECK(row1.at("clock_check").is_null());
+  CHECK(summary.at("rows_with_spread").get<int>() == 2);
+  CHECK(summary.at("spread_median").get<double>() == Approx((0.10 + 1.0 / 60) / 2));
+  CHECK(summary.at("raw_spread_median").get<double>() == Approx((0.005 / 0.041 + 1.0 / 60) / 2));
+  CHECK(summary.at("model_errors_explained").get<int>() == 1);
+  CHECK(summary.at("clock_check").at("rows").get<int>() == 1);
+  CHECK(summary.at("clock_check").at("worst").get<double>() == Approx(0.01));
   CHECK(actual.at("load").at("busy").get<bool>());
 }
 
@@ -129,4 +158,58 @@ TEST_CASE("validate's table names ties, misordered pairs and busy rows", "[valid
   std::ostringstream none;
   cli::printValidation(none, rows, summarize(rows), cli::Format::kTable, LoadReport{});
   CHECK(none.str().find("load not measured") != std::string::npos);
+}
+
+TEST_CASE("drift normalisation scales a run to the calibrated speed, rounds rotate",
+          "[validation]") {
+  // A run of 110 ms while the reference ran at 90 GFLOP/s, calibrated at
+  // 100 GFLOP/s: the calibrated machine would have taken 99 ms.
+  CHECK(normalisedStep(Seconds(0.110), 90e9, 100e9).value() == Approx(0.099));
+  CHECK(normalisedStep(Seconds(0.050), 100e9, 100e9).value() == Approx(0.050));
+  CHECK(roundOrder(3, 0) == std::vector<int>{0, 1, 2});
+  CHECK(roundOrder(3, 1) == std::vector<int>{1, 2, 0});
+  CHECK(roundOrder(3, 2) == std::vector<int>{2, 0, 1});
+  CHECK(roundOrder(3, 3) == std::vector<int>{0, 1, 2});
+  CHECK(roundOrder(1, 5) == std::vector<int>{0});
+  // Over n rounds every row runs once in every position (5 rows, a prime).
+  for (int pos = 0; pos < 5; ++pos) {
+    std::vector<int> seen;
+    for (int r = 0; r < 5; ++r)
+      seen.push_back(roundOrder(5, r)[static_cast<size_t>(pos)]);
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen == std::vector<int>{0, 1, 2, 3, 4});
+  }
+}
+
+TEST_CASE("validate's table shows the normalised and raw spread and unsteady rows",
+          "[validation]") {
+  ValidationRow ring;
+  ring.measured = step("executor", 0.040, 0.030, 0.008, 0.004);
+  ring.repeats = {Seconds(0.044), Seconds(0.038), Seconds(0.040)};
+  ring.rawRepeats = {Seconds(0.046), Seconds(0.040), Seconds(0.041)};
+  ring.referenceSwing = 0.04;
+  ring.clockCheck = -0.01;
+  ring.model = step("model", 0.039, 0.031, 0.006, 0.002);
+  ring.sim = step("sim", 0.041, 0.031, 0.008, 0.003);
+  const std::vector<ValidationRow> rows = {ring};
+  LoadReport load;
+  load.measured = true;
+  load.cores = 2;
+  load.unsteadyRows = {"tiny-cnn b=32 owt-a K=2"};
+  std::ostringstream os;
+  cli::printValidation(os, rows, summarize(rows), cli::Format::kTable, load);
+  const std::string text = os.str();
+  INFO(text);
+  CHECK(text.find("±10.0 % (±12.2 %)") != std::string::npos);
+  CHECK(text.find("±10.2 %") != std::string::npos);
+  CHECK(text.find("measurement: run-to-run spread median ±10.0 % after drift normalisation "
+                  "(±12.2 % raw) over 1 rows; the measurement's own error covers the model's "
+                  "whole error in 1 of 1 rows") != std::string::npos);
+  CHECK(text.find("step timing against the trace's span: median |difference| 1.00 %, worst "
+                  "1.00 % over 1 rows") != std::string::npos);
+  CHECK(text.find("warning: the machine's speed moved more than 5 % during a run") !=
+        std::string::npos);
+  std::ostringstream csv;
+  cli::printValidation(csv, rows, summarize(rows), cli::Format::kCsv, load);
+  CHECK(csv.str().find(",0.041,0.121951,0.04,0.10198,-0.01,") != std::string::npos);
 }

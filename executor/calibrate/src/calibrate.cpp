@@ -258,7 +258,8 @@ LaneOverlap measureLaneOverlap(int workers) {
   return {workers, t.compute, t.comm, t.commRate};
 }
 
-double referenceGemmRate() {
+double referenceGemmRate(int calls) {
+  STRATA_ENFORCE(calls >= 1);
   constexpr int n = kReferenceGemm;
   std::vector<float> a(size_t(n) * n, 0.01f), b(a.size(), 0.02f), c(a.size());
   auto once = [&] {
@@ -268,7 +269,7 @@ double referenceGemmRate() {
   };
   once();
   std::vector<double> t;
-  for (int i = 0; i < 7; ++i)
+  for (int i = 0; i < calls; ++i)
     t.push_back(once());
   return 2.0 * n * n * n / median(t);
 }

@@ -50,10 +50,25 @@ struct ValidationRow {
   // Other processes' CPU use during this row's runs, in cores; < 0: not measured.
   double othersCores = -1;
   bool busy = false;  // othersCores above kBusyOthersCores
-  // The machine's speed around the row against its calibration (a reference
-  // GEMM re-timed before and after; the slower of the two): -0.2 is 20 %
-  // slower. 0 when not measured.
+  // The machine's speed while the row ran against its calibration (a
+  // reference GEMM re-timed before and after each run; the run furthest off):
+  // -0.2 is 20 % slower. 0 when not measured.
   double speedDrift = 0;
+  // Drift normalisation (docs/validation.md, "Measurement that cancels
+  // drift"): each run's step as the executor timed it, before it was scaled
+  // to the calibrated speed (same order as `repeats`, which hold the
+  // normalised steps). Empty when no reference was timed (a GPU row): then
+  // `repeats` are the raw steps.
+  std::vector<Seconds> rawRepeats;
+  // The largest change of the reference rate across one of this row's runs,
+  // |after - before| / their mean: how much the machine's speed moved while
+  // the row ran, which a normalisation by the mean of the two cannot undo.
+  double referenceSwing = 0;
+  // The median run's trace span (first task start to last task end over the
+  // workers) against the step the executor timed, minus 1: the step timing
+  // checked against a second clock. nullopt where not comparable (ps: its
+  // steps overlap, so one step's tasks span more than its period).
+  std::optional<double> clockCheck;
   std::string note;
 
   bool heldOut() const { return !fittedOnNetwork; }
@@ -65,6 +80,16 @@ struct ValidationRow {
   // True when `predicted` lies within [spreadMin, spreadMax]: a tie with the
   // measurement, neither right nor wrong by more than the machine's noise.
   bool withinSpread(Seconds predicted) const;
+  // The raw runs' spread as spreadFraction is of the normalised ones (around
+  // the raw median); spreadFraction() when nothing was normalised.
+  double rawSpreadFraction() const;
+  Seconds rawStep() const;  // the median raw run; measured.step when not normalised
+  // How large a relative error the measurement itself could explain: the
+  // normalised spread and half the reference's swing, in quadrature.
+  double measurementError() const;
+  // The share of an |error| the measurement could explain: 1 when |error| is
+  // within measurementError(), else measurementError() / |error|.
+  double explainedShare(double error) const;
 
   double modelError() const { return relativeError(model.step, measured.step); }
   double simError() const { return relativeError(sim.step, measured.step); }
@@ -150,6 +175,18 @@ struct ValidationSummary {
   // Counted rows whose prediction lies within the measured spread (ties).
   int modelWithinSpread = 0;
   int simWithinSpread = 0;
+  // The measurement's own quality over the counted rows with more than one
+  // run: median spread after drift normalisation and before it (fractions),
+  // and the rows whose model error the measurement could explain whole.
+  int rowsWithSpread = 0;
+  double medianSpread = 0;
+  double medianRawSpread = 0;
+  int modelExplained = 0;
+  // The step timing against the trace's span (clockCheck), over counted rows
+  // where it was checked: median and worst |clockCheck|.
+  int rowsClockChecked = 0;
+  double medianClockCheck = 0;
+  double worstClockCheck = 0;
   RankingCheck ranking;  // over the counted rows
 };
 
@@ -163,9 +200,27 @@ inline constexpr double kBusyOthersCores = 0.10;
 // A 1-minute load average above this many runnable tasks per core before the
 // start means the machine was busy when validate began (0.5 on 2 cores).
 inline constexpr double kBusyLoadPerCore = 0.25;
-// A row measured while the machine ran more than this far off its calibrated
-// speed is outside the claims: the prediction is for the calibrated machine.
-inline constexpr double kMaxSpeedDrift = 0.10;
+// The rule by which a measured row leaves the claims (docs/validation.md,
+// "Measurement that cancels drift"), besides more workers than the calibrated
+// sharing rows cover. Runs are normalised to the calibrated speed by a
+// reference GEMM timed before and after each, so a machine uniformly slower
+// than at calibration is corrected; what is not:
+// - the machine ran more than kMaxSpeedDrift off its calibrated speed in one
+//   of the row's runs: too far for a proportional correction to be trusted
+//   (a slowdown that large changes how compute and communication overlap);
+inline constexpr double kMaxSpeedDrift = 0.25;
+// - the reference moved by more than kMaxReferenceSwing across one of the
+//   row's runs: the machine changed speed during the run, and the mean of the
+//   two timings normalises it by a figure up to half that far off.
+inline constexpr double kMaxReferenceSwing = 0.05;
+// A run's step normalised to the calibrated speed: `raw` measured while the
+// reference ran at `referenceRate` (FLOP/s; the mean of the timings before and
+// after the run), the calibration's reference at `calibratedRate`.
+Seconds normalisedStep(Seconds raw, double referenceRate, double calibratedRate);
+// The order of `n` rows in round `round` (0-based) of an interleaved
+// measurement: 0, 1, ..., n-1 rotated left by `round`, so each row runs in
+// every position once over n rounds.
+std::vector<int> roundOrder(int n, int round);
 
 // CPU time at one instant: the whole machine's busy time (all cores, from
 // /proc/stat) and this process's own (getrusage), in seconds.
@@ -186,8 +241,13 @@ struct LoadReport {
   double loadAverageBefore = 0;  // 1-minute load average before the start
   double othersCoresBefore = 0;  // other processes' CPU use over a short window before the start
   bool busyBefore = false;
-  std::vector<std::string> busyRows;   // rows during which other processes were busy
-  std::vector<std::string> driftRows;  // rows measured off the calibrated speed
+  std::vector<std::string> busyRows;      // rows during which other processes were busy
+  std::vector<std::string> driftRows;     // rows measured too far off the calibrated speed
+  std::vector<std::string> unsteadyRows;  // rows whose reference swung in a run
+  // The reference rate (FLOP/s) the runs are normalised to: re-timed right
+  // after calibrating (the same function as every round's), or the 256^3 GEMM
+  // of a --cluster file's tables; 0 when nothing is normalised (a GPU).
+  double referenceCalibrated = 0;
 };
 
 // Whether the machine was busy before the start, by either measure.

@@ -63,8 +63,8 @@ LaneOverlap measureLaneOverlap(int workers);
 // The GEMM shape validate re-times around every row to see whether the
 // machine still runs at its calibrated speed (a VM's host may slow it down).
 inline constexpr int kReferenceGemm = 256;
-// FLOP/s of an nn GEMM of kReferenceGemm^3 on this thread: median of 7 calls
-// after a warm-up (a few ms).
-double referenceGemmRate();
+// FLOP/s of an nn GEMM of kReferenceGemm^3 on this thread: the median of
+// `calls` calls after a warm-up (about 0.5 ms each here).
+double referenceGemmRate(int calls = 7);
 
 }  // namespace strata::exec
