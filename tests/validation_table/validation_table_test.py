@@ -131,6 +131,19 @@ class ValidationTable(unittest.TestCase):
             self.assert_refused(r, bad, needle)
             self.assertEqual(read(self.page), before)
 
+    def test_a_malformed_run_record_is_refused(self):
+        before = read(self.page)
+        record = os.path.join(self.tmp, "fixture.run.json")
+        for content, needle in (("[1]", "expected an object"),
+                                ('{"duration_s": "long"}',
+                                 'duration_s: expected a number, got "long"'),
+                                ('{"machine": "x"}', 'machine: expected dict, got "x"'),
+                                ("{", "not JSON")):
+            write(record, content)
+            r = self.run_script("--from", self.json, "--page", self.page)
+            self.assert_refused(r, "--from", record, needle)
+            self.assertEqual(read(self.page), before)
+
     def test_dry_run_changes_nothing(self):
         before = read(self.page)
         r = self.run_script("--from", self.json, "--page", self.page, "--dry-run")
