@@ -91,6 +91,34 @@ TEST_CASE("a validation suite's defaults: every strategy, workers auto", "[valid
   CHECK(s.steps == 6);
 }
 
+TEST_CASE("the shipped full suite loads: six networks, two batches each, 132 rows on 2 cores",
+          "[validation][suite]") {
+  const auto s =
+      loadValidationSuite(resolveConfig(ConfigKind::kExperiment, "validation-full", "--suite"));
+  CHECK(s.name == "validation-full");
+  const std::vector<std::pair<std::string, std::vector<int>>> expected = {
+      {"tiny-cnn", {16, 32}}, {"tiny-gpt", {32, 128}}, {"alexnet-owt", {8, 16}},
+      {"alexnet", {8, 16}},   {"resnet50", {2, 4}},    {"vgg16", {1, 2}}};
+  REQUIRE(s.entries.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CHECK(s.entries[i].network.name == expected[i].first);
+    CHECK(s.entries[i].batches == expected[i].second);
+  }
+  CHECK(s.strategies.size() == 6);
+  CHECK(s.autoWorkers);
+  CHECK(s.repeats == 3);
+  CHECK(s.steps == 5);
+  // The row count its comment gives for the 2-core VM: owt-a/b/c only where a
+  // network has a model-parallel part (tiny-gpt's output layer is tied).
+  int rows = 0;
+  for (const auto& e : s.entries)
+    for (Strategy st : s.strategies)
+      if (!isModelParallel(st) || e.network.modelParallelFrom >= 0)
+        rows += int(e.batches.size()) * int(autoWorkerCounts(2).size());
+  CHECK(rows == 132);
+  CHECK(s.entries[1].network.modelParallelFrom == -1);
+}
+
 TEST_CASE("workers auto: powers of two up to the cores, the cores, at least 1 and 2",
           "[validation][suite]") {
   CHECK(autoWorkerCounts(1) == std::vector<int>{1, 2});
