@@ -821,6 +821,9 @@ TEST_CASE("shared lanes by hand: one ps per-layer job beside backprop",
   const auto simulated = run(net, cl, sc, false).estimate;
   CHECK(simulated.firstStep.value() == Approx(9.88e-3).epsilon(1e-9));
   CHECK(simulated.step.value() == Approx(9.89e-3).epsilon(1e-9));
+  // Alone: J2 1024-5324, J1 5324-9624, and the period 9624 us.
+  CHECK(estimate(net, flatCluster(1e9, 0, 0, true, 1e10), sc).step.value() ==
+        Approx(9.624e-3).epsilon(1e-9));
 }
 
 TEST_CASE("shared lanes by hand: owt-c's rounds, a chain of lane hand-offs",
@@ -852,6 +855,10 @@ TEST_CASE("shared lanes by hand: owt-c's rounds, a chain of lane hand-offs",
   CHECK(model.step.value() == Approx(expected).epsilon(1e-9));
   CHECK(model.rounds.hiddenTransfers == 1);
   CHECK(run(net, cl, sc, false).estimate.step.value() == Approx(expected).epsilon(1e-9));
+  // Alone, the flow shop: in1 hides; round 0's compute and inner exchanges
+  // 256-1561.6, back0 to 1843.2; round 1 1561.6-2867.2, back1 to 3148.8.
+  CHECK(estimate(net, flatCluster(1e9, 0, 0, true, 1e10), sc).step.value() ==
+        Approx(f + 3148.8e-6 + 200e-6).epsilon(1e-9));
 }
 
 TEST_CASE("contention off agrees on owt's rounds and ps's jobs where lanes share cores (1 %)",
