@@ -178,9 +178,19 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& f
   // The conv backprop starts when the last gradients are back (its lane woken).
   const int fcDone = add(false, Seconds(0), {prev, lastBack});
   const auto lanes = playLanes(tasks, ctx.lanes.compute, ctx.lanes.comm, h);
-  const Seconds fcPhase = Seconds(lanes.end[static_cast<size_t>(fcDone)]) - convFwd;
+  // One worker: no exchange, the round's compute alone (summed by phase, as
+  // the data-parallel step sums its own: equal steps print equal).
+  const Seconds fcPhase =
+      k == 1 ? roundCompute : Seconds(lanes.end[static_cast<size_t>(fcDone)]) - convFwd;
   Seconds fcComputeWall;
-  for (size_t i = 1; i < tasks.size(); ++i) {
+  if (k == 1) {
+    t.compute.fwd += fcFwd;
+    t.compute.bwdWeights += fcBwdW;
+    t.compute.bwdData += fcBwdD;
+    t.compute.update += roundUpdate;
+    fcComputeWall = roundCompute;
+  }
+  for (size_t i = 1; i < tasks.size() && k > 1; ++i) {
     const Seconds wall(lanes.end[i] - lanes.start[i]);
     if (tasks[i].comm) {
       t.communication += wall;
