@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <queue>
+#include <set>
 
 #include "strata/model/error.h"
 
@@ -25,8 +27,11 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
   out.end.assign(n, -1);
   std::vector<std::vector<size_t>> dependents(n);
   std::vector<size_t> depsLeft(n, 0);
-  std::vector<double> readyAt(n, -1), lastDep(n, -1), left(n, 0);
+  std::vector<double> lastDep(n, -1), left(n, 0);
   std::vector<char> crossLast(n, 0);
+  // Tasks whose dependencies are over, by the time they are ready (then index).
+  using Pending = std::pair<double, size_t>;
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending;
   for (size_t i = 0; i < n; ++i) {
     for (int d : tasks[i].deps) {
       if (d < 0)
@@ -36,11 +41,12 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
       ++depsLeft[i];
     }
     if (depsLeft[i] == 0)
-      readyAt[i] = 0;
+      pending.emplace(0.0, i);
     left[i] = std::max(0.0, tasks[i].work.value());
   }
-  std::vector<size_t> comms;  // running communication tasks
-  size_t computeAt = n;       // the running compute task (n: none)
+  std::set<size_t> readyCompute;  // ready compute tasks, the first listed runs next
+  std::vector<size_t> comms;      // running communication tasks
+  size_t computeAt = n;           // the running compute task (n: none)
   size_t done = 0;
   double now = 0;
   auto finish = [&](size_t i) {
@@ -56,35 +62,37 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
         crossLast[d] = crossLast[d] || cross;
       }
       if (--depsLeft[d] == 0)
-        readyAt[d] = lastDep[d] + (crossLast[d] ? handoff.value() : 0.0);
+        pending.emplace(lastDep[d] + (crossLast[d] ? handoff.value() : 0.0), d);
     }
   };
+  auto start = [&](size_t i) {
+    out.start[i] = now;
+    if (left[i] <= 0)
+      finish(i);  // a task without work ends at once
+    else if (tasks[i].comm)
+      comms.push_back(i);
+    else
+      computeAt = i;
+  };
   while (done < n) {
-    // Start what can start now; a task without work ends at once.
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (size_t i = 0; i < n; ++i) {
-        if (out.start[i] >= 0 || readyAt[i] < 0 || readyAt[i] > now)
-          continue;
-        if (!tasks[i].comm && (computeAt != n || [&] {
-              for (size_t j = 0; j < i; ++j)  // an earlier ready compute task goes first
-                if (!tasks[j].comm && out.start[j] < 0 && readyAt[j] >= 0 && readyAt[j] <= now)
-                  return true;
-              return false;
-            }()))
-          continue;
-        out.start[i] = now;
-        changed = true;
-        if (left[i] <= 0) {
-          finish(i);
-          continue;
-        }
+    // Start what can start now (a task ending at once may release more).
+    for (;;) {
+      if (!pending.empty() && pending.top().first <= now) {
+        const size_t i = pending.top().second;
+        pending.pop();
         if (tasks[i].comm)
-          comms.push_back(i);
+          start(i);
         else
-          computeAt = i;
+          readyCompute.insert(i);
+        continue;
       }
+      if (computeAt == n && !readyCompute.empty()) {
+        const size_t i = *readyCompute.begin();
+        readyCompute.erase(readyCompute.begin());
+        start(i);
+        continue;
+      }
+      break;
     }
     if (done == n)
       break;
@@ -95,9 +103,8 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
       dt = std::min(dt, left[computeAt] / cs);
     for (size_t c : comms)
       dt = std::min(dt, left[c] / ms);
-    for (size_t i = 0; i < n; ++i)
-      if (out.start[i] < 0 && readyAt[i] > now)
-        dt = std::min(dt, readyAt[i] - now);
+    if (!pending.empty())
+      dt = std::min(dt, pending.top().first - now);
     STRATA_ENFORCE(std::isfinite(dt));  // deps are earlier tasks: something can progress
     now += dt;
     // Tasks whose end is this event end exactly now (no drift from rounding).
