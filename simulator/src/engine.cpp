@@ -37,6 +37,11 @@ Engine::Engine(const Plan& plan, const Network& net, const Cluster& cluster, con
   computeRate_.assign(static_cast<size_t>(ranks_), 1.0);
   rateSince_.assign(static_cast<size_t>(ranks_), 0.0);
   computeVersion_.assign(plan.tasks.size(), 0);
+  commOn_.resize(static_cast<size_t>(ranks_));
+  commWorkersOf_.resize(plan.tasks.size());
+  commLeft_.assign(plan.tasks.size(), 0.0);
+  commRate_.assign(plan.tasks.size(), 1.0);
+  commSince_.assign(plan.tasks.size(), 0.0);
   const size_t n = plan.tasks.size();
   depsLeft_.resize(n);
   start_.assign(n, -1.0);
@@ -155,10 +160,13 @@ void Engine::makeReady(uint32_t t) {
   if (task.kind == TaskKind::kUpdate && task.part >= 0) {
     // A ps server's shard update, on its communication thread.
     start_[t] = now;
-    const auto w = static_cast<size_t>(task.worker);
     addComm(task.worker, 1, true);
-    const double slow = cpuShared_ && workerBusy_[w] ? lanes_.busyComm : 1.0;
-    q_.push(now + costs_.update(task.params).value() / slow, EventKind::kTaskDone, t);
+    commLeft_[t] = costs_.update(task.params).value();
+    if (cpuShared_) {
+      commWorkersOf_[t] = {task.worker};
+      commOn_[static_cast<size_t>(task.worker)].push_back(t);
+    }
+    scheduleTimed(t, commRateOf(t));
     return;
   }
   switch (task.kind) {
@@ -169,14 +177,18 @@ void Engine::makeReady(uint32_t t) {
       break;
     case TaskKind::kReduce: {
       start_[t] = now;
-      const double slow = cpuShared_ && startComm(task) ? lanes_.comm : 1.0;
-      q_.push(now + gamma_ * task.bytes.value() * task.inputs / slow, EventKind::kTaskDone, t);
+      commLeft_[t] = gamma_ * task.bytes.value() * task.inputs;
+      if (cpuShared_)
+        startComm(task, t);
+      scheduleTimed(t, commRateOf(t));
       break;
     }
     case TaskKind::kTransfer: {
       start_[t] = now;
-      if (cpuShared_)
-        cpuFactor_[t] = startComm(task) ? lanes_.comm : 1.0;
+      if (cpuShared_) {
+        startComm(task, t);
+        cpuFactor_[t] = commRateOf(t);
+      }
       if (plan_.flowCountOf(task) == 0) {
         q_.push(now, EventKind::kTaskDone, t);
         break;
@@ -226,6 +238,7 @@ void Engine::tryStart(int worker) {
   rateSince_[w] = q_.now();
   q_.push(q_.now() + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t,
           computeVersion_[t]);
+  reRateComm(w);
 }
 
 void Engine::finish(uint32_t t) {
@@ -237,6 +250,8 @@ void Engine::finish(uint32_t t) {
         // A ps server's update: communication-thread time of its worker.
         const auto w = static_cast<size_t>(task.worker);
         addComm(task.worker, -1, true);
+        if (cpuShared_)
+          endComm(task, t);
         ownComm_[w].push_back({start_[t], end_[t]});
         if (opt_.timeline && recordWorker_[w])
           slices_.push_back({t, task.worker, Track::kReduce, -1, start_[t], end_[t]});
@@ -261,16 +276,17 @@ void Engine::finish(uint32_t t) {
         slices_.push_back({t, task.worker, Track::kCompute, -1, start_[t], end_[t]});
       workerBusy_[w] = 0;
       tryStart(task.worker);
+      reRateComm(w);
       break;
     }
     case TaskKind::kReduce:
       if (cpuShared_)
-        endComm(task);
+        endComm(task, t);
       noteCommunication(task, t, false);
       break;
     case TaskKind::kTransfer:
       if (cpuShared_)
-        endComm(task);
+        endComm(task, t);
       if (activeIndex_[t] >= 0)
         leave(t);
       countBytes(task);

@@ -63,9 +63,16 @@ class Engine {
   }
 
   double computeTime(const Task& task, uint32_t id) const;
-  bool startComm(const Task& task);
-  void endComm(const Task& task);
+  bool startComm(const Task& task, uint32_t t);
+  void endComm(const Task& task, uint32_t t);
   std::vector<int> commWorkers(const Task& task) const;
+  // The speed of communication task t (transfer, sum or ps server update)
+  // from whether its workers compute now.
+  double commRateOf(uint32_t t) const;
+  // Worker w's compute lane started or stopped: its communication re-rated.
+  void reRateComm(size_t w);
+  // A sum or server update (time-priced, no flows) from now at `rate`.
+  void scheduleTimed(uint32_t t, double rate);
 
   // ---- network (network.cpp) ---------------------------------------------------
   int channelOf(int link, bool up) const {
@@ -136,6 +143,12 @@ class Engine {
   std::vector<uint32_t> running_;
   std::vector<double> computeLeft_, computeRate_, rateSince_;
   std::vector<uint32_t> computeVersion_;
+  // Per worker, the communication tasks running on its cores; per task, its
+  // workers and, for sums and server updates, the work (seconds alone) left
+  // at the rate it has had since `commSince_` (shared cores: fluid both ways).
+  std::vector<std::vector<uint32_t>> commOn_;
+  std::vector<std::vector<int>> commWorkersOf_;
+  std::vector<double> commLeft_, commRate_, commSince_;
 
   EventQueue q_;
 

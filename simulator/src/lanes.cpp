@@ -60,20 +60,69 @@ double Engine::computeTime(const Task& task, uint32_t id) const {
 }
 
 // The workers a communication task runs on: the ends of its flows (a
-// reduce: the receivers, who sum). Registers it as running on them and
-// returns whether any of them is computing.
-bool Engine::startComm(const Task& task) {
+// reduce: the receivers, who sum). Registers it as running on them.
+bool Engine::startComm(const Task& task, uint32_t t) {
   bool busy = false;
-  for (int w : commWorkers(task)) {
+  commWorkersOf_[t] = commWorkers(task);
+  for (int w : commWorkersOf_[t]) {
     busy = busy || workerBusy_[static_cast<size_t>(w)];
     addComm(w, 1);
+    commOn_[static_cast<size_t>(w)].push_back(t);
   }
   return busy;
 }
 
-void Engine::endComm(const Task& task) {
-  for (int w : commWorkers(task))
-    addComm(w, -1);
+void Engine::endComm(const Task& task, uint32_t t) {
+  for (int w : commWorkersOf_[t]) {
+    auto& on = commOn_[static_cast<size_t>(w)];
+    on.erase(std::find(on.begin(), on.end(), t));
+    if (task.kind != TaskKind::kUpdate)
+      addComm(w, -1);
+  }
+}
+
+// While one of its workers computes, a transfer or sum goes at the
+// communication speed, a ps server update at the speed as measured
+// (LaneSpeeds::busyComm); alone at full speed.
+double Engine::commRateOf(uint32_t t) const {
+  if (!cpuShared_)
+    return 1.0;
+  bool busy = false;
+  for (int w : commWorkersOf_[t])
+    busy = busy || workerBusy_[static_cast<size_t>(w)];
+  if (!busy)
+    return 1.0;
+  return plan_.tasks[t].kind == TaskKind::kUpdate ? lanes_.busyComm : lanes_.comm;
+}
+
+void Engine::scheduleTimed(uint32_t t, double rate) {
+  commRate_[t] = rate;
+  commSince_[t] = q_.now();
+  q_.push(q_.now() + commLeft_[t] / rate, EventKind::kTaskDone, t, ++computeVersion_[t]);
+}
+
+// Worker w's compute lane started or stopped: what it has left of each
+// communication task on its cores runs at the new speed from now (the
+// model's playLanes, fluid both ways). A transfer is re-rated through the
+// network's rates (its cpuFactor_), a sum or server update here.
+void Engine::reRateComm(size_t w) {
+  if (!cpuShared_)
+    return;
+  const double now = q_.now();
+  for (uint32_t t : commOn_[w]) {
+    const double rate = commRateOf(t);
+    const Task& task = plan_.tasks[t];
+    if (task.kind == TaskKind::kTransfer) {
+      if (rate == cpuFactor_[t])
+        continue;
+      cpuFactor_[t] = rate;
+      if (activeIndex_[t] >= 0)
+        markTask(t);
+    } else if (rate != commRate_[t]) {
+      commLeft_[t] = std::max(0.0, commLeft_[t] - (now - commSince_[t]) * commRate_[t]);
+      scheduleTimed(t, rate);
+    }
+  }
 }
 
 std::vector<int> Engine::commWorkers(const Task& task) const {

@@ -1,6 +1,12 @@
 #include "step_context.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <set>
+
+#include "strata/model/error.h"
 
 namespace strata::cost {
 
@@ -13,52 +19,159 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
   return sum;
 }
 
+LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, double commSpeed,
+                       Seconds handoff) {
+  const size_t n = tasks.size();
+  LaneSchedule out;
+  out.start.assign(n, -1);
+  out.end.assign(n, -1);
+  std::vector<std::vector<size_t>> dependents(n);
+  std::vector<size_t> depsLeft(n, 0);
+  std::vector<double> lastDep(n, -1), left(n, 0);
+  std::vector<char> crossLast(n, 0);
+  // Tasks whose dependencies are over, by the time they are ready (then index).
+  using Pending = std::pair<double, size_t>;
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending;
+  for (size_t i = 0; i < n; ++i) {
+    for (int d : tasks[i].deps) {
+      if (d < 0)
+        continue;
+      STRATA_ENFORCE(static_cast<size_t>(d) < i);
+      dependents[static_cast<size_t>(d)].push_back(i);
+      ++depsLeft[i];
+    }
+    if (depsLeft[i] == 0)
+      pending.emplace(0.0, i);
+    left[i] = std::max(0.0, tasks[i].work.value());
+  }
+  std::set<size_t> readyCompute;  // ready compute tasks, the first listed runs next
+  std::vector<size_t> comms;      // running communication tasks
+  size_t computeAt = n;           // the running compute task (n: none)
+  size_t done = 0;
+  double now = 0;
+  auto finish = [&](size_t i) {
+    out.end[i] = now;
+    ++done;
+    for (size_t d : dependents[i]) {
+      const bool cross = tasks[d].comm != tasks[i].comm;
+      // The dep that ends last releases it (ties: a cross-lane one).
+      if (now > lastDep[d]) {
+        lastDep[d] = now;
+        crossLast[d] = cross;
+      } else {
+        crossLast[d] = crossLast[d] || cross;
+      }
+      if (--depsLeft[d] == 0)
+        pending.emplace(lastDep[d] + (crossLast[d] ? handoff.value() : 0.0), d);
+    }
+  };
+  auto start = [&](size_t i) {
+    out.start[i] = now;
+    if (left[i] <= 0)
+      finish(i);  // a task without work ends at once
+    else if (tasks[i].comm)
+      comms.push_back(i);
+    else
+      computeAt = i;
+  };
+  while (done < n) {
+    // Start what can start now (a task ending at once may release more).
+    for (;;) {
+      if (!pending.empty() && pending.top().first <= now) {
+        const size_t i = pending.top().second;
+        pending.pop();
+        if (tasks[i].comm)
+          start(i);
+        else
+          readyCompute.insert(i);
+        continue;
+      }
+      if (computeAt == n && !readyCompute.empty()) {
+        const size_t i = *readyCompute.begin();
+        readyCompute.erase(readyCompute.begin());
+        start(i);
+        continue;
+      }
+      break;
+    }
+    if (done == n)
+      break;
+    const double cs = comms.empty() ? 1.0 : computeSpeed;
+    const double ms = computeAt == n ? 1.0 : commSpeed;
+    double dt = std::numeric_limits<double>::infinity();
+    if (computeAt != n)
+      dt = std::min(dt, left[computeAt] / cs);
+    for (size_t c : comms)
+      dt = std::min(dt, left[c] / ms);
+    if (!pending.empty())
+      dt = std::min(dt, pending.top().first - now);
+    STRATA_ENFORCE(std::isfinite(dt));  // deps are earlier tasks: something can progress
+    now += dt;
+    // Tasks whose end is this event end exactly now (no drift from rounding).
+    const double tol = dt * (1 + 1e-12);
+    std::vector<size_t> ended;
+    if (computeAt != n) {
+      if (left[computeAt] / cs <= tol) {
+        left[computeAt] = 0;
+        ended.push_back(computeAt);
+        computeAt = n;
+      } else {
+        left[computeAt] -= cs * dt;
+      }
+    }
+    for (size_t x = 0; x < comms.size();) {
+      const size_t c = comms[x];
+      if (left[c] / ms <= tol) {
+        left[c] = 0;
+        ended.push_back(c);
+        comms.erase(comms.begin() + static_cast<std::ptrdiff_t>(x));
+      } else {
+        left[c] -= ms * dt;
+        ++x;
+      }
+    }
+    std::sort(ended.begin(), ended.end());
+    for (size_t i : ended)
+      finish(i);
+  }
+  return out;
+}
+
 LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
                       const std::vector<Seconds>& work, double computeSpeed, double commSpeed) {
-  double now = 0, done = 0;  // wall clock; compute work done
-  const double total = compute.value();
-  LaneTimes out;
-  size_t j = 0;
-  double remaining = work.empty() ? 0 : work[0].value(), jobStart = -1;
-  bool computeOver = total <= 0;
-  if (computeOver)
-    out.computeEnd = Seconds(0);
-  while (j < work.size()) {
-    const bool jobReady = done >= ready[j].value() - 1e-15 || computeOver;
-    if (jobReady && jobStart < 0)
-      jobStart = now;
-    const bool both = jobReady && !computeOver;
-    const double cs = both ? computeSpeed : 1.0, ms = both ? commSpeed : 1.0;
-    // Next event: compute reaches the job's ready point or its end; the job ends.
-    double dt = 1e300;
-    if (!computeOver) {
-      const double target = jobReady ? total : std::min(total, ready[j].value());
-      dt = (target - done) / cs;
-    }
-    if (jobReady)
-      dt = std::min(dt, remaining / ms);
-    dt = std::max(dt, 0.0);
-    now += dt;
-    if (!computeOver) {
-      done = std::min(total, done + cs * dt);
-      if (done >= total - 1e-15) {
-        computeOver = true;
-        out.computeEnd = Seconds(now);
-      }
-    }
-    if (jobReady) {
-      remaining -= ms * dt;
-      if (remaining <= 1e-15) {
-        out.communication += Seconds(now - jobStart);
-        jobStart = -1;
-        if (++j < work.size())
-          remaining = work[j].value();
-      }
-    }
+  // Compute cut into pieces at the jobs' ready points; job j waits for the
+  // piece that ends at its ready point and for job j-1. The buckets' lane
+  // wake-ups are in their work (backpropWithSync), so no hand-off here.
+  const double total = std::max(0.0, compute.value());
+  std::vector<double> cuts{total};
+  for (const auto& r : ready)
+    cuts.push_back(std::clamp(r.value(), 0.0, total));
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<LaneTask> tasks;
+  double at = 0;
+  for (double c : cuts) {
+    tasks.push_back({false, Seconds(c - at),
+                     tasks.empty() ? std::vector<int>{} : std::vector<int>{int(tasks.size()) - 1}});
+    at = c;
   }
-  if (!computeOver)
-    out.computeEnd = Seconds(now + (total - done));
-  out.end = max(out.computeEnd, Seconds(now));
+  const size_t pieces = tasks.size();
+  for (size_t j = 0; j < work.size(); ++j) {
+    const double r = std::clamp(ready[j].value(), 0.0, total);
+    const auto piece = std::lower_bound(cuts.begin(), cuts.end(), r) - cuts.begin();
+    LaneTask job{true, work[j], {static_cast<int>(piece)}};
+    if (j > 0)
+      job.deps.push_back(static_cast<int>(tasks.size()) - 1);
+    tasks.push_back(job);
+  }
+  const auto s = playLanes(tasks, computeSpeed, commSpeed, Seconds(0));
+  LaneTimes out;
+  out.computeEnd = Seconds(s.end[pieces - 1]);
+  out.end = out.computeEnd;
+  for (size_t i = pieces; i < tasks.size(); ++i) {
+    out.communication += Seconds(s.end[i] - s.start[i]);
+    out.end = max(out.end, Seconds(s.end[i]));
+  }
   return out;
 }
 

@@ -115,6 +115,27 @@ struct LaneTimes {
 LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
                       const std::vector<Seconds>& work, double computeSpeed, double commSpeed);
 
+// The lane arithmetic itself (sharedLanes and the owt rounds use it): one
+// worker's tasks, every worker alike, each on its compute lane or its
+// communication side, each needing `work` seconds alone and starting once its
+// `deps` (earlier tasks) are over. Compute runs one task at a time, the ready
+// one listed first; communication tasks run as soon as they are ready, side by
+// side (priced alone: contention off). While any communication runs, compute
+// goes at `computeSpeed`; while compute runs, communication at `commSpeed`
+// (fluid: re-rated whenever the other lane starts or stops). A task released
+// by one on the other lane (the last of its deps to end) is ready `handoff`
+// later, as the simulator's lane wake-up (engine.cpp, finish).
+struct LaneTask {
+  bool comm = false;
+  Seconds work;
+  std::vector<int> deps;
+};
+struct LaneSchedule {
+  std::vector<double> start, end;  // wall clock per task
+};
+LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, double commSpeed,
+                       Seconds handoff);
+
 // Forward of layers [first, last) on `examples` examples.
 Seconds forward(const Context& ctx, int first, int last, double examples, double fraction,
                 Tally& t);

@@ -49,12 +49,17 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& f
   // slices (allreduce of 2 values per example).
   Seconds inner;
   Tally innerTally(k);
+  std::vector<Seconds> gatherTime(static_cast<size_t>(layers)),
+      scatterTime(static_cast<size_t>(layers));
+  Seconds softmaxTime;
   for (int i = mp + 1; i < layers; ++i) {
     const auto& l = net.layers[static_cast<size_t>(i)];
     if (l.hasWeights()) {
       const Bytes slice(batch * double(l.inShape.elements()) * frac * ctx.e);
       const auto gatherIn = allGather(ctx.topo, slice, false);
       const auto scatterGrad = reduceScatter(ctx.topo, slice * k, ctx.comm, false);
+      gatherTime[static_cast<size_t>(i)] = gatherIn.time;
+      scatterTime[static_cast<size_t>(i)] = scatterGrad.time;
       // Each exchange: the communication lane wakes for it, the compute lane for its result.
       inner += gatherIn.time + scatterGrad.time + ctx.handoff * 4;
       innerTally.add(gatherIn);
@@ -62,10 +67,13 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& f
     } else if (l.kind == LayerKind::kSoftmax && k > 1) {
       const auto c =
           allReduce(ctx.topo, AllreduceAlgorithm::kDirect, Bytes(2 * batch * ctx.e), ctx.comm);
+      softmaxTime = c.time;
       inner += c.time + ctx.handoff * 2;
       innerTally.add(c);
     }
   }
+  // The exchanges' bytes and bottleneck from here; their time from the lanes below.
+  const Seconds communicationBefore = t.communication;
 
   // Activations in and activation gradients back, per round.
   std::vector<Seconds> in(static_cast<size_t>(rounds)), back(static_cast<size_t>(rounds));
@@ -103,28 +111,107 @@ Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& f
     t.sent[i] += innerTally.sent[i] * rounds;
     t.received[i] += innerTally.received[i] * rounds;
   }
-  t.communication += innerTally.communication * rounds;
+  t.communication = communicationBefore;
 
-  // Three-stage flow shop over the rounds: transfer in (network), FC compute
-  // with its inner exchanges (device), gradients back (network). Transfer r+1
-  // runs while round r computes, so with compute >= transfer K-1 of the K
-  // transfers hide (Krizhevsky 2014, scheme b).
-  const Seconds roundBusy = roundCompute + inner;
-  Seconds inEnd, computeEnd, backEnd;
-  int hidden = 0;
+  // The rounds as the Plan runs them (plan/src/weird_trick.cpp), played on
+  // one worker's two lanes (playLanes; every worker alike). Without shared
+  // cores or hand-offs it is the three-stage flow shop over the rounds:
+  // transfer in (network), FC compute with its inner exchanges (device),
+  // gradients back (network); transfer r+1 runs while round r computes, so
+  // with compute >= transfer K-1 of the K transfers hide (Krizhevsky 2014,
+  // scheme b). Where the lanes share cores, compute beside any transfer runs
+  // at the overlap compute speed and the transfers beside compute at the
+  // overlap communication speed; every task released by the other lane
+  // (compute -> exchange -> compute ..., the rounds are a chain of them) waits
+  // for its lane's wake-up.
+  std::vector<LaneTask> tasks;
+  std::vector<Phase> phaseOf;  // per task (compute)
+  std::vector<char> isUpdate;
+  auto add = [&](bool comm, Seconds work, std::vector<int> deps, Phase phase = Phase::kFwd,
+                 bool update = false) {
+    tasks.push_back({comm, work, std::move(deps)});
+    phaseOf.push_back(phase);
+    isUpdate.push_back(update ? 1 : 0);
+    return static_cast<int>(tasks.size()) - 1;
+  };
+  // The conv forward (its wall time is convFwd: nothing runs beside it).
+  int prev = add(false, convFwd, {});
+  const int convDone = prev;
+  const Seconds h = ctx.handoff;
+  std::vector<int> inTask(static_cast<size_t>(rounds), -1),
+      lastCompute(static_cast<size_t>(rounds));
+  auto issueIn = [&](int r) {
+    if (k == 1 || r >= rounds)
+      return;
+    inTask[static_cast<size_t>(r)] = add(true, in[static_cast<size_t>(r)] - h,
+                                         {r > 0 ? inTask[static_cast<size_t>(r - 1)] : convDone});
+  };
+  issueIn(0);
+  int lastBack = -1;
   for (int r = 0; r < rounds; ++r) {
-    inEnd += in[static_cast<size_t>(r)];
-    if (r > 0 && inEnd <= computeEnd)
-      ++hidden;
-    computeEnd = max(computeEnd, inEnd) + roundBusy;
-    backEnd = max(backEnd, computeEnd) + back[static_cast<size_t>(r)];
+    issueIn(r + 1);
+    prev = add(false, ctx.time(net.layers[static_cast<size_t>(mp)], Phase::kFwd, batch, frac),
+               {prev, inTask[static_cast<size_t>(r)]});
+    for (int i = mp + 1; i < layers; ++i) {
+      const auto& l = net.layers[static_cast<size_t>(i)];
+      int exchange = -1;
+      if (k > 1 && l.hasWeights())
+        exchange = add(true, gatherTime[static_cast<size_t>(i)], {prev});
+      prev = add(false, ctx.time(l, Phase::kFwd, batch, frac), {prev, exchange});
+      if (k > 1 && l.kind == LayerKind::kSoftmax)
+        prev = add(true, softmaxTime, {prev});
+    }
+    for (int i = layers - 1; i >= mp; --i) {
+      const auto& l = net.layers[static_cast<size_t>(i)];
+      if (l.hasWeights())
+        prev = add(false, ctx.time(l, Phase::kBwdWeights, batch, frac), {prev}, Phase::kBwdWeights);
+      prev = add(false, ctx.time(l, Phase::kBwdData, batch, frac), {prev}, Phase::kBwdData);
+      if (k > 1 && i > mp && l.hasWeights())
+        prev = add(true, scatterTime[static_cast<size_t>(i)], {prev});
+    }
+    if (perRoundUpdate)
+      prev = add(false, roundUpdate, {prev}, Phase::kUpdate, true);
+    lastCompute[static_cast<size_t>(r)] = prev;
+    if (k > 1)
+      lastBack = add(true, back[static_cast<size_t>(r)] - h, {prev, lastBack});
   }
-  const Seconds fcPhase = backEnd;
-  t.compute.fwd += fcFwd * rounds;
-  t.compute.bwdWeights += fcBwdW * rounds;
-  t.compute.bwdData += fcBwdD * rounds;
-  t.compute.update += roundUpdate * rounds;
-  t.exposed += fcPhase - roundCompute * rounds;
+  // The conv backprop starts when the last gradients are back (its lane woken).
+  const int fcDone = add(false, Seconds(0), {prev, lastBack});
+  const auto lanes = playLanes(tasks, ctx.lanes.compute, ctx.lanes.comm, h);
+  // One worker: no exchange, the round's compute alone (summed by phase, as
+  // the data-parallel step sums its own: equal steps print equal).
+  const Seconds fcPhase =
+      k == 1 ? roundCompute : Seconds(lanes.end[static_cast<size_t>(fcDone)]) - convFwd;
+  Seconds fcComputeWall;
+  if (k == 1) {
+    t.compute.fwd += fcFwd;
+    t.compute.bwdWeights += fcBwdW;
+    t.compute.bwdData += fcBwdD;
+    t.compute.update += roundUpdate;
+    fcComputeWall = roundCompute;
+  }
+  for (size_t i = 1; i < tasks.size() && k > 1; ++i) {
+    const Seconds wall(lanes.end[i] - lanes.start[i]);
+    if (tasks[i].comm) {
+      t.communication += wall;
+      continue;
+    }
+    fcComputeWall += wall;
+    if (isUpdate[i])
+      t.compute.update += wall;
+    else if (phaseOf[i] == Phase::kFwd)
+      t.compute.fwd += wall;
+    else if (phaseOf[i] == Phase::kBwdWeights)
+      t.compute.bwdWeights += wall;
+    else
+      t.compute.bwdData += wall;
+  }
+  int hidden = 0;
+  for (int r = 1; r < rounds; ++r)
+    if (k > 1 && lanes.end[static_cast<size_t>(inTask[static_cast<size_t>(r)])] <=
+                     lanes.end[static_cast<size_t>(lastCompute[static_cast<size_t>(r - 1)])])
+      ++hidden;
+  t.exposed += fcPhase - fcComputeWall;
 
   Seconds meanIn, meanBack;
   for (int r = 0; r < rounds; ++r) {
