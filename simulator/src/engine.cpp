@@ -42,6 +42,12 @@ Engine::Engine(const Plan& plan, const Network& net, const Cluster& cluster, con
   start_.assign(n, -1.0);
   end_.assign(n, -1.0);
   cpuFactor_.assign(n, 1.0);
+  computeAhead_.assign(static_cast<size_t>(ranks_), 0.0);
+  if (cpuShared_ && !lanes_.commByDuty.empty())
+    for (size_t t = 0; t < n; ++t)
+      if (plan.tasks[t].kind == TaskKind::kCompute)
+        computeAhead_[static_cast<size_t>(plan.tasks[t].worker)] +=
+            computeTime(plan.tasks[t], static_cast<uint32_t>(t));
   // Dependents in CSR form.
   std::vector<uint32_t> counts(n + 1, 0);
   for (size_t t = 0; t < n; ++t) {
@@ -169,20 +175,26 @@ void Engine::makeReady(uint32_t t) {
       break;
     case TaskKind::kReduce: {
       start_[t] = now;
-      const double slow = cpuShared_ && startComm(task) ? lanes_.comm : 1.0;
-      q_.push(now + gamma_ * task.bytes.value() * task.inputs / slow, EventKind::kTaskDone, t);
+      const double work = gamma_ * task.bytes.value() * task.inputs;
+      const double slow = cpuShared_ && startComm(task) ? busyCommSpeed(task, work) : 1.0;
+      q_.push(now + work / slow, EventKind::kTaskDone, t);
       break;
     }
     case TaskKind::kTransfer: {
       start_[t] = now;
-      if (cpuShared_)
-        cpuFactor_[t] = startComm(task) ? lanes_.comm : 1.0;
       if (plan_.flowCountOf(task) == 0) {
+        if (cpuShared_)
+          cpuFactor_[t] = startComm(task) ? lanes_.comm : 1.0;
         q_.push(now, EventKind::kTaskDone, t);
         break;
       }
       const Load& load = loadOf(task);
       const bool hidden = task.follows && load.latencyPerStep;
+      if (cpuShared_)
+        cpuFactor_[t] = startComm(task)
+                            ? busyCommSpeed(task, (hidden ? 0.0 : load.latency.value()) +
+                                                      task.bytes.value() * load.secondsPerByte)
+                            : 1.0;
       q_.push(now + (hidden ? 0.0 : load.latency.value()), EventKind::kActivate, t);
       break;
     }
@@ -222,6 +234,8 @@ void Engine::tryStart(int worker) {
   start_[t] = q_.now();
   running_[w] = t;
   computeLeft_[w] = computeTime(plan_.tasks[t], t);
+  if (plan_.tasks[t].kind == TaskKind::kCompute)
+    computeAhead_[w] -= computeLeft_[w];
   computeRate_[w] = computeRateOf(w);
   rateSince_[w] = q_.now();
   q_.push(q_.now() + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t,

@@ -64,6 +64,14 @@ class Engine {
 
   double computeTime(const Task& task, uint32_t id) const;
   bool startComm(const Task& task);
+  // The speed of a communication task that starts while one of its workers
+  // computes, `work` seconds alone: lanes_.comm, or with a duty curve the
+  // curve at the duty of the task's window (LaneSpeeds::windowDuty of the
+  // compute its busiest worker has left).
+  double busyCommSpeed(const Task& task, double work) const;
+  // Compute (seconds alone) worker w has still to run: its running task's
+  // rest and its compute tasks not started yet.
+  double computeLeftOn(size_t w) const;
   void endComm(const Task& task);
   std::vector<int> commWorkers(const Task& task) const;
 
@@ -136,6 +144,9 @@ class Engine {
   std::vector<uint32_t> running_;
   std::vector<double> computeLeft_, computeRate_, rateSince_;
   std::vector<uint32_t> computeVersion_;
+  // With a duty curve: per worker, the seconds alone of its compute tasks
+  // not started yet.
+  std::vector<double> computeAhead_;
 
   EventQueue q_;
 

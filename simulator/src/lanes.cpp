@@ -71,6 +71,23 @@ bool Engine::startComm(const Task& task) {
   return busy;
 }
 
+double Engine::computeLeftOn(size_t w) const {
+  double left = std::max(0.0, computeAhead_[w]);
+  if (workerBusy_[w])
+    left += std::max(0.0, computeLeft_[w] - (q_.now() - rateSince_[w]) * computeRate_[w]);
+  return left;
+}
+
+double Engine::busyCommSpeed(const Task& task, double work) const {
+  if (lanes_.commByDuty.empty())
+    return lanes_.comm;
+  double left = 0;
+  for (int w : commWorkers(task))
+    if (workerBusy_[static_cast<size_t>(w)])
+      left = std::max(left, computeLeftOn(static_cast<size_t>(w)));
+  return lanes_.commAtDuty(lanes_.windowDuty(left, work));
+}
+
 void Engine::endComm(const Task& task) {
   for (int w : commWorkers(task))
     addComm(w, -1);

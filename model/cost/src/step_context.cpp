@@ -14,7 +14,10 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
 }
 
 LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
-                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed) {
+                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed,
+                      const LaneSpeeds* duty) {
+  const bool curve = duty != nullptr && !duty->commByDuty.empty();
+  double windowSpeed = 1;    // with a curve: the running job's speed
   double now = 0, done = 0;  // wall clock; compute work done
   const double total = compute.value();
   LaneTimes out;
@@ -25,10 +28,15 @@ LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
     out.computeEnd = Seconds(0);
   while (j < work.size()) {
     const bool jobReady = done >= ready[j].value() - 1e-15 || computeOver;
-    if (jobReady && jobStart < 0)
+    if (jobReady && jobStart < 0) {
       jobStart = now;
+      if (curve)
+        windowSpeed =
+            computeOver ? 1.0 : duty->commAtDuty(duty->windowDuty(total - done, remaining));
+    }
     const bool both = jobReady && !computeOver;
-    const double cs = both ? computeSpeed : 1.0, ms = both ? commSpeed : 1.0;
+    const double cs = both ? computeSpeed : 1.0;
+    const double ms = curve ? (jobReady ? windowSpeed : 1.0) : both ? commSpeed : 1.0;
     // Next event: compute reaches the job's ready point or its end; the job ends.
     double dt = 1e300;
     if (!computeOver) {
@@ -93,7 +101,7 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     work.push_back(c.time);
     t.add(c);
   }
-  const auto lanes = sharedLanes(clock, ready, work, ctx.lanes.compute, ctx.lanes.comm);
+  const auto lanes = sharedLanes(clock, ready, work, ctx.lanes.compute, ctx.lanes.comm, &ctx.lanes);
   // Backprop stretched by communication sharing its cores, spread over its phases.
   const double stretch = clock.value() > 0 ? lanes.computeEnd / clock : 1.0;
   t.compute.bwdWeights += (t.compute.bwdWeights - bwStart) * (stretch - 1);

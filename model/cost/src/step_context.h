@@ -112,8 +112,14 @@ struct LaneTimes {
   Seconds communication;  // sum of the jobs' wall durations
 };
 
+// With `duty` (lanes with a duty curve, LaneSpeeds::commByDuty) a job that
+// starts while compute runs keeps one speed for its whole window, the
+// curve's s(d) at the window's duty d (LaneSpeeds::windowDuty of the compute
+// left and the job's work), instead of commSpeed while compute runs and 1
+// after; a job that starts after compute is over runs at 1.
 LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
-                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed);
+                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed,
+                      const LaneSpeeds* duty = nullptr);
 
 // Forward of layers [first, last) on `examples` examples.
 Seconds forward(const Context& ctx, int first, int last, double examples, double fraction,
