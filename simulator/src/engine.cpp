@@ -43,6 +43,7 @@ Engine::Engine(const Plan& plan, const Network& net, const Cluster& cluster, con
   end_.assign(n, -1.0);
   cpuFactor_.assign(n, 1.0);
   computeAhead_.assign(static_cast<size_t>(ranks_), 0.0);
+  collectiveSpeed_.assign(plan.collectives.size(), -1.0);
   if (cpuShared_ && !lanes_.commByDuty.empty())
     for (size_t t = 0; t < n; ++t)
       if (plan.tasks[t].kind == TaskKind::kCompute)
@@ -176,7 +177,7 @@ void Engine::makeReady(uint32_t t) {
     case TaskKind::kReduce: {
       start_[t] = now;
       const double work = gamma_ * task.bytes.value() * task.inputs;
-      const double slow = cpuShared_ && startComm(task) ? busyCommSpeed(task, work) : 1.0;
+      const double slow = cpuShared_ ? commSpeed(task, startComm(task), work) : 1.0;
       q_.push(now + work / slow, EventKind::kTaskDone, t);
       break;
     }
@@ -191,10 +192,9 @@ void Engine::makeReady(uint32_t t) {
       const Load& load = loadOf(task);
       const bool hidden = task.follows && load.latencyPerStep;
       if (cpuShared_)
-        cpuFactor_[t] = startComm(task)
-                            ? busyCommSpeed(task, (hidden ? 0.0 : load.latency.value()) +
-                                                      task.bytes.value() * load.secondsPerByte)
-                            : 1.0;
+        cpuFactor_[t] = commSpeed(
+            task, startComm(task),
+            (hidden ? 0.0 : load.latency.value()) + task.bytes.value() * load.secondsPerByte);
       q_.push(now + (hidden ? 0.0 : load.latency.value()), EventKind::kActivate, t);
       break;
     }

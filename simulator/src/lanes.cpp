@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine.h"
+#include "strata/model/collectives.h"
 
 namespace strata::sim::detail {
 
@@ -78,14 +79,29 @@ double Engine::computeLeftOn(size_t w) const {
   return left;
 }
 
-double Engine::busyCommSpeed(const Task& task, double work) const {
+double Engine::commSpeed(const Task& task, bool busy, double work) {
   if (lanes_.commByDuty.empty())
-    return lanes_.comm;
+    return busy ? lanes_.comm : 1.0;
   double left = 0;
-  for (int w : commWorkers(task))
-    if (workerBusy_[static_cast<size_t>(w)])
-      left = std::max(left, computeLeftOn(static_cast<size_t>(w)));
-  return lanes_.commAtDuty(lanes_.windowDuty(left, work));
+  if (busy)
+    for (int w : commWorkers(task))
+      if (workerBusy_[static_cast<size_t>(w)])
+        left = std::max(left, computeLeftOn(static_cast<size_t>(w)));
+  if (task.collective >= 0 &&
+      plan_.collectives[static_cast<size_t>(task.collective)].allreduce.has_value()) {
+    const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+    double& speed = collectiveSpeed_[static_cast<size_t>(task.collective)];
+    if (speed < 0) {
+      CommParams p;
+      p.segment = plan_.scenario.options.segment;
+      p.gamma = gamma_;
+      const double window =
+          allReduce(Topology(cluster_, k_), *c.allreduce, c.bytes, p).time.value() + 2 * handoff_;
+      speed = busy ? lanes_.commAtDuty(lanes_.windowDuty(left, window)) : 1.0;
+    }
+    return speed;
+  }
+  return busy ? lanes_.commAtDuty(lanes_.windowDuty(left, work)) : 1.0;
 }
 
 void Engine::endComm(const Task& task) {
