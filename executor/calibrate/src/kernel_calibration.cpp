@@ -717,11 +717,18 @@ std::vector<SharingRow> measureSharingRows(
     r.overlapCommByDuty = trial.commByDuty;
     r.handoff = measureHandoff(k);
     rows.push_back(r);
-    say(
-        fmt::format("sharing          {} workers{}: GEMM speed {:.2f}, memory speed {:.2f}; with "
-                    "communication: compute {:.2f}, communication {:.2f}; lane hand-off {}",
-                    k, where, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
-                    formatSeconds(Seconds(r.handoff))));
+    std::string byDuty;
+    for (const auto& [d, speed] : r.overlapCommByDuty)
+      if (d > 0 && d < 1)
+        byDuty += fmt::format("{}{:g}: {:.2f}", byDuty.empty() ? "" : ", ", d, speed);
+    say(fmt::format(
+        "sharing          {} workers{}: GEMM speed {:.2f}, memory speed {:.2f}; with "
+        "communication: compute {:.2f}, communication {:.2f}{}; lane hand-off {}",
+        k, where, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
+        byDuty.empty()
+            ? std::string()
+            : " (compute lane busy a share d of the time, d: communication " + byDuty + ")",
+        formatSeconds(Seconds(r.handoff))));
   }
   return rows;
 }
