@@ -176,25 +176,20 @@ void Engine::makeReady(uint32_t t) {
       break;
     case TaskKind::kReduce: {
       start_[t] = now;
-      const double work = gamma_ * task.bytes.value() * task.inputs;
-      const double slow = cpuShared_ ? commSpeed(task, startComm(task), work) : 1.0;
-      q_.push(now + work / slow, EventKind::kTaskDone, t);
+      const double slow = cpuShared_ ? commSpeed(task, startComm(task)) : 1.0;
+      q_.push(now + gamma_ * task.bytes.value() * task.inputs / slow, EventKind::kTaskDone, t);
       break;
     }
     case TaskKind::kTransfer: {
       start_[t] = now;
+      if (cpuShared_)
+        cpuFactor_[t] = commSpeed(task, startComm(task));
       if (plan_.flowCountOf(task) == 0) {
-        if (cpuShared_)
-          cpuFactor_[t] = startComm(task) ? lanes_.comm : 1.0;
         q_.push(now, EventKind::kTaskDone, t);
         break;
       }
       const Load& load = loadOf(task);
       const bool hidden = task.follows && load.latencyPerStep;
-      if (cpuShared_)
-        cpuFactor_[t] = commSpeed(
-            task, startComm(task),
-            (hidden ? 0.0 : load.latency.value()) + task.bytes.value() * load.secondsPerByte);
       q_.push(now + (hidden ? 0.0 : load.latency.value()), EventKind::kActivate, t);
       break;
     }

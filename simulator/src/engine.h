@@ -64,14 +64,16 @@ class Engine {
 
   double computeTime(const Task& task, uint32_t id) const;
   bool startComm(const Task& task);
-  // The speed of a communication task, `work` seconds alone, that starts
+  // The speed of a communication task that starts
   // while one of its workers computes (`busy`) or not: lanes_.comm or 1; with
   // a duty curve, the curve at the duty of its window
   // (LaneSpeeds::windowDuty of the compute its busiest worker has left),
   // where the window of an allreduce's task is the whole allreduce (the
   // model's job: its time alone, as the model prices it, and the lanes'
-  // hand-offs), decided when its first task starts and kept by the rest.
-  double commSpeed(const Task& task, bool busy, double work);
+  // hand-offs), decided when its first task starts and kept by the rest;
+  // other communication (owt's exchanges, ps) keeps lanes_.comm or 1, as the
+  // model prices it.
+  double commSpeed(const Task& task, bool busy);
   // Compute (seconds alone) worker w has still to run: its running task's
   // rest and its compute tasks not started yet.
   double computeLeftOn(size_t w) const;

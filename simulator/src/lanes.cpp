@@ -79,19 +79,19 @@ double Engine::computeLeftOn(size_t w) const {
   return left;
 }
 
-double Engine::commSpeed(const Task& task, bool busy, double work) {
+double Engine::commSpeed(const Task& task, bool busy) {
   if (lanes_.commByDuty.empty())
     return busy ? lanes_.comm : 1.0;
-  double left = 0;
-  if (busy)
-    for (int w : commWorkers(task))
-      if (workerBusy_[static_cast<size_t>(w)])
-        left = std::max(left, computeLeftOn(static_cast<size_t>(w)));
   if (task.collective >= 0 &&
       plan_.collectives[static_cast<size_t>(task.collective)].allreduce.has_value()) {
     const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
     double& speed = collectiveSpeed_[static_cast<size_t>(task.collective)];
     if (speed < 0) {
+      double left = 0;
+      if (busy)
+        for (int w : commWorkers(task))
+          if (workerBusy_[static_cast<size_t>(w)])
+            left = std::max(left, computeLeftOn(static_cast<size_t>(w)));
       CommParams p;
       p.segment = plan_.scenario.options.segment;
       p.gamma = gamma_;
@@ -101,7 +101,9 @@ double Engine::commSpeed(const Task& task, bool busy, double work) {
     }
     return speed;
   }
-  return busy ? lanes_.commAtDuty(lanes_.windowDuty(left, work)) : 1.0;
+  // Not an allreduce (owt's exchanges, ps's pushes, pulls and sums): the
+  // saturated speed while a worker computes, as the model prices them.
+  return busy ? lanes_.comm : 1.0;
 }
 
 void Engine::endComm(const Task& task) {
