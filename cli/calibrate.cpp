@@ -68,6 +68,16 @@ void checkOverlapFlags(const CalibrateFlags& f, bool mpi) {
     throw OptionError("--format", "--overlap-only prints table or json");
 }
 
+// ", overlap_comm_speed_by_duty: [[0, 1.000], ...]" as calibrate writes it, or "".
+std::string dutyCurve(const std::vector<std::pair<double, double>>& curve) {
+  if (curve.empty())
+    return "";
+  std::string s = ", overlap_comm_speed_by_duty: [";
+  for (size_t i = 0; i < curve.size(); ++i)
+    s += fmt::format("{}[{:g}, {:.3f}]", i ? ", " : "", curve[i].first, curve[i].second);
+  return s + "]";
+}
+
 // The trials' rows, as a sharing row each (to paste into a cluster file's
 // device sharing table) or as JSON; `transport` says how the lanes moved data.
 void printOverlap(const std::vector<exec::LaneOverlap>& rows, const std::string& transport,
@@ -81,6 +91,8 @@ void printOverlap(const std::vector<exec::LaneOverlap>& rows, const std::string&
       out.push_back({{"workers", r.workers},
                      {"overlap_compute_speed", r.computeSpeed},
                      {"overlap_comm_speed", r.commSpeed},
+                     {"overlap_comm_speed_by_duty", r.commByDuty},
+                     {"overlap_compute_speed_by_duty", r.computeByDuty},
                      {"overlap_comm_rate_bytes_per_s", r.commRate}});
     std::cout << j.dump(2) << "\n";
     return;
@@ -93,13 +105,24 @@ void printOverlap(const std::vector<exec::LaneOverlap>& rows, const std::string&
     std::cout << fmt::format(
         "{} workers: compute {:.3f}, communication {:.3f}; the lane alone moved {}\n", r.workers,
         r.computeSpeed, r.commSpeed, formatBandwidth(BytesPerSecond(r.commRate)));
+  for (const auto& r : rows) {
+    // The duty sweep: the compute lane runs 128^3 GEMMs for d of every 2 ms.
+    std::string line = fmt::format(
+        "{} workers, compute lane busy a share d of every 2 ms (d: communication speed, compute "
+        "speed while it runs):",
+        r.workers);
+    for (size_t i = 0; i < r.commByDuty.size() && i < r.computeByDuty.size(); ++i)
+      line += fmt::format("{} {:g}: {:.3f}, {:.3f}", i ? ";" : "", r.commByDuty[i].first,
+                          r.commByDuty[i].second, r.computeByDuty[i].second);
+    std::cout << line << "\n";
+  }
   std::cout << "sharing rows (device: sharing: in a cluster file; speed, memory_speed and "
                "lane_handoff come from strata calibrate):\n";
   for (const auto& r : rows)
     std::cout << fmt::format(
-        "    - {{workers: {}, overlap_compute_speed: {:.3f}, overlap_comm_speed: {:.3f}, "
+        "    - {{workers: {}, overlap_compute_speed: {:.3f}, overlap_comm_speed: {:.3f}{}, "
         "overlap_comm_rate: {:.4g} GB/s}}\n",
-        r.workers, r.computeSpeed, r.commSpeed, r.commRate / 1e9);
+        r.workers, r.computeSpeed, r.commSpeed, dutyCurve(r.commByDuty), r.commRate / 1e9);
 }
 
 #ifdef STRATA_HAVE_MPI

@@ -1189,6 +1189,21 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   const auto cluster = strata::loadCluster(file);
   CHECK(cluster.fittedOn.empty());
   CHECK_FALSE(cluster.device.kernels.empty());
+  // The duty sweep of the 2-worker row parses back: d = 0, 0.25, 0.5, 0.75,
+  // 1; 1 at d = 0 (the lane alone), overlap_comm_speed at d = 1, and the
+  // accessor gives each point back.
+  REQUIRE(cluster.device.overlapCommByDuty.size() == 1);
+  CHECK(cluster.device.overlapCommByDuty[0].first == 2);
+  const auto& curve = cluster.device.overlapCommByDuty[0].second;
+  REQUIRE(curve.size() == 5);
+  for (size_t i = 0; i < curve.size(); ++i) {
+    CHECK(curve[i].first == Approx(0.25 * double(i)));
+    CHECK(curve[i].second > 0);
+    CHECK(curve[i].second <= 1);
+    CHECK(cluster.device.overlapCommSpeedAt(2, curve[i].first) == Approx(curve[i].second));
+  }
+  CHECK(curve[0].second == 1.0);
+  CHECK(curve[4].second == Approx(cluster.device.overlapCommSpeed(2)).epsilon(1e-12));
   const auto p = runStrata({"predict", "-n", "tiny-cnn", "-c", file, "-s", "ring", "-k", "2"});
   CHECK(p.status == 0);
   const auto one = runStrata(
@@ -1222,10 +1237,29 @@ TEST_CASE("calibrate --overlap-only prints the lanes' overlap rows", "[cli][vali
     }
     // 4 MiB segments through shared memory: well over a link's 100 MB/s.
     CHECK(row.at("overlap_comm_rate_bytes_per_s").get<double>() > 1e8);
+    // The duty sweep: d = 0 .. 1 by 0.25, the lane alone at 0, the saturated
+    // trial's figure at 1.
+    for (const char* key : {"overlap_comm_speed_by_duty", "overlap_compute_speed_by_duty"}) {
+      const auto& curve = row.at(key);
+      REQUIRE(curve.size() == 5);
+      for (size_t d = 0; d < curve.size(); ++d) {
+        CHECK(curve[d][0].get<double>() == Approx(0.25 * double(d)));
+        CHECK(curve[d][1].get<double>() > 0);
+        CHECK(curve[d][1].get<double>() <= 1);
+      }
+      CHECK(curve[0][1].get<double>() == 1.0);
+    }
+    CHECK(row.at("overlap_comm_speed_by_duty")[4][1].get<double>() ==
+          row.at("overlap_comm_speed").get<double>());
+    CHECK(row.at("overlap_compute_speed_by_duty")[4][1].get<double>() ==
+          row.at("overlap_compute_speed").get<double>());
   }
   const auto table = runStrata({"calibrate", "--overlap-only", "--sharing-up-to", "2"});
   CHECK(table.status == 0);
   CHECK(table.output.find("    - {workers: 2, overlap_compute_speed: ") != std::string::npos);
+  CHECK(table.output.find(", overlap_comm_speed_by_duty: [[0, 1.000], [0.25, ") !=
+        std::string::npos);
+  CHECK(table.output.find("compute lane busy a share d of every 2 ms") != std::string::npos);
   CHECK(table.output.find("GB/s}") != std::string::npos);
 }
 

@@ -47,6 +47,13 @@ Engine::Engine(const Plan& plan, const Network& net, const Cluster& cluster, con
   start_.assign(n, -1.0);
   end_.assign(n, -1.0);
   cpuFactor_.assign(n, 1.0);
+  computeAhead_.assign(static_cast<size_t>(ranks_), 0.0);
+  collectiveSpeed_.assign(plan.collectives.size(), -1.0);
+  if (cpuShared_ && !lanes_.commByDuty.empty())
+    for (size_t t = 0; t < n; ++t)
+      if (plan.tasks[t].kind == TaskKind::kCompute)
+        computeAhead_[static_cast<size_t>(plan.tasks[t].worker)] +=
+            computeTime(plan.tasks[t], static_cast<uint32_t>(t));
   // Dependents in CSR form.
   std::vector<uint32_t> counts(n + 1, 0);
   for (size_t t = 0; t < n; ++t) {
@@ -179,14 +186,14 @@ void Engine::makeReady(uint32_t t) {
       start_[t] = now;
       commLeft_[t] = gamma_ * task.bytes.value() * task.inputs;
       if (cpuShared_)
-        startComm(task, t);
+        decideCollectiveSpeed(task, startComm(task, t));
       scheduleTimed(t, commRateOf(t));
       break;
     }
     case TaskKind::kTransfer: {
       start_[t] = now;
       if (cpuShared_) {
-        startComm(task, t);
+        decideCollectiveSpeed(task, startComm(task, t));
         cpuFactor_[t] = commRateOf(t);
       }
       if (plan_.flowCountOf(task) == 0) {
@@ -234,6 +241,8 @@ void Engine::tryStart(int worker) {
   start_[t] = q_.now();
   running_[w] = t;
   computeLeft_[w] = computeTime(plan_.tasks[t], t);
+  if (plan_.tasks[t].kind == TaskKind::kCompute)
+    computeAhead_[w] -= computeLeft_[w];
   computeRate_[w] = computeRateOf(w);
   rateSince_[w] = q_.now();
   q_.push(q_.now() + computeLeft_[w] / computeRate_[w], EventKind::kTaskDone, t,

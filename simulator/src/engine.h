@@ -65,6 +65,18 @@ class Engine {
   double computeTime(const Task& task, uint32_t id) const;
   bool startComm(const Task& task, uint32_t t);
   void endComm(const Task& task, uint32_t t);
+  // With a duty curve, an allreduce's speed, decided when its first task
+  // starts (busy: one of that task's workers computes): the curve at the
+  // duty of its window (LaneSpeeds::windowDuty of the compute its busiest
+  // worker has left), where the window is the whole allreduce (its time alone
+  // as the model prices it, and the lanes' two hand-offs); kept by every task
+  // of it, whatever the compute lanes do meanwhile (the duty averages them).
+  // Other communication (owt's exchanges, ps) and every task without a curve
+  // is re-rated per instant (commRateOf).
+  void decideCollectiveSpeed(const Task& task, bool busy);
+  // Compute (seconds alone) worker w has still to run: its running task's
+  // rest and its compute tasks not started yet.
+  double computeLeftOn(size_t w) const;
   std::vector<int> commWorkers(const Task& task) const;
   // The speed of communication task t (transfer, sum or ps server update)
   // from whether its workers compute now.
@@ -149,6 +161,10 @@ class Engine {
   std::vector<std::vector<uint32_t>> commOn_;
   std::vector<std::vector<int>> commWorkersOf_;
   std::vector<double> commLeft_, commRate_, commSince_;
+  // With a duty curve: per worker, the seconds alone of its compute tasks
+  // not started yet; per collective, its speed (-1 until it starts).
+  std::vector<double> computeAhead_;
+  std::vector<double> collectiveSpeed_;
 
   EventQueue q_;
 

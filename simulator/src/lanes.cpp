@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine.h"
+#include "strata/model/collectives.h"
 
 namespace strata::sim::detail {
 
@@ -87,6 +88,9 @@ void Engine::endComm(const Task& task, uint32_t t) {
 double Engine::commRateOf(uint32_t t) const {
   if (!cpuShared_)
     return 1.0;
+  const Task& task = plan_.tasks[t];
+  if (task.collective >= 0 && collectiveSpeed_[static_cast<size_t>(task.collective)] >= 0)
+    return collectiveSpeed_[static_cast<size_t>(task.collective)];
   bool busy = false;
   for (int w : commWorkersOf_[t])
     busy = busy || workerBusy_[static_cast<size_t>(w)];
@@ -123,6 +127,33 @@ void Engine::reRateComm(size_t w) {
       scheduleTimed(t, rate);
     }
   }
+}
+
+double Engine::computeLeftOn(size_t w) const {
+  double left = std::max(0.0, computeAhead_[w]);
+  if (workerBusy_[w])
+    left += std::max(0.0, computeLeft_[w] - (q_.now() - rateSince_[w]) * computeRate_[w]);
+  return left;
+}
+
+void Engine::decideCollectiveSpeed(const Task& task, bool busy) {
+  if (lanes_.commByDuty.empty() || task.collective < 0)
+    return;
+  const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+  double& speed = collectiveSpeed_[static_cast<size_t>(task.collective)];
+  if (!c.allreduce.has_value() || speed >= 0)
+    return;
+  double left = 0;
+  if (busy)
+    for (int w : commWorkers(task))
+      if (workerBusy_[static_cast<size_t>(w)])
+        left = std::max(left, computeLeftOn(static_cast<size_t>(w)));
+  CommParams p;
+  p.segment = plan_.scenario.options.segment;
+  p.gamma = gamma_;
+  const double window =
+      allReduce(Topology(cluster_, k_), *c.allreduce, c.bytes, p).time.value() + 2 * handoff_;
+  speed = busy ? lanes_.commAtDuty(lanes_.windowDuty(left, window)) : 1.0;
 }
 
 std::vector<int> Engine::commWorkers(const Task& task) const {

@@ -167,6 +167,87 @@ TEST_CASE("a bare number for a quantity key is an error naming file, line, key a
             .empty());
 }
 
+TEST_CASE("overlap_comm_speed_by_duty loads and every mistake names file, line and key",
+          "[input-checks][duty]") {
+  const std::string eff = "  efficiency: {conv: 0.5, default: 0.5}\n";
+  const std::string row =
+      "  sharing:\n    - {workers: 1, speed: 1.0, overlap_comm_speed: 1.0}\n"
+      "    - {workers: 2, speed: 0.9, overlap_comm_speed: 0.4, ";
+  auto curveError = [&](const std::string& name, const std::string& curve) {
+    return clusterError(name, eff, eff + row + "overlap_comm_speed_by_duty: " + curve + "}\n");
+  };
+  // Round trip: the points as written, 1 at duty 0, overlap_comm_speed at 1.
+  const std::string good = "[[0, 1.0], [0.25, 0.95], [0.5, 0.8], [0.75, 0.6], [1, 0.4]]";
+  REQUIRE(curveError("duty-ok", good).empty());
+  const auto cl = loadCluster(
+      writeYaml("duty-ok", with(clusterText("duty-ok"), eff,
+                                eff + row + "overlap_comm_speed_by_duty: " + good + "}\n")));
+  REQUIRE(cl.device.overlapCommByDuty.size() == 1);
+  CHECK(cl.device.overlapCommByDuty[0].first == 2);
+  const std::vector<std::pair<double, double>> points{
+      {0, 1.0}, {0.25, 0.95}, {0.5, 0.8}, {0.75, 0.6}, {1, 0.4}};
+  CHECK(cl.device.overlapCommByDuty[0].second == points);
+  // Linear in duty between the points: 0.625 is halfway from 0.8 to 0.6.
+  CHECK(cl.device.overlapCommSpeedAt(2, 0.625) == Approx(0.7));
+  CHECK(cl.device.overlapCommSpeedAt(2, 1.0) == 0.4);
+  CHECK(cl.device.overlapCommSpeedAt(2, 0.0) == 1.0);
+  // One worker is never slowed.
+  CHECK(cl.device.overlapCommSpeedAt(1, 0.5) == 1.0);
+  // Points need not reach 0 or 1: (0, 1) and (1, overlap_comm_speed) are the
+  // ends; 0.25 is halfway from 1 to the 0.5 point (0.8): 0.9; 0.75 is halfway
+  // from 0.8 to 0.4: 0.6.
+  const auto mid = loadCluster(
+      writeYaml("duty-mid", with(clusterText("duty-mid"), eff,
+                                 eff + row + "overlap_comm_speed_by_duty: [[0.5, 0.8]]}\n")));
+  CHECK(mid.device.overlapCommSpeedAt(2, 0.25) == Approx(0.9));
+  CHECK(mid.device.overlapCommSpeedAt(2, 0.75) == Approx(0.6));
+  // Without the key: the saturated point while compute runs, 1 while it does
+  // not, averaged: 1 - d (1 - 0.4); at 0.5: 0.7.
+  const auto plain = loadCluster(writeYaml(
+      "duty-none", with(clusterText("duty-none"), eff, eff + row + "lane_handoff: 10 us}\n")));
+  CHECK_FALSE(plain.device.hasOverlapCommCurve());
+  CHECK(plain.device.overlapCommSpeedAt(2, 0.5) == Approx(0.7));
+  CHECK(plain.device.overlapCommSpeedAt(2, 1.0) == 0.4);
+
+  const std::string at = ":11: device.sharing[1].overlap_comm_speed_by_duty";
+  CHECK(curveError("duty-order", "[[0.5, 0.8], [0.25, 0.9]]") ==
+        tmpPath("duty-order") + at + "[1][0]: duties must increase strictly along the list");
+  CHECK(curveError("duty-equal", "[[0.5, 0.8], [0.5, 0.7]]") ==
+        tmpPath("duty-equal") + at + "[1][0]: duties must increase strictly along the list");
+  CHECK(curveError("duty-range", "[[1.5, 0.8]]").find(at + "[0][0]: must be in [0, 1]") !=
+        std::string::npos);
+  CHECK(curveError("duty-negative", "[[-0.1, 0.8]]").find(at + "[0][0]: must be in [0, 1]") !=
+        std::string::npos);
+  CHECK(curveError("duty-speed-zero", "[[0.5, 0]]") ==
+        tmpPath("duty-speed-zero") + at +
+            "[0][1]: must be a speed relative to the lane alone in (0, 1], got 0");
+  CHECK(curveError("duty-speed-big", "[[0.5, 1.2]]") ==
+        tmpPath("duty-speed-big") + at +
+            "[0][1]: must be a speed relative to the lane alone in (0, 1], got 1.2");
+  CHECK(curveError("duty-nan", "[[0.5, .nan]]").find(at + "[0][1]") != std::string::npos);
+  CHECK(curveError("duty-inf", "[[0.5, .inf]]").find(at + "[0][1]") != std::string::npos);
+  CHECK(curveError("duty-zero", "[[0, 0.9]]") ==
+        tmpPath("duty-zero") + at +
+            "[0][1]: at duty 0 the compute lane is idle: the lane runs alone, speed 1");
+  CHECK(curveError("duty-one", "[[1, 0.5]]") ==
+        tmpPath("duty-one") + at +
+            "[0][1]: at duty 1 the speed is the row's overlap_comm_speed (both lanes saturated), "
+            "got 0.5");
+  CHECK(curveError("duty-pair", "[[0.5, 0.8, 0.7]]") ==
+        tmpPath("duty-pair") + at + "[0]: must be a [duty, speed] pair, e.g. [0.5, 0.8]");
+  CHECK(curveError("duty-scalar", "0.5") ==
+        tmpPath("duty-scalar") + at +
+            ": must be a list of [duty, speed] pairs, e.g. [[0, 1.0], [0.5, 0.8], [1, 0.44]]");
+  CHECK(curveError("duty-empty", "[]") ==
+        tmpPath("duty-empty") + at + ": needs at least one [duty, speed] pair");
+  CHECK(clusterError("duty-alone", eff,
+                     eff + "  sharing:\n    - {workers: 2, speed: 0.9, "
+                           "overlap_comm_speed_by_duty: [[0.5, 0.8]]}\n") ==
+        tmpPath("duty-alone") +
+            ":10: device.sharing[0].overlap_comm_speed_by_duty: needs overlap_comm_speed in the "
+            "same row (the speed at duty 1)");
+}
+
 TEST_CASE("experiment sizes need their unit, 0 alone means off", "[input-checks][units]") {
   const std::string base =
       "name: NAME\nnetwork: tiny-cnn\ncluster: localhost-cpu\nstrategies: [ring]\n"

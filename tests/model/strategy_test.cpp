@@ -431,6 +431,71 @@ TEST_CASE("a link slower than the calibrated lane leaves the cores to compute", 
   CHECK(overlapSpeeds(one, Topology(one, 1), 1).compute == Approx(1.0));
 }
 
+TEST_CASE("a duty curve prices a window by how busy the compute lane is in it",
+          "[strategy][duty]") {
+  // Compute at 0.5 and communication at 0.4 while both run; measured: 0.9 at
+  // duty 0.5. A window that starts with 0.1 s of compute left (0.2 s at half
+  // speed) and 0.3 s of communication (alone).
+  LaneSpeeds lanes{0.5, 0.4, 0.5, 0.4, {{0, 1.0}, {0.5, 0.9}, {1, 0.4}}};
+  CHECK(lanes.commAtDuty(0.25) == Approx(0.95));
+  CHECK(lanes.commAtDuty(0.75) == Approx(0.65));
+  // Saturated (today's): 0.4 for 0.2 s moves 0.08 s of the work, the other
+  // 0.22 s at full speed once compute is over: 0.42 s.
+  // With the curve: d = 0.2 s(d) / 0.3 on the segment s = 1.4 - d (from
+  // (0.5, 0.9) to (1, 0.4)): d = (2/3)(1.4 - d), d = 0.56, s = 0.84; the
+  // window lasts 0.3 / 0.84 = 0.357142857 s (0.062857 s less), and compute
+  // is busy 0.2 s of it: 0.56.
+  const double d = lanes.windowDuty(0.1, 0.3);
+  CHECK(d == Approx(0.56).epsilon(1e-12));
+  CHECK(lanes.commAtDuty(d) == Approx(0.84).epsilon(1e-12));
+  CHECK(0.3 / lanes.commAtDuty(d) == Approx(0.3 / 0.84).epsilon(1e-12));
+  CHECK(0.42 - 0.3 / lanes.commAtDuty(d) == Approx(0.062857142857).epsilon(1e-9));
+  // Compute outlasting the window: d = 1, the saturated speed.
+  CHECK(lanes.windowDuty(1.0, 0.3) == 1.0);
+  // No compute left: d = 0.
+  CHECK(lanes.windowDuty(0.0, 0.3) == 0.0);
+  // Without a curve: the average of 0.4 while busy and 1 after.
+  LaneSpeeds plain{0.5, 0.4, 0.5, 0.4, {}};
+  CHECK(plain.commAtDuty(0.5) == Approx(0.7));
+
+  // Through the model: alexnet-owt, ring, K = 2 on a calibrated CPU node
+  // behind a 119 MB/s link, where the last buckets' allreduces outlast
+  // backprop. A straight curve from (0, 1) to (1, 0.37) is the saturated
+  // model exactly (a window at 0.37 while compute runs and 1 after averages
+  // 1 - 0.63 d); a curve above the line is faster.
+  auto cl = presetCluster("localhost-cpu");
+  cl.device.overlapCompute = {{1, 1.0}, {2, 0.62}};
+  cl.device.overlapComm = {{1, 1.0}, {2, 0.37}};
+  cl.levels[0].link.bandwidth = BytesPerSecond(119e6);
+  cl.levels[0].link.bandwidthTable.clear();
+  const auto net = presetNetwork("alexnet-owt");
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 2;
+  sc.batchPerWorker = 16;
+  sc.options.overlap = true;
+  const double saturated = estimate(net, cl, sc).step.value();
+  auto straight = cl;
+  straight.device.overlapCommByDuty = {{2, {{0, 1.0}, {0.5, 1 - 0.63 * 0.5}, {1, 0.37}}}};
+  CHECK(estimate(net, straight, sc).step.value() == Approx(saturated).epsilon(1e-9));
+  auto above = cl;
+  above.device.overlapCommByDuty = {{2, {{0, 1.0}, {0.5, 0.85}, {1, 0.37}}}};
+  CHECK(estimate(net, above, sc).step.value() < saturated * 0.99);
+  // The link's rate scales every point as the saturated one: at 1 GB/s of a
+  // 4 GB/s lane the lane is busy a quarter of the time, and 0.85 / 0.25 > 1.
+  auto fast = flatCluster(1e9, 0, 0, true);
+  fast.device.overlapCompute = {{1, 1.0}, {2, 0.6}};
+  fast.device.overlapComm = {{1, 1.0}, {2, 0.2}};
+  fast.device.overlapCommRate = {{2, 4e9}};
+  fast.device.overlapCommByDuty = {{2, {{0.5, 0.1}}}};
+  const auto scaled = overlapSpeeds(fast, Topology(fast, 2), 2);
+  REQUIRE(scaled.commByDuty.size() == 3);
+  CHECK(scaled.commByDuty[0].second == 1.0);
+  CHECK(scaled.commByDuty[1].second == Approx(0.4));  // 0.1 / 0.25
+  CHECK(scaled.commByDuty[2].second == Approx(0.8));  // 0.2 / 0.25, scaled.comm
+  CHECK(scaled.comm == Approx(0.8));
+}
+
 TEST_CASE("validation error arithmetic", "[validation]") {
   auto make = [](double measured, double model, double sim, bool within = true) {
     ValidationRow r;

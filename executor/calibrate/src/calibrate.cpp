@@ -225,7 +225,10 @@ std::string calibrate(const CalibrationOptions& o) {
        "worker's communication lane exchanging 4 MiB "
        "segments with its ring neighbours and summing them while its compute lane runs GEMMs: "
        "the compute lane's speed (overlap_compute_speed) and the exchanges' "
-       "(overlap_comm_speed), and the bytes per second each worker's exchanges sent alone "
+       "(overlap_comm_speed), the exchanges' speed while the compute lane runs 128^3 GEMMs only "
+       "a share d of every 2 ms slice and sleeps the rest (overlap_comm_speed_by_duty: [d, "
+       "speed] for d = 0, 0.25, 0.5, 0.75, 1; d = 0 is the lane alone, d = 1 is "
+       "overlap_comm_speed), and the bytes per second each worker's exchanges sent alone "
        "(overlap_comm_rate: on a slower link the lane waits on the wire and leaves the cores to "
        "compute); lane_handoff: a thread asleep on a condition variable runs again "
        "after another notifies it, while this many threads run GEMMs (half a ping-pong of two "
@@ -247,7 +250,7 @@ LaneOverlap measureLaneOverlap(Communicator& comm) {
     throw OptionError(
         "-np", fmt::format("the lanes' overlap needs 2 or more workers, got {}", comm.size()));
   const auto t = detail::measureOverlapOn(comm);
-  return {comm.size(), t.compute, t.comm, t.commRate};
+  return {comm.size(), t.compute, t.comm, t.commRate, t.commByDuty, t.computeByDuty};
 }
 
 LaneOverlap measureLaneOverlap(int workers) {
@@ -255,7 +258,7 @@ LaneOverlap measureLaneOverlap(int workers) {
     throw OptionError("--sharing-up-to",
                       fmt::format("the lanes' overlap needs 2 or more workers, got {}", workers));
   const auto t = detail::measureOverlap(workers);
-  return {workers, t.compute, t.comm, t.commRate};
+  return {workers, t.compute, t.comm, t.commRate, t.commByDuty, t.computeByDuty};
 }
 
 double referenceGemmRate(int calls) {

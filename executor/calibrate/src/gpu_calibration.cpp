@@ -615,7 +615,7 @@ OverlapTrial measureGpuOverlap(int workers) {
     c.push_back(std::min(1.0, both.first / gemmAlone));
     m.push_back(std::min(1.0, commAlone / both.second));
   }
-  return {median(c), median(m), 0.0};
+  return {median(c), median(m), 0.0, {}, {}};
 }
 
 }  // namespace

@@ -537,28 +537,48 @@ OverlapTrial measureOverlapOn(Communicator& comm) {
   exchange();
   const int exchanges = static_cast<int>(std::clamp(
       std::ceil(1.0 / std::max(slowestOf(comm, 0, since(first)).second, 1e-9)), 4.0, 24.0));
-  // mode 0: communication alone, 1: compute alone, 2: both. Returns (GEMMs
-  // per second of the slowest compute lane, seconds of the slowest
+  // mode 0: communication alone, 1: compute alone, 2: both, 3: both with
+  // the compute lane running 128^3 GEMMs for `duty` of every 2 ms slice and
+  // asleep for the rest, 4: those GEMMs alone. Returns (GEMMs per second of
+  // the slowest compute lane while it runs, seconds of the slowest
   // communication lane for `exchanges` exchanges).
-  auto run = [&](int mode) {
+  constexpr double kSlice = 2e-3;
+  constexpr int kDutyGemm = 128;
+  auto run = [&](int mode, double duty = 1) {
     barrier(comm);
     std::atomic<bool> stop{false};
     double gemmRate = 0, commTime = 0;
     std::thread compute;
     if (mode >= 1)
       compute = std::thread([&] {
-        std::vector<float> a(size_t(kGemm) * kGemm, 0.01f), b(a.size(), 0.02f), c(a.size());
+        const int n = mode >= 3 ? kDutyGemm : kGemm;
+        std::vector<float> a(size_t(n) * n, 0.01f), b(a.size(), 0.02f), c(a.size());
         int done = 0;
+        double busy = 0;
         const auto t0 = Clock::now();
-        // Alone: a fixed 150 ms; together: while the exchanges run.
-        while (mode == 2 ? !stop.load() : since(t0) < 0.15) {
-          nn::CpuBackend::gemm(GemmOp::kNN, kGemm, kGemm, kGemm, a.data(), b.data(), c.data(),
-                               false);
-          ++done;
+        // Alone: a fixed 150 ms (100 ms of the small GEMMs); together:
+        // while the exchanges run.
+        const bool together = mode == 2 || mode == 3;
+        const double aloneFor = mode == 4 ? 0.1 : 0.15;
+        while (together ? !stop.load() : since(t0) < aloneFor) {
+          if (mode != 3) {
+            nn::CpuBackend::gemm(GemmOp::kNN, n, n, n, a.data(), b.data(), c.data(), false);
+            ++done;
+            continue;
+          }
+          const auto slice = Clock::now();
+          while (since(slice) < duty * kSlice && !stop.load()) {
+            nn::CpuBackend::gemm(GemmOp::kNN, n, n, n, a.data(), b.data(), c.data(), false);
+            ++done;
+          }
+          busy += since(slice);
+          const double rest = kSlice - since(slice);
+          if (rest > 0 && !stop.load())
+            std::this_thread::sleep_for(std::chrono::duration<double>(rest));
         }
-        gemmRate = done / since(t0);
+        gemmRate = done / (mode == 3 ? std::max(busy, 1e-9) : since(t0));
       });
-    if (mode != 1) {
+    if (mode != 1 && mode != 4) {
       const auto t0 = Clock::now();
       for (int i = 0; i < exchanges; ++i)
         exchange();
@@ -569,7 +589,9 @@ OverlapTrial measureOverlapOn(Communicator& comm) {
       compute.join();
     return slowestOf(comm, gemmRate, commTime);
   };
+  constexpr size_t kSweep = kOverlapDuties.size() - 2;  // 0 and 1 are not swept
   double computeSpeed[3], commSpeed[3], rate[3];
+  std::array<std::array<double, 3>, kSweep> dutyComm{}, dutyCompute{};
   for (int trial = 0; trial < 3; ++trial) {
     const double commAlone = run(0).second;
     const double gemmAlone = run(1).first;
@@ -577,9 +599,32 @@ OverlapTrial measureOverlapOn(Communicator& comm) {
     computeSpeed[trial] = std::min(1.0, both.first / gemmAlone);
     commSpeed[trial] = std::min(1.0, commAlone / both.second);
     rate[trial] = exchanges * double(kSegment * sizeof(float)) / commAlone;
+    const double smallAlone = run(4).first;
+    for (size_t i = 0; i < kSweep; ++i) {
+      const auto part = run(3, kOverlapDuties[i + 1]);
+      dutyComm[i][size_t(trial)] = std::min(1.0, commAlone / part.second);
+      dutyCompute[i][size_t(trial)] = std::min(1.0, part.first / smallAlone);
+    }
   }
-  return {median3(computeSpeed[0], computeSpeed[1], computeSpeed[2]),
-          median3(commSpeed[0], commSpeed[1], commSpeed[2]), median3(rate[0], rate[1], rate[2])};
+  OverlapTrial result{median3(computeSpeed[0], computeSpeed[1], computeSpeed[2]),
+                      median3(commSpeed[0], commSpeed[1], commSpeed[2]),
+                      median3(rate[0], rate[1], rate[2]),
+                      {},
+                      {}};
+  result.commByDuty.push_back({0.0, 1.0});
+  result.computeByDuty.push_back({0.0, 1.0});
+  for (size_t i = 0; i < kSweep; ++i) {
+    const auto& c = dutyComm[i];
+    const auto& g = dutyCompute[i];
+    // Never below the saturated figure: a lane busy part of the time slows
+    // the other no more than one busy all the time (the trials' noise aside).
+    result.commByDuty.push_back(
+        {kOverlapDuties[i + 1], std::max(result.comm, median3(c[0], c[1], c[2]))});
+    result.computeByDuty.push_back({kOverlapDuties[i + 1], median3(g[0], g[1], g[2])});
+  }
+  result.commByDuty.push_back({1.0, result.comm});
+  result.computeByDuty.push_back({1.0, result.compute});
+  return result;
 }
 
 OverlapTrial measureOverlap(int workers) {
@@ -669,13 +714,21 @@ std::vector<SharingRow> measureSharingRows(
     r.overlapCompute = trial.compute;
     r.overlapComm = trial.comm;
     r.overlapCommRate = trial.commRate;
+    r.overlapCommByDuty = trial.commByDuty;
     r.handoff = measureHandoff(k);
     rows.push_back(r);
-    say(
-        fmt::format("sharing          {} workers{}: GEMM speed {:.2f}, memory speed {:.2f}; with "
-                    "communication: compute {:.2f}, communication {:.2f}; lane hand-off {}",
-                    k, where, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
-                    formatSeconds(Seconds(r.handoff))));
+    std::string byDuty;
+    for (const auto& [d, speed] : r.overlapCommByDuty)
+      if (d > 0 && d < 1)
+        byDuty += fmt::format("{}{:g}: {:.2f}", byDuty.empty() ? "" : ", ", d, speed);
+    say(fmt::format(
+        "sharing          {} workers{}: GEMM speed {:.2f}, memory speed {:.2f}; with "
+        "communication: compute {:.2f}, communication {:.2f}{}; lane hand-off {}",
+        k, where, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
+        byDuty.empty()
+            ? std::string()
+            : " (compute lane busy a share d of the time, d: communication " + byDuty + ")",
+        formatSeconds(Seconds(r.handoff))));
   }
   return rows;
 }
@@ -693,12 +746,22 @@ std::string memoryBySizeYaml(const std::vector<std::pair<double, double>>& bySiz
 }
 }  // namespace
 
+std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve) {
+  if (curve.empty())
+    return "";
+  std::string s = ", overlap_comm_speed_by_duty: [";
+  for (size_t i = 0; i < curve.size(); ++i)
+    s += fmt::format("{}[{:g}, {:.3f}]", i ? ", " : "", curve[i].first, curve[i].second);
+  return s + "]";
+}
+
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows) {
   for (const auto& r : rows)
     y << fmt::format(
         "    - {{workers: {}, speed: {:.3f}, memory_speed: {:.3f}, overlap_compute_speed: {:.3f}, "
-        "overlap_comm_speed: {:.3f}{}, lane_handoff: {:.4g} us{}}}\n",
+        "overlap_comm_speed: {:.3f}{}{}, lane_handoff: {:.4g} us{}}}\n",
         r.workers, r.gemm, r.memory, r.overlapCompute, r.overlapComm,
+        dutyCurveYaml(r.overlapCommByDuty),
         r.overlapCommRate > 0
             ? fmt::format(", overlap_comm_rate: {:.4g} GB/s", r.overlapCommRate / 1e9)
             : std::string(),

@@ -61,6 +61,9 @@ struct SharingRow {
   int workers = 1;
   double gemm = 1, memory = 1, overlapCompute = 1, overlapComm = 1, handoff = 0;
   double overlapCommRate = 0;  // bytes/s; 0: not measured (not written)
+  // (duty, communication speed) by the compute lane's duty cycle, the last
+  // at duty 1 (overlapComm); empty: not measured (not written).
+  std::vector<std::pair<double, double>> overlapCommByDuty;
   // (bytes per thread, memory speed) by working-set size; empty: not measured.
   std::vector<std::pair<double, double>> memoryBySize;
 };
@@ -69,7 +72,14 @@ struct SharingRow {
 // the rate does not say how busy the lane keeps the compute's resources).
 struct OverlapTrial {
   double compute = 1, comm = 1, commRate = 0;
+  // The communication lane's speed while the compute lane runs GEMMs a
+  // share d of every 2 ms slice (and sleeps the rest), d in kOverlapDuties,
+  // (d, speed); and the compute lane's speed while it runs (d, speed).
+  // d = 1 is `comm` and `compute`, d = 0 is 1 (the lane alone). Empty where
+  // the trial has no duty sweep.
+  std::vector<std::pair<double, double>> commByDuty, computeByDuty;
 };
+inline constexpr std::array<double, 5> kOverlapDuties{0, 0.25, 0.5, 0.75, 1};
 // Rows for 1, 2, 4, ... up to maxWorkers: `sharing(k)` gives (GEMM, memory)
 // speeds for k > 1, `overlap(k)` (compute, communication) speeds, and the
 // hand-off is measureHandoff(k); `say` gets one line per row, `where` in it
@@ -79,6 +89,8 @@ std::vector<SharingRow> measureSharingRows(
     const std::function<OverlapTrial(int)>& overlap,
     const std::function<void(const std::string&)>& say, const std::string& where,
     const std::function<std::vector<std::pair<double, double>>(int)>& memoryBySize = {});
+// ", overlap_comm_speed_by_duty: [[0, 1.000], [0.25, 0.9], ...]" or "".
+std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve);
 // The rows under `sharing:` (indented by 4).
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows);
 

@@ -143,7 +143,7 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
   for (const auto& row : list.items()) {
     row.allowOnly({"workers", "speed", "memory_speed", "memory_speed_by_size",
                    "overlap_compute_speed", "overlap_comm_speed", "overlap_comm_rate",
-                   "lane_handoff"});
+                   "overlap_comm_speed_by_duty", "lane_handoff"});
     if (!row.has(key))
       continue;
     const int workers = row.require("workers").asPositiveInt();
@@ -258,6 +258,47 @@ DeviceSpec readDevice(const ConfigNode& n) {
       d.sharingMemoryBySize = std::move(bySizeRows);
     d.overlapCompute = readSharing(*sharing, "overlap_compute_speed", speed);
     d.overlapComm = readSharing(*sharing, "overlap_comm_speed", speed);
+    // overlap_comm_speed_by_duty: [[0, 1.0], [0.5, 0.8], [1, 0.44]], the
+    // communication lane's speed against the compute lane's duty cycle, in a
+    // row with overlap_comm_speed (the figure at duty 1).
+    for (const auto& row : sharing->items()) {
+      auto curve = row.get("overlap_comm_speed_by_duty");
+      if (!curve)
+        continue;
+      if (!row.has("overlap_comm_speed"))
+        curve->fail("needs overlap_comm_speed in the same row (the speed at duty 1)");
+      if (!curve->isSequence())
+        curve->fail(
+            "must be a list of [duty, speed] pairs, e.g. [[0, 1.0], [0.5, 0.8], [1, 0.44]]");
+      std::vector<std::pair<double, double>> points;
+      for (const auto& point : curve->items()) {
+        const auto pair = point.items();
+        if (!point.isSequence() || pair.size() != 2)
+          point.fail("must be a [duty, speed] pair, e.g. [0.5, 0.8]");
+        const double duty =
+            pair[0].asDoubleIn(0, 1, "a fraction of the window the compute lane is busy");
+        if (!points.empty() && duty <= points.back().first)
+          pair[0].fail("duties must increase strictly along the list");
+        const double s = pair[1].asDouble();
+        if (s <= 0 || s > 1)
+          pair[1].fail("must be a speed relative to the lane alone in (0, 1], got " +
+                       fmt::format("{:g}", s));
+        if (duty == 0 && s != 1)
+          pair[1].fail("at duty 0 the compute lane is idle: the lane runs alone, speed 1");
+        if (duty == 1 && std::abs(s - row.require("overlap_comm_speed").asDouble()) > 1e-9)
+          pair[1].fail(
+              "at duty 1 the speed is the row's overlap_comm_speed (both lanes "
+              "saturated), got " +
+              fmt::format("{:g}", s));
+        points.push_back({duty, s});
+      }
+      if (points.empty())
+        curve->fail("needs at least one [duty, speed] pair");
+      const int workers = row.require("workers").asPositiveInt();
+      if (!d.overlapCommByDuty.empty() && workers <= d.overlapCommByDuty.back().first)
+        row.require("workers").fail("worker counts must increase down the list");
+      d.overlapCommByDuty.push_back({workers, std::move(points)});
+    }
     d.handoffs = readSharing(*sharing, "lane_handoff", time);
     auto rate = [](const ConfigNode& v) { return v.asBandwidth().value(); };
     d.overlapCommRate = readSharing(*sharing, "overlap_comm_rate", rate);

@@ -58,15 +58,54 @@ LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int worke
   const int perNode = workersPerNode(cluster, workers);
   const double compute = cluster.device.overlapComputeSpeed(perNode);
   const double comm = cluster.device.overlapCommSpeed(perNode);
-  LaneSpeeds s{compute, comm, compute, comm};
+  LaneSpeeds s{compute, comm, compute, comm, {}};
   const double measured = cluster.device.overlapCommRateFor(perNode);
   const double perByte = topo.workers() > 1 ? topo.ringStep().secondsPerByte : 0.0;
+  const double busy = measured <= 0 || perByte <= 0 ? 1.0 : std::min(1.0, 1.0 / perByte / measured);
+  if (cluster.device.hasOverlapCommCurve()) {
+    for (double d : cluster.device.overlapCommDutyBreaks())
+      s.commByDuty.push_back(
+          {d, d >= 1 ? std::min(1.0, comm / busy)
+                     : std::min(1.0, cluster.device.overlapCommSpeedAt(perNode, d) / busy)});
+  }
   if (measured <= 0 || perByte <= 0)
     return s;
-  const double busy = std::min(1.0, 1.0 / perByte / measured);
   s.compute = 1 - (1 - s.compute) * busy;
   s.comm = std::min(1.0, s.comm / busy);
   return s;
+}
+
+double LaneSpeeds::commAtDuty(double duty) const {
+  duty = std::clamp(duty, 0.0, 1.0);
+  if (commByDuty.empty())
+    return 1 - duty * (1 - comm);
+  if (duty >= 1)
+    return comm;
+  for (size_t i = 1; i < commByDuty.size(); ++i) {
+    const auto [d1, s1] = commByDuty[i];
+    if (duty <= d1) {
+      const auto [d0, s0] = commByDuty[i - 1];
+      return s0 + (s1 - s0) * (duty - d0) / (d1 - d0);
+    }
+  }
+  return comm;
+}
+
+double LaneSpeeds::windowDuty(double computeLeft, double work) const {
+  if (computeLeft <= 0)
+    return 0;
+  if (work <= 0)
+    return 1;
+  const double busyFor = computeLeft / compute;
+  // f(d) = busyFor s(d) / work - d falls from f(0) > 0.
+  if (busyFor * commAtDuty(1) >= work)
+    return 1;
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (busyFor * commAtDuty(mid) / work - mid > 0 ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
 }
 
 UpdateCost updateCostPerParam(Optimizer optimizer, ElementType element) {

@@ -20,7 +20,8 @@ Seconds forward(const Context& ctx, int first, int last, double examples, double
 }
 
 LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, double commSpeed,
-                       Seconds handoff) {
+                       Seconds handoff, const LaneSpeeds* duty) {
+  const bool curve = duty != nullptr && !duty->commByDuty.empty();
   const size_t n = tasks.size();
   LaneSchedule out;
   out.start.assign(n, -1);
@@ -29,6 +30,9 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
   std::vector<size_t> depsLeft(n, 0);
   std::vector<double> lastDep(n, -1), left(n, 0);
   std::vector<char> crossLast(n, 0);
+  // Per communication task with a duty curve (LaneTask::byDuty): the one
+  // speed of its whole window, decided when it starts; -1: fluid.
+  std::vector<double> fixed(n, -1.0);
   // Tasks whose dependencies are over, by the time they are ready (then index).
   using Pending = std::pair<double, size_t>;
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending;
@@ -67,6 +71,15 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
   };
   auto start = [&](size_t i) {
     out.start[i] = now;
+    if (curve && tasks[i].comm && tasks[i].byDuty) {
+      // The compute still to run (alone) on this worker: the running task's
+      // rest and every compute task not started.
+      double computeLeft = 0;
+      for (size_t k = 0; k < n; ++k)
+        if (!tasks[k].comm && out.end[k] < 0)
+          computeLeft += left[k];
+      fixed[i] = computeLeft <= 0 ? 1.0 : duty->commAtDuty(duty->windowDuty(computeLeft, left[i]));
+    }
     if (left[i] <= 0)
       finish(i);  // a task without work ends at once
     else if (tasks[i].comm)
@@ -101,8 +114,9 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
     double dt = std::numeric_limits<double>::infinity();
     if (computeAt != n)
       dt = std::min(dt, left[computeAt] / cs);
+    auto speedOf = [&](size_t c) { return fixed[c] >= 0 ? fixed[c] : ms; };
     for (size_t c : comms)
-      dt = std::min(dt, left[c] / ms);
+      dt = std::min(dt, left[c] / speedOf(c));
     if (!pending.empty())
       dt = std::min(dt, pending.top().first - now);
     STRATA_ENFORCE(std::isfinite(dt));  // deps are earlier tasks: something can progress
@@ -121,12 +135,12 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
     }
     for (size_t x = 0; x < comms.size();) {
       const size_t c = comms[x];
-      if (left[c] / ms <= tol) {
+      if (left[c] / speedOf(c) <= tol) {
         left[c] = 0;
         ended.push_back(c);
         comms.erase(comms.begin() + static_cast<std::ptrdiff_t>(x));
       } else {
-        left[c] -= ms * dt;
+        left[c] -= speedOf(c) * dt;
         ++x;
       }
     }
@@ -138,7 +152,8 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
 }
 
 LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
-                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed) {
+                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed,
+                      const LaneSpeeds* duty) {
   // Compute cut into pieces at the jobs' ready points; job j waits for the
   // piece that ends at its ready point and for job j-1. The buckets' lane
   // wake-ups are in their work (backpropWithSync), so no hand-off here.
@@ -159,12 +174,12 @@ LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
   for (size_t j = 0; j < work.size(); ++j) {
     const double r = std::clamp(ready[j].value(), 0.0, total);
     const auto piece = std::lower_bound(cuts.begin(), cuts.end(), r) - cuts.begin();
-    LaneTask job{true, work[j], {static_cast<int>(piece)}};
+    LaneTask job{true, work[j], {static_cast<int>(piece)}, true};
     if (j > 0)
       job.deps.push_back(static_cast<int>(tasks.size()) - 1);
     tasks.push_back(job);
   }
-  const auto s = playLanes(tasks, computeSpeed, commSpeed, Seconds(0));
+  const auto s = playLanes(tasks, computeSpeed, commSpeed, Seconds(0), duty);
   LaneTimes out;
   out.computeEnd = Seconds(s.end[pieces - 1]);
   out.end = out.computeEnd;
@@ -206,7 +221,7 @@ Seconds backpropWithSync(const Context& ctx, int first, int last, AllreduceAlgor
     work.push_back(c.time);
     t.add(c);
   }
-  const auto lanes = sharedLanes(clock, ready, work, ctx.lanes.compute, ctx.lanes.comm);
+  const auto lanes = sharedLanes(clock, ready, work, ctx.lanes.compute, ctx.lanes.comm, &ctx.lanes);
   // Backprop stretched by communication sharing its cores, spread over its phases.
   const double stretch = clock.value() > 0 ? lanes.computeEnd / clock : 1.0;
   t.compute.bwdWeights += (t.compute.bwdWeights - bwStart) * (stretch - 1);

@@ -112,8 +112,14 @@ struct LaneTimes {
   Seconds communication;  // sum of the jobs' wall durations
 };
 
+// With `duty` (lanes with a duty curve, LaneSpeeds::commByDuty) a job that
+// starts while compute runs keeps one speed for its whole window, the
+// curve's s(d) at the window's duty d (LaneSpeeds::windowDuty of the compute
+// left and the job's work), instead of commSpeed while compute runs and 1
+// after; a job that starts after compute is over runs at 1.
 LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
-                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed);
+                      const std::vector<Seconds>& work, double computeSpeed, double commSpeed,
+                      const LaneSpeeds* duty = nullptr);
 
 // The lane arithmetic itself (sharedLanes and the owt rounds use it): one
 // worker's tasks, every worker alike, each on its compute lane or its
@@ -125,16 +131,21 @@ LaneTimes sharedLanes(Seconds compute, const std::vector<Seconds>& ready,
 // (fluid: re-rated whenever the other lane starts or stops). A task released
 // by one on the other lane (the last of its deps to end) is ready `handoff`
 // later, as the simulator's lane wake-up (engine.cpp, finish).
+// With `duty` (a duty curve, LaneSpeeds::commByDuty), a communication task
+// marked byDuty keeps one speed from its start to its end: the curve at the
+// duty of its window (windowDuty of the compute left on the worker and its
+// own work), 1 when no compute is left; the others stay fluid.
 struct LaneTask {
   bool comm = false;
   Seconds work;
   std::vector<int> deps;
+  bool byDuty = false;
 };
 struct LaneSchedule {
   std::vector<double> start, end;  // wall clock per task
 };
 LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, double commSpeed,
-                       Seconds handoff);
+                       Seconds handoff, const LaneSpeeds* duty = nullptr);
 
 // Forward of layers [first, last) on `examples` examples.
 Seconds forward(const Context& ctx, int first, int last, double examples, double fraction,

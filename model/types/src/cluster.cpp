@@ -89,6 +89,50 @@ double DeviceSpec::overlapCommSpeed(int workers) const {
   return overlapComm.empty() ? 1.0 : std::min(1.0, interpolateSharing(overlapComm, workers));
 }
 
+namespace {
+// A row's curve at `duty`, with (0, 1) and (1, saturated) as its ends.
+double curveAt(const std::vector<std::pair<double, double>>& points, double saturated,
+               double duty) {
+  double d0 = 0, s0 = 1;
+  for (const auto& [d1, s1] : points) {
+    if (duty <= d1)
+      return d1 > d0 ? s0 + (s1 - s0) * (duty - d0) / (d1 - d0) : s1;
+    d0 = d1;
+    s0 = s1;
+  }
+  return d0 < 1 ? s0 + (saturated - s0) * (duty - d0) / (1 - d0) : s0;
+}
+}  // namespace
+
+double DeviceSpec::overlapCommSpeedAt(int workers, double duty) const {
+  duty = std::clamp(duty, 0.0, 1.0);
+  const double saturated = overlapCommSpeed(workers);
+  if (duty >= 1)
+    return saturated;
+  if (overlapCommByDuty.empty())
+    return 1 - duty * (1 - saturated);
+  // Each row's share of its saturated slowdown at `duty` (d where the row
+  // is not slowed at all).
+  std::vector<std::pair<int, double>> shares;
+  for (const auto& [k, points] : overlapCommByDuty) {
+    const double rowSaturated = overlapCommSpeed(k);
+    const double s = curveAt(points, rowSaturated, duty);
+    shares.push_back({k, rowSaturated < 1 ? (1 - s) / (1 - rowSaturated) : duty});
+  }
+  const double share = interpolateRows(shares, workers, Beyond::kHold);
+  return std::clamp(1 - share * (1 - saturated), 1e-6, 1.0);
+}
+
+std::vector<double> DeviceSpec::overlapCommDutyBreaks() const {
+  std::vector<double> out{0.0, 1.0};
+  for (const auto& row : overlapCommByDuty)
+    for (const auto& point : row.second)
+      out.push_back(point.first);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 double DeviceSpec::overlapCommRateFor(int workers) const {
   return overlapCommRate.empty() ? 0.0 : interpolateSharing(overlapCommRate, workers);
 }

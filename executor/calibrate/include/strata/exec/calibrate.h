@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "strata/exec/comm/communicator.h"
 #include "strata/exec/device.h"
@@ -54,6 +56,10 @@ struct LaneOverlap {
   double computeSpeed = 1;  // overlap_compute_speed
   double commSpeed = 1;     // overlap_comm_speed
   double commRate = 0;      // overlap_comm_rate: bytes/s each lane sent alone
+  // overlap_comm_speed_by_duty: (d, communication speed) with the compute
+  // lane running GEMMs a share d of every 2 ms slice, d = 0, 0.25, 0.5, 0.75,
+  // 1 (d = 1: commSpeed); and the compute lane's speed while it runs.
+  std::vector<std::pair<double, double>> commByDuty, computeByDuty;
 };
 LaneOverlap measureLaneOverlap(Communicator& comm);
 // The same trial with `workers` (2 or more) threads of this process over the

@@ -80,8 +80,23 @@ struct LaneSpeeds {
   // link (a ps server's update on its thread): the speeds as measured.
   double busyCompute = 1;
   double busyComm = 1;
+  // Optional (the device's overlap_comm_speed_by_duty): the communication
+  // speed averaged over a window against the share d of it in which the
+  // compute lane is busy, as (d, speed) points from d = 0 (speed 1) to d = 1
+  // (speed `comm`), linear in between; empty: no curve (a window's transfer
+  // runs at `comm` while compute runs and 1 while it does not).
+  std::vector<std::pair<double, double>> commByDuty;
   // Whether the lanes share a worker's cores (a speed below 1).
   bool shared() const { return compute < 1 || comm < 1 || busyCompute < 1 || busyComm < 1; }
+  // commByDuty at `duty` (clamped to [0, 1]); 1 - duty (1 - comm) without it.
+  double commAtDuty(double duty) const;
+  // The duty of a communication window that starts with `computeLeft`
+  // seconds of compute (alone) still to run on its worker and `work` seconds
+  // of communication (alone): compute runs at `compute` while both run, so it
+  // is busy b = computeLeft / compute seconds of the window, and the window
+  // lasts work / s(d): d = min(1, b s(d) / work), solved by bisection (s
+  // falls with d, so the root is unique). 0 when computeLeft is 0.
+  double windowDuty(double computeLeft, double work) const;
 };
 // The device's overlap speeds for `workers` workers, scaled by how much of
 // its time the communication lane keeps a core busy. The speeds were
@@ -92,6 +107,8 @@ struct LaneSpeeds {
 // at 1 - (1 - s_compute) u, and communication stays at the link's speed while
 // its slowed cores still keep up, min(1, s_comm / u). Without a measured
 // rate u = 1: the speeds as measured.
+// With a duty curve (overlap_comm_speed_by_duty) each of its points is
+// scaled as the saturated one: min(1, s(d) / u).
 LaneSpeeds overlapSpeeds(const Cluster& cluster, const Topology& topo, int workers);
 
 // What one parameter's update costs: bytes read and written, FLOPs. Bytes:

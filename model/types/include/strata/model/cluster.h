@@ -76,6 +76,12 @@ struct DeviceSpec {
   // the cores). A link slower than that leaves the lane waiting on the wire
   // for part of its time, and the cores to the compute lane (overlapSpeeds).
   std::vector<std::pair<int, double>> overlapCommRate;
+  // Optional (strata calibrate, overlap_comm_speed_by_duty): per sharing row
+  // (workers), the communication lane's speed (relative to alone, averaged
+  // over a window) against the compute lane's duty cycle d in that window:
+  // (d, speed) points, d strictly increasing in [0, 1]. overlapComm is the
+  // speed at d = 1 (both lanes saturated).
+  std::vector<std::pair<int, std::vector<std::pair<double, double>>>> overlapCommByDuty;
   // Optional (strata calibrate): how long a worker's lane (compute or
   // communication) takes to resume once the other lane has produced what it
   // waits for (a condition-variable wake-up in the executor); 0 elsewhere.
@@ -114,6 +120,21 @@ struct DeviceSpec {
   double overlapCommSpeed(int workers) const;
   // overlapCommRate at `workers` (linear in between); 0 when not measured.
   double overlapCommRateFor(int workers) const;
+  // The communication lane's speed averaged over a window in which the
+  // compute lane is busy a fraction `duty` (clamped to [0, 1]) of the time,
+  // with `workers` workers per node. From overlapCommByDuty: each row's curve
+  // with (0, 1) and (1, its overlap_comm_speed) as its ends, linear in duty;
+  // as a share h(d) = (1 - speed(d)) / (1 - overlapCommSpeed) of the saturated
+  // slowdown, interpolated between rows by workers (the last row's beyond
+  // it), so that duty 1 is overlapCommSpeed(workers) exactly. Without a
+  // curve: 1 - duty (1 - overlapCommSpeed(workers)), the time-average of the
+  // saturated speed while compute runs and 1 while it does not.
+  double overlapCommSpeedAt(int workers, double duty) const;
+  // Whether overlapCommByDuty has a curve.
+  bool hasOverlapCommCurve() const { return !overlapCommByDuty.empty(); }
+  // The duties at which overlapCommSpeedAt bends: 0, every row's points, 1,
+  // increasing.
+  std::vector<double> overlapCommDutyBreaks() const;
 
   // Peak for an element type; throws OptionError("--element") naming the
   // cluster file when the device has no figure for it.
