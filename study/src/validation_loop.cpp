@@ -114,7 +114,7 @@ struct Pending {
   Plan runPlan;  // what the executor runs (a ps plan holds every step it runs)
   sim::Result simulated;
   std::vector<Repeat> runs;
-  std::vector<double> referenceRates;  // per run: the mean of its two timings
+  std::vector<double> referenceRates;  // per run: its round's median reference timing
 };
 
 Pending predictRow(const Context& c, const Network& net, const Cluster& profiled,
@@ -160,7 +160,8 @@ std::optional<double> traceSpan(const Timeline& t) {
 // Runs the rows of one (network, batch, K) group interleaved: `repeats`
 // rounds, each running every row once in roundOrder's rotation, the
 // reference GEMM timed before the first run and after every run (so each run
-// lies between two timings, shared with its neighbours). Other processes'
+// lies between two timings, shared with its neighbours); every run of a round
+// is normalised to the median of the round's timings. Other processes'
 // CPU use is measured per run; a row's figure is its busiest run's.
 void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
   const int n = static_cast<int>(group.size());
@@ -168,6 +169,15 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
   std::vector<double> others(group.size(), -1.0);
   double reference = normalise ? exec::referenceGemmRate(kReferenceCalls) : 0.0;
   for (int round = 0; round < c.suite.repeats; ++round) {
+    // The round's timings of the reference: before its first run and after
+    // each run. Each run is normalised to their median, the round's speed:
+    // one timing moves by ~2 % on its own (the median swing between two
+    // consecutive ones on the idle VM), which normalising each run by its own
+    // two would add to the run's spread.
+    std::vector<Seconds> timings;
+    if (normalise)
+      timings.push_back(Seconds(reference));
+    std::vector<int> ran;
     for (int i : roundOrder(n, round)) {
       auto& p = group[static_cast<size_t>(i)];
       if (c.progress.running)
@@ -183,13 +193,19 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
             std::max(others[static_cast<size_t>(i)], othersCores(*before, *after));
       if (normalise) {
         const double next = exec::referenceGemmRate(kReferenceCalls);
-        p.referenceRates.push_back(0.5 * (reference + next));
+        timings.push_back(Seconds(next));
         p.row.referenceSwing = std::max(p.row.referenceSwing,
                                         std::fabs(next - reference) / (0.5 * (next + reference)));
         reference = next;
       }
       run.measured.cluster = c.cluster.name;
       p.runs.push_back({std::move(run.measured), std::move(run.timeline)});
+      ran.push_back(i);
+    }
+    if (normalise) {
+      const double roundRate = medianOf(timings).value();
+      for (int i : ran)
+        group[static_cast<size_t>(i)].referenceRates.push_back(roundRate);
     }
   }
   for (size_t i = 0; i < group.size(); ++i)

@@ -207,7 +207,7 @@ TEST_CASE("validate's table shows the normalised and raw spread and unsteady row
                   "whole error in 1 of 1 rows") != std::string::npos);
   CHECK(text.find("step timing against the trace's span: median |difference| 1.00 %, worst "
                   "1.00 % over 1 rows") != std::string::npos);
-  CHECK(text.find("warning: the machine's speed moved more than 5 % during a run") !=
+  CHECK(text.find("warning: the machine's speed moved more than 10 % during a run") !=
         std::string::npos);
   std::ostringstream csv;
   cli::printValidation(csv, rows, summarize(rows), cli::Format::kCsv, load);

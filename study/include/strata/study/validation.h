@@ -210,12 +210,15 @@ inline constexpr double kBusyLoadPerCore = 0.25;
 //   (a slowdown that large changes how compute and communication overlap);
 inline constexpr double kMaxSpeedDrift = 0.25;
 // - the reference moved by more than kMaxReferenceSwing across one of the
-//   row's runs: the machine changed speed during the run, and the mean of the
-//   two timings normalises it by a figure up to half that far off.
-inline constexpr double kMaxReferenceSwing = 0.05;
+//   row's runs: the machine changed speed during the run, and its round's
+//   speed normalises it by a figure up to that far off. One timing moves by
+//   ~2 % on its own (median swing between consecutive timings on the idle
+//   2-core VM, 132 rows, 2026-11-26; 5 % there left out 32 rows, most of them
+//   for the reference's own noise): 10 % is a real change of speed.
+inline constexpr double kMaxReferenceSwing = 0.10;
 // A run's step normalised to the calibrated speed: `raw` measured while the
-// reference ran at `referenceRate` (FLOP/s; the mean of the timings before and
-// after the run), the calibration's reference at `calibratedRate`.
+// reference ran at `referenceRate` (FLOP/s; the median of its round's
+// timings), the calibration's reference at `calibratedRate`.
 Seconds normalisedStep(Seconds raw, double referenceRate, double calibratedRate);
 // The order of `n` rows in round `round` (0-based) of an interleaved
 // measurement: 0, 1, ..., n-1 rotated left by `round`, so each row runs in
