@@ -68,16 +68,6 @@ void checkOverlapFlags(const CalibrateFlags& f, bool mpi) {
     throw OptionError("--format", "--overlap-only prints table or json");
 }
 
-// ", overlap_comm_speed_by_duty: [[0, 1.000], ...]" as calibrate writes it, or "".
-std::string dutyCurve(const std::vector<std::pair<double, double>>& curve) {
-  if (curve.empty())
-    return "";
-  std::string s = ", overlap_comm_speed_by_duty: [";
-  for (size_t i = 0; i < curve.size(); ++i)
-    s += fmt::format("{}[{:g}, {:.3f}]", i ? ", " : "", curve[i].first, curve[i].second);
-  return s + "]";
-}
-
 // The trials' rows, as a sharing row each (to paste into a cluster file's
 // device sharing table) or as JSON; `transport` says how the lanes moved data.
 void printOverlap(const std::vector<exec::LaneOverlap>& rows, const std::string& transport,
@@ -122,7 +112,8 @@ void printOverlap(const std::vector<exec::LaneOverlap>& rows, const std::string&
     std::cout << fmt::format(
         "    - {{workers: {}, overlap_compute_speed: {:.3f}, overlap_comm_speed: {:.3f}{}, "
         "overlap_comm_rate: {:.4g} GB/s}}\n",
-        r.workers, r.computeSpeed, r.commSpeed, dutyCurve(r.commByDuty), r.commRate / 1e9);
+        r.workers, r.computeSpeed, r.commSpeed, exec::dutyCurveYaml(r.commByDuty),
+        r.commRate / 1e9);
 }
 
 #ifdef STRATA_HAVE_MPI

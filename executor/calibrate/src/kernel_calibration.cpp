@@ -746,6 +746,9 @@ std::string memoryBySizeYaml(const std::vector<std::pair<double, double>>& bySiz
 }
 }  // namespace
 
+}  // namespace strata::exec::detail
+
+namespace strata::exec {
 std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve) {
   if (curve.empty())
     return "";
@@ -754,6 +757,9 @@ std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve) {
     s += fmt::format("{}[{:g}, {:.3f}]", i ? ", " : "", curve[i].first, curve[i].second);
   return s + "]";
 }
+}  // namespace strata::exec
+
+namespace strata::exec::detail {
 
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows) {
   for (const auto& r : rows)

@@ -89,8 +89,6 @@ std::vector<SharingRow> measureSharingRows(
     const std::function<OverlapTrial(int)>& overlap,
     const std::function<void(const std::string&)>& say, const std::string& where,
     const std::function<std::vector<std::pair<double, double>>(int)>& memoryBySize = {});
-// ", overlap_comm_speed_by_duty: [[0, 1.000], [0.25, 0.9], ...]" or "".
-std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve);
 // The rows under `sharing:` (indented by 4).
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows);
 

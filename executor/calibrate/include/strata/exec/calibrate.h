@@ -65,6 +65,9 @@ LaneOverlap measureLaneOverlap(Communicator& comm);
 // The same trial with `workers` (2 or more) threads of this process over the
 // local communicator, as `strata run` runs workers.
 LaneOverlap measureLaneOverlap(int workers);
+// A sharing row's duty curve as calibrate writes it:
+// ", overlap_comm_speed_by_duty: [[0, 1.000], [0.25, 0.9], ...]", or "" when empty.
+std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve);
 
 // The GEMM shape validate re-times around every row to see whether the
 // machine still runs at its calibrated speed (a VM's host may slow it down).
