@@ -34,6 +34,14 @@ std::string tiesText(const ValidationRow& r) {
   return s;
 }
 
+// "a, b, c": the rows a warning names.
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names)
+    s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 // The error, spread and ranking figures over the counted rows.
 void printErrorFigures(std::ostream& out, const ValidationSummary& summary,
                        const std::string& which) {
@@ -147,30 +155,21 @@ void printValidation(std::ostream& out, const std::vector<ValidationRow>& rows,
         "cores); measurements may be skewed\n",
         load.loadAverageBefore, load.othersCoresBefore);
   if (!load.busyRows.empty()) {
-    std::string names;
-    for (const auto& b : load.busyRows)
-      names += (names.empty() ? "" : ", ") + b;
     out << fmt::format(
         "warning: other processes used more than {:.2f} cores during {} row(s): {}\n",
-        kBusyOthersCores, load.busyRows.size(), names);
+        kBusyOthersCores, load.busyRows.size(), joined(load.busyRows));
   }
   if (!load.driftRows.empty()) {
-    std::string names;
-    for (const auto& b : load.driftRows)
-      names += (names.empty() ? "" : ", ") + b;
     out << fmt::format(
         "warning: the machine ran more than {:.0f} % off its calibrated speed (a reference GEMM "
         "re-timed around each run) during {} row(s), left out of the summary: {}\n",
-        100 * kMaxSpeedDrift, load.driftRows.size(), names);
+        100 * kMaxSpeedDrift, load.driftRows.size(), joined(load.driftRows));
   }
   if (!load.unsteadyRows.empty()) {
-    std::string names;
-    for (const auto& b : load.unsteadyRows)
-      names += (names.empty() ? "" : ", ") + b;
     out << fmt::format(
         "warning: the machine's speed moved more than {:.0f} % during a run (the reference GEMM "
         "before and after it) in {} row(s), left out of the summary: {}\n",
-        100 * kMaxReferenceSwing, load.unsteadyRows.size(), names);
+        100 * kMaxReferenceSwing, load.unsteadyRows.size(), joined(load.unsteadyRows));
   }
 }
 
