@@ -129,6 +129,11 @@ struct MemLayer {
 const MemLayer kBatchNorm{"resnet50.res2.1.bn3", Dims{8, 256, 56, 56}};
 const MemLayer kRelu{"resnet50.res2.1.relu", Dims{8, 256, 56, 56}};
 const MemLayer kLrn{"alexnet-owt.lrn1", Dims{32, 64, 55, 55}};
+// Dropout on fc outputs (alexnet-owt's drop6: 4096 neurons, plane 1) and on a
+// transformer's activations (tiny-gpt's h.1.drop1 at batch 32: width 64 over
+// 32 positions): the same element count per example shape would cost the same.
+const MemLayer kDropFc{"alexnet-owt.drop6", Dims{32, 4096, 1, 1}};
+const MemLayer kDropSeq{"tiny-gpt.h.1.drop1", Dims{32, 64, 32, 1}};
 // resnet50's pool1: 3x3 max, stride 2, pad 1, 64x112x112 -> 64x56x56.
 const MemLayer kPool{"resnet50.pool1", Dims{8, 64, 112, 112}};
 
@@ -403,6 +408,24 @@ void strataRelu(benchmark::State& state, Pass pass) {
       cpu.reluBackward(y.view(), dy.view(), x.view(), 0.0f);
   });
   setBytes(state, (pass == Pass::kFwd ? 2 : 3) * kFloat * static_cast<double>(dims.elements()));
+  state.SetLabel(std::string(nn::cpuIsaName(cpu.isa())));
+}
+
+// dropout (rate 0.5, a counter-based mask per element): fwd reads x and
+// writes y (8 bytes per element); bwd reads dy and writes dx (8).
+void strataDropout(benchmark::State& state, const MemLayer& l, Pass pass) {
+  CpuBackend cpu(CpuOptions{threadsArg(state)});
+  const Dims dims = l.x;
+  Tensor x = randomTensor(dims, 1), y(dims);
+  nn::DropoutDesc d;
+  d.totalChannels = dims.c;
+  timeLoop(state, [&] {
+    if (pass == Pass::kFwd)
+      cpu.dropoutForward(d, x.view(), y.view());
+    else
+      cpu.dropoutBackward(d, x.view(), y.view(), 0.0f);
+  });
+  setBytes(state, 2 * kFloat * static_cast<double>(dims.elements()));
   state.SetLabel(std::string(nn::cpuIsaName(cpu.isa())));
 }
 
@@ -897,6 +920,10 @@ void registerAll() {
                       dnnPool);
   registerMemoryBound("Relu", kRelu.name, {Pass::kFwd, Pass::kBwdData}, "bwd_data", strataRelu,
                       dnnRelu);
+  for (const MemLayer* l : {&kDropFc, &kDropSeq})
+    for (const Pass p : {Pass::kFwd, Pass::kBwdData})
+      registerLayer("BM_Dropout_strata/" + l->name + "/" + passName(p),
+                    [=](benchmark::State& st) { strataDropout(st, *l, p); });
   registerMemoryBound("Lrn", kLrn.name, {Pass::kFwd, Pass::kBwdData}, "bwd_data", strataLrn,
                       dnnLrn);
 }

@@ -11,21 +11,29 @@ namespace strata::nn::STRATA_CPU_ISA {
 
 namespace {
 
-// The dropout decision of one element, see DropoutDesc.
+// The dropout decision of one element, see DropoutDesc. An element's index
+// within the whole layer is (channelOffset + c) * plane + p, which is
+// channelOffset * plane plus its offset within the example's slice: the
+// kernels below walk that offset as one flat loop, so they vectorise whatever
+// the shape (a loop per channel ran one element at a time for fc outputs,
+// plane 1: 25x slower than the same elements with plane 32).
 struct DropoutMask {
-  const DropoutDesc& d;
-  int64_t plane;
+  DropoutDesc d;  // a copy: each thread reads its own (see dropoutForward)
+  uint64_t firstIndex;
   float scale;
 
   DropoutMask(const DropoutDesc& desc, const Dims& dims)
-      : d(desc), plane(int64_t{dims.h} * dims.w), scale(1.0f / (1.0f - desc.rate)) {}
+      : d(desc),
+        firstIndex(static_cast<uint64_t>(int64_t{desc.channelOffset} * dims.h * dims.w)),
+        scale(1.0f / (1.0f - desc.rate)) {}
   // Hash of the example's row; elements then mix in their whole-layer index.
   uint64_t rowKey(int row) const {
     return kernels::mix64(kernels::hashOf(d.seed, d.step, static_cast<uint64_t>(d.layer),
                                           static_cast<uint64_t>(d.firstRow + row)));
   }
-  float factor(uint64_t rowKey, int c, int64_t pos) const {
-    const auto index = static_cast<uint64_t>((d.channelOffset + c) * plane + pos);
+  // `offset`: the element's offset within the example's slice.
+  float factor(uint64_t rowKey, int64_t offset) const {
+    const uint64_t index = firstIndex + static_cast<uint64_t>(offset);
     return kernels::uniformFloat(kernels::mix64(rowKey ^ index)) >= d.rate ? scale : 0.0f;
   }
 };
@@ -77,15 +85,15 @@ void CpuImpl::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView
   if (!runs(MemKernel::kDropoutFwd, double(x.elements())))
     return;
   const DropoutMask mask(d, x.dims);
-  const int64_t plane = mask.plane;
+  const int64_t per = x.dims.perExample();
   parallelRanges(team_, x.dims.n, 1, [&](int64_t first, int64_t last) {
+    const DropoutMask m = mask;
     for (int64_t n = first; n < last; ++n) {
-      const uint64_t key = mask.rowKey(int(n));
-      const float* in = x.data + n * x.dims.perExample();
-      float* out = y.data + n * y.dims.perExample();
-      for (int c = 0; c < x.dims.c; ++c)
-        for (int64_t p = 0; p < plane; ++p)
-          out[c * plane + p] = in[c * plane + p] * mask.factor(key, c, p);
+      const uint64_t key = m.rowKey(int(n));
+      const float* __restrict in = x.data + n * per;
+      float* __restrict out = y.data + n * per;
+      for (int64_t i = 0; i < per; ++i)
+        out[i] = in[i] * m.factor(key, i);
     }
   });
 }
@@ -93,18 +101,18 @@ void CpuImpl::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView
 void CpuImpl::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorView dx, float beta) {
   checkSameDims(dy.dims, dx.dims);
   const DropoutMask mask(d, dy.dims);
-  const int64_t plane = mask.plane;
   scaleForBeta(dx, beta);
   if (!runs(MemKernel::kDropoutBwd, double(dy.elements())))
     return;
+  const int64_t per = dy.dims.perExample();
   parallelRanges(team_, dy.dims.n, 1, [&](int64_t first, int64_t last) {
+    const DropoutMask m = mask;
     for (int64_t n = first; n < last; ++n) {
-      const uint64_t key = mask.rowKey(int(n));
-      const float* in = dy.data + n * dy.dims.perExample();
-      float* out = dx.data + n * dx.dims.perExample();
-      for (int c = 0; c < dy.dims.c; ++c)
-        for (int64_t p = 0; p < plane; ++p)
-          out[c * plane + p] += in[c * plane + p] * mask.factor(key, c, p);
+      const uint64_t key = m.rowKey(int(n));
+      const float* __restrict in = dy.data + n * per;
+      float* __restrict out = dx.data + n * per;
+      for (int64_t i = 0; i < per; ++i)
+        out[i] += in[i] * m.factor(key, i);
     }
   });
 }
