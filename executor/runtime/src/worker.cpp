@@ -127,6 +127,7 @@ std::vector<Measured> Worker::run(int firstStep) {
   lossShares_.assign(static_cast<size_t>(n), 0.0);
   std::vector<Measured> ms(static_cast<size_t>(n));
   model_.zeroGradients();
+  premake();
   prepare(0);
   // The ranks start the step together. Making a step's examples is the
   // data loader's work, not the step's, and it takes each rank its own
@@ -161,6 +162,32 @@ std::vector<Measured> Worker::run(int firstStep) {
   return ms;
 }
 
+void Worker::premake() {
+  premade_.clear();
+  if (server() || plan_.iterations == 1 || opt_.device != Device::kCpu)
+    return;
+  const auto& in = net_.input;
+  // At most 1 GiB of examples per rank (ps's 6 steps of alexnet at batch 64:
+  // 231 MB); beyond it the steps make their own, inside the window, as
+  // docs/executor.md says.
+  constexpr double kMostBytes = 1024.0 * 1024 * 1024;
+  if (double(plan_.iterations) * b_ * in.c * in.h * in.w * sizeof(float) > kMostBytes)
+    return;
+  for (int i = 0; i < plan_.iterations; ++i) {
+    const int64_t first = firstExample(firstStep_ + i, k_, w_, b_);
+    Premade p{dataset_.batch(first, b_), {}};
+    // Made from the generator, then the batch's values (syntheticFill reads
+    // a batch's values, when it has some, rather than the generator).
+    std::vector<float> values(static_cast<size_t>(b_) * in.c * in.h * in.w);
+    nn::syntheticFill(p.batch, nn::TensorView{values.data(), nn::Dims{b_, in.c, in.h, in.w}});
+    p.batch.values = std::move(values);
+    p.batch.tokens = {};  // the values, not the generator, are the batch now
+    if (!owt_)
+      p.labels = dataset_.labels(first, b_, positions());
+    premade_.push_back(std::move(p));
+  }
+}
+
 void Worker::prepare(int i) {
   if (server())
     return;
@@ -169,6 +196,13 @@ void Worker::prepare(int i) {
   step_ = s;
   model_.setStep(static_cast<uint64_t>(s));
   // Own examples for the data-parallel (conv) part.
+  if (!premade_.empty()) {
+    const Premade& p = premade_[static_cast<size_t>(i)];
+    model_.writeInput(p.batch);
+    if (!owt_)
+      model_.setLabels(p.labels);
+    return;
+  }
   const int64_t first = firstExample(s, k_, w_, b_);
   model_.writeInput(dataset_.batch(first, b_));
   if (!owt_)
