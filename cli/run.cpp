@@ -333,12 +333,22 @@ int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
     if (!notWritten.empty())
       s.traceFile.reset();  // removes the temporary file now
   }
+  // The first step whose loss is not finite: the training diverged (a
+  // learning rate too high for the network). The step times stand; the
+  // weights do not, and the user must hear it.
+  const auto diverged =
+      std::find_if(result.steps.begin(), result.steps.end(),
+                   [](const exec::StepLog& st) { return !std::isfinite(st.loss); });
   if (s.format == Format::kJson) {
     std::cout << "{\"steps\":[";
-    for (size_t i = 0; i < result.steps.size(); ++i)
+    for (size_t i = 0; i < result.steps.size(); ++i) {
+      const double loss = result.steps[i].loss;
       std::cout << (i ? "," : "")
-                << fmt::format("{{\"step\":{},\"loss\":{:.9g},\"step_s\":{:.9g}}}",
-                               result.steps[i].step, result.steps[i].loss, result.steps[i].seconds);
+                << fmt::format("{{\"step\":{},\"loss\":{},\"step_s\":{:.9g}}}",
+                               result.steps[i].step,
+                               std::isfinite(loss) ? fmt::format("{:.9g}", loss) : "null",
+                               result.steps[i].seconds);
+    }
     std::cout << "],";
     if (stale > 0)
       std::cout << fmt::format("\"staleness_seen\":{},", result.stalenessSeen);
@@ -358,6 +368,13 @@ int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
           result.stalenessSeen, stale);
     if (s.traceFile)
       std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
+  }
+  if (diverged != result.steps.end()) {
+    std::cout << std::flush;
+    std::cerr << fmt::format(
+        "strata: warning: the loss is not finite from step {} on (the training diverged: "
+        "try a smaller --lr than {}); the step times above stand, the weights do not\n",
+        diverged->step + 1, s.opt.learningRate);
   }
   if (notWritten.empty())
     return 0;

@@ -975,6 +975,32 @@ TEST_CASE("run --format json leaves out what a run does not measure", "[cli][exe
   CHECK(m.at("per_worker")[1].at("sent_bytes").get<double>() > 0);
 }
 
+TEST_CASE("run says when the loss stops being finite, and its JSON stays JSON", "[cli][exec]") {
+  // A learning rate no network survives (the option's ceiling): the weights
+  // overflow within steps.
+  const auto r = runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--steps", "4", "-b",
+                            "4", "--lr", "1000000", "--format", "json"});
+  REQUIRE(r.status == 0);
+  // The warning is the last line (stderr, after the JSON on stdout).
+  const auto cut = r.output.rfind("strata: warning: ");
+  REQUIRE(cut != std::string::npos);
+  const std::string warning = r.output.substr(cut);
+  const auto steps = json::parse(r.output.substr(0, cut)).at("steps");
+  REQUIRE(steps.size() == 4);
+  CHECK(steps[0].at("loss").is_number());  // the first step's forward ran on the initial weights
+  CHECK(steps[3].at("loss").is_null());
+  for (const auto& st : steps)
+    CHECK(st.at("step_s").get<double>() > 0);
+  CHECK(warning.find("the loss is not finite from step") != std::string::npos);
+  CHECK(warning.find("--lr") != std::string::npos);
+  CHECK(strata_test::lines(warning).size() == 1);
+  // A run that trains does not warn.
+  const auto ok =
+      runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--steps", "4", "-b", "4"});
+  REQUIRE(ok.status == 0);
+  CHECK(ok.output.find("warning") == std::string::npos);
+}
+
 TEST_CASE("STRATA_CONFIG_DIR adds preset folders before the built-in ones", "[cli][presets]") {
   const std::filesystem::path dir = "cli_test_config_dir";
   std::filesystem::remove_all(dir);

@@ -36,6 +36,7 @@ constexpr double kLoadWindowSeconds = 1.0;
 struct Repeat {
   StepEstimate measured;
   Timeline timeline;
+  int divergedAt = -1;  // the first step whose loss was not finite, or -1
 };
 
 std::string rowName(const Network& net, int batch, Strategy s, int k) {
@@ -115,6 +116,7 @@ struct Pending {
   sim::Result simulated;
   std::vector<Repeat> runs;
   std::vector<double> referenceRates;  // per run: its round's median reference timing
+  int referenceThreads = 1;            // the reference's threads: the cores the row keeps busy
 };
 
 Pending predictRow(const Context& c, const Network& net, const Cluster& profiled,
@@ -167,7 +169,14 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
   const int n = static_cast<int>(group.size());
   const bool normalise = c.result.load.referenceCalibrated > 0;
   std::vector<double> others(group.size(), -1.0);
-  double reference = normalise ? exec::referenceGemmRate(kReferenceCalls) : 0.0;
+  // The reference runs on as many threads as the group's runs keep cores
+  // busy (a worker's compute threads; at most the cores).
+  const Scenario& first = group.front().sc;
+  const int threads =
+      std::clamp(first.workers * std::max(1, first.options.threadsPerWorker), 1, c.cores);
+  for (auto& p : group)
+    p.referenceThreads = threads;
+  double reference = normalise ? exec::referenceGemmRate(kReferenceCalls, threads) : 0.0;
   for (int round = 0; round < c.suite.repeats; ++round) {
     // The round's timings of the reference: before its first run and after
     // each run. Each run is normalised to their median, the round's speed:
@@ -192,14 +201,20 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
         others[static_cast<size_t>(i)] =
             std::max(others[static_cast<size_t>(i)], othersCores(*before, *after));
       if (normalise) {
-        const double next = exec::referenceGemmRate(kReferenceCalls);
+        const double next = exec::referenceGemmRate(kReferenceCalls, threads);
         timings.push_back(Seconds(next));
         p.row.referenceSwing = std::max(p.row.referenceSwing,
                                         std::fabs(next - reference) / (0.5 * (next + reference)));
         reference = next;
       }
       run.measured.cluster = c.cluster.name;
-      p.runs.push_back({std::move(run.measured), std::move(run.timeline)});
+      int divergedAt = -1;
+      for (const auto& st : run.steps)
+        if (!std::isfinite(st.loss)) {
+          divergedAt = st.step;
+          break;
+        }
+      p.runs.push_back({std::move(run.measured), std::move(run.timeline), divergedAt});
       ran.push_back(i);
     }
     if (normalise) {
@@ -221,7 +236,13 @@ ValidationRow finishRow(Context& c, const Network& net, bool fitted, Pending& p)
   const int gpus = c.gpus, cores = c.cores, k = p.sc.workers;
   auto& load = c.result.load;
   ValidationRow& row = p.row;
-  const double anchor = load.referenceCalibrated;
+  // The calibrated speed of the reference on that many threads at once: the
+  // tables' figure times the sharing row's GEMM speed (calibrate times the
+  // same 256^3 GEMMs on that many threads together).
+  const double anchor =
+      load.referenceCalibrated * (p.referenceThreads > 1 && !cluster.device.sharing.empty()
+                                      ? cluster.device.sharingSpeed(p.referenceThreads)
+                                      : 1.0);
   for (size_t r = 0; r < p.runs.size(); ++r) {
     const Seconds raw = p.runs[r].measured.step;
     if (r < p.referenceRates.size()) {
@@ -283,6 +304,13 @@ ValidationRow finishRow(Context& c, const Network& net, bool fitted, Pending& p)
     notes.push_back(fmt::format("{} workers on {} cores{}", k, cores,
                                 calibrated ? " (sharing calibrated)" : ", sharing not calibrated"));
   }
+  // A diverged run still times its steps, but on values no training would
+  // see (and subnormals on the way can slow a CPU): the row says so.
+  for (const Repeat& r : p.runs)
+    if (r.divergedAt >= 0) {
+      notes.push_back(fmt::format("loss not finite from step {}", r.divergedAt + 1));
+      break;
+    }
   // The executor's step against the trace's span (a second clock): a
   // difference this large means time inside the step that no task accounts for.
   if (row.clockCheck && std::fabs(*row.clockCheck) > kClockCheckNote)

@@ -72,8 +72,12 @@ std::string dutyCurveYaml(const std::vector<std::pair<double, double>>& curve);
 // The GEMM shape validate re-times around every row to see whether the
 // machine still runs at its calibrated speed (a VM's host may slow it down).
 inline constexpr int kReferenceGemm = 256;
-// FLOP/s of an nn GEMM of kReferenceGemm^3 on this thread: the median of
-// `calls` calls after a warm-up (about 0.5 ms each here).
-double referenceGemmRate(int calls = 7);
+// FLOP/s of an nn GEMM of kReferenceGemm^3: the median of `calls` calls
+// after a warm-up (about 0.5 ms each here), on `threads` threads at once
+// (from a common start; the slowest thread's median). With as many threads
+// as a row keeps cores busy it sees what slows that row: a VM host that
+// takes time from one of its cores slows a 2-worker step, not a timing on
+// the other core alone.
+double referenceGemmRate(int calls = 7, int threads = 1);
 
 }  // namespace strata::exec
