@@ -333,12 +333,7 @@ int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
     if (!notWritten.empty())
       s.traceFile.reset();  // removes the temporary file now
   }
-  // The first step whose loss is not finite: the training diverged (a
-  // learning rate too high for the network). The step times stand; the
-  // weights do not, and the user must hear it.
-  const auto diverged =
-      std::find_if(result.steps.begin(), result.steps.end(),
-                   [](const exec::StepLog& st) { return !std::isfinite(st.loss); });
+  const exec::StepLog* diverged = exec::firstDivergedStep(result.steps);
   if (s.format == Format::kJson) {
     std::cout << "{\"steps\":[";
     for (size_t i = 0; i < result.steps.size(); ++i) {
@@ -369,7 +364,7 @@ int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
     if (s.traceFile)
       std::cout << "\ntrace written to " << f.trace << " (open it in ui.perfetto.dev)\n";
   }
-  if (diverged != result.steps.end()) {
+  if (diverged) {
     std::cout << std::flush;
     std::cerr << fmt::format(
         "strata: warning: the loss is not finite from step {} on (the training diverged: "

@@ -208,12 +208,8 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
         reference = next;
       }
       run.measured.cluster = c.cluster.name;
-      int divergedAt = -1;
-      for (const auto& st : run.steps)
-        if (!std::isfinite(st.loss)) {
-          divergedAt = st.step;
-          break;
-        }
+      const exec::StepLog* diverged = exec::firstDivergedStep(run.steps);
+      const int divergedAt = diverged ? diverged->step : -1;
       p.runs.push_back({std::move(run.measured), std::move(run.timeline), divergedAt});
       ran.push_back(i);
     }

@@ -5,6 +5,7 @@
 // the simulator.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,6 +80,15 @@ struct StepLog {
   double loss = 0;     // mean loss over the global batch
   double seconds = 0;  // slowest worker's wall time for the step
 };
+
+// The first step whose loss is not finite (the training diverged), or
+// nullptr: its step times stand, its weights do not.
+inline const StepLog* firstDivergedStep(const std::vector<StepLog>& steps) {
+  for (const auto& st : steps)
+    if (!std::isfinite(st.loss))
+      return &st;
+  return nullptr;
+}
 
 // What every rank returns; rank 0's also holds the whole run's view.
 struct RunResult {
