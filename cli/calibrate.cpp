@@ -26,10 +26,11 @@ namespace {
 
 struct CalibrateFlags {
   std::string network, out, device = "cpu", format = "table";
-  int batch = 32, maxWorkers = 4;
+  int batch = 32, maxWorkers = 4, sweeps = 3;
   bool batchGiven = false;  // --batch on the command line
   bool overlapOnly = false;
   bool sharingGiven = false;  // --sharing-up-to on the command line
+  bool sweepsGiven = false;   // --sweeps on the command line
 };
 
 // Mistakes of --overlap-only's options; `mpi`: started by mpirun.
@@ -47,8 +48,14 @@ void checkOverlapFlags(const CalibrateFlags& f, bool mpi) {
     if (f.batchGiven && f.network.empty())
       throw OptionError("--batch",
                         "applies with --network only (the kernel tables time their own shapes)");
+    if (f.sweepsGiven && f.device != "cpu")
+      throw OptionError("--sweeps",
+                        "applies to the CPU's kernel tables (--device cuda sweeps its tables once, "
+                        "timed on the GPU's own events)");
     return;
   }
+  if (f.sweepsGiven)
+    throw OptionError("--sweeps", "--overlap-only measures no kernel tables");
   if (!f.out.empty())
     throw OptionError("--out", "--overlap-only prints its sharing rows; it writes no file");
   if (!f.network.empty() || f.batchGiven)
@@ -177,14 +184,20 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
                 "(the sharing rows' overlap_* figures) and print them: threads for 2, 4, ... up "
                 "to --sharing-up-to workers, or under mpirun the ranks over their transport "
                 "(e.g. TCP between hosts)");
+  auto* sweeps = sub->add_option(
+      "--sweeps", o->sweeps,
+      "sweeps over the CPU kernel tables, each point the median over them (1..9, "
+      "default 3: about 25 s each on 2 cores; one point timed once is a snapshot of a "
+      "VM's speed)");
   addFormatOption(sub, o->format, "output of --overlap-only: table|json (default table)");
   sub->footer(
       "Examples:\n"
       "  strata calibrate --out my-cluster.yaml\n"
       "  strata predict -n tiny-cnn -c my-cluster.yaml -s ring -k 2 -b 32\n"
       "  mpirun -np 2 strata calibrate --overlap-only   # the lanes over MPI's transport");
-  return {sub, [o, sharing, batch, process] {
+  return {sub, [o, sharing, batch, sweeps, process] {
             o->sharingGiven = sharing->count() > 0;
+            o->sweepsGiven = sweeps->count() > 0;
             o->batchGiven = batch->count() > 0;
             const bool mpi = exec::launchedByMpiexec();
 #ifdef STRATA_HAVE_MPI
@@ -218,6 +231,7 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
             co.network = net ? &*net : nullptr;
             co.batch = o->batch;
             co.maxWorkers = o->maxWorkers;
+            co.sweeps = o->sweeps;
             co.device = exec::parseDevice(o->device, "--device");
             co.progress = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
             exec::checkCalibrationOptions(co);

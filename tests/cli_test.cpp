@@ -1212,7 +1212,13 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   }
   // Without --network nothing was fitted on a network: predictions stay held-out.
   CHECK(yaml.find("fitted_on") == std::string::npos);
+  // Three sweeps by default, each point their median, and the references
+  // timed between them: the speed the tables stand for.
+  CHECK(r.output.find("(sweep 3 of 3)") != std::string::npos);
+  CHECK(yaml.find("each point the median over 3 sweeps") != std::string::npos);
   const auto cluster = strata::loadCluster(file);
+  CHECK(cluster.device.kernels.referenceGemmRate > 1e8);
+  CHECK(cluster.device.kernels.referenceCopyRate > 1e7);
   CHECK(cluster.fittedOn.empty());
   CHECK_FALSE(cluster.device.kernels.empty());
   // The duty sweep of the 2-worker row parses back: d = 0, 0.25, 0.5, 0.75,
@@ -1289,10 +1295,27 @@ TEST_CASE("calibrate --overlap-only prints the lanes' overlap rows", "[cli][vali
   CHECK(table.output.find("GB/s}") != std::string::npos);
 }
 
+TEST_CASE("calibrate: options out of range are refused before anything is measured",
+          "[cli][errors]") {
+  const std::string file = "cli_test_never_written.yaml";
+  checkUserError(runStrata({"calibrate", "--out", file, "--sweeps", "0"}), {"--sweeps", "1..9"});
+  checkUserError(runStrata({"calibrate", "--out", file, "--sweeps", "10"}), {"--sweeps", "10"});
+  checkUserError(runStrata({"calibrate", "--out", file, "--sharing-up-to", "0"}),
+                 {"--sharing-up-to", "1..64"});
+  checkUserError(runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--batch", "0"}),
+                 {"--batch"});
+  // Options that do not apply are refused, not ignored.
+  checkUserError(runStrata({"calibrate", "--out", file, "--device", "cuda", "--sweeps", "2"}),
+                 {"--sweeps", "CPU"});
+  checkUserError(runStrata({"calibrate", "--overlap-only", "--sweeps", "2"}),
+                 {"--sweeps", "--overlap-only"});
+  CHECK(!std::filesystem::exists(file));
+}
+
 TEST_CASE("calibrate --network records what it fitted on", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated_fitted.yaml";
-  const auto r =
-      runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--sharing-up-to", "1"});
+  const auto r = runStrata({"calibrate", "--out", file, "--network", "tiny-cnn", "--sharing-up-to",
+                            "1", "--sweeps", "1"});
   INFO(r.output);
   REQUIRE(r.status == 0);
   const std::string yaml = readFile(file);

@@ -97,11 +97,18 @@ double ValidationRow::explainedShare(double error) const {
   return e <= m ? 1.0 : m / e;
 }
 
-Seconds normalisedStep(Seconds raw, double referenceRate, double calibratedRate) {
-  STRATA_ENFORCE(referenceRate > 0 && calibratedRate > 0);
-  // A machine running at referenceRate takes calibratedRate / referenceRate
-  // times as long as the calibrated one for the same work.
-  return raw * (referenceRate / calibratedRate);
+double rowSpeed(double gemmSpeed, double copySpeed, double memoryShare) {
+  STRATA_ENFORCE(gemmSpeed > 0 && memoryShare >= 0 && memoryShare <= 1);
+  if (copySpeed <= 0)
+    return gemmSpeed;
+  return 1.0 / ((1.0 - memoryShare) / gemmSpeed + memoryShare / copySpeed);
+}
+
+Seconds normalisedStep(Seconds raw, double speed) {
+  STRATA_ENFORCE(speed > 0);
+  // A machine running at `speed` takes 1 / speed times as long as the
+  // calibrated one for the same work.
+  return raw * speed;
 }
 
 std::vector<int> roundOrder(int n, int round) {

@@ -14,6 +14,7 @@
 #include "strata/exec/runtime.h"
 #include "strata/model/atomic_file.h"
 #include "strata/model/cluster_loader.h"
+#include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/limits.h"
@@ -102,6 +103,9 @@ struct Context {
 // run and long enough that its median moves by well under 1 % between two
 // timings on a steady machine.
 constexpr int kReferenceCalls = 31;
+// Calls of the copy reference per timing: about 1 ms each here (16 MiB in,
+// 16 MiB out), as long as the GEMM's timing.
+constexpr int kReferenceCopyCalls = 15;
 // A step timing further than this from its trace's span gets a note.
 constexpr double kClockCheckNote = 0.05;
 
@@ -115,8 +119,14 @@ struct Pending {
   Plan runPlan;  // what the executor runs (a ps plan holds every step it runs)
   sim::Result simulated;
   std::vector<Repeat> runs;
-  std::vector<double> referenceRates;  // per run: its round's median reference timing
-  int referenceThreads = 1;            // the reference's threads: the cores the row keeps busy
+  std::vector<double> speeds;  // per run: its round's speed (rowSpeed of the references)
+};
+
+// One timing of the two references (exec::referenceGemmRate and
+// referenceCopyRate: FLOP/s, floats/s), or their calibrated rates.
+struct ReferenceTiming {
+  double gemm = 0;
+  double copy = 0;  // 0: not timed (the tables have no copy row)
 };
 
 Pending predictRow(const Context& c, const Network& net, const Cluster& profiled,
@@ -132,6 +142,7 @@ Pending predictRow(const Context& c, const Network& net, const Cluster& profiled
   so.timeline = true;
   p.simulated = sim::simulate(p.plan, net, c.cluster, so);
   p.row.sim = p.simulated.estimate;
+  p.row.memoryShare = dramBoundShare(net, c.cluster, sc);
   p.runPlan = sc.strategy == Strategy::kPs ? lowerToPlan(net, sc, c.suite.steps) : p.plan;
   return p;
 }
@@ -159,33 +170,65 @@ std::optional<double> traceSpan(const Timeline& t) {
   return hi - lo;
 }
 
+// The references timed on `threads` threads at once.
+ReferenceTiming timeReferences(const Context& c, int threads) {
+  ReferenceTiming t;
+  t.gemm = exec::referenceGemmRate(kReferenceCalls, threads);
+  if (c.result.load.referenceCopyCalibrated > 0)
+    t.copy = exec::referenceCopyRate(kReferenceCopyCalls, threads);
+  return t;
+}
+
+// What the references ran at when the tables were measured, on `threads`
+// threads at once: the tables' figures times the calibrated sharing speeds
+// of that many threads (calibrate times the same 256^3 GEMMs, and copies of
+// the same size, on that many threads together).
+ReferenceTiming calibratedReferences(const Context& c, int threads) {
+  const auto& load = c.result.load;
+  const DeviceSpec& d = c.cluster.device;
+  const bool shared = threads > 1 && !d.sharing.empty();
+  return {load.referenceCalibrated * (shared ? d.sharingSpeed(threads) : 1.0),
+          load.referenceCopyCalibrated *
+              (shared ? d.sharingMemorySpeed(threads, double(exec::kReferenceCopy) * 8) : 1.0)};
+}
+
+// A row's speed from one timing (or a round's medians) of the references.
+double speedOf(const ReferenceTiming& t, const ReferenceTiming& calibrated, double memoryShare) {
+  return rowSpeed(t.gemm / calibrated.gemm,
+                  calibrated.copy > 0 && t.copy > 0 ? t.copy / calibrated.copy : 0.0, memoryShare);
+}
+
 // Runs the rows of one (network, batch, K) group interleaved: `repeats`
 // rounds, each running every row once in roundOrder's rotation, the
-// reference GEMM timed before the first run and after every run (so each run
+// references timed before the first run and after every run (so each run
 // lies between two timings, shared with its neighbours); every run of a round
-// is normalised to the median of the round's timings. Other processes'
+// is normalised to the round's speed: each reference's median over the
+// round's timings, combined by the row's memory share. Other processes'
 // CPU use is measured per run; a row's figure is its busiest run's.
 void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
   const int n = static_cast<int>(group.size());
   const bool normalise = c.result.load.referenceCalibrated > 0;
   std::vector<double> others(group.size(), -1.0);
-  // The reference runs on as many threads as the group's runs keep cores
+  // The references run on as many threads as the group's runs keep cores
   // busy (a worker's compute threads; at most the cores).
   const Scenario& first = group.front().sc;
   const int threads =
       std::clamp(first.workers * std::max(1, first.options.threadsPerWorker), 1, c.cores);
-  for (auto& p : group)
-    p.referenceThreads = threads;
-  double reference = normalise ? exec::referenceGemmRate(kReferenceCalls, threads) : 0.0;
+  const ReferenceTiming calibrated = calibratedReferences(c, threads);
+  ReferenceTiming reference = normalise ? timeReferences(c, threads) : ReferenceTiming{};
   for (int round = 0; round < c.suite.repeats; ++round) {
-    // The round's timings of the reference: before its first run and after
-    // each run. Each run is normalised to their median, the round's speed:
+    // The round's timings of the references: before its first run and after
+    // each run. Each run is normalised to their medians, the round's speed:
     // one timing moves by ~2 % on its own (the median swing between two
     // consecutive ones on the idle VM), which normalising each run by its own
     // two would add to the run's spread.
-    std::vector<Seconds> timings;
+    std::vector<Seconds> gemms, copies;
+    auto keep = [&](const ReferenceTiming& t) {
+      gemms.push_back(Seconds(t.gemm));
+      copies.push_back(Seconds(t.copy));
+    };
     if (normalise)
-      timings.push_back(Seconds(reference));
+      keep(reference);
     std::vector<int> ran;
     for (int i : roundOrder(n, round)) {
       auto& p = group[static_cast<size_t>(i)];
@@ -201,10 +244,12 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
         others[static_cast<size_t>(i)] =
             std::max(others[static_cast<size_t>(i)], othersCores(*before, *after));
       if (normalise) {
-        const double next = exec::referenceGemmRate(kReferenceCalls, threads);
-        timings.push_back(Seconds(next));
-        p.row.referenceSwing = std::max(p.row.referenceSwing,
-                                        std::fabs(next - reference) / (0.5 * (next + reference)));
+        const ReferenceTiming next = timeReferences(c, threads);
+        keep(next);
+        const double was = speedOf(reference, calibrated, p.row.memoryShare);
+        const double now = speedOf(next, calibrated, p.row.memoryShare);
+        p.row.referenceSwing =
+            std::max(p.row.referenceSwing, std::fabs(now - was) / (0.5 * (now + was)));
         reference = next;
       }
       run.measured.cluster = c.cluster.name;
@@ -214,9 +259,11 @@ void measureGroup(Context& c, const Network& net, std::vector<Pending>& group) {
       ran.push_back(i);
     }
     if (normalise) {
-      const double roundRate = medianOf(timings).value();
-      for (int i : ran)
-        group[static_cast<size_t>(i)].referenceRates.push_back(roundRate);
+      const ReferenceTiming roundRates{medianOf(gemms).value(), medianOf(copies).value()};
+      for (int i : ran) {
+        auto& p = group[static_cast<size_t>(i)];
+        p.speeds.push_back(speedOf(roundRates, calibrated, p.row.memoryShare));
+      }
     }
   }
   for (size_t i = 0; i < group.size(); ++i)
@@ -232,19 +279,12 @@ ValidationRow finishRow(Context& c, const Network& net, bool fitted, Pending& p)
   const int gpus = c.gpus, cores = c.cores, k = p.sc.workers;
   auto& load = c.result.load;
   ValidationRow& row = p.row;
-  // The calibrated speed of the reference on that many threads at once: the
-  // tables' figure times the sharing row's GEMM speed (calibrate times the
-  // same 256^3 GEMMs on that many threads together).
-  const double anchor =
-      load.referenceCalibrated * (p.referenceThreads > 1 && !cluster.device.sharing.empty()
-                                      ? cluster.device.sharingSpeed(p.referenceThreads)
-                                      : 1.0);
   for (size_t r = 0; r < p.runs.size(); ++r) {
     const Seconds raw = p.runs[r].measured.step;
-    if (r < p.referenceRates.size()) {
+    if (r < p.speeds.size()) {
       row.rawRepeats.push_back(raw);
-      row.repeats.push_back(normalisedStep(raw, p.referenceRates[r], anchor));
-      const double drift = p.referenceRates[r] / anchor - 1;
+      row.repeats.push_back(normalisedStep(raw, p.speeds[r]));
+      const double drift = p.speeds[r] - 1;
       if (std::fabs(drift) > std::fabs(row.speedDrift))
         row.speedDrift = drift;
     } else {
@@ -263,8 +303,8 @@ ValidationRow finishRow(Context& c, const Network& net, bool fitted, Pending& p)
   if (const auto span = traceSpan(median.timeline);
       span && p.sc.strategy != Strategy::kPs && median.measured.step.value() > 0)
     row.clockCheck = *span / median.measured.step.value() - 1;
-  if (mid < p.referenceRates.size()) {
-    const double scale = p.referenceRates[mid] / anchor;
+  if (mid < p.speeds.size()) {
+    const double scale = p.speeds[mid];
     for (auto& w : row.measured.workers) {
       for (Seconds* t :
            {&w.compute.fwd, &w.compute.bwdData, &w.compute.bwdWeights, &w.compute.update})
@@ -322,7 +362,7 @@ ValidationRow finishRow(Context& c, const Network& net, bool fitted, Pending& p)
   // The claims rule (validation.h): normalisation corrects a machine
   // uniformly off its calibrated speed, not one too far off or one that
   // changed speed during a run.
-  if (!p.referenceRates.empty()) {
+  if (!p.speeds.empty()) {
     if (std::fabs(row.speedDrift) > kMaxSpeedDrift) {
       row.withinClaims = false;
       notes.push_back(
@@ -444,9 +484,25 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
   // without tables (a roofline cluster's prediction is tied to no measured
   // speed) or on a GPU (the reference is a CPU GEMM: it would watch the wrong
   // device): the runs are then reported raw.
-  if (!onGpu && !cluster.device.kernels.empty())
-    result.load.referenceCalibrated = cluster.device.kernels.gemmRate(
-        GemmOp::kNN, exec::kReferenceGemm, exec::kReferenceGemm, exec::kReferenceGemm);
+  //
+  // Since 2026-11-27 calibrate records the references themselves, timed
+  // between its sweeps (kernels.reference): the speed the tables' medians
+  // stand for, where one point of the tables is one instant of a VM whose
+  // speed moves by tens of percent. Older files: the tables' points for the
+  // same kernels (the GEMM's 256^3, the copy row at its size).
+  const KernelTables& tables = cluster.device.kernels;
+  if (!onGpu && !tables.empty()) {
+    result.load.referenceCalibrated =
+        tables.referenceGemmRate > 0 ? tables.referenceGemmRate
+                                     : tables.gemmRate(GemmOp::kNN, exec::kReferenceGemm,
+                                                       exec::kReferenceGemm, exec::kReferenceGemm);
+    if (tables.referenceCopyRate > 0)
+      result.load.referenceCopyCalibrated = tables.referenceCopyRate;
+    else if (!tables.memory[static_cast<size_t>(MemKernel::kCopy)].empty())
+      result.load.referenceCopyCalibrated =
+          double(exec::kReferenceCopy) /
+          tables.memoryTime(MemKernel::kCopy, double(exec::kReferenceCopy)).value();
+  }
   if (progress.started)
     progress.started(total, suite.repeats, suite.steps);
 

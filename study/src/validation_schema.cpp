@@ -106,6 +106,7 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
     row["busy"] = r.busy;
     row["others_cpu_cores"] = r.othersCores >= 0 ? ordered_json(r.othersCores) : nullptr;
     row["speed_drift"] = r.speedDrift;
+    row["memory_share"] = r.memoryShare;
     row["note"] = r.note;
     rs.push_back(std::move(row));
   }
@@ -170,6 +171,9 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
                {"reference_rate_flop_per_s", load.referenceCalibrated > 0
                                                  ? ordered_json(load.referenceCalibrated)
                                                  : ordered_json(nullptr)},
+               {"reference_copy_rate_floats_per_s", load.referenceCopyCalibrated > 0
+                                                        ? ordered_json(load.referenceCopyCalibrated)
+                                                        : ordered_json(nullptr)},
                {"busy", load.busyBefore || !load.busyRows.empty()}};
   return j;
 }

@@ -54,6 +54,31 @@ TEST_CASE("kernel tables load as written: every (op, m, n, k) at its place", "[k
   CHECK(t.memory[static_cast<size_t>(MemKernel::kZero)].rate ==
         std::vector<double>{0.5e9, 1e9, 2e9});
   CHECK(t.memory[static_cast<size_t>(MemKernel::kCopy)].empty());
+  // No `reference:` (a file from before calibrate recorded it): 0, not a guess.
+  CHECK(t.referenceGemmRate == 0);
+  CHECK(t.referenceCopyRate == 0);
+}
+
+TEST_CASE("kernels.reference: the speed the tables stand for loads in its units",
+          "[kernels][cluster]") {
+  std::ifstream in(test::dataFile("kernel-cluster.yaml"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const auto at = yaml.find("call_overhead: 2 us");
+  REQUIRE(at != std::string::npos);
+  yaml.insert(
+      yaml.find('\n', at) + 1,
+      "    reference: {gemm_gflop_per_s: 108.5, copy_gunits_per_s: 4.25}   # test values\n");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata-kernels-reference-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "kernel-cluster.yaml";  // a cluster's name is its file's stem
+  std::ofstream(path) << yaml;
+  const auto cl = loadCluster(path.string());
+  std::filesystem::remove_all(dir);
+  CHECK(cl.device.kernels.referenceGemmRate == Approx(108.5e9));
+  CHECK(cl.device.kernels.referenceCopyRate == Approx(4.25e9));
 }
 
 TEST_CASE("a layer's modelled time equals its table entries plus the call overhead",
@@ -270,6 +295,16 @@ TEST_CASE("kernels: mistakes name the file, line and key", "[kernels][cluster][e
        "device.kernels.gemm.rates[0].op", "op: nm", "unknown GEMM op 'nm'"},
       {"off-grid-m", "{op: nn, m: 1, n: 1,", "{op: nn, m: 2, n: 1,",
        "device.kernels.gemm.rates[0].m", "m: 2, n: 1", "not one of the grid's dims"},
+      {"reference-negative", "call_overhead: 2 us",
+       "call_overhead: 2 us\n    reference: {gemm_gflop_per_s: -5, copy_gunits_per_s: 4}",
+       "device.kernels.reference.gemm_gflop_per_s", "gemm_gflop_per_s: -5", "giga-units"},
+      {"reference-missing-copy", "call_overhead: 2 us",
+       "call_overhead: 2 us\n    reference: {gemm_gflop_per_s: 100}",
+       "device.kernels.reference.copy_gunits_per_s", "reference: {", "missing required key"},
+      {"reference-unknown-key", "call_overhead: 2 us",
+       "call_overhead: 2 us\n    reference: {gemm_gflop_per_s: 100, copy_gunits_per_s: 4, "
+       "copy_gbps: 3}",
+       "device.kernels.reference.copy_gbps", "reference: {", "copy_gbps"},
   };
   for (const auto& c : cases) {
     INFO(c.name);
@@ -686,4 +721,42 @@ TEST_CASE("efficiency_by_element: mistakes name the file, line and key",
   CHECK(cl.device.efficiencyFor(LayerKind::kConv, ElementType::kBf16) == 0.3);
   CHECK(cl.device.efficiencyFor(LayerKind::kConv, ElementType::kFp32) == 0.5);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("dramPart and dramBoundShare: the memory-bound calls' traffic beyond the caches",
+          "[kernels][cost]") {
+  const auto cl = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));  // fc 16 -> 4, no bias
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  // bwd_data zeroes b x 16 values (8 bytes each counted) before its GEMM;
+  // forward and bwd_weights are one GEMM each. The zero table's rate is
+  // 2 G values/s from 4096 values on.
+  CHECK(costs.dramPart(0, Phase::kFwd, 262144, 1.0).value() == 0.0);
+  CHECK(costs.dramPart(0, Phase::kBwdWeights, 262144, 1.0).value() == 0.0);
+  // 4096 x 16 values = 512 KiB: in a core's cache, no DRAM share.
+  CHECK(costs.dramPart(0, Phase::kBwdData, 4096, 1.0).value() == 0.0);
+  // 16384 x 16 = 2 MiB: a quarter of the way (in log size) from 1 to 16 MiB.
+  CHECK(costs.dramPart(0, Phase::kBwdData, 16384, 1.0).value() ==
+        Approx(0.25 * 16384 * 16 / 2e9).epsilon(1e-9));
+  // 262144 x 16 = 32 MiB: all of it.
+  CHECK(costs.dramPart(0, Phase::kBwdData, 262144, 1.0).value() ==
+        Approx(262144.0 * 16 / 2e9).epsilon(1e-9));
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 1;
+  sc.batchPerWorker = 262144;
+  // The update (64 parameters, 512 B) is in cache: the share is the zero
+  // fill's time over the step's.
+  const double total = costs.layer(0, Phase::kFwd, 262144, 1.0).value() +
+                       costs.layer(0, Phase::kBwdData, 262144, 1.0).value() +
+                       costs.layer(0, Phase::kBwdWeights, 262144, 1.0).value() +
+                       costs.update(64).value();
+  CHECK(dramBoundShare(net, cl, sc) == Approx(262144.0 * 16 / 2e9 / total).epsilon(1e-9));
+  sc.batchPerWorker = 4;  // everything in cache
+  CHECK(dramBoundShare(net, cl, sc) == 0.0);
+  // No kernel tables (a roofline preset): no split, share 0.
+  Cluster plain = cl;
+  plain.device.kernels = KernelTables{};
+  sc.batchPerWorker = 262144;
+  CHECK(dramBoundShare(net, plain, sc) == 0.0);
 }

@@ -164,8 +164,17 @@ TEST_CASE("drift normalisation scales a run to the calibrated speed, rounds rota
           "[validation]") {
   // A run of 110 ms while the reference ran at 90 GFLOP/s, calibrated at
   // 100 GFLOP/s: the calibrated machine would have taken 99 ms.
-  CHECK(normalisedStep(Seconds(0.110), 90e9, 100e9).value() == Approx(0.099));
-  CHECK(normalisedStep(Seconds(0.050), 100e9, 100e9).value() == Approx(0.050));
+  CHECK(normalisedStep(Seconds(0.110), 0.9).value() == Approx(0.099));
+  CHECK(normalisedStep(Seconds(0.050), 1.0).value() == Approx(0.050));
+  // The row's speed: GEMM time at the GEMM reference's speed, memory-bound
+  // time at the copy's. A step 40 % memory-bound on a machine whose GEMMs
+  // run at full speed and whose copies at half: 0.6 / 1 + 0.4 / 0.5 = 1.4
+  // times as long.
+  CHECK(rowSpeed(1.0, 0.5, 0.4) == Approx(1 / 1.4));
+  CHECK(rowSpeed(0.9, 0.9, 0.7) == Approx(0.9));  // both alike: either
+  CHECK(rowSpeed(0.8, 0.5, 0.0) == Approx(0.8));  // nothing memory-bound: the GEMM's
+  CHECK(rowSpeed(0.8, 0.5, 1.0) == Approx(0.5));  // all memory-bound: the copy's
+  CHECK(rowSpeed(0.8, 0.0, 0.5) == Approx(0.8));  // no copy reference: the GEMM's
   CHECK(roundOrder(3, 0) == std::vector<int>{0, 1, 2});
   CHECK(roundOrder(3, 1) == std::vector<int>{1, 2, 0});
   CHECK(roundOrder(3, 2) == std::vector<int>{2, 0, 1});

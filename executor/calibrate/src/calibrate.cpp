@@ -73,6 +73,8 @@ void checkCalibrationOptions(const CalibrationOptions& o) {
     throw OptionError("--sharing-up-to", fmt::format("must be in 1..64, got {}", o.maxWorkers));
   if (o.batch < 1)
     throw OptionError("--batch", fmt::format("must be at least 1, got {}", o.batch));
+  if (o.sweeps < 1 || o.sweeps > 9)
+    throw OptionError("--sweeps", fmt::format("must be in 1..9, got {}", o.sweeps));
 }
 
 std::string calibrate(const CalibrationOptions& o) {
@@ -89,7 +91,7 @@ std::string calibrate(const CalibrationOptions& o) {
 
   // 1. Kernel tables: every GEMM shape of the grid and every memory-bound
   // kernel by size, independent of any network.
-  const KernelTables tables = detail::measureKernelTables(say);
+  const KernelTables tables = detail::measureKernelTables(say, o.sweeps);
   double peak = 0;
   for (const auto& r : tables.gemm.rate)
     for (double x : r)
@@ -220,8 +222,9 @@ std::string calibrate(const CalibrationOptions& o) {
     y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
   }
   y << "  sharing:   # speed of each worker when this many run at once, relative to alone "
-       "(median of 3 trials): threads running 256^3 GEMMs (speed) or copying 16 MiB "
-       "(memory_speed; memory_speed_by_size: copying that many bytes each) together; with each "
+       "(median of 7 trials, each alone then together): threads running 256^3 GEMMs (speed) or "
+       "copying 16 MiB (memory_speed, the 16384 KiB entry of memory_speed_by_size: copying that "
+       "many bytes each) together; with each "
        "worker's communication lane exchanging 4 MiB "
        "segments with its ring neighbours and summing them while its compute lane runs GEMMs: "
        "the compute lane's speed (overlap_compute_speed) and the exchanges' "
@@ -235,7 +238,7 @@ std::string calibrate(const CalibrationOptions& o) {
        "threads, median of 3 x 300), as the executor's compute and communication lanes release "
        "each other\n";
   detail::sharingRowsYaml(y, sharing);
-  y << detail::kernelTablesYaml(tables, where);
+  y << detail::kernelTablesYaml(tables, where, o.sweeps);
   y << "topology:\n";
   y << "  - name: shared-memory\n";
   y << fmt::format("    group: {}   # workers on this machine: up to the largest sharing entry\n",
@@ -261,19 +264,18 @@ LaneOverlap measureLaneOverlap(int workers) {
   return {workers, t.compute, t.comm, t.commRate, t.commByDuty, t.computeByDuty};
 }
 
-double referenceGemmRate(int calls, int threads) {
+namespace {
+// `threads` threads, each running `timeOnce` (one timed call on its own
+// buffers, made by `make`) `calls` times after a warm-up, from a common
+// start; the slowest thread's median rate, `units` per call.
+template <class Make>
+double slowestMedianRate(int calls, int threads, double units, Make make) {
   STRATA_ENFORCE(calls >= 1);
   STRATA_ENFORCE(threads >= 1 && threads <= 1024);
-  constexpr int n = kReferenceGemm;
   std::vector<double> rates(static_cast<size_t>(threads));
   std::atomic<int> ready{0};
   auto time = [&](int who) {
-    std::vector<float> a(size_t(n) * n, 0.01f), b(a.size(), 0.02f), c(a.size());
-    auto once = [&] {
-      const auto t0 = Clock::now();
-      nn::CpuBackend::gemm(GemmOp::kNN, n, n, n, a.data(), b.data(), c.data(), false);
-      return since(t0);
-    };
+    auto once = make();  // this thread's buffers, and its timed call
     once();
     // A common start: every thread's timings overlap the others'.
     ready.fetch_add(1);
@@ -282,7 +284,7 @@ double referenceGemmRate(int calls, int threads) {
     std::vector<double> t;
     for (int i = 0; i < calls; ++i)
       t.push_back(once());
-    rates[static_cast<size_t>(who)] = 2.0 * n * n * n / median(t);
+    rates[static_cast<size_t>(who)] = units / median(t);
   };
   std::vector<std::thread> others;
   for (int i = 1; i < threads; ++i)
@@ -291,6 +293,33 @@ double referenceGemmRate(int calls, int threads) {
   for (auto& th : others)
     th.join();
   return *std::min_element(rates.begin(), rates.end());
+}
+}  // namespace
+
+double referenceGemmRate(int calls, int threads) {
+  constexpr int n = kReferenceGemm;
+  return slowestMedianRate(calls, threads, 2.0 * n * n * n, [] {
+    return
+        [a = std::vector<float>(size_t(n) * n, 0.01f), b = std::vector<float>(size_t(n) * n, 0.02f),
+         c = std::vector<float>(size_t(n) * n)]() mutable {
+          const auto t0 = Clock::now();
+          nn::CpuBackend::gemm(GemmOp::kNN, n, n, n, a.data(), b.data(), c.data(), false);
+          return since(t0);
+        };
+  });
+}
+
+double referenceCopyRate(int calls, int threads) {
+  constexpr int64_t n = kReferenceCopy;
+  return slowestMedianRate(calls, threads, double(n), [] {
+    return [x = std::vector<float>(size_t(n), 0.01f), y = std::vector<float>(size_t(n)),
+            be = std::make_unique<nn::CpuBackend>()]() mutable {
+      const nn::Dims d{1, 64, 1, static_cast<int>(n / 64)};  // as calibrate's tables
+      const auto t0 = Clock::now();
+      be->accumulate(nn::ConstTensorView{x.data(), d}, nn::TensorView{y.data(), d}, 0.0f);
+      return since(t0);
+    };
+  });
 }
 
 }  // namespace strata::exec

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "strata/exec/calibrate.h"
 #include "strata/exec/comm/collectives.h"
 #include "strata/exec/comm/local_communicator.h"
 #include "strata/exec/nn/cpu_backend.h"
@@ -106,7 +107,10 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
         }
 }
 
-KernelTables measureKernelTables(const std::function<void(const std::string&)>& say) {
+namespace {
+// One sweep of measureKernelTables: every GEMM shape, every memory kernel by
+// size, and the call overhead, each timed once (perCall).
+KernelTables measureKernelSweep(const std::function<void(const std::string&)>& say) {
   KernelTables t;
   t.backend = "cpu";
   t.gemm.dims = kGemmDims;
@@ -396,22 +400,89 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   return t;
 }
 
-std::string kernelTablesYaml(const KernelTables& t, const std::string& where) {
+double medianOfValues(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+KernelTables measureKernelTables(const std::function<void(const std::string&)>& say, int sweeps) {
+  STRATA_ENFORCE(sweeps >= 1);
+  std::vector<double> gemmRefs, copyRefs;
+  auto reference = [&] {
+    gemmRefs.push_back(referenceGemmRate(31, 1));
+    copyRefs.push_back(referenceCopyRate(15, 1));
+  };
+  std::vector<KernelTables> runs;
+  reference();
+  for (int i = 0; i < sweeps; ++i) {
+    runs.push_back(measureKernelSweep([&](const std::string& line) {
+      say(sweeps > 1 ? fmt::format("{} (sweep {} of {})", line, i + 1, sweeps) : line);
+    }));
+    reference();
+  }
+  // Each point's median over the sweeps; every sweep has the same points.
+  KernelTables t = runs.front();
+  for (size_t w = 0; w < t.gemm.rate.size(); ++w)
+    for (size_t i = 0; i < t.gemm.rate[w].size(); ++i) {
+      std::vector<double> v;
+      for (const auto& r : runs)
+        v.push_back(r.gemm.rate[w][i]);
+      t.gemm.rate[w][i] = medianOfValues(v);
+    }
+  for (size_t k = 0; k < t.memory.size(); ++k)
+    for (size_t i = 0; i < t.memory[k].rate.size(); ++i) {
+      std::vector<double> v;
+      for (const auto& r : runs) {
+        STRATA_ENFORCE(r.memory[k].units == t.memory[k].units);
+        v.push_back(r.memory[k].rate[i]);
+      }
+      t.memory[k].rate[i] = medianOfValues(v);
+    }
+  std::vector<double> overheads;
+  for (const auto& r : runs)
+    overheads.push_back(r.callOverhead.value());
+  t.callOverhead = Seconds(medianOfValues(overheads));
+  t.referenceGemmRate = medianOfValues(gemmRefs);
+  t.referenceCopyRate = medianOfValues(copyRefs);
+  const auto [gLo, gHi] = std::minmax_element(gemmRefs.begin(), gemmRefs.end());
+  const auto [cLo, cHi] = std::minmax_element(copyRefs.begin(), copyRefs.end());
+  say(fmt::format(
+      "reference        256^3 GEMM {} ({:.0f} % from slowest to fastest of {} timings), 16 MiB "
+      "copy {:.3g} G floats/s ({:.0f} %)",
+      formatFlopRate(FlopsPerSecond(t.referenceGemmRate)), 100 * (*gHi / *gLo - 1), gemmRefs.size(),
+      t.referenceCopyRate / 1e9, 100 * (*cHi / *cLo - 1)));
+  return t;
+}
+
+std::string kernelTablesYaml(const KernelTables& t, const std::string& where, int sweeps) {
+  const std::string over =
+      sweeps > 1 ? fmt::format("; each point the median over {} sweeps", sweeps) : "";
   std::ostringstream y;
   y << "  kernels:   # the CPU backend's kernels, timed alone by " << where << "\n";
   y << "    backend: cpu   # lowering of executor/nn's CPU backend (im2col + GEMM convolutions)\n";
   y << fmt::format(
       "    call_overhead: {:.4g} us   # one Model layer-phase call around its kernels: forward of "
-      "a relu over one element, median of 3 timed groups\n",
-      t.callOverhead.value() * 1e6);
+      "a relu over one element, median of 3 timed groups{}\n",
+      t.callOverhead.value() * 1e6, over);
+  if (t.referenceGemmRate > 0 && t.referenceCopyRate > 0)
+    y << fmt::format(
+        "    reference: {{gemm_gflop_per_s: {:.4g}, copy_gunits_per_s: {:.4g}}}   # the speed "
+        "these tables stand for: strata validate's reference kernels (a 256^3 GEMM; a copy of "
+        "16 MiB into a second buffer, floats per second), one thread, timed before, between and "
+        "after the sweeps, median of each\n",
+        t.referenceGemmRate / 1e9, t.referenceCopyRate / 1e9);
   y << "    gemm:   # FLOP/s of Eigen's products as conv and fc run them; median of 3 timed groups "
        "after a warm-up (best of 2 for calls over 10 ms); points over 2^28 multiply-adds or with "
        "an operand over 2^24 floats take the "
-       "rate of the point with the largest dimension one step smaller\n";
+       "rate of the point with the largest dimension one step smaller"
+    << over << "\n";
   gridRowsYaml(y, "op", t.gemm,
                {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
   y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "
-       "kernel); median of 3 timed groups after a warm-up\n";
+       "kernel); median of 3 timed groups after a warm-up"
+    << over << "\n";
   memoryRowsYaml(y, t);
   return y.str();
 }
@@ -706,10 +777,16 @@ std::vector<SharingRow> measureSharingRows(
   for (int k = 1; k <= maxWorkers; k *= 2) {
     SharingRow r;
     r.workers = k;
-    if (k > 1)
-      std::tie(r.gemm, r.memory) = sharing(k);
-    if (k > 1 && memoryBySize)
+    if (k > 1 && memoryBySize) {
+      // memory_speed is the by-size row's 16 MiB entry, the same copies: two
+      // separate timings of it disagreed by up to 2x on the unsteady VM
+      // (0.486 and 0.939, one calibration, 2026-11-26).
+      r.gemm = sharing(k).first;
       r.memoryBySize = memoryBySize(k);
+      r.memory = r.memoryBySize.back().second;
+    } else if (k > 1) {
+      std::tie(r.gemm, r.memory) = sharing(k);
+    }
     const auto trial = overlap(k);
     r.overlapCompute = trial.compute;
     r.overlapComm = trial.comm;
@@ -839,16 +916,26 @@ void linkYaml(std::ostringstream& y, const LinkFit& link, const std::string& wha
                      p.bandwidth.value() / 1e9);
 }
 
+namespace {
+// Trials of a sharing speed: time alone / time of the slowest of `workers`
+// threads at once, each trial the two timed back to back; the median of
+// kSharingTrials. On the 2-core VM one trial of 2 threads copying 16 MiB each
+// ranges 0.42 to 0.87 within a second (2026-11-27), and the median of 3 of
+// them moved by 0.14 from one calibration to the next: 7 halve that.
+constexpr int kSharingTrials = 7;
+double sharingSpeed(int workers, bool gemm, size_t copyFloats = 4u << 20) {
+  std::vector<double> trials;
+  for (int trial = 0; trial < kSharingTrials; ++trial)
+    trials.push_back(
+        std::min(1.0, sharedRun(1, gemm, copyFloats) / sharedRun(workers, gemm, copyFloats)));
+  std::sort(trials.begin(), trials.end());
+  return trials[trials.size() / 2];
+}
+}  // namespace
+
 std::pair<double, double> measureSharing(int workers) {
-  // Per thread: 256^3 GEMMs (compute-bound) or 16 MiB copies (memory-bound);
-  // speed = time alone / time of the slowest of `workers` threads at once,
-  // the median of three trials.
-  double gemm[3], mem[3];
-  for (int trial = 0; trial < 3; ++trial) {
-    gemm[trial] = std::min(1.0, sharedRun(1, true) / sharedRun(workers, true));
-    mem[trial] = std::min(1.0, sharedRun(1, false) / sharedRun(workers, false));
-  }
-  return {median3(gemm[0], gemm[1], gemm[2]), median3(mem[0], mem[1], mem[2])};
+  // Per thread: 256^3 GEMMs (compute-bound) or 16 MiB copies (memory-bound).
+  return {sharingSpeed(workers, true), sharingSpeed(workers, false)};
 }
 
 std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers) {
@@ -856,13 +943,8 @@ std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers) {
   // a share of the L3 (4 MiB), DRAM (16 MiB, memory_speed's size).
   constexpr double kSizes[] = {256.0 * 1024, 1024.0 * 1024, 4096.0 * 1024, 16384.0 * 1024};
   std::vector<std::pair<double, double>> out;
-  for (double bytes : kSizes) {
-    const auto floats = static_cast<size_t>(bytes / 4);
-    double mem[3];
-    for (double& m : mem)
-      m = std::min(1.0, sharedRun(1, false, floats) / sharedRun(workers, false, floats));
-    out.push_back({bytes, median3(mem[0], mem[1], mem[2])});
-  }
+  for (double bytes : kSizes)
+    out.push_back({bytes, sharingSpeed(workers, false, static_cast<size_t>(bytes / 4))});
   return out;
 }
 

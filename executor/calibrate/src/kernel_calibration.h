@@ -20,7 +20,13 @@ namespace strata::exec::detail {
 
 // Times every GEMM variant on the grid of dims and every memory-bound kernel
 // over a range of sizes, on this thread. `say` gets one line per table.
-KernelTables measureKernelTables(const std::function<void(const std::string&)>& say);
+// `sweeps` sweeps over every GEMM shape and memory kernel, each point's rate
+// the median over the sweeps (a VM's speed moves by tens of percent over
+// seconds: a point timed once is a snapshot of it); validate's two reference
+// kernels timed before, between and after the sweeps give the speed the
+// tables stand for (KernelTables::referenceGemmRate, referenceCopyRate).
+KernelTables measureKernelTables(const std::function<void(const std::string&)>& say,
+                                 int sweeps = 1);
 
 // The network whose one call measures a layer-phase call's own cost: a relu
 // over one element, the input its only input.
@@ -45,7 +51,7 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
 
 // The tables as the YAML block under `device:` (indented by 2), with the
 // provenance of every table.
-std::string kernelTablesYaml(const KernelTables& tables, const std::string& where);
+std::string kernelTablesYaml(const KernelTables& tables, const std::string& where, int sweeps);
 
 // The rows of a grid table (gemm or conv) under its `NAME:` line: dims, then
 // one row per (`key`, m, n) with the GFLOP/s over k; `names` the key's three

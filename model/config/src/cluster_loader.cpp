@@ -95,7 +95,7 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
 }
 
 KernelTables readKernels(const ConfigNode& n) {
-  n.allowOnly({"backend", "call_overhead", "gemm", "conv", "memory"});
+  n.allowOnly({"backend", "call_overhead", "reference", "gemm", "conv", "memory"});
   KernelTables t;
   const auto backend = n.require("backend");
   t.backend = backend.asString();
@@ -103,6 +103,11 @@ KernelTables readKernels(const ConfigNode& n) {
     backend.fail("unknown backend '" + t.backend + "' (expected cpu or cuda)");
   if (auto overhead = n.get("call_overhead"))
     t.callOverhead = overhead->asSeconds(true);
+  if (auto reference = n.get("reference")) {
+    reference->allowOnly({"gemm_gflop_per_s", "copy_gunits_per_s"});
+    t.referenceGemmRate = readRate(reference->require("gemm_gflop_per_s"));
+    t.referenceCopyRate = readRate(reference->require("copy_gunits_per_s"));
+  }
   readGrid(n.require("gemm"), t.gemm, "op", "GEMM op",
            {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
   if (auto conv = n.get("conv")) {

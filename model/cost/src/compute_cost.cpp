@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -18,6 +19,21 @@ namespace {
 // sharing slowdown of memory-bound kernels depends on whether that working
 // set stays in a core's own caches (DeviceSpec::sharingMemorySpeed by size).
 constexpr double kMemoryBytesPerUnit = 8;
+
+// The share of a memory-bound call's traffic that goes to DRAM rather than a
+// cache, by the bytes each thread touches: none up to 1 MiB (a core's L2 on
+// the development VM's EPYC), all from 16 MiB (half its 32 MiB L3, and the
+// size of validate's copy reference, exec::kReferenceCopy), log-linear in
+// between (the sizes of calibrate's memory_speed_by_size grid). It weighs the
+// copy reference against the GEMM one in validate's normalisation (a VM
+// host's memory contention slows DRAM traffic, not a core's caches); it
+// prices nothing.
+double dramShare(double bytesPerThread) {
+  constexpr double kInCache = 1024.0 * 1024, kInDram = 16.0 * 1024 * 1024;
+  return std::clamp(
+      std::log(std::max(bytesPerThread, kInCache) / kInCache) / std::log(kInDram / kInCache), 0.0,
+      1.0);
+}
 }  // namespace
 
 std::string_view toString(ComputeSource source) {
@@ -54,7 +70,8 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
   }
 }
 
-Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double fraction) const {
+ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double examples,
+                                                  double fraction) const {
   const Layer& l = net_.layers[static_cast<size_t>(index)];
   const int outputs =
       fraction < 1.0 ? static_cast<int>(std::ceil(double(l.outShape.c) * fraction - 1e-9)) : 0;
@@ -64,14 +81,14 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
   const double hi = std::max(1.0, std::ceil(examples));
   const double w = hi > lo ? examples - lo : 0.0;
   const auto& t = device_.kernels;
-  Seconds total;
+  TablesTime result;
   bool any = false;
   for (int side = 0; side < (hi > lo ? 2 : 1); ++side) {
     const double ex = side == 0 ? lo : hi;
     const double weight = side == 0 ? 1.0 - w : w;
     if (weight <= 0)
       continue;
-    Seconds gemm, memory;
+    Seconds gemm, memory, dram;
     for (const auto& c :
          lower(t.backend, net_, index, phase, ex, outputs, updateKernel(), threads_)) {
       any = true;
@@ -87,9 +104,11 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
           outside_.insert(
               fmt::format("gemm {} {}x{}x{} ({})", toString(c.op), c.m, c.n, c.k, l.name));
       } else if (!t.memory[static_cast<size_t>(c.kernel)].empty()) {
-        memory += (c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside)
-                                : t.memoryTime(c.kernel, c.units, &outside)) *
-                  c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
+        const Seconds call = (c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside)
+                                           : t.memoryTime(c.kernel, c.units, &outside)) *
+                             c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
+        memory += call;
+        dram += call * dramShare(c.units * kMemoryBytesPerUnit / threads_);
         if (outside)
           outside_.insert(
               c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
@@ -102,9 +121,12 @@ Seconds ComputeCosts::fromTables(int index, Phase phase, double examples, double
                   memorySpeed(c.units * kMemoryBytesPerUnit);
       }
     }
-    total += (gemm / speed_ + memory) * weight;
+    result.total += (gemm / speed_ + memory) * weight;
+    result.dram += dram * weight;
   }
-  return any ? total + t.callOverhead / speed_ : total;
+  if (any)
+    result.total += t.callOverhead / speed_;
+  return result;
 }
 
 double ComputeCosts::memorySpeed(double bytes) const {
@@ -119,11 +141,19 @@ Seconds ComputeCosts::layer(int index, Phase phase, double examples, double frac
     case ComputeSource::kProfile:
       return device_.profile->time(index, phase, examples, fraction) / speed_;
     case ComputeSource::kTables:
-      return fromTables(index, phase, examples, fraction);
+      return fromTables(index, phase, examples, fraction).total;
     case ComputeSource::kRoofline:
       break;
   }
   return layerTime(l, phase, examples, fraction, device_, peak_, element_, optimizer_) / speed_;
+}
+
+Seconds ComputeCosts::dramPart(int index, Phase phase, double examples, double fraction) const {
+  const Layer& l = net_.layers[static_cast<size_t>(index)];
+  if (source_ != ComputeSource::kTables ||
+      (phase == Phase::kBwdWeights && !l.computesWeightGradient()))
+    return Seconds(0);
+  return fromTables(index, phase, examples, fraction).dram;
 }
 
 Seconds ComputeCosts::update(double params) const {
@@ -187,6 +217,35 @@ std::string ComputeCosts::describe() const {
     }
   }
   return s;
+}
+
+double dramBoundShare(const Network& network, const Cluster& cluster, const Scenario& sc) {
+  const ComputeCosts costs(network, cluster, sc.options.element,
+                           workersPerNode(cluster, sc.workers), sc.options.optimizer,
+                           sc.options.threadsPerWorker);
+  if (costs.source() != ComputeSource::kTables)
+    return 0.0;
+  const bool split = isModelParallel(sc.strategy) && network.modelParallelFrom >= 0;
+  Seconds total, dram;
+  double params = 0;
+  for (size_t i = 0; i < network.layers.size(); ++i) {
+    const int index = static_cast<int>(i);
+    // owt-*: a model-parallel layer runs every worker's examples on 1/K of
+    // its outputs.
+    const bool mp = split && index >= network.modelParallelFrom;
+    const double examples = double(sc.batchPerWorker) * (mp ? sc.workers : 1);
+    const double fraction = mp ? 1.0 / sc.workers : 1.0;
+    for (Phase phase : {Phase::kFwd, Phase::kBwdData, Phase::kBwdWeights}) {
+      total += costs.layer(index, phase, examples, fraction);
+      dram += costs.dramPart(index, phase, examples, fraction);
+    }
+    params += double(network.layers[i].params) * fraction;
+  }
+  // The update is one memory-bound kernel over the worker's parameters.
+  const Seconds update = costs.update(params);
+  total += update;
+  dram += update * dramShare(params * kMemoryBytesPerUnit / sc.options.threadsPerWorker);
+  return total.value() > 0 ? dram / total : 0.0;
 }
 
 }  // namespace strata

@@ -50,19 +50,23 @@ struct ValidationRow {
   // Other processes' CPU use during this row's runs, in cores; < 0: not measured.
   double othersCores = -1;
   bool busy = false;  // othersCores above kBusyOthersCores
-  // The machine's speed while the row ran against its calibration (a
-  // reference GEMM re-timed before and after each run; the run furthest off):
-  // -0.2 is 20 % slower. 0 when not measured.
+  // The machine's speed while the row ran against its calibration (the
+  // reference GEMM and copy re-timed before and after each run, combined by
+  // rowSpeed; the run furthest off): -0.2 is 20 % slower. 0 when not measured.
   double speedDrift = 0;
+  // The predicted share of the row's compute in memory-bound kernels
+  // (memoryBoundShare): the weight of the copy reference in rowSpeed.
+  double memoryShare = 0;
   // Drift normalisation (docs/validation.md, "Measurement that cancels
   // drift"): each run's step as the executor timed it, before it was scaled
   // to the calibrated speed (same order as `repeats`, which hold the
   // normalised steps). Empty when no reference was timed (a GPU row): then
   // `repeats` are the raw steps.
   std::vector<Seconds> rawRepeats;
-  // The largest change of the reference rate across one of this row's runs,
-  // |after - before| / their mean: how much the machine's speed moved while
-  // the row ran, which a normalisation by the mean of the two cannot undo.
+  // The largest change of the row's speed (rowSpeed of the references)
+  // across one of its runs, |after - before| / their mean: how much the
+  // machine's speed moved while the row ran, which a normalisation by the
+  // round's speed cannot undo.
   double referenceSwing = 0;
   // The median run's trace span (first task start to last task end over the
   // workers) against the step the executor timed, minus 1: the step timing
@@ -216,10 +220,17 @@ inline constexpr double kMaxSpeedDrift = 0.25;
 //   2-core VM, 132 rows, 2026-11-26; 5 % there left out 32 rows, most of them
 //   for the reference's own noise): 10 % is a real change of speed.
 inline constexpr double kMaxReferenceSwing = 0.10;
+// The machine's speed against its calibration as a row's work feels it,
+// from the two references' speeds (each its rate over its calibrated rate):
+// time in GEMMs scales with 1 / gemmSpeed and time in memory-bound kernels
+// with 1 / copySpeed, so a step whose calibrated time is a share
+// `memoryShare` memory-bound runs at
+// 1 / ((1 - memoryShare) / gemmSpeed + memoryShare / copySpeed).
+// copySpeed <= 0 (no copy reference): gemmSpeed.
+double rowSpeed(double gemmSpeed, double copySpeed, double memoryShare);
 // A run's step normalised to the calibrated speed: `raw` measured while the
-// reference ran at `referenceRate` (FLOP/s; the median of its round's
-// timings), the calibration's reference at `calibratedRate`.
-Seconds normalisedStep(Seconds raw, double referenceRate, double calibratedRate);
+// machine ran at `speed` (rowSpeed of its round's references).
+Seconds normalisedStep(Seconds raw, double speed);
 // The order of `n` rows in round `round` (0-based) of an interleaved
 // measurement: 0, 1, ..., n-1 rotated left by `round`, so each row runs in
 // every position once over n rounds.
@@ -251,6 +262,10 @@ struct LoadReport {
   // after calibrating (the same function as every round's), or the 256^3 GEMM
   // of a --cluster file's tables; 0 when nothing is normalised (a GPU).
   double referenceCalibrated = 0;
+  // The copy reference's calibrated rate (floats per second: the tables'
+  // `copy` at exec::kReferenceCopy); 0 when the tables have no copy row, and
+  // then the GEMM alone normalises.
+  double referenceCopyCalibrated = 0;
 };
 
 // Whether the machine was busy before the start, by either measure.

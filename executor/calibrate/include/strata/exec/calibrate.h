@@ -26,6 +26,10 @@ struct CalibrationOptions {
   const Network* network = nullptr;
   int batch = 32;      // examples per timed pass
   int maxWorkers = 4;  // sharing measured for 1, 2, 4, ... up to this
+  // Sweeps over the CPU kernel tables, each point the median over them: on
+  // the 2-core VM two single-sweep calibrations a minute apart differed by
+  // 0.88x to 1.61x (10th to 90th percentile) per memory-kernel point.
+  int sweeps = 3;
   // Communicator to measure alpha and beta on (MPI ranks 0 and 1); null:
   // two threads of this process, as `strata run` uses.
   Communicator* comm = nullptr;
@@ -79,5 +83,15 @@ inline constexpr int kReferenceGemm = 256;
 // takes time from one of its cores slows a 2-worker step, not a timing on
 // the other core alone.
 double referenceGemmRate(int calls = 7, int threads = 1);
+
+// The memory-bound reference beside it: each thread copies kReferenceCopy
+// floats (16 MiB) into a second buffer with the copy kernel calibrate's
+// `copy` table times (out of the caches: the two buffers of two threads are
+// twice the L3 of the development VM), so it slows with the memory bandwidth
+// a VM's host leaves, which the in-cache GEMM does not see.
+inline constexpr int64_t kReferenceCopy = int64_t(1) << 22;
+// Floats copied per second per thread: the median of `calls` calls after a
+// warm-up, on `threads` threads from a common start; the slowest thread's.
+double referenceCopyRate(int calls = 7, int threads = 1);
 
 }  // namespace strata::exec

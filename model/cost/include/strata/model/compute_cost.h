@@ -44,6 +44,14 @@ class ComputeCosts {
   // not) or adam row, else the roofline (updateTime).
   Seconds update(double params) const;
 
+  // The part of layer()'s time spent moving data to and from DRAM (kernel
+  // tables): each memory-bound call's time (every call that is not a GEMM or
+  // convolution) times the share of its traffic beyond the caches, by the
+  // bytes each thread touches (none up to 1 MiB, all from 16 MiB, log-linear
+  // between: compute_cost.cpp, dramShare). 0 from a profile or the roofline,
+  // which do not split a layer's time.
+  Seconds dramPart(int index, Phase phase, double examples, double fraction) const;
+
   ComputeSource source() const { return source_; }
   // Kernel shapes priced so far that lie outside the tables' grid (their
   // rate is the grid edge's): one text per distinct shape.
@@ -54,7 +62,11 @@ class ComputeCosts {
   std::string describe() const;
 
  private:
-  Seconds fromTables(int index, Phase phase, double examples, double fraction) const;
+  // A layer phase from the kernel tables: its whole time, and dramPart's.
+  struct TablesTime {
+    Seconds total, dram;
+  };
+  TablesTime fromTables(int index, Phase phase, double examples, double fraction) const;
   // The kernel table row that prices the update: adam's (adam, adamw: one
   // kernel), or sgd's (the executor's SGD-with-momentum kernel, run with
   // momentum 0 for sgd).
@@ -77,5 +89,14 @@ class ComputeCosts {
   int threads_ = 1;     // threads per worker
   mutable std::set<std::string> outside_;
 };
+
+// The share of one worker's compute in a step of `scenario` (every layer's
+// forward and backward on its examples, model-parallel layers as the owt
+// strategies split them, and the update) that the cluster's kernel tables
+// price as DRAM traffic (dramPart, and the update's): how much of the step a
+// slowdown of memory bandwidth reaches where one of the cores' arithmetic or
+// caches does not (validate weighs its GEMM and copy references by it). 0
+// without kernel tables.
+double dramBoundShare(const Network& network, const Cluster& cluster, const Scenario& scenario);
 
 }  // namespace strata

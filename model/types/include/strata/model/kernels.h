@@ -127,6 +127,14 @@ struct KernelTables {
   // Fixed cost of one layer-phase call around its kernels (the Model's
   // bookkeeping: views, checks, buffer sizing), added once per phase.
   Seconds callOverhead;
+  // The machine's speed while the tables were measured: validate's two
+  // reference kernels (exec::referenceGemmRate, a 256^3 GEMM in FLOP/s;
+  // exec::referenceCopyRate, a 16 MiB copy in floats/s; one thread) timed
+  // before, between and after calibrate's sweeps, the median of each. 0: not
+  // recorded (a file from before 2026-11-27, or a GPU's): validate then
+  // anchors to the tables' own points for those kernels.
+  double referenceGemmRate = 0;
+  double referenceCopyRate = 0;
   bool empty() const { return gemm.empty(); }
 
   // Seconds of one GEMM call; sets *outside when a dimension lies beyond the
