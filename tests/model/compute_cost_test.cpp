@@ -760,3 +760,142 @@ TEST_CASE("dramPart and dramBoundShare: the memory-bound calls' traffic beyond t
   sc.batchPerWorker = 262144;
   CHECK(dramBoundShare(net, plain, sc) == 0.0);
 }
+
+namespace {
+// kernel-cluster.yaml with relu tables, a cold table per kernel and a
+// last-level cache of `cache`, written as kernel-cluster.yaml in a folder of
+// its own (a cluster's name is its file's stem).
+std::string coldCluster(const std::string& cache, const std::filesystem::path& dir) {
+  std::ifstream in(test::dataFile("kernel-cluster.yaml"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string sgd = "      sgd: {units: [16, 256, 4096], gunits_per_s: [0.25, 0.5, 1]}";
+  const auto at = yaml.find(sgd);
+  REQUIRE(at != std::string::npos);
+  yaml.insert(
+      yaml.find('\n', at) + 1,
+      "      relu_fwd: {units: [16, 256, 4096], gunits_per_s: [1, 1, 1]}   # test values\n"
+      "      relu_bwd: {units: [16, 256, 4096], gunits_per_s: [1, 1, 1]}   # test values\n"
+      "    last_level_cache: " +
+          cache +
+          "   # test value\n"
+          "    memory_cold:\n"
+          "      zero: {units: [16, 256, 4096], gunits_per_s: [0.25, 0.25, 0.25]}   # test\n"
+          "      relu_fwd: {units: [16, 256, 4096], gunits_per_s: [0.25, 0.25, 0.25]}  # test\n");
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "kernel-cluster.yaml";
+  std::ofstream(path) << yaml;
+  return path.string();
+}
+
+// fc 16 -> 16, relu, fc 16 -> 4, no biases.
+Network chainNetwork(const std::filesystem::path& dir) {
+  const auto path = dir / "chain.yaml";
+  std::ofstream(path) << "name: chain\n"
+                         "input: {channels: 16, height: 1, width: 1}\n"
+                         "layers:\n"
+                         "  - {name: fc1, kind: fc, outputs: 16, bias: false}\n"
+                         "  - {name: relu, kind: relu}\n"
+                         "  - {name: fc2, kind: fc, outputs: 4, bias: false}\n";
+  return loadNetwork(path.string());
+}
+}  // namespace
+
+TEST_CASE(
+    "operand residency: an operand last touched D bytes ago stays with min(1, C / (D + size))",
+    "[kernels][cost]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-cold-" + std::to_string(::getpid()));
+  const auto cl = loadCluster(coldCluster("4 KiB", dir));
+  REQUIRE(cl.device.kernels.hasCold());
+  CHECK(cl.device.kernels.lastLevelCache.value() == 4096);
+  const Network net = chainNetwork(dir);
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  constexpr double C = 4096;
+  // The bytes each phase touches, as the CPU backend lowers it.
+  auto traffic = [&](int layer, Phase phase, double ex) {
+    double b = 0;
+    for (const auto& c : lowerCpu(net, layer, phase, ex, 0))
+      b += c.count * (c.gemm ? 4.0 * double(c.m * c.k + c.k * c.n + c.m * c.n) : c.units * 8);
+    return b;
+  };
+  auto bwd = [&](int layer, double ex) {
+    return traffic(layer, Phase::kBwdData, ex) + (net.layers[size_t(layer)].computesWeightGradient()
+                                                      ? traffic(layer, Phase::kBwdWeights, ex)
+                                                      : 0.0);
+  };
+  auto coldOf = [&](double size, double distance) {
+    return 1.0 - std::min(1.0, C / (distance + size));
+  };
+  for (double ex : {4.0, 64.0, 256.0}) {
+    INFO("examples " << ex);
+    const double in = ex * 16 * 4, hidden = ex * 16 * 4, out = ex * 4 * 4;
+    // fc1's forward reads the network's input, touched at the step's start.
+    CHECK(costs.coldShare(0, Phase::kFwd, ex) == Approx(coldOf(in, 0)));
+    // relu's forward reads fc1's output, written by the phase just before.
+    CHECK(costs.coldShare(1, Phase::kFwd, ex) == Approx(coldOf(hidden, 0)));
+    // fc2's backward: its output's gradient comes from the loss (made just
+    // now), its saved input was read by its own forward, just before.
+    CHECK(costs.coldShare(2, Phase::kBwdData, ex) ==
+          Approx((out * coldOf(out, 0) + hidden * coldOf(hidden, 0)) / (out + hidden)));
+    // fc1's backward: its output's gradient was made by relu's backward just
+    // before; its saved input was last read by its own forward, and since
+    // then relu and fc2 ran forward and fc2 and relu backward.
+    const double since =
+        traffic(1, Phase::kFwd, ex) + traffic(2, Phase::kFwd, ex) + bwd(2, ex) + bwd(1, ex);
+    CHECK(costs.coldShare(0, Phase::kBwdWeights, ex) ==
+          Approx((hidden * coldOf(hidden, 0) + in * coldOf(in, since)) / (hidden + in)));
+    CHECK(costs.coldShare(0, Phase::kUpdate, ex) == 0.0);
+    // A memory-bound call is priced hot x (1 - share) + cold x share: relu's
+    // forward, at 1 and 0.25 G units per second.
+    const double c = costs.coldShare(1, Phase::kFwd, ex);
+    CHECK(costs.layer(1, Phase::kFwd, ex, 1.0).value() ==
+          Approx(ex * 16 * ((1 - c) / 1e9 + c / 0.25e9) + kCallOverhead).epsilon(1e-12));
+  }
+  // At 256 examples fc1's input (16 KiB) is 4x the cache: 3/4 cold.
+  CHECK(costs.coldShare(0, Phase::kFwd, 256) == Approx(1 - 4096.0 / 16384));
+  // Two workers on the node share the cache: each has half.
+  const ComputeCosts shared(net, cl, ElementType::kFp32, 2);
+  CHECK(shared.coldShare(1, Phase::kFwd, 64) == Approx(1 - 2048.0 / (64 * 64)));
+  // Without cold tables (or a cache size) nothing is cold.
+  const auto hot = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  CHECK(ComputeCosts(net, hot, ElementType::kFp32, 1).coldShare(0, Phase::kFwd, 256) == 0.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("memory_cold: needs last_level_cache and the kernel's hot table", "[kernels][cluster]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-cold-errors-" + std::to_string(::getpid()));
+  const std::string good = coldCluster("4 KiB", dir);
+  std::ifstream in(good);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = text.str();
+  auto check = [&](const std::string& from, const std::string& to, const std::string& key,
+                   const std::string& says) {
+    std::string yaml = base;
+    const auto at = yaml.find(from);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, from.size(), to);
+    std::ofstream(good) << yaml;
+    try {
+      loadCluster(good);
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.key() == key);
+      CHECK(std::string(e.what()).find(says) != std::string::npos);
+    }
+  };
+  check("    last_level_cache: 4 KiB   # test value\n", "", "device.kernels.memory_cold",
+        "last_level_cache");
+  check("last_level_cache: 4 KiB", "last_level_cache: 100 B", "device.kernels.last_level_cache",
+        "1 KiB");
+  check("last_level_cache: 4 KiB", "last_level_cache: 4096", "device.kernels.last_level_cache",
+        "unit");
+  check("      zero: {units: [16, 256, 4096], gunits_per_s: [0.25, 0.25, 0.25]}",
+        "      lrn_fwd: {units: [16, 256, 4096], gunits_per_s: [0.25, 0.25, 0.25]}",
+        "device.kernels.memory_cold.lrn_fwd", "hot");
+  std::filesystem::remove_all(dir);
+}

@@ -91,7 +91,10 @@ std::string calibrate(const CalibrationOptions& o) {
 
   // 1. Kernel tables: every GEMM shape of the grid and every memory-bound
   // kernel by size, independent of any network.
-  const KernelTables tables = detail::measureKernelTables(say, o.sweeps);
+  // Sharing trials are taken between the sweeps too (detail::SharingPool):
+  // a minute and more apart, not all within a second.
+  detail::SharingPool pool(o.maxWorkers);
+  const KernelTables tables = detail::measureKernelTables(say, o.sweeps, [&] { pool.sample(2); });
   double peak = 0;
   for (const auto& r : tables.gemm.rate)
     for (double x : r)
@@ -159,9 +162,10 @@ std::string calibrate(const CalibrationOptions& o) {
   // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
   // speed = time alone / time together. Overlap: each of K workers moving
   // data on its communication lane while its compute lane runs GEMMs.
-  const auto sharing =
-      detail::measureSharingRows(o.maxWorkers, detail::measureSharing, detail::measureOverlap, say,
-                                 "", detail::measureMemorySharingBySize);
+  pool.sample(3);
+  const auto sharing = detail::measureSharingRows(
+      o.maxWorkers, [&](int k) { return pool.sharing(k); }, detail::measureOverlap, say, "",
+      [&](int k) { return pool.memoryBySize(k); });
 
   // The YAML, every number with its provenance.
   std::ostringstream y;
@@ -222,7 +226,8 @@ std::string calibrate(const CalibrationOptions& o) {
     y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
   }
   y << "  sharing:   # speed of each worker when this many run at once, relative to alone "
-       "(median of 7 trials, each alone then together): threads running 256^3 GEMMs (speed) or "
+       "(median of every trial, each alone then together: 2 before, between and after the kernel "
+       "tables' sweeps and 3 at the end): threads running 256^3 GEMMs (speed) or "
        "copying 16 MiB (memory_speed, the 16384 KiB entry of memory_speed_by_size: copying that "
        "many bytes each) together; with each "
        "worker's communication lane exchanging 4 MiB "

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -47,6 +48,47 @@ double perCall(F&& fn) {
   }
   std::sort(g.begin(), g.end());
   return groups == 2 ? g[0] : g[1];
+}
+
+// Seconds of one call of fn with its operands out of the caches, as in a step
+// whose data outgrows the last-level cache: each of 3 calls right after
+// writing `flush` (twice that cache; one write per 64-byte line, so every
+// line of it is loaded and left dirty, as a step's other tensors leave it);
+// the median.
+template <class F>
+double perCallCold(F&& fn, std::vector<float>& flush) {
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < flush.size(); j += 16)
+      flush[j] += 1.0f;
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[1];
+}
+
+// The node's last-level cache, as the OS reports it (the largest level of
+// cpu0's caches); 32 MiB when it reports none.
+Bytes lastLevelCache() {
+  double largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", index));
+    std::string text;
+    if (!(in >> text) || text.empty())
+      continue;
+    double scale = 1;
+    if (text.back() == 'K')
+      scale = 1024;
+    else if (text.back() == 'M')
+      scale = 1024.0 * 1024;
+    try {
+      largest = std::max(largest, std::stod(text) * scale);
+    } catch (const std::exception&) {
+    }
+  }
+  return Bytes(largest >= 1024 ? largest : 32.0 * 1024 * 1024);
 }
 
 // GEMM grid: m, n and k each from 1 to 16384, by factors of 2 up to 256 (batch
@@ -112,6 +154,7 @@ namespace {
 // size, and the call overhead, each timed once (perCall).
 KernelTables measureKernelSweep(const std::function<void(const std::string&)>& say) {
   KernelTables t;
+  t.lastLevelCache = lastLevelCache();
   t.backend = "cpu";
   t.gemm.dims = kGemmDims;
   const size_t d = kGemmDims.size();
@@ -179,12 +222,18 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     id = static_cast<float>(static_cast<int>((next() + 1.0f) * 0.5f * kCalibrationVocab) %
                             kCalibrationVocab);
   nn::CpuBackend be;
-  auto record = [&](MemKernel kernel, double units, double seconds) {
+  // Each point hot (perCall: repeated calls on the same operands, in cache
+  // up to its size) and cold (perCallCold: after flushing the caches).
+  std::vector<float> flush(static_cast<size_t>(2 * t.lastLevelCache.value() / sizeof(float)));
+  auto record = [&](MemKernel kernel, double units, auto&& fn) {
     auto& table = t.memory[static_cast<size_t>(kernel)];
     if (!table.units.empty() && units <= table.units.back())
       return;  // a geometry that rounds to the previous size
     table.units.push_back(units);
-    table.rate.push_back(units / seconds);
+    table.rate.push_back(units / perCall(fn));
+    auto& cold = t.memoryCold[static_cast<size_t>(kernel)];
+    cold.units.push_back(units);
+    cold.rate.push_back(units / perCallCold(fn, flush));
   };
   // Elementwise tensors: 64 channels, the rest in width.
   auto flat = [](double u) { return nn::Dims{1, 64, 1, std::max(1, static_cast<int>(u / 64))}; };
@@ -193,149 +242,143 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     const double n = double(fd.n) * fd.c * fd.h * fd.w;
     nn::ConstTensorView cx{x.data(), fd}, cy{y.data(), fd}, cdy{dy.data(), fd};
     nn::TensorView vy{y.data(), fd}, vdx{dx.data(), fd};
-    record(MemKernel::kZero, n, perCall([&] { nn::CpuBackend::zero(dx.data(), int64_t(n)); }));
-    record(MemKernel::kCopy, n, perCall([&] { be.accumulate(cx, vdx, 0.0f); }));
-    record(MemKernel::kAccumulate, n, perCall([&] { be.accumulate(cx, vdx, 1.0f); }));
-    record(MemKernel::kAdd, n, perCall([&] { be.add(cx, cdy, vdx); }));
-    record(MemKernel::kBias, n, perCall([&] {
-             nn::CpuBackend::biasAdd(dx.data(), scale.data(), fd.c, int64_t(fd.h) * fd.w);
-           }));
-    record(MemKernel::kBiasGrad, n, perCall([&] {
-             nn::CpuBackend::biasGrad(dy.data(), scale.data() + top - 4096, fd.c,
-                                      int64_t(fd.h) * fd.w);
-           }));
-    record(MemKernel::kReluFwd, n, perCall([&] { be.reluForward(cx, vy); }));
-    record(MemKernel::kReluBwd, n, perCall([&] { be.reluBackward(cy, cdy, vdx, 0.0f); }));
+    record(MemKernel::kZero, n, [&] { nn::CpuBackend::zero(dx.data(), int64_t(n)); });
+    record(MemKernel::kCopy, n, [&] { be.accumulate(cx, vdx, 0.0f); });
+    record(MemKernel::kAccumulate, n, [&] { be.accumulate(cx, vdx, 1.0f); });
+    record(MemKernel::kAdd, n, [&] { be.add(cx, cdy, vdx); });
+    record(MemKernel::kBias, n,
+           [&] { nn::CpuBackend::biasAdd(dx.data(), scale.data(), fd.c, int64_t(fd.h) * fd.w); });
+    record(MemKernel::kBiasGrad, n, [&] {
+      nn::CpuBackend::biasGrad(dy.data(), scale.data() + top - 4096, fd.c, int64_t(fd.h) * fd.w);
+    });
+    record(MemKernel::kReluFwd, n, [&] { be.reluForward(cx, vy); });
+    record(MemKernel::kReluBwd, n, [&] { be.reluBackward(cy, cdy, vdx, 0.0f); });
     // Dropout follows fc layers in every preset: rows of 256 neurons.
     const nn::Dims dr{std::max(1, static_cast<int>(u / 256)), 256, 1, 1};
     nn::DropoutDesc dd;
     dd.rate = 0.5f;
     dd.totalChannels = dr.c;
-    record(MemKernel::kDropoutFwd, double(dr.n) * dr.c, perCall([&] {
-             be.dropoutForward(dd, nn::ConstTensorView{x.data(), dr}, nn::TensorView{y.data(), dr});
-           }));
-    record(MemKernel::kDropoutBwd, double(dr.n) * dr.c, perCall([&] {
-             be.dropoutBackward(dd, nn::ConstTensorView{dy.data(), dr},
-                                nn::TensorView{dx.data(), dr}, 0.0f);
-           }));
-    record(MemKernel::kSgd, n, perCall([&] {
-             be.sgdMomentum(std::span<float>(y.data(), size_t(n)),
-                            std::span<float>(dx.data(), size_t(n)),
-                            std::span<const float>(dy.data(), size_t(n)), 0.0f, 0.9f, 0.0f);
-           }));
+    record(MemKernel::kDropoutFwd, double(dr.n) * dr.c, [&] {
+      be.dropoutForward(dd, nn::ConstTensorView{x.data(), dr}, nn::TensorView{y.data(), dr});
+    });
+    record(MemKernel::kDropoutBwd, double(dr.n) * dr.c, [&] {
+      be.dropoutBackward(dd, nn::ConstTensorView{dy.data(), dr}, nn::TensorView{dx.data(), dr},
+                         0.0f);
+    });
+    record(MemKernel::kSgd, n, [&] {
+      be.sgdMomentum(std::span<float>(y.data(), size_t(n)), std::span<float>(dx.data(), size_t(n)),
+                     std::span<const float>(dy.data(), size_t(n)), 0.0f, 0.9f, 0.0f);
+    });
     // The executor's reduce step: the loop of its endpoints (runtime/src/endpoints.cpp).
-    record(MemKernel::kReduce, n, perCall([&] {
-             float* dst = dx.data();
-             const float* src = dy.data();
-             for (size_t i = 0; i < size_t(n); ++i)
-               dst[i] += src[i];
-           }));
+    record(MemKernel::kReduce, n, [&] {
+      float* dst = dx.data();
+      const float* src = dy.data();
+      for (size_t i = 0; i < size_t(n); ++i)
+        dst[i] += src[i];
+    });
     // LRN (size 5, as every preset) and batchnorm on 4 x 16 channels.
     const int side = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 64))));
     const nn::Dims sq{1, 64, side, side};
     const double ns = 64.0 * side * side;
     nn::LrnDesc ld;
     nn::TensorView sc{scale.data(), sq};
-    record(MemKernel::kLrnFwd, ns, perCall([&] {
-             be.lrnForward(ld, nn::ConstTensorView{x.data(), sq}, nn::TensorView{y.data(), sq}, sc);
-           }));
-    record(MemKernel::kLrnBwd, ns, perCall([&] {
-             be.lrnBackward(
-                 ld, nn::ConstTensorView{x.data(), sq}, nn::ConstTensorView{y.data(), sq},
-                 nn::ConstTensorView{scale.data(), sq}, nn::ConstTensorView{dy.data(), sq},
-                 nn::TensorView{dx.data(), sq}, 0.0f);
-           }));
+    record(MemKernel::kLrnFwd, ns, [&] {
+      be.lrnForward(ld, nn::ConstTensorView{x.data(), sq}, nn::TensorView{y.data(), sq}, sc);
+    });
+    record(MemKernel::kLrnBwd, ns, [&] {
+      be.lrnBackward(ld, nn::ConstTensorView{x.data(), sq}, nn::ConstTensorView{y.data(), sq},
+                     nn::ConstTensorView{scale.data(), sq}, nn::ConstTensorView{dy.data(), sq},
+                     nn::TensorView{dx.data(), sq}, 0.0f);
+    });
     const nn::Dims bd{4, 16, side, side};
     std::vector<float> gamma(64, 1.0f), shift(64, 0.0f), dg(16), ds(16);
-    record(MemKernel::kBatchNormFwd, ns, perCall([&] {
-             be.batchNormForward(nn::ConstTensorView{x.data(), bd}, gamma.data(), shift.data(),
-                                 1e-5f, nn::TensorView{y.data(), bd});
-           }));
-    record(MemKernel::kBatchNormBwdData, ns, perCall([&] {
-             be.batchNormBackwardData(nn::ConstTensorView{x.data(), bd},
-                                      nn::ConstTensorView{dy.data(), bd}, gamma.data(), 1e-5f,
-                                      nn::TensorView{dx.data(), bd}, 0.0f);
-           }));
-    record(MemKernel::kBatchNormBwdWeights, ns, perCall([&] {
-             be.batchNormBackwardWeights(nn::ConstTensorView{x.data(), bd},
-                                         nn::ConstTensorView{dy.data(), bd}, 1e-5f, dg.data(),
-                                         ds.data());
-           }));
+    record(MemKernel::kBatchNormFwd, ns, [&] {
+      be.batchNormForward(nn::ConstTensorView{x.data(), bd}, gamma.data(), shift.data(), 1e-5f,
+                          nn::TensorView{y.data(), bd});
+    });
+    record(MemKernel::kBatchNormBwdData, ns, [&] {
+      be.batchNormBackwardData(nn::ConstTensorView{x.data(), bd},
+                               nn::ConstTensorView{dy.data(), bd}, gamma.data(), 1e-5f,
+                               nn::TensorView{dx.data(), bd}, 0.0f);
+    });
+    record(MemKernel::kBatchNormBwdWeights, ns, [&] {
+      be.batchNormBackwardWeights(nn::ConstTensorView{x.data(), bd},
+                                  nn::ConstTensorView{dy.data(), bd}, 1e-5f, dg.data(), ds.data());
+    });
     // Softmax over 10 classes per example (the classifiers' layout).
     const nn::Dims smd{std::max(1, static_cast<int>(u / 10)), 10, 1, 1};
     const double nsm = double(smd.n) * smd.c;
     std::vector<float> stats(2 * static_cast<size_t>(smd.n));
-    record(MemKernel::kSoftmaxFwd, nsm, perCall([&] {
-             be.softmaxStats(nn::ConstTensorView{x.data(), smd}, stats.data());
-             be.softmaxProbabilities(nn::ConstTensorView{x.data(), smd}, stats.data(),
-                                     nn::TensorView{y.data(), smd});
-           }));
-    record(MemKernel::kSoftmaxBwd, nsm, perCall([&] {
-             be.softmaxLoss(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0);
-             be.softmaxBackward(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0,
-                                1.0f, nn::TensorView{dx.data(), smd}, 0.0f);
-           }));
+    record(MemKernel::kSoftmaxFwd, nsm, [&] {
+      be.softmaxStats(nn::ConstTensorView{x.data(), smd}, stats.data());
+      be.softmaxProbabilities(nn::ConstTensorView{x.data(), smd}, stats.data(),
+                              nn::TensorView{y.data(), smd});
+    });
+    record(MemKernel::kSoftmaxBwd, nsm, [&] {
+      be.softmaxLoss(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0);
+      be.softmaxBackward(nn::ConstTensorView{x.data(), smd}, stats.data(), labels.data(), 0, 1.0f,
+                         nn::TensorView{dx.data(), smd}, 0.0f);
+    });
     // Transformer kernels on sequences of 64 features (tiny-gpt's width) and
     // up to 256 positions per example, the rest in examples.
     const int seqT = std::clamp(static_cast<int>(u / 64), 1, 256);
     const nn::Dims sd{std::max(1, static_cast<int>(u / 64 / seqT)), 64, seqT, 1};
     const double nsd = double(sd.n) * sd.c * sd.h;
-    record(MemKernel::kLayerNormFwd, nsd, perCall([&] {
-             be.layerNormForward(nn::ConstTensorView{x.data(), sd}, gamma.data(), shift.data(),
-                                 1e-5f, nn::TensorView{y.data(), sd});
-           }));
-    record(MemKernel::kLayerNormBwdData, nsd, perCall([&] {
-             be.layerNormBackwardData(nn::ConstTensorView{x.data(), sd},
-                                      nn::ConstTensorView{dy.data(), sd}, gamma.data(), 1e-5f,
-                                      nn::TensorView{dx.data(), sd}, 0.0f);
-           }));
-    record(MemKernel::kLayerNormBwdWeights, nsd, perCall([&] {
-             be.layerNormBackwardWeights(nn::ConstTensorView{x.data(), sd},
-                                         nn::ConstTensorView{dy.data(), sd}, 1e-5f, lnGrad.data(),
-                                         lnGrad.data() + 64);
-           }));
-    record(MemKernel::kGeluFwd, n, perCall([&] { be.geluForward(cx, vy); }));
-    record(MemKernel::kGeluBwd, n, perCall([&] { be.geluBackward(cx, cdy, vdx, 0.0f); }));
+    record(MemKernel::kLayerNormFwd, nsd, [&] {
+      be.layerNormForward(nn::ConstTensorView{x.data(), sd}, gamma.data(), shift.data(), 1e-5f,
+                          nn::TensorView{y.data(), sd});
+    });
+    record(MemKernel::kLayerNormBwdData, nsd, [&] {
+      be.layerNormBackwardData(nn::ConstTensorView{x.data(), sd},
+                               nn::ConstTensorView{dy.data(), sd}, gamma.data(), 1e-5f,
+                               nn::TensorView{dx.data(), sd}, 0.0f);
+    });
+    record(MemKernel::kLayerNormBwdWeights, nsd, [&] {
+      be.layerNormBackwardWeights(nn::ConstTensorView{x.data(), sd},
+                                  nn::ConstTensorView{dy.data(), sd}, 1e-5f, lnGrad.data(),
+                                  lnGrad.data() + 64);
+    });
+    record(MemKernel::kGeluFwd, n, [&] { be.geluForward(cx, vy); });
+    record(MemKernel::kGeluBwd, n, [&] { be.geluBackward(cx, cdy, vdx, 0.0f); });
     // Attention scores: rows of 64 keys (64 positions), causal, dh = 64.
     {
       const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(u / 64));
       const double scores = double(rows) * 64;
-      record(MemKernel::kAttnSoftmaxFwd, scores, perCall([&] {
-               nn::CpuBackend::attnSoftmaxForward(x.data(), y.data(), rows, 64, true, 0.125f);
-             }));
-      record(MemKernel::kAttnSoftmaxBwd, scores, perCall([&] {
-               nn::CpuBackend::attnSoftmaxBackward(y.data(), dy.data(), dx.data(), rows, 64,
-                                                   0.125f);
-             }));
+      record(MemKernel::kAttnSoftmaxFwd, scores, [&] {
+        nn::CpuBackend::attnSoftmaxForward(x.data(), y.data(), rows, 64, true, 0.125f);
+      });
+      record(MemKernel::kAttnSoftmaxBwd, scores, [&] {
+        nn::CpuBackend::attnSoftmaxBackward(y.data(), dy.data(), dx.data(), rows, 64, 0.125f);
+      });
     }
     // Embedding: tokens of a 4096 x 64 table (1 MiB) plus positions.
     {
       const nn::EmbeddingDesc ed{kCalibrationVocab, 64, true};
       const nn::Dims ids{sd.n, 1, sd.h, 1};
-      record(MemKernel::kEmbeddingFwd, nsd, perCall([&] {
-               be.embeddingForward(ed, nn::ConstTensorView{tokenIds.data(), ids}, embedTable.data(),
-                                   nn::TensorView{y.data(), sd});
-             }));
-      record(MemKernel::kEmbeddingBwd, nsd, perCall([&] {
-               be.embeddingBackwardWeights(ed, nn::ConstTensorView{tokenIds.data(), ids},
-                                           nn::ConstTensorView{dy.data(), sd}, tableGrad.data());
-             }));
+      record(MemKernel::kEmbeddingFwd, nsd, [&] {
+        be.embeddingForward(ed, nn::ConstTensorView{tokenIds.data(), ids}, embedTable.data(),
+                            nn::TensorView{y.data(), sd});
+      });
+      record(MemKernel::kEmbeddingBwd, nsd, [&] {
+        be.embeddingBackwardWeights(ed, nn::ConstTensorView{tokenIds.data(), ids},
+                                    nn::ConstTensorView{dy.data(), sd}, tableGrad.data());
+      });
     }
-    record(MemKernel::kAdam, n, perCall([&] {
-             nn::AdamParams adam;
-             adam.learningRate = 1e-4f;
-             adam.step = 10;
-             nn::CpuBackend::adamKernel(std::span<float>(y.data(), size_t(n)),
-                                        std::span<float>(dx.data(), size_t(n)),
-                                        std::span<float>(adamV.data(), size_t(n)),
-                                        std::span<const float>(dy.data(), size_t(n)), adam);
-           }));
+    record(MemKernel::kAdam, n, [&] {
+      nn::AdamParams adam;
+      adam.learningRate = 1e-4f;
+      adam.step = 10;
+      nn::CpuBackend::adamKernel(std::span<float>(y.data(), size_t(n)),
+                                 std::span<float>(dx.data(), size_t(n)),
+                                 std::span<float>(adamV.data(), size_t(n)),
+                                 std::span<const float>(dy.data(), size_t(n)), adam);
+    });
     // The casts of mixed precision (the CUDA backend's --element bf16), by
     // their CPU twins.
     record(MemKernel::kCastBf16, n,
-           perCall([&] { kernels::twin::castToBf16(x.data(), bf16.data(), int64_t(n)); }));
+           [&] { kernels::twin::castToBf16(x.data(), bf16.data(), int64_t(n)); });
     record(MemKernel::kCastFp32, n,
-           perCall([&] { kernels::twin::castFromBf16(bf16.data(), y.data(), int64_t(n), 0.0f); }));
+           [&] { kernels::twin::castFromBf16(bf16.data(), y.data(), int64_t(n), 0.0f); });
     // Pooling with 3x3 and 2x2 windows, stride 2 (AlexNet's and VGG's) over
     // 64 channels: forward units are window reads, avg backward window writes.
     for (int win : {3, 2}) {
@@ -344,19 +387,18 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
       const nn::Dims in{1, 64, pd.inH, pd.inW}, o{1, 64, out, out};
       const double reads = 64.0 * out * out * win * win;
       pd.mode = PoolMode::kMax;
-      record(win == 3 ? MemKernel::kPoolMaxFwd : MemKernel::kPoolMaxFwd2, reads, perCall([&] {
-               be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
-                              argmax.data());
-             }));
+      record(win == 3 ? MemKernel::kPoolMaxFwd : MemKernel::kPoolMaxFwd2, reads, [&] {
+        be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
+                       argmax.data());
+      });
       pd.mode = PoolMode::kAvg;
-      record(win == 3 ? MemKernel::kPoolAvgFwd : MemKernel::kPoolAvgFwd2, reads, perCall([&] {
-               be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
-                              nullptr);
-             }));
-      record(win == 3 ? MemKernel::kPoolAvgBwd : MemKernel::kPoolAvgBwd2, reads, perCall([&] {
-               be.poolBackward(pd, nn::ConstTensorView{dy.data(), o}, nullptr,
-                               nn::TensorView{dx.data(), in}, 1.0f);
-             }));
+      record(win == 3 ? MemKernel::kPoolAvgFwd : MemKernel::kPoolAvgFwd2, reads, [&] {
+        be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o}, nullptr);
+      });
+      record(win == 3 ? MemKernel::kPoolAvgBwd : MemKernel::kPoolAvgBwd2, reads, [&] {
+        be.poolBackward(pd, nn::ConstTensorView{dy.data(), o}, nullptr,
+                        nn::TensorView{dx.data(), in}, 1.0f);
+      });
     }
     {
       // The input (about 4x the output) must fit the buffers too.
@@ -365,10 +407,10 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
       const nn::Dims in{1, 64, pd.inH, pd.inW}, o{1, 64, out, out};
       be.poolForward(pd, nn::ConstTensorView{x.data(), in}, nn::TensorView{y.data(), o},
                      argmax.data());
-      record(MemKernel::kPoolMaxBwd, 64.0 * out * out, perCall([&] {
-               be.poolBackward(pd, nn::ConstTensorView{dy.data(), o}, argmax.data(),
-                               nn::TensorView{dx.data(), in}, 1.0f);
-             }));
+      record(MemKernel::kPoolMaxBwd, 64.0 * out * out, [&] {
+        be.poolBackward(pd, nn::ConstTensorView{dy.data(), o}, argmax.data(),
+                        nn::TensorView{dx.data(), in}, 1.0f);
+      });
     }
     // im2col / col2im of a 3x3 pad-1 convolution over 16 channels.
     {
@@ -382,9 +424,9 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
       const double units = 16.0 * 9 * hw * hw;
       if (units + 1 < double(top)) {
         record(MemKernel::kIm2col, units,
-               perCall([&] { nn::CpuBackend::im2colKernel(cd, x.data(), y.data()); }));
+               [&] { nn::CpuBackend::im2colKernel(cd, x.data(), y.data()); });
         record(MemKernel::kCol2im, units,
-               perCall([&] { nn::CpuBackend::col2imKernel(cd, y.data(), dx.data()); }));
+               [&] { nn::CpuBackend::col2imKernel(cd, y.data(), dx.data()); });
       }
     }
   }
@@ -407,12 +449,15 @@ double medianOfValues(std::vector<double> v) {
 }
 }  // namespace
 
-KernelTables measureKernelTables(const std::function<void(const std::string&)>& say, int sweeps) {
+KernelTables measureKernelTables(const std::function<void(const std::string&)>& say, int sweeps,
+                                 const std::function<void()>& between) {
   STRATA_ENFORCE(sweeps >= 1);
   std::vector<double> gemmRefs, copyRefs;
   auto reference = [&] {
     gemmRefs.push_back(referenceGemmRate(31, 1));
     copyRefs.push_back(referenceCopyRate(15, 1));
+    if (between)
+      between();
   };
   std::vector<KernelTables> runs;
   reference();
@@ -431,15 +476,19 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
         v.push_back(r.gemm.rate[w][i]);
       t.gemm.rate[w][i] = medianOfValues(v);
     }
-  for (size_t k = 0; k < t.memory.size(); ++k)
-    for (size_t i = 0; i < t.memory[k].rate.size(); ++i) {
-      std::vector<double> v;
-      for (const auto& r : runs) {
-        STRATA_ENFORCE(r.memory[k].units == t.memory[k].units);
-        v.push_back(r.memory[k].rate[i]);
+  auto medians = [&](auto member) {
+    for (size_t k = 0; k < (t.*member).size(); ++k)
+      for (size_t i = 0; i < (t.*member)[k].rate.size(); ++i) {
+        std::vector<double> v;
+        for (const auto& r : runs) {
+          STRATA_ENFORCE((r.*member)[k].units == (t.*member)[k].units);
+          v.push_back((r.*member)[k].rate[i]);
+        }
+        (t.*member)[k].rate[i] = medianOfValues(v);
       }
-      t.memory[k].rate[i] = medianOfValues(v);
-    }
+  };
+  medians(&KernelTables::memory);
+  medians(&KernelTables::memoryCold);
   std::vector<double> overheads;
   for (const auto& r : runs)
     overheads.push_back(r.callOverhead.value());
@@ -484,6 +533,16 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
        "kernel); median of 3 timed groups after a warm-up"
     << over << "\n";
   memoryRowsYaml(y, t);
+  if (t.hasCold()) {
+    y << fmt::format(
+        "    last_level_cache: {:.0f} MiB   # cpu0's largest cache level (/sys/devices/system/cpu/"
+        "cpu0/cache): the cold tables were flushed of it; workers on a node share it\n",
+        t.lastLevelCache.value() / (1024.0 * 1024));
+    y << "    memory_cold:   # the same kernels with their operands out of the caches: each call "
+         "right after writing twice last_level_cache, median of 3"
+      << over << "\n";
+    memoryRowsYaml(y, t, true);
+  }
   return y.str();
 }
 
@@ -507,9 +566,9 @@ void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table
       }
 }
 
-void memoryRowsYaml(std::ostringstream& y, const KernelTables& t) {
+void memoryRowsYaml(std::ostringstream& y, const KernelTables& t, bool cold) {
   for (int i = 0; i < kMemKernelCount; ++i) {
-    const auto& m = t.memory[static_cast<size_t>(i)];
+    const auto& m = (cold ? t.memoryCold : t.memory)[static_cast<size_t>(i)];
     if (m.empty())
       continue;
     y << "      " << toString(static_cast<MemKernel>(i)) << ": {units: [";
@@ -917,35 +976,53 @@ void linkYaml(std::ostringstream& y, const LinkFit& link, const std::string& wha
 }
 
 namespace {
-// Trials of a sharing speed: time alone / time of the slowest of `workers`
-// threads at once, each trial the two timed back to back; the median of
-// kSharingTrials. On the 2-core VM one trial of 2 threads copying 16 MiB each
-// ranges 0.42 to 0.87 within a second (2026-11-27), and the median of 3 of
-// them moved by 0.14 from one calibration to the next: 7 halve that.
-constexpr int kSharingTrials = 7;
-double sharingSpeed(int workers, bool gemm, size_t copyFloats = 4u << 20) {
-  std::vector<double> trials;
-  for (int trial = 0; trial < kSharingTrials; ++trial)
-    trials.push_back(
-        std::min(1.0, sharedRun(1, gemm, copyFloats) / sharedRun(workers, gemm, copyFloats)));
-  std::sort(trials.begin(), trials.end());
-  return trials[trials.size() / 2];
+// One trial of a sharing speed: time alone / time of the slowest of
+// `workers` threads at once, the two timed back to back.
+double sharingTrial(int workers, bool gemm, size_t copyFloats) {
+  return std::min(1.0, sharedRun(1, gemm, copyFloats) / sharedRun(workers, gemm, copyFloats));
 }
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+// Bytes per thread of the memory trials: inside a core's L2 (256 KiB), about
+// the L2 (1 MiB), a share of the L3 (4 MiB), DRAM (16 MiB, memory_speed's).
+constexpr std::array<double, 4> kSharingSizes = {256.0 * 1024, 1024.0 * 1024, 4096.0 * 1024,
+                                                 16384.0 * 1024};
 }  // namespace
 
+void SharingPool::sample(int trials) {
+  for (int k = 2; k <= maxWorkers_; k *= 2)
+    for (int t = 0; t < trials; ++t) {
+      gemm_[k].push_back(sharingTrial(k, true, 0));
+      for (size_t i = 0; i < kSharingSizes.size(); ++i)
+        memory_[k][i].push_back(sharingTrial(k, false, static_cast<size_t>(kSharingSizes[i] / 4)));
+    }
+}
+
+std::pair<double, double> SharingPool::sharing(int workers) {
+  if (gemm_[workers].empty())
+    sample(kSharingTrials);
+  return {medianOf(gemm_[workers]), medianOf(memory_[workers].back())};
+}
+
+std::vector<std::pair<double, double>> SharingPool::memoryBySize(int workers) {
+  if (memory_[workers].back().empty())
+    sample(kSharingTrials);
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0; i < kSharingSizes.size(); ++i)
+    out.push_back({kSharingSizes[i], medianOf(memory_[workers][i])});
+  return out;
+}
+
 std::pair<double, double> measureSharing(int workers) {
-  // Per thread: 256^3 GEMMs (compute-bound) or 16 MiB copies (memory-bound).
-  return {sharingSpeed(workers, true), sharingSpeed(workers, false)};
+  SharingPool pool(workers);
+  return pool.sharing(workers);
 }
 
 std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers) {
-  // Bytes per thread: inside a core's L2 (256 KiB), about the L2 (1 MiB),
-  // a share of the L3 (4 MiB), DRAM (16 MiB, memory_speed's size).
-  constexpr double kSizes[] = {256.0 * 1024, 1024.0 * 1024, 4096.0 * 1024, 16384.0 * 1024};
-  std::vector<std::pair<double, double>> out;
-  for (double bytes : kSizes)
-    out.push_back({bytes, sharingSpeed(workers, false, static_cast<size_t>(bytes / 4))});
-  return out;
+  SharingPool pool(workers);
+  return pool.memoryBySize(workers);
 }
 
 }  // namespace strata::exec::detail

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -24,9 +25,10 @@ namespace strata::exec::detail {
 // the median over the sweeps (a VM's speed moves by tens of percent over
 // seconds: a point timed once is a snapshot of it); validate's two reference
 // kernels timed before, between and after the sweeps give the speed the
-// tables stand for (KernelTables::referenceGemmRate, referenceCopyRate).
-KernelTables measureKernelTables(const std::function<void(const std::string&)>& say,
-                                 int sweeps = 1);
+// tables stand for (KernelTables::referenceGemmRate, referenceCopyRate);
+// `between` runs at each of those moments too.
+KernelTables measureKernelTables(const std::function<void(const std::string&)>& say, int sweeps = 1,
+                                 const std::function<void()>& between = {});
 
 // The network whose one call measures a layer-phase call's own cost: a relu
 // over one element, the input its only input.
@@ -59,7 +61,8 @@ std::string kernelTablesYaml(const KernelTables& tables, const std::string& wher
 void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
                   const std::array<std::string_view, 3>& names);
 // The rows under `memory:`: one per kernel with a table.
-void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables);
+// memory's rows (cold: memory_cold's).
+void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables, bool cold = false);
 
 // One row of a calibrated `sharing` table: speeds of each of `workers`
 // workers relative to one alone, and the lanes' hand-off time (seconds).
@@ -98,8 +101,34 @@ std::vector<SharingRow> measureSharingRows(
 // The rows under `sharing:` (indented by 4).
 void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows);
 
+// Sharing trials (time alone / time of the slowest of k threads at once: of
+// 256^3 GEMMs, and of copies of 256 KiB to 16 MiB per thread) for k = 2, 4,
+// ... maxWorkers, pooled over the moments they were taken at. A VM's second
+// core can run slower for seconds at a time: 7 trials taken within a second
+// gave 2 workers a GEMM speed of 0.663 in one calibration (2026-11-27) where
+// every other measured 0.98 to 1.0, and every K = 2 row of that day's suite
+// was priced 30-50 % slow. Calibrate samples between the kernel tables'
+// sweeps (a minute and more apart) and once more at the end.
+inline constexpr int kSharingTrials = 7;
+class SharingPool {
+ public:
+  explicit SharingPool(int maxWorkers) : maxWorkers_(maxWorkers) {}
+  // `trials` more trials of every figure for every k.
+  void sample(int trials);
+  // The medians of the pooled trials (kSharingTrials taken now if none
+  // were): GEMM speed and the 16 MiB copies' (memory_speed).
+  std::pair<double, double> sharing(int workers);
+  // The copies' speed by bytes per thread (memory_speed_by_size).
+  std::vector<std::pair<double, double>> memoryBySize(int workers);
+
+ private:
+  int maxWorkers_;
+  std::map<int, std::vector<double>> gemm_;
+  std::map<int, std::array<std::vector<double>, 4>> memory_;
+};
+
 // Speed of each of `workers` threads running GEMMs (first) and memory-bound
-// kernels (second) at once, relative to one thread alone.
+// kernels (second) at once, relative to one thread alone (a pool of its own).
 std::pair<double, double> measureSharing(int workers);
 // Memory-bound speed of each of `workers` threads copying at once, by the
 // bytes each copies (kSharingCopySizes): a working set inside a core's own

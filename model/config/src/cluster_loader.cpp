@@ -95,7 +95,8 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
 }
 
 KernelTables readKernels(const ConfigNode& n) {
-  n.allowOnly({"backend", "call_overhead", "reference", "gemm", "conv", "memory"});
+  n.allowOnly({"backend", "call_overhead", "reference", "last_level_cache", "gemm", "conv",
+               "memory", "memory_cold"});
   KernelTables t;
   const auto backend = n.require("backend");
   t.backend = backend.asString();
@@ -117,13 +118,15 @@ KernelTables readKernels(const ConfigNode& n) {
         *conv, t.conv, "pass", "convolution pass",
         {toString(ConvPass::kFwd), toString(ConvPass::kBwdData), toString(ConvPass::kBwdFilter)});
   }
-  if (auto memory = n.get("memory")) {
-    for (const auto& [name, row] : memory->entries()) {
+  // memory and memory_cold: per kernel, units per call -> rates.
+  auto readSizeTables = [](const ConfigNode& block,
+                           std::array<SizeTable, kMemKernelCount>& tables) {
+    for (const auto& [name, row] : block.entries()) {
       MemKernel kernel;
       if (!parseMemKernel(name, kernel))
         row.fail("unknown kernel '" + name + "'");
       row.allowOnly({"units", "gunits_per_s"});
-      auto& table = t.memory[static_cast<size_t>(kernel)];
+      auto& table = tables[static_cast<size_t>(kernel)];
       for (const auto& u : row.require("units").items()) {
         const double x =
             u.asDoubleIn(1, 9007199254740992.0, "units per call: at least one, at most 2^53");
@@ -136,6 +139,23 @@ KernelTables readKernels(const ConfigNode& n) {
       if (table.units.empty() || table.rate.size() != table.units.size())
         row.require("gunits_per_s").fail("needs one rate per entry of units");
     }
+  };
+  if (auto memory = n.get("memory"))
+    readSizeTables(*memory, t.memory);
+  if (auto cold = n.get("memory_cold")) {
+    if (!n.get("last_level_cache"))
+      cold->fail("needs last_level_cache beside it (the cache its operands were flushed of)");
+    readSizeTables(*cold, t.memoryCold);
+    for (const auto& [name, row] : cold->entries()) {
+      MemKernel kernel;
+      if (parseMemKernel(name, kernel) && t.memory[static_cast<size_t>(kernel)].empty())
+        row.fail("a cold table needs the kernel's own (hot) table under memory");
+    }
+  }
+  if (auto cache = n.get("last_level_cache")) {
+    t.lastLevelCache = cache->asBytes();
+    if (t.lastLevelCache.value() < 1024 || t.lastLevelCache.value() > 1e12)
+      cache->fail("a last-level cache of 1 KiB to 1 TB");
   }
   return t;
 }

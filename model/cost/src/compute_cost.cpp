@@ -60,6 +60,8 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
              cluster.device.computeScale),
       busyCores_(workersPerNode * threadsPerWorker),
       threads_(threadsPerWorker) {
+  if (device_.kernels.hasCold() && device_.kernels.lastLevelCache.value() > 0)
+    cache_ = device_.kernels.lastLevelCache.value() / std::max(1, workersPerNode);
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);
     source_ = ComputeSource::kProfile;
@@ -83,6 +85,7 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
   const auto& t = device_.kernels;
   TablesTime result;
   bool any = false;
+  const double cold = cache_ > 0 ? coldShare(index, phase, examples) : 0.0;
   for (int side = 0; side < (hi > lo ? 2 : 1); ++side) {
     const double ex = side == 0 ? lo : hi;
     const double weight = side == 0 ? 1.0 - w : w;
@@ -104,11 +107,17 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
           outside_.insert(
               fmt::format("gemm {} {}x{}x{} ({})", toString(c.op), c.m, c.n, c.k, l.name));
       } else if (!t.memory[static_cast<size_t>(c.kernel)].empty()) {
-        const Seconds call = (c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside)
-                                           : t.memoryTime(c.kernel, c.units, &outside)) *
-                             c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
-        memory += call;
-        dram += call * dramShare(c.units * kMemoryBytesPerUnit / threads_);
+        auto time = [&](bool fromCold) {
+          return c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside, fromCold)
+                              : t.memoryTime(c.kernel, c.units, &outside, fromCold);
+        };
+        // Hot from the tables, cold (operands no longer cached: all DRAM
+        // traffic) from the cold tables, by the phase's cold share.
+        const Seconds hot = time(false) * (1 - cold);
+        const Seconds fromDram = cold > 0 ? time(true) * cold : Seconds(0);
+        const double scale = c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
+        memory += (hot + fromDram) * scale;
+        dram += (hot * dramShare(c.units * kMemoryBytesPerUnit / threads_) + fromDram) * scale;
         if (outside)
           outside_.insert(
               c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
@@ -146,6 +155,80 @@ Seconds ComputeCosts::layer(int index, Phase phase, double examples, double frac
       break;
   }
   return layerTime(l, phase, examples, fraction, device_, peak_, element_, optimizer_) / speed_;
+}
+
+const ComputeCosts::Traffic& ComputeCosts::traffic(double examples) const {
+  const double ex = std::max(1.0, std::round(examples));
+  if (auto it = traffic_.find(ex); it != traffic_.end())
+    return it->second;
+  const auto& t = device_.kernels;
+  const size_t n = net_.layers.size();
+  std::vector<double> fwd(n), bwd(n);
+  auto bytes = [&](int index, Phase phase) {
+    double b = 0;
+    for (const auto& c : lower(t.backend, net_, index, phase, ex, 0, updateKernel(), threads_))
+      b += c.count * (c.gemm || c.conv ? 4.0 * double(c.m * c.k + c.k * c.n + c.m * c.n)
+                                       : c.units * kMemoryBytesPerUnit);
+    return b;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const int index = static_cast<int>(i);
+    fwd[i] = bytes(index, Phase::kFwd);
+    bwd[i] = bytes(index, Phase::kBwdData) +
+             (net_.layers[i].computesWeightGradient() ? bytes(index, Phase::kBwdWeights) : 0.0);
+  }
+  Traffic tr{std::vector<double>(2 * n + 1, 0.0)};
+  for (size_t p = 0; p < 2 * n; ++p)
+    tr.before[p + 1] = tr.before[p] + (p < n ? fwd[p] : bwd[2 * n - 1 - p]);
+  return traffic_.emplace(ex, std::move(tr)).first->second;
+}
+
+double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
+  if (cache_ <= 0 || phase == Phase::kUpdate)
+    return 0.0;
+  const Traffic& tr = traffic(examples);
+  const int n = static_cast<int>(net_.layers.size());
+  const double ex = std::max(1.0, std::round(examples));
+  const double e = elementBytes(element_);
+  // Traffic of the step's phases from position a up to (not including) b, in
+  // the order a step runs: forward 0..n-1 (positions 0..n-1), then the
+  // backward of n-1..0 (positions n..2n-1).
+  auto between = [&](int a, int b) {
+    a = std::clamp(a, 0, 2 * n);
+    b = std::clamp(b, 0, 2 * n);
+    return b > a ? tr.before[static_cast<size_t>(b)] - tr.before[static_cast<size_t>(a)] : 0.0;
+  };
+  const Layer& l = net_.layers[static_cast<size_t>(index)];
+  auto outBytes = [&](int layer) {
+    const Shape s = layer < 0 ? net_.input : net_.layers[static_cast<size_t>(layer)].outShape;
+    return ex * double(s.elements()) * e;
+  };
+  double all = 0, cold = 0;
+  auto operand = [&](double size, double distance) {
+    all += size;
+    cold += size * (1.0 - std::min(1.0, cache_ / (distance + size)));
+  };
+  if (phase == Phase::kFwd) {
+    // Each input, since its producer's forward (the network's input: since
+    // the step began).
+    for (int j : l.inputs)
+      operand(outBytes(j), between(j + 1, index));
+  } else {
+    const int self = 2 * n - 1 - index;  // this layer's backward position
+    // The output's gradient, since the backward of its first consumer (the
+    // last to run before this one), or made just now (the loss's).
+    int consumer = n;
+    for (int c = index + 1; c < n; ++c)
+      for (int j : net_.layers[static_cast<size_t>(c)].inputs)
+        if (j == index)
+          consumer = std::min(consumer, c);
+    operand(outBytes(index), consumer < n ? between(2 * n - consumer, self) : 0.0);
+    // The saved input, since this layer's forward (add reads no input back).
+    if (l.kind != LayerKind::kAdd)
+      for (int j : l.inputs)
+        operand(outBytes(j), between(index + 1, self));
+  }
+  return all > 0 ? cold / all : 0.0;
 }
 
 Seconds ComputeCosts::dramPart(int index, Phase phase, double examples, double fraction) const {

@@ -149,8 +149,9 @@ Seconds KernelTables::gemmTime(GemmOp op, double m, double n, double k, bool* ou
   return Seconds(2.0 * m * n * k / gemmRate(op, m, n, k, outside));
 }
 
-double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside) const {
-  const auto& t = memory[static_cast<size_t>(kernel)];
+double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, bool cold) const {
+  const auto k = static_cast<size_t>(kernel);
+  const auto& t = cold && !memoryCold[k].empty() ? memoryCold[k] : memory[k];
   STRATA_ENFORCE(!t.empty());
   const auto [i, w] = locate(logsOf(t.units), units, outside);
   if (t.units.size() == 1)
@@ -164,23 +165,29 @@ double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside) c
   return 1.0 / ((1 - w) / t.rate[i] + w / t.rate[i + 1]);
 }
 
-Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside) const {
+Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside, bool cold) const {
   if (units <= 0)
     return Seconds(0);
-  return Seconds(units / memoryRate(kernel, units, outside));
+  return Seconds(units / memoryRate(kernel, units, outside, cold));
 }
 
-Seconds KernelTables::windowTime(MemKernel kernel, double units, double window,
-                                 bool* outside) const {
+bool KernelTables::hasCold() const {
+  return std::any_of(memoryCold.begin(), memoryCold.end(),
+                     [](const SizeTable& t) { return !t.empty(); });
+}
+
+Seconds KernelTables::windowTime(MemKernel kernel, double units, double window, bool* outside,
+                                 bool cold) const {
   const MemKernel small = kernel == MemKernel::kPoolMaxFwd   ? MemKernel::kPoolMaxFwd2
                           : kernel == MemKernel::kPoolAvgFwd ? MemKernel::kPoolAvgFwd2
                                                              : MemKernel::kPoolAvgBwd2;
   if (memory[static_cast<size_t>(small)].empty())
-    return memoryTime(kernel, units, outside);
+    return memoryTime(kernel, units, outside, cold);
   if (outside && (window < 4 - 1e-9 || window > 9 + 1e-9))
     *outside = true;
   const double w = std::clamp((window - 4) / 5, 0.0, 1.0);
-  return memoryTime(small, units, outside) * (1 - w) + memoryTime(kernel, units, outside) * w;
+  return memoryTime(small, units, outside, cold) * (1 - w) +
+         memoryTime(kernel, units, outside, cold) * w;
 }
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 // (GEMMs and memory-bound kernels separately where it has both figures).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -52,6 +53,20 @@ class ComputeCosts {
   // which do not split a layer's time.
   Seconds dramPart(int index, Phase phase, double examples, double fraction) const;
 
+  // Operand residency: the share of the bytes a layer phase's memory-bound
+  // kernels read that the cache no longer holds when the phase runs, 0..1.
+  // With kernel tables that have cold tables and a last-level cache (else 0),
+  // each memory-bound call is priced hot x (1 - share) + cold x share. An
+  // operand last touched D bytes of the step's traffic ago (every kernel call
+  // in between, in the order the executor runs a step: forward 0..L-1, then
+  // each layer's backward from the last) stays in a cache of C bytes with
+  // probability min(1, C / (D + its size)), C the node's last-level cache
+  // over the workers on the node. A forward phase reads its inputs (D: the
+  // traffic since their producer's forward); a backward phase its output's
+  // gradient (D: since the consumer's backward that produced it) and, but for
+  // add, its saved input (D: since its own forward).
+  double coldShare(int index, Phase phase, double examples) const;
+
   ComputeSource source() const { return source_; }
   // Kernel shapes priced so far that lie outside the tables' grid (their
   // rate is the grid edge's): one text per distinct shape.
@@ -83,6 +98,17 @@ class ComputeCosts {
   // the worker): threads x the per-core speed at the busy cores and the
   // bytes each thread touches (DeviceSpec::sharingMemorySpeed by size).
   double memorySpeed(double bytes) const;
+
+  // For one examples count: the bytes every phase of a step touches (its
+  // kernel calls' operands), summed along the step's order (forward 0..L-1,
+  // then the backward of L-1..0): before[p] is the traffic of positions
+  // 0..p-1. coldShare's distances.
+  struct Traffic {
+    std::vector<double> before;
+  };
+  const Traffic& traffic(double examples) const;
+  mutable std::map<double, Traffic> traffic_;
+  double cache_ = 0;  // bytes of last-level cache per worker; 0: no cold pricing
 
   double speed_ = 1.0;  // compute speed when the node is shared
   int busyCores_ = 1;   // workers on the node x threads per worker

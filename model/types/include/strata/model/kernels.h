@@ -124,6 +124,16 @@ struct KernelTables {
   // layers run them).
   GemmTable conv;
   std::array<SizeTable, kMemKernelCount> memory;
+  // The same kernels with their operands out of the caches (calibrate times
+  // each call after writing twice `lastLevelCache` bytes): what a kernel
+  // costs in a step whose data outgrows the cache, where its operands were
+  // last touched long ago (ComputeCosts, operand residency). A kernel without
+  // a cold table is priced hot.
+  std::array<SizeTable, kMemKernelCount> memoryCold;
+  // The node's last-level cache the cold tables were flushed of, and which
+  // ComputeCosts shares among the workers on a node; 0: unknown (no cold
+  // pricing).
+  Bytes lastLevelCache;
   // Fixed cost of one layer-phase call around its kernels (the Model's
   // bookkeeping: views, checks, buffer sizing), added once per phase.
   Seconds callOverhead;
@@ -143,14 +153,20 @@ struct KernelTables {
   // Seconds of one convolution pass of implicit-GEMM shape (m, n, k): from
   // the conv table, or else the GEMM table (see `conv`).
   Seconds convTime(ConvPass pass, double m, double n, double k, bool* outside = nullptr) const;
-  // Seconds of one call of a memory-bound kernel over `units` units.
-  Seconds memoryTime(MemKernel kernel, double units, bool* outside = nullptr) const;
+  // Seconds of one call of a memory-bound kernel over `units` units; `cold`:
+  // from memoryCold where the kernel has a cold table.
+  Seconds memoryTime(MemKernel kernel, double units, bool* outside = nullptr,
+                     bool cold = false) const;
   // A pooling window kernel (timed at 3x3) for a window of `window` elements:
   // interpolated by area between its 2x2 and 3x3 tables (*outside beyond).
-  Seconds windowTime(MemKernel kernel, double units, double window, bool* outside = nullptr) const;
+  Seconds windowTime(MemKernel kernel, double units, double window, bool* outside = nullptr,
+                     bool cold = false) const;
+  // Whether any kernel has a cold table.
+  bool hasCold() const;
   // Rate at a size (interpolated), for tests and printing.
   double gemmRate(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
-  double memoryRate(MemKernel kernel, double units, bool* outside = nullptr) const;
+  double memoryRate(MemKernel kernel, double units, bool* outside = nullptr,
+                    bool cold = false) const;
 };
 
 // One kernel call of a lowered layer phase, `count` times.
