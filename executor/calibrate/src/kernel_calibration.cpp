@@ -981,10 +981,6 @@ namespace {
 double sharingTrial(int workers, bool gemm, size_t copyFloats) {
   return std::min(1.0, sharedRun(1, gemm, copyFloats) / sharedRun(workers, gemm, copyFloats));
 }
-double medianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 // Bytes per thread of the memory trials: inside a core's L2 (256 KiB), about
 // the L2 (1 MiB), a share of the L3 (4 MiB), DRAM (16 MiB, memory_speed's).
 constexpr std::array<double, 4> kSharingSizes = {256.0 * 1024, 1024.0 * 1024, 4096.0 * 1024,
@@ -1003,7 +999,7 @@ void SharingPool::sample(int trials) {
 std::pair<double, double> SharingPool::sharing(int workers) {
   if (gemm_[workers].empty())
     sample(kSharingTrials);
-  return {medianOf(gemm_[workers]), medianOf(memory_[workers].back())};
+  return {median(gemm_[workers]), median(memory_[workers].back())};
 }
 
 std::vector<std::pair<double, double>> SharingPool::memoryBySize(int workers) {
@@ -1011,18 +1007,8 @@ std::vector<std::pair<double, double>> SharingPool::memoryBySize(int workers) {
     sample(kSharingTrials);
   std::vector<std::pair<double, double>> out;
   for (size_t i = 0; i < kSharingSizes.size(); ++i)
-    out.push_back({kSharingSizes[i], medianOf(memory_[workers][i])});
+    out.push_back({kSharingSizes[i], median(memory_[workers][i])});
   return out;
-}
-
-std::pair<double, double> measureSharing(int workers) {
-  SharingPool pool(workers);
-  return pool.sharing(workers);
-}
-
-std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers) {
-  SharingPool pool(workers);
-  return pool.memoryBySize(workers);
 }
 
 }  // namespace strata::exec::detail

@@ -118,7 +118,9 @@ class SharingPool {
   // The medians of the pooled trials (kSharingTrials taken now if none
   // were): GEMM speed and the 16 MiB copies' (memory_speed).
   std::pair<double, double> sharing(int workers);
-  // The copies' speed by bytes per thread (memory_speed_by_size).
+  // The copies' speed by bytes per thread (memory_speed_by_size): a working
+  // set inside a core's own caches barely slows, one that streams from DRAM
+  // shares its bandwidth.
   std::vector<std::pair<double, double>> memoryBySize(int workers);
 
  private:
@@ -126,14 +128,6 @@ class SharingPool {
   std::map<int, std::vector<double>> gemm_;
   std::map<int, std::array<std::vector<double>, 4>> memory_;
 };
-
-// Speed of each of `workers` threads running GEMMs (first) and memory-bound
-// kernels (second) at once, relative to one thread alone (a pool of its own).
-std::pair<double, double> measureSharing(int workers);
-// Memory-bound speed of each of `workers` threads copying at once, by the
-// bytes each copies (kSharingCopySizes): a working set inside a core's own
-// caches barely slows, one that streams from DRAM shares its bandwidth.
-std::vector<std::pair<double, double>> measureMemorySharingBySize(int workers);
 
 // Speed of compute (first) and of communication (second) of each of
 // `workers` workers when its communication lane moves data (a ring exchange
