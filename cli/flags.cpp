@@ -180,6 +180,18 @@ void ScenarioFlags::add(CLI::App* app) {
          "strata run: the cores this process may use / its workers)");
   option("--staleness", staleness,
          "ps: steps a worker may run ahead of its pulls, 0-16 (default 0: synchronous SGD)");
+  option("--tp", tp,
+         "ring: Megatron tensor parallelism over groups of N consecutive workers (attention "
+         "heads, MLP pairs and the vocabulary split), K = dp x N (default 1: none)");
+  option("--sequence-parallel", sequenceParallel,
+         "ring with --tp 2+: the layers between the split ones on T/N positions: on|off "
+         "(default off)");
+  option("--zero", zero,
+         "ring: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and "
+         "gradients, 3 and weights (FSDP) (default 0)");
+  option("--recompute", recompute,
+         "activation recomputation: none|selective (the attention core)|full (each block's "
+         "forward) (default none)");
 }
 
 Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string& workers) const {
@@ -230,6 +242,20 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
   if (!psNode.empty())
     o.psNode = count(psNode, "--ps-node", kMaxPsServers, "workers per node");
+  if (!tp.empty()) {
+    const auto v = count(tp, "--tp", kMaxTensorParallel, "workers per tensor-parallel group");
+    if (v < 1)
+      throw OptionError("--tp", fmt::format("must be a whole number of workers per "
+                                            "tensor-parallel group in [1, {}], got '{}'",
+                                            kMaxTensorParallel, tp));
+    o.tp = v;
+  }
+  if (!sequenceParallel.empty())
+    o.sequenceParallel = parseOnOff(sequenceParallel, "--sequence-parallel");
+  if (!zero.empty())
+    o.zero = count(zero, "--zero", kMaxZeroStage, "ZeRO stage");
+  if (!recompute.empty())
+    o.recompute = parseRecompute(recompute, "--recompute");
   if (!threadsPerWorker.empty()) {
     int v = 0;
     const auto& t = threadsPerWorker;
@@ -256,7 +282,11 @@ std::vector<OptionKey> ScenarioFlags::given() const {
       {OptionKey::kStaleness, &staleness},
       {OptionKey::kPsServers, &psServers},
       {OptionKey::kPsNode, &psNode},
-      {OptionKey::kThreadsPerWorker, &threadsPerWorker}};
+      {OptionKey::kThreadsPerWorker, &threadsPerWorker},
+      {OptionKey::kTensorParallel, &tp},
+      {OptionKey::kSequenceParallel, &sequenceParallel},
+      {OptionKey::kZero, &zero},
+      {OptionKey::kRecompute, &recompute}};
   std::vector<OptionKey> out;
   for (const auto& [key, text] : fields)
     if (!text->empty())
@@ -318,7 +348,7 @@ TrainingRun TrainingFlags::run(const Scenario& scenario) const {
     return {};
   return trainingRunOfEpochs(number(epochs, "--epochs", "a number of epochs"),
                              number(dataset, "--dataset", "a whole number of examples"),
-                             globalBatch(scenario.workers, scenario.batchPerWorker));
+                             globalBatch(dataParallelSize(scenario), scenario.batchPerWorker));
 }
 
 void TraceFlags::add(CLI::App* app) {

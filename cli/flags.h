@@ -70,6 +70,10 @@ struct ScenarioFlags {
   std::string psServers;
   std::string psNode;
   std::string threadsPerWorker;
+  std::string tp;
+  std::string sequenceParallel;
+  std::string zero;
+  std::string recompute;
   std::string segment;
   std::string bucket;
   std::string element;

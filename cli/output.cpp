@@ -52,7 +52,7 @@ std::string trainingRunText(const StepEstimate& e) {
         "; {:g} epoch{} x ceil({:.0f} examples / global batch {}) = {:.0f} steps "
         "per epoch{}",
         r.epochs, r.epochs == 1 ? "" : "s", r.dataset,
-        e.scenario.workers * e.scenario.batchPerWorker, r.stepsPerEpoch,
+        dataParallelSize(e.scenario) * e.scenario.batchPerWorker, r.stepsPerEpoch,
         r.epochs * r.stepsPerEpoch == r.steps ? "" : ", rounded up to a whole step");
   return s;
 }
@@ -70,6 +70,12 @@ std::string optionsLine(const StepEstimate& e) {
     s += fmt::format(", {} threads per worker", o.threadsPerWorker);
   if (e.scenario.strategy == Strategy::kRing && o.gradientSync != AllreduceAlgorithm::kRing)
     s += fmt::format(", allreduce {}", toString(o.gradientSync));
+  if (o.tp > 1)
+    s += fmt::format(", tp {}{}", o.tp, o.sequenceParallel ? " with sequence parallelism" : "");
+  if (o.zero > 0)
+    s += fmt::format(", ZeRO-{}", o.zero);
+  if (o.recompute != Recompute::kNone)
+    s += fmt::format(", recompute {}", toString(o.recompute));
   if (isModelParallel(e.scenario.strategy))
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
@@ -109,6 +115,14 @@ std::string optionValueText(OptionKey key, const StrategyOptions& o) {
       return std::to_string(o.psNode);
     case OptionKey::kThreadsPerWorker:
       return std::to_string(o.threadsPerWorker);
+    case OptionKey::kTensorParallel:
+      return std::to_string(o.tp);
+    case OptionKey::kSequenceParallel:
+      return o.sequenceParallel ? "on" : "off";
+    case OptionKey::kZero:
+      return std::to_string(o.zero);
+    case OptionKey::kRecompute:
+      return std::string(toString(o.recompute));
   }
   return "?";
 }
@@ -190,7 +204,7 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
   const auto& sc = e.scenario;
   out << fmt::format("{} on {}: {}, {} workers x {} examples (global batch {}), {} [{}]\n\n",
                      e.network, e.cluster, toString(sc.strategy), sc.workers, sc.batchPerWorker,
-                     sc.workers * sc.batchPerWorker, optionsLine(e), e.engine);
+                     dataParallelSize(sc) * sc.batchPerWorker, optionsLine(e), e.engine);
   out << fmt::format("step time     {}\n", formatSeconds(e.step));
   if (sc.strategy == Strategy::kPs && e.steadySteps > 1)
     out << fmt::format(
@@ -212,6 +226,8 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
                          isModelParallel(sc.strategy) ? " (conv gradients; FC layers are model "
                                                         "parallel)"
                                                       : "");
+    if (!e.placement.empty())
+      out << fmt::format("placement     {}\n", e.placement);
     if (!e.computeSource.empty())
       out << fmt::format("pricing       {}\n", e.computeSource);
     const auto& w0 = e.workers.front();
@@ -222,6 +238,8 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
         formatBytes(w0.memory.gradients), formatBytes(w0.memory.optimizer),
         formatBytes(w0.memory.activations), formatBytes(busiest(e).memory.buffers),
         e.fitsInMemory ? "" : "  DOES NOT FIT in device memory");
+    if (!e.fitsWith.empty())
+      out << fmt::format("fits with     {}\n", e.fitsWith);
   }
   if (e.rounds.rounds > 0) {
     const auto& r = e.rounds;

@@ -2227,3 +2227,85 @@ TEST_CASE("report: a file's value found wrong when priced names file:line:key", 
                  {"--ps-servers"});
   CHECK_FALSE(std::filesystem::exists(dir.path / "out"));
 }
+
+TEST_CASE("predict with tensor parallelism, ZeRO and recomputation prints the placement",
+          "[cli][sharded]") {
+  const auto r = runStrata(
+      {"predict", "-n",          "gpt3-xl", "-c",          "dgx-h100", "-s",
+       "ring",    "-k",          "64",      "-b",          "4",        "--element",
+       "bf16",    "--optimizer", "adam",    "--tp",        "8",        "--sequence-parallel",
+       "on",      "--zero",      "1",       "--recompute", "selective"});
+  INFO(r.output);
+  CHECK(r.status == 0);
+  // 64 workers in tensor-parallel groups of 8 share their examples: 8 x 4.
+  CHECK(r.output.find("64 workers x 4 examples (global batch 32)") != std::string::npos);
+  CHECK(r.output.find("tp 8 with sequence parallelism, ZeRO-1, recompute selective") !=
+        std::string::npos);
+  CHECK(r.output.find("placement     K = 64 = dp 8 x tp 8; tensor-parallel groups of 8 "
+                      "consecutive workers over nvswitch links with sequence parallelism; "
+                      "data-parallel groups of 8 workers 8 apart over infiniband links") !=
+        std::string::npos);
+  const auto j = runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k", "64",
+                            "-b", "4", "--tp", "8", "--zero", "3", "--format", "json"});
+  REQUIRE(j.status == 0);
+  const auto doc = json::parse(j.output);
+  CHECK(doc["options"]["tp"] == 8);
+  CHECK(doc["options"]["zero"] == 3);
+  CHECK(doc["options"]["recompute"] == "none");
+  CHECK(doc["placement"].get<std::string>().find("ZeRO-3") != std::string::npos);
+}
+
+TEST_CASE("a configuration that does not fit names the smallest change that does",
+          "[cli][sharded]") {
+  const auto r = runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k", "64",
+                            "-b", "32", "--element", "bf16", "--optimizer", "adam"});
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("DOES NOT FIT in device memory") != std::string::npos);
+  CHECK(r.output.find("fits with     --") != std::string::npos);
+  const auto fits = runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k",
+                               "64", "-b", "1", "--element", "bf16", "--optimizer", "adam"});
+  CHECK(fits.output.find("fits with") == std::string::npos);
+}
+
+TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][sharded]") {
+  const std::vector<std::string> gpt = {"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "4"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = gpt;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return runStrata(args);
+  };
+  checkUserError(with({"-s", "ring", "--tp", "3"}),
+                 {"--tp: 4 workers do not split into tensor-parallel groups of 3"});
+  checkUserError(with({"-s", "ring", "--tp", "0"}), {"--tp: must be a whole number"});
+  checkUserError(runStrata({"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "8",
+                            "--tp", "8"}),
+                 {"--tp: attention layer 'h.1.attn' has 4 heads, which 8 workers cannot share"});
+  checkUserError(with({"-s", "ring", "--zero", "4"}),
+                 {"--zero: must be a whole number of ZeRO stage in [0, 3], got '4'"});
+  checkUserError(with({"-s", "ring", "--sequence-parallel", "on"}),
+                 {"--sequence-parallel: applies with --tp 2 or more only"});
+  checkUserError(with({"-s", "ps", "--zero", "1"}), {"--zero: applies to ring only"});
+  checkUserError(with({"-s", "ring", "--recompute", "sometimes"}),
+                 {"--recompute: unknown recomputation 'sometimes'"});
+  checkUserError(with({"-s", "ring", "--tp", "2", "--allreduce", "tree"}),
+                 {"--allreduce: with --tp or --zero"});
+  checkUserError(runStrata({"predict", "-n", "alexnet", "-c", "dgx-h100", "-s", "ring", "-k", "2",
+                            "--tp", "2"}),
+                 {"--tp: network 'alexnet' has no layer that splits"});
+  // The simulator and the executor do not run them yet: refused, not ignored.
+  checkUserError(runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "4",
+                            "--zero", "1"}),
+                 {"--zero: is priced by the closed form only"});
+  checkUserError(
+      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2", "--steps", "1"}),
+      {"--tp: is priced by the closed form only"});
+}
+
+TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",
+          "[cli][experiment][sharded]") {
+  const auto r = runStrata({"compare", data("experiments/tp-zero.yaml")});
+  INFO(r.output);
+  CHECK(r.status == 0);
+  checkExperimentError("zero-five.yaml", 10, "options.zero", "zero: 5");
+}

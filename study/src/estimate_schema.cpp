@@ -23,7 +23,11 @@ ordered_json optionsJson(const StrategyOptions& o) {
           {"staleness", o.staleness},
           {"ps_servers", o.psServers},
           {"ps_node", o.psNode},
-          {"threads_per_worker", o.threadsPerWorker}};
+          {"threads_per_worker", o.threadsPerWorker},
+          {"tp", o.tp},
+          {"sequence_parallel", o.sequenceParallel},
+          {"zero", o.zero},
+          {"recompute", std::string(toString(o.recompute))}};
 }
 
 namespace {
@@ -87,6 +91,10 @@ ordered_json estimateJson(const StepEstimate& e) {
     j["compute_source"] = e.computeSource;
   if (!measured)
     j["fits_in_memory"] = e.fitsInMemory;
+  if (!e.fitsWith.empty())
+    j["fits_with"] = e.fitsWith;
+  if (!e.placement.empty())
+    j["placement"] = e.placement;
   if (e.rounds.rounds > 0) {
     j["rounds"] = {{"rounds", e.rounds.rounds},
                    {"batch_per_round", e.rounds.batchPerRound},

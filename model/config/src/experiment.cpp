@@ -118,7 +118,7 @@ Experiment loadExperiment(const std::string& path) {
   if (auto o = root.get("options")) {
     o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "optimizer", "allreduce",
                   "conv_sync", "ps_priority", "staleness", "ps_servers", "ps_node",
-                  "threads_per_worker"});
+                  "threads_per_worker", "tp", "sequence_parallel", "zero", "recompute"});
     auto& opt = ex.options;
     // Each key stands where its option would: fc_update for --fc-update.
     for (const auto& [key, value] : o->entries()) {
@@ -127,6 +127,7 @@ Experiment loadExperiment(const std::string& path) {
       ex.optionWhere[option] = value.where();
     }
     opt.overlap = o->boolOr("overlap", opt.overlap);
+    opt.sequenceParallel = o->boolOr("sequence_parallel", opt.sequenceParallel);
     try {
       if (auto f = o->get("fc_update"))
         opt.fcUpdate = parseFcUpdate(f->asString(), f->path());
@@ -167,6 +168,23 @@ Experiment loadExperiment(const std::string& path) {
               fmt::format("must be a whole number of workers per node in [0, {}]", kMaxPsServers));
         opt.psNode = static_cast<int>(v);
       }
+      if (auto t = o->get("tp")) {
+        const double v = t->asDouble();
+        if (!(v >= 1 && v <= kMaxTensorParallel && v == std::floor(v)))
+          t->fail(
+              fmt::format("must be a whole number of workers per tensor-parallel group in "
+                          "[1, {}]",
+                          kMaxTensorParallel));
+        opt.tp = static_cast<int>(v);
+      }
+      if (auto z = o->get("zero")) {
+        const double v = z->asDouble();
+        if (!(v >= 0 && v <= kMaxZeroStage && v == std::floor(v)))
+          z->fail(fmt::format("must be a ZeRO stage in [0, {}]", kMaxZeroStage));
+        opt.zero = static_cast<int>(v);
+      }
+      if (auto r = o->get("recompute"))
+        opt.recompute = parseRecompute(r->asString(), r->path());
       if (auto t = o->get("threads_per_worker")) {
         const double v = t->asDouble();
         if (!(v >= 1 && v <= kMaxThreadsPerWorker && v == std::floor(v)))

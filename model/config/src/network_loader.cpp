@@ -394,6 +394,7 @@ Network loadNetwork(const std::string& path) {
   std::unordered_map<std::string, int> indexOf;
   std::vector<Shape> shapes;
   std::string blockInput;  // the name a bottleneck's "@block-input" refers to
+  int block = -1, blocks = 0;
   int64_t totalParams = 0;
   for (size_t i = 0; i < raws.size(); ++i) {
     auto& raw = raws[i];
@@ -406,6 +407,12 @@ Network loadNetwork(const std::string& path) {
     const bool firstOfBlock = i == 0 || nodeOf[i - 1].line() != node.line() || raw.startsBlock;
     if (firstOfBlock)
       blockInput = i == 0 ? "input" : net.layers[i - 1].name;
+    // Repeated blocks are numbered in order; a layer of its own is in none.
+    if (raw.startsBlock)
+      block = blocks++;
+    else if (i == 0 || nodeOf[i - 1].line() != node.line())
+      block = -1;
+    raw.layer.block = block;
     if (raw.inputNames.empty())
       raw.inputNames = {i == 0 ? "input" : net.layers[i - 1].name};
     std::vector<Shape> inShapes;

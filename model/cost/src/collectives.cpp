@@ -83,6 +83,55 @@ Seconds ringPhase(const PatternCost& step, int size, Bytes chunk, const CommPara
 
 }  // namespace
 
+namespace {
+
+// One ring phase in every group at once (ringPhase over ringStep(span,
+// stride)): size-1 steps of n/size bytes.
+CollectiveCost groupPhase(const Topology& topo, RankGroups g, Bytes n, const CommParams& p,
+                          bool reduce) {
+  auto c = empty(topo);
+  const int size = g.size();
+  if (size <= 1)
+    return c;
+  const auto& step = topo.ringStep(g.span, g.stride);
+  const Bytes chunk = n / size;
+  c.time = ringPhase(step, size, chunk, p, reduce);
+  c.steps = size - 1;
+  noteBottleneck(c, step);
+  addSymmetric(c, (size - 1) * chunk.value(), (size - 1) * chunk.value());
+  return c;
+}
+
+}  // namespace
+
+// Ring reduce-scatter in each group: (size-1) steps of n/size, each a
+// pipeline of send and add, as allReduceRing's first half.
+CollectiveCost groupReduceScatter(const Topology& topo, RankGroups groups, Bytes n,
+                                  const CommParams& p) {
+  return groupPhase(topo, groups, n, p, true);
+}
+
+// Ring all-gather in each group: (size-1) steps of n/size.
+CollectiveCost groupAllGather(const Topology& topo, RankGroups groups, Bytes n,
+                              const CommParams& p) {
+  return groupPhase(topo, groups, n, p, false);
+}
+
+// Ring allreduce in each group: the reduce-scatter, then the all-gather.
+//   T = 2 (size-1) (alpha + n/(size beta)) + (size-1)/size n gamma  (unsegmented)
+CollectiveCost groupAllReduce(const Topology& topo, RankGroups groups, Bytes n,
+                              const CommParams& p) {
+  auto c = groupPhase(topo, groups, n, p, true);
+  const auto g = groupPhase(topo, groups, n, p, false);
+  c.time += g.time;
+  c.steps += g.steps;
+  for (size_t i = 0; i < c.sent.size(); ++i) {
+    c.sent[i] += g.sent[i];
+    c.received[i] += g.received[i];
+  }
+  return c;
+}
+
 CollectiveCost pointToPoint(const Topology& topo, int src, int dst, Bytes n) {
   auto c = empty(topo);
   if (src == dst)

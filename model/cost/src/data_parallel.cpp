@@ -6,8 +6,10 @@ namespace strata::cost {
 
 // naive / ring, and ps on one worker (nothing to push): every layer
 // data-parallel.
-Seconds dataParallelStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& firstStep,
+Seconds dataParallelStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
                          int& steps) {
+  if (usesShardedStep(ctx.sc.options))
+    return shardedStep(ctx, t, info, firstStep, steps);
   steps = 1;
   const int layers = static_cast<int>(ctx.net.layers.size());
   const Seconds fwd = forward(ctx, 0, layers, ctx.b, 1.0, t);

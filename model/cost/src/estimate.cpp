@@ -15,6 +15,7 @@
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
 #include "strata/model/quantity_text.h"
+#include "strata/model/tensor_parallel.h"
 #include "strata/model/topology.h"
 
 namespace strata {
@@ -153,7 +154,11 @@ using namespace cost;
 
 // Memory of worker `rank`. Every worker holds the same, except that only the
 // naive reducer (rank 0) stages the K-1 incoming gradients.
+MemoryUse shardedMemory(const Context& ctx);
+
 MemoryUse memoryOf(const Context& ctx, int rank) {
+  if (usesShardedStep(ctx.sc.options))
+    return shardedMemory(ctx);
   const auto& net = ctx.net;
   const int layers = static_cast<int>(net.layers.size());
   const double e = ctx.e;
@@ -233,6 +238,83 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
   return m;
 }
 
+// Memory of one worker with tensor parallelism, ZeRO or recomputation (every
+// worker alike). Weights, gradients and optimizer states of the worker's
+// tensor-parallel slice, divided over the dp data-parallel workers from the
+// ZeRO stage that shards them (Rajbhandari et al. 2020, section 5.1:
+// (2 + 2 + 12) psi / N per worker in mixed-precision Adam at stage 3).
+// Activations: each layer's output and saved tensors times its
+// tensor-parallel share (tensor_parallel.h); selective recomputation drops
+// the attention scores and probabilities (H T^2 per example); full keeps each
+// repeated block's output, the next block's input, plus the activations of
+// the largest block while it is recomputed (Korthikanti et al. 2023, section
+// 4.1 and 5).
+MemoryUse shardedMemory(const Context& ctx) {
+  const auto& net = ctx.net;
+  const auto& o = ctx.sc.options;
+  const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
+  const int dp = dataParallelSize(ctx.sc);
+  const double e = ctx.e, b = ctx.b;
+  double local = 0, largestUnit = 0, unitParams = 0;
+  int lastBlock = -2;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const double p = tp.layers[i].params;
+    local += p;
+    const int block = net.layers[i].block;
+    if (block < 0 || block != lastBlock)
+      unitParams = 0;
+    unitParams += p;
+    largestUnit = std::max(largestUnit, unitParams);
+    lastBlock = block;
+  }
+  const double optimizerPerParam =
+      4.0 * optimizerStatesPerParam(o.optimizer) + (isMixedPrecision(o.element) ? 4.0 : 0.0);
+  MemoryUse m;
+  m.weights = Bytes(local * e / (o.zero >= 3 ? dp : 1));
+  m.gradients = Bytes(local * e / (o.zero >= 2 ? dp : 1));
+  m.optimizer = Bytes(local * optimizerPerParam / (o.zero >= 1 ? dp : 1));
+  // Activations per example, in elements.
+  double kept = double(net.input.elements()), largestBlock = 0, block = 0;
+  lastBlock = -2;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const auto& l = net.layers[i];
+    double saved = l.savedElems;
+    if (l.kind == LayerKind::kAttention && o.recompute == Recompute::kSelective)
+      saved -= double(l.spec.heads) * l.inShape.h * l.inShape.w * l.inShape.h * l.inShape.w;
+    const double a = (double(l.outShape.elements()) + std::max(0.0, saved)) * tp.layers[i].work;
+    const bool lastOfBlock =
+        l.block >= 0 && (i + 1 == net.layers.size() || net.layers[i + 1].block != l.block);
+    if (o.recompute != Recompute::kFull || l.block < 0) {
+      kept += a;
+      continue;
+    }
+    // Full recomputation: a block's activations exist only while it reruns.
+    if (l.block != lastBlock)
+      block = 0;
+    lastBlock = l.block;
+    block += a;
+    largestBlock = std::max(largestBlock, block);
+    if (lastOfBlock)
+      kept += double(l.outShape.elements()) * tp.layers[i].work;
+  }
+  m.activations = Bytes((kept + largestBlock) * b * e);
+  // Staging: two ring chunks of the gradients (as ring), one whole
+  // tensor-parallel tensor (the largest a group sums or gathers), and with
+  // ZeRO-3 two gathered units (the one computing and the one prefetched).
+  const double seg = o.segment.value();
+  const double chunk = local * e / std::max(1, dp);
+  double buffers = ctx.k > 1 && dp > 1 ? 2 * (seg > 0 ? std::min(seg, chunk) : chunk) : 0;
+  double tpTensor = 0;
+  for (const auto& x : tp.layers)
+    for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter})
+      tpTensor = std::max(tpTensor, c->elems);
+  buffers += tpTensor * b * e;
+  if (o.zero >= 3 && dp > 1)
+    buffers += 2 * largestUnit * e;
+  m.buffers = Bytes(buffers);
+  return m;
+}
+
 // The strategy registry of the closed form: one row per strategy, naming the
 // step of its family (cost/src/<family>.cpp). plan/src/plan.cpp has the
 // matching row for the Plan; docs/architecture.md lists the rest of a new
@@ -279,6 +361,56 @@ void checkSizeOption(Bytes size, const char* option) {
 }
 }  // namespace
 
+namespace {
+// --tp, --sequence-parallel, --zero and --recompute against the strategy and
+// the network.
+void checkShardingOptions(const Network& network, const Scenario& sc) {
+  const auto& o = sc.options;
+  if (o.tp < 1 || o.tp > kMaxTensorParallel)
+    throw OptionError("--tp", fmt::format("must be a whole number of workers per tensor-parallel "
+                                          "group in [1, {}], got {}",
+                                          kMaxTensorParallel, o.tp));
+  if (o.zero < 0 || o.zero > kMaxZeroStage)
+    throw OptionError(
+        "--zero", fmt::format("must be a ZeRO stage in [0, {}], got {}", kMaxZeroStage, o.zero));
+  const auto ignored = [&](OptionKey key) { return optionIgnoredBy(key, sc.strategy, o); };
+  if (o.tp > 1 && !ignored(OptionKey::kTensorParallel).empty())
+    throw OptionError("--tp", ignored(OptionKey::kTensorParallel));
+  if (o.zero > 0 && !ignored(OptionKey::kZero).empty())
+    throw OptionError("--zero", ignored(OptionKey::kZero));
+  if (o.sequenceParallel && !ignored(OptionKey::kSequenceParallel).empty())
+    throw OptionError("--sequence-parallel", ignored(OptionKey::kSequenceParallel));
+  if (o.recompute != Recompute::kNone && !ignored(OptionKey::kRecompute).empty())
+    throw OptionError("--recompute", ignored(OptionKey::kRecompute));
+  if (sc.workers % o.tp != 0)
+    throw OptionError("--tp", fmt::format("{} workers do not split into tensor-parallel groups of "
+                                          "{}; use a --workers that is a multiple of {}",
+                                          sc.workers, o.tp, o.tp));
+  if (const auto why = tensorParallelObstacle(network, o.tp, o.sequenceParallel); !why.empty())
+    throw OptionError(o.sequenceParallel ? "--sequence-parallel" : "--tp",
+                      fmt::format("{} ({})", why, network.sourceFile));
+  if ((o.tp > 1 || o.zero > 0) && o.gradientSync != AllreduceAlgorithm::kRing)
+    throw OptionError("--allreduce",
+                      fmt::format("with --tp or --zero the data-parallel groups synchronise over "
+                                  "rings (reduce-scatter, all-gather); --allreduce {} applies "
+                                  "without them",
+                                  toString(o.gradientSync)));
+  if (o.recompute == Recompute::kSelective &&
+      std::none_of(network.layers.begin(), network.layers.end(),
+                   [](const Layer& l) { return l.kind == LayerKind::kAttention; }))
+    throw OptionError("--recompute",
+                      fmt::format("selective recomputes the attention core, and network '{}' "
+                                  "has no attention layer (full reruns whole blocks)",
+                                  network.name));
+  if (o.recompute == Recompute::kFull && std::none_of(network.layers.begin(), network.layers.end(),
+                                                      [](const Layer& l) { return l.block >= 0; }))
+    throw OptionError("--recompute",
+                      fmt::format("full reruns each repeated block (transformer, bottleneck) "
+                                  "from its input, and network '{}' has none",
+                                  network.name));
+}
+}  // namespace
+
 void checkScenario(const Network& network, const Scenario& sc) {
   if (sc.workers < 1)
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", sc.workers));
@@ -304,6 +436,7 @@ void checkScenario(const Network& network, const Scenario& sc) {
   globalBatch(sc.workers, sc.batchPerWorker);
   checkSizeOption(sc.options.segment, "--segment");
   checkSizeOption(sc.options.bucket, "--bucket");
+  checkShardingOptions(network, sc);
   if (isModelParallel(sc.strategy) && network.modelParallelFrom < 0)
     throw UserError(
         fmt::format("{}: network '{}' has no part that can run model-parallel ({}); {} needs "
@@ -408,6 +541,10 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   Scenario single = scenario;
   single.workers = 1;
   single.strategy = Strategy::kRing;
+  single.options.tp = 1;
+  single.options.sequenceParallel = false;
+  single.options.zero = 0;
+  single.options.recompute = Recompute::kNone;
   const Context one(network, cluster, single);
   Tally t1(1);
   RoundInfo unused;
@@ -416,7 +553,8 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.singleWorkerStep = run(one, t1, unused, unusedFirst, unusedSteps);
 
   const int k = scenario.workers;
-  const double examples = double(k) * scenario.batchPerWorker;
+  // A tensor-parallel group shares its examples: dp x b per step.
+  const double examples = double(dataParallelSize(scenario)) * scenario.batchPerWorker;
   est.throughput = examples / est.step.value();
   est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k;
@@ -424,6 +562,8 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   if (const auto sync = syncAllreduce(scenario))
     est.allreduce = describeAllreduce(*sync, t.picks);
   est.computeSource = ctx.costs.describe();
+  if (usesShardedStep(scenario.options))
+    est.placement = shardedPlacement(ctx);
 
   // Worker 0 and the others, each assigned whole: GCC 12.2 at -O3
   // (-ftree-loop-distribution) split this loop and ran a field store
@@ -447,6 +587,81 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   }
   est.fitsInMemory = max(memRoot.total(), memOther.total()) <= cluster.device.memoryCapacity;
   return est;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+std::optional<FitChange> smallestFittingChange(const Network& network, const Cluster& cluster,
+                                               const Scenario& scenario) {
+  const auto peak = [&](const Scenario& sc) {
+    return max(estimateMemory(network, cluster, sc, 0).total(),
+               estimateMemory(network, cluster, sc, 1).total());
+  };
+  const Bytes capacity = cluster.device.memoryCapacity;
+  if (peak(scenario) <= capacity)
+    return std::nullopt;
+  const auto& o = scenario.options;
+  const bool ring = scenario.strategy == Strategy::kRing;
+  std::vector<int> zeros{o.zero}, tps{o.tp};
+  std::vector<bool> sps{o.sequenceParallel};
+  if (ring) {
+    for (int z = o.zero + 1; z <= kMaxZeroStage; ++z)
+      zeros.push_back(z);
+    const int node = workersPerNode(cluster, scenario.workers);
+    for (int t = 2 * o.tp; t <= node; t *= 2)
+      if (scenario.workers % t == 0)
+        tps.push_back(t);
+    if (!o.sequenceParallel)
+      sps.push_back(true);
+  }
+  std::vector<Recompute> recomputes{o.recompute};
+  if (ring || scenario.strategy == Strategy::kNaive)
+    for (auto r : {Recompute::kSelective, Recompute::kFull})
+      if (r != o.recompute)
+        recomputes.push_back(r);
+  std::optional<FitChange> best;
+  int bestChanged = 0;
+  for (int z : zeros)
+    for (int t : tps)
+      for (bool sp : sps)
+        for (auto r : recomputes) {
+          Scenario sc = scenario;
+          sc.options.zero = z;
+          sc.options.tp = t;
+          sc.options.sequenceParallel = sp && t > 1;
+          sc.options.recompute = r;
+          if (sp && t <= 1)
+            continue;
+          const int changed =
+              (z != o.zero) + (t != o.tp) + (sp != o.sequenceParallel) + (r != o.recompute);
+          if (changed == 0 || (best && changed > bestChanged))
+            continue;
+          try {
+            checkScenario(network, sc);
+          } catch (const UserError&) {
+            continue;  // a change this network or K cannot take
+          }
+          const Bytes mem = peak(sc);
+          if (mem > capacity)
+            continue;
+          const Seconds step = estimate(network, cluster, sc).step;
+          if (best && changed == bestChanged && step >= best->step)
+            continue;
+          std::vector<std::string> parts;
+          if (z != o.zero)
+            parts.push_back(fmt::format("--zero {}", z));
+          if (t != o.tp)
+            parts.push_back(fmt::format("--tp {}", t));
+          if (sp != o.sequenceParallel)
+            parts.push_back("--sequence-parallel on");
+          if (r != o.recompute)
+            parts.push_back(fmt::format("--recompute {}", toString(r)));
+          best = FitChange{fmt::format("{}", fmt::join(parts, " ")), mem, step};
+          bestChanged = changed;
+        }
+  return best;
 }
 
 }  // namespace strata

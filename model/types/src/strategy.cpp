@@ -81,6 +81,26 @@ double optimizerStatesPerParam(Optimizer optimizer) {
   return 0;
 }
 
+std::string_view toString(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute parseRecompute(std::string_view text, const std::string& option) {
+  for (auto r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+    if (toString(r) == text)
+      return r;
+  throw OptionError(option, "unknown recomputation '" + std::string(text) +
+                                "' (expected none, selective or full)");
+}
+
 namespace {
 
 // `list`: the option takes a list, where "all" is also accepted.
@@ -158,6 +178,14 @@ std::string_view optionFlag(OptionKey key) {
       return "--ps-node";
     case OptionKey::kThreadsPerWorker:
       return "--threads-per-worker";
+    case OptionKey::kTensorParallel:
+      return "--tp";
+    case OptionKey::kSequenceParallel:
+      return "--sequence-parallel";
+    case OptionKey::kZero:
+      return "--zero";
+    case OptionKey::kRecompute:
+      return "--recompute";
   }
   return "?";
 }
@@ -190,6 +218,14 @@ std::string_view optionFileKey(OptionKey key) {
       return "ps_node";
     case OptionKey::kThreadsPerWorker:
       return "threads_per_worker";
+    case OptionKey::kTensorParallel:
+      return "tp";
+    case OptionKey::kSequenceParallel:
+      return "sequence_parallel";
+    case OptionKey::kZero:
+      return "zero";
+    case OptionKey::kRecompute:
+      return "recompute";
   }
   return "?";
 }
@@ -228,6 +264,23 @@ std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOpti
     case OptionKey::kPsServers:
     case OptionKey::kPsNode:
       return strategy == Strategy::kPs ? "" : "applies to ps only";
+    case OptionKey::kTensorParallel:
+    case OptionKey::kZero:
+      // The data-parallel groups reduce-scatter and all-gather over rings.
+      return strategy == Strategy::kRing
+                 ? ""
+                 : "applies to ring only (its data-parallel groups synchronise over rings; owt-* "
+                   "split their fc layers their own way, ps shards through its servers)";
+    case OptionKey::kSequenceParallel:
+      if (strategy != Strategy::kRing)
+        return "applies to ring with --tp 2 or more only";
+      return o.tp > 1 ? ""
+                      : "applies with --tp 2 or more only (it splits the positions of the layers "
+                        "between a tensor-parallel group's split ones)";
+    case OptionKey::kRecompute:
+      return strategy == Strategy::kNaive || strategy == Strategy::kRing
+                 ? ""
+                 : "applies to naive and ring only";
   }
   return "";
 }

@@ -79,6 +79,24 @@ CollectiveCost allGather(const Topology& topo, Bytes perRank, bool ring);
 CollectiveCost reduceScatter(const Topology& topo, Bytes n, const CommParams& p, bool ring);
 // Every rank sends n distinct bytes to every other rank.
 CollectiveCost allToAll(const Topology& topo, Bytes perPair);
+// Ring collectives inside groups of ranks, every group at once: the groups
+// are the rings of Topology::ringStep(span, stride). Span t, stride 1: the
+// consecutive t-rank groups of tensor parallelism; span K, stride t: the
+// ranks equal mod t, the data-parallel groups across them. n is the whole
+// buffer of one rank: a reduce-scatter leaves each rank n/size summed, an
+// all-gather gathers n from size pieces of n/size, an allreduce is the two.
+struct RankGroups {
+  int span = 1;
+  int stride = 1;
+  int size() const { return span / stride; }
+};
+CollectiveCost groupReduceScatter(const Topology& topo, RankGroups groups, Bytes n,
+                                  const CommParams& p);
+CollectiveCost groupAllGather(const Topology& topo, RankGroups groups, Bytes n,
+                              const CommParams& p);
+CollectiveCost groupAllReduce(const Topology& topo, RankGroups groups, Bytes n,
+                              const CommParams& p);
+
 // Sum n bytes across ranks, result on every rank (kAuto: chooseAllreduce's
 // pick). kHierarchical throws UserError when K is not whole nodes.
 CollectiveCost allReduce(const Topology& topo, AllreduceAlgorithm algorithm, Bytes n,

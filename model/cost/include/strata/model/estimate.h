@@ -1,6 +1,8 @@
 // The analytic cost model: a StepEstimate for one Scenario, in microseconds.
 #pragma once
 
+#include <optional>
+
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
@@ -66,6 +68,19 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
 // activations, communication staging); the same for every engine.
 MemoryUse estimateMemory(const Network& network, const Cluster& cluster, const Scenario& scenario,
                          int rank);
+
+// For a scenario that does not fit in the device's memory: the change of
+// --zero, --tp (up to the workers of a node), --sequence-parallel and
+// --recompute that fits with the fewest options changed, then the least
+// step time; nullopt when the scenario fits or no such change fits (or the
+// strategy takes none of them: ring takes all four, naive --recompute).
+struct FitChange {
+  std::string options;  // "--zero 1 --recompute selective"
+  Bytes memory;         // the largest worker's peak with the change
+  Seconds step;
+};
+std::optional<FitChange> smallestFittingChange(const Network& network, const Cluster& cluster,
+                                               const Scenario& scenario);
 
 // Workers that share a node (the innermost topology group) with worker 0.
 int workersPerNode(const Cluster& cluster, int workers);

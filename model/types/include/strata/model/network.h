@@ -103,6 +103,10 @@ struct Layer {
   LayerSpec spec;
   std::vector<int> inputs;  // indices of the layers read; -1 is the network input
   int configLine = 0;       // line of the layer in its config file
+  // The repeated block (transformer, bottleneck) the layer was expanded
+  // from, numbered from 0 in network order; -1: a layer of its own. Full
+  // recomputation keeps each block's input and reruns the block.
+  int block = -1;
 
   Shape inShape;   // shape of the (first) input
   Shape outShape;  // shape of the output

@@ -2,6 +2,7 @@
 // (model, simulator, executor) produces for one training step.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,23 @@ double optimizerStatesPerParam(Optimizer optimizer);
 inline bool isAdam(Optimizer optimizer) {
   return optimizer == Optimizer::kAdam || optimizer == Optimizer::kAdamW;
 }
+
+// Activation recomputation (--recompute; Korthikanti et al., "Reducing
+// Activation Recomputation in Large Transformer Models", MLSys 2023): none
+// keeps every activation for backward; selective drops the attention core's
+// H x T^2 score and probability tensors and recomputes the core (scores,
+// softmax, context) before its backward; full keeps only each repeated
+// block's input and reruns the block's forward before its backward.
+enum class Recompute { kNone, kSelective, kFull };
+std::string_view toString(Recompute recompute);
+Recompute parseRecompute(std::string_view text, const std::string& option);
+
+// The most workers of one tensor-parallel group (--tp).
+inline constexpr int kMaxTensorParallel = 1024;
+// The ZeRO stages (--zero; Rajbhandari et al., "ZeRO", SC 2020): 1 shards
+// the optimizer states (and fp32 master weights) over the data-parallel
+// group, 2 also the gradients, 3 also the weights (FSDP).
+inline constexpr int kMaxZeroStage = 3;
 
 // The most steps a ps worker may run ahead of its pulls (--staleness).
 inline constexpr int kMaxStaleness = 16;
@@ -111,6 +129,21 @@ struct StrategyOptions {
   // (workers on the node) x T cores busy (DeviceSpec::sharingSpeed), as if
   // every kernel split perfectly (docs/cost-model.md, "Threads per worker").
   int threadsPerWorker = 1;
+  // Megatron tensor parallelism (Shoeybi et al. 2019, arXiv:1909.08053): the
+  // attention heads, the MLP's fc -> activation -> fc pairs and the
+  // vocabulary of the embedding, output layer and loss split over groups of
+  // `tp` consecutive workers (inside a node first); K = dp x tp, and the
+  // gradients are synchronised over the dp = K / tp workers holding the same
+  // slice. 1: no tensor parallelism.
+  int tp = 1;
+  // Sequence parallelism (Korthikanti et al. 2023): with tp > 1, the layers
+  // between the split ones (layernorm, dropout, add) run on T / tp positions
+  // of each example; the tensor-parallel allreduces become reduce-scatters and
+  // all-gathers of the same volume.
+  bool sequenceParallel = false;
+  // ZeRO stage over the data-parallel group (0: none; kMaxZeroStage).
+  int zero = 0;
+  Recompute recompute = Recompute::kNone;
 };
 
 // The most threads one worker's kernels may use (--threads-per-worker).
@@ -137,12 +170,21 @@ enum class OptionKey {
   kPsServers,
   kPsNode,
   kThreadsPerWorker,
+  kTensorParallel,
+  kSequenceParallel,
+  kZero,
+  kRecompute,
 };
 inline constexpr OptionKey kAllOptionKeys[] = {
-    OptionKey::kOverlap,         OptionKey::kFcUpdate,  OptionKey::kSegment,   OptionKey::kBucket,
-    OptionKey::kElement,         OptionKey::kOptimizer, OptionKey::kAllreduce, OptionKey::kConvSync,
-    OptionKey::kPsPriority,      OptionKey::kStaleness, OptionKey::kPsServers, OptionKey::kPsNode,
-    OptionKey::kThreadsPerWorker};
+    OptionKey::kOverlap,          OptionKey::kFcUpdate,
+    OptionKey::kSegment,          OptionKey::kBucket,
+    OptionKey::kElement,          OptionKey::kOptimizer,
+    OptionKey::kAllreduce,        OptionKey::kConvSync,
+    OptionKey::kPsPriority,       OptionKey::kStaleness,
+    OptionKey::kPsServers,        OptionKey::kPsNode,
+    OptionKey::kThreadsPerWorker, OptionKey::kTensorParallel,
+    OptionKey::kSequenceParallel, OptionKey::kZero,
+    OptionKey::kRecompute};
 
 // The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
 std::string_view optionFlag(OptionKey key);
@@ -204,6 +246,16 @@ struct Scenario {
 inline int psServerRanks(const Scenario& scenario) {
   return scenario.strategy == Strategy::kPs && scenario.workers > 1 ? scenario.options.psServers
                                                                     : 0;
+}
+
+// Whether `options` ask for tensor parallelism, ZeRO or recomputation (the
+// dimensions beyond 2014's data parallelism: cost/src/sharded.cpp).
+inline bool usesShardedStep(const StrategyOptions& o) {
+  return o.tp > 1 || o.zero > 0 || o.recompute != Recompute::kNone;
+}
+// The workers of one data-parallel group: K / tp.
+inline int dataParallelSize(const Scenario& scenario) {
+  return scenario.workers / std::max(1, scenario.options.tp);
 }
 
 // The gradient allreduce of naive (the naive reducer) and ring
@@ -298,7 +350,17 @@ struct StepEstimate {
   // How compute was priced (profile, kernel tables, roofline), with the
   // kernel shapes that fell outside the tables' grid; "" for the executor.
   std::string computeSource;
+  // With --tp or --zero: how the K workers split into tensor-parallel and
+  // data-parallel groups and the links each group's collectives cross
+  // ("dp 8 x tp 8: tensor-parallel groups of 8 consecutive workers inside
+  // nvswitch, ..."); "" otherwise.
+  std::string placement;
   bool fitsInMemory = true;  // peak memory of every worker <= device capacity
+  // strata predict, when it does not fit: the smallest change of --zero,
+  // --tp, --sequence-parallel, --recompute that fits, with its memory and
+  // step ("--zero 1: 12.8 GB per worker, step 174 ms"); "" when it fits,
+  // "none of --zero, ..." when nothing does.
+  std::string fitsWith;
   RoundInfo rounds;
   // ps runs steps back to back (the next forward waits only for its layers'
   // pulls): `step` is then the steady-state period and `firstStep` the first

@@ -1,0 +1,363 @@
+// Data parallelism with today's dimensions: Megatron tensor (and sequence)
+// parallelism inside groups of t workers, ZeRO stages over the dp = K / t
+// workers holding the same slice, and activation recomputation. One worker's
+// step is a list of lane tasks (playLanes): compute on its stream, the
+// tensor-parallel collectives in the stream's path (the next layer waits for
+// them), and the data-parallel ones beside it. Formulas and sources:
+// docs/cost-model.md, "Tensor parallelism, ZeRO and recomputation".
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "step_context.h"
+#include "strata/model/tensor_parallel.h"
+
+namespace strata::cost {
+
+namespace {
+
+// The attention core's share of an attention layer's forward FLOPs: the
+// scores and the context, 4 T^2 d of 8 T d^2 + 4 T^2 d (layer_kinds.cpp,
+// deriveAttention). Selective recomputation reruns this part.
+double attentionCoreShare(const Layer& l) {
+  const double t = double(l.inShape.h) * l.inShape.w, d = l.inShape.c;
+  const double core = 4 * t * t * d, projections = 8 * t * d * d;
+  return core + projections > 0 ? core / (core + projections) : 0;
+}
+
+// A step being laid out as lane tasks, with what each task is.
+class StepTasks {
+ public:
+  StepTasks(const Context& ctx, Tally& t) : ctx_(ctx), t_(t) {}
+
+  // A compute task after everything in the stream's path (and `extra`).
+  int compute(Seconds work, Phase phase, std::vector<int> extra = {}) {
+    if (path_ >= 0)
+      extra.push_back(path_);
+    path_ = add({false, work, std::move(extra)}, phase);
+    return path_;
+  }
+  // A collective in the stream's path: it waits for the path and the path
+  // waits for it.
+  void inPath(const CollectiveCost& c) {
+    if (c.time.value() <= 0 && c.steps == 0)
+      return;
+    path_ = add({true, c.time, path_ >= 0 ? std::vector<int>{path_} : std::vector<int>{}}, {});
+    note(c);
+  }
+  // A collective beside the stream, after `deps`.
+  int beside(const CollectiveCost& c, std::vector<int> deps) {
+    std::erase(deps, -1);
+    note(c);
+    return add({true, c.time, std::move(deps), true}, {});
+  }
+  int path() const { return path_; }
+  const std::vector<LaneTask>& tasks() const { return tasks_; }
+
+  // Plays the tasks and adds the step's times to the tally; returns the step.
+  Seconds play() {
+    const auto s =
+        playLanes(tasks_, ctx_.lanes.compute, ctx_.lanes.comm, ctx_.handoff, &ctx_.lanes);
+    double end = 0, computeWall = 0, commWall = 0;
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      const double wall = s.end[i] - s.start[i];
+      end = std::max(end, s.end[i]);
+      if (tasks_[i].comm) {
+        commWall += wall;
+        continue;
+      }
+      computeWall += wall;
+      switch (phase_[i]) {
+        case Phase::kFwd:
+          t_.compute.fwd += Seconds(wall);
+          break;
+        case Phase::kBwdData:
+          t_.compute.bwdData += Seconds(wall);
+          break;
+        case Phase::kBwdWeights:
+          t_.compute.bwdWeights += Seconds(wall);
+          break;
+        case Phase::kUpdate:
+          t_.compute.update += Seconds(wall);
+          break;
+      }
+    }
+    t_.communication += Seconds(commWall);
+    t_.exposed += Seconds(std::max(0.0, end - computeWall));
+    return Seconds(end);
+  }
+
+ private:
+  int add(LaneTask task, Phase phase) {
+    tasks_.push_back(std::move(task));
+    phase_.push_back(phase);
+    return static_cast<int>(tasks_.size()) - 1;
+  }
+  // Bytes and the bottleneck of a collective; its time is the task's wall.
+  void note(const CollectiveCost& c) {
+    for (size_t i = 0; i < t_.sent.size() && i < c.sent.size(); ++i) {
+      t_.sent[i] += c.sent[i];
+      t_.received[i] += c.received[i];
+    }
+    if (c.time > t_.worstCollective && c.bottleneckLink >= 0) {
+      t_.worstCollective = c.time;
+      t_.bottleneckLink = c.bottleneckLink;
+      t_.bottleneckUp = c.bottleneckUp;
+    }
+  }
+
+  const Context& ctx_;
+  Tally& t_;
+  std::vector<LaneTask> tasks_;
+  std::vector<Phase> phase_;
+  int path_ = -1;
+};
+
+// The units whose weights ZeRO-3 gathers at once: a repeated block's layers
+// together (FSDP wraps each transformer block), every other layer with
+// weights alone. Per layer: its unit, or -1 for a layer without weights
+// outside a block.
+std::vector<int> gatherUnits(const Network& net, const TpLayout& tp, int& count) {
+  std::vector<int> unit(net.layers.size(), -1);
+  count = 0;
+  int lastBlock = -1;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const auto& l = net.layers[i];
+    if (l.block >= 0) {
+      if (l.block != lastBlock)
+        ++count;
+      lastBlock = l.block;
+      unit[i] = count - 1;
+    } else {
+      lastBlock = -1;
+      if (tp.layers[i].params > 0)
+        unit[i] = count++;
+    }
+  }
+  return unit;
+}
+
+}  // namespace
+
+Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& firstStep,
+                    int& steps) {
+  steps = 1;
+  const auto& net = ctx.net;
+  const auto& o = ctx.sc.options;
+  const int n = static_cast<int>(net.layers.size());
+  const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
+  const int dp = dataParallelSize(ctx.sc);
+  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t};
+  const double b = ctx.b, e = ctx.e;
+  StepTasks s(ctx, t);
+
+  auto tpCollective = [&](const TpComm& c) {
+    if (c.op == TpCollective::kNone || tp.t <= 1)
+      return;
+    const Bytes bytes(c.elems * b * e);
+    switch (c.op) {
+      case TpCollective::kAllReduce:
+        s.inPath(groupAllReduce(ctx.topo, tpGroups, bytes, ctx.comm));
+        break;
+      case TpCollective::kReduceScatter:
+        s.inPath(groupReduceScatter(ctx.topo, tpGroups, bytes, ctx.comm));
+        break;
+      case TpCollective::kAllGather:
+        s.inPath(groupAllGather(ctx.topo, tpGroups, bytes, ctx.comm));
+        break;
+      case TpCollective::kNone:
+        break;
+    }
+  };
+  auto time = [&](int i, Phase p) {
+    return ctx.time(net.layers[static_cast<size_t>(i)], p, b,
+                    tp.layers[static_cast<size_t>(i)].work);
+  };
+
+  // ZeRO-3: each unit's weights all-gathered over the data-parallel group
+  // before its forward and again before its backward, one unit ahead (the
+  // gather of unit u waits for the compute of the unit two before it: two
+  // units' weights at most are whole at once).
+  const bool zero3 = o.zero >= 3 && dp > 1;
+  int units = 0;
+  const auto unitOf = gatherUnits(net, tp, units);
+  std::vector<double> unitParams(static_cast<size_t>(units), 0.0);
+  for (int i = 0; i < n; ++i)
+    if (unitOf[static_cast<size_t>(i)] >= 0)
+      unitParams[static_cast<size_t>(unitOf[static_cast<size_t>(i)])] +=
+          tp.layers[static_cast<size_t>(i)].params;
+  int lastGather = -1;
+  std::vector<int> unitDone;  // per unit gathered so far in this pass: its last compute task
+  std::vector<int> gatherOf(static_cast<size_t>(units), -1);
+  auto gather = [&](int u) {
+    const int before = unitDone.size() >= 2 ? unitDone[unitDone.size() - 2] : -1;
+    gatherOf[static_cast<size_t>(u)] = s.beside(
+        groupAllGather(ctx.topo, dpGroups, Bytes(unitParams[static_cast<size_t>(u)] * e), ctx.comm),
+        {lastGather, before});
+    lastGather = gatherOf[static_cast<size_t>(u)];
+  };
+
+  // Forward.
+  int unit = -1;
+  for (int i = 0; i < n; ++i) {
+    const int u = unitOf[static_cast<size_t>(i)];
+    std::vector<int> extra;
+    if (zero3 && u >= 0 && u != unit) {
+      if (unit >= 0)
+        unitDone.push_back(s.path());
+      gather(u);
+      unit = u;
+    }
+    if (zero3 && u >= 0)
+      extra.push_back(gatherOf[static_cast<size_t>(u)]);
+    const auto& x = tp.layers[static_cast<size_t>(i)];
+    tpCollective(x.fwdBefore);
+    s.compute(time(i, Phase::kFwd), Phase::kFwd, extra);
+    tpCollective(x.fwdAfter);
+  }
+
+  // Backward, last layer first, with the data-parallel gradient sync.
+  const bool sharded = o.zero >= 1 && dp > 1;
+  const bool ringGroups = tp.t > 1 || o.zero >= 1;
+  std::vector<int> syncs;
+  auto sync = [&](double params, std::vector<int> deps) {
+    if (dp <= 1 || params <= 0)
+      return;
+    const Bytes bytes(params * e);
+    CollectiveCost c;
+    if (sharded) {
+      c = groupReduceScatter(ctx.topo, dpGroups, bytes, ctx.comm);
+    } else if (ringGroups) {
+      c = groupAllReduce(ctx.topo, dpGroups, bytes, ctx.comm);
+    } else {
+      c = allReduce(ctx.topo, gradientAllreduce(ctx.sc), bytes, ctx.comm);
+      t.picks.emplace_back(c.algorithm, bytes.value());
+    }
+    deps.push_back(syncs.empty() ? -1 : syncs.back());
+    syncs.push_back(s.beside(c, std::move(deps)));
+  };
+  // Buckets of local gradients (ZeRO-0..2; ZeRO-3 reduce-scatters per unit).
+  std::vector<int> bucketStart(static_cast<size_t>(n), -1);
+  std::vector<double> bucketParams;
+  {
+    bool open = false;
+    for (int i = n - 1; i >= 0; --i) {
+      const double p = tp.layers[static_cast<size_t>(i)].params;
+      if (p <= 0)
+        continue;
+      if (!open) {
+        bucketParams.push_back(0);
+        open = true;
+      }
+      bucketParams.back() += p;
+      bucketStart[static_cast<size_t>(i)] = static_cast<int>(bucketParams.size()) - 1;
+      if (o.overlap && bucketParams.back() * e >= o.bucket.value())
+        open = false;
+    }
+  }
+  // Per bucket: the layer whose gradient closes it (its lowest layer).
+  std::vector<int> bucketCloser(bucketParams.size(), -1);
+  for (int i = 0; i < n; ++i)
+    if (const int bk = bucketStart[static_cast<size_t>(i)]; bk >= 0 && bucketCloser[size_t(bk)] < 0)
+      bucketCloser[static_cast<size_t>(bk)] = i;
+
+  unitDone.clear();
+  lastGather = -1;
+  unit = -1;
+  double unitGrads = 0;
+  for (int i = n - 1; i >= 0; --i) {
+    const auto& l = net.layers[static_cast<size_t>(i)];
+    const auto& x = tp.layers[static_cast<size_t>(i)];
+    const int u = unitOf[static_cast<size_t>(i)];
+    std::vector<int> extra;
+    if (zero3 && u >= 0 && u != unit) {
+      if (unit >= 0)
+        unitDone.push_back(s.path());
+      gather(u);
+      unit = u;
+    }
+    if (zero3 && u >= 0)
+      extra.push_back(gatherOf[static_cast<size_t>(u)]);
+    // Full recomputation: at a block's last layer, rerun the block's forward
+    // (its tensor-parallel collectives included) from the kept input.
+    if (o.recompute == Recompute::kFull && l.block >= 0 &&
+        (i == n - 1 || net.layers[static_cast<size_t>(i) + 1].block != l.block)) {
+      int first = i;
+      while (first > 0 && net.layers[static_cast<size_t>(first) - 1].block == l.block)
+        --first;
+      for (int j = first; j <= i; ++j) {
+        tpCollective(tp.layers[static_cast<size_t>(j)].fwdBefore);
+        s.compute(time(j, Phase::kFwd), Phase::kFwd, j == first ? extra : std::vector<int>{});
+        tpCollective(tp.layers[static_cast<size_t>(j)].fwdAfter);
+      }
+    }
+    if (o.recompute == Recompute::kSelective && l.kind == LayerKind::kAttention)
+      s.compute(time(i, Phase::kFwd) * attentionCoreShare(l), Phase::kFwd, extra);
+    tpCollective(x.bwdBefore);
+    int gradient = -1;
+    if (l.computesWeightGradient())
+      gradient = s.compute(time(i, Phase::kBwdWeights), Phase::kBwdWeights, extra);
+    if (!l.readsNetworkInput()) {
+      s.compute(time(i, Phase::kBwdData), Phase::kBwdData, extra);
+      tpCollective(x.bwdAfter);
+    }
+    if (zero3) {
+      unitGrads += x.params;
+      const bool unitEnds = u >= 0 && (i == 0 || unitOf[static_cast<size_t>(i) - 1] != u);
+      if (unitEnds) {
+        sync(unitGrads, {s.path()});
+        unitGrads = 0;
+      }
+    } else if (const int bk = bucketStart[static_cast<size_t>(i)];
+               o.overlap && bk >= 0 && bucketCloser[static_cast<size_t>(bk)] == i) {
+      sync(bucketParams[static_cast<size_t>(bk)], {gradient >= 0 ? gradient : s.path()});
+    }
+  }
+  if (!zero3 && !o.overlap)
+    for (double p : bucketParams)
+      sync(p, {s.path()});
+
+  // The update of this worker's parameters (its 1/dp with ZeRO), once every
+  // gradient is synchronised; ZeRO-1/2 then all-gather the new weights.
+  double local = 0;
+  for (const auto& x : tp.layers)
+    local += x.params;
+  const double updated = sharded ? local / dp : local;
+  s.compute(ctx.update(updated), Phase::kUpdate, syncs.empty() ? std::vector<int>{} : syncs);
+  if (sharded && !zero3)
+    s.inPath(groupAllGather(ctx.topo, dpGroups, Bytes(local * e), ctx.comm));
+  firstStep = s.play();
+  return firstStep;
+}
+
+std::string shardedPlacement(const Context& ctx) {
+  const auto& o = ctx.sc.options;
+  const int t = o.tp, dp = dataParallelSize(ctx.sc);
+  // The outermost level a group's members meet at: consecutive ranks for
+  // tensor parallelism, ranks t apart for data parallelism.
+  auto over = [&](int first, int last) {
+    const int level = ctx.topo.meetLevel(first, last);
+    return level < 0 ? std::string("no link")
+                     : ctx.cluster.levels[static_cast<size_t>(level)].name + " links";
+  };
+  std::vector<std::string> parts;
+  parts.push_back(fmt::format("K = {} = dp {} x tp {}", ctx.k, dp, t));
+  if (t > 1)
+    parts.push_back(fmt::format("tensor-parallel groups of {} consecutive workers over {}{}", t,
+                                over(0, t - 1),
+                                o.sequenceParallel ? " with sequence parallelism" : ""));
+  if (dp > 1)
+    parts.push_back(fmt::format("data-parallel groups of {} workers{} over {}", dp,
+                                t > 1 ? fmt::format(" {} apart", t) : std::string(),
+                                over(0, (dp - 1) * t)));
+  if (o.zero > 0)
+    parts.push_back(fmt::format("ZeRO-{} ({} sharded over each data-parallel group)", o.zero,
+                                o.zero == 1   ? "optimizer states"
+                                : o.zero == 2 ? "optimizer states and gradients"
+                                              : "optimizer states, gradients and weights"));
+  if (o.recompute != Recompute::kNone)
+    parts.push_back(fmt::format("{} recomputation", toString(o.recompute)));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+}  // namespace strata::cost
