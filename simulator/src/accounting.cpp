@@ -196,11 +196,9 @@ Result Engine::assemble() {
   est.step = Seconds(step);
   est.firstStep = Seconds(n > 1 ? allEnd[0] : makespan);
   est.steadySteps = n;
-  Scenario single = sc;
-  single.workers = 1;
-  single.strategy = Strategy::kRing;
-  est.singleWorkerStep = estimate(net_, cluster_, single).step;
-  const double examples = double(k_) * sc.batchPerWorker;
+  est.singleWorkerStep = estimate(net_, cluster_, singleWorkerScenario(sc)).step;
+  // A tensor-parallel group shares its examples: dp x b per step.
+  const double examples = double(dataParallelSize(sc)) * sc.batchPerWorker;
   est.throughput = step > 0 ? examples / step : 0;
   est.speedup = est.throughput / (sc.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k_;

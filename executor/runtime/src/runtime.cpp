@@ -91,6 +91,19 @@ RunResult runChecked(Communicator& comm, const Plan& plan, const Network& networ
 
 void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   checkElement(sc.options.element, device);
+  // Priced and simulated (cost/src/sharded.cpp, plan/src/sharded.cpp); the
+  // workers' split layers and sharded updates are not written yet (issue 33).
+  const auto& o = sc.options;
+  const std::pair<bool, OptionKey> notRun[] = {
+      {o.tp > 1, OptionKey::kTensorParallel},
+      {o.sequenceParallel, OptionKey::kSequenceParallel},
+      {o.zero > 0, OptionKey::kZero},
+      {o.recompute != Recompute::kNone, OptionKey::kRecompute}};
+  for (const auto& [given, key] : notRun)
+    if (given)
+      throw OptionError(std::string(optionFlag(key)),
+                        "is priced and simulated (strata predict, simulate), not run yet: the "
+                        "executor does not split layers or shard updates");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

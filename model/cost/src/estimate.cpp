@@ -538,13 +538,7 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.step = run(ctx, t, est.rounds, est.firstStep, est.steadySteps);
 
   // One worker, b examples, no communication: the speedup's reference.
-  Scenario single = scenario;
-  single.workers = 1;
-  single.strategy = Strategy::kRing;
-  single.options.tp = 1;
-  single.options.sequenceParallel = false;
-  single.options.zero = 0;
-  single.options.recompute = Recompute::kNone;
+  const Scenario single = singleWorkerScenario(scenario);
   const Context one(network, cluster, single);
   Tally t1(1);
   RoundInfo unused;

@@ -16,15 +16,6 @@ namespace strata::cost {
 
 namespace {
 
-// The attention core's share of an attention layer's forward FLOPs: the
-// scores and the context, 4 T^2 d of 8 T d^2 + 4 T^2 d (layer_kinds.cpp,
-// deriveAttention). Selective recomputation reruns this part.
-double attentionCoreShare(const Layer& l) {
-  const double t = double(l.inShape.h) * l.inShape.w, d = l.inShape.c;
-  const double core = 4 * t * t * d, projections = 8 * t * d * d;
-  return core + projections > 0 ? core / (core + projections) : 0;
-}
-
 // A step being laid out as lane tasks, with what each task is.
 class StepTasks {
  public:
@@ -113,30 +104,6 @@ class StepTasks {
   int path_ = -1;
 };
 
-// The units whose weights ZeRO-3 gathers at once: a repeated block's layers
-// together (FSDP wraps each transformer block), every other layer with
-// weights alone. Per layer: its unit, or -1 for a layer without weights
-// outside a block.
-std::vector<int> gatherUnits(const Network& net, const TpLayout& tp, int& count) {
-  std::vector<int> unit(net.layers.size(), -1);
-  count = 0;
-  int lastBlock = -1;
-  for (size_t i = 0; i < net.layers.size(); ++i) {
-    const auto& l = net.layers[i];
-    if (l.block >= 0) {
-      if (l.block != lastBlock)
-        ++count;
-      lastBlock = l.block;
-      unit[i] = count - 1;
-    } else {
-      lastBlock = -1;
-      if (tp.layers[i].params > 0)
-        unit[i] = count++;
-    }
-  }
-  return unit;
-}
-
 }  // namespace
 
 Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& firstStep,
@@ -180,7 +147,7 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   // units' weights at most are whole at once).
   const bool zero3 = o.zero >= 3 && dp > 1;
   int units = 0;
-  const auto unitOf = gatherUnits(net, tp, units);
+  const auto unitOf = zeroGatherUnits(net, tp, units);
   std::vector<double> unitParams(static_cast<size_t>(units), 0.0);
   for (int i = 0; i < n; ++i)
     if (unitOf[static_cast<size_t>(i)] >= 0)
@@ -292,7 +259,9 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
       }
     }
     if (o.recompute == Recompute::kSelective && l.kind == LayerKind::kAttention)
-      s.compute(time(i, Phase::kFwd) * attentionCoreShare(l), Phase::kFwd, extra);
+      s.compute(ctx.time(l, Phase::kFwd, b,
+                         tp.layers[static_cast<size_t>(i)].work * attentionCoreShare(l)),
+                Phase::kFwd, extra);
     tpCollective(x.bwdBefore);
     int gradient = -1;
     if (l.computesWeightGradient())

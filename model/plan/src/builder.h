@@ -235,6 +235,35 @@ class Builder {
     return last;
   }
 
+  // Ring collectives inside groups, every group at once (collectives.cpp's
+  // groupReduceScatter, groupAllGather, groupAllReduce): n is one rank's
+  // whole buffer, cut in size chunks. A group of one moves nothing: returns -1.
+  enum class GroupOp { kReduceScatter, kAllGather, kAllReduce };
+  int groupCollective(GroupOp op, RankGroups g, Bytes n, BufferKind buffer, int firstLayer,
+                      int lastLayer, const Deps& start) {
+    const int size = g.size();
+    if (size <= 1)
+      return -1;
+    const Bytes chunk = n / size;
+    Collective c;
+    c.allreduce = AllreduceAlgorithm::kRing;
+    c.algorithm = "ring";
+    c.buffer = buffer;
+    c.bytes = n;
+    c.firstLayer = firstLayer;
+    c.lastLayer = lastLayer;
+    c.round = round_;
+    c.parts = size;
+    c.segments = segmentCount(chunk, segment_);
+    begin(c);
+    int last = -1;
+    if (op != GroupOp::kAllGather)
+      last = ringPhase(g.span, g.stride, chunk, true, -1, start);
+    if (op != GroupOp::kReduceScatter)
+      last = ringPhase(g.span, g.stride, chunk, false, last, start);
+    return end(last);
+  }
+
   // Ring: reduce-scatter then allgather around the ring of all K workers.
   int allReduceRing(Collective c, Bytes n, const Deps& start) {
     const Bytes chunk = n / k_;
@@ -541,6 +570,10 @@ int backpropWithSync(Builder& b, const Network& net, const Scenario& sc, int fir
 // One lowering per strategy family, each in the file named after it; a ps
 // plan holds `iterations` steps, the others one.
 using LowerStrategy = void (*)(Builder& b, const Network& net, const Scenario& sc, int iterations);
+// Ring with tensor parallelism, ZeRO or recomputation (sharded.cpp): the
+// tasks of cost/src/sharded.cpp's step; lowerDataParallel hands it such a
+// scenario.
+void lowerSharded(Builder& b, const Network& net, const Scenario& sc);
 void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc,
                        int iterations);  // data_parallel.cpp
 void lowerParamServer(Builder& b, const Network& net, const Scenario& sc,

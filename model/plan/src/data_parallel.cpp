@@ -48,6 +48,8 @@ int backpropWithSync(Builder& b, const Network& net, const Scenario& sc, int fir
 }
 
 void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc, int /*iterations*/) {
+  if (usesShardedStep(sc.options))
+    return lowerSharded(b, net, sc);
   const int k = sc.workers;
   const int layers = static_cast<int>(net.layers.size());
   std::vector<int> prev(static_cast<size_t>(k), -1);

@@ -335,21 +335,6 @@ LowerStrategy loweringOf(Strategy strategy) {
 Plan lower(const Network& network, const Scenario& scenario, const Cluster* cluster, int iterations,
            PlanDetail detail) {
   checkScenario(network, scenario);
-  // The closed form prices these (cost/src/sharded.cpp); their lowering to
-  // tasks, which the simulator plays and the executor runs, is not written
-  // yet (issue 33).
-  const auto& o = scenario.options;
-  const std::pair<bool, OptionKey> notLowered[] = {
-      {o.tp > 1, OptionKey::kTensorParallel},
-      {o.sequenceParallel, OptionKey::kSequenceParallel},
-      {o.zero > 0, OptionKey::kZero},
-      {o.recompute != Recompute::kNone, OptionKey::kRecompute}};
-  for (const auto& [given, key] : notLowered)
-    if (given)
-      throw OptionError(std::string(optionFlag(key)),
-                        "is priced by the closed form only (strata predict, compare, sweep, "
-                        "report with --engine model); the simulator and the executor do not "
-                        "run it yet");
   iterations = scenario.strategy != Strategy::kPs || scenario.workers == 1 ? 1
                : iterations > 0                                            ? iterations
                                 : defaultPlanIterations(scenario);

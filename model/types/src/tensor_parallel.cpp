@@ -227,4 +227,30 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
   return out;
 }
 
+std::vector<int> zeroGatherUnits(const Network& net, const TpLayout& layout, int& count) {
+  std::vector<int> unit(net.layers.size(), -1);
+  count = 0;
+  int lastBlock = -1;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const auto& l = net.layers[i];
+    if (l.block >= 0) {
+      if (l.block != lastBlock)
+        ++count;
+      lastBlock = l.block;
+      unit[i] = count - 1;
+    } else {
+      lastBlock = -1;
+      if (layout.layers[i].params > 0)
+        unit[i] = count++;
+    }
+  }
+  return unit;
+}
+
+double attentionCoreShare(const Layer& l) {
+  const double t = double(l.inShape.h) * l.inShape.w, d = l.inShape.c;
+  const double core = 4 * t * t * d, projections = 8 * t * d * d;
+  return core + projections > 0 ? core / (core + projections) : 0;
+}
+
 }  // namespace strata

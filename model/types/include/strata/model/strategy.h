@@ -253,6 +253,19 @@ inline int psServerRanks(const Scenario& scenario) {
 inline bool usesShardedStep(const StrategyOptions& o) {
   return o.tp > 1 || o.zero > 0 || o.recompute != Recompute::kNone;
 }
+// The speedup's reference (every engine's singleWorkerStep): the same
+// network and options on one worker of b examples, no communication: ring
+// without tensor parallelism, ZeRO or recomputation.
+inline Scenario singleWorkerScenario(const Scenario& scenario) {
+  Scenario single = scenario;
+  single.workers = 1;
+  single.strategy = Strategy::kRing;
+  single.options.tp = 1;
+  single.options.sequenceParallel = false;
+  single.options.zero = 0;
+  single.options.recompute = Recompute::kNone;
+  return single;
+}
 // The workers of one data-parallel group: K / tp.
 inline int dataParallelSize(const Scenario& scenario) {
   return scenario.workers / std::max(1, scenario.options.tp);

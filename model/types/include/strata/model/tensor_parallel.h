@@ -77,4 +77,15 @@ std::string tensorParallelObstacle(const Network& network, int t, bool sequenceP
 // collectives). Requires tensorParallelObstacle to be "".
 TpLayout tensorParallelLayout(const Network& network, int t, bool sequenceParallel);
 
+// The units whose weights ZeRO-3 gathers at once: a repeated block's layers
+// together (FSDP wraps each transformer block), every other layer with
+// weights (in `layout`) alone. Per layer: its unit in network order, or -1
+// for a layer without weights outside a block; `count` is set to the units.
+std::vector<int> zeroGatherUnits(const Network& network, const TpLayout& layout, int& count);
+
+// The attention core's share of an attention layer's forward FLOPs: the
+// scores and the context, 4 T^2 d of 8 T d^2 + 4 T^2 d (deriveAttention).
+// Selective recomputation reruns this part of the forward.
+double attentionCoreShare(const Layer& attention);
+
 }  // namespace strata

@@ -1,0 +1,213 @@
+// Ring with tensor parallelism, ZeRO or recomputation as a Plan: the tasks of
+// cost/src/sharded.cpp's step, task for task. Each worker's compute is its
+// share of each layer (Task::fraction, tensor_parallel.h); the
+// tensor-parallel collectives are ring collectives inside groups of t
+// consecutive workers that the next layer waits for; the data-parallel ones
+// run in the groups of ranks t apart beside backprop (buckets, or per unit
+// with ZeRO-3, whose weight gathers run one unit ahead of the compute).
+#include "builder.h"
+#include "strata/model/tensor_parallel.h"
+
+namespace strata::planning {
+
+namespace {
+
+using GroupOp = Builder::GroupOp;
+
+GroupOp groupOp(TpCollective c) {
+  switch (c) {
+    case TpCollective::kReduceScatter:
+      return GroupOp::kReduceScatter;
+    case TpCollective::kAllGather:
+      return GroupOp::kAllGather;
+    default:
+      return GroupOp::kAllReduce;
+  }
+}
+
+}  // namespace
+
+void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
+  const auto& o = sc.options;
+  const int n = static_cast<int>(net.layers.size());
+  const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
+  const int dp = dataParallelSize(sc);
+  const RankGroups tpGroups{tp.t, 1}, dpGroups{sc.workers, tp.t};
+  const double e = elementBytes(o.element);
+  const double examples = sc.batchPerWorker;
+  const int workers = b.computeWorkers();
+  std::vector<int> path(static_cast<size_t>(workers), -1);  // each worker's stream
+
+  auto compute = [&](int layer, Phase phase, double fraction, const Deps& extra) {
+    for (int w = 0; w < workers; ++w) {
+      Deps deps = extra;
+      deps.push_back(path[static_cast<size_t>(w)]);
+      path[static_cast<size_t>(w)] = b.compute(w, layer, phase, examples, fraction, deps);
+    }
+  };
+  // A tensor-parallel collective in every worker's path.
+  auto inPath = [&](const TpComm& c, int layer, BufferKind buffer) {
+    if (c.op == TpCollective::kNone || tp.t <= 1)
+      return;
+    const int done = b.groupCollective(groupOp(c.op), tpGroups, Bytes(c.elems * examples * e),
+                                       buffer, layer, layer, path);
+    std::fill(path.begin(), path.end(), done);
+  };
+  auto work = [&](int i) { return tp.layers[static_cast<size_t>(i)].work; };
+
+  // ZeRO-3's gathers (sharded.cpp): each unit's weights over the
+  // data-parallel group, after the gather before it and the compute of the
+  // unit two before it.
+  const bool zero3 = o.zero >= 3 && dp > 1;
+  int units = 0;
+  const auto unitOf = zeroGatherUnits(net, tp, units);
+  std::vector<double> unitParams(static_cast<size_t>(units), 0.0);
+  for (int i = 0; i < n; ++i)
+    if (unitOf[static_cast<size_t>(i)] >= 0)
+      unitParams[static_cast<size_t>(unitOf[static_cast<size_t>(i)])] +=
+          tp.layers[static_cast<size_t>(i)].params;
+  int lastGather = -1;
+  std::vector<Deps> unitDone;
+  std::vector<int> gatherOf(static_cast<size_t>(units), -1);
+  auto gather = [&](int u, int layer) {
+    Deps start{lastGather};
+    if (unitDone.size() >= 2) {
+      const auto& before = unitDone[unitDone.size() - 2];
+      start.insert(start.end(), before.begin(), before.end());
+    }
+    gatherOf[static_cast<size_t>(u)] = lastGather = b.groupCollective(
+        GroupOp::kAllGather, dpGroups, Bytes(unitParams[static_cast<size_t>(u)] * e),
+        BufferKind::kWeights, layer, layer, start);
+  };
+  int unit = -1;
+  // Before layer i (in pass order): a new unit's gather; the deps on it.
+  auto enterUnit = [&](int i) -> Deps {
+    const int u = unitOf[static_cast<size_t>(i)];
+    if (!zero3 || u < 0)
+      return {};
+    if (u != unit) {
+      if (unit >= 0)
+        unitDone.push_back(path);
+      gather(u, i);
+      unit = u;
+    }
+    return {gatherOf[static_cast<size_t>(u)]};
+  };
+
+  for (int i = 0; i < n; ++i) {
+    const Deps extra = enterUnit(i);
+    const auto& x = tp.layers[static_cast<size_t>(i)];
+    inPath(x.fwdBefore, i, BufferKind::kActivations);
+    compute(i, Phase::kFwd, work(i), extra);
+    inPath(x.fwdAfter, i, BufferKind::kActivations);
+  }
+
+  // Backward with the data-parallel sync.
+  const bool sharded = o.zero >= 1 && dp > 1;
+  const bool ringGroups = tp.t > 1 || o.zero >= 1;
+  int lastSync = -1;
+  auto sync = [&](double params, int firstLayer, int lastLayer, Deps start) {
+    if (dp <= 1 || params <= 0)
+      return;
+    const Bytes bytes(params * e);
+    start.push_back(lastSync);
+    if (sharded)
+      lastSync = b.groupCollective(GroupOp::kReduceScatter, dpGroups, bytes,
+                                   BufferKind::kWeightGradients, firstLayer, lastLayer, start);
+    else if (ringGroups)
+      lastSync = b.groupCollective(GroupOp::kAllReduce, dpGroups, bytes,
+                                   BufferKind::kWeightGradients, firstLayer, lastLayer, start);
+    else
+      lastSync = b.allReduce(gradientAllreduce(sc), bytes, BufferKind::kWeightGradients, firstLayer,
+                             lastLayer, start);
+  };
+  // Buckets of local gradients, last layers first, as sharded.cpp.
+  struct Bucket {
+    double params = 0;
+    int first = 0, last = 0;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<int> bucketOf(static_cast<size_t>(n), -1);
+  {
+    bool open = false;
+    for (int i = n - 1; i >= 0; --i) {
+      const double p = tp.layers[static_cast<size_t>(i)].params;
+      if (p <= 0)
+        continue;
+      if (!open) {
+        buckets.push_back({0, i, i});
+        open = true;
+      }
+      buckets.back().params += p;
+      buckets.back().first = i;
+      bucketOf[static_cast<size_t>(i)] = static_cast<int>(buckets.size()) - 1;
+      if (o.overlap && buckets.back().params * e >= o.bucket.value())
+        open = false;
+    }
+  }
+
+  unitDone.clear();
+  lastGather = -1;
+  unit = -1;
+  double unitGrads = 0;
+  int unitLast = -1;
+  for (int i = n - 1; i >= 0; --i) {
+    const auto& l = net.layers[static_cast<size_t>(i)];
+    const auto& x = tp.layers[static_cast<size_t>(i)];
+    const Deps extra = enterUnit(i);
+    if (o.recompute == Recompute::kFull && l.block >= 0 &&
+        (i == n - 1 || net.layers[static_cast<size_t>(i) + 1].block != l.block)) {
+      int first = i;
+      while (first > 0 && net.layers[static_cast<size_t>(first) - 1].block == l.block)
+        --first;
+      for (int j = first; j <= i; ++j) {
+        inPath(tp.layers[static_cast<size_t>(j)].fwdBefore, j, BufferKind::kActivations);
+        compute(j, Phase::kFwd, work(j), j == first ? extra : Deps{});
+        inPath(tp.layers[static_cast<size_t>(j)].fwdAfter, j, BufferKind::kActivations);
+      }
+    }
+    if (o.recompute == Recompute::kSelective && l.kind == LayerKind::kAttention)
+      compute(i, Phase::kFwd, work(i) * attentionCoreShare(l), extra);
+    inPath(x.bwdBefore, i, BufferKind::kActivationGradients);
+    Deps gradient;
+    if (l.computesWeightGradient()) {
+      compute(i, Phase::kBwdWeights, work(i), extra);
+      gradient = path;
+    }
+    if (!l.readsNetworkInput()) {
+      compute(i, Phase::kBwdData, work(i), extra);
+      inPath(x.bwdAfter, i, BufferKind::kActivationGradients);
+    }
+    if (zero3) {
+      const int u = unitOf[static_cast<size_t>(i)];
+      if (unitLast < 0)
+        unitLast = i;
+      unitGrads += x.params;
+      if (u >= 0 && (i == 0 || unitOf[static_cast<size_t>(i) - 1] != u)) {
+        sync(unitGrads, i, unitLast, path);
+        unitGrads = 0;
+        unitLast = -1;
+      }
+    } else if (const int bk = bucketOf[static_cast<size_t>(i)];
+               o.overlap && bk >= 0 && buckets[static_cast<size_t>(bk)].first == i) {
+      const auto& bucket = buckets[static_cast<size_t>(bk)];
+      sync(bucket.params, bucket.first, bucket.last, gradient.empty() ? path : gradient);
+    }
+  }
+  if (!zero3 && !o.overlap)
+    for (const auto& bucket : buckets)
+      sync(bucket.params, bucket.first, bucket.last, path);
+
+  double local = 0;
+  for (const auto& x : tp.layers)
+    local += x.params;
+  const double updated = sharded ? local / dp : local;
+  for (int w = 0; w < workers; ++w)
+    path[static_cast<size_t>(w)] =
+        b.update(w, 0, n - 1, updated, {path[static_cast<size_t>(w)], lastSync});
+  if (sharded && !zero3)
+    b.groupCollective(GroupOp::kAllGather, dpGroups, Bytes(local * e), BufferKind::kWeights, 0,
+                      n - 1, path);
+}
+
+}  // namespace strata::planning
