@@ -431,7 +431,8 @@ std::vector<float> assembled(const Network& net, const std::vector<std::vector<f
     }
     // weights rows then bias entries of every slice.
     const int outputs = layer.outShape.c;
-    const int64_t in = layer.inShape.elements();
+    // Inputs per row: the flattened input, or a per-position fc's channels.
+    const int64_t in = layer.spec.flatten ? layer.inShape.elements() : layer.inShape.c;
     std::vector<float> weights, bias;
     for (int r = 0; r < k; ++r) {
       const int rows = nn::evenSlice(outputs, k, r).size();
@@ -472,6 +473,30 @@ TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "
                                  options.learningRate);
           CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("owt-a/b/c on tiny-llama (its untied output layer model-parallel) equal one worker",
+          "[exec][owt][llama]") {
+  // The Llama blocks run data-parallel and the 512-way output layer and the
+  // loss model-parallel: owt's activation exchange over positions of tokens.
+  const auto net = presetNetwork("tiny-llama");
+  REQUIRE(net.modelParallelFrom == net.find("lm_head"));
+  const int steps = 2;
+  for (int k : {1, 2, 3}) {
+    for (int b : {2, 3}) {
+      const auto ref = oneWorker(net, k * b, steps);
+      for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+        INFO(toString(s) << " K = " << k << " b = " << b);
+        std::vector<std::vector<float>> params;
+        const auto options = test::runOptions(steps);
+        const auto run =
+            exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net, options, &params);
+        test::checkSameWeights(assembled(net, params, k), ref.parameters, Optimizer::kMomentum,
+                               options.learningRate);
+        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
       }
     }
   }
