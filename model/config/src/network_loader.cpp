@@ -1,5 +1,6 @@
-// Loads networks from YAML (schema in docs/configs.md) and expands the
-// `bottleneck` block into the layers of a ResNet bottleneck.
+// Loads networks from YAML (schema in docs/configs.md) and expands the blocks:
+// `bottleneck` into the layers of a ResNet bottleneck, `transformer` into a
+// pre-LN GPT-2 block's and `llama` into a Llama block's.
 #include "strata/model/network_loader.h"
 
 #include <fmt/format.h>
