@@ -122,7 +122,16 @@ void printNetwork(std::ostream& out, const Network& net, ElementType element, Fo
           spec = {{"vocab", sp.vocab}, {"outputs", sp.outputs}, {"positions", sp.positions}};
           break;
         case LayerKind::kAttention:
-          spec = {{"heads", sp.heads}, {"causal", sp.causal}, {"bias", sp.bias}};
+          spec = {{"heads", sp.heads},
+                  {"kv_heads", l.kvHeads()},
+                  {"causal", sp.causal},
+                  {"bias", sp.bias},
+                  {"rotary", sp.rotary}};
+          if (sp.rotary)
+            spec["rotary_base"] = sp.rotaryBase;
+          break;
+        case LayerKind::kRmsNorm:
+          spec = {{"eps", sp.eps}};
           break;
         case LayerKind::kLrn:
           spec = {{"size", sp.lrnSize}};

@@ -326,6 +326,12 @@ TEST_CASE("network missing required key", "[cli][errors][network]") {
   checkNetworkError("missing-filters.yaml", 5, "layers[0].filters", "name: conv1");
 }
 
+TEST_CASE("network with Llama layers that do not fit", "[cli][errors][network][llama]") {
+  // The llama block's line and its key; the swiglu layer's input.
+  checkNetworkError("kv-heads-not-dividing.yaml", 6, "layers[1].kv_heads", "kv_heads: 3");
+  checkNetworkError("swiglu-odd.yaml", 7, "layers[2].input", "kind: swiglu");
+}
+
 TEST_CASE("network mistyped key", "[cli][errors][network]") {
   checkNetworkError("mistyped-key.yaml", 7, "layers[0].filter", "filter: 16");
   const auto r = runStrata({"describe", data("networks/mistyped-key.yaml")});
@@ -696,6 +702,52 @@ TEST_CASE("list json names the presets", "[cli][list]") {
   };
   CHECK(has("networks", "alexnet-owt"));
   CHECK(has("clusters", "k20x8-pcie"));
+  for (const char* llama : {"tiny-llama", "llama2-7b", "llama3-8b", "llama2-70b"})
+    CHECK(has("networks", llama));
+  CHECK(has("clusters", "dgx-a100"));
+}
+
+TEST_CASE("describe the Llama presets: exact parameters and the attention's settings",
+          "[cli][describe][llama]") {
+  const std::pair<const char*, int64_t> presets[] = {
+      {"llama2-7b", 6'738'415'616}, {"llama3-8b", 8'030'261'248}, {"llama2-70b", 68'976'648'192}};
+  for (const auto& [name, params] : presets) {
+    const auto r = runStrata({"describe", name, "--format", "json"});
+    INFO("output was:\n" << r.output);
+    REQUIRE(r.status == 0);
+    const auto j = json::parse(r.output);
+    CHECK(j["totals"]["params"].get<int64_t>() == params);
+  }
+  const auto j = json::parse(runStrata({"describe", "llama3-8b", "--format", "json"}).output);
+  bool seen = false;
+  for (const auto& l : j["layers"]) {
+    if (l["name"] != "h.1.attn")
+      continue;
+    seen = true;
+    CHECK(l["spec"]["heads"] == 32);
+    CHECK(l["spec"]["kv_heads"] == 8);
+    CHECK(l["spec"]["rotary"] == true);
+    CHECK(l["spec"]["rotary_base"] == 500000.0);
+    CHECK(l["spec"]["bias"] == false);
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("run trains tiny-llama on two workers, and llama2-7b is priced on dgx-a100",
+          "[cli][llama]") {
+  const auto r = runStrata({"run", "-n", "tiny-llama", "-s", "ring", "-k", "2", "--steps", "2",
+                            "-b", "2", "--format", "json"});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const auto j = json::parse(r.output);
+  REQUIRE(j["steps"].size() == 2);
+  // Near chance over a vocabulary of 512 at the start.
+  CHECK(j["steps"][0]["loss"].get<double>() == Approx(std::log(512.0)).epsilon(0.2));
+  const auto p = runStrata({"predict", "-n", "llama2-7b", "-c", "dgx-a100", "-s", "ring", "-k",
+                            "16", "-b", "1", "--element", "bf16", "--optimizer", "adam"});
+  INFO("output was:\n" << p.output);
+  CHECK(p.status == 0);
+  CHECK(p.output.find("llama2-7b on dgx-a100: ring, 16 workers") != std::string::npos);
 }
 
 TEST_CASE("describe alexnet-owt json gives its parameter count", "[cli][describe]") {

@@ -49,6 +49,22 @@ TEST_CASE("dgx-h100: one NIC lane per GPU between nodes", "[topology]") {
         std::string::npos);
 }
 
+TEST_CASE("dgx-a100: the datasheet's figures and NCCL's, one HDR lane per GPU", "[topology]") {
+  const auto c = presetCluster("dgx-a100");
+  REQUIRE(c.capacity() == -1);
+  // A100 datasheet (80GB SXM): 19.5 TFLOP/s fp32, 312 bf16 dense, 2,039 GB/s.
+  CHECK(c.device.memoryBandwidth.value() == Approx(2039e9));
+  REQUIRE(c.levels.size() == 2);
+  CHECK(c.levels[0].group == 8);
+  const double nvlink = c.levels[0].link.bandwidth.value();
+  const double nic = c.levels[1].link.bandwidth.value();
+  CHECK(nvlink == Approx(230e9));  // nccl-tests #175: 232.5 GB/s busbw on 8 A100s
+  CHECK(nic == Approx(24e9));      // nccl-tests #119: 24 GB/s per 200G NIC
+  CHECK(c.levels[1].link.lanes == 8);
+  const Topology t(c, 16);
+  CHECK(t.ringStep().secondsPerByte == Approx(std::max(1.0 / nic, 1.0 / nvlink)));
+}
+
 TEST_CASE("half-duplex links add both directions", "[topology]") {
   const auto full = flatCluster(1e9, 0, 0, true);
   const auto half = flatCluster(1e9, 0, 0, false);
@@ -70,8 +86,9 @@ TEST_CASE("closed-form gather, scatter and all-to-all equal the flow-by-flow cos
     int maxK;
   };
   // Partial groups (K not a multiple of the group), lanes, half duplex, several levels.
-  for (const auto& c : {Case{"k20x8-pcie", 8}, Case{"dgx-h100", 27}, Case{"baidu-5x8-ib", 40},
-                        Case{"localhost-cpu", 2}, Case{"gige-cluster", 11}}) {
+  for (const auto& c :
+       {Case{"k20x8-pcie", 8}, Case{"dgx-h100", 27}, Case{"dgx-a100", 19}, Case{"baidu-5x8-ib", 40},
+        Case{"localhost-cpu", 2}, Case{"gige-cluster", 11}}) {
     const auto cl = presetCluster(c.cluster);
     for (int k = 1; k <= c.maxK; ++k) {
       INFO(c.cluster << " K = " << k);

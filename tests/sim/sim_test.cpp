@@ -195,6 +195,23 @@ TEST_CASE("contention off agrees on a two-level PCIe box and a 1 GbE cluster too
   }
 }
 
+TEST_CASE("contention off agrees on the Llama presets over DGX A100 nodes (1 %)",
+          "[sim][agreement][llama]") {
+  // Grouped-query attention, rmsnorm and swiglu priced by both engines; 16
+  // GPUs on two nodes (NVSwitch inside, one HDR lane per GPU between).
+  const auto cl = presetCluster("dgx-a100");
+  for (const char* name : {"tiny-llama", "llama2-7b", "llama3-8b"}) {
+    const auto net = presetNetwork(name);
+    for (auto s : {Strategy::kRing, Strategy::kNaive, Strategy::kOwtB})
+      for (int k : {2, 16}) {
+        INFO(name << " " << toString(s) << " K = " << k);
+        const auto sc = scenario(s, k, 1, true);
+        CHECK(run(net, cl, sc, false).estimate.step.value() ==
+              Approx(estimate(net, cl, sc).step.value()).epsilon(0.01));
+      }
+  }
+}
+
 namespace {
 // A hand-made plan of bare transfers on K workers: each entry is (src, dst,
 // bytes, task it waits for or -1).

@@ -340,6 +340,35 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     });
     record(MemKernel::kGeluFwd, n, [&] { be.geluForward(cx, vy); });
     record(MemKernel::kGeluBwd, n, [&] { be.geluBackward(cx, cdy, vdx, 0.0f); });
+    // Llama's kernels on the same sequences: rmsnorm as layernorm; swiglu
+    // from their 64 channels (gate and up) to 32; rotary positions over heads
+    // of 64 features.
+    record(MemKernel::kRmsNormFwd, nsd, [&] {
+      be.rmsNormForward(nn::ConstTensorView{x.data(), sd}, gamma.data(), 1e-5f,
+                        nn::TensorView{y.data(), sd});
+    });
+    record(MemKernel::kRmsNormBwdData, nsd, [&] {
+      be.rmsNormBackwardData(nn::ConstTensorView{x.data(), sd}, nn::ConstTensorView{dy.data(), sd},
+                             gamma.data(), 1e-5f, nn::TensorView{dx.data(), sd}, 0.0f);
+    });
+    record(MemKernel::kRmsNormBwdWeights, nsd, [&] {
+      be.rmsNormBackwardWeights(nn::ConstTensorView{x.data(), sd},
+                                nn::ConstTensorView{dy.data(), sd}, 1e-5f, lnGrad.data());
+    });
+    {
+      const nn::Dims gated{sd.n, 32, sd.h, 1};
+      record(MemKernel::kSwigluFwd, nsd / 2, [&] {
+        be.swigluForward(nn::ConstTensorView{x.data(), sd}, nn::TensorView{y.data(), gated});
+      });
+      record(MemKernel::kSwigluBwd, nsd / 2, [&] {
+        be.swigluBackward(nn::ConstTensorView{x.data(), sd}, nn::ConstTensorView{dy.data(), gated},
+                          nn::TensorView{dx.data(), sd}, 0.0f);
+      });
+      std::vector<float> table;
+      nn::CpuBackend::rotaryTable(64, seqT, 10000.0f, table);
+      record(MemKernel::kRotary, nsd,
+             [&] { nn::CpuBackend::rotaryKernel(y.data(), sd.n, 64, seqT, table.data(), false); });
+    }
     // Attention scores: rows of 64 keys (64 positions), causal, dh = 64.
     {
       const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(u / 64));

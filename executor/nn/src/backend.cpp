@@ -30,6 +30,22 @@ void Backend::geluForward(ConstTensorView, TensorView) {
 void Backend::geluBackward(ConstTensorView, ConstTensorView, TensorView, float) {
   lacks("gelu");
 }
+void Backend::rmsNormForward(ConstTensorView, const float*, float, TensorView) {
+  lacks("rmsnorm");
+}
+void Backend::rmsNormBackwardData(ConstTensorView, ConstTensorView, const float*, float, TensorView,
+                                  float) {
+  lacks("rmsnorm");
+}
+void Backend::rmsNormBackwardWeights(ConstTensorView, ConstTensorView, float, float*) {
+  lacks("rmsnorm");
+}
+void Backend::swigluForward(ConstTensorView, TensorView) {
+  lacks("swiglu");
+}
+void Backend::swigluBackward(ConstTensorView, ConstTensorView, TensorView, float) {
+  lacks("swiglu");
+}
 void Backend::attentionForward(const AttentionDesc&, ConstTensorView, const float*, const float*,
                                const AttentionSaved&, TensorView) {
   lacks("attention");

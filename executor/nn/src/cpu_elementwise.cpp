@@ -1,7 +1,8 @@
 // The CPU kernels of one ISA (cpu_kernels.cpp): element-wise layers (relu,
-// dropout, gelu) and buffer operations (fill, add, accumulate, zero).
+// dropout, gelu, swiglu) and buffer operations (fill, add, accumulate, zero).
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 
 #include "cpu_kernels.h"
 #include "shape_checks.h"
@@ -200,6 +201,58 @@ void CpuImpl::geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx,
         out = g * slope;
       else
         out = beta * out + g * slope;
+    }
+  });
+}
+
+// ---- swiglu -----------------------------------------------------------------------
+
+namespace {
+// The gate's halves of x and the output of one example's (channel-major)
+// block: a is channels [0, f), b is [f, 2f); y and dy have f channels.
+void checkSwiglu(const Dims& x, const Dims& y) {
+  STRATA_ENFORCE_OP(x.n, ==, y.n);
+  STRATA_ENFORCE_OP(x.c, ==, 2 * y.c);
+  STRATA_ENFORCE_OP(x.h, ==, y.h);
+  STRATA_ENFORCE_OP(x.w, ==, y.w);
+}
+inline float sigmoid(float a) {
+  return 1.0f / (1.0f + std::exp(-a));
+}
+}  // namespace
+
+void CpuImpl::swigluForward(ConstTensorView x, TensorView y) {
+  checkSwiglu(x.dims, y.dims);
+  if (!runs(MemKernel::kSwigluFwd, double(y.elements())))
+    return;
+  const int64_t half = y.dims.perExample();
+  // Elements are independent: the bits do not depend on the split.
+  parallelRanges(team_, y.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t n = i / half, j = i % half;
+      const float a = x.data[2 * n * half + j], b = x.data[(2 * n + 1) * half + j];
+      y.data[i] = a * sigmoid(a) * b;
+    }
+  });
+}
+
+void CpuImpl::swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) {
+  checkSwiglu(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  if (!runs(MemKernel::kSwigluBwd, double(dy.elements())))
+    return;
+  const int64_t half = dy.dims.perExample();
+  parallelRanges(team_, dy.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t n = i / half, j = i % half;
+      const int64_t ia = 2 * n * half + j, ib = ia + half;
+      const float a = x.data[ia], b = x.data[ib], g = dy.data[i];
+      const float s = sigmoid(a);
+      // silu'(a) = s + a s (1 - s) = s (1 + a (1 - s)).
+      const float da = g * b * s * (1.0f + a * (1.0f - s));
+      const float db = g * a * s;
+      dx.data[ia] = beta == 0.0f ? da : beta * dx.data[ia] + da;
+      dx.data[ib] = beta == 0.0f ? db : beta * dx.data[ib] + db;
     }
   });
 }

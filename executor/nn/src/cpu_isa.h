@@ -38,6 +38,8 @@ struct CpuIsaTable {
                               float scale);
   void (*adam)(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
                const AdamParams& p);
+  void (*rotaryTable)(int dh, int t, float base, std::vector<float>& table);
+  void (*rotary)(float* x, int64_t blocks, int dh, int t, const float* table, bool inverse);
 };
 
 namespace cpu_baseline {
@@ -119,6 +121,14 @@ class CpuImpl final : public Backend {
                                 float* dbias) override;
   void geluForward(ConstTensorView x, TensorView y) override;
   void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
+  bool runsLlamaLayers() const override { return true; }
+  void rmsNormForward(ConstTensorView x, const float* gain, float eps, TensorView y) override;
+  void rmsNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain, float eps,
+                           TensorView dx, float beta) override;
+  void rmsNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                              float* dgain) override;
+  void swigluForward(ConstTensorView x, TensorView y) override;
+  void swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
   void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
                         const float* bias, const AttentionSaved& saved, TensorView y) override;
   void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
@@ -161,6 +171,14 @@ class CpuImpl final : public Backend {
   // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
   static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
                                   float scale);
+  // Rotary positions' table for heads of dh features over t positions (the
+  // cosine and sine of each pair i < dh/2 at each position, interleaved,
+  // pair-major), with angles p base^(-2i/dh).
+  static void rotaryTable(int dh, int t, float base, std::vector<float>& table);
+  // Turns `blocks` heads of dh x t (feature-major) in place by the table's
+  // angles (rotary), or back (inverse: R^T, the gradients' way).
+  static void rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+                           bool inverse);
   // Backend::adam's kernel (adam): what training runs and `strata calibrate`
   // times.
   static void adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
@@ -194,6 +212,7 @@ class CpuImpl final : public Backend {
   std::vector<float> col_;                    // scratch of the serial kernels (lrn, layernorm)
   std::vector<float> dcontext_;               // attention backward: dC of one example (d x T)
   std::vector<float> dprobs_;                 // attention backward: dP, then dS, of the batch
+  std::vector<float> rotary_;                 // attention: rotary positions' cosines and sines
   std::vector<float> rowMean_;                // layernorm: per position of one example
   std::vector<float> rowInvStd_;
 };

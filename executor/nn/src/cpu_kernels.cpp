@@ -9,9 +9,9 @@
 //   cpu_kernels.h             helpers the files share (ordered sums, ranges)
 //   cpu_gemm_conv.cpp         GEMM, convolution, fully connected, bias
 //   cpu_pool_lrn_softmax.cpp  pooling, LRN, softmax + cross-entropy
-//   cpu_elementwise.cpp       relu, dropout, gelu, fill/add/accumulate/zero
-//   cpu_norm.cpp              batch and layer normalisation
-//   cpu_transformer.cpp       attention, embedding
+//   cpu_elementwise.cpp       relu, dropout, gelu, swiglu, fill/add/accumulate/zero
+//   cpu_norm.cpp              batch, layer and RMS normalisation
+//   cpu_transformer.cpp       attention (grouped keys and values, rotary positions), embedding
 //   cpu_optimizer.cpp         SGD with momentum, Adam
 #include "cpu_kernels.h"
 
@@ -52,6 +52,8 @@ const CpuIsaTable& table() {
       &CpuImpl::attnSoftmaxForward,
       &CpuImpl::attnSoftmaxBackward,
       &CpuImpl::adamKernel,
+      &CpuImpl::rotaryTable,
+      &CpuImpl::rotaryKernel,
   };
   return kTable;
 }

@@ -1,5 +1,6 @@
 // The CPU kernels of one ISA (cpu_kernels.cpp): batch normalisation (its
-// statistics in the CUDA twins' order) and layer normalisation.
+// statistics in the CUDA twins' order), layer normalisation and RMS
+// normalisation.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -247,6 +248,111 @@ void CpuImpl::layerNormBackwardWeights(ConstTensorView x, ConstTensorView dy, fl
       }
       dgain[c] += sumGXhat;
       dbias[c] += sumG;
+    }
+  }
+}
+
+}  // namespace strata::nn::STRATA_CPU_ISA
+
+// ---- RMS normalisation ------------------------------------------------------------
+
+namespace strata::nn::STRATA_CPU_ISA {
+
+namespace {
+// 1 / sqrt(mean of x^2 + eps) over the c channels of each of `plane`
+// positions of one example (channel-major, stride plane).
+void positionInvRms(const float* x, int c, int64_t plane, float eps, float* invRms) {
+  std::fill_n(invRms, plane, 0.0f);
+  for (int ch = 0; ch < c; ++ch) {
+    const float* xc = x + ch * plane;
+    for (int64_t p = 0; p < plane; ++p)
+      invRms[p] += xc[p] * xc[p];
+  }
+  const float inv = 1.0f / static_cast<float>(c);
+  for (int64_t p = 0; p < plane; ++p)
+    invRms[p] = 1.0f / std::sqrt(invRms[p] * inv + eps);
+}
+}  // namespace
+
+void CpuImpl::rmsNormForward(ConstTensorView x, const float* gain, float eps, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kRmsNormFwd, double(x.elements())))
+    return;
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  // Examples are independent; each thread keeps its positions' statistics.
+  const int parts = examplesParts(x.dims.n, x.dims.perExample());
+  reserveScratch(parts, plane);
+  team_.forEach(parts, [&](int t) {
+    float* invRms = scratch_[size_t(t)].data();
+    const auto [first, last] = partOf(x.dims.n, parts, t);
+    for (int64_t n = first; n < last; ++n) {
+      const float* in = x.data + n * x.dims.perExample();
+      float* out = y.data + n * y.dims.perExample();
+      positionInvRms(in, x.dims.c, plane, eps, invRms);
+      for (int c = 0; c < x.dims.c; ++c)
+        for (int64_t p = 0; p < plane; ++p)
+          out[c * plane + p] = gain[c] * in[c * plane + p] * invRms[p];
+    }
+  });
+}
+
+// With g = gain * dy and xhat = x / rms over the c channels of a position:
+// d(xhat_i)/d(x_j) = (delta_ij - xhat_i xhat_j / c) / rms, so
+// dx = (g - xhat mean(g * xhat)) / rms.
+void CpuImpl::rmsNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain,
+                                  float eps, TensorView dx, float beta) {
+  checkSameDims(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  if (!runs(MemKernel::kRmsNormBwdData, double(x.elements())))
+    return;
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const float inv = 1.0f / static_cast<float>(x.dims.c);
+  const int parts = examplesParts(x.dims.n, x.dims.perExample());
+  reserveScratch(parts, 2 * plane);
+  team_.forEach(parts, [&](int t) {
+    float* invRms = scratch_[size_t(t)].data();
+    float* meanGXhat = invRms + plane;
+    const auto [first, last] = partOf(x.dims.n, parts, t);
+    for (int64_t n = first; n < last; ++n) {
+      const float* in = x.data + n * x.dims.perExample();
+      const float* g = dy.data + n * dy.dims.perExample();
+      float* out = dx.data + n * dx.dims.perExample();
+      positionInvRms(in, x.dims.c, plane, eps, invRms);
+      std::fill_n(meanGXhat, plane, 0.0f);
+      for (int c = 0; c < x.dims.c; ++c)
+        for (int64_t p = 0; p < plane; ++p)
+          meanGXhat[p] += gain[c] * g[c * plane + p] * in[c * plane + p] * invRms[p];
+      for (int64_t p = 0; p < plane; ++p)
+        meanGXhat[p] *= inv;
+      for (int c = 0; c < x.dims.c; ++c)
+        for (int64_t p = 0; p < plane; ++p) {
+          const int64_t i = c * plane + p;
+          const float xhat = in[i] * invRms[p];
+          const float v = invRms[p] * (gain[c] * g[i] - xhat * meanGXhat[p]);
+          out[i] = beta == 0.0f ? v : beta * out[i] + v;
+        }
+    }
+  });
+}
+
+void CpuImpl::rmsNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                                     float* dgain) {
+  checkSameDims(x.dims, dy.dims);
+  if (!runs(MemKernel::kRmsNormBwdWeights, double(x.elements())))
+    return;
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  rowInvStd_.resize(static_cast<size_t>(plane));
+  for (int n = 0; n < x.dims.n; ++n) {
+    const float* in = x.data + n * x.dims.perExample();
+    const float* g = dy.data + n * dy.dims.perExample();
+    positionInvRms(in, x.dims.c, plane, eps, rowInvStd_.data());
+    for (int c = 0; c < x.dims.c; ++c) {
+      float sum = 0;
+      for (int64_t p = 0; p < plane; ++p) {
+        const int64_t i = c * plane + p;
+        sum += g[i] * in[i] * rowInvStd_[static_cast<size_t>(p)];
+      }
+      dgain[c] += sum;
     }
   }
 }

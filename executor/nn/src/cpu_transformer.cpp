@@ -1,5 +1,5 @@
-// The CPU kernels of one ISA (cpu_kernels.cpp): multi-head attention (its
-// GEMMs and softmax) and token embedding.
+// The CPU kernels of one ISA (cpu_kernels.cpp): multi-head and grouped-query
+// attention (its GEMMs, softmax and rotary positions) and token embedding.
 #include <fmt/format.h>
 
 #include <Eigen/Core>
@@ -24,17 +24,25 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
   checkAttention(d, x.dims, saved);
   checkSameDims(x.dims, y.dims);
   const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int kv = d.keyValueFeatures(), rows = d.qkvFeatures();
+  const int group = d.heads / d.keyValueHeads();  // query heads per key/value head
   const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const int64_t qt = int64_t{rows} * t, vAt = ft + int64_t{kv} * t;  // V's first row
   const float* wqkv = w;
-  const float* wo = w + 3 * int64_t{f} * f;
+  const float* wo = w + int64_t{rows} * f;
+  if (d.rotary && !recordOnly())
+    rotaryTable(dh, t, d.rotaryBase, rotary_);
   for (int n = 0; n < x.dims.n; ++n) {
     const float* xn = x.data + n * ft;
-    float* qkv = saved.qkv.data + n * 3 * ft;
-    teamGemm(GemmOp::kNN, 3 * f, t, f, wqkv, xn, qkv, false);
-    if (bias && runs(MemKernel::kBias, 3.0 * double(ft)))
-      biasAdd(qkv, bias, 3 * f, t);
+    float* qkv = saved.qkv.data + n * qt;
+    teamGemm(GemmOp::kNN, rows, t, f, wqkv, xn, qkv, false);
+    if (bias && runs(MemKernel::kBias, double(qt)))
+      biasAdd(qkv, bias, rows, t);
+    // Q's heads then K's: d.heads + kvHeads blocks of dh rows from row 0.
+    if (d.rotary && runs(MemKernel::kRotary, double(f + kv) * t))
+      rotaryKernel(qkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), false);
     for (int h = 0; h < d.heads; ++h)
-      teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + h * head,
+      teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + (h / group) * head,
                saved.probs + (int64_t{n} * d.heads + h) * tt, false);
   }
   // Whole (example, head) score blocks of t rows per thread: a row's mask
@@ -47,15 +55,15 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
                                         (last - first) * t, t, d.causal, scale);
                    });
   for (int n = 0; n < x.dims.n; ++n) {
-    const float* qkv = saved.qkv.data + n * 3 * ft;
+    const float* qkv = saved.qkv.data + n * qt;
     float* context = saved.context.data + n * ft;
     for (int h = 0; h < d.heads; ++h)
-      teamGemm(GemmOp::kNT, dh, t, t, qkv + 2 * ft + h * head,
+      teamGemm(GemmOp::kNT, dh, t, t, qkv + vAt + (h / group) * head,
                saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
     float* yn = y.data + n * ft;
     teamGemm(GemmOp::kNN, f, t, f, wo, context, yn, false);
     if (bias && runs(MemKernel::kBias, double(ft)))
-      biasAdd(yn, bias + 3 * int64_t{f}, f, t);
+      biasAdd(yn, bias + rows, f, t);
   }
 }
 
@@ -64,13 +72,16 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
                                        const AttentionSaved& saved, float* dw, float* dbias) {
   checkAttention(d, x.dims, saved);
   checkSameDims(x.dims, dy.dims);
-  STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
-  STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * x.dims.perExample());
   const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int kv = d.keyValueFeatures(), rows = d.qkvFeatures();
+  const int group = d.heads / d.keyValueHeads();
+  STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
+  STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, int64_t{rows} * t);
   const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
-  const float* wo = w + 3 * int64_t{f} * f;
+  const int64_t qt = int64_t{rows} * t, vAt = ft + int64_t{kv} * t;
+  const float* wo = w + int64_t{rows} * f;
   float* dwqkv = dw;
-  float* dwo = dw + 3 * int64_t{f} * f;
+  float* dwo = dw + int64_t{rows} * f;
   // Record only: no scratch (the batch's dP is 268 MB an example for
   // gpt3-xl); the pointers below are formed but never used, so they point
   // into buffers of the Model of at least the size (the context, the scores).
@@ -81,20 +92,25 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     dprobs_.resize(static_cast<size_t>(int64_t{x.dims.n} * d.heads * tt));
     dc = dcontext_.data();
     dprobs = dprobs_.data();
+    if (d.rotary)
+      rotaryTable(dh, t, d.rotaryBase, rotary_);
   }
+  // A key/value head's gradients sum over its group's query heads: the
+  // group's first head writes them, the others add.
   for (int n = 0; n < x.dims.n; ++n) {
     const float* dyn = dy.data + n * ft;
-    const float* qkv = saved.qkv.data + n * 3 * ft;
-    float* dqkv = saved.dqkv.data + n * 3 * ft;
+    const float* qkv = saved.qkv.data + n * qt;
+    float* dqkv = saved.dqkv.data + n * qt;
     teamGemm(GemmOp::kNT, f, f, t, dyn, saved.context.data + n * ft, dwo, true);
     if (dbias && runs(MemKernel::kBiasGrad, double(ft)))
-      biasGrad(dyn, dbias + 3 * int64_t{f}, f, t);
+      biasGrad(dyn, dbias + rows, f, t);
     teamGemm(GemmOp::kTN, f, t, f, wo, dyn, dc, false);
     for (int h = 0; h < d.heads; ++h) {
       const int64_t at = (int64_t{n} * d.heads + h) * tt;
-      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + 2 * ft + h * head, dprobs + at, false);
-      teamGemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + at, dqkv + 2 * ft + h * head,
-               false);
+      const int64_t g = h / group;
+      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + vAt + g * head, dprobs + at, false);
+      teamGemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + at, dqkv + vAt + g * head,
+               h % group != 0);
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
@@ -105,16 +121,21 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
                                          dprobs + first * tt, (last - first) * t, t, scale);
                    });
   for (int n = 0; n < x.dims.n; ++n) {
-    const float* qkv = saved.qkv.data + n * 3 * ft;
-    float* dqkv = saved.dqkv.data + n * 3 * ft;
+    const float* qkv = saved.qkv.data + n * qt;
+    float* dqkv = saved.dqkv.data + n * qt;
     for (int h = 0; h < d.heads; ++h) {
       const float* ds = dprobs + (int64_t{n} * d.heads + h) * tt;
-      teamGemm(GemmOp::kNT, dh, t, t, qkv + ft + h * head, ds, dqkv + h * head, false);
-      teamGemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + ft + h * head, false);
+      const int64_t g = h / group;
+      teamGemm(GemmOp::kNT, dh, t, t, qkv + ft + g * head, ds, dqkv + h * head, false);
+      teamGemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + ft + g * head, h % group != 0);
     }
-    teamGemm(GemmOp::kNT, 3 * f, f, t, dqkv, x.data + n * ft, dwqkv, true);
-    if (dbias && runs(MemKernel::kBiasGrad, 3.0 * double(ft)))
-      biasGrad(dqkv, dbias, 3 * f, t);
+    // The gradients of the turned Q and K, turned back: those of the
+    // projection's Q and K.
+    if (d.rotary && runs(MemKernel::kRotary, double(f + kv) * t))
+      rotaryKernel(dqkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), true);
+    teamGemm(GemmOp::kNT, rows, f, t, dqkv, x.data + n * ft, dwqkv, true);
+    if (dbias && runs(MemKernel::kBiasGrad, double(qt)))
+      biasGrad(dqkv, dbias, rows, t);
   }
 }
 
@@ -123,12 +144,47 @@ void CpuImpl::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv
   STRATA_ENFORCE_OP(dqkv.dims.n, ==, dx.dims.n);
   STRATA_ENFORCE_OP(dx.dims.c, ==, d.features);
   STRATA_ENFORCE_OP(int64_t{dx.dims.h} * dx.dims.w, ==, d.positions);
-  STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, 3 * dx.dims.perExample());
-  const int f = d.features, t = d.positions;
-  const int64_t ft = int64_t{f} * t;
+  const int f = d.features, t = d.positions, rows = d.qkvFeatures();
+  STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, int64_t{rows} * t);
+  const int64_t ft = int64_t{f} * t, qt = int64_t{rows} * t;
   scaleForBeta(dx, beta);
   for (int n = 0; n < dx.dims.n; ++n)
-    teamGemm(GemmOp::kTN, f, t, 3 * f, w, dqkv.data + n * 3 * ft, dx.data + n * ft, true);
+    teamGemm(GemmOp::kTN, f, t, rows, w, dqkv.data + n * qt, dx.data + n * ft, true);
+}
+
+void CpuImpl::rotaryTable(int dh, int t, float base, std::vector<float>& table) {
+  const int half = dh / 2;
+  table.resize(2 * static_cast<size_t>(half) * static_cast<size_t>(t));
+  // theta_i = base^(-2i/dh) (Su et al. 2021, eq. 15); the angle p theta_i in
+  // double, so that long contexts keep their digits.
+  for (int i = 0; i < half; ++i) {
+    const double theta = std::pow(double(base), -2.0 * i / dh);
+    for (int p = 0; p < t; ++p) {
+      const double angle = p * theta;
+      table[2 * (size_t(i) * size_t(t) + size_t(p))] = static_cast<float>(std::cos(angle));
+      table[2 * (size_t(i) * size_t(t) + size_t(p)) + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void CpuImpl::rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+                           bool inverse) {
+  const int half = dh / 2;
+  const float sign = inverse ? -1.0f : 1.0f;  // R^T turns by minus the angle
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* block = x + b * dh * int64_t{t};
+    for (int i = 0; i < half; ++i) {
+      float* lo = block + int64_t{i} * t;
+      float* hi = block + int64_t{i + half} * t;
+      const float* cs = table + 2 * int64_t{i} * t;
+      for (int p = 0; p < t; ++p) {
+        const float c = cs[2 * p], s = sign * cs[2 * p + 1];
+        const float a = lo[p], h = hi[p];
+        lo[p] = a * c - h * s;
+        hi[p] = h * c + a * s;
+      }
+    }
+  }
 }
 
 void CpuImpl::attnSoftmaxForward(const float* s, float* p, int64_t rows, int t, bool causal,

@@ -266,6 +266,7 @@ auto CudaBackend::attentionOps(const std::string& where, CUstream_st* st) {
 void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
                                    const float* bias, const AttentionSaved& saved, TensorView y) {
   checkAttention(d, x.dims, saved);
+  STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
   checkSameDims(x.dims, y.dims);
   const int n = x.dims.n;
   if (n == 0)
@@ -285,6 +286,7 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
                                            ConstTensorView dy, const float* w,
                                            const AttentionSaved& saved, float* dw, float* dbias) {
   checkAttention(d, x.dims, saved);
+  STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
   checkSameDims(x.dims, dy.dims);
   STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
   STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * x.dims.perExample());

@@ -29,7 +29,15 @@ bool isElementwise(LayerKind kind) {
 
 bool isTransformerKind(const Layer& l) {
   return l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kAttention ||
-         l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kGelu || l.spec.tiedTo >= 0;
+         l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kGelu || l.spec.tiedTo >= 0 ||
+         l.kind == LayerKind::kRmsNorm || l.kind == LayerKind::kSwiglu;
+}
+
+// Llama's layers (Backend::runsLlamaLayers): rmsnorm, swiglu, and attention
+// with grouped keys and values or rotary positions.
+bool isLlamaKind(const Layer& l) {
+  return l.kind == LayerKind::kRmsNorm || l.kind == LayerKind::kSwiglu ||
+         (l.kind == LayerKind::kAttention && (l.kvHeads() != l.spec.heads || l.spec.rotary));
 }
 
 }  // namespace
@@ -113,6 +121,11 @@ Model::Model(const Network& network, ModelOptions options)
       unsupported(network_, l,
                   fmt::format("the {} backend does not run transformer layers yet (the cpu "
                               "backend does)",
+                              backend_->name()));
+    if (isLlamaKind(layer) && !backend_->runsLlamaLayers())
+      unsupported(network_, l,
+                  fmt::format("the {} backend does not run Llama's layers yet (rmsnorm, swiglu, "
+                              "grouped-query or rotary attention); the cpu backend does",
                               backend_->name()));
     if (layer.spec.tiedTo >= 0 &&
         (layer.kind != LayerKind::kFc || layer.spec.flatten ||
@@ -203,9 +216,13 @@ Model::Model(const Network& network, ModelOptions options)
         b.weights = (int64_t{layer.spec.vocab} + layer.spec.positions) * layer.spec.outputs;
         break;
       case LayerKind::kAttention:
-        // Wqkv (3d x d), Wo (d x d); biases bqkv (3d), bo (d).
-        b.weights = 4 * int64_t{layer.inShape.c} * layer.inShape.c;
-        b.bias = layer.spec.bias ? 4 * int64_t{layer.inShape.c} : 0;
+        // Wqkv (rows x d: 3d, or d + 2 kv with grouped keys and values), Wo
+        // (d x d); biases bqkv (rows), bo (d).
+        b.weights = (layer.qkvRows() + layer.inShape.c) * layer.inShape.c;
+        b.bias = layer.spec.bias ? layer.qkvRows() + layer.inShape.c : 0;
+        break;
+      case LayerKind::kRmsNorm:
+        b.weights = layer.inShape.c;  // gain
         break;
       default:
         break;
@@ -235,7 +252,8 @@ Model::Model(const Network& network, ModelOptions options)
     const auto store = [&] {
       upload(memory, params_.data() + b.offset, std::span<const float>(w));
     };
-    if (layer.kind == LayerKind::kBatchNorm || layer.kind == LayerKind::kLayerNorm) {
+    if (layer.kind == LayerKind::kBatchNorm || layer.kind == LayerKind::kLayerNorm ||
+        layer.kind == LayerKind::kRmsNorm) {
       std::fill(w.begin(), w.end(), 1.0f);
       store();
       continue;

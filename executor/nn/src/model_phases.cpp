@@ -45,7 +45,13 @@ PoolDesc poolDesc(const Layer& l) {
 }
 
 AttentionDesc attentionDesc(const Layer& l) {
-  return AttentionDesc{l.inShape.c, l.inShape.h * l.inShape.w, l.spec.heads, l.spec.causal};
+  return AttentionDesc{l.inShape.c,
+                       l.inShape.h * l.inShape.w,
+                       l.spec.heads,
+                       l.spec.causal,
+                       l.kvHeads(),
+                       l.spec.rotary,
+                       static_cast<float>(l.spec.rotaryBase)};
 }
 
 EmbeddingDesc embeddingDesc(const Layer& l) {
@@ -159,7 +165,7 @@ void Model::forward(int layer, ExampleRange r) {
       break;
     case LayerKind::kAttention: {
       const AttentionDesc d = attentionDesc(spec);
-      const Dims qkvDims{st.out.n(), 3 * d.features, spec.inShape.h, spec.inShape.w};
+      const Dims qkvDims{st.out.n(), d.qkvFeatures(), spec.inShape.h, spec.inShape.w};
       st.qkv.resize(qkvDims);
       st.dqkv.resize(qkvDims);
       st.context.resize(st.out.dims());
@@ -173,6 +179,12 @@ void Model::forward(int layer, ExampleRange r) {
       break;
     case LayerKind::kGelu:
       be.geluForward(x, y);
+      break;
+    case LayerKind::kRmsNorm:
+      be.rmsNormForward(x, w, static_cast<float>(spec.spec.eps), y);
+      break;
+    case LayerKind::kSwiglu:
+      be.swigluForward(x, y);
       break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
@@ -275,6 +287,12 @@ void Model::backwardData(int layer, ExampleRange r) {
     case LayerKind::kGelu:
       be.geluBackward(x, dy, dx, beta);
       break;
+    case LayerKind::kRmsNorm:
+      be.rmsNormBackwardData(x, dy, w, static_cast<float>(spec.spec.eps), dx, beta);
+      break;
+    case LayerKind::kSwiglu:
+      be.swigluBackward(x, dy, dx, beta);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -310,6 +328,9 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       break;
     case LayerKind::kLayerNorm:
       backend_->layerNormBackwardWeights(x, dy, options_.layerNormEps, dw, dw + b.weights);
+      break;
+    case LayerKind::kRmsNorm:
+      backend_->rmsNormBackwardWeights(x, dy, static_cast<float>(spec.spec.eps), dw);
       break;
     case LayerKind::kEmbedding:
       backend_->embeddingBackwardWeights(embeddingDesc(spec), x, dy, dw);

@@ -387,12 +387,16 @@ void Worker::startRound(int r) {
     copyOnStream(boundary.data() + own.first * row, in.data() + roundOffset(r, w_) * row,
                  (own.second - own.first) * row);
   }
-  std::vector<int32_t> labels(static_cast<size_t>(batch) * positions());
-  size_t at = 0;
-  for (const auto& [v, rows] : roundRows(r))
-    for (int64_t e = rows.first; e < rows.second; ++e)
-      for (int p = 0; p < positions(); ++p)
-        labels[at++] = dataset_.label(firstExample(step_, k_, v, b_) + e);
+  // The labels of each position, as the data-parallel part reads them: for
+  // token sequences the next token at each position, not one per example.
+  std::vector<int32_t> labels;
+  labels.reserve(static_cast<size_t>(batch) * static_cast<size_t>(positions()));
+  for (const auto& [v, rows] : roundRows(r)) {
+    const auto part = dataset_.labels(firstExample(step_, k_, v, b_) + rows.first,
+                                      static_cast<int>(rows.second - rows.first), positions());
+    labels.insert(labels.end(), part.begin(), part.end());
+  }
+  STRATA_ENFORCE_OP(static_cast<int64_t>(labels.size()), ==, int64_t{batch} * positions());
   model_.setLabels(labels);
 }
 

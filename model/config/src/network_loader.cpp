@@ -1,11 +1,13 @@
-// Loads networks from YAML (schema in docs/configs.md) and expands the
-// `bottleneck` block into the layers of a ResNet bottleneck.
+// Loads networks from YAML (schema in docs/configs.md) and expands the blocks:
+// `bottleneck` into the layers of a ResNet bottleneck, `transformer` into a
+// pre-LN GPT-2 block's and `llama` into a Llama block's.
 #include "strata/model/network_loader.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <unordered_map>
 
 #include "config_node.h"
@@ -33,7 +35,7 @@ LayerKind parseKind(const ConfigNode& n) {
   if (const auto kind = parseLayerKind(s))
     return *kind;
   n.fail("unknown layer kind '" + s + "' (expected " + layerKindNames() +
-         ", bottleneck, transformer)");
+         ", bottleneck, transformer, llama)");
 }
 
 void readKernel(const ConfigNode& n, LayerSpec& spec, bool required) {
@@ -45,6 +47,24 @@ void readKernel(const ConfigNode& n, LayerSpec& spec, bool required) {
   } else if (required) {
     n.require("kernel");
   }
+}
+
+// An RMSNorm's epsilon: positive and small (Llama 2 uses 1e-5, and 1e-6
+// for some releases).
+double readEps(const ConfigNode& n) {
+  const double eps = n.asDouble();
+  if (!(eps > 0 && eps < 1))
+    n.fail(fmt::format("must be in (0, 1), got {}", eps));
+  return eps;
+}
+
+// The base of rotary positions' angles: above 1 (10000 in Su et al. 2021 and
+// Llama 2, 500000 in Llama 3).
+double readRotaryBase(const ConfigNode& n) {
+  const double base = n.asDouble();
+  if (!(base > 1))
+    n.fail(fmt::format("must be over 1, got {}", base));
+  return base;
 }
 
 RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
@@ -107,6 +127,17 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       s.heads = n.require("heads").asPositiveInt();
       s.causal = n.boolOr("causal", true);
       s.bias = n.boolOr("bias", true);
+      s.kvHeads = n.positiveIntOr("kv_heads", s.heads);  // divides heads: deriveAttention
+      s.rotary = n.boolOr("rotary", false);
+      if (auto base = n.get("rotary_base")) {
+        if (!s.rotary)
+          base->fail("rotary_base applies only with rotary: true");
+        s.rotaryBase = readRotaryBase(*base);
+      }
+      break;
+    case LayerKind::kRmsNorm:
+      if (auto eps = n.get("eps"))
+        s.eps = readEps(*eps);
       break;
     case LayerKind::kRnn: {
       s.hidden = n.require("hidden").asPositiveInt();
@@ -155,6 +186,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kSoftmax:
     case LayerKind::kLayerNorm:
     case LayerKind::kGelu:
+    case LayerKind::kSwiglu:
       break;
   }
   if (auto in = n.get("input"))
@@ -290,6 +322,65 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
   }
 }
 
+// Expands `llama` (a Llama block: Touvron et al., "Llama 2: Open Foundation
+// and Fine-Tuned Chat Models", 2023, section 2.2, and Hugging Face
+// transformers' LlamaDecoderLayer) into its layers:
+//   attn_norm (rmsnorm) -> attn (grouped-query, rotary, no bias) -> add1
+//   (+ block input) -> mlp_norm (rmsnorm) -> gate_up (fc, 2 hidden, no bias:
+//   the gate's f rows, then the up projection's) -> swiglu -> down (fc back
+//   to the width, no bias) -> add2 (+ add1).
+void expandLlama(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
+  n.allowOnly(
+      {"name", "kind", "input", "heads", "kv_heads", "hidden", "eps", "rotary_base", "repeat"});
+  const auto name = n.require("name").asString();
+  LayerSpec attention;
+  attention.heads = n.require("heads").asPositiveInt();
+  attention.kvHeads = n.positiveIntOr("kv_heads", attention.heads);
+  attention.causal = true;
+  attention.bias = false;
+  attention.rotary = true;
+  if (auto base = n.get("rotary_base"))
+    attention.rotaryBase = readRotaryBase(*base);
+  const int hidden = n.require("hidden").asPositiveInt();
+  if (hidden > std::numeric_limits<int>::max() / 2)
+    n.require("hidden").fail(fmt::format("2 x {} gate and up rows are over {}", hidden,
+                                         std::numeric_limits<int>::max()));
+  LayerSpec norm;
+  if (auto eps = n.get("eps"))
+    norm.eps = readEps(*eps);
+  const int repeat = n.positiveIntOr("repeat", 1);
+  if (int64_t{repeat} * 8 + static_cast<int64_t>(out.size()) > kMaxNetworkLayers)
+    n.require("repeat").fail(fmt::format(
+        "{} blocks would make more than {} layers; the largest real networks have a few thousand",
+        repeat, kMaxNetworkLayers));
+  std::string prev = n.has("input") ? n.require("input").asString() : "";
+  auto add = [&](const std::string& layerName, LayerKind kind, std::vector<std::string> inputs,
+                 LayerSpec spec, bool starts = false) {
+    out.push_back(blockLayer(n, index, layerName, kind, std::move(inputs), spec, starts));
+  };
+  auto fc = [](int outputs) {
+    LayerSpec spec;
+    spec.outputs = outputs;
+    spec.flatten = false;  // the same weights at every position
+    spec.bias = false;
+    return spec;
+  };
+  for (int r = 1; r <= repeat; ++r) {
+    const std::string b = repeat == 1 ? name : fmt::format("{}.{}", name, r);
+    std::vector<std::string> blockIn =
+        prev.empty() ? std::vector<std::string>{} : std::vector<std::string>{prev};
+    add(b + ".attn_norm", LayerKind::kRmsNorm, blockIn, norm, true);
+    add(b + ".attn", LayerKind::kAttention, {}, attention);
+    add(b + ".add1", LayerKind::kAdd, {"@block-input", b + ".attn"}, {});
+    add(b + ".mlp_norm", LayerKind::kRmsNorm, {}, norm);
+    add(b + ".gate_up", LayerKind::kFc, {}, fc(2 * hidden));
+    add(b + ".swiglu", LayerKind::kSwiglu, {}, {});
+    add(b + ".down", LayerKind::kFc, {}, fc(-1));  // width: set when the input is known
+    add(b + ".add2", LayerKind::kAdd, {b + ".add1", b + ".down"}, {});
+    prev = b + ".add2";
+  }
+}
+
 }  // namespace
 
 std::string modelParallelObstacle(const Network& net, int from) {
@@ -379,6 +470,8 @@ Network loadNetwork(const std::string& path) {
       expandBottleneck(n, static_cast<int>(i), raws);
     } else if (kindNode.asString() == "transformer") {
       expandTransformer(n, static_cast<int>(i), raws);
+    } else if (kindNode.asString() == "llama") {
+      expandLlama(n, static_cast<int>(i), raws);
     } else {
       raws.push_back(readLayer(n, parseKind(kindNode), static_cast<int>(i)));
     }
@@ -432,7 +525,8 @@ Network loadNetwork(const std::string& path) {
       raw.layer.inputs.push_back(it->second);
       inShapes.push_back(shapes[static_cast<size_t>(it->second)]);
     }
-    // A transformer block's fc2 returns to the width of the block's input.
+    // A transformer (llama) block's fc2 (down) returns to the width of the
+    // block's input.
     if (raw.layer.kind == LayerKind::kFc && raw.layer.spec.outputs < 0) {
       const auto it = blockInput == "input" ? indexOf.end() : indexOf.find(blockInput);
       raw.layer.spec.outputs =

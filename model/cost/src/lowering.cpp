@@ -74,6 +74,11 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const int64_t d = l.inShape.c;
   const int64_t t = inArea;
   const int64_t dh = l.spec.heads > 0 ? d / l.spec.heads : 0;
+  const int64_t rows = l.kind == LayerKind::kAttention ? l.qkvRows() : 0;  // Q, K, V rows
+  // Elements of Q and K per example that rotary positions turn.
+  const double rotated = l.kind == LayerKind::kAttention && l.spec.rotary
+                             ? double(d + (rows - d) / 2) * double(t)
+                             : 0.0;
 
   switch (phase) {
     case Phase::kUpdate: {
@@ -139,12 +144,15 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kAttention: {
           // Per example (x: d x T), per head (Q, K, V: dh x T):
-          //   QKV = Wqkv x; S = Q^T K; P = softmax(S / sqrt(dh), causal);
-          //   C = V P^T; y = Wo C.
+          //   QKV = Wqkv x; [Q, K turned by rotary positions]; S = Q^T K;
+          //   P = softmax(S / sqrt(dh), causal); C = V P^T; y = Wo C.
+          // With grouped keys and values K and V have fewer rows (rows - d
+          // together); each query head scores its group's K.
           const double heads = double(n) * l.spec.heads;
-          gemm(GemmOp::kNN, 3 * d, t, d, double(n));
+          gemm(GemmOp::kNN, rows, t, d, double(n));
           if (l.spec.bias)
-            mem(MemKernel::kBias, 3 * double(d) * double(t), double(n));
+            mem(MemKernel::kBias, double(rows) * double(t), double(n));
+          mem(MemKernel::kRotary, rotated, double(n));
           gemm(GemmOp::kTN, t, t, dh, heads);
           mem(MemKernel::kAttnSoftmaxFwd, heads * double(t) * double(t));
           gemm(GemmOp::kNT, dh, t, t, heads);
@@ -158,6 +166,12 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kGelu:
           mem(MemKernel::kGeluFwd, outElems);
+          break;
+        case LayerKind::kRmsNorm:
+          mem(MemKernel::kRmsNormFwd, outElems);
+          break;
+        case LayerKind::kSwiglu:
+          mem(MemKernel::kSwigluFwd, outElems);
           break;
         case LayerKind::kRnn:
           break;
@@ -222,13 +236,19 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // dx = Wqkv^T dQKV, from the dQKV its bwd_weights left.
           if (!summed)
             mem(MemKernel::kZero, inElems);
-          gemm(GemmOp::kTN, d, t, 3 * d, double(n));
+          gemm(GemmOp::kTN, d, t, rows, double(n));
           break;
         case LayerKind::kLayerNorm:
           mem(MemKernel::kLayerNormBwdData, outElems);
           break;
         case LayerKind::kGelu:
           mem(MemKernel::kGeluBwd, outElems);
+          break;
+        case LayerKind::kRmsNorm:
+          mem(MemKernel::kRmsNormBwdData, outElems);
+          break;
+        case LayerKind::kSwiglu:
+          mem(MemKernel::kSwigluBwd, outElems);
           break;
         case LayerKind::kRnn:
           break;
@@ -272,6 +292,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kLayerNorm:
           mem(MemKernel::kLayerNormBwdWeights, outElems);
           break;
+        case LayerKind::kRmsNorm:
+          mem(MemKernel::kRmsNormBwdWeights, outElems);
+          break;
         case LayerKind::kEmbedding:
           mem(MemKernel::kEmbeddingBwd, outElems);
           break;
@@ -279,7 +302,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // Runs before bwd_data (as every layer's), so it carries the
           // backward through the heads that both need, leaving dQKV:
           //   dWo += dy C^T; dC = Wo^T dy; per head dP = dC^T V, dV = dC P;
-          //   dS = softmax'(dP); dQ = K dS^T, dK = Q dS; dWqkv += dQKV x^T.
+          //   dS = softmax'(dP); dQ = K dS^T, dK = Q dS; [dQ, dK turned
+          //   back by rotary positions]; dWqkv += dQKV x^T. A group's query
+          //   heads add into its dK and dV (the same GEMMs, accumulating).
           const double heads = double(n) * l.spec.heads;
           gemm(GemmOp::kNT, d, d, t, double(n));
           if (l.spec.bias)
@@ -290,9 +315,10 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           mem(MemKernel::kAttnSoftmaxBwd, heads * double(t) * double(t));
           gemm(GemmOp::kNT, dh, t, t, heads);
           gemm(GemmOp::kNN, dh, t, t, heads);
-          gemm(GemmOp::kNT, 3 * d, d, t, double(n));
+          mem(MemKernel::kRotary, rotated, double(n));
+          gemm(GemmOp::kNT, rows, d, t, double(n));
           if (l.spec.bias)
-            mem(MemKernel::kBiasGrad, 3 * double(d) * double(t), double(n));
+            mem(MemKernel::kBiasGrad, double(rows) * double(t), double(n));
           break;
         }
         default:
@@ -443,17 +469,20 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
     // scores: heads x T x T): forward x, the weights (Wqkv and Wo), QKV, the
     // probabilities, the context; backward weights dy, the context, Wo, dC,
     // QKV, the probabilities, dS, dQKV, x; backward data dQKV and Wqkv.
+    // QKV is rows x T an example (3 d without grouped keys and values).
     const double d = l.inShape.c, t = double(l.inShape.h) * l.inShape.w;
+    const double rows = double(l.qkvRows());
     const double x = wholeBatch * d * t, scores = wholeBatch * l.spec.heads * t * t;
+    const double qkv = wholeBatch * rows * t;
     if (phase == Phase::kFwd) {
-      for (double units : {x, 4 * d * d, 3 * x, scores, x})
+      for (double units : {x, (rows + d) * d, qkv, scores, x})
         cast(MemKernel::kCastBf16, units);
     } else if (phase == Phase::kBwdWeights) {
-      for (double units : {x, x, d * d, x, 3 * x, scores, scores, 3 * x, x})
+      for (double units : {x, x, d * d, x, qkv, scores, scores, qkv, x})
         cast(MemKernel::kCastBf16, units);
     } else {
-      cast(MemKernel::kCastBf16, 3 * x);
-      cast(MemKernel::kCastBf16, 3 * d * d);
+      cast(MemKernel::kCastBf16, qkv);
+      cast(MemKernel::kCastBf16, rows * d);
     }
   }
   return calls;

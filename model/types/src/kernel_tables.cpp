@@ -42,7 +42,9 @@ constexpr std::string_view kMemNames[kMemKernelCount] = {
     "pool_max_fwd_2x2", "pool_avg_fwd_2x2", "pool_avg_bwd_2x2",
     "layernorm_fwd", "layernorm_bwd_data", "layernorm_bwd_weights", "gelu_fwd",     "gelu_bwd",
     "attn_softmax_fwd", "attn_softmax_bwd", "embedding_fwd",        "embedding_bwd", "adam",
-    "cast_bf16",     "cast_fp32"};
+    "cast_bf16",     "cast_fp32",
+    "rmsnorm_fwd",   "rmsnorm_bwd_data",   "rmsnorm_bwd_weights",   "swiglu_fwd",   "swiglu_bwd",
+    "rotary"};
 // clang-format on
 
 // Position of x among increasing grid values, in log space: index i and

@@ -242,33 +242,58 @@ void deriveAttention(LayerDerivation& d) {
   if (s.heads <= 0 || in.c % s.heads != 0)
     throw ConfigError(file, layer.configLine, key + ".heads",
                       fmt::format("heads {} must divide the {} channels", s.heads, in.c));
-  // Per example, with T = h w positions of d = c features: the Q, K, V
-  // projections 3 T d^2, scores Q K^T T^2 d, context P V T^2 d and the
-  // output projection T d^2 multiply-accumulates (Narayanan et al.,
-  // "Efficient Large-Scale Language Model Training on GPU Clusters Using
-  // Megatron-LM", SC 2021, section 5.1: 8 b s h^2 + 4 b s^2 h FLOPs).
+  const int kvHeads = layer.kvHeads();
+  if (kvHeads <= 0 || s.heads % kvHeads != 0)
+    throw ConfigError(file, layer.configLine, key + ".kv_heads",
+                      fmt::format("kv_heads {} must divide heads {} (each key/value head serves "
+                                  "heads / kv_heads query heads)",
+                                  kvHeads, s.heads));
+  const int64_t dh = in.c / s.heads;
+  if (s.rotary && dh % 2 != 0)
+    throw ConfigError(file, layer.configLine, key + ".rotary",
+                      fmt::format("rotary positions turn pairs of features: the {} features per "
+                                  "head ({} channels / {} heads) must be even",
+                                  dh, in.c, s.heads));
+  // Per example, with T = h w positions of d = c features and kv = d
+  // kv_heads / heads features of K and of V: the Q and output projections
+  // 2 T d^2, the K and V projections 2 T d kv, scores Q K^T T^2 d and
+  // context P V T^2 d multiply-accumulates (Narayanan et al., "Efficient
+  // Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+  // SC 2021, section 5.1: 8 b s h^2 + 4 b s^2 h FLOPs with kv = d; grouped
+  // keys and values, Ainslie et al. 2023, shrink only the K and V
+  // projections: each query head still scores all T keys of its group's K).
   const int64_t t = d.count({in.h, in.w}, "positions");
-  const int64_t projection = d.count({4, t, in.c, in.c}, "multiply-accumulates");
+  const int64_t kv = dh * kvHeads;
+  const int64_t rows = d.count({in.c + 2 * kv}, "parameters");  // Q, K, V rows
+  const int64_t projection = d.count({t, in.c, rows + in.c}, "multiply-accumulates");
   const int64_t mixing = d.count({2, t, t, in.c}, "multiply-accumulates");
   const int64_t scores = d.count({s.heads, t, t}, "attention scores");
-  layer.params =
-      d.count({d.count({4, in.c, in.c}, "parameters") + (s.bias ? 4 * in.c : 0)}, "parameters");
+  layer.params = d.count({d.count({rows + in.c, in.c}, "parameters") + (s.bias ? rows + in.c : 0)},
+                         "parameters");
+  // Rotary positions turn each (i, i + dh/2) pair of Q's and K's features of
+  // each position by its angle: 2 multiplies and an add per element, each
+  // way (the angles' sines and cosines are a table over T, not counted).
+  const double rotated = s.rotary ? double(t) * double(in.c + kv) : 0.0;
   // Backward is twice forward: both operands of the scores and of the
   // context GEMMs take a gradient, and so do the projections' inputs and
   // weights. The executor runs bwd_weights first and it carries the
   // gradient through the heads that both phases need (dQKV): the weight
-  // gradients 4 T d^2, dC = Wo^T dy T d^2 and the heads 4 T^2 d; bwd_data
-  // is dx = Wqkv^T dQKV, 3 T d^2 (model/cost/src/lowering.cpp, lowerCpu).
-  layer.fwdFlops = 2 * double(projection + mixing);
-  layer.bwdDataFlops = 2 * 3 * double(t) * in.c * in.c;
-  layer.bwdWeightsFlops = 2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c;
-  // Memory: x, Q K V, the context and the output per position (6 T d),
-  // and the scores written, read by the softmax and written again (3 H T^2).
+  // gradients T d (rows + d), dC = Wo^T dy T d^2, the heads 4 T^2 d and the
+  // rotation turned back; bwd_data is dx = Wqkv^T dQKV, T d rows
+  // (model/cost/src/lowering.cpp, lowerCpu).
+  layer.fwdFlops = 2 * double(projection + mixing) + 3 * rotated;
+  layer.bwdDataFlops = 2 * double(t) * in.c * double(rows);
+  layer.bwdWeightsFlops =
+      2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c + 3 * rotated;
+  // Memory: x, Q K V, the context and the output per position (6 T d with
+  // kv = d), Q and K read and written again by the rotation, and the scores
+  // written, read by the softmax and written again (3 H T^2).
   const double td = double(t) * in.c;
-  layer.fwdElems = 6 * td + 3 * double(scores);
-  layer.bwdDataElems = 5 * td;  // read dQKV, write dx (with its zero fill)
+  const double tq = double(t) * double(rows);
+  layer.fwdElems = 3 * td + tq + 2 * rotated + 3 * double(scores);
+  layer.bwdDataElems = tq + 2 * td;  // read dQKV, write dx (with its zero fill)
   layer.bwdWeightsElems = 2 * layer.fwdElems;
-  layer.savedElems = 4 * td + double(scores);
+  layer.savedElems = tq + td + double(scores);
   layer.outShape = out;
   d.done = true;
 }
@@ -292,6 +317,42 @@ void deriveGelu(LayerDerivation& d) {
   layer.bwdDataFlops = 12 * nIn;
 }
 
+// RMSNorm (Zhang & Sennrich, "Root Mean Square Layer Normalization", NeurIPS
+// 2019, eq. 4; Llama): y = x / sqrt(mean over the channels of x^2 + eps) * g,
+// a gain g per channel and no bias.
+void deriveRmsNorm(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const double nIn = d.nIn;
+  layer.params = int64_t{in.c};  // gain per channel
+  // Square and sum (2), then scale by 1/rms and by the gain (2) per element;
+  // bwd_data per element: xhat = x/rms, g dy, their product summed (4),
+  // then (g dy - xhat mean(g dy xhat)) / rms (3); bwd_weights dg += dy xhat (3).
+  layer.fwdFlops = 4 * nIn;
+  layer.bwdDataFlops = 7 * nIn;
+  layer.bwdWeightsFlops = 3 * nIn;
+}
+
+// SwiGLU's gate (Shazeer, "GLU Variants Improve Transformer", 2020, eq. 5;
+// Llama's MLP): input channels [0, f) are a, [f, 2f) are b, and the output
+// silu(a) * b has f channels, silu(a) = a sigmoid(a).
+void deriveSwiglu(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  if (in.c % 2 != 0)
+    throw ConfigError(d.file, layer.configLine, d.key + ".input",
+                      fmt::format("swiglu gates one half of its input's channels with the other: "
+                                  "{} channels is odd",
+                                  in.c));
+  d.out = Shape{in.c / 2, in.h, in.w};
+  const double nOut = static_cast<double>(d.out.elements());
+  // sigmoid (exp, add, divide), times a, times b: 5 per output; backward
+  // recomputes sigmoid (3), silu' = s (1 + a (1 - s)) (4) and the two
+  // gradients dy b silu'(a), dy silu(a) (4).
+  layer.fwdFlops = 5 * nOut;
+  layer.bwdDataFlops = 11 * nOut;
+}
+
 // The YAML keys of each kind besides `name` and `kind`.
 constexpr std::string_view kConvKeys[] = {"input",  "filters", "kernel", "kernel_h", "kernel_w",
                                           "stride", "pad",     "groups", "bias"};
@@ -303,7 +364,9 @@ constexpr std::string_view kLrnKeys[] = {"input", "size"};
 constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
 constexpr std::string_view kAddKeys[] = {"inputs"};
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
-constexpr std::string_view kAttentionKeys[] = {"input", "heads", "causal", "bias"};
+constexpr std::string_view kAttentionKeys[] = {"input",    "heads",  "causal",     "bias",
+                                               "kv_heads", "rotary", "rotary_base"};
+constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kInputKey[] = {"input"};
 
 // One row per kind, in LayerKind order.
@@ -322,6 +385,8 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kAttention, "attention", kAttentionKeys, deriveAttention},
     {LayerKind::kLayerNorm, "layernorm", kInputKey, deriveLayerNorm},
     {LayerKind::kGelu, "gelu", kInputKey, deriveGelu},
+    {LayerKind::kRmsNorm, "rmsnorm", kRmsNormKeys, deriveRmsNorm},
+    {LayerKind::kSwiglu, "swiglu", kInputKey, deriveSwiglu},
 });
 
 constexpr bool rowsInKindOrder() {

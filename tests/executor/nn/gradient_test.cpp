@@ -14,11 +14,14 @@
 // or a missing term is an error of the order of the gradient itself.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <functional>
 #include <numeric>
 
 #include "helpers.h"
+#include "strata/exec/nn/cpu_backend.h"
 
 namespace strata::nn {
 namespace {
@@ -72,9 +75,14 @@ void compare(const std::string& what, std::span<const float> analytic,
 // Checks d(objective)/d(input) and d(objective)/d(every parameter) of `net`.
 // The objective is the softmax loss when the network ends in a softmax, else
 // sum(output * r) for a fixed random r, whose gradient is r.
+// `prepare`, when given, sets the model's parameters first (e.g. gains other
+// than their initial 1).
 void checkGradients(const Network& net, int batch, ModelOptions options = {},
-                    const InputFill& fill = uniformInput, double eps = 1e-2) {
+                    const InputFill& fill = uniformInput, double eps = 1e-2,
+                    const std::function<void(Model&)>& prepare = {}) {
   Model model(net, options);
+  if (prepare)
+    prepare(model);
   fill(model.input(batch).span());
   const int last = model.layerCount() - 1;
   const bool softmax = net.layers.back().kind == LayerKind::kSoftmax;
@@ -346,6 +354,153 @@ TEST_CASE("gelu gradients match central differences", "[gradient][gelu]") {
   NetworkBuilder b({3, 4, 2});
   b.add(LayerKind::kGelu);
   checkGradients(b.network(), 2, {}, [](std::span<float> x) { test::fillUniform(x, 13, -3, 3); });
+}
+
+// ---- Llama's layers --------------------------------------------------------
+
+// Gains drawn in [0.5, 1.5) for every rmsnorm of the model, so that a gain
+// left out of a gradient shows.
+void randomGains(Model& model) {
+  for (int l = 0; l < model.layerCount(); ++l)
+    if (model.network().layers[static_cast<size_t>(l)].kind == LayerKind::kRmsNorm)
+      test::fillUniform(model.parameters(l), static_cast<uint32_t>(17 + l), 0.5f, 1.5f);
+}
+
+LayerSpec rmsNormSpec(double eps = 1e-5) {
+  LayerSpec s;
+  s.eps = eps;
+  return s;
+}
+
+LayerSpec gqaSpec(int heads, int kvHeads, bool rotary, bool bias, double base = 10000) {
+  LayerSpec s = attentionSpec(heads, true, bias);
+  s.kvHeads = kvHeads;
+  s.rotary = rotary;
+  s.rotaryBase = base;
+  return s;
+}
+
+TEST_CASE("rmsnorm gradients match central differences", "[gradient][rmsnorm][llama]") {
+  SECTION("positions along h and w, gains not 1") {
+    NetworkBuilder b({5, 3, 2});
+    b.add(LayerKind::kRmsNorm, rmsNormSpec());
+    checkGradients(b.network(), 2, {}, uniformInput, 1e-2, randomGains);
+  }
+  SECTION("after a per-position fc, a large eps") {
+    NetworkBuilder b({4, 7, 1});
+    b.add(LayerKind::kRmsNorm, rmsNormSpec(0.1));
+    b.add(LayerKind::kFc, test::fcSpec(3, false));
+    b.add(LayerKind::kRmsNorm, rmsNormSpec());
+    checkGradients(b.network(), 3, {}, uniformInput, 1e-2, randomGains);
+  }
+}
+
+TEST_CASE("swiglu gradients match central differences", "[gradient][swiglu][llama]") {
+  // 6 channels: a = channels 0..2, b = 3..5; values over silu's curve.
+  NetworkBuilder b({6, 4, 2});
+  b.add(LayerKind::kSwiglu);
+  checkGradients(b.network(), 2, {}, [](std::span<float> x) { test::fillUniform(x, 13, -3, 3); });
+}
+
+TEST_CASE("grouped-query and rotary attention gradients match central differences",
+          "[gradient][attention][llama]") {
+  // d = 8: 4 query heads of 2 features over 2 or 1 key/value heads, and 2
+  // query heads of 4 features over 1; rotary with base 10 (angles of several
+  // radians within T = 7) and Llama's 10000; biases on one case.
+  struct Case {
+    int heads, kvHeads;
+    bool rotary, bias;
+    double base;
+  };
+  for (const Case c :
+       {Case{4, 2, false, false, 10000}, Case{4, 1, true, false, 10}, Case{2, 1, true, true, 10},
+        Case{4, 2, true, false, 10000}, Case{4, 4, true, false, 10}}) {
+    for (const int t : {7, 5}) {
+      INFO("heads " << c.heads << " kv_heads " << c.kvHeads << " rotary " << c.rotary << " bias "
+                    << c.bias << " base " << c.base << " T " << t);
+      NetworkBuilder b({8, t, 1});
+      b.add(LayerKind::kAttention, gqaSpec(c.heads, c.kvHeads, c.rotary, c.bias, c.base));
+      checkGradients(b.network(), 2);
+    }
+  }
+}
+
+TEST_CASE("rotary positions turn each feature pair by p theta_i, and back", "[rotary][llama]") {
+  // One head of dh = 4 over T = 3: pairs (0, 2) with theta_0 = 1 and (1, 3)
+  // with theta_1 = base^(-1/2) = 0.1 for base 100 (Su et al. 2021, eq. 15).
+  std::vector<float> table;
+  CpuBackend::rotaryTable(4, 3, 100.0f, table);
+  // Features 0 and 1 are 1 and features 2 and 3 are 0 at every position:
+  // after the turn, feature i is cos(p theta_i) and i + 2 is sin(p theta_i).
+  std::vector<float> x = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+  CpuBackend::rotaryKernel(x.data(), 1, 4, 3, table.data(), false);
+  for (int p = 0; p < 3; ++p) {
+    INFO("position " << p);
+    CHECK(x[size_t(p)] == Approx(std::cos(p * 1.0)).margin(1e-6));
+    CHECK(x[size_t(6 + p)] == Approx(std::sin(p * 1.0)).margin(1e-6));
+    CHECK(x[size_t(3 + p)] == Approx(std::cos(p * 0.1)).margin(1e-6));
+    CHECK(x[size_t(9 + p)] == Approx(std::sin(p * 0.1)).margin(1e-6));
+  }
+  // The inverse (R^T) turns it back.
+  CpuBackend::rotaryKernel(x.data(), 1, 4, 3, table.data(), true);
+  const std::vector<float> start = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < x.size(); ++i)
+    CHECK(x[i] == Approx(start[i]).margin(1e-6));
+}
+
+TEST_CASE("grouped-query attention equals multi-head attention with each K and V head repeated",
+          "[attention][llama]") {
+  // d = 8, 4 query heads of 2 features, T = 5. Grouped: 2 key/value heads
+  // (Wqkv rows: Q 0..7, K 8..11, V 12..15, then Wo). Its multi-head twin
+  // repeats K and V head g for query heads 2g and 2g + 1 (rows: Q 0..7, K
+  // 8..15, V 16..23, then Wo): the same outputs, with or without rotary.
+  for (const bool rotary : {false, true}) {
+    INFO("rotary " << rotary);
+    NetworkBuilder g({8, 5, 1}), m({8, 5, 1});
+    g.add(LayerKind::kAttention, gqaSpec(4, 2, rotary, false, 10));
+    m.add(LayerKind::kAttention, gqaSpec(4, 4, rotary, false, 10));
+    Model grouped(g.network()), multi(m.network());
+    const auto wg = grouped.parameters(0);
+    const auto wm = multi.parameters(0);
+    REQUIRE(wg.size() == 16 * 8 + 64);
+    REQUIRE(wm.size() == 24 * 8 + 64);
+    const auto row = [](std::span<float> w, int r) { return w.subspan(size_t(r) * 8, 8); };
+    for (int r = 0; r < 8; ++r)  // Q
+      std::ranges::copy(row(wg, r), row(wm, r).begin());
+    for (int h = 0; h < 4; ++h)  // K and V: query head h reads group h / 2
+      for (int f = 0; f < 2; ++f) {
+        std::ranges::copy(row(wg, 8 + 2 * (h / 2) + f), row(wm, 8 + 2 * h + f).begin());
+        std::ranges::copy(row(wg, 12 + 2 * (h / 2) + f), row(wm, 16 + 2 * h + f).begin());
+      }
+    std::ranges::copy(wg.subspan(128, 64), wm.subspan(192, 64).begin());  // Wo
+    test::fillUniform(grouped.input(2).span(), 5);
+    std::ranges::copy(grouped.input().span(), multi.input(2).span().begin());
+    grouped.forwardAll();
+    multi.forwardAll();
+    const auto yg = grouped.output(0).span(), ym = multi.output(0).span();
+    REQUIRE(yg.size() == ym.size());
+    CHECK(test::maxAbs(yg) > 0.01);
+    for (size_t i = 0; i < yg.size(); ++i)
+      CHECK(yg[i] == Approx(ym[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("a small Llama matches central differences", "[gradient][llama]") {
+  // One Llama block (as the loader expands `llama`) and an untied head.
+  NetworkBuilder b({1, 6, 1});
+  const int embed = b.add(LayerKind::kEmbedding, embeddingSpec(11, 8, 0));
+  b.add(LayerKind::kRmsNorm, rmsNormSpec());
+  const int attn = b.add(LayerKind::kAttention, gqaSpec(4, 2, true, false, 10));
+  const int add1 = b.add(LayerKind::kAdd, {}, {embed, attn});
+  b.add(LayerKind::kRmsNorm, rmsNormSpec());
+  b.add(LayerKind::kFc, test::fcSpec(12, false, false));
+  b.add(LayerKind::kSwiglu);
+  const int down = b.add(LayerKind::kFc, test::fcSpec(8, false, false));
+  b.add(LayerKind::kAdd, {}, {add1, down});
+  b.add(LayerKind::kRmsNorm, rmsNormSpec());
+  b.add(LayerKind::kFc, test::fcSpec(11, false, false));
+  b.add(LayerKind::kSoftmax);
+  checkGradients(b.network(), 2, {}, tokenIds(11), 1e-3, randomGains);
 }
 
 TEST_CASE("attention gradients match central differences", "[gradient][attention]") {

@@ -103,8 +103,9 @@ TEST_CASE("data-parallel strategies equal one worker with batch K b", "[exec]") 
 TEST_CASE("workers on several threads each equal one worker with batch K b", "[exec]") {
   // --threads-per-worker: each worker's kernels split over its own team (3
   // threads: batches of 4 and 5 examples do not divide). tiny-cnn through
-  // conv, pool, fc and softmax; tiny-gpt through the transformer layers.
-  for (const char* name : {"tiny-cnn", "tiny-gpt"}) {
+  // conv, pool, fc and softmax; tiny-gpt through the transformer layers,
+  // tiny-llama through Llama's.
+  for (const char* name : {"tiny-cnn", "tiny-gpt", "tiny-llama"}) {
     const auto net = presetNetwork(name);
     const int b = 4, steps = 2;
     for (int k : {1, 2, 3}) {
@@ -155,6 +156,34 @@ TEST_CASE("data-parallel strategies on tiny-gpt equal one worker with batch K b"
   // The loss is the mean over the global batch's positions: near chance
   // (ln 512) at the start.
   CHECK(oneWorker(net, 4, 1).steps[0].loss == Approx(std::log(512.0)).epsilon(0.2));
+}
+
+TEST_CASE("data-parallel strategies on tiny-llama equal one worker with batch K b",
+          "[exec][transformer][llama]") {
+  // RMSNorm, grouped-query attention with rotary positions, SwiGLU and an
+  // untied head through every data-parallel strategy, K = 1, 2, 3 and 5
+  // (5 does not divide the 32 positions' anything).
+  const auto net = presetNetwork("tiny-llama");
+  const int b = 2, steps = 3;
+  for (Optimizer optimizer : test::kOptimizers) {
+    for (int k : {1, 2, 3, 5}) {
+      const auto ref = oneWorker(net, k * b, steps, optimizer);
+      for (auto s : {Strategy::kNaive, Strategy::kRing, Strategy::kPs}) {
+        INFO(toString(s) << " K = " << k << " " << toString(optimizer));
+        std::vector<std::vector<float>> params;
+        const auto options = test::runOptions(steps, optimizer);
+        const auto run = exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b, optimizer)),
+                                          net, options, &params);
+        for (const auto& p : params)
+          test::checkSameWeights(p, ref.parameters, optimizer, options.learningRate);
+        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      }
+    }
+  }
+  // The loss starts near chance (ln 512) and training moves the weights.
+  CHECK(oneWorker(net, 4, 1).steps[0].loss == Approx(std::log(512.0)).epsilon(0.2));
+  CHECK(maxRelativeDifference(oneWorker(net, 4, 3).parameters, oneWorker(net, 4, 1).parameters) >
+        1e-4);
 }
 
 TEST_CASE("ps with PullWait (steps back to back) gives stepwise ps's weights bit for bit",
@@ -402,7 +431,8 @@ std::vector<float> assembled(const Network& net, const std::vector<std::vector<f
     }
     // weights rows then bias entries of every slice.
     const int outputs = layer.outShape.c;
-    const int64_t in = layer.inShape.elements();
+    // Inputs per row: the flattened input, or a per-position fc's channels.
+    const int64_t in = layer.spec.flatten ? layer.inShape.elements() : layer.inShape.c;
     std::vector<float> weights, bias;
     for (int r = 0; r < k; ++r) {
       const int rows = nn::evenSlice(outputs, k, r).size();
@@ -443,6 +473,30 @@ TEST_CASE("owt-a/b/c with per-step FC update equal one worker with batch K b", "
                                  options.learningRate);
           CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("owt-a/b/c on tiny-llama (its untied output layer model-parallel) equal one worker",
+          "[exec][owt][llama]") {
+  // The Llama blocks run data-parallel and the 512-way output layer and the
+  // loss model-parallel: owt's activation exchange over positions of tokens.
+  const auto net = presetNetwork("tiny-llama");
+  REQUIRE(net.modelParallelFrom == net.find("lm_head"));
+  const int steps = 2;
+  for (int k : {1, 2, 3}) {
+    for (int b : {2, 3}) {
+      const auto ref = oneWorker(net, k * b, steps);
+      for (auto s : {Strategy::kOwtA, Strategy::kOwtB, Strategy::kOwtC}) {
+        INFO(toString(s) << " K = " << k << " b = " << b);
+        std::vector<std::vector<float>> params;
+        const auto options = test::runOptions(steps);
+        const auto run =
+            exec::runThreads(lowerToPlan(net, test::runScenario(s, k, b)), net, options, &params);
+        test::checkSameWeights(assembled(net, params, k), ref.parameters, Optimizer::kMomentum,
+                               options.learningRate);
+        CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
       }
     }
   }

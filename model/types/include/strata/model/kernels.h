@@ -79,8 +79,15 @@ enum class MemKernel {
   // bf16 GEMMs and convolutions; unit: elements converted.
   kCastBf16,  // fp32 -> bf16 (round to nearest even), an operand into scratch
   kCastFp32,  // bf16 -> fp32 with beta, a convolution's result out of scratch
+  // Llama's layers (unit: elements of the tensor produced, except as noted).
+  kRmsNormFwd,
+  kRmsNormBwdData,
+  kRmsNormBwdWeights,  // unit: input elements read
+  kSwigluFwd,          // unit: output elements (half the input's)
+  kSwigluBwd,          // unit: output-gradient elements (half of dx's)
+  kRotary,             // rotary positions of Q and K, or their inverse on dQ, dK; unit: elements
 };
-inline constexpr int kMemKernelCount = 40;
+inline constexpr int kMemKernelCount = 46;
 std::string_view toString(MemKernel kernel);
 // Parses a config name ("relu_fwd"); false when unknown.
 bool parseMemKernel(std::string_view name, MemKernel& out);

@@ -30,13 +30,15 @@ enum class LayerKind {
   kAttention,  // multi-head self-attention: QKV projection, scores, softmax, context, output
   kLayerNorm,  // normalisation over the channels of each position (Ba et al. 2016)
   kGelu,       // GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2)
+  kRmsNorm,    // RMS normalisation over the channels of each position (Zhang & Sennrich 2019)
+  kSwiglu,     // gated activation silu(a) * b over the two channel halves (Shazeer 2020; Llama)
 };
-inline constexpr int kLayerKindCount = 14;
+inline constexpr int kLayerKindCount = 16;
 inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kConv,      LayerKind::kPool,    LayerKind::kFc,        LayerKind::kRnn,
     LayerKind::kRelu,      LayerKind::kLrn,     LayerKind::kDropout,   LayerKind::kBatchNorm,
     LayerKind::kAdd,       LayerKind::kSoftmax, LayerKind::kEmbedding, LayerKind::kAttention,
-    LayerKind::kLayerNorm, LayerKind::kGelu};
+    LayerKind::kLayerNorm, LayerKind::kGelu,    LayerKind::kRmsNorm,   LayerKind::kSwiglu};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -90,6 +92,15 @@ struct LayerSpec {
   // attention: heads (dividing the channels); causal masks future positions.
   int heads = 0;
   bool causal = true;
+  // attention: grouped-query attention (Ainslie et al. 2023) with kvHeads
+  // key/value heads, each shared by heads / kvHeads query heads (0: kvHeads
+  // = heads, multi-head attention); rotary: rotary position embedding of Q
+  // and K (Su et al. 2021) with base rotaryBase (theta_i = base^(-2i/dh)).
+  int kvHeads = 0;
+  bool rotary = false;
+  double rotaryBase = 10000;
+  // rmsnorm: the epsilon added to the mean square.
+  double eps = 1e-5;
   // fc (flatten: false) tied to an embedding: its weights are that layer's
   // token table (vocab x features), shared, so the fc holds no parameters
   // of its own (GPT-2's output layer). -1: not tied.
@@ -122,6 +133,14 @@ struct Layer {
   // Elements per example kept for the backward pass besides the output
   // (attention: Q, K, V, the probabilities and the context).
   double savedElems = 0;
+
+  // attention: its key/value heads (spec.kvHeads, or heads when 0) and the
+  // rows of its Q, K and V projections (d + 2 d kvHeads / heads).
+  int kvHeads() const { return spec.kvHeads > 0 ? spec.kvHeads : spec.heads; }
+  int64_t qkvRows() const {
+    return spec.heads > 0 ? int64_t{inShape.c} + 2 * int64_t{inShape.c} / spec.heads * kvHeads()
+                          : 0;
+  }
 
   bool readsNetworkInput() const;
   bool hasWeights() const { return params > 0; }

@@ -113,21 +113,42 @@ struct SoftmaxLossSum {
 //   P_h = softmax(Q_h^T K_h / sqrt(dh)) per row (query), keys after the query
 //         masked out when causal;   C_h = V_h P_h^T;   y = Wo C + bo.
 // The GEMMs and kernels are those model/cost/src/lowering.cpp's lowerCpu prices.
+//
+// Grouped-query attention (Ainslie et al. 2023; Llama 2 70B, Llama 3): with
+// kvHeads < heads, K and V have kvHeads heads of dh rows each (kv = kvHeads
+// dh rows), Wqkv is (d + 2 kv) x d (rows [0, d) Q, [d, d + kv) K, [d + kv,
+// d + 2 kv) V, and QKV likewise), and query head h reads key/value head
+// h / (heads / kvHeads). Rotary positions (Su et al., "RoFormer", 2021, eq.
+// 34; Llama): after the projection, in each head of Q and of K, features i
+// and i + dh/2 (i < dh/2) at position p turn by the angle p base^(-2i/dh):
+//   q_i' = q_i cos - q_{i+dh/2} sin,  q_{i+dh/2}' = q_{i+dh/2} cos + q_i sin
+// (Hugging Face's rotate_half pairing); QKV keeps the turned Q and K.
 struct AttentionDesc {
   int features = 0;   // d
   int positions = 0;  // T
   int heads = 1;
   bool causal = true;
+  int kvHeads = 0;  // 0: heads (multi-head attention)
+  bool rotary = false;
+  float rotaryBase = 10000.0f;
   int headFeatures() const { return features / heads; }
+  int keyValueHeads() const { return kvHeads > 0 ? kvHeads : heads; }
+  // Rows of K (and of V): kvHeads x dh.
+  int keyValueFeatures() const { return keyValueHeads() * headFeatures(); }
+  // Rows of QKV: d + 2 kv (3 d for multi-head attention).
+  int qkvFeatures() const { return features + 2 * keyValueFeatures(); }
+  // Whether this needs more than multi-head attention (backend.h's
+  // runsLlamaLayers).
+  bool llama() const { return keyValueHeads() != heads || rotary; }
 };
 
 // What an attention layer keeps from forward for its backward passes, and
 // the gradient its bwd_weights leaves for its bwd_data (all per example).
 struct AttentionSaved {
-  TensorView qkv;      // (n, 3d, T, 1)
+  TensorView qkv;      // (n, qkvFeatures, T, 1)
   float* probs;        // n x heads x T x T, row (query) major
   TensorView context;  // C (n, d, T, 1)
-  TensorView dqkv;     // (n, 3d, T, 1): written by bwd_weights, read by bwd_data
+  TensorView dqkv;     // (n, qkvFeatures, T, 1): written by bwd_weights, read by bwd_data
 };
 
 // An embedding: x holds token ids (n, 1, T, 1) as floats (exact integers);
@@ -289,6 +310,28 @@ class Backend {
   virtual void geluForward(ConstTensorView x, TensorView y);
   // dx = dy * gelu'(x) + beta * dx.
   virtual void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta);
+
+  // Whether this backend runs Llama's layers: rmsnorm, swiglu, and attention
+  // with grouped keys and values or rotary positions (AttentionDesc::llama).
+  // Model refuses a network with them on one that does not, naming the layer.
+  virtual bool runsLlamaLayers() const { return false; }
+
+  // RMSNorm (Zhang & Sennrich 2019) of each position over its c channels:
+  // y = gain * x / rms, rms = sqrt(mean of x^2 over the c values + eps).
+  virtual void rmsNormForward(ConstTensorView x, const float* gain, float eps, TensorView y);
+  // dx = (gain dy - xhat mean(gain dy xhat)) / rms + beta dx, xhat = x / rms.
+  virtual void rmsNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain,
+                                   float eps, TensorView dx, float beta);
+  // dgain += sum over positions of dy * xhat.
+  virtual void rmsNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                                      float* dgain);
+
+  // SwiGLU's gate (Shazeer 2020): x (n, 2f, h, w) holds a in channels
+  // [0, f) and b in [f, 2f); y (n, f, h, w) = silu(a) * b, silu(a) = a
+  // sigmoid(a).
+  virtual void swigluForward(ConstTensorView x, TensorView y);
+  // da = dy b silu'(a), db = dy silu(a); dx (as x) = that + beta dx.
+  virtual void swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta);
 
   // See AttentionDesc; fills saved.qkv, saved.probs and saved.context.
   virtual void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,

@@ -167,6 +167,22 @@ class CpuBackend final : public Backend {
                                 float* dbias) override {
     impl_->layerNormBackwardWeights(x, dy, eps, dgain, dbias);
   }
+  bool runsLlamaLayers() const override { return impl_->runsLlamaLayers(); }
+  void rmsNormForward(ConstTensorView x, const float* gain, float eps, TensorView y) override {
+    impl_->rmsNormForward(x, gain, eps, y);
+  }
+  void rmsNormBackwardData(ConstTensorView x, ConstTensorView dy, const float* gain, float eps,
+                           TensorView dx, float beta) override {
+    impl_->rmsNormBackwardData(x, dy, gain, eps, dx, beta);
+  }
+  void rmsNormBackwardWeights(ConstTensorView x, ConstTensorView dy, float eps,
+                              float* dgain) override {
+    impl_->rmsNormBackwardWeights(x, dy, eps, dgain);
+  }
+  void swigluForward(ConstTensorView x, TensorView y) override { impl_->swigluForward(x, y); }
+  void swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override {
+    impl_->swigluBackward(x, dy, dx, beta);
+  }
   void geluForward(ConstTensorView x, TensorView y) override { impl_->geluForward(x, y); }
   void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override {
     impl_->geluBackward(x, dy, dx, beta);
@@ -227,6 +243,12 @@ class CpuBackend final : public Backend {
   // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
   static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
                                   float scale);
+  // Rotary positions (rotary): the table of cosines and sines for heads of
+  // dh features over t positions with base `base`, and the turn (or, with
+  // inverse, the turn back) of `blocks` heads of dh x t in place.
+  static void rotaryTable(int dh, int t, float base, std::vector<float>& table);
+  static void rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+                           bool inverse);
   // Backend::adam's kernel (adam), the one training runs.
   static void adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
                          std::span<const float> g, const AdamParams& p);

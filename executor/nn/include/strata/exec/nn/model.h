@@ -111,8 +111,8 @@ struct ModelOptions {
   // The backend to run on; null: the Model creates and owns a CpuBackend.
   // A given backend must outlive the Model.
   Backend* backend = nullptr;
-  // false: the parameters stay zero, never written (batchnorm and layernorm
-  // scales included): for a Model whose backend only records its kernel
+  // false: the parameters stay zero, never written (batchnorm, layernorm and
+  // rmsnorm scales included): for a Model whose backend only records its kernel
   // calls (kernel_recorder.h) on ReservedMemory, where the values are never
   // read and a 1.3-billion-parameter network must cost address space only.
   bool initializeParameters = true;
@@ -171,13 +171,16 @@ class Model {
   // 1 / fanIn (LeCun/Xavier-style, for the others, e.g. the classifier).
   // Transformer layers: attention's Wqkv and Wo like an fc reading d
   // features, embedding tables (tokens, then positions) with variance 1 / d,
-  // layernorm gains 1 and biases 0. A tied fc (spec.tiedTo) holds no weights:
+  // layernorm gains 1 and biases 0, rmsnorm gains 1 (grouped-query attention:
+  // Wqkv's d + 2 kv rows). A tied fc (spec.tiedTo) holds no weights:
   // it reads its embedding's token table, and its bwd_weights adds into that
   // table's gradient (the embedding's block, which the embedding's own
   // bwd_weights, last in backprop, completes).
   // Throws UserError naming the layer for an rnn layer (not supported), a
-  // transformer layer on a backend that does not run them (cuda), or a
-  // model-parallel layout it cannot run.
+  // transformer layer on a backend that does not run them, one of Llama's
+  // (rmsnorm, swiglu, grouped-query or rotary attention) on a backend whose
+  // runsLlamaLayers() is false (cuda), or a model-parallel layout it cannot
+  // run.
   explicit Model(const Network& network, ModelOptions options = {});
   ~Model();
   Model(Model&&) noexcept;
