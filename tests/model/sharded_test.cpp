@@ -106,6 +106,22 @@ TEST_CASE("tiny-gpt's tensor-parallel slices hold the hand-counted parameters") 
       CHECK(sp.layers[i].work == 0.5);
 }
 
+TEST_CASE("a Llama block splits with its gate and value halves and whole key/value groups") {
+  const auto n = presetNetwork("tiny-llama");  // width 64, 4 heads, 2 key/value heads, MLP 176
+  // t = 2: the embedding's 256 rows; per block rmsnorm 64, attention 12288 / 2
+  // (no biases), rmsnorm 64, gate_up 22528 / 2, down 11264 / 2; the final
+  // rmsnorm; the untied output layer's 256 of 512 outputs.
+  const double block = 64 + 6144 + 64 + 11264 + 5632;
+  CHECK(localParams(tensorParallelLayout(n, 2, false)) == 16384 + 2 * block + 64 + 16384);
+  CHECK(tensorParallelLayout(n, 2, true).splitRegions == 4);
+  CHECK(tensorParallelObstacle(n, 2, true).empty());  // rmsnorm works per position
+  CHECK_THAT(tensorParallelObstacle(n, 4, false),
+             Catch::Contains("'h.1.attn' has 2 key/value heads, which 4 workers"));
+  CHECK_THAT(tensorParallelObstacle(presetNetwork("llama3-8b"), 16, false),
+             Catch::Contains("8 key/value heads, which 16 workers"));
+  CHECK(tensorParallelObstacle(presetNetwork("llama2-70b"), 8, true).empty());
+}
+
 TEST_CASE("a tensor-parallel group that the network cannot split is refused, naming the layer") {
   const auto n = presetNetwork("tiny-gpt");
   CHECK(tensorParallelObstacle(n, 1, false).empty());

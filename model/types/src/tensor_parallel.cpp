@@ -61,7 +61,8 @@ Regions findRegions(const Network& net) {
     if (l.spec.tiedTo >= 0 || next < 0)
       continue;
     const auto& act = net.layers[static_cast<size_t>(next)];
-    if (act.kind != LayerKind::kGelu && act.kind != LayerKind::kRelu)
+    if (act.kind != LayerKind::kGelu && act.kind != LayerKind::kRelu &&
+        act.kind != LayerKind::kSwiglu)
       continue;
     const int second = soleConsumer(consumers, next);
     if (second < 0 || r.role[static_cast<size_t>(second)] != 0)
@@ -79,6 +80,7 @@ Regions findRegions(const Network& net) {
 bool positionWise(LayerKind kind) {
   switch (kind) {
     case LayerKind::kLayerNorm:
+    case LayerKind::kRmsNorm:
     case LayerKind::kDropout:
     case LayerKind::kAdd:
     case LayerKind::kGelu:
@@ -115,12 +117,25 @@ std::string tensorParallelObstacle(const Network& net, int t, bool sequenceParal
             "attention layer '{}' has {} heads, which {} workers cannot share "
             "evenly",
             l.name, l.spec.heads, t);
+      // Grouped-query attention: each worker holds whole key/value groups.
+      if (l.kvHeads() % t != 0)
+        return fmt::format(
+            "attention layer '{}' has {} key/value heads, which {} workers "
+            "cannot share evenly",
+            l.name, l.kvHeads(), t);
     }
     if (role == 2) {
       ++regions;
-      if (l.outShape.c % t != 0)
-        return fmt::format("MLP layer '{}' has {} outputs, which {} workers cannot share evenly",
-                           l.name, l.outShape.c, t);
+      // Before a gated activation (swiglu) each worker takes its share of
+      // both halves, the gate's and the value's.
+      size_t act = i + 1;
+      while (act < net.layers.size() && r.role[act] != 3)
+        ++act;
+      const bool gated = act < net.layers.size() && net.layers[act].kind == LayerKind::kSwiglu;
+      if (l.outShape.c % ((gated ? 2 : 1) * t) != 0)
+        return fmt::format("MLP layer '{}' has {} outputs, which {} workers cannot share evenly{}",
+                           l.name, l.outShape.c, t,
+                           gated ? " in each of its two halves (gate and value)" : "");
     }
     const bool replicated = role == 0;
     if (sequenceParallel && replicated) {

@@ -5,9 +5,11 @@
 // The splits (Shoeybi et al., "Megatron-LM", arXiv:1909.08053, section 3;
 // Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
 // Models", MLSys 2023, section 4):
-//   attention   Q, K, V by heads (column-parallel) and the output projection
+//   attention   Q, K, V by heads (column-parallel; grouped-query attention by
+//               whole key/value groups) and the output projection
 //               by its input rows (row-parallel): H / t heads per worker;
-//   MLP         fc -> gelu|relu -> fc: the first fc by output columns, the
+//   MLP         fc -> gelu|relu|swiglu -> fc: the first fc by output columns (before
+//               swiglu each half, gate and value, by its columns), the
 //               second by input rows; the activation between them on 1/t;
 //   vocabulary  the embedding's token table by rows, an fc that feeds the
 //               loss softmax (the output layer, tied or not) by its outputs,
