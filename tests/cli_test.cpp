@@ -2345,13 +2345,18 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   checkUserError(runStrata({"predict", "-n", "alexnet", "-c", "dgx-h100", "-s", "ring", "-k", "2",
                             "--tp", "2"}),
                  {"--tp: network 'alexnet' has no layer that splits"});
-  // The simulator and the executor do not run them yet: refused, not ignored.
-  checkUserError(runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "4",
-                            "--zero", "1"}),
-                 {"--zero: is priced by the closed form only"});
+  // The executor does not run them yet: refused, not ignored.
   checkUserError(
       runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2", "--steps", "1"}),
-      {"--tp: is priced by the closed form only"});
+      {"--tp: is priced and simulated (strata predict, simulate), not run yet"});
+  checkUserError(
+      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--zero", "1", "--steps", "1"}),
+      {"--zero: is priced and simulated"});
+  // The simulator plays them.
+  const auto sim = runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k",
+                              "4", "--tp", "2", "--zero", "3", "--recompute", "full"});
+  CHECK(sim.status == 0);
+  CHECK(sim.output.find("placement     K = 4 = dp 2 x tp 2") != std::string::npos);
 }
 
 TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",

@@ -197,6 +197,8 @@ Result Engine::assemble() {
   est.firstStep = Seconds(n > 1 ? allEnd[0] : makespan);
   est.steadySteps = n;
   est.singleWorkerStep = estimate(net_, cluster_, singleWorkerScenario(sc)).step;
+  if (usesShardedStep(sc.options))
+    est.placement = describePlacement(topo_, sc);
   // A tensor-parallel group shares its examples: dp x b per step.
   const double examples = double(dataParallelSize(sc)) * sc.batchPerWorker;
   est.throughput = step > 0 ? examples / step : 0;

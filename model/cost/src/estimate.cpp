@@ -557,7 +557,7 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
     est.allreduce = describeAllreduce(*sync, t.picks);
   est.computeSource = ctx.costs.describe();
   if (usesShardedStep(scenario.options))
-    est.placement = shardedPlacement(ctx);
+    est.placement = describePlacement(ctx.topo, scenario);
 
   // Worker 0 and the others, each assigned whole: GCC 12.2 at -O3
   // (-ftree-loop-distribution) split this loop and ran a field store

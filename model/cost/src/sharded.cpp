@@ -299,18 +299,22 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   return firstStep;
 }
 
-std::string shardedPlacement(const Context& ctx) {
-  const auto& o = ctx.sc.options;
-  const int t = o.tp, dp = dataParallelSize(ctx.sc);
+}  // namespace strata::cost
+
+namespace strata {
+
+std::string describePlacement(const Topology& topo, const Scenario& sc) {
+  const auto& o = sc.options;
+  const int t = o.tp, dp = dataParallelSize(sc);
   // The outermost level a group's members meet at: consecutive ranks for
   // tensor parallelism, ranks t apart for data parallelism.
   auto over = [&](int first, int last) {
-    const int level = ctx.topo.meetLevel(first, last);
+    const int level = topo.meetLevel(first, last);
     return level < 0 ? std::string("no link")
-                     : ctx.cluster.levels[static_cast<size_t>(level)].name + " links";
+                     : topo.cluster().levels[static_cast<size_t>(level)].name + " links";
   };
   std::vector<std::string> parts;
-  parts.push_back(fmt::format("K = {} = dp {} x tp {}", ctx.k, dp, t));
+  parts.push_back(fmt::format("K = {} = dp {} x tp {}", sc.workers, dp, t));
   if (t > 1)
     parts.push_back(fmt::format("tensor-parallel groups of {} consecutive workers over {}{}", t,
                                 over(0, t - 1),
@@ -329,4 +333,4 @@ std::string shardedPlacement(const Context& ctx) {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-}  // namespace strata::cost
+}  // namespace strata

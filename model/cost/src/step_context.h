@@ -175,9 +175,6 @@ Seconds paramServerStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& 
 // Ring with tensor parallelism, ZeRO or recomputation (usesShardedStep):
 // sharded.cpp. dataParallelStep hands such a scenario to it.
 Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep, int& steps);
-// How shardedStep's workers split into groups and the links each group's
-// collectives cross (StepEstimate::placement).
-std::string shardedPlacement(const Context& ctx);
 Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
                        int& steps);  // weird_trick.cpp
 

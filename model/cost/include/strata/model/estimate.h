@@ -82,6 +82,12 @@ struct FitChange {
 std::optional<FitChange> smallestFittingChange(const Network& network, const Cluster& cluster,
                                                const Scenario& scenario);
 
+// With --tp, --zero or --recompute: how the K workers on `topo` split into
+// tensor-parallel and data-parallel groups, the links each group's
+// collectives cross, the ZeRO stage and the recomputation
+// (StepEstimate::placement).
+std::string describePlacement(const Topology& topo, const Scenario& scenario);
+
 // Workers that share a node (the innermost topology group) with worker 0.
 int workersPerNode(const Cluster& cluster, int workers);
 
