@@ -1,10 +1,13 @@
 // Small hand-made clusters and networks for the model tests.
 #pragma once
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "strata/model/cluster.h"
 #include "strata/model/cluster_loader.h"
+#include "strata/model/error.h"
 #include "strata/model/network.h"
 #include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
@@ -43,6 +46,27 @@ inline Cluster presetCluster(const std::string& name) {
 }
 inline std::string dataFile(const std::string& name) {
   return std::string(STRATA_TEST_DATA_DIR) + "/" + name;
+}
+
+// Writes <tmp>/<folder>/<stem>.yaml holding `text` and loads it as a network.
+inline Network loadNetworkText(const std::string& folder, const std::string& stem,
+                               const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / folder;
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / (stem + ".yaml")).string();
+  std::ofstream(path) << text;
+  return loadNetwork(path);
+}
+
+// The message of the ConfigError loading such a file throws ("" when none).
+inline std::string networkLoadError(const std::string& folder, const std::string& stem,
+                                    const std::string& text) {
+  try {
+    loadNetworkText(folder, stem, text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace strata::test

@@ -17,31 +17,17 @@ using strata::test::presetNetwork;
 
 namespace {
 
-namespace fs = std::filesystem;
-
 const Layer& layer(const Network& n, const std::string& name) {
   const int i = n.find(name);
   REQUIRE(i >= 0);
   return n.layers[static_cast<size_t>(i)];
 }
 
-// Writes a network file <tmp>/strata-llama/<stem>.yaml and loads it.
 Network loadText(const std::string& stem, const std::string& text) {
-  const auto dir = fs::temp_directory_path() / "strata-llama";
-  fs::create_directories(dir);
-  const auto path = (dir / (stem + ".yaml")).string();
-  std::ofstream(path) << text;
-  return loadNetwork(path);
+  return test::loadNetworkText("strata-llama", stem, text);
 }
-
-// The message of the ConfigError loading `text` throws ("" when none).
 std::string loadError(const std::string& stem, const std::string& text) {
-  try {
-    loadText(stem, text);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return test::networkLoadError("strata-llama", stem, text);
 }
 
 const std::string kHead = "input: {channels: 1, height: 4, width: 1}\nlayers:\n";

@@ -146,37 +146,33 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   // gather of unit u waits for the compute of the unit two before it: two
   // units' weights at most are whole at once).
   const bool zero3 = o.zero >= 3 && dp > 1;
-  int units = 0;
-  const auto unitOf = zeroGatherUnits(net, tp, units);
-  std::vector<double> unitParams(static_cast<size_t>(units), 0.0);
-  for (int i = 0; i < n; ++i)
-    if (unitOf[static_cast<size_t>(i)] >= 0)
-      unitParams[static_cast<size_t>(unitOf[static_cast<size_t>(i)])] +=
-          tp.layers[static_cast<size_t>(i)].params;
+  const auto units = zeroGatherUnits(net, tp);
+  const auto& unitOf = units.unitOf;
   int lastGather = -1;
-  std::vector<int> unitDone;  // per unit gathered so far in this pass: its last compute task
-  std::vector<int> gatherOf(static_cast<size_t>(units), -1);
-  auto gather = [&](int u) {
-    const int before = unitDone.size() >= 2 ? unitDone[unitDone.size() - 2] : -1;
-    gatherOf[static_cast<size_t>(u)] = s.beside(
-        groupAllGather(ctx.topo, dpGroups, Bytes(unitParams[static_cast<size_t>(u)] * e), ctx.comm),
-        {lastGather, before});
-    lastGather = gatherOf[static_cast<size_t>(u)];
+  std::vector<int> unitDone;  // per unit entered in this pass: the path when it was left
+  std::vector<int> gatherOf(units.params.size(), -1);
+  int unit = -1;
+  // Before layer i (in the pass's order): a new unit's gather; the deps on it.
+  auto enterUnit = [&](int i) -> std::vector<int> {
+    const int u = unitOf[static_cast<size_t>(i)];
+    if (!zero3 || u < 0)
+      return {};
+    if (u != unit) {
+      if (unit >= 0)
+        unitDone.push_back(s.path());
+      const int before = unitDone.size() >= 2 ? unitDone[unitDone.size() - 2] : -1;
+      lastGather = gatherOf[static_cast<size_t>(u)] =
+          s.beside(groupAllGather(ctx.topo, dpGroups,
+                                  Bytes(units.params[static_cast<size_t>(u)] * e), ctx.comm),
+                   {lastGather, before});
+      unit = u;
+    }
+    return {gatherOf[static_cast<size_t>(u)]};
   };
 
   // Forward.
-  int unit = -1;
   for (int i = 0; i < n; ++i) {
-    const int u = unitOf[static_cast<size_t>(i)];
-    std::vector<int> extra;
-    if (zero3 && u >= 0 && u != unit) {
-      if (unit >= 0)
-        unitDone.push_back(s.path());
-      gather(u);
-      unit = u;
-    }
-    if (zero3 && u >= 0)
-      extra.push_back(gatherOf[static_cast<size_t>(u)]);
+    const auto extra = enterUnit(i);
     const auto& x = tp.layers[static_cast<size_t>(i)];
     tpCollective(x.fwdBefore);
     s.compute(time(i, Phase::kFwd), Phase::kFwd, extra);
@@ -236,15 +232,7 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
     const auto& l = net.layers[static_cast<size_t>(i)];
     const auto& x = tp.layers[static_cast<size_t>(i)];
     const int u = unitOf[static_cast<size_t>(i)];
-    std::vector<int> extra;
-    if (zero3 && u >= 0 && u != unit) {
-      if (unit >= 0)
-        unitDone.push_back(s.path());
-      gather(u);
-      unit = u;
-    }
-    if (zero3 && u >= 0)
-      extra.push_back(gatherOf[static_cast<size_t>(u)]);
+    const auto extra = enterUnit(i);
     // Full recomputation: at a block's last layer, rerun the block's forward
     // (its tensor-parallel collectives included) from the kept input.
     if (o.recompute == Recompute::kFull && l.block >= 0 &&

@@ -59,16 +59,11 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   // data-parallel group, after the gather before it and the compute of the
   // unit two before it.
   const bool zero3 = o.zero >= 3 && dp > 1;
-  int units = 0;
-  const auto unitOf = zeroGatherUnits(net, tp, units);
-  std::vector<double> unitParams(static_cast<size_t>(units), 0.0);
-  for (int i = 0; i < n; ++i)
-    if (unitOf[static_cast<size_t>(i)] >= 0)
-      unitParams[static_cast<size_t>(unitOf[static_cast<size_t>(i)])] +=
-          tp.layers[static_cast<size_t>(i)].params;
+  const auto units = zeroGatherUnits(net, tp);
+  const auto& unitOf = units.unitOf;
   int lastGather = -1;
   std::vector<Deps> unitDone;
-  std::vector<int> gatherOf(static_cast<size_t>(units), -1);
+  std::vector<int> gatherOf(units.params.size(), -1);
   auto gather = [&](int u, int layer) {
     Deps start{lastGather};
     if (unitDone.size() >= 2) {
@@ -76,7 +71,7 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
       start.insert(start.end(), before.begin(), before.end());
     }
     gatherOf[static_cast<size_t>(u)] = lastGather = b.groupCollective(
-        GroupOp::kAllGather, dpGroups, Bytes(unitParams[static_cast<size_t>(u)] * e),
+        GroupOp::kAllGather, dpGroups, Bytes(units.params[static_cast<size_t>(u)] * e),
         BufferKind::kWeights, layer, layer, start);
   };
   int unit = -1;

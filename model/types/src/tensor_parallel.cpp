@@ -242,24 +242,23 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
   return out;
 }
 
-std::vector<int> zeroGatherUnits(const Network& net, const TpLayout& layout, int& count) {
-  std::vector<int> unit(net.layers.size(), -1);
-  count = 0;
+GatherUnits zeroGatherUnits(const Network& net, const TpLayout& layout) {
+  GatherUnits g;
+  g.unitOf.assign(net.layers.size(), -1);
   int lastBlock = -1;
   for (size_t i = 0; i < net.layers.size(); ++i) {
     const auto& l = net.layers[i];
-    if (l.block >= 0) {
-      if (l.block != lastBlock)
-        ++count;
-      lastBlock = l.block;
-      unit[i] = count - 1;
-    } else {
-      lastBlock = -1;
-      if (layout.layers[i].params > 0)
-        unit[i] = count++;
-    }
+    const double p = layout.layers[i].params;
+    const bool sameBlock = l.block >= 0 && l.block == lastBlock;
+    lastBlock = l.block;
+    if (l.block < 0 && p <= 0)
+      continue;
+    if (!sameBlock)
+      g.params.push_back(0);
+    g.unitOf[i] = static_cast<int>(g.params.size()) - 1;
+    g.params.back() += p;
   }
-  return unit;
+  return g;
 }
 
 double attentionCoreShare(const Layer& l) {

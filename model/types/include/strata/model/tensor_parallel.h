@@ -81,9 +81,12 @@ TpLayout tensorParallelLayout(const Network& network, int t, bool sequenceParall
 
 // The units whose weights ZeRO-3 gathers at once: a repeated block's layers
 // together (FSDP wraps each transformer block), every other layer with
-// weights (in `layout`) alone. Per layer: its unit in network order, or -1
-// for a layer without weights outside a block; `count` is set to the units.
-std::vector<int> zeroGatherUnits(const Network& network, const TpLayout& layout, int& count);
+// weights (in `layout`) alone.
+struct GatherUnits {
+  std::vector<int> unitOf;     // per layer, in network order; -1: in no unit
+  std::vector<double> params;  // per unit: the parameters a worker holds of it
+};
+GatherUnits zeroGatherUnits(const Network& network, const TpLayout& layout);
 
 // The attention core's share of an attention layer's forward FLOPs: the
 // scores and the context, 4 T^2 d of 8 T d^2 + 4 T^2 d (deriveAttention).
