@@ -55,7 +55,7 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
       if (plan.iterations > 1)
         task["step"] = t.iteration;
       if (t.kind == TaskKind::kUpdate && t.part >= 0)
-        task["server_shard"] = t.part;
+        task[t.server ? "server_shard" : "shard"] = t.part;
       if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate) {
         task["worker"] = t.worker;
         if (t.kind == TaskKind::kCompute) {

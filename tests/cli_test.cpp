@@ -2350,8 +2350,22 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
       runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2", "--steps", "1"}),
       {"--tp: is priced and simulated (strata predict, simulate), not run yet"});
   checkUserError(
-      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--zero", "1", "--steps", "1"}),
-      {"--zero: is priced and simulated"});
+      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--zero", "3", "--steps", "1"}),
+      {"--zero: 3 is priced and simulated", "runs ZeRO-1 and 2"});
+  // ZeRO-1 and 2 run: the same losses as plain ring (runtime_test holds the weights).
+  const auto ring = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "3", "--steps", "2"});
+  const auto zero =
+      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "3", "--steps", "2", "--zero", "2"});
+  REQUIRE(zero.status == 0);
+  auto losses = [](const std::string& out) {
+    std::string l;
+    for (const auto& line : lines(out))
+      if (line.rfind("step ", 0) == 0)
+        l += line.substr(0, line.find("step time")) + "\n";
+    return l;
+  };
+  CHECK(losses(zero.output) == losses(ring.output));
+  CHECK(zero.output.find("zero 2") != std::string::npos);
   // The simulator plays them.
   const auto sim = runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k",
                               "4", "--tp", "2", "--zero", "3", "--recompute", "full"});

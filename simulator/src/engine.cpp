@@ -164,7 +164,7 @@ void Engine::makeReady(uint32_t t) {
     }
     return;
   }
-  if (task.kind == TaskKind::kUpdate && task.part >= 0) {
+  if (task.kind == TaskKind::kUpdate && task.server) {
     // A ps server's shard update, on its communication thread.
     start_[t] = now;
     addComm(task.worker, 1, true);
@@ -255,7 +255,7 @@ void Engine::finish(uint32_t t) {
   end_[t] = q_.now();
   switch (task.kind) {
     case TaskKind::kUpdate:
-      if (task.part >= 0) {
+      if (task.server) {
         // A ps server's update: communication-thread time of its worker.
         const auto w = static_cast<size_t>(task.worker);
         addComm(task.worker, -1, true);

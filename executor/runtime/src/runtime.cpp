@@ -97,13 +97,17 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   const std::pair<bool, OptionKey> notRun[] = {
       {o.tp > 1, OptionKey::kTensorParallel},
       {o.sequenceParallel, OptionKey::kSequenceParallel},
-      {o.zero > 0, OptionKey::kZero},
       {o.recompute != Recompute::kNone, OptionKey::kRecompute}};
   for (const auto& [given, key] : notRun)
     if (given)
       throw OptionError(std::string(optionFlag(key)),
                         "is priced and simulated (strata predict, simulate), not run yet: the "
-                        "executor does not split layers or shard updates");
+                        "executor does not split layers or recompute");
+  if (o.zero >= 3)
+    throw OptionError("--zero",
+                      "3 is priced and simulated (strata predict, simulate), not run yet: the "
+                      "executor runs ZeRO-1 and 2 (each worker updates its chunk, then the "
+                      "weights are all-gathered)");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

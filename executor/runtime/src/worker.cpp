@@ -458,6 +458,15 @@ void Worker::placeOwnSlice(int l, int batch) {
 }
 
 void Worker::update(const Task& task) {
+  if (task.part >= 0) {
+    // ZeRO: this worker's chunk of the layers' parameters, as one span (the
+    // chunk its reduce-scatter summed), at the run's step as a ps server.
+    const auto n = static_cast<int64_t>(model_.parametersNoWait(task.layer, task.lastLayer).size());
+    const auto [begin, end] = piece(n, task.shards, task.part);
+    model_.updateShard(task.layer, task.lastLayer, begin, end, rule_,
+                       int64_t{firstStep_} + task.iteration + 1);
+    return;
+  }
   const bool fcPart = owt_ && task.layer >= mp_;
   for (int l = task.layer; l <= task.lastLayer; ++l)
     if (net_.layers[static_cast<size_t>(l)].hasWeights()) {

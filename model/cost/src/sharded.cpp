@@ -274,15 +274,21 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
     for (double p : bucketParams)
       sync(p, {s.path()});
 
-  // The update of this worker's parameters (its 1/dp with ZeRO), once every
-  // gradient is synchronised; ZeRO-1/2 then all-gather the new weights.
+  // The update of this worker's parameters, once every gradient is
+  // synchronised. ZeRO-1/2: per bucket, its 1/dp chunk, then the bucket's
+  // weights all-gathered beside the next bucket's update (Megatron's
+  // distributed optimizer); else all it holds (ZeRO-3: its 1/dp).
   double local = 0;
   for (const auto& x : tp.layers)
     local += x.params;
-  const double updated = sharded ? local / dp : local;
-  s.compute(ctx.update(updated), Phase::kUpdate, syncs.empty() ? std::vector<int>{} : syncs);
-  if (sharded && !zero3)
-    s.inPath(groupAllGather(ctx.topo, dpGroups, Bytes(local * e), ctx.comm));
+  if (sharded && !zero3) {
+    for (double p : bucketParams) {
+      const int updated = s.compute(ctx.update(p / dp), Phase::kUpdate, syncs);
+      s.beside(groupAllGather(ctx.topo, dpGroups, Bytes(p * e), ctx.comm), {updated});
+    }
+  } else {
+    s.compute(ctx.update(zero3 ? local / dp : local), Phase::kUpdate, syncs);
+  }
   firstStep = s.play();
   return firstStep;
 }

@@ -95,6 +95,7 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
       for (int m = 0; m < nodes; ++m) {
         updated.push_back(b.update(m * perNode, bk.firstLayer, bk.lastLayer, bk.params / nodes, d));
         plan.tasks.back().part = m;
+        plan.tasks.back().server = true;
         plan.tasks.back().shards = nodes;
       }
       Deps done;
@@ -116,6 +117,7 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
       for (int w = 0; w < k; ++w) {
         updated.push_back(b.update(w, bk.firstLayer, bk.lastLayer, bk.params / k, {push}));
         plan.tasks.back().part = w;
+        plan.tasks.back().server = true;
         plan.tasks.back().shards = k;
       }
       pull = b.allGatherDirect(n / k, BufferKind::kWeights, bk.firstLayer, updated);
@@ -137,6 +139,7 @@ void lowerParamServer(Builder& b, const Network& net, const Scenario& sc, int it
         updated.push_back(
             b.update(k + j2, bk.firstLayer, bk.lastLayer, bk.params / servers, {push}));
         plan.tasks.back().part = j2;
+        plan.tasks.back().server = true;
         plan.tasks.back().shards = servers;
       }
       pull = step("pull", BufferKind::kWeights, servers, n / servers, down, 0, updated);

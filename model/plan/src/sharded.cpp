@@ -193,16 +193,33 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
     for (const auto& bucket : buckets)
       sync(bucket.params, bucket.first, bucket.last, path);
 
+  // The update of this worker's parameters. ZeRO-1/2: per bucket, its
+  // chunk (its position in the data-parallel ring), then the bucket's
+  // weights all-gathered beside the next bucket's update (Megatron's
+  // distributed optimizer); else every parameter it holds (ZeRO-3: its 1/dp).
   double local = 0;
   for (const auto& x : tp.layers)
     local += x.params;
-  const double updated = sharded ? local / dp : local;
+  if (sharded && !zero3) {
+    for (const auto& bucket : buckets) {
+      Deps updated;
+      for (int w = 0; w < workers; ++w) {
+        auto& p = path[static_cast<size_t>(w)];
+        p = b.update(w, bucket.first, bucket.last, bucket.params / dp, {p, lastSync});
+        auto& task = b.plan().tasks[static_cast<size_t>(p)];
+        task.part = w / tp.t;  // ringNext(w, K, t): position w / t
+        task.shards = dp;
+        updated.push_back(p);
+      }
+      b.groupCollective(GroupOp::kAllGather, dpGroups, Bytes(bucket.params * e),
+                        BufferKind::kWeights, bucket.first, bucket.last, updated);
+    }
+    return;
+  }
+  const double updated = zero3 ? local / dp : local;
   for (int w = 0; w < workers; ++w)
     path[static_cast<size_t>(w)] =
         b.update(w, 0, n - 1, updated, {path[static_cast<size_t>(w)], lastSync});
-  if (sharded && !zero3)
-    b.groupCollective(GroupOp::kAllGather, dpGroups, Bytes(local * e), BufferKind::kWeights, 0,
-                      n - 1, path);
 }
 
 }  // namespace strata::planning

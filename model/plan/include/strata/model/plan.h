@@ -17,9 +17,9 @@
 //             follows)
 //   update    one worker applies SGD with momentum to layers [layer, lastLayer]
 //             (`params` parameters: 1/K of them for a model-parallel FC
-//             layer); with `part` >= 0, a ps server updates its shard: chunk
-//             `part` of K of those layers' parameters, on its communication
-//             thread (the server's), not on its compute stream
+//             layer); with `part` >= 0 it updates chunk `part` of `shards` of
+//             those layers' parameters: a ps server's shard (`server`), on its
+//             communication thread, or a ZeRO worker's, on its compute stream
 //
 // ps plans hold several steps back to back (`iterations`, each task's
 // `iteration`): a bucket's push, its server updates and its pull form a job
@@ -116,7 +116,11 @@ struct Task {
   int iteration = 0;  // the training step the task belongs to
   int part = -1;      // update: the ps server shard (chunk) it updates; -1: all
   int shards = 0;     // update with part >= 0: the chunks the parameters are cut into
-  int job = -1;       // ps: index into Plan::jobs
+  // update: a ps server's shard update, which the worker's communication
+  // thread runs (false: the worker's compute stream runs it, as a ZeRO
+  // worker's update of its chunk `part` of `shards`).
+  bool server = false;
+  int job = -1;  // ps: index into Plan::jobs
 };
 
 // ps: one bucket's push, server updates and pull in one step, tasks
@@ -153,7 +157,7 @@ struct Collective {
 // Whether a worker's compute stream runs the task (compute and update tasks,
 // except a ps server's shard update, which its communication thread runs).
 inline bool onComputeLane(const Task& t) {
-  return t.kind == TaskKind::kCompute || (t.kind == TaskKind::kUpdate && t.part < 0);
+  return t.kind == TaskKind::kCompute || (t.kind == TaskKind::kUpdate && !t.server);
 }
 
 struct Plan {
