@@ -70,9 +70,17 @@ int main(int argc, char** argv) {
       one.batchPerWorker = k * b;
       one.options.optimizer = optimizer;
       const auto ref = exec::runThreads(lowerToPlan(net, one), net, o);
-      for (auto s : kAllStrategies) {
+      // Every strategy, and ring with ZeRO-1 and 2 (each rank updates its
+      // chunk, then the weights are all-gathered).
+      std::vector<std::pair<Strategy, int>> rows;
+      for (auto s : kAllStrategies)
+        rows.emplace_back(s, 0);
+      rows.emplace_back(Strategy::kRing, 1);
+      rows.emplace_back(Strategy::kRing, 2);
+      for (const auto& [s, zero] : rows) {
         Scenario sc;
         sc.strategy = s;
+        sc.options.zero = zero;
         sc.workers = k;
         sc.batchPerWorker = b;
         sc.options.bucket = Bytes(64 * 1024);
@@ -94,10 +102,11 @@ int main(int argc, char** argv) {
           ok = isAdam(optimizer) ? off <= expect.size() / 2000 && worst < o.learningRate : off == 0;
         }
         failures += ok ? 0 : 1;
-        std::printf("rank %d of %d: %-5s %-8s max relative difference %.2e (%zu beyond 1e-5) %s\n",
-                    c.rank(), k, std::string(toString(s)).c_str(),
-                    std::string(toString(optimizer)).c_str(), scale > 0 ? worst / scale : 1.0, off,
-                    ok ? "ok" : "MISMATCH");
+        const std::string name =
+            std::string(toString(s)) + (zero > 0 ? fmt::format(" zero {}", zero) : "");
+        std::printf("rank %d of %d: %-11s %-8s max relative difference %.2e (%zu beyond 1e-5) %s\n",
+                    c.rank(), k, name.c_str(), std::string(toString(optimizer)).c_str(),
+                    scale > 0 ? worst / scale : 1.0, off, ok ? "ok" : "MISMATCH");
       }
     }
   });
