@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -54,8 +55,10 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
         "on {} ({}), {} run(s) per row of {} steps ({} warm-up, median of the rest){}; traces in "
         "{}/\n",
         result.clusterName, result.clusterPath, suite.repeats, suite.steps, study::kWarmupSteps,
-        o.optimizer == Optimizer::kMomentum ? ""
-                                            : fmt::format(", optimizer {}", toString(o.optimizer)),
+        (o.optimizer == Optimizer::kMomentum
+             ? std::string()
+             : fmt::format(", optimizer {}", toString(o.optimizer))) +
+            (o.zero > 0 ? fmt::format(", ring rows with ZeRO-{}", o.zero) : std::string()),
         o.outDir);
     for (const auto& s : result.skipped)
       std::cout << "skipped " << s << "\n";
@@ -79,7 +82,7 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu", element = "fp32", optimizer = "momentum";
+                device = "cpu", element = "fp32", optimizer = "momentum", zero;
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -124,6 +127,9 @@ Command addValidateCommand(CLI::App& app) {
                   "update rule every row is predicted, simulated and run with: "
                   "sgd|momentum|adam|adamw (default momentum; adam and adamw at PyTorch's "
                   "learning rate 0.001)");
+  sub->add_option("--zero", o->zero,
+                  "ZeRO stage of the ring rows, 0-2: each worker updates its chunk of each "
+                  "bucket, then the weights are all-gathered (default 0)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -145,6 +151,13 @@ Command addValidateCommand(CLI::App& app) {
         opt.element = parseElementType(o->element, "--element");
         exec::checkElement(opt.element, opt.device);
         opt.optimizer = parseOptimizer(o->optimizer, "--optimizer");
+        if (!o->zero.empty()) {
+          if (o->zero != "0" && o->zero != "1" && o->zero != "2")
+            throw OptionError("--zero", fmt::format("must be 0, 1 or 2 (the stages the executor "
+                                                    "runs), got '{}'",
+                                                    o->zero));
+          opt.zero = o->zero[0] - '0';
+        }
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));
@@ -162,6 +175,11 @@ Command addValidateCommand(CLI::App& app) {
           suite.repeats = 1;  // one run per row unless --repeats asks for a spread
           suite.steps = 8;
         }
+        if (opt.zero > 0 && std::find(suite.strategies.begin(), suite.strategies.end(),
+                                      Strategy::kRing) == suite.strategies.end())
+          throw OptionError("--zero",
+                            "applies to ring only, and the strategies asked for have no "
+                            "ring");
         if (o->steps != 0)
           suite.steps = o->steps;
         if (o->repeats != 0)

@@ -2373,6 +2373,15 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   CHECK(sim.output.find("placement     K = 4 = dp 2 x tp 2") != std::string::npos);
 }
 
+TEST_CASE("validate --zero: ring rows only, stages the executor runs", "[cli][errors][sharded]") {
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ps", "-k", "2", "--zero", "1",
+                            "--cluster", "localhost-cpu"}),
+                 {"--zero: applies to ring only"});
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--zero", "3",
+                            "--cluster", "localhost-cpu"}),
+                 {"--zero: must be 0, 1 or 2 (the stages the executor runs), got '3'"});
+}
+
 TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",
           "[cli][experiment][sharded]") {
   const auto r = runStrata({"compare", data("experiments/tp-zero.yaml")});

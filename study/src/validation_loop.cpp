@@ -48,8 +48,15 @@ std::string rowName(const Network& net, int batch, Strategy s, int k) {
 // a minute): a worker count or a batch that the model, the executor or this
 // machine refuses. A value read from a suite file is named by its
 // file:line:key, not by the option a command line would have used.
-void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::Device device,
-               ElementType element, Optimizer optimizer) {
+// The options every row of strategy `sc.strategy` takes from `o`.
+void applyRowOptions(Scenario& sc, const ValidationOptions& o) {
+  sc.options.element = o.element;
+  sc.options.optimizer = o.optimizer;
+  if (sc.strategy == Strategy::kRing)
+    sc.options.zero = o.zero;
+}
+
+void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, const ValidationOptions& o) {
   for (const auto& entry : suite.entries)
     for (size_t b = 0; b < entry.batches.size(); ++b)
       for (size_t i = 0; i < ks.size(); ++i)
@@ -60,13 +67,12 @@ void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, exec::D
           sc.strategy = s;
           sc.workers = ks[i];
           sc.batchPerWorker = entry.batches[b];
-          sc.options.element = element;
-          sc.options.optimizer = optimizer;
+          applyRowOptions(sc, o);
           try {
             checkModelWorkers(sc.workers, limits());
             checkScenario(entry.network, sc);
             exec::RunOptions run;
-            run.device = device;
+            run.device = o.device;
             exec::checkRun(entry.network, sc, run, exec::RunPlacement::kThreads);
           } catch (const OptionError& e) {
             // OptionError's text is "OPTION: message".
@@ -439,7 +445,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
                       fmt::format("nothing to validate: owt-a/b/c need a model-parallel part, and "
                                   "{} has none (add naive, ring or ps)",
                                   suite.entries.front().network.name));
-  checkRows(suite, ks, o.device, o.element, o.optimizer);
+  checkRows(suite, ks, o);
   std::error_code ec;
   std::filesystem::create_directories(o.outDir, ec);
   if (ec)
@@ -534,8 +540,7 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
           sc.strategy = s;
           sc.workers = k;
           sc.batchPerWorker = batch;
-          sc.options.element = o.element;
-          sc.options.optimizer = o.optimizer;
+          applyRowOptions(sc, o);
           group.push_back(predictRow(context, net, profiled, sc));
         }
         measureGroup(context, net, group);

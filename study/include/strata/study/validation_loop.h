@@ -40,6 +40,9 @@ struct ValidationOptions {
   // (learning rate and weight decay: exec::defaultLearningRate and
   // defaultWeightDecay of it).
   Optimizer optimizer = Optimizer::kMomentum;
+  // ZeRO stage of every ring row (--zero 1|2: the executor runs them; the
+  // other strategies' rows are as without it).
+  int zero = 0;
 };
 
 // What the loop is doing, for a front end to show (each may be left empty).
