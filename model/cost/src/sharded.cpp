@@ -282,9 +282,12 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   for (const auto& x : tp.layers)
     local += x.params;
   if (sharded && !zero3) {
+    // The gathers take turns on the communication stream, as the syncs do.
+    int gathered = -1;
     for (double p : bucketParams) {
       const int updated = s.compute(ctx.update(p / dp), Phase::kUpdate, syncs);
-      s.beside(groupAllGather(ctx.topo, dpGroups, Bytes(p * e), ctx.comm), {updated});
+      gathered =
+          s.beside(groupAllGather(ctx.topo, dpGroups, Bytes(p * e), ctx.comm), {updated, gathered});
     }
   } else {
     s.compute(ctx.update(zero3 ? local / dp : local), Phase::kUpdate, syncs);

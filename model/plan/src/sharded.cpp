@@ -201,8 +201,9 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   for (const auto& x : tp.layers)
     local += x.params;
   if (sharded && !zero3) {
+    int gathered = -1;  // the gathers take turns on the communication stream
     for (const auto& bucket : buckets) {
-      Deps updated;
+      Deps updated{gathered};
       for (int w = 0; w < workers; ++w) {
         auto& p = path[static_cast<size_t>(w)];
         p = b.update(w, bucket.first, bucket.last, bucket.params / dp, {p, lastSync});
@@ -211,8 +212,8 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
         task.shards = dp;
         updated.push_back(p);
       }
-      b.groupCollective(GroupOp::kAllGather, dpGroups, Bytes(bucket.params * e),
-                        BufferKind::kWeights, bucket.first, bucket.last, updated);
+      gathered = b.groupCollective(GroupOp::kAllGather, dpGroups, Bytes(bucket.params * e),
+                                   BufferKind::kWeights, bucket.first, bucket.last, updated);
     }
     return;
   }
