@@ -37,6 +37,21 @@ double localParams(const TpLayout& l) {
   return p;
 }
 
+// Forward and backward of every layer alone (roofline, fp32) on b examples,
+// each at its share of `layout` (the step's compute without its update).
+double passesAlone(const Network& n, const TpLayout& layout, const DeviceSpec& d, int b) {
+  double t = 0;
+  for (size_t i = 0; i < n.layers.size(); ++i) {
+    const auto& layer = n.layers[i];
+    const double w = layout.layers[i].work;
+    t += layerTime(layer, Phase::kFwd, b, w, d, d.peak[0], ElementType::kFp32).value();
+    t += layerTime(layer, Phase::kBwdWeights, b, w, d, d.peak[0], ElementType::kFp32).value();
+    if (!layer.readsNetworkInput())
+      t += layerTime(layer, Phase::kBwdData, b, w, d, d.peak[0], ElementType::kFp32).value();
+  }
+  return t;
+}
+
 std::string errorOf(const Network& n, const Scenario& sc) {
   try {
     checkScenario(n, sc);
@@ -259,15 +274,7 @@ TEST_CASE("a tensor-parallel step is its split compute plus its collectives in t
   sc.options.tp = 2;  // dp = 1: no data-parallel sync
   const auto l = tensorParallelLayout(n, 2, false);
   const auto& d = cl.device;
-  double compute = 0;
-  for (size_t i = 0; i < n.layers.size(); ++i) {
-    const auto& layer = n.layers[i];
-    const double w = l.layers[i].work;
-    compute += layerTime(layer, Phase::kFwd, b, w, d, d.peak[0], ElementType::kFp32).value();
-    compute += layerTime(layer, Phase::kBwdWeights, b, w, d, d.peak[0], ElementType::kFp32).value();
-    if (!layer.readsNetworkInput())
-      compute += layerTime(layer, Phase::kBwdData, b, w, d, d.peak[0], ElementType::kFp32).value();
-  }
+  double compute = passesAlone(n, l, d, b);
   compute += updateTime(localParams(l), d, ElementType::kFp32, Optimizer::kMomentum).value();
   // Allreduce over a pair: 2 alpha + 2 s / beta + s gamma, s = n / 2.
   auto pairAllreduce = [&](double bytes) {
@@ -293,13 +300,7 @@ TEST_CASE("a ZeRO-1 step without overlap: backprop, reduce-scatter, 1/N update, 
   sc.options.zero = 1;
   sc.options.overlap = false;
   const auto& d = cl.device;
-  double compute = 0;
-  for (const auto& layer : n.layers) {
-    compute += layerTime(layer, Phase::kFwd, b, 1, d, d.peak[0], ElementType::kFp32).value();
-    compute += layerTime(layer, Phase::kBwdWeights, b, 1, d, d.peak[0], ElementType::kFp32).value();
-    if (!layer.readsNetworkInput())
-      compute += layerTime(layer, Phase::kBwdData, b, 1, d, d.peak[0], ElementType::kFp32).value();
-  }
+  double compute = passesAlone(n, tensorParallelLayout(n, 1, false), d, b);
   const double psi = 134912, bytes = psi * 4;
   compute += updateTime(psi / 4, d, ElementType::kFp32, Optimizer::kMomentum).value();
   const double s = bytes / 4;
