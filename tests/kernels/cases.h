@@ -135,6 +135,26 @@ inline void requireSameBits(const float* expected, const float* actual, int64_t 
   SUCCEED(what << ": " << count << " elements identical");
 }
 
+// As requireSameBits, but where both are NaN their payloads may differ: an
+// arithmetic result's NaN payload is left to the hardware by IEEE 754 (x86's
+// SSE returns the NaN operand's, quieted: 0x7fc00000 + NaN is 0x7fc00000;
+// an NVIDIA GPU returns its canonical 0x7fffffff, as an H100 did on
+// 2026-11-27). For kernels that blend a NaN into dst (beta != 0).
+inline void requireSameBitsOrNaN(const std::vector<float>& expected,
+                                 const std::vector<float>& actual, const std::string& what) {
+  REQUIRE(expected.size() == actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (std::isnan(expected[i]) && std::isnan(actual[i]))
+      continue;
+    if (std::memcmp(&expected[i], &actual[i], sizeof(float)) != 0) {
+      FAIL(what << ": element " << i << " of " << expected.size() << " is " << actual[i] << " ("
+                << bitsOf(actual[i]) << "), expected " << expected[i] << " (" << bitsOf(expected[i])
+                << ")");
+    }
+  }
+  SUCCEED(what << ": " << expected.size() << " elements identical (NaN payloads aside)");
+}
+
 inline void requireSameBits(const std::vector<float>& expected, const std::vector<float>& actual,
                             const std::string& what) {
   REQUIRE(expected.size() == actual.size());

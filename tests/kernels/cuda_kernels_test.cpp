@@ -119,7 +119,12 @@ TEST_CASE("bf16 casts equal their twins bit for bit") {
         DeviceArray<float> out(start, offset);
         twin::castFromBf16(expected.data(), back.data(), count, beta);
         cuda::castFromBf16(half.get(), out.get(), count, beta, stream);
-        requireSameBits(back, out.host(), "castFromBf16");
+        // beta 0 is a pure widening (payloads kept); otherwise a NaN comes
+        // out of beta * dst + value, whose payload the hardware picks.
+        if (beta == 0.0f)
+          requireSameBits(back, out.host(), "castFromBf16");
+        else
+          requireSameBitsOrNaN(back, out.host(), "castFromBf16");
       }
     }
   }
