@@ -4,6 +4,7 @@
 // ConfigError naming the file, the line and the key.
 #include "strata/model/compute_cost.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -657,6 +658,62 @@ TEST_CASE("a calibrated cuda file's tf32 and bf16 peaks and efficiencies load an
   const ComputeCosts tf32(net, cl, ElementType::kTf32, 1);
   CHECK(tf32.layer(0, Phase::kFwd, 4096, 1).value() ==
         Approx(2.0 * 1000 * 1000 * 4096 / (400e12 * 0.25)));
+
+  // With bf16's own tables (kernels.by_element, as calibrate writes them
+  // since 2026-11-27): bf16 is priced from them like fp32 from its own, the
+  // lowering the same (the table's calls include their casts) and the memory
+  // kernels fp32's; tf32, without tables, stays on the roofline.
+  std::string rates;
+  for (const char* op : {"nn", "nt", "tn"})
+    for (int m : {1, 16})
+      for (int n : {1, 16})
+        rates += fmt::format(
+            "            - {{op: {}, m: {}, n: {}, gflop_per_s: [250000, 250000]}}\n", op, m, n);
+  std::string withTables = text;
+  const std::string memoryLine = "    memory:\n";
+  const auto at = withTables.find(memoryLine);
+  REQUIRE(at != std::string::npos);
+  withTables.insert(at,
+                    "    by_element:\n      bf16:\n        gemm:\n          dims: [1, 16]\n"
+                    "          rates:\n" +
+                        rates);
+  std::ofstream(path) << withTables;
+  const auto tabled = loadCluster(path);
+  REQUIRE(tabled.device.kernels.pricesElement(ElementType::kBf16));
+  CHECK_FALSE(tabled.device.kernels.pricesElement(ElementType::kTf32));
+  CHECK(tabled.device.kernels.pricesElement(ElementType::kFp32));
+  const ComputeCosts fp32Tables(net, tabled, ElementType::kFp32, 1);
+  const ComputeCosts bf16Tables(net, tabled, ElementType::kBf16, 1);
+  CHECK(bf16Tables.source() == ComputeSource::kTables);
+  CHECK(ComputeCosts(net, tabled, ElementType::kTf32, 1).source() == ComputeSource::kRoofline);
+  // The forward's GEMM (nt 4096 x 1000 x 1000, beyond the grid: the edge's
+  // 250 TFLOP/s) in place of fp32's; its bias kernel and the call overhead
+  // as fp32's.
+  const double flops = 2.0 * 4096 * 1000 * 1000;
+  const auto& t32 = tabled.device.kernels;
+  CHECK(bf16Tables.layer(0, Phase::kFwd, 4096, 1).value() ==
+        Approx(fp32Tables.layer(0, Phase::kFwd, 4096, 1).value() -
+               t32.gemmTime(GemmOp::kNT, 4096, 1000, 1000).value() + flops / 250e12)
+            .epsilon(1e-9));
+  CHECK(bf16Tables.describe().rfind(
+            "compute from kernel tables (backend cuda; bf16 GEMM and conv tables)", 0) == 0);
+  // A table under another element, or for fp32 or fp16, is refused.
+  for (const auto& [from, to, message] :
+       {std::tuple{"      bf16:\n", "      fp32:\n", "fp32's tables are `gemm` and `conv`"},
+        std::tuple{"      bf16:\n", "      fp16:\n", "does not run fp16"},
+        std::tuple{"      bf16:\n", "      bf17:\n", "unknown element type 'bf17'"}}) {
+    std::string bad = withTables;
+    bad.replace(bad.find(from), std::string(from).size(), to);
+    std::ofstream(path) << bad;
+    INFO(message);
+    try {
+      loadCluster(path);
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+      CHECK(e.file() == path);
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -75,6 +75,11 @@ constexpr double kMaxOperand = double(int64_t{1} << 26);
 // like the GEMM grid's.
 const std::vector<int64_t> kConvDims = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
 
+// Points of a grid over `dims` in m, n and k.
+size_t cube(const std::vector<int64_t>& dims) {
+  return dims.size() * dims.size() * dims.size();
+}
+
 struct GpuTables {
   KernelTables tables;
   double copyBandwidth = 0;  // device-to-device copy, bytes read + written per second
@@ -112,6 +117,90 @@ double gemmSeconds(nn::CudaBackend& be, WorkTimer& timer, GemmOp op, int m, int 
   return 0;
 }
 
+// The GEMM grid over `dims` through the fc phases (forward nt, backward data
+// nn, backward weights tn), as lowerCuda prices them, on `be` (its element
+// type: a bf16 backend's calls include the casts of their operands); points
+// over kMaxMacs or with an operand over kMaxOperand floats filled from the
+// point one step smaller (fillOverCap). a, b and c hold kMaxOperand floats.
+GemmTable gemmGrid(nn::CudaBackend& be, WorkTimer& timer, const std::vector<int64_t>& dims,
+                   float* a, float* b, float* c) {
+  GemmTable g;
+  const size_t d = dims.size();
+  g.dims = dims;
+  for (auto op : kAllGemmOps) {
+    auto& rate = g.rate[static_cast<size_t>(op)];
+    rate.assign(d * d * d, 0.0);
+    std::vector<char> measured(d * d * d, 0);
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in)
+        for (size_t ik = 0; ik < d; ++ik) {
+          const int m = int(dims[im]), n = int(dims[in]), k = int(dims[ik]);
+          if (double(m) * n * k > kMaxMacs ||
+              std::max({double(m) * k, double(k) * n, double(m) * n}) > kMaxOperand)
+            continue;
+          const double s = gemmSeconds(be, timer, op, m, n, k, a, b, c);
+          rate[(im * d + in) * d + ik] = 2.0 * m * n * k / s;
+          measured[(im * d + in) * d + ik] = 1;
+        }
+    fillOverCap(rate, measured, d);
+  }
+  return g;
+}
+
+// The convolution grid over `dims` (implicit-GEMM m, n, k), cuDNN 3x3 stride
+// 1 pad 1 on `be`: m = examples x positions (planes of 64 x 64 from 4096 on,
+// one example below), n = filters, k = 9 x channels (channels = k / 9, at
+// least 1: the rate is of the real k); over the caps as gemmGrid. a, b, c
+// and d4 hold kMaxOperand floats.
+GemmTable convGrid(nn::CudaBackend& be, WorkTimer& timer, const std::vector<int64_t>& dims,
+                   float* a, float* b, float* c, float* d4) {
+  GemmTable g;
+  const size_t d = dims.size();
+  g.dims = dims;
+  for (auto& r : g.rate)
+    r.assign(d * d * d, 0.0);
+  std::vector<std::vector<char>> measured(3, std::vector<char>(d * d * d, 0));
+  for (size_t im = 0; im < d; ++im)
+    for (size_t in = 0; in < d; ++in)
+      for (size_t ik = 0; ik < d; ++ik) {
+        const int64_t m = dims[im], n = dims[in];
+        const int channels = std::max<int>(1, int(dims[ik] / 9));
+        const int side = m >= 4096 ? 64 : int(std::lround(std::sqrt(double(m))));
+        const int examples = int(m / (int64_t{side} * side));
+        const double k = 9.0 * channels;
+        const double x = double(examples) * channels * side * side;
+        if (double(m) * double(n) * k > kMaxMacs || x > kMaxOperand ||
+            double(m) * double(n) > kMaxOperand || double(n) * k > kMaxOperand)
+          continue;
+        nn::ConvDesc cd;
+        cd.inC = channels;
+        cd.inH = cd.inW = cd.outH = cd.outW = side;
+        cd.filters = int(n);
+        cd.kernelH = cd.kernelW = 3;
+        cd.pad = 1;
+        const nn::Dims xd{examples, channels, side, side}, yd{examples, int(n), side, side};
+        const double flops = 2.0 * double(m) * double(n) * k;
+        const size_t at = (im * d + in) * d + ik;
+        g.rate[0][at] =
+            flops / gpuPerCall(timer, [&] {
+              be.convForward(cd, nn::ConstTensorView{a, xd}, b, nullptr, nn::TensorView{c, yd});
+            });
+        g.rate[1][at] =
+            flops / gpuPerCall(timer, [&] {
+              be.convBackwardData(cd, nn::ConstTensorView{c, yd}, b, nn::TensorView{d4, xd}, 0.0f);
+            });
+        g.rate[2][at] = flops / gpuPerCall(timer, [&] {
+                          be.convBackwardWeights(cd, nn::ConstTensorView{a, xd},
+                                                 nn::ConstTensorView{c, yd}, d4, nullptr);
+                        });
+        for (auto& mm : measured)
+          mm[at] = 1;
+      }
+  for (size_t p = 0; p < 3; ++p)
+    fillOverCap(g.rate[p], measured[p], d);
+  return g;
+}
+
 // The shapes behind the efficiencies a calibrated file writes, for every
 // precision: an fc layer's forward at batch 64 (nt 64 x 1024 x 1024) and a
 // 3x3 convolution's forward at implicit GEMM 65536 x 256 x 2304 (16 examples
@@ -135,8 +224,18 @@ constexpr int kConvExamples = 16;
 struct PrecisionRates {
   ElementType element = ElementType::kFp32;
   double peak = 0, fc = 0, conv = 0;  // FLOP/s
+  // The type's own GEMM and conv tables (kernels.by_element), on the coarser
+  // grids below; empty where a table could not be measured (`missing` says
+  // why): the model then prices that type's GEMMs by roofline, or its
+  // convolutions as its implicit GEMMs.
+  ElementTables tables;
+  std::string missing;
 };
 constexpr int kPeakDims[] = {2048, 4096, 8192};
+// The grids of the tf32 and bf16 tables: every other point of fp32's (the
+// rate's dependence on shape, at a third of the time).
+const std::vector<int64_t> kElementGemmDims = {1, 4, 16, 64, 256, 1024, 4096, 16384};
+const std::vector<int64_t> kElementConvDims = {16, 256, 4096, 65536, 262144};
 
 PrecisionRates measurePrecision(ElementType element,
                                 const std::function<void(const std::string&)>& say) {
@@ -144,8 +243,9 @@ PrecisionRates measurePrecision(ElementType element,
   o.element = element;
   nn::CudaBackend be(o);
   WorkTimer timer(be);
-  const size_t top = size_t{8192} * 8192;  // the largest operand: 256 MiB
-  nn::Buffer<float> a(be.memory(), top), b(be.memory(), top), c(be.memory(), top);
+  const size_t top = size_t{8192} * 8192;  // the largest operand: 256 MiB (kMaxOperand)
+  nn::Buffer<float> a(be.memory(), top), b(be.memory(), top), c(be.memory(), top),
+      d4(be.memory(), top);
   be.fill(a.span(), 0.01f);
   be.fill(b.span(), 0.02f);
   PrecisionRates r;
@@ -168,6 +268,27 @@ PrecisionRates measurePrecision(ElementType element,
   say(fmt::format("{:<16} peak {:.4g} TFLOP/s (fastest GEMM), fc {:.4g}, conv {:.4g} TFLOP/s",
                   std::string(toString(element)) + " GEMMs", r.peak / 1e12, r.fc / 1e12,
                   r.conv / 1e12));
+  // Its own tables, through the same phases in this precision (a bf16 call
+  // includes its casts, as the backend runs it). A shape cuDNN or cuBLAS
+  // refuses in this type leaves the table out, said in the file.
+  const auto type = std::string(toString(element));
+  try {
+    r.tables.gemm = gemmGrid(be, timer, kElementGemmDims, a.data(), b.data(), c.data());
+  } catch (const RunFailure& e) {
+    r.missing = fmt::format("no {} GEMM table: {}", type, e.what());
+  }
+  if (!r.tables.gemm.empty()) {
+    try {
+      r.tables.conv =
+          convGrid(be, timer, kElementConvDims, a.data(), b.data(), c.data(), d4.data());
+    } catch (const RunFailure& e) {
+      r.missing = fmt::format("no {} conv table: {}", type, e.what());
+    }
+  }
+  say(fmt::format("{:<16} {}", type + " tables",
+                  r.missing.empty() ? fmt::format("3 x {} GEMM and 3 x {} conv shapes",
+                                                  cube(kElementGemmDims), cube(kElementConvDims))
+                                    : r.missing));
   return r;
 }
 
@@ -188,80 +309,12 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
 
   // GEMMs through the fc phases, as lowerCuda prices them: forward nt
   // (m x k) (n x k)^T, backward data nn, backward weights tn.
-  {
-    const size_t d = kGemmDims.size();
-    t.gemm.dims = kGemmDims;
-    for (auto op : kAllGemmOps) {
-      auto& rate = t.gemm.rate[static_cast<size_t>(op)];
-      rate.assign(d * d * d, 0.0);
-      std::vector<char> measured(d * d * d, 0);
-      for (size_t im = 0; im < d; ++im)
-        for (size_t in = 0; in < d; ++in)
-          for (size_t ik = 0; ik < d; ++ik) {
-            const int m = int(kGemmDims[im]), n = int(kGemmDims[in]), k = int(kGemmDims[ik]);
-            if (double(m) * n * k > kMaxMacs ||
-                std::max({double(m) * k, double(k) * n, double(m) * n}) > kMaxOperand)
-              continue;
-            const double s = gemmSeconds(be, timer, op, m, n, k, a.data(), b.data(), c.data());
-            rate[(im * d + in) * d + ik] = 2.0 * m * n * k / s;
-            measured[(im * d + in) * d + ik] = 1;
-          }
-      fillOverCap(rate, measured, d);
-    }
-    say(fmt::format("GEMM tables      3 x {} shapes through cuBLAS (fc phases)", d * d * d));
-  }
-
-  // cuDNN convolutions, 3x3 stride 1 pad 1: m = examples x positions (planes
-  // of 64 x 64 from 4096 on, one example below), n = filters, k = 9 x
-  // channels (channels = k / 9, at least 1: the rate is of the real k).
-  {
-    const size_t d = kConvDims.size();
-    t.conv.dims = kConvDims;
-    for (auto& r : t.conv.rate)
-      r.assign(d * d * d, 0.0);
-    std::vector<std::vector<char>> measured(3, std::vector<char>(d * d * d, 0));
-    for (size_t im = 0; im < d; ++im)
-      for (size_t in = 0; in < d; ++in)
-        for (size_t ik = 0; ik < d; ++ik) {
-          const int64_t m = kConvDims[im], n = kConvDims[in];
-          const int channels = std::max<int>(1, int(kConvDims[ik] / 9));
-          const int side = m >= 4096 ? 64 : int(std::lround(std::sqrt(double(m))));
-          const int examples = int(m / (int64_t{side} * side));
-          const double k = 9.0 * channels;
-          const double x = double(examples) * channels * side * side;
-          if (double(m) * double(n) * k > kMaxMacs || x > kMaxOperand ||
-              double(m) * double(n) > kMaxOperand || double(n) * k > kMaxOperand)
-            continue;
-          nn::ConvDesc cd;
-          cd.inC = channels;
-          cd.inH = cd.inW = cd.outH = cd.outW = side;
-          cd.filters = int(n);
-          cd.kernelH = cd.kernelW = 3;
-          cd.pad = 1;
-          const nn::Dims xd{examples, channels, side, side}, yd{examples, int(n), side, side};
-          const double flops = 2.0 * double(m) * double(n) * k;
-          const size_t at = (im * d + in) * d + ik;
-          t.conv.rate[0][at] = flops / gpuPerCall(timer, [&] {
-                                 be.convForward(cd, nn::ConstTensorView{a.data(), xd}, b.data(),
-                                                nullptr, nn::TensorView{c.data(), yd});
-                               });
-          t.conv.rate[1][at] = flops / gpuPerCall(timer, [&] {
-                                 be.convBackwardData(cd, nn::ConstTensorView{c.data(), yd},
-                                                     b.data(), nn::TensorView{d4.data(), xd}, 0.0f);
-                               });
-          t.conv.rate[2][at] =
-              flops / gpuPerCall(timer, [&] {
-                be.convBackwardWeights(cd, nn::ConstTensorView{a.data(), xd},
-                                       nn::ConstTensorView{c.data(), yd}, d4.data(), nullptr);
-              });
-          for (auto& mm : measured)
-            mm[at] = 1;
-        }
-    for (size_t p = 0; p < 3; ++p)
-      fillOverCap(t.conv.rate[p], measured[p], d);
-    say(fmt::format("conv tables      3 x {} shapes through cuDNN (3x3, stride 1, pad 1)",
-                    d * d * d));
-  }
+  t.gemm = gemmGrid(be, timer, kGemmDims, a.data(), b.data(), c.data());
+  say(fmt::format("GEMM tables      3 x {} shapes through cuBLAS (fc phases)", cube(kGemmDims)));
+  // cuDNN convolutions, 3x3 stride 1 pad 1 (convGrid).
+  t.conv = convGrid(be, timer, kConvDims, a.data(), b.data(), c.data(), d4.data());
+  say(fmt::format("conv tables      3 x {} shapes through cuDNN (3x3, stride 1, pad 1)",
+                  cube(kConvDims)));
 
   // Memory-bound kernels of kernels/ (one launch each), 1 Ki..64 Mi units by
   // factors of 4, with the layouts of the CPU's tables; backward kernels with
@@ -636,8 +689,8 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
   for (const auto& r : t.gemm.rate)
     for (double x : r)
       peak = std::max(peak, x);
-  // tf32 and bf16 (the model prices them by roofline: their own peak and
-  // efficiencies), each on a backend of its own.
+  // tf32 and bf16 (their peaks, efficiencies and tables), each on a backend
+  // of its own.
   std::vector<PrecisionRates> precisions;
   for (auto element : {ElementType::kTf32, ElementType::kBf16})
     precisions.push_back(measurePrecision(element, say));
@@ -703,8 +756,8 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
                    std::clamp(t.gemmRate(GemmOp::kNT, 64, 1024, 1024) / peak, 1e-4, 1.0));
   y << "    default: 0.1   # estimate: memory-bound kinds; their time comes from bandwidth\n";
   y << "  efficiency_by_element:   # fractions of each type's own peak above, measured as the "
-       "fp32 ones (the model prices tf32 and bf16 by roofline with these; fp32 by the kernel "
-       "tables)\n";
+       "fp32 ones (the model prices a type by roofline with these only where kernels.by_element "
+       "has no tables of it)\n";
   for (const auto& p : precisions) {
     const auto type = std::string(toString(p.element));
     y << "    " << type << ":\n";
@@ -739,6 +792,25 @@ std::string calibrateCuda(const CalibrationOptions& o, const std::string& where)
        "implicit-GEMM shape (m = examples x positions, n = filters, k = 9 x channels), "
        "median of 3 timed groups; over the caps as gemm\n";
   gridRowsYaml(y, "pass", t.conv, {"fwd", "bwd_data", "bwd_filter"});
+  y << "    by_element:   # tf32 and bf16: the same tables through the same phases in that "
+       "precision (bf16: operands cast to bf16 in each call, fp32 accumulation and result), on "
+       "coarser grids; the model prices those types' GEMMs and convolutions from these and "
+       "every other kernel from the fp32 tables, as the backend runs it\n";
+  for (const auto& p : precisions) {
+    if (p.tables.gemm.empty()) {
+      y << "      # " << toString(p.element) << ": " << p.missing << "\n";
+      continue;
+    }
+    y << "      " << toString(p.element) << ":\n";
+    y << "        gemm:\n";
+    gridRowsYaml(y, "op", p.tables.gemm, {"nn", "nt", "tn"}, "          ");
+    if (p.tables.conv.empty()) {
+      y << "        # " << p.missing << "\n";
+    } else {
+      y << "        conv:\n";
+      gridRowsYaml(y, "pass", p.tables.conv, {"fwd", "bwd_data", "bwd_filter"}, "          ");
+    }
+  }
   y << "    memory:   # units per call -> giga-units per second (docs/configs.md: units per "
        "kernel); kernels/ on GPU 0, median of 3 timed groups\n";
   memoryRowsYaml(y, t);

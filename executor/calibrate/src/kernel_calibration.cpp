@@ -576,17 +576,18 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
 }
 
 void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
-                  const std::array<std::string_view, 3>& names) {
-  y << "      dims: [";
+                  const std::array<std::string_view, 3>& names, std::string_view indent) {
+  y << indent << "dims: [";
   for (size_t i = 0; i < table.dims.size(); ++i)
     y << (i ? ", " : "") << table.dims[i];
   y << "]   # grid of m, n and k\n";
-  y << "      rates:   # one row per (" << key << ", m, n): GFLOP/s for each k in dims\n";
+  y << indent << "rates:   # one row per (" << key << ", m, n): GFLOP/s for each k in dims\n";
   const size_t d = table.dims.size();
   for (size_t w = 0; w < 3; ++w)
     for (size_t im = 0; im < d; ++im)
       for (size_t in = 0; in < d; ++in) {
-        y << fmt::format("        - {{{}: {}, m: {}, n: {}, gflop_per_s: [", key, names[w],
+        y << indent
+          << fmt::format("  - {{{}: {}, m: {}, n: {}, gflop_per_s: [", key, names[w],
                          table.dims[im], table.dims[in]);
         for (size_t ik = 0; ik < d; ++ik)
           y << (ik ? ", " : "")

@@ -58,8 +58,9 @@ std::string kernelTablesYaml(const KernelTables& tables, const std::string& wher
 // The rows of a grid table (gemm or conv) under its `NAME:` line: dims, then
 // one row per (`key`, m, n) with the GFLOP/s over k; `names` the key's three
 // values in table order.
+// `indent`: of the dims and rates lines (the rows two more).
 void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
-                  const std::array<std::string_view, 3>& names);
+                  const std::array<std::string_view, 3>& names, std::string_view indent = "      ");
 // The rows under `memory:`: one per kernel with a table.
 // memory's rows (cold: memory_cold's).
 void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables, bool cold = false);

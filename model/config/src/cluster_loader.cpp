@@ -96,7 +96,7 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
 
 KernelTables readKernels(const ConfigNode& n) {
   n.allowOnly({"backend", "call_overhead", "reference", "last_level_cache", "gemm", "conv",
-               "memory", "memory_cold"});
+               "by_element", "memory", "memory_cold"});
   KernelTables t;
   const auto backend = n.require("backend");
   t.backend = backend.asString();
@@ -117,6 +117,36 @@ KernelTables readKernels(const ConfigNode& n) {
     readGrid(
         *conv, t.conv, "pass", "convolution pass",
         {toString(ConvPass::kFwd), toString(ConvPass::kBwdData), toString(ConvPass::kBwdFilter)});
+  }
+  // by_element: tf32 and bf16 GEMM (and conv) tables, as calibrate
+  // --device cuda measures them through the phases in that precision.
+  if (auto byElement = n.get("by_element")) {
+    if (t.backend != "cuda")
+      byElement->fail(
+          "tables by element type are for backend cuda (the CPU backend computes in fp32 only)");
+    for (const auto& [key, block] : byElement->entries()) {
+      ElementType type = ElementType::kFp32;
+      bool known = false;
+      for (auto e : kAllElementTypes)
+        if (key == toString(e)) {
+          type = e;
+          known = true;
+        }
+      if (!known || type == ElementType::kFp32 || type == ElementType::kFp16)
+        block.fail(!known ? "unknown element type '" + key + "' (expected tf32 or bf16)"
+                   : type == ElementType::kFp32
+                       ? std::string("fp32's tables are `gemm` and `conv` beside by_element")
+                       : std::string("the CUDA backend does not run fp16 (no loss scaling): "
+                                     "expected tf32 or bf16"));
+      block.allowOnly({"gemm", "conv"});
+      ElementTables& e = t.byElement[type];
+      readGrid(block.require("gemm"), e.gemm, "op", "GEMM op",
+               {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
+      if (auto conv = block.get("conv"))
+        readGrid(*conv, e.conv, "pass", "convolution pass",
+                 {toString(ConvPass::kFwd), toString(ConvPass::kBwdData),
+                  toString(ConvPass::kBwdFilter)});
+    }
   }
   // memory and memory_cold: per kernel, units per call -> rates.
   auto readSizeTables = [](const ConfigNode& block,

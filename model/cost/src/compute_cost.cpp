@@ -65,8 +65,10 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);
     source_ = ComputeSource::kProfile;
-  } else if (!device_.kernels.empty() && element == ElementType::kFp32) {
+  } else if (device_.kernels.pricesElement(element)) {
     source_ = ComputeSource::kTables;
+    if (element != ElementType::kFp32)
+      elementTables_ = std::make_shared<const KernelTables>(device_.kernels.forElement(element));
   } else {
     source_ = ComputeSource::kRoofline;
   }
@@ -82,7 +84,7 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
   const double lo = std::max(1.0, std::floor(examples));
   const double hi = std::max(1.0, std::ceil(examples));
   const double w = hi > lo ? examples - lo : 0.0;
-  const auto& t = device_.kernels;
+  const auto& t = tables();
   TablesTime result;
   bool any = false;
   const double cold = cache_ > 0 ? coldShare(index, phase, examples) : 0.0;
@@ -161,7 +163,7 @@ const ComputeCosts::Traffic& ComputeCosts::traffic(double examples) const {
   const double ex = std::max(1.0, std::round(examples));
   if (auto it = traffic_.find(ex); it != traffic_.end())
     return it->second;
-  const auto& t = device_.kernels;
+  const auto& t = tables();
   const size_t n = net_.layers.size();
   std::vector<double> fwd(n), bwd(n);
   auto bytes = [&](int index, Phase phase) {
@@ -272,7 +274,10 @@ std::string ComputeCosts::describe() const {
           device_.profile->batch);
       break;
     case ComputeSource::kTables:
-      s = fmt::format("compute from kernel tables (backend {})", device_.kernels.backend);
+      s = fmt::format("compute from kernel tables (backend {}{})", device_.kernels.backend,
+                      element_ == ElementType::kFp32
+                          ? std::string()
+                          : fmt::format("; {} GEMM and conv tables", toString(element_)));
       break;
     case ComputeSource::kRoofline:
       s = "compute from roofline x per-kind efficiency";

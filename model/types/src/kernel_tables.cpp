@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "strata/model/cluster.h"
 #include "strata/model/error.h"
 #include "strata/model/kernels.h"
 
@@ -171,6 +172,29 @@ Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside, 
   if (units <= 0)
     return Seconds(0);
   return Seconds(units / memoryRate(kernel, units, outside, cold));
+}
+
+bool KernelTables::pricesElement(ElementType element) const {
+  if (empty())
+    return false;
+  if (element == ElementType::kFp32)
+    return true;
+  const auto it = byElement.find(element);
+  return it != byElement.end() && !it->second.gemm.empty();
+}
+
+KernelTables KernelTables::forElement(ElementType element) const {
+  STRATA_ENFORCE(pricesElement(element));
+  KernelTables t = *this;
+  if (element != ElementType::kFp32) {
+    const ElementTables& e = byElement.at(element);
+    t.gemm = e.gemm;
+    // Without its own conv table a convolution is priced as the element's
+    // implicit GEMM (convTime), not from fp32's conv table.
+    t.conv = e.conv;
+  }
+  t.byElement.clear();
+  return t;
 }
 
 bool KernelTables::hasCold() const {

@@ -89,6 +89,11 @@ class ComputeCosts {
 
   const Network& net_;
   const DeviceSpec& device_;
+  // The tables that price this element type (kTables): the device's own for
+  // fp32, else a copy with the element's GEMM and conv tables in place
+  // (KernelTables::forElement), shared by copies of this object.
+  std::shared_ptr<const KernelTables> elementTables_;
+  const KernelTables& tables() const { return elementTables_ ? *elementTables_ : device_.kernels; }
   ElementType element_;
   Optimizer optimizer_;
   std::string clusterFile_;

@@ -23,6 +23,8 @@
 
 namespace strata {
 
+enum class ElementType;  // cluster.h
+
 // C (m x n) = op(A) (m x k) * op(B) (k x n), row-major, as Eigen runs them:
 // nn: A * B; nt: A * B^T; tn: A^T * B.
 enum class GemmOp { kNN, kNT, kTN };
@@ -119,6 +121,16 @@ inline constexpr ConvPass kAllConvPasses[] = {ConvPass::kFwd, ConvPass::kBwdData
                                               ConvPass::kBwdFilter};
 std::string_view toString(ConvPass pass);  // fwd, bwd_data, bwd_filter
 
+// The GEMM and convolution tables of one element type other than fp32
+// (backend cuda): `gemm` and `conv` as KernelTables has them, measured through
+// the backend's fc and conv phases in that precision (CudaBackendOptions::
+// element), so a bf16 entry includes the casts of its operands (and a
+// convolution's of its result) that the backend makes around each call.
+struct ElementTables {
+  GemmTable gemm;
+  GemmTable conv;
+};
+
 struct KernelTables {
   // "cpu": the lowering of executor/nn's CPU backend (lowerCpu); "cuda": of
   // its CUDA backend (lowerCuda: cuDNN convolutions, cuBLAS GEMMs, kernels/).
@@ -152,7 +164,16 @@ struct KernelTables {
   // anchors to the tables' own points for those kernels.
   double referenceGemmRate = 0;
   double referenceCopyRate = 0;
+  // Optional (`by_element`, backend cuda): the tables of tf32 and bf16.
+  std::map<ElementType, ElementTables> byElement;
   bool empty() const { return gemm.empty(); }
+  // Whether `element` is priced from tables: fp32 when there are tables, any
+  // other type when byElement has its GEMM table.
+  bool pricesElement(ElementType element) const;
+  // These tables with `element`'s GEMM and conv tables in place of fp32's
+  // (requires pricesElement): memory-bound kernels stay fp32's, as the
+  // backend runs every other layer in fp32 whatever the element.
+  KernelTables forElement(ElementType element) const;
 
   // Seconds of one GEMM call; sets *outside when a dimension lies beyond the
   // grid (the rate is then the edge's).
