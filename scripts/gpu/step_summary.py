@@ -156,8 +156,13 @@ def figure(kind, text):
     if kind == "torch":
         return _torch_figure(lines)
     if kind == "profile":
-        m = _last(r"^total (\S+ \S+) measured", lines)
-        return f"total {m.group(1)}" if m else None
+        # With -c CLUSTER: "total 11.0 ms measured, 13.8 ms priced (+25 %)".
+        m = _last(r"^total (\S+ \S+) measured(?:, (\S+ \S+) priced \(([^)]*)\))?", lines)
+        if not m:
+            return None
+        if m.group(2):
+            return f"total {m.group(1)}, priced {m.group(2)} ({m.group(3)})"
+        return f"total {m.group(1)}"
     if kind == "allreduce":
         return _allreduce_figure(lines)
     if kind == "validate":

@@ -65,6 +65,9 @@ class Figures(unittest.TestCase):
 
     def test_profile_bench_gpu(self):
         self.check("profile", "profile.txt", "total 162 ms")
+        self.assertEqual(step_summary.figure(
+            "profile", "total 11.0 ms measured, 13.8 ms priced (+25 %)\n"),
+            "total 11.0 ms, priced 13.8 ms (+25 %)")
         self.check("bench", "bench-abort.txt", "3 benchmarks")
         self.check("gpu", "gpu.txt", "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB, 0 MiB")
         self.assertIsNone(step_summary.figure(

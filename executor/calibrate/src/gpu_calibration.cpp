@@ -408,6 +408,15 @@ GpuTables measure(nn::CudaBackend& be, const std::function<void(const std::strin
                be.lrnForward(ld, nn::ConstTensorView{x, sq}, nn::TensorView{y, sq},
                              nn::TensorView{dx, sq});
              }));
+      // Backward from forward's y and a positive scale (Adam's second
+      // moment, 0.5): missing until 2026-11-27, when the model priced
+      // alexnet-owt's lrn1 backward at 75 us by bandwidth against 729 us
+      // measured on an H100.
+      record(MemKernel::kLrnBwd, ns, gpuPerCall(timer, [&] {
+               be.lrnBackward(ld, nn::ConstTensorView{x, sq}, nn::ConstTensorView{y, sq},
+                              nn::ConstTensorView{adamV.data(), sq}, nn::ConstTensorView{dy, sq},
+                              nn::TensorView{dx, sq}, 0.0f);
+             }));
       const nn::Dims bd{4, 16, side, side};
       record(MemKernel::kBatchNormFwd, ns, gpuPerCall(timer, [&] {
                be.batchNormForward(nn::ConstTensorView{x, bd}, y + top - 64, y + top - 32, 1e-5f,
