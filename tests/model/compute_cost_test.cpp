@@ -381,6 +381,25 @@ TEST_CASE("lowerCuda: one cuDNN call per conv pass, no im2col, no zero fills", "
   CHECK(lowerCuda(fc, 0, Phase::kBwdData, 4, 0).size() == 1);
 }
 
+namespace {
+// Writes `text` with `from` replaced by `to` to `path` and requires loading
+// it to fail with `message`, naming the file.
+void requireClusterError(const std::string& path, const std::string& text, const std::string& from,
+                         const std::string& to, const std::string& message) {
+  std::string bad = text;
+  bad.replace(bad.find(from), from.size(), to);
+  std::ofstream(path) << bad;
+  INFO(message);
+  try {
+    loadCluster(path);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(message));
+    CHECK(e.file() == path);
+  }
+}
+}  // namespace
+
 TEST_CASE("kernel tables of backend cuda: conv table loaded, convolutions priced from it",
           "[kernels][cuda][cluster]") {
   std::string text = readText(test::dataFile("kernel-cluster.yaml"));
@@ -432,17 +451,7 @@ TEST_CASE("kernel tables of backend cuda: conv table loaded, convolutions priced
        {std::tuple{"backend: cuda", "backend: cpu ", "a conv table is for backend cuda"},
         std::tuple{"{pass: fwd, m: 1, n: 1,", "{pass: fwd2, m: 1, n: 1,",
                    "unknown convolution pass 'fwd2'"}}) {
-    std::string bad = text;
-    bad.replace(bad.find(from), std::string(from).size(), to);
-    std::ofstream(path) << bad;
-    INFO(message);
-    try {
-      loadCluster(path);
-      FAIL("expected a ConfigError");
-    } catch (const ConfigError& e) {
-      CHECK_THAT(e.what(), Catch::Contains(message));
-      CHECK(e.file() == path);
-    }
+    requireClusterError(path, text, from, to, message);
   }
   std::filesystem::remove_all(dir);
 }
@@ -702,17 +711,7 @@ TEST_CASE("a calibrated cuda file's tf32 and bf16 peaks and efficiencies load an
        {std::tuple{"      bf16:\n", "      fp32:\n", "fp32's tables are `gemm` and `conv`"},
         std::tuple{"      bf16:\n", "      fp16:\n", "does not run fp16"},
         std::tuple{"      bf16:\n", "      bf17:\n", "unknown element type 'bf17'"}}) {
-    std::string bad = withTables;
-    bad.replace(bad.find(from), std::string(from).size(), to);
-    std::ofstream(path) << bad;
-    INFO(message);
-    try {
-      loadCluster(path);
-      FAIL("expected a ConfigError");
-    } catch (const ConfigError& e) {
-      CHECK_THAT(e.what(), Catch::Contains(message));
-      CHECK(e.file() == path);
-    }
+    requireClusterError(path, withTables, from, to, message);
   }
   std::filesystem::remove_all(dir);
 }

@@ -27,6 +27,16 @@ double readRate(const ConfigNode& v) {
          1e9;
 }
 
+// Whether `key` names an element type ("bf16"), which it sets `out` to.
+bool elementTypeNamed(std::string_view key, ElementType& out) {
+  for (auto e : kAllElementTypes)
+    if (key == toString(e)) {
+      out = e;
+      return true;
+    }
+  return false;
+}
+
 // A rate grid (`gemm` or `conv`): dims, then one row per (table, m, n) with
 // the rates over k; `key` names the table column ("op" or "pass"), `names`
 // its three values in table order and `what` what they are ("GEMM op").
@@ -126,12 +136,7 @@ KernelTables readKernels(const ConfigNode& n) {
           "tables by element type are for backend cuda (the CPU backend computes in fp32 only)");
     for (const auto& [key, block] : byElement->entries()) {
       ElementType type = ElementType::kFp32;
-      bool known = false;
-      for (auto e : kAllElementTypes)
-        if (key == toString(e)) {
-          type = e;
-          known = true;
-        }
+      const bool known = elementTypeNamed(key, type);
       if (!known || type == ElementType::kFp32 || type == ElementType::kFp16)
         block.fail(!known ? "unknown element type '" + key + "' (expected tf32 or bf16)"
                    : type == ElementType::kFp32
@@ -249,12 +254,7 @@ DeviceSpec readDevice(const ConfigNode& n) {
   if (auto byElement = n.get("efficiency_by_element")) {
     for (const auto& [key, table] : byElement->entries()) {
       ElementType type = ElementType::kFp32;
-      bool known = false;
-      for (auto t : kAllElementTypes)
-        if (key == toString(t)) {
-          type = t;
-          known = true;
-        }
+      const bool known = elementTypeNamed(key, type);
       if (!known || type == ElementType::kFp32)
         table.fail(known ? "fp32's table is `efficiency` (efficiency_by_element holds the other "
                            "types: tf32, fp16, bf16)"
