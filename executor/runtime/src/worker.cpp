@@ -158,8 +158,24 @@ std::vector<Measured> Worker::run(int firstStep) {
     std::rethrow_exception(error_);
   timer_.finish();
   const double total = seconds(t0);
+  gatherShards();
   measure(total, ms);
   return ms;
+}
+
+void Worker::gatherShards() {
+  if (plan_.scenario.options.zero < 3 || k_ <= 1)
+    return;
+  backend_->synchronize();  // the updates
+  for (const auto& t : plan_.tasks)
+    if (t.kind == TaskKind::kUpdate && t.worker == w_ && t.part >= 0 && t.iteration == 0) {
+      // One data-parallel group of every worker (the executor runs no tp):
+      // chunk `part` of the unit's parameters is this rank's (piece ==
+      // chunkRange).
+      STRATA_ENFORCE_OP(t.shards, ==, k_);
+      STRATA_ENFORCE_OP(t.part, ==, w_);
+      allGatherChunksRing(comm_, model_.parametersNoWait(t.layer, t.lastLayer));
+    }
 }
 
 void Worker::premake() {

@@ -147,6 +147,10 @@ class Worker {
   // before it: this rank's own slice is copied in place here.
   void placeOwnSlice(int l, int batch);
   void update(const Task& task);
+  // ZeRO-3, after the run's last step: each worker's updated chunks of every
+  // gather unit all-gathered (the next step's forward would have), so that
+  // every worker ends with the whole current weights. Untimed.
+  void gatherShards();
 
   // ---- ps (ps_server.cpp) -------------------------------------------------------
   // The server's thread runs one job (a key's push, server updates and

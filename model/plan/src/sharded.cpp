@@ -217,10 +217,30 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
     }
     return;
   }
-  const double updated = zero3 ? local / dp : local;
+  if (zero3) {
+    // Per gather unit, this worker's chunk of it (its position in the
+    // data-parallel ring: the chunk its reduce-scatter summed); the next
+    // step's gathers bring the others' chunks.
+    for (int first = 0; first < n;) {
+      const int u = unitOf[static_cast<size_t>(first)];
+      int last = first;
+      while (last + 1 < n && unitOf[static_cast<size_t>(last) + 1] == u)
+        ++last;
+      if (u >= 0)
+        for (int w = 0; w < workers; ++w) {
+          auto& p = path[static_cast<size_t>(w)];
+          p = b.update(w, first, last, units.params[static_cast<size_t>(u)] / dp, {p, lastSync});
+          auto& task = b.plan().tasks[static_cast<size_t>(p)];
+          task.part = w / tp.t;
+          task.shards = dp;
+        }
+      first = last + 1;
+    }
+    return;
+  }
   for (int w = 0; w < workers; ++w)
     path[static_cast<size_t>(w)] =
-        b.update(w, 0, n - 1, updated, {path[static_cast<size_t>(w)], lastSync});
+        b.update(w, 0, n - 1, local, {path[static_cast<size_t>(w)], lastSync});
 }
 
 }  // namespace strata::planning
