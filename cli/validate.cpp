@@ -128,8 +128,9 @@ Command addValidateCommand(CLI::App& app) {
                   "sgd|momentum|adam|adamw (default momentum; adam and adamw at PyTorch's "
                   "learning rate 0.001)");
   sub->add_option("--zero", o->zero,
-                  "ZeRO stage of the ring rows, 0-2: each worker updates its chunk of each "
-                  "bucket, then the weights are all-gathered (default 0)");
+                  "ZeRO stage of the ring rows, 0-3: each worker updates its chunk of each "
+                  "bucket, then the weights are all-gathered (3: per unit, before its forward "
+                  "and backward) (default 0)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -152,9 +153,9 @@ Command addValidateCommand(CLI::App& app) {
         exec::checkElement(opt.element, opt.device);
         opt.optimizer = parseOptimizer(o->optimizer, "--optimizer");
         if (!o->zero.empty()) {
-          if (o->zero != "0" && o->zero != "1" && o->zero != "2")
-            throw OptionError("--zero", fmt::format("must be 0, 1 or 2 (the stages the executor "
-                                                    "runs), got '{}'",
+          if (o->zero != "0" && o->zero != "1" && o->zero != "2" && o->zero != "3")
+            throw OptionError("--zero", fmt::format("must be 0, 1, 2 or 3 (the stages the "
+                                                    "executor runs), got '{}'",
                                                     o->zero));
           opt.zero = o->zero[0] - '0';
         }

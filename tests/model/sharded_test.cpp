@@ -11,6 +11,7 @@
 #include "strata/model/collectives.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/plan.h"
 #include "strata/model/tensor_parallel.h"
 #include "strata/model/topology.h"
 
@@ -338,4 +339,62 @@ TEST_CASE("gpt3-xl on 64 H100s with ZeRO-1 and bf16 Adam fits, and says why") {
   CHECK(change->options.find(' ', change->options.find(' ') + 1) == std::string::npos);  // one
   sc.batchPerWorker = 1;
   CHECK_FALSE(smallestFittingChange(n, cl, sc));  // it fits already
+}
+
+TEST_CASE("a ZeRO Plan never rewrites weights while a worker's compute or update may use them",
+          "[plan][zero]") {
+  // The executor runs the Plan's tasks as soon as their dependencies are
+  // done, so a weight gather that delivers into worker d's layers must be
+  // ordered (one reaches the other through dependencies) with every compute
+  // task of d on those layers and every update of them on its source or
+  // destination. ZeRO-3's gather before a unit's backward once waited only
+  // for the unit two before it: on its first units it could run during their
+  // forward (ThreadSanitizer, 2026-11-27).
+  for (const char* name : {"tiny-cnn", "tiny-gpt"})
+    for (int k = 2; k <= 5; ++k)
+      for (int zero : {1, 2, 3})
+        for (double bucket : {0.0, 40e3}) {
+          INFO(name << " K = " << k << " ZeRO-" << zero << " bucket " << bucket);
+          auto sc = ringScenario(k, 4);
+          sc.options.zero = zero;
+          sc.options.bucket = Bytes(bucket);
+          const auto plan = lowerToPlan(presetNetwork(name), sc);
+          const size_t n = plan.tasks.size(), words = (n + 63) / 64;
+          // ancestors[i]: the tasks i waits for, directly or not (deps point back).
+          std::vector<std::vector<uint64_t>> ancestors(n, std::vector<uint64_t>(words));
+          for (size_t i = 0; i < n; ++i)
+            for (int d : plan.depsOf(plan.tasks[i])) {
+              REQUIRE(static_cast<size_t>(d) < i);
+              auto& a = ancestors[i];
+              const auto& da = ancestors[static_cast<size_t>(d)];
+              for (size_t w = 0; w < words; ++w)
+                a[w] |= da[w];
+              a[static_cast<size_t>(d) / 64] |= uint64_t{1} << (d % 64);
+            }
+          auto waitsFor = [&](size_t i, size_t j) {
+            return (ancestors[i][j / 64] >> (j % 64) & 1) != 0;
+          };
+          int gathers = 0, unordered = 0;
+          for (size_t i = 0; i < n; ++i) {
+            const auto& t = plan.tasks[i];
+            if (t.kind != TaskKind::kTransfer ||
+                plan.collectives[static_cast<size_t>(t.collective)].buffer != BufferKind::kWeights)
+              continue;
+            ++gathers;
+            const auto& c = plan.collectives[static_cast<size_t>(t.collective)];
+            for (const auto& f : plan.flowsOf(t))
+              for (size_t j = 0; j < n; ++j) {
+                const auto& u = plan.tasks[j];
+                const int last = u.kind == TaskKind::kUpdate ? u.lastLayer : u.layer;
+                const bool touches =
+                    (u.kind == TaskKind::kCompute && u.worker == f.dst) ||
+                    (u.kind == TaskKind::kUpdate && (u.worker == f.dst || u.worker == f.src));
+                if (touches && u.layer <= c.lastLayer && last >= c.firstLayer && !waitsFor(i, j) &&
+                    !waitsFor(j, i))
+                  ++unordered;
+              }
+          }
+          CHECK(gathers > 0);
+          CHECK(unordered == 0);
+        }
 }

@@ -92,7 +92,8 @@ RunResult runChecked(Communicator& comm, const Plan& plan, const Network& networ
 void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   checkElement(sc.options.element, device);
   // Priced and simulated (cost/src/sharded.cpp, plan/src/sharded.cpp); the
-  // workers' split layers and sharded updates are not written yet (issue 33).
+  // workers' split layers and recomputation are not written yet (issue 33).
+  // ZeRO 1 to 3 run: their Plans are collectives and sharded updates.
   const auto& o = sc.options;
   const std::pair<bool, OptionKey> notRun[] = {
       {o.tp > 1, OptionKey::kTensorParallel},
@@ -103,17 +104,6 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
       throw OptionError(std::string(optionFlag(key)),
                         "is priced and simulated (strata predict, simulate), not run yet: the "
                         "executor does not split layers or recompute");
-  // ZeRO-3's Plan runs and equals one worker (2026-11-27), but the gather
-  // before a unit's backward may start while that unit's forward still reads
-  // its weights (it waits for the unit two before it only), and rewrites
-  // them with the same values: a data race ThreadSanitizer reports. Refused
-  // until that gather waits for the unit's forward, in the Plan and the
-  // closed form alike.
-  if (o.zero >= 3)
-    throw OptionError("--zero",
-                      "3 is priced and simulated (strata predict, simulate), not run yet: the "
-                      "executor runs ZeRO-1 and 2 (each worker updates its chunk, then the "
-                      "weights are all-gathered)");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

@@ -144,12 +144,15 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   // ZeRO-3: each unit's weights all-gathered over the data-parallel group
   // before its forward and again before its backward, one unit ahead (the
   // gather of unit u waits for the compute of the unit two before it: two
-  // units' weights at most are whole at once).
+  // units' weights at most are whole at once). The gather before a unit's
+  // backward also waits for that unit's forward, whose weights it rewrites.
   const bool zero3 = o.zero >= 3 && dp > 1;
   const auto units = zeroGatherUnits(net, tp);
   const auto& unitOf = units.unitOf;
   int lastGather = -1;
   std::vector<int> unitDone;  // per unit entered in this pass: the path when it was left
+  std::vector<int> forwardDone(units.params.size(), -1);  // per unit: the path after its forward
+  bool backward = false;
   std::vector<int> gatherOf(units.params.size(), -1);
   int unit = -1;
   // Before layer i (in the pass's order): a new unit's gather; the deps on it.
@@ -158,13 +161,17 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
     if (!zero3 || u < 0)
       return {};
     if (u != unit) {
-      if (unit >= 0)
+      if (unit >= 0) {
         unitDone.push_back(s.path());
+        if (!backward)
+          forwardDone[static_cast<size_t>(unit)] = s.path();
+      }
       const int before = unitDone.size() >= 2 ? unitDone[unitDone.size() - 2] : -1;
+      const int own = backward ? forwardDone[static_cast<size_t>(u)] : -1;
       lastGather = gatherOf[static_cast<size_t>(u)] =
           s.beside(groupAllGather(ctx.topo, dpGroups,
                                   Bytes(units.params[static_cast<size_t>(u)] * e), ctx.comm),
-                   {lastGather, before});
+                   {lastGather, before, own});
       unit = u;
     }
     return {gatherOf[static_cast<size_t>(u)]};
@@ -224,6 +231,9 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
     if (const int bk = bucketStart[static_cast<size_t>(i)]; bk >= 0 && bucketCloser[size_t(bk)] < 0)
       bucketCloser[static_cast<size_t>(bk)] = i;
 
+  if (zero3 && unit >= 0)
+    forwardDone[static_cast<size_t>(unit)] = s.path();
+  backward = true;
   unitDone.clear();
   lastGather = -1;
   unit = -1;

@@ -57,18 +57,25 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
 
   // ZeRO-3's gathers (sharded.cpp): each unit's weights over the
   // data-parallel group, after the gather before it and the compute of the
-  // unit two before it.
+  // unit two before it; before the backward, also after the unit's own
+  // forward (the gather rewrites the weights that forward reads).
   const bool zero3 = o.zero >= 3 && dp > 1;
   const auto units = zeroGatherUnits(net, tp);
   const auto& unitOf = units.unitOf;
   int lastGather = -1;
   std::vector<Deps> unitDone;
+  std::vector<Deps> forwardDone(units.params.size());  // per unit: the path after its forward
+  bool backward = false;
   std::vector<int> gatherOf(units.params.size(), -1);
   auto gather = [&](int u, int layer) {
     Deps start{lastGather};
     if (unitDone.size() >= 2) {
       const auto& before = unitDone[unitDone.size() - 2];
       start.insert(start.end(), before.begin(), before.end());
+    }
+    if (backward) {
+      const auto& own = forwardDone[static_cast<size_t>(u)];
+      start.insert(start.end(), own.begin(), own.end());
     }
     gatherOf[static_cast<size_t>(u)] = lastGather = b.groupCollective(
         GroupOp::kAllGather, dpGroups, Bytes(units.params[static_cast<size_t>(u)] * e),
@@ -81,8 +88,11 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
     if (!zero3 || u < 0)
       return {};
     if (u != unit) {
-      if (unit >= 0)
+      if (unit >= 0) {
         unitDone.push_back(path);
+        if (!backward)
+          forwardDone[static_cast<size_t>(unit)] = path;
+      }
       gather(u, i);
       unit = u;
     }
@@ -141,6 +151,9 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
     }
   }
 
+  if (zero3 && unit >= 0)
+    forwardDone[static_cast<size_t>(unit)] = path;
+  backward = true;
   unitDone.clear();
   lastGather = -1;
   unit = -1;

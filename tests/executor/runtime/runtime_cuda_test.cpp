@@ -98,7 +98,7 @@ TEST_CASE("every strategy on the GPU with K = 1..4 workers equals one worker wit
   }
 }
 
-TEST_CASE("ZeRO-1 and 2 on the GPU with K = 1..4 workers equal one worker with batch K b",
+TEST_CASE("ZeRO-1, 2 and 3 on the GPU with K = 1..4 workers equal one worker with batch K b",
           "[gpu][exec][zero]") {
   // As runtime_test's case on the CPU: reduce-scattered buckets, each
   // worker's update of its chunks (momentum and Adam: their states there
@@ -113,7 +113,7 @@ TEST_CASE("ZeRO-1 and 2 on the GPU with K = 1..4 workers equal one worker with b
       auto one = test::runScenario(Strategy::kRing, 1, k * b, optimizer);
       const auto ref = exec::runThreads(lowerToPlan(net, one), net,
                                         test::runOptions(steps, exec::Device::kCuda));
-      for (int zero : {1, 2})
+      for (int zero : {1, 2, 3})
         for (double bucket : {0.0, 40e3}) {
           INFO("K = " << k << " ZeRO-" << zero << " bucket " << bucket << " "
                       << toString(optimizer));

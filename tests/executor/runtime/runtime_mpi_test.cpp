@@ -70,13 +70,15 @@ int main(int argc, char** argv) {
       one.batchPerWorker = k * b;
       one.options.optimizer = optimizer;
       const auto ref = exec::runThreads(lowerToPlan(net, one), net, o);
-      // Every strategy, and ring with ZeRO-1 and 2 (each rank updates its
-      // chunk, then the weights are all-gathered).
+      // Every strategy, and ring with ZeRO-1, 2 and 3 (each rank updates its
+      // chunk, then the weights are all-gathered; 3 per unit, gathered before
+      // its forward and backward).
       std::vector<std::pair<Strategy, int>> rows;
       for (auto s : kAllStrategies)
         rows.emplace_back(s, 0);
       rows.emplace_back(Strategy::kRing, 1);
       rows.emplace_back(Strategy::kRing, 2);
+      rows.emplace_back(Strategy::kRing, 3);
       for (const auto& [s, zero] : rows) {
         Scenario sc;
         sc.strategy = s;

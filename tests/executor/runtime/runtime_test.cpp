@@ -231,12 +231,14 @@ TEST_CASE("ps priorities change the order of the jobs, not a bit of the weights"
   }
 }
 
-TEST_CASE("ZeRO-1 and 2 equal one worker with batch K b, every worker alike", "[exec][zero]") {
+TEST_CASE("ZeRO-1, 2 and 3 equal one worker with batch K b, every worker alike", "[exec][zero]") {
   // Each bucket's gradients reduce-scattered, each worker's update of its
   // chunk of every bucket (its optimizer state only there), the weights
-  // all-gathered: other sums' order than one worker, so within 1e-5 of it,
-  // and the same bits on every worker. Small buckets cut the chunks inside
-  // layers; K = 1..8 includes primes and chunks that do not divide them.
+  // all-gathered; ZeRO-3 per gather unit (a block's layers, or one layer),
+  // with each unit's weights gathered before its forward and its backward:
+  // other sums' order than one worker, so within 1e-5 of it, and the same
+  // bits on every worker. Small buckets cut the chunks inside layers; K =
+  // 1..8 includes primes and chunks that do not divide them.
   for (const char* name : {"tiny-cnn", "tiny-gpt"}) {
     const auto net = presetNetwork(name);
     const int b = 4, steps = 3;
@@ -245,7 +247,7 @@ TEST_CASE("ZeRO-1 and 2 equal one worker with batch K b, every worker alike", "[
         if (optimizer != Optimizer::kMomentum && k != 2 && k != 5 && k != 7)
           continue;
         const auto ref = oneWorker(net, k * b, steps, optimizer);
-        for (int zero : {1, 2})
+        for (int zero : {1, 2, 3})
           for (double bucket : {0.0, 40e3}) {
             INFO(name << " K = " << k << " ZeRO-" << zero << " bucket " << bucket << " "
                       << toString(optimizer));
