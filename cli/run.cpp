@@ -36,7 +36,8 @@ namespace {
 
 struct RunFlags {
   std::string network, strategy, workers, trace, timeout = "60s", heartbeat = "1s",
-                                                 format = "table", seed = "1", device = "cpu";
+                                                 format = "table", seed = "1", device = "cpu",
+                                                 bindTo = "auto";
   ScenarioFlags flags;
   TraceFlags traceFlags;
   LimitFlags limitFlags;
@@ -229,6 +230,7 @@ Setup prepare(const RunFlags& f, int ranks, int rank) {
     s.cpuIsa = nn::selectedCpuIsa();  // a bad STRATA_CPU_ISA is a mistake, before any work
   s.sc.options.threadsPerWorker = threadsPerWorker(f, s.sc, opt.device, ranks);
   opt.threadsPerWorker = s.sc.options.threadsPerWorker;
+  opt.binding = exec::parseCoreBinding(f.bindTo, "--bind-to");
   exec::checkRun(s.net, s.sc, opt,
                  ranks > 0 ? exec::RunPlacement::kRanks : exec::RunPlacement::kThreads);
   s.plan = lowerToPlan(s.net, s.sc, s.opt.steps);  // a ps plan holds every step
@@ -264,16 +266,34 @@ std::string placementOf(const Setup& s, bool mpi) {
                      sharing > 1 ? fmt::format(", up to {} workers sharing a GPU", sharing) : "");
 }
 
+// Threads: the cores each worker is bound to (exec::CoreBinding), 0 when
+// unbound; under mpirun 0 (mpirun binds the ranks, not strata).
+int boundCoresPerWorker(const Setup& s, bool mpi) {
+  if (mpi)
+    return 0;
+  return static_cast<int>(
+      exec::coresOfWorker(s.opt.binding, 0, s.sc.workers + s.plan.servers, s.opt.threadsPerWorker)
+          .size());
+}
+
 std::string headerLine(const Setup& s, bool mpi) {
   // The threads are on the kernels' line below.
   StrategyOptions shown = s.sc.options;
   shown.threadsPerWorker = StrategyOptions{}.threadsPerWorker;
   const auto options = nonDefaultOptionsText(s.sc.strategy, shown);
   std::string kernels;
-  if (s.opt.device == exec::Device::kCpu)
-    kernels = fmt::format("cpu kernels: {}, {} thread{} per worker{}\n",
+  if (s.opt.device == exec::Device::kCpu) {
+    std::string bound;
+    if (!mpi) {
+      const int cores = boundCoresPerWorker(s, mpi);
+      bound = cores == 0 ? ", threads not bound to cores"
+                         : fmt::format(", each worker bound to {} core{} of its own", cores,
+                                       cores == 1 ? "" : "s");
+    }
+    kernels = fmt::format("cpu kernels: {}, {} thread{} per worker{}{}\n",
                           nn::cpuIsaDescription(s.cpuIsa), s.opt.threadsPerWorker,
-                          s.opt.threadsPerWorker == 1 ? "" : "s", mpi ? " (rank 0)" : "");
+                          s.opt.threadsPerWorker == 1 ? "" : "s", mpi ? " (rank 0)" : "", bound);
+  }
   // The update rule's own hyper-parameters (the optimizer itself is among
   // the options when not the default).
   std::string rule = isAdam(s.sc.options.optimizer)
@@ -348,8 +368,10 @@ int report(const RunFlags& f, Setup& s, exec::RunResult& result, bool mpi) {
     if (stale > 0)
       std::cout << fmt::format("\"staleness_seen\":{},", result.stalenessSeen);
     if (s.opt.device == exec::Device::kCpu)
-      std::cout << fmt::format("\"cpu_kernels\":{{\"isa\":\"{}\",\"threads_per_worker\":{}}},",
-                               nn::cpuIsaName(s.cpuIsa), s.opt.threadsPerWorker);
+      std::cout << fmt::format(
+          "\"cpu_kernels\":{{\"isa\":\"{}\",\"threads_per_worker\":{},"
+          "\"bound_cores_per_worker\":{}}},",
+          nn::cpuIsaName(s.cpuIsa), s.opt.threadsPerWorker, boundCoresPerWorker(s, mpi));
     std::cout << "\"measured\":";
     printEstimate(std::cout, result.measured, Format::kJson);
     std::cout << "}\n";
@@ -560,6 +582,11 @@ Command addRunCommand(CLI::App& app, Process process) {
                   ".gz)");
   f->traceFlags.add(sub);
   f->limitFlags.add(sub, true);
+  sub->add_option("--bind-to", f->bindTo,
+                  "threads: auto (default), core or none; core puts each worker's threads "
+                  "(kernels and communication) on cores of its own, auto does when every "
+                  "worker can have them (K x threads per worker <= the cores this process may "
+                  "use); under mpirun, use mpirun's --bind-to");
   sub->add_option("--timeout", f->timeout,
                   "how long a blocked receive from a live peer waits before failing (default "
                   "60s)");

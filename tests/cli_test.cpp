@@ -14,6 +14,7 @@
 // tiny-compare.yaml --format json > compare.json`) after the hand check below.
 // To rewrite them after an intended model change, run the test with
 // STRATA_UPDATE_GOLDEN=1, then re-check the hand computation.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -927,6 +928,30 @@ TEST_CASE("run on threads trains and reports, a failing worker is named", "[cli]
                  {"lm-300m.yaml:", "layers[0]", "rnn"});
   checkUserError(runStrata({"run", "-n", "tiny-cnn", "-s", "ring", "-k", "2", "--element", "fp16"}),
                  {"--element"});
+  // --bind-to: two one-thread workers get a core each where the process may
+  // use two; none leaves them unbound. The header line says which.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int usable = CPU_COUNT(&set);
+  for (const char* bind : {"auto", "none"}) {
+    INFO("--bind-to " << bind);
+    const std::vector<std::string> args{"run",  "-n",        "tiny-cnn", "-s",
+                                        "ring", "-k",        "2",        "--batch",
+                                        "2",    "--steps",   "1",        "--threads-per-worker",
+                                        "1",    "--bind-to", bind};
+    auto withJson = args;
+    withJson.insert(withJson.end(), {"--format", "json"});
+    const auto r = runStrata(withJson);
+    REQUIRE(r.status == 0);
+    const bool bound = std::string(bind) == "auto" && usable >= 2;
+    CHECK(json::parse(r.output).at("cpu_kernels").at("bound_cores_per_worker") == (bound ? 1 : 0));
+    const auto table = runStrata(args);
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.output, Catch::Contains(bound ? "1 thread per worker, each worker bound to 1 "
+                                                     "core of its own"
+                                                   : "1 thread per worker, threads not bound"));
+  }
 }
 
 // Every line of tests/cli/bad-inputs/*.txt: "FRAGMENT | ARGS" must end with

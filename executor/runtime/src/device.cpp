@@ -1,6 +1,7 @@
 #include "strata/exec/device.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -97,6 +98,66 @@ int usableCores() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0)
     return std::max(1, CPU_COUNT(&set));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::vector<int> usableCoreIds() {
+  std::vector<int> ids;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        ids.push_back(c);
+  return ids;  // empty where the mask cannot be read: nothing is bound then
+}
+
+std::string_view toString(CoreBinding binding) {
+  switch (binding) {
+    case CoreBinding::kAuto:
+      return "auto";
+    case CoreBinding::kCore:
+      return "core";
+    case CoreBinding::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+CoreBinding parseCoreBinding(const std::string& text, const std::string& option) {
+  for (auto b : {CoreBinding::kAuto, CoreBinding::kCore, CoreBinding::kNone})
+    if (text == toString(b))
+      return b;
+  throw OptionError(option, fmt::format("must be auto, core or none, got '{}'", text));
+}
+
+std::vector<int> coresOfWorker(CoreBinding binding, int rank, int ranks, int threads) {
+  if (binding == CoreBinding::kNone)
+    return {};
+  const auto ids = usableCoreIds();
+  const int64_t need = int64_t{ranks} * std::max(1, threads);
+  if (need > static_cast<int64_t>(ids.size())) {
+    if (binding == CoreBinding::kCore)
+      throw OptionError(
+          "--bind-to",
+          fmt::format("core needs {} cores ({} workers x {} thread{} each), but this process may "
+                      "use {}; use fewer workers or --threads-per-worker, or --bind-to none",
+                      need, ranks, threads, threads == 1 ? "" : "s", ids.size()));
+    return {};
+  }
+  const auto first = ids.begin() + static_cast<std::ptrdiff_t>(int64_t{rank} * threads);
+  return {first, first + std::max(1, threads)};
+}
+
+void bindThisThread(const std::vector<int>& cores) {
+  if (cores.empty())
+    return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cores)
+    CPU_SET(c, &set);
+  // A failure (a container forbidding it) leaves the thread where it was:
+  // binding changes timings, never results.
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
 void checkElement(ElementType element, Device device) {

@@ -407,8 +407,14 @@ void checkRun(const Network& network, const Scenario& sc, const RunOptions& opti
     throw OptionError("--ps-servers",
                       "the GPU executor runs ps with its servers sharded over the workers only "
                       "(the CPU executor, the model and the simulator take dedicated servers)");
-  if (placement == RunPlacement::kThreads)
+  if (placement == RunPlacement::kThreads) {
     checkThreadRun(network, sc, options.device, options.gpu);
+    coresOfWorker(options.binding, 0, sc.workers + psServerRanks(sc), options.threadsPerWorker);
+  } else if (options.binding != CoreBinding::kAuto) {
+    throw OptionError("--bind-to",
+                      "applies to workers run as threads; under mpirun, bind the ranks with "
+                      "mpirun's own --bind-to");
+  }
   if (placement == RunPlacement::kRanks && options.device == Device::kCuda && options.gpu >= 0) {
     // A rank per GPU: this rank's worker against what its GPU has free.
     const DeviceMemoryNow now = deviceMemoryNow(options.device, options.gpu);
@@ -438,6 +444,10 @@ RunResult runThreads(const Plan& given, const Network& network, const RunOptions
   runLocal(
       world,
       [&](Communicator& comm) {
+        // Before the worker starts its kernel and communication threads,
+        // which inherit the binding.
+        bindThisThread(
+            coresOfWorker(options.binding, comm.rank(), world, options.threadsPerWorker));
         results[static_cast<size_t>(comm.rank())] = runChecked(comm, plan, network, options);
       },
       options.timeout, std::move(ops));

@@ -4,10 +4,15 @@
 // ThreadSanitizer); and its measured trace.
 #include "strata/exec/runtime.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -400,6 +405,122 @@ TEST_CASE("ps with staleness S >= steps - 1 never uses a pull: the weights stay 
   const auto p0 = initial.allParameters();
   for (const auto& p : params)
     CHECK(p == std::vector<float>(p0.begin(), p0.end()));
+}
+
+namespace {
+
+// The cores the calling thread may run on.
+std::vector<int> thisThreadCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(pthread_getaffinity_np(pthread_self(), sizeof(set), &set) == 0);
+  std::vector<int> ids;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set))
+      ids.push_back(c);
+  return ids;
+}
+
+// The host's copies and sums, noting the cores of every thread that calls
+// them (a worker's communication lane: its sends, receives and sums).
+class AffinityOps final : public exec::BufferOps {
+ public:
+  std::string name() const override { return "affinity"; }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    note();
+    exec::hostOps().copy(dst, src, bytes);
+  }
+  void add(std::span<float> dst, std::span<const float> src) override {
+    note();
+    exec::hostOps().add(dst, src);
+  }
+  void* allocate(std::size_t bytes) override { return exec::hostOps().allocate(bytes); }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    exec::hostOps().deallocate(p, bytes);
+  }
+  std::set<std::vector<int>> seen() {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+
+ private:
+  void note() {
+    auto cores = thisThreadCores();
+    std::lock_guard lock(mutex_);
+    seen_.insert(std::move(cores));
+  }
+  std::mutex mutex_;
+  std::set<std::vector<int>> seen_;
+};
+
+}  // namespace
+
+TEST_CASE("workers run as threads are bound to cores of their own when they fit, bit for bit",
+          "[exec][binding]") {
+  // --bind-to: each worker's compute thread (which builds its backend) and
+  // communication thread (which copies and sums its messages) on its own
+  // core, or wherever the process may run; the weights the same bits.
+  const auto ids = exec::usableCoreIds();
+  if (ids.size() < 2) {
+    WARN("one usable core: nothing to bind two workers to");
+    return;
+  }
+  const auto net = presetNetwork("tiny-cnn");
+  auto run = [&](int k, exec::CoreBinding binding, std::vector<std::vector<float>>* params,
+                 std::vector<std::set<std::vector<int>>>& compute,
+                 std::vector<std::set<std::vector<int>>>& comm) {
+    const auto plan = lowerToPlan(net, test::runScenario(Strategy::kRing, k, 4));
+    auto o = test::runOptions(2);
+    o.threadsPerWorker = 1;
+    o.binding = binding;
+    std::vector<std::shared_ptr<AffinityOps>> ops;
+    for (int w = 0; w < k; ++w)
+      ops.push_back(std::make_shared<AffinityOps>());
+    std::mutex m;
+    compute.assign(static_cast<size_t>(k), {});
+    o.backend = [&](int rank) {
+      {
+        std::lock_guard lock(m);
+        compute[static_cast<size_t>(rank)].insert(thisThreadCores());
+      }
+      return exec::makeBackend(exec::Device::kCpu, "--device", 0, 1);
+    };
+    o.commOps = [&](int w) { return ops[static_cast<size_t>(w)]; };
+    exec::runThreads(plan, net, o, params);
+    comm.clear();
+    for (const auto& x : ops)
+      comm.push_back(x->seen());
+  };
+  std::vector<std::set<std::vector<int>>> compute, comm;
+  std::vector<std::vector<float>> reference;
+  for (auto binding :
+       {exec::CoreBinding::kNone, exec::CoreBinding::kAuto, exec::CoreBinding::kCore}) {
+    INFO("--bind-to " << exec::toString(binding));
+    std::vector<std::vector<float>> params;
+    run(2, binding, &params, compute, comm);
+    for (size_t r = 0; r < 2; ++r) {
+      const std::set<std::vector<int>> expected{
+          binding == exec::CoreBinding::kNone ? ids : std::vector<int>{ids[r]}};
+      CHECK(compute[r] == expected);
+      CHECK(comm[r] == expected);
+    }
+    if (reference.empty())
+      reference = params;
+    else
+      CHECK(params == reference);
+  }
+  // More workers than cores: auto leaves them where they were, core is
+  // refused before anything runs.
+  const int over = static_cast<int>(ids.size()) + 1;
+  run(over, exec::CoreBinding::kAuto, nullptr, compute, comm);
+  for (int r = 0; r < over; ++r)
+    CHECK(compute[static_cast<size_t>(r)] == std::set<std::vector<int>>{ids});
+  REQUIRE_THROWS_WITH(run(over, exec::CoreBinding::kCore, nullptr, compute, comm),
+                      Catch::Contains("--bind-to: core needs " + std::to_string(over) + " cores (" +
+                                      std::to_string(over) +
+                                      " workers x 1 thread each), but this process may "
+                                      "use " +
+                                      std::to_string(ids.size())));
 }
 
 TEST_CASE(

@@ -62,6 +62,28 @@ std::unique_ptr<nn::Backend> makeBackend(Device device, const std::string& optio
 void checkElement(ElementType element, Device device);
 // The cores this process may run on (its CPU affinity mask; at least 1).
 int usableCores();
+// Their ids, in order.
+std::vector<int> usableCoreIds();
+
+// Where a worker's threads run (--bind-to): on cores of their own (kCore),
+// wherever the scheduler puts them (kNone), or on cores of their own when
+// every worker can have them (kAuto: workers x threads per worker <= usable
+// cores). Bound, a worker's communication thread shares its compute's cores
+// and never waits for a core another worker's compute holds: unbound on 2
+// cores, a woken receiver waited up to 2.4 ms behind the other worker's
+// compute (ZeRO-3, tiny-gpt, 2026-11-27; docs/executor.md, "Binding").
+enum class CoreBinding { kAuto, kCore, kNone };
+std::string_view toString(CoreBinding binding);
+// Throws OptionError naming `option` for anything but auto, core or none.
+CoreBinding parseCoreBinding(const std::string& text, const std::string& option);
+// Worker (or ps server) `rank` of `ranks` run as threads of this process,
+// `threads` kernel threads each: the cores it is bound to, empty when it is
+// not bound. Throws OptionError naming --bind-to for kCore when the usable
+// cores are fewer than ranks x threads.
+std::vector<int> coresOfWorker(CoreBinding binding, int rank, int ranks, int threads);
+// Binds the calling thread, and the threads it starts afterwards, to `cores`
+// (nothing when empty).
+void bindThisThread(const std::vector<int>& cores);
 // How a worker on `device` (GPU `gpu`) copies and sums its messages: the
 // host's, or its GPU's stream and kernels (cuda_ops.h).
 std::shared_ptr<BufferOps> makeCommOps(Device device, int gpu = 0);

@@ -33,6 +33,9 @@ struct RunOptions {
   // --threads-per-worker, by default the cores this process may use divided
   // among its workers). Results depend on it only in the last bits.
   int threadsPerWorker = 1;
+  // runThreads: each worker's (and ps server's) threads on cores of their
+  // own, or not (device.h, CoreBinding). MPI ranks are bound by mpirun.
+  CoreBinding binding = CoreBinding::kAuto;
   // runThreads: how worker w copies and sums its messages; empty: by device
   // (makeCommOps: the host's, or its GPU's stream and kernels). Tests give
   // instrumented ops here to see that every byte goes through them.
