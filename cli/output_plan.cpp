@@ -61,6 +61,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
         if (t.kind == TaskKind::kCompute) {
           task["layer"] = layerName(t.layer);
           task["phase"] = std::string(toString(t.phase));
+          if (t.recompute)
+            task["recompute"] = true;
           task["examples"] = t.examples;
           task["fraction"] = t.fraction;
         } else {
@@ -125,7 +127,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
     switch (task.kind) {
       case TaskKind::kCompute:
         who = fmt::format("worker {}", task.worker);
-        what = fmt::format("{} {}", toString(task.phase), layerName(task.layer));
+        what = fmt::format("{} {}", task.recompute ? "recompute" : toString(task.phase),
+                           layerName(task.layer));
         size = task.fraction < 1 ? fmt::format("{:g} ex x 1/{:g}", task.examples, 1 / task.fraction)
                                  : fmt::format("{:g} ex", task.examples);
         break;

@@ -58,7 +58,10 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
         (o.optimizer == Optimizer::kMomentum
              ? std::string()
              : fmt::format(", optimizer {}", toString(o.optimizer))) +
-            (o.zero > 0 ? fmt::format(", ring rows with ZeRO-{}", o.zero) : std::string()),
+            (o.zero > 0 ? fmt::format(", ring rows with ZeRO-{}", o.zero) : std::string()) +
+            (o.recompute != Recompute::kNone
+                 ? fmt::format(", ring and naive rows with {} recomputation", toString(o.recompute))
+                 : std::string()),
         o.outDir);
     for (const auto& s : result.skipped)
       std::cout << "skipped " << s << "\n";
@@ -82,7 +85,7 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu", element = "fp32", optimizer = "momentum", zero;
+                device = "cpu", element = "fp32", optimizer = "momentum", zero, recompute;
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -131,6 +134,9 @@ Command addValidateCommand(CLI::App& app) {
                   "ZeRO stage of the ring rows, 0-3: each worker updates its chunk of each "
                   "bucket, then the weights are all-gathered (3: per unit, before its forward "
                   "and backward) (default 0)");
+  sub->add_option("--recompute", o->recompute,
+                  "recomputation of the ring and naive rows, none|full: each block's forward "
+                  "again before its backward (default none; selective is priced, not run)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -159,6 +165,12 @@ Command addValidateCommand(CLI::App& app) {
                                                     o->zero));
           opt.zero = o->zero[0] - '0';
         }
+        if (!o->recompute.empty()) {
+          opt.recompute = parseRecompute(o->recompute, "--recompute");
+          if (opt.recompute == Recompute::kSelective)
+            throw OptionError("--recompute",
+                              "must be none or full (what the executor runs), got 'selective'");
+        }
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));
@@ -181,6 +193,12 @@ Command addValidateCommand(CLI::App& app) {
           throw OptionError("--zero",
                             "applies to ring only, and the strategies asked for have no "
                             "ring");
+        if (opt.recompute != Recompute::kNone &&
+            std::none_of(suite.strategies.begin(), suite.strategies.end(),
+                         [](Strategy s) { return s == Strategy::kRing || s == Strategy::kNaive; }))
+          throw OptionError("--recompute",
+                            "applies to ring and naive only, and the strategies asked for have "
+                            "neither");
         if (o->steps != 0)
           suite.steps = o->steps;
         if (o->repeats != 0)

@@ -2374,7 +2374,11 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   checkUserError(
       runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2", "--steps", "1"}),
       {"--tp: is priced and simulated (strata predict, simulate), not run yet"});
-  // ZeRO-1, 2 and 3 run: the same losses as plain ring (runtime_test holds the weights).
+  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--recompute",
+                            "selective", "--steps", "1"}),
+                 {"--recompute: selective is priced and simulated", "--recompute full"});
+  // ZeRO-1, 2 and 3 and full recomputation run: the same losses as plain
+  // ring (runtime_test holds the weights).
   const auto ring = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "3", "--steps", "2"});
   auto losses = [](const std::string& out) {
     std::string l;
@@ -2391,6 +2395,11 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
     CHECK(losses(zero.output) == losses(ring.output));
     CHECK(zero.output.find(std::string("zero ") + stage) != std::string::npos);
   }
+  const auto full = runStrata(
+      {"run", "-n", "tiny-gpt", "-s", "ring", "-k", "3", "--steps", "2", "--recompute", "full"});
+  REQUIRE(full.status == 0);
+  CHECK(losses(full.output) == losses(ring.output));
+  CHECK(full.output.find("recompute full") != std::string::npos);
   // The simulator plays them.
   const auto sim = runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k",
                               "4", "--tp", "2", "--zero", "3", "--recompute", "full"});
@@ -2405,6 +2414,12 @@ TEST_CASE("validate --zero: ring rows only, stages the executor runs", "[cli][er
   checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--zero", "4",
                             "--cluster", "localhost-cpu"}),
                  {"--zero: must be 0, 1, 2 or 3 (the stages the executor runs), got '4'"});
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--recompute",
+                            "selective", "--cluster", "localhost-cpu"}),
+                 {"--recompute: must be none or full (what the executor runs), got 'selective'"});
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ps,owt-b", "-k", "2",
+                            "--recompute", "full", "--cluster", "localhost-cpu"}),
+                 {"--recompute: applies to ring and naive only"});
 }
 
 TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",

@@ -510,11 +510,12 @@ struct Names {
   std::vector<char> segmented;          // per collective: pipelined in segments
 };
 
-// "fwd conv1", "update", "ring send step 3 seg 1 round 0", "ring sum step 3".
+// "fwd conv1", "recompute h.1.attn", "update", "ring send step 3 seg 1 round
+// 0", "ring sum step 3".
 void appendTaskName(std::string& b, const Names& names, const Task& t) {
   switch (t.kind) {
     case TaskKind::kCompute:
-      b += toString(t.phase);
+      b += t.recompute ? std::string_view("recompute") : toString(t.phase);
       b += ' ';
       b += names.layer[static_cast<size_t>(t.layer)];
       return;

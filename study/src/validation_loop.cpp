@@ -54,9 +54,12 @@ void applyRowOptions(Scenario& sc, const ValidationOptions& o) {
   sc.options.optimizer = o.optimizer;
   if (sc.strategy == Strategy::kRing)
     sc.options.zero = o.zero;
+  if (sc.strategy == Strategy::kRing || sc.strategy == Strategy::kNaive)
+    sc.options.recompute = o.recompute;
 }
 
-void checkRows(const ValidationSuite& suite, const std::vector<int>& ks, const ValidationOptions& o) {
+void checkRows(const ValidationSuite& suite, const std::vector<int>& ks,
+               const ValidationOptions& o) {
   for (const auto& entry : suite.entries)
     for (size_t b = 0; b < entry.batches.size(); ++b)
       for (size_t i = 0; i < ks.size(); ++i)

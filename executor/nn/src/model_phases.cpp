@@ -65,7 +65,7 @@ EmbeddingDesc embeddingDesc(const Layer& l) {
 // Sizes the layer's buffers for its input's batch and clears, over the
 // range, the gradient buffers of inputs this layer is the first to read when
 // several layers will add into them.
-void Model::prepareForward(int layer, ExampleRange r) {
+void Model::prepareForward(int layer, ExampleRange r, bool clearGradients) {
   checkRange(layer, r);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   LayerState& st = layers_[static_cast<size_t>(layer)];
@@ -75,7 +75,7 @@ void Model::prepareForward(int layer, ExampleRange r) {
   const Dims outDims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
   st.out.resize(outDims);
   st.outGrad.resize(outDims);
-  if (st.sliced)
+  if (st.sliced || !clearGradients)
     return;
   for (int p : spec.inputs) {
     if (p < 0) {
@@ -97,8 +97,16 @@ void Model::forward(int layer) {
   forward(layer, {0, inputOf(layer, 0).dims.n});
 }
 
+void Model::recompute(int layer) {
+  runForward(layer, {0, inputOf(layer, 0).dims.n}, false);
+}
+
 void Model::forward(int layer, ExampleRange r) {
-  prepareForward(layer, r);
+  runForward(layer, r, true);
+}
+
+void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
+  prepareForward(layer, r, clearGradients);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   LayerState& st = layers_[static_cast<size_t>(layer)];
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];

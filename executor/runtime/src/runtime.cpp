@@ -92,18 +92,22 @@ RunResult runChecked(Communicator& comm, const Plan& plan, const Network& networ
 void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   checkElement(sc.options.element, device);
   // Priced and simulated (cost/src/sharded.cpp, plan/src/sharded.cpp); the
-  // workers' split layers and recomputation are not written yet (issue 33).
-  // ZeRO 1 to 3 run: their Plans are collectives and sharded updates.
+  // workers' split layers and selective recomputation (the attention core
+  // alone) are not written yet (issue 33). ZeRO 1 to 3 run (collectives and
+  // sharded updates), and full recomputation (each block's forward again).
   const auto& o = sc.options;
-  const std::pair<bool, OptionKey> notRun[] = {
-      {o.tp > 1, OptionKey::kTensorParallel},
-      {o.sequenceParallel, OptionKey::kSequenceParallel},
-      {o.recompute != Recompute::kNone, OptionKey::kRecompute}};
+  const std::pair<bool, OptionKey> notRun[] = {{o.tp > 1, OptionKey::kTensorParallel},
+                                               {o.sequenceParallel, OptionKey::kSequenceParallel}};
   for (const auto& [given, key] : notRun)
     if (given)
       throw OptionError(std::string(optionFlag(key)),
                         "is priced and simulated (strata predict, simulate), not run yet: the "
-                        "executor does not split layers or recompute");
+                        "executor does not split layers");
+  if (o.recompute == Recompute::kSelective)
+    throw OptionError("--recompute",
+                      "selective is priced and simulated (strata predict, simulate), not run "
+                      "yet: the executor reruns whole blocks (--recompute full), not the "
+                      "attention core alone");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

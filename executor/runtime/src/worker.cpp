@@ -432,7 +432,10 @@ void Worker::compute(const Task& task) {
     placeOwnSlice(l, roundBatch(task.round));
   switch (task.phase) {
     case Phase::kFwd:
-      model_.forward(l);
+      if (task.recompute)
+        model_.recompute(l);  // full recomputation (selective is refused)
+      else
+        model_.forward(l);
       break;
     case Phase::kBwdData:
       // The loss of the examples just through the softmax (this worker's

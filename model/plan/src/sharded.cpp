@@ -38,11 +38,14 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   const int workers = b.computeWorkers();
   std::vector<int> path(static_cast<size_t>(workers), -1);  // each worker's stream
 
-  auto compute = [&](int layer, Phase phase, double fraction, const Deps& extra) {
+  auto compute = [&](int layer, Phase phase, double fraction, const Deps& extra,
+                     bool recompute = false) {
     for (int w = 0; w < workers; ++w) {
       Deps deps = extra;
       deps.push_back(path[static_cast<size_t>(w)]);
-      path[static_cast<size_t>(w)] = b.compute(w, layer, phase, examples, fraction, deps);
+      auto& p = path[static_cast<size_t>(w)];
+      p = b.compute(w, layer, phase, examples, fraction, deps);
+      b.plan().tasks[static_cast<size_t>(p)].recompute = recompute;
     }
   };
   // A tensor-parallel collective in every worker's path.
@@ -170,12 +173,12 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
         --first;
       for (int j = first; j <= i; ++j) {
         inPath(tp.layers[static_cast<size_t>(j)].fwdBefore, j, BufferKind::kActivations);
-        compute(j, Phase::kFwd, work(j), j == first ? extra : Deps{});
+        compute(j, Phase::kFwd, work(j), j == first ? extra : Deps{}, true);
         inPath(tp.layers[static_cast<size_t>(j)].fwdAfter, j, BufferKind::kActivations);
       }
     }
     if (o.recompute == Recompute::kSelective && l.kind == LayerKind::kAttention)
-      compute(i, Phase::kFwd, work(i) * attentionCoreShare(l), extra);
+      compute(i, Phase::kFwd, work(i) * attentionCoreShare(l), extra, true);
     inPath(x.bwdBefore, i, BufferKind::kActivationGradients);
     Deps gradient;
     if (l.computesWeightGradient()) {

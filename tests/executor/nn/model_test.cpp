@@ -1,6 +1,7 @@
 // Model: shapes against the cost model's, batch slicing, parameter layout,
 // errors, and the property data parallelism rests on.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <thread>
 
 #include "helpers.h"
@@ -189,6 +190,56 @@ TEST_CASE("a batch processed in example ranges equals the batch at once", "[mode
     REQUIRE(a[i] == Approx(b[i]).margin(1e-6));
   CHECK(once.loss() == Approx(pieces.loss()).epsilon(1e-6));
   checkSameGradients(once, once.allGradients(), pieces.allGradients());
+}
+
+TEST_CASE(
+    "recompute rewrites a block's dropped outputs: the gradients of no recompute, bit "
+    "for bit",
+    "[model][recompute]") {
+  // --recompute full as the executor runs it: forward, then before each
+  // block's backward its layers' forward again (Model::recompute), here
+  // after their outputs were poisoned with NaN as if they had been freed.
+  // Dropout is on: its masks must come out the same the second time.
+  const Network net = test::presetNetwork("tiny-gpt");
+  ModelOptions options;
+  const auto data = SyntheticDataset::forNetwork(net, 5);
+  const int n = 3;
+  const int positions = net.layers.back().outShape.h * net.layers.back().outShape.w;
+  std::vector<int32_t> labels(static_cast<size_t>(n * positions));
+  Model plain(net, options), again(net, options);
+  for (Model* m : {&plain, &again}) {
+    data.fill(0, m->input(n).view(), labels, positions);
+    m->setLabels(labels);
+    m->forwardAll();
+  }
+  plain.backwardAll();
+  int poisoned = 0;
+  for (int l = again.layerCount() - 1; l >= 0; --l) {
+    const int block = net.layers[static_cast<size_t>(l)].block;
+    if (block >= 0 &&
+        (l + 1 == again.layerCount() || net.layers[static_cast<size_t>(l) + 1].block != block)) {
+      int first = l;
+      while (first > 0 && net.layers[static_cast<size_t>(first) - 1].block == block)
+        --first;
+      for (int j = first; j <= l; ++j) {
+        const_cast<Tensor&>(again.output(j)).fill(std::numeric_limits<float>::quiet_NaN());
+        ++poisoned;
+      }
+      for (int j = first; j <= l; ++j)
+        again.recompute(j);
+    }
+    again.backwardWeights(l);
+    if (l > 0)
+      again.backwardData(l);
+  }
+  CHECK(poisoned ==
+        20);  // tiny-gpt: 2 blocks of 10 layers (ln1 attn drop1 add1 ln2 fc1 gelu fc2 drop2 add2)
+  const auto a = plain.allGradients(), b = again.allGradients();
+  REQUIRE(a.size() == b.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    differ += a[i] == b[i] ? 0 : 1;  // NaN differs from everything
+  CHECK(differ == 0);
 }
 
 TEST_CASE("models on concurrent threads compute what they compute alone", "[model][threads]") {

@@ -43,6 +43,9 @@ struct ValidationOptions {
   // ZeRO stage of every ring row (--zero 1|2: the executor runs them; the
   // other strategies' rows are as without it).
   int zero = 0;
+  // Recomputation of every ring and naive row (--recompute full: the
+  // executor reruns each block's forward before its backward).
+  Recompute recompute = Recompute::kNone;
 };
 
 // What the loop is doing, for a front end to show (each may be left empty).

@@ -91,9 +91,13 @@ struct Task {
   Phase phase = Phase::kFwd;
   double examples = 0;  // compute
   double fraction = 1;  // compute: the share of the layer this worker holds
-  double params = 0;    // update
-  Bytes bytes;          // transfer: per flow; reduce: per chunk summed
-  int inputs = 0;       // reduce: chunks summed per destination
+  // compute, phase kFwd: a forward run again before the layer's backward
+  // (--recompute): full, the whole layer (fraction as its forward's);
+  // selective, the attention core only (fraction: attentionCoreShare of it).
+  bool recompute = false;
+  double params = 0;  // update
+  Bytes bytes;        // transfer: per flow; reduce: per chunk summed
+  int inputs = 0;     // reduce: chunks summed per destination
   PatternKind pattern = PatternKind::kPairs;
   PartRule parts = PartRule::kExplicit;
   int root = -1;  // gather / scatter

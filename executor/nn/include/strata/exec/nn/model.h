@@ -224,6 +224,11 @@ class Model {
   // ---- phases (ranges index the layer's current batch; see header) ----
   void forward(int layer, ExampleRange examples);
   void forward(int layer);
+  // The forward of the whole batch again, before the layer's backward
+  // (--recompute full): the same outputs and saved tensors, bit for bit, and
+  // no gradient buffer cleared (its inputs' may hold what later layers'
+  // backward added).
+  void recompute(int layer);
   // Gradient with respect to the layer's input(s) from outputGrad(layer)
   // (softmax: from the labels and softmaxStats()). Requires forward of the
   // same range.
@@ -344,7 +349,8 @@ class Model {
   void applyRule(const UpdateRule& rule, int64_t offset, int64_t size, int64_t step);
   Tensor& gradTargetOf(int layer, int which);
   float betaOf(int layer, int which) const;
-  void prepareForward(int layer, ExampleRange r);
+  void prepareForward(int layer, ExampleRange r, bool clearGradients);
+  void runForward(int layer, ExampleRange r, bool clearGradients);
   void checkRange(int layer, ExampleRange r) const;
   int softmaxLayer() const;
   int64_t softmaxPositions() const;
