@@ -58,6 +58,9 @@ void Backend::attentionBackwardData(const AttentionDesc&, ConstTensorView, const
                                     float) {
   lacks("attention");
 }
+void Backend::attentionCoreForward(const AttentionDesc&, const AttentionSaved&) {
+  lacks("attention core (selective recomputation)");
+}
 void Backend::embeddingForward(const EmbeddingDesc&, ConstTensorView, const float*, TensorView) {
   lacks("embedding");
 }

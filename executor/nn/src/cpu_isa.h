@@ -131,6 +131,8 @@ class CpuImpl final : public Backend {
   void swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
   void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
                         const float* bias, const AttentionSaved& saved, TensorView y) override;
+  void attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved) override;
+  bool runsAttentionCore() const override { return true; }
   void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
                                 const float* w, const AttentionSaved& saved, float* dw,
                                 float* dbias) override;
@@ -185,6 +187,12 @@ class CpuImpl final : public Backend {
                          std::span<const float> g, const AdamParams& p);
 
  private:
+  // attentionForward's core, in its order: example n's scores (Q K^T per
+  // head into saved.probs), the batch's softmax over them, example n's
+  // context (V P^T per head into saved.context).
+  void attentionScores(const AttentionDesc& d, int n, const AttentionSaved& saved);
+  void attentionSoftmax(const AttentionDesc& d, int examples, const AttentionSaved& saved);
+  void attentionContext(const AttentionDesc& d, int n, const AttentionSaved& saved);
   // C = op(A) op(B) (+ C) split over the team's threads by rows or columns.
   void teamGemm(GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
                 bool accumulate);

@@ -25,9 +25,7 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
   checkSameDims(x.dims, y.dims);
   const int f = d.features, t = d.positions, dh = d.headFeatures();
   const int kv = d.keyValueFeatures(), rows = d.qkvFeatures();
-  const int group = d.heads / d.keyValueHeads();  // query heads per key/value head
-  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
-  const int64_t qt = int64_t{rows} * t, vAt = ft + int64_t{kv} * t;  // V's first row
+  const int64_t ft = int64_t{f} * t, qt = int64_t{rows} * t;
   const float* wqkv = w;
   const float* wo = w + int64_t{rows} * f;
   if (d.rotary && !recordOnly())
@@ -41,30 +39,62 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
     // Q's heads then K's: d.heads + kvHeads blocks of dh rows from row 0.
     if (d.rotary && runs(MemKernel::kRotary, double(f + kv) * t))
       rotaryKernel(qkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), false);
-    for (int h = 0; h < d.heads; ++h)
-      teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + (h / group) * head,
-               saved.probs + (int64_t{n} * d.heads + h) * tt, false);
+    attentionScores(d, n, saved);
   }
+  attentionSoftmax(d, x.dims.n, saved);
+  for (int n = 0; n < x.dims.n; ++n) {
+    attentionContext(d, n, saved);
+    float* yn = y.data + n * ft;
+    teamGemm(GemmOp::kNN, f, t, f, wo, saved.context.data + n * ft, yn, false);
+    if (bias && runs(MemKernel::kBias, double(ft)))
+      biasAdd(yn, bias + rows, f, t);
+  }
+}
+
+void CpuImpl::attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved) {
+  const int n = saved.qkv.dims.n;
+  checkAttention(d, Dims{n, d.features, d.positions, 1}, saved);
+  for (int i = 0; i < n; ++i)
+    attentionScores(d, i, saved);
+  attentionSoftmax(d, n, saved);
+  for (int i = 0; i < n; ++i)
+    attentionContext(d, i, saved);
+}
+
+void CpuImpl::attentionScores(const AttentionDesc& d, int n, const AttentionSaved& saved) {
+  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int group = d.heads / d.keyValueHeads();  // query heads per key/value head
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const float* qkv = saved.qkv.data + n * int64_t{d.qkvFeatures()} * t;
+  for (int h = 0; h < d.heads; ++h)
+    teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + (h / group) * head,
+             saved.probs + (int64_t{n} * d.heads + h) * tt, false);
+}
+
+void CpuImpl::attentionSoftmax(const AttentionDesc& d, int examples, const AttentionSaved& saved) {
+  const int t = d.positions;
+  const int64_t tt = int64_t{t} * t;
   // Whole (example, head) score blocks of t rows per thread: a row's mask
   // depends on its index mod t.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  if (runs(MemKernel::kAttnSoftmaxFwd, double(x.dims.n) * d.heads * double(tt)))
-    parallelRanges(team_, int64_t{x.dims.n} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.headFeatures()));
+  if (runs(MemKernel::kAttnSoftmaxFwd, double(examples) * d.heads * double(tt)))
+    parallelRanges(team_, int64_t{examples} * d.heads, std::max<int64_t>(1, kElementGrain / tt),
                    [&](int64_t first, int64_t last) {
                      attnSoftmaxForward(saved.probs + first * tt, saved.probs + first * tt,
                                         (last - first) * t, t, d.causal, scale);
                    });
-  for (int n = 0; n < x.dims.n; ++n) {
-    const float* qkv = saved.qkv.data + n * qt;
-    float* context = saved.context.data + n * ft;
-    for (int h = 0; h < d.heads; ++h)
-      teamGemm(GemmOp::kNT, dh, t, t, qkv + vAt + (h / group) * head,
-               saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
-    float* yn = y.data + n * ft;
-    teamGemm(GemmOp::kNN, f, t, f, wo, context, yn, false);
-    if (bias && runs(MemKernel::kBias, double(ft)))
-      biasAdd(yn, bias + rows, f, t);
-  }
+}
+
+void CpuImpl::attentionContext(const AttentionDesc& d, int n, const AttentionSaved& saved) {
+  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int group = d.heads / d.keyValueHeads();
+  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const int64_t qt = int64_t{d.qkvFeatures()} * t, vAt = ft + int64_t{d.keyValueFeatures()} * t;
+  const float* qkv = saved.qkv.data + n * qt;
+  float* context = saved.context.data + n * ft;
+  for (int h = 0; h < d.heads; ++h)
+    teamGemm(GemmOp::kNT, dh, t, t, qkv + vAt + (h / group) * head,
+             saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
 }
 
 void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x,

@@ -105,6 +105,13 @@ void Model::forward(int layer, ExampleRange r) {
   runForward(layer, r, true);
 }
 
+void Model::recomputeAttentionCore(int layer) {
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  STRATA_ENFORCE(spec.kind == LayerKind::kAttention);
+  const int n = layers_[static_cast<size_t>(layer)].out.n();
+  backend_->attentionCoreForward(attentionDesc(spec), attentionSaved(layer, {0, n}));
+}
+
 void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
   prepareForward(layer, r, clearGradients);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];

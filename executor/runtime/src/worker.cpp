@@ -432,8 +432,10 @@ void Worker::compute(const Task& task) {
     placeOwnSlice(l, roundBatch(task.round));
   switch (task.phase) {
     case Phase::kFwd:
-      if (task.recompute)
-        model_.recompute(l);  // full recomputation (selective is refused)
+      if (task.recompute && plan_.scenario.options.recompute == Recompute::kSelective)
+        model_.recomputeAttentionCore(l);
+      else if (task.recompute)
+        model_.recompute(l);
       else
         model_.forward(l);
       break;

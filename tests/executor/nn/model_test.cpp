@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "helpers.h"
+#include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/model/error.h"
 
@@ -240,6 +241,48 @@ TEST_CASE(
   for (size_t i = 0; i < a.size(); ++i)
     differ += a[i] == b[i] ? 0 : 1;  // NaN differs from everything
   CHECK(differ == 0);
+}
+
+TEST_CASE(
+    "the attention core again gives attentionForward's probabilities and context, bit for "
+    "bit",
+    "[model][recompute]") {
+  // Backend::attentionCoreForward (--recompute selective) from the saved Q,
+  // K and V after the saved probabilities and context were poisoned: causal
+  // multi-head, and grouped-query with rotary positions (Q and K saved as
+  // rotated), on odd sizes.
+  struct Case {
+    int features, positions, heads, kvHeads;
+    bool causal, rotary;
+  };
+  for (const Case c : {Case{12, 7, 3, 0, true, false}, Case{16, 5, 4, 2, false, true}}) {
+    INFO("features " << c.features << " heads " << c.heads << " kv heads " << c.kvHeads);
+    AttentionDesc d;
+    d.features = c.features;
+    d.positions = c.positions;
+    d.heads = c.heads;
+    d.kvHeads = c.kvHeads;
+    d.causal = c.causal;
+    d.rotary = c.rotary;
+    const int n = 3, f = c.features, t = c.positions, rows = d.qkvFeatures();
+    const Dims xd{n, f, t, 1}, qkvd{n, rows, t, 1};
+    std::vector<float> x(size_t(xd.elements())), w(size_t(int64_t{rows + f} * f)), y(x.size());
+    test::fillUniform(x, 1);
+    test::fillUniform(w, 2, -0.5f, 0.5f);
+    std::vector<float> qkv(size_t(qkvd.elements())), dqkv(qkv.size()), context(x.size());
+    std::vector<float> probs(size_t(int64_t{n} * c.heads * t * t));
+    const AttentionSaved saved{
+        {qkv.data(), qkvd}, probs.data(), {context.data(), xd}, {dqkv.data(), qkvd}};
+    CpuBackend cpu;
+    REQUIRE(cpu.runsAttentionCore());
+    cpu.attentionForward(d, {x.data(), xd}, w.data(), nullptr, saved, {y.data(), xd});
+    const auto probsBefore = probs, contextBefore = context;
+    std::fill(probs.begin(), probs.end(), std::numeric_limits<float>::quiet_NaN());
+    std::fill(context.begin(), context.end(), std::numeric_limits<float>::quiet_NaN());
+    cpu.attentionCoreForward(d, saved);
+    CHECK(probs == probsBefore);
+    CHECK(context == contextBefore);
+  }
 }
 
 TEST_CASE("models on concurrent threads compute what they compute alone", "[model][threads]") {

@@ -265,13 +265,15 @@ TEST_CASE("ZeRO-1, 2 and 3 equal one worker with batch K b, every worker alike",
   }
 }
 
-TEST_CASE("full recomputation gives the weights of none, bit for bit, K = 1..8",
+TEST_CASE("full and selective recomputation give the weights of none, bit for bit, K = 1..8",
           "[exec][recompute]") {
   // --recompute full: each block's forward again before its backward (the
   // Plan's recompute tasks), which writes the same outputs and saved tensors
   // (dropout's masks are counters of seed, step, layer and example) and
-  // clears no gradient, so every weight is the same bits as without it; with
-  // ZeRO-3, whose gathers wait for the recomputed forward too.
+  // clears no gradient; selective: each attention's core again (scores,
+  // softmax, context from the saved Q, K, V). So every weight is the same
+  // bits as without it; with ZeRO-3, whose gathers wait for the recomputed
+  // forward too.
   for (const char* name : {"tiny-gpt", "tiny-llama"}) {
     const auto net = presetNetwork(name);
     const int b = 3, steps = 3;
@@ -281,20 +283,24 @@ TEST_CASE("full recomputation gives the weights of none, bit for bit, K = 1..8",
         INFO(name << " K = " << k << " " << toString(s) << " ZeRO-" << zero);
         auto sc = test::runScenario(s, k, b);
         sc.options.zero = zero;
-        std::vector<std::vector<float>> plain, again;
+        std::vector<std::vector<float>> plain;
         exec::runThreads(lowerToPlan(net, sc), net, test::runOptions(steps), &plain);
-        sc.options.recompute = Recompute::kFull;
-        const auto plan = lowerToPlan(net, sc);
-        const auto recomputed = std::count_if(plan.tasks.begin(), plan.tasks.end(),
-                                              [](const Task& t) { return t.recompute; });
-        int blockLayers = 0;
-        for (const auto& l : net.layers)
-          blockLayers += l.block >= 0 ? 1 : 0;
-        CHECK(recomputed == int64_t{blockLayers} * k);
-        exec::runThreads(plan, net, test::runOptions(steps), &again);
-        REQUIRE(again.size() == plain.size());
-        for (size_t w = 0; w < plain.size(); ++w)
-          CHECK(again[w] == plain[w]);
+        for (Recompute r : {Recompute::kFull, Recompute::kSelective}) {
+          INFO("--recompute " << toString(r));
+          sc.options.recompute = r;
+          const auto plan = lowerToPlan(net, sc);
+          const auto recomputed = std::count_if(plan.tasks.begin(), plan.tasks.end(),
+                                                [](const Task& t) { return t.recompute; });
+          int rerun = 0;  // per worker: block layers (full) or attentions (selective)
+          for (const auto& l : net.layers)
+            rerun += r == Recompute::kFull ? l.block >= 0 : l.kind == LayerKind::kAttention;
+          CHECK(recomputed == int64_t{rerun} * k);
+          std::vector<std::vector<float>> again;
+          exec::runThreads(plan, net, test::runOptions(steps), &again);
+          REQUIRE(again.size() == plain.size());
+          for (size_t w = 0; w < plain.size(); ++w)
+            CHECK(again[w] == plain[w]);
+        }
       }
   }
 }

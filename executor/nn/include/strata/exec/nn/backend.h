@@ -344,6 +344,13 @@ class Backend {
   // dx = Wqkv^T dqkv + beta * dx.
   virtual void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
                                      TensorView dx, float beta);
+  // Selective recomputation (Korthikanti et al. 2023, section 5): the
+  // attention core again from saved.qkv (Q and K as rotated): the scores,
+  // their softmax into saved.probs and the context into saved.context, the
+  // bits attentionForward wrote, without the projections. Backends that
+  // cannot say so in runsAttentionCore.
+  virtual void attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved);
+  virtual bool runsAttentionCore() const { return false; }
 
   // Gathers the token (and position) vectors; an id outside [0, vocab) is an
   // error naming both values.

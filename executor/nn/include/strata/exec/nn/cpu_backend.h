@@ -196,6 +196,10 @@ class CpuBackend final : public Backend {
                                 float* dbias) override {
     impl_->attentionBackwardWeights(d, x, dy, w, saved, dw, dbias);
   }
+  void attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved) override {
+    impl_->attentionCoreForward(d, saved);
+  }
+  bool runsAttentionCore() const override { return true; }
   void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
                              TensorView dx, float beta) override {
     impl_->attentionBackwardData(d, dqkv, w, dx, beta);

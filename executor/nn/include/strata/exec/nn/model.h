@@ -229,6 +229,10 @@ class Model {
   // no gradient buffer cleared (its inputs' may hold what later layers'
   // backward added).
   void recompute(int layer);
+  // The attention core again (--recompute selective): layer `layer`'s
+  // scores, probabilities and context from its saved Q, K and V
+  // (Backend::attentionCoreForward), the same bits as its forward.
+  void recomputeAttentionCore(int layer);
   // Gradient with respect to the layer's input(s) from outputGrad(layer)
   // (softmax: from the labels and softmaxStats()). Requires forward of the
   // same range.
