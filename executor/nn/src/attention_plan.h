@@ -212,6 +212,28 @@ struct Sizes {
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(dh)); }
 };
 
+// The core over n examples from qkv (forward's, after its bias): the score
+// GEMMs, their softmax into probs and the context GEMMs into context;
+// forward runs it, and so does selective recomputation (backend.h's
+// attentionCoreForward) on the saved qkv, casting it again first.
+template <class O>
+void core(const AttentionDesc& d, int n, const float* qkv, float* probs, float* context, O& ops) {
+  const Sizes s(d);
+  const int t = s.t;
+  const int64_t scores = int64_t{n} * s.heads * s.tt;
+  ops.cast(0, qkv, 3 * n * s.ft);
+  // S_eh (t x t) = Q_eh^T K_eh, Q_eh and K_eh dh x t.
+  const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt};
+  forEachHead({GemmOp::kTN, t, t, s.dh, qkv, t, inQkv, qkv + s.ft, t, inQkv, probs, t, inScores}, n,
+              s.heads, ops.gemm);
+  ops.softmaxForward(probs, int64_t{n} * s.heads * t, t, d.causal, s.scale());
+  ops.cast(2, probs, scores);
+  // C_eh (dh x t) = V_eh P_eh^T.
+  forEachHead({GemmOp::kNT, s.dh, t, t, qkv + 2 * s.ft, t, inQkv, probs, t, inScores, context, t,
+               HeadStrides{s.ft, s.head}},
+              n, s.heads, ops.gemm);
+}
+
 // Forward over n examples: fills qkv, probs and context (AttentionSaved's
 // layouts) and y. bias may be null.
 template <class O>
@@ -219,7 +241,6 @@ void forward(const AttentionDesc& d, int n, const float* x, const float* w, cons
              float* qkv, float* probs, float* context, float* y, O& ops) {
   const Sizes s(d);
   const int f = s.f, t = s.t;
-  const int64_t scores = int64_t{n} * s.heads * s.tt;
   ops.cast(0, x, n * s.ft);
   ops.cast(1, w, 4 * int64_t{f} * f);  // Wqkv and Wo
   // QKV_e (3f x t) = Wqkv (3f x f) x_e (f x t), weights batch stride 0.
@@ -240,17 +261,7 @@ void forward(const AttentionDesc& d, int n, const float* x, const float* w, cons
   ops.gemm(proj);
   if (bias)
     ops.bias(qkv, bias, n, 3 * f, t);
-  ops.cast(0, qkv, 3 * n * s.ft);
-  // S_eh (t x t) = Q_eh^T K_eh, Q_eh and K_eh dh x t.
-  const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt};
-  forEachHead({GemmOp::kTN, t, t, s.dh, qkv, t, inQkv, qkv + s.ft, t, inQkv, probs, t, inScores}, n,
-              s.heads, ops.gemm);
-  ops.softmaxForward(probs, int64_t{n} * s.heads * t, t, d.causal, s.scale());
-  ops.cast(2, probs, scores);
-  // C_eh (dh x t) = V_eh P_eh^T.
-  forEachHead({GemmOp::kNT, s.dh, t, t, qkv + 2 * s.ft, t, inQkv, probs, t, inScores, context, t,
-               HeadStrides{s.ft, s.head}},
-              n, s.heads, ops.gemm);
+  core(d, n, qkv, probs, context, ops);
   ops.cast(0, context, n * s.ft);
   // y_e (f x t) = Wo C_e.
   RowMajorGemm out = proj;

@@ -282,6 +282,22 @@ void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, co
                      ops);
 }
 
+void CudaBackend::attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved) {
+  const int n = saved.qkv.dims.n;
+  checkAttention(d, Dims{n, d.features, d.positions, 1}, saved);
+  STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
+  if (n == 0)
+    return;
+  cudaStream_t st = nullptr;
+  if (!recordOnly()) {
+    activate();
+    st = impl_->stream.get();
+  }
+  const std::string where = attentionWhere(d, n);
+  auto ops = attentionOps(where, st);
+  attention::core(d, n, saved.qkv.data, saved.probs, saved.context.data, ops);
+}
+
 void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x,
                                            ConstTensorView dy, const float* w,
                                            const AttentionSaved& saved, float* dw, float* dbias) {

@@ -94,7 +94,7 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   // Priced and simulated (cost/src/sharded.cpp, plan/src/sharded.cpp); the
   // workers' split layers are not written yet (issue 33). ZeRO 1 to 3 run
   // (collectives and sharded updates), and recomputation: full (each
-  // block's forward again) and selective (the attention core again, CPU).
+  // block's forward again) and selective (the attention core again).
   const auto& o = sc.options;
   const std::pair<bool, OptionKey> notRun[] = {{o.tp > 1, OptionKey::kTensorParallel},
                                                {o.sequenceParallel, OptionKey::kSequenceParallel}};
@@ -103,10 +103,6 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
       throw OptionError(std::string(optionFlag(key)),
                         "is priced and simulated (strata predict, simulate), not run yet: the "
                         "executor does not split layers");
-  if (o.recompute == Recompute::kSelective && device != Device::kCpu)
-    throw OptionError("--recompute",
-                      "selective runs on --device cpu (the CUDA backend has no call for the "
-                      "attention core alone yet); full runs on both");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

@@ -16,9 +16,11 @@
 // cuda_backend_test's "bf16 attention" case states.
 #include "attention_plan.h"
 
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "helpers.h"
@@ -208,6 +210,19 @@ void checkPlan(const PlanCase& c, Casts casts) {
   // Rounded operands do show (so the bf16 case tests rounding, not a no-op).
   if (casts == Casts::kBf16)
     CHECK(worst > 1e-5);
+
+  // Selective recomputation's core from the saved qkv, after the saved
+  // probabilities and context were poisoned: forward's bits again, with two
+  // per-head GEMM lines and two casts.
+  const auto probsBefore = pProbs, contextBefore = pContext;
+  std::fill(pProbs.begin(), pProbs.end(), std::numeric_limits<float>::quiet_NaN());
+  std::fill(pContext.begin(), pContext.end(), std::numeric_limits<float>::quiet_NaN());
+  const int callsBefore = device.calls, castsBefore = castCalls;
+  attention::core(d, n, pQkv.data(), pProbs.data(), pContext.data(), ops);
+  CHECK(pProbs == probsBefore);
+  CHECK(pContext == contextBefore);
+  CHECK(device.calls - callsBefore == 2 * loops);
+  CHECK(castCalls - castsBefore == (casts == Casts::kNone ? 0 : 2));
 }
 
 TEST_CASE(

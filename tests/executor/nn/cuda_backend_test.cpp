@@ -1249,6 +1249,15 @@ void compareAttention(const AttentionCase& c) {
     g.attentionBackwardData(d, dqkv.onGpu(), w.gpu.data(), dx.onGpu(), beta);
     requireClose(g, dx);
   }
+  // Selective recomputation: the core again from each side's saved qkv,
+  // after its probabilities and context were poisoned.
+  REQUIRE(g.runsAttentionCore());
+  probs.fill(kNaN);
+  context.fill(kNaN);
+  cpu.attentionCoreForward(d, onCpu);
+  g.attentionCoreForward(d, onGpu);
+  requireClose(g, probs);
+  requireClose(g, context);
 }
 
 TEST_CASE("attention equals the CPU's: causal and not, heads batched and looped", "[transformer]") {

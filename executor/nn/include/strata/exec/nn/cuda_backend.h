@@ -329,6 +329,10 @@ class CudaBackend final : public Backend {
   void geluBackward(ConstTensorView x, ConstTensorView dy, TensorView dx, float beta) override;
   void attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
                         const float* bias, const AttentionSaved& saved, TensorView y) override;
+  // Selective recomputation (attention_plan.h's core): multi-head attention
+  // only, as attentionForward.
+  void attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved) override;
+  bool runsAttentionCore() const override { return true; }
   void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
                                 const float* w, const AttentionSaved& saved, float* dw,
                                 float* dbias) override;
