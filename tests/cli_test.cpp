@@ -822,6 +822,10 @@ TEST_CASE("golden predict ring K=2", "[cli][golden]") {
     CHECK(close(w.at("received_bytes").get<double>(), 8e6));
     CHECK(close(w.at("communication_s").get<double>(), 8.44e-3));
     CHECK(close(w.at("exposed_communication_s").get<double>(), 7.416e-3));
+    // Activations: what the backward reads, the input (fc1's) and fc1's
+    // output (fc2's input), not fc2's (nothing reads it): 2 x 1000 floats
+    // x 128 examples.
+    CHECK(close(w.at("memory").at("activations_bytes").get<double>(), 2 * 1000 * 4 * 128.0));
   }
 }
 

@@ -237,24 +237,47 @@ TEST_CASE("ZeRO shards the model states over the data-parallel group as ZeRO's s
 }
 
 TEST_CASE("recomputation keeps what Korthikanti et al. keep") {
-  const auto n = presetNetwork("tiny-gpt");  // T 32, width 64, 4 heads, dropout: 2 blocks
-  const auto cl = flatCluster(1e9, 1e-6);
+  const auto n = presetNetwork("tiny-gpt");   // T 32, width 64, 4 heads, dropout: 2 blocks
+  const auto cl = presetCluster("dgx-h100");  // a device with a bf16 peak
   auto sc = ringScenario(1, 3);
-  auto act = [&](Recompute r, int tp = 1, bool sp = false, int k = 1) {
+  sc.options.element = ElementType::kBf16;  // 2-byte elements, as the paper's formulas
+  auto bytes = [&](Recompute r, int tp = 1, bool sp = false, int k = 1) {
     sc.options.recompute = r;
     sc.options.tp = tp;
     sc.options.sequenceParallel = sp;
     sc.workers = k;
-    return estimateMemory(n, cl, sc, 0).activations.value() / 4 / 3;  // elements per example
+    return estimateMemory(n, cl, sc, 0).activations.value() / 3;  // per example
   };
+  auto act = [&](Recompute r, int tp = 1, bool sp = false, int k = 1) {
+    return bytes(r, tp, sp, k) / 2;  // 2-byte elements (masks as bytes / 2)
+  };
+  // Korthikanti et al. 2023, section 4.1: a transformer layer keeps
+  // s b h (34 + 5 a s / h) bytes, 5 a s^2 b of them the attention's softmax
+  // output (2), its dropout mask (1) and output (2); tiny-gpt has no
+  // attention dropout, so 34 s h + 2 a s^2 per example and block: the LN
+  // inputs 4 s h, QKV's input 2 s h, Q K V 6 s h, the context 2 s h, fc1's
+  // input 2 s h, GeLU's input 8 s h, fc2's input 8 s h, two dropout masks
+  // 2 s h, the scores 2 a s^2. Around the blocks: the ids 2 s, ln_f's output
+  // 2 s h (the head's input) and the softmax's probabilities 2 s V; not the
+  // logits (the softmax's backward reads its output only).
+  const double s = 32, h = 64, a = 4, vocab = 512;
+  const double block = 34 * s * h + 2 * a * s * s;
+  CHECK(bytes(Recompute::kNone) == 2 * s + 2 * s * h + 2 * block + 2 * s * h + 2 * s * vocab);
   const double none = act(Recompute::kNone);
-  // Selective drops the H T^2 scores of each attention: 2 x 4 x 32^2.
-  CHECK(none - act(Recompute::kSelective) == 2 * 4 * 32 * 32);
-  // Full keeps each block's output and reruns one block at a time: a block
-  // holds 20 T c + H T^2 = 45056 elements (ln1, attention's output and
-  // Q K V context, drop1, add1, ln2, fc1 4, gelu 4, fc2, drop2, add2), so
-  // with 2 blocks it keeps one block's whole and two outputs of T c.
-  CHECK(none - act(Recompute::kFull) == 2 * 45056 - (45056 + 2 * 2048));
+  // Tensor parallelism over t = 2 keeps the replicated 10 s h of a block
+  // whole (the layernorms' inputs and outputs, the masks) and splits the
+  // other 24 s h + 2 a s^2 (Korthikanti et al. 2023, eq. 2); around the
+  // blocks the ids, the embedding's and ln_f's outputs stay whole and the
+  // probabilities over the vocabulary split.
+  CHECK(bytes(Recompute::kNone, 2, false, 2) ==
+        2 * s + 2 * s * h + 2 * (10 * s * h + (24 * s * h + 2 * a * s * s) / 2) + 2 * s * h +
+            2 * s * vocab / 2);
+  // Selective drops the H T^2 scores of each attention, leaving 34 s h a block.
+  CHECK(none - act(Recompute::kSelective) == 2 * a * s * s);
+  // Full keeps each block's output (the next one's input) and reruns one
+  // block at a time: a block holds (34 s h + 2 a s^2) / 2 elements, so with 2
+  // blocks it keeps one block's whole and the two outputs of s h.
+  CHECK(none - act(Recompute::kFull) == 2 * block / 2 - (block / 2 + 2 * s * h));
   // Sequence parallelism divides every layer's activations by t but the
   // input's and the vocabulary-parallel embedding's (each worker writes its
   // whole output before the reduce-scatter).

@@ -124,10 +124,13 @@ layers:
   sc.batchPerWorker = 2;
   const auto m128 = estimateMemory(withSequence(128), cl, sc, 0).activations.value();
   const auto m256 = estimateMemory(withSequence(256), cl, sc, 0).activations.value();
-  // Per example: input T, wte 64 T, attn 64 T + saved 4 x 64 T + 4 T^2,
-  // head 100 T, loss 100 T elements of 4 bytes, for 2 examples.
+  // Per example, what the backward reads (activationsKept): the ids T
+  // (wte's), wte's 64 T (attn's input), attn's 64 T (head's input) + saved
+  // Q K V and context 4 x 64 T + scores 4 T^2, and the loss's 100 T
+  // probabilities; not head's 100 T logits, which the softmax's backward does
+  // not read. Elements of 4 bytes, for 2 examples.
   auto expected = [](double t) {
-    return 2 * 4 * (t + 64 * t + 64 * t + 256 * t + 4 * t * t + 200 * t);
+    return 2 * 4 * (t + 64 * t + 64 * t + 256 * t + 4 * t * t + 100 * t);
   };
   CHECK(m128 == Approx(expected(128)));
   CHECK(m256 == Approx(expected(256)));

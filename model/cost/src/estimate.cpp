@@ -13,6 +13,7 @@
 #include "strata/model/collectives.h"
 #include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
+#include "strata/model/layer_kinds.h"
 #include "strata/model/limits.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/tensor_parallel.h"
@@ -189,14 +190,16 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
                                                         : 1.0 / k;
   const bool psServers = ps && ctx.sc.options.psServers > 0;
   m.optimizer = Bytes(local * optimizerPerParam * psShare);
-  // Saved activations: every layer's output (and the network input) for b
-  // examples; model-parallel layers hold their 1/K slice of a round's batch
-  // plus the whole input they gathered.
-  double act = double(net.input.elements()) * b;
-  for (int i = 0; i < mp; ++i)
-    act += (double(net.layers[static_cast<size_t>(i)].outShape.elements()) +
-            net.layers[static_cast<size_t>(i)].savedElems) *
-           b;
+  // Saved activations for b examples: what each layer's backward reads
+  // (activationsKept: outputs read by their own or a consumer's backward,
+  // saved tensors, dropout's 1-byte masks); model-parallel layers hold their
+  // 1/K slice of a round's batch plus the whole input they gathered.
+  const auto kept = activationsKept(net);
+  double act = kept.input * b, maskBytes = 0;
+  for (int i = 0; i < mp; ++i) {
+    act += kept.elems[static_cast<size_t>(i)] * b;
+    maskBytes += kept.maskBytes[static_cast<size_t>(i)] * b;
+  }
   if (owt) {
     const double batch = ctx.sc.strategy == Strategy::kOwtA ? k * b : b;
     for (int i = mp; i < layers; ++i) {
@@ -206,7 +209,7 @@ MemoryUse memoryOf(const Context& ctx, int rank) {
         act += double(l.inShape.elements()) * batch;
     }
   }
-  m.activations = Bytes(act * e);
+  m.activations = Bytes(act * e + maskBytes);
   // Communication staging.
   const double seg = ctx.sc.options.segment.value();
   const double grads = paramsIn(net, 0, mp) * e;
@@ -273,15 +276,19 @@ MemoryUse shardedMemory(const Context& ctx) {
   m.weights = Bytes(local * e / (o.zero >= 3 ? dp : 1));
   m.gradients = Bytes(local * e / (o.zero >= 2 ? dp : 1));
   m.optimizer = Bytes(local * optimizerPerParam / (o.zero >= 1 ? dp : 1));
-  // Activations per example, in elements.
-  double kept = double(net.input.elements()), largestBlock = 0, block = 0;
+  // Activations per example, in elements (a dropout's 1-byte masks as
+  // their bytes / e): what each backward reads (activationsKept).
+  const auto keptAct = activationsKept(net);
+  double kept = keptAct.input, largestBlock = 0, block = 0;
   lastBlock = -2;
   for (size_t i = 0; i < net.layers.size(); ++i) {
     const auto& l = net.layers[i];
     double saved = l.savedElems;
     if (l.kind == LayerKind::kAttention && o.recompute == Recompute::kSelective)
       saved -= double(l.spec.heads) * l.inShape.h * l.inShape.w * l.inShape.h * l.inShape.w;
-    const double a = (double(l.outShape.elements()) + std::max(0.0, saved)) * tp.layers[i].work;
+    const double a =
+        (keptAct.elems[i] - l.savedElems + std::max(0.0, saved) + keptAct.maskBytes[i] / e) *
+        tp.layers[i].work;
     const bool lastOfBlock =
         l.block >= 0 && (i + 1 == net.layers.size() || net.layers[i + 1].block != l.block);
     if (o.recompute != Recompute::kFull || l.block < 0) {

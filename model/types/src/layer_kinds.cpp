@@ -371,22 +371,22 @@ constexpr std::string_view kInputKey[] = {"input"};
 
 // One row per kind, in LayerKind order.
 constexpr auto kRows = std::to_array<LayerKindRow>({
-    {LayerKind::kConv, "conv", kConvKeys, deriveConv},
-    {LayerKind::kPool, "pool", kPoolKeys, derivePool},
-    {LayerKind::kFc, "fc", kFcKeys, deriveFc},
-    {LayerKind::kRnn, "rnn", kRnnKeys, deriveRnn},
-    {LayerKind::kRelu, "relu", kInputKey, deriveElementwise},
-    {LayerKind::kLrn, "lrn", kLrnKeys, deriveLrn},
-    {LayerKind::kDropout, "dropout", kDropoutKeys, deriveElementwise},
-    {LayerKind::kBatchNorm, "batchnorm", kInputKey, deriveBatchNorm},
-    {LayerKind::kAdd, "add", kAddKeys, deriveAdd},
-    {LayerKind::kSoftmax, "softmax", kInputKey, deriveSoftmax},
-    {LayerKind::kEmbedding, "embedding", kEmbeddingKeys, deriveEmbedding},
-    {LayerKind::kAttention, "attention", kAttentionKeys, deriveAttention},
-    {LayerKind::kLayerNorm, "layernorm", kInputKey, deriveLayerNorm},
-    {LayerKind::kGelu, "gelu", kInputKey, deriveGelu},
-    {LayerKind::kRmsNorm, "rmsnorm", kRmsNormKeys, deriveRmsNorm},
-    {LayerKind::kSwiglu, "swiglu", kInputKey, deriveSwiglu},
+    {LayerKind::kConv, "conv", kConvKeys, deriveConv, BackwardReads::kInput},
+    {LayerKind::kPool, "pool", kPoolKeys, derivePool, BackwardReads::kInput},
+    {LayerKind::kFc, "fc", kFcKeys, deriveFc, BackwardReads::kInput},
+    {LayerKind::kRnn, "rnn", kRnnKeys, deriveRnn, BackwardReads::kInput},
+    {LayerKind::kRelu, "relu", kInputKey, deriveElementwise, BackwardReads::kOutput},
+    {LayerKind::kLrn, "lrn", kLrnKeys, deriveLrn, BackwardReads::kInputAndOutput},
+    {LayerKind::kDropout, "dropout", kDropoutKeys, deriveElementwise, BackwardReads::kMask},
+    {LayerKind::kBatchNorm, "batchnorm", kInputKey, deriveBatchNorm, BackwardReads::kInput},
+    {LayerKind::kAdd, "add", kAddKeys, deriveAdd, BackwardReads::kNothing},
+    {LayerKind::kSoftmax, "softmax", kInputKey, deriveSoftmax, BackwardReads::kOutput},
+    {LayerKind::kEmbedding, "embedding", kEmbeddingKeys, deriveEmbedding, BackwardReads::kInput},
+    {LayerKind::kAttention, "attention", kAttentionKeys, deriveAttention, BackwardReads::kInput},
+    {LayerKind::kLayerNorm, "layernorm", kInputKey, deriveLayerNorm, BackwardReads::kInput},
+    {LayerKind::kGelu, "gelu", kInputKey, deriveGelu, BackwardReads::kInput},
+    {LayerKind::kRmsNorm, "rmsnorm", kRmsNormKeys, deriveRmsNorm, BackwardReads::kInput},
+    {LayerKind::kSwiglu, "swiglu", kInputKey, deriveSwiglu, BackwardReads::kInput},
 });
 
 constexpr bool rowsInKindOrder() {
@@ -413,6 +413,35 @@ std::optional<LayerKind> parseLayerKind(std::string_view name) {
     if (row.name == name)
       return row.kind;
   return std::nullopt;
+}
+
+ActivationsKept activationsKept(const Network& network) {
+  const size_t n = network.layers.size();
+  auto readsInput = [](const Layer& l) {
+    const auto r = layerKindRow(l.kind).reads;
+    return r == BackwardReads::kInput || r == BackwardReads::kInputAndOutput;
+  };
+  // Whether some consumer's backward reads layer i's output (index n: the
+  // network input's).
+  std::vector<char> readByConsumer(n + 1, 0);
+  for (const auto& l : network.layers)
+    if (readsInput(l))
+      for (int p : l.inputs)
+        readByConsumer[p < 0 ? n : static_cast<size_t>(p)] = 1;
+  ActivationsKept kept;
+  kept.input = readByConsumer[n] ? double(network.input.elements()) : 0.0;
+  kept.elems.assign(n, 0.0);
+  kept.maskBytes.assign(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const Layer& l = network.layers[i];
+    const auto r = layerKindRow(l.kind).reads;
+    const bool own = r == BackwardReads::kOutput || r == BackwardReads::kInputAndOutput;
+    const double out = double(l.outShape.elements());
+    kept.elems[i] = (own || readByConsumer[i] ? out : 0.0) + l.savedElems;
+    if (r == BackwardReads::kMask && l.spec.dropoutRate > 0)
+      kept.maskBytes[i] = out;
+  }
+  return kept;
 }
 
 int64_t LayerDerivation::count(std::initializer_list<int64_t> factors, const char* what) const {

@@ -45,6 +45,15 @@ struct LayerDerivation {
   void finish();
 };
 
+// What a layer's backward reads of its forward besides Layer::savedElems,
+// so what training keeps (activation memory): its input (a weight
+// gradient's operand, or the argument of its derivative), its output (relu,
+// softmax: the derivative from the result), both (lrn), nothing (add), or a
+// 1-byte mask per element (dropout). As PyTorch's autograd saves them, and
+// as Korthikanti et al. 2023 (section 4.1) count a transformer layer's
+// 34 s b h + 5 a s^2 b bytes.
+enum class BackwardReads : uint8_t { kNothing, kInput, kOutput, kInputAndOutput, kMask };
+
 struct LayerKindRow {
   LayerKind kind;
   std::string_view name;  // the config name ("conv", "batchnorm")
@@ -52,6 +61,7 @@ struct LayerKindRow {
   // the order an unknown-key message lists them.
   std::span<const std::string_view> keys;
   void (*derive)(LayerDerivation&);
+  BackwardReads reads;
 };
 
 // One row per kind, in LayerKind order (row k is kind k).
@@ -59,5 +69,17 @@ std::span<const LayerKindRow> layerKindTable();
 const LayerKindRow& layerKindRow(LayerKind kind);
 // The kind of a config name; nullopt when no kind has it.
 std::optional<LayerKind> parseLayerKind(std::string_view name);
+
+// Per example, what a network's forward leaves for its backward
+// (BackwardReads): the input's elements when a first layer's backward reads
+// it; per layer, the elements of its output when its own backward or a
+// consumer's reads it, plus its savedElems, and the bytes of its masks
+// (dropout, whatever the element type).
+struct ActivationsKept {
+  double input = 0;
+  std::vector<double> elems;
+  std::vector<double> maskBytes;
+};
+ActivationsKept activationsKept(const Network& network);
 
 }  // namespace strata
