@@ -263,6 +263,13 @@ auto CudaBackend::attentionOps(const std::string& where, CUstream_st* st) {
       }};
 }
 
+cudaStream_t CudaBackend::attentionStream() {
+  if (recordOnly())
+    return nullptr;
+  activate();
+  return impl_->stream.get();
+}
+
 void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, const float* w,
                                    const float* bias, const AttentionSaved& saved, TensorView y) {
   checkAttention(d, x.dims, saved);
@@ -271,13 +278,8 @@ void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, co
   const int n = x.dims.n;
   if (n == 0)
     return;
-  cudaStream_t st = nullptr;
-  if (!recordOnly()) {
-    activate();
-    st = impl_->stream.get();
-  }
   const std::string where = attentionWhere(d, n);
-  auto ops = attentionOps(where, st);
+  auto ops = attentionOps(where, attentionStream());
   attention::forward(d, n, x.data, w, bias, saved.qkv.data, saved.probs, saved.context.data, y.data,
                      ops);
 }
@@ -288,13 +290,8 @@ void CudaBackend::attentionCoreForward(const AttentionDesc& d, const AttentionSa
   STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
   if (n == 0)
     return;
-  cudaStream_t st = nullptr;
-  if (!recordOnly()) {
-    activate();
-    st = impl_->stream.get();
-  }
   const std::string where = attentionWhere(d, n);
-  auto ops = attentionOps(where, st);
+  auto ops = attentionOps(where, attentionStream());
   attention::core(d, n, saved.qkv.data, saved.probs, saved.context.data, ops);
 }
 
@@ -315,10 +312,8 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
   // buffers of at least the size (the context, the scores), as CpuBackend's.
   float* dc = saved.context.data;
   float* dprobs = saved.probs;
-  cudaStream_t st = nullptr;
+  cudaStream_t st = attentionStream();
   if (!recordOnly()) {
-    activate();
-    st = impl_->stream.get();
     dc = static_cast<float*>(impl_->grow(impl_->attnContextGrad,
                                          static_cast<size_t>(n * s.ft) * sizeof(float),
                                          "attention's context gradient"));
@@ -341,13 +336,8 @@ void CudaBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView 
   const int n = dx.dims.n;
   if (n == 0)
     return;
-  cudaStream_t st = nullptr;
-  if (!recordOnly()) {
-    activate();
-    st = impl_->stream.get();
-  }
   const std::string where = attentionWhere(d, n);
-  auto ops = attentionOps(where, st);
+  auto ops = attentionOps(where, attentionStream());
   attention::backwardDataCasts(d, n, dqkv.data, w, ops);
   ops.gemm(attention::backwardData(d, n, dqkv.data, w, dx.data, beta));
 }

@@ -119,15 +119,18 @@ KernelTables readKernels(const ConfigNode& n) {
     t.referenceGemmRate = readRate(reference->require("gemm_gflop_per_s"));
     t.referenceCopyRate = readRate(reference->require("copy_gunits_per_s"));
   }
-  readGrid(n.require("gemm"), t.gemm, "op", "GEMM op",
-           {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
-  if (auto conv = n.get("conv")) {
-    if (t.backend != "cuda")
-      conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
-    readGrid(
-        *conv, t.conv, "pass", "convolution pass",
-        {toString(ConvPass::kFwd), toString(ConvPass::kBwdData), toString(ConvPass::kBwdFilter)});
-  }
+  // A block's `gemm` grid and its `conv` grid (when it has one).
+  auto readGemmAndConv = [](const ConfigNode& block, GemmTable& gemm, GemmTable& conv) {
+    readGrid(block.require("gemm"), gemm, "op", "GEMM op",
+             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
+    if (auto c = block.get("conv"))
+      readGrid(
+          *c, conv, "pass", "convolution pass",
+          {toString(ConvPass::kFwd), toString(ConvPass::kBwdData), toString(ConvPass::kBwdFilter)});
+  };
+  if (auto conv = n.get("conv"); conv && t.backend != "cuda")
+    conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
+  readGemmAndConv(n, t.gemm, t.conv);
   // by_element: tf32 and bf16 GEMM (and conv) tables, as calibrate
   // --device cuda measures them through the phases in that precision.
   if (auto byElement = n.get("by_element")) {
@@ -145,12 +148,7 @@ KernelTables readKernels(const ConfigNode& n) {
                                      "expected tf32 or bf16"));
       block.allowOnly({"gemm", "conv"});
       ElementTables& e = t.byElement[type];
-      readGrid(block.require("gemm"), e.gemm, "op", "GEMM op",
-               {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
-      if (auto conv = block.get("conv"))
-        readGrid(*conv, e.conv, "pass", "convolution pass",
-                 {toString(ConvPass::kFwd), toString(ConvPass::kBwdData),
-                  toString(ConvPass::kBwdFilter)});
+      readGemmAndConv(block, e.gemm, e.conv);
     }
   }
   // memory and memory_cold: per kernel, units per call -> rates.

@@ -216,18 +216,23 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   double local = 0;
   for (const auto& x : tp.layers)
     local += x.params;
+  // Worker w's update of its chunk of layers [first, last] (`params` of
+  // them): the chunk its reduce-scatter summed, its position w / t in the
+  // data-parallel ring (ringNext(w, K, t)).
+  auto updateChunk = [&](int w, int first, int last, double params) {
+    auto& p = path[static_cast<size_t>(w)];
+    p = b.update(w, first, last, params, {p, lastSync});
+    auto& task = b.plan().tasks[static_cast<size_t>(p)];
+    task.part = w / tp.t;
+    task.shards = dp;
+    return p;
+  };
   if (sharded && !zero3) {
     int gathered = -1;  // the gathers take turns on the communication stream
     for (const auto& bucket : buckets) {
       Deps updated{gathered};
-      for (int w = 0; w < workers; ++w) {
-        auto& p = path[static_cast<size_t>(w)];
-        p = b.update(w, bucket.first, bucket.last, bucket.params / dp, {p, lastSync});
-        auto& task = b.plan().tasks[static_cast<size_t>(p)];
-        task.part = w / tp.t;  // ringNext(w, K, t): position w / t
-        task.shards = dp;
-        updated.push_back(p);
-      }
+      for (int w = 0; w < workers; ++w)
+        updated.push_back(updateChunk(w, bucket.first, bucket.last, bucket.params / dp));
       gathered = b.groupCollective(GroupOp::kAllGather, dpGroups, Bytes(bucket.params * e),
                                    BufferKind::kWeights, bucket.first, bucket.last, updated);
     }
@@ -243,13 +248,8 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
       while (last + 1 < n && unitOf[static_cast<size_t>(last) + 1] == u)
         ++last;
       if (u >= 0)
-        for (int w = 0; w < workers; ++w) {
-          auto& p = path[static_cast<size_t>(w)];
-          p = b.update(w, first, last, units.params[static_cast<size_t>(u)] / dp, {p, lastSync});
-          auto& task = b.plan().tasks[static_cast<size_t>(p)];
-          task.part = w / tp.t;
-          task.shards = dp;
-        }
+        for (int w = 0; w < workers; ++w)
+          updateChunk(w, first, last, units.params[static_cast<size_t>(u)] / dp);
       first = last + 1;
     }
     return;

@@ -361,8 +361,10 @@ class CudaBackend final : public Backend {
   // call from threads that last used another device).
   void activate() const;
   // The calls of an attention plan on this backend (cuda_transformer.cpp,
-  // which alone uses it).
+  // which alone uses it), and the stream they launch on: this backend's,
+  // its device made current, or null when it records only.
   auto attentionOps(const std::string& where, CUstream_st* stream);
+  CUstream_st* attentionStream();
 
   // ---- mixed precision (element bf16: cuda_internal.h) ----
   bool bf16() const { return options_.element == ElementType::kBf16; }
