@@ -58,6 +58,8 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
         (o.optimizer == Optimizer::kMomentum
              ? std::string()
              : fmt::format(", optimizer {}", toString(o.optimizer))) +
+            (o.tp > 1 ? fmt::format(", ring rows with tensor-parallel groups of {}", o.tp)
+                      : std::string()) +
             (o.zero > 0 ? fmt::format(", ring rows with ZeRO-{}", o.zero) : std::string()) +
             (o.recompute != Recompute::kNone
                  ? fmt::format(", ring and naive rows with {} recomputation", toString(o.recompute))
@@ -85,7 +87,7 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu", element = "fp32", optimizer = "momentum", zero, recompute;
+                device = "cpu", element = "fp32", optimizer = "momentum", zero, recompute, tp;
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -134,6 +136,10 @@ Command addValidateCommand(CLI::App& app) {
                   "ZeRO stage of the ring rows, 0-3: each worker updates its chunk of each "
                   "bucket, then the weights are all-gathered (3: per unit, before its forward "
                   "and backward) (default 0)");
+  sub->add_option("--tp", o->tp,
+                  "workers per tensor-parallel group of the ring rows (Megatron: attention by "
+                  "heads, the MLP by columns then rows, the vocabulary by rows); K must be a "
+                  "multiple of it; cpu only (default 1)");
   sub->add_option("--recompute", o->recompute,
                   "recomputation of the ring and naive rows, none|selective|full: each "
                   "attention's core, or each block's forward, again before its backward "
@@ -168,6 +174,12 @@ Command addValidateCommand(CLI::App& app) {
         }
         if (!o->recompute.empty())
           opt.recompute = parseRecompute(o->recompute, "--recompute");
+        if (!o->tp.empty()) {
+          opt.tp = parsePositive(o->tp, "--tp");
+          if (opt.tp > kMaxTensorParallel)
+            throw OptionError("--tp", fmt::format("must be at most {} workers per group, got {}",
+                                                  kMaxTensorParallel, opt.tp));
+        }
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));
@@ -185,9 +197,14 @@ Command addValidateCommand(CLI::App& app) {
           suite.repeats = 1;  // one run per row unless --repeats asks for a spread
           suite.steps = 8;
         }
-        if (opt.zero > 0 && std::find(suite.strategies.begin(), suite.strategies.end(),
-                                      Strategy::kRing) == suite.strategies.end())
+        const bool ring = std::find(suite.strategies.begin(), suite.strategies.end(),
+                                    Strategy::kRing) != suite.strategies.end();
+        if (opt.zero > 0 && !ring)
           throw OptionError("--zero",
+                            "applies to ring only, and the strategies asked for have no "
+                            "ring");
+        if (opt.tp > 1 && !ring)
+          throw OptionError("--tp",
                             "applies to ring only, and the strategies asked for have no "
                             "ring");
         if (opt.recompute != Recompute::kNone &&

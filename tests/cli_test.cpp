@@ -2374,10 +2374,12 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   checkUserError(runStrata({"predict", "-n", "alexnet", "-c", "dgx-h100", "-s", "ring", "-k", "2",
                             "--tp", "2"}),
                  {"--tp: network 'alexnet' has no layer that splits"});
-  // The executor does not run them yet: refused, not ignored.
-  checkUserError(
-      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2", "--steps", "1"}),
-      {"--tp: is priced and simulated (strata predict, simulate), not run yet"});
+  // The executor does not run sequence parallelism yet: refused, not ignored.
+  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2",
+                            "--sequence-parallel", "on", "--steps", "1"}),
+                 {"--sequence-parallel: is priced and simulated (strata predict, simulate), "
+                  "not run yet"});
+
   // ZeRO-1, 2 and 3 and full recomputation run: the same losses as plain
   // ring (runtime_test holds the weights).
   const auto ring = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "3", "--steps", "2"});
@@ -2395,6 +2397,14 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
     REQUIRE(zero.status == 0);
     CHECK(losses(zero.output) == losses(ring.output));
     CHECK(zero.output.find(std::string("zero ") + stage) != std::string::npos);
+  }
+  // Tensor parallelism: K = 6 = dp 3 x tp 2 trains as ring on 3 workers.
+  {
+    const auto tp =
+        runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "6", "--steps", "2", "--tp", "2"});
+    REQUIRE(tp.status == 0);
+    CHECK(losses(tp.output) == losses(ring.output));
+    CHECK(tp.output.find("tp 2") != std::string::npos);
   }
   for (const char* mode : {"selective", "full"}) {
     INFO("--recompute " << mode);
@@ -2424,6 +2434,12 @@ TEST_CASE("validate --zero: ring rows only, stages the executor runs", "[cli][er
   checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ps,owt-b", "-k", "2",
                             "--recompute", "full", "--cluster", "localhost-cpu"}),
                  {"--recompute: applies to ring and naive only"});
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "naive", "-k", "2", "--tp", "2",
+                            "--cluster", "localhost-cpu"}),
+                 {"--tp: applies to ring only"});
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "0",
+                            "--cluster", "localhost-cpu"}),
+                 {"--tp: "});
 }
 
 TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",

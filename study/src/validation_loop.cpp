@@ -52,8 +52,10 @@ std::string rowName(const Network& net, int batch, Strategy s, int k) {
 void applyRowOptions(Scenario& sc, const ValidationOptions& o) {
   sc.options.element = o.element;
   sc.options.optimizer = o.optimizer;
-  if (sc.strategy == Strategy::kRing)
+  if (sc.strategy == Strategy::kRing) {
     sc.options.zero = o.zero;
+    sc.options.tp = o.tp;
+  }
   if (sc.strategy == Strategy::kRing || sc.strategy == Strategy::kNaive)
     sc.options.recompute = o.recompute;
 }

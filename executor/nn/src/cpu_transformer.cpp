@@ -23,9 +23,9 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
                                const float* bias, const AttentionSaved& saved, TensorView y) {
   checkAttention(d, x.dims, saved);
   checkSameDims(x.dims, y.dims);
-  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int f = d.features, a = d.inner(), t = d.positions, dh = d.headFeatures();
   const int kv = d.keyValueFeatures(), rows = d.qkvFeatures();
-  const int64_t ft = int64_t{f} * t, qt = int64_t{rows} * t;
+  const int64_t ft = int64_t{f} * t, at = int64_t{a} * t, qt = int64_t{rows} * t;
   const float* wqkv = w;
   const float* wo = w + int64_t{rows} * f;
   if (d.rotary && !recordOnly())
@@ -37,7 +37,7 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
     if (bias && runs(MemKernel::kBias, double(qt)))
       biasAdd(qkv, bias, rows, t);
     // Q's heads then K's: d.heads + kvHeads blocks of dh rows from row 0.
-    if (d.rotary && runs(MemKernel::kRotary, double(f + kv) * t))
+    if (d.rotary && runs(MemKernel::kRotary, double(a + kv) * t))
       rotaryKernel(qkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), false);
     attentionScores(d, n, saved);
   }
@@ -45,8 +45,8 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
   for (int n = 0; n < x.dims.n; ++n) {
     attentionContext(d, n, saved);
     float* yn = y.data + n * ft;
-    teamGemm(GemmOp::kNN, f, t, f, wo, saved.context.data + n * ft, yn, false);
-    if (bias && runs(MemKernel::kBias, double(ft)))
+    teamGemm(GemmOp::kNN, f, t, a, wo, saved.context.data + n * at, yn, false);
+    if (bias && d.outputBias && runs(MemKernel::kBias, double(ft)))
       biasAdd(yn, bias + rows, f, t);
   }
 }
@@ -62,12 +62,12 @@ void CpuImpl::attentionCoreForward(const AttentionDesc& d, const AttentionSaved&
 }
 
 void CpuImpl::attentionScores(const AttentionDesc& d, int n, const AttentionSaved& saved) {
-  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int a = d.inner(), t = d.positions, dh = d.headFeatures();
   const int group = d.heads / d.keyValueHeads();  // query heads per key/value head
-  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const int64_t at = int64_t{a} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
   const float* qkv = saved.qkv.data + n * int64_t{d.qkvFeatures()} * t;
   for (int h = 0; h < d.heads; ++h)
-    teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + ft + (h / group) * head,
+    teamGemm(GemmOp::kTN, t, t, dh, qkv + h * head, qkv + at + (h / group) * head,
              saved.probs + (int64_t{n} * d.heads + h) * tt, false);
 }
 
@@ -86,12 +86,12 @@ void CpuImpl::attentionSoftmax(const AttentionDesc& d, int examples, const Atten
 }
 
 void CpuImpl::attentionContext(const AttentionDesc& d, int n, const AttentionSaved& saved) {
-  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int a = d.inner(), t = d.positions, dh = d.headFeatures();
   const int group = d.heads / d.keyValueHeads();
-  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
-  const int64_t qt = int64_t{d.qkvFeatures()} * t, vAt = ft + int64_t{d.keyValueFeatures()} * t;
+  const int64_t at = int64_t{a} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
+  const int64_t qt = int64_t{d.qkvFeatures()} * t, vAt = at + int64_t{d.keyValueFeatures()} * t;
   const float* qkv = saved.qkv.data + n * qt;
-  float* context = saved.context.data + n * ft;
+  float* context = saved.context.data + n * at;
   for (int h = 0; h < d.heads; ++h)
     teamGemm(GemmOp::kNT, dh, t, t, qkv + vAt + (h / group) * head,
              saved.probs + (int64_t{n} * d.heads + h) * tt, context + h * head, false);
@@ -102,13 +102,13 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
                                        const AttentionSaved& saved, float* dw, float* dbias) {
   checkAttention(d, x.dims, saved);
   checkSameDims(x.dims, dy.dims);
-  const int f = d.features, t = d.positions, dh = d.headFeatures();
+  const int f = d.features, a = d.inner(), t = d.positions, dh = d.headFeatures();
   const int kv = d.keyValueFeatures(), rows = d.qkvFeatures();
   const int group = d.heads / d.keyValueHeads();
   STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
   STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, int64_t{rows} * t);
-  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t, head = int64_t{dh} * t;
-  const int64_t qt = int64_t{rows} * t, vAt = ft + int64_t{kv} * t;
+  const int64_t ft = int64_t{f} * t, at = int64_t{a} * t, tt = int64_t{t} * t;
+  const int64_t head = int64_t{dh} * t, qt = int64_t{rows} * t, vAt = at + int64_t{kv} * t;
   const float* wo = w + int64_t{rows} * f;
   float* dwqkv = dw;
   float* dwo = dw + int64_t{rows} * f;
@@ -118,7 +118,7 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
   float* dc = saved.context.data;
   float* dprobs = saved.probs;
   if (!recordOnly()) {
-    dcontext_.resize(static_cast<size_t>(ft));
+    dcontext_.resize(static_cast<size_t>(at));
     dprobs_.resize(static_cast<size_t>(int64_t{x.dims.n} * d.heads * tt));
     dc = dcontext_.data();
     dprobs = dprobs_.data();
@@ -131,15 +131,15 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     const float* dyn = dy.data + n * ft;
     const float* qkv = saved.qkv.data + n * qt;
     float* dqkv = saved.dqkv.data + n * qt;
-    teamGemm(GemmOp::kNT, f, f, t, dyn, saved.context.data + n * ft, dwo, true);
+    teamGemm(GemmOp::kNT, f, a, t, dyn, saved.context.data + n * at, dwo, true);
     if (dbias && runs(MemKernel::kBiasGrad, double(ft)))
       biasGrad(dyn, dbias + rows, f, t);
-    teamGemm(GemmOp::kTN, f, t, f, wo, dyn, dc, false);
+    teamGemm(GemmOp::kTN, a, t, f, wo, dyn, dc, false);
     for (int h = 0; h < d.heads; ++h) {
-      const int64_t at = (int64_t{n} * d.heads + h) * tt;
+      const int64_t ph = (int64_t{n} * d.heads + h) * tt;
       const int64_t g = h / group;
-      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + vAt + g * head, dprobs + at, false);
-      teamGemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + at, dqkv + vAt + g * head,
+      teamGemm(GemmOp::kTN, t, t, dh, dc + h * head, qkv + vAt + g * head, dprobs + ph, false);
+      teamGemm(GemmOp::kNN, dh, t, t, dc + h * head, saved.probs + ph, dqkv + vAt + g * head,
                h % group != 0);
     }
   }
@@ -156,12 +156,12 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     for (int h = 0; h < d.heads; ++h) {
       const float* ds = dprobs + (int64_t{n} * d.heads + h) * tt;
       const int64_t g = h / group;
-      teamGemm(GemmOp::kNT, dh, t, t, qkv + ft + g * head, ds, dqkv + h * head, false);
-      teamGemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + ft + g * head, h % group != 0);
+      teamGemm(GemmOp::kNT, dh, t, t, qkv + at + g * head, ds, dqkv + h * head, false);
+      teamGemm(GemmOp::kNN, dh, t, t, qkv + h * head, ds, dqkv + at + g * head, h % group != 0);
     }
     // The gradients of the turned Q and K, turned back: those of the
     // projection's Q and K.
-    if (d.rotary && runs(MemKernel::kRotary, double(f + kv) * t))
+    if (d.rotary && runs(MemKernel::kRotary, double(a + kv) * t))
       rotaryKernel(dqkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), true);
     teamGemm(GemmOp::kNT, rows, f, t, dqkv, x.data + n * ft, dwqkv, true);
     if (dbias && runs(MemKernel::kBiasGrad, double(qt)))
@@ -266,16 +266,20 @@ void CpuImpl::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, cons
   STRATA_ENFORCE_OP(y.dims.c, ==, d.features);
   const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
   STRATA_ENFORCE_OP(int64_t{y.dims.h} * y.dims.w, ==, t);
-  const float* pos = d.positions ? table + int64_t{d.vocab} * d.features : nullptr;
+  const float* pos =
+      d.positions && d.addPositions ? table + int64_t{d.rows()} * d.features : nullptr;
   if (!runs(MemKernel::kEmbeddingFwd, double(y.elements())))
     return;
   for (int n = 0; n < ids.dims.n; ++n) {
     float* out = y.data + n * y.dims.perExample();
     for (int64_t p = 0; p < t; ++p) {
-      const float* row = table + int64_t{tokenOf(d, ids.data[n * t + p])} * d.features;
+      const int token = tokenOf(d, ids.data[n * t + p]);
+      // A row this worker does not hold: zero (another worker's adds it).
+      const float* row =
+          d.holds(token) ? table + int64_t{token - d.firstToken} * d.features : nullptr;
       const float* at = pos ? pos + p * d.features : nullptr;
       for (int c = 0; c < d.features; ++c)
-        out[c * t + p] = at ? row[c] + at[c] : row[c];
+        out[c * t + p] = row && at ? row[c] + at[c] : row ? row[c] : at ? at[c] : 0.0f;
     }
   }
 }
@@ -286,16 +290,18 @@ void CpuImpl::embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView i
   STRATA_ENFORCE_OP(dy.dims.c, ==, d.features);
   const int64_t t = int64_t{ids.dims.h} * ids.dims.w;
   STRATA_ENFORCE_OP(int64_t{dy.dims.h} * dy.dims.w, ==, t);
-  float* dpos = d.positions ? dtable + int64_t{d.vocab} * d.features : nullptr;
+  float* dpos = d.positions ? dtable + int64_t{d.rows()} * d.features : nullptr;
   if (!runs(MemKernel::kEmbeddingBwd, double(dy.elements())))
     return;
   for (int n = 0; n < ids.dims.n; ++n) {
     const float* g = dy.data + n * dy.dims.perExample();
     for (int64_t p = 0; p < t; ++p) {
-      float* row = dtable + int64_t{tokenOf(d, ids.data[n * t + p])} * d.features;
+      const int token = tokenOf(d, ids.data[n * t + p]);
+      float* row = d.holds(token) ? dtable + int64_t{token - d.firstToken} * d.features : nullptr;
       float* at = dpos ? dpos + p * d.features : nullptr;
       for (int c = 0; c < d.features; ++c) {
-        row[c] += g[c * t + p];
+        if (row)
+          row[c] += g[c * t + p];
         if (at)
           at[c] += g[c * t + p];
       }

@@ -274,6 +274,7 @@ void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, co
                                    const float* bias, const AttentionSaved& saved, TensorView y) {
   checkAttention(d, x.dims, saved);
   STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
+  STRATA_ENFORCE(d.inner() == d.features && d.outputBias);  // and tensor-parallel shares
   checkSameDims(x.dims, y.dims);
   const int n = x.dims.n;
   if (n == 0)
@@ -288,6 +289,7 @@ void CudaBackend::attentionCoreForward(const AttentionDesc& d, const AttentionSa
   const int n = saved.qkv.dims.n;
   checkAttention(d, Dims{n, d.features, d.positions, 1}, saved);
   STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
+  STRATA_ENFORCE(d.inner() == d.features && d.outputBias);  // and tensor-parallel shares
   if (n == 0)
     return;
   const std::string where = attentionWhere(d, n);
@@ -299,7 +301,8 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
                                            ConstTensorView dy, const float* w,
                                            const AttentionSaved& saved, float* dw, float* dbias) {
   checkAttention(d, x.dims, saved);
-  STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
+  STRATA_ENFORCE_OP(d.inner(), ==, d.features);  // Model refuses tensor-parallel shares
+  STRATA_ENFORCE(!d.llama());                    // Model refuses them first (runsLlamaLayers)
   checkSameDims(x.dims, dy.dims);
   STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
   STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * x.dims.perExample());
@@ -329,6 +332,7 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
 
 void CudaBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv,
                                         const float* w, TensorView dx, float beta) {
+  STRATA_ENFORCE_OP(d.inner(), ==, d.features);  // Model refuses tensor-parallel shares
   STRATA_ENFORCE_OP(dqkv.dims.n, ==, dx.dims.n);
   STRATA_ENFORCE_OP(dx.dims.c, ==, d.features);
   STRATA_ENFORCE_OP(int64_t{dx.dims.h} * dx.dims.w, ==, d.positions);
@@ -346,6 +350,8 @@ void CudaBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView 
 
 void CudaBackend::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
                                    TensorView y) {
+  // Model refuses a vocabulary-parallel share (runsTensorParallelLayers).
+  STRATA_ENFORCE(d.rows() == d.vocab && d.firstToken == 0 && d.addPositions);
   STRATA_ENFORCE_OP(ids.dims.n, ==, y.dims.n);
   STRATA_ENFORCE_OP(ids.dims.c, ==, 1);
   STRATA_ENFORCE_OP(y.dims.c, ==, d.features);
@@ -366,6 +372,7 @@ void CudaBackend::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, 
 
 void CudaBackend::embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids,
                                            ConstTensorView dy, float* dtable) {
+  STRATA_ENFORCE(d.rows() == d.vocab && d.firstToken == 0);  // as embeddingForward
   STRATA_ENFORCE_OP(ids.dims.n, ==, dy.dims.n);
   STRATA_ENFORCE_OP(dy.dims.c, ==, d.features);
   STRATA_ENFORCE_OP(int64_t{dy.dims.h} * dy.dims.w, ==, int64_t{ids.dims.h} * ids.dims.w);

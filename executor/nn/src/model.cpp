@@ -111,6 +111,26 @@ Model::Model(const Network& network, ModelOptions options)
   blocks_.resize(static_cast<size_t>(count));
   updates_.assign(static_cast<size_t>(count), 0);
 
+  // Tensor parallelism: each layer's part in the group's split.
+  const TensorParallelRank tp = options_.tensorParallel;
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    throw OptionError("tensorParallel",
+                      fmt::format("rank {} of a group of {} workers", tp.rank, tp.size));
+  TpLayout layout;
+  if (tp.size > 1) {
+    if (!options_.slices.empty())
+      throw OptionError("tensorParallel",
+                        "a Model is model-parallel (slices) or tensor-parallel, not both");
+    if (!backend_->runsTensorParallelLayers())
+      throw UserError(fmt::format(
+          "the {} backend does not run a tensor-parallel worker's share of layers yet (the cpu "
+          "backend does)",
+          backend_->name()));
+    if (const auto why = tensorParallelObstacle(network_, tp.size, false); !why.empty())
+      throw UserError(why);
+    layout = tensorParallelLayout(network_, tp.size, false);
+  }
+
   // Shapes of what each layer holds, and who reads what.
   for (int l = 0; l < count; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
@@ -143,7 +163,22 @@ Model::Model(const Network& network, ModelOptions options)
     const auto inputWhole = [&](int p) {
       return inputSlice(p) == NeuronRange{0, network_.layers[static_cast<size_t>(p)].outShape.c};
     };
-    if (!requested.empty()) {
+    shareOf(l, tp, tp.size > 1 ? layout.layers[static_cast<size_t>(l)].role : TpRole::kReplicated);
+    if (st.tpRole == TpRole::kColumn) {
+      st.slice = evenSlice(layer.outShape.c, tp.size, tp.rank);
+    } else if (st.tpRole == TpRole::kOutput) {
+      const VocabRows v = vocabRows(layer.outShape.c, tp.size, tp.rank);
+      st.slice = {v.begin, v.end};
+    } else if (st.tpRole == TpRole::kBetween || st.tpRole == TpRole::kLoss) {
+      if (layer.kind == LayerKind::kSwiglu)
+        unsupported(network_, l,
+                    "a gated MLP (swiglu) splits each half of the fc before it over a "
+                    "tensor-parallel group, which the executor does not run yet (strata "
+                    "predict and simulate price it)");
+      st.slice = inputSlice(layer.inputs[0]);
+    } else if (st.tpRole == TpRole::kRow) {
+      st.slice = whole;  // reads the column fc's share of its inputs
+    } else if (!requested.empty()) {
       if (layer.kind != LayerKind::kFc || layer.spec.tiedTo >= 0)
         unsupported(network_, l,
                     "only fc layers that do not share an embedding's table can hold a slice of "
@@ -187,6 +222,20 @@ Model::Model(const Network& network, ModelOptions options)
     if (st.exchangeReaders > 0 && st.readers > 0)
       unsupported(network_, l, "is read both by a model-parallel fc and by another layer");
   }
+  // The group sums a split layer's partial input gradient where it lands:
+  // another reader's gradient there would be summed t times.
+  for (int l = 0; l < count && tp.size > 1; ++l) {
+    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const int p = network_.layers[static_cast<size_t>(l)].inputs[0];
+    const bool sumsInputGradient = st.tpRole == TpRole::kAttention ||
+                                   st.tpRole == TpRole::kColumn || st.tpRole == TpRole::kOutput;
+    if (sumsInputGradient && p >= 0 && layers_[static_cast<size_t>(p)].readers != 1)
+      unsupported(network_, l,
+                  fmt::format("splits over a tensor-parallel group, and its input '{}' is read "
+                              "by other layers too (the group's sum of its input gradient would "
+                              "count theirs {} times)",
+                              network_.layers[static_cast<size_t>(p)].name, tp.size));
+  }
 
   // Parameters: one array, per layer weights then bias.
   int64_t offset = 0;
@@ -203,7 +252,7 @@ Model::Model(const Network& network, ModelOptions options)
         break;
       case LayerKind::kFc:
         // A tied fc's weights are its embedding's token table.
-        b.weights = layer.spec.tiedTo >= 0 ? 0 : int64_t{st.slice.size()} * fcInFeatures(layer);
+        b.weights = layer.spec.tiedTo >= 0 ? 0 : int64_t{st.slice.size()} * fcInputs(l);
         b.bias = layer.spec.bias ? st.slice.size() : 0;
         break;
       case LayerKind::kBatchNorm:
@@ -213,22 +262,34 @@ Model::Model(const Network& network, ModelOptions options)
         break;
       case LayerKind::kEmbedding:
         // The token table, then the position table.
-        b.weights = (int64_t{layer.spec.vocab} + layer.spec.positions) * layer.spec.outputs;
+        b.weights = (int64_t{st.embedding.rows()} + layer.spec.positions) * layer.spec.outputs;
         break;
-      case LayerKind::kAttention:
+      case LayerKind::kAttention: {
         // Wqkv (rows x d: 3d, or d + 2 kv with grouped keys and values), Wo
-        // (d x d); biases bqkv (rows), bo (d).
-        b.weights = (layer.qkvRows() + layer.inShape.c) * layer.inShape.c;
-        b.bias = layer.spec.bias ? layer.qkvRows() + layer.inShape.c : 0;
+        // (d x d); biases bqkv (rows), bo (d). A tensor-parallel share: its
+        // heads' rows of Wqkv, a + 2 kv, and Wo's d x a.
+        const AttentionDesc& a = st.attention;
+        b.weights = (int64_t{a.qkvFeatures()} + a.inner()) * layer.inShape.c;
+        b.bias = layer.spec.bias ? a.qkvFeatures() + layer.inShape.c : 0;
         break;
+      }
       case LayerKind::kRmsNorm:
         b.weights = layer.inShape.c;  // gain
         break;
       default:
         break;
     }
-    if (!st.sliced)
+    if (tp.size > 1) {
+      // The share tensor_parallel.h prices (the vocabulary's last rows may
+      // be fewer than the ceil(V / t) it prices).
+      const double priced = layout.layers[static_cast<size_t>(l)].params;
+      if (st.tpRole == TpRole::kEmbedding || st.tpRole == TpRole::kOutput)
+        STRATA_ENFORCE(double(b.size()) <= priced + 0.5);
+      else
+        STRATA_ENFORCE_OP(b.size(), ==, std::llround(priced));
+    } else if (!st.sliced) {
       STRATA_ENFORCE_OP(b.size(), ==, layer.params);
+    }
     offset += b.size();
   }
   firstGradientWriter_.resize(static_cast<size_t>(count));
@@ -275,16 +336,135 @@ Model::Model(const Network& network, ModelOptions options)
     // Uniform on [-a, a] has variance a^2 / 3.
     const double variance = (feedsRelu ? 2.0 : 1.0) / double(fanIn);
     const auto a = static_cast<float>(std::sqrt(3.0 * variance));
-    // Element e of a slice is element first + e of the whole layer (rows of
-    // the weight matrix are contiguous), so slices draw the whole layer's values.
-    const int64_t first = layer.kind == LayerKind::kFc ? int64_t{st.slice.begin} * fanIn : 0;
+    // Element e of a slice or share is element wholeElement(l, e) of the
+    // whole layer, so they draw the whole layer's values.
     for (int64_t e = 0; e < b.weights; ++e) {
       const uint64_t bits = kernels::hashOf(options_.seed, static_cast<uint64_t>(l),
-                                            static_cast<uint64_t>(first + e));
+                                            static_cast<uint64_t>(wholeElement(l, e)));
       w[static_cast<size_t>(e)] = (2.0f * kernels::uniformFloat(bits) - 1.0f) * a;
     }
     store();
   }
+}
+
+void Model::shareOf(int l, TensorParallelRank tp, TpRole role) {
+  const Layer& layer = network_.layers[static_cast<size_t>(l)];
+  LayerState& st = layers_[static_cast<size_t>(l)];
+  st.tpRole = role;
+  st.addsBias = tp.rank == 0 || (role != TpRole::kAttention && role != TpRole::kRow);
+  if (layer.kind == LayerKind::kAttention) {
+    AttentionDesc& a = st.attention;
+    a = AttentionDesc{layer.inShape.c,
+                      layer.inShape.h * layer.inShape.w,
+                      layer.spec.heads,
+                      layer.spec.causal,
+                      layer.kvHeads(),
+                      layer.spec.rotary,
+                      static_cast<float>(layer.spec.rotaryBase)};
+    if (role == TpRole::kAttention) {
+      // Heads [r H/t, (r+1) H/t) and their key/value heads (whole groups:
+      // tensorParallelObstacle checked both divide).
+      const int dh = a.headFeatures();
+      a.heads = layer.spec.heads / tp.size;
+      a.kvHeads = layer.kvHeads() / tp.size;
+      a.innerFeatures = a.heads * dh;
+      a.outputBias = st.addsBias;
+      st.firstHead = tp.rank * a.heads;
+      st.firstKvHead = tp.rank * a.kvHeads;
+    }
+  }
+  if (layer.kind == LayerKind::kEmbedding) {
+    EmbeddingDesc& e = st.embedding;
+    e = EmbeddingDesc{layer.spec.vocab, layer.spec.outputs, layer.spec.positions > 0};
+    if (role == TpRole::kEmbedding) {
+      const VocabRows v = vocabRows(layer.spec.vocab, tp.size, tp.rank);
+      e.firstToken = v.begin;
+      e.tokens = v.end - v.begin;
+      e.addPositions = tp.rank == 0;
+    }
+  }
+  // A tied output fc reads its embedding's rows: the same ones.
+  if (role == TpRole::kOutput && layer.spec.tiedTo >= 0) {
+    const EmbeddingDesc& e = layers_[static_cast<size_t>(layer.spec.tiedTo)].embedding;
+    const VocabRows v = vocabRows(layer.outShape.c, tp.size, tp.rank);
+    STRATA_ENFORCE(e.firstToken == v.begin && e.rows() == v.end - v.begin);
+  }
+}
+
+int Model::fcInputs(int layer) const {
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  if (layers_[static_cast<size_t>(layer)].tpRole == TpRole::kRow)
+    return layers_[static_cast<size_t>(spec.inputs[0])].slice.size();
+  return fcInFeatures(spec);
+}
+
+int64_t Model::wholeElement(int layer, int64_t e) const {
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
+  const bool bias = e >= b.weights;
+  const int64_t j = e - b.weights;  // the bias element, when `bias`
+  switch (spec.kind) {
+    case LayerKind::kFc: {
+      // Rows of the weight matrix are outputs, a slice of them contiguous; a
+      // row fc holds columns [begin, end) of every row, and the whole bias.
+      // (A tied fc's weights are its embedding's: its block is its bias.)
+      const int64_t whole =
+          spec.spec.tiedTo >= 0 ? 0 : int64_t{spec.outShape.c} * fcInFeatures(spec);
+      if (st.tpRole == TpRole::kRow) {
+        if (bias)
+          return whole + j;
+        const int in = fcInputs(layer);
+        const int begin = layers_[static_cast<size_t>(spec.inputs[0])].slice.begin;
+        return (e / in) * fcInFeatures(spec) + begin + e % in;
+      }
+      return bias ? whole + st.slice.begin + j : int64_t{st.slice.begin} * fcInFeatures(spec) + e;
+    }
+    case LayerKind::kEmbedding: {
+      const int64_t features = spec.spec.outputs;
+      const int64_t table = int64_t{st.embedding.rows()} * features;
+      return e < table ? int64_t{st.embedding.firstToken} * features + e
+                       : int64_t{spec.spec.vocab} * features + (e - table);
+    }
+    case LayerKind::kAttention: {
+      const AttentionDesc& a = st.attention;
+      const int d = a.features, dh = a.headFeatures(), q = a.inner(), kv = a.keyValueFeatures();
+      const int64_t kvWhole = int64_t{spec.kvHeads()} * dh, rowsWhole = d + 2 * kvWhole;
+      // Row r of this worker's Wqkv (or bqkv): its heads' Q rows, then their
+      // K rows, then V's.
+      const auto wholeRow = [&](int64_t r) {
+        return r < q        ? int64_t{st.firstHead} * dh + r
+               : r < q + kv ? d + int64_t{st.firstKvHead} * dh + (r - q)
+                            : d + kvWhole + int64_t{st.firstKvHead} * dh + (r - q - kv);
+      };
+      const int64_t held = int64_t{a.qkvFeatures()} * d;
+      const int64_t weightsWhole = (rowsWhole + d) * d;
+      if (bias)  // bqkv's rows, then the whole bo
+        return j < a.qkvFeatures() ? weightsWhole + wholeRow(j)
+                                   : weightsWhole + rowsWhole + (j - a.qkvFeatures());
+      if (e < held)
+        return wholeRow(e / d) * d + e % d;
+      // Wo (d rows of d), columns [firstHead dh, + a) of each row.
+      const int64_t rest = e - held;
+      return rowsWhole * d + (rest / q) * d + int64_t{st.firstHead} * dh + rest % q;
+    }
+    default:
+      return e;
+  }
+}
+
+int64_t Model::wholeParameterIndex(int64_t i) const {
+  STRATA_ENFORCE(i >= 0 && i < parameterCount());
+  // The block holding i: the last one starting at or before it (empty
+  // blocks share their offset with the next).
+  int l = 0;
+  for (int k = 0; k < layerCount(); ++k)
+    if (blocks_[static_cast<size_t>(k)].size() > 0 && blocks_[static_cast<size_t>(k)].offset <= i)
+      l = k;
+  int64_t wholeOffset = 0;
+  for (int k = 0; k < l; ++k)
+    wholeOffset += network_.layers[static_cast<size_t>(k)].params;
+  return wholeOffset + wholeElement(l, i - blocks_[static_cast<size_t>(l)].offset);
 }
 
 Model::~Model() = default;

@@ -44,20 +44,6 @@ PoolDesc poolDesc(const Layer& l) {
   return d;
 }
 
-AttentionDesc attentionDesc(const Layer& l) {
-  return AttentionDesc{l.inShape.c,
-                       l.inShape.h * l.inShape.w,
-                       l.spec.heads,
-                       l.spec.causal,
-                       l.kvHeads(),
-                       l.spec.rotary,
-                       static_cast<float>(l.spec.rotaryBase)};
-}
-
-EmbeddingDesc embeddingDesc(const Layer& l) {
-  return EmbeddingDesc{l.spec.vocab, l.spec.outputs, l.spec.positions > 0};
-}
-
 }  // namespace
 
 // ---- phases ---------------------------------------------------------------
@@ -109,7 +95,8 @@ void Model::recomputeAttentionCore(int layer) {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   STRATA_ENFORCE(spec.kind == LayerKind::kAttention);
   const int n = layers_[static_cast<size_t>(layer)].out.n();
-  backend_->attentionCoreForward(attentionDesc(spec), attentionSaved(layer, {0, n}));
+  backend_->attentionCoreForward(layers_[static_cast<size_t>(layer)].attention,
+                                 attentionSaved(layer, {0, n}));
 }
 
 void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
@@ -137,8 +124,8 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
       break;
     }
     case LayerKind::kFc:
-      be.fcForward(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
-                   params_.data() + weightOffset(layer), bias, y);
+      be.fcForward(FcDesc{spec.spec.flatten, fcInputs(layer), st.slice.size()}, x,
+                   params_.data() + weightOffset(layer), st.addsBias ? bias : nullptr, y);
       break;
     case LayerKind::kRelu:
       be.reluForward(x, y);
@@ -176,14 +163,14 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
       break;
     }
     case LayerKind::kEmbedding:
-      be.embeddingForward(embeddingDesc(spec), x, w, y);
+      be.embeddingForward(st.embedding, x, w, y);
       break;
     case LayerKind::kAttention: {
-      const AttentionDesc d = attentionDesc(spec);
+      const AttentionDesc& d = st.attention;
       const Dims qkvDims{st.out.n(), d.qkvFeatures(), spec.inShape.h, spec.inShape.w};
       st.qkv.resize(qkvDims);
       st.dqkv.resize(qkvDims);
-      st.context.resize(st.out.dims());
+      st.context.resize(Dims{st.out.n(), d.inner(), spec.inShape.h, spec.inShape.w});
       st.probs.resize(
           static_cast<size_t>(int64_t{st.out.n()} * d.heads * d.positions * d.positions));
       be.attentionForward(d, x, w, bias, attentionSaved(layer, r), y);
@@ -215,7 +202,7 @@ AttentionSaved Model::attentionSaved(int layer, ExampleRange r) {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   const int64_t t = int64_t{spec.inShape.h} * spec.inShape.w;
   STRATA_ENFORCE_OP(st.qkv.n(), ==, st.out.n());
-  return AttentionSaved{st.qkv.examples(r), st.probs.data() + r.begin * spec.spec.heads * t * t,
+  return AttentionSaved{st.qkv.examples(r), st.probs.data() + r.begin * st.attention.heads * t * t,
                         st.context.examples(r), st.dqkv.examples(r)};
 }
 
@@ -248,7 +235,7 @@ void Model::backwardData(int layer, ExampleRange r) {
           beta);
       break;
     case LayerKind::kFc:
-      be.fcBackwardData(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, dy,
+      be.fcBackwardData(FcDesc{spec.spec.flatten, fcInputs(layer), st.slice.size()}, dy,
                         params_.data() + weightOffset(layer), dx, beta);
       break;
     case LayerKind::kRelu:
@@ -294,7 +281,7 @@ void Model::backwardData(int layer, ExampleRange r) {
     case LayerKind::kAttention:
       // From the dQKV its bwd_weights (which the Model runs first) left.
       STRATA_ENFORCE_OP(st.dqkv.n(), ==, st.out.n());
-      be.attentionBackwardData(attentionDesc(spec), st.dqkv.examples(r), w, dx, beta);
+      be.attentionBackwardData(st.attention, st.dqkv.examples(r), w, dx, beta);
       break;
     case LayerKind::kLayerNorm:
       be.layerNormBackwardData(x, dy, w, options_.layerNormEps, dx, beta);
@@ -335,7 +322,7 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       backend_->convBackwardWeights(convDesc(spec), x, dy, dw, dbias);
       break;
     case LayerKind::kFc:
-      backend_->fcBackwardWeights(FcDesc{spec.spec.flatten, fcInFeatures(spec), st.slice.size()}, x,
+      backend_->fcBackwardWeights(FcDesc{spec.spec.flatten, fcInputs(layer), st.slice.size()}, x,
                                   dy, grads_.data() + weightOffset(layer), dbias);
       break;
     case LayerKind::kBatchNorm:
@@ -348,10 +335,10 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       backend_->rmsNormBackwardWeights(x, dy, static_cast<float>(spec.spec.eps), dw);
       break;
     case LayerKind::kEmbedding:
-      backend_->embeddingBackwardWeights(embeddingDesc(spec), x, dy, dw);
+      backend_->embeddingBackwardWeights(st.embedding, x, dy, dw);
       break;
     case LayerKind::kAttention:
-      backend_->attentionBackwardWeights(attentionDesc(spec), x, dy, params_.data() + b.offset,
+      backend_->attentionBackwardWeights(st.attention, x, dy, params_.data() + b.offset,
                                          attentionSaved(layer, r), dw, dbias);
       break;
     default:

@@ -6,13 +6,22 @@
 #pragma once
 
 #include "strata/exec/nn/model.h"
+#include "strata/model/tensor_parallel.h"
 
 namespace strata::nn {
 
 struct Model::LayerState {
   NeuronRange slice;    // output channels held: the slice, or [0, channels)
   bool sliced = false;  // model-parallel fc: reads exchangeIn
-  int readers = 0;      // layers reading `out` locally (not through an exchange)
+  // Tensor parallelism: the layer's part, whether this worker adds its bias
+  // (a row layer's, or the position table: worker 0 only), and the share of
+  // an attention or embedding layer it runs.
+  TpRole tpRole = TpRole::kReplicated;
+  bool addsBias = true;
+  AttentionDesc attention;
+  EmbeddingDesc embedding;
+  int firstHead = 0, firstKvHead = 0;  // attention: the first held
+  int readers = 0;                     // layers reading `out` locally (not through an exchange)
   int exchangeReaders = 0;
   int firstReader = -1;
   Tensor out;

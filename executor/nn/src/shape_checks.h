@@ -29,7 +29,7 @@ inline void checkConv(const ConvDesc& d, const Dims& x, const Dims& y) {
 
 // Attention d over x (n, features, T) and the buffers forward saves for backward.
 inline void checkAttention(const AttentionDesc& d, const Dims& x, const AttentionSaved& saved) {
-  STRATA_ENFORCE(d.heads > 0 && d.features % d.heads == 0);
+  STRATA_ENFORCE(d.heads > 0 && d.inner() % d.heads == 0);
   STRATA_ENFORCE(d.keyValueHeads() > 0 && d.heads % d.keyValueHeads() == 0);
   STRATA_ENFORCE(!d.rotary || d.headFeatures() % 2 == 0);
   STRATA_ENFORCE_OP(x.c, ==, d.features);
@@ -37,7 +37,7 @@ inline void checkAttention(const AttentionDesc& d, const Dims& x, const Attentio
   STRATA_ENFORCE_OP(saved.qkv.dims.n, ==, x.n);
   STRATA_ENFORCE_OP(saved.qkv.dims.perExample(), ==, int64_t{d.qkvFeatures()} * d.positions);
   STRATA_ENFORCE_OP(saved.context.dims.n, ==, x.n);
-  STRATA_ENFORCE_OP(saved.context.dims.perExample(), ==, int64_t{d.features} * d.positions);
+  STRATA_ENFORCE_OP(saved.context.dims.perExample(), ==, int64_t{d.inner()} * d.positions);
   STRATA_ENFORCE(saved.probs != nullptr);
 }
 

@@ -358,7 +358,30 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
   throw InvariantError("unknown buffer kind");
 }
 
+std::unique_ptr<Endpoint> Worker::tensorParallelEndpoint(const Collective& c) {
+  const int l = c.firstLayer;
+  const Layer& layer = net_.layers[static_cast<size_t>(l)];
+  if (c.buffer == BufferKind::kActivations && layer.kind == LayerKind::kSoftmax) {
+    // The loss over the group's shares of the vocabulary: each position's
+    // (max, sum of exp) merged. (The Plan prices 3 values a position, the
+    // target's logit too; here the worker holding the target adds its loss.)
+    backend_->synchronize();
+    return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_, model_.softmaxStatsNoWait(),
+                                          c.parts, c.segments, 2, true);
+  }
+  // A partial sum, in place: the output of a row layer (attention, the
+  // MLP's second fc) or of the embedding; the input gradient of a column
+  // layer (attention, the MLP's first fc, the output fc), which no other
+  // layer adds into (Model checks).
+  nn::Tensor& sum = c.buffer == BufferKind::kActivations ? const_cast<nn::Tensor&>(model_.output(l))
+                                                         : model_.outputGrad(layer.inputs[0]);
+  return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_, sum.span(), c.parts, c.segments, 1,
+                                        false);
+}
+
 std::unique_ptr<Endpoint> Worker::activationsEndpoint(const Collective& c) {
+  if (tp_ > 1)
+    return tensorParallelEndpoint(c);
   const int r = c.round;
   if (c.firstLayer == mp_) {
     // Boundary: this rank sends its round rows of its own boundary output;
@@ -394,6 +417,8 @@ std::unique_ptr<Endpoint> Worker::activationsEndpoint(const Collective& c) {
 }
 
 std::unique_ptr<Endpoint> Worker::gradientsEndpoint(const Collective& c) {
+  if (tp_ > 1)
+    return tensorParallelEndpoint(c);
   const int r = c.round;
   if (c.firstLayer == mp_ - 1) {
     // Gradients of the boundary activations: every rank's partial gradient

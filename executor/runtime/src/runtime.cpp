@@ -91,18 +91,21 @@ RunResult runChecked(Communicator& comm, const Plan& plan, const Network& networ
 
 void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   checkElement(sc.options.element, device);
-  // Priced and simulated (cost/src/sharded.cpp, plan/src/sharded.cpp); the
-  // workers' split layers are not written yet (issue 33). ZeRO 1 to 3 run
-  // (collectives and sharded updates), and recomputation: full (each
-  // block's forward again) and selective (the attention core again).
+  // Tensor parallelism runs on the cpu backend (Model's split layers);
+  // sequence parallelism is priced and simulated (cost/src/sharded.cpp,
+  // plan/src/sharded.cpp) only. ZeRO 1 to 3 run (collectives and sharded
+  // updates), and recomputation: full (each block's forward again) and
+  // selective (the attention core again).
   const auto& o = sc.options;
-  const std::pair<bool, OptionKey> notRun[] = {{o.tp > 1, OptionKey::kTensorParallel},
-                                               {o.sequenceParallel, OptionKey::kSequenceParallel}};
-  for (const auto& [given, key] : notRun)
-    if (given)
-      throw OptionError(std::string(optionFlag(key)),
-                        "is priced and simulated (strata predict, simulate), not run yet: the "
-                        "executor does not split layers");
+  if (o.sequenceParallel)
+    throw OptionError(std::string(optionFlag(OptionKey::kSequenceParallel)),
+                      "is priced and simulated (strata predict, simulate), not run yet: the "
+                      "executor's tensor-parallel workers hold every position");
+  if (o.tp > 1 && device != Device::kCpu)
+    throw OptionError(std::string(optionFlag(OptionKey::kTensorParallel)),
+                      "runs on the cpu device only: the cuda backend's kernels do not take a "
+                      "worker's share of the heads or of the vocabulary yet (strata predict and "
+                      "simulate price it for any device)");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

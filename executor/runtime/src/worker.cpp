@@ -38,6 +38,8 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
       b_(plan.scenario.batchPerWorker),
       owt_(isModelParallel(plan.scenario.strategy)),
       mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
+      tp_(std::max(1, plan.scenario.options.tp)),
+      dp_(plan.scenario.workers / tp_),
       dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
       backend_(opt.backend ? opt.backend(comm.rank())
                            : makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()),
@@ -77,7 +79,7 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
   // The mean over the global batch's positions (one per example for a
   // classifier, T per sequence for a language model), as one worker's
   // Model takes it by default.
-  model_.setLossNormalizer(double(k_) * b_ * positions());
+  model_.setLossNormalizer(double(dp_) * b_ * positions());
   // ps: this rank's communication tasks job by job, and the tag of rank
   // 0's i-th choice (that of the i-th job's first server update: a task
   // that sends nothing, so no transfer uses its tag).
@@ -169,12 +171,19 @@ void Worker::gatherShards() {
   backend_->synchronize();  // the updates
   for (const auto& t : plan_.tasks)
     if (t.kind == TaskKind::kUpdate && t.worker == w_ && t.part >= 0 && t.iteration == 0) {
-      // One data-parallel group of every worker (the executor runs no tp):
-      // chunk `part` of the unit's parameters is this rank's (piece ==
-      // chunkRange).
-      STRATA_ENFORCE_OP(t.shards, ==, k_);
-      STRATA_ENFORCE_OP(t.part, ==, w_);
-      allGatherChunksRing(comm_, model_.parametersNoWait(t.layer, t.lastLayer));
+      // Chunk `part` of the unit's parameters is this rank's, its position
+      // in its data-parallel group (ranks tp apart): a ring over the group.
+      STRATA_ENFORCE_OP(t.shards, ==, dp_);
+      STRATA_ENFORCE_OP(t.part, ==, w_ / tp_);
+      const auto all = model_.parametersNoWait(t.layer, t.lastLayer);
+      const auto n = static_cast<int64_t>(all.size());
+      const int at = w_ / tp_, lane = w_ % tp_;
+      const auto wrap = [&](int i) { return ((i % dp_) + dp_) % dp_; };
+      for (int i = 1; i < dp_; ++i)
+        comm_.sendRecv(wrap(at + 1) * tp_ + lane, kTagAllGather,
+                       std::span<const float>(sub(all, piece(n, dp_, wrap(at - i + 1)))),
+                       wrap(at - 1) * tp_ + lane, kTagAllGather,
+                       sub(all, piece(n, dp_, wrap(at - i))));
     }
 }
 
@@ -190,7 +199,7 @@ void Worker::premake() {
   if (double(plan_.iterations) * b_ * in.c * in.h * in.w * sizeof(float) > kMostBytes)
     return;
   for (int i = 0; i < plan_.iterations; ++i) {
-    const int64_t first = firstExample(firstStep_ + i, k_, w_, b_);
+    const int64_t first = firstExample(firstStep_ + i, dp_, w_ / tp_, b_);
     Premade p{dataset_.batch(first, b_), {}};
     // Made from the generator, then the batch's values (syntheticFill reads
     // a batch's values, when it has some, rather than the generator).
@@ -219,7 +228,7 @@ void Worker::prepare(int i) {
       model_.setLabels(p.labels);
     return;
   }
-  const int64_t first = firstExample(s, k_, w_, b_);
+  const int64_t first = firstExample(s, dp_, w_ / tp_, b_);
   model_.writeInput(dataset_.batch(first, b_));
   if (!owt_)
     model_.setLabels(dataset_.labels(first, b_, positions()));
@@ -325,6 +334,8 @@ nn::ModelOptions Worker::modelOptions() const {
   o.dropout = opt_.dropout;
   if (owt_)
     o.slices = nn::modelParallelSlices(net_, k_, w_);
+  if (tp_ > 1)
+    o.tensorParallel = {tp_, w_ % tp_};
   return o;
 }
 

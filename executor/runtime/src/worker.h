@@ -191,6 +191,9 @@ class Worker {
   // allgather).
   std::unique_ptr<Endpoint> activationsEndpoint(const Collective& c);
   std::unique_ptr<Endpoint> gradientsEndpoint(const Collective& c);
+  // A tensor-parallel group's collective: the sum of a split layer's partial
+  // outputs or partial input gradients in place, or the loss's statistics.
+  std::unique_ptr<Endpoint> tensorParallelEndpoint(const Collective& c);
   class SliceGather;     // staged allgather of channel slices (inner FC exchange)
   class SliceScatter;    // reduce-scatter of partial input gradients by channel slice
   class BoundaryReturn;  // boundary gradients back to the owners of the round's examples
@@ -218,6 +221,9 @@ class Worker {
   int k_, world_, w_, b_;  // workers, ranks (workers, then ps servers), this rank, batch
   bool owt_;
   int mp_;
+  // Tensor parallelism: workers per group (consecutive ranks) and groups.
+  // The t workers of a group share their examples: data-parallel rank w / t.
+  int tp_, dp_;
   nn::SyntheticDataset dataset_;
   std::unique_ptr<nn::Backend> backend_;  // this worker's, on RunOptions::device
   nn::Model model_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace strata {
@@ -137,6 +138,14 @@ std::string tensorParallelObstacle(const Network& net, int t, bool sequenceParal
                            l.name, l.outShape.c, t,
                            gated ? " in each of its two halves (gate and value)" : "");
     }
+    if (role == 5 || role == 6) {
+      const int vocab = role == 5 ? l.spec.vocab : l.outShape.c;
+      if (vocabRows(vocab, t, t - 1).begin >= vocab)
+        return fmt::format(
+            "layer '{}' splits a vocabulary of {} over {} workers by {} rows each, which leaves "
+            "the last worker none",
+            l.name, vocab, t, (vocab + t - 1) / t);
+    }
     const bool replicated = role == 0;
     if (sequenceParallel && replicated) {
       if (!positionWise(l.kind))
@@ -187,6 +196,7 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
       case 1: {  // attention: column Q K V, row output projection
         const double rowBias = l.spec.bias ? l.inShape.c : 0;
         x = splitLayer(inv, (double(l.params) - rowBias) * inv + rowBias);
+        x.role = TpRole::kAttention;
         if (sp)
           x.fwdBefore = {TpCollective::kAllGather, in};
         x.fwdAfter = {sum, outElems};
@@ -198,6 +208,7 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
       }
       case 2:  // the MLP's column fc
         x = splitLayer(inv, double(l.params) * inv);
+        x.role = TpRole::kColumn;
         if (sp)
           x.fwdBefore = {TpCollective::kAllGather, in};
         x.bwdAfter = {sum, in};
@@ -205,10 +216,12 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
         break;
       case 3:  // the activation between the MLP's fcs
         x = splitLayer(inv, 0);
+        x.role = TpRole::kBetween;
         break;
       case 4: {  // the MLP's row fc
         const double rowBias = l.spec.bias ? l.outShape.c : 0;
         x = splitLayer(inv, (double(l.params) - rowBias) * inv + rowBias);
+        x.role = TpRole::kRow;
         x.fwdAfter = {sum, outElems};
         if (sp)
           x.bwdBefore = {TpCollective::kAllGather, outElems};
@@ -218,12 +231,14 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
         const double share = vocabShare(l.spec.vocab);
         const double table = double(l.spec.vocab) * l.outShape.c;
         x = splitLayer(1.0, table * share + (double(l.params) - table));
+        x.role = TpRole::kEmbedding;
         x.fwdAfter = {sum, outElems};
         break;
       }
       case 6: {  // the output fc by its outputs (the vocabulary)
         const double share = vocabShare(l.outShape.c);
         x = splitLayer(share, double(l.params) * share);
+        x.role = TpRole::kOutput;
         if (sp)
           x.fwdBefore = {TpCollective::kAllGather, in};
         x.bwdAfter = {sum, in};
@@ -232,6 +247,7 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
       case 7: {  // the loss over its share of the vocabulary
         const double share = vocabShare(l.outShape.c);
         x = splitLayer(share, 0);
+        x.role = TpRole::kLoss;
         x.fwdAfter = {TpCollective::kAllReduce, 3.0 * l.outShape.h * l.outShape.w};
         break;
       }
@@ -240,6 +256,14 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
     }
   }
   return out;
+}
+
+VocabRows vocabRows(int vocab, int t, int rank) {
+  const int each = (vocab + t - 1) / t;
+  const auto at = [&](int r) {
+    return static_cast<int>(std::min<int64_t>(vocab, int64_t{r} * each));
+  };
+  return {at(rank), at(rank + 1)};
 }
 
 GatherUnits zeroGatherUnits(const Network& net, const TpLayout& layout) {

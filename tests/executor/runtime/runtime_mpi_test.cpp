@@ -1,6 +1,7 @@
 // Under mpirun -np K: every strategy's weights after N steps equal one worker
-// with batch K b (each rank compares its own share: all layers, or its slices
-// of the model-parallel fc layers). Exit status 0 when every rank agrees.
+// with batch K b (each rank compares its own share: all layers, its slices of
+// the model-parallel fc layers, or its tensor-parallel share, against one
+// worker with batch K / tp b). Exit status 0 when every rank agrees.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -17,30 +18,21 @@ using namespace strata;
 
 namespace {
 
-// The one-worker parameters cut to what `rank` of K holds.
+// The one-worker parameters cut to what `rank` of K holds: its slices of
+// the model-parallel fc layers (owt), its share of a tensor-parallel group of
+// `tp`, or all of them.
 std::vector<float> shareOf(const Network& net, const std::vector<float>& whole, int k, int rank,
-                           bool owt) {
-  std::vector<float> out;
-  size_t at = 0;
-  for (size_t l = 0; l < net.layers.size(); ++l) {
-    const auto& layer = net.layers[l];
-    if (!layer.hasWeights())
-      continue;
-    const auto n = static_cast<size_t>(layer.params);
-    if (!owt || static_cast<int>(l) < net.modelParallelFrom) {
-      out.insert(out.end(), whole.begin() + long(at), whole.begin() + long(at + n));
-    } else {
-      const auto s = nn::evenSlice(layer.outShape.c, k, rank);
-      const auto in = static_cast<size_t>(layer.inShape.elements());
-      const size_t rows = static_cast<size_t>(layer.outShape.c);
-      out.insert(out.end(), whole.begin() + long(at + size_t(s.begin) * in),
-                 whole.begin() + long(at + size_t(s.end) * in));
-      if (layer.spec.bias)
-        out.insert(out.end(), whole.begin() + long(at + rows * in + size_t(s.begin)),
-                   whole.begin() + long(at + rows * in + size_t(s.end)));
-    }
-    at += n;
-  }
+                           bool owt, int tp) {
+  nn::ModelOptions o;
+  o.initializeParameters = false;
+  if (owt)
+    o.slices = nn::modelParallelSlices(net, k, rank);
+  if (tp > 1)
+    o.tensorParallel = {tp, rank % tp};
+  const nn::Model share(net, o);
+  std::vector<float> out(static_cast<size_t>(share.parameterCount()));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = whole.at(static_cast<size_t>(share.wholeParameterIndex(static_cast<int64_t>(i))));
   return out;
 }
 
@@ -52,7 +44,8 @@ int main(int argc, char** argv) {
   int failures = 0;
   exec::runOrAbort(comm, [&](exec::Communicator& c) {
     setenv("STRATA_CONFIG_DIR", STRATA_CONFIG_DIR_FOR_TESTS, 1);
-    const auto net = loadNetwork(resolveConfig(ConfigKind::kNetwork, "tiny-cnn", "test"));
+    const auto cnn = loadNetwork(resolveConfig(ConfigKind::kNetwork, "tiny-cnn", "test"));
+    const auto gpt = loadNetwork(resolveConfig(ConfigKind::kNetwork, "tiny-gpt", "test"));
     const int k = c.size(), b = 5;
     // SGD with momentum, and Adam (eps 1e-5; see run_helpers.h,
     // checkSameWeights, for why Adam is held to all but 1 in 2,000 weights).
@@ -64,32 +57,46 @@ int main(int argc, char** argv) {
       o.seed = 3;
       if (isAdam(optimizer))
         o.eps = 1e-5f;
-      Scenario one;
-      one.strategy = Strategy::kRing;
-      one.workers = 1;
-      one.batchPerWorker = k * b;
-      one.options.optimizer = optimizer;
-      const auto ref = exec::runThreads(lowerToPlan(net, one), net, o);
-      // Every strategy, and ring with ZeRO-1, 2 and 3 (each rank updates its
-      // chunk, then the weights are all-gathered; 3 per unit, gathered before
-      // its forward and backward).
-      std::vector<std::pair<Strategy, int>> rows;
+      // The one-worker reference of K / tp data-parallel workers.
+      auto oneWorker = [&](const Network& net, int tp) {
+        Scenario one;
+        one.strategy = Strategy::kRing;
+        one.workers = 1;
+        one.batchPerWorker = k / tp * b;
+        one.options.optimizer = optimizer;
+        return exec::runThreads(lowerToPlan(net, one), net, o);
+      };
+      const auto cnnRef = oneWorker(cnn, 1);
+      // Every strategy on tiny-cnn, and ring with ZeRO-1, 2 and 3 (each rank
+      // updates its chunk, then the weights are all-gathered; 3 per unit,
+      // gathered before its forward and backward); tiny-gpt's ring with
+      // tensor-parallel groups of 2 (and of 4 on 4 ranks), ZeRO-3 on top.
+      struct Row {
+        Strategy s;
+        int zero = 0, tp = 1;
+      };
+      std::vector<Row> rows;
       for (auto s : kAllStrategies)
-        rows.emplace_back(s, 0);
-      rows.emplace_back(Strategy::kRing, 1);
-      rows.emplace_back(Strategy::kRing, 2);
-      rows.emplace_back(Strategy::kRing, 3);
-      for (const auto& [s, zero] : rows) {
+        rows.push_back({s});
+      for (int zero : {1, 2, 3})
+        rows.push_back({Strategy::kRing, zero});
+      for (int tp : {2, 4})
+        if (k % tp == 0 && (tp < 4 || optimizer == Optimizer::kMomentum))
+          rows.push_back({Strategy::kRing, tp == 2 && k > 2 ? 3 : 0, tp});
+      for (const auto& [s, zero, tp] : rows) {
+        const auto& net = tp > 1 ? gpt : cnn;
+        const auto ref = tp > 1 ? oneWorker(gpt, tp) : cnnRef;
         Scenario sc;
         sc.strategy = s;
         sc.options.zero = zero;
+        sc.options.tp = tp;
         sc.workers = k;
         sc.batchPerWorker = b;
         sc.options.bucket = Bytes(64 * 1024);
         sc.options.segment = Bytes(8 * 1024);
         sc.options.optimizer = optimizer;
         const auto run = exec::runWorker(c, lowerToPlan(net, sc), net, o);
-        const auto expect = shareOf(net, ref.parameters, k, c.rank(), isModelParallel(s));
+        const auto expect = shareOf(net, ref.parameters, k, c.rank(), isModelParallel(s), tp);
         double worst = 0, scale = 0;
         size_t off = 0;
         bool ok = expect.size() == run.parameters.size();
@@ -104,8 +111,9 @@ int main(int argc, char** argv) {
           ok = isAdam(optimizer) ? off <= expect.size() / 2000 && worst < o.learningRate : off == 0;
         }
         failures += ok ? 0 : 1;
-        const std::string name =
-            std::string(toString(s)) + (zero > 0 ? fmt::format(" zero {}", zero) : "");
+        const std::string name = std::string(toString(s)) +
+                                 (tp > 1 ? fmt::format(" tp {}", tp) : "") +
+                                 (zero > 0 ? fmt::format(" zero {}", zero) : "");
         std::printf("rank %d of %d: %-11s %-8s max relative difference %.2e (%zu beyond 1e-5) %s\n",
                     c.rank(), k, name.c_str(), std::string(toString(optimizer)).c_str(),
                     scale > 0 ? worst / scale : 1.0, off, ok ? "ok" : "MISMATCH");

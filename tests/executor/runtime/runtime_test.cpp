@@ -305,6 +305,125 @@ TEST_CASE("full and selective recomputation give the weights of none, bit for bi
   }
 }
 
+namespace {
+
+// A GPT of 12 heads (tensor-parallel groups of 2, 3, 4 and 6 workers), an
+// MLP of 96 that they all divide, a vocabulary of 101 (a prime: the last
+// worker of every group holds fewer rows) and an untied output layer with a
+// bias, so the output fc's own slice of rows and bias splits.
+Network tensorParallelGpt() {
+  return test::loadNetworkText("strata-tp-test", "tp-gpt", R"(
+name: tp-gpt
+description: a GPT for the tensor-parallel tests
+input: {channels: 1, height: 12, width: 1}
+layers:
+  - {name: wte, kind: embedding, vocab: 101, outputs: 48, positions: 12}
+  - {name: h, kind: transformer, heads: 12, hidden: 96, dropout: 0.1, repeat: 2}
+  - {name: ln_f, kind: layernorm}
+  - {name: head, kind: fc, outputs: 101, flatten: false, bias: true}
+  - {name: loss, kind: softmax}
+)");
+}
+
+// Each of K = dp x tp workers' weights put where one worker holds them
+// (Model::wholeParameterIndex of its share) and compared with that one
+// worker's `ref`; every element of the whole is some worker's.
+void checkSharesAgainstOneWorker(const Network& net, int tp,
+                                 const std::vector<std::vector<float>>& params,
+                                 const std::vector<float>& ref, Optimizer optimizer, float lr) {
+  std::vector<char> held(ref.size(), 0);
+  for (size_t w = 0; w < params.size(); ++w) {
+    INFO("worker " << w << ", rank " << w % size_t(tp) << " of its tensor-parallel group");
+    nn::ModelOptions o;
+    o.tensorParallel = {tp, static_cast<int>(w % size_t(tp))};
+    o.initializeParameters = false;
+    const nn::Model share(net, o);
+    REQUIRE(params[w].size() == static_cast<size_t>(share.parameterCount()));
+    std::vector<float> whole = ref;
+    for (int64_t i = 0; i < share.parameterCount(); ++i) {
+      const int64_t j = share.wholeParameterIndex(i);
+      REQUIRE(j >= 0);
+      REQUIRE(j < static_cast<int64_t>(ref.size()));
+      whole[static_cast<size_t>(j)] = params[w][static_cast<size_t>(i)];
+      held[static_cast<size_t>(j)] = 1;
+    }
+    test::checkSameWeights(whole, ref, optimizer, lr);
+  }
+  CHECK(std::count(held.begin(), held.end(), 0) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up to 8",
+          "[exec][tp]") {
+  // Megatron's split: attention by heads, the MLP's first fc by outputs and
+  // its second by inputs, the vocabulary by rows (embedding, output fc and
+  // the loss over them); the group sums partial outputs and input gradients
+  // in place (the Plan's collectives), the data-parallel groups (ranks tp
+  // apart) the gradients. Every worker's share within 1e-5 of one worker on
+  // the global batch, with ZeRO and recomputation on top; the tied head of
+  // tiny-gpt reads its embedding's rows.
+  struct Case {
+    const char* net;
+    int dp, tp, zero;
+    Recompute recompute;
+  };
+  std::vector<Case> cases = {
+      {"tp-gpt", 1, 2, 0, Recompute::kNone},   {"tp-gpt", 1, 3, 0, Recompute::kNone},
+      {"tp-gpt", 1, 4, 0, Recompute::kNone},   {"tp-gpt", 2, 3, 0, Recompute::kNone},
+      {"tp-gpt", 3, 2, 1, Recompute::kNone},   {"tp-gpt", 2, 2, 2, Recompute::kSelective},
+      {"tp-gpt", 2, 3, 3, Recompute::kFull},   {"tiny-gpt", 1, 2, 0, Recompute::kNone},
+      {"tiny-gpt", 2, 2, 3, Recompute::kNone}, {"tiny-gpt", 1, 4, 0, Recompute::kFull}};
+#ifndef STRATA_SANITIZED_THREAD
+  for (Case c : std::vector<Case>{{"tp-gpt", 1, 6, 0, Recompute::kNone},
+                                  {"tp-gpt", 4, 2, 0, Recompute::kNone},
+                                  {"tp-gpt", 2, 4, 1, Recompute::kNone},
+                                  {"tiny-gpt", 2, 4, 0, Recompute::kSelective}})
+    cases.push_back(c);
+#endif
+  const int b = 2, steps = 3;
+  for (const Case& c : cases)
+    for (Optimizer optimizer : test::kOptimizers) {
+      if (optimizer != Optimizer::kMomentum && c.dp * c.tp != 6)
+        continue;
+      const auto net = std::string(c.net) == "tp-gpt" ? tensorParallelGpt() : presetNetwork(c.net);
+      INFO(c.net << " dp " << c.dp << " x tp " << c.tp << ", ZeRO-" << c.zero << ", --recompute "
+                 << toString(c.recompute) << ", " << toString(optimizer));
+      const auto ref = oneWorker(net, c.dp * b, steps, optimizer);
+      auto sc = test::runScenario(Strategy::kRing, c.dp * c.tp, b, optimizer);
+      sc.options.tp = c.tp;
+      sc.options.zero = c.zero;
+      sc.options.recompute = c.recompute;
+      std::vector<std::vector<float>> params;
+      const auto options = test::runOptions(steps, optimizer);
+      const auto run = exec::runThreads(lowerToPlan(net, sc), net, options, &params);
+      REQUIRE(params.size() == static_cast<size_t>(c.dp * c.tp));
+      checkSharesAgainstOneWorker(net, c.tp, params, ref.parameters, optimizer,
+                                  options.learningRate);
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+}
+
+TEST_CASE("a tensor-parallel run refuses what it cannot split, naming the layer or option",
+          "[exec][tp][errors]") {
+  // Heads that the group does not divide, sequence parallelism (priced and
+  // simulated only), tp on the cuda device.
+  const auto net = presetNetwork("tiny-gpt");
+  auto sc = test::runScenario(Strategy::kRing, 3, 2);
+  sc.options.tp = 3;
+  CHECK_THROWS_WITH(exec::runThreads(lowerToPlan(net, sc), net, test::runOptions(1)),
+                    Catch::Contains("4 heads") && Catch::Contains("3 workers"));
+  sc.options.tp = 2;
+  sc.workers = 2;
+  sc.options.sequenceParallel = true;
+  CHECK_THROWS_WITH(exec::checkRunnable(net, sc, exec::Device::kCpu),
+                    Catch::Contains("--sequence-parallel"));
+  sc.options.sequenceParallel = false;
+  CHECK_THROWS_WITH(exec::checkRunnable(net, sc, exec::Device::kCuda),
+                    Catch::Contains("--tp") && Catch::Contains("cpu device only"));
+  CHECK_NOTHROW(exec::checkRunnable(net, sc, exec::Device::kCpu));
+}
+
 TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b, every worker alike",
           "[exec][ps]") {
   // Level 1 sums into each node's leader, level 2 across the leaders (the

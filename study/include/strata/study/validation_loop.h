@@ -43,6 +43,9 @@ struct ValidationOptions {
   // ZeRO stage of every ring row (--zero 1|2: the executor runs them; the
   // other strategies' rows are as without it).
   int zero = 0;
+  // Workers per tensor-parallel group of every ring row (--tp N: K = dp x N;
+  // the executor runs it on the cpu).
+  int tp = 1;
   // Recomputation of every ring and naive row (--recompute full: the
   // executor reruns each block's forward before its backward).
   Recompute recompute = Recompute::kNone;

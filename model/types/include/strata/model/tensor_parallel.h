@@ -49,8 +49,21 @@ struct TpComm {
   double elems = 0;
 };
 
+// A layer's part in the split (the header comment's regions).
+enum class TpRole {
+  kReplicated,  // every worker runs it whole (or on T / t positions with sequence parallelism)
+  kAttention,   // Q, K, V by heads, the output projection by its input rows
+  kColumn,      // the MLP's first fc, by its outputs
+  kBetween,     // the activation between the MLP's fcs, on the column fc's share
+  kRow,         // the MLP's second fc, by its inputs
+  kEmbedding,   // the token table by rows of the vocabulary
+  kOutput,      // the fc feeding the loss, by its outputs (the vocabulary)
+  kLoss,        // the loss softmax over the output fc's share
+};
+
 // What one worker of a tensor-parallel group does of one layer.
 struct TpLayer {
+  TpRole role = TpRole::kReplicated;
   bool split = false;  // heads, MLP columns/rows or the vocabulary split over the group
   // Share of the layer's FLOPs and memory traffic this worker runs, and of
   // its saved activations it keeps: 1/t (or ceil(V/t)/V) for a split layer,
@@ -69,6 +82,14 @@ struct TpLayout {
   std::vector<TpLayer> layers;  // one per network layer
   int splitRegions = 0;         // attention layers and MLP pairs split
 };
+
+// Rows [begin, end) of a vocabulary of `vocab` that worker `rank` of a group
+// of `t` holds: ceil(vocab / t) each, the last ones fewer (Megatron pads the
+// vocabulary instead; strata prices ceil(vocab / t) rows for every worker).
+struct VocabRows {
+  int begin = 0, end = 0;
+};
+VocabRows vocabRows(int vocab, int t, int rank);
 
 // Why `network` cannot run with tensor-parallel groups of `t` (no layer
 // splits, heads or an MLP width or the positions not divisible by t), naming

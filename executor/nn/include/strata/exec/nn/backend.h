@@ -123,20 +123,31 @@ struct SoftmaxLossSum {
 // and i + dh/2 (i < dh/2) at position p turn by the angle p base^(-2i/dh):
 //   q_i' = q_i cos - q_{i+dh/2} sin,  q_{i+dh/2}' = q_{i+dh/2} cos + q_i sin
 // (Hugging Face's rotate_half pairing); QKV keeps the turned Q and K.
+//
+// A tensor-parallel worker's share (Megatron, Shoeybi et al. 2019, section
+// 3): `heads` (and kvHeads) of its own, whose Q, K and V rows it holds, so
+// the inner width a = heads dh is innerFeatures < d: Wqkv is (a + 2 kv) x d,
+// Wo d x a (the columns of its heads), QKV (a + 2 kv) x T, C a x T, and y
+// the worker's partial sum of the output projection.
 struct AttentionDesc {
-  int features = 0;   // d
+  int features = 0;   // d: x's and y's channels
   int positions = 0;  // T
   int heads = 1;
   bool causal = true;
   int kvHeads = 0;  // 0: heads (multi-head attention)
   bool rotary = false;
   float rotaryBase = 10000.0f;
-  int headFeatures() const { return features / heads; }
+  int innerFeatures = 0;  // a = heads x dh; 0: d (every head)
+  // false: y without bo (a tensor-parallel worker but the first: the group's
+  // sum adds it once); bo's gradient is written all the same.
+  bool outputBias = true;
+  int inner() const { return innerFeatures > 0 ? innerFeatures : features; }
+  int headFeatures() const { return inner() / heads; }
   int keyValueHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   // Rows of K (and of V): kvHeads x dh.
   int keyValueFeatures() const { return keyValueHeads() * headFeatures(); }
-  // Rows of QKV: d + 2 kv (3 d for multi-head attention).
-  int qkvFeatures() const { return features + 2 * keyValueFeatures(); }
+  // Rows of QKV: a + 2 kv (3 d for multi-head attention).
+  int qkvFeatures() const { return inner() + 2 * keyValueFeatures(); }
   // Whether this needs more than multi-head attention (backend.h's
   // runsLlamaLayers).
   bool llama() const { return keyValueHeads() != heads || rotary; }
@@ -147,7 +158,7 @@ struct AttentionDesc {
 struct AttentionSaved {
   TensorView qkv;      // (n, qkvFeatures, T, 1)
   float* probs;        // n x heads x T x T, row (query) major
-  TensorView context;  // C (n, d, T, 1)
+  TensorView context;  // C (n, a, T, 1)
   TensorView dqkv;     // (n, qkvFeatures, T, 1): written by bwd_weights, read by bwd_data
 };
 
@@ -155,10 +166,21 @@ struct AttentionSaved {
 // y (n, features, T, 1) with y[:, t] = table[id_t] (+ pos[t] when the layer
 // has a position table). Tables are row-major: vocab x features, then
 // positions x features.
+//
+// A vocabulary-parallel worker (Megatron) holds rows [firstToken, firstToken
+// + tokens) of the token table only: a token outside them gives a zero row
+// and no gradient, and the workers' outputs sum to the whole layer's. Each
+// holds the whole position table; one of them adds it (addPositions), every
+// one adds into its gradient.
 struct EmbeddingDesc {
   int vocab = 0;
   int features = 0;
   bool positions = false;  // whether a position table follows the token table
+  int firstToken = 0;
+  int tokens = -1;  // rows of the token table held; -1: vocab (every token)
+  bool addPositions = true;
+  int rows() const { return tokens < 0 ? vocab : tokens; }
+  bool holds(int token) const { return token >= firstToken && token < firstToken + rows(); }
 };
 
 // Adam's hyper-parameters and the step it takes (Backend::adam). Defaults:
@@ -315,6 +337,11 @@ class Backend {
   // with grouped keys and values or rotary positions (AttentionDesc::llama).
   // Model refuses a network with them on one that does not, naming the layer.
   virtual bool runsLlamaLayers() const { return false; }
+  // Whether this backend runs a tensor-parallel worker's share of layers:
+  // attention over some of its heads (AttentionDesc::innerFeatures) and an
+  // embedding over some of the vocabulary (EmbeddingDesc::tokens). Model
+  // refuses a tensor-parallel layout on one that does not.
+  virtual bool runsTensorParallelLayers() const { return false; }
 
   // RMSNorm (Zhang & Sennrich 2019) of each position over its c channels:
   // y = gain * x / rms, rms = sqrt(mean of x^2 over the c values + eps).

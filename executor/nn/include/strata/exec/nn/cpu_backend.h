@@ -200,6 +200,7 @@ class CpuBackend final : public Backend {
     impl_->attentionCoreForward(d, saved);
   }
   bool runsAttentionCore() const override { return true; }
+  bool runsTensorParallelLayers() const override { return true; }
   void attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv, const float* w,
                              TensorView dx, float beta) override {
     impl_->attentionBackwardData(d, dqkv, w, dx, beta);

@@ -52,6 +52,25 @@
 //    softmaxCrossEntropy(), writing each worker's slice of the logit gradient
 //    into outputGrad() of the last fc.
 //
+// Tensor parallelism (Megatron; ModelOptions::tensorParallel, the split of
+// strata/model/tensor_parallel.h). Worker r of a group of t holds:
+//  - an attention layer's heads [r H/t, (r+1) H/t) (their Q, K and V rows of
+//    Wqkv and bqkv, their columns of Wo, and the whole bo); its output is the
+//    worker's partial sum of the output projection, bo added by worker 0 only;
+//  - the MLP's first fc by outputs (evenSlice), the activation after it on
+//    that slice, the second fc by inputs (the slice it reads; whole bias,
+//    added by worker 0 only): its output is a partial sum;
+//  - the embedding's token rows vocabRows(V, t, r) (a token outside them
+//    gives zeros) and the whole position table, added by worker 0 only; the
+//    fc feeding the loss (tied or not) by the same rows, and the loss
+//    softmax over them (softmaxStats merged as for a sliced softmax);
+//  - every other layer whole.
+// Every parameter draws the value the whole layer's would have. The caller
+// sums the partial outputs (output(l) of attention, the second fc, the
+// embedding) and the partial input gradients of attention, the first fc and
+// the output fc (outputGrad of their input, which no other layer may read)
+// over the group, as the Plan's tensor-parallel collectives do.
+//
 // Loss. softmax + cross-entropy over channels at every position (a
 // classifier has one position per example); the loss is the mean over the
 // positions of the batch, or the sum divided by setLossNormalizer(N): with
@@ -68,6 +87,7 @@
 #include "strata/exec/nn/tensor.h"
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
+#include "strata/model/tensor_parallel.h"
 
 namespace strata::nn {
 
@@ -94,6 +114,12 @@ NeuronRange evenSlice(int n, int parts, int index);
 // relu, dropout or softmax.
 std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank);
 
+// This worker's place in a tensor-parallel group (the header comment).
+struct TensorParallelRank {
+  int size = 1;  // workers of the group; 1: every layer whole
+  int rank = 0;  // in [0, size)
+};
+
 // How to instantiate a Model.
 struct ModelOptions {
   // Seeds the initial weights and the dropout masks. Weights are a pure
@@ -108,6 +134,8 @@ struct ModelOptions {
   // Empty, or one entry per layer: a non-empty range makes that layer (an fc)
   // model-parallel with only those output neurons. See the header comment.
   std::vector<NeuronRange> slices{};
+  // Megatron tensor parallelism (the header comment); not with `slices`.
+  TensorParallelRank tensorParallel{};
   // The backend to run on; null: the Model creates and owns a CpuBackend.
   // A given backend must outlive the Model.
   Backend* backend = nullptr;
@@ -179,8 +207,8 @@ class Model {
   // Throws UserError naming the layer for an rnn layer (not supported), a
   // transformer layer on a backend that does not run them, one of Llama's
   // (rmsnorm, swiglu, grouped-query or rotary attention) on a backend whose
-  // runsLlamaLayers() is false (cuda), or a model-parallel layout it cannot
-  // run.
+  // runsLlamaLayers() is false (cuda), or a model-parallel or
+  // tensor-parallel layout it cannot run.
   explicit Model(const Network& network, ModelOptions options = {});
   ~Model();
   Model(Model&&) noexcept;
@@ -296,6 +324,10 @@ class Model {
   std::span<float> allParameters();
   std::span<float> allGradients();
   std::span<float> momentum(int layer);  // allocates the momentum on first use
+  // The index in a one-worker Model's allParameters() of element i of this
+  // worker's: the identity, but for a model-parallel slice or a
+  // tensor-parallel share (whose elements hold the whole layer's there).
+  int64_t wholeParameterIndex(int64_t i) const;
   // How many updates the layer has had (Adam's step count).
   int64_t updateCount(int layer) const { return updates_.at(static_cast<size_t>(layer)); }
 
@@ -338,6 +370,16 @@ class Model {
   struct LayerState;
 
   ConstTensorView inputOf(int layer, int which) const;
+  // Sets layer l's tensor-parallel part, bias and attention or embedding
+  // share (whole for t = 1).
+  void shareOf(int l, TensorParallelRank tp, TpRole role);
+  // Input features of an fc layer's GEMMs: the whole layer's, or the slice
+  // a tensor-parallel row fc reads.
+  int fcInputs(int layer) const;
+  // The element of the whole layer's parameters (weights then bias) that
+  // element `e` of this worker's block of `layer` holds (the identity but
+  // for a slice or a share).
+  int64_t wholeElement(int layer, int64_t e) const;
   // Where the weights a layer's GEMMs read (and its weight gradient) start in
   // params_ (grads_): its own block, or for a tied fc its embedding's token
   // table (gradientOwner).
