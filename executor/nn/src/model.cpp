@@ -170,12 +170,15 @@ Model::Model(const Network& network, ModelOptions options)
       const VocabRows v = vocabRows(layer.outShape.c, tp.size, tp.rank);
       st.slice = {v.begin, v.end};
     } else if (st.tpRole == TpRole::kBetween || st.tpRole == TpRole::kLoss) {
-      if (layer.kind == LayerKind::kSwiglu)
-        unsupported(network_, l,
-                    "a gated MLP (swiglu) splits each half of the fc before it over a "
-                    "tensor-parallel group, which the executor does not run yet (strata "
-                    "predict and simulate price it)");
-      st.slice = inputSlice(layer.inputs[0]);
+      if (layer.kind == LayerKind::kSwiglu) {
+        // A gated MLP: the fc before holds its share of each half, gate
+        // and value ([gate share | value share], as swiglu reads them), and
+        // swiglu's output is that share of the whole's.
+        layers_[static_cast<size_t>(layer.inputs[0])].gated = true;
+        st.slice = evenSlice(layer.outShape.c, tp.size, tp.rank);
+      } else {
+        st.slice = inputSlice(layer.inputs[0]);
+      }
     } else if (st.tpRole == TpRole::kRow) {
       st.slice = whole;  // reads the column fc's share of its inputs
     } else if (!requested.empty()) {
@@ -418,7 +421,16 @@ int64_t Model::wholeElement(int layer, int64_t e) const {
         const int begin = layers_[static_cast<size_t>(spec.inputs[0])].slice.begin;
         return (e / in) * fcInFeatures(spec) + begin + e % in;
       }
-      return bias ? whole + st.slice.begin + j : int64_t{st.slice.begin} * fcInFeatures(spec) + e;
+      // Row (output) r of the slice; before swiglu the first half of the
+      // slice is the gate's share, the second the value's.
+      const auto wholeRow = [&](int64_t r) -> int64_t {
+        if (!st.gated)
+          return st.slice.begin + r;
+        const int64_t share = st.slice.size() / 2, first = st.slice.begin / 2;
+        return r < share ? first + r : spec.outShape.c / 2 + first + (r - share);
+      };
+      const int64_t in = fcInFeatures(spec);
+      return bias ? whole + wholeRow(j) : wholeRow(e / in) * in + e % in;
     }
     case LayerKind::kEmbedding: {
       const int64_t features = spec.spec.outputs;

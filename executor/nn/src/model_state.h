@@ -21,6 +21,7 @@ struct Model::LayerState {
   AttentionDesc attention;
   EmbeddingDesc embedding;
   int firstHead = 0, firstKvHead = 0;  // attention: the first held
+  bool gated = false;                  // a column fc before swiglu: a share of each half
   int readers = 0;                     // layers reading `out` locally (not through an exchange)
   int exchangeReaders = 0;
   int firstReader = -1;

@@ -362,23 +362,29 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
   // in place (the Plan's collectives), the data-parallel groups (ranks tp
   // apart) the gradients. Every worker's share within 1e-5 of one worker on
   // the global batch, with ZeRO and recomputation on top; the tied head of
-  // tiny-gpt reads its embedding's rows.
+  // tiny-gpt reads its embedding's rows; tiny-llama splits its grouped
+  // keys and values (2 query heads and 1 key/value head a worker), rotary
+  // positions and SwiGLU (each worker a share of the gate's and of the
+  // value's columns).
   struct Case {
     const char* net;
     int dp, tp, zero;
     Recompute recompute;
   };
   std::vector<Case> cases = {
-      {"tp-gpt", 1, 2, 0, Recompute::kNone},   {"tp-gpt", 1, 3, 0, Recompute::kNone},
-      {"tp-gpt", 1, 4, 0, Recompute::kNone},   {"tp-gpt", 2, 3, 0, Recompute::kNone},
-      {"tp-gpt", 3, 2, 1, Recompute::kNone},   {"tp-gpt", 2, 2, 2, Recompute::kSelective},
-      {"tp-gpt", 2, 3, 3, Recompute::kFull},   {"tiny-gpt", 1, 2, 0, Recompute::kNone},
-      {"tiny-gpt", 2, 2, 3, Recompute::kNone}, {"tiny-gpt", 1, 4, 0, Recompute::kFull}};
+      {"tp-gpt", 1, 2, 0, Recompute::kNone},    {"tp-gpt", 1, 3, 0, Recompute::kNone},
+      {"tp-gpt", 1, 4, 0, Recompute::kNone},    {"tp-gpt", 2, 3, 0, Recompute::kNone},
+      {"tp-gpt", 3, 2, 1, Recompute::kNone},    {"tp-gpt", 2, 2, 2, Recompute::kSelective},
+      {"tp-gpt", 2, 3, 3, Recompute::kFull},    {"tiny-gpt", 1, 2, 0, Recompute::kNone},
+      {"tiny-gpt", 2, 2, 3, Recompute::kNone},  {"tiny-gpt", 1, 4, 0, Recompute::kFull},
+      {"tiny-llama", 1, 2, 0, Recompute::kNone}};
 #ifndef STRATA_SANITIZED_THREAD
   for (Case c : std::vector<Case>{{"tp-gpt", 1, 6, 0, Recompute::kNone},
                                   {"tp-gpt", 4, 2, 0, Recompute::kNone},
                                   {"tp-gpt", 2, 4, 1, Recompute::kNone},
-                                  {"tiny-gpt", 2, 4, 0, Recompute::kSelective}})
+                                  {"tiny-gpt", 2, 4, 0, Recompute::kSelective},
+                                  {"tiny-llama", 2, 2, 1, Recompute::kSelective},
+                                  {"tiny-llama", 3, 2, 3, Recompute::kFull}})
     cases.push_back(c);
 #endif
   const int b = 2, steps = 3;

@@ -57,9 +57,11 @@
 //  - an attention layer's heads [r H/t, (r+1) H/t) (their Q, K and V rows of
 //    Wqkv and bqkv, their columns of Wo, and the whole bo); its output is the
 //    worker's partial sum of the output projection, bo added by worker 0 only;
-//  - the MLP's first fc by outputs (evenSlice), the activation after it on
-//    that slice, the second fc by inputs (the slice it reads; whole bias,
-//    added by worker 0 only): its output is a partial sum;
+//  - the MLP's first fc by outputs (evenSlice; before swiglu a share of each
+//    half, gate and value, laid out [gate share | value share]), the
+//    activation after it on that share, the second fc by inputs (the share
+//    it reads; whole bias, added by worker 0 only): its output is a partial
+//    sum;
 //  - the embedding's token rows vocabRows(V, t, r) (a token outside them
 //    gives zeros) and the whole position table, added by worker 0 only; the
 //    fc feeding the loss (tied or not) by the same rows, and the loss
