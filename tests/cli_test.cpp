@@ -2421,25 +2421,22 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   CHECK(sim.output.find("placement     K = 4 = dp 2 x tp 2") != std::string::npos);
 }
 
-TEST_CASE("validate --zero: ring rows only, stages the executor runs", "[cli][errors][sharded]") {
-  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ps", "-k", "2", "--zero", "1",
-                            "--cluster", "localhost-cpu"}),
-                 {"--zero: applies to ring only"});
-  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--zero", "4",
-                            "--cluster", "localhost-cpu"}),
-                 {"--zero: must be 0, 1, 2 or 3 (the stages the executor runs), got '4'"});
-  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--recompute",
-                            "always", "--cluster", "localhost-cpu"}),
-                 {"--recompute: unknown recomputation 'always'"});
-  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ps,owt-b", "-k", "2",
-                            "--recompute", "full", "--cluster", "localhost-cpu"}),
-                 {"--recompute: applies to ring and naive only"});
-  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "naive", "-k", "2", "--tp", "2",
-                            "--cluster", "localhost-cpu"}),
-                 {"--tp: applies to ring only"});
-  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "0",
-                            "--cluster", "localhost-cpu"}),
-                 {"--tp: "});
+TEST_CASE("validate --zero, --recompute, --tp: the rows they apply to, values the executor runs",
+          "[cli][errors][sharded]") {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"-s", "ps", "--zero", "1"}, "--zero: applies to ring only"},
+      {{"-s", "ring", "--zero", "4"},
+       "--zero: must be 0, 1, 2 or 3 (the stages the executor runs), got '4'"},
+      {{"-s", "ring", "--recompute", "always"}, "--recompute: unknown recomputation 'always'"},
+      {{"-s", "ps,owt-b", "--recompute", "full"}, "--recompute: applies to ring and naive only"},
+      {{"-s", "naive", "--tp", "2"}, "--tp: applies to ring only"},
+      {{"-s", "ring", "--tp", "0"}, "--tp: "}};
+  for (const auto& [options, message] : cases) {
+    std::vector<std::string> args = {"validate", "-n",        "tiny-gpt",     "-k",
+                                     "2",        "--cluster", "localhost-cpu"};
+    args.insert(args.end(), options.begin(), options.end());
+    checkUserError(runStrata(args), {message});
+  }
 }
 
 TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",
