@@ -27,10 +27,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "launch.cuh"
 #include "strata/kernels/elementwise.h"
 #include "strata/kernels/transformer.h"
-
-#include "launch.cuh"
 
 namespace strata::kernels::cuda {
 
@@ -242,7 +241,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = p.positions;
   const int64_t perExample = int64_t{p.features} * t;
   const int64_t count = int64_t{p.n} * perExample;
-  const float* pos = p.positionTable ? table + int64_t{p.vocab} * p.features : nullptr;
+  const float* pos =
+      p.positionTable && p.addPositions ? table + int64_t{p.rows()} * p.features : nullptr;
   for (int64_t i = firstIndex(); i < count; i += gridStride()) {
     const int64_t e = i / perExample;
     const int64_t within = i - e * perExample;
@@ -252,21 +252,26 @@ __global__ void __launch_bounds__(kThreads)
     const int row = element::tokenRow(id, p.vocab);
     if (row < 0 && c == 0)
       noteBadToken(badToken, id, p.vocab);
-    const float v = row < 0 ? 0.0f : table[int64_t{row} * p.features + c];
+    // A row this worker does not hold gives zeros (another worker's adds it).
+    const int held = row - p.firstToken;
+    const float v =
+        row < 0 || held < 0 || held >= p.rows() ? 0.0f : table[int64_t{held} * p.features + c];
     y[i] = pos ? v + pos[q * p.features + c] : v;
   }
 }
 
-// keys[i] = the token row of flat position i (vocab for a bad id), index[i] = i.
+// keys[i] = the held row of flat position i's token (rows() for a bad id or a
+// token not held), index[i] = i.
 __global__ void __launch_bounds__(kThreads)
-    embeddingKeysKernel(const float* ids, int count, int vocab, int32_t* keys, int32_t* index,
-                        uint64_t* badToken) {
+    embeddingKeysKernel(EmbeddingParams p, const float* ids, int count, int32_t* keys,
+                        int32_t* index, uint64_t* badToken) {
   for (int64_t i = firstIndex(); i < count; i += gridStride()) {
     const float id = ids[i];
-    const int row = element::tokenRow(id, vocab);
+    const int row = element::tokenRow(id, p.vocab);
     if (row < 0)
-      noteBadToken(badToken, id, vocab);
-    keys[i] = row < 0 ? vocab : row;
+      noteBadToken(badToken, id, p.vocab);
+    const int held = row - p.firstToken;
+    keys[i] = row < 0 || held < 0 || held >= p.rows() ? p.rows() : held;
     index[i] = static_cast<int32_t>(i);
   }
 }
@@ -284,7 +289,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j = i / p.features;
     const int64_t c = i - j * p.features;
     const int32_t key = keys[j];
-    if (key >= p.vocab || (j > 0 && keys[j - 1] == key))
+    if (key >= p.rows() || (j > 0 && keys[j - 1] == key))
       continue;
     float* row = dtable + int64_t{key} * p.features + c;
     float sum = *row;
@@ -314,7 +319,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Key bits the sort needs: keys are in [0, vocab].
+// Key bits the sort needs: keys are in [0, rows held].
 int keyBits(int vocab) {
   int bits = 1;
   while (bits < 31 && (int64_t{1} << bits) <= vocab)
@@ -442,7 +447,7 @@ size_t embeddingBackwardScratch(const EmbeddingParams& p) {
   const int count = p.n * p.positions;
   if (count <= 0)
     return 0;
-  return 4 * regionBytes<int32_t>(count) + sortTempBytes(count, p.vocab);
+  return 4 * regionBytes<int32_t>(count) + sortTempBytes(count, p.rows());
 }
 
 void embeddingBackward(const EmbeddingParams& p, const float* ids, const float* dy, float* dtable,
@@ -450,25 +455,25 @@ void embeddingBackward(const EmbeddingParams& p, const float* ids, const float* 
   const int count = p.n * p.positions;
   if (count <= 0 || p.features <= 0)
     return;
-  const size_t sortBytes = sortTempBytes(count, p.vocab);
+  const size_t sortBytes = sortTempBytes(count, p.rows());
   if (scratchBytes < 4 * regionBytes<int32_t>(count) + sortBytes)
     throw std::runtime_error("strata::kernels::cuda: embeddingBackward: scratch of " +
                              std::to_string(scratchBytes) + " bytes is below the " +
                              std::to_string(embeddingBackwardScratch(p)) + " bytes it needs");
   EmbeddingScratch s = carve(scratch, count, sortBytes);
-  embeddingKeysKernel<<<gridFor(count), kThreads, 0, stream>>>(ids, count, p.vocab, s.keys, s.index,
+  embeddingKeysKernel<<<gridFor(count), kThreads, 0, stream>>>(p, ids, count, s.keys, s.index,
                                                                badToken);
   checkLaunch("embeddingBackward (keys)");
   // LSD radix sort: stable, so equal keys keep increasing flat positions.
   check(cub::DeviceRadixSort::SortPairs(s.sortTemp, s.sortBytes, s.keys, s.sortedKeys, s.index,
-                                        s.sortedIndex, count, 0, keyBits(p.vocab), stream),
+                                        s.sortedIndex, count, 0, keyBits(p.rows()), stream),
         "cub::DeviceRadixSort::SortPairs (embedding backward)");
   embeddingRowsKernel<<<gridFor(int64_t{count} * p.features), kThreads, 0, stream>>>(
       p, s.sortedKeys, s.sortedIndex, dy, dtable);
   checkLaunch("embeddingBackward (token rows)");
   if (p.positionTable) {
     embeddingPositionsKernel<<<gridFor(int64_t{p.features} * p.positions), kThreads, 0, stream>>>(
-        p, dy, dtable + int64_t{p.vocab} * p.features);
+        p, dy, dtable + int64_t{p.rows()} * p.features);
     checkLaunch("embeddingBackward (position rows)");
   }
 }

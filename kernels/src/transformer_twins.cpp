@@ -140,7 +140,8 @@ void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t row
 void embeddingForward(const EmbeddingParams& p, const float* ids, const float* table, float* y,
                       uint64_t* badToken) {
   const int64_t t = p.positions;
-  const float* pos = p.positionTable ? table + int64_t{p.vocab} * p.features : nullptr;
+  const float* pos =
+      p.positionTable && p.addPositions ? table + int64_t{p.rows()} * p.features : nullptr;
   for (int n = 0; n < p.n; ++n) {
     float* out = y + n * p.features * t;
     for (int64_t q = 0; q < t; ++q) {
@@ -148,8 +149,9 @@ void embeddingForward(const EmbeddingParams& p, const float* ids, const float* t
       const int row = element::tokenRow(id, p.vocab);
       if (row < 0)
         noteBadToken(badToken, id, p.vocab);
+      const int held = row < 0 || row - p.firstToken >= p.rows() ? -1 : row - p.firstToken;
       for (int c = 0; c < p.features; ++c) {
-        const float v = row < 0 ? 0.0f : table[int64_t{row} * p.features + c];
+        const float v = held < 0 ? 0.0f : table[int64_t{held} * p.features + c];
         out[c * t + q] = pos ? v + pos[q * p.features + c] : v;
       }
     }
@@ -159,7 +161,7 @@ void embeddingForward(const EmbeddingParams& p, const float* ids, const float* t
 void embeddingBackward(const EmbeddingParams& p, const float* ids, const float* dy, float* dtable,
                        uint64_t* badToken) {
   const int64_t t = p.positions;
-  float* dpos = p.positionTable ? dtable + int64_t{p.vocab} * p.features : nullptr;
+  float* dpos = p.positionTable ? dtable + int64_t{p.rows()} * p.features : nullptr;
   for (int n = 0; n < p.n; ++n) {
     const float* g = dy + n * p.features * t;
     for (int64_t q = 0; q < t; ++q) {
@@ -167,9 +169,10 @@ void embeddingBackward(const EmbeddingParams& p, const float* ids, const float* 
       const int row = element::tokenRow(id, p.vocab);
       if (row < 0)
         noteBadToken(badToken, id, p.vocab);
+      const int held = row < 0 || row - p.firstToken >= p.rows() ? -1 : row - p.firstToken;
       for (int c = 0; c < p.features; ++c) {
-        if (row >= 0)
-          dtable[int64_t{row} * p.features + c] += g[c * t + q];
+        if (held >= 0)
+          dtable[int64_t{held} * p.features + c] += g[c * t + q];
         if (dpos)
           dpos[q * p.features + c] += g[c * t + q];
       }

@@ -165,12 +165,23 @@ TEST_CASE("embedding kernels equal their twins bit for bit, bad ids recorded") {
   for (int i = 0; i < 30; ++i)
     cases.push_back(
         {r.integer(1, 4), r.integer(1, 40), r.integer(1, 9), r.integer(1, 9), r.coin()});
+  // Vocabulary-parallel shares: rows [first, first + tokens) of the table,
+  // the position table added by the first worker only.
+  for (int i = 0; i < 10; ++i) {
+    EmbeddingParams p{r.integer(1, 4), r.integer(1, 40), r.integer(2, 9), r.integer(1, 9), true};
+    p.firstToken = r.integer(0, p.vocab - 1);
+    p.tokens = r.integer(1, p.vocab - p.firstToken);
+    p.addPositions = r.coin();
+    cases.push_back(p);
+  }
   for (const EmbeddingParams& p : cases)
     for (bool withBad : {false, true}) {
       INFO("n " << p.n << ", T " << p.positions << ", vocab " << p.vocab << ", features "
                 << p.features << (p.positionTable ? ", position table" : "")
-                << (withBad ? ", a bad id" : ""));
-      const int64_t rows = p.vocab + (p.positionTable ? p.positions : 0);
+                << (withBad ? ", a bad id" : "") << ", rows [" << p.firstToken << ", "
+                << p.firstToken + p.rows() << ")"
+                << (p.addPositions ? "" : ", positions not added"));
+      const int64_t rows = p.rows() + (p.positionTable ? p.positions : 0);
       const int64_t tokens = int64_t{p.n} * p.positions;
       const std::vector<float> table = r.floats(rows * p.features);
       std::vector<float> ids = r.levels(tokens, 0, p.vocab - 1);

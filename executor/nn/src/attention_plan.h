@@ -197,16 +197,21 @@ void forEachHead(const HeadGemm& g, int n, int heads, Gemm&& gemm) {
   }
 }
 
-// The sizes every plan uses.
+// The sizes every plan uses: f the features of x and y, a = heads x dh the
+// inner width (f, or a tensor-parallel worker's share of the heads:
+// AttentionDesc::innerFeatures); Q, K and V a x T each, C a x T, Wqkv
+// 3a x f, Wo f x a.
 struct Sizes {
-  int f, t, heads, dh;
-  int64_t ft, tt, head;
+  int f, a, t, heads, dh;
+  int64_t ft, at, tt, head;
   explicit Sizes(const AttentionDesc& d)
       : f(d.features),
+        a(d.inner()),
         t(d.positions),
         heads(d.heads),
         dh(d.headFeatures()),
         ft(int64_t{d.features} * d.positions),
+        at(int64_t{d.inner()} * d.positions),
         tt(int64_t{d.positions} * d.positions),
         head(int64_t{d.headFeatures()} * d.positions) {}
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(dh)); }
@@ -221,32 +226,32 @@ void core(const AttentionDesc& d, int n, const float* qkv, float* probs, float* 
   const Sizes s(d);
   const int t = s.t;
   const int64_t scores = int64_t{n} * s.heads * s.tt;
-  ops.cast(0, qkv, 3 * n * s.ft);
+  ops.cast(0, qkv, 3 * n * s.at);
   // S_eh (t x t) = Q_eh^T K_eh, Q_eh and K_eh dh x t.
-  const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt};
-  forEachHead({GemmOp::kTN, t, t, s.dh, qkv, t, inQkv, qkv + s.ft, t, inQkv, probs, t, inScores}, n,
+  const HeadStrides inQkv{3 * s.at, s.head}, inScores{s.heads * s.tt, s.tt};
+  forEachHead({GemmOp::kTN, t, t, s.dh, qkv, t, inQkv, qkv + s.at, t, inQkv, probs, t, inScores}, n,
               s.heads, ops.gemm);
   ops.softmaxForward(probs, int64_t{n} * s.heads * t, t, d.causal, s.scale());
   ops.cast(2, probs, scores);
   // C_eh (dh x t) = V_eh P_eh^T.
-  forEachHead({GemmOp::kNT, s.dh, t, t, qkv + 2 * s.ft, t, inQkv, probs, t, inScores, context, t,
-               HeadStrides{s.ft, s.head}},
+  forEachHead({GemmOp::kNT, s.dh, t, t, qkv + 2 * s.at, t, inQkv, probs, t, inScores, context, t,
+               HeadStrides{s.at, s.head}},
               n, s.heads, ops.gemm);
 }
 
 // Forward over n examples: fills qkv, probs and context (AttentionSaved's
-// layouts) and y. bias may be null.
+// layouts) and y. bias may be null; bo is added only with d.outputBias.
 template <class O>
 void forward(const AttentionDesc& d, int n, const float* x, const float* w, const float* bias,
              float* qkv, float* probs, float* context, float* y, O& ops) {
   const Sizes s(d);
-  const int f = s.f, t = s.t;
+  const int f = s.f, a = s.a, t = s.t;
   ops.cast(0, x, n * s.ft);
-  ops.cast(1, w, 4 * int64_t{f} * f);  // Wqkv and Wo
-  // QKV_e (3f x t) = Wqkv (3f x f) x_e (f x t), weights batch stride 0.
+  ops.cast(1, w, 4 * int64_t{a} * f);  // Wqkv and Wo
+  // QKV_e (3a x t) = Wqkv (3a x f) x_e (f x t), weights batch stride 0.
   RowMajorGemm proj;
   proj.op = GemmOp::kNN;
-  proj.m = 3 * f;
+  proj.m = 3 * a;
   proj.n = t;
   proj.k = f;
   proj.a = w;
@@ -256,104 +261,107 @@ void forward(const AttentionDesc& d, int n, const float* x, const float* w, cons
   proj.strideB = s.ft;
   proj.c = qkv;
   proj.ldc = t;
-  proj.strideC = 3 * s.ft;
+  proj.strideC = 3 * s.at;
   proj.batch = n;
   ops.gemm(proj);
   if (bias)
-    ops.bias(qkv, bias, n, 3 * f, t);
+    ops.bias(qkv, bias, n, 3 * a, t);
   core(d, n, qkv, probs, context, ops);
-  ops.cast(0, context, n * s.ft);
-  // y_e (f x t) = Wo C_e.
+  ops.cast(0, context, n * s.at);
+  // y_e (f x t) = Wo (f x a) C_e (a x t).
   RowMajorGemm out = proj;
   out.m = f;
-  out.a = w + 3 * int64_t{f} * f;
+  out.k = a;
+  out.a = w + 3 * int64_t{a} * f;
+  out.lda = a;
   out.b = context;
+  out.strideB = s.at;
   out.c = y;
   out.strideC = s.ft;
   ops.gemm(out);
-  if (bias)
-    ops.bias(y, bias + 3 * int64_t{f}, n, f, t);
+  if (bias && d.outputBias)
+    ops.bias(y, bias + 3 * int64_t{a}, n, f, t);
 }
 
 // Backward weights over n examples (backend.h's attentionBackwardWeights):
-// dw and dbias (may be null) accumulate; writes dqkv. dc (n x f x t) and
+// dw and dbias (may be null) accumulate; writes dqkv. dc (n x a x t) and
 // dprobs (n x heads x t x t) are scratch.
 template <class O>
 void backwardWeights(const AttentionDesc& d, int n, const float* x, const float* dy, const float* w,
                      const float* qkv, const float* probs, const float* context, float* dqkv,
                      float* dw, float* dbias, float* dc, float* dprobs, O& ops) {
   const Sizes s(d);
-  const int f = s.f, t = s.t;
-  const float* wo = w + 3 * int64_t{f} * f;
-  float* dwo = dw + 3 * int64_t{f} * f;
+  const int f = s.f, a = s.a, t = s.t;
+  const float* wo = w + 3 * int64_t{a} * f;
+  float* dwo = dw + 3 * int64_t{a} * f;
   const int64_t scores = int64_t{n} * s.heads * s.tt;
   ops.cast(0, dy, n * s.ft);
-  ops.cast(1, context, n * s.ft);
-  // dWo (f x f) += dy_e (f x t) C_e^T, per example.
+  ops.cast(1, context, n * s.at);
+  // dWo (f x a) += dy_e (f x t) C_e^T, per example.
   for (int e = 0; e < n; ++e) {
     RowMajorGemm g;
     g.op = GemmOp::kNT;
     g.m = f;
-    g.n = f;
+    g.n = a;
     g.k = t;
     g.a = dy + e * s.ft;
     g.lda = t;
-    g.b = context + e * s.ft;
+    g.b = context + e * s.at;
     g.ldb = t;
     g.c = dwo;
-    g.ldc = f;
+    g.ldc = a;
     g.beta = 1.0f;
     ops.gemm(g);
   }
   if (dbias)
-    ops.biasGrad(dy, dbias + 3 * int64_t{f}, n, f, t);
-  ops.cast(1, wo, int64_t{f} * f);
-  // dC_e (f x t) = Wo^T dy_e, over the examples at once.
+    ops.biasGrad(dy, dbias + 3 * int64_t{a}, n, f, t);
+  ops.cast(1, wo, int64_t{f} * a);
+  // dC_e (a x t) = Wo^T dy_e, over the examples at once.
   RowMajorGemm dcGemm;
   dcGemm.op = GemmOp::kTN;
-  dcGemm.m = f;
+  dcGemm.m = a;
   dcGemm.n = t;
   dcGemm.k = f;
   dcGemm.a = wo;
-  dcGemm.lda = f;
+  dcGemm.lda = a;
   dcGemm.b = dy;
   dcGemm.ldb = t;
   dcGemm.strideB = s.ft;
   dcGemm.c = dc;
   dcGemm.ldc = t;
-  dcGemm.strideC = s.ft;
+  dcGemm.strideC = s.at;
   dcGemm.batch = n;
   ops.gemm(dcGemm);
-  ops.cast(1, dc, n * s.ft);
-  ops.cast(0, qkv, 3 * n * s.ft);
-  const HeadStrides inQkv{3 * s.ft, s.head}, inScores{s.heads * s.tt, s.tt},
-      inContext{s.ft, s.head};
+  ops.cast(1, dc, n * s.at);
+  ops.cast(0, qkv, 3 * n * s.at);
+  const HeadStrides inQkv{3 * s.at, s.head}, inScores{s.heads * s.tt, s.tt},
+      inContext{s.at, s.head};
   // Per head: dP (t x t) = dC_h^T V_h; dV_h (dh x t) = dC_h P.
   forEachHead(
-      {GemmOp::kTN, t, t, s.dh, dc, t, inContext, qkv + 2 * s.ft, t, inQkv, dprobs, t, inScores}, n,
+      {GemmOp::kTN, t, t, s.dh, dc, t, inContext, qkv + 2 * s.at, t, inQkv, dprobs, t, inScores}, n,
       s.heads, ops.gemm);
   ops.cast(2, probs, scores);
   forEachHead(
-      {GemmOp::kNN, s.dh, t, t, dc, t, inContext, probs, t, inScores, dqkv + 2 * s.ft, t, inQkv}, n,
+      {GemmOp::kNN, s.dh, t, t, dc, t, inContext, probs, t, inScores, dqkv + 2 * s.at, t, inQkv}, n,
       s.heads, ops.gemm);
   // dS = softmax'(dP), in place.
   ops.softmaxBackward(probs, dprobs, int64_t{n} * s.heads * t, t, s.scale());
   ops.cast(2, dprobs, scores);
   // dQ_h = K_h dS^T, dK_h = Q_h dS (dh x t).
-  forEachHead({GemmOp::kNT, s.dh, t, t, qkv + s.ft, t, inQkv, dprobs, t, inScores, dqkv, t, inQkv},
+  forEachHead({GemmOp::kNT, s.dh, t, t, qkv + s.at, t, inQkv, dprobs, t, inScores, dqkv, t, inQkv},
               n, s.heads, ops.gemm);
-  forEachHead({GemmOp::kNN, s.dh, t, t, qkv, t, inQkv, dprobs, t, inScores, dqkv + s.ft, t, inQkv},
+  forEachHead({GemmOp::kNN, s.dh, t, t, qkv, t, inQkv, dprobs, t, inScores, dqkv + s.at, t, inQkv},
               n, s.heads, ops.gemm);
-  ops.cast(0, dqkv, 3 * n * s.ft);
+  ops.cast(0, dqkv, 3 * n * s.at);
   ops.cast(1, x, n * s.ft);
-  // dWqkv (3f x f) += dQKV_e (3f x t) x_e^T, per example.
+  // dWqkv (3a x f) += dQKV_e (3a x t) x_e^T, per example.
   for (int e = 0; e < n; ++e) {
     RowMajorGemm g;
     g.op = GemmOp::kNT;
-    g.m = 3 * f;
+    g.m = 3 * a;
     g.n = f;
     g.k = t;
-    g.a = dqkv + e * 3 * s.ft;
+    g.a = dqkv + e * 3 * s.at;
     g.lda = t;
     g.b = x + e * s.ft;
     g.ldb = t;
@@ -363,12 +371,12 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
     ops.gemm(g);
   }
   if (dbias)
-    ops.biasGrad(dqkv, dbias, n, 3 * f, t);
+    ops.biasGrad(dqkv, dbias, n, 3 * a, t);
 }
 
-// dx_e (f x t) = Wqkv^T (f x 3f) dQKV_e (3f x t) + beta dx_e, one GEMM
+// dx_e (f x t) = Wqkv^T (f x 3a) dQKV_e (3a x t) + beta dx_e, one GEMM
 // over the examples (the GEMM applies beta: no zero fill). With bf16 the
-// caller casts dqkv (3 n f t) into slot 0 and Wqkv (3 f^2) into slot 1 first
+// caller casts dqkv (3 n a t) into slot 0 and Wqkv (3 a f) into slot 1 first
 // (backwardDataCasts).
 inline RowMajorGemm backwardData(const AttentionDesc& d, int n, const float* dqkv, const float* w,
                                  float* dx, float beta) {
@@ -377,12 +385,12 @@ inline RowMajorGemm backwardData(const AttentionDesc& d, int n, const float* dqk
   g.op = GemmOp::kTN;
   g.m = s.f;
   g.n = s.t;
-  g.k = 3 * s.f;
+  g.k = 3 * s.a;
   g.a = w;
   g.lda = s.f;
   g.b = dqkv;
   g.ldb = s.t;
-  g.strideB = 3 * s.ft;
+  g.strideB = 3 * s.at;
   g.c = dx;
   g.ldc = s.t;
   g.strideC = s.ft;
@@ -394,8 +402,8 @@ inline RowMajorGemm backwardData(const AttentionDesc& d, int n, const float* dqk
 template <class O>
 void backwardDataCasts(const AttentionDesc& d, int n, const float* dqkv, const float* w, O& ops) {
   const Sizes s(d);
-  ops.cast(0, dqkv, 3 * n * s.ft);
-  ops.cast(1, w, 3 * int64_t{s.f} * s.f);
+  ops.cast(0, dqkv, 3 * n * s.at);
+  ops.cast(1, w, 3 * int64_t{s.a} * s.f);
 }
 
 }  // namespace strata::nn::attention

@@ -89,6 +89,9 @@ kernels::EmbeddingParams embeddingParams(const EmbeddingDesc& d, const Dims& ids
   p.vocab = d.vocab;
   p.features = d.features;
   p.positionTable = d.positions;
+  p.firstToken = d.firstToken;
+  p.tokens = d.tokens;
+  p.addPositions = d.addPositions;
   return p;
 }
 
@@ -274,7 +277,6 @@ void CudaBackend::attentionForward(const AttentionDesc& d, ConstTensorView x, co
                                    const float* bias, const AttentionSaved& saved, TensorView y) {
   checkAttention(d, x.dims, saved);
   STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
-  STRATA_ENFORCE(d.inner() == d.features && d.outputBias);  // and tensor-parallel shares
   checkSameDims(x.dims, y.dims);
   const int n = x.dims.n;
   if (n == 0)
@@ -289,7 +291,6 @@ void CudaBackend::attentionCoreForward(const AttentionDesc& d, const AttentionSa
   const int n = saved.qkv.dims.n;
   checkAttention(d, Dims{n, d.features, d.positions, 1}, saved);
   STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
-  STRATA_ENFORCE(d.inner() == d.features && d.outputBias);  // and tensor-parallel shares
   if (n == 0)
     return;
   const std::string where = attentionWhere(d, n);
@@ -301,11 +302,10 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
                                            ConstTensorView dy, const float* w,
                                            const AttentionSaved& saved, float* dw, float* dbias) {
   checkAttention(d, x.dims, saved);
-  STRATA_ENFORCE_OP(d.inner(), ==, d.features);  // Model refuses tensor-parallel shares
-  STRATA_ENFORCE(!d.llama());                    // Model refuses them first (runsLlamaLayers)
+  STRATA_ENFORCE(!d.llama());  // Model refuses them first (runsLlamaLayers)
   checkSameDims(x.dims, dy.dims);
   STRATA_ENFORCE_OP(saved.dqkv.dims.n, ==, x.dims.n);
-  STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * x.dims.perExample());
+  STRATA_ENFORCE_OP(saved.dqkv.dims.perExample(), ==, 3 * int64_t{d.inner()} * d.positions);
   const int n = x.dims.n;
   if (n == 0)
     return;
@@ -318,7 +318,7 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
   cudaStream_t st = attentionStream();
   if (!recordOnly()) {
     dc = static_cast<float*>(impl_->grow(impl_->attnContextGrad,
-                                         static_cast<size_t>(n * s.ft) * sizeof(float),
+                                         static_cast<size_t>(n * s.at) * sizeof(float),
                                          "attention's context gradient"));
     dprobs = static_cast<float*>(
         impl_->grow(impl_->attnScoresGrad, static_cast<size_t>(n * s.heads * s.tt) * sizeof(float),
@@ -332,11 +332,10 @@ void CudaBackend::attentionBackwardWeights(const AttentionDesc& d, ConstTensorVi
 
 void CudaBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv,
                                         const float* w, TensorView dx, float beta) {
-  STRATA_ENFORCE_OP(d.inner(), ==, d.features);  // Model refuses tensor-parallel shares
   STRATA_ENFORCE_OP(dqkv.dims.n, ==, dx.dims.n);
   STRATA_ENFORCE_OP(dx.dims.c, ==, d.features);
   STRATA_ENFORCE_OP(int64_t{dx.dims.h} * dx.dims.w, ==, d.positions);
-  STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, 3 * dx.dims.perExample());
+  STRATA_ENFORCE_OP(dqkv.dims.perExample(), ==, 3 * int64_t{d.inner()} * d.positions);
   const int n = dx.dims.n;
   if (n == 0)
     return;
@@ -350,8 +349,6 @@ void CudaBackend::attentionBackwardData(const AttentionDesc& d, ConstTensorView 
 
 void CudaBackend::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, const float* table,
                                    TensorView y) {
-  // Model refuses a vocabulary-parallel share (runsTensorParallelLayers).
-  STRATA_ENFORCE(d.rows() == d.vocab && d.firstToken == 0 && d.addPositions);
   STRATA_ENFORCE_OP(ids.dims.n, ==, y.dims.n);
   STRATA_ENFORCE_OP(ids.dims.c, ==, 1);
   STRATA_ENFORCE_OP(y.dims.c, ==, d.features);
@@ -372,7 +369,6 @@ void CudaBackend::embeddingForward(const EmbeddingDesc& d, ConstTensorView ids, 
 
 void CudaBackend::embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids,
                                            ConstTensorView dy, float* dtable) {
-  STRATA_ENFORCE(d.rows() == d.vocab && d.firstToken == 0);  // as embeddingForward
   STRATA_ENFORCE_OP(ids.dims.n, ==, dy.dims.n);
   STRATA_ENFORCE_OP(dy.dims.c, ==, d.features);
   STRATA_ENFORCE_OP(int64_t{dy.dims.h} * dy.dims.w, ==, int64_t{ids.dims.h} * ids.dims.w);

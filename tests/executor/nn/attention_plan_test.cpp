@@ -70,6 +70,10 @@ struct ColumnMajorDevice {
 struct PlanCase {
   int n, features, positions, heads;
   bool causal, bias;
+  // A tensor-parallel worker's share: `heads` of dh = inner / heads each
+  // (0: features), bo added or not.
+  int inner = 0;
+  bool outputBias = true;
 };
 
 // fp32: no casts; copy: casts into exact copies; bf16: into rounded ones.
@@ -96,10 +100,12 @@ void checkPlan(const PlanCase& c, Casts casts) {
   d.positions = c.positions;
   d.heads = c.heads;
   d.causal = c.causal;
-  const int f = c.features, t = c.positions, n = c.n;
-  const int64_t ft = int64_t{f} * t, tt = int64_t{t} * t;
-  const Dims xd{n, f, t, 1}, qkvd{n, 3 * f, t, 1};
-  std::vector<float> x(size_t(n * ft)), w(size_t(4) * f * f), bias(size_t(4) * f);
+  d.innerFeatures = c.inner;
+  d.outputBias = c.outputBias;
+  const int f = c.features, a = d.inner(), t = c.positions, n = c.n;
+  const int64_t ft = int64_t{f} * t, at = int64_t{a} * t, tt = int64_t{t} * t;
+  const Dims xd{n, f, t, 1}, qkvd{n, 3 * a, t, 1}, cd{n, a, t, 1};
+  std::vector<float> x(size_t(n * ft)), w(size_t(4) * a * f), bias(size_t(3 * a + f));
   std::vector<float> dy(x.size());
   test::fillUniform(x, 1);
   test::fillUniform(w, 2, -0.5f, 0.5f);
@@ -114,11 +120,11 @@ void checkPlan(const PlanCase& c, Casts casts) {
 
   // CpuBackend.
   CpuBackend cpu;
-  std::vector<float> qkv(size_t(3 * n * ft)), dqkv(qkv.size()), context(x.size()), y(x.size());
-  std::vector<float> probs(size_t(n * c.heads * tt));
+  std::vector<float> qkv(size_t(3 * n * at)), dqkv(qkv.size()), context(size_t(n * at));
+  std::vector<float> y(x.size()), probs(size_t(n * c.heads * tt));
   std::vector<float> dw(w.size(), 0.25f), dbias(bias.size(), 0.5f), dx(x.size());
   const AttentionSaved saved{
-      {qkv.data(), qkvd}, probs.data(), {context.data(), xd}, {dqkv.data(), qkvd}};
+      {qkv.data(), qkvd}, probs.data(), {context.data(), cd}, {dqkv.data(), qkvd}};
   const float* b = c.bias ? bias.data() : nullptr;
   cpu.attentionForward(d, {x.data(), xd}, w.data(), b, saved, {y.data(), xd});
   cpu.attentionBackwardWeights(d, {x.data(), xd}, {dy.data(), xd}, w.data(), saved, dw.data(),
@@ -168,9 +174,9 @@ void checkPlan(const PlanCase& c, Casts casts) {
                          roundThroughBf16(copy);
                        copies[size_t(slot)] = {from, count};
                      }};
-  std::vector<float> pQkv(qkv.size()), pDqkv(qkv.size()), pContext(x.size()), pY(x.size());
+  std::vector<float> pQkv(qkv.size()), pDqkv(qkv.size()), pContext(context.size()), pY(x.size());
   std::vector<float> pProbs(probs.size()), pDw(w.size(), 0.25f), pDbias(bias.size(), 0.5f);
-  std::vector<float> pDx(x.size()), dc(x.size()), dprobs(probs.size());
+  std::vector<float> pDx(x.size()), dc(context.size()), dprobs(probs.size());
   attention::forward(d, n, x.data(), w.data(), b, pQkv.data(), pProbs.data(), pContext.data(),
                      pY.data(), ops);
   attention::backwardWeights(d, n, x.data(), dy.data(), w.data(), pQkv.data(), pProbs.data(),
@@ -230,11 +236,16 @@ TEST_CASE(
     "tolerance)",
     "[transformer]") {
   // heads >= n: batched over heads, a call per example; else the reverse.
-  for (const PlanCase& c : {PlanCase{3, 6, 5, 3, true, true}, PlanCase{2, 8, 7, 4, false, true},
-                            PlanCase{5, 4, 3, 1, true, false}, PlanCase{5, 12, 9, 2, false, true},
-                            PlanCase{1, 16, 11, 4, true, true}, PlanCase{1, 3, 1, 1, true, true}}) {
+  // Tensor-parallel shares: 2 of 6 heads of dh 2 (a = 4 of d = 12), bo left
+  // to another worker; 1 of 4 heads of dh 4 (a = 4 of 16), bo added.
+  for (const PlanCase& c :
+       {PlanCase{3, 6, 5, 3, true, true}, PlanCase{2, 8, 7, 4, false, true},
+        PlanCase{5, 4, 3, 1, true, false}, PlanCase{5, 12, 9, 2, false, true},
+        PlanCase{1, 16, 11, 4, true, true}, PlanCase{1, 3, 1, 1, true, true},
+        PlanCase{3, 12, 5, 2, true, true, 4, false}, PlanCase{2, 16, 6, 1, false, true, 4, true}}) {
     INFO("n " << c.n << ", d " << c.features << ", T " << c.positions << ", heads " << c.heads
-              << (c.causal ? ", causal" : "") << (c.bias ? ", bias" : ""));
+              << (c.causal ? ", causal" : "") << (c.bias ? ", bias" : "") << ", inner " << c.inner
+              << (c.outputBias ? "" : ", no bo"));
     for (Casts casts : {Casts::kNone, Casts::kCopy, Casts::kBf16}) {
       INFO((casts == Casts::kNone ? "fp32" : casts == Casts::kCopy ? "exact copies" : "bf16"));
       checkPlan(c, casts);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "strata/exec/nn/model.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/strategy.h"
 
@@ -99,6 +100,35 @@ inline void checkSameWeights(const std::vector<float>& a, const std::vector<floa
            << scale << ") apart; the furthest " << worst << " (lr " << lr << ")");
   CHECK(off <= a.size() / 2000);
   CHECK(worst < lr);
+}
+
+// Each of K = dp x tp workers' weights put where one worker holds them
+// (Model::wholeParameterIndex of its share) and compared with that one
+// worker's `ref` (checkSameWeights); every element of the whole is some
+// worker's.
+inline void checkSharesAgainstOneWorker(const Network& net, int tp,
+                                        const std::vector<std::vector<float>>& params,
+                                        const std::vector<float>& ref, Optimizer optimizer,
+                                        float lr, double tolerance = 1e-5) {
+  std::vector<char> held(ref.size(), 0);
+  for (size_t w = 0; w < params.size(); ++w) {
+    INFO("worker " << w << ", rank " << w % size_t(tp) << " of its tensor-parallel group");
+    nn::ModelOptions o;
+    o.tensorParallel = {tp, static_cast<int>(w % size_t(tp))};
+    o.initializeParameters = false;
+    const nn::Model share(net, o);
+    REQUIRE(params[w].size() == static_cast<size_t>(share.parameterCount()));
+    std::vector<float> whole = ref;
+    for (int64_t i = 0; i < share.parameterCount(); ++i) {
+      const int64_t j = share.wholeParameterIndex(i);
+      REQUIRE(j >= 0);
+      REQUIRE(j < static_cast<int64_t>(ref.size()));
+      whole[static_cast<size_t>(j)] = params[w][static_cast<size_t>(i)];
+      held[static_cast<size_t>(j)] = 1;
+    }
+    checkSameWeights(whole, ref, optimizer, lr, tolerance);
+  }
+  CHECK(std::count(held.begin(), held.end(), 0) == 0);
 }
 
 }  // namespace strata::test

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "../../model/helpers.h"
@@ -130,6 +131,30 @@ TEST_CASE("ZeRO-1, 2 and 3 on the GPU with K = 1..4 workers equal one worker wit
           CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
         }
     }
+}
+
+TEST_CASE("tensor parallelism on the GPU equals one worker with batch dp b", "[gpu][exec][tp]") {
+  // As runtime_test's case on the CPU: tiny-gpt (heads, MLP columns and
+  // rows, the vocabulary's rows of the embedding and its tied head) over
+  // groups of 2 and 4 workers sharing the GPU, ZeRO-3 on top at dp 2;
+  // attention_plan.h's inner width and the embedding's token rows run on
+  // the device here.
+  const auto net = presetNetwork("tiny-gpt");
+  const int b = 2, steps = 3;
+  for (auto [dp, tp, zero] : {std::tuple{1, 2, 0}, std::tuple{2, 2, 3}, std::tuple{1, 4, 0}}) {
+    INFO("dp " << dp << " x tp " << tp << ", ZeRO-" << zero);
+    const auto options = test::runOptions(steps, exec::Device::kCuda);
+    const auto ref = exec::runThreads(
+        lowerToPlan(net, test::runScenario(Strategy::kRing, 1, dp * b)), net, options);
+    auto sc = test::runScenario(Strategy::kRing, dp * tp, b);
+    sc.options.tp = tp;
+    sc.options.zero = zero;
+    std::vector<std::vector<float>> params;
+    const auto run = exec::runThreads(lowerToPlan(net, sc), net, options, &params);
+    test::checkSharesAgainstOneWorker(net, tp, params, ref.parameters, Optimizer::kMomentum,
+                                      options.learningRate);
+    CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  }
 }
 
 TEST_CASE("full and selective recomputation on the GPU give the weights of none", "[gpu][exec]") {

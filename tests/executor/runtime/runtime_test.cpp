@@ -325,33 +325,6 @@ layers:
 )");
 }
 
-// Each of K = dp x tp workers' weights put where one worker holds them
-// (Model::wholeParameterIndex of its share) and compared with that one
-// worker's `ref`; every element of the whole is some worker's.
-void checkSharesAgainstOneWorker(const Network& net, int tp,
-                                 const std::vector<std::vector<float>>& params,
-                                 const std::vector<float>& ref, Optimizer optimizer, float lr) {
-  std::vector<char> held(ref.size(), 0);
-  for (size_t w = 0; w < params.size(); ++w) {
-    INFO("worker " << w << ", rank " << w % size_t(tp) << " of its tensor-parallel group");
-    nn::ModelOptions o;
-    o.tensorParallel = {tp, static_cast<int>(w % size_t(tp))};
-    o.initializeParameters = false;
-    const nn::Model share(net, o);
-    REQUIRE(params[w].size() == static_cast<size_t>(share.parameterCount()));
-    std::vector<float> whole = ref;
-    for (int64_t i = 0; i < share.parameterCount(); ++i) {
-      const int64_t j = share.wholeParameterIndex(i);
-      REQUIRE(j >= 0);
-      REQUIRE(j < static_cast<int64_t>(ref.size()));
-      whole[static_cast<size_t>(j)] = params[w][static_cast<size_t>(i)];
-      held[static_cast<size_t>(j)] = 1;
-    }
-    test::checkSameWeights(whole, ref, optimizer, lr);
-  }
-  CHECK(std::count(held.begin(), held.end(), 0) == 0);
-}
-
 }  // namespace
 
 TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up to 8",
@@ -404,8 +377,8 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
       const auto options = test::runOptions(steps, optimizer);
       const auto run = exec::runThreads(lowerToPlan(net, sc), net, options, &params);
       REQUIRE(params.size() == static_cast<size_t>(c.dp * c.tp));
-      checkSharesAgainstOneWorker(net, c.tp, params, ref.parameters, optimizer,
-                                  options.learningRate);
+      test::checkSharesAgainstOneWorker(net, c.tp, params, ref.parameters, optimizer,
+                                        options.learningRate);
       CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
     }
 }
@@ -413,7 +386,7 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
 TEST_CASE("a tensor-parallel run refuses what it cannot split, naming the layer or option",
           "[exec][tp][errors]") {
   // Heads that the group does not divide, sequence parallelism (priced and
-  // simulated only), tp on the cuda device.
+  // simulated only).
   const auto net = presetNetwork("tiny-gpt");
   auto sc = test::runScenario(Strategy::kRing, 3, 2);
   sc.options.tp = 3;
@@ -425,8 +398,6 @@ TEST_CASE("a tensor-parallel run refuses what it cannot split, naming the layer 
   CHECK_THROWS_WITH(exec::checkRunnable(net, sc, exec::Device::kCpu),
                     Catch::Contains("--sequence-parallel"));
   sc.options.sequenceParallel = false;
-  CHECK_THROWS_WITH(exec::checkRunnable(net, sc, exec::Device::kCuda),
-                    Catch::Contains("--tp") && Catch::Contains("cpu device only"));
   CHECK_NOTHROW(exec::checkRunnable(net, sc, exec::Device::kCpu));
 }
 

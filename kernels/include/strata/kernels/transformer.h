@@ -44,12 +44,20 @@ namespace strata::kernels {
 // An embedding over n examples of `positions` token ids each (nn::EmbeddingDesc):
 // ids (n x positions) as floats, tables row-major (vocab x features, then,
 // with positionTable, positions x features), y (n, features, positions).
+// A vocabulary-parallel worker's share (nn::EmbeddingDesc): the token table
+// holds rows [firstToken, firstToken + rows()) only; a token outside them gives
+// zeros and no gradient; the position table follows those rows, and is added
+// only with addPositions.
 struct EmbeddingParams {
   int n = 0;
   int positions = 0;
   int vocab = 0;
   int features = 0;
   bool positionTable = false;
+  int firstToken = 0;
+  int tokens = -1;  // rows held; -1: vocab
+  bool addPositions = true;
+  STRATA_HD int rows() const { return tokens < 0 ? vocab : tokens; }
 };
 
 // The bad-token record's value while no bad id was seen.

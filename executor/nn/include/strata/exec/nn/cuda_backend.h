@@ -333,6 +333,9 @@ class CudaBackend final : public Backend {
   // only, as attentionForward.
   void attentionCoreForward(const AttentionDesc& d, const AttentionSaved& saved) override;
   bool runsAttentionCore() const override { return true; }
+  // A tensor-parallel worker's share: attention over some heads
+  // (attention_plan.h's inner width a), an embedding over some token rows.
+  bool runsTensorParallelLayers() const override { return true; }
   void attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x, ConstTensorView dy,
                                 const float* w, const AttentionSaved& saved, float* dw,
                                 float* dbias) override;
