@@ -58,7 +58,8 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
         (o.optimizer == Optimizer::kMomentum
              ? std::string()
              : fmt::format(", optimizer {}", toString(o.optimizer))) +
-            (o.tp > 1 ? fmt::format(", ring rows with tensor-parallel groups of {}", o.tp)
+            (o.tp > 1 ? fmt::format(", ring rows with tensor-parallel groups of {}{}", o.tp,
+                                    o.sequenceParallel ? " and sequence parallelism" : "")
                       : std::string()) +
             (o.zero > 0 ? fmt::format(", ring rows with ZeRO-{}", o.zero) : std::string()) +
             (o.recompute != Recompute::kNone
@@ -87,7 +88,8 @@ namespace strata::cli {
 Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
-                device = "cpu", element = "fp32", optimizer = "momentum", zero, recompute, tp;
+                device = "cpu", element = "fp32", optimizer = "momentum", zero, recompute, tp,
+                sequenceParallel;
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -140,6 +142,10 @@ Command addValidateCommand(CLI::App& app) {
                   "workers per tensor-parallel group of the ring rows (Megatron: attention by "
                   "heads, the MLP by columns then rows, the vocabulary by rows); K must be a "
                   "multiple of it; cpu only (default 1)");
+  sub->add_option("--sequence-parallel", o->sequenceParallel,
+                  "on|off: with --tp, Megatron's sequence parallelism (the layers outside the "
+                  "split run on T / tp positions; all-gathers and reduce-scatters in place of "
+                  "the allreduces) (default off)");
   sub->add_option("--recompute", o->recompute,
                   "recomputation of the ring and naive rows, none|selective|full: each "
                   "attention's core, or each block's forward, again before its backward "
@@ -179,6 +185,11 @@ Command addValidateCommand(CLI::App& app) {
           if (opt.tp > kMaxTensorParallel)
             throw OptionError("--tp", fmt::format("must be at most {} workers per group, got {}",
                                                   kMaxTensorParallel, opt.tp));
+        }
+        if (!o->sequenceParallel.empty()) {
+          opt.sequenceParallel = parseOnOff(o->sequenceParallel, "--sequence-parallel");
+          if (opt.sequenceParallel && opt.tp <= 1)
+            throw OptionError("--sequence-parallel", "applies with --tp 2 or more only");
         }
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {

@@ -2374,11 +2374,11 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   checkUserError(runStrata({"predict", "-n", "alexnet", "-c", "dgx-h100", "-s", "ring", "-k", "2",
                             "--tp", "2"}),
                  {"--tp: network 'alexnet' has no layer that splits"});
-  // The executor does not run sequence parallelism yet: refused, not ignored.
-  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--tp", "2",
+  // Positions that sequence parallelism cannot split (tiny-gpt: T 32).
+  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "6", "--tp", "6",
                             "--sequence-parallel", "on", "--steps", "1"}),
-                 {"--sequence-parallel: is priced and simulated (strata predict, simulate), "
-                  "not run yet"});
+                 {"--sequence-parallel: sequence parallelism splits the 32 positions of layer "
+                  "'h.1.ln1' over 6 workers, which does not divide them"});
 
   // ZeRO-1, 2 and 3 and full recomputation run: the same losses as plain
   // ring (runtime_test holds the weights).
@@ -2405,6 +2405,11 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
     REQUIRE(tp.status == 0);
     CHECK(losses(tp.output) == losses(ring.output));
     CHECK(tp.output.find("tp 2") != std::string::npos);
+    // With sequence parallelism: each worker's 16 of the 32 positions.
+    const auto sp = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "6", "--steps", "2",
+                               "--tp", "2", "--sequence-parallel", "on"});
+    REQUIRE(sp.status == 0);
+    CHECK(losses(sp.output) == losses(ring.output));
   }
   for (const char* mode : {"selective", "full"}) {
     INFO("--recompute " << mode);
@@ -2430,7 +2435,10 @@ TEST_CASE("validate --zero, --recompute, --tp: the rows they apply to, values th
       {{"-s", "ring", "--recompute", "always"}, "--recompute: unknown recomputation 'always'"},
       {{"-s", "ps,owt-b", "--recompute", "full"}, "--recompute: applies to ring and naive only"},
       {{"-s", "naive", "--tp", "2"}, "--tp: applies to ring only"},
-      {{"-s", "ring", "--tp", "0"}, "--tp: "}};
+      {{"-s", "ring", "--tp", "0"}, "--tp: "},
+      {{"-s", "ring", "--sequence-parallel", "on"},
+       "--sequence-parallel: applies with --tp 2 or more only"},
+      {{"-s", "ring", "--tp", "2", "--sequence-parallel", "yes please"}, "--sequence-parallel: "}};
   for (const auto& [options, message] : cases) {
     std::vector<std::string> args = {"validate", "-n",        "tiny-gpt",     "-k",
                                      "2",        "--cluster", "localhost-cpu"};

@@ -55,6 +55,7 @@ void applyRowOptions(Scenario& sc, const ValidationOptions& o) {
   if (sc.strategy == Strategy::kRing) {
     sc.options.zero = o.zero;
     sc.options.tp = o.tp;
+    sc.options.sequenceParallel = o.sequenceParallel && o.tp > 1;
   }
   if (sc.strategy == Strategy::kRing || sc.strategy == Strategy::kNaive)
     sc.options.recompute = o.recompute;

@@ -67,6 +67,7 @@ ordered_json validationJson(const std::vector<ValidationRow>& rows,
     row["workers"] = r.measured.scenario.workers;
     row["batch_per_worker"] = r.measured.scenario.batchPerWorker;
     row["tp"] = r.measured.scenario.options.tp;
+    row["sequence_parallel"] = r.measured.scenario.options.sequenceParallel;
     row["zero"] = r.measured.scenario.options.zero;
     row["recompute"] = std::string(toString(r.measured.scenario.options.recompute));
     row["step_s"] = four(r, [](const StepEstimate& e) { return e.step; });

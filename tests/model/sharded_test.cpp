@@ -107,8 +107,18 @@ TEST_CASE("tiny-gpt's tensor-parallel slices hold the hand-counted parameters") 
 
   // Sequence parallelism: each allreduce becomes a reduce-scatter, and an
   // all-gather of the same tensor comes before each column layer (forward)
-  // and each row layer's backward.
+  // and each row layer's and the embedding's backward; the group sums the
+  // weight gradients of the layernorms (2 per block and the final one).
   const auto sp = tensorParallelLayout(n, 2, true);
+  int sums = 0;
+  for (size_t i = 0; i < n.layers.size(); ++i)
+    if (sp.layers[i].sumsGradient) {
+      CHECK(n.layers[i].kind == LayerKind::kLayerNorm);
+      CHECK(sp.layers[i].params == 2 * 64);
+      ++sums;
+    }
+  CHECK(sums == 2 * 2 + 1);
+  CHECK_FALSE(tensorParallelLayout(n, 2, false).layers[1].sumsGradient);
   int gathers = 0, scatters = 0;
   for (const auto& x : sp.layers)
     for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter}) {
@@ -116,7 +126,7 @@ TEST_CASE("tiny-gpt's tensor-parallel slices hold the hand-counted parameters") 
       scatters += c->op == TpCollective::kReduceScatter;
     }
   CHECK(scatters == 1 + 2 * 2 + 2 * 2 + 1);
-  CHECK(gathers == 2 * 2 + 1 + 2 * 1 + 2 * 1);
+  CHECK(gathers == 2 * 2 + 1 + 2 * 1 + 2 * 1 + 1);
   for (size_t i = 0; i < n.layers.size(); ++i)
     if (n.layers[i].kind == LayerKind::kLayerNorm)
       CHECK(sp.layers[i].work == 0.5);

@@ -27,7 +27,11 @@ struct DropoutMask {
   DropoutMask(const DropoutDesc& desc, const Dims& dims)
       : d(desc),
         firstIndex(static_cast<uint64_t>(int64_t{desc.channelOffset} * dims.h * dims.w)),
-        scale(1.0f / (1.0f - desc.rate)) {}
+        scale(1.0f / (1.0f - desc.rate)),
+        plane(int64_t{dims.h} * dims.w) {}
+  // Sequence parallelism: the view's plane is a worker's positions of each
+  // channel, so offsets are not contiguous in the whole layer.
+  bool splitPositions() const { return d.totalPositions > 0; }
   // Hash of the example's row; elements then mix in their whole-layer index.
   uint64_t rowKey(int row) const {
     return kernels::mix64(kernels::hashOf(d.seed, d.step, static_cast<uint64_t>(d.layer),
@@ -38,6 +42,14 @@ struct DropoutMask {
     const uint64_t index = firstIndex + static_cast<uint64_t>(offset);
     return kernels::uniformFloat(kernels::mix64(rowKey ^ index)) >= d.rate ? scale : 0.0f;
   }
+  // The same for a worker's positions (splitPositions()).
+  float factorOfPosition(uint64_t rowKey, int64_t offset) const {
+    const int64_t channel = offset / plane, pos = offset % plane;
+    const auto index = static_cast<uint64_t>((d.channelOffset + channel) * d.totalPositions +
+                                             d.firstPosition + pos);
+    return kernels::uniformFloat(kernels::mix64(rowKey ^ index)) >= d.rate ? scale : 0.0f;
+  }
+  int64_t plane;
 };
 
 }  // namespace
@@ -94,6 +106,11 @@ void CpuImpl::dropoutForward(const DropoutDesc& d, ConstTensorView x, TensorView
       const uint64_t key = m.rowKey(int(n));
       const float* __restrict in = x.data + n * per;
       float* __restrict out = y.data + n * per;
+      if (m.splitPositions()) {
+        for (int64_t i = 0; i < per; ++i)
+          out[i] = in[i] * m.factorOfPosition(key, i);
+        continue;
+      }
       for (int64_t i = 0; i < per; ++i)
         out[i] = in[i] * m.factor(key, i);
     }
@@ -113,6 +130,11 @@ void CpuImpl::dropoutBackward(const DropoutDesc& d, ConstTensorView dy, TensorVi
       const uint64_t key = m.rowKey(int(n));
       const float* __restrict in = dy.data + n * per;
       float* __restrict out = dx.data + n * per;
+      if (m.splitPositions()) {
+        for (int64_t i = 0; i < per; ++i)
+          out[i] += in[i] * m.factorOfPosition(key, i);
+        continue;
+      }
       for (int64_t i = 0; i < per; ++i)
         out[i] += in[i] * m.factor(key, i);
     }

@@ -59,6 +59,8 @@ kernels::DropoutParams dropoutParams(const DropoutDesc& d) {
   p.layer = d.layer;
   p.firstRow = d.firstRow;
   p.channelOffset = d.channelOffset;
+  p.firstPosition = d.firstPosition;
+  p.totalPositions = d.totalPositions;
   return p;
 }
 

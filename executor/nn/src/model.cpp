@@ -107,6 +107,10 @@ Model::Model(const Network& network, ModelOptions options)
     st.context = Tensor(memory);
     st.dqkv = Tensor(memory);
     st.probs = Buffer<float>(memory);
+    st.gathered = Tensor(memory);
+    st.gatheredGrad = Tensor(memory);
+    st.full = Tensor(memory);
+    st.fullGrad = Tensor(memory);
   }
   blocks_.resize(static_cast<size_t>(count));
   updates_.assign(static_cast<size_t>(count), 0);
@@ -126,9 +130,10 @@ Model::Model(const Network& network, ModelOptions options)
           "the {} backend does not run a tensor-parallel worker's share of layers yet (the cpu "
           "backend does)",
           backend_->name()));
-    if (const auto why = tensorParallelObstacle(network_, tp.size, false); !why.empty())
+    if (const auto why = tensorParallelObstacle(network_, tp.size, tp.sequenceParallel);
+        !why.empty())
       throw UserError(why);
-    layout = tensorParallelLayout(network_, tp.size, false);
+    layout = tensorParallelLayout(network_, tp.size, tp.sequenceParallel);
   }
 
   // Shapes of what each layer holds, and who reads what.
@@ -239,6 +244,9 @@ Model::Model(const Network& network, ModelOptions options)
                               "count theirs {} times)",
                               network_.layers[static_cast<size_t>(p)].name, tp.size));
   }
+
+  if (tp.size > 1 && tp.sequenceParallel)
+    splitPositions(tp);
 
   // Parameters: one array, per layer weights then bias.
   int64_t offset = 0;
@@ -391,6 +399,46 @@ void Model::shareOf(int l, TensorParallelRank tp, TpRole role) {
     const EmbeddingDesc& e = layers_[static_cast<size_t>(layer.spec.tiedTo)].embedding;
     const VocabRows v = vocabRows(layer.outShape.c, tp.size, tp.rank);
     STRATA_ENFORCE(e.firstToken == v.begin && e.rows() == v.end - v.begin);
+  }
+}
+
+void Model::splitPositions(TensorParallelRank tp) {
+  const int count = layerCount();
+  for (int l = 0; l < count; ++l) {
+    const Layer& layer = network_.layers[static_cast<size_t>(l)];
+    LayerState& st = layers_[static_cast<size_t>(l)];
+    const TpRole role = st.tpRole;
+    st.gathersInput =
+        role == TpRole::kAttention || role == TpRole::kColumn || role == TpRole::kOutput;
+    st.scattersOutput =
+        role == TpRole::kAttention || role == TpRole::kRow || role == TpRole::kEmbedding;
+    if (role == TpRole::kReplicated || st.scattersOutput) {
+      // tensorParallelObstacle checked that t divides the positions.
+      const int positions = layer.outShape.h * layer.outShape.w;
+      st.localPositions = positions / tp.size;
+      st.firstPosition = tp.rank * st.localPositions;
+    }
+  }
+  // Each layer reads what its part expects: a replicated layer, or one that
+  // all-gathers its input, this worker's positions; the other split layers
+  // (an MLP's activation and second fc, the loss) every position of a share.
+  for (int l = 0; l < count; ++l) {
+    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const bool readsLocal = st.tpRole == TpRole::kReplicated || st.gathersInput;
+    for (int p : network_.layers[static_cast<size_t>(l)].inputs) {
+      if (st.tpRole == TpRole::kEmbedding)
+        continue;  // token ids, whole
+      const bool local = p >= 0 && layers_[static_cast<size_t>(p)].localPositions > 0;
+      if (local != readsLocal)
+        unsupported(network_, l,
+                    fmt::format("sequence parallelism: reads {} ({}), and its part of the split "
+                                "needs {}",
+                                p < 0 ? std::string("the network input")
+                                      : fmt::format("layer '{}'",
+                                                    network_.layers[static_cast<size_t>(p)].name),
+                                local ? "a worker's positions" : "every position",
+                                readsLocal ? "a worker's positions" : "every position"));
+    }
   }
 }
 
@@ -624,25 +672,78 @@ const Tensor& Model::exchangeInputGrad(int layer) const {
   return layers_[static_cast<size_t>(layer)].exchangeInGrad;
 }
 
+bool Model::gathersInput(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return layers_[static_cast<size_t>(layer)].gathersInput;
+}
+
+bool Model::scattersOutput(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  return layers_[static_cast<size_t>(layer)].scattersOutput;
+}
+
+Tensor& Model::gatheredInput(int layer, int batch) {
+  STRATA_ENFORCE(gathersInput(layer));
+  STRATA_ENFORCE_OP(batch, >=, 0);
+  const Shape in = network_.layers[static_cast<size_t>(layer)].inShape;
+  Tensor& t = layers_[static_cast<size_t>(layer)].gathered;
+  // Resized first (its copy or fill runs on the backend's stream), then
+  // waited for: the caller's copies may run on a communicator's.
+  t.resize(Dims{batch, in.c, in.h, in.w});
+  backend_->synchronize();
+  return t;
+}
+
+const Tensor& Model::gatheredInputGrad(int layer) const {
+  STRATA_ENFORCE(gathersInput(layer));
+  backend_->synchronize();
+  return layers_[static_cast<size_t>(layer)].gatheredGrad;
+}
+
+const Tensor& Model::fullOutput(int layer) const {
+  STRATA_ENFORCE(scattersOutput(layer));
+  backend_->synchronize();
+  return layers_[static_cast<size_t>(layer)].full;
+}
+
+Tensor& Model::fullOutputGrad(int layer, int batch) {
+  STRATA_ENFORCE(scattersOutput(layer));
+  STRATA_ENFORCE_OP(batch, >=, 0);
+  const Shape out = network_.layers[static_cast<size_t>(layer)].outShape;
+  Tensor& t = layers_[static_cast<size_t>(layer)].fullGrad;
+  t.resize(Dims{batch, out.c, out.h, out.w});
+  backend_->synchronize();
+  return t;
+}
+
 ConstTensorView Model::inputOf(int layer, int which) const {
   const LayerState& st = layers_[static_cast<size_t>(layer)];
   if (st.sliced)
     return st.exchangeIn.view();
+  if (st.gathersInput)
+    return st.gathered.view();
   const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
   return p < 0 ? input_.view() : layers_[static_cast<size_t>(p)].out.view();
+}
+
+const Tensor& Model::outputGradOf(int layer) const {
+  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  return st.scattersOutput ? st.fullGrad : st.outGrad;
 }
 
 Tensor& Model::gradTargetOf(int layer, int which) {
   LayerState& st = layers_[static_cast<size_t>(layer)];
   if (st.sliced)
     return st.exchangeInGrad;
+  if (st.gathersInput)
+    return st.gatheredGrad;
   const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
   return p < 0 ? inputGrad_ : layers_[static_cast<size_t>(p)].outGrad;
 }
 
 float Model::betaOf(int layer, int which) const {
   const LayerState& st = layers_[static_cast<size_t>(layer)];
-  if (st.sliced)
+  if (st.sliced || st.gathersInput)
     return 0.0f;
   const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
   const int readers = p < 0 ? inputReaders_ : layers_[static_cast<size_t>(p)].readers;

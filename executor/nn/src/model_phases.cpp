@@ -58,9 +58,15 @@ void Model::prepareForward(int layer, ExampleRange r, bool clearGradients) {
   const int batch = inputOf(layer, 0).dims.n;
   for (size_t k = 1; k < spec.inputs.size(); ++k)
     STRATA_ENFORCE_OP(inputOf(layer, static_cast<int>(k)).dims.n, ==, batch);
-  const Dims outDims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
+  // Sequence parallelism: this worker's positions, and for a layer whose
+  // output the group reduce-scatters, its partial output at every position.
+  const Dims outDims = st.localPositions > 0
+                           ? Dims{batch, st.slice.size(), st.localPositions, 1}
+                           : Dims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
   st.out.resize(outDims);
   st.outGrad.resize(outDims);
+  if (st.scattersOutput)
+    st.full.resize(Dims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w});
   if (st.sliced || !clearGradients)
     return;
   for (int p : spec.inputs) {
@@ -107,7 +113,7 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
   const float* w = params_.data() + b.offset;
   const float* bias = b.bias > 0 ? w + b.weights : nullptr;
   const ConstTensorView x = inputOf(layer, 0).examples(r);
-  const TensorView y = st.out.examples(r);
+  const TensorView y = (st.scattersOutput ? st.full : st.out).examples(r);
   Backend& be = *backend_;
   switch (spec.kind) {
     case LayerKind::kConv:
@@ -132,9 +138,7 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
       break;
     case LayerKind::kDropout:
       if (options_.dropout && spec.spec.dropoutRate > 0) {
-        be.dropoutForward(DropoutDesc{static_cast<float>(spec.spec.dropoutRate), options_.seed,
-                                      step_, layer, r.begin, st.slice.begin, spec.outShape.c},
-                          x, y);
+        be.dropoutForward(dropoutDesc(layer, r), x, y);
       } else {
         be.accumulate(x, y, 0.0f);
       }
@@ -193,6 +197,23 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
   }
 }
 
+DropoutDesc Model::dropoutDesc(int layer, ExampleRange r) const {
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  DropoutDesc d{static_cast<float>(spec.spec.dropoutRate),
+                options_.seed,
+                step_,
+                layer,
+                r.begin,
+                st.slice.begin,
+                spec.outShape.c};
+  if (st.localPositions > 0) {
+    d.firstPosition = st.firstPosition;
+    d.totalPositions = spec.outShape.h * spec.outShape.w;
+  }
+  return d;
+}
+
 int64_t Model::weightOffset(int layer) const {
   return blocks_[static_cast<size_t>(gradientOwner(network_, layer))].offset;
 }
@@ -219,8 +240,10 @@ void Model::backwardData(int layer, ExampleRange r) {
   const float* w = params_.data() + b.offset;
   if (st.sliced)
     st.exchangeInGrad.resize(st.exchangeIn.dims());
+  if (st.gathersInput)
+    st.gatheredGrad.resize(st.gathered.dims());
   const ConstTensorView x = inputOf(layer, 0).examples(r);
-  const ConstTensorView dy = st.outGrad.examples(r);
+  const ConstTensorView dy = outputGradOf(layer).examples(r);
   const TensorView dx = gradTargetOf(layer, 0).examples(r);
   const float beta = betaOf(layer, 0);
   Backend& be = *backend_;
@@ -243,9 +266,7 @@ void Model::backwardData(int layer, ExampleRange r) {
       break;
     case LayerKind::kDropout:
       if (options_.dropout && spec.spec.dropoutRate > 0) {
-        be.dropoutBackward(DropoutDesc{static_cast<float>(spec.spec.dropoutRate), options_.seed,
-                                       step_, layer, r.begin, st.slice.begin, spec.outShape.c},
-                           dy, dx, beta);
+        be.dropoutBackward(dropoutDesc(layer, r), dy, dx, beta);
       } else {
         be.accumulate(dy, dx, beta);
       }
@@ -316,7 +337,7 @@ void Model::backwardWeights(int layer, ExampleRange r) {
   float* dw = grads_.data() + b.offset;
   float* dbias = b.bias > 0 ? dw + b.weights : nullptr;
   const ConstTensorView x = inputOf(layer, 0).examples(r);
-  const ConstTensorView dy = st.outGrad.examples(r);
+  const ConstTensorView dy = outputGradOf(layer).examples(r);
   switch (spec.kind) {
     case LayerKind::kConv:
       backend_->convBackwardWeights(convDesc(spec), x, dy, dw, dbias);

@@ -22,7 +22,13 @@ struct Model::LayerState {
   EmbeddingDesc embedding;
   int firstHead = 0, firstKvHead = 0;  // attention: the first held
   bool gated = false;                  // a column fc before swiglu: a share of each half
-  int readers = 0;                     // layers reading `out` locally (not through an exchange)
+  // Sequence parallelism (Model::gathersInput): `out` holds positions
+  // [firstPosition, firstPosition + localPositions) of each example's
+  // (localPositions 0: every position); the layer reads `gathered` and
+  // writes `gatheredGrad`, or writes `full` and reads `fullGrad`.
+  int firstPosition = 0, localPositions = 0;
+  bool gathersInput = false, scattersOutput = false;
+  int readers = 0;  // layers reading `out` locally (not through an exchange)
   int exchangeReaders = 0;
   int firstReader = -1;
   Tensor out;
@@ -37,6 +43,7 @@ struct Model::LayerState {
   Tensor context;
   Tensor dqkv;
   Buffer<float> probs;
+  Tensor gathered, gatheredGrad, full, fullGrad;
 };
 
 // The inputs of an fc layer: its input flattened, or its channels per position.

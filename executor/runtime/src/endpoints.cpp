@@ -80,6 +80,91 @@ class FlatEndpoint final : public Endpoint {
   int count_ = 1;
 };
 
+// Sequence parallelism's all-gather or reduce-scatter over a tensor-parallel
+// group of t: a tensor of every position ([n, c, T], NCHW) and this
+// worker's T / t of them ([n, c, T / t]), staged chunk-major (chunk v:
+// positions [v T / t, (v + 1) T / t) of every example and channel, laid out
+// as a worker's tensor), so that the ring's part v is group position v's
+// chunk. A gather stages this worker's positions now and places every
+// chunk into the whole tensor at finish(); a scatter stages the whole
+// partial tensor now, the ring sums part v on position v, and finish()
+// copies this worker's chunk out.
+class PositionChunks final : public Endpoint {
+ public:
+  enum class Mode { kGather, kScatter };
+  // `local`: this worker's positions; `whole`: every position (the same n
+  // and c); `staging`: t chunks of local's size; `position`: this worker's
+  // in the group.
+  PositionChunks(Mode mode, BufferOps& ops, nn::Backend& backend, nn::TensorView local,
+                 nn::TensorView whole, std::span<float> staging, int t, int position, int parts,
+                 int segments)
+      : mode_(mode),
+        ops_(ops),
+        local_(local),
+        whole_(whole),
+        staging_(staging),
+        t_(t),
+        position_(position),
+        flat_(ops, backend, staging, parts, segments, 1, false) {
+    const int64_t chunk = local.elements();
+    STRATA_ENFORCE(local.dims.n == whole.dims.n && local.dims.c == whole.dims.c);
+    STRATA_ENFORCE_OP(whole.elements(), ==, chunk * t);
+    STRATA_ENFORCE_OP(static_cast<int64_t>(staging.size()), ==, chunk * t);
+    STRATA_ENFORCE_OP(parts, ==, t);
+    if (mode == Mode::kGather) {
+      ops.copy(at(position).data(), local.data, at(position).size_bytes());
+      return;
+    }
+    for (int v = 0; v < t; ++v)
+      moveChunk(v, false);
+  }
+  std::span<const float> send(int part, int segment, int dst) override {
+    return flat_.send(part, segment, dst);
+  }
+  std::span<float> land(int part, int segment, int src) override {
+    return flat_.land(part, segment, src);
+  }
+  size_t size(int part, int segment, int src) override { return flat_.size(part, segment, src); }
+  void reduce(int part, int segment, int src, std::span<const float> data) override {
+    STRATA_ENFORCE(mode_ == Mode::kScatter);
+    flat_.reduce(part, segment, src, data);
+  }
+  void finish() override {
+    if (mode_ == Mode::kScatter) {
+      ops_.copy(local_.data, at(position_).data(), at(position_).size_bytes());
+      return;
+    }
+    for (int v = 0; v < t_; ++v)
+      moveChunk(v, true);
+  }
+
+ private:
+  std::span<float> at(int v) {
+    const int64_t chunk = local_.elements();
+    return staging_.subspan(static_cast<size_t>(v * chunk), static_cast<size_t>(chunk));
+  }
+  // Chunk v between the staging and the whole tensor: rows of T / t
+  // positions, one per example and channel.
+  void moveChunk(int v, bool intoWhole) {
+    const size_t width = static_cast<size_t>(local_.dims.h) * local_.dims.w * sizeof(float);
+    const size_t pitch = width * static_cast<size_t>(t_);
+    const size_t rows = static_cast<size_t>(local_.dims.n) * local_.dims.c;
+    float* chunk = at(v).data();
+    float* whole = whole_.data + static_cast<int64_t>(v) * local_.dims.h * local_.dims.w;
+    if (intoWhole)
+      ops_.copyRows(whole, pitch, chunk, width, width, rows);
+    else
+      ops_.copyRows(chunk, width, whole, pitch, width, rows);
+  }
+
+  Mode mode_;
+  BufferOps& ops_;
+  nn::TensorView local_, whole_;
+  std::span<float> staging_;
+  int t_, position_;
+  FlatEndpoint flat_;
+};
+
 // A ps pull with staleness: this rank sends its server's updated chunk and
 // lands the others' in a staging copy of the key's weights (a slot per step
 // of delay), which the compute lane copies into the model before the forward
@@ -361,6 +446,37 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
 std::unique_ptr<Endpoint> Worker::tensorParallelEndpoint(const Collective& c) {
   const int l = c.firstLayer;
   const Layer& layer = net_.layers[static_cast<size_t>(l)];
+  const bool gather = c.algorithm == "allgather", scatter = c.algorithm == "reduce-scatter";
+  if (gather || scatter) {
+    // Sequence parallelism (Model, "sequence parallelism"): forward, the
+    // input of a layer that gathers it, or the output of one that scatters
+    // it; backward, the output gradient of a layer that scatters its
+    // output, or the input gradient of one that gathers its input.
+    const bool forward = c.buffer == BufferKind::kActivations;
+    const int producer = layer.inputs[0];
+    nn::TensorView local, whole;
+    if (forward && gather) {
+      STRATA_ENFORCE(model_.gathersInput(l));
+      local = const_cast<nn::Tensor&>(model_.output(producer)).view();
+      whole = model_.gatheredInput(l, local.dims.n).view();
+    } else if (forward) {
+      STRATA_ENFORCE(model_.scattersOutput(l));
+      whole = const_cast<nn::Tensor&>(model_.fullOutput(l)).view();
+      local = const_cast<nn::Tensor&>(model_.output(l)).view();
+    } else if (gather) {
+      STRATA_ENFORCE(model_.scattersOutput(l));
+      local = model_.outputGrad(l).view();
+      whole = model_.fullOutputGrad(l, local.dims.n).view();
+    } else {
+      STRATA_ENFORCE(model_.gathersInput(l));
+      whole = const_cast<nn::Tensor&>(model_.gatheredInputGrad(l)).view();
+      local = model_.outputGrad(producer).view();
+    }
+    const auto staging = stage(indexOf(c), 0, static_cast<size_t>(whole.elements()));
+    return std::make_unique<PositionChunks>(
+        gather ? PositionChunks::Mode::kGather : PositionChunks::Mode::kScatter, comm_.ops(),
+        *backend_, local, whole, staging, tp_, w_ % tp_, c.parts, c.segments);
+  }
   if (c.buffer == BufferKind::kActivations && layer.kind == LayerKind::kSoftmax) {
     // The loss over the group's shares of the vocabulary: each position's
     // (max, sum of exp) merged. (The Plan prices 3 values a position, the

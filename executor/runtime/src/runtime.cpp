@@ -91,16 +91,10 @@ RunResult runChecked(Communicator& comm, const Plan& plan, const Network& networ
 
 void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   checkElement(sc.options.element, device);
-  // Tensor parallelism runs (Model's shares, on the cpu and cuda
-  // backends); sequence parallelism is priced and simulated
-  // (cost/src/sharded.cpp, plan/src/sharded.cpp) only. ZeRO 1 to 3 run
-  // (collectives and sharded updates), and recomputation: full (each block's
-  // forward again) and selective (the attention core again).
-  const auto& o = sc.options;
-  if (o.sequenceParallel)
-    throw OptionError(std::string(optionFlag(OptionKey::kSequenceParallel)),
-                      "is priced and simulated (strata predict, simulate), not run yet: the "
-                      "executor's tensor-parallel workers hold every position");
+  // Tensor and sequence parallelism run (Model's shares and positions, on
+  // the cpu and cuda backends), ZeRO 1 to 3 (collectives and sharded
+  // updates), and recomputation: full (each block's forward again) and
+  // selective (the attention core again).
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

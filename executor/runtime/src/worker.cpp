@@ -335,7 +335,7 @@ nn::ModelOptions Worker::modelOptions() const {
   if (owt_)
     o.slices = nn::modelParallelSlices(net_, k_, w_);
   if (tp_ > 1)
-    o.tensorParallel = {tp_, w_ % tp_};
+    o.tensorParallel = {tp_, w_ % tp_, plan_.scenario.options.sequenceParallel};
   return o;
 }
 

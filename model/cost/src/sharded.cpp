@@ -264,6 +264,11 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
     int gradient = -1;
     if (l.computesWeightGradient())
       gradient = s.compute(time(i, Phase::kBwdWeights), Phase::kBwdWeights, extra);
+    // Sequence parallelism: the group sums a replicated layer's weight
+    // gradient, in turn with the syncs (which wait for it).
+    if (x.sumsGradient)
+      syncs.push_back(s.beside(groupAllReduce(ctx.topo, tpGroups, Bytes(x.params * e), ctx.comm),
+                               {gradient, syncs.empty() ? -1 : syncs.back()}));
     if (!l.readsNetworkInput()) {
       s.compute(time(i, Phase::kBwdData), Phase::kBwdData, extra);
       tpCollective(x.bwdAfter);

@@ -246,8 +246,10 @@ class Builder {
       return -1;
     const Bytes chunk = n / size;
     Collective c;
-    c.allreduce = AllreduceAlgorithm::kRing;
-    c.algorithm = "ring";
+    c.allreduce = AllreduceAlgorithm::kRing;  // its window in the simulator's lanes
+    c.algorithm = op == GroupOp::kReduceScatter ? "reduce-scatter"
+                  : op == GroupOp::kAllGather   ? "allgather"
+                                                : "ring";
     c.buffer = buffer;
     c.bytes = n;
     c.firstLayer = firstLayer;

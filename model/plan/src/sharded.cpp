@@ -185,6 +185,14 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
       compute(i, Phase::kBwdWeights, work(i), extra);
       gradient = path;
     }
+    // Sequence parallelism: the group sums a replicated layer's weight
+    // gradient, in turn with the syncs (which wait for it).
+    if (x.sumsGradient && tp.t > 1) {
+      Deps start = gradient;
+      start.push_back(lastSync);
+      lastSync = b.groupCollective(GroupOp::kAllReduce, tpGroups, Bytes(x.params * e),
+                                   BufferKind::kWeightGradients, i, i, start);
+    }
     if (!l.readsNetworkInput()) {
       compute(i, Phase::kBwdData, work(i), extra);
       inPath(x.bwdAfter, i, BufferKind::kActivationGradients);

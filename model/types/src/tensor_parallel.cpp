@@ -188,6 +188,7 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
     x.work = sp ? inv : 1.0;
     if (out.t <= 1)
       continue;
+    x.sumsGradient = sp && r.role[i] == 0 && l.params > 0;
     // The rows of a vocabulary split: ceil(V / t) of V.
     auto vocabShare = [&](int vocab) {
       return vocab > 0 ? std::ceil(double(vocab) / out.t) / vocab : inv;
@@ -233,6 +234,8 @@ TpLayout tensorParallelLayout(const Network& net, int t, bool sequenceParallel) 
         x = splitLayer(1.0, table * share + (double(l.params) - table));
         x.role = TpRole::kEmbedding;
         x.fwdAfter = {sum, outElems};
+        if (sp)
+          x.bwdBefore = {TpCollective::kAllGather, outElems};
         break;
       }
       case 6: {  // the output fc by its outputs (the vocabulary)

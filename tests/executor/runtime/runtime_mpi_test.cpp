@@ -70,10 +70,12 @@ int main(int argc, char** argv) {
       // Every strategy on tiny-cnn, and ring with ZeRO-1, 2 and 3 (each rank
       // updates its chunk, then the weights are all-gathered; 3 per unit,
       // gathered before its forward and backward); tiny-gpt's ring with
-      // tensor-parallel groups of 2 (and of 4 on 4 ranks), ZeRO-3 on top.
+      // tensor-parallel groups of 2 (and of 4 on 4 ranks), ZeRO-3 on top,
+      // and groups of 2 with sequence parallelism (ZeRO-1 on top).
       struct Row {
         Strategy s;
         int zero = 0, tp = 1;
+        bool sp = false;
       };
       std::vector<Row> rows;
       for (auto s : kAllStrategies)
@@ -83,13 +85,16 @@ int main(int argc, char** argv) {
       for (int tp : {2, 4})
         if (k % tp == 0 && (tp < 4 || optimizer == Optimizer::kMomentum))
           rows.push_back({Strategy::kRing, tp == 2 && k > 2 ? 3 : 0, tp});
-      for (const auto& [s, zero, tp] : rows) {
+      if (k % 2 == 0)
+        rows.push_back({Strategy::kRing, k > 2 ? 1 : 0, 2, true});
+      for (const auto& [s, zero, tp, sp] : rows) {
         const auto& net = tp > 1 ? gpt : cnn;
         const auto ref = tp > 1 ? oneWorker(gpt, tp) : cnnRef;
         Scenario sc;
         sc.strategy = s;
         sc.options.zero = zero;
         sc.options.tp = tp;
+        sc.options.sequenceParallel = sp;
         sc.workers = k;
         sc.batchPerWorker = b;
         sc.options.bucket = Bytes(64 * 1024);
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
         }
         failures += ok ? 0 : 1;
         const std::string name = std::string(toString(s)) +
-                                 (tp > 1 ? fmt::format(" tp {}", tp) : "") +
+                                 (tp > 1 ? fmt::format(" tp {}", tp) : "") + (sp ? " sp" : "") +
                                  (zero > 0 ? fmt::format(" zero {}", zero) : "");
         std::printf("rank %d of %d: %-11s %-8s max relative difference %.2e (%zu beyond 1e-5) %s\n",
                     c.rank(), k, name.c_str(), std::string(toString(optimizer)).c_str(),

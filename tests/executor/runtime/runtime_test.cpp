@@ -339,25 +339,45 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
   // keys and values (2 query heads and 1 key/value head a worker), rotary
   // positions and SwiGLU (each worker a share of the gate's and of the
   // value's columns).
+  // With sequence parallelism (sp) the replicated layers run on T / tp
+  // positions: the group all-gathers the input of each column layer and
+  // reduce-scatters the output of each row layer (and the gradients the
+  // other way), and sums the layernorms' weight gradients.
   struct Case {
     const char* net;
     int dp, tp, zero;
     Recompute recompute;
+    bool sp = false;
   };
-  std::vector<Case> cases = {
-      {"tp-gpt", 1, 2, 0, Recompute::kNone},    {"tp-gpt", 1, 3, 0, Recompute::kNone},
-      {"tp-gpt", 1, 4, 0, Recompute::kNone},    {"tp-gpt", 2, 3, 0, Recompute::kNone},
-      {"tp-gpt", 3, 2, 1, Recompute::kNone},    {"tp-gpt", 2, 2, 2, Recompute::kSelective},
-      {"tp-gpt", 2, 3, 3, Recompute::kFull},    {"tiny-gpt", 1, 2, 0, Recompute::kNone},
-      {"tiny-gpt", 2, 2, 3, Recompute::kNone},  {"tiny-gpt", 1, 4, 0, Recompute::kFull},
-      {"tiny-llama", 1, 2, 0, Recompute::kNone}};
+  const auto none = Recompute::kNone;
+  std::vector<Case> cases = {{"tp-gpt", 1, 2, 0, none},
+                             {"tp-gpt", 1, 3, 0, none},
+                             {"tp-gpt", 1, 4, 0, none},
+                             {"tp-gpt", 2, 3, 0, none},
+                             {"tp-gpt", 3, 2, 1, none},
+                             {"tp-gpt", 2, 2, 2, Recompute::kSelective},
+                             {"tp-gpt", 2, 3, 3, Recompute::kFull},
+                             {"tiny-gpt", 1, 2, 0, none},
+                             {"tiny-gpt", 2, 2, 3, none},
+                             {"tiny-gpt", 1, 4, 0, Recompute::kFull},
+                             {"tiny-llama", 1, 2, 0, none},
+                             {"tp-gpt", 1, 2, 0, none, true},
+                             {"tp-gpt", 1, 3, 0, none, true},
+                             {"tp-gpt", 2, 3, 1, none, true},
+                             {"tp-gpt", 3, 2, 3, Recompute::kFull, true},
+                             {"tiny-gpt", 2, 2, 0, Recompute::kSelective, true},
+                             {"tiny-llama", 1, 2, 0, none, true}};
 #ifndef STRATA_SANITIZED_THREAD
-  for (Case c : std::vector<Case>{{"tp-gpt", 1, 6, 0, Recompute::kNone},
-                                  {"tp-gpt", 4, 2, 0, Recompute::kNone},
-                                  {"tp-gpt", 2, 4, 1, Recompute::kNone},
+  for (Case c : std::vector<Case>{{"tp-gpt", 1, 6, 0, none},
+                                  {"tp-gpt", 4, 2, 0, none},
+                                  {"tp-gpt", 2, 4, 1, none},
                                   {"tiny-gpt", 2, 4, 0, Recompute::kSelective},
                                   {"tiny-llama", 2, 2, 1, Recompute::kSelective},
-                                  {"tiny-llama", 3, 2, 3, Recompute::kFull}})
+                                  {"tiny-llama", 3, 2, 3, Recompute::kFull},
+                                  {"tp-gpt", 1, 4, 2, none, true},
+                                  {"tp-gpt", 1, 6, 0, Recompute::kSelective, true},
+                                  {"tiny-gpt", 2, 4, 3, none, true},
+                                  {"tiny-llama", 2, 2, 2, Recompute::kFull, true}})
     cases.push_back(c);
 #endif
   const int b = 2, steps = 3;
@@ -366,11 +386,13 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
       if (optimizer != Optimizer::kMomentum && c.dp * c.tp != 6)
         continue;
       const auto net = std::string(c.net) == "tp-gpt" ? tensorParallelGpt() : presetNetwork(c.net);
-      INFO(c.net << " dp " << c.dp << " x tp " << c.tp << ", ZeRO-" << c.zero << ", --recompute "
-                 << toString(c.recompute) << ", " << toString(optimizer));
+      INFO(c.net << " dp " << c.dp << " x tp " << c.tp << (c.sp ? " with sp" : "") << ", ZeRO-"
+                 << c.zero << ", --recompute " << toString(c.recompute) << ", "
+                 << toString(optimizer));
       const auto ref = oneWorker(net, c.dp * b, steps, optimizer);
       auto sc = test::runScenario(Strategy::kRing, c.dp * c.tp, b, optimizer);
       sc.options.tp = c.tp;
+      sc.options.sequenceParallel = c.sp;
       sc.options.zero = c.zero;
       sc.options.recompute = c.recompute;
       std::vector<std::vector<float>> params;
@@ -383,11 +405,38 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
     }
 }
 
+TEST_CASE("sequence parallelism draws one worker's dropout masks at each worker's positions",
+          "[exec][tp]") {
+  // dp = 1: every worker of the group holds the global batch's rows, so
+  // with dropout on (tp-gpt's blocks: 0.1 after attention and after the
+  // MLP) the masks are one worker's only if each worker's T / t positions
+  // draw the whole layer's elements there. Without sequence parallelism
+  // too (every replicated layer whole on each worker).
+  const auto net = tensorParallelGpt();
+  const int b = 4, steps = 3;
+  auto options = test::runOptions(steps);
+  options.dropout = true;
+  const auto ref =
+      exec::runThreads(lowerToPlan(net, test::runScenario(Strategy::kRing, 1, b)), net, options);
+  for (int tp : {2, 3, 4})
+    for (bool sp : {false, true}) {
+      INFO("tp " << tp << (sp ? " with sp" : ""));
+      auto sc = test::runScenario(Strategy::kRing, tp, b);
+      sc.options.tp = tp;
+      sc.options.sequenceParallel = sp;
+      std::vector<std::vector<float>> params;
+      const auto run = exec::runThreads(lowerToPlan(net, sc), net, options, &params);
+      test::checkSharesAgainstOneWorker(net, tp, params, ref.parameters, Optimizer::kMomentum,
+                                        options.learningRate);
+      CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+    }
+}
+
 TEST_CASE("a tensor-parallel run refuses what it cannot split, naming the layer or option",
           "[exec][tp][errors]") {
-  // Heads that the group does not divide, sequence parallelism (priced and
-  // simulated only).
-  const auto net = presetNetwork("tiny-gpt");
+  // Heads that the group does not divide; positions that sequence
+  // parallelism cannot split.
+  const auto net = presetNetwork("tiny-gpt");  // T 32
   auto sc = test::runScenario(Strategy::kRing, 3, 2);
   sc.options.tp = 3;
   CHECK_THROWS_WITH(exec::runThreads(lowerToPlan(net, sc), net, test::runOptions(1)),
@@ -395,10 +444,21 @@ TEST_CASE("a tensor-parallel run refuses what it cannot split, naming the layer 
   sc.options.tp = 2;
   sc.workers = 2;
   sc.options.sequenceParallel = true;
-  CHECK_THROWS_WITH(exec::checkRunnable(net, sc, exec::Device::kCpu),
-                    Catch::Contains("--sequence-parallel"));
-  sc.options.sequenceParallel = false;
   CHECK_NOTHROW(exec::checkRunnable(net, sc, exec::Device::kCpu));
+  nn::ModelOptions mo;
+  mo.tensorParallel = {4, 0, true};
+  const auto odd = test::loadNetworkText("strata-tp-test", "odd-positions", R"(
+name: odd-positions
+input: {channels: 1, height: 10, width: 1}
+layers:
+  - {name: wte, kind: embedding, vocab: 64, outputs: 32, positions: 10}
+  - {name: h, kind: transformer, heads: 4, hidden: 64, repeat: 1}
+  - {name: ln_f, kind: layernorm}
+  - {name: head, kind: fc, outputs: 64, flatten: false, bias: false, tied: wte}
+  - {name: loss, kind: softmax}
+)");
+  CHECK_THROWS_WITH(nn::Model(odd, mo),
+                    Catch::Contains("10 positions") && Catch::Contains("4 workers"));
 }
 
 TEST_CASE("two-level ps (nodes of G workers) equals one worker with batch K b, every worker alike",

@@ -72,7 +72,12 @@ STRATA_HD inline uint64_t dropoutRowKey(const DropoutParams& p, int row) {
 // (channel * plane + position within the example): a model-parallel slice
 // starts channelOffset planes in.
 STRATA_HD inline uint64_t dropoutIndex(const DropoutParams& p, int64_t plane, int64_t offset) {
-  return static_cast<uint64_t>(int64_t{p.channelOffset} * plane + offset);
+  if (p.totalPositions == 0)
+    return static_cast<uint64_t>(int64_t{p.channelOffset} * plane + offset);
+  // A worker's positions of each channel (sequence parallelism).
+  const int64_t channel = offset / plane, pos = offset % plane;
+  return static_cast<uint64_t>((p.channelOffset + channel) * int64_t{p.totalPositions} +
+                               p.firstPosition + pos);
 }
 
 // scale for a kept element, 0 for a dropped one.

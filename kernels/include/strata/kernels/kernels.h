@@ -72,6 +72,9 @@ struct Shape4 {
 // its whole-layer index (channelOffset + channel) * h*w + pos) >= rate, as
 // CpuBackend's DropoutMask computes it; kept elements are scaled by
 // 1 / (1 - rate).
+// With sequence parallelism the view holds positions [firstPosition,
+// firstPosition + h*w) of the whole layer's totalPositions (0: h*w): pos is
+// then firstPosition + the view's position, and the plane totalPositions.
 struct DropoutParams {
   float rate = 0.5f;
   uint64_t seed = 0;
@@ -79,6 +82,8 @@ struct DropoutParams {
   int layer = 0;
   int firstRow = 0;
   int channelOffset = 0;
+  int firstPosition = 0;
+  int totalPositions = 0;
 };
 
 // nn::PoolDesc; mode max or average (padding never counts; ties of max pick

@@ -46,6 +46,7 @@ struct ValidationOptions {
   // Workers per tensor-parallel group of every ring row (--tp N: K = dp x N;
   // the executor runs it on the cpu).
   int tp = 1;
+  bool sequenceParallel = false;  // with tp > 1: Megatron's sequence parallelism
   // Recomputation of every ring and naive row (--recompute full: the
   // executor reruns each block's forward before its backward).
   Recompute recompute = Recompute::kNone;

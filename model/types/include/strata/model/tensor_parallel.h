@@ -28,9 +28,14 @@
 //                   layer's bwd_data                  backward, reduce-scatter after the
 //                                                     column layer's bwd_data
 // The vocabulary-parallel embedding sums its output (allreduce, or
-// reduce-scatter with sequence parallelism) and the output layer is a column
-// layer; the loss adds an allreduce of 3 values per position (the maxima, the
-// sums of exponentials and the target logits).
+// reduce-scatter with sequence parallelism, whose backward all-gathers the
+// output gradient: each worker scatters every position's gradient into its
+// rows) and the output layer is a column layer; the loss adds an allreduce of
+// 3 values per position (the maxima, the sums of exponentials and the target
+// logits). With sequence parallelism a replicated layer's weight gradient
+// (layernorm's gain and bias) covers only its T / t positions: the group
+// sums it (an allreduce beside the backward, before the data-parallel sync;
+// Megatron-LM's allreduce of the sequence-parallel layernorm gradients).
 #pragma once
 
 #include <string>
@@ -74,6 +79,10 @@ struct TpLayer {
   double params = 0;
   TpComm fwdBefore, fwdAfter;  // around its forward
   TpComm bwdBefore, bwdAfter;  // before its backward, after its bwd_data
+  // With sequence parallelism, a replicated layer with weights: its weight
+  // gradient (params elements, not per example) is summed over the group
+  // after its bwd_weights.
+  bool sumsGradient = false;
 };
 
 struct TpLayout {

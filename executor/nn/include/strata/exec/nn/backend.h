@@ -95,6 +95,11 @@ struct DropoutDesc {
   int firstRow = 0;       // row of the view's first example within the layer's batch
   int channelOffset = 0;  // first channel of the slice within the whole layer
   int totalChannels = 0;  // channels of the whole layer
+  // Sequence parallelism: the view holds positions [firstPosition,
+  // firstPosition + h*w) of each channel's totalPositions (0: the view's
+  // plane is the whole layer's).
+  int firstPosition = 0;
+  int totalPositions = 0;
 };
 
 // Softmax statistics per position (example x h x w): the max of the logits

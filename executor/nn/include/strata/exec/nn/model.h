@@ -120,6 +120,10 @@ std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers
 struct TensorParallelRank {
   int size = 1;  // workers of the group; 1: every layer whole
   int rank = 0;  // in [0, size)
+  // Megatron's sequence parallelism (tensor_parallel.h): the replicated
+  // layers run on this worker's T / size positions of each example,
+  // positions [rank T / size, (rank + 1) T / size).
+  bool sequenceParallel = false;
 };
 
 // How to instantiate a Model.
@@ -251,6 +255,29 @@ class Model {
   // This worker's partial gradient with respect to exchangeInput(layer).
   const Tensor& exchangeInputGrad(int layer) const;
 
+  // ---- sequence parallelism (TensorParallelRank::sequenceParallel) ----
+  // output() and outputGrad() of a replicated layer, and of a layer whose
+  // output the group reduce-scatters, hold this worker's T / t positions of
+  // each example ([n, c, T / t, 1]). The group's collectives move the rest:
+  //  - a layer that all-gathers its input (attention, the MLP's first fc,
+  //    the output fc) reads every position from gatheredInput(layer), which
+  //    the caller fills, and writes its partial input gradient, every
+  //    position, to gatheredInputGrad(layer), which the caller
+  //    reduce-scatters into its input's outputGrad();
+  //  - a layer whose output the group reduce-scatters (attention, the MLP's
+  //    second fc, the embedding) writes its partial output, every position,
+  //    to fullOutput(layer), which the caller reduce-scatters into output(),
+  //    and reads its output gradient from fullOutputGrad(layer), which the
+  //    caller all-gathers from outputGrad().
+  // Whether the layer all-gathers its input / reduce-scatters its output.
+  bool gathersInput(int layer) const;
+  bool scattersOutput(int layer) const;
+  // Resized to `batch` examples of every position, for the caller to fill.
+  Tensor& gatheredInput(int layer, int batch);
+  const Tensor& gatheredInputGrad(int layer) const;
+  const Tensor& fullOutput(int layer) const;
+  Tensor& fullOutputGrad(int layer, int batch);
+
   // ---- phases (ranges index the layer's current batch; see header) ----
   void forward(int layer, ExampleRange examples);
   void forward(int layer);
@@ -372,9 +399,18 @@ class Model {
   struct LayerState;
 
   ConstTensorView inputOf(int layer, int which) const;
+  // The output gradient the layer's backward reads: outGrad, or the
+  // all-gathered fullGrad of a layer that scatters its output.
+  const Tensor& outputGradOf(int layer) const;
+  // The dropout layer's masks over the range (its slice or positions).
+  DropoutDesc dropoutDesc(int layer, ExampleRange r) const;
   // Sets layer l's tensor-parallel part, bias and attention or embedding
   // share (whole for t = 1).
   void shareOf(int l, TensorParallelRank tp, TpRole role);
+  // Sequence parallelism: which layers hold a worker's positions, gather
+  // their input or scatter their output (LayerState); refuses a layer that
+  // reads what its part cannot.
+  void splitPositions(TensorParallelRank tp);
   // Input features of an fc layer's GEMMs: the whole layer's, or the slice
   // a tensor-parallel row fc reads.
   int fcInputs(int layer) const;
