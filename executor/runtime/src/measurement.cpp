@@ -202,7 +202,9 @@ RunResult runMeasured(Communicator& comm, const Plan& plan, const Network& netwo
     est.step = Seconds(step.seconds);
     est.firstStep = Seconds(result.steps[0].seconds);
     est.steadySteps = options.steps;
-    est.throughput = double(k) * plan.scenario.batchPerWorker / step.seconds;
+    // A tensor-parallel group shares its examples: dp x b a step.
+    est.throughput =
+        double(dataParallelSize(plan.scenario)) * plan.scenario.batchPerWorker / step.seconds;
     const double params = double(worker.model().parameterCount()) * sizeof(float);
     for (int r = 0; r < k; ++r) {
       const auto& st = stats[static_cast<size_t>(med)][static_cast<size_t>(r)];

@@ -402,6 +402,8 @@ TEST_CASE("tensor parallelism equals one worker with batch dp b, K = dp x tp up 
       test::checkSharesAgainstOneWorker(net, c.tp, params, ref.parameters, optimizer,
                                         options.learningRate);
       CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+      // The global batch is dp x b examples (a group shares its rows), not K x b.
+      CHECK(run.measured.throughput * run.measured.step.value() == Approx(c.dp * b));
     }
 }
 
