@@ -212,6 +212,21 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
         "period over {} steps)\n",
         formatSeconds(e.firstStep), e.steadySteps);
   out << fmt::format("throughput    {:.1f} examples/s\n", e.throughput);
+  if (e.tokensPerSecond > 0)
+    out << fmt::format("tokens        {} tokens/s ({:.0f} per example)\n",
+                       e.tokensPerSecond >= 1e6   ? fmt::format("{:.3g} M", e.tokensPerSecond / 1e6)
+                       : e.tokensPerSecond >= 1e3 ? fmt::format("{:.3g} k", e.tokensPerSecond / 1e3)
+                                                  : fmt::format("{:.3g}", e.tokensPerSecond),
+                       e.tokensPerSecond / e.throughput);
+  if (e.modelFlopsUtilisation > 0)
+    out << fmt::format(
+        "MFU           {} of peak {} (model FLOPs: 3 x the forward matmuls, Narayanan et al. "
+        "2021){}\n",
+        percent(e.modelFlopsUtilisation), toString(sc.options.element),
+        sc.options.recompute == Recompute::kNone
+            ? std::string()
+            : fmt::format("; {} counting the recomputed forward (hardware FLOPs)",
+                          percent(e.hardwareFlopsUtilisation)));
   if (e.training.steps > 0)
     out << fmt::format("time to train {} ({})\n", formatDuration(e.training.time),
                        trainingRunText(e));

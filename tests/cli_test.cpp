@@ -2410,6 +2410,9 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
                                "--tp", "2", "--sequence-parallel", "on"});
     REQUIRE(sp.status == 0);
     CHECK(losses(sp.output) == losses(ring.output));
+    // A sequence model's tokens a second (T = 32 a sequence); no peak, no MFU.
+    CHECK(sp.output.find(" tokens/s (32 per example)") != std::string::npos);
+    CHECK(sp.output.find("MFU") == std::string::npos);
   }
   for (const char* mode : {"selective", "full"}) {
     INFO("--recompute " << mode);

@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/model_flops.h"
 
 namespace strata::sim::detail {
 
@@ -204,6 +205,7 @@ Result Engine::assemble() {
   est.throughput = step > 0 ? examples / step : 0;
   est.speedup = est.throughput / (sc.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k_;
+  setUtilisation(est, net_, &cluster_);
 
   // The last step's compute phases per worker.
   std::vector<PhaseTimes> lastPhase;

@@ -66,6 +66,12 @@ ordered_json estimateJson(const StepEstimate& e) {
     j["steady_steps"] = e.steadySteps;
   }
   j["throughput_examples_per_s"] = e.throughput;
+  // A sequence model's tokens a second, and the model (hardware) FLOPs
+  // utilisation against the cluster's peak (model_flops.h); null where
+  // they do not apply.
+  for (auto c : {EstimateColumn::kTokensPerSecond, EstimateColumn::kModelFlopsUtilisation,
+                 EstimateColumn::kHardwareFlopsUtilisation})
+    j[std::string(columnName(c))] = columnValue(c, e);
   if (e.training.steps > 0) {
     ordered_json t;
     // Counts are whole (at most 10^12 steps, 2^53 examples): JSON integers.
@@ -160,6 +166,12 @@ std::string_view columnName(EstimateColumn column) {
       return "step_s";
     case C::kThroughput:
       return "throughput_examples_per_s";
+    case C::kTokensPerSecond:
+      return "tokens_per_s";
+    case C::kModelFlopsUtilisation:
+      return "mfu";
+    case C::kHardwareFlopsUtilisation:
+      return "hfu";
     case C::kSpeedup:
       return "speedup";
     case C::kEfficiency:
@@ -213,7 +225,7 @@ ordered_json columnValue(EstimateColumn column, const StepEstimate& e) {
     case C::kBatchPerWorker:
       return sc.batchPerWorker;
     case C::kGlobalBatch:
-      return int64_t(sc.workers) * sc.batchPerWorker;
+      return int64_t(dataParallelSize(sc)) * sc.batchPerWorker;
     case C::kElement:
       return std::string(toString(o.element));
     case C::kOptimizer:
@@ -230,6 +242,14 @@ ordered_json columnValue(EstimateColumn column, const StepEstimate& e) {
       return e.step.value();
     case C::kThroughput:
       return e.throughput;
+    case C::kTokensPerSecond:
+      return e.tokensPerSecond > 0 ? ordered_json(e.tokensPerSecond) : ordered_json(nullptr);
+    case C::kModelFlopsUtilisation:
+      return e.modelFlopsUtilisation > 0 ? ordered_json(e.modelFlopsUtilisation)
+                                         : ordered_json(nullptr);
+    case C::kHardwareFlopsUtilisation:
+      return e.hardwareFlopsUtilisation > 0 ? ordered_json(e.hardwareFlopsUtilisation)
+                                            : ordered_json(nullptr);
     case C::kSpeedup:
       return predicted ? ordered_json(e.speedup) : ordered_json(nullptr);
     case C::kEfficiency:
@@ -301,7 +321,10 @@ constexpr EstimateColumn kCsvColumns[] = {C::kEngine,
                                           C::kBottleneck,
                                           C::kAllreduce,
                                           C::kTrainingSteps,
-                                          C::kTrainingTime};
+                                          C::kTrainingTime,
+                                          C::kTokensPerSecond,
+                                          C::kModelFlopsUtilisation,
+                                          C::kHardwareFlopsUtilisation};
 
 }  // namespace
 

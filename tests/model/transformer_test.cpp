@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/model_flops.h"
 #include "strata/model/network_loader.h"
 
 using namespace strata;
@@ -88,6 +89,45 @@ TEST_CASE("a transformer block's forward FLOPs are Megatron-LM's 24 s h^2 + 4 s^
     if (l.kind == LayerKind::kAttention || l.kind == LayerKind::kFc)
       gemms += l.fwdFlops;
   CHECK(gemms == 12.0 * 17'716'740'096 + 79'047'426'048);
+}
+
+TEST_CASE("model FLOPs, tokens and MFU are Narayanan et al. 2021's, with and without recomputation",
+          "[network][transformer]") {
+  // Narayanan et al. 2021, eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h)
+  // per iteration with full recomputation; without it 72 B s l h^2 (1 +
+  // s / 6h + V / 12 l h). Per example (B = 1), gpt2-small: s 1024, l 12,
+  // h 768, V 50257.
+  const auto g = presetNetwork("gpt2-small");
+  const double s = 1024, l = 12, h = 768, v = 50257;
+  const auto none = trainFlopsPerExample(g, Recompute::kNone);
+  CHECK(none.model == Approx(72 * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))));
+  CHECK(none.hardware == none.model);
+  const auto full = trainFlopsPerExample(g, Recompute::kFull);
+  CHECK(full.model == none.model);
+  CHECK(full.hardware == Approx(96 * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))));
+  // Selective: the scores and the context again, 4 s^2 h a layer.
+  CHECK(trainFlopsPerExample(g, Recompute::kSelective).hardware ==
+        Approx(none.model + l * 4 * s * s * h));
+  CHECK(tokensPerExample(g) == 1024);
+  CHECK(tokensPerExample(presetNetwork("alexnet")) == 0);
+  // Rotary turns are not matmuls: tiny-llama's attention counts its
+  // projections and mixing only (d 64, T 32, 2 of 4 kv heads: Q K V 64 + 2 x 32 rows).
+  const auto tl = presetNetwork("tiny-llama");
+  const auto& attn = tl.layers[static_cast<size_t>(tl.find("h.1.attn"))];
+  CHECK(matmulFwdFlops(attn) == 2.0 * (32 * 64 * (128 + 64) + 2 * 32 * 32 * 64));
+  // MFU: model FLOPs x examples/s over K x peak.
+  StepEstimate e;
+  e.scenario.workers = 8;
+  e.scenario.options.element = ElementType::kBf16;
+  e.throughput = 100;
+  Cluster c;
+  c.device.peak[static_cast<size_t>(ElementType::kBf16)] = FlopsPerSecond(1e15);
+  setUtilisation(e, g, &c);
+  CHECK(e.tokensPerSecond == 102400);
+  CHECK(e.modelFlopsUtilisation == Approx(none.model * 100 / 8e15));
+  setUtilisation(e, g, nullptr);
+  CHECK(e.modelFlopsUtilisation == 0);
+  CHECK(e.tokensPerSecond == 102400);
 }
 
 TEST_CASE("attention: backward is twice forward, split as the executor runs it",

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "strata/model/estimate.h"
+#include "strata/model/model_flops.h"
 #include "strata/model/timeline.h"
 #include "worker.h"
 
@@ -205,6 +206,7 @@ RunResult runMeasured(Communicator& comm, const Plan& plan, const Network& netwo
     // A tensor-parallel group shares its examples: dp x b a step.
     est.throughput =
         double(dataParallelSize(plan.scenario)) * plan.scenario.batchPerWorker / step.seconds;
+    setUtilisation(est, network, nullptr);  // tokens/s: a run knows no peak
     const double params = double(worker.model().parameterCount()) * sizeof(float);
     for (int r = 0; r < k; ++r) {
       const auto& st = stats[static_cast<size_t>(med)][static_cast<size_t>(r)];

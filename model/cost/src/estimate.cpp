@@ -15,6 +15,7 @@
 #include "strata/model/error.h"
 #include "strata/model/layer_kinds.h"
 #include "strata/model/limits.h"
+#include "strata/model/model_flops.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/tensor_parallel.h"
 #include "strata/model/topology.h"
@@ -559,6 +560,7 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.throughput = examples / est.step.value();
   est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k;
+  setUtilisation(est, network, &cluster);
   est.bottleneck = ctx.topo.describeLink(t.bottleneckLink, t.bottleneckUp);
   if (const auto sync = syncAllreduce(scenario))
     est.allreduce = describeAllreduce(*sync, t.picks);

@@ -30,35 +30,38 @@ nlohmann::ordered_json estimateJson(const StepEstimate& estimate);
 // figure over workers says in its definition whether it is the mean or the
 // largest.
 enum class EstimateColumn {
-  kEngine,                  // engine: the engine's label ("model", "sim", "executor", ...)
-  kNetwork,                 // network
-  kCluster,                 // cluster
-  kStrategy,                // strategy
-  kWorkers,                 // workers: K
-  kBatchPerWorker,          // batch_per_worker: b
-  kGlobalBatch,             // global_batch: K x b
-  kElement,                 // element
-  kOptimizer,               // optimizer
-  kOverlap,                 // overlap: on|off
-  kFcUpdate,                // fc_update
-  kSegmentBytes,            // segment_bytes
-  kConvSync,                // conv_sync
-  kStep,                    // step_s
-  kThroughput,              // throughput_examples_per_s
-  kSpeedup,                 // speedup over one worker (none for a measured step)
-  kEfficiency,              // efficiency: speedup / K (none for a measured step)
-  kCompute,                 // compute_s: mean over workers of the compute phases
-  kCommunication,           // communication_s: mean over workers
-  kExposedCommunication,    // exposed_communication_s: mean over workers
-  kIdle,                    // idle_s: mean over workers (compute + exposed + idle = step)
-  kSentBytesPerWorker,      // sent_bytes_per_worker: the most one worker sends
-  kReceivedBytesPerWorker,  // received_bytes_per_worker: the most one worker receives
-  kMemoryBytesPerWorker,    // memory_bytes_per_worker: the largest peak (none measured)
-  kFitsInMemory,            // fits_in_memory (none for a measured step)
-  kBottleneck,              // bottleneck (none for a measured step)
-  kAllreduce,               // allreduce: the gradient allreduce run ("" when none)
-  kTrainingSteps,           // training_steps (none without a training run)
-  kTrainingTime,            // training_time_s (none without a training run)
+  kEngine,                    // engine: the engine's label ("model", "sim", "executor", ...)
+  kNetwork,                   // network
+  kCluster,                   // cluster
+  kStrategy,                  // strategy
+  kWorkers,                   // workers: K
+  kBatchPerWorker,            // batch_per_worker: b
+  kGlobalBatch,               // global_batch: dp x b (K x b without tensor parallelism)
+  kElement,                   // element
+  kOptimizer,                 // optimizer
+  kOverlap,                   // overlap: on|off
+  kFcUpdate,                  // fc_update
+  kSegmentBytes,              // segment_bytes
+  kConvSync,                  // conv_sync
+  kStep,                      // step_s
+  kThroughput,                // throughput_examples_per_s
+  kSpeedup,                   // speedup over one worker (none for a measured step)
+  kEfficiency,                // efficiency: speedup / K (none for a measured step)
+  kCompute,                   // compute_s: mean over workers of the compute phases
+  kCommunication,             // communication_s: mean over workers
+  kExposedCommunication,      // exposed_communication_s: mean over workers
+  kIdle,                      // idle_s: mean over workers (compute + exposed + idle = step)
+  kSentBytesPerWorker,        // sent_bytes_per_worker: the most one worker sends
+  kReceivedBytesPerWorker,    // received_bytes_per_worker: the most one worker receives
+  kMemoryBytesPerWorker,      // memory_bytes_per_worker: the largest peak (none measured)
+  kFitsInMemory,              // fits_in_memory (none for a measured step)
+  kBottleneck,                // bottleneck (none for a measured step)
+  kAllreduce,                 // allreduce: the gradient allreduce run ("" when none)
+  kTrainingSteps,             // training_steps (none without a training run)
+  kTrainingTime,              // training_time_s (none without a training run)
+  kTokensPerSecond,           // tokens_per_s (none but for a sequence model)
+  kModelFlopsUtilisation,     // mfu: model FLOPs / peak (none without a peak: a run)
+  kHardwareFlopsUtilisation,  // hfu: the same counting the recomputed forward
 };
 
 // The key of a column ("compute_s").

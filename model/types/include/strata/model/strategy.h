@@ -351,8 +351,18 @@ struct StepEstimate {
   Scenario scenario;
   Seconds step;
   std::vector<WorkerEstimate> workers;
-  // Examples per second over all workers (K b / step).
+  // Examples per second over all workers (dp b / step: a tensor-parallel
+  // group shares its examples).
   double throughput = 0;
+  // A sequence model (an embedding reads the input): tokens a second,
+  // throughput x T; 0 otherwise (model_flops.h, setUtilisation).
+  double tokensPerSecond = 0;
+  // Model FLOPs a second (3 x the forward matmuls, no recomputation) over
+  // the K workers' peak for the element type, and the same counting the
+  // recomputed forward (hardware FLOPs); 0 when no peak is known (a run
+  // without a cluster).
+  double modelFlopsUtilisation = 0;
+  double hardwareFlopsUtilisation = 0;
   Seconds singleWorkerStep;  // same network, one worker, b examples, no communication
   double speedup = 0;        // throughput / single-worker throughput
   double efficiency = 0;     // speedup / K

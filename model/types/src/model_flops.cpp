@@ -1,0 +1,63 @@
+// Model FLOPs, tokens and utilisation (model_flops.h).
+#include "strata/model/model_flops.h"
+
+namespace strata {
+
+double matmulFwdFlops(const Layer& l) {
+  switch (l.kind) {
+    case LayerKind::kFc:
+    case LayerKind::kConv:
+      return l.fwdFlops;
+    case LayerKind::kAttention: {
+      // fwdFlops is 2 (projection + mixing) + 3 rotated (deriveAttention):
+      // the rotary turns are elementwise.
+      if (!l.spec.rotary)
+        return l.fwdFlops;
+      const double t = double(l.inShape.h) * l.inShape.w;
+      const double kv = double(l.inShape.c) / l.spec.heads * l.kvHeads();
+      return l.fwdFlops - 3 * t * (l.inShape.c + kv);
+    }
+    default:
+      return 0;
+  }
+}
+
+TrainFlops trainFlopsPerExample(const Network& net, Recompute recompute) {
+  TrainFlops f;
+  for (const auto& l : net.layers) {
+    const double fwd = matmulFwdFlops(l);
+    f.model += 3 * fwd;
+    if (recompute == Recompute::kFull && l.block >= 0)
+      f.hardware += fwd;
+    if (recompute == Recompute::kSelective && l.kind == LayerKind::kAttention) {
+      // The scores and the context: 2 x 2 T^2 d multiply-accumulates.
+      const double t = double(l.inShape.h) * l.inShape.w;
+      f.hardware += 4 * t * t * l.inShape.c;
+    }
+  }
+  f.hardware += f.model;
+  return f;
+}
+
+int64_t tokensPerExample(const Network& net) {
+  for (const auto& l : net.layers)
+    if (l.kind == LayerKind::kEmbedding && l.readsNetworkInput())
+      return int64_t{net.input.h} * net.input.w;
+  return 0;
+}
+
+void setUtilisation(StepEstimate& e, const Network& net, const Cluster* cluster) {
+  e.tokensPerSecond = e.throughput * double(tokensPerExample(net));
+  e.modelFlopsUtilisation = e.hardwareFlopsUtilisation = 0;
+  if (!cluster)
+    return;
+  const double peak = cluster->device.peak[static_cast<size_t>(e.scenario.options.element)].value();
+  if (peak <= 0 || e.scenario.workers <= 0)
+    return;
+  const TrainFlops f = trainFlopsPerExample(net, e.scenario.options.recompute);
+  const double all = peak * e.scenario.workers;
+  e.modelFlopsUtilisation = f.model * e.throughput / all;
+  e.hardwareFlopsUtilisation = f.hardware * e.throughput / all;
+}
+
+}  // namespace strata
