@@ -138,17 +138,21 @@ TEST_CASE("tensor parallelism on the GPU equals one worker with batch dp b", "[g
   // rows, the vocabulary's rows of the embedding and its tied head) over
   // groups of 2 and 4 workers sharing the GPU, ZeRO-3 on top at dp 2;
   // attention_plan.h's inner width and the embedding's token rows run on
-  // the device here.
+  // the device here; with sequence parallelism (sp) the layers between on
+  // T / tp positions and the position chunks' 2-D copies (PositionChunks).
   const auto net = presetNetwork("tiny-gpt");
   const int b = 2, steps = 3;
-  for (auto [dp, tp, zero] : {std::tuple{1, 2, 0}, std::tuple{2, 2, 3}, std::tuple{1, 4, 0}}) {
-    INFO("dp " << dp << " x tp " << tp << ", ZeRO-" << zero);
+  for (auto [dp, tp, zero, sp] :
+       {std::tuple{1, 2, 0, false}, std::tuple{2, 2, 3, false}, std::tuple{1, 4, 0, false},
+        std::tuple{1, 2, 0, true}, std::tuple{2, 2, 1, true}}) {
+    INFO("dp " << dp << " x tp " << tp << (sp ? " with sp" : "") << ", ZeRO-" << zero);
     const auto options = test::runOptions(steps, exec::Device::kCuda);
     const auto ref = exec::runThreads(
         lowerToPlan(net, test::runScenario(Strategy::kRing, 1, dp * b)), net, options);
     auto sc = test::runScenario(Strategy::kRing, dp * tp, b);
     sc.options.tp = tp;
     sc.options.zero = zero;
+    sc.options.sequenceParallel = sp;
     std::vector<std::vector<float>> params;
     const auto run = exec::runThreads(lowerToPlan(net, sc), net, options, &params);
     test::checkSharesAgainstOneWorker(net, tp, params, ref.parameters, Optimizer::kMomentum,
