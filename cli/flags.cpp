@@ -192,6 +192,16 @@ void ScenarioFlags::add(CLI::App* app) {
   option("--recompute", recompute,
          "activation recomputation: none|selective (the attention core)|full (each block's "
          "forward) (default none)");
+  option("--pp", pp,
+         "ring: pipeline parallelism over N stages of consecutive layers, balanced by the cost "
+         "model, K = dp x tp x N (default 1: none)");
+  option("--microbatches", microbatches,
+         "ring: micro-batches of --batch examples per step, gradients accumulated; a step "
+         "trains dp x M x b examples (default 1)");
+  option("--schedule", schedule,
+         "ring with --pp 2+: the pipeline schedule gpipe|1f1b|interleaved (default 1f1b)");
+  option("--virtual-stages", virtualStages,
+         "ring with --schedule interleaved: chunks of layers per stage, 2+ (default 1)");
 }
 
 Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string& workers) const {
@@ -256,6 +266,23 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
     o.zero = count(zero, "--zero", kMaxZeroStage, "ZeRO stage");
   if (!recompute.empty())
     o.recompute = parseRecompute(recompute, "--recompute");
+  // A whole number in [1, most].
+  auto positive = [&](const std::string& text, const char* option, int most, const char* what) {
+    const auto v = count(text, option, most, what);
+    if (v < 1)
+      throw OptionError(option, fmt::format("must be a whole number of {} in [1, {}], got '{}'",
+                                            what, most, text));
+    return v;
+  };
+  if (!pp.empty())
+    o.pp = positive(pp, "--pp", kMaxPipelineStages, "pipeline stages");
+  if (!microbatches.empty())
+    o.microbatches = positive(microbatches, "--microbatches", kMaxMicrobatches, "micro-batches");
+  if (!schedule.empty())
+    o.schedule = parsePipelineSchedule(schedule, "--schedule");
+  if (!virtualStages.empty())
+    o.virtualStages =
+        positive(virtualStages, "--virtual-stages", kMaxVirtualStages, "chunks per stage");
   if (!threadsPerWorker.empty()) {
     int v = 0;
     const auto& t = threadsPerWorker;
@@ -286,7 +313,11 @@ std::vector<OptionKey> ScenarioFlags::given() const {
       {OptionKey::kTensorParallel, &tp},
       {OptionKey::kSequenceParallel, &sequenceParallel},
       {OptionKey::kZero, &zero},
-      {OptionKey::kRecompute, &recompute}};
+      {OptionKey::kRecompute, &recompute},
+      {OptionKey::kPipelineParallel, &pp},
+      {OptionKey::kMicrobatches, &microbatches},
+      {OptionKey::kSchedule, &schedule},
+      {OptionKey::kVirtualStages, &virtualStages}};
   std::vector<OptionKey> out;
   for (const auto& [key, text] : fields)
     if (!text->empty())
@@ -348,7 +379,7 @@ TrainingRun TrainingFlags::run(const Scenario& scenario) const {
     return {};
   return trainingRunOfEpochs(number(epochs, "--epochs", "a number of epochs"),
                              number(dataset, "--dataset", "a whole number of examples"),
-                             globalBatch(dataParallelSize(scenario), scenario.batchPerWorker));
+                             globalBatch(scenario));
 }
 
 void TraceFlags::add(CLI::App* app) {

@@ -74,6 +74,10 @@ struct ScenarioFlags {
   std::string sequenceParallel;
   std::string zero;
   std::string recompute;
+  std::string pp;
+  std::string microbatches;
+  std::string schedule;
+  std::string virtualStages;
   std::string segment;
   std::string bucket;
   std::string element;

@@ -51,8 +51,7 @@ std::string trainingRunText(const StepEstimate& e) {
     s += fmt::format(
         "; {:g} epoch{} x ceil({:.0f} examples / global batch {}) = {:.0f} steps "
         "per epoch{}",
-        r.epochs, r.epochs == 1 ? "" : "s", r.dataset,
-        dataParallelSize(e.scenario) * e.scenario.batchPerWorker, r.stepsPerEpoch,
+        r.epochs, r.epochs == 1 ? "" : "s", r.dataset, examplesPerStep(e.scenario), r.stepsPerEpoch,
         r.epochs * r.stepsPerEpoch == r.steps ? "" : ", rounded up to a whole step");
   return s;
 }
@@ -76,6 +75,13 @@ std::string optionsLine(const StepEstimate& e) {
     s += fmt::format(", ZeRO-{}", o.zero);
   if (o.recompute != Recompute::kNone)
     s += fmt::format(", recompute {}", toString(o.recompute));
+  if (o.pp > 1)
+    s += fmt::format(", pp {} ({}{})", o.pp, toString(o.schedule),
+                     o.schedule == PipelineSchedule::kInterleaved
+                         ? fmt::format(" x {} chunks", o.virtualStages)
+                         : std::string());
+  if (o.microbatches > 1)
+    s += fmt::format(", {} micro-batches", o.microbatches);
   if (isModelParallel(e.scenario.strategy))
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
@@ -123,6 +129,14 @@ std::string optionValueText(OptionKey key, const StrategyOptions& o) {
       return std::to_string(o.zero);
     case OptionKey::kRecompute:
       return std::string(toString(o.recompute));
+    case OptionKey::kPipelineParallel:
+      return std::to_string(o.pp);
+    case OptionKey::kMicrobatches:
+      return std::to_string(o.microbatches);
+    case OptionKey::kSchedule:
+      return std::string(toString(o.schedule));
+    case OptionKey::kVirtualStages:
+      return std::to_string(o.virtualStages);
   }
   return "?";
 }
@@ -204,7 +218,7 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
   const auto& sc = e.scenario;
   out << fmt::format("{} on {}: {}, {} workers x {} examples (global batch {}), {} [{}]\n\n",
                      e.network, e.cluster, toString(sc.strategy), sc.workers, sc.batchPerWorker,
-                     dataParallelSize(sc) * sc.batchPerWorker, optionsLine(e), e.engine);
+                     examplesPerStep(sc), optionsLine(e), e.engine);
   out << fmt::format("step time     {}\n", formatSeconds(e.step));
   if (sc.strategy == Strategy::kPs && e.steadySteps > 1)
     out << fmt::format(
@@ -243,6 +257,10 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
                                                       : "");
     if (!e.placement.empty())
       out << fmt::format("placement     {}\n", e.placement);
+    if (!e.pipeline.empty())
+      out << fmt::format("pipeline      {}; bubble {} ({:.1f} % of the step)\n", e.pipeline,
+                         formatSeconds(e.pipelineBubble),
+                         100.0 * e.pipelineBubble.value() / e.step.value());
     if (!e.computeSource.empty())
       out << fmt::format("pricing       {}\n", e.computeSource);
     const auto& w0 = e.workers.front();

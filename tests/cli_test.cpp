@@ -2349,6 +2349,49 @@ TEST_CASE("a configuration that does not fit names the smallest change that does
   CHECK(fits.output.find("fits with") == std::string::npos);
 }
 
+TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pipeline]") {
+  const std::vector<std::string> gpt = {"predict",  "-n", "tiny-gpt", "-c",
+                                        "dgx-h100", "-s", "ring"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = gpt;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return runStrata(args);
+  };
+  const auto r = with({"-k", "8", "-b", "4", "--pp", "4", "--microbatches", "8"});
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("global batch 64") &&
+                           Catch::Contains("pp 4 (1f1b), 8 micro-batches") &&
+                           Catch::Contains("K = 8 = dp 2 x tp 1 x pp 4") &&
+                           Catch::Contains("pipeline      4 stages (wte..") &&
+                           Catch::Contains("schedule 1f1b, 8 micro-batches of 4; bubble"));
+  const auto acc = with({"-k", "2", "-b", "4", "--microbatches", "3"});
+  REQUIRE(acc.status == 0);
+  CHECK_THAT(acc.output, Catch::Contains("gradient accumulation over 3 micro-batches of 4") &&
+                             Catch::Contains("global batch 24"));
+  checkUserError(with({"-k", "6", "--pp", "4"}), {"--pp: 6 workers do not split into pipelines"});
+  checkUserError(with({"-k", "4", "--pp", "0"}), {"--pp: must be a whole number of pipeline"});
+  checkUserError(with({"-k", "4", "--schedule", "gpipe"}),
+                 {"--schedule: applies with --pp 2 or more only"});
+  checkUserError(with({"-k", "4", "--pp", "2", "--schedule", "zigzag"}),
+                 {"--schedule: unknown pipeline schedule 'zigzag'"});
+  checkUserError(with({"-k", "4", "--pp", "2", "--virtual-stages", "2"}),
+                 {"--virtual-stages: applies with --pp 2 or more and --schedule interleaved"});
+  checkUserError(with({"-k", "4", "--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+                       "--microbatches", "3"}),
+                 {"--microbatches: the interleaved schedule runs the micro-batches in groups"});
+  checkUserError(with({"-k", "4", "--pp", "2", "--zero", "2"}), {"--zero: ZeRO-2 shards"});
+  checkUserError(runStrata({"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ps", "-k", "4",
+                            "--pp", "2"}),
+                 {"--pp: applies to ring only"});
+  // The simulator and the executor refuse what they cannot play yet.
+  checkUserError(runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "4",
+                            "--pp", "2"}),
+                 {"--pp: pipelines and gradient accumulation are priced by the closed form"});
+  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "1", "--microbatches", "2",
+                            "--steps", "1"}),
+                 {"--microbatches: pipelines and gradient accumulation"});
+}
+
 TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][sharded]") {
   const std::vector<std::string> gpt = {"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "4"};
   auto with = [&](std::vector<std::string> extra) {
@@ -2370,7 +2413,7 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   checkUserError(with({"-s", "ring", "--recompute", "sometimes"}),
                  {"--recompute: unknown recomputation 'sometimes'"});
   checkUserError(with({"-s", "ring", "--tp", "2", "--allreduce", "tree"}),
-                 {"--allreduce: with --tp or --zero"});
+                 {"--allreduce: with --tp, --pp or --zero"});
   checkUserError(runStrata({"predict", "-n", "alexnet", "-c", "dgx-h100", "-s", "ring", "-k", "2",
                             "--tp", "2"}),
                  {"--tp: network 'alexnet' has no layer that splits"});

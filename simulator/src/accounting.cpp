@@ -200,8 +200,8 @@ Result Engine::assemble() {
   est.singleWorkerStep = estimate(net_, cluster_, singleWorkerScenario(sc)).step;
   if (usesShardedStep(sc.options))
     est.placement = describePlacement(topo_, sc);
-  // A tensor-parallel group shares its examples: dp x b per step.
-  const double examples = double(dataParallelSize(sc)) * sc.batchPerWorker;
+  // dp x microbatches x b per step (strategy.h, examplesPerStep).
+  const double examples = examplesPerStep(sc);
   est.throughput = step > 0 ? examples / step : 0;
   est.speedup = est.throughput / (sc.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k_;

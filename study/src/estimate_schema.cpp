@@ -27,7 +27,11 @@ ordered_json optionsJson(const StrategyOptions& o) {
           {"tp", o.tp},
           {"sequence_parallel", o.sequenceParallel},
           {"zero", o.zero},
-          {"recompute", std::string(toString(o.recompute))}};
+          {"recompute", std::string(toString(o.recompute))},
+          {"pp", o.pp},
+          {"microbatches", o.microbatches},
+          {"schedule", std::string(toString(o.schedule))},
+          {"virtual_stages", o.virtualStages}};
 }
 
 namespace {
@@ -101,6 +105,10 @@ ordered_json estimateJson(const StepEstimate& e) {
     j["fits_with"] = e.fitsWith;
   if (!e.placement.empty())
     j["placement"] = e.placement;
+  if (!e.pipeline.empty()) {
+    j["pipeline"] = e.pipeline;
+    j["pipeline_bubble_s"] = e.pipelineBubble.value();
+  }
   if (e.rounds.rounds > 0) {
     j["rounds"] = {{"rounds", e.rounds.rounds},
                    {"batch_per_round", e.rounds.batchPerRound},
@@ -225,7 +233,7 @@ ordered_json columnValue(EstimateColumn column, const StepEstimate& e) {
     case C::kBatchPerWorker:
       return sc.batchPerWorker;
     case C::kGlobalBatch:
-      return int64_t(dataParallelSize(sc)) * sc.batchPerWorker;
+      return int64_t(examplesPerStep(sc));
     case C::kElement:
       return std::string(toString(o.element));
     case C::kOptimizer:

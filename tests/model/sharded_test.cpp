@@ -165,7 +165,7 @@ TEST_CASE("a tensor-parallel group that the network cannot split is refused, nam
   CHECK_THAT(errorOf(n, sc), Catch::Contains("--tp: applies to ring only"));
   sc.strategy = Strategy::kRing;
   sc.options.gradientSync = AllreduceAlgorithm::kTree;
-  CHECK_THAT(errorOf(n, sc), Catch::Contains("--allreduce: with --tp or --zero"));
+  CHECK_THAT(errorOf(n, sc), Catch::Contains("--allreduce: with --tp, --pp or --zero"));
   sc = ringScenario(4, 4);
   sc.options.zero = 4;
   CHECK_THAT(errorOf(n, sc), Catch::Contains("--zero: must be a ZeRO stage in [0, 3], got 4"));

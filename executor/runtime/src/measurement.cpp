@@ -203,9 +203,8 @@ RunResult runMeasured(Communicator& comm, const Plan& plan, const Network& netwo
     est.step = Seconds(step.seconds);
     est.firstStep = Seconds(result.steps[0].seconds);
     est.steadySteps = options.steps;
-    // A tensor-parallel group shares its examples: dp x b a step.
-    est.throughput =
-        double(dataParallelSize(plan.scenario)) * plan.scenario.batchPerWorker / step.seconds;
+    // dp x microbatches x b a step (strategy.h, examplesPerStep).
+    est.throughput = examplesPerStep(plan.scenario) / step.seconds;
     setUtilisation(est, network, nullptr);  // tokens/s: a run knows no peak
     const double params = double(worker.model().parameterCount()) * sizeof(float);
     for (int r = 0; r < k; ++r) {

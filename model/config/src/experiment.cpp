@@ -116,9 +116,27 @@ Experiment loadExperiment(const std::string& path) {
                       ex.batchPerWorker, k, std::numeric_limits<int>::max()));
 
   if (auto o = root.get("options")) {
-    o->allowOnly({"overlap", "fc_update", "segment", "bucket", "element", "optimizer", "allreduce",
-                  "conv_sync", "ps_priority", "staleness", "ps_servers", "ps_node",
-                  "threads_per_worker", "tp", "sequence_parallel", "zero", "recompute"});
+    o->allowOnly({"overlap",
+                  "fc_update",
+                  "segment",
+                  "bucket",
+                  "element",
+                  "optimizer",
+                  "allreduce",
+                  "conv_sync",
+                  "ps_priority",
+                  "staleness",
+                  "ps_servers",
+                  "ps_node",
+                  "threads_per_worker",
+                  "tp",
+                  "sequence_parallel",
+                  "zero",
+                  "recompute",
+                  "pp",
+                  "microbatches",
+                  "schedule",
+                  "virtual_stages"});
     auto& opt = ex.options;
     // Each key stands where its option would: fc_update for --fc-update.
     for (const auto& [key, value] : o->entries()) {
@@ -185,6 +203,20 @@ Experiment loadExperiment(const std::string& path) {
       }
       if (auto r = o->get("recompute"))
         opt.recompute = parseRecompute(r->asString(), r->path());
+      // A whole number in [1, most] at `key`, or what it holds.
+      const auto whole = [&](const char* key, int most, const char* what, int& into) {
+        if (auto n = o->get(key)) {
+          const double v = n->asDouble();
+          if (!(v >= 1 && v <= most && v == std::floor(v)))
+            n->fail(fmt::format("must be a whole number of {} in [1, {}]", what, most));
+          into = static_cast<int>(v);
+        }
+      };
+      whole("pp", kMaxPipelineStages, "pipeline stages", opt.pp);
+      whole("microbatches", kMaxMicrobatches, "micro-batches", opt.microbatches);
+      whole("virtual_stages", kMaxVirtualStages, "chunks per stage", opt.virtualStages);
+      if (auto sch = o->get("schedule"))
+        opt.schedule = parsePipelineSchedule(sch->asString(), sch->path());
       if (auto t = o->get("threads_per_worker")) {
         const double v = t->asDouble();
         if (!(v >= 1 && v <= kMaxThreadsPerWorker && v == std::floor(v)))

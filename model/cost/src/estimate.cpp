@@ -16,6 +16,7 @@
 #include "strata/model/layer_kinds.h"
 #include "strata/model/limits.h"
 #include "strata/model/model_flops.h"
+#include "strata/model/pipeline.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/tensor_parallel.h"
 #include "strata/model/topology.h"
@@ -159,6 +160,8 @@ using namespace cost;
 MemoryUse shardedMemory(const Context& ctx);
 
 MemoryUse memoryOf(const Context& ctx, int rank) {
+  if (usesPipeline(ctx.sc.options))
+    return pipelineMemory(ctx, (rank / ctx.sc.options.tp) % ctx.sc.options.pp);
   if (usesShardedStep(ctx.sc.options))
     return shardedMemory(ctx);
   const auto& net = ctx.net;
@@ -277,12 +280,40 @@ MemoryUse shardedMemory(const Context& ctx) {
   m.weights = Bytes(local * e / (o.zero >= 3 ? dp : 1));
   m.gradients = Bytes(local * e / (o.zero >= 2 ? dp : 1));
   m.optimizer = Bytes(local * optimizerPerParam / (o.zero >= 1 ? dp : 1));
-  // Activations per example, in elements (a dropout's 1-byte masks as
-  // their bytes / e): what each backward reads (activationsKept).
+  const auto act = keptActivations(ctx, tp, 0, static_cast<int>(net.layers.size()));
+  m.activations = Bytes((act.kept + act.largestBlock) * b * e);
+  // Staging: two ring chunks of the gradients (as ring), one whole
+  // tensor-parallel tensor (the largest a group sums or gathers), and with
+  // ZeRO-3 two gathered units (the one computing and the one prefetched).
+  const double seg = o.segment.value();
+  const double chunk = local * e / std::max(1, dp);
+  double buffers = ctx.k > 1 && dp > 1 ? 2 * (seg > 0 ? std::min(seg, chunk) : chunk) : 0;
+  double tpTensor = 0;
+  for (const auto& x : tp.layers)
+    for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter})
+      tpTensor = std::max(tpTensor, c->elems);
+  buffers += tpTensor * b * e;
+  if (o.zero >= 3 && dp > 1)
+    buffers += 2 * largestUnit * e;
+  m.buffers = Bytes(buffers);
+  return m;
+}
+
+}  // namespace
+
+namespace cost {
+
+KeptActivations keptActivations(const Context& ctx, const TpLayout& tp, int first, int last) {
+  const auto& net = ctx.net;
+  const auto& o = ctx.sc.options;
+  const double e = ctx.e;
+  // What each backward reads (activationsKept), times the layer's
+  // tensor-parallel share.
   const auto keptAct = activationsKept(net);
-  double kept = keptAct.input, largestBlock = 0, block = 0;
-  lastBlock = -2;
-  for (size_t i = 0; i < net.layers.size(); ++i) {
+  double kept = first == 0 ? keptAct.input : 0, largestBlock = 0, block = 0;
+  int lastBlock = -2;
+  for (int li = first; li < last; ++li) {
+    const auto i = static_cast<size_t>(li);
     const auto& l = net.layers[i];
     double saved = l.savedElems;
     if (l.kind == LayerKind::kAttention && o.recompute == Recompute::kSelective)
@@ -305,23 +336,12 @@ MemoryUse shardedMemory(const Context& ctx) {
     if (lastOfBlock)
       kept += double(l.outShape.elements()) * tp.layers[i].work;
   }
-  m.activations = Bytes((kept + largestBlock) * b * e);
-  // Staging: two ring chunks of the gradients (as ring), one whole
-  // tensor-parallel tensor (the largest a group sums or gathers), and with
-  // ZeRO-3 two gathered units (the one computing and the one prefetched).
-  const double seg = o.segment.value();
-  const double chunk = local * e / std::max(1, dp);
-  double buffers = ctx.k > 1 && dp > 1 ? 2 * (seg > 0 ? std::min(seg, chunk) : chunk) : 0;
-  double tpTensor = 0;
-  for (const auto& x : tp.layers)
-    for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter})
-      tpTensor = std::max(tpTensor, c->elems);
-  buffers += tpTensor * b * e;
-  if (o.zero >= 3 && dp > 1)
-    buffers += 2 * largestUnit * e;
-  m.buffers = Bytes(buffers);
-  return m;
+  return {kept, largestBlock};
 }
+
+}  // namespace cost
+
+namespace {
 
 // The strategy registry of the closed form: one row per strategy, naming the
 // step of its family (cost/src/<family>.cpp). plan/src/plan.cpp has the
@@ -370,6 +390,62 @@ void checkSizeOption(Bytes size, const char* option) {
 }  // namespace
 
 namespace {
+// --pp, --microbatches, --schedule and --virtual-stages against the strategy,
+// K and the network.
+void checkPipelineOptions(const Network& network, const Scenario& sc) {
+  const auto& o = sc.options;
+  if (o.pp < 1 || o.pp > kMaxPipelineStages)
+    throw OptionError("--pp", fmt::format("must be a whole number of pipeline stages in [1, {}], "
+                                          "got {}",
+                                          kMaxPipelineStages, o.pp));
+  if (o.microbatches < 1 || o.microbatches > kMaxMicrobatches)
+    throw OptionError("--microbatches",
+                      fmt::format("must be a whole number of micro-batches in [1, {}], got {}",
+                                  kMaxMicrobatches, o.microbatches));
+  if (o.virtualStages < 1 || o.virtualStages > kMaxVirtualStages)
+    throw OptionError("--virtual-stages",
+                      fmt::format("must be a whole number of chunks per stage in [1, {}], got {}",
+                                  kMaxVirtualStages, o.virtualStages));
+  const auto ignored = [&](OptionKey key) { return optionIgnoredBy(key, sc.strategy, o); };
+  if (o.pp > 1 && !ignored(OptionKey::kPipelineParallel).empty())
+    throw OptionError("--pp", ignored(OptionKey::kPipelineParallel));
+  if (o.microbatches > 1 && !ignored(OptionKey::kMicrobatches).empty())
+    throw OptionError("--microbatches", ignored(OptionKey::kMicrobatches));
+  if (o.virtualStages > 1 && !ignored(OptionKey::kVirtualStages).empty())
+    throw OptionError("--virtual-stages", ignored(OptionKey::kVirtualStages));
+  if (o.schedule != PipelineSchedule::k1f1b && o.pp == 1)
+    throw OptionError("--schedule", ignored(OptionKey::kSchedule));
+  if (!usesPipeline(o))
+    return;
+  const int64_t groups = int64_t{o.tp} * o.pp;
+  if (sc.workers % groups != 0)
+    throw OptionError("--pp", fmt::format("{} workers do not split into pipelines of {} stages x "
+                                          "tensor-parallel groups of {}; K must be a multiple "
+                                          "of tp x pp = {}",
+                                          sc.workers, o.pp, o.tp, groups));
+  if (o.zero >= 2)
+    throw OptionError("--zero",
+                      fmt::format("ZeRO-{} shards the gradients, which every micro-batch adds to: "
+                                  "with --pp or --microbatches use --zero 0 or 1 (Megatron-LM's "
+                                  "distributed optimizer), as DeepSpeed and Megatron-LM do",
+                                  o.zero));
+  if (o.schedule == PipelineSchedule::kInterleaved) {
+    if (o.virtualStages < 2)
+      throw OptionError("--virtual-stages",
+                        "--schedule interleaved needs 2 or more chunks per stage (with 1 it is "
+                        "1f1b)");
+    if (o.microbatches % o.pp != 0)
+      throw OptionError("--microbatches",
+                        fmt::format("the interleaved schedule runs the micro-batches in groups of "
+                                    "--pp {}: {} is not a multiple of it",
+                                    o.pp, o.microbatches));
+  }
+  const int chunks = o.pp * (o.schedule == PipelineSchedule::kInterleaved ? o.virtualStages : 1);
+  if (const auto why = pipelineObstacle(network, chunks); !why.empty())
+    throw OptionError(o.virtualStages > 1 ? "--virtual-stages" : "--pp",
+                      fmt::format("{} ({})", why, network.sourceFile));
+}
+
 // --tp, --sequence-parallel, --zero and --recompute against the strategy and
 // the network.
 void checkShardingOptions(const Network& network, const Scenario& sc) {
@@ -394,15 +470,17 @@ void checkShardingOptions(const Network& network, const Scenario& sc) {
     throw OptionError("--tp", fmt::format("{} workers do not split into tensor-parallel groups of "
                                           "{}; use a --workers that is a multiple of {}",
                                           sc.workers, o.tp, o.tp));
+  checkPipelineOptions(network, sc);
   if (const auto why = tensorParallelObstacle(network, o.tp, o.sequenceParallel); !why.empty())
     throw OptionError(o.sequenceParallel ? "--sequence-parallel" : "--tp",
                       fmt::format("{} ({})", why, network.sourceFile));
-  if ((o.tp > 1 || o.zero > 0) && o.gradientSync != AllreduceAlgorithm::kRing)
-    throw OptionError("--allreduce",
-                      fmt::format("with --tp or --zero the data-parallel groups synchronise over "
-                                  "rings (reduce-scatter, all-gather); --allreduce {} applies "
-                                  "without them",
-                                  toString(o.gradientSync)));
+  if ((o.tp > 1 || o.zero > 0 || o.pp > 1) && o.gradientSync != AllreduceAlgorithm::kRing)
+    throw OptionError(
+        "--allreduce",
+        fmt::format("with --tp, --pp or --zero the data-parallel groups synchronise over "
+                    "rings (reduce-scatter, all-gather); --allreduce {} applies "
+                    "without them",
+                    toString(o.gradientSync)));
   if (o.recompute == Recompute::kSelective &&
       std::none_of(network.layers.begin(), network.layers.end(),
                    [](const Layer& l) { return l.kind == LayerKind::kAttention; }))
@@ -520,6 +598,18 @@ int globalBatch(int workers, int batchPerWorker) {
   return static_cast<int>(examples);
 }
 
+int globalBatch(const Scenario& sc) {
+  const int perReplica = globalBatch(sc.options.microbatches, sc.batchPerWorker);
+  int64_t examples = 0;
+  if (!checkedMul(dataParallelSize(sc), perReplica, examples, std::numeric_limits<int>::max()))
+    throw OptionError("--microbatches",
+                      fmt::format("{} data-parallel replicas x {} micro-batches x {} examples is a "
+                                  "global batch over {} examples; lower --microbatches or --batch",
+                                  dataParallelSize(sc), sc.options.microbatches, sc.batchPerWorker,
+                                  std::numeric_limits<int>::max()));
+  return static_cast<int>(examples);
+}
+
 void checkPsPlacement(const Cluster& cluster, const Scenario& sc) {
   const int servers = sc.options.psServers;
   const auto cap = cluster.capacity();
@@ -555,8 +645,9 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.singleWorkerStep = run(one, t1, unused, unusedFirst, unusedSteps);
 
   const int k = scenario.workers;
-  // A tensor-parallel group shares its examples: dp x b per step.
-  const double examples = double(dataParallelSize(scenario)) * scenario.batchPerWorker;
+  // A tensor-parallel group shares its examples, a pipeline's stages pass
+  // them on: dp x microbatches x b per step.
+  const double examples = examplesPerStep(scenario);
   est.throughput = examples / est.step.value();
   est.speedup = est.throughput / (scenario.batchPerWorker / est.singleWorkerStep.value());
   est.efficiency = est.speedup / k;
@@ -567,6 +658,8 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   est.computeSource = ctx.costs.describe();
   if (usesShardedStep(scenario.options))
     est.placement = describePlacement(ctx.topo, scenario);
+  est.pipeline = t.pipeline;
+  est.pipelineBubble = t.bubble;
 
   // Worker 0 and the others, each assigned whole: GCC 12.2 at -O3
   // (-ftree-loop-distribution) split this loop and ran a field store
@@ -574,21 +667,32 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   // amend, so the naive reducer's staging showed on every worker. One
   // aggregate store per worker leaves nothing to reorder; the model test
   // "every worker's memory is estimateMemory's" guards it (docs/testing.md).
+  // A pipeline's workers hold and do what their stage does.
+  const int stages = static_cast<int>(t.stages.size());
+  std::vector<MemoryUse> stageMemory;
+  for (int s = 0; s < stages; ++s)
+    stageMemory.push_back(memoryOf(ctx, s * scenario.options.tp));
   const MemoryUse memRoot = memoryOf(ctx, 0);
   const MemoryUse memOther = memoryOf(ctx, 1);
   est.workers.resize(static_cast<size_t>(k));
+  Bytes peak = max(memRoot.total(), memOther.total());
+  for (const auto& mem : stageMemory)
+    peak = max(peak, mem.total());
   for (int r = 0; r < k; ++r) {
     auto& w = est.workers[static_cast<size_t>(r)];
+    const int stage = stages > 0 ? (r / scenario.options.tp) % stages : -1;
+    const auto& times = stage >= 0 ? t.stages[static_cast<size_t>(stage)]
+                                   : Tally::StageTimes{t.compute, t.communication, t.exposed};
     w.rank = r;
-    w.compute = t.compute;
-    w.communication = t.communication;
-    w.exposedCommunication = t.exposed;
-    w.idle = max(Seconds(0), est.step - t.compute.total() - t.exposed);
+    w.compute = times.compute;
+    w.communication = times.communication;
+    w.exposedCommunication = times.exposed;
+    w.idle = max(Seconds(0), est.step - times.compute.total() - times.exposed);
     w.sent = Bytes(t.sent[static_cast<size_t>(r)]);
     w.received = Bytes(t.received[static_cast<size_t>(r)]);
-    w.memory = r == 0 ? memRoot : memOther;
+    w.memory = stage >= 0 ? stageMemory[static_cast<size_t>(stage)] : r == 0 ? memRoot : memOther;
   }
-  est.fitsInMemory = max(memRoot.total(), memOther.total()) <= cluster.device.memoryCapacity;
+  est.fitsInMemory = peak <= cluster.device.memoryCapacity;
   return est;
 }
 
@@ -599,8 +703,11 @@ namespace strata {
 std::optional<FitChange> smallestFittingChange(const Network& network, const Cluster& cluster,
                                                const Scenario& scenario) {
   const auto peak = [&](const Scenario& sc) {
-    return max(estimateMemory(network, cluster, sc, 0).total(),
-               estimateMemory(network, cluster, sc, 1).total());
+    Bytes most = max(estimateMemory(network, cluster, sc, 0).total(),
+                     estimateMemory(network, cluster, sc, 1).total());
+    for (int s = 1; s < sc.options.pp; ++s)
+      most = max(most, estimateMemory(network, cluster, sc, s * sc.options.tp).total());
+    return most;
   };
   const Bytes capacity = cluster.device.memoryCapacity;
   if (peak(scenario) <= capacity)

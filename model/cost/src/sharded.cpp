@@ -9,105 +9,13 @@
 
 #include <algorithm>
 
-#include "step_context.h"
-#include "strata/model/tensor_parallel.h"
+#include "sharded_tasks.h"
 
 namespace strata::cost {
 
-namespace {
-
-// A step being laid out as lane tasks, with what each task is.
-class StepTasks {
- public:
-  StepTasks(const Context& ctx, Tally& t) : ctx_(ctx), t_(t) {}
-
-  // A compute task after everything in the stream's path (and `extra`).
-  int compute(Seconds work, Phase phase, std::vector<int> extra = {}) {
-    if (path_ >= 0)
-      extra.push_back(path_);
-    path_ = add({false, work, std::move(extra)}, phase);
-    return path_;
-  }
-  // A collective in the stream's path: it waits for the path and the path
-  // waits for it.
-  void inPath(const CollectiveCost& c) {
-    if (c.time.value() <= 0 && c.steps == 0)
-      return;
-    path_ = add({true, c.time, path_ >= 0 ? std::vector<int>{path_} : std::vector<int>{}}, {});
-    note(c);
-  }
-  // A collective beside the stream, after `deps`.
-  int beside(const CollectiveCost& c, std::vector<int> deps) {
-    std::erase(deps, -1);
-    note(c);
-    return add({true, c.time, std::move(deps), true}, {});
-  }
-  int path() const { return path_; }
-  const std::vector<LaneTask>& tasks() const { return tasks_; }
-
-  // Plays the tasks and adds the step's times to the tally; returns the step.
-  Seconds play() {
-    const auto s =
-        playLanes(tasks_, ctx_.lanes.compute, ctx_.lanes.comm, ctx_.handoff, &ctx_.lanes);
-    double end = 0, computeWall = 0, commWall = 0;
-    for (size_t i = 0; i < tasks_.size(); ++i) {
-      const double wall = s.end[i] - s.start[i];
-      end = std::max(end, s.end[i]);
-      if (tasks_[i].comm) {
-        commWall += wall;
-        continue;
-      }
-      computeWall += wall;
-      switch (phase_[i]) {
-        case Phase::kFwd:
-          t_.compute.fwd += Seconds(wall);
-          break;
-        case Phase::kBwdData:
-          t_.compute.bwdData += Seconds(wall);
-          break;
-        case Phase::kBwdWeights:
-          t_.compute.bwdWeights += Seconds(wall);
-          break;
-        case Phase::kUpdate:
-          t_.compute.update += Seconds(wall);
-          break;
-      }
-    }
-    t_.communication += Seconds(commWall);
-    t_.exposed += Seconds(std::max(0.0, end - computeWall));
-    return Seconds(end);
-  }
-
- private:
-  int add(LaneTask task, Phase phase) {
-    tasks_.push_back(std::move(task));
-    phase_.push_back(phase);
-    return static_cast<int>(tasks_.size()) - 1;
-  }
-  // Bytes and the bottleneck of a collective; its time is the task's wall.
-  void note(const CollectiveCost& c) {
-    for (size_t i = 0; i < t_.sent.size() && i < c.sent.size(); ++i) {
-      t_.sent[i] += c.sent[i];
-      t_.received[i] += c.received[i];
-    }
-    if (c.time > t_.worstCollective && c.bottleneckLink >= 0) {
-      t_.worstCollective = c.time;
-      t_.bottleneckLink = c.bottleneckLink;
-      t_.bottleneckUp = c.bottleneckUp;
-    }
-  }
-
-  const Context& ctx_;
-  Tally& t_;
-  std::vector<LaneTask> tasks_;
-  std::vector<Phase> phase_;
-  int path_ = -1;
-};
-
-}  // namespace
-
-Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& firstStep,
-                    int& steps) {
+Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep, int& steps) {
+  if (usesPipeline(ctx.sc.options))
+    return pipelineStep(ctx, t, info, firstStep, steps);
   steps = 1;
   const auto& net = ctx.net;
   const auto& o = ctx.sc.options;
@@ -115,31 +23,9 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
   const int dp = dataParallelSize(ctx.sc);
   const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t};
-  const double b = ctx.b, e = ctx.e;
+  const double e = ctx.e;
   StepTasks s(ctx, t);
-
-  auto tpCollective = [&](const TpComm& c) {
-    if (c.op == TpCollective::kNone || tp.t <= 1)
-      return;
-    const Bytes bytes(c.elems * b * e);
-    switch (c.op) {
-      case TpCollective::kAllReduce:
-        s.inPath(groupAllReduce(ctx.topo, tpGroups, bytes, ctx.comm));
-        break;
-      case TpCollective::kReduceScatter:
-        s.inPath(groupReduceScatter(ctx.topo, tpGroups, bytes, ctx.comm));
-        break;
-      case TpCollective::kAllGather:
-        s.inPath(groupAllGather(ctx.topo, tpGroups, bytes, ctx.comm));
-        break;
-      case TpCollective::kNone:
-        break;
-    }
-  };
-  auto time = [&](int i, Phase p) {
-    return ctx.time(net.layers[static_cast<size_t>(i)], p, b,
-                    tp.layers[static_cast<size_t>(i)].work);
-  };
+  const ShardedLayers layers{ctx, tp, tpGroups};
 
   // ZeRO-3: each unit's weights all-gathered over the data-parallel group
   // before its forward and again before its backward, one unit ahead (the
@@ -178,59 +64,11 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   };
 
   // Forward.
-  for (int i = 0; i < n; ++i) {
-    const auto extra = enterUnit(i);
-    const auto& x = tp.layers[static_cast<size_t>(i)];
-    tpCollective(x.fwdBefore);
-    s.compute(time(i, Phase::kFwd), Phase::kFwd, extra);
-    tpCollective(x.fwdAfter);
-  }
+  for (int i = 0; i < n; ++i)
+    layers.forward(s, i, enterUnit(i));
 
   // Backward, last layer first, with the data-parallel gradient sync.
-  const bool sharded = o.zero >= 1 && dp > 1;
-  const bool ringGroups = tp.t > 1 || o.zero >= 1;
-  std::vector<int> syncs;
-  auto sync = [&](double params, std::vector<int> deps) {
-    if (dp <= 1 || params <= 0)
-      return;
-    const Bytes bytes(params * e);
-    CollectiveCost c;
-    if (sharded) {
-      c = groupReduceScatter(ctx.topo, dpGroups, bytes, ctx.comm);
-    } else if (ringGroups) {
-      c = groupAllReduce(ctx.topo, dpGroups, bytes, ctx.comm);
-    } else {
-      c = allReduce(ctx.topo, gradientAllreduce(ctx.sc), bytes, ctx.comm);
-      t.picks.emplace_back(c.algorithm, bytes.value());
-    }
-    deps.push_back(syncs.empty() ? -1 : syncs.back());
-    syncs.push_back(s.beside(c, std::move(deps)));
-  };
-  // Buckets of local gradients (ZeRO-0..2; ZeRO-3 reduce-scatters per unit).
-  std::vector<int> bucketStart(static_cast<size_t>(n), -1);
-  std::vector<double> bucketParams;
-  {
-    bool open = false;
-    for (int i = n - 1; i >= 0; --i) {
-      const double p = tp.layers[static_cast<size_t>(i)].params;
-      if (p <= 0)
-        continue;
-      if (!open) {
-        bucketParams.push_back(0);
-        open = true;
-      }
-      bucketParams.back() += p;
-      bucketStart[static_cast<size_t>(i)] = static_cast<int>(bucketParams.size()) - 1;
-      if (o.overlap && bucketParams.back() * e >= o.bucket.value())
-        open = false;
-    }
-  }
-  // Per bucket: the layer whose gradient closes it (its lowest layer).
-  std::vector<int> bucketCloser(bucketParams.size(), -1);
-  for (int i = 0; i < n; ++i)
-    if (const int bk = bucketStart[static_cast<size_t>(i)]; bk >= 0 && bucketCloser[size_t(bk)] < 0)
-      bucketCloser[static_cast<size_t>(bk)] = i;
-
+  GradientSyncs syncs(ctx, tp, s, t, dpGroups, 0, n);
   if (zero3 && unit >= 0)
     forwardDone[static_cast<size_t>(unit)] = s.path();
   backward = true;
@@ -239,76 +77,199 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& 
   unit = -1;
   double unitGrads = 0;
   for (int i = n - 1; i >= 0; --i) {
-    const auto& l = net.layers[static_cast<size_t>(i)];
-    const auto& x = tp.layers[static_cast<size_t>(i)];
     const int u = unitOf[static_cast<size_t>(i)];
     const auto extra = enterUnit(i);
-    // Full recomputation: at a block's last layer, rerun the block's forward
-    // (its tensor-parallel collectives included) from the kept input.
-    if (o.recompute == Recompute::kFull && l.block >= 0 &&
-        (i == n - 1 || net.layers[static_cast<size_t>(i) + 1].block != l.block)) {
-      int first = i;
-      while (first > 0 && net.layers[static_cast<size_t>(first) - 1].block == l.block)
-        --first;
-      for (int j = first; j <= i; ++j) {
-        tpCollective(tp.layers[static_cast<size_t>(j)].fwdBefore);
-        s.compute(time(j, Phase::kFwd), Phase::kFwd, j == first ? extra : std::vector<int>{});
-        tpCollective(tp.layers[static_cast<size_t>(j)].fwdAfter);
-      }
-    }
-    if (o.recompute == Recompute::kSelective && l.kind == LayerKind::kAttention)
-      s.compute(ctx.time(l, Phase::kFwd, b,
-                         tp.layers[static_cast<size_t>(i)].work * attentionCoreShare(l)),
-                Phase::kFwd, extra);
-    tpCollective(x.bwdBefore);
-    int gradient = -1;
-    if (l.computesWeightGradient())
-      gradient = s.compute(time(i, Phase::kBwdWeights), Phase::kBwdWeights, extra);
-    // Sequence parallelism: the group sums a replicated layer's weight
-    // gradient, in turn with the syncs (which wait for it).
-    if (x.sumsGradient)
-      syncs.push_back(s.beside(groupAllReduce(ctx.topo, tpGroups, Bytes(x.params * e), ctx.comm),
-                               {gradient, syncs.empty() ? -1 : syncs.back()}));
-    if (!l.readsNetworkInput()) {
-      s.compute(time(i, Phase::kBwdData), Phase::kBwdData, extra);
-      tpCollective(x.bwdAfter);
-    }
+    const int gradient = layers.backward(s, i, 0, extra);
+    syncs.afterBackward(i, gradient, !zero3);
     if (zero3) {
-      unitGrads += x.params;
+      unitGrads += tp.layers[static_cast<size_t>(i)].params;
       const bool unitEnds = u >= 0 && (i == 0 || unitOf[static_cast<size_t>(i) - 1] != u);
       if (unitEnds) {
-        sync(unitGrads, {s.path()});
+        syncs.sync(unitGrads, {s.path()});
         unitGrads = 0;
       }
-    } else if (const int bk = bucketStart[static_cast<size_t>(i)];
-               o.overlap && bk >= 0 && bucketCloser[static_cast<size_t>(bk)] == i) {
-      sync(bucketParams[static_cast<size_t>(bk)], {gradient >= 0 ? gradient : s.path()});
     }
   }
   if (!zero3 && !o.overlap)
-    for (double p : bucketParams)
-      sync(p, {s.path()});
+    syncs.syncBuckets({s.path()});
+  syncs.update(zero3);
+  firstStep = s.play();
+  return firstStep;
+}
 
+GradientSyncs::GradientSyncs(const Context& ctx, const TpLayout& tp, StepTasks& s, Tally& t,
+                             RankGroups dpGroups, int first, int last)
+    : ctx_(ctx),
+      tp_(tp),
+      s_(s),
+      t_(t),
+      dpGroups_(dpGroups),
+      dp_(dataParallelSize(ctx.sc)),
+      first_(first),
+      last_(last) {
+  const auto& o = ctx.sc.options;
+  sharded_ = o.zero >= 1 && dp_ > 1;
+  ringGroups_ = tp.t > 1 || o.zero >= 1 || o.pp > 1;
+  buckets(first, last, bucketOf_, bucketParams_, closer_);
+}
+
+void GradientSyncs::buckets(int first, int last, std::vector<int>& bucketOf,
+                            std::vector<double>& params, std::vector<int>& closer) const {
+  // Buckets of local gradients, last layers first (ZeRO-3 reduce-scatters
+  // per unit instead).
+  const auto& o = ctx_.sc.options;
+  bucketOf.assign(static_cast<size_t>(last - first), -1);
+  bool open = false;
+  for (int i = last - 1; i >= first; --i) {
+    const double p = tp_.layers[static_cast<size_t>(i)].params;
+    if (p <= 0)
+      continue;
+    if (!open) {
+      params.push_back(0);
+      closer.push_back(i);
+      open = true;
+    }
+    params.back() += p;
+    bucketOf[static_cast<size_t>(i - first)] = static_cast<int>(params.size()) - 1;
+    closer.back() = i;
+    if (o.overlap && params.back() * ctx_.e >= o.bucket.value())
+      open = false;
+  }
+}
+
+void GradientSyncs::syncEarlier(int first, int last) {
+  std::vector<int> bucketOf, closer;
+  std::vector<double> params;
+  buckets(first, last, bucketOf, params, closer);
+  for (int i = first; i < last; ++i)
+    if (const auto& x = tp_.layers[static_cast<size_t>(i)]; x.sumsGradient)
+      beside(groupAllReduce(ctx_.topo, RankGroups{tp_.t, 1}, Bytes(x.params * ctx_.e), ctx_.comm),
+             {});
+  for (double p : params)
+    sync(p, {});
+  earlierParams_.insert(earlierParams_.end(), params.begin(), params.end());
+}
+
+void GradientSyncs::sync(double params, std::vector<int> deps) {
+  if (dp_ <= 1 || params <= 0)
+    return;
+  const Bytes bytes(params * ctx_.e);
+  CollectiveCost c;
+  if (sharded_) {
+    c = groupReduceScatter(ctx_.topo, dpGroups_, bytes, ctx_.comm);
+  } else if (ringGroups_) {
+    c = groupAllReduce(ctx_.topo, dpGroups_, bytes, ctx_.comm);
+  } else {
+    c = allReduce(ctx_.topo, gradientAllreduce(ctx_.sc), bytes, ctx_.comm);
+    t_.picks.emplace_back(c.algorithm, bytes.value());
+  }
+  beside(c, std::move(deps));
+}
+
+void GradientSyncs::beside(const CollectiveCost& c, std::vector<int> deps) {
+  deps.push_back(syncs_.empty() ? -1 : syncs_.back());
+  syncs_.push_back(s_.beside(c, std::move(deps)));
+}
+
+void GradientSyncs::afterBackward(int i, int gradient, bool buckets) {
+  const auto& x = tp_.layers[static_cast<size_t>(i)];
+  // Sequence parallelism: the group sums a replicated layer's weight
+  // gradient, in turn with the syncs (which wait for it).
+  if (x.sumsGradient)
+    beside(groupAllReduce(ctx_.topo, RankGroups{tp_.t, 1}, Bytes(x.params * ctx_.e), ctx_.comm),
+           {gradient});
+  if (!buckets || !ctx_.sc.options.overlap)
+    return;
+  const int bk = bucketOf_[static_cast<size_t>(i - first_)];
+  if (bk >= 0 && closer_[static_cast<size_t>(bk)] == i)
+    sync(bucketParams_[static_cast<size_t>(bk)], {gradient >= 0 ? gradient : s_.path()});
+}
+
+void GradientSyncs::syncBuckets(const std::vector<int>& deps) {
+  for (double p : bucketParams_)
+    sync(p, deps);
+}
+
+void GradientSyncs::update(bool zero3, double extraParams) {
   // The update of this worker's parameters, once every gradient is
   // synchronised. ZeRO-1/2: per bucket, its 1/dp chunk, then the bucket's
   // weights all-gathered beside the next bucket's update (Megatron's
   // distributed optimizer); else all it holds (ZeRO-3: its 1/dp).
-  double local = 0;
-  for (const auto& x : tp.layers)
-    local += x.params;
-  if (sharded && !zero3) {
+  double local = extraParams;
+  for (int i = first_; i < last_; ++i)
+    local += tp_.layers[static_cast<size_t>(i)].params;
+  for (double p : earlierParams_)
+    local += p;
+  if (sharded_ && !zero3) {
     // The gathers take turns on the communication stream, as the syncs do.
     int gathered = -1;
-    for (double p : bucketParams) {
-      const int updated = s.compute(ctx.update(p / dp), Phase::kUpdate, syncs);
-      gathered =
-          s.beside(groupAllGather(ctx.topo, dpGroups, Bytes(p * e), ctx.comm), {updated, gathered});
+    auto params = bucketParams_;
+    params.insert(params.end(), earlierParams_.begin(), earlierParams_.end());
+    if (extraParams > 0)
+      params.push_back(extraParams);
+    for (double p : params) {
+      const int updated = s_.compute(ctx_.update(p / dp_), Phase::kUpdate, syncs_);
+      gathered = s_.beside(groupAllGather(ctx_.topo, dpGroups_, Bytes(p * ctx_.e), ctx_.comm),
+                           {updated, gathered});
     }
   } else {
-    s.compute(ctx.update(zero3 ? local / dp : local), Phase::kUpdate, syncs);
+    s_.compute(ctx_.update(zero3 ? local / dp_ : local), Phase::kUpdate, syncs_);
   }
-  firstStep = s.play();
-  return firstStep;
+}
+
+void ShardedLayers::collective(StepTasks& s, const TpComm& c) const {
+  if (c.op == TpCollective::kNone || tp.t <= 1)
+    return;
+  const Bytes bytes(c.elems * ctx.b * ctx.e);
+  switch (c.op) {
+    case TpCollective::kAllReduce:
+      s.inPath(groupAllReduce(ctx.topo, tpGroups, bytes, ctx.comm));
+      break;
+    case TpCollective::kReduceScatter:
+      s.inPath(groupReduceScatter(ctx.topo, tpGroups, bytes, ctx.comm));
+      break;
+    case TpCollective::kAllGather:
+      s.inPath(groupAllGather(ctx.topo, tpGroups, bytes, ctx.comm));
+      break;
+    case TpCollective::kNone:
+      break;
+  }
+}
+
+void ShardedLayers::forward(StepTasks& s, int i, std::vector<int> extra) const {
+  const auto& x = tp.layers[static_cast<size_t>(i)];
+  collective(s, x.fwdBefore);
+  s.compute(time(i, Phase::kFwd), Phase::kFwd, std::move(extra));
+  collective(s, x.fwdAfter);
+}
+
+int ShardedLayers::backward(StepTasks& s, int i, int first, const std::vector<int>& extra) const {
+  const auto& net = ctx.net;
+  const auto& o = ctx.sc.options;
+  const auto& l = net.layers[static_cast<size_t>(i)];
+  const auto& x = tp.layers[static_cast<size_t>(i)];
+  // Full recomputation: at a block's last layer, rerun the block's forward
+  // (its tensor-parallel collectives included) from the kept input.
+  if (o.recompute == Recompute::kFull && l.block >= 0 &&
+      (i == static_cast<int>(net.layers.size()) - 1 ||
+       net.layers[static_cast<size_t>(i) + 1].block != l.block)) {
+    int from = i;
+    while (from > first && net.layers[static_cast<size_t>(from) - 1].block == l.block)
+      --from;
+    for (int j = from; j <= i; ++j)
+      forward(s, j, j == from ? extra : std::vector<int>{});
+  }
+  if (o.recompute == Recompute::kSelective && l.kind == LayerKind::kAttention)
+    s.compute(ctx.time(l, Phase::kFwd, ctx.b, x.work * attentionCoreShare(l)), Phase::kFwd, extra);
+  collective(s, x.bwdBefore);
+  int gradient = -1;
+  if (l.computesWeightGradient())
+    gradient = s.compute(time(i, Phase::kBwdWeights), Phase::kBwdWeights, extra);
+  if (!l.readsNetworkInput()) {
+    s.compute(time(i, Phase::kBwdData), Phase::kBwdData, extra);
+    collective(s, x.bwdAfter);
+  }
+  return gradient;
 }
 
 }  // namespace strata::cost
@@ -317,24 +278,30 @@ namespace strata {
 
 std::string describePlacement(const Topology& topo, const Scenario& sc) {
   const auto& o = sc.options;
-  const int t = o.tp, dp = dataParallelSize(sc);
+  const int t = o.tp, p = o.pp, dp = dataParallelSize(sc);
   // The outermost level a group's members meet at: consecutive ranks for
-  // tensor parallelism, ranks t apart for data parallelism.
+  // tensor parallelism, ranks t apart for the stages of a pipeline, ranks
+  // t x pp apart for data parallelism.
   auto over = [&](int first, int last) {
     const int level = topo.meetLevel(first, last);
     return level < 0 ? std::string("no link")
                      : topo.cluster().levels[static_cast<size_t>(level)].name + " links";
   };
   std::vector<std::string> parts;
-  parts.push_back(fmt::format("K = {} = dp {} x tp {}", sc.workers, dp, t));
+  parts.push_back(p > 1 ? fmt::format("K = {} = dp {} x tp {} x pp {}", sc.workers, dp, t, p)
+                        : fmt::format("K = {} = dp {} x tp {}", sc.workers, dp, t));
   if (t > 1)
     parts.push_back(fmt::format("tensor-parallel groups of {} consecutive workers over {}{}", t,
                                 over(0, t - 1),
                                 o.sequenceParallel ? " with sequence parallelism" : ""));
+  if (p > 1)
+    parts.push_back(fmt::format("pipelines of {} stages{} over {}", p,
+                                t > 1 ? fmt::format(" {} workers apart", t) : std::string(),
+                                over(0, (p - 1) * t)));
   if (dp > 1)
     parts.push_back(fmt::format("data-parallel groups of {} workers{} over {}", dp,
-                                t > 1 ? fmt::format(" {} apart", t) : std::string(),
-                                over(0, (dp - 1) * t)));
+                                t * p > 1 ? fmt::format(" {} apart", t * p) : std::string(),
+                                over(0, (dp - 1) * t * p)));
   if (o.zero > 0)
     parts.push_back(fmt::format("ZeRO-{} ({} sharded over each data-parallel group)", o.zero,
                                 o.zero == 1   ? "optimizer states"

@@ -11,6 +11,7 @@
 #include "strata/model/collectives.h"
 #include "strata/model/compute_cost.h"
 #include "strata/model/estimate.h"
+#include "strata/model/tensor_parallel.h"
 #include "strata/model/topology.h"
 
 namespace strata::cost {
@@ -65,6 +66,16 @@ struct Tally {
   bool bottleneckUp = true;
   // Each gradient allreduce's algorithm and bytes (describeAllreduce).
   std::vector<std::pair<std::string, double>> picks;
+  // A pipeline (pipeline.cpp): each stage's times (worker r is on stage
+  // (r / tp) mod pp; the fields above then hold the slowest stage's), what
+  // it is, and its bubble (StepEstimate::pipelineBubble).
+  struct StageTimes {
+    PhaseTimes compute;
+    Seconds communication, exposed;
+  };
+  std::vector<StageTimes> stages;
+  std::string pipeline;
+  Seconds bubble;
 
   explicit Tally(int k)
       : sent(static_cast<size_t>(k), 0.0), received(static_cast<size_t>(k), 0.0) {}
@@ -177,5 +188,21 @@ Seconds paramServerStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& 
 Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep, int& steps);
 Seconds weirdTrickStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep,
                        int& steps);  // weird_trick.cpp
+// A pipeline or gradient accumulation (usesPipeline): pipeline.cpp;
+// shardedStep hands such a scenario to it.
+Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firstStep, int& steps);
+
+// Per example, in elements (a dropout's 1-byte masks as bytes / e), what
+// layers [first, last) keep for their backward under `tp` and the
+// recomputation of the scenario: `kept` until the backward, plus
+// `largestBlock` while full recomputation reruns its largest block
+// (estimate.cpp, shardedMemory). The network input counts when first is 0.
+struct KeptActivations {
+  double kept = 0;
+  double largestBlock = 0;
+};
+KeptActivations keptActivations(const Context& ctx, const TpLayout& tp, int first, int last);
+// Memory of a worker on pipeline stage `stage` (pipeline.cpp).
+MemoryUse pipelineMemory(const Context& ctx, int stage);
 
 }  // namespace strata::cost

@@ -101,6 +101,26 @@ Recompute parseRecompute(std::string_view text, const std::string& option) {
                                 "' (expected none, selective or full)");
 }
 
+std::string_view toString(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kGpipe:
+      return "gpipe";
+    case PipelineSchedule::k1f1b:
+      return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved";
+  }
+  return "?";
+}
+
+PipelineSchedule parsePipelineSchedule(std::string_view text, const std::string& option) {
+  for (auto s : {PipelineSchedule::kGpipe, PipelineSchedule::k1f1b, PipelineSchedule::kInterleaved})
+    if (toString(s) == text)
+      return s;
+  throw OptionError(option, "unknown pipeline schedule '" + std::string(text) +
+                                "' (expected gpipe, 1f1b or interleaved)");
+}
+
 namespace {
 
 // `list`: the option takes a list, where "all" is also accepted.
@@ -186,6 +206,14 @@ std::string_view optionFlag(OptionKey key) {
       return "--zero";
     case OptionKey::kRecompute:
       return "--recompute";
+    case OptionKey::kPipelineParallel:
+      return "--pp";
+    case OptionKey::kMicrobatches:
+      return "--microbatches";
+    case OptionKey::kSchedule:
+      return "--schedule";
+    case OptionKey::kVirtualStages:
+      return "--virtual-stages";
   }
   return "?";
 }
@@ -226,6 +254,14 @@ std::string_view optionFileKey(OptionKey key) {
       return "zero";
     case OptionKey::kRecompute:
       return "recompute";
+    case OptionKey::kPipelineParallel:
+      return "pp";
+    case OptionKey::kMicrobatches:
+      return "microbatches";
+    case OptionKey::kSchedule:
+      return "schedule";
+    case OptionKey::kVirtualStages:
+      return "virtual_stages";
   }
   return "?";
 }
@@ -281,6 +317,23 @@ std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOpti
       return strategy == Strategy::kNaive || strategy == Strategy::kRing
                  ? ""
                  : "applies to naive and ring only";
+    case OptionKey::kPipelineParallel:
+    case OptionKey::kMicrobatches:
+      return strategy == Strategy::kRing
+                 ? ""
+                 : "applies to ring only (its data-parallel groups synchronise each stage's "
+                   "accumulated gradients)";
+    case OptionKey::kSchedule:
+      if (strategy != Strategy::kRing)
+        return "applies to ring with --pp 2 or more only";
+      return o.pp > 1 ? "" : "applies with --pp 2 or more only (the order of a stage's work)";
+    case OptionKey::kVirtualStages:
+      if (strategy != Strategy::kRing)
+        return "applies to ring with --schedule interleaved only";
+      return o.pp > 1 && o.schedule == PipelineSchedule::kInterleaved
+                 ? ""
+                 : "applies with --pp 2 or more and --schedule interleaved only (chunks of layers "
+                   "per stage)";
   }
   return "";
 }

@@ -31,6 +31,9 @@ void checkPsPlacement(const Cluster& cluster, const Scenario& scenario);
 // K x b, checked: throws OptionError("--batch") naming both when the global
 // batch does not fit an int (the CLI's `-b 2147483647 -k 2`).
 int globalBatch(int workers, int batchPerWorker);
+// The examples of one step, dp x microbatches x b, checked as above
+// (OptionError("--microbatches") when the micro-batches overflow it).
+int globalBatch(const Scenario& scenario);
 
 // The most steps a training run may have (--steps, or epochs x steps per
 // epoch): 10^12, over 30 years at a millisecond a step.

@@ -69,6 +69,27 @@ Recompute parseRecompute(std::string_view text, const std::string& option);
 
 // The most workers of one tensor-parallel group (--tp).
 inline constexpr int kMaxTensorParallel = 1024;
+
+// The order a pipeline stage runs its micro-batches' forwards and backwards
+// in (--schedule; pipeline.h has each order):
+//   gpipe        every forward, then every backward (Huang et al., "GPipe",
+//                NeurIPS 2019): M micro-batches' activations in flight;
+//   1f1b         stage s runs P - s - 1 forwards, then one forward and one
+//                backward in turn (PipeDream-Flush: Narayanan et al.,
+//                "Memory-Efficient Pipeline-Parallel DNN Training", ICML
+//                2021): at most P - s in flight;
+//   interleaved  1f1b over V chunks of layers per stage, stage s holding
+//                chunks s, s + P, ... (Narayanan et al., "Efficient
+//                Large-Scale Language Model Training on GPU Clusters Using
+//                Megatron-LM", SC 2021, section 2.2.2): the bubble / V.
+enum class PipelineSchedule { kGpipe, k1f1b, kInterleaved };
+std::string_view toString(PipelineSchedule schedule);
+PipelineSchedule parsePipelineSchedule(std::string_view text, const std::string& option);
+// The most pipeline stages (--pp), micro-batches per step (--microbatches)
+// and chunks per stage (--virtual-stages).
+inline constexpr int kMaxPipelineStages = 1024;
+inline constexpr int kMaxMicrobatches = 65536;
+inline constexpr int kMaxVirtualStages = 64;
 // The ZeRO stages (--zero; Rajbhandari et al., "ZeRO", SC 2020): 1 shards
 // the optimizer states (and fp32 master weights) over the data-parallel
 // group, 2 also the gradients, 3 also the weights (FSDP).
@@ -144,6 +165,18 @@ struct StrategyOptions {
   // ZeRO stage over the data-parallel group (0: none; kMaxZeroStage).
   int zero = 0;
   Recompute recompute = Recompute::kNone;
+  // Pipeline parallelism: the layers split into `pp` stages of consecutive
+  // layers (pp x virtualStages chunks with the interleaved schedule), each
+  // stage on its own tensor-parallel group; K = dp x tp x pp, ranks tp
+  // innermost, then the stage, then the data-parallel replica. 1: none.
+  int pp = 1;
+  // Micro-batches per step, each of b examples per worker (--batch): the
+  // gradients accumulate over them and are synchronised once. With pp = 1
+  // and microbatches > 1: gradient accumulation. A step trains
+  // dp x microbatches x b examples.
+  int microbatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::k1f1b;
+  int virtualStages = 1;  // chunks per stage (interleaved only; >= 2 there)
 };
 
 // The most threads one worker's kernels may use (--threads-per-worker).
@@ -174,6 +207,10 @@ enum class OptionKey {
   kSequenceParallel,
   kZero,
   kRecompute,
+  kPipelineParallel,
+  kMicrobatches,
+  kSchedule,
+  kVirtualStages,
 };
 inline constexpr OptionKey kAllOptionKeys[] = {
     OptionKey::kOverlap,          OptionKey::kFcUpdate,
@@ -184,7 +221,9 @@ inline constexpr OptionKey kAllOptionKeys[] = {
     OptionKey::kPsServers,        OptionKey::kPsNode,
     OptionKey::kThreadsPerWorker, OptionKey::kTensorParallel,
     OptionKey::kSequenceParallel, OptionKey::kZero,
-    OptionKey::kRecompute};
+    OptionKey::kRecompute,        OptionKey::kPipelineParallel,
+    OptionKey::kMicrobatches,     OptionKey::kSchedule,
+    OptionKey::kVirtualStages};
 
 // The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
 std::string_view optionFlag(OptionKey key);
@@ -251,7 +290,13 @@ inline int psServerRanks(const Scenario& scenario) {
 // Whether `options` ask for tensor parallelism, ZeRO or recomputation (the
 // dimensions beyond 2014's data parallelism: cost/src/sharded.cpp).
 inline bool usesShardedStep(const StrategyOptions& o) {
-  return o.tp > 1 || o.zero > 0 || o.recompute != Recompute::kNone;
+  return o.tp > 1 || o.zero > 0 || o.recompute != Recompute::kNone || o.pp > 1 ||
+         o.microbatches > 1;
+}
+// Whether `options` ask for a pipeline or gradient accumulation (more than
+// one stage or micro-batch: cost/src/pipeline.cpp).
+inline bool usesPipeline(const StrategyOptions& o) {
+  return o.pp > 1 || o.microbatches > 1;
 }
 // The speedup's reference (every engine's singleWorkerStep): the same
 // network and options on one worker of b examples, no communication: ring
@@ -264,11 +309,21 @@ inline Scenario singleWorkerScenario(const Scenario& scenario) {
   single.options.sequenceParallel = false;
   single.options.zero = 0;
   single.options.recompute = Recompute::kNone;
+  single.options.pp = 1;
+  single.options.microbatches = 1;
+  single.options.schedule = PipelineSchedule::k1f1b;
+  single.options.virtualStages = 1;
   return single;
 }
-// The workers of one data-parallel group: K / tp.
+// The workers of one data-parallel group: K / (tp x pp).
 inline int dataParallelSize(const Scenario& scenario) {
-  return scenario.workers / std::max(1, scenario.options.tp);
+  return scenario.workers / (std::max(1, scenario.options.tp) * std::max(1, scenario.options.pp));
+}
+// Examples one step trains: dp x microbatches x b (a tensor-parallel group
+// shares its examples, a pipeline's stages pass the same ones on).
+inline double examplesPerStep(const Scenario& scenario) {
+  return double(dataParallelSize(scenario)) * std::max(1, scenario.options.microbatches) *
+         scenario.batchPerWorker;
 }
 
 // The gradient allreduce of naive (the naive reducer) and ring
@@ -378,6 +433,13 @@ struct StepEstimate {
   // ("dp 8 x tp 8: tensor-parallel groups of 8 consecutive workers inside
   // nvswitch, ..."); "" otherwise.
   std::string placement;
+  // With --pp or --microbatches: the stages (their layers), the schedule
+  // and the micro-batches; "" otherwise.
+  std::string pipeline;
+  // The pipeline's bubble: from the first stage's start to the last
+  // backward's end, less the busiest stage's forwards and backwards ((P -
+  // 1)(tf + tb) / V with balanced stages and free transfers). 0 without.
+  Seconds pipelineBubble;
   bool fitsInMemory = true;  // peak memory of every worker <= device capacity
   // strata predict, when it does not fit: the smallest change of --zero,
   // --tp, --sequence-parallel, --recompute that fits, with its memory and

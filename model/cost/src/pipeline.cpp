@@ -1,0 +1,370 @@
+// Pipeline parallelism and gradient accumulation: P stages (each a
+// tensor-parallel group of t workers, over dp replicas), M micro-batches of b
+// examples per worker, run in a schedule's order (pipeline.h). Each chunk's
+// forward and backward of one micro-batch is one worker's lane tasks with
+// its tensor-parallel collectives (sharded_tasks.h); the schedule plays those
+// durations stage by stage, each task starting once its stage is free and
+// the activation (or gradient) it needs has crossed from the stage before
+// (after) it; the bubble comes out of that play. After its last backward a
+// stage synchronises its accumulated gradients over its data-parallel group
+// (buckets overlapped with the last backward, as Megatron-LM's
+// overlap_grad_reduce) and updates. Formulas and sources:
+// docs/cost-model.md, "Pipeline parallelism".
+#include "strata/model/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "sharded_tasks.h"
+#include "strata/model/error.h"
+
+namespace strata::cost {
+
+namespace {
+
+// Where the chunks are: P x V chunks of consecutive layers, chunk j on stage
+// j mod P, balanced by each layer's forward and backward time for b examples.
+struct PipelineLayout {
+  int p = 1, v = 1, m = 1;
+  std::vector<int> starts;  // chunk j: layers [starts[j], starts[j + 1])
+  int chunks() const { return p * v; }
+  int stageOf(int chunk) const { return chunk % p; }
+  int chunkOf(int stage, int local) const { return local * p + stage; }
+};
+
+PipelineLayout pipelineLayout(const Context& ctx, const TpLayout& tp) {
+  const auto& o = ctx.sc.options;
+  PipelineLayout lay;
+  lay.p = o.pp;
+  lay.v = o.schedule == PipelineSchedule::kInterleaved ? o.virtualStages : 1;
+  lay.m = o.microbatches;
+  const int n = static_cast<int>(ctx.net.layers.size());
+  if (lay.chunks() == 1) {
+    lay.starts = {0, n};
+    return lay;
+  }
+  std::vector<double> cost(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const auto& l = ctx.net.layers[static_cast<size_t>(i)];
+    const double work = tp.layers[static_cast<size_t>(i)].work;
+    cost[static_cast<size_t>(i)] =
+        (ctx.time(l, Phase::kFwd, ctx.b, work) + ctx.time(l, Phase::kBwdData, ctx.b, work) +
+         ctx.time(l, Phase::kBwdWeights, ctx.b, work))
+            .value();
+  }
+  lay.starts = balancedChunks(ctx.net, lay.chunks(), cost);
+  return lay;
+}
+
+// The token table (its ceil(V / t) rows on a worker) that a tied fc shares
+// with embedding `owner`: its position table is not shared.
+double tokenTable(const Context& ctx, const TpLayout& tp, int owner) {
+  const auto& l = ctx.net.layers[static_cast<size_t>(owner)];
+  const int v = l.spec.vocab;
+  return double((v + tp.t - 1) / tp.t) * l.outShape.c;
+}
+
+// Parameters a stage holds besides its layers': the token table of an
+// embedding on another stage that one of its fcs is tied to (Megatron-LM
+// keeps a copy on the last stage and sums the two copies' gradients).
+double tiedCopy(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay, int stage) {
+  double extra = 0;
+  for (int j = stage; j < lay.chunks(); j += lay.p)
+    for (int i = lay.starts[size_t(j)]; i < lay.starts[size_t(j) + 1]; ++i) {
+      const int owner = ctx.net.layers[static_cast<size_t>(i)].spec.tiedTo;
+      if (owner < 0)
+        continue;
+      const int ownerChunk = static_cast<int>(
+          std::upper_bound(lay.starts.begin(), lay.starts.end(), owner) - lay.starts.begin() - 1);
+      if (lay.stageOf(ownerChunk) != stage)
+        extra += tokenTable(ctx, tp, owner);
+    }
+  return extra;
+}
+
+// The stage holding the embedding a tied fc on another stage shares (or -1).
+int tiedOwnerStage(const Context& ctx, const PipelineLayout& lay, int stage) {
+  for (int j = stage; j < lay.chunks(); j += lay.p)
+    for (int i = lay.starts[size_t(j)]; i < lay.starts[size_t(j) + 1]; ++i)
+      if (const int owner = ctx.net.layers[static_cast<size_t>(i)].spec.tiedTo; owner >= 0) {
+        const int ownerChunk = static_cast<int>(
+            std::upper_bound(lay.starts.begin(), lay.starts.end(), owner) - lay.starts.begin() - 1);
+        if (lay.stageOf(ownerChunk) != stage)
+          return lay.stageOf(ownerChunk);
+      }
+  return -1;
+}
+
+// Elements per example of the tensor crossing from chunk j to j + 1 (the
+// output of chunk j's last layer), per worker of the tensor-parallel group:
+// with sequence parallelism each holds T / t of the positions.
+double boundaryElems(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay, int j) {
+  const auto& l = ctx.net.layers[static_cast<size_t>(lay.starts[size_t(j) + 1]) - 1];
+  return double(l.outShape.elements()) / (tp.sequenceParallel ? tp.t : 1);
+}
+
+// The transfer of one micro-batch's boundary tensor from chunk j's stage to
+// chunk j + 1's (forward) or back (backward): every replica's and
+// tensor-parallel worker's at once, rank d t P + s t + r to the same r of the
+// next stage.
+CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
+                                int j, bool backward) {
+  const int t = tp.t, p = lay.p, dp = dataParallelSize(ctx.sc);
+  int from = lay.stageOf(j), to = lay.stageOf(j + 1);
+  if (backward)
+    std::swap(from, to);
+  CollectiveCost c;
+  c.sent.assign(static_cast<size_t>(ctx.k), 0.0);
+  c.received.assign(static_cast<size_t>(ctx.k), 0.0);
+  if (from == to)
+    return c;
+  const Bytes bytes(boundaryElems(ctx, tp, lay, j) * ctx.b * ctx.e);
+  const auto& pattern =
+      ctx.topo.cost(fmt::format("pipeline {} -> {} of {} stages x {}", from, to, p, t), [&] {
+        std::vector<Flow> flows;
+        for (int d = 0; d < dp; ++d)
+          for (int r = 0; r < t; ++r)
+            flows.push_back({d * t * p + from * t + r, d * t * p + to * t + r});
+        return flows;
+      });
+  c.time = pattern.time(bytes);
+  c.steps = 1;
+  for (int d = 0; d < dp; ++d)
+    for (int r = 0; r < t; ++r) {
+      c.sent[static_cast<size_t>(d * t * p + from * t + r)] = bytes.value();
+      c.received[static_cast<size_t>(d * t * p + to * t + r)] = bytes.value();
+    }
+  c.bottleneckLink = pattern.bottleneckLink;
+  c.bottleneckUp = pattern.bottleneckUp;
+  return c;
+}
+
+// Adds `from` x times to `into`, counting only the bytes of ranks on `stage`.
+void addStage(Tally& into, const Tally& from, double times, int stage, int t, int p) {
+  for (size_t r = 0; r < into.sent.size(); ++r)
+    if ((static_cast<int>(r) / t) % p == stage) {
+      into.sent[r] += from.sent[r] * times;
+      into.received[r] += from.received[r] * times;
+    }
+  if (from.worstCollective > into.worstCollective && from.bottleneckLink >= 0) {
+    into.worstCollective = from.worstCollective;
+    into.bottleneckLink = from.bottleneckLink;
+    into.bottleneckUp = from.bottleneckUp;
+  }
+  into.picks.insert(into.picks.end(), from.picks.begin(), from.picks.end());
+}
+
+PhaseTimes scaled(const PhaseTimes& a, double x) {
+  return {a.fwd * x, a.bwdData * x, a.bwdWeights * x, a.update * x};
+}
+PhaseTimes plus(const PhaseTimes& a, const PhaseTimes& b) {
+  return {a.fwd + b.fwd, a.bwdData + b.bwdData, a.bwdWeights + b.bwdWeights, a.update + b.update};
+}
+
+}  // namespace
+
+Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds& firstStep,
+                     int& steps) {
+  steps = 1;
+  const auto& o = ctx.sc.options;
+  const TpLayout tp = tensorParallelLayout(ctx.net, o.tp, o.sequenceParallel);
+  const auto lay = pipelineLayout(ctx, tp);
+  const int q = lay.chunks(), p = lay.p, m = lay.m;
+  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t * p};
+  const ShardedLayers layers{ctx, tp, tpGroups};
+
+  // One micro-batch through each chunk, forward and backward, alone.
+  std::vector<Seconds> fwd(static_cast<size_t>(q)), bwd(static_cast<size_t>(q));
+  std::vector<Tally> fwdTally, bwdTally;
+  for (int j = 0; j < q; ++j) {
+    const int first = lay.starts[size_t(j)], last = lay.starts[size_t(j) + 1];
+    fwdTally.emplace_back(ctx.k);
+    StepTasks f(ctx, fwdTally.back());
+    for (int i = first; i < last; ++i)
+      layers.forward(f, i);
+    fwd[size_t(j)] = f.play();
+    bwdTally.emplace_back(ctx.k);
+    StepTasks b(ctx, bwdTally.back());
+    for (int i = last - 1; i >= first; --i)
+      layers.backward(b, i, first, {});
+    bwd[size_t(j)] = b.play();
+  }
+  std::vector<CollectiveCost> sendF, sendB;  // chunk j -> j + 1 and back
+  std::vector<double> fwdS, bwdS, sendFS, sendBS;
+  for (int j = 0; j < q; ++j) {
+    fwdS.push_back(fwd[size_t(j)].value());
+    bwdS.push_back(bwd[size_t(j)].value());
+    if (j + 1 < q) {
+      sendF.push_back(boundaryTransfer(ctx, tp, lay, j, false));
+      sendB.push_back(boundaryTransfer(ctx, tp, lay, j, true));
+      sendFS.push_back(sendF.back().time.value());
+      sendBS.push_back(sendB.back().time.value());
+    }
+  }
+  // The schedule, played (pipeline.h): each stage runs its order; a task
+  // starts when its stage is free and what it needs has arrived.
+  const auto play = playPipeline(o.schedule, p, lay.v, m, fwdS, bwdS, sendFS, sendBS);
+  t.bubble = Seconds(play.bubble());
+  std::vector<std::vector<PipeTask>> order;
+  for (int s = 0; s < p; ++s)
+    order.push_back(pipelineOrder(o.schedule, p, lay.v, m, s));
+
+  // Per stage: its last backward again, with the gradient syncs beside it
+  // and the update after them; the stage ends that long after the last
+  // backward's start.
+  double step = 0;
+  t.stages.assign(size_t(p), {});
+  for (int s = 0; s < p; ++s) {
+    const auto& lastTask = order[size_t(s)].back();
+    const int lastChunk = lay.chunkOf(s, lastTask.chunk);
+    Tally tail(ctx.k);
+    StepTasks tasks(ctx, tail);
+    // The stage's layers span chunks s, s + P, ...: one GradientSyncs over
+    // all its layers would bucket across chunks, so one per chunk, the
+    // earlier chunks' syncs ready at once (their backwards are over).
+    const int first = lay.starts[size_t(lastChunk)], last = lay.starts[size_t(lastChunk) + 1];
+    GradientSyncs syncs(ctx, tp, tasks, tail, dpGroups, first, last);
+    for (int c = 0; c < lay.v; ++c)
+      if (const int j = lay.chunkOf(s, c); j != lastChunk)
+        syncs.syncEarlier(lay.starts[size_t(j)], lay.starts[size_t(j) + 1]);
+    for (int i = last - 1; i >= first; --i)
+      syncs.afterBackward(i, layers.backward(tasks, i, first, {}), true);
+    if (!o.overlap)
+      syncs.syncBuckets({tasks.path()});
+    // The two copies of a tied table (first and last stage) sum their
+    // gradients once every micro-batch is in.
+    const double copy = tiedCopy(ctx, tp, lay, s);
+    int owner = tiedOwnerStage(ctx, lay, s);
+    if (owner < 0)
+      for (int other = 0; other < p && owner < 0; ++other)
+        if (other != s && tiedOwnerStage(ctx, lay, other) == s)
+          owner = other;
+    if (owner >= 0) {
+      double table = 0;
+      for (const auto& l : ctx.net.layers)
+        if (l.spec.tiedTo >= 0)
+          table = tokenTable(ctx, tp, l.spec.tiedTo);
+      syncs.beside(pointToPoint(ctx.topo, s * tp.t, owner * tp.t, Bytes(table * ctx.e)),
+                   {tasks.path()});
+    }
+    // The update of every chunk's parameters on the stage.
+    syncs.update(false, copy);
+    const Seconds tailTime = tasks.play();
+    const double end = play.lastStart[size_t(s)] + tailTime.value();
+    step = std::max(step, end);
+
+    // The stage's times: every micro-batch's chunks, the tail in place of
+    // its last backward, and the boundary transfers it sends.
+    auto& st = t.stages[size_t(s)];
+    const auto& lastB = bwdTally[size_t(lastChunk)];
+    st.compute = plus(tail.compute, scaled(lastB.compute, -1));
+    st.communication = tail.communication - lastB.communication;
+    st.exposed = tail.exposed - lastB.exposed;
+    for (int c = 0; c < lay.v; ++c) {
+      const int j = lay.chunkOf(s, c);
+      for (const Tally* x : {&fwdTally[size_t(j)], &bwdTally[size_t(j)]}) {
+        st.compute = plus(st.compute, scaled(x->compute, m));
+        st.communication += x->communication * m;
+        st.exposed += x->exposed * m;
+        addStage(t, *x, m, s, tp.t, p);
+      }
+      for (const auto* sends : {&sendF, &sendB})
+        for (int jj : {j - 1, j})
+          if (jj >= 0 && jj + 1 < q) {
+            const auto& c2 = (*sends)[size_t(jj)];
+            // What the stage sends: its activations on, its gradients back.
+            if ((sends == &sendF) == (jj == j))
+              st.communication += c2.time * m;
+            for (size_t r = 0; r < t.sent.size(); ++r)
+              if ((static_cast<int>(r) / tp.t) % p == s) {
+                t.sent[r] += c2.sent[r] * m;
+                t.received[r] += c2.received[r] * m;
+              }
+          }
+    }
+    addStage(t, tail, 1, s, tp.t, p);
+    addStage(t, bwdTally[size_t(lastChunk)], -1, s, tp.t, p);
+  }
+  // A boundary transfer may be the step's costliest communication.
+  for (const auto& sends : {sendF, sendB})
+    for (const auto& c : sends)
+      if (c.time > t.worstCollective && c.bottleneckLink >= 0) {
+        t.worstCollective = c.time;
+        t.bottleneckLink = c.bottleneckLink;
+        t.bottleneckUp = c.bottleneckUp;
+      }
+  // The slowest stage's times stand for the step's.
+  const auto slowest = std::max_element(
+      t.stages.begin(), t.stages.end(),
+      [](const auto& a, const auto& b) { return a.compute.total() < b.compute.total(); });
+  t.compute = slowest->compute;
+  t.communication = slowest->communication;
+  t.exposed = slowest->exposed;
+
+  std::vector<std::string> stageText;
+  for (int s = 0; s < p; ++s) {
+    std::vector<std::string> ranges;
+    for (int c = 0; c < lay.v; ++c) {
+      const int j = lay.chunkOf(s, c);
+      const int a = lay.starts[size_t(j)], z = lay.starts[size_t(j) + 1] - 1;
+      ranges.push_back(a == z ? ctx.net.layers[size_t(a)].name
+                              : fmt::format("{}..{}", ctx.net.layers[size_t(a)].name,
+                                            ctx.net.layers[size_t(z)].name));
+    }
+    stageText.push_back(fmt::format("{}", fmt::join(ranges, " + ")));
+  }
+  t.pipeline = p == 1 ? fmt::format("gradient accumulation over {} micro-batches of {}", m, ctx.b)
+                      : fmt::format("{} stages{} ({}), schedule {}, {} micro-batches of {}", p,
+                                    lay.v > 1 ? fmt::format(" x {} chunks", lay.v) : std::string(),
+                                    fmt::join(stageText, "; "), toString(o.schedule), m, ctx.b);
+  firstStep = Seconds(step);
+  return firstStep;
+}
+
+MemoryUse pipelineMemory(const Context& ctx, int stage) {
+  const auto& o = ctx.sc.options;
+  const TpLayout tp = tensorParallelLayout(ctx.net, o.tp, o.sequenceParallel);
+  const auto lay = pipelineLayout(ctx, tp);
+  const int dp = dataParallelSize(ctx.sc);
+  const double e = ctx.e, b = ctx.b;
+  double local = tiedCopy(ctx, tp, lay, stage), largestBlock = 0, boundary = 0;
+  std::vector<double> perChunk;
+  for (int c = 0; c < lay.v; ++c) {
+    const int j = lay.chunkOf(stage, c);
+    const int first = lay.starts[size_t(j)], last = lay.starts[size_t(j) + 1];
+    for (int i = first; i < last; ++i)
+      local += tp.layers[static_cast<size_t>(i)].params;
+    const auto kept = keptActivations(ctx, tp, first, last);
+    perChunk.push_back(kept.kept);
+    largestBlock = std::max(largestBlock, kept.largestBlock);
+    for (int jj : {j - 1, j})
+      if (jj >= 0 && jj + 1 < lay.chunks())
+        boundary = std::max(boundary, boundaryElems(ctx, tp, lay, jj));
+  }
+  const double optimizerPerParam =
+      4.0 * optimizerStatesPerParam(o.optimizer) + (isMixedPrecision(o.element) ? 4.0 : 0.0);
+  MemoryUse mem;
+  mem.weights = Bytes(local * e);
+  mem.gradients = Bytes(local * e);
+  mem.optimizer = Bytes(local * optimizerPerParam / (o.zero >= 1 ? dp : 1));
+  // The micro-batches the schedule holds at once on this stage, each with
+  // its chunks' kept activations.
+  const auto order = pipelineOrder(o.schedule, lay.p, lay.v, lay.m, stage);
+  mem.activations = Bytes((peakInFlight(order, perChunk) + largestBlock) * b * e);
+  // Staging: two ring chunks of the gradients, the largest tensor-parallel
+  // tensor, and one boundary tensor received and one sent.
+  const double seg = o.segment.value();
+  const double chunk = local * e / std::max(1, dp);
+  double buffers = dp > 1 ? 2 * (seg > 0 ? std::min(seg, chunk) : chunk) : 0;
+  double tpTensor = 0;
+  for (const auto& x : tp.layers)
+    for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter})
+      tpTensor = std::max(tpTensor, c->elems);
+  buffers += (tpTensor + 2 * boundary) * b * e;
+  mem.buffers = Bytes(buffers);
+  return mem;
+}
+
+}  // namespace strata::cost

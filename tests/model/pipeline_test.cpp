@@ -1,0 +1,329 @@
+// Pipeline parallelism and gradient accumulation in the closed form
+// (types/src/pipeline.cpp, cost/src/pipeline.cpp): the schedules' orders by
+// hand, what they keep in flight against their closed forms (1F1B's
+// min(P - s, M), GPipe's M, the interleaved schedule's 1 + (P - 1) / (P V)),
+// the bubble against (P - 1)(tf + tb) / V, the balanced split, memory per
+// stage, and the options' mistakes.
+#include "strata/model/pipeline.h"
+
+#include <catch2/catch.hpp>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/estimate.h"
+
+using namespace strata;
+using strata::test::flatCluster;
+using strata::test::presetNetwork;
+
+namespace {
+
+Network loadText(const std::string& stem, const std::string& text) {
+  return test::loadNetworkText("strata-pipeline", stem, text);
+}
+
+// A chain: a small first fc (it reads the network input, so it has no
+// bwd_data), then `n` equal fcs of width w.
+Network chain(int n, int w) {
+  const std::string name = "chain" + std::to_string(n) + "x" + std::to_string(w);
+  std::string text = "name: " + name + "\ninput: {channels: " + std::to_string(w) +
+                     ", height: 1, width: 1}\nlayers:\n";
+  for (int i = 0; i < n; ++i)
+    text +=
+        "  - {name: fc" + std::to_string(i) + ", kind: fc, outputs: " + std::to_string(w) + "}\n";
+  return loadText(name, text);
+}
+
+Scenario pipeScenario(int k, int b, int pp, int m, PipelineSchedule schedule, int v = 1) {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = k;
+  sc.batchPerWorker = b;
+  sc.options.segment = Bytes(0);
+  sc.options.pp = pp;
+  sc.options.microbatches = m;
+  sc.options.schedule = schedule;
+  sc.options.virtualStages = v;
+  return sc;
+}
+
+// A cluster whose transfers take no time: the schedule alone.
+Cluster freeLinks() {
+  return flatCluster(1e300, 0.0);
+}
+
+std::string errorOf(const Network& n, const Scenario& sc) {
+  try {
+    checkScenario(n, sc);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<PipeTask> F(std::initializer_list<std::pair<int, int>> chunkMicro) {
+  std::vector<PipeTask> out;
+  for (auto [c, m] : chunkMicro)
+    out.push_back({false, c, m});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the schedules' orders, by hand", "[pipeline]") {
+  using P = PipeTask;
+  // 1f1b, P = 4, M = 6, stage 1: 2 warm-up forwards, then F and B in turn.
+  CHECK(pipelineOrder(PipelineSchedule::k1f1b, 4, 1, 6, 1) == std::vector<P>{{false, 0, 0},
+                                                                             {false, 0, 1},
+                                                                             {false, 0, 2},
+                                                                             {true, 0, 0},
+                                                                             {false, 0, 3},
+                                                                             {true, 0, 1},
+                                                                             {false, 0, 4},
+                                                                             {true, 0, 2},
+                                                                             {false, 0, 5},
+                                                                             {true, 0, 3},
+                                                                             {true, 0, 4},
+                                                                             {true, 0, 5}});
+  // The last stage runs each backward right after its forward.
+  CHECK(pipelineOrder(PipelineSchedule::k1f1b, 3, 1, 2, 2) ==
+        std::vector<P>{{false, 0, 0}, {true, 0, 0}, {false, 0, 1}, {true, 0, 1}});
+  // gpipe: every forward, then the backwards last first.
+  CHECK(pipelineOrder(PipelineSchedule::kGpipe, 3, 1, 3, 0) ==
+        std::vector<P>{
+            {false, 0, 0}, {false, 0, 1}, {false, 0, 2}, {true, 0, 2}, {true, 0, 1}, {true, 0, 0}});
+  // interleaved, P = 2, V = 2, M = 4, stage 0: (2 - 0 - 1) 2 + (2 - 1) 2 = 4
+  // warm-up forwards (micro-batches 0, 1 through chunk 0, then chunk 1),
+  // then F and B in turn, backwards through chunk 1 first.
+  CHECK(pipelineOrder(PipelineSchedule::kInterleaved, 2, 2, 4, 0) == std::vector<P>{{false, 0, 0},
+                                                                                    {false, 0, 1},
+                                                                                    {false, 1, 0},
+                                                                                    {false, 1, 1},
+                                                                                    {false, 0, 2},
+                                                                                    {true, 1, 0},
+                                                                                    {false, 0, 3},
+                                                                                    {true, 1, 1},
+                                                                                    {false, 1, 2},
+                                                                                    {true, 0, 0},
+                                                                                    {false, 1, 3},
+                                                                                    {true, 0, 1},
+                                                                                    {true, 1, 2},
+                                                                                    {true, 1, 3},
+                                                                                    {true, 0, 2},
+                                                                                    {true, 0, 3}});
+  CHECK(F({{0, 0}}).size() == 1);
+}
+
+TEST_CASE("every schedule runs each forward and backward once, the backward after the forward",
+          "[pipeline]") {
+  for (auto schedule :
+       {PipelineSchedule::kGpipe, PipelineSchedule::k1f1b, PipelineSchedule::kInterleaved})
+    for (int p = 1; p <= 5; ++p)
+      for (int v : {1, 2, 3})
+        for (int m = 1; m <= 12; ++m) {
+          const int vv = schedule == PipelineSchedule::kInterleaved ? v : 1;
+          if (schedule == PipelineSchedule::kInterleaved && m % p != 0)
+            continue;
+          for (int s = 0; s < p; ++s) {
+            const auto order = pipelineOrder(schedule, p, vv, m, s);
+            INFO("schedule " << toString(schedule) << " P " << p << " V " << vv << " M " << m
+                             << " stage " << s);
+            REQUIRE(order.size() == size_t(2 * m * vv));
+            std::vector<int> seen(size_t(2 * m * vv), 0);
+            for (size_t i = 0; i < order.size(); ++i) {
+              const auto& t = order[i];
+              REQUIRE(t.chunk >= 0);
+              REQUIRE(t.chunk < vv);
+              REQUIRE(t.micro >= 0);
+              REQUIRE(t.micro < m);
+              ++seen[size_t((t.backward ? m * vv : 0) + t.chunk * m + t.micro)];
+              if (t.backward) {
+                const auto fwd =
+                    std::find(order.begin(), order.end(), PipeTask{false, t.chunk, t.micro});
+                REQUIRE(fwd - order.begin() < static_cast<long>(i));
+              }
+            }
+            for (int x : seen)
+              REQUIRE(x == 1);
+          }
+        }
+}
+
+TEST_CASE("what each schedule keeps in flight: its closed forms", "[pipeline]") {
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 10; ++m)
+      for (int s = 0; s < p; ++s) {
+        INFO("P " << p << " M " << m << " stage " << s);
+        // 1F1B: min(P - s, M) micro-batches (Narayanan et al. 2021, 2.2.1).
+        CHECK(peakInFlight(pipelineOrder(PipelineSchedule::k1f1b, p, 1, m, s), {1.0}) ==
+              std::min(p - s, m));
+        // GPipe: all M.
+        CHECK(peakInFlight(pipelineOrder(PipelineSchedule::kGpipe, p, 1, m, s), {1.0}) == m);
+      }
+  // Interleaved, stage 0, M > P: (P - 1) 2 + (V - 1) P + 1 chunk passes, each
+  // holding 1 / V of what a 1F1B stage's micro-batch holds: P (1 + (P - 1) /
+  // (P V)) micro-batches (Korthikanti et al. 2023, section 4.2.3).
+  for (int p : {2, 4, 8})
+    for (int v : {2, 3, 4}) {
+      const int m = 4 * p;
+      const double perChunk = 1.0 / v;
+      const double held = peakInFlight(pipelineOrder(PipelineSchedule::kInterleaved, p, v, m, 0),
+                                       std::vector<double>(size_t(v), perChunk));
+      CHECK(held == Approx(p * (1.0 + double(p - 1) / (p * v))));
+    }
+}
+
+TEST_CASE("a pipeline cuts only where one tensor crosses, into balanced chunks", "[pipeline]") {
+  const auto gpt = presetNetwork("tiny-gpt");
+  const auto cuts = pipelineCutPoints(gpt);
+  // Inside a transformer block the residual stream and the branch cross
+  // together; between the blocks and around ln2 (after add1) one tensor does.
+  for (int c : cuts) {
+    INFO("cut before " << gpt.layers[size_t(c)].name);
+    for (size_t j = size_t(c); j < gpt.layers.size(); ++j)
+      for (int in : gpt.layers[j].inputs)
+        CHECK((in < 0 || in >= c - 1));
+  }
+  CHECK(std::find(cuts.begin(), cuts.end(), gpt.find("h.1.ln1")) != cuts.end());
+  CHECK(std::find(cuts.begin(), cuts.end(), gpt.find("h.1.attn")) == cuts.end());
+  CHECK(pipelineObstacle(gpt, int(cuts.size()) + 1).empty());
+  CHECK_THAT(pipelineObstacle(gpt, int(cuts.size()) + 2),
+             Catch::Contains("can be cut into at most"));
+
+  const auto c4 = chain(5, 8);
+  CHECK(balancedChunks(c4, 2, {1, 1, 1, 1, 4}) == std::vector<int>{0, 4, 5});
+  CHECK(balancedChunks(c4, 2, {4, 1, 1, 1, 1}) == std::vector<int>{0, 1, 5});
+  CHECK(balancedChunks(c4, 3, {1, 1, 1, 1, 1}) == std::vector<int>{0, 2, 4, 5});
+  CHECK(balancedChunks(c4, 5, {9, 0, 0, 0, 0}) == std::vector<int>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("the bubble comes out of the schedule: (P - 1)(tf + tb) / V with free transfers",
+          "[pipeline]") {
+  const double tf = 1.0, tb = 2.0;
+  for (auto schedule :
+       {PipelineSchedule::kGpipe, PipelineSchedule::k1f1b, PipelineSchedule::kInterleaved})
+    for (int p = 1; p <= 6; ++p)
+      for (int v : {1, 2, 3})
+        for (int m = 1; m <= 16; ++m) {
+          const int vv = schedule == PipelineSchedule::kInterleaved ? v : 1;
+          if (schedule == PipelineSchedule::kInterleaved && (m % p != 0 || v == 1))
+            continue;
+          INFO(toString(schedule) << " P " << p << " V " << vv << " M " << m);
+          const size_t q = size_t(p * vv);
+          // Each chunk 1 / V of a stage's tf + tb.
+          const auto play = playPipeline(
+              schedule, p, vv, m, std::vector<double>(q, tf / vv), std::vector<double>(q, tb / vv),
+              std::vector<double>(q - 1, 0.0), std::vector<double>(q - 1, 0.0));
+          // Narayanan et al. 2021, section 2.2: (P - 1)(tf + tb) / V, the
+          // step (M + (P - 1) / V)(tf + tb).
+          CHECK(play.bubble() == Approx((p - 1) * (tf + tb) / vv));
+          CHECK(play.span == Approx((m + double(p - 1) / vv) * (tf + tb)));
+        }
+  // Transfers of d each way: GPipe streams, paying 2 (P - 1) d once in its
+  // fill and drain. 1F1B holds at most P micro-batches on stage 0, each
+  // round trip P (tf + tb) + 2 (P - 1) d: a micro-batch every (tf + tb) +
+  // 2 (P - 1) d / P at most, the transfers paid again every cycle.
+  const std::vector<double> t4f(4, tf), t4b(4, tb), d3(3, 0.25);
+  const auto gpipe = playPipeline(PipelineSchedule::kGpipe, 4, 1, 8, t4f, t4b, d3, d3);
+  CHECK(gpipe.span == Approx((8 + 3) * (tf + tb) + 2 * 3 * 0.25));
+  const auto f1b = playPipeline(PipelineSchedule::k1f1b, 4, 1, 8, t4f, t4b, d3, d3);
+  CHECK(f1b.span > gpipe.span);
+  CHECK(f1b.span <= Approx((8 + 3) * (tf + tb + 2 * 3 * 0.25 / 4)));
+  // One stage twice as slow: a single micro-batch passes every stage once.
+  const auto slow =
+      playPipeline(PipelineSchedule::k1f1b, 3, 1, 1, {1, 2, 1}, {2, 4, 2}, {0, 0}, {0, 0});
+  CHECK(slow.span == 12);
+  CHECK(slow.bubble() == 6);
+}
+
+TEST_CASE("a step's bubble is its schedule's: one micro-batch waits for every other stage",
+          "[pipeline]") {
+  // 17 fcs of 1024 features on a device of 1 TFLOP/s, transfers free, K =
+  // P (one replica: no gradient sync). With one micro-batch the bubble is
+  // the other stages' forwards and backwards.
+  const auto net = chain(17, 1024);
+  const auto cluster = freeLinks();
+  for (auto schedule : {PipelineSchedule::kGpipe, PipelineSchedule::k1f1b})
+    for (int p : {2, 3, 4}) {
+      INFO(toString(schedule) << " P " << p);
+      const auto est = estimate(net, cluster, pipeScenario(p, 8, p, 1, schedule));
+      double sum = 0, most = 0;
+      for (int s = 0; s < p; ++s) {
+        const auto& c = est.workers[size_t(s)].compute;
+        const double passes = (c.fwd + c.bwdData + c.bwdWeights).value();
+        sum += passes;
+        most = std::max(most, passes);
+      }
+      CHECK(est.pipelineBubble.value() == Approx(sum - most).epsilon(1e-9));
+      // The step: every stage's passes, then the first stage's update (the
+      // last to finish its backward).
+      CHECK(est.step.value() == Approx(sum + est.workers[0].compute.update.value()).epsilon(1e-9));
+      CHECK_THAT(est.pipeline, Catch::Contains(std::to_string(p) + " stages"));
+    }
+}
+
+TEST_CASE("gradient accumulation: M micro-batches of forward and backward, one update",
+          "[pipeline]") {
+  const auto net = chain(5, 256);
+  const auto cluster = freeLinks();
+  const auto one = estimate(net, cluster, pipeScenario(1, 16, 1, 1, PipelineSchedule::k1f1b));
+  for (int m : {1, 2, 5}) {
+    const auto acc = estimate(net, cluster, pipeScenario(1, 16, 1, m, PipelineSchedule::k1f1b));
+    const auto& c = one.workers[0].compute;
+    CHECK(acc.step.value() ==
+          Approx(m * (c.fwd + c.bwdData + c.bwdWeights).value() + c.update.value()));
+    CHECK(acc.throughput == Approx(m * 16 / acc.step.value()));
+  }
+}
+
+TEST_CASE("each stage holds its layers' weights and its schedule's activations", "[pipeline]") {
+  const auto net = presetNetwork("tiny-gpt");
+  const auto cluster = freeLinks();
+  const int p = 2, m = 6;
+  const auto whole =
+      estimateMemory(net, cluster, pipeScenario(1, 4, 1, 1, PipelineSchedule::k1f1b), 0);
+  const auto s1f1b = pipeScenario(p, 4, p, m, PipelineSchedule::k1f1b);
+  const auto gpipe = pipeScenario(p, 4, p, m, PipelineSchedule::kGpipe);
+  double weights = 0;
+  for (int s = 0; s < p; ++s) {
+    const auto a = estimateMemory(net, cluster, s1f1b, s);
+    const auto g = estimateMemory(net, cluster, gpipe, s);
+    weights += a.weights.value();
+    // 1F1B holds min(P - s, M) micro-batches, GPipe all M.
+    CHECK(a.activations.value() * m == Approx(g.activations.value() * std::min(p - s, m)));
+  }
+  // The tied lm_head's stage keeps a copy of the token table (512 x 64).
+  CHECK(weights == Approx(whole.weights.value() + 512 * 64 * 4));
+}
+
+TEST_CASE("the pipeline options' mistakes are refused, naming the option", "[pipeline]") {
+  const auto gpt = presetNetwork("tiny-gpt");
+  auto sc = pipeScenario(6, 4, 4, 8, PipelineSchedule::k1f1b);
+  CHECK_THAT(errorOf(gpt, sc), Catch::Contains("--pp") && Catch::Contains("multiple of tp x pp"));
+  sc.workers = 8;
+  CHECK(errorOf(gpt, sc).empty());
+  sc.strategy = Strategy::kPs;
+  CHECK_THAT(errorOf(gpt, sc), Catch::Contains("--pp") && Catch::Contains("ring only"));
+  sc.strategy = Strategy::kRing;
+  sc.options.zero = 2;
+  CHECK_THAT(errorOf(gpt, sc), Catch::Contains("--zero") && Catch::Contains("0 or 1"));
+  sc.options.zero = 1;
+  CHECK(errorOf(gpt, sc).empty());
+  sc.options.schedule = PipelineSchedule::kInterleaved;
+  CHECK_THAT(errorOf(gpt, sc), Catch::Contains("--virtual-stages"));
+  sc.options.virtualStages = 2;
+  CHECK(errorOf(gpt, sc).empty());
+  sc.options.microbatches = 6;
+  CHECK_THAT(errorOf(gpt, sc), Catch::Contains("--microbatches") && Catch::Contains("multiple"));
+  sc.options.microbatches = 8;
+  sc.options.virtualStages = 64;
+  CHECK_THAT(errorOf(gpt, sc), Catch::Contains("--virtual-stages") && Catch::Contains("at most"));
+  auto one = pipeScenario(1, 4, 1, 1, PipelineSchedule::kGpipe);
+  CHECK_THAT(errorOf(gpt, one), Catch::Contains("--schedule"));
+  one.options.schedule = PipelineSchedule::k1f1b;
+  one.options.pp = 0;
+  CHECK_THAT(errorOf(gpt, one), Catch::Contains("--pp"));
+  one.options.pp = 1;
+  one.options.microbatches = 0;
+  CHECK_THAT(errorOf(gpt, one), Catch::Contains("--microbatches"));
+}
