@@ -29,6 +29,7 @@ Command addDescribeCommand(CLI::App& app);
 Command addPredictCommand(CLI::App& app);
 Command addCompareCommand(CLI::App& app);
 Command addSweepCommand(CLI::App& app);
+Command addSearchCommand(CLI::App& app);
 Command addPlanCommand(CLI::App& app);
 Command addSimulateCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app, Process process);
@@ -62,6 +63,7 @@ inline std::vector<Command> addAllCommands(CLI::App& app, Process process) {
       addPredictCommand(app),
       addCompareCommand(app),
       addSweepCommand(app),
+      addSearchCommand(app),
       addProfileCommand(app),
       addPlanCommand(app),
       addSimulateCommand(app),

@@ -56,6 +56,18 @@ std::string trainingRunText(const StepEstimate& e) {
   return s;
 }
 
+}  // namespace
+
+std::string countText(double n) {
+  return n >= 1e6   ? fmt::format("{:.3g} M", n / 1e6)
+         : n >= 1e3 ? fmt::format("{:.3g} k", n / 1e3)
+                    : fmt::format("{:.3g}", n);
+}
+
+namespace {
+
+std::string dimensionsText(const StrategyOptions& o);
+
 std::string optionsLine(const StepEstimate& e) {
   const auto& o = e.scenario.options;
   const std::string overlap = !o.overlap ? "off"
@@ -69,19 +81,7 @@ std::string optionsLine(const StepEstimate& e) {
     s += fmt::format(", {} threads per worker", o.threadsPerWorker);
   if (e.scenario.strategy == Strategy::kRing && o.gradientSync != AllreduceAlgorithm::kRing)
     s += fmt::format(", allreduce {}", toString(o.gradientSync));
-  if (o.tp > 1)
-    s += fmt::format(", tp {}{}", o.tp, o.sequenceParallel ? " with sequence parallelism" : "");
-  if (o.zero > 0)
-    s += fmt::format(", ZeRO-{}", o.zero);
-  if (o.recompute != Recompute::kNone)
-    s += fmt::format(", recompute {}", toString(o.recompute));
-  if (o.pp > 1)
-    s += fmt::format(", pp {} ({}{})", o.pp, toString(o.schedule),
-                     o.schedule == PipelineSchedule::kInterleaved
-                         ? fmt::format(" x {} chunks", o.virtualStages)
-                         : std::string());
-  if (o.microbatches > 1)
-    s += fmt::format(", {} micro-batches", o.microbatches);
+  s += dimensionsText(o);
   if (isModelParallel(e.scenario.strategy))
     s +=
         fmt::format(", FC update per {}, conv sync {}", toString(o.fcUpdate), toString(o.convSync));
@@ -159,6 +159,27 @@ namespace {
 // The header of a comparison: the options every row shares, then each
 // strategy-specific option that is not its strategy's default, named with the
 // strategies it applies to (a ring row whose allreduce is forced says so).
+// ", tp 8 with sequence parallelism, ZeRO-1, recompute selective, pp 16
+// (1f1b), 128 micro-batches": the dimensions beyond data parallelism, each
+// only when set.
+std::string dimensionsText(const StrategyOptions& o) {
+  std::string s;
+  if (o.tp > 1)
+    s += fmt::format(", tp {}{}", o.tp, o.sequenceParallel ? " with sequence parallelism" : "");
+  if (o.zero > 0)
+    s += fmt::format(", ZeRO-{}", o.zero);
+  if (o.recompute != Recompute::kNone)
+    s += fmt::format(", recompute {}", toString(o.recompute));
+  if (o.pp > 1)
+    s += fmt::format(", pp {} ({}{})", o.pp, toString(o.schedule),
+                     o.schedule == PipelineSchedule::kInterleaved
+                         ? fmt::format(" x {} chunks", o.virtualStages)
+                         : std::string());
+  if (o.microbatches > 1)
+    s += fmt::format(", {} micro-batches", o.microbatches);
+  return s;
+}
+
 std::string comparisonOptionsLine(const std::vector<StepEstimate>& rows) {
   const auto& o = rows.front().scenario.options;
   bool bucketed = false, ring = false, owt = false, owtRounds = false, ps = false;
@@ -184,6 +205,8 @@ std::string comparisonOptionsLine(const std::vector<StepEstimate>& rows) {
     s += fmt::format(", {} threads per worker", o.threadsPerWorker);
   if (ring && o.gradientSync != defaults.gradientSync)
     s += fmt::format(", ring allreduce {}", toString(o.gradientSync));
+  if (ring || o.recompute != Recompute::kNone)
+    s += dimensionsText(o);
   if (owt && o.convSync != defaults.convSync)
     s += fmt::format(", owt-* conv sync {}", toString(o.convSync));
   if (owtRounds && o.fcUpdate != defaults.fcUpdate)
@@ -228,10 +251,7 @@ void printEstimate(std::ostream& out, const StepEstimate& e, Format format) {
   out << fmt::format("throughput    {:.1f} examples/s\n", e.throughput);
   if (e.tokensPerSecond > 0)
     out << fmt::format("tokens        {} tokens/s ({:.0f} per example)\n",
-                       e.tokensPerSecond >= 1e6   ? fmt::format("{:.3g} M", e.tokensPerSecond / 1e6)
-                       : e.tokensPerSecond >= 1e3 ? fmt::format("{:.3g} k", e.tokensPerSecond / 1e3)
-                                                  : fmt::format("{:.3g}", e.tokensPerSecond),
-                       e.tokensPerSecond / e.throughput);
+                       countText(e.tokensPerSecond), e.tokensPerSecond / e.throughput);
   if (e.modelFlopsUtilisation > 0)
     out << fmt::format(
         "MFU           {} of peak {} (model FLOPs: 3 x the forward matmuls, Narayanan et al. "

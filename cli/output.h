@@ -21,6 +21,10 @@ namespace strata::cli {
 
 enum class Format { kTable, kJson, kCsv };
 
+// 2130000 -> "2.13 M", 80600 -> "80.6 k", 512 -> "512": three digits, for
+// rates (tokens a second).
+std::string countText(double n);
+
 // The options `strategy` uses whose values are not the defaults, as
 // "allreduce tree, staleness 1" (file keys), "" when none: what a header
 // says so a forced choice never hides.

@@ -2392,6 +2392,43 @@ TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pi
                  {"--microbatches: pipelines and gradient accumulation"});
 }
 
+TEST_CASE("strata search lists the layouts best first, in a table, JSON and CSV",
+          "[cli][pipeline][search]") {
+  const std::vector<std::string> base = {"search", "-n", "tiny-gpt",       "-c", "dgx-h100",
+                                         "-k",     "8",  "--global-batch", "16"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return runStrata(args);
+  };
+  const auto table = with({"--top", "3"});
+  REQUIRE(table.status == 0);
+  CHECK_THAT(table.output, Catch::Contains("tiny-gpt on dgx-h100: ring, 8 workers, global batch "
+                                           "16") &&
+                               Catch::Contains(" layouts, ") && Catch::Contains("#  layout") &&
+                               Catch::Contains("why the best: "));
+  CHECK(table.output.find("\n4  ") == std::string::npos);
+  const auto json = nlohmann::json::parse(with({"--format", "json", "--tp", "2"}).output);
+  REQUIRE(json["rows"].size() == json["layouts"].get<size_t>());
+  for (const auto& row : json["rows"]) {
+    CHECK(row["options"]["tp"] == 2);
+    CHECK(row["per_worker"][0]["sent_bytes"].is_null());  // not counted by search
+  }
+  const auto csv = with({"--format", "csv", "--pp", "4"});
+  REQUIRE(csv.status == 0);
+  const auto rows = lines(csv.output);
+  REQUIRE(rows.size() >= 2);
+  CHECK(rows[0].rfind("layout,peak_memory_bytes,engine,", 0) == 0);
+  for (size_t i = 1; i < rows.size(); ++i)
+    CHECK_THAT(rows[i], Catch::Contains(" x pp 4"));
+  checkUserError(with({"--microbatches", "2"}),
+                 {"--microbatches: search sets the micro-batches of each layout"});
+  checkUserError(with({"--staleness", "2"}), {"--staleness: applies to ps only"});
+  checkUserError(
+      runStrata({"search", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8", "--global-batch", "0"}),
+      {"--global-batch: must be"});
+}
+
 TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][sharded]") {
   const std::vector<std::string> gpt = {"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "4"};
   auto with = [&](std::vector<std::string> extra) {

@@ -121,13 +121,14 @@ ordered_json estimateJson(const StepEstimate& e) {
   }
   ordered_json workers = ordered_json::array();
   for (const auto& w : e.workers) {
-    ordered_json wj{{"rank", w.rank},
-                    {"compute", phasesJson(w.compute)},
-                    {"communication_s", w.communication.value()},
-                    {"exposed_communication_s", w.exposedCommunication.value()},
-                    {"idle_s", w.idle.value()},
-                    {"sent_bytes", w.sent.value()},
-                    {"received_bytes", w.received.value()}};
+    ordered_json wj{
+        {"rank", w.rank},
+        {"compute", phasesJson(w.compute)},
+        {"communication_s", w.communication.value()},
+        {"exposed_communication_s", w.exposedCommunication.value()},
+        {"idle_s", w.idle.value()},
+        {"sent_bytes", e.bytesCounted ? ordered_json(w.sent.value()) : nullptr},
+        {"received_bytes", e.bytesCounted ? ordered_json(w.received.value()) : nullptr}};
     if (!measured)
       wj["memory"] = {{"weights_bytes", w.memory.weights.value()},
                       {"gradients_bytes", w.memory.gradients.value()},
@@ -271,9 +272,9 @@ ordered_json columnValue(EstimateColumn column, const StepEstimate& e) {
     case C::kIdle:
       return meanIdle(e).value();
     case C::kSentBytesPerWorker:
-      return largest(e, &WorkerEstimate::sent).value();
+      return e.bytesCounted ? ordered_json(largest(e, &WorkerEstimate::sent).value()) : nullptr;
     case C::kReceivedBytesPerWorker:
-      return largest(e, &WorkerEstimate::received).value();
+      return e.bytesCounted ? ordered_json(largest(e, &WorkerEstimate::received).value()) : nullptr;
     case C::kMemoryBytesPerWorker:
       return predicted ? ordered_json(peakMemory(e).value()) : ordered_json(nullptr);
     case C::kFitsInMemory:

@@ -7,10 +7,12 @@
 #include "strata/model/pipeline.h"
 
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "helpers.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/search.h"
 
 using namespace strata;
 using strata::test::flatCluster;
@@ -326,4 +328,72 @@ TEST_CASE("the pipeline options' mistakes are refused, naming the option", "[pip
   one.options.pp = 1;
   one.options.microbatches = 0;
   CHECK_THAT(errorOf(gpt, one), Catch::Contains("--microbatches"));
+}
+
+TEST_CASE("search prices every layout of K workers and one global batch, the fastest first",
+          "[pipeline][search]") {
+  const auto net = presetNetwork("tiny-gpt");
+  const auto cluster = test::presetCluster("dgx-h100");
+  SearchSpace space;
+  space.workers = 8;
+  space.globalBatch = 16;
+  int calls = 0;
+  const auto all = searchLayouts(net, cluster, space, [&](int done, int total) {
+    CHECK(done <= total);
+    ++calls;
+  });
+  CHECK(calls >= 1);
+  REQUIRE(all.enumerated == static_cast<int>(all.rows.size()));
+  REQUIRE(all.fitting >= 2);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < all.rows.size(); ++i) {
+    const auto& r = all.rows[i];
+    const auto& o = r.scenario.options;
+    INFO(describeLayout(r.scenario));
+    CHECK(dataParallelSize(r.scenario) * o.tp * o.pp == 8);
+    CHECK(dataParallelSize(r.scenario) * o.microbatches * r.scenario.batchPerWorker == 16);
+    CHECK(seen.insert(describeLayout(r.scenario)).second);
+    // Each row is the closed form's estimate of its layout.
+    const auto again = estimate(net, cluster, r.scenario);
+    CHECK(r.estimate.step.value() == again.step.value());
+    CHECK(r.fits == again.fitsInMemory);
+    if (i > 0 && r.fits)
+      CHECK(all.rows[i - 1].estimate.step <= r.estimate.step);
+  }
+  // Every dimension appears: tensor, pipeline and data parallelism, the
+  // interleaved schedule, ZeRO and recomputation.
+  auto any = [&](auto pred) {
+    return std::any_of(all.rows.begin(), all.rows.end(),
+                       [&](const SearchRow& r) { return pred(r.scenario.options); });
+  };
+  CHECK(any([](const StrategyOptions& o) { return o.tp == 4 && o.sequenceParallel; }));
+  CHECK(any([](const StrategyOptions& o) { return o.pp == 8; }));
+  CHECK(any([](const StrategyOptions& o) {
+    return o.schedule == PipelineSchedule::kInterleaved && o.virtualStages == 2;
+  }));
+  CHECK(any([](const StrategyOptions& o) { return o.zero == 3 && o.pp == 1; }));
+  CHECK(!any([](const StrategyOptions& o) { return o.zero >= 2 && o.pp > 1; }));
+  CHECK(any([](const StrategyOptions& o) { return o.recompute == Recompute::kFull; }));
+  CHECK_THAT(all.why, Catch::Contains(describeLayout(all.rows[0].scenario) + " beats " +
+                                      describeLayout(all.rows[1].scenario)));
+
+  // A fixed dimension takes only its value, and the best of the whole
+  // space is at least as fast as the best with tp fixed at 2.
+  space.tp = 2;
+  space.pp = 2;
+  const auto fixed = searchLayouts(net, cluster, space);
+  REQUIRE(!fixed.rows.empty());
+  for (const auto& r : fixed.rows) {
+    CHECK(r.scenario.options.tp == 2);
+    CHECK(r.scenario.options.pp == 2);
+  }
+  CHECK(all.rows[0].estimate.step <= fixed.rows[0].estimate.step);
+
+  // No layout: a global batch the replicas cannot share.
+  SearchSpace odd;
+  odd.workers = 8;
+  odd.globalBatch = 3;
+  odd.tp = 1;
+  odd.pp = 1;
+  CHECK_THROWS_WITH(searchLayouts(net, cluster, odd), Catch::Contains("--global-batch"));
 }

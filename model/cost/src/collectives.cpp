@@ -89,7 +89,7 @@ namespace {
 // stride)): size-1 steps of n/size bytes.
 CollectiveCost groupPhase(const Topology& topo, RankGroups g, Bytes n, const CommParams& p,
                           bool reduce) {
-  auto c = empty(topo);
+  auto c = p.countBytes ? empty(topo) : CollectiveCost{};
   const int size = g.size();
   if (size <= 1)
     return c;

@@ -623,11 +623,13 @@ void checkPsPlacement(const Cluster& cluster, const Scenario& sc) {
                                   int64_t(sc.workers) + servers));
 }
 
-StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario) {
+StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                      bool countBytes) {
   checkModelWorkers(scenario.workers, limits());
   checkScenario(network, scenario);
   checkPsPlacement(cluster, scenario);
-  const Context ctx(network, cluster, scenario);
+  Context ctx(network, cluster, scenario);
+  ctx.comm.countBytes = countBytes;
   Tally t(scenario.workers);
   StepEstimate est;
   est.network = network.name;
@@ -669,11 +671,10 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
   // "every worker's memory is estimateMemory's" guards it (docs/testing.md).
   // A pipeline's workers hold and do what their stage does.
   const int stages = static_cast<int>(t.stages.size());
-  std::vector<MemoryUse> stageMemory;
-  for (int s = 0; s < stages; ++s)
-    stageMemory.push_back(memoryOf(ctx, s * scenario.options.tp));
-  const MemoryUse memRoot = memoryOf(ctx, 0);
-  const MemoryUse memOther = memoryOf(ctx, 1);
+  const std::vector<MemoryUse> stageMemory =
+      stages > 0 ? pipelineMemories(ctx) : std::vector<MemoryUse>{};
+  const MemoryUse memRoot = stages > 0 ? stageMemory[0] : memoryOf(ctx, 0);
+  const MemoryUse memOther = stages > 0 ? stageMemory.back() : memoryOf(ctx, 1);
   est.workers.resize(static_cast<size_t>(k));
   Bytes peak = max(memRoot.total(), memOther.total());
   for (const auto& mem : stageMemory)
@@ -693,6 +694,10 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
     w.memory = stage >= 0 ? stageMemory[static_cast<size_t>(stage)] : r == 0 ? memRoot : memOther;
   }
   est.fitsInMemory = peak <= cluster.device.memoryCapacity;
+  est.bytesCounted = countBytes;
+  if (!countBytes)
+    for (auto& w : est.workers)
+      w.sent = w.received = Bytes(0);
   return est;
 }
 

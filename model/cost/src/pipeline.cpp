@@ -141,13 +141,20 @@ CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const Pi
   return c;
 }
 
+// The ranks on pipeline stage `stage`: d t P + s t + i.
+template <typename F>
+void forStageRanks(int k, int stage, int t, int p, F&& f) {
+  for (int d = 0; d < k; d += t * p)
+    for (int i = 0; i < t; ++i)
+      f(static_cast<size_t>(d + stage * t + i));
+}
+
 // Adds `from` x times to `into`, counting only the bytes of ranks on `stage`.
 void addStage(Tally& into, const Tally& from, double times, int stage, int t, int p) {
-  for (size_t r = 0; r < into.sent.size(); ++r)
-    if ((static_cast<int>(r) / t) % p == stage) {
-      into.sent[r] += from.sent[r] * times;
-      into.received[r] += from.received[r] * times;
-    }
+  forStageRanks(static_cast<int>(into.sent.size()), stage, t, p, [&](size_t r) {
+    into.sent[r] += from.sent[r] * times;
+    into.received[r] += from.received[r] * times;
+  });
   if (from.worstCollective > into.worstCollective && from.bottleneckLink >= 0) {
     into.worstCollective = from.worstCollective;
     into.bottleneckLink = from.bottleneckLink;
@@ -155,6 +162,8 @@ void addStage(Tally& into, const Tally& from, double times, int stage, int t, in
   }
   into.picks.insert(into.picks.end(), from.picks.begin(), from.picks.end());
 }
+
+MemoryUse stageMemory(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay, int stage);
 
 PhaseTimes scaled(const PhaseTimes& a, double x) {
   return {a.fwd * x, a.bwdData * x, a.bwdWeights * x, a.update * x};
@@ -178,6 +187,8 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
   // One micro-batch through each chunk, forward and backward, alone.
   std::vector<Seconds> fwd(static_cast<size_t>(q)), bwd(static_cast<size_t>(q));
   std::vector<Tally> fwdTally, bwdTally;
+  fwdTally.reserve(size_t(q));
+  bwdTally.reserve(size_t(q));
   for (int j = 0; j < q; ++j) {
     const int first = lay.starts[size_t(j)], last = lay.starts[size_t(j) + 1];
     fwdTally.emplace_back(ctx.k);
@@ -277,11 +288,10 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
             // What the stage sends: its activations on, its gradients back.
             if ((sends == &sendF) == (jj == j))
               st.communication += c2.time * m;
-            for (size_t r = 0; r < t.sent.size(); ++r)
-              if ((static_cast<int>(r) / tp.t) % p == s) {
-                t.sent[r] += c2.sent[r] * m;
-                t.received[r] += c2.received[r] * m;
-              }
+            forStageRanks(ctx.k, s, tp.t, p, [&](size_t r) {
+              t.sent[r] += c2.sent[r] * m;
+              t.received[r] += c2.received[r] * m;
+            });
           }
     }
     addStage(t, tail, 1, s, tp.t, p);
@@ -324,9 +334,24 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
 }
 
 MemoryUse pipelineMemory(const Context& ctx, int stage) {
+  return pipelineMemories(ctx).at(static_cast<size_t>(stage));
+}
+
+std::vector<MemoryUse> pipelineMemories(const Context& ctx) {
   const auto& o = ctx.sc.options;
   const TpLayout tp = tensorParallelLayout(ctx.net, o.tp, o.sequenceParallel);
   const auto lay = pipelineLayout(ctx, tp);
+  std::vector<MemoryUse> out;
+  for (int s = 0; s < lay.p; ++s)
+    out.push_back(stageMemory(ctx, tp, lay, s));
+  return out;
+}
+
+namespace {
+
+MemoryUse stageMemory(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
+                      int stage) {
+  const auto& o = ctx.sc.options;
   const int dp = dataParallelSize(ctx.sc);
   const double e = ctx.e, b = ctx.b;
   double local = tiedCopy(ctx, tp, lay, stage), largestBlock = 0, boundary = 0;
@@ -366,5 +391,7 @@ MemoryUse pipelineMemory(const Context& ctx, int stage) {
   mem.buffers = Bytes(buffers);
   return mem;
 }
+
+}  // namespace
 
 }  // namespace strata::cost

@@ -202,7 +202,9 @@ struct KeptActivations {
   double largestBlock = 0;
 };
 KeptActivations keptActivations(const Context& ctx, const TpLayout& tp, int first, int last);
-// Memory of a worker on pipeline stage `stage` (pipeline.cpp).
+// Memory of a worker on pipeline stage `stage`, and of every stage's
+// (pipeline.cpp).
 MemoryUse pipelineMemory(const Context& ctx, int stage);
+std::vector<MemoryUse> pipelineMemories(const Context& ctx);
 
 }  // namespace strata::cost

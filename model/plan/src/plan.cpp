@@ -339,10 +339,11 @@ Plan lower(const Network& network, const Scenario& scenario, const Cluster* clus
   // so far (cost/src/pipeline.cpp); a Plan without them would be a wrong
   // answer, so the simulator and the executor refuse them.
   if (usesPipeline(scenario.options))
-    throw OptionError(scenario.options.pp > 1 ? "--pp" : "--microbatches",
-                      "pipelines and gradient accumulation are priced by the closed form "
-                      "(strata predict, search) only for now: the simulator and the executor "
-                      "do not play them yet");
+    throw OptionError(
+        scenario.options.pp > 1 ? "--pp" : "--microbatches",
+        "pipelines and gradient accumulation are priced by the closed form "
+        "(strata predict, compare, search) only for now: the simulator and the executor "
+        "do not play them yet");
   iterations = scenario.strategy != Strategy::kPs || scenario.workers == 1 ? 1
                : iterations > 0                                            ? iterations
                                 : defaultPlanIterations(scenario);

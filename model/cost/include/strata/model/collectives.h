@@ -27,6 +27,9 @@ namespace strata {
 struct CommParams {
   Bytes segment;       // pipelining granularity; 0 = unsegmented
   double gamma = 0.0;  // seconds per byte reduced (1 / reduce bandwidth)
+  // false: the group collectives leave CollectiveCost::sent and received
+  // empty (estimate's countBytes).
+  bool countBytes = true;
 };
 
 struct CollectiveCost {

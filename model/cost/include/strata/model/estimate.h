@@ -15,7 +15,11 @@ namespace strata {
 // the cluster has, owt-* on a network with no model-parallel part, an element
 // type the device has no peak for) and for K over limits().maxModelWorkers.
 // Formulas: docs/cost-model.md.
-StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario);
+// `countBytes` false (strata search): the bytes each worker sends and
+// receives are not counted (StepEstimate::bytesCounted), which at 10^3
+// workers and more is most of an evaluation's time; the times are the same.
+StepEstimate estimate(const Network& network, const Cluster& cluster, const Scenario& scenario,
+                      bool countBytes = true);
 
 // Throws UserError (OptionError for K, b, segment, bucket) when `scenario`
 // cannot run on `network`: K or b below 1, a global batch K x b over 2^31 - 1,

@@ -441,6 +441,9 @@ struct StepEstimate {
   // 1)(tf + tb) / V with balanced stages and free transfers). 0 without.
   Seconds pipelineBubble;
   bool fitsInMemory = true;  // peak memory of every worker <= device capacity
+  // false when the bytes each worker sends and receives were not counted
+  // (strata search: estimate's countBytes); they read 0 and print as null.
+  bool bytesCounted = true;
   // strata predict, when it does not fit: the smallest change of --zero,
   // --tp, --sequence-parallel, --recompute that fits, with its memory and
   // step ("--zero 1: 12.8 GB per worker, step 174 ms"); "" when it fits,

@@ -1,0 +1,188 @@
+// `strata search`: every layout of a network on K workers for one global
+// batch (search.h), priced by the closed form; the best first.
+#include "strata/model/search.h"
+
+#include <fmt/format.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "flags.h"
+#include "output.h"
+#include "strata/model/quantity_text.h"
+#include "strata/study/estimate_schema.h"
+#include "table.h"
+
+namespace strata::cli {
+
+namespace {
+
+// The search's own options that fix a dimension, from the scenario flags given.
+SearchSpace spaceOf(const ScenarioFlags& flags, int workers, int globalBatch) {
+  SearchSpace space;
+  space.workers = workers;
+  space.globalBatch = globalBatch;
+  int b = 0;
+  flags.apply(b, space.base);
+  const auto given = flags.given();
+  auto has = [&](OptionKey key) {
+    return std::find(given.begin(), given.end(), key) != given.end();
+  };
+  if (has(OptionKey::kMicrobatches))
+    throw OptionError("--microbatches",
+                      "search sets the micro-batches of each layout from --global-batch / (dp x "
+                      "b); fix the micro-batch size with --batch instead");
+  if (b > 0)
+    space.microBatch = b;
+  if (has(OptionKey::kTensorParallel))
+    space.tp = space.base.tp;
+  if (has(OptionKey::kPipelineParallel))
+    space.pp = space.base.pp;
+  if (has(OptionKey::kZero))
+    space.zero = space.base.zero;
+  if (has(OptionKey::kRecompute))
+    space.recompute = space.base.recompute;
+  if (has(OptionKey::kSequenceParallel))
+    space.sequenceParallel = space.base.sequenceParallel;
+  if (has(OptionKey::kSchedule))
+    space.schedule = space.base.schedule;
+  if (has(OptionKey::kVirtualStages))
+    space.virtualStages = space.base.virtualStages;
+  return space;
+}
+
+}  // namespace
+
+Command addSearchCommand(CLI::App& app) {
+  struct Options {
+    std::string network, cluster, workers, globalBatch, top = "10", format = "table";
+    ScenarioFlags flags;
+    LimitFlags limitFlags;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub = app.add_subcommand(
+      "search",
+      "every layout (dp x tp x pp, schedule, micro-batch, ZeRO, recomputation) of a "
+      "network on K workers for one global batch, priced by the model, best first");
+  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--cluster,-c", o->cluster, "cluster preset or YAML file")->required();
+  sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
+  sub->add_option("--global-batch", o->globalBatch, "examples per step over all workers")
+      ->required();
+  sub->add_option("--top", o->top, "layouts the table shows (default 10; json and csv: all)");
+  o->flags.add(sub);
+  o->limitFlags.add(sub, false);
+  addFormatOption(sub, o->format,
+                  "output: table|json|csv (default table; json and csv hold every layout)");
+  sub->footer(
+      "--tp, --pp, --zero, --recompute, --sequence-parallel, --schedule, --virtual-stages and "
+      "--batch (the micro-batch size) fix their dimension; the others apply to every layout.\n"
+      "Example:\n"
+      "  strata search -n gpt3-175b -c dgx-a100 -k 1024 --global-batch 1536 --element bf16 "
+      "--optimizer adam");
+  return {
+      sub, [o] {
+        o->limitFlags.apply();
+        const auto format = parseFormat(o->format);
+        const int workers = parsePositive(o->workers, "--workers");
+        const int batch = parsePositive(o->globalBatch, "--global-batch");
+        const int top = parsePositive(o->top, "--top");
+        const auto space = spaceOf(o->flags, workers, batch);
+        // Every option must apply to some layout: ring's, with the
+        // dimensions that --sequence-parallel, --schedule and
+        // --virtual-stages need (they fix their dimension).
+        StrategyOptions widest = space.base;
+        widest.tp = std::max(2, widest.tp);
+        widest.pp = std::max(2, widest.pp);
+        if (!space.schedule)
+          widest.schedule = PipelineSchedule::kInterleaved;
+        o->flags.checkUsed({Strategy::kRing}, widest);
+        const auto net = networkArg(o->network, "--network");
+        const auto cl = clusterArg(o->cluster, "--cluster");
+        const bool tty = isatty(STDERR_FILENO) != 0;
+        const auto start = std::chrono::steady_clock::now();
+        // Thousands of evaluations allocate and free the same K-sized
+        // vectors: keep freed memory in the heap instead of returning
+        // it to the kernel and faulting it in again (half the time at
+        // K = 4096 without).
+        mallopt(M_MMAP_THRESHOLD, 256 << 20);
+        mallopt(M_TRIM_THRESHOLD, 1 << 30);
+        const auto result = searchLayouts(net, cl, space, [&](int done, int total) {
+          if (tty)
+            std::cerr << fmt::format("\rsearch: {} of {} layouts priced", done, total)
+                      << (done == total ? "\n" : "") << std::flush;
+        });
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (format == Format::kJson) {
+          nlohmann::ordered_json j;
+          j["network"] = net.name;
+          j["cluster"] = cl.name;
+          j["workers"] = workers;
+          j["global_batch"] = batch;
+          j["layouts"] = result.enumerated;
+          j["fitting"] = result.fitting;
+          j["why_best"] = result.why;
+          auto rows = nlohmann::ordered_json::array();
+          for (const auto& r : result.rows) {
+            auto row = study::estimateJson(r.estimate);
+            row["layout"] = describeLayout(r.scenario);
+            row["peak_memory_bytes"] = r.peakMemory.value();
+            rows.push_back(std::move(row));
+          }
+          j["rows"] = std::move(rows);
+          std::cout << j.dump(2) << "\n";
+          return 0;
+        }
+        if (format == Format::kCsv) {
+          // estimate_schema's columns, after the layout and its peak
+          // memory (each line ends in its newline).
+          std::cout << "layout,peak_memory_bytes," << study::estimateCsvHeader();
+          for (const auto& r : result.rows)
+            std::cout << '"' << describeLayout(r.scenario) << "\"," << r.peakMemory.value() << ","
+                      << study::estimateCsvRow(r.estimate);
+          return 0;
+        }
+        std::cout << fmt::format(
+            "{} on {}: ring, {} workers, global batch {}, {}, optimizer {}: {} layouts, {} "
+            "fit in {} per worker (searched in {:.1f} s)\n\n",
+            net.name, cl.name, workers, batch, toString(space.base.element),
+            toString(space.base.optimizer), result.enumerated, result.fitting,
+            formatBytes(cl.device.memoryCapacity), seconds);
+        Table t({"#", "layout", "step", "tokens/s", "MFU", "memory", "bubble", "bottleneck"}, 2);
+        int shown = 0;
+        for (const auto& r : result.rows) {
+          if (!r.fits || shown >= top)
+            break;
+          const auto& e = r.estimate;
+          t.add({std::to_string(++shown), describeLayout(r.scenario), formatSeconds(e.step),
+                 e.tokensPerSecond > 0 ? countText(e.tokensPerSecond) : "-",
+                 e.modelFlopsUtilisation > 0 ? percent(e.modelFlopsUtilisation) : "-",
+                 formatBytes(r.peakMemory),
+                 e.step.value() > 0 ? percent(e.pipelineBubble.value() / e.step.value()) : "-",
+                 e.bottleneck});
+        }
+        if (shown == 0) {
+          const auto& least = *std::min_element(
+              result.rows.begin(), result.rows.end(),
+              [](const auto& a, const auto& b) { return a.peakMemory < b.peakMemory; });
+          std::cout << fmt::format(
+              "no layout fits: the least memory is {} per worker ({}), over the {} of "
+              "cluster '{}'\n",
+              formatBytes(least.peakMemory), describeLayout(least.scenario),
+              formatBytes(cl.device.memoryCapacity), cl.name);
+          return 0;
+        }
+        t.print(std::cout);
+        if (!result.why.empty())
+          std::cout << "\nwhy the best: " << result.why << "\n";
+        return 0;
+      }};
+}
+
+}  // namespace strata::cli
