@@ -8,6 +8,7 @@
 #include "strata/model/cluster.h"
 #include "strata/model/cluster_loader.h"
 #include "strata/model/error.h"
+#include "strata/model/estimate.h"
 #include "strata/model/network.h"
 #include "strata/model/network_loader.h"
 #include "strata/model/presets.h"
@@ -64,6 +65,16 @@ inline std::string networkLoadError(const std::string& folder, const std::string
   try {
     loadNetworkText(folder, stem, text);
   } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The message checkScenario throws for `sc` on `n` ("" when it takes it).
+inline std::string scenarioError(const Network& n, const Scenario& sc) {
+  try {
+    checkScenario(n, sc);
+  } catch (const UserError& e) {
     return e.what();
   }
   return "";

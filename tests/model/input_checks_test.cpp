@@ -652,3 +652,26 @@ TEST_CASE("limits are clamped to their ceilings, 0 keeps the default", "[input-c
     CHECK(threadWorkerLimit(limits()) >= 64);
   }
 }
+
+TEST_CASE("an experiment file sets the pipeline options, and refuses a bad one at its line",
+          "[input-checks][pipeline]") {
+  const std::string base =
+      "name: NAME\nnetwork: tiny-gpt\ncluster: dgx-h100\nstrategies: [ring]\n"
+      "workers: [4]\nbatch: 2\noptions:\n  pp: 2\n  microbatches: 4\n  schedule: interleaved\n"
+      "  virtual_stages: 2\n";
+  const auto ex = loadExperiment(writeYaml("pipeline-ok", with(base, "NAME", "pipeline-ok")));
+  CHECK(ex.options.pp == 2);
+  CHECK(ex.options.microbatches == 4);
+  CHECK(ex.options.schedule == PipelineSchedule::kInterleaved);
+  CHECK(ex.options.virtualStages == 2);
+  const auto bad =
+      writeYaml("pipeline-bad", with(with(base, "NAME", "pipeline-bad"), "pp: 2", "pp: 1.5"));
+  CHECK(userError([&] { loadExperiment(bad); }) ==
+        bad + ":8: options.pp: must be a whole number of pipeline stages in [1, 1024]");
+  const auto schedule = writeYaml(
+      "pipeline-schedule",
+      with(with(base, "NAME", "pipeline-schedule"), "schedule: interleaved", "schedule: zigzag"));
+  CHECK_THAT(
+      userError([&] { loadExperiment(schedule); }),
+      Catch::Contains(schedule + ":10: options.schedule: unknown pipeline schedule 'zigzag'"));
+}

@@ -55,12 +55,7 @@ Cluster freeLinks() {
 }
 
 std::string errorOf(const Network& n, const Scenario& sc) {
-  try {
-    checkScenario(n, sc);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
+  return test::scenarioError(n, sc);
 }
 
 std::vector<PipeTask> F(std::initializer_list<std::pair<int, int>> chunkMicro) {

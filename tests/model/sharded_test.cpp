@@ -54,12 +54,7 @@ double passesAlone(const Network& n, const TpLayout& layout, const DeviceSpec& d
 }
 
 std::string errorOf(const Network& n, const Scenario& sc) {
-  try {
-    checkScenario(n, sc);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
+  return test::scenarioError(n, sc);
 }
 
 }  // namespace
