@@ -60,7 +60,8 @@ SearchSpace spaceOf(const ScenarioFlags& flags, int workers, int globalBatch) {
 
 Command addSearchCommand(CLI::App& app) {
   struct Options {
-    std::string network, cluster, workers, globalBatch, top = "10", format = "table";
+    std::string network, cluster, workers, globalBatch, top = "10", format = "table",
+                                                        simulate = "0";
     ScenarioFlags flags;
     LimitFlags limitFlags;
   };
@@ -75,6 +76,9 @@ Command addSearchCommand(CLI::App& app) {
   sub->add_option("--global-batch", o->globalBatch, "examples per step over all workers")
       ->required();
   sub->add_option("--top", o->top, "layouts the table shows (default 10; json and csv: all)");
+  sub->add_option("--simulate", o->simulate,
+                  "re-check the best N layouts in the simulator (contention on) and say how far "
+                  "it is from the model (default 0)");
   o->flags.add(sub);
   o->limitFlags.add(sub, false);
   addFormatOption(sub, o->format,
@@ -92,6 +96,7 @@ Command addSearchCommand(CLI::App& app) {
         const int workers = parsePositive(o->workers, "--workers");
         const int batch = parsePositive(o->globalBatch, "--global-batch");
         const int top = parsePositive(o->top, "--top");
+        const int simulate = o->simulate == "0" ? 0 : parsePositive(o->simulate, "--simulate");
         const auto space = spaceOf(o->flags, workers, batch);
         // Every option must apply to some layout: ring's, with the
         // dimensions that --sequence-parallel, --schedule and
@@ -181,6 +186,30 @@ Command addSearchCommand(CLI::App& app) {
         t.print(std::cout);
         if (!result.why.empty())
           std::cout << "\nwhy the best: " << result.why << "\n";
+        if (simulate > 0) {
+          // The simulator plays the same layouts (contention on): where it
+          // and the closed form part, the model's overlap or link sharing is
+          // what to doubt.
+          std::cout << "\nthe best in the simulator (contention on):\n";
+          Table s({"#", "layout", "model", "simulator", "sim / model"}, 2);
+          int n = 0;
+          for (const auto& r : result.rows) {
+            if (!r.fits || n >= simulate)
+              break;
+            ++n;
+            if (usesPipeline(r.scenario.options)) {
+              s.add({std::to_string(n), describeLayout(r.scenario), formatSeconds(r.estimate.step),
+                     "-", "not played: the simulator has no pipelines yet"});
+              continue;
+            }
+            const auto sim = study::evaluate(net, cl, r.scenario, study::Engine::kSimulator);
+            s.add({std::to_string(n), describeLayout(r.scenario), formatSeconds(r.estimate.step),
+                   formatSeconds(sim.step),
+                   fmt::format("{:+.1f} %",
+                               100.0 * (sim.step.value() / r.estimate.step.value() - 1))});
+          }
+          s.print(std::cout);
+        }
         return 0;
       }};
 }

@@ -2421,6 +2421,29 @@ TEST_CASE("strata search lists the layouts best first, in a table, JSON and CSV"
   CHECK(rows[0].rfind("layout,peak_memory_bytes,engine,", 0) == 0);
   for (size_t i = 1; i < rows.size(); ++i)
     CHECK_THAT(rows[i], Catch::Contains(" x pp 4"));
+  // --simulate: the simulator plays the best layouts without a pipeline
+  // (model = sim here: no contention between one step's transfers on these
+  // links), says so for the others.
+  auto search = [&](const std::string& pp) {
+    return runStrata({"search", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8", "--global-batch",
+                      "64", "--top", "4", "--simulate", "4", "--pp", pp});
+  };
+  const auto sim = search("1");
+  REQUIRE(sim.status == 0);
+  const auto header = sim.output.find("the best in the simulator (contention on):");
+  REQUIRE(header != std::string::npos);
+  size_t played = 0, pipelines = 0;
+  for (const auto& line : lines(sim.output.substr(header))) {
+    played += line.find(" %") != std::string::npos && line.find("us ") != std::string::npos &&
+              line.find("pp 1, ") != std::string::npos;
+    pipelines += line.find("not played: the simulator has no pipelines yet") != std::string::npos;
+  }
+  CHECK(played == 4);
+  CHECK(pipelines == 0);
+  const auto piped = search("2");
+  REQUIRE(piped.status == 0);
+  CHECK_THAT(piped.output, Catch::Contains("not played: the simulator has no pipelines yet"));
+  checkUserError(with({"--simulate", "-1"}), {"--simulate"});
   checkUserError(with({"--microbatches", "2"}),
                  {"--microbatches: search sets the micro-batches of each layout"});
   checkUserError(with({"--staleness", "2"}), {"--staleness: applies to ps only"});
