@@ -66,35 +66,33 @@ double tokenTable(const Context& ctx, const TpLayout& tp, int owner) {
   return double((v + tp.t - 1) / tp.t) * l.outShape.c;
 }
 
-// Parameters a stage holds besides its layers': the token table of an
-// embedding on another stage that one of its fcs is tied to (Megatron-LM
-// keeps a copy on the last stage and sums the two copies' gradients).
-double tiedCopy(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay, int stage) {
-  double extra = 0;
-  for (int j = stage; j < lay.chunks(); j += lay.p)
-    for (int i = lay.starts[size_t(j)]; i < lay.starts[size_t(j) + 1]; ++i) {
-      const int owner = ctx.net.layers[static_cast<size_t>(i)].spec.tiedTo;
-      if (owner < 0)
-        continue;
-      const int ownerChunk = static_cast<int>(
-          std::upper_bound(lay.starts.begin(), lay.starts.end(), owner) - lay.starts.begin() - 1);
-      if (lay.stageOf(ownerChunk) != stage)
-        extra += tokenTable(ctx, tp, owner);
-    }
-  return extra;
+// An fc tied to an embedding on another stage: Megatron-LM keeps a copy
+// of the token table on the fc's stage (the last) and the two stages sum
+// the copies' gradients.
+struct TiedCopy {
+  int fcStage = 0, ownerStage = 0;
+  double table = 0;  // the copy's parameters on each worker
+};
+std::vector<TiedCopy> tiedCopies(const Context& ctx, const TpLayout& tp,
+                                 const PipelineLayout& lay) {
+  std::vector<TiedCopy> out;
+  const auto stageOfLayer = [&](int i) {
+    return lay.stageOf(static_cast<int>(std::upper_bound(lay.starts.begin(), lay.starts.end(), i) -
+                                        lay.starts.begin() - 1));
+  };
+  for (int i = 0; i < static_cast<int>(ctx.net.layers.size()); ++i)
+    if (const int owner = ctx.net.layers[static_cast<size_t>(i)].spec.tiedTo;
+        owner >= 0 && stageOfLayer(i) != stageOfLayer(owner))
+      out.push_back({stageOfLayer(i), stageOfLayer(owner), tokenTable(ctx, tp, owner)});
+  return out;
 }
 
-// The stage holding the embedding a tied fc on another stage shares (or -1).
-int tiedOwnerStage(const Context& ctx, const PipelineLayout& lay, int stage) {
-  for (int j = stage; j < lay.chunks(); j += lay.p)
-    for (int i = lay.starts[size_t(j)]; i < lay.starts[size_t(j) + 1]; ++i)
-      if (const int owner = ctx.net.layers[static_cast<size_t>(i)].spec.tiedTo; owner >= 0) {
-        const int ownerChunk = static_cast<int>(
-            std::upper_bound(lay.starts.begin(), lay.starts.end(), owner) - lay.starts.begin() - 1);
-        if (lay.stageOf(ownerChunk) != stage)
-          return lay.stageOf(ownerChunk);
-      }
-  return -1;
+// The copies' parameters stage `stage` holds besides its layers'.
+double tiedCopy(const std::vector<TiedCopy>& copies, int stage) {
+  double extra = 0;
+  for (const auto& c : copies)
+    extra += c.fcStage == stage ? c.table : 0.0;
+  return extra;
 }
 
 // Elements per example of the tensor crossing from chunk j to j + 1 (the
@@ -218,9 +216,7 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
   // starts when its stage is free and what it needs has arrived.
   const auto play = playPipeline(o.schedule, p, lay.v, m, fwdS, bwdS, sendFS, sendBS);
   t.bubble = Seconds(play.bubble());
-  std::vector<std::vector<PipeTask>> order;
-  for (int s = 0; s < p; ++s)
-    order.push_back(pipelineOrder(o.schedule, p, lay.v, m, s));
+  const auto tied = tiedCopies(ctx, tp, lay);
 
   // Per stage: its last backward again, with the gradient syncs beside it
   // and the update after them; the stage ends that long after the last
@@ -228,8 +224,7 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
   double step = 0;
   t.stages.assign(size_t(p), {});
   for (int s = 0; s < p; ++s) {
-    const auto& lastTask = order[size_t(s)].back();
-    const int lastChunk = lay.chunkOf(s, lastTask.chunk);
+    const int lastChunk = lay.chunkOf(s, play.last[size_t(s)].chunk);
     Tally tail(ctx.k);
     StepTasks tasks(ctx, tail);
     // The stage's layers span chunks s, s + P, ...: one GradientSyncs over
@@ -246,22 +241,14 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
       syncs.syncBuckets({tasks.path()});
     // The two copies of a tied table (first and last stage) sum their
     // gradients once every micro-batch is in.
-    const double copy = tiedCopy(ctx, tp, lay, s);
-    int owner = tiedOwnerStage(ctx, lay, s);
-    if (owner < 0)
-      for (int other = 0; other < p && owner < 0; ++other)
-        if (other != s && tiedOwnerStage(ctx, lay, other) == s)
-          owner = other;
-    if (owner >= 0) {
-      double table = 0;
-      for (const auto& l : ctx.net.layers)
-        if (l.spec.tiedTo >= 0)
-          table = tokenTable(ctx, tp, l.spec.tiedTo);
-      syncs.beside(pointToPoint(ctx.topo, s * tp.t, owner * tp.t, Bytes(table * ctx.e)),
-                   {tasks.path()});
-    }
+    for (const auto& c : tied)
+      if (c.fcStage == s || c.ownerStage == s)
+        syncs.beside(
+            pointToPoint(ctx.topo, s * tp.t, (c.fcStage == s ? c.ownerStage : c.fcStage) * tp.t,
+                         Bytes(c.table * ctx.e)),
+            {tasks.path()});
     // The update of every chunk's parameters on the stage.
-    syncs.update(false, copy);
+    syncs.update(false, tiedCopy(tied, s));
     const Seconds tailTime = tasks.play();
     const double end = play.lastStart[size_t(s)] + tailTime.value();
     step = std::max(step, end);
@@ -354,7 +341,7 @@ MemoryUse stageMemory(const Context& ctx, const TpLayout& tp, const PipelineLayo
   const auto& o = ctx.sc.options;
   const int dp = dataParallelSize(ctx.sc);
   const double e = ctx.e, b = ctx.b;
-  double local = tiedCopy(ctx, tp, lay, stage), largestBlock = 0, boundary = 0;
+  double local = tiedCopy(tiedCopies(ctx, tp, lay), stage), largestBlock = 0, boundary = 0;
   std::vector<double> perChunk;
   for (int c = 0; c < lay.v; ++c) {
     const int j = lay.chunkOf(stage, c);

@@ -118,6 +118,8 @@ PipelinePlay playPipeline(PipelineSchedule schedule, int stages, int virtualStag
   for (int s = 0; s < p; ++s)
     STRATA_ENFORCE_OP(next[size_t(s)], ==, order[size_t(s)].size());  // no schedule deadlocks
   play.span = *std::max_element(freeAt.begin(), freeAt.end());
+  for (const auto& o : order)
+    play.last.push_back(o.back());
   return play;
 }
 

@@ -62,6 +62,7 @@ struct PipelinePlay {
   double span = 0;                // the last task's end
   std::vector<double> busy;       // per stage: its tasks' seconds
   std::vector<double> lastStart;  // per stage: its last task's start
+  std::vector<PipeTask> last;     // per stage: its last task
   // span - max(busy): (P - 1)(tf + tb) / V balanced, transfers free.
   double bubble() const;
 };
