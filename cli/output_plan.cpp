@@ -54,6 +54,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
       ordered_json task{{"id", i}, {"kind", std::string(toString(t.kind))}};
       if (plan.iterations > 1)
         task["step"] = t.iteration;
+      if (t.micro >= 0)
+        task["micro_batch"] = t.micro;
       if (t.kind == TaskKind::kUpdate && t.part >= 0)
         task[t.server ? "server_shard" : "shard"] = t.part;
       if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate) {
@@ -166,6 +168,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
         break;
       }
     }
+    if (task.micro >= 0)
+      what += fmt::format(" (micro-batch {})", task.micro);
     std::string after;
     const auto deps = plan.depsOf(task);
     for (size_t d = 0; d < deps.size() && d < 6; ++d)

@@ -14,6 +14,8 @@
 #include "commands.h"
 #include "flags.h"
 #include "output.h"
+#include "strata/model/limits.h"
+#include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 #include "strata/study/estimate_schema.h"
 #include "table.h"
@@ -197,9 +199,14 @@ Command addSearchCommand(CLI::App& app) {
             if (!r.fits || n >= simulate)
               break;
             ++n;
-            if (usesPipeline(r.scenario.options)) {
+            // A pipeline's plan holds every worker's tasks (no worker stands
+            // for the others): the large ones are left out, saying so.
+            if (const double tasks = estimatePlanTasks(net, r.scenario);
+                usesPipeline(r.scenario.options) && tasks > double(limits().maxPlanTasks)) {
               s.add({std::to_string(n), describeLayout(r.scenario), formatSeconds(r.estimate.step),
-                     "-", "not played: the simulator has no pipelines yet"});
+                     "-",
+                     fmt::format("not played: about {:.2g} plan tasks, over the limit of {} ({})",
+                                 tasks, limits().maxPlanTasks, kMaxTasksOption)});
               continue;
             }
             const auto sim = study::evaluate(net, cl, r.scenario, study::Engine::kSimulator);

@@ -56,6 +56,45 @@ Intervals clipped(const Intervals& v, double from, double to) {
 
 }  // namespace
 
+// As the closed form's (StepEstimate::pipelineBubble): from the start to
+// the last forward or backward's end, less the busiest worker's forwards and
+// backwards, their tensor-parallel collectives included (the collectives in
+// their path: activations and their gradients, but the stage-to-stage "p2p").
+double Engine::pipelineBubble() const {
+  std::vector<double> busy(static_cast<size_t>(k_), 0.0);
+  double span = 0;
+  std::vector<std::pair<double, double>> inPath(plan_.collectives.size(), {-1, -1});
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const Task& task = plan_.tasks[t];
+    if (task.kind == TaskKind::kCompute) {
+      busy[static_cast<size_t>(task.worker)] += end_[t] - start_[t];
+      span = std::max(span, end_[t]);
+    } else if (task.collective >= 0) {
+      const auto& c = plan_.collectives[static_cast<size_t>(task.collective)];
+      if (c.algorithm == "p2p" ||
+          (c.buffer != BufferKind::kActivations && c.buffer != BufferKind::kActivationGradients))
+        continue;
+      auto& [from, to] = inPath[static_cast<size_t>(task.collective)];
+      from = from < 0 ? start_[t] : std::min(from, start_[t]);
+      to = std::max(to, end_[t]);
+    }
+  }
+  for (size_t c = 0; c < inPath.size(); ++c) {
+    const auto [from, to] = inPath[c];
+    if (from < 0)
+      continue;
+    const Task& first = plan_.tasks[plan_.collectives[c].firstTask];
+    if (first.pattern == PatternKind::kPairs) {
+      for (const auto& f : plan_.storedFlows(first))
+        busy[static_cast<size_t>(f.src)] += to - from;
+    } else {
+      for (auto& b : busy)
+        b += to - from;
+    }
+  }
+  return std::max(0.0, span - *std::max_element(busy.begin(), busy.end()));
+}
+
 void Engine::countBytes(const Task& task) {
   const double b = task.bytes.value();
   const double k = k_;
@@ -227,6 +266,13 @@ Result Engine::assemble() {
   const Intervals all = merged(allComm_);
   const MemoryUse memRoot = estimateMemory(net_, cluster_, sc, 0);
   const MemoryUse memOther = k_ > 1 ? estimateMemory(net_, cluster_, sc, 1) : memRoot;
+  // A pipeline's stages hold different layers: worker w is on stage w / tp
+  // mod pp.
+  const bool piped = usesPipeline(sc.options);
+  std::vector<MemoryUse> memStage;
+  if (piped)
+    for (int s = 0; s < sc.options.pp; ++s)
+      memStage.push_back(estimateMemory(net_, cluster_, sc, s * sc.options.tp));
   est.workers.resize(static_cast<size_t>(k_));
   bool haveShared = false;
   double sharedC = 0, sharedHidden = 0;
@@ -265,9 +311,16 @@ Result Engine::assemble() {
     we.idle = max(Seconds(0), est.step - we.compute.total() - we.exposedCommunication);
     we.sent = Bytes((allSent_ + sent_[wi]) * perStep);
     we.received = Bytes((allReceived_ + received_[wi]) * perStep);
-    we.memory = w == 0 ? memRoot : memOther;
+    we.memory = piped    ? memStage[static_cast<size_t>(w / sc.options.tp % sc.options.pp)]
+                : w == 0 ? memRoot
+                         : memOther;
     if (we.memory.total() > cluster_.device.memoryCapacity)
       est.fitsInMemory = false;
+  }
+
+  if (piped) {
+    est.pipeline = estimate(net_, cluster_, sc).pipeline;
+    est.pipelineBubble = Seconds(pipelineBubble());
   }
 
   // Transfers that ran alone: their channels' bytes and busy time.

@@ -126,6 +126,7 @@ class Engine {
   void recomputeRates();
 
   // ---- accounting (accounting.cpp) ---------------------------------------------
+  double pipelineBubble() const;
   void countBytes(const Task& task);
   void noteCommunication(const Task& task, uint32_t t, bool transfer);
   void selectTimeline(int channels);

@@ -72,6 +72,8 @@ double estimatedWork(const Plan& plan, const Cluster& cluster, const Options& op
 
 std::string representativeReason(const Scenario& scenario, const Cluster& cluster,
                                  const Options& options) {
+  if (usesPipeline(scenario.options))
+    return "a pipeline's stages compute different layers";
   if (!canBeRepresentative(scenario))
     return fmt::format("{} workers hold different tasks", toString(scenario.strategy));
   for (double s : options.slowdown)

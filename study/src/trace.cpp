@@ -511,13 +511,18 @@ struct Names {
 };
 
 // "fwd conv1", "recompute h.1.attn", "update", "ring send step 3 seg 1 round
-// 0", "ring sum step 3".
+// 0", "ring sum step 3"; a pipeline's "fwd h.1.attn mb 2", "p2p send step 0
+// mb 2" (its micro-batch).
 void appendTaskName(std::string& b, const Names& names, const Task& t) {
   switch (t.kind) {
     case TaskKind::kCompute:
       b += t.recompute ? std::string_view("recompute") : toString(t.phase);
       b += ' ';
       b += names.layer[static_cast<size_t>(t.layer)];
+      if (t.micro >= 0) {
+        b += " mb ";
+        appendNumber(b, t.micro);
+      }
       return;
     case TaskKind::kUpdate:
       b += "update";
@@ -535,6 +540,10 @@ void appendTaskName(std::string& b, const Names& names, const Task& t) {
       if (t.round >= 0) {
         b += " round ";
         appendNumber(b, t.round);
+      }
+      if (t.micro >= 0) {
+        b += " mb ";
+        appendNumber(b, t.micro);
       }
       return;
     }

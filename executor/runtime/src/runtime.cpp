@@ -95,6 +95,10 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   // the cpu and cuda backends), ZeRO 1 to 3 (collectives and sharded
   // updates), and recomputation: full (each block's forward again) and
   // selective (the attention core again).
+  if (usesPipeline(sc.options))
+    throw OptionError(sc.options.pp > 1 ? "--pp" : "--microbatches",
+                      "the executor does not run pipelines or gradient accumulation yet: "
+                      "strata predict prices them and strata simulate plays them");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

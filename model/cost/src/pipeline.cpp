@@ -103,22 +103,16 @@ double boundaryElems(const Context& ctx, const TpLayout& tp, const PipelineLayou
   return double(l.outShape.elements()) / (tp.sequenceParallel ? tp.t : 1);
 }
 
-// The transfer of one micro-batch's boundary tensor from chunk j's stage to
-// chunk j + 1's (forward) or back (backward): every replica's and
-// tensor-parallel worker's at once, rank d t P + s t + r to the same r of the
-// next stage.
-CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
-                                int j, bool backward) {
-  const int t = tp.t, p = lay.p, dp = dataParallelSize(ctx.sc);
-  int from = lay.stageOf(j), to = lay.stageOf(j + 1);
-  if (backward)
-    std::swap(from, to);
+// `bytes` from every rank of stage `from` to the same replica's and
+// tensor-parallel position's rank of stage `to` (rank d t P + s t + r), all
+// at once.
+CollectiveCost stageTransfer(const Context& ctx, int t, int p, int from, int to, Bytes bytes) {
+  const int dp = dataParallelSize(ctx.sc);
   CollectiveCost c;
   c.sent.assign(static_cast<size_t>(ctx.k), 0.0);
   c.received.assign(static_cast<size_t>(ctx.k), 0.0);
   if (from == to)
     return c;
-  const Bytes bytes(boundaryElems(ctx, tp, lay, j) * ctx.b * ctx.e);
   const auto& pattern =
       ctx.topo.cost(fmt::format("pipeline {} -> {} of {} stages x {}", from, to, p, t), [&] {
         std::vector<Flow> flows;
@@ -137,6 +131,25 @@ CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const Pi
   c.bottleneckLink = pattern.bottleneckLink;
   c.bottleneckUp = pattern.bottleneckUp;
   return c;
+}
+
+// The transfer of one micro-batch's boundary tensor from chunk j's stage to
+// chunk j + 1's (forward) or back (backward).
+CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
+                                int j, bool backward) {
+  int from = lay.stageOf(j), to = lay.stageOf(j + 1);
+  if (backward)
+    std::swap(from, to);
+  return stageTransfer(ctx, tp.t, lay.p, from, to,
+                       Bytes(boundaryElems(ctx, tp, lay, j) * ctx.b * ctx.e));
+}
+
+// Stage `from`'s copy of a tied table's gradient to the other stage holding
+// one (every worker's shard of it).
+CollectiveCost tiedExchange(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
+                            const TiedCopy& copy, int from) {
+  const int to = from == copy.fcStage ? copy.ownerStage : copy.fcStage;
+  return stageTransfer(ctx, tp.t, lay.p, from, to, Bytes(copy.table * ctx.e));
 }
 
 // The ranks on pipeline stage `stage`: d t P + s t + i.
@@ -241,12 +254,12 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
       syncs.syncBuckets({tasks.path()});
     // The two copies of a tied table (first and last stage) sum their
     // gradients once every micro-batch is in.
+    std::vector<CollectiveCost> exchanges;
     for (const auto& c : tied)
-      if (c.fcStage == s || c.ownerStage == s)
-        syncs.beside(
-            pointToPoint(ctx.topo, s * tp.t, (c.fcStage == s ? c.ownerStage : c.fcStage) * tp.t,
-                         Bytes(c.table * ctx.e)),
-            {tasks.path()});
+      if (c.fcStage == s || c.ownerStage == s) {
+        exchanges.push_back(tiedExchange(ctx, tp, lay, c, s));
+        syncs.beside(exchanges.back(), {tasks.path()});
+      }
     // The update of every chunk's parameters on the stage.
     syncs.update(false, tiedCopy(tied, s));
     const Seconds tailTime = tasks.play();
@@ -282,6 +295,11 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
           }
     }
     addStage(t, tail, 1, s, tp.t, p);
+    // What its tied copy's exchange delivers to the other stage.
+    for (const auto& c : exchanges)
+      for (size_t r = 0; r < t.received.size(); ++r)
+        if ((static_cast<int>(r) / tp.t) % p != s)
+          t.received[r] += c.received[r];
     addStage(t, bwdTally[size_t(lastChunk)], -1, s, tp.t, p);
   }
   // A boundary transfer may be the step's costliest communication.
@@ -318,6 +336,11 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
                                     fmt::join(stageText, "; "), toString(o.schedule), m, ctx.b);
   firstStep = Seconds(step);
   return firstStep;
+}
+
+std::vector<int> pipelineStarts(const Context& ctx) {
+  const auto& o = ctx.sc.options;
+  return pipelineLayout(ctx, tensorParallelLayout(ctx.net, o.tp, o.sequenceParallel)).starts;
 }
 
 MemoryUse pipelineMemory(const Context& ctx, int stage) {
@@ -382,3 +405,15 @@ MemoryUse stageMemory(const Context& ctx, const TpLayout& tp, const PipelineLayo
 }  // namespace
 
 }  // namespace strata::cost
+
+namespace strata {
+
+std::vector<int> pipelineChunks(const Network& network, const Cluster& cluster,
+                                const Scenario& scenario) {
+  if (!usesPipeline(scenario.options))
+    return {0, static_cast<int>(network.layers.size())};
+  const cost::Context ctx(network, cluster, scenario);
+  return cost::pipelineStarts(ctx);
+}
+
+}  // namespace strata

@@ -206,5 +206,7 @@ KeptActivations keptActivations(const Context& ctx, const TpLayout& tp, int firs
 // (pipeline.cpp).
 MemoryUse pipelineMemory(const Context& ctx, int stage);
 std::vector<MemoryUse> pipelineMemories(const Context& ctx);
+// The first layer of each chunk, then the layer count (pipelineChunks).
+std::vector<int> pipelineStarts(const Context& ctx);
 
 }  // namespace strata::cost

@@ -19,11 +19,23 @@
 #include "strata/model/lowering.h"
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
+#include "strata/model/ring.h"
 #include "strata/model/topology.h"
 
 namespace strata::planning {
 
 using Deps = std::vector<int>;
+
+// The ranks a collective runs on: every rank, or (a pipeline) the ranks of
+// one stage, rank r on stage r / width mod stages (width: the
+// tensor-parallel size).
+struct Members {
+  int stage = -1;  // -1: every rank
+  int stages = 1;
+  int width = 1;
+  bool all() const { return stage < 0 || stages <= 1; }
+  bool has(int r) const { return all() || r / width % stages == stage; }
+};
 
 class Builder {
  public:
@@ -55,6 +67,8 @@ class Builder {
       t.collective = current_;
     t.iteration = iteration_;
     t.job = job_;
+    if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kTransfer)
+      t.micro = micro_;
     plan_.tasks.push_back(t);
     return static_cast<int>(plan_.tasks.size()) - 1;
   }
@@ -159,6 +173,8 @@ class Builder {
   void setRound(int r) { round_ = r; }
   void setIteration(int s) { iteration_ = s; }
   void setJob(int j) { job_ = j; }
+  void setMicro(int m) { micro_ = m; }
+  int micro() const { return micro_; }
   Plan& plan() { return plan_; }
 
   // ---- collectives (each mirrors collectives.cpp) ------------------------
@@ -202,13 +218,35 @@ class Builder {
   // steps of m segments (send, then add, pipelined), or allgather, size-1
   // steps of m sends; each step starts when the last one is complete.
   // Returns the phase's last task (`after` when it has none).
-  int ringPhase(int span, int stride, Bytes chunk, bool reduceScatter, int after,
-                const Deps& start) {
+  // With `only` a stage, the rings are that stage's ranks' alone: kPairs
+  // steps of stored flows, each flow's part as a ring step's.
+  int ringPhase(int span, int stride, Bytes chunk, bool reduceScatter, int after, const Deps& start,
+                const Members& only = {}) {
     const int size = span / stride;
     const int segs = segmentCount(chunk, segment_);
     const Bytes s = chunk / segs;
     int last = after;
     auto ringTransfer = [&](PartRule rule, int step, int j, const Deps& d) {
+      if (!only.all()) {
+        const auto flows =
+            stored(fmt::format("ring {} {} step {} of stage {} of {} x {}", span, stride, step,
+                               only.stage, only.stages, only.width),
+                   [&] {
+                     std::vector<PlanFlow> v;
+                     for (int r = 0; r < k_; ++r)
+                       if (only.has(r)) {
+                         const int pos = r % span / stride;
+                         v.push_back({r, ringNext(r, span, stride),
+                                      rule == PartRule::kRingReduceScatter
+                                          ? ringReduceScatterSends(pos, step, size)
+                                          : ringAllGatherSends(pos, step - (size - 1), size)});
+                       }
+                     return v;
+                   });
+        const int t = storedTransfer(flows, s, step, j, d);
+        plan_.tasks[static_cast<size_t>(t)].follows = j > 0;
+        return t;
+      }
       const int t = transfer(PatternKind::kRing, -1, rule, s, step, j, d);
       auto& task = plan_.tasks[static_cast<size_t>(t)];
       task.ringSpan = span == k_ && stride == 1 ? 0 : span;
@@ -239,8 +277,9 @@ class Builder {
   // groupReduceScatter, groupAllGather, groupAllReduce): n is one rank's
   // whole buffer, cut in size chunks. A group of one moves nothing: returns -1.
   enum class GroupOp { kReduceScatter, kAllGather, kAllReduce };
+  // `only`: the groups of one pipeline stage.
   int groupCollective(GroupOp op, RankGroups g, Bytes n, BufferKind buffer, int firstLayer,
-                      int lastLayer, const Deps& start) {
+                      int lastLayer, const Deps& start, const Members& only = {}) {
     const int size = g.size();
     if (size <= 1)
       return -1;
@@ -260,10 +299,18 @@ class Builder {
     begin(c);
     int last = -1;
     if (op != GroupOp::kAllGather)
-      last = ringPhase(g.span, g.stride, chunk, true, -1, start);
+      last = ringPhase(g.span, g.stride, chunk, true, -1, start, only);
     if (op != GroupOp::kReduceScatter)
-      last = ringPhase(g.span, g.stride, chunk, false, last, start);
+      last = ringPhase(g.span, g.stride, chunk, false, last, start, only);
     return end(last);
+  }
+
+  // One step of point-to-point flows, `bytes` each (a pipeline's
+  // stage-to-stage transfers, a tied table's copies), stored under `key`.
+  int pointToPoint(const std::string& key, const std::function<std::vector<PlanFlow>()>& flows,
+                   Bytes bytes, BufferKind buffer, int layer, const Deps& start) {
+    begin(simple("p2p", buffer, bytes, layer));
+    return end(storedTransfer(stored(key, flows), bytes, 0, 0, start));
   }
 
   // Ring: reduce-scatter then allgather around the ring of all K workers.
@@ -555,6 +602,7 @@ class Builder {
   int round_ = -1;
   int iteration_ = 0;
   int job_ = -1;
+  int micro_ = -1;
 };
 
 // Parameters of layers [first, last).
@@ -576,6 +624,12 @@ using LowerStrategy = void (*)(Builder& b, const Network& net, const Scenario& s
 // tasks of cost/src/sharded.cpp's step; lowerDataParallel hands it such a
 // scenario.
 void lowerSharded(Builder& b, const Network& net, const Scenario& sc);
+// Pipelines and gradient accumulation (pipeline.cpp): `chunks`, the first
+// layer of each of the pp x V chunks and the layer count (pipelineChunks).
+void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
+                   const std::vector<int>& chunks);
+// Without a cluster to time the layers on: the chunks balanced by FLOPs.
+std::vector<int> pipelineChunksByFlops(const Network& net, const Scenario& sc);
 void lowerDataParallel(Builder& b, const Network& net, const Scenario& sc,
                        int iterations);  // data_parallel.cpp
 void lowerParamServer(Builder& b, const Network& net, const Scenario& sc,

@@ -21,6 +21,7 @@
 #include "strata/model/estimate.h"
 #include "strata/model/lowering.h"
 #include "strata/model/quantity_text.h"
+#include "strata/model/tensor_parallel.h"
 
 namespace strata {
 
@@ -225,6 +226,34 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations,
     }
     return step * (k > 1 && iterations > 0 ? iterations : defaultPlanIterations(sc));
   }
+  if (usesPipeline(sc.options)) {
+    // Per micro-batch, each stage's K / pp workers run its layers' passes
+    // (all stages together: every layer once per K / pp) with its
+    // tensor-parallel collectives (3 (t - 1) steps each at most), and two
+    // transfers per chunk boundary; then each bucket's sync and update.
+    const auto& o = sc.options;
+    const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
+    const double t = tp.t, m = o.microbatches, pp = o.pp;
+    const double chunks = pp * (o.schedule == PipelineSchedule::kInterleaved ? o.virtualStages : 1);
+    double perMicro = 2 * (chunks - 1);
+    for (int l = 0; l < layers; ++l) {
+      const auto& layer = net.layers[static_cast<size_t>(l)];
+      const auto& x = tp.layers[static_cast<size_t>(l)];
+      const double passes = 1 + (layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1) +
+                            (o.recompute != Recompute::kNone ? 1 : 0);
+      perMicro += k / pp * passes;
+      for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter})
+        if (c->op != TpCollective::kNone && t > 1)
+          perMicro += 3 * (t - 1) * segs(c->elems * sc.batchPerWorker * e / t) *
+                      (o.recompute == Recompute::kFull ? 1.5 : 1);
+    }
+    const double dp = k / (t * pp);
+    double syncs = 0;
+    if (dp > 1)
+      for (const auto& bucket : gradientBuckets(net, 0, layers, o))
+        syncs += 3 * (dp - 1) * segs(bucket.params / t * e / dp) * 2;
+    return m * perMicro + syncs + k * chunks * 2;
+  }
   if (!isModelParallel(sc.strategy))
     return cw * layers + backprop(0, layers, gradientAllreduce(sc)) + cw;
   const int mp = net.modelParallelFrom;
@@ -305,7 +334,9 @@ void checkPlanPrintable(const Plan& plan, const Limits& limits) {
 }
 
 bool canBeRepresentative(const Scenario& scenario) {
-  return scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing;
+  // A pipeline's stages compute different layers.
+  return (scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing) &&
+         !usesPipeline(scenario.options);
 }
 
 namespace {
@@ -335,15 +366,6 @@ LowerStrategy loweringOf(Strategy strategy) {
 Plan lower(const Network& network, const Scenario& scenario, const Cluster* cluster, int iterations,
            PlanDetail detail) {
   checkScenario(network, scenario);
-  // Pipelines and gradient accumulation are priced by the closed form only
-  // so far (cost/src/pipeline.cpp); a Plan without them would be a wrong
-  // answer, so the simulator and the executor refuse them.
-  if (usesPipeline(scenario.options))
-    throw OptionError(
-        scenario.options.pp > 1 ? "--pp" : "--microbatches",
-        "pipelines and gradient accumulation are priced by the closed form "
-        "(strata predict, compare, search) only for now: the simulator and the executor "
-        "do not play them yet");
   iterations = scenario.strategy != Strategy::kPs || scenario.workers == 1 ? 1
                : iterations > 0                                            ? iterations
                                 : defaultPlanIterations(scenario);
@@ -366,7 +388,12 @@ Plan lower(const Network& network, const Scenario& scenario, const Cluster* clus
             cluster ? 1.0 / cluster->device.reduceBandwidth.value() : 0.0);
   plan.iterations = iterations;
   plan.servers = psServerRanks(scenario);
-  loweringOf(scenario.strategy)(b, network, scenario, iterations);
+  if (usesPipeline(scenario.options))
+    lowerPipeline(b, network, scenario,
+                  cluster ? pipelineChunks(network, *cluster, scenario)
+                          : pipelineChunksByFlops(network, scenario));
+  else
+    loweringOf(scenario.strategy)(b, network, scenario, iterations);
   const auto sync = syncAllreduce(scenario);
   plan.allreduce = sync ? describeAllreduce(*sync, b.picks) : "";
   return plan;

@@ -95,6 +95,13 @@ std::optional<FitChange> smallestFittingChange(const Network& network, const Clu
 // (StepEstimate::placement).
 std::string describePlacement(const Topology& topo, const Scenario& scenario);
 
+// A pipeline's chunks as the closed form places them on `cluster`
+// (pipeline.h, balancedChunks on each layer's fwd + bwd time for b examples
+// at its tensor-parallel share): the first layer of each of the pp x V
+// chunks, then the layer count. {0, layers} without a pipeline.
+std::vector<int> pipelineChunks(const Network& network, const Cluster& cluster,
+                                const Scenario& scenario);
+
 // Workers that share a node (the innermost topology group) with worker 0.
 int workersPerNode(const Cluster& cluster, int workers);
 

@@ -27,6 +27,13 @@
 // time, choosing among waiting jobs by priority; step s's forward of a layer
 // waits for the pull of its bucket from step s-1-S (S: StrategyOptions::
 // staleness).
+//
+// Pipelines (StrategyOptions::pp) run each stage's micro-batches in its
+// schedule's order (pipeline.h): a chunk's forward of micro-batch m waits for
+// the "p2p" collective that carried m's activation from the stage before it,
+// its backward for the one that carried the gradient back. A stage's ring
+// collectives (its tensor-parallel groups', its data-parallel groups') are
+// kPairs steps whose flows are that stage's rings only, stored once per shape.
 #pragma once
 
 #include <cstdint>
@@ -118,8 +125,12 @@ struct Task {
   bool summed = false;
   int round = -1;     // owt-*: round of the FC phase
   int iteration = 0;  // the training step the task belongs to
-  int part = -1;      // update: the ps server shard (chunk) it updates; -1: all
-  int shards = 0;     // update with part >= 0: the chunks the parameters are cut into
+  // Pipelines and gradient accumulation (StrategyOptions::pp, microbatches):
+  // the micro-batch a compute task or a stage-to-stage transfer carries;
+  // -1 for the syncs and updates after the last one.
+  int micro = -1;
+  int part = -1;   // update: the ps server shard (chunk) it updates; -1: all
+  int shards = 0;  // update with part >= 0: the chunks the parameters are cut into
   // update: a ps server's shard update, which the worker's communication
   // thread runs (false: the worker's compute stream runs it, as a ZeRO
   // worker's update of its chunk `part` of `shards`).
@@ -203,7 +214,7 @@ struct Plan {
 inline constexpr double kBytesPerPlanTask = 300;
 
 // kRepresentative: worker 0's compute and update tasks only (Plan::
-// representative); naive and ring only. A simulator plays it as the full
+// representative); naive and ring without a pipeline only. A simulator plays it as the full
 // plan when every worker computes alike (no stragglers, no jitter, no cores
 // shared between the lanes), in O(layers + collective steps) tasks instead
 // of O(K layers).
