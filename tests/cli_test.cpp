@@ -333,6 +333,12 @@ TEST_CASE("network with Llama layers that do not fit", "[cli][errors][network][l
   checkNetworkError("swiglu-odd.yaml", 7, "layers[2].input", "kind: swiglu");
 }
 
+TEST_CASE("network with an attention core key out of range", "[cli][errors][network]") {
+  checkNetworkError("attention-dropout-one.yaml", 6, "layers[1].attention_dropout",
+                    "attention_dropout: 1");
+  checkNetworkError("fused-not-bool.yaml", 6, "layers[1].fused", "fused: flash");
+}
+
 TEST_CASE("network mistyped key", "[cli][errors][network]") {
   checkNetworkError("mistyped-key.yaml", 7, "layers[0].filter", "filter: 16");
   const auto r = runStrata({"describe", data("networks/mistyped-key.yaml")});
@@ -405,6 +411,11 @@ TEST_CASE("cluster negative bandwidth", "[cli][errors][cluster]") {
 
 TEST_CASE("cluster efficiency above 1", "[cli][errors][cluster]") {
   checkClusterError("efficiency-above-one.yaml", 10, "device.efficiency.conv", "conv: 1.5");
+}
+
+TEST_CASE("cluster attention_core efficiency above 1", "[cli][errors][cluster]") {
+  checkClusterError("attention-core-above-one.yaml", 10, "device.efficiency.attention_core",
+                    "attention_core: 1.5");
 }
 
 TEST_CASE("cluster missing fp32 peak", "[cli][errors][cluster]") {

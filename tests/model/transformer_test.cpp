@@ -300,3 +300,139 @@ TEST_CASE("a transformer block expands to the pre-LN layout with its residuals",
   CHECK(layer(n, "h.1.drop1").spec.dropoutRate == 0.1);
   CHECK(layer(n, "h.1.attn").spec.causal);
 }
+
+namespace {
+
+// One attention layer of T = 64 positions, d = 32 features, 4 heads (dh 8).
+Network oneAttention(const std::string& stem, const std::string& keys) {
+  return loadText(stem, fmt::format(R"(name: {}
+input: {{channels: 1, height: 64, width: 1}}
+layers:
+  - {{name: wte, kind: embedding, vocab: 16, outputs: 32}}
+  - {{name: attn, kind: attention, heads: 4{}}}
+  - {{name: head, kind: fc, outputs: 16, flatten: false, tied: wte}}
+  - {{name: loss, kind: softmax}}
+)",
+                                    stem, keys));
+}
+
+}  // namespace
+
+TEST_CASE("attention: projections at attention's efficiency, the core at attention_core's",
+          "[network][transformer][attention]") {
+  const auto net = oneAttention("core", ", fused: true");
+  const auto& a = layer(net, "attn");
+  DeviceSpec d = flatCluster(1e10, 1e-6).device;  // 1 TFLOP/s, 100 GB/s
+  d.efficiency[static_cast<size_t>(LayerKind::kAttention)] = 0.5;
+  const FlopsPerSecond peak(1e12);
+  // Per example: projections 2 T d (3d + d) = 524,288 FLOPs, the core
+  // 2 x 2 T^2 d = 524,288; bwd_weights: the projections' 2 T d 4d + the
+  // weight gradient 2 T d^2 = 655,360, the core's twice forward 1,048,576.
+  CHECK(a.fwdFlops == 2 * 64.0 * 32 * 128 + 4 * 64.0 * 64 * 32);
+  CHECK(a.fwdCoreFlops == 524288);
+  CHECK(a.bwdWeightsCoreFlops == 1048576);
+  CHECK(a.bwdWeightsFlops - a.bwdWeightsCoreFlops == 655360);
+  auto time = [&](Phase p) { return layerTime(a, p, 1, 1, d, peak, ElementType::kFp32).value(); };
+  // Without attention_core the whole layer runs at attention's 0.5.
+  CHECK(time(Phase::kFwd) == Approx(1048576 / 0.5e12).epsilon(1e-12));
+  CHECK(d.attentionCoreEfficiency(ElementType::kFp32) == 0.5);
+  d.attentionCore[0] = 0.25;
+  CHECK(time(Phase::kFwd) == Approx(524288 / 0.5e12 + 524288 / 0.25e12).epsilon(1e-12));
+  CHECK(time(Phase::kBwdWeights) == Approx(655360 / 0.5e12 + 1048576 / 0.25e12).epsilon(1e-12));
+  // bwd_data holds no core: dx = Wqkv^T dQKV, 2 T d 3d.
+  CHECK(time(Phase::kBwdData) == Approx(2 * 64.0 * 32 * 96 / 0.5e12).epsilon(1e-12));
+  // A type without a table of its own takes fp32's core figure; one with a
+  // table takes its own attention_core, else its own attention.
+  d.peak[static_cast<size_t>(ElementType::kFp16)] = FlopsPerSecond(4e12);
+  CHECK(d.attentionCoreEfficiency(ElementType::kFp16) == 0.25);
+  d.hasEfficiency[static_cast<size_t>(ElementType::kFp16)] = true;
+  d.efficiencyByElement[static_cast<size_t>(ElementType::kFp16)].fill(0.8);
+  CHECK(d.attentionCoreEfficiency(ElementType::kFp16) == 0.8);
+  d.attentionCore[static_cast<size_t>(ElementType::kFp16)] = 0.2;
+  CHECK(d.attentionCoreEfficiency(ElementType::kFp16) == 0.2);
+  CHECK(d.efficiencyFor(LayerKind::kAttention, ElementType::kFp16) == 0.8);
+}
+
+TEST_CASE(
+    "attention: an unfused core's score traffic adds to the GEMMs' time, a fused one has none",
+    "[network][transformer][attention]") {
+  DeviceSpec d = flatCluster(1e10, 1e-6).device;  // 1 TFLOP/s, 100 GB/s
+  d.efficiency[static_cast<size_t>(LayerKind::kAttention)] = 0.5;
+  const FlopsPerSecond peak(1e12);
+  const double scores = 4 * 64.0 * 64;  // heads x T^2
+  // The GEMMs' time is above their operands' (x, Q K V, context, output,
+  // the scores the QK^T GEMM writes, the weights: 1.3 us forward).
+  const double gemmsFwd = 1048576 / 0.5e12, gemmsBwd = (655360 + 1048576) / 0.5e12;
+  auto time = [&](const Network& n, Phase p) {
+    return layerTime(layer(n, "attn"), p, 1, 1, d, peak, ElementType::kFp32).value();
+  };
+  // Fused (FlashAttention): no scores in memory; the GEMMs decide.
+  const auto fused = oneAttention("fused", ", fused: true");
+  CHECK(layer(fused, "attn").fwdScoreElems == 0);
+  CHECK(time(fused, Phase::kFwd) == Approx(gemmsFwd).epsilon(1e-12));
+  CHECK(time(fused, Phase::kBwdWeights) == Approx(gemmsBwd).epsilon(1e-12));
+  // Saved: Q K V (3 T d), the context (T d) and a log-sum-exp per head and
+  // query (4 T), no probabilities.
+  CHECK(layer(fused, "attn").savedElems == 4 * 64.0 * 32 + 4 * 64);
+  // Unfused (the default): softmax reads the scores and writes the
+  // probabilities (2 per score, 4 bytes each) after the QK^T GEMM; backward
+  // it reads P and dP and writes dS (3). At 100 GB/s, added.
+  const auto unfused = oneAttention("unfused", "");
+  CHECK(layer(unfused, "attn").fwdScoreElems == 2 * scores);
+  CHECK(time(unfused, Phase::kFwd) == Approx(gemmsFwd + 2 * scores * 4 / 1e11).epsilon(1e-12));
+  CHECK(time(unfused, Phase::kBwdWeights) ==
+        Approx(gemmsBwd + 3 * scores * 4 / 1e11).epsilon(1e-12));
+  CHECK(layer(unfused, "attn").savedElems == 4 * 64.0 * 32 + scores);
+  // Attention dropout: 2 more per score and a 1-byte mask each way (read
+  // P, write P' and the mask; backward read dP' and the mask, write dP);
+  // the dropped probabilities are kept too.
+  const auto dropped = oneAttention("dropped", ", attention_dropout: 0.1");
+  CHECK(time(dropped, Phase::kFwd) ==
+        Approx(gemmsFwd + (4 * scores * 4 + scores) / 1e11).epsilon(1e-12));
+  CHECK(time(dropped, Phase::kBwdWeights) ==
+        Approx(gemmsBwd + (5 * scores * 4 + scores) / 1e11).epsilon(1e-12));
+  CHECK(layer(dropped, "attn").savedElems == 4 * 64.0 * 32 + 2 * scores);
+  CHECK(layer(dropped, "attn").scoreMaskBytes == scores);
+  // A fused core drops in the kernel: nothing in memory either.
+  const auto fusedDropped = oneAttention("fdrop", ", fused: true, attention_dropout: 0.1");
+  CHECK(time(fusedDropped, Phase::kFwd) == Approx(gemmsFwd).epsilon(1e-12));
+  // The transformer block passes both keys to its attention.
+  const auto block = loadText("block", R"(name: block
+input: {channels: 1, height: 64, width: 1}
+layers:
+  - {name: wte, kind: embedding, vocab: 16, outputs: 32}
+  - {name: h, kind: transformer, heads: 4, hidden: 64, attention_dropout: 0.1, fused: true}
+)");
+  CHECK(layer(block, "h.attn").spec.fusedCore);
+  CHECK(layer(block, "h.attn").spec.attentionDropout == 0.1);
+}
+
+TEST_CASE("attention core key mistakes name the file, line and key",
+          "[network][transformer][attention]") {
+  const std::string head =
+      "input: {channels: 1, height: 8, width: 1}\nlayers:\n"
+      "  - {name: wte, kind: embedding, vocab: 10, outputs: 4}\n";
+  CHECK_THAT(
+      loadError("a1", "name: a1\n" + head +
+                          "  - {name: attn, kind: attention, heads: 2, "
+                          "attention_dropout: -0.1}\n"),
+      Catch::Contains("a1.yaml:5: layers[1].attention_dropout") && Catch::Contains("[0, 1)"));
+  CHECK_THAT(loadError("a2", "name: a2\n" + head +
+                                 "  - {name: h, kind: transformer, heads: 2, hidden: 8, "
+                                 "fused: 3}\n"),
+             Catch::Contains("a2.yaml:5: layers[1].fused"));
+  CHECK_THAT(loadError("a3", "name: a3\n" + head +
+                                 "  - {name: h, kind: llama, heads: 2, hidden: 8, "
+                                 "attention_dropout: 1}\n"),
+             Catch::Contains("a3.yaml:5: layers[1].attention_dropout"));
+}
+
+TEST_CASE("selene-a100 prices the attention core apart from the projections",
+          "[network][transformer][attention]") {
+  const auto d = test::presetCluster("selene-a100").device;
+  CHECK(d.efficiencyFor(LayerKind::kAttention, ElementType::kFp16) == 0.87);
+  CHECK(d.attentionCoreEfficiency(ElementType::kFp16) == 0.276);
+  CHECK(d.attentionCoreEfficiency(ElementType::kBf16) == 0.276);
+  // fp32 has no attention_core: its attention, which is fc's.
+  CHECK(d.attentionCoreEfficiency(ElementType::kFp32) == 0.95);
+}

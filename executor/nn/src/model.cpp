@@ -152,6 +152,10 @@ Model::Model(const Network& network, ModelOptions options)
                   fmt::format("the {} backend does not run Llama's layers yet (rmsnorm, swiglu, "
                               "grouped-query or rotary attention); the cpu backend does",
                               backend_->name()));
+    if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
+      unsupported(network_, l,
+                  "the executor's attention runs no attention dropout yet (leave "
+                  "attention_dropout out to run it)");
     if (layer.spec.tiedTo >= 0 &&
         (layer.kind != LayerKind::kFc || layer.spec.flatten ||
          network_.layers[static_cast<size_t>(layer.spec.tiedTo)].kind != LayerKind::kEmbedding ||

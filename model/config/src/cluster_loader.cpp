@@ -214,8 +214,10 @@ std::vector<std::pair<int, double>> readSharing(const ConfigNode& list, const ch
 
 // One table of fractions of a peak per layer kind: `default` for every kind,
 // then the kinds named.
-std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff) {
+// `core`: the table's attention_core, 0 without one.
+std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff, double& core) {
   std::array<double, kLayerKindCount> out{};
+  core = 0;
   const double fallback = eff.require("default").asFraction();
   out.fill(fallback);
   // Attention is GEMMs like fc: without its own figure it takes fc's.
@@ -224,9 +226,14 @@ std::array<double, kLayerKindCount> readEfficiency(const ConfigNode& eff) {
   for (const auto& [key, value] : eff.entries()) {
     if (key == "default")
       continue;
+    if (key == "attention_core") {
+      core = value.asFraction();
+      continue;
+    }
     const auto kind = parseLayerKind(key);
     if (!kind)
-      value.fail("unknown layer kind (expected default or one of " + layerKindNames() + ")");
+      value.fail("unknown layer kind (expected default, attention_core or one of " +
+                 layerKindNames() + ")");
     out[static_cast<size_t>(*kind)] = value.asFraction();
   }
   return out;
@@ -248,7 +255,7 @@ DeviceSpec readDevice(const ConfigNode& n) {
   d.memoryBandwidth = n.require("memory_bandwidth").asBandwidth();
   d.memoryCapacity = n.require("memory_capacity").asBytes();
   d.memoryEfficiency = n.require("memory_efficiency").asFraction();
-  d.efficiency = readEfficiency(n.require("efficiency"));
+  d.efficiency = readEfficiency(n.require("efficiency"), d.attentionCore[0]);
   if (auto byElement = n.get("efficiency_by_element")) {
     for (const auto& [key, table] : byElement->entries()) {
       ElementType type = ElementType::kFp32;
@@ -259,7 +266,8 @@ DeviceSpec readDevice(const ConfigNode& n) {
                          : "unknown element type '" + key + "' (expected tf32, fp16 or bf16)");
       if (d.peak[static_cast<size_t>(type)].value() <= 0)
         table.fail("the device has no peak." + key + ": an efficiency table needs its peak");
-      d.efficiencyByElement[static_cast<size_t>(type)] = readEfficiency(table);
+      d.efficiencyByElement[static_cast<size_t>(type)] =
+          readEfficiency(table, d.attentionCore[static_cast<size_t>(type)]);
       d.hasEfficiency[static_cast<size_t>(type)] = true;
     }
   }

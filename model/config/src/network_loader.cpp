@@ -67,6 +67,19 @@ double readRotaryBase(const ConfigNode& n) {
   return base;
 }
 
+// An attention layer's or block's implementation of its core: `fused`
+// (FlashAttention: the scores never reach memory; default false, the core
+// as separate GEMM, softmax and dropout kernels) and `attention_dropout`,
+// the rate of dropout on the probabilities, in [0, 1) (default 0).
+void readAttentionCore(const ConfigNode& n, LayerSpec& spec) {
+  spec.fusedCore = n.boolOr("fused", false);
+  if (auto r = n.get("attention_dropout")) {
+    spec.attentionDropout = r->asDouble();
+    if (spec.attentionDropout < 0 || spec.attentionDropout >= 1)
+      r->fail(fmt::format("must be in [0, 1), got {}", spec.attentionDropout));
+  }
+}
+
 RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
   RawLayer raw;
   raw.index = index;
@@ -134,6 +147,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
           base->fail("rotary_base applies only with rotary: true");
         s.rotaryBase = readRotaryBase(*base);
       }
+      readAttentionCore(n, s);
       break;
     case LayerKind::kRmsNorm:
       if (auto eps = n.get("eps"))
@@ -270,7 +284,8 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
 //   ln1 -> attn -> [drop1] -> add1 (+ block input) -> ln2 -> fc1 (hidden)
 //   -> gelu -> fc2 (back to the width) -> [drop2] -> add2 (+ add1).
 void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
-  n.allowOnly({"name", "kind", "input", "heads", "hidden", "dropout", "causal", "repeat"});
+  n.allowOnly({"name", "kind", "input", "heads", "hidden", "dropout", "causal", "fused",
+               "attention_dropout", "repeat"});
   const auto name = n.require("name").asString();
   const int heads = n.require("heads").asPositiveInt();
   const int hidden = n.require("hidden").asPositiveInt();
@@ -294,6 +309,7 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
   LayerSpec attention;
   attention.heads = heads;
   attention.causal = causal;
+  readAttentionCore(n, attention);
   LayerSpec dropout;
   dropout.dropoutRate = rate;
   auto fc = [](int outputs) {
@@ -330,8 +346,8 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
 //   the gate's f rows, then the up projection's) -> swiglu -> down (fc back
 //   to the width, no bias) -> add2 (+ add1).
 void expandLlama(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
-  n.allowOnly(
-      {"name", "kind", "input", "heads", "kv_heads", "hidden", "eps", "rotary_base", "repeat"});
+  n.allowOnly({"name", "kind", "input", "heads", "kv_heads", "hidden", "eps", "rotary_base",
+               "fused", "attention_dropout", "repeat"});
   const auto name = n.require("name").asString();
   LayerSpec attention;
   attention.heads = n.require("heads").asPositiveInt();
@@ -339,6 +355,7 @@ void expandLlama(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
   attention.causal = true;
   attention.bias = false;
   attention.rotary = true;
+  readAttentionCore(n, attention);
   if (auto base = n.get("rotary_base"))
     attention.rotaryBase = readRotaryBase(*base);
   const int hidden = n.require("hidden").asPositiveInt();

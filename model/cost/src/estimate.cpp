@@ -26,11 +26,14 @@ namespace strata {
 Seconds layerTime(const Layer& layer, Phase phase, double examples, double fraction,
                   const DeviceSpec& device, FlopsPerSecond peak, ElementType element,
                   Optimizer optimizer) {
-  double flops = 0, elems = 0;
+  double flops = 0, elems = 0, coreFlops = 0, scoreElems = 0, maskBytes = 0;
   switch (phase) {
     case Phase::kFwd:
       flops = layer.fwdFlops;
       elems = layer.fwdElems;
+      coreFlops = layer.fwdCoreFlops;
+      scoreElems = layer.fwdScoreElems;
+      maskBytes = layer.scoreMaskBytes;
       break;
     case Phase::kBwdData:
       flops = layer.bwdDataFlops;
@@ -39,6 +42,9 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
     case Phase::kBwdWeights:
       flops = layer.bwdWeightsFlops;
       elems = layer.bwdWeightsElems;
+      coreFlops = layer.bwdWeightsCoreFlops;
+      scoreElems = layer.bwdWeightsScoreElems;
+      maskBytes = layer.scoreMaskBytes;
       break;
     case Phase::kUpdate:
       return updateTime(double(layer.params) * fraction, device, element, optimizer);
@@ -48,9 +54,26 @@ Seconds layerTime(const Layer& layer, Phase phase, double examples, double fract
   const Flops work(flops * examples * fraction);
   // Weights are read once per pass (fwd, bwd_data) or written once (bwd_weights).
   const Bytes traffic((elems * examples + double(layer.params)) * fraction * elementBytes(element));
-  const Seconds computeBound = work / (peak * device.efficiencyFor(layer.kind, element));
-  const Seconds memoryBound = traffic / (device.memoryBandwidth * device.memoryEfficiency);
-  return max(computeBound, memoryBound);
+  const double efficiency = device.efficiencyFor(layer.kind, element);
+  Seconds computeBound = work / (peak * efficiency);
+  // An attention layer's core (QK^T, PV: small batched GEMMs) at its own
+  // efficiency when the device gives one, the projections at attention's.
+  if (coreFlops > 0) {
+    const double coreEfficiency = device.attentionCoreEfficiency(element);
+    if (coreEfficiency != efficiency) {
+      const double scale = examples * fraction;
+      computeBound = Flops((flops - coreFlops) * scale) / (peak * efficiency) +
+                     Flops(coreFlops * scale) / (peak * coreEfficiency);
+    }
+  }
+  const BytesPerSecond stream = device.memoryBandwidth * device.memoryEfficiency;
+  const Seconds memoryBound = traffic / stream;
+  // An unfused attention core's softmax and dropout are kernels of their own
+  // between its GEMMs: their score traffic adds to the time, not hidden
+  // under the GEMMs' max.
+  const Seconds scoreBound =
+      Bytes((scoreElems * elementBytes(element) + maskBytes) * examples * fraction) / stream;
+  return max(computeBound, memoryBound) + scoreBound;
 }
 
 int workersPerNode(const Cluster& cluster, int workers) {
@@ -315,12 +338,15 @@ KeptActivations keptActivations(const Context& ctx, const TpLayout& tp, int firs
   for (int li = first; li < last; ++li) {
     const auto i = static_cast<size_t>(li);
     const auto& l = net.layers[i];
-    double saved = l.savedElems;
-    if (l.kind == LayerKind::kAttention && o.recompute == Recompute::kSelective)
-      saved -= double(l.spec.heads) * l.inShape.h * l.inShape.w * l.inShape.h * l.inShape.w;
+    double saved = l.savedElems, mask = keptAct.maskBytes[i];
+    // Selective recomputation (Korthikanti et al. 2023) reruns the core: its
+    // score-sized activations (probabilities, dropout's output and mask) go.
+    if (l.kind == LayerKind::kAttention && o.recompute == Recompute::kSelective) {
+      saved -= l.savedScoreElems;
+      mask = 0;
+    }
     const double a =
-        (keptAct.elems[i] - l.savedElems + std::max(0.0, saved) + keptAct.maskBytes[i] / e) *
-        tp.layers[i].work;
+        (keptAct.elems[i] - l.savedElems + std::max(0.0, saved) + mask / e) * tp.layers[i].work;
     const bool lastOfBlock =
         l.block >= 0 && (i + 1 == net.layers.size() || net.layers[i + 1].block != l.block);
     if (o.recompute != Recompute::kFull || l.block < 0) {

@@ -285,15 +285,37 @@ void deriveAttention(LayerDerivation& d) {
   layer.bwdDataFlops = 2 * double(t) * in.c * double(rows);
   layer.bwdWeightsFlops =
       2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c + 3 * rotated;
+  layer.fwdCoreFlops = 2 * double(mixing);
+  layer.bwdWeightsCoreFlops = 4 * double(mixing);
   // Memory: x, Q K V, the context and the output per position (6 T d with
-  // kv = d), Q and K read and written again by the rotation, and the scores
-  // written, read by the softmax and written again (3 H T^2).
+  // kv = d), Q and K read and written again by the rotation. An unfused
+  // core's QK^T GEMM writes the scores (H T^2, beside the GEMMs' own
+  // operands); then softmax reads them and writes the probabilities, and
+  // attention dropout reads those and writes the dropped ones and a 1-byte
+  // mask per score: kernels of their own between the two GEMMs, so their
+  // traffic is kept apart (fwdScoreElems: it adds to the layer's time).
+  // Backward (bwd_weights, which carries the heads): dropout reads dP' and
+  // the mask and writes dP; softmax reads P and dP and writes dS. A fused
+  // core (FlashAttention) keeps the scores on chip: none of it.
   const double td = double(t) * in.c;
   const double tq = double(t) * double(rows);
-  layer.fwdElems = 3 * td + tq + 2 * rotated + 3 * double(scores);
+  const bool unfused = !s.fusedCore;
+  const double dropped = s.attentionDropout > 0 ? 1.0 : 0.0;
+  layer.fwdElems = 3 * td + tq + 2 * rotated + (unfused ? double(scores) : 0.0);
   layer.bwdDataElems = tq + 2 * td;  // read dQKV, write dx (with its zero fill)
   layer.bwdWeightsElems = 2 * layer.fwdElems;
-  layer.savedElems = tq + td + double(scores);
+  if (unfused) {
+    layer.fwdScoreElems = (2 + 2 * dropped) * double(scores);
+    layer.bwdWeightsScoreElems = (3 + 2 * dropped) * double(scores);
+    layer.scoreMaskBytes = dropped * double(scores);
+  }
+  // Kept for backward: Q K V and the context, and the probabilities (and
+  // the dropped ones; their mask: activationsKept) of an unfused core; a
+  // fused one keeps each query's log-sum-exp of its scores (H T) instead
+  // and computes the scores again in backward.
+  layer.savedScoreElems = unfused ? (1 + dropped) * double(scores) : 0.0;
+  layer.savedElems =
+      tq + td + (unfused ? layer.savedScoreElems : double(d.count({s.heads, t}, "scores")));
   layer.outShape = out;
   d.done = true;
 }
@@ -364,8 +386,9 @@ constexpr std::string_view kLrnKeys[] = {"input", "size"};
 constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
 constexpr std::string_view kAddKeys[] = {"inputs"};
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
-constexpr std::string_view kAttentionKeys[] = {"input",    "heads",  "causal",     "bias",
-                                               "kv_heads", "rotary", "rotary_base"};
+constexpr std::string_view kAttentionKeys[] = {"input",       "heads",    "causal",
+                                               "bias",        "kv_heads", "rotary",
+                                               "rotary_base", "fused",    "attention_dropout"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kInputKey[] = {"input"};
 
@@ -440,6 +463,8 @@ ActivationsKept activationsKept(const Network& network) {
     kept.elems[i] = (own || readByConsumer[i] ? out : 0.0) + l.savedElems;
     if (r == BackwardReads::kMask && l.spec.dropoutRate > 0)
       kept.maskBytes[i] = out;
+    if (l.kind == LayerKind::kAttention)
+      kept.maskBytes[i] = l.scoreMaskBytes;  // attention dropout's, one byte a score
   }
   return kept;
 }

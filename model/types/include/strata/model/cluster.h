@@ -51,6 +51,11 @@ struct DeviceSpec {
   // overestimates tensor-core types: the pricing line says so.
   std::array<std::array<double, kLayerKindCount>, kElementTypeCount> efficiencyByElement{};
   std::array<bool, kElementTypeCount> hasEfficiency{};
+  // Optional (`attention_core` in `efficiency` and in each
+  // `efficiency_by_element` table, index: ElementType, fp32's from
+  // `efficiency`): the fraction of peak an attention layer's core (QK^T and
+  // PV, per head T x T x head_dim) reaches; 0: the table's `attention`.
+  std::array<double, kElementTypeCount> attentionCore{};
   // Bytes of reduction input summed per second (gamma = 1 / this).
   BytesPerSecond reduceBandwidth;
   // Optional (strata calibrate): each worker's compute speed, relative to
@@ -145,6 +150,13 @@ struct DeviceSpec {
     return element != ElementType::kFp32 && hasEfficiency[static_cast<size_t>(element)]
                ? efficiencyByElement[static_cast<size_t>(element)][static_cast<size_t>(kind)]
                : efficiency[static_cast<size_t>(kind)];
+  }
+  // The attention core's fraction of peakFor(element), from the same table
+  // as efficiencyFor: its attention_core, else its attention.
+  double attentionCoreEfficiency(ElementType element = ElementType::kFp32) const {
+    const auto table = ownEfficiency(element) ? static_cast<size_t>(element) : 0;
+    return attentionCore[table] > 0 ? attentionCore[table]
+                                    : efficiencyFor(LayerKind::kAttention, element);
   }
   // Whether `element` has a table of its own (fp32 always has).
   bool ownEfficiency(ElementType element) const {

@@ -99,6 +99,14 @@ struct LayerSpec {
   int kvHeads = 0;
   bool rotary = false;
   double rotaryBase = 10000;
+  // attention: fusedCore, the core (QK^T, softmax, PV) runs as one kernel
+  // whose scores never reach memory (FlashAttention, Dao et al. 2022);
+  // otherwise the scores are written, and softmax (and attention dropout)
+  // run as kernels of their own between the core's GEMMs. attentionDropout:
+  // the dropout rate on the probabilities (Megatron-LM's
+  // --attention-dropout), 0 for none.
+  bool fusedCore = false;
+  double attentionDropout = 0;
   // rmsnorm: the epsilon added to the mean square.
   double eps = 1e-5;
   // fc (flatten: false) tied to an embedding: its weights are that layer's
@@ -133,6 +141,22 @@ struct Layer {
   // Elements per example kept for the backward pass besides the output
   // (attention: Q, K, V, the probabilities and the context).
   double savedElems = 0;
+  // attention: the core's (QK^T and PV) share of fwdFlops and
+  // bwdWeightsFlops, priced at the device's attention_core efficiency
+  // (bwd_data holds none of it).
+  double fwdCoreFlops = 0;
+  double bwdWeightsCoreFlops = 0;
+  // attention with an unfused core: elements per example of the score-sized
+  // traffic of the kernels between the core's GEMMs (softmax, attention
+  // dropout), per phase, and the bytes of the dropout mask written (fwd) and
+  // read (bwd_weights); kernels of their own, so their time adds to the
+  // layer's (layerTime). Not in fwdElems and bwdWeightsElems.
+  double fwdScoreElems = 0;
+  double bwdWeightsScoreElems = 0;
+  double scoreMaskBytes = 0;
+  // attention: the part of savedElems that is score-sized (probabilities,
+  // dropped-out probabilities), which selective recomputation drops.
+  double savedScoreElems = 0;
 
   // attention: its key/value heads (spec.kvHeads, or heads when 0) and the
   // rows of its Q, K and V projections (d + 2 d kvHeads / heads).
