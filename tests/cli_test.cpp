@@ -2401,10 +2401,14 @@ TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pi
   CHECK_THAT(sim.output, Catch::Contains("pipeline      2 stages (") &&
                              Catch::Contains("schedule 1f1b, 4 micro-batches of 128; bubble") &&
                              Catch::Contains("full: a pipeline's stages compute different layers"));
-  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "1", "--microbatches", "2",
-                            "--steps", "1"}),
-                 {"--microbatches: the executor does not run pipelines or gradient accumulation "
-                  "yet"});
+  checkUserError(
+      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--pp", "2", "--steps", "1"}),
+      {"--pp: the executor does not run pipelines yet"});
+  // Gradient accumulation runs: a step trains K M b examples.
+  const auto accumulated = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "-b", "2",
+                                      "--microbatches", "3", "--steps", "2"});
+  CHECK(accumulated.status == 0);
+  CHECK_THAT(accumulated.output, Catch::Contains("global batch 12"));
 }
 
 TEST_CASE("strata search lists the layouts best first, in a table, JSON and CSV",

@@ -99,8 +99,10 @@ TEST_CASE("a small Llama block by hand: shapes, parameters, FLOPs and elements",
   CHECK(a.bwdWeightsFlops == 2 * (768 + 2 * 256) + 2 * 4 * 8 * 8 + 3 * 48);  // 3216
   CHECK(a.bwdDataFlops + a.bwdWeightsFlops == 2 * a.fwdFlops - 3 * 48);
   // x, context, y (3 T d = 96), QKV (T rows = 64), Q and K turned (2 x 48),
-  // the scores three times (3 H T^2 = 192).
-  CHECK(a.fwdElems == 96 + 64 + 96 + 192);
+  // the scores written (H T^2 = 64); the softmax's read and write of them
+  // are kernels of their own, apart (2 H T^2).
+  CHECK(a.fwdElems == 96 + 64 + 96 + 64);
+  CHECK(a.fwdScoreElems == 2 * 64);
   CHECK(a.bwdDataElems == 64 + 64);
   CHECK(a.savedElems == 64 + 32 + 64);
 

@@ -95,10 +95,13 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   // the cpu and cuda backends), ZeRO 1 to 3 (collectives and sharded
   // updates), and recomputation: full (each block's forward again) and
   // selective (the attention core again).
-  if (usesPipeline(sc.options))
-    throw OptionError(sc.options.pp > 1 ? "--pp" : "--microbatches",
-                      "the executor does not run pipelines or gradient accumulation yet: "
-                      "strata predict prices them and strata simulate plays them");
+  // Gradient accumulation runs (each micro-batch's forward and backward in
+  // turn, the gradients summed in place); a pipeline's stages do not yet.
+  if (sc.options.pp > 1)
+    throw OptionError("--pp",
+                      "the executor does not run pipelines yet (gradient accumulation, "
+                      "--microbatches without --pp, it does): strata predict prices them and "
+                      "strata simulate plays them");
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

@@ -46,6 +46,7 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
                                          opt.threadsPerWorker, plan.scenario.options.element)),
       model_(net, modelOptions()),
       timer_(*backend_) {
+  microbatches_ = std::max(1, plan.scenario.options.microbatches);
   for (size_t t = 0; t < plan.tasks.size(); ++t)
     if (involves(plan.tasks[t]))
       mine_.push_back(t);
@@ -79,7 +80,9 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
   // The mean over the global batch's positions (one per example for a
   // classifier, T per sequence for a language model), as one worker's
   // Model takes it by default.
-  model_.setLossNormalizer(double(dp_) * b_ * positions());
+  // With micro-batches the global batch is dp M b: each micro-batch's
+  // gradients add to the others' (gradient accumulation).
+  model_.setLossNormalizer(double(dp_) * microbatches_ * b_ * positions());
   // ps: this rank's communication tasks job by job, and the tag of rank
   // 0's i-th choice (that of the i-th job's first server update: a task
   // that sends nothing, so no transfer uses its tag).
@@ -189,17 +192,20 @@ void Worker::gatherShards() {
 
 void Worker::premake() {
   premade_.clear();
-  if (server() || plan_.iterations == 1 || opt_.device != Device::kCpu)
+  if (server() || plan_.iterations * microbatches_ == 1 || opt_.device != Device::kCpu)
     return;
   const auto& in = net_.input;
   // At most 1 GiB of examples per rank (ps's 6 steps of alexnet at batch 64:
   // 231 MB); beyond it the steps make their own, inside the window, as
   // docs/executor.md says.
   constexpr double kMostBytes = 1024.0 * 1024 * 1024;
-  if (double(plan_.iterations) * b_ * in.c * in.h * in.w * sizeof(float) > kMostBytes)
+  if (double(plan_.iterations) * microbatches_ * b_ * in.c * in.h * in.w * sizeof(float) >
+      kMostBytes)
     return;
-  for (int i = 0; i < plan_.iterations; ++i) {
-    const int64_t first = firstExample(firstStep_ + i, dp_, w_ / tp_, b_);
+  for (int j = 0; j < plan_.iterations * microbatches_; ++j) {
+    const int i = j / microbatches_;
+    const int64_t first =
+        firstExample(firstStep_ + i, dp_, w_ / tp_, b_, j % microbatches_, microbatches_);
     Premade p{dataset_.batch(first, b_), {}};
     // Made from the generator, then the batch's values (syntheticFill reads
     // a batch's values, when it has some, rather than the generator).
@@ -213,22 +219,24 @@ void Worker::premake() {
   }
 }
 
-void Worker::prepare(int i) {
+void Worker::prepare(int i, int micro) {
   if (server())
     return;
   prepared_ = i;
+  preparedMicro_ = micro;
   const int s = firstStep_ + i;
   step_ = s;
-  model_.setStep(static_cast<uint64_t>(s));
+  model_.setStep(static_cast<uint64_t>(s) * static_cast<uint64_t>(microbatches_) +
+                 static_cast<uint64_t>(micro));
   // Own examples for the data-parallel (conv) part.
   if (!premade_.empty()) {
-    const Premade& p = premade_[static_cast<size_t>(i)];
+    const Premade& p = premade_[static_cast<size_t>(i * microbatches_ + micro)];
     model_.writeInput(p.batch);
     if (!owt_)
       model_.setLabels(p.labels);
     return;
   }
-  const int64_t first = firstExample(s, dp_, w_ / tp_, b_);
+  const int64_t first = firstExample(s, dp_, w_ / tp_, b_, micro, microbatches_);
   model_.writeInput(dataset_.batch(first, b_));
   if (!owt_)
     model_.setLabels(dataset_.labels(first, b_, positions()));
@@ -285,6 +293,10 @@ bool Worker::runTask(size_t t, Clock::time_point t0, bool communication,
   if (!communication) {
     if (task.iteration != prepared_)
       prepare(task.iteration);
+    // The next micro-batch's first forward: its examples.
+    if (task.kind == TaskKind::kCompute && task.micro >= 0 && task.micro != preparedMicro_ &&
+        task.phase == Phase::kFwd && !task.recompute)
+      prepare(task.iteration, task.micro);
     // Compute and update: marks on the backend, read after the step.
     const int a = timer_.mark();
     if (task.kind == TaskKind::kCompute)

@@ -39,9 +39,13 @@ inline int tagOf(size_t task) {
   return static_cast<int>(task % static_cast<size_t>(kFirstReservedTag));
 }
 
-// Examples of worker w in step s: global indices [(s K + w) b, +b).
-inline int64_t firstExample(int step, int workers, int worker, int batch) {
-  return (int64_t(step) * workers + worker) * batch;
+// Examples of worker w in step s: global indices [(s K + w) b, +b); with M
+// micro-batches (gradient accumulation), micro-batch m's are [((s K + w) M
+// + m) b, +b), so the K M micro-batches of a step are one worker's batch of
+// K M b.
+inline int64_t firstExample(int step, int workers, int worker, int batch, int micro = 0,
+                            int microbatches = 1) {
+  return ((int64_t(step) * workers + worker) * microbatches + micro) * batch;
 }
 
 struct TaskTiming {
@@ -90,7 +94,10 @@ class Worker {
   // examples and labels. A ps step's gradients start from zero layer by
   // layer (compute()): the push of the step before may still be reading the
   // others.
-  void prepare(int i);
+  // With micro-batches, prepare(i, m) before micro-batch m's first forward:
+  // its examples, labels and dropout masks (step s's micro-batch m draws
+  // the masks of "step" s M + m).
+  void prepare(int i, int micro = 0);
   // Before the timed window of a run of several steps on the CPU: every
   // step's examples made as values and its labels (premade_), so that
   // prepare() inside the window only copies them. Making them is the data
@@ -250,7 +257,9 @@ class Worker {
   std::map<int, int> scratchPart_;
   int step_ = 0;
   int firstStep_ = 0;
-  int prepared_ = -1;  // the step whose inputs the model holds
+  int prepared_ = -1;      // the step whose inputs the model holds
+  int microbatches_ = 1;   // StrategyOptions::microbatches: gradients accumulated over them
+  int preparedMicro_ = 0;  // the micro-batch whose inputs the model holds
   struct Premade {
     nn::SyntheticBatch batch;  // its values made
     std::vector<int32_t> labels;

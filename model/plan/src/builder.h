@@ -20,6 +20,7 @@
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 #include "strata/model/ring.h"
+#include "strata/model/tensor_parallel.h"
 #include "strata/model/topology.h"
 
 namespace strata::planning {
@@ -604,6 +605,18 @@ class Builder {
   int job_ = -1;
   int micro_ = -1;
 };
+
+// The group collective a tensor-parallel layer's TpComm is.
+inline Builder::GroupOp groupOpOf(TpCollective c) {
+  switch (c) {
+    case TpCollective::kReduceScatter:
+      return Builder::GroupOp::kReduceScatter;
+    case TpCollective::kAllGather:
+      return Builder::GroupOp::kAllGather;
+    default:
+      return Builder::GroupOp::kAllReduce;
+  }
+}
 
 // Parameters of layers [first, last).
 double paramsIn(const Network& net, int first, int last);

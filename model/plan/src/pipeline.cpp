@@ -22,17 +22,6 @@ namespace {
 
 using GroupOp = Builder::GroupOp;
 
-GroupOp groupOp(TpCollective c) {
-  switch (c) {
-    case TpCollective::kReduceScatter:
-      return GroupOp::kReduceScatter;
-    case TpCollective::kAllGather:
-      return GroupOp::kAllGather;
-    default:
-      return GroupOp::kAllReduce;
-  }
-}
-
 // A bucket of a chunk's gradients (cost/src/sharded.cpp, GradientSyncs):
 // layers [first, last], last layers first.
 struct Bucket {
@@ -120,7 +109,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
     Deps deps = stagePath(s);
     deps.insert(deps.end(), entry.begin(), entry.end());
     entry.clear();
-    setPath(s, b.groupCollective(groupOp(c.op), tpGroups, Bytes(c.elems * examples * e), buffer,
+    setPath(s, b.groupCollective(groupOpOf(c.op), tpGroups, Bytes(c.elems * examples * e), buffer,
                                  layer, layer, deps, only(s)));
   };
   auto forward = [&](int s, int i, bool recompute = false) {
@@ -194,6 +183,14 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
                       double((l.spec.vocab + t - 1) / t) * l.outShape.c});
     }
 
+  // Every rank of stage `from` to the same replica's and tensor-parallel
+  // position's rank of stage `to`.
+  auto stageFlows = [&](int from, int to) {
+    std::vector<PlanFlow> f;
+    for (int r : ranks[static_cast<size_t>(from)])
+      f.push_back({r, r + (to - from) * t, 0});
+    return f;
+  };
   // The boundary tensor of chunk j -> j + 1 (its last layer's output; with
   // sequence parallelism T / t of the positions per worker), every replica's
   // and tensor-parallel worker's to the same one of the other stage.
@@ -205,14 +202,8 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
     const auto& l = net.layers[static_cast<size_t>(layer)];
     const Bytes bytes(double(l.outShape.elements()) / (tp.sequenceParallel ? t : 1) * examples * e);
     return b.pointToPoint(
-        fmt::format("pipeline {} -> {}", from, to),
-        [&] {
-          std::vector<PlanFlow> f;
-          for (int r : ranks[static_cast<size_t>(from)])
-            f.push_back({r, r + (to - from) * t, 0});
-          return f;
-        },
-        bytes, backward ? BufferKind::kActivationGradients : BufferKind::kActivations, layer, deps);
+        fmt::format("pipeline {} -> {}", from, to), [&] { return stageFlows(from, to); }, bytes,
+        backward ? BufferKind::kActivationGradients : BufferKind::kActivations, layer, deps);
   };
 
   // arrived[j][mb]: the transfer that brought micro-batch mb's input to
@@ -300,13 +291,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
             s,
             [&](const Deps& d) {
               return b.pointToPoint(
-                  fmt::format("tied {} -> {}", s, to),
-                  [&] {
-                    std::vector<PlanFlow> f;
-                    for (int r : ranks[static_cast<size_t>(s)])
-                      f.push_back({r, r + (to - s) * t, 0});
-                    return f;
-                  },
+                  fmt::format("tied {} -> {}", s, to), [&] { return stageFlows(s, to); },
                   Bytes(c.table * e), BufferKind::kWeightGradients, c.fc, d);
             },
             stagePath(s));

@@ -10,22 +10,7 @@
 
 namespace strata::planning {
 
-namespace {
-
 using GroupOp = Builder::GroupOp;
-
-GroupOp groupOp(TpCollective c) {
-  switch (c) {
-    case TpCollective::kReduceScatter:
-      return GroupOp::kReduceScatter;
-    case TpCollective::kAllGather:
-      return GroupOp::kAllGather;
-    default:
-      return GroupOp::kAllReduce;
-  }
-}
-
-}  // namespace
 
 void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   const auto& o = sc.options;
@@ -52,7 +37,7 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   auto inPath = [&](const TpComm& c, int layer, BufferKind buffer) {
     if (c.op == TpCollective::kNone || tp.t <= 1)
       return;
-    const int done = b.groupCollective(groupOp(c.op), tpGroups, Bytes(c.elems * examples * e),
+    const int done = b.groupCollective(groupOpOf(c.op), tpGroups, Bytes(c.elems * examples * e),
                                        buffer, layer, layer, path);
     std::fill(path.begin(), path.end(), done);
   };
