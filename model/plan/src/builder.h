@@ -618,6 +618,34 @@ inline Builder::GroupOp groupOpOf(TpCollective c) {
   }
 }
 
+// A bucket of local gradients (cost/src/sharded.cpp, GradientSyncs): layers
+// [first, last] of a tensor-parallel layout.
+struct TpBucket {
+  double params = 0;
+  int first = 0, last = 0;
+};
+// The buckets of layers [first, last), last layers first: one per layer
+// with weights without overlap filling up to StrategyOptions::bucket bytes.
+inline std::vector<TpBucket> gradientBucketsOf(const TpLayout& tp, const StrategyOptions& o,
+                                               double e, int first, int last) {
+  std::vector<TpBucket> out;
+  bool open = false;
+  for (int i = last - 1; i >= first; --i) {
+    const double p = tp.layers[static_cast<size_t>(i)].params;
+    if (p <= 0)
+      continue;
+    if (!open) {
+      out.push_back({0, i, i});
+      open = true;
+    }
+    out.back().params += p;
+    out.back().first = i;
+    if (o.overlap && out.back().params * e >= o.bucket.value())
+      open = false;
+  }
+  return out;
+}
+
 // Parameters of layers [first, last).
 double paramsIn(const Network& net, int first, int last);
 

@@ -22,33 +22,6 @@ namespace {
 
 using GroupOp = Builder::GroupOp;
 
-// A bucket of a chunk's gradients (cost/src/sharded.cpp, GradientSyncs):
-// layers [first, last], last layers first.
-struct Bucket {
-  double params = 0;
-  int first = 0, last = 0;
-};
-
-std::vector<Bucket> chunkBuckets(const TpLayout& tp, const StrategyOptions& o, double e, int first,
-                                 int last) {
-  std::vector<Bucket> out;
-  bool open = false;
-  for (int i = last - 1; i >= first; --i) {
-    const double p = tp.layers[static_cast<size_t>(i)].params;
-    if (p <= 0)
-      continue;
-    if (!open) {
-      out.push_back({0, i, i});
-      open = true;
-    }
-    out.back().params += p;
-    out.back().first = i;
-    if (o.overlap && out.back().params * e >= o.bucket.value())
-      open = false;
-  }
-  return out;
-}
-
 }  // namespace
 
 void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
@@ -130,7 +103,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
     if (done >= 0)
       lastSync[static_cast<size_t>(s)] = done;
   };
-  auto sync = [&](int s, const Bucket& bucket, const Deps& deps) {
+  auto sync = [&](int s, const TpBucket& bucket, const Deps& deps) {
     if (dp <= 1 || bucket.params <= 0)
       return;
     const Bytes bytes(bucket.params * e);
@@ -228,7 +201,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   auto runBackward = [&](int s, int j, int mb, bool tail) {
     const int first = chunks[static_cast<size_t>(j)], last = chunks[static_cast<size_t>(j) + 1];
     entry = {arrivedB[static_cast<size_t>(j)][static_cast<size_t>(mb)]};
-    std::vector<Bucket> buckets;
+    std::vector<TpBucket> buckets;
     if (tail) {
       // The stage's other chunks: their backwards are over; their syncs
       // start with this one (the closed form's tail).
@@ -239,10 +212,10 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
           const int a = chunks[static_cast<size_t>(jj)], z = chunks[static_cast<size_t>(jj) + 1];
           for (int i = a; i < z; ++i)
             sumReplicated(s, i, now);
-          for (const auto& bucket : chunkBuckets(tp, o, e, a, z))
+          for (const auto& bucket : gradientBucketsOf(tp, o, e, a, z))
             sync(s, bucket, now);
         }
-      buckets = chunkBuckets(tp, o, e, first, last);
+      buckets = gradientBucketsOf(tp, o, e, first, last);
     }
     for (int i = last - 1; i >= first; --i) {
       const auto& l = net.layers[static_cast<size_t>(i)];
@@ -305,11 +278,11 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
     // bucket's weights all-gathered beside the next one's update.
     const int done = lastSync[static_cast<size_t>(s)];
     if (sharded) {
-      std::vector<Bucket> all = buckets;
+      std::vector<TpBucket> all = buckets;
       for (int c = 0; c < v; ++c)
         if (const int jj = chunkOf(s, c); jj != j) {
-          const auto more = chunkBuckets(tp, o, e, chunks[static_cast<size_t>(jj)],
-                                         chunks[static_cast<size_t>(jj) + 1]);
+          const auto more = gradientBucketsOf(tp, o, e, chunks[static_cast<size_t>(jj)],
+                                              chunks[static_cast<size_t>(jj) + 1]);
           all.insert(all.end(), more.begin(), more.end());
         }
       if (extraParams > 0)

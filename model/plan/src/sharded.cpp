@@ -115,29 +115,12 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
                              lastLayer, start);
   };
   // Buckets of local gradients, last layers first, as sharded.cpp.
-  struct Bucket {
-    double params = 0;
-    int first = 0, last = 0;
-  };
-  std::vector<Bucket> buckets;
+  const std::vector<TpBucket> buckets = gradientBucketsOf(tp, o, e, 0, n);
   std::vector<int> bucketOf(static_cast<size_t>(n), -1);
-  {
-    bool open = false;
-    for (int i = n - 1; i >= 0; --i) {
-      const double p = tp.layers[static_cast<size_t>(i)].params;
-      if (p <= 0)
-        continue;
-      if (!open) {
-        buckets.push_back({0, i, i});
-        open = true;
-      }
-      buckets.back().params += p;
-      buckets.back().first = i;
-      bucketOf[static_cast<size_t>(i)] = static_cast<int>(buckets.size()) - 1;
-      if (o.overlap && buckets.back().params * e >= o.bucket.value())
-        open = false;
-    }
-  }
+  for (size_t k = 0; k < buckets.size(); ++k)
+    for (int i = buckets[k].first; i <= buckets[k].last; ++i)
+      if (tp.layers[static_cast<size_t>(i)].params > 0)
+        bucketOf[static_cast<size_t>(i)] = static_cast<int>(k);
 
   if (zero3 && unit >= 0)
     forwardDone[static_cast<size_t>(unit)] = path;
