@@ -62,6 +62,14 @@ int runValidation(const ValidationSuite& suite, const ValidateOptions& o) {
                                     o.sequenceParallel ? " and sequence parallelism" : "")
                       : std::string()) +
             (o.zero > 0 ? fmt::format(", ring rows with ZeRO-{}", o.zero) : std::string()) +
+            (o.pp > 1 ? fmt::format(
+                            ", ring rows in {} pipeline stages ({}{})", o.pp, toString(o.schedule),
+                            o.virtualStages > 1 ? fmt::format(", {} chunks each", o.virtualStages)
+                                                : std::string())
+                      : std::string()) +
+            (o.microbatches > 1
+                 ? fmt::format(", ring rows of {} micro-batches a step", o.microbatches)
+                 : std::string()) +
             (o.recompute != Recompute::kNone
                  ? fmt::format(", ring and naive rows with {} recomputation", toString(o.recompute))
                  : std::string()),
@@ -89,7 +97,7 @@ Command addValidateCommand(CLI::App& app) {
   struct Options {
     std::string network = "tiny-cnn", strategies = "all", workers = "1,2", suite, format = "table",
                 device = "cpu", element = "fp32", optimizer = "momentum", zero, recompute, tp,
-                sequenceParallel;
+                sequenceParallel, pp, microbatches, schedule, virtualStages;
     int steps = 0, batch = 32, repeats = 0;  // steps, repeats: 0 = the default
     ValidateOptions validate;
     LimitFlags limitFlags;
@@ -150,6 +158,17 @@ Command addValidateCommand(CLI::App& app) {
                   "recomputation of the ring and naive rows, none|selective|full: each "
                   "attention's core, or each block's forward, again before its backward "
                   "(default none; selective on --device cpu)");
+  sub->add_option("--pp", o->pp,
+                  "pipeline stages of the ring rows, consecutive layers balanced by the cost "
+                  "model; K must be a multiple of tp x it (default 1)");
+  sub->add_option("--microbatches", o->microbatches,
+                  "micro-batches of --batch examples per step of the ring rows, gradients "
+                  "accumulated (default 1)");
+  sub->add_option("--schedule", o->schedule,
+                  "with --pp 2+: the ring rows' pipeline schedule gpipe|1f1b|interleaved "
+                  "(default 1f1b)");
+  sub->add_option("--virtual-stages", o->virtualStages,
+                  "with --schedule interleaved: chunks of layers per stage, 2+ (default 1)");
   o->limitFlags.add(sub, true);
   addFormatOption(sub, o->format);
   sub->footer(
@@ -191,6 +210,27 @@ Command addValidateCommand(CLI::App& app) {
           if (opt.sequenceParallel && opt.tp <= 1)
             throw OptionError("--sequence-parallel", "applies with --tp 2 or more only");
         }
+        if (!o->pp.empty()) {
+          opt.pp = parsePositive(o->pp, "--pp");
+          if (opt.pp > kMaxPipelineStages)
+            throw OptionError("--pp", fmt::format("must be at most {} stages, got {}",
+                                                  kMaxPipelineStages, opt.pp));
+        }
+        if (!o->microbatches.empty()) {
+          opt.microbatches = parsePositive(o->microbatches, "--microbatches");
+          if (opt.microbatches > kMaxMicrobatches)
+            throw OptionError("--microbatches", fmt::format("must be at most {}, got {}",
+                                                            kMaxMicrobatches, opt.microbatches));
+        }
+        if (!o->schedule.empty())
+          opt.schedule = parsePipelineSchedule(o->schedule, "--schedule");
+        if (!o->virtualStages.empty()) {
+          opt.virtualStages = parsePositive(o->virtualStages, "--virtual-stages");
+          if (opt.virtualStages > kMaxVirtualStages)
+            throw OptionError(
+                "--virtual-stages",
+                fmt::format("must be at most {}, got {}", kMaxVirtualStages, opt.virtualStages));
+        }
         exec::checkDevice(opt.device, "--device");
         if (!o->suite.empty()) {
           suite = loadValidationSuite(resolveConfig(ConfigKind::kExperiment, o->suite, "--suite"));
@@ -216,6 +256,14 @@ Command addValidateCommand(CLI::App& app) {
                             "ring");
         if (opt.tp > 1 && !ring)
           throw OptionError("--tp",
+                            "applies to ring only, and the strategies asked for have no "
+                            "ring");
+        if (opt.pp > 1 && !ring)
+          throw OptionError("--pp",
+                            "applies to ring only, and the strategies asked for have no "
+                            "ring");
+        if (opt.microbatches > 1 && !ring)
+          throw OptionError("--microbatches",
                             "applies to ring only, and the strategies asked for have no "
                             "ring");
         if (opt.recompute != Recompute::kNone &&

@@ -2401,9 +2401,18 @@ TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pi
   CHECK_THAT(sim.output, Catch::Contains("pipeline      2 stages (") &&
                              Catch::Contains("schedule 1f1b, 4 micro-batches of 128; bubble") &&
                              Catch::Contains("full: a pipeline's stages compute different layers"));
-  checkUserError(
-      runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "--pp", "2", "--steps", "1"}),
-      {"--pp: the executor does not run pipelines yet"});
+  // A pipeline runs: 2 stages of 3 micro-batches, a step of K / pp M b
+  // examples; ZeRO with the table tied across the stages is refused.
+  const auto piped = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "-b", "2", "--pp",
+                                "2", "--microbatches", "3", "--steps", "2"});
+  CHECK(piped.status == 0);
+  CHECK_THAT(piped.output, Catch::Contains("global batch 6") && Catch::Contains("pp 2 (1f1b)"));
+  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "4", "--pp", "2", "--zero",
+                            "1", "--steps", "1"}),
+                 {"--zero: the executor runs ZeRO with --pp only on networks without tied tables"});
+  // validate runs and prices it: ring rows with --pp.
+  checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "naive", "--pp", "2"}),
+                 {"--pp: applies to ring only"});
   // Gradient accumulation runs: a step trains K M b examples.
   const auto accumulated = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "-b", "2",
                                       "--microbatches", "3", "--steps", "2"});

@@ -56,6 +56,10 @@ void applyRowOptions(Scenario& sc, const ValidationOptions& o) {
     sc.options.zero = o.zero;
     sc.options.tp = o.tp;
     sc.options.sequenceParallel = o.sequenceParallel && o.tp > 1;
+    sc.options.pp = o.pp;
+    sc.options.microbatches = o.microbatches;
+    sc.options.schedule = o.schedule;
+    sc.options.virtualStages = o.virtualStages;
   }
   if (sc.strategy == Strategy::kRing || sc.strategy == Strategy::kNaive)
     sc.options.recompute = o.recompute;

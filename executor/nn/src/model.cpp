@@ -87,31 +87,12 @@ Model::Model(const Network& network, ModelOptions options)
   momentum_ = Buffer<float>(memory);
   adamM_ = Buffer<float>(memory);
   adamV_ = Buffer<float>(memory);
-  softmaxStats_ = Buffer<float>(memory);
-  labels_ = Buffer<int32_t>(memory);
-  input_ = Tensor(memory);
-  inputGrad_ = Tensor(memory);
   const int count = layerCount();
   if (!options_.slices.empty() && static_cast<int>(options_.slices.size()) != count)
     throw OptionError("slices", fmt::format("{} entries for a network of {} layers",
                                             options_.slices.size(), count));
-  layers_.resize(static_cast<size_t>(count));
-  for (LayerState& st : layers_) {
-    st.out = Tensor(memory);
-    st.outGrad = Tensor(memory);
-    st.exchangeIn = Tensor(memory);
-    st.exchangeInGrad = Tensor(memory);
-    st.lrnScale = Tensor(memory);
-    st.argmax = Buffer<int32_t>(memory);
-    st.qkv = Tensor(memory);
-    st.context = Tensor(memory);
-    st.dqkv = Tensor(memory);
-    st.probs = Buffer<float>(memory);
-    st.gathered = Tensor(memory);
-    st.gatheredGrad = Tensor(memory);
-    st.full = Tensor(memory);
-    st.fullGrad = Tensor(memory);
-  }
+  slots_.push_back(std::make_unique<Activations>(nullptr, static_cast<size_t>(count), memory));
+  act_ = slots_.front().get();
   blocks_.resize(static_cast<size_t>(count));
   updates_.assign(static_cast<size_t>(count), 0);
 
@@ -139,7 +120,7 @@ Model::Model(const Network& network, ModelOptions options)
   // Shapes of what each layer holds, and who reads what.
   for (int l = 0; l < count; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
-    LayerState& st = layers_[static_cast<size_t>(l)];
+    LayerState& st = act_->layers[static_cast<size_t>(l)];
     if (layer.kind == LayerKind::kRnn)
       unsupported(network_, l, "rnn layers are not supported by the executor's nn layer");
     if (isTransformerKind(layer) && !backend_->runsTransformerLayers())
@@ -168,7 +149,7 @@ Model::Model(const Network& network, ModelOptions options)
     const NeuronRange requested =
         options_.slices.empty() ? NeuronRange{} : options_.slices[static_cast<size_t>(l)];
     const NeuronRange whole{0, layer.outShape.c};
-    const auto inputSlice = [&](int p) { return layers_[static_cast<size_t>(p)].slice; };
+    const auto inputSlice = [&](int p) { return act_->layers[static_cast<size_t>(p)].slice; };
     const auto inputWhole = [&](int p) {
       return inputSlice(p) == NeuronRange{0, network_.layers[static_cast<size_t>(p)].outShape.c};
     };
@@ -183,7 +164,7 @@ Model::Model(const Network& network, ModelOptions options)
         // A gated MLP: the fc before holds its share of each half, gate
         // and value ([gate share | value share], as swiglu reads them), and
         // swiglu's output is that share of the whole's.
-        layers_[static_cast<size_t>(layer.inputs[0])].gated = true;
+        act_->layers[static_cast<size_t>(layer.inputs[0])].gated = true;
         st.slice = evenSlice(layer.outShape.c, tp.size, tp.rank);
       } else {
         st.slice = inputSlice(layer.inputs[0]);
@@ -216,11 +197,11 @@ Model::Model(const Network& network, ModelOptions options)
     for (int p : layer.inputs) {
       if (st.sliced) {
         if (p >= 0)
-          ++layers_[static_cast<size_t>(p)].exchangeReaders;
+          ++act_->layers[static_cast<size_t>(p)].exchangeReaders;
         continue;
       }
-      int& readers = p < 0 ? inputReaders_ : layers_[static_cast<size_t>(p)].readers;
-      int& first = p < 0 ? inputFirstReader_ : layers_[static_cast<size_t>(p)].firstReader;
+      int& readers = p < 0 ? inputReaders_ : act_->layers[static_cast<size_t>(p)].readers;
+      int& first = p < 0 ? inputFirstReader_ : act_->layers[static_cast<size_t>(p)].firstReader;
       ++readers;
       if (first < 0)
         first = l;
@@ -230,18 +211,18 @@ Model::Model(const Network& network, ModelOptions options)
   // a second, local reader would need the two to be summed, which no strategy
   // asks for.
   for (int l = 0; l < count; ++l) {
-    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const LayerState& st = act_->layers[static_cast<size_t>(l)];
     if (st.exchangeReaders > 0 && st.readers > 0)
       unsupported(network_, l, "is read both by a model-parallel fc and by another layer");
   }
   // The group sums a split layer's partial input gradient where it lands:
   // another reader's gradient there would be summed t times.
   for (int l = 0; l < count && tp.size > 1; ++l) {
-    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const LayerState& st = act_->layers[static_cast<size_t>(l)];
     const int p = network_.layers[static_cast<size_t>(l)].inputs[0];
     const bool sumsInputGradient = st.tpRole == TpRole::kAttention ||
                                    st.tpRole == TpRole::kColumn || st.tpRole == TpRole::kOutput;
-    if (sumsInputGradient && p >= 0 && layers_[static_cast<size_t>(p)].readers != 1)
+    if (sumsInputGradient && p >= 0 && act_->layers[static_cast<size_t>(p)].readers != 1)
       unsupported(network_, l,
                   fmt::format("splits over a tensor-parallel group, and its input '{}' is read "
                               "by other layers too (the group's sum of its input gradient would "
@@ -256,7 +237,7 @@ Model::Model(const Network& network, ModelOptions options)
   int64_t offset = 0;
   for (int l = 0; l < count; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
-    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const LayerState& st = act_->layers[static_cast<size_t>(l)];
     ParamBlock& b = blocks_[static_cast<size_t>(l)];
     b.offset = offset;
     switch (layer.kind) {
@@ -322,7 +303,7 @@ Model::Model(const Network& network, ModelOptions options)
   std::vector<float> w;
   for (int l = 0; l < count && options_.initializeParameters; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
-    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const LayerState& st = act_->layers[static_cast<size_t>(l)];
     const ParamBlock& b = blocks_[static_cast<size_t>(l)];
     w.assign(static_cast<size_t>(b.weights), 0.0f);
     const auto store = [&] {
@@ -364,7 +345,7 @@ Model::Model(const Network& network, ModelOptions options)
 
 void Model::shareOf(int l, TensorParallelRank tp, TpRole role) {
   const Layer& layer = network_.layers[static_cast<size_t>(l)];
-  LayerState& st = layers_[static_cast<size_t>(l)];
+  LayerState& st = act_->layers[static_cast<size_t>(l)];
   st.tpRole = role;
   st.addsBias = tp.rank == 0 || (role != TpRole::kAttention && role != TpRole::kRow);
   if (layer.kind == LayerKind::kAttention) {
@@ -400,7 +381,7 @@ void Model::shareOf(int l, TensorParallelRank tp, TpRole role) {
   }
   // A tied output fc reads its embedding's rows: the same ones.
   if (role == TpRole::kOutput && layer.spec.tiedTo >= 0) {
-    const EmbeddingDesc& e = layers_[static_cast<size_t>(layer.spec.tiedTo)].embedding;
+    const EmbeddingDesc& e = act_->layers[static_cast<size_t>(layer.spec.tiedTo)].embedding;
     const VocabRows v = vocabRows(layer.outShape.c, tp.size, tp.rank);
     STRATA_ENFORCE(e.firstToken == v.begin && e.rows() == v.end - v.begin);
   }
@@ -410,7 +391,7 @@ void Model::splitPositions(TensorParallelRank tp) {
   const int count = layerCount();
   for (int l = 0; l < count; ++l) {
     const Layer& layer = network_.layers[static_cast<size_t>(l)];
-    LayerState& st = layers_[static_cast<size_t>(l)];
+    LayerState& st = act_->layers[static_cast<size_t>(l)];
     const TpRole role = st.tpRole;
     st.gathersInput =
         role == TpRole::kAttention || role == TpRole::kColumn || role == TpRole::kOutput;
@@ -427,12 +408,12 @@ void Model::splitPositions(TensorParallelRank tp) {
   // all-gathers its input, this worker's positions; the other split layers
   // (an MLP's activation and second fc, the loss) every position of a share.
   for (int l = 0; l < count; ++l) {
-    const LayerState& st = layers_[static_cast<size_t>(l)];
+    const LayerState& st = act_->layers[static_cast<size_t>(l)];
     const bool readsLocal = st.tpRole == TpRole::kReplicated || st.gathersInput;
     for (int p : network_.layers[static_cast<size_t>(l)].inputs) {
       if (st.tpRole == TpRole::kEmbedding)
         continue;  // token ids, whole
-      const bool local = p >= 0 && layers_[static_cast<size_t>(p)].localPositions > 0;
+      const bool local = p >= 0 && act_->layers[static_cast<size_t>(p)].localPositions > 0;
       if (local != readsLocal)
         unsupported(network_, l,
                     fmt::format("sequence parallelism: reads {} ({}), and its part of the split "
@@ -448,14 +429,14 @@ void Model::splitPositions(TensorParallelRank tp) {
 
 int Model::fcInputs(int layer) const {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  if (layers_[static_cast<size_t>(layer)].tpRole == TpRole::kRow)
-    return layers_[static_cast<size_t>(spec.inputs[0])].slice.size();
+  if (act_->layers[static_cast<size_t>(layer)].tpRole == TpRole::kRow)
+    return act_->layers[static_cast<size_t>(spec.inputs[0])].slice.size();
   return fcInFeatures(spec);
 }
 
 int64_t Model::wholeElement(int layer, int64_t e) const {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  const LayerState& st = act_->layers[static_cast<size_t>(layer)];
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
   const bool bias = e >= b.weights;
   const int64_t j = e - b.weights;  // the bias element, when `bias`
@@ -470,7 +451,7 @@ int64_t Model::wholeElement(int layer, int64_t e) const {
         if (bias)
           return whole + j;
         const int in = fcInputs(layer);
-        const int begin = layers_[static_cast<size_t>(spec.inputs[0])].slice.begin;
+        const int begin = act_->layers[static_cast<size_t>(spec.inputs[0])].slice.begin;
         return (e / in) * fcInFeatures(spec) + begin + e % in;
       }
       // Row (output) r of the slice; before swiglu the first half of the
@@ -541,17 +522,17 @@ Tensor& Model::input(int batch) {
   STRATA_ENFORCE_OP(batch, >=, 0);
   // A resize's copy or zero fill is ordered with the kernels; the wait after
   // it also lets a copy on another stream (a communicator's) write the input.
-  input_.resize(Dims{batch, network_.input.c, network_.input.h, network_.input.w});
+  act_->input.resize(Dims{batch, network_.input.c, network_.input.h, network_.input.w});
   backend_->synchronize();
-  return input_;
+  return act_->input;
 }
 
 void Model::writeInput(const SyntheticBatch& batch) {
   const Dims dims{static_cast<int>(batch.classes.size()), network_.input.c, network_.input.h,
                   network_.input.w};
-  if (!(input_.dims() == dims))
-    input_.resize(dims);  // stream-ordered: storage the last step read is freed after it
-  backend_->writeSynthetic(batch, input_.view());
+  if (!(act_->input.dims() == dims))
+    act_->input.resize(dims);  // stream-ordered: storage the last step read is freed after it
+  backend_->writeSynthetic(batch, act_->input.view());
 }
 
 void Model::setLabels(std::span<const int32_t> labels) {
@@ -561,12 +542,12 @@ void Model::setLabels(std::span<const int32_t> labels) {
     STRATA_ENFORCE(label >= 0 && label < classes);
   // An upload ordered after the kernels that read the last labels: no wait
   // for them (the host's labels are consumed when it returns).
-  labels_.assign(labels);
+  act_->labels.assign(labels);
 }
 
 const Tensor& Model::inputGrad() const {
   backend_->synchronize();
-  return inputGrad_;
+  return act_->inputGrad;
 }
 
 std::span<float> Model::allParameters() {
@@ -581,11 +562,11 @@ std::span<float> Model::allGradients() {
 
 std::span<float> Model::softmaxStats() {
   backend_->synchronize();
-  return softmaxStats_.hostSpan("Model::softmaxStats");
+  return act_->softmaxStats.hostSpan("Model::softmaxStats");
 }
 
 std::span<float> Model::softmaxStatsNoWait() {
-  return softmaxStats_;
+  return act_->softmaxStats;
 }
 
 std::vector<float> Model::parametersToHost() {
@@ -628,41 +609,93 @@ void Model::uploadGradients(int firstLayer, int lastLayer, std::span<const float
 }
 
 std::vector<float> Model::softmaxStatsToHost() {
-  return softmaxStats_.toHost();
+  return act_->softmaxStats.toHost();
 }
 
 void Model::uploadSoftmaxStats(std::span<const float> values) {
-  STRATA_ENFORCE_OP(values.size(), ==, softmaxStats_.size());
-  upload(softmaxStats_.memory(), softmaxStats_.data(), values);
+  STRATA_ENFORCE_OP(values.size(), ==, act_->softmaxStats.size());
+  upload(act_->softmaxStats.memory(), act_->softmaxStats.data(), values);
 }
 
 const Tensor& Model::output(int layer) const {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
   backend_->synchronize();
-  return layers_[static_cast<size_t>(layer)].out;
+  return act_->layers[static_cast<size_t>(layer)].out;
 }
 
 Tensor& Model::outputGrad(int layer) {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
   backend_->synchronize();
-  return layers_[static_cast<size_t>(layer)].outGrad;
+  return act_->layers[static_cast<size_t>(layer)].outGrad;
+}
+
+const Tensor& Model::input() const {
+  return act_->input;
+}
+
+int64_t Model::tokenTableElements(int layer) const {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount());
+  const Layer& l = network_.layers[static_cast<size_t>(layer)];
+  STRATA_ENFORCE(l.kind == LayerKind::kEmbedding);
+  return int64_t{slots_.front()->layers[static_cast<size_t>(layer)].embedding.rows()} *
+         l.spec.outputs;
+}
+
+void Model::setActivationSlots(int slots) {
+  STRATA_ENFORCE_OP(slots, >=, 1);
+  const Activations* like = slots_.front().get();
+  while (static_cast<int>(slots_.size()) < slots)
+    slots_.push_back(std::make_unique<Activations>(like, like->layers.size(), backend_->memory()));
+  slots_.resize(static_cast<size_t>(slots));
+  if (activationSlot() < 0)
+    act_ = slots_.front().get();
+}
+
+void Model::useActivationSlot(int slot) {
+  STRATA_ENFORCE(slot >= 0 && slot < activationSlots());
+  act_ = slots_[static_cast<size_t>(slot)].get();
+}
+
+int Model::activationSlot() const {
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].get() == act_)
+      return static_cast<int>(i);
+  return -1;
+}
+
+Model::LayerState& Model::slotLayer(int layer, int slot, int batch) {
+  STRATA_ENFORCE(layer >= 0 && layer < layerCount() && slot >= 0 && slot < activationSlots());
+  LayerState& st = slots_[static_cast<size_t>(slot)]->layers[static_cast<size_t>(layer)];
+  // Both, as the layer's forward sizes them: the stage that receives an
+  // output runs its readers, whose backward writes its gradient.
+  st.out.resize(outDims(layer, batch));
+  st.outGrad.resize(outDims(layer, batch));
+  return st;
+}
+
+Tensor& Model::slotOutput(int layer, int slot, int batch) {
+  return slotLayer(layer, slot, batch).out;
+}
+
+Tensor& Model::slotOutputGrad(int layer, int slot, int batch) {
+  return slotLayer(layer, slot, batch).outGrad;
 }
 
 bool Model::modelParallel(int layer) const {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
-  return layers_[static_cast<size_t>(layer)].sliced;
+  return act_->layers[static_cast<size_t>(layer)].sliced;
 }
 
 NeuronRange Model::slice(int layer) const {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
-  return layers_[static_cast<size_t>(layer)].slice;
+  return act_->layers[static_cast<size_t>(layer)].slice;
 }
 
 Tensor& Model::exchangeInput(int layer, int batch) {
   STRATA_ENFORCE(modelParallel(layer));
   STRATA_ENFORCE_OP(batch, >=, 0);
   const Shape in = network_.layers[static_cast<size_t>(layer)].inShape;
-  Tensor& t = layers_[static_cast<size_t>(layer)].exchangeIn;
+  Tensor& t = act_->layers[static_cast<size_t>(layer)].exchangeIn;
   // Resized first: its zero fill or copy runs on the backend's stream, and
   // the caller's copies into it may run on another (a communicator's).
   t.resize(Dims{batch, in.c, in.h, in.w});
@@ -673,24 +706,24 @@ Tensor& Model::exchangeInput(int layer, int batch) {
 const Tensor& Model::exchangeInputGrad(int layer) const {
   STRATA_ENFORCE(modelParallel(layer));
   backend_->synchronize();
-  return layers_[static_cast<size_t>(layer)].exchangeInGrad;
+  return act_->layers[static_cast<size_t>(layer)].exchangeInGrad;
 }
 
 bool Model::gathersInput(int layer) const {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
-  return layers_[static_cast<size_t>(layer)].gathersInput;
+  return act_->layers[static_cast<size_t>(layer)].gathersInput;
 }
 
 bool Model::scattersOutput(int layer) const {
   STRATA_ENFORCE(layer >= 0 && layer < layerCount());
-  return layers_[static_cast<size_t>(layer)].scattersOutput;
+  return act_->layers[static_cast<size_t>(layer)].scattersOutput;
 }
 
 Tensor& Model::gatheredInput(int layer, int batch) {
   STRATA_ENFORCE(gathersInput(layer));
   STRATA_ENFORCE_OP(batch, >=, 0);
   const Shape in = network_.layers[static_cast<size_t>(layer)].inShape;
-  Tensor& t = layers_[static_cast<size_t>(layer)].gathered;
+  Tensor& t = act_->layers[static_cast<size_t>(layer)].gathered;
   // Resized first (its copy or fill runs on the backend's stream), then
   // waited for: the caller's copies may run on a communicator's.
   t.resize(Dims{batch, in.c, in.h, in.w});
@@ -701,56 +734,56 @@ Tensor& Model::gatheredInput(int layer, int batch) {
 const Tensor& Model::gatheredInputGrad(int layer) const {
   STRATA_ENFORCE(gathersInput(layer));
   backend_->synchronize();
-  return layers_[static_cast<size_t>(layer)].gatheredGrad;
+  return act_->layers[static_cast<size_t>(layer)].gatheredGrad;
 }
 
 const Tensor& Model::fullOutput(int layer) const {
   STRATA_ENFORCE(scattersOutput(layer));
   backend_->synchronize();
-  return layers_[static_cast<size_t>(layer)].full;
+  return act_->layers[static_cast<size_t>(layer)].full;
 }
 
 Tensor& Model::fullOutputGrad(int layer, int batch) {
   STRATA_ENFORCE(scattersOutput(layer));
   STRATA_ENFORCE_OP(batch, >=, 0);
   const Shape out = network_.layers[static_cast<size_t>(layer)].outShape;
-  Tensor& t = layers_[static_cast<size_t>(layer)].fullGrad;
+  Tensor& t = act_->layers[static_cast<size_t>(layer)].fullGrad;
   t.resize(Dims{batch, out.c, out.h, out.w});
   backend_->synchronize();
   return t;
 }
 
 ConstTensorView Model::inputOf(int layer, int which) const {
-  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  const LayerState& st = act_->layers[static_cast<size_t>(layer)];
   if (st.sliced)
     return st.exchangeIn.view();
   if (st.gathersInput)
     return st.gathered.view();
   const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
-  return p < 0 ? input_.view() : layers_[static_cast<size_t>(p)].out.view();
+  return p < 0 ? act_->input.view() : act_->layers[static_cast<size_t>(p)].out.view();
 }
 
 const Tensor& Model::outputGradOf(int layer) const {
-  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  const LayerState& st = act_->layers[static_cast<size_t>(layer)];
   return st.scattersOutput ? st.fullGrad : st.outGrad;
 }
 
 Tensor& Model::gradTargetOf(int layer, int which) {
-  LayerState& st = layers_[static_cast<size_t>(layer)];
+  LayerState& st = act_->layers[static_cast<size_t>(layer)];
   if (st.sliced)
     return st.exchangeInGrad;
   if (st.gathersInput)
     return st.gatheredGrad;
   const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
-  return p < 0 ? inputGrad_ : layers_[static_cast<size_t>(p)].outGrad;
+  return p < 0 ? act_->inputGrad : act_->layers[static_cast<size_t>(p)].outGrad;
 }
 
 float Model::betaOf(int layer, int which) const {
-  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  const LayerState& st = act_->layers[static_cast<size_t>(layer)];
   if (st.sliced || st.gathersInput)
     return 0.0f;
   const int p = network_.layers[static_cast<size_t>(layer)].inputs[static_cast<size_t>(which)];
-  const int readers = p < 0 ? inputReaders_ : layers_[static_cast<size_t>(p)].readers;
+  const int readers = p < 0 ? inputReaders_ : act_->layers[static_cast<size_t>(p)].readers;
   return readers > 1 ? 1.0f : 0.0f;
 }
 
@@ -830,10 +863,10 @@ std::span<float> Model::momentum(int layer) {
 
 SoftmaxLossSum Model::softmaxSums() {
   const int sl = softmaxLayer();
-  STRATA_ENFORCE_OP(static_cast<int64_t>(labels_.size()), ==, softmaxPositions());
-  STRATA_ENFORCE_OP(static_cast<int64_t>(softmaxStats_.size()), ==, 2 * softmaxPositions());
-  return backend_->softmaxLoss(inputOf(sl, 0), softmaxStats_.data(), labels_.data(),
-                               layers_[static_cast<size_t>(sl)].slice.begin);
+  STRATA_ENFORCE_OP(static_cast<int64_t>(act_->labels.size()), ==, softmaxPositions());
+  STRATA_ENFORCE_OP(static_cast<int64_t>(act_->softmaxStats.size()), ==, 2 * softmaxPositions());
+  return backend_->softmaxLoss(inputOf(sl, 0), act_->softmaxStats.data(), act_->labels.data(),
+                               act_->layers[static_cast<size_t>(sl)].slice.begin);
 }
 
 double Model::loss() {

@@ -51,20 +51,27 @@ PoolDesc poolDesc(const Layer& l) {
 // Sizes the layer's buffers for its input's batch and clears, over the
 // range, the gradient buffers of inputs this layer is the first to read when
 // several layers will add into them.
+Dims Model::outDims(int layer, int batch) const {
+  const Layer& spec = network_.layers[static_cast<size_t>(layer)];
+  // The layout, the same in every slot: the first's (another thread may
+  // switch act_).
+  const LayerState& st = slots_.front()->layers[static_cast<size_t>(layer)];
+  // Sequence parallelism: this worker's positions.
+  return st.localPositions > 0 ? Dims{batch, st.slice.size(), st.localPositions, 1}
+                               : Dims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
+}
+
 void Model::prepareForward(int layer, ExampleRange r, bool clearGradients) {
   checkRange(layer, r);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  LayerState& st = layers_[static_cast<size_t>(layer)];
+  LayerState& st = act_->layers[static_cast<size_t>(layer)];
   const int batch = inputOf(layer, 0).dims.n;
   for (size_t k = 1; k < spec.inputs.size(); ++k)
     STRATA_ENFORCE_OP(inputOf(layer, static_cast<int>(k)).dims.n, ==, batch);
-  // Sequence parallelism: this worker's positions, and for a layer whose
-  // output the group reduce-scatters, its partial output at every position.
-  const Dims outDims = st.localPositions > 0
-                           ? Dims{batch, st.slice.size(), st.localPositions, 1}
-                           : Dims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w};
-  st.out.resize(outDims);
-  st.outGrad.resize(outDims);
+  // For a layer whose output the group reduce-scatters, its partial output
+  // at every position.
+  st.out.resize(outDims(layer, batch));
+  st.outGrad.resize(outDims(layer, batch));
   if (st.scattersOutput)
     st.full.resize(Dims{batch, st.slice.size(), spec.outShape.h, spec.outShape.w});
   if (st.sliced || !clearGradients)
@@ -73,11 +80,11 @@ void Model::prepareForward(int layer, ExampleRange r, bool clearGradients) {
     if (p < 0) {
       if (inputFirstReader_ != layer)
         continue;
-      inputGrad_.resize(input_.dims());
+      act_->inputGrad.resize(act_->input.dims());
       if (inputReaders_ > 1)
-        backend_->fill(inputGrad_.examples(r).span(), 0.0f);
+        backend_->fill(act_->inputGrad.examples(r).span(), 0.0f);
     } else {
-      LayerState& producer = layers_[static_cast<size_t>(p)];
+      LayerState& producer = act_->layers[static_cast<size_t>(p)];
       if (producer.firstReader == layer && producer.readers > 1) {
         backend_->fill(producer.outGrad.examples(r).span(), 0.0f);
       }
@@ -100,15 +107,15 @@ void Model::forward(int layer, ExampleRange r) {
 void Model::recomputeAttentionCore(int layer) {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   STRATA_ENFORCE(spec.kind == LayerKind::kAttention);
-  const int n = layers_[static_cast<size_t>(layer)].out.n();
-  backend_->attentionCoreForward(layers_[static_cast<size_t>(layer)].attention,
+  const int n = act_->layers[static_cast<size_t>(layer)].out.n();
+  backend_->attentionCoreForward(act_->layers[static_cast<size_t>(layer)].attention,
                                  attentionSaved(layer, {0, n}));
 }
 
 void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
   prepareForward(layer, r, clearGradients);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  LayerState& st = layers_[static_cast<size_t>(layer)];
+  LayerState& st = act_->layers[static_cast<size_t>(layer)];
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
   const float* w = params_.data() + b.offset;
   const float* bias = b.bias > 0 ? w + b.weights : nullptr;
@@ -160,8 +167,8 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
       break;
     case LayerKind::kSoftmax: {
       const int64_t plane = int64_t{spec.inShape.h} * spec.inShape.w;
-      softmaxStats_.resize(static_cast<size_t>(2 * st.out.n() * plane));
-      float* stats = softmaxStats_.data() + 2 * r.begin * plane;
+      act_->softmaxStats.resize(static_cast<size_t>(2 * st.out.n() * plane));
+      float* stats = act_->softmaxStats.data() + 2 * r.begin * plane;
       be.softmaxStats(x, stats);
       be.softmaxProbabilities(x, stats, y);
       break;
@@ -199,7 +206,7 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
 
 DropoutDesc Model::dropoutDesc(int layer, ExampleRange r) const {
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  const LayerState& st = layers_[static_cast<size_t>(layer)];
+  const LayerState& st = act_->layers[static_cast<size_t>(layer)];
   DropoutDesc d{static_cast<float>(spec.spec.dropoutRate),
                 options_.seed,
                 step_,
@@ -219,7 +226,7 @@ int64_t Model::weightOffset(int layer) const {
 }
 
 AttentionSaved Model::attentionSaved(int layer, ExampleRange r) {
-  LayerState& st = layers_[static_cast<size_t>(layer)];
+  LayerState& st = act_->layers[static_cast<size_t>(layer)];
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
   const int64_t t = int64_t{spec.inShape.h} * spec.inShape.w;
   STRATA_ENFORCE_OP(st.qkv.n(), ==, st.out.n());
@@ -234,7 +241,7 @@ void Model::backwardData(int layer) {
 void Model::backwardData(int layer, ExampleRange r) {
   checkRange(layer, r);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  LayerState& st = layers_[static_cast<size_t>(layer)];
+  LayerState& st = act_->layers[static_cast<size_t>(layer)];
   STRATA_ENFORCE_OP(st.out.n(), ==, inputOf(layer, 0).dims.n);  // forward ran on this batch
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
   const float* w = params_.data() + b.offset;
@@ -288,12 +295,13 @@ void Model::backwardData(int layer, ExampleRange r) {
       break;
     case LayerKind::kSoftmax: {
       const int64_t plane = int64_t{spec.inShape.h} * spec.inShape.w;
-      STRATA_ENFORCE_OP(static_cast<int64_t>(labels_.size()), ==, softmaxPositions());
-      STRATA_ENFORCE_OP(static_cast<int64_t>(softmaxStats_.size()), ==, 2 * softmaxPositions());
+      STRATA_ENFORCE_OP(static_cast<int64_t>(act_->labels.size()), ==, softmaxPositions());
+      STRATA_ENFORCE_OP(static_cast<int64_t>(act_->softmaxStats.size()), ==,
+                        2 * softmaxPositions());
       const double normalizer =
           lossNormalizer_ > 0 ? lossNormalizer_ : static_cast<double>(softmaxPositions());
-      be.softmaxBackward(x, softmaxStats_.data() + 2 * r.begin * plane,
-                         labels_.data() + r.begin * plane, st.slice.begin,
+      be.softmaxBackward(x, act_->softmaxStats.data() + 2 * r.begin * plane,
+                         act_->labels.data() + r.begin * plane, st.slice.begin,
                          static_cast<float>(1.0 / normalizer), dx, beta);
       break;
     }
@@ -328,7 +336,7 @@ void Model::backwardWeights(int layer) {
 void Model::backwardWeights(int layer, ExampleRange r) {
   checkRange(layer, r);
   const Layer& spec = network_.layers[static_cast<size_t>(layer)];
-  LayerState& st = layers_[static_cast<size_t>(layer)];
+  LayerState& st = act_->layers[static_cast<size_t>(layer)];
   const ParamBlock& b = blocks_[static_cast<size_t>(layer)];
   // A tied fc holds no weights of its own but adds into its embedding's.
   if (!spec.computesWeightGradient())

@@ -5,12 +5,16 @@
 // Internal to executor/nn.
 #pragma once
 
+#include <vector>
+
 #include "strata/exec/nn/model.h"
 #include "strata/model/tensor_parallel.h"
 
 namespace strata::nn {
 
-struct Model::LayerState {
+// What a layer is on this worker: its part, and who reads its output. The
+// same in every activation slot.
+struct LayerLayout {
   NeuronRange slice;    // output channels held: the slice, or [0, channels)
   bool sliced = false;  // model-parallel fc: reads exchangeIn
   // Tensor parallelism: the layer's part, whether this worker adds its bias
@@ -31,6 +35,11 @@ struct Model::LayerState {
   int readers = 0;  // layers reading `out` locally (not through an exchange)
   int exchangeReaders = 0;
   int firstReader = -1;
+};
+
+// A layer's layout and the tensors of one micro-batch: what its forward
+// writes and its backward reads.
+struct Model::LayerState : LayerLayout {
   Tensor out;
   Tensor outGrad;
   Tensor exchangeIn;
@@ -44,6 +53,42 @@ struct Model::LayerState {
   Tensor dqkv;
   Buffer<float> probs;
   Tensor gathered, gatheredGrad, full, fullGrad;
+
+  // No tensor allocated: each in `memory`, empty.
+  LayerState(const LayerLayout& layout, Memory& memory)
+      : LayerLayout(layout),
+        out(memory),
+        outGrad(memory),
+        exchangeIn(memory),
+        exchangeInGrad(memory),
+        lrnScale(memory),
+        argmax(memory),
+        qkv(memory),
+        context(memory),
+        dqkv(memory),
+        probs(memory),
+        gathered(memory),
+        gatheredGrad(memory),
+        full(memory),
+        fullGrad(memory) {}
+};
+
+// One activation slot (Model::setActivationSlots): every layer's state and
+// the network's input, its gradient, the labels and the softmax statistics.
+struct Model::Activations {
+  std::vector<LayerState> layers;
+  Tensor input, inputGrad;
+  Buffer<int32_t> labels;
+  Buffer<float> softmaxStats;
+
+  // Layers laid out as `like`'s (default layouts when null), `count` of them.
+  Activations(const Activations* like, size_t count, Memory& memory)
+      : input(memory), inputGrad(memory), labels(memory), softmaxStats(memory) {
+    layers.reserve(count);
+    for (size_t l = 0; l < count; ++l)
+      layers.emplace_back(like ? static_cast<const LayerLayout&>(like->layers[l]) : LayerLayout{},
+                          memory);
+  }
 };
 
 // The inputs of an fc layer: its input flattened, or its channels per position.

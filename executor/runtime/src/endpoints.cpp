@@ -408,13 +408,14 @@ class Worker::BoundaryReturn final : public Endpoint {
 
 std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
   const int segs = c.segments;
+  if (c.algorithm == "p2p")
+    return pipelineEndpoint(c);
   switch (c.buffer) {
     case BufferKind::kWeightGradients: {
       // No wait for the whole backend: the communication lane waited for
       // the tasks that produced these gradients (lane()).
-      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
-                                            model_.gradientsNoWait(c.firstLayer, c.lastLayer),
-                                            c.parts, segs, 1, false);
+      return std::make_unique<FlatEndpoint>(
+          comm_.ops(), *backend_, gradsOf(c.firstLayer, c.lastLayer), c.parts, segs, 1, false);
     }
     case BufferKind::kWeights: {
       if (stale_ > 0) {
@@ -425,9 +426,8 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
       // Synchronous: the servers' updated chunks land in place. The
       // compute lane reads these weights again only in the next step's
       // forward, which waits for the pull (PullWait).
-      return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
-                                            model_.parametersNoWait(c.firstLayer, c.lastLayer),
-                                            c.parts, segs, 1, false);
+      return std::make_unique<FlatEndpoint>(
+          comm_.ops(), *backend_, paramsOf(c.firstLayer, c.lastLayer), c.parts, segs, 1, false);
     }
     case BufferKind::kLossStatistics:
       // After the forward that wrote them: their sends read them on the
@@ -441,6 +441,25 @@ std::unique_ptr<Endpoint> Worker::makeEndpoint(const Collective& c) {
       return gradientsEndpoint(c);
   }
   throw InvariantError("unknown buffer kind");
+}
+
+std::unique_ptr<Endpoint> Worker::pipelineEndpoint(const Collective& c) {
+  // A tied table's two copies: each stage sends its token table's gradient
+  // and adds the other's (the reduce task).
+  if (c.buffer == BufferKind::kWeightGradients)
+    return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_,
+                                          gradsOf(c.firstLayer, c.lastLayer, true), c.parts,
+                                          c.segments, 1, false);
+  // A boundary tensor of micro-batch m (the output of the chunk's last
+  // layer, or its gradient on the way back): read from, or landed in, m's
+  // slot, whichever micro-batch the compute lane is on meanwhile.
+  const int micro = plan_.tasks[c.firstTask].micro;
+  STRATA_ENFORCE(micro >= 0 && micro < microbatches_);
+  nn::Tensor& t = c.buffer == BufferKind::kActivations
+                      ? model_.slotOutput(c.firstLayer, micro, b_)
+                      : model_.slotOutputGrad(c.firstLayer, micro, b_);
+  return std::make_unique<FlatEndpoint>(comm_.ops(), *backend_, t.span(), c.parts, c.segments, 1,
+                                        false);
 }
 
 std::unique_ptr<Endpoint> Worker::tensorParallelEndpoint(const Collective& c) {

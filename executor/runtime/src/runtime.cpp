@@ -96,12 +96,21 @@ void checkRunnable(const Network& network, const Scenario& sc, Device device) {
   // updates), and recomputation: full (each block's forward again) and
   // selective (the attention core again).
   // Gradient accumulation runs (each micro-batch's forward and backward in
-  // turn, the gradients summed in place); a pipeline's stages do not yet.
-  if (sc.options.pp > 1)
-    throw OptionError("--pp",
-                      "the executor does not run pipelines yet (gradient accumulation, "
-                      "--microbatches without --pp, it does): strata predict prices them and "
-                      "strata simulate plays them");
+  // turn, the gradients summed in place), and pipelines: each stage's
+  // schedule (gpipe, 1f1b, interleaved) as the Plan orders it, every
+  // micro-batch of the step in its own activation slot. Not yet: ZeRO with a
+  // table tied across stages (each stage's reduce-scatter cuts its own
+  // buckets, so the copies' summed shards would not line up).
+  if (sc.options.pp > 1 && sc.options.zero >= 1)
+    for (const auto& l : network.layers)
+      if (l.spec.tiedTo >= 0)
+        throw OptionError(
+            "--zero",
+            fmt::format("the executor runs ZeRO with --pp only on networks without tied tables; "
+                        "'{}' shares its embedding's table with fc '{}', whose copies on the "
+                        "first and last stage it would have to sum before the reduce-scatter "
+                        "(strata predict and simulate price it)",
+                        network.name, l.name));
   if (sc.strategy == Strategy::kPs && sc.options.psNode > 0 && sc.options.staleness > 0 &&
       sc.workers > 1)
     throw OptionError("--staleness",

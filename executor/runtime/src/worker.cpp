@@ -39,7 +39,8 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
       owt_(isModelParallel(plan.scenario.strategy)),
       mp_(owt_ ? net.modelParallelFrom : static_cast<int>(net.layers.size())),
       tp_(std::max(1, plan.scenario.options.tp)),
-      dp_(plan.scenario.workers / tp_),
+      pp_(std::max(1, plan.scenario.options.pp)),
+      dp_(plan.scenario.workers / (tp_ * pp_)),
       dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
       backend_(opt.backend ? opt.backend(comm.rank())
                            : makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()),
@@ -50,6 +51,21 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
   for (size_t t = 0; t < plan.tasks.size(); ++t)
     if (involves(plan.tasks[t]))
       mine_.push_back(t);
+  // The layers this rank runs: a pipeline stage's, or all.
+  computes_.assign(net.layers.size(), 0);
+  for (size_t t : mine_)
+    if (plan.tasks[t].kind == TaskKind::kCompute)
+      computes_[static_cast<size_t>(plan.tasks[t].layer)] = 1;
+  pipeline_ = pp_ > 1;
+  if (pipeline_ && !server()) {
+    model_.setActivationSlots(microbatches_);
+    readsInput_ = holdsLoss_ = false;
+    for (size_t l = 0; l < net.layers.size(); ++l)
+      if (computes_[l]) {
+        readsInput_ = readsInput_ || net.layers[l].readsNetworkInput();
+        holdsLoss_ = holdsLoss_ || l + 1 == net.layers.size();
+      }
+  }
   lastOf_.assign(plan.collectives.size(), -1);
   for (size_t t : mine_)
     if (plan.tasks[t].collective >= 0)
@@ -133,6 +149,9 @@ std::vector<Measured> Worker::run(int firstStep) {
   std::vector<Measured> ms(static_cast<size_t>(n));
   model_.zeroGradients();
   premake();
+  microPrepared_.assign(static_cast<size_t>(microbatches_), 0);
+  if (pipeline_ && !server())
+    model_.useActivationSlot(0);
   prepare(0);
   // The ranks start the step together. Making a step's examples is the
   // data loader's work, not the step's, and it takes each rank its own
@@ -177,15 +196,15 @@ void Worker::gatherShards() {
       // Chunk `part` of the unit's parameters is this rank's, its position
       // in its data-parallel group (ranks tp apart): a ring over the group.
       STRATA_ENFORCE_OP(t.shards, ==, dp_);
-      STRATA_ENFORCE_OP(t.part, ==, w_ / tp_);
-      const auto all = model_.parametersNoWait(t.layer, t.lastLayer);
+      STRATA_ENFORCE_OP(t.part, ==, replica());
+      const auto all = paramsOf(t.layer, t.lastLayer);
       const auto n = static_cast<int64_t>(all.size());
-      const int at = w_ / tp_, lane = w_ % tp_;
+      const int group = tp_ * pp_, at = replica(), lane = w_ % group;
       const auto wrap = [&](int i) { return ((i % dp_) + dp_) % dp_; };
       for (int i = 1; i < dp_; ++i)
-        comm_.sendRecv(wrap(at + 1) * tp_ + lane, kTagAllGather,
+        comm_.sendRecv(wrap(at + 1) * group + lane, kTagAllGather,
                        std::span<const float>(sub(all, piece(n, dp_, wrap(at - i + 1)))),
-                       wrap(at - 1) * tp_ + lane, kTagAllGather,
+                       wrap(at - 1) * group + lane, kTagAllGather,
                        sub(all, piece(n, dp_, wrap(at - i))));
     }
 }
@@ -205,7 +224,7 @@ void Worker::premake() {
   for (int j = 0; j < plan_.iterations * microbatches_; ++j) {
     const int i = j / microbatches_;
     const int64_t first =
-        firstExample(firstStep_ + i, dp_, w_ / tp_, b_, j % microbatches_, microbatches_);
+        firstExample(firstStep_ + i, dp_, replica(), b_, j % microbatches_, microbatches_);
     Premade p{dataset_.batch(first, b_), {}};
     // Made from the generator, then the batch's values (syntheticFill reads
     // a batch's values, when it has some, rather than the generator).
@@ -228,17 +247,22 @@ void Worker::prepare(int i, int micro) {
   step_ = s;
   model_.setStep(static_cast<uint64_t>(s) * static_cast<uint64_t>(microbatches_) +
                  static_cast<uint64_t>(micro));
-  // Own examples for the data-parallel (conv) part.
+  microPrepared_[static_cast<size_t>(micro)] = 1;
+  // Own examples for the data-parallel (conv) part: a pipeline stage's
+  // first layers read them, its last the labels.
+  const bool labels = !owt_ && holdsLoss_;
   if (!premade_.empty()) {
     const Premade& p = premade_[static_cast<size_t>(i * microbatches_ + micro)];
-    model_.writeInput(p.batch);
-    if (!owt_)
+    if (readsInput_)
+      model_.writeInput(p.batch);
+    if (labels)
       model_.setLabels(p.labels);
     return;
   }
-  const int64_t first = firstExample(s, dp_, w_ / tp_, b_, micro, microbatches_);
-  model_.writeInput(dataset_.batch(first, b_));
-  if (!owt_)
+  const int64_t first = firstExample(s, dp_, replica(), b_, micro, microbatches_);
+  if (readsInput_)
+    model_.writeInput(dataset_.batch(first, b_));
+  if (labels)
     model_.setLabels(dataset_.labels(first, b_, positions()));
 }
 
@@ -291,12 +315,17 @@ bool Worker::runTask(size_t t, Clock::time_point t0, bool communication,
   const Task& task = plan_.tasks[t];
   Measured& m = ms[static_cast<size_t>(task.iteration)];
   if (!communication) {
-    if (task.iteration != prepared_)
-      prepare(task.iteration);
-    // The next micro-batch's first forward: its examples.
-    if (task.kind == TaskKind::kCompute && task.micro >= 0 && task.micro != preparedMicro_ &&
-        task.phase == Phase::kFwd && !task.recompute)
-      prepare(task.iteration, task.micro);
+    if (pipeline_) {
+      if (task.kind == TaskKind::kCompute)
+        enterMicro(task);
+    } else {
+      if (task.iteration != prepared_)
+        prepare(task.iteration);
+      // The next micro-batch's first forward: its examples.
+      if (task.kind == TaskKind::kCompute && task.micro >= 0 && task.micro != preparedMicro_ &&
+          task.phase == Phase::kFwd && !task.recompute)
+        prepare(task.iteration, task.micro);
+    }
     // Compute and update: marks on the backend, read after the step.
     const int a = timer_.mark();
     if (task.kind == TaskKind::kCompute)
@@ -337,6 +366,38 @@ bool Worker::runTask(size_t t, Clock::time_point t0, bool communication,
   }
   cv_.notify_all();
   return true;
+}
+
+void Worker::enterMicro(const Task& task) {
+  const int m = task.micro;
+  STRATA_ENFORCE(m >= 0 && m < microbatches_);
+  model_.useActivationSlot(m);
+  if (task.phase == Phase::kFwd && !task.recompute && !microPrepared_[static_cast<size_t>(m)]) {
+    prepare(task.iteration, m);
+    return;
+  }
+  model_.setStep(static_cast<uint64_t>(firstStep_ + task.iteration) *
+                     static_cast<uint64_t>(microbatches_) +
+                 static_cast<uint64_t>(m));
+}
+
+bool Worker::tiedCopy(int first, int last) const {
+  return pipeline_ && first == last && !computes_[static_cast<size_t>(first)] &&
+         net_.layers[static_cast<size_t>(first)].kind == LayerKind::kEmbedding;
+}
+
+std::span<float> Worker::paramsOf(int first, int last, bool tokensOnly) {
+  const auto all = model_.parametersNoWait(first, last);
+  if (!tokensOnly && !tiedCopy(first, last))
+    return all;
+  return all.first(static_cast<size_t>(model_.tokenTableElements(first)));
+}
+
+std::span<float> Worker::gradsOf(int first, int last, bool tokensOnly) {
+  const auto all = model_.gradientsNoWait(first, last);
+  if (!tokensOnly && !tiedCopy(first, last))
+    return all;
+  return all.first(static_cast<size_t>(model_.tokenTableElements(first)));
 }
 
 nn::ModelOptions Worker::modelOptions() const {
@@ -505,7 +566,7 @@ void Worker::update(const Task& task) {
   if (task.part >= 0) {
     // ZeRO: this worker's chunk of the layers' parameters, as one span (the
     // chunk its reduce-scatter summed), at the run's step as a ps server.
-    const auto n = static_cast<int64_t>(model_.parametersNoWait(task.layer, task.lastLayer).size());
+    const auto n = static_cast<int64_t>(paramsOf(task.layer, task.lastLayer).size());
     const auto [begin, end] = piece(n, task.shards, task.part);
     model_.updateShard(task.layer, task.lastLayer, begin, end, rule_,
                        int64_t{firstStep_} + task.iteration + 1);
@@ -522,6 +583,14 @@ void Worker::update(const Task& task) {
       if (fcPart)
         model_.zeroGradients(l);
     }
+  // A tied table's copy on this stage (the embedding runs on another):
+  // updated with its fc, as the embedding's stage updates the original
+  // (the same summed gradient, the same step).
+  for (int l = task.layer; l <= task.lastLayer; ++l)
+    if (const int owner = net_.layers[static_cast<size_t>(l)].spec.tiedTo;
+        owner >= 0 && tiedCopy(owner, owner))
+      model_.updateShard(owner, owner, 0, model_.tokenTableElements(owner), rule_,
+                         int64_t{firstStep_} + task.iteration + 1);
 }
 
 }  // namespace strata::exec::detail

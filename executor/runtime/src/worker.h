@@ -154,6 +154,23 @@ class Worker {
   // before it: this rank's own slice is copied in place here.
   void placeOwnSlice(int l, int batch);
   void update(const Task& task);
+
+  // ---- pipelines (worker.cpp) ---------------------------------------------------
+  // With pp > 1 this rank runs one stage's layers (computes_), each
+  // micro-batch of the step in its own activation slot (Model): a 1F1B
+  // stage has several in flight, and a transfer lands the next one's input
+  // while another's compute runs. Before a compute task: its micro-batch's
+  // slot and step (dropout masks), and at its first forward here its
+  // inputs (prepare).
+  void enterMicro(const Task& task);
+  // A tied table's copy: an embedding this rank does not run, named by a
+  // collective or update of the stage holding the fc tied to it.
+  bool tiedCopy(int first, int last) const;
+  // Layers [first, last] of the parameters or their gradients as a
+  // collective or an update names them: a tied copy's (or, `tokensOnly`,
+  // an embedding's) token table alone.
+  std::span<float> paramsOf(int first, int last, bool tokensOnly = false);
+  std::span<float> gradsOf(int first, int last, bool tokensOnly = false);
   // ZeRO-3, after the run's last step: each worker's updated chunks of every
   // gather unit all-gathered (the next step's forward would have), so that
   // every worker ends with the whole current weights. Untimed.
@@ -198,6 +215,9 @@ class Worker {
   // allgather).
   std::unique_ptr<Endpoint> activationsEndpoint(const Collective& c);
   std::unique_ptr<Endpoint> gradientsEndpoint(const Collective& c);
+  // A pipeline's p2p transfer: one micro-batch's boundary tensor (or its
+  // gradient) in its slot, or the tied table's exchange.
+  std::unique_ptr<Endpoint> pipelineEndpoint(const Collective& c);
   // A tensor-parallel group's collective: the sum of a split layer's partial
   // outputs or partial input gradients in place, or the loss's statistics.
   std::unique_ptr<Endpoint> tensorParallelEndpoint(const Collective& c);
@@ -228,9 +248,11 @@ class Worker {
   int k_, world_, w_, b_;  // workers, ranks (workers, then ps servers), this rank, batch
   bool owt_;
   int mp_;
-  // Tensor parallelism: workers per group (consecutive ranks) and groups.
-  // The t workers of a group share their examples: data-parallel rank w / t.
-  int tp_, dp_;
+  // Tensor parallelism: workers per group (consecutive ranks); pipeline
+  // stages; data-parallel replicas. Rank w = d tp pp + s tp + i: the tp pp
+  // workers of a replica share its examples (data-parallel rank w / (tp pp)).
+  int tp_, pp_, dp_;
+  int replica() const { return w_ / (tp_ * pp_); }
   nn::SyntheticDataset dataset_;
   std::unique_ptr<nn::Backend> backend_;  // this worker's, on RunOptions::device
   nn::Model model_;
@@ -257,9 +279,14 @@ class Worker {
   std::map<int, int> scratchPart_;
   int step_ = 0;
   int firstStep_ = 0;
-  int prepared_ = -1;      // the step whose inputs the model holds
-  int microbatches_ = 1;   // StrategyOptions::microbatches: gradients accumulated over them
-  int preparedMicro_ = 0;  // the micro-batch whose inputs the model holds
+  int prepared_ = -1;           // the step whose inputs the model holds
+  int microbatches_ = 1;        // StrategyOptions::microbatches: gradients accumulated over them
+  int preparedMicro_ = 0;       // the micro-batch whose inputs the model holds
+  bool pipeline_ = false;       // pp > 1 (enterMicro)
+  std::vector<char> computes_;  // per layer: this rank runs its phases
+  bool readsInput_ = true;      // this rank runs a layer reading the network input
+  bool holdsLoss_ = true;       // and the loss
+  std::vector<char> microPrepared_;  // pipelines: per micro-batch of the step
   struct Premade {
     nn::SyntheticBatch batch;  // its values made
     std::vector<int32_t> labels;

@@ -145,11 +145,15 @@ CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const Pi
 }
 
 // Stage `from`'s copy of a tied table's gradient to the other stage holding
-// one (every worker's shard of it).
+// one (every worker's shard of it), which adds it to its own: both stages
+// send at once, each then sums.
 CollectiveCost tiedExchange(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
                             const TiedCopy& copy, int from) {
   const int to = from == copy.fcStage ? copy.ownerStage : copy.fcStage;
-  return stageTransfer(ctx, tp.t, lay.p, from, to, Bytes(copy.table * ctx.e));
+  const Bytes bytes(copy.table * ctx.e);
+  auto c = stageTransfer(ctx, tp.t, lay.p, from, to, bytes);
+  c.time += Seconds(bytes.value() * ctx.comm.gamma);
+  return c;
 }
 
 // The ranks on pipeline stage `stage`: d t P + s t + i.
@@ -234,12 +238,9 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
   // Per stage: its last backward again, with the gradient syncs beside it
   // and the update after them; the stage ends that long after the last
   // backward's start.
-  double step = 0;
-  t.stages.assign(size_t(p), {});
-  for (int s = 0; s < p; ++s) {
+  // `tasks` gets stage s's tail up to its gradient syncs.
+  auto syncTail = [&](int s, StepTasks& tasks, Tally& tail) {
     const int lastChunk = lay.chunkOf(s, play.last[size_t(s)].chunk);
-    Tally tail(ctx.k);
-    StepTasks tasks(ctx, tail);
     // The stage's layers span chunks s, s + P, ...: one GradientSyncs over
     // all its layers would bucket across chunks, so one per chunk, the
     // earlier chunks' syncs ready at once (their backwards are over).
@@ -252,13 +253,39 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
       syncs.afterBackward(i, layers.backward(tasks, i, first, {}), true);
     if (!o.overlap)
       syncs.syncBuckets({tasks.path()});
+    // A tied table's copy is one of the stage's parameters: its replicas
+    // sum its gradient too (before the copies are summed).
+    for (const auto& c : tied)
+      if (c.fcStage == s)
+        syncs.sync(c.table, {tasks.path()});
+    return syncs;
+  };
+  // When each stage's syncs are over (from the step's start): a tied
+  // table's exchange waits for both of its stages.
+  std::vector<double> synced(size_t(p), 0.0);
+  if (!tied.empty())
+    for (int s = 0; s < p; ++s) {
+      Tally scratch(ctx.k);
+      StepTasks tasks(ctx, scratch);
+      syncTail(s, tasks, scratch);
+      synced[size_t(s)] = play.lastStart[size_t(s)] + tasks.play().value();
+    }
+  double step = 0;
+  t.stages.assign(size_t(p), {});
+  for (int s = 0; s < p; ++s) {
+    const int lastChunk = lay.chunkOf(s, play.last[size_t(s)].chunk);
+    Tally tail(ctx.k);
+    StepTasks tasks(ctx, tail);
+    GradientSyncs syncs = syncTail(s, tasks, tail);
     // The two copies of a tied table (first and last stage) sum their
-    // gradients once every micro-batch is in.
+    // gradients once every micro-batch is in on both stages.
     std::vector<CollectiveCost> exchanges;
     for (const auto& c : tied)
       if (c.fcStage == s || c.ownerStage == s) {
+        const int other = c.fcStage == s ? c.ownerStage : c.fcStage;
         exchanges.push_back(tiedExchange(ctx, tp, lay, c, s));
-        syncs.beside(exchanges.back(), {tasks.path()});
+        syncs.beside(exchanges.back(), {tasks.path()},
+                     synced[size_t(other)] - play.lastStart[size_t(s)]);
       }
     // The update of every chunk's parameters on the stage.
     syncs.update(false, tiedCopy(tied, s));

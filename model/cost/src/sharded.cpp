@@ -166,9 +166,9 @@ void GradientSyncs::sync(double params, std::vector<int> deps) {
   beside(c, std::move(deps));
 }
 
-void GradientSyncs::beside(const CollectiveCost& c, std::vector<int> deps) {
+void GradientSyncs::beside(const CollectiveCost& c, std::vector<int> deps, double notBefore) {
   deps.push_back(syncs_.empty() ? -1 : syncs_.back());
-  syncs_.push_back(s_.beside(c, std::move(deps)));
+  syncs_.push_back(s_.beside(c, std::move(deps), notBefore));
 }
 
 void GradientSyncs::afterBackward(int i, int gradient, bool buckets) {

@@ -31,11 +31,12 @@ class StepTasks {
     path_ = add({true, c.time, path_ >= 0 ? std::vector<int>{path_} : std::vector<int>{}}, {});
     note(c);
   }
-  // A collective beside the stream, after `deps`.
-  int beside(const CollectiveCost& c, std::vector<int> deps) {
+  // A collective beside the stream, after `deps` and no earlier than
+  // `notBefore`.
+  int beside(const CollectiveCost& c, std::vector<int> deps, double notBefore = 0) {
     std::erase(deps, -1);
     note(c);
-    return add({true, c.time, std::move(deps), true}, {});
+    return add({true, c.time, std::move(deps), true, notBefore}, {});
   }
   int path() const { return path_; }
   const std::vector<LaneTask>& tasks() const { return tasks_; }
@@ -147,8 +148,9 @@ class GradientSyncs {
   // backward is over: their sequence-parallel sums and bucket syncs, ready
   // now, in turn with the rest; the update covers them too.
   void syncEarlier(int first, int last);
-  // Any other collective in turn with the syncs (the update waits for it).
-  void beside(const CollectiveCost& c, std::vector<int> deps);
+  // Any other collective in turn with the syncs (the update waits for it),
+  // no earlier than `notBefore`.
+  void beside(const CollectiveCost& c, std::vector<int> deps, double notBefore = 0);
   // The update of the range's parameters (and syncEarlier's) plus
   // `extraParams` (a pipeline stage's copy of a tied table), after every sync.
   void update(bool zero3, double extraParams = 0);

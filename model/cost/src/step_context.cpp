@@ -45,7 +45,7 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
       ++depsLeft[i];
     }
     if (depsLeft[i] == 0)
-      pending.emplace(0.0, i);
+      pending.emplace(tasks[i].notBefore, i);
     left[i] = std::max(0.0, tasks[i].work.value());
   }
   std::set<size_t> readyCompute;  // ready compute tasks, the first listed runs next
@@ -66,7 +66,8 @@ LaneSchedule playLanes(const std::vector<LaneTask>& tasks, double computeSpeed, 
         crossLast[d] = crossLast[d] || cross;
       }
       if (--depsLeft[d] == 0)
-        pending.emplace(lastDep[d] + (crossLast[d] ? handoff.value() : 0.0), d);
+        pending.emplace(
+            std::max(tasks[d].notBefore, lastDep[d] + (crossLast[d] ? handoff.value() : 0.0)), d);
     }
   };
   auto start = [&](size_t i) {

@@ -151,6 +151,8 @@ struct LaneTask {
   Seconds work;
   std::vector<int> deps;
   bool byDuty = false;
+  // It starts no earlier than this (a peer outside the tasks is ready then).
+  double notBefore = 0;
 };
 struct LaneSchedule {
   std::vector<double> start, end;  // wall clock per task

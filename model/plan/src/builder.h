@@ -314,6 +314,16 @@ class Builder {
     return end(storedTransfer(stored(key, flows), bytes, 0, 0, start));
   }
 
+  // The same, each destination adding what it receives into its own buffer
+  // (a tied table's two copies: each stage sends its gradient and adds the
+  // other's).
+  int pointToPointSum(const std::string& key, const std::function<std::vector<PlanFlow>()>& flows,
+                      Bytes bytes, BufferKind buffer, int layer, const Deps& start) {
+    begin(simple("p2p", buffer, bytes, layer));
+    const int t = storedTransfer(stored(key, flows), bytes, 0, 0, start);
+    return end(reduce(t, bytes, 1, {t}));
+  }
+
   // Ring: reduce-scatter then allgather around the ring of all K workers.
   int allReduceRing(Collective c, Bytes n, const Deps& start) {
     const Bytes chunk = n / k_;

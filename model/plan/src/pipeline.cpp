@@ -140,7 +140,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   // The tied tables (cost/src/pipeline.cpp, tiedCopies): an fc tied to an
   // embedding on another stage keeps a copy of its token table.
   struct Tied {
-    int fc = -1, fcStage = 0, ownerStage = 0;
+    int fc = -1, owner = -1, fcStage = 0, ownerStage = 0;
     double table = 0;
   };
   std::vector<Tied> tied;
@@ -152,7 +152,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
     if (const int owner = net.layers[static_cast<size_t>(i)].spec.tiedTo;
         owner >= 0 && stageOfLayer(i) != stageOfLayer(owner)) {
       const auto& l = net.layers[static_cast<size_t>(owner)];
-      tied.push_back({i, stageOfLayer(i), stageOfLayer(owner),
+      tied.push_back({i, owner, stageOfLayer(i), stageOfLayer(owner),
                       double((l.spec.vocab + t - 1) / t) * l.outShape.c});
     }
 
@@ -197,6 +197,8 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
       arrivedF[static_cast<size_t>(j) + 1][static_cast<size_t>(mb)] =
           boundary(j, false, stagePath(s));
   };
+  // Per stage: the chunk of its last backward.
+  std::vector<int> lastChunk(static_cast<size_t>(p), -1);
   // A chunk's backward; `tail`: the stage's last, with the syncs beside it.
   auto runBackward = [&](int s, int j, int mb, bool tail) {
     const int first = chunks[static_cast<size_t>(j)], last = chunks[static_cast<size_t>(j) + 1];
@@ -254,24 +256,50 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
     if (!o.overlap)
       for (const auto& bucket : buckets)
         sync(s, bucket, stagePath(s));
-    b.setMicro(-1);
+    // The copy of a tied table is one of the stage's parameters: its
+    // replicas sum its gradient too, before the two copies are summed.
+    for (const auto& c : tied)
+      if (c.fcStage == s)
+        sync(s, {c.table, c.owner, c.owner}, stagePath(s));
+    lastChunk[static_cast<size_t>(s)] = j;
+  };
+  // After every stage's last backward: the tied tables' exchanges, each
+  // once both of its stages are there, then each stage's update.
+  auto exchangeTied = [&] {
+    for (const auto& c : tied) {
+      Deps deps = stagePath(c.fcStage);
+      for (int r : ranks[static_cast<size_t>(c.ownerStage)])
+        deps.push_back(path[static_cast<size_t>(r)]);
+      deps.push_back(lastSync[static_cast<size_t>(c.fcStage)]);
+      deps.push_back(lastSync[static_cast<size_t>(c.ownerStage)]);
+      const int a = std::min(c.fcStage, c.ownerStage), z = std::max(c.fcStage, c.ownerStage);
+      const int done = b.pointToPointSum(
+          fmt::format("tied {} <-> {}", a, z),
+          [&] {
+            auto f = stageFlows(a, z);
+            const auto back = stageFlows(z, a);
+            f.insert(f.end(), back.begin(), back.end());
+            return f;
+          },
+          Bytes(c.table * e), BufferKind::kWeightGradients, c.owner, deps);
+      lastSync[static_cast<size_t>(c.fcStage)] = lastSync[static_cast<size_t>(c.ownerStage)] = done;
+    }
+  };
+  auto updateStage = [&](int s) {
+    const int j = lastChunk[static_cast<size_t>(s)];
+    const int first = chunks[static_cast<size_t>(j)], last = chunks[static_cast<size_t>(j) + 1];
+    const std::vector<TpBucket> buckets = gradientBucketsOf(tp, o, e, first, last);
+    // The tied tables' copies the stage holds: updated with their fc's
+    // chunk, or with ZeRO as buckets of their own named by the table's
+    // embedding.
     double extraParams = 0;
     int extraLayer = -1;
+    std::vector<TpBucket> copies;
     for (const auto& c : tied)
-      if (c.fcStage == s || c.ownerStage == s) {
-        const int to = c.fcStage == s ? c.ownerStage : c.fcStage;
-        beside(
-            s,
-            [&](const Deps& d) {
-              return b.pointToPoint(
-                  fmt::format("tied {} -> {}", s, to), [&] { return stageFlows(s, to); },
-                  Bytes(c.table * e), BufferKind::kWeightGradients, c.fc, d);
-            },
-            stagePath(s));
-        if (c.fcStage == s) {
-          extraParams += c.table;
-          extraLayer = c.fc;
-        }
+      if (c.fcStage == s) {
+        extraParams += c.table;
+        extraLayer = c.fc;
+        copies.push_back({c.table, c.owner, c.owner});
       }
     // The update of every chunk's parameters on the stage (the tied copy's
     // with its fc's chunk): ZeRO-1 per bucket, its chunk of it, each
@@ -285,8 +313,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
                                               chunks[static_cast<size_t>(jj) + 1]);
           all.insert(all.end(), more.begin(), more.end());
         }
-      if (extraParams > 0)
-        all.push_back({extraParams, extraLayer, extraLayer});
+      all.insert(all.end(), copies.begin(), copies.end());
       int gathered = -1;
       for (const auto& bucket : all) {
         Deps updated{gathered};
@@ -345,6 +372,9 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   }
   for (int s = 0; s < p; ++s)
     STRATA_ENFORCE(next[static_cast<size_t>(s)] == orders[static_cast<size_t>(s)].size());
+  exchangeTied();
+  for (int s = 0; s < p; ++s)
+    updateStage(s);
 }
 
 // Chunks balanced by FLOPs (no cluster to time the layers on): each layer's

@@ -50,6 +50,13 @@ struct ValidationOptions {
   // Recomputation of every ring and naive row (--recompute full: the
   // executor reruns each block's forward before its backward).
   Recompute recompute = Recompute::kNone;
+  // Pipeline stages and micro-batches of every ring row (--pp P, K = dp x tp
+  // x P; --microbatches M: a row's step trains dp M b examples), the schedule
+  // and its chunks per stage (interleaved).
+  int pp = 1;
+  int microbatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::k1f1b;
+  int virtualStages = 1;
 };
 
 // What the loop is doing, for a front end to show (each may be left empty).

@@ -231,7 +231,7 @@ class Model {
   // (Backend::writeSynthetic): on a GPU by a kernel on its stream, without
   // waiting for the kernels of the step before.
   void writeInput(const SyntheticBatch& batch);
-  const Tensor& input() const { return input_; }
+  const Tensor& input() const;
   // Labels of the softmax layer's batch, one per position (examples x h x w),
   // whole-layer class indices in [0, classes). Copied.
   void setLabels(std::span<const int32_t> labels);
@@ -357,6 +357,10 @@ class Model {
   // worker's: the identity, but for a model-parallel slice or a
   // tensor-parallel share (whose elements hold the whole layer's there).
   int64_t wholeParameterIndex(int64_t i) const;
+  // An embedding's token table on this worker (its rows, tensor-parallel
+  // share included, times its features): the first elements of its
+  // parameter block, before the position table.
+  int64_t tokenTableElements(int layer) const;
   // How many updates the layer has had (Adam's step count).
   int64_t updateCount(int layer) const { return updates_.at(static_cast<size_t>(layer)); }
 
@@ -394,6 +398,28 @@ class Model {
   // The dropout masks are a function of (seed, step, layer, row, neuron); the
   // caller advances the step so each step draws new masks.
   void setStep(uint64_t step) { step_ = step; }
+
+  // ---- micro-batches in flight (a pipeline stage) ----
+  // What one micro-batch's forward writes and its backward reads (every
+  // layer's output and output gradient and its saved tensors, the network
+  // input and its gradient, the labels, the softmax statistics) exists once
+  // per activation slot; the parameters, their gradients and the
+  // optimizer's states once. A Model starts with one slot. setActivationSlots
+  // makes more, empty: a tensor is sized at its first use, so a slot holds
+  // only the layers run in it. Not while a phase or another thread uses the
+  // Model.
+  void setActivationSlots(int slots);
+  int activationSlots() const { return static_cast<int>(slots_.size()); }
+  // The phases and every accessor above work on slot `slot` from now on.
+  void useActivationSlot(int slot);
+  int activationSlot() const;
+  // Slot `slot`'s output of `layer` and that output's gradient, sized for
+  // `batch` examples as the layer's forward would size them: where a
+  // pipeline's transfer reads or lands one micro-batch's boundary tensor
+  // while the phases run another's. The current slot stays; another thread
+  // may call these while the phases work on a different slot.
+  Tensor& slotOutput(int layer, int slot, int batch);
+  Tensor& slotOutputGrad(int layer, int slot, int batch);
 
  private:
   struct LayerState;
@@ -433,6 +459,11 @@ class Model {
   void applyRule(const UpdateRule& rule, int64_t offset, int64_t size, int64_t step);
   Tensor& gradTargetOf(int layer, int which);
   float betaOf(int layer, int which) const;
+  // Slot `slot`'s state of `layer`, its output and output gradient sized for
+  // `batch` examples.
+  LayerState& slotLayer(int layer, int slot, int batch);
+  // Dims of the layer's output (and output gradient) for `batch` examples.
+  Dims outDims(int layer, int batch) const;
   void prepareForward(int layer, ExampleRange r, bool clearGradients);
   void runForward(int layer, ExampleRange r, bool clearGradients);
   void checkRange(int layer, ExampleRange r) const;
@@ -444,7 +475,11 @@ class Model {
   ModelOptions options_;
   std::unique_ptr<Backend> ownedBackend_;
   Backend* backend_ = nullptr;
-  std::vector<LayerState> layers_;
+  struct Activations;
+  // Activation slots (setActivationSlots), each where it stays; act_: the
+  // current one.
+  std::vector<std::unique_ptr<Activations>> slots_;
+  Activations* act_ = nullptr;
   std::vector<ParamBlock> blocks_;
   // Per layer: the layer whose bwd_weights writes its gradient block first in
   // backprop (itself, or the last tied fc of an embedding).
@@ -455,12 +490,8 @@ class Model {
   Buffer<float> adamM_;  // Adam's moments, allocated (zero) by the first adam update
   Buffer<float> adamV_;
   std::vector<int64_t> updates_;  // per layer: updates so far (Adam's step count)
-  Tensor input_;
-  Tensor inputGrad_;
   int inputReaders_ = 0;
   int inputFirstReader_ = -1;
-  Buffer<int32_t> labels_;
-  Buffer<float> softmaxStats_;
   double lossNormalizer_ = 0;
   uint64_t step_ = 0;
 };
