@@ -64,7 +64,7 @@ std::string utcNow() {
 Command addReportCommand(CLI::App& app, Process process) {
   struct Options {
     std::string experiment, networks, clusters, strategies, workers, batches, overlaps, fcUpdates,
-        elements, out, engine = "model", title, timeline;
+        elements, out, engine = "model", title, timeline, searchGlobalBatch;
     std::vector<std::string> validation;
     ScenarioFlags flags;
     LimitFlags limitFlags;
@@ -101,6 +101,10 @@ Command addReportCommand(CLI::App& app, Process process) {
   sub->add_option("--timeline", o->timeline,
                   "STRATEGY:K, the configuration of the one-step timeline figure (default: the "
                   "fastest strategy at the largest K <= 8)");
+  sub->add_option("--search-global-batch", o->searchGlobalBatch,
+                  "add the layouts figure: every layout strata search finds for the largest "
+                  "--workers and this global batch, throughput against memory with the Pareto "
+                  "front (priced by the model)");
   sub->add_option("--title", o->title,
                   "the report's title (default: the experiment's description)");
   o->limitFlags.add(sub, false);
@@ -110,6 +114,8 @@ Command addReportCommand(CLI::App& app, Process process) {
       "  strata report -n resnet50,vgg16 -c dgx-h100,gige-cluster -s ring,ps -k 8,16,64,256 "
       "--engine sim --out dgx\n"
       "  strata report owt-k20 --batches 128,64,32 --validation validate.json --out owt\n"
+      "  strata report -n gpt3-xl -c dgx-h100 -s ring -k 8,64 --element bf16 --optimizer adam "
+      "--search-global-batch 512 --out gpt3-xl\n"
       "Open OUT/index.html in any browser (it needs no network). Figures are drawn by gnuplot.");
   return {sub, [o, sub, process, strategies, workers, batches, overlapsOption, fcUpdatesOption,
                 elementsOption] {
@@ -262,6 +268,8 @@ Command addReportCommand(CLI::App& app, Process process) {
               rq.timelineStrategy = parseStrategy(o->timeline.substr(0, colon), "--timeline");
               rq.timelineWorkers = parsePositive(o->timeline.substr(colon + 1), "--timeline");
             }
+            if (!o->searchGlobalBatch.empty())
+              rq.searchGlobalBatch = parsePositive(o->searchGlobalBatch, "--search-global-batch");
             rq.title = !o->title.empty()         ? o->title
                        : !ex.description.empty() ? ex.description
                                                  : "Scaling report: " + rq.networks.front().name +

@@ -1890,6 +1890,64 @@ TEST_CASE("report: several clusters side by side, simulator engine, chosen timel
   std::filesystem::remove_all(relative);
 }
 
+TEST_CASE("report: the layouts figure of strata search, with its Pareto front",
+          "[cli][report][search]") {
+  TempFolder out("report-search");
+  const auto r = runStrata({"report", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "2,8",
+                            "--search-global-batch", "16", "--out", out.path.string()});
+  INFO("output was:\n" << r.output);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(slurp(out / "data/report.json"));
+  CHECK(j.at("report").at("search_global_batch") == 16);
+  std::set<std::string> ids;
+  for (const auto& f : j.at("figures"))
+    ids.insert(f.at("id").get<std::string>());
+  CHECK(ids.count("fig-search") == 1);
+  CHECK(std::filesystem::file_size(out / "figures/search.svg") > 1000);
+  // Every layout of the largest K, as strata search prices it; the front
+  // holds the fastest that fits, and no fitting layout beats a front one
+  // on both throughput and memory.
+  const auto& rows = j.at("search");
+  REQUIRE(rows.size() > 10);
+  const auto searched = runStrata({"search", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8",
+                                   "--global-batch", "16", "--format", "json"});
+  REQUIRE(searched.status == 0);
+  CHECK(rows.size() == json::parse(searched.output).at("rows").size());
+  double fastest = 0;
+  for (const auto& row : rows) {
+    CHECK(row.at("workers") == 8);
+    CHECK(row.at("dp").get<int>() * row.at("tp").get<int>() * row.at("pp").get<int>() == 8);
+    CHECK(row.at("dp").get<int>() * row.at("microbatches").get<int>() *
+              row.at("batch_per_worker").get<int>() ==
+          16);
+    if (row.at("fits").get<bool>())
+      fastest = std::max(fastest, row.at("throughput_per_s").get<double>());
+  }
+  int front = 0;
+  for (const auto& a : rows) {
+    if (!a.at("pareto").get<bool>())
+      continue;
+    ++front;
+    CHECK(a.at("fits").get<bool>());
+    for (const auto& b : rows)
+      if (b.at("fits").get<bool>())
+        CHECK_FALSE(
+            (b.at("throughput_per_s").get<double>() > a.at("throughput_per_s").get<double>() &&
+             b.at("peak_memory_bytes").get<double>() <= a.at("peak_memory_bytes").get<double>()));
+  }
+  CHECK(front >= 1);
+  bool fastestOnFront = false;
+  for (const auto& a : rows)
+    fastestOnFront = fastestOnFront || (a.at("pareto").get<bool>() &&
+                                        a.at("throughput_per_s").get<double>() == fastest);
+  CHECK(fastestOnFront);
+  CHECK(slurp(out / "data/search.csv").find("layout,dp,tp,pp") != std::string::npos);
+  CHECK(slurp(out / "report.md").find("## Layouts") != std::string::npos);
+  checkUserError(runStrata({"report", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8",
+                            "--search-global-batch", "0", "--out", out.path.string()}),
+                 {"--search-global-batch"});
+}
+
 TEST_CASE("report mistakes: one line naming the option, nothing written", "[cli][report][errors]") {
   TempFolder out("report-bad");
   const std::string o = out.path.string();

@@ -134,7 +134,8 @@ int countWork(const ReportRequest& request) {
                            + (request.batches.size() > 1 ? ss * ks : 0)  // strong (at most)
                            + ss * int(whatIfs().size())                  // what-ifs
                            + ss                                          // links
-                           + 1;                                          // timeline
+                           + 1                                           // timeline
+                           + (request.searchGlobalBatch > 0 ? 1 : 0);    // layouts
     total += perCluster * int(request.clusters.size() * request.optionSets.size());
   }
   return total;
@@ -183,6 +184,28 @@ std::string verdictWhy(const std::vector<const StepEstimate*>& atK, const StepEs
 }
 
 }  // namespace
+
+std::vector<size_t> paretoFront(const std::vector<SearchRow>& rows) {
+  std::vector<size_t> fitting;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].fits)
+      fitting.push_back(i);
+  // Memory ascending, then the fastest first: a layout is on the front when
+  // it is faster than every one before it.
+  std::stable_sort(fitting.begin(), fitting.end(), [&](size_t a, size_t b) {
+    if (rows[a].peakMemory.value() != rows[b].peakMemory.value())
+      return rows[a].peakMemory.value() < rows[b].peakMemory.value();
+    return rows[a].estimate.throughput > rows[b].estimate.throughput;
+  });
+  std::vector<size_t> front;
+  double best = -1;
+  for (size_t i : fitting)
+    if (rows[i].estimate.throughput > best) {
+      front.push_back(i);
+      best = rows[i].estimate.throughput;
+    }
+  return front;
+}
 
 Report buildReport(const ReportRequest& request) {
   STRATA_ENFORCE(!request.networks.empty() && !request.clusters.empty() &&
@@ -298,6 +321,18 @@ Report buildReport(const ReportRequest& request) {
       for (const auto& t : plan.tasks)
         p.timelineTaskKind.push_back(kindOf(t));
       tick();
+
+      if (request.searchGlobalBatch > 0) {
+        SearchSpace space;
+        space.workers = kMax;
+        space.globalBatch = request.searchGlobalBatch;
+        space.base = opts;
+        auto found = searchLayouts(net, cl, space);
+        p.searchWorkers = kMax;
+        p.search = std::move(found.rows);
+        p.searchWhy = std::move(found.why);
+        tick();
+      }
 
       std::vector<Verdict> verdicts;
       for (int k : request.workers) {

@@ -465,6 +465,80 @@ Figure whatIfFigure(const Panel& p) {
   return f;
 }
 
+// The layouts of the panel's largest K for one global batch (strata
+// search): throughput against memory, the Pareto front, the device.
+Figure searchFigure(const Panel& p, const Cluster& cl, int globalBatch) {
+  Figure f;
+  f.title =
+      fmt::format("Layouts of {} workers for a global batch of {}", p.searchWorkers, globalBatch);
+  const double capacity = cl.device.memoryCapacity.value();
+  double maxBytes = capacity;
+  for (const auto& r : p.search)
+    maxBytes = std::max(maxBytes, r.peakMemory.value());
+  const Unit u = byteUnit(maxBytes);
+  const auto front = paretoFront(p.search);
+  std::vector<char> onFront(p.search.size(), 0);
+  for (size_t i : front)
+    onFront[i] = 1;
+  std::vector<std::string> fit, over, line;
+  auto point = [&](const SearchRow& r) {
+    return fmt::format("{} {}", num(r.peakMemory.value() * u.scale), num(r.estimate.throughput));
+  };
+  for (size_t i = 0; i < p.search.size(); ++i)
+    if (!onFront[i])
+      (p.search[i].fits ? fit : over).push_back(point(p.search[i]));
+  for (size_t i : front)
+    line.push_back(point(p.search[i]));
+  // An empty datablock would stop gnuplot: a point outside the plot stands in.
+  const std::string none = fmt::format("{} 0", num(-maxBytes * u.scale));
+  for (auto* d : {&fit, &over, &line})
+    if (d->empty())
+      d->push_back(none);
+  f.script =
+      std::string(kStyle) + datablock("fits", fit) + datablock("over", over) +
+      datablock("front", line) +
+      fmt::format(
+          "set xlabel 'peak memory per worker ({})'\nset ylabel 'examples per "
+          "second'\nset xrange [0:{}]\nset yrange [0:*]\n"
+          "set arrow from {},graph 0 to {},graph 1 nohead dt 2 lw 2 lc rgb "
+          "'#333333'\n",
+          u.name, num(maxBytes * u.scale * 1.05), num(capacity * u.scale),
+          num(capacity * u.scale)) +
+      plotCommand({"$over using 1:2 with points pt 6 ps 0.7 lc rgb '#bbbbbb' title "
+                   "'does not fit'",
+                   "$fits using 1:2 with points pt 7 ps 0.6 lc rgb '#4e79a7' title 'fits'",
+                   "$front using 1:2 with linespoints lw 2 pt 7 ps 0.9 lc rgb '#e15759' "
+                   "title 'Pareto front'",
+                   "NaN with lines dt 2 lw 2 lc rgb '#333333' title " +
+                       quoted("device capacity (" + formatBytes(cl.device.memoryCapacity) + ")")});
+  int fitting = 0;
+  for (const auto& r : p.search)
+    fitting += r.fits ? 1 : 0;
+  std::string text = fmt::format(
+      "Every layout strata search enumerates for {} workers and a global batch of {} (dp x tp x "
+      "pp, schedule, micro-batch, ZeRO, recomputation, sequence parallelism), priced by the "
+      "closed form: {} layouts, {} fit in the {} of a device. ",
+      p.searchWorkers, globalBatch, p.search.size(), fitting,
+      formatBytes(cl.device.memoryCapacity));
+  if (front.empty()) {
+    text += "None fits: no Pareto front.";
+  } else {
+    const SearchRow& fastest = p.search[front.back()];
+    const SearchRow& leanest = p.search[front.front()];
+    text += fmt::format(
+        "The fastest that fits: {}, {:.4g} examples/s at {} per worker. The Pareto front (a "
+        "layout no other beats on both throughput and memory) holds {} layouts, from {} ({:.4g} "
+        "examples/s at {}) to the fastest.",
+        describeLayout(fastest.scenario), fastest.estimate.throughput,
+        formatBytes(fastest.peakMemory), front.size(), describeLayout(leanest.scenario),
+        leanest.estimate.throughput, formatBytes(leanest.peakMemory));
+    if (!p.searchWhy.empty())
+      text += " " + p.searchWhy;
+  }
+  f.reading = text;
+  return f;
+}
+
 // The strategy the links and timeline figures look at: the summary's choice
 // at the largest K, else the first.
 Strategy focusStrategy(const Panel& p, const std::vector<Verdict>& verdicts) {
@@ -841,6 +915,9 @@ std::vector<Figure> makeFigures(const Report& report, const ReportRequest& rq) {
     add(linksFigure(p, focus), "links", "traffic", sfx);
     add(timelineFigure(p), "timeline", "time", sfx);
     add(whatIfFigure(p), "whatif", "whatif", sfx);
+    if (rq.searchGlobalBatch > 0)
+      add(searchFigure(p, rq.clusters[size_t(p.cluster)], rq.searchGlobalBatch), "search", "search",
+          sfx);
   }
   if (rq.clusters.size() > 1)
     for (size_t n = 0; n < rq.networks.size(); ++n)

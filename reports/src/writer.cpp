@@ -250,6 +250,7 @@ struct Data {
   ordered_json links = ordered_json::array();
   ordered_json verdicts = ordered_json::array();
   ordered_json validation = ordered_json::array();
+  ordered_json search = ordered_json::array();
 };
 
 Data collect(const Report& report, const ReportRequest& rq) {
@@ -287,6 +288,29 @@ Data collect(const Report& report, const ReportRequest& rq) {
                                      {"bytes", l.bytes.value()},
                                      {"busy_s", l.busy.value()},
                                      {"utilisation", l.utilisation}});
+    std::vector<char> onFront(p.search.size(), 0);
+    for (size_t f : paretoFront(p.search))
+      onFront[f] = 1;
+    for (size_t r = 0; r < p.search.size(); ++r) {
+      const SearchRow& row = p.search[r];
+      const auto& o = row.scenario.options;
+      d.search.push_back(ordered_json{{"network", rq.networks[size_t(p.network)].name},
+                                      {"cluster", cl.name},
+                                      {"option_set", set},
+                                      {"workers", row.scenario.workers},
+                                      {"global_batch", rq.searchGlobalBatch},
+                                      {"layout", describeLayout(row.scenario)},
+                                      {"dp", dataParallelSize(row.scenario)},
+                                      {"tp", o.tp},
+                                      {"pp", o.pp},
+                                      {"microbatches", o.microbatches},
+                                      {"batch_per_worker", row.scenario.batchPerWorker},
+                                      {"step_s", row.estimate.step.value()},
+                                      {"throughput_per_s", row.estimate.throughput},
+                                      {"peak_memory_bytes", row.peakMemory.value()},
+                                      {"fits", row.fits},
+                                      {"pareto", onFront[r] != 0}});
+    }
     for (const auto& v : report.verdicts[i])
       d.verdicts.push_back(ordered_json{
           {"network", rq.networks[size_t(p.network)].name},
@@ -344,6 +368,8 @@ ordered_json requestJson(const ReportRequest& rq) {
   for (const auto& o : rq.optionSets)
     sets.push_back(study::optionsJson(o));
   j["option_sets"] = sets;
+  if (rq.searchGlobalBatch > 0)
+    j["search_global_batch"] = rq.searchGlobalBatch;
   return j;
 }
 
@@ -364,6 +390,9 @@ const std::vector<Section>& sections() {
       {"memory", "Memory", "What each worker holds at its peak, against the device."},
       {"clusters", "Clusters", "The same network on each cluster given."},
       {"whatif", "What if", "How the step responds when the hardware changes."},
+      {"search", "Layouts",
+       "Every way to lay the network out on the largest worker count for one global batch "
+       "(strata search), throughput against memory."},
       {"validation", "Predicted and measured",
        "Predictions beside the executor's measurements (strata validate)."},
   };
@@ -460,6 +489,8 @@ void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& 
             csvOf(headerOf(d.verdicts, kSummaryColumns), d.verdicts));
   if (!d.validation.empty())
     writeFile(root / "data" / "validation.csv", csvOf(headerOf(d.validation, ""), d.validation));
+  if (!d.search.empty())
+    writeFile(root / "data" / "search.csv", csvOf(headerOf(d.search, ""), d.search));
 
   // ---- figures ----
   const auto figures = makeFigures(report, rq);
@@ -490,6 +521,8 @@ void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& 
   json["what_if"] = d.whatif;
   json["links"] = d.links;
   json["validation"] = d.validation;
+  if (!d.search.empty())
+    json["search"] = d.search;
   json["figures"] = figs;
   ordered_json configs = ordered_json::array();
   for (const auto& c : rq.provenance.configs)
@@ -524,9 +557,10 @@ void writeStaged(const Report& report, const ReportRequest& rq, const fs::path& 
   }
   md += fmt::format(
       "## Provenance\n\n{}\n\nRegenerate this report:\n\n```sh\n{}\n```\n\nData: "
-      "data/estimates.csv, data/whatif.csv, data/links.csv, data/summary.csv{}, and all of it in "
-      "data/report.json. Each figure's gnuplot script is beside its SVG (figures/*.gp).\n\n",
-      provenanceLine(p, rq), p.command, d.validation.empty() ? "" : ", data/validation.csv");
+      "data/estimates.csv, data/whatif.csv, data/links.csv, data/summary.csv{}{}, and all of it "
+      "in data/report.json. Each figure's gnuplot script is beside its SVG (figures/*.gp).\n\n",
+      provenanceLine(p, rq), p.command, d.validation.empty() ? "" : ", data/validation.csv",
+      d.search.empty() ? "" : ", data/search.csv");
   for (const auto& c : p.configs)
     md += fmt::format("### {} `{}`\n\n```yaml\n{}\n```\n\n", c.kind, c.path, c.text);
   writeFile(root / "report.md", md);

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "../../reports/src/gnuplot.h"
 #include "strata/model/cluster_loader.h"
@@ -237,4 +239,31 @@ TEST_CASE("gnuplot is found on PATH or named by STRATA_GNUPLOT", "[reports]") {
     ::setenv("STRATA_GNUPLOT", old, 1);
   else
     ::unsetenv("STRATA_GNUPLOT");
+}
+
+TEST_CASE("the Pareto front of a search: no fitting layout beats one on both counts",
+          "[reports][search]") {
+  // (memory GB, examples/s, fits): a hand-made search.
+  const std::vector<std::tuple<double, double, bool>> points = {
+      {10, 100, true},   // 0: the leanest: on the front
+      {20, 90, true},    // 1: more memory, slower than 0: off
+      {20, 150, true},   // 2: on
+      {30, 150, true},   // 3: as fast as 2 with more memory: off
+      {40, 400, false},  // 4: fastest but does not fit: never on it
+      {35, 200, true},   // 5: on (the fastest that fits)
+      {10, 100, true},   // 6: the same as 0: the first listed stands
+      {5, 50, true},     // 7: leaner still: on
+  };
+  std::vector<SearchRow> rows;
+  for (const auto& [gb, throughput, fits] : points) {
+    SearchRow r;
+    r.peakMemory = Bytes(gb * 1e9);
+    r.estimate.throughput = throughput;
+    r.fits = fits;
+    rows.push_back(r);
+  }
+  CHECK(reports::paretoFront(rows) == std::vector<size_t>{7, 0, 2, 5});
+  CHECK(reports::paretoFront({}).empty());
+  rows[7].fits = rows[0].fits = rows[2].fits = rows[5].fits = false;
+  CHECK(reports::paretoFront(rows) == std::vector<size_t>{6, 3});
 }

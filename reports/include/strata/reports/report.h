@@ -19,6 +19,7 @@
 
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
+#include "strata/model/search.h"
 #include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
 #include "strata/study/engine.h"
@@ -58,6 +59,11 @@ struct ReportRequest {
   // at the largest K of at most kTimelineMaxWorkers workers.
   std::optional<Strategy> timelineStrategy;
   int timelineWorkers = 0;
+  // > 0: every panel also searches the layouts of its largest K for this
+  // global batch (strata search's space, the panel's options as the base),
+  // priced by the closed form whatever the engine, and draws them:
+  // throughput against memory, with the Pareto front.
+  int searchGlobalBatch = 0;
   Provenance provenance;
   // Called after each priced configuration (done of total).
   std::function<void(int done, int total)> progress;
@@ -114,11 +120,23 @@ struct Panel {
     double utilisation = 0;
   };
   std::vector<Link> links;
+  // ReportRequest::searchGlobalBatch: the layouts of `searchWorkers` workers
+  // (searchLayouts' rows, fitting first, fastest first) and why the best
+  // beats the runner-up.
+  int searchWorkers = 0;
+  std::vector<SearchRow> search;
+  std::string searchWhy;
   // The timeline figure's simulated step.
   StepEstimate timelineEstimate;
   Timeline timeline;
   std::vector<std::string> timelineTaskKind;  // per task: "fwd", "bwd", "update", ...
 };
+
+// The Pareto front of a search: the fitting layouts that no other fitting
+// layout beats on both throughput and memory (at least as fast with no
+// more memory, and better on one), indices into `rows`, memory ascending
+// (ties: the faster first; equal layouts: the first listed).
+std::vector<size_t> paretoFront(const std::vector<SearchRow>& rows);
 
 // The fastest strategy at one K of a panel that fits in memory, and why.
 struct Verdict {
