@@ -202,6 +202,10 @@ void ScenarioFlags::add(CLI::App* app) {
          "ring with --pp 2+: the pipeline schedule gpipe|1f1b|interleaved (default 1f1b)");
   option("--virtual-stages", virtualStages,
          "ring with --schedule interleaved: chunks of layers per stage, 2+ (default 1)");
+  option("--stage-starts", stageStarts,
+         "ring with --pp 2+: where each chunk after the first starts, pp x virtual stages - 1 "
+         "comma-separated layer or block names (e.g. h.7,h.13,h.20; default: balanced by the "
+         "model)");
 }
 
 Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string& workers) const {
@@ -283,6 +287,12 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
   if (!virtualStages.empty())
     o.virtualStages =
         positive(virtualStages, "--virtual-stages", kMaxVirtualStages, "chunks per stage");
+  if (!stageStarts.empty()) {
+    o.stageStarts = splitItems(stageStarts, "--stage-starts");
+    if (o.stageStarts.size() >= static_cast<size_t>(kMaxPipelineStages) * kMaxVirtualStages)
+      throw OptionError("--stage-starts", fmt::format("gives {} starts, more than any pipeline has",
+                                                      o.stageStarts.size()));
+  }
   if (!threadsPerWorker.empty()) {
     int v = 0;
     const auto& t = threadsPerWorker;
@@ -317,7 +327,8 @@ std::vector<OptionKey> ScenarioFlags::given() const {
       {OptionKey::kPipelineParallel, &pp},
       {OptionKey::kMicrobatches, &microbatches},
       {OptionKey::kSchedule, &schedule},
-      {OptionKey::kVirtualStages, &virtualStages}};
+      {OptionKey::kVirtualStages, &virtualStages},
+      {OptionKey::kStageStarts, &stageStarts}};
   std::vector<OptionKey> out;
   for (const auto& [key, text] : fields)
     if (!text->empty())

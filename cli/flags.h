@@ -78,6 +78,7 @@ struct ScenarioFlags {
   std::string microbatches;
   std::string schedule;
   std::string virtualStages;
+  std::string stageStarts;
   std::string segment;
   std::string bucket;
   std::string element;

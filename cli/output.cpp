@@ -137,6 +137,8 @@ std::string optionValueText(OptionKey key, const StrategyOptions& o) {
       return std::string(toString(o.schedule));
     case OptionKey::kVirtualStages:
       return std::to_string(o.virtualStages);
+    case OptionKey::kStageStarts:
+      return fmt::format("{}", fmt::join(o.stageStarts, ","));
   }
   return "?";
 }

@@ -2468,6 +2468,22 @@ TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pi
   checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "4", "--pp", "2", "--zero",
                             "1", "--steps", "1"}),
                  {"--zero: the executor runs ZeRO with --pp only on networks without tied tables"});
+  // Stages where the user cuts them: every engine takes the cut; a cut the
+  // network cannot take, or one without --pp, is one line naming the option.
+  const auto cut = runStrata({"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k",
+                              "2", "--pp", "2", "--microbatches", "4", "--stage-starts", "h.2"});
+  CHECK(cut.status == 0);
+  CHECK_THAT(cut.output, Catch::Contains("2 stages (wte..h.1.add2; h.2.ln1..loss)"));
+  checkUserError(runStrata({"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "2",
+                            "--pp", "2", "--stage-starts", "h.2.attn"}),
+                 {"--stage-starts: network 'tiny-gpt' cannot be cut before 'h.2.attn'",
+                  "nearest places it can: h.2.ln1, h.2.ln2"});
+  checkUserError(runStrata({"simulate", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "2",
+                            "--stage-starts", "h.2"}),
+                 {"--stage-starts: applies with --pp 2 or more only"});
+  checkUserError(runStrata({"search", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8",
+                            "--global-batch", "16", "--stage-starts", "h.2"}),
+                 {"--stage-starts: search balances each layout's stages itself"});
   // validate runs and prices it: ring rows with --pp.
   checkUserError(runStrata({"validate", "-n", "tiny-gpt", "-s", "naive", "--pp", "2"}),
                  {"--pp: applies to ring only"});
@@ -2640,4 +2656,11 @@ TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",
   INFO(r.output);
   CHECK(r.status == 0);
   checkExperimentError("zero-five.yaml", 10, "options.zero", "zero: 5");
+  // A pipeline cut by the file: the stages it names, and a cut the network
+  // cannot take named by its file:line:key.
+  const auto cut = runStrata({"compare", data("experiments/stage-starts.yaml")});
+  INFO(cut.output);
+  CHECK(cut.status == 0);
+  checkExperimentError("stage-starts-bad.yaml", 10, "options.stage_starts",
+                       "stage_starts: [h.2.attn]");
 }

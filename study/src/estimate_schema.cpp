@@ -11,7 +11,7 @@ namespace strata::study {
 using nlohmann::ordered_json;
 
 ordered_json optionsJson(const StrategyOptions& o) {
-  return {{"overlap", o.overlap},
+  ordered_json j = {{"overlap", o.overlap},
           {"fc_update", std::string(toString(o.fcUpdate))},
           {"segment_bytes", o.segment.value()},
           {"bucket_bytes", o.bucket.value()},
@@ -32,6 +32,10 @@ ordered_json optionsJson(const StrategyOptions& o) {
           {"microbatches", o.microbatches},
           {"schedule", std::string(toString(o.schedule))},
           {"virtual_stages", o.virtualStages}};
+  // Only when given: the cut the user chose.
+  if (!o.stageStarts.empty())
+    j["stage_starts"] = o.stageStarts;
+  return j;
 }
 
 namespace {

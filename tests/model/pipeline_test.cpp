@@ -12,6 +12,7 @@
 #include "helpers.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
+#include "strata/model/plan.h"
 #include "strata/model/search.h"
 
 using namespace strata;
@@ -192,6 +193,50 @@ TEST_CASE("a pipeline cuts only where one tensor crosses, into balanced chunks",
   CHECK(balancedChunks(c4, 2, {4, 1, 1, 1, 1}) == std::vector<int>{0, 1, 5});
   CHECK(balancedChunks(c4, 3, {1, 1, 1, 1, 1}) == std::vector<int>{0, 2, 4, 5});
   CHECK(balancedChunks(c4, 5, {9, 0, 0, 0, 0}) == std::vector<int>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("a cut the user names (--stage-starts): layers or blocks, at legal places only",
+          "[pipeline]") {
+  const auto gpt = presetNetwork("tiny-gpt");
+  const int n = int(gpt.layers.size());
+  // A block's name is its first layer; a layer's name is itself.
+  CHECK(chunkStartsByName(gpt, 3, {"h.1", "ln_f"}) ==
+        std::vector<int>{0, gpt.find("h.1.ln1"), gpt.find("ln_f"), n});
+  CHECK(chunkStartsByName(gpt, 2, {"h.2.ln2"}) == std::vector<int>{0, gpt.find("h.2.ln2"), n});
+  auto refused = [&](int chunks, std::vector<std::string> names, const char* why) {
+    INFO(chunks << " chunks");
+    CHECK_THROWS_MATCHES(chunkStartsByName(gpt, chunks, names), OptionError,
+                         Catch::Matchers::Message(std::string("--stage-starts: ") + why));
+  };
+  refused(3, {"h.1"},
+          "gives 1 start for 3 chunks; give the first layer of each chunk after the first: 2 "
+          "names");
+  refused(2, {"h.9"},
+          "'h.9' is no layer or block of network 'tiny-gpt' (strata describe tiny-gpt lists "
+          "them)");
+  refused(3, {"h.2", "h.1"},
+          "'h.1' (layer 1) does not come after the chunk before it starts (layer 11): give the "
+          "starts in the network's order, each chunk one layer or more");
+  refused(2, {"wte"},
+          "'wte' (layer 0) does not come after the chunk before it starts (layer 0): give the "
+          "starts in the network's order, each chunk one layer or more");
+  refused(2, {"h.1.attn"},
+          "network 'tiny-gpt' cannot be cut before 'h.1.attn' (more than one tensor crosses "
+          "there); the nearest places it can: h.1.ln1, h.1.ln2");
+  // The model and the plan cut there, and say so.
+  auto sc = pipeScenario(4, 2, 2, 4, PipelineSchedule::k1f1b);
+  sc.options.stageStarts = {"h.2"};
+  const auto cl = test::presetCluster("dgx-h100");
+  CHECK(pipelineChunks(gpt, cl, sc) == std::vector<int>{0, gpt.find("h.2.ln1"), n});
+  CHECK_THAT(estimate(gpt, cl, sc).pipeline,
+             Catch::Contains("2 stages (wte..h.1.add2; h.2.ln1..loss)"));
+  const Plan plan = lowerToPlan(gpt, sc, cl);
+  for (const auto& t : plan.tasks)
+    if (t.kind == TaskKind::kCompute)
+      CHECK((t.layer < gpt.find("h.2.ln1")) == (t.worker % 2 == 0));
+  // Only with a pipeline, and not in search (it balances every layout).
+  sc.options.pp = 1;
+  CHECK_THROWS_WITH(estimate(gpt, cl, sc), Catch::Contains("--stage-starts: applies with --pp 2"));
 }
 
 TEST_CASE("the bubble comes out of the schedule: (P - 1)(tf + tb) / V with free transfers",

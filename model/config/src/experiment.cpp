@@ -136,7 +136,8 @@ Experiment loadExperiment(const std::string& path) {
                   "pp",
                   "microbatches",
                   "schedule",
-                  "virtual_stages"});
+                  "virtual_stages",
+                  "stage_starts"});
     auto& opt = ex.options;
     // Each key stands where its option would: fc_update for --fc-update.
     for (const auto& [key, value] : o->entries()) {
@@ -217,6 +218,13 @@ Experiment loadExperiment(const std::string& path) {
       whole("virtual_stages", kMaxVirtualStages, "chunks per stage", opt.virtualStages);
       if (auto sch = o->get("schedule"))
         opt.schedule = parsePipelineSchedule(sch->asString(), sch->path());
+      if (auto st = o->get("stage_starts")) {
+        opt.stageStarts.clear();
+        for (const auto& item : st->items(true))
+          opt.stageStarts.push_back(item.asString());
+        if (opt.stageStarts.empty())
+          st->fail("must list the first layer of each chunk after the first");
+      }
       if (auto t = o->get("threads_per_worker")) {
         const double v = t->asDouble();
         if (!(v >= 1 && v <= kMaxThreadsPerWorker && v == std::floor(v)))

@@ -441,6 +441,8 @@ void checkPipelineOptions(const Network& network, const Scenario& sc) {
     throw OptionError("--virtual-stages", ignored(OptionKey::kVirtualStages));
   if (o.schedule != PipelineSchedule::k1f1b && o.pp == 1)
     throw OptionError("--schedule", ignored(OptionKey::kSchedule));
+  if (!o.stageStarts.empty() && !ignored(OptionKey::kStageStarts).empty())
+    throw OptionError("--stage-starts", ignored(OptionKey::kStageStarts));
   if (!usesPipeline(o))
     return;
   const int64_t groups = int64_t{o.tp} * o.pp;
@@ -470,6 +472,8 @@ void checkPipelineOptions(const Network& network, const Scenario& sc) {
   if (const auto why = pipelineObstacle(network, chunks); !why.empty())
     throw OptionError(o.virtualStages > 1 ? "--virtual-stages" : "--pp",
                       fmt::format("{} ({})", why, network.sourceFile));
+  if (!o.stageStarts.empty())
+    (void)chunkStartsByName(network, chunks, o.stageStarts);
 }
 
 // --tp, --sequence-parallel, --zero and --recompute against the strategy and

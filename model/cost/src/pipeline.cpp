@@ -45,6 +45,10 @@ PipelineLayout pipelineLayout(const Context& ctx, const TpLayout& tp) {
     lay.starts = {0, n};
     return lay;
   }
+  if (!o.stageStarts.empty()) {
+    lay.starts = chunkStartsByName(ctx.net, lay.chunks(), o.stageStarts);
+    return lay;
+  }
   std::vector<double> cost(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const auto& l = ctx.net.layers[static_cast<size_t>(i)];

@@ -101,6 +101,10 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
     throw OptionError("--workers", fmt::format("must be at least 1, got {}", k));
   if (batch < 1)
     throw OptionError("--global-batch", fmt::format("must be at least 1, got {}", batch));
+  if (!space.base.stageStarts.empty())
+    throw OptionError("--stage-starts",
+                      "search balances each layout's stages itself (the cut depends on pp and "
+                      "the chunks); price a cut of your own with strata predict --pp");
   const bool attention = std::any_of(net.layers.begin(), net.layers.end(), [](const Layer& l) {
     return l.kind == LayerKind::kAttention;
   });

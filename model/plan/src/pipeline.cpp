@@ -390,6 +390,8 @@ std::vector<int> pipelineChunksByFlops(const Network& net, const Scenario& sc) {
     cost.push_back((l.fwdFlops + l.bwdDataFlops + l.bwdWeightsFlops) * tp.layers[i].work);
   }
   const int v = o.schedule == PipelineSchedule::kInterleaved ? o.virtualStages : 1;
+  if (!o.stageStarts.empty())
+    return chunkStartsByName(net, o.pp * v, o.stageStarts);
   return balancedChunks(net, o.pp * v, cost);
 }
 

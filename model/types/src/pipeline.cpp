@@ -153,6 +153,57 @@ std::string pipelineObstacle(const Network& network, int chunks) {
       network.name, cuts.size() + 1, chunks);
 }
 
+std::vector<int> chunkStartsByName(const Network& network, int chunks,
+                                   const std::vector<std::string>& names) {
+  const int n = static_cast<int>(network.layers.size());
+  if (static_cast<int>(names.size()) != chunks - 1)
+    throw OptionError("--stage-starts",
+                      fmt::format("gives {} start{} for {} chunks; give the first layer of each "
+                                  "chunk after the first: {} names",
+                                  names.size(), names.size() == 1 ? "" : "s", chunks, chunks - 1));
+  const auto cuts = pipelineCutPoints(network);
+  std::vector<int> starts{0};
+  for (const auto& name : names) {
+    int at = -1;
+    for (int i = 0; i < n && at < 0; ++i)
+      if (network.layers[static_cast<size_t>(i)].name == name)
+        at = i;
+    // A repeated block's name: its first layer ("h.7" for h.7.ln1).
+    for (int i = 0; i < n && at < 0; ++i)
+      if (network.layers[static_cast<size_t>(i)].name.rfind(name + ".", 0) == 0)
+        at = i;
+    if (at < 0)
+      throw OptionError("--stage-starts",
+                        fmt::format("'{}' is no layer or block of network '{}' (strata describe "
+                                    "{} lists them)",
+                                    name, network.name, network.name));
+    if (at <= starts.back())
+      throw OptionError(
+          "--stage-starts",
+          fmt::format("'{}' (layer {}) does not come after the chunk before it starts (layer {}): "
+                      "give the starts in the network's order, each chunk one layer or more",
+                      name, at, starts.back()));
+    if (!std::binary_search(cuts.begin(), cuts.end(), at)) {
+      const auto after = std::lower_bound(cuts.begin(), cuts.end(), at);
+      std::vector<std::string> near;
+      if (after != cuts.begin())
+        near.push_back(network.layers[static_cast<size_t>(*std::prev(after))].name);
+      if (after != cuts.end())
+        near.push_back(network.layers[static_cast<size_t>(*after)].name);
+      throw OptionError(
+          "--stage-starts",
+          fmt::format(
+              "network '{}' cannot be cut before '{}' (more than one tensor crosses "
+              "there); the nearest places it can: {}",
+              network.name, network.layers[static_cast<size_t>(at)].name,
+              near.empty() ? std::string("none") : fmt::format("{}", fmt::join(near, ", "))));
+    }
+    starts.push_back(at);
+  }
+  starts.push_back(n);
+  return starts;
+}
+
 std::vector<int> balancedChunks(const Network& network, int chunks,
                                 const std::vector<double>& cost) {
   const int n = static_cast<int>(network.layers.size());

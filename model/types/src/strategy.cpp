@@ -214,6 +214,8 @@ std::string_view optionFlag(OptionKey key) {
       return "--schedule";
     case OptionKey::kVirtualStages:
       return "--virtual-stages";
+    case OptionKey::kStageStarts:
+      return "--stage-starts";
   }
   return "?";
 }
@@ -262,6 +264,8 @@ std::string_view optionFileKey(OptionKey key) {
       return "schedule";
     case OptionKey::kVirtualStages:
       return "virtual_stages";
+    case OptionKey::kStageStarts:
+      return "stage_starts";
   }
   return "?";
 }
@@ -334,6 +338,10 @@ std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOpti
                  ? ""
                  : "applies with --pp 2 or more and --schedule interleaved only (chunks of layers "
                    "per stage)";
+    case OptionKey::kStageStarts:
+      if (strategy != Strategy::kRing)
+        return "applies to ring with --pp 2 or more only";
+      return o.pp > 1 ? "" : "applies with --pp 2 or more only (where the stages start)";
   }
   return "";
 }

@@ -572,6 +572,26 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
     CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
     CHECK(run.measured.throughput * run.measured.step.value() == Approx(c.dp * c.m * b));
   }
+  {
+    // Stages where the user cuts (--stage-starts): the embedding alone,
+    // then a block each (the last with the head); Adam.
+    const auto net = presetNetwork("tiny-gpt");
+    const auto ref = oneWorker(net, 4 * b, steps, Optimizer::kAdam);
+    auto sc = test::runScenario(Strategy::kRing, 3, b, Optimizer::kAdam);
+    sc.options.pp = 3;
+    sc.options.microbatches = 4;
+    sc.options.stageStarts = {"h.1", "h.2"};
+    const Plan plan = lowerToPlan(net, sc);
+    for (const auto& t : plan.tasks)
+      if (t.kind == TaskKind::kCompute && t.layer == 0)
+        CHECK(t.worker == 0);
+    std::vector<std::vector<float>> params;
+    const auto options = test::runOptions(steps, Optimizer::kAdam);
+    const auto run = exec::runThreads(plan, net, options, &params);
+    checkStagesAgainstOneWorker(net, plan, params, ref.parameters, Optimizer::kAdam,
+                                options.learningRate);
+    CHECK(run.steps.back().loss == Approx(ref.steps.back().loss).epsilon(1e-4));
+  }
   // ZeRO with a table tied across stages is refused, naming --zero.
   auto sc = test::runScenario(Strategy::kRing, 4, b, Optimizer::kMomentum);
   sc.options.pp = 2;

@@ -87,4 +87,14 @@ std::string pipelineObstacle(const Network& network, int chunks);
 std::vector<int> balancedChunks(const Network& network, int chunks,
                                 const std::vector<double>& cost);
 
+// The chunks the user gives (StrategyOptions::stageStarts): the first layer
+// of each chunk after the first, by name — a layer's, or a repeated block's
+// ("h.7": its first layer) — as balancedChunks returns them (chunks + 1
+// entries). Throws OptionError naming --stage-starts when there are not
+// chunks - 1 names, a name is no layer or block of the network, the starts
+// do not ascend, or one is not a place the network can be cut (naming the
+// nearest that are).
+std::vector<int> chunkStartsByName(const Network& network, int chunks,
+                                   const std::vector<std::string>& names);
+
 }  // namespace strata

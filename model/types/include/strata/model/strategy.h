@@ -177,6 +177,12 @@ struct StrategyOptions {
   int microbatches = 1;
   PipelineSchedule schedule = PipelineSchedule::k1f1b;
   int virtualStages = 1;  // chunks per stage (interleaved only; >= 2 there)
+  // Where the user cuts the layers into chunks (empty: balanced by the cost
+  // model): the first layer of each chunk after the first, pp x
+  // virtualStages - 1 names, each a layer's or a repeated block's (its
+  // first layer), ascending and at a place the network can be cut
+  // (pipeline.h, chunkStartsByName).
+  std::vector<std::string> stageStarts;
 };
 
 // The most threads one worker's kernels may use (--threads-per-worker).
@@ -211,6 +217,7 @@ enum class OptionKey {
   kMicrobatches,
   kSchedule,
   kVirtualStages,
+  kStageStarts,
 };
 inline constexpr OptionKey kAllOptionKeys[] = {
     OptionKey::kOverlap,          OptionKey::kFcUpdate,
@@ -223,7 +230,7 @@ inline constexpr OptionKey kAllOptionKeys[] = {
     OptionKey::kSequenceParallel, OptionKey::kZero,
     OptionKey::kRecompute,        OptionKey::kPipelineParallel,
     OptionKey::kMicrobatches,     OptionKey::kSchedule,
-    OptionKey::kVirtualStages};
+    OptionKey::kVirtualStages,    OptionKey::kStageStarts};
 
 // The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
 std::string_view optionFlag(OptionKey key);
@@ -313,6 +320,7 @@ inline Scenario singleWorkerScenario(const Scenario& scenario) {
   single.options.microbatches = 1;
   single.options.schedule = PipelineSchedule::k1f1b;
   single.options.virtualStages = 1;
+  single.options.stageStarts.clear();
   return single;
 }
 // The workers of one data-parallel group: K / (tp x pp).
