@@ -1282,9 +1282,10 @@ std::string readFile(const std::string& path) {
 }
 }  // namespace
 
-// One run of calibrate per variant (each takes most of a minute here, two when
-// tests run side by side). [timing]: real measurements, left out of the
-// sanitizer runs (ctest label timing, tests/CMakeLists.txt).
+// One run of calibrate per variant (each 4-5 min on the 2-core VM in 2026-11,
+// alone: tests/CMakeLists.txt gives the [timing] cases the machine).
+// [timing]: real measurements, left out of the sanitizer runs (ctest label
+// timing, tests/CMakeLists.txt).
 TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated.yaml";
   const auto r = runStrata({"calibrate", "--out", file, "--sharing-up-to", "2"});
