@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "pipeline_kept.h"
 #include "strata/exec/comm/mpi_communicator.h"
 #include "strata/exec/nn/model.h"
 #include "strata/exec/runtime.h"
@@ -36,36 +37,6 @@ std::vector<float> shareOf(const Network& net, const std::vector<float>& whole, 
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = whole.at(static_cast<size_t>(share.wholeParameterIndex(static_cast<int64_t>(i))));
   return out;
-}
-
-// Which of `rank`'s parameters (at its tensor-parallel share) it keeps
-// current: every one, but in a pipeline only its stage's layers' and the copy
-// of a table tied to one of them.
-std::vector<char> keptBy(const Network& net, const Plan& plan, int rank, int tp) {
-  nn::ModelOptions o;
-  o.initializeParameters = false;
-  if (tp > 1)
-    o.tensorParallel = {tp, rank % tp};
-  const nn::Model share(net, o);
-  std::vector<char> kept(static_cast<size_t>(share.parameterCount()), 1);
-  if (plan.scenario.options.pp <= 1)
-    return kept;
-  std::fill(kept.begin(), kept.end(), 0);
-  std::vector<char> runs(net.layers.size(), 0);
-  for (const auto& t : plan.tasks)
-    if (t.kind == TaskKind::kCompute && t.worker == rank)
-      runs[static_cast<size_t>(t.layer)] = 1;
-  auto keep = [&](int64_t first, int64_t count) { std::fill_n(kept.begin() + first, count, 1); };
-  for (size_t l = 0; l < net.layers.size(); ++l) {
-    if (!runs[l])
-      continue;
-    keep(share.paramBlock(static_cast<int>(l)).offset,
-         share.paramBlock(static_cast<int>(l)).size());
-    if (const int owner = net.layers[l].spec.tiedTo;
-        owner >= 0 && !runs[static_cast<size_t>(owner)])
-      keep(share.paramBlock(owner).offset, share.tokenTableElements(owner));
-  }
-  return kept;
 }
 
 }  // namespace
@@ -144,7 +115,7 @@ int main(int argc, char** argv) {
         const Plan plan = lowerToPlan(net, sc);
         const auto run = exec::runWorker(c, plan, net, o);
         const auto expect = shareOf(net, ref.parameters, k, c.rank(), isModelParallel(s), tp);
-        const auto kept = keptBy(net, plan, c.rank(), tp);
+        const auto kept = test::keptByRank(net, plan, c.rank());
         double worst = 0, scale = 0;
         size_t off = 0;
         bool ok = expect.size() == run.parameters.size();

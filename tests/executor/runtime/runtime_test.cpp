@@ -21,6 +21,7 @@
 #include "../../trace_checker.h"
 #include "../counting_ops.h"
 #include "../device_like_memory.h"
+#include "pipeline_kept.h"
 #include "run_helpers.h"
 #include "strata/exec/nn/dataset.h"
 #include "strata/exec/nn/memory.h"
@@ -472,33 +473,20 @@ void checkStagesAgainstOneWorker(const Network& net, const Plan& plan,
   REQUIRE(params.size() == static_cast<size_t>(plan.scenario.workers));
   std::vector<char> held(ref.size(), 0);
   for (size_t w = 0; w < params.size(); ++w) {
-    std::vector<char> runs(net.layers.size(), 0);
-    for (const auto& t : plan.tasks)
-      if (t.kind == TaskKind::kCompute && t.worker == static_cast<int>(w))
-        runs[static_cast<size_t>(t.layer)] = 1;
     nn::ModelOptions o;
     o.tensorParallel = {tp, static_cast<int>(w % size_t(tp))};
     o.initializeParameters = false;
     const nn::Model share(net, o);
-    REQUIRE(params[w].size() == static_cast<size_t>(share.parameterCount()));
+    const auto kept = test::keptByRank(net, plan, static_cast<int>(w));
+    REQUIRE(params[w].size() == kept.size());
     std::vector<float> whole = ref;
-    auto own = [&](int64_t first, int64_t count) {
-      for (int64_t i = first; i < first + count; ++i) {
-        const auto j = static_cast<size_t>(share.wholeParameterIndex(i));
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (kept[i]) {
+        const auto j = static_cast<size_t>(share.wholeParameterIndex(static_cast<int64_t>(i)));
         REQUIRE(j < ref.size());
-        whole[j] = params[w][static_cast<size_t>(i)];
+        whole[j] = params[w][i];
         held[j] = 1;
       }
-    };
-    for (size_t l = 0; l < net.layers.size(); ++l) {
-      if (!runs[l])
-        continue;
-      own(share.paramBlock(static_cast<int>(l)).offset,
-          share.paramBlock(static_cast<int>(l)).size());
-      if (const int owner = net.layers[l].spec.tiedTo;
-          owner >= 0 && !runs[static_cast<size_t>(owner)])
-        own(share.paramBlock(owner).offset, share.tokenTableElements(owner));
-    }
     INFO("worker " << w);
     test::checkSameWeights(whole, ref, optimizer, lr);
   }
