@@ -194,7 +194,7 @@ void Worker::gatherShards() {
   for (const auto& t : plan_.tasks)
     if (t.kind == TaskKind::kUpdate && t.worker == w_ && t.part >= 0 && t.iteration == 0) {
       // Chunk `part` of the unit's parameters is this rank's, its position
-      // in its data-parallel group (ranks tp apart): a ring over the group.
+      // in its data-parallel group (ranks tp pp apart): a ring over the group.
       STRATA_ENFORCE_OP(t.shards, ==, dp_);
       STRATA_ENFORCE_OP(t.part, ==, replica());
       const auto all = paramsOf(t.layer, t.lastLayer);
@@ -245,8 +245,7 @@ void Worker::prepare(int i, int micro) {
   preparedMicro_ = micro;
   const int s = firstStep_ + i;
   step_ = s;
-  model_.setStep(static_cast<uint64_t>(s) * static_cast<uint64_t>(microbatches_) +
-                 static_cast<uint64_t>(micro));
+  model_.setStep(microStep(i, micro));
   microPrepared_[static_cast<size_t>(micro)] = 1;
   // Own examples for the data-parallel (conv) part: a pipeline stage's
   // first layers read them, its last the labels.
@@ -376,9 +375,7 @@ void Worker::enterMicro(const Task& task) {
     prepare(task.iteration, m);
     return;
   }
-  model_.setStep(static_cast<uint64_t>(firstStep_ + task.iteration) *
-                     static_cast<uint64_t>(microbatches_) +
-                 static_cast<uint64_t>(m));
+  model_.setStep(microStep(task.iteration, m));
 }
 
 bool Worker::tiedCopy(int first, int last) const {
@@ -387,14 +384,14 @@ bool Worker::tiedCopy(int first, int last) const {
 }
 
 std::span<float> Worker::paramsOf(int first, int last, bool tokensOnly) {
-  const auto all = model_.parametersNoWait(first, last);
-  if (!tokensOnly && !tiedCopy(first, last))
-    return all;
-  return all.first(static_cast<size_t>(model_.tokenTableElements(first)));
+  return named(model_.parametersNoWait(first, last), first, last, tokensOnly);
 }
 
 std::span<float> Worker::gradsOf(int first, int last, bool tokensOnly) {
-  const auto all = model_.gradientsNoWait(first, last);
+  return named(model_.gradientsNoWait(first, last), first, last, tokensOnly);
+}
+
+std::span<float> Worker::named(std::span<float> all, int first, int last, bool tokensOnly) const {
   if (!tokensOnly && !tiedCopy(first, last))
     return all;
   return all.first(static_cast<size_t>(model_.tokenTableElements(first)));

@@ -171,6 +171,14 @@ class Worker {
   // an embedding's) token table alone.
   std::span<float> paramsOf(int first, int last, bool tokensOnly = false);
   std::span<float> gradsOf(int first, int last, bool tokensOnly = false);
+  // `all` (layers [first, last] of a parameter-shaped buffer) as paramsOf
+  // and gradsOf name it.
+  std::span<float> named(std::span<float> all, int first, int last, bool tokensOnly) const;
+  // The dropout masks' step of micro-batch m of the run's i-th step: s M + m.
+  uint64_t microStep(int i, int m) const {
+    return static_cast<uint64_t>(firstStep_ + i) * static_cast<uint64_t>(microbatches_) +
+           static_cast<uint64_t>(m);
+  }
   // ZeRO-3, after the run's last step: each worker's updated chunks of every
   // gather unit all-gathered (the next step's forward would have), so that
   // every worker ends with the whole current weights. Untimed.
