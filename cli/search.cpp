@@ -156,11 +156,14 @@ Command addSearchCommand(CLI::App& app) {
           return 0;
         }
         std::cout << fmt::format(
-            "{} on {}: ring, {} workers, global batch {}, {}, optimizer {}: {} layouts, {} "
+            "{} on {}: ring, {} workers, global batch {}, {}, optimizer {}{}: {} layouts, {} "
             "fit in {} per worker (searched in {:.1f} s)\n\n",
             net.name, cl.name, workers, batch, toString(space.base.element),
-            toString(space.base.optimizer), result.enumerated, result.fitting,
-            formatBytes(cl.device.memoryCapacity), seconds);
+            toString(space.base.optimizer),
+            space.base.gradientSync == AllreduceAlgorithm::kRing
+                ? std::string()
+                : fmt::format(", allreduce {}", toString(space.base.gradientSync)),
+            result.enumerated, result.fitting, formatBytes(cl.device.memoryCapacity), seconds);
         Table t({"#", "layout", "step", "tokens/s", "MFU", "memory", "bubble", "bottleneck"}, 2);
         int shown = 0;
         for (const auto& r : result.rows) {

@@ -2406,6 +2406,45 @@ TEST_CASE("predict with tensor parallelism, ZeRO and recomputation prints the pl
   CHECK(doc["placement"].get<std::string>().find("ZeRO-3") != std::string::npos);
 }
 
+TEST_CASE("the data-parallel groups of tp and pp synchronise hierarchically or by auto",
+          "[cli][sharded]") {
+  const std::vector<std::string> base = {
+      "predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring",           "-k", "64",
+      "-b",      "2",  "--tp",    "2",  "--pp",     "2",  "--microbatches", "4"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return runStrata(args);
+  };
+  const auto h = with({"--allreduce", "hierarchical"});
+  INFO(h.output);
+  REQUIRE(h.status == 0);
+  CHECK(h.output.find("allreduce     hierarchical") != std::string::npos);
+  CHECK(h.output.find("data-parallel groups of 16 workers 4 apart over infiniband links, "
+                      "synchronised hierarchically: 2 per node over nvswitch links, then one "
+                      "ring per rail across 8 nodes over infiniband links") != std::string::npos);
+  const auto a = with({"--allreduce", "auto"});
+  REQUIRE(a.status == 0);
+  CHECK(a.output.find("allreduce     auto: hierarchical for ") != std::string::npos);
+  // The simulator plays the same choice.
+  auto sim = base;
+  sim[0] = "simulate";
+  sim.insert(sim.end(), {"--allreduce", "auto"});
+  const auto s = runStrata(sim);
+  REQUIRE(s.status == 0);
+  CHECK(s.output.find("allreduce     auto: hierarchical for ") != std::string::npos);
+  // tp x pp = 3 splits groups across nodes of 8; tree has no group form.
+  checkUserError(
+      runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k", "48", "-b", "2",
+                 "--pp", "3", "--microbatches", "3", "--allreduce", "hierarchical"}),
+      {"--allreduce", "tp x pp = 3 on nodes of 8 devices"});
+  checkUserError(with({"--allreduce", "tree"}), {"--allreduce", "tree applies without them"});
+  // The executor runs one level of workers: refused before anything runs.
+  checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "4", "-b", "2", "--tp",
+                            "2", "--allreduce", "hierarchical", "--steps", "1"}),
+                 {"--allreduce", "one level of workers"});
+}
+
 TEST_CASE("a configuration that does not fit names the smallest change that does",
           "[cli][sharded]") {
   const auto r = runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k", "64",

@@ -269,6 +269,78 @@ TEST_CASE("hierarchical allreduce: rings inside the nodes, one ring per rail acr
   CHECK(chooseAllreduce(t, kN, unsegmented()) != AllreduceAlgorithm::kHierarchical);
 }
 
+TEST_CASE("hierarchical data-parallel groups: each node's members, then one ring per rail",
+          "[collectives][scale]") {
+  const int g = 4;
+  const double beta1 = 10e9, alpha1 = 2e-6, beta2 = 1e9, alpha2 = 10e-6;
+  const double n = kN.value();
+  const auto p = unsegmented();
+  for (int lanes : {g, 1}) {
+    const auto c = twoLevel(g, beta1, alpha1, beta2, alpha2, lanes);
+    const double railBeta = lanes == g ? beta2 : beta2 / g;
+    for (int nodes : {1, 2, 3, 4}) {
+      const int k = g * nodes;
+      const Topology t(c, k);
+      // Stride 1 (no tp, pp): the whole-cluster hierarchical allreduce.
+      const RankGroups all{k, 1, AllreduceAlgorithm::kHierarchical};
+      CHECK(groupAllReduce(t, all, kN, p).time.value() ==
+            Approx(allReduce(t, AllreduceAlgorithm::kHierarchical, kN, p).time.value())
+                .epsilon(1e-12));
+      // Stride 2 (tp 2): m = 2 members of a group per node, N = nodes.
+      INFO("lanes " << lanes << ", " << nodes << " nodes");
+      const int m = 2, dp = m * nodes;
+      const RankGroups half{k, 2, AllreduceAlgorithm::kHierarchical};
+      const double rsInside = (m - 1) * (alpha1 + n / m / beta1 + n / m * kGamma);
+      const double rsAcross =
+          (nodes - 1) * (alpha2 + n / m / nodes / railBeta + n / m / nodes * kGamma);
+      const double agInside = (m - 1) * (alpha1 + n / m / beta1);
+      const double agAcross = (nodes - 1) * (alpha2 + n / m / nodes / railBeta);
+      const auto rs = groupReduceScatter(t, half, kN, p);
+      const auto ag = groupAllGather(t, half, kN, p);
+      const auto ar = groupAllReduce(t, half, kN, p);
+      CHECK(rs.time.value() == Approx(rsInside + rsAcross).epsilon(1e-12));
+      CHECK(ag.time.value() == Approx(agAcross + agInside).epsilon(1e-12));
+      CHECK(ar.time.value() == Approx(rsInside + rsAcross + agAcross + agInside).epsilon(1e-12));
+      CHECK(ar.steps == 2 * (m - 1) + 2 * (nodes - 1));
+      CHECK(ar.algorithm == "hierarchical");
+      // The bytes of the flat ring over the group: 2 (dp-1)/dp n per rank.
+      for (int r = 0; r < k; ++r) {
+        CHECK(ar.sent[static_cast<size_t>(r)] == Approx(2.0 * (dp - 1) / dp * n));
+        CHECK(rs.received[static_cast<size_t>(r)] == Approx(1.0 * (dp - 1) / dp * n));
+      }
+      // Stride g (tp x pp fills a node): one member per node, the rails'
+      // rings alone, as the ring.
+      if (nodes > 1) {
+        const RankGroups rails{k, g, AllreduceAlgorithm::kHierarchical};
+        CHECK(groupAllReduce(t, rails, kN, p).time.value() ==
+              Approx(groupAllReduce(t, RankGroups{k, g}, kN, p).time.value()).epsilon(1e-12));
+      }
+      // auto: hierarchical only where strictly cheaper than the group's ring.
+      const RankGroups pick{k, 2, AllreduceAlgorithm::kAuto};
+      const auto ring = groupAllReduce(t, RankGroups{k, 2}, kN, p);
+      const auto chosen = groupAllReduce(t, pick, kN, p);
+      CHECK(chosen.time.value() == Approx(std::min(ring.time, ar.time).value()).epsilon(1e-12));
+      CHECK(chosen.algorithm == (ar.time < ring.time ? "hierarchical" : "ring"));
+    }
+  }
+  // tp x pp = 3 on nodes of 4: groups cross node boundaries unevenly,
+  // refused naming --allreduce; auto keeps the ring.
+  const auto c = twoLevel(g, beta1, alpha1, beta2, alpha2, g);
+  const Topology t(c, 12);
+  try {
+    (void)groupAllReduce(t, RankGroups{12, 3, AllreduceAlgorithm::kHierarchical}, kN, p);
+    FAIL("expected an OptionError");
+  } catch (const OptionError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("--allreduce: ") &&
+                             Catch::Contains("tp x pp = 3 on nodes of 4 devices"));
+  }
+  CHECK(groupAllReduce(t, RankGroups{12, 3, AllreduceAlgorithm::kAuto}, kN, p).algorithm == "ring");
+  // Not whole nodes: refused naming --workers.
+  const Topology six(c, 6);
+  CHECK_THROWS_AS(groupAllReduce(six, RankGroups{6, 2, AllreduceAlgorithm::kHierarchical}, kN, p),
+                  OptionError);
+}
+
 TEST_CASE("double binary tree: two spanning trees, a leaf in one is inside the other",
           "[collectives][scale]") {
   // K = 8 as drawn in collectives.h.

@@ -437,3 +437,40 @@ TEST_CASE("search prices every layout of K workers and one global batch, the fas
   odd.pp = 1;
   CHECK_THROWS_WITH(searchLayouts(net, cluster, odd), Catch::Contains("--global-batch"));
 }
+
+TEST_CASE("search with --allreduce: hierarchical skips layouts whose groups do not fit the nodes",
+          "[pipeline][search]") {
+  const auto net = presetNetwork("tiny-gpt");
+  const auto cluster = test::presetCluster("dgx-h100");  // nodes of 8
+  SearchSpace space;
+  space.workers = 48;
+  space.globalBatch = 48;
+  space.base.gradientSync = AllreduceAlgorithm::kHierarchical;
+  const auto hier = searchLayouts(net, cluster, space);
+  space.base.gradientSync = AllreduceAlgorithm::kRing;
+  const auto ring = searchLayouts(net, cluster, space);
+  // Every hierarchical layout's tp x pp divides 8 or is a multiple of it;
+  // the ring also runs pp 3 (tp x pp 3, 6, 12), which splits groups.
+  bool ringHasThrees = false;
+  for (const auto& r : ring.rows)
+    ringHasThrees |= r.scenario.options.pp % 3 == 0 && dataParallelSize(r.scenario) > 1 &&
+                     (r.scenario.options.tp * r.scenario.options.pp) % 8 != 0;
+  CHECK(ringHasThrees);
+  REQUIRE(!hier.rows.empty());
+  CHECK(hier.enumerated < ring.enumerated);
+  for (const auto& r : hier.rows) {
+    const int s = r.scenario.options.tp * r.scenario.options.pp;
+    INFO(describeLayout(r.scenario));
+    CHECK((dataParallelSize(r.scenario) == 1 || s % 8 == 0 || 8 % s == 0));
+    CHECK(r.estimate.allreduce == "hierarchical");
+  }
+  // K not whole nodes: one error for the search.
+  space.base.gradientSync = AllreduceAlgorithm::kHierarchical;
+  space.workers = 12;
+  space.globalBatch = 12;
+  CHECK_THROWS_WITH(searchLayouts(net, cluster, space),
+                    Catch::StartsWith("--workers: the hierarchical allreduce needs whole nodes"));
+  // tree and the others would leave the tp, pp and ZeRO layouts out: refused.
+  space.base.gradientSync = AllreduceAlgorithm::kTree;
+  CHECK_THROWS_WITH(searchLayouts(net, cluster, space), Catch::StartsWith("--allreduce: search"));
+}

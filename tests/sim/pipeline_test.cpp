@@ -192,3 +192,84 @@ TEST_CASE("a pipeline with transfers is slower under contention, and runs on a C
   // two engines agree less closely than on a GPU.
   CHECK(r.estimate.step.value() == Approx(m.step.value()).epsilon(0.2));
 }
+
+TEST_CASE(
+    "hierarchical and auto data-parallel groups under tp, pp and ZeRO: sim equals model (1 %)",
+    "[sim][agreement][pipeline]") {
+  using S = PipelineSchedule;
+  const auto none = Recompute::kNone;
+  // Nodes of 8: data-parallel strides tp x pp of 1, 2, 4 (members of a group
+  // in each node) and 8 (one member per node, the rails alone).
+  const Case cases[] = {
+      {16, 2, 1, 1, S::k1f1b, 1, false, 0, none, true},
+      {16, 1, 1, 1, S::k1f1b, 1, false, 3, none, true},
+      {32, 2, 1, 1, S::k1f1b, 1, true, 2, none, true},
+      {16, 2, 2, 4, S::k1f1b, 1, false, 1, none, true},
+      {32, 1, 2, 4, S::kGpipe, 1, false, 0, none, true},
+      {32, 2, 4, 8, S::kInterleaved, 2, false, 0, none, false},
+      {24, 1, 1, 1, S::k1f1b, 1, false, 1, none, true},  // 3 nodes
+  };
+  for (const char* c : {"dgx-h100", "dgx-a100"}) {
+    const auto cl = presetCluster(c);
+    for (const char* name : {"tiny-gpt", "tiny-llama"})
+      for (const auto& x : cases)
+        for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kAuto}) {
+          if (std::string(name) == "tiny-llama" && x.tp > 2)
+            continue;  // 2 key/value heads
+          const auto net = presetNetwork(name);
+          auto sc = scenarioOf(x);
+          sc.options.gradientSync = a;
+          INFO(c << " " << name << " K " << x.k << " tp " << x.tp << " pp " << x.pp << " zero "
+                 << x.zero << " " << toString(a));
+          const auto model = estimate(net, cl, sc);
+          sim::Options o;
+          o.contention = false;
+          const auto sim =
+              sim::simulate(lowerToPlan(net, sc, cl, 0, PlanDetail::kFull), net, cl, o);
+          CHECK(sim.estimate.step.value() == Approx(model.step.value()).epsilon(0.01));
+          CHECK(sim.estimate.allreduce == model.allreduce);
+          if (a == AllreduceAlgorithm::kHierarchical)
+            CHECK(model.allreduce == "hierarchical");
+          else
+            CHECK_THAT(model.allreduce, Catch::StartsWith("auto: "));
+          // Bytes per rank: the flat ring's over the group, whichever ran.
+          auto ring = sc;
+          ring.options.gradientSync = AllreduceAlgorithm::kRing;
+          const auto flat = estimate(net, cl, ring);
+          for (int w = 0; w < x.k; w += x.tp) {
+            INFO("worker " << w);
+            const auto& mw = model.workers[static_cast<size_t>(w)];
+            const auto& sw = sim.estimate.workers[static_cast<size_t>(w)];
+            CHECK(sw.sent.value() == Approx(mw.sent.value()).epsilon(1e-9));
+            CHECK(sw.received.value() == Approx(mw.received.value()).epsilon(1e-9));
+            CHECK(mw.sent.value() ==
+                  Approx(flat.workers[static_cast<size_t>(w)].sent.value()).epsilon(1e-9));
+          }
+        }
+  }
+}
+
+TEST_CASE("hierarchical groups that do not fit the nodes are refused, naming --allreduce",
+          "[sim][pipeline]") {
+  const auto net = presetNetwork("tiny-llama");
+  const auto cl = presetCluster("dgx-h100");
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 24;
+  sc.batchPerWorker = 2;
+  sc.options.pp = 3;  // tp x pp = 3 on nodes of 8
+  sc.options.microbatches = 3;
+  sc.options.gradientSync = AllreduceAlgorithm::kHierarchical;
+  CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::StartsWith("--allreduce: hierarchical needs"));
+  CHECK_THROWS_WITH(lowerToPlan(net, sc, cl, 0, PlanDetail::kFull),
+                    Catch::StartsWith("--allreduce: hierarchical needs"));
+  // auto keeps the ring there.
+  sc.options.gradientSync = AllreduceAlgorithm::kAuto;
+  CHECK_THAT(estimate(net, cl, sc).allreduce,
+             Catch::StartsWith("auto: ring for ") && !Catch::Contains("hierarchical"));
+  // Without a cluster (the executor's plan) neither can be lowered.
+  CHECK_THROWS_AS(lowerToPlan(net, sc, 0), UserError);
+  // tree and the others stay refused with tp, pp or ZeRO.
+  sc.options.gradientSync = AllreduceAlgorithm::kTree;
+  CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::StartsWith("--allreduce: with --tp, --pp or"));
+}

@@ -104,32 +104,132 @@ CollectiveCost groupPhase(const Topology& topo, RankGroups g, Bytes n, const Com
 
 }  // namespace
 
-// Ring reduce-scatter in each group: (size-1) steps of n/size, each a
-// pipeline of send and add, as allReduceRing's first half.
-CollectiveCost groupReduceScatter(const Topology& topo, RankGroups groups, Bytes n,
-                                  const CommParams& p) {
-  return groupPhase(topo, groups, n, p, true);
+namespace {
+
+// Appends phase `x` after `c`: times and steps add, bytes add, the
+// bottleneck is the longer phase's.
+void appendPhase(CollectiveCost& c, const CollectiveCost& x, Seconds& longest) {
+  if (x.time > longest) {
+    longest = x.time;
+    c.bottleneckLink = x.bottleneckLink;
+    c.bottleneckUp = x.bottleneckUp;
+  }
+  c.time += x.time;
+  c.steps += x.steps;
+  if (c.sent.empty()) {
+    c.sent = x.sent;
+    c.received = x.received;
+    return;
+  }
+  for (size_t i = 0; i < x.sent.size(); ++i) {
+    c.sent[i] += x.sent[i];
+    c.received[i] += x.received[i];
+  }
 }
 
-// Ring all-gather in each group: (size-1) steps of n/size.
-CollectiveCost groupAllGather(const Topology& topo, RankGroups groups, Bytes n,
-                              const CommParams& p) {
-  return groupPhase(topo, groups, n, p, false);
+// Ring reduce-scatter (size-1 steps of n/size, each a pipeline of send and
+// add, as allReduceRing's first half), all-gather (size-1 steps of n/size),
+// or the two (allreduce):
+//   T = 2 (size-1) (alpha + n/(size beta)) + (size-1)/size n gamma  (unsegmented allreduce)
+CollectiveCost groupRing(const Topology& topo, RankGroups g, GroupOp op, Bytes n,
+                         const CommParams& p) {
+  if (op == GroupOp::kReduceScatter)
+    return groupPhase(topo, g, n, p, true);
+  if (op == GroupOp::kAllGather)
+    return groupPhase(topo, g, n, p, false);
+  auto c = groupPhase(topo, g, n, p, true);
+  Seconds longest = c.time;  // the two phases share one step pattern
+  appendPhase(c, groupPhase(topo, g, n, p, false), longest);
+  return c;
 }
 
-// Ring allreduce in each group: the reduce-scatter, then the all-gather.
-//   T = 2 (size-1) (alpha + n/(size beta)) + (size-1)/size n gamma  (unsegmented)
-CollectiveCost groupAllReduce(const Topology& topo, RankGroups groups, Bytes n,
-                              const CommParams& p) {
-  auto c = groupPhase(topo, groups, n, p, true);
-  const auto g = groupPhase(topo, groups, n, p, false);
-  c.time += g.time;
-  c.steps += g.steps;
-  for (size_t i = 0; i < c.sent.size(); ++i) {
-    c.sent[i] += g.sent[i];
-    c.received[i] += g.received[i];
+// Hierarchical (hierarchicalLevels): reduce-scatter inside, reduce-scatter
+// across on the inner chunk n/m; all-gather across, then inside.
+//   allreduce T = 2 (m-1) (alpha_1 + n/(m beta_1)) + (m-1)/m n gamma
+//               + 2 (N-1) (alpha_2 + n/(m N beta_2)) + (N-1)/(m N) n gamma
+CollectiveCost groupHierarchical(const Topology& topo, RankGroups g, GroupOp op, Bytes n,
+                                 const CommParams& p) {
+  const auto [inner, outer] = hierarchicalLevels(topo, g);
+  const Bytes chunk = n / inner.size();
+  CollectiveCost c = p.countBytes ? empty(topo) : CollectiveCost{};
+  Seconds longest;
+  if (op != GroupOp::kAllGather) {
+    appendPhase(c, groupPhase(topo, inner, n, p, true), longest);
+    appendPhase(c, groupPhase(topo, outer, chunk, p, true), longest);
+  }
+  if (op != GroupOp::kReduceScatter) {
+    appendPhase(c, groupPhase(topo, outer, chunk, p, false), longest);
+    appendPhase(c, groupPhase(topo, inner, n, p, false), longest);
   }
   return c;
+}
+
+bool hierarchicalApplies(const Topology& topo, RankGroups g) {
+  const int node = topo.nodeSize();
+  return topo.workers() % node == 0 && g.span % node == 0 &&
+         (g.stride % node == 0 || node % g.stride == 0);
+}
+
+}  // namespace
+
+GroupLevels hierarchicalLevels(const Topology& topo, RankGroups g) {
+  const int k = topo.workers(), node = topo.nodeSize();
+  if (k % node != 0 || g.span % node != 0)
+    throw OptionError("--workers",
+                      fmt::format("the hierarchical allreduce needs whole nodes: {} workers on "
+                                  "nodes of {} devices (cluster '{}'); use a multiple of {}, or "
+                                  "--allreduce ring",
+                                  k, node, topo.cluster().name, node));
+  if (g.stride % node == 0)  // one member per node: the rails' rings alone
+    return {RankGroups{1, 1}, RankGroups{g.span, g.stride}};
+  if (node % g.stride != 0)
+    throw OptionError(
+        "--allreduce",
+        fmt::format("hierarchical needs each node to hold whole tensor x pipeline groups or each "
+                    "such group to fill whole nodes: tp x pp = {} on nodes of {} devices "
+                    "(cluster '{}') splits groups across nodes; use --allreduce ring, or a tp x pp "
+                    "that divides {} or is a multiple of it",
+                    g.stride, node, topo.cluster().name, node));
+  return {RankGroups{node, g.stride}, RankGroups{g.span, node}};
+}
+
+AllreduceAlgorithm chooseGroupAlgorithm(const Topology& topo, RankGroups g, GroupOp op, Bytes n,
+                                        const CommParams& p) {
+  if (g.algorithm != AllreduceAlgorithm::kAuto)
+    return g.algorithm;
+  if (g.size() <= 1 || !hierarchicalApplies(topo, g))
+    return AllreduceAlgorithm::kRing;
+  CommParams timeOnly = p;
+  timeOnly.countBytes = false;
+  const Seconds ring = groupRing(topo, g, op, n, timeOnly).time;
+  const Seconds hier = groupHierarchical(topo, g, op, n, timeOnly).time;
+  return hier < ring ? AllreduceAlgorithm::kHierarchical : AllreduceAlgorithm::kRing;
+}
+
+CollectiveCost groupCollective(const Topology& topo, RankGroups g, GroupOp op, Bytes n,
+                               const CommParams& p) {
+  const auto a = chooseGroupAlgorithm(topo, g, op, n, p);
+  STRATA_ENFORCE(a == AllreduceAlgorithm::kRing || a == AllreduceAlgorithm::kHierarchical);
+  auto c = a == AllreduceAlgorithm::kHierarchical && g.size() > 1
+               ? groupHierarchical(topo, g, op, n, p)
+               : groupRing(topo, g, op, n, p);
+  c.algorithm = std::string(toString(a));
+  return c;
+}
+
+CollectiveCost groupReduceScatter(const Topology& topo, RankGroups groups, Bytes n,
+                                  const CommParams& p) {
+  return groupCollective(topo, groups, GroupOp::kReduceScatter, n, p);
+}
+
+CollectiveCost groupAllGather(const Topology& topo, RankGroups groups, Bytes n,
+                              const CommParams& p) {
+  return groupCollective(topo, groups, GroupOp::kAllGather, n, p);
+}
+
+CollectiveCost groupAllReduce(const Topology& topo, RankGroups groups, Bytes n,
+                              const CommParams& p) {
+  return groupCollective(topo, groups, GroupOp::kAllReduce, n, p);
 }
 
 CollectiveCost pointToPoint(const Topology& topo, int src, int dst, Bytes n) {

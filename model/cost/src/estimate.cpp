@@ -504,12 +504,15 @@ void checkShardingOptions(const Network& network, const Scenario& sc) {
   if (const auto why = tensorParallelObstacle(network, o.tp, o.sequenceParallel); !why.empty())
     throw OptionError(o.sequenceParallel ? "--sequence-parallel" : "--tp",
                       fmt::format("{} ({})", why, network.sourceFile));
-  if ((o.tp > 1 || o.zero > 0 || o.pp > 1) && o.gradientSync != AllreduceAlgorithm::kRing)
+  if ((o.tp > 1 || o.zero > 0 || o.pp > 1) && o.gradientSync != AllreduceAlgorithm::kRing &&
+      o.gradientSync != AllreduceAlgorithm::kHierarchical &&
+      o.gradientSync != AllreduceAlgorithm::kAuto)
     throw OptionError(
         "--allreduce",
-        fmt::format("with --tp, --pp or --zero the data-parallel groups synchronise over "
-                    "rings (reduce-scatter, all-gather); --allreduce {} applies "
-                    "without them",
+        fmt::format("with --tp, --pp or --zero the data-parallel groups synchronise by "
+                    "reduce-scatter and all-gather, over rings (ring), a ring inside each node "
+                    "and one per rail across them (hierarchical), or the cheaper of the two "
+                    "for each buffer (auto); --allreduce {} applies without them",
                     toString(o.gradientSync)));
   if (o.recompute == Recompute::kSelective &&
       std::none_of(network.layers.begin(), network.layers.end(),

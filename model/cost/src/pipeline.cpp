@@ -200,7 +200,7 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
   const TpLayout tp = tensorParallelLayout(ctx.net, o.tp, o.sequenceParallel);
   const auto lay = pipelineLayout(ctx, tp);
   const int q = lay.chunks(), p = lay.p, m = lay.m;
-  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t * p};
+  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t * p, gradientAllreduce(ctx.sc)};
   const ShardedLayers layers{ctx, tp, tpGroups};
 
   // One micro-batch through each chunk, forward and backward, alone.

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "strata/model/collectives.h"
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/pipeline.h"
@@ -113,6 +115,24 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
   const int node = workersPerNode(cluster, k);
   const int maxChunks = static_cast<int>(pipelineCutPoints(net).size()) + 1;
 
+  const auto sync = space.base.gradientSync;
+  if (sync != AllreduceAlgorithm::kRing && sync != AllreduceAlgorithm::kHierarchical &&
+      sync != AllreduceAlgorithm::kAuto)
+    throw OptionError("--allreduce",
+                      fmt::format("search tries tensor, pipeline and ZeRO layouts, whose "
+                                  "data-parallel groups synchronise by ring, hierarchical or auto; "
+                                  "{} would leave plain data parallelism alone (price it with "
+                                  "strata predict)",
+                                  toString(sync)));
+  // --allreduce hierarchical: K must be whole nodes (else no layout can
+  // run it: the one error); a layout whose tp x pp neither divides nor fills
+  // a node cannot, and is skipped as any other combination K cannot take.
+  std::optional<Topology> topo;
+  if (space.base.gradientSync == AllreduceAlgorithm::kHierarchical) {
+    topo.emplace(cluster, k);
+    (void)hierarchicalLevels(*topo, RankGroups{k, 1, AllreduceAlgorithm::kHierarchical});
+  }
+
   std::vector<Scenario> layouts;
   std::vector<int> tps;
   for (int t = 1; t <= std::min(node, kMaxTensorParallel); t *= 2)
@@ -171,6 +191,8 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
                 sc.options.recompute = r;
                 try {
                   checkScenario(net, sc);
+                  if (topo && dp > 1)
+                    (void)hierarchicalLevels(*topo, RankGroups{k, t * p, sc.options.gradientSync});
                 } catch (const UserError&) {
                   continue;  // a combination this network or K cannot take
                 }

@@ -22,7 +22,7 @@ Seconds shardedStep(const Context& ctx, Tally& t, RoundInfo& info, Seconds& firs
   const int n = static_cast<int>(net.layers.size());
   const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
   const int dp = dataParallelSize(ctx.sc);
-  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t};
+  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t, gradientAllreduce(ctx.sc)};
   const double e = ctx.e;
   StepTasks s(ctx, t);
   const ShardedLayers layers{ctx, tp, tpGroups};
@@ -155,10 +155,11 @@ void GradientSyncs::sync(double params, std::vector<int> deps) {
     return;
   const Bytes bytes(params * ctx_.e);
   CollectiveCost c;
-  if (sharded_) {
-    c = groupReduceScatter(ctx_.topo, dpGroups_, bytes, ctx_.comm);
-  } else if (ringGroups_) {
-    c = groupAllReduce(ctx_.topo, dpGroups_, bytes, ctx_.comm);
+  if (sharded_ || ringGroups_) {
+    c = sharded_ ? groupReduceScatter(ctx_.topo, dpGroups_, bytes, ctx_.comm)
+                 : groupAllReduce(ctx_.topo, dpGroups_, bytes, ctx_.comm);
+    if (dpGroups_.algorithm == AllreduceAlgorithm::kAuto)
+      t_.picks.emplace_back(c.algorithm, bytes.value());
   } else {
     c = allReduce(ctx_.topo, gradientAllreduce(ctx_.sc), bytes, ctx_.comm);
     t_.picks.emplace_back(c.algorithm, bytes.value());
@@ -298,10 +299,27 @@ std::string describePlacement(const Topology& topo, const Scenario& sc) {
     parts.push_back(fmt::format("pipelines of {} stages{} over {}", p,
                                 t > 1 ? fmt::format(" {} workers apart", t) : std::string(),
                                 over(0, (p - 1) * t)));
-  if (dp > 1)
-    parts.push_back(fmt::format("data-parallel groups of {} workers{} over {}", dp,
+  if (dp > 1) {
+    // How they synchronise where --allreduce says hierarchical (auto: where
+    // it applies, per buffer).
+    std::string how;
+    const RankGroups groups{sc.workers, t * p, gradientAllreduce(sc)};
+    if (groups.algorithm == AllreduceAlgorithm::kHierarchical) {
+      const auto [inner, outer] = hierarchicalLevels(topo, groups);
+      how = inner.size() > 1
+                ? fmt::format(
+                      ", synchronised hierarchically: {} per node over {}, then one ring "
+                      "per rail across {} nodes over {}",
+                      inner.size(), over(0, inner.stride * (inner.size() - 1)), outer.size(),
+                      over(0, outer.stride * (outer.size() - 1)))
+                : ", one per node: a ring per rail (hierarchical)";
+    } else if (groups.algorithm == AllreduceAlgorithm::kAuto) {
+      how = ", each buffer synchronised by ring or hierarchically, whichever is cheaper (auto)";
+    }
+    parts.push_back(fmt::format("data-parallel groups of {} workers{} over {}{}", dp,
                                 t * p > 1 ? fmt::format(" {} apart", t * p) : std::string(),
-                                over(0, (dp - 1) * t * p)));
+                                over(0, (dp - 1) * t * p), how));
+  }
   if (o.zero > 0)
     parts.push_back(fmt::format("ZeRO-{} ({} sharded over each data-parallel group)", o.zero,
                                 o.zero == 1   ? "optimizer states"

@@ -274,35 +274,62 @@ class Builder {
     return last;
   }
 
-  // Ring collectives inside groups, every group at once (collectives.cpp's
-  // groupReduceScatter, groupAllGather, groupAllReduce): n is one rank's
-  // whole buffer, cut in size chunks. A group of one moves nothing: returns -1.
-  enum class GroupOp { kReduceScatter, kAllGather, kAllReduce };
+  // Collectives inside groups, every group at once (collectives.cpp's
+  // groupCollective): n is one rank's whole buffer. g.algorithm kRing: one
+  // ring per group, cut in size chunks; kHierarchical: hierarchicalLevels'
+  // inner ring on n and outer ring on n / inner size, reduce-scatters
+  // inside then across, all-gathers across then inside; kAuto: the model's
+  // pick for this buffer (chooseGroupAlgorithm), a weight-gradient sync's
+  // pick noted in `picks`. A group of one moves nothing: returns -1.
+  using GroupOp = strata::GroupOp;
   // `only`: the groups of one pipeline stage.
   int groupCollective(GroupOp op, RankGroups g, Bytes n, BufferKind buffer, int firstLayer,
                       int lastLayer, const Deps& start, const Members& only = {}) {
     const int size = g.size();
     if (size <= 1)
       return -1;
-    const Bytes chunk = n / size;
+    AllreduceAlgorithm algorithm = g.algorithm;
+    if (algorithm == AllreduceAlgorithm::kAuto) {
+      algorithm = chooseGroupAlgorithm(topology("auto"), g, op, n, comm_);
+      if (buffer == BufferKind::kWeightGradients && op != GroupOp::kAllGather)
+        picks.emplace_back(toString(algorithm), n.value());
+    }
+    // {inner, outer}: the ring alone is an outer level of g itself.
+    GroupLevels levels{RankGroups{1, 1}, g};
+    if (algorithm == AllreduceAlgorithm::kHierarchical)
+      levels = hierarchicalLevels(topology("hierarchical"), g);
+    const auto& [inner, outer] = levels;
+    const Bytes chunk = n / inner.size();  // what the outer level carries
     Collective c;
     c.allreduce = AllreduceAlgorithm::kRing;  // its window in the simulator's lanes
     c.algorithm = op == GroupOp::kReduceScatter ? "reduce-scatter"
                   : op == GroupOp::kAllGather   ? "allgather"
-                                                : "ring";
+                                                : std::string(toString(algorithm));
+    if (algorithm == AllreduceAlgorithm::kHierarchical && op != GroupOp::kAllReduce)
+      c.algorithm = "hierarchical " + c.algorithm;
     c.buffer = buffer;
     c.bytes = n;
     c.firstLayer = firstLayer;
     c.lastLayer = lastLayer;
     c.round = round_;
     c.parts = size;
-    c.segments = segmentCount(chunk, segment_);
+    c.segments = segmentCount(inner.size() > 1 ? n / inner.size() : chunk / outer.size(), segment_);
     begin(c);
+    auto phase = [&](RankGroups level, Bytes whole, bool reduceScatter, int after) {
+      if (level.size() <= 1)
+        return after;
+      return ringPhase(level.span, level.stride, whole / level.size(), reduceScatter, after, start,
+                       only);
+    };
     int last = -1;
-    if (op != GroupOp::kAllGather)
-      last = ringPhase(g.span, g.stride, chunk, true, -1, start, only);
-    if (op != GroupOp::kReduceScatter)
-      last = ringPhase(g.span, g.stride, chunk, false, last, start, only);
+    if (op != GroupOp::kAllGather) {
+      last = phase(inner, n, true, last);
+      last = phase(outer, chunk, true, last);
+    }
+    if (op != GroupOp::kReduceScatter) {
+      last = phase(outer, chunk, false, last);
+      last = phase(inner, n, false, last);
+    }
     return end(last);
   }
 
@@ -617,7 +644,7 @@ class Builder {
 };
 
 // The group collective a tensor-parallel layer's TpComm is.
-inline Builder::GroupOp groupOpOf(TpCollective c) {
+inline GroupOp groupOpOf(TpCollective c) {
   switch (c) {
     case TpCollective::kReduceScatter:
       return Builder::GroupOp::kReduceScatter;

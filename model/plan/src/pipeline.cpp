@@ -35,7 +35,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   STRATA_ENFORCE(static_cast<int>(chunks.size()) == q + 1);
   const int dp = dataParallelSize(sc);
   const double e = elementBytes(o.element), examples = sc.batchPerWorker;
-  const RankGroups tpGroups{t, 1}, dpGroups{k, t * p};
+  const RankGroups tpGroups{t, 1}, dpGroups{k, t * p, gradientAllreduce(sc)};
   const bool sharded = o.zero >= 1 && dp > 1;
   const bool ringGroups = t > 1 || o.zero >= 1 || p > 1;
   auto stageOf = [&](int j) { return j % p; };

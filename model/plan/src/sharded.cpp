@@ -17,7 +17,7 @@ void lowerSharded(Builder& b, const Network& net, const Scenario& sc) {
   const int n = static_cast<int>(net.layers.size());
   const TpLayout tp = tensorParallelLayout(net, o.tp, o.sequenceParallel);
   const int dp = dataParallelSize(sc);
-  const RankGroups tpGroups{tp.t, 1}, dpGroups{sc.workers, tp.t};
+  const RankGroups tpGroups{tp.t, 1}, dpGroups{sc.workers, tp.t, gradientAllreduce(sc)};
   const double e = elementBytes(o.element);
   const double examples = sc.batchPerWorker;
   const int workers = b.computeWorkers();

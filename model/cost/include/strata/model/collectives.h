@@ -82,17 +82,54 @@ CollectiveCost allGather(const Topology& topo, Bytes perRank, bool ring);
 CollectiveCost reduceScatter(const Topology& topo, Bytes n, const CommParams& p, bool ring);
 // Every rank sends n distinct bytes to every other rank.
 CollectiveCost allToAll(const Topology& topo, Bytes perPair);
-// Ring collectives inside groups of ranks, every group at once: the groups
-// are the rings of Topology::ringStep(span, stride). Span t, stride 1: the
+// Collectives inside groups of ranks, every group at once: the groups are
+// the rings of Topology::ringStep(span, stride). Span t, stride 1: the
 // consecutive t-rank groups of tensor parallelism; span K, stride t: the
 // ranks equal mod t, the data-parallel groups across them. n is the whole
 // buffer of one rank: a reduce-scatter leaves each rank n/size summed, an
 // all-gather gathers n from size pieces of n/size, an allreduce is the two.
+//
+// `algorithm` says how each group runs them (--allreduce with --tp, --pp or
+// --zero): kRing, one ring per group; kHierarchical, two levels (see
+// hierarchicalLevels): inside each node among the group's members there,
+// then across the nodes one ring per rail, and back; kAuto: whichever of the
+// two is cheaper for the buffer (ring where hierarchical does not apply).
 struct RankGroups {
   int span = 1;
   int stride = 1;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
   int size() const { return span / stride; }
 };
+enum class GroupOp { kReduceScatter, kAllGather, kAllReduce };
+
+// The hierarchical levels of data-parallel groups of stride s on nodes of G
+// devices, K = span workers:
+//
+//   G = 8, s = 2 (tp 2): node 0: r0 r2 r4 r6 | r1 r3 r5 r7   node 1: r8 ...
+//     inner {G, s}: each node's G/s members of a group, a ring of G/s (NVLink)
+//     outer {K, G}: the ranks equal mod G, one per node, a ring per rail
+//   s a multiple of G (tp x pp fills nodes): a group has one member per node;
+//     inner is empty (size 1), outer the groups themselves (the rails' rings)
+//
+// Reduce-scatter: inner on n, then outer on n / (G/s), leaving n / dp on each
+// rank; all-gather: the reverse; allreduce: reduce-scatter then all-gather.
+// Throws OptionError when K is not whole nodes or neither of s and G divides
+// the other.
+struct GroupLevels {
+  RankGroups inner, outer;
+};
+GroupLevels hierarchicalLevels(const Topology& topo, RankGroups groups);
+
+// kAuto resolved for one buffer: kHierarchical where it applies and is
+// strictly cheaper than the ring, else kRing. Other algorithms are returned
+// as they are.
+AllreduceAlgorithm chooseGroupAlgorithm(const Topology& topo, RankGroups groups, GroupOp op,
+                                        Bytes n, const CommParams& p);
+
+// `groups.algorithm`'s collective (CollectiveCost::algorithm: what ran, "ring"
+// or "hierarchical").
+CollectiveCost groupCollective(const Topology& topo, RankGroups groups, GroupOp op, Bytes n,
+                               const CommParams& p);
 CollectiveCost groupReduceScatter(const Topology& topo, RankGroups groups, Bytes n,
                                   const CommParams& p);
 CollectiveCost groupAllGather(const Topology& topo, RankGroups groups, Bytes n,
