@@ -206,6 +206,10 @@ void ScenarioFlags::add(CLI::App* app) {
          "ring with --pp 2+: where each chunk after the first starts, pp x virtual stages - 1 "
          "comma-separated layer or block names (e.g. h.7,h.13,h.20; default: balanced by the "
          "model)");
+  option("--placement", placement,
+         "ring with --pp 2+: the order of the ranks, innermost first, tp,pp,dp (a replica's "
+         "stages side by side; default) or tp,dp,pp (a stage's replicas side by side, the "
+         "stages outermost)");
 }
 
 Scenario ScenarioFlags::scenario(const std::string& strategy, const std::string& workers) const {
@@ -293,6 +297,8 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
       throw OptionError("--stage-starts", fmt::format("gives {} starts, more than any pipeline has",
                                                       o.stageStarts.size()));
   }
+  if (!placement.empty())
+    o.placement = parsePlacement(placement, "--placement");
   if (!threadsPerWorker.empty()) {
     int v = 0;
     const auto& t = threadsPerWorker;
@@ -328,7 +334,8 @@ std::vector<OptionKey> ScenarioFlags::given() const {
       {OptionKey::kMicrobatches, &microbatches},
       {OptionKey::kSchedule, &schedule},
       {OptionKey::kVirtualStages, &virtualStages},
-      {OptionKey::kStageStarts, &stageStarts}};
+      {OptionKey::kStageStarts, &stageStarts},
+      {OptionKey::kPlacement, &placement}};
   std::vector<OptionKey> out;
   for (const auto& [key, text] : fields)
     if (!text->empty())

@@ -79,6 +79,7 @@ struct ScenarioFlags {
   std::string schedule;
   std::string virtualStages;
   std::string stageStarts;
+  std::string placement;
   std::string segment;
   std::string bucket;
   std::string element;

@@ -139,6 +139,8 @@ std::string optionValueText(OptionKey key, const StrategyOptions& o) {
       return std::to_string(o.virtualStages);
     case OptionKey::kStageStarts:
       return fmt::format("{}", fmt::join(o.stageStarts, ","));
+    case OptionKey::kPlacement:
+      return std::string(toString(o.placement));
   }
   return "?";
 }

@@ -2437,7 +2437,7 @@ TEST_CASE("the data-parallel groups of tp and pp synchronise hierarchically or b
   checkUserError(
       runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k", "48", "-b", "2",
                  "--pp", "3", "--microbatches", "3", "--allreduce", "hierarchical"}),
-      {"--allreduce", "tp x pp = 3 on nodes of 8 devices"});
+      {"--allreduce", "groups of ranks 3 apart on nodes of 8 devices"});
   checkUserError(with({"--allreduce", "tree"}), {"--allreduce", "tree applies without them"});
   // The executor runs one level of workers: refused before anything runs.
   checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "4", "-b", "2", "--tp",
@@ -2532,6 +2532,60 @@ TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pi
                                       "--microbatches", "3", "--steps", "2"});
   CHECK(accumulated.status == 0);
   CHECK_THAT(accumulated.output, Catch::Contains("global batch 12"));
+}
+
+TEST_CASE("placement orders the stages and replicas in every engine", "[cli][pipeline]") {
+  const std::vector<std::string> base = {
+      "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring",           "-k",
+      "16", "--pp",     "2",  "-b",       "2",  "--microbatches", "4"};
+  auto run = [&](const char* command, std::vector<std::string> extra) {
+    std::vector<std::string> args{command};
+    args.insert(args.end(), base.begin(), base.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return runStrata(args);
+  };
+  const auto p = run("predict", {"--placement", "tp,dp,pp"});
+  INFO(p.output);
+  REQUIRE(p.status == 0);
+  CHECK_THAT(p.output, Catch::Contains("K = 16 = dp 8 x tp 1 x pp 2 (ranks tp,dp,pp); pipelines "
+                                       "of 2 stages 8 apart over infiniband links; data-parallel "
+                                       "groups of 8 workers over nvswitch links"));
+  const auto j = run("simulate", {"--placement", "tp,dp,pp", "--format", "json"});
+  REQUIRE(j.status == 0);
+  CHECK(json::parse(j.output)["options"]["placement"] == "tp,dp,pp");
+  // The default order is not written.
+  const auto d = run("predict", {"--format", "json"});
+  REQUIRE(d.status == 0);
+  CHECK_FALSE(json::parse(d.output)["options"].contains("placement"));
+  checkUserError(run("predict", {"--placement", "dp,tp,pp"}),
+                 {"--placement: unknown placement 'dp,tp,pp' (expected tp,pp,dp or tp,dp,pp"});
+  checkUserError(runStrata({"predict", "-n", "tiny-gpt", "-c", "dgx-h100", "-s", "ring", "-k", "4",
+                            "--placement", "tp,dp,pp"}),
+                 {"--placement: applies with --pp 2 or more only"});
+  // The executor runs it: the stages' ranks as the plan places them.
+  const auto r = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "4", "-b", "2", "--pp",
+                            "2", "--microbatches", "2", "--placement", "tp,dp,pp", "--steps", "2"});
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("global batch 8"));
+  // search orders every pipelined layout so, and keeps the others.
+  const auto s = runStrata({"search", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8",
+                            "--global-batch", "16", "--placement", "tp,dp,pp", "--format", "json"});
+  REQUIRE(s.status == 0);
+  bool piped = false, flat = false;
+  const auto rows = json::parse(s.output)["rows"];
+  for (const auto& row : rows) {
+    const auto& o = row["options"];
+    if (o["pp"].get<int>() > 1) {
+      piped = true;
+      CHECK(o["placement"] == "tp,dp,pp");
+    } else {
+      flat = true;
+      CHECK_FALSE(o.contains("placement"));
+    }
+  }
+  CHECK(piped);
+  CHECK(flat);
 }
 
 TEST_CASE("strata search lists the layouts best first, in a table, JSON and CSV",
@@ -2703,4 +2757,9 @@ TEST_CASE("experiment files take tp, sequence_parallel, zero and recompute",
   CHECK(cut.status == 0);
   checkExperimentError("stage-starts-bad.yaml", 10, "options.stage_starts",
                        "stage_starts: [h.2.attn]");
+  // The rank order from the file, and one it does not know.
+  const auto placed = runStrata({"compare", data("experiments/placement.yaml")});
+  INFO(placed.output);
+  CHECK(placed.status == 0);
+  checkExperimentError("placement-bad.yaml", 10, "options.placement", "placement: dp,tp,pp");
 }

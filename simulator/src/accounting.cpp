@@ -266,13 +266,13 @@ Result Engine::assemble() {
   const Intervals all = merged(allComm_);
   const MemoryUse memRoot = estimateMemory(net_, cluster_, sc, 0);
   const MemoryUse memOther = k_ > 1 ? estimateMemory(net_, cluster_, sc, 1) : memRoot;
-  // A pipeline's stages hold different layers: worker w is on stage w / tp
-  // mod pp.
+  // A pipeline's stages hold different layers: worker w is on stage
+  // RankLayout::stage(w).
   const bool piped = usesPipeline(sc.options);
   std::vector<MemoryUse> memStage;
   if (piped)
     for (int s = 0; s < sc.options.pp; ++s)
-      memStage.push_back(estimateMemory(net_, cluster_, sc, s * sc.options.tp));
+      memStage.push_back(estimateMemory(net_, cluster_, sc, rankLayoutOf(sc).rank(0, s, 0)));
   est.workers.resize(static_cast<size_t>(k_));
   bool haveShared = false;
   double sharedC = 0, sharedHidden = 0;
@@ -311,7 +311,7 @@ Result Engine::assemble() {
     we.idle = max(Seconds(0), est.step - we.compute.total() - we.exposedCommunication);
     we.sent = Bytes((allSent_ + sent_[wi]) * perStep);
     we.received = Bytes((allReceived_ + received_[wi]) * perStep);
-    we.memory = piped    ? memStage[static_cast<size_t>(w / sc.options.tp % sc.options.pp)]
+    we.memory = piped    ? memStage[static_cast<size_t>(rankLayoutOf(sc).stage(w))]
                 : w == 0 ? memRoot
                          : memOther;
     if (we.memory.total() > cluster_.device.memoryCapacity)

@@ -12,29 +12,32 @@ using nlohmann::ordered_json;
 
 ordered_json optionsJson(const StrategyOptions& o) {
   ordered_json j = {{"overlap", o.overlap},
-          {"fc_update", std::string(toString(o.fcUpdate))},
-          {"segment_bytes", o.segment.value()},
-          {"bucket_bytes", o.bucket.value()},
-          {"element", std::string(toString(o.element))},
-          {"optimizer", std::string(toString(o.optimizer))},
-          {"allreduce", std::string(toString(o.gradientSync))},
-          {"conv_sync", std::string(toString(o.convSync))},
-          {"ps_priority", std::string(toString(o.psPriority))},
-          {"staleness", o.staleness},
-          {"ps_servers", o.psServers},
-          {"ps_node", o.psNode},
-          {"threads_per_worker", o.threadsPerWorker},
-          {"tp", o.tp},
-          {"sequence_parallel", o.sequenceParallel},
-          {"zero", o.zero},
-          {"recompute", std::string(toString(o.recompute))},
-          {"pp", o.pp},
-          {"microbatches", o.microbatches},
-          {"schedule", std::string(toString(o.schedule))},
-          {"virtual_stages", o.virtualStages}};
+                    {"fc_update", std::string(toString(o.fcUpdate))},
+                    {"segment_bytes", o.segment.value()},
+                    {"bucket_bytes", o.bucket.value()},
+                    {"element", std::string(toString(o.element))},
+                    {"optimizer", std::string(toString(o.optimizer))},
+                    {"allreduce", std::string(toString(o.gradientSync))},
+                    {"conv_sync", std::string(toString(o.convSync))},
+                    {"ps_priority", std::string(toString(o.psPriority))},
+                    {"staleness", o.staleness},
+                    {"ps_servers", o.psServers},
+                    {"ps_node", o.psNode},
+                    {"threads_per_worker", o.threadsPerWorker},
+                    {"tp", o.tp},
+                    {"sequence_parallel", o.sequenceParallel},
+                    {"zero", o.zero},
+                    {"recompute", std::string(toString(o.recompute))},
+                    {"pp", o.pp},
+                    {"microbatches", o.microbatches},
+                    {"schedule", std::string(toString(o.schedule))},
+                    {"virtual_stages", o.virtualStages}};
   // Only when given: the cut the user chose.
   if (!o.stageStarts.empty())
     j["stage_starts"] = o.stageStarts;
+  // Only where it is not the default order.
+  if (o.placement != Placement::kTpPpDp)
+    j["placement"] = std::string(toString(o.placement));
   return j;
 }
 

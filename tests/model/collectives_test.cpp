@@ -332,7 +332,7 @@ TEST_CASE("hierarchical data-parallel groups: each node's members, then one ring
     FAIL("expected an OptionError");
   } catch (const OptionError& e) {
     CHECK_THAT(e.what(), Catch::StartsWith("--allreduce: ") &&
-                             Catch::Contains("tp x pp = 3 on nodes of 4 devices"));
+                             Catch::Contains("groups of ranks 3 apart on nodes of 4 devices"));
   }
   CHECK(groupAllReduce(t, RankGroups{12, 3, AllreduceAlgorithm::kAuto}, kN, p).algorithm == "ring");
   // Not whole nodes: refused naming --workers.

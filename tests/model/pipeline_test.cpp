@@ -474,3 +474,54 @@ TEST_CASE("search with --allreduce: hierarchical skips layouts whose groups do n
   space.base.gradientSync = AllreduceAlgorithm::kTree;
   CHECK_THROWS_WITH(searchLayouts(net, cluster, space), Catch::StartsWith("--allreduce: search"));
 }
+
+TEST_CASE("RankLayout: both placements place every (replica, stage, lane) on one rank",
+          "[pipeline][placement]") {
+  for (auto order : {Placement::kTpPpDp, Placement::kTpDpPp})
+    for (int tp : {1, 2, 3})
+      for (int pp : {1, 2, 5})
+        for (int dp : {1, 2, 3, 4}) {
+          const RankLayout lay{tp, pp, dp, order};
+          INFO(toString(order) << " tp " << tp << " pp " << pp << " dp " << dp);
+          std::vector<int> seen(static_cast<size_t>(tp * pp * dp), 0);
+          for (int d = 0; d < dp; ++d)
+            for (int s = 0; s < pp; ++s)
+              for (int i = 0; i < tp; ++i) {
+                const int r = lay.rank(d, s, i);
+                // The closed forms of strategy.h's comment.
+                CHECK(r == (order == Placement::kTpPpDp ? (d * pp + s) * tp + i
+                                                        : (s * dp + d) * tp + i));
+                REQUIRE(r >= 0);
+                REQUIRE(r < tp * pp * dp);
+                ++seen[static_cast<size_t>(r)];
+                CHECK(lay.stage(r) == s);
+                CHECK(lay.replica(r) == d);
+                CHECK(r % tp == i);
+                // The next stage is stageDistance on; the data-parallel
+                // group is the ring of span, stride that holds r.
+                if (s + 1 < pp)
+                  CHECK(lay.rank(d, s + 1, i) == r + lay.stageDistance());
+                if (d + 1 < dp)
+                  CHECK(lay.rank(d + 1, s, i) == r + lay.dpStride());
+                CHECK(r / lay.dpSpan() == lay.rank(0, s, i) / lay.dpSpan());
+              }
+          for (int n : seen)
+            CHECK(n == 1);
+        }
+  // tp,pp,dp stays the default; a file or flag names the other.
+  CHECK(StrategyOptions{}.placement == Placement::kTpPpDp);
+  CHECK(parsePlacement("tp,dp,pp", "--placement") == Placement::kTpDpPp);
+  CHECK_THROWS_WITH(parsePlacement("dp,tp,pp", "--placement"),
+                    Catch::StartsWith("--placement: unknown placement 'dp,tp,pp'"));
+  // Without a pipeline the order means nothing: refused.
+  const auto net = presetNetwork("tiny-gpt");
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 4;
+  sc.batchPerWorker = 2;
+  sc.options.placement = Placement::kTpDpPp;
+  CHECK_THROWS_WITH(checkScenario(net, sc),
+                    Catch::StartsWith("--placement: applies with --pp 2 or more only"));
+  sc.options.pp = 2;
+  CHECK_NOTHROW(checkScenario(net, sc));
+}

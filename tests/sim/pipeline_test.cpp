@@ -273,3 +273,67 @@ TEST_CASE("hierarchical groups that do not fit the nodes are refused, naming --a
   sc.options.gradientSync = AllreduceAlgorithm::kTree;
   CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::StartsWith("--allreduce: with --tp, --pp or"));
 }
+
+TEST_CASE("placement tp,dp,pp: a stage's replicas side by side, sim equals model (1 %)",
+          "[sim][agreement][pipeline]") {
+  using S = PipelineSchedule;
+  const auto none = Recompute::kNone;
+  const Case cases[] = {
+      {16, 1, 2, 4, S::k1f1b, 1, false, 0, none, true},
+      {16, 2, 2, 4, S::kInterleaved, 2, true, 1, none, true},
+      {24, 1, 3, 3, S::kGpipe, 1, false, 1, Recompute::kFull, true},
+      {32, 2, 4, 8, S::k1f1b, 1, false, 0, none, false},
+  };
+  const auto cl = presetCluster("dgx-h100");  // nodes of 8
+  for (const char* name : {"tiny-gpt", "tiny-llama"})
+    for (const auto& x : cases)
+      for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHierarchical}) {
+        const auto net = presetNetwork(name);
+        auto sc = scenarioOf(x);
+        sc.options.placement = Placement::kTpDpPp;
+        sc.options.gradientSync = a;
+        INFO(name << " K " << x.k << " tp " << x.tp << " pp " << x.pp << " " << toString(a));
+        const auto model = estimate(net, cl, sc);
+        sim::Options o;
+        o.contention = false;
+        const auto sim = sim::simulate(lowerToPlan(net, sc, cl, 0, PlanDetail::kFull), net, cl, o);
+        CHECK(sim.estimate.step.value() == Approx(model.step.value()).epsilon(0.01));
+        CHECK(sim.estimate.pipelineBubble.value() ==
+              Approx(model.pipelineBubble.value()).epsilon(0.01).margin(1e-12));
+        const int dp = x.k / (x.tp * x.pp);
+        for (int w = 0; w < x.k; ++w) {
+          INFO("worker " << w);
+          const auto& mw = model.workers[static_cast<size_t>(w)];
+          const auto& sw = sim.estimate.workers[static_cast<size_t>(w)];
+          CHECK(sw.compute.total().value() == Approx(mw.compute.total().value()).epsilon(0.01));
+          CHECK(sw.sent.value() == Approx(mw.sent.value()).epsilon(1e-9));
+          CHECK(sw.received.value() == Approx(mw.received.value()).epsilon(1e-9));
+          // Worker w is on stage w / (tp dp): its stage's memory.
+          const auto& same = model.workers[static_cast<size_t>(w / (x.tp * dp) * x.tp * dp)];
+          CHECK(mw.memory.total().value() == same.memory.total().value());
+          CHECK(sw.memory.total().value() == Approx(mw.memory.total().value()).epsilon(1e-12));
+        }
+      }
+  // 16 H100s as dp 8 x pp 2: tp,dp,pp keeps each data-parallel group in a
+  // node and sends the boundary tensors over InfiniBand; tp,pp,dp the reverse.
+  const auto net = presetNetwork("tiny-gpt");
+  auto sc = scenarioOf({16, 1, 2, 4, S::k1f1b, 1, false, 0, none, true});
+  sc.options.placement = Placement::kTpDpPp;
+  const auto outer = estimate(net, cl, sc);
+  CHECK_THAT(outer.placement,
+             Catch::Contains("(ranks tp,dp,pp)") &&
+                 Catch::Contains("pipelines of 2 stages 8 apart over infiniband links") &&
+                 Catch::Contains("data-parallel groups of 8 workers over nvswitch links"));
+  sc.options.placement = Placement::kTpPpDp;
+  const auto inner = estimate(net, cl, sc);
+  CHECK_THAT(inner.placement,
+             Catch::Contains("pipelines of 2 stages over nvswitch links") &&
+                 Catch::Contains("data-parallel groups of 8 workers 2 apart over infiniband"));
+  // Replica d's stage s is rank 8 s + d in one, 2 d + s in the other: the
+  // same bytes, moved over other links.
+  for (int d = 0; d < 8; ++d)
+    for (int s = 0; s < 2; ++s)
+      CHECK(outer.workers[static_cast<size_t>(8 * s + d)].sent.value() ==
+            Approx(inner.workers[static_cast<size_t>(2 * d + s)].sent.value()).epsilon(1e-12));
+  CHECK(outer.step != inner.step);
+}

@@ -41,6 +41,7 @@ Worker::Worker(Communicator& comm, const Plan& plan, const Network& net, const R
       tp_(std::max(1, plan.scenario.options.tp)),
       pp_(std::max(1, plan.scenario.options.pp)),
       dp_(plan.scenario.workers / (tp_ * pp_)),
+      layout_(rankLayoutOf(plan.scenario)),
       dataset_(nn::SyntheticDataset::forNetwork(net, opt.seed)),
       backend_(opt.backend ? opt.backend(comm.rank())
                            : makeBackend(opt.device, "--device", gpuOfWorker(opt, comm.rank()),
@@ -194,18 +195,19 @@ void Worker::gatherShards() {
   for (const auto& t : plan_.tasks)
     if (t.kind == TaskKind::kUpdate && t.worker == w_ && t.part >= 0 && t.iteration == 0) {
       // Chunk `part` of the unit's parameters is this rank's, its position
-      // in its data-parallel group (ranks tp pp apart): a ring over the group.
+      // in its data-parallel group (the same stage and lane of every
+      // replica): a ring over the group.
       STRATA_ENFORCE_OP(t.shards, ==, dp_);
       STRATA_ENFORCE_OP(t.part, ==, replica());
       const auto all = paramsOf(t.layer, t.lastLayer);
       const auto n = static_cast<int64_t>(all.size());
-      const int group = tp_ * pp_, at = replica(), lane = w_ % group;
+      const int at = replica(), stage = layout_.stage(w_), lane = w_ % tp_;
       const auto wrap = [&](int i) { return ((i % dp_) + dp_) % dp_; };
+      const auto peer = [&](int d) { return layout_.rank(wrap(d), stage, lane); };
       for (int i = 1; i < dp_; ++i)
-        comm_.sendRecv(wrap(at + 1) * group + lane, kTagAllGather,
+        comm_.sendRecv(peer(at + 1), kTagAllGather,
                        std::span<const float>(sub(all, piece(n, dp_, wrap(at - i + 1)))),
-                       wrap(at - 1) * group + lane, kTagAllGather,
-                       sub(all, piece(n, dp_, wrap(at - i))));
+                       peer(at - 1), kTagAllGather, sub(all, piece(n, dp_, wrap(at - i))));
     }
 }
 

@@ -257,10 +257,12 @@ class Worker {
   bool owt_;
   int mp_;
   // Tensor parallelism: workers per group (consecutive ranks); pipeline
-  // stages; data-parallel replicas. Rank w = d tp pp + s tp + i: the tp pp
-  // workers of a replica share its examples (data-parallel rank w / (tp pp)).
+  // stages; data-parallel replicas. Rank w = layout_.rank(d, s, i) (--placement):
+  // the tp pp workers of a replica share its examples (data-parallel rank
+  // layout_.replica(w)).
   int tp_, pp_, dp_;
-  int replica() const { return w_ / (tp_ * pp_); }
+  RankLayout layout_;
+  int replica() const { return layout_.replica(w_); }
   nn::SyntheticDataset dataset_;
   std::unique_ptr<nn::Backend> backend_;  // this worker's, on RunOptions::device
   nn::Model model_;

@@ -137,7 +137,8 @@ Experiment loadExperiment(const std::string& path) {
                   "microbatches",
                   "schedule",
                   "virtual_stages",
-                  "stage_starts"});
+                  "stage_starts",
+                  "placement"});
     auto& opt = ex.options;
     // Each key stands where its option would: fc_update for --fc-update.
     for (const auto& [key, value] : o->entries()) {
@@ -218,6 +219,8 @@ Experiment loadExperiment(const std::string& path) {
       whole("virtual_stages", kMaxVirtualStages, "chunks per stage", opt.virtualStages);
       if (auto sch = o->get("schedule"))
         opt.schedule = parsePipelineSchedule(sch->asString(), sch->path());
+      if (auto pl = o->get("placement"))
+        opt.placement = parsePlacement(pl->asString(), pl->path());
       if (auto st = o->get("stage_starts")) {
         opt.stageStarts.clear();
         for (const auto& item : st->items(true))

@@ -166,30 +166,42 @@ CollectiveCost groupHierarchical(const Topology& topo, RankGroups g, GroupOp op,
 
 bool hierarchicalApplies(const Topology& topo, RankGroups g) {
   const int node = topo.nodeSize();
-  return topo.workers() % node == 0 && g.span % node == 0 &&
-         (g.stride % node == 0 || node % g.stride == 0);
+  if (topo.workers() % node != 0)
+    return false;
+  if (g.span % node != 0)
+    return node % g.span == 0;
+  return g.stride % node == 0 || node % g.stride == 0;
 }
 
 }  // namespace
 
 GroupLevels hierarchicalLevels(const Topology& topo, RankGroups g) {
   const int k = topo.workers(), node = topo.nodeSize();
-  if (k % node != 0 || g.span % node != 0)
+  if (k % node != 0)
     throw OptionError("--workers",
                       fmt::format("the hierarchical allreduce needs whole nodes: {} workers on "
                                   "nodes of {} devices (cluster '{}'); use a multiple of {}, or "
                                   "--allreduce ring",
                                   k, node, topo.cluster().name, node));
-  if (g.stride % node == 0)  // one member per node: the rails' rings alone
-    return {RankGroups{1, 1}, RankGroups{g.span, g.stride}};
-  if (node % g.stride != 0)
-    throw OptionError(
+  const auto uneven = [&] {
+    return OptionError(
         "--allreduce",
-        fmt::format("hierarchical needs each node to hold whole tensor x pipeline groups or each "
-                    "such group to fill whole nodes: tp x pp = {} on nodes of {} devices "
-                    "(cluster '{}') splits groups across nodes; use --allreduce ring, or a tp x pp "
-                    "that divides {} or is a multiple of it",
-                    g.stride, node, topo.cluster().name, node));
+        fmt::format("hierarchical needs every node to hold the same share of each data-parallel "
+                    "group: groups of ranks {} apart{} on nodes of {} devices (cluster '{}') "
+                    "straddle them unevenly; use --allreduce ring, or a tp x pp (--placement "
+                    "tp,pp,dp) or tp (tp,dp,pp) that divides {} or is a multiple of it",
+                    g.stride, g.span < k ? fmt::format(" in blocks of {}", g.span) : "", node,
+                    topo.cluster().name, node));
+  };
+  if (g.span % node != 0) {
+    if (node % g.span != 0)
+      throw uneven();
+    return {g, RankGroups{1, 1}};  // each group inside one node
+  }
+  if (g.stride % node == 0)  // one member per node: the rails' rings alone
+    return {RankGroups{1, 1}, g};
+  if (node % g.stride != 0)
+    throw uneven();
   return {RankGroups{node, g.stride}, RankGroups{g.span, node}};
 }
 

@@ -184,7 +184,7 @@ MemoryUse shardedMemory(const Context& ctx);
 
 MemoryUse memoryOf(const Context& ctx, int rank) {
   if (usesPipeline(ctx.sc.options))
-    return pipelineMemory(ctx, (rank / ctx.sc.options.tp) % ctx.sc.options.pp);
+    return pipelineMemory(ctx, rankLayoutOf(ctx.sc).stage(rank));
   if (usesShardedStep(ctx.sc.options))
     return shardedMemory(ctx);
   const auto& net = ctx.net;
@@ -443,6 +443,8 @@ void checkPipelineOptions(const Network& network, const Scenario& sc) {
     throw OptionError("--schedule", ignored(OptionKey::kSchedule));
   if (!o.stageStarts.empty() && !ignored(OptionKey::kStageStarts).empty())
     throw OptionError("--stage-starts", ignored(OptionKey::kStageStarts));
+  if (o.placement != Placement::kTpPpDp && !ignored(OptionKey::kPlacement).empty())
+    throw OptionError("--placement", ignored(OptionKey::kPlacement));
   if (!usesPipeline(o))
     return;
   const int64_t groups = int64_t{o.tp} * o.pp;
@@ -714,7 +716,7 @@ StepEstimate estimate(const Network& network, const Cluster& cluster, const Scen
     peak = max(peak, mem.total());
   for (int r = 0; r < k; ++r) {
     auto& w = est.workers[static_cast<size_t>(r)];
-    const int stage = stages > 0 ? (r / scenario.options.tp) % stages : -1;
+    const int stage = stages > 0 ? rankLayoutOf(scenario).stage(r) : -1;
     const auto& times = stage >= 0 ? t.stages[static_cast<size_t>(stage)]
                                    : Tally::StageTimes{t.compute, t.communication, t.exposed};
     w.rank = r;
@@ -744,7 +746,8 @@ std::optional<FitChange> smallestFittingChange(const Network& network, const Clu
     Bytes most = max(estimateMemory(network, cluster, sc, 0).total(),
                      estimateMemory(network, cluster, sc, 1).total());
     for (int s = 1; s < sc.options.pp; ++s)
-      most = max(most, estimateMemory(network, cluster, sc, s * sc.options.tp).total());
+      most =
+          max(most, estimateMemory(network, cluster, sc, rankLayoutOf(sc).rank(0, s, 0)).total());
     return most;
   };
   const Bytes capacity = cluster.device.memoryCapacity;

@@ -108,29 +108,31 @@ double boundaryElems(const Context& ctx, const TpLayout& tp, const PipelineLayou
 }
 
 // `bytes` from every rank of stage `from` to the same replica's and
-// tensor-parallel position's rank of stage `to` (rank d t P + s t + r), all
-// at once.
-CollectiveCost stageTransfer(const Context& ctx, int t, int p, int from, int to, Bytes bytes) {
-  const int dp = dataParallelSize(ctx.sc);
+// tensor-parallel position's rank of stage `to` (RankLayout::rank), all at
+// once.
+CollectiveCost stageTransfer(const Context& ctx, int from, int to, Bytes bytes) {
+  const RankLayout ranks = rankLayoutOf(ctx.sc);
   CollectiveCost c;
   c.sent.assign(static_cast<size_t>(ctx.k), 0.0);
   c.received.assign(static_cast<size_t>(ctx.k), 0.0);
   if (from == to)
     return c;
   const auto& pattern =
-      ctx.topo.cost(fmt::format("pipeline {} -> {} of {} stages x {}", from, to, p, t), [&] {
-        std::vector<Flow> flows;
-        for (int d = 0; d < dp; ++d)
-          for (int r = 0; r < t; ++r)
-            flows.push_back({d * t * p + from * t + r, d * t * p + to * t + r});
-        return flows;
-      });
+      ctx.topo.cost(fmt::format("pipeline {} -> {} of {} stages x {} ({})", from, to, ranks.pp,
+                                ranks.tp, toString(ranks.order)),
+                    [&] {
+                      std::vector<Flow> flows;
+                      for (int d = 0; d < ranks.dp; ++d)
+                        for (int i = 0; i < ranks.tp; ++i)
+                          flows.push_back({ranks.rank(d, from, i), ranks.rank(d, to, i)});
+                      return flows;
+                    });
   c.time = pattern.time(bytes);
   c.steps = 1;
-  for (int d = 0; d < dp; ++d)
-    for (int r = 0; r < t; ++r) {
-      c.sent[static_cast<size_t>(d * t * p + from * t + r)] = bytes.value();
-      c.received[static_cast<size_t>(d * t * p + to * t + r)] = bytes.value();
+  for (int d = 0; d < ranks.dp; ++d)
+    for (int i = 0; i < ranks.tp; ++i) {
+      c.sent[static_cast<size_t>(ranks.rank(d, from, i))] = bytes.value();
+      c.received[static_cast<size_t>(ranks.rank(d, to, i))] = bytes.value();
     }
   c.bottleneckLink = pattern.bottleneckLink;
   c.bottleneckUp = pattern.bottleneckUp;
@@ -144,33 +146,31 @@ CollectiveCost boundaryTransfer(const Context& ctx, const TpLayout& tp, const Pi
   int from = lay.stageOf(j), to = lay.stageOf(j + 1);
   if (backward)
     std::swap(from, to);
-  return stageTransfer(ctx, tp.t, lay.p, from, to,
-                       Bytes(boundaryElems(ctx, tp, lay, j) * ctx.b * ctx.e));
+  return stageTransfer(ctx, from, to, Bytes(boundaryElems(ctx, tp, lay, j) * ctx.b * ctx.e));
 }
 
 // Stage `from`'s copy of a tied table's gradient to the other stage holding
 // one (every worker's shard of it), which adds it to its own: both stages
 // send at once, each then sums.
-CollectiveCost tiedExchange(const Context& ctx, const TpLayout& tp, const PipelineLayout& lay,
-                            const TiedCopy& copy, int from) {
+CollectiveCost tiedExchange(const Context& ctx, const TiedCopy& copy, int from) {
   const int to = from == copy.fcStage ? copy.ownerStage : copy.fcStage;
   const Bytes bytes(copy.table * ctx.e);
-  auto c = stageTransfer(ctx, tp.t, lay.p, from, to, bytes);
+  auto c = stageTransfer(ctx, from, to, bytes);
   c.time += Seconds(bytes.value() * ctx.comm.gamma);
   return c;
 }
 
-// The ranks on pipeline stage `stage`: d t P + s t + i.
+// The ranks on pipeline stage `stage` (RankLayout::rank).
 template <typename F>
-void forStageRanks(int k, int stage, int t, int p, F&& f) {
-  for (int d = 0; d < k; d += t * p)
-    for (int i = 0; i < t; ++i)
-      f(static_cast<size_t>(d + stage * t + i));
+void forStageRanks(const RankLayout& ranks, int stage, F&& f) {
+  for (int d = 0; d < ranks.dp; ++d)
+    for (int i = 0; i < ranks.tp; ++i)
+      f(static_cast<size_t>(ranks.rank(d, stage, i)));
 }
 
 // Adds `from` x times to `into`, counting only the bytes of ranks on `stage`.
-void addStage(Tally& into, const Tally& from, double times, int stage, int t, int p) {
-  forStageRanks(static_cast<int>(into.sent.size()), stage, t, p, [&](size_t r) {
+void addStage(Tally& into, const Tally& from, double times, int stage, const RankLayout& ranks) {
+  forStageRanks(ranks, stage, [&](size_t r) {
     into.sent[r] += from.sent[r] * times;
     into.received[r] += from.received[r] * times;
   });
@@ -200,7 +200,9 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
   const TpLayout tp = tensorParallelLayout(ctx.net, o.tp, o.sequenceParallel);
   const auto lay = pipelineLayout(ctx, tp);
   const int q = lay.chunks(), p = lay.p, m = lay.m;
-  const RankGroups tpGroups{tp.t, 1}, dpGroups{ctx.k, tp.t * p, gradientAllreduce(ctx.sc)};
+  const RankLayout ranks = rankLayoutOf(ctx.sc);
+  const RankGroups tpGroups{tp.t, 1},
+      dpGroups{ranks.dpSpan(), ranks.dpStride(), gradientAllreduce(ctx.sc)};
   const ShardedLayers layers{ctx, tp, tpGroups};
 
   // One micro-batch through each chunk, forward and backward, alone.
@@ -287,7 +289,7 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
     for (const auto& c : tied)
       if (c.fcStage == s || c.ownerStage == s) {
         const int other = c.fcStage == s ? c.ownerStage : c.fcStage;
-        exchanges.push_back(tiedExchange(ctx, tp, lay, c, s));
+        exchanges.push_back(tiedExchange(ctx, c, s));
         syncs.beside(exchanges.back(), {tasks.path()},
                      synced[size_t(other)] - play.lastStart[size_t(s)]);
       }
@@ -310,7 +312,7 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
         st.compute = plus(st.compute, scaled(x->compute, m));
         st.communication += x->communication * m;
         st.exposed += x->exposed * m;
-        addStage(t, *x, m, s, tp.t, p);
+        addStage(t, *x, m, s, ranks);
       }
       for (const auto* sends : {&sendF, &sendB})
         for (int jj : {j - 1, j})
@@ -319,19 +321,19 @@ Seconds pipelineStep(const Context& ctx, Tally& t, RoundInfo& /*info*/, Seconds&
             // What the stage sends: its activations on, its gradients back.
             if ((sends == &sendF) == (jj == j))
               st.communication += c2.time * m;
-            forStageRanks(ctx.k, s, tp.t, p, [&](size_t r) {
+            forStageRanks(ranks, s, [&](size_t r) {
               t.sent[r] += c2.sent[r] * m;
               t.received[r] += c2.received[r] * m;
             });
           }
     }
-    addStage(t, tail, 1, s, tp.t, p);
+    addStage(t, tail, 1, s, ranks);
     // What its tied copy's exchange delivers to the other stage.
     for (const auto& c : exchanges)
       for (size_t r = 0; r < t.received.size(); ++r)
-        if ((static_cast<int>(r) / tp.t) % p != s)
+        if (ranks.stage(static_cast<int>(r)) != s)
           t.received[r] += c.received[r];
-    addStage(t, bwdTally[size_t(lastChunk)], -1, s, tp.t, p);
+    addStage(t, bwdTally[size_t(lastChunk)], -1, s, ranks);
   }
   // A boundary transfer may be the step's costliest communication.
   for (const auto& sends : {sendF, sendB})

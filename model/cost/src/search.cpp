@@ -189,10 +189,15 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
                 sc.options.virtualStages = v;
                 sc.options.zero = z;
                 sc.options.recompute = r;
+                // The user's rank order orders the stages; without them
+                // there is nothing to order.
+                if (p == 1)
+                  sc.options.placement = Placement::kTpPpDp;
                 try {
                   checkScenario(net, sc);
-                  if (topo && dp > 1)
-                    (void)hierarchicalLevels(*topo, RankGroups{k, t * p, sc.options.gradientSync});
+                  if (const auto lay = rankLayoutOf(sc); topo && dp > 1)
+                    (void)hierarchicalLevels(
+                        *topo, RankGroups{lay.dpSpan(), lay.dpStride(), sc.options.gradientSync});
                 } catch (const UserError&) {
                   continue;  // a combination this network or K cannot take
                 }

@@ -279,46 +279,52 @@ namespace strata {
 
 std::string describePlacement(const Topology& topo, const Scenario& sc) {
   const auto& o = sc.options;
-  const int t = o.tp, p = o.pp, dp = dataParallelSize(sc);
+  const RankLayout lay = rankLayoutOf(sc);
+  const int t = lay.tp, p = lay.pp, dp = lay.dp;
   // The outermost level a group's members meet at: consecutive ranks for
-  // tensor parallelism, ranks t apart for the stages of a pipeline, ranks
-  // t x pp apart for data parallelism.
+  // tensor parallelism, a replica's first and last stage, a stage's first
+  // and last replica.
   auto over = [&](int first, int last) {
     const int level = topo.meetLevel(first, last);
     return level < 0 ? std::string("no link")
                      : topo.cluster().levels[static_cast<size_t>(level)].name + " links";
   };
+  auto apart = [](int d) { return d > 1 ? fmt::format(" {} apart", d) : std::string(); };
   std::vector<std::string> parts;
-  parts.push_back(p > 1 ? fmt::format("K = {} = dp {} x tp {} x pp {}", sc.workers, dp, t, p)
+  parts.push_back(p > 1 ? fmt::format("K = {} = dp {} x tp {} x pp {}{}", sc.workers, dp, t, p,
+                                      o.placement == Placement::kTpPpDp
+                                          ? std::string()
+                                          : fmt::format(" (ranks {})", toString(o.placement)))
                         : fmt::format("K = {} = dp {} x tp {}", sc.workers, dp, t));
   if (t > 1)
     parts.push_back(fmt::format("tensor-parallel groups of {} consecutive workers over {}{}", t,
                                 over(0, t - 1),
                                 o.sequenceParallel ? " with sequence parallelism" : ""));
   if (p > 1)
-    parts.push_back(fmt::format("pipelines of {} stages{} over {}", p,
-                                t > 1 ? fmt::format(" {} workers apart", t) : std::string(),
-                                over(0, (p - 1) * t)));
+    parts.push_back(fmt::format("pipelines of {} stages{} over {}", p, apart(lay.stageDistance()),
+                                over(0, lay.rank(0, p - 1, 0))));
   if (dp > 1) {
     // How they synchronise where --allreduce says hierarchical (auto: where
     // it applies, per buffer).
     std::string how;
-    const RankGroups groups{sc.workers, t * p, gradientAllreduce(sc)};
+    const RankGroups groups{lay.dpSpan(), lay.dpStride(), gradientAllreduce(sc)};
     if (groups.algorithm == AllreduceAlgorithm::kHierarchical) {
       const auto [inner, outer] = hierarchicalLevels(topo, groups);
-      how = inner.size() > 1
-                ? fmt::format(
-                      ", synchronised hierarchically: {} per node over {}, then one ring "
-                      "per rail across {} nodes over {}",
-                      inner.size(), over(0, inner.stride * (inner.size() - 1)), outer.size(),
-                      over(0, outer.stride * (outer.size() - 1)))
-                : ", one per node: a ring per rail (hierarchical)";
+      if (inner.size() > 1 && outer.size() > 1)
+        how = fmt::format(
+            ", synchronised hierarchically: {} per node over {}, then one ring "
+            "per rail across {} nodes over {}",
+            inner.size(), over(0, inner.stride * (inner.size() - 1)), outer.size(),
+            over(0, outer.stride * (outer.size() - 1)));
+      else if (inner.size() > 1)
+        how = ", each inside one node (hierarchical: its ring)";
+      else
+        how = ", one per node: a ring per rail (hierarchical)";
     } else if (groups.algorithm == AllreduceAlgorithm::kAuto) {
       how = ", each buffer synchronised by ring or hierarchically, whichever is cheaper (auto)";
     }
     parts.push_back(fmt::format("data-parallel groups of {} workers{} over {}{}", dp,
-                                t * p > 1 ? fmt::format(" {} apart", t * p) : std::string(),
-                                over(0, (dp - 1) * t * p), how));
+                                apart(lay.dpStride()), over(0, lay.rank(dp - 1, 0, 0)), how));
   }
   if (o.zero > 0)
     parts.push_back(fmt::format("ZeRO-{} ({} sharded over each data-parallel group)", o.zero,

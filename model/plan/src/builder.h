@@ -28,8 +28,8 @@ namespace strata::planning {
 using Deps = std::vector<int>;
 
 // The ranks a collective runs on: every rank, or (a pipeline) the ranks of
-// one stage, rank r on stage r / width mod stages (width: the
-// tensor-parallel size).
+// one stage, rank r on stage r / width mod stages (width: RankLayout's
+// stageDistance, tp or tp x dp).
 struct Members {
   int stage = -1;  // -1: every rank
   int stages = 1;

@@ -35,22 +35,24 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   STRATA_ENFORCE(static_cast<int>(chunks.size()) == q + 1);
   const int dp = dataParallelSize(sc);
   const double e = elementBytes(o.element), examples = sc.batchPerWorker;
-  const RankGroups tpGroups{t, 1}, dpGroups{k, t * p, gradientAllreduce(sc)};
+  const RankLayout layout = rankLayoutOf(sc);
+  const RankGroups tpGroups{t, 1},
+      dpGroups{layout.dpSpan(), layout.dpStride(), gradientAllreduce(sc)};
   const bool sharded = o.zero >= 1 && dp > 1;
   const bool ringGroups = t > 1 || o.zero >= 1 || p > 1;
   auto stageOf = [&](int j) { return j % p; };
   auto chunkOf = [&](int s, int local) { return local * p + s; };
   auto work = [&](int i) { return tp.layers[static_cast<size_t>(i)].work; };
-  // Stage s's ranks: d t P + s t + i.
+  // Stage s's ranks (RankLayout::rank), ascending.
   std::vector<std::vector<int>> ranks(static_cast<size_t>(p));
   for (int r = 0; r < k; ++r)
-    ranks[static_cast<size_t>(r / t % p)].push_back(r);
+    ranks[static_cast<size_t>(layout.stage(r))].push_back(r);
   std::vector<int> path(static_cast<size_t>(k), -1);
   // What the next task in the stage's path also waits for (the transfer
   // that brought a chunk's input), whether a compute or a collective.
   Deps entry;
 
-  auto only = [&](int s) { return Members{s, p, t}; };
+  auto only = [&](int s) { return Members{s, p, layout.stageDistance()}; };
   auto stagePath = [&](int s) {
     Deps d;
     for (int r : ranks[static_cast<size_t>(s)])
@@ -161,7 +163,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   auto stageFlows = [&](int from, int to) {
     std::vector<PlanFlow> f;
     for (int r : ranks[static_cast<size_t>(from)])
-      f.push_back({r, r + (to - from) * t, 0});
+      f.push_back({r, r + (to - from) * layout.stageDistance(), 0});
     return f;
   };
   // The boundary tensor of chunk j -> j + 1 (its last layer's output; with
@@ -321,7 +323,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
           auto& x = path[static_cast<size_t>(r)];
           x = b.update(r, bucket.first, bucket.last, bucket.params / dp, {x, done});
           auto& task = b.plan().tasks[static_cast<size_t>(x)];
-          task.part = r / (t * p);
+          task.part = layout.replica(r);
           task.shards = dp;
           updated.push_back(x);
         }

@@ -121,6 +121,19 @@ PipelineSchedule parsePipelineSchedule(std::string_view text, const std::string&
                                 "' (expected gpipe, 1f1b or interleaved)");
 }
 
+std::string_view toString(Placement placement) {
+  return placement == Placement::kTpPpDp ? "tp,pp,dp" : "tp,dp,pp";
+}
+
+Placement parsePlacement(std::string_view text, const std::string& option) {
+  for (auto p : {Placement::kTpPpDp, Placement::kTpDpPp})
+    if (toString(p) == text)
+      return p;
+  throw OptionError(option, "unknown placement '" + std::string(text) +
+                                "' (expected tp,pp,dp or tp,dp,pp, innermost first: the "
+                                "tensor-parallel groups are always consecutive ranks)");
+}
+
 namespace {
 
 // `list`: the option takes a list, where "all" is also accepted.
@@ -216,6 +229,8 @@ std::string_view optionFlag(OptionKey key) {
       return "--virtual-stages";
     case OptionKey::kStageStarts:
       return "--stage-starts";
+    case OptionKey::kPlacement:
+      return "--placement";
   }
   return "?";
 }
@@ -266,6 +281,8 @@ std::string_view optionFileKey(OptionKey key) {
       return "virtual_stages";
     case OptionKey::kStageStarts:
       return "stage_starts";
+    case OptionKey::kPlacement:
+      return "placement";
   }
   return "?";
 }
@@ -342,6 +359,12 @@ std::string optionIgnoredBy(OptionKey key, Strategy strategy, const StrategyOpti
       if (strategy != Strategy::kRing)
         return "applies to ring with --pp 2 or more only";
       return o.pp > 1 ? "" : "applies with --pp 2 or more only (where the stages start)";
+    case OptionKey::kPlacement:
+      if (strategy != Strategy::kRing)
+        return "applies to ring with --pp 2 or more only";
+      return o.pp > 1 ? ""
+                      : "applies with --pp 2 or more only (the order of the stages and the "
+                        "data-parallel replicas among the ranks)";
   }
   return "";
 }

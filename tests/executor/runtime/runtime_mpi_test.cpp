@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
         int zero = 0, tp = 1;
         bool sp = false;
         int pp = 1, m = 1;
+        Placement placement = Placement::kTpPpDp;
       };
       std::vector<Row> rows;
       for (auto s : kAllStrategies)
@@ -95,9 +96,12 @@ int main(int argc, char** argv) {
       // Pipelines of tiny-gpt (its table tied across the stages): K stages
       // of 3 micro-batches (1f1b), and on 4 ranks 2 replicas of 2 stages.
       rows.push_back({Strategy::kRing, 0, 1, false, k, 3});
-      if (k == 4)
+      if (k == 4) {
         rows.push_back({Strategy::kRing, 0, 1, false, 2, 4});
-      for (const auto& [s, zero, tp, sp, pp, m] : rows) {
+        // The same with a stage's replicas side by side (--placement).
+        rows.push_back({Strategy::kRing, 0, 1, false, 2, 4, Placement::kTpDpPp});
+      }
+      for (const auto& [s, zero, tp, sp, pp, m, placement] : rows) {
         const auto& net = tp > 1 || pp > 1 ? gpt : cnn;
         const auto ref = tp > 1 || pp > 1 ? oneWorker(gpt, tp, pp, m) : cnnRef;
         Scenario sc;
@@ -107,6 +111,7 @@ int main(int argc, char** argv) {
         sc.options.sequenceParallel = sp;
         sc.options.pp = pp;
         sc.options.microbatches = m;
+        sc.options.placement = placement;
         sc.workers = k;
         sc.batchPerWorker = b;
         sc.options.bucket = Bytes(64 * 1024);
@@ -135,7 +140,8 @@ int main(int argc, char** argv) {
         const std::string name = std::string(toString(s)) +
                                  (tp > 1 ? fmt::format(" tp {}", tp) : "") + (sp ? " sp" : "") +
                                  (zero > 0 ? fmt::format(" zero {}", zero) : "") +
-                                 (pp > 1 ? fmt::format(" pp {} M {}", pp, m) : "");
+                                 (pp > 1 ? fmt::format(" pp {} M {}", pp, m) : "") +
+                                 (placement != Placement::kTpPpDp ? " tp,dp,pp" : "");
         std::printf("rank %d of %d: %-16s %-8s max relative difference %.2e (%zu beyond 1e-5) %s\n",
                     c.rank(), k, name.c_str(), std::string(toString(optimizer)).c_str(),
                     scale > 0 ? worst / scale : 1.0, off, ok ? "ok" : "MISMATCH");

@@ -504,7 +504,7 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
   // copies summed. After 2 steps every stage's weights within 1e-5 of one
   // worker with batch dp M b, and the same loss. K = dp tp P from 2 to 8,
   // primes included; with tensor and sequence parallelism, ZeRO-1,
-  // recomputation, Adam.
+  // recomputation, Adam; ranks tp,pp,dp and (--placement) tp,dp,pp.
   struct Case {
     const char* net;
     int dp, tp, pp, m;
@@ -514,6 +514,7 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
     Recompute recompute;
     bool sp;
     Optimizer optimizer;
+    Placement placement = Placement::kTpPpDp;
   };
   const auto k1f1b = PipelineSchedule::k1f1b, gpipe = PipelineSchedule::kGpipe,
              interleaved = PipelineSchedule::kInterleaved;
@@ -533,13 +534,19 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
       {"tiny-gpt", 1, 1, 3, 3, k1f1b, 1, 0, Recompute::kSelective, false, momentum},
       {"tp-gpt", 2, 2, 2, 3, k1f1b, 1, 1, Recompute::kFull, true, adam},
       {"tp-gpt", 1, 2, 3, 2, k1f1b, 1, 0, none, false, momentum},
+      // A stage's replicas side by side, the stages outermost.
+      {"tiny-gpt", 2, 1, 2, 3, k1f1b, 1, 0, none, false, adam, Placement::kTpDpPp},
+      {"tiny-cnn", 3, 1, 2, 2, gpipe, 1, 0, none, false, momentum, Placement::kTpDpPp},
+      {"tiny-llama", 2, 1, 3, 3, k1f1b, 1, 1, none, false, adam, Placement::kTpDpPp},
+      {"tp-gpt", 2, 2, 2, 3, k1f1b, 1, 1, Recompute::kFull, true, adam, Placement::kTpDpPp},
   };
   const int b = 2, steps = 2;
   for (const Case& c : cases) {
     const auto net = std::string(c.net) == "tp-gpt" ? tensorParallelGpt() : presetNetwork(c.net);
     INFO(c.net << " dp " << c.dp << " x tp " << c.tp << " x pp " << c.pp << ", M " << c.m << " "
                << toString(c.schedule) << " V " << c.v << ", ZeRO-" << c.zero << ", --recompute "
-               << toString(c.recompute) << ", sp " << c.sp << ", " << toString(c.optimizer));
+               << toString(c.recompute) << ", sp " << c.sp << ", " << toString(c.optimizer)
+               << ", ranks " << toString(c.placement));
     const auto ref = oneWorker(net, c.dp * c.m * b, steps, c.optimizer);
     auto sc = test::runScenario(Strategy::kRing, c.dp * c.tp * c.pp, b, c.optimizer);
     sc.options.tp = c.tp;
@@ -550,7 +557,14 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
     sc.options.zero = c.zero;
     sc.options.recompute = c.recompute;
     sc.options.sequenceParallel = c.sp;
+    sc.options.placement = c.placement;
     const Plan plan = lowerToPlan(net, sc);
+    // The first layer runs on stage 0: ranks (d pp + 0) tp + i, or with
+    // tp,dp,pp the first tp dp ranks.
+    for (const auto& t : plan.tasks)
+      if (t.kind == TaskKind::kCompute && t.layer == 0)
+        CHECK((c.placement == Placement::kTpDpPp ? t.worker / (c.tp * c.dp)
+                                                 : t.worker / c.tp % c.pp) == 0);
     std::vector<std::vector<float>> params;
     const auto options = test::runOptions(steps, c.optimizer);
     const auto run = exec::runThreads(plan, net, options, &params);

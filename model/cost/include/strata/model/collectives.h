@@ -110,6 +110,8 @@ enum class GroupOp { kReduceScatter, kAllGather, kAllReduce };
 //     outer {K, G}: the ranks equal mod G, one per node, a ring per rail
 //   s a multiple of G (tp x pp fills nodes): a group has one member per node;
 //     inner is empty (size 1), outer the groups themselves (the rails' rings)
+//   span dividing G (--placement tp,dp,pp, span tp x dp): each group inside
+//     one node; inner the groups themselves, outer empty
 //
 // Reduce-scatter: inner on n, then outer on n / (G/s), leaving n / dp on each
 // rank; all-gather: the reverse; allreduce: reduce-scatter then all-gather.

@@ -85,6 +85,18 @@ inline constexpr int kMaxTensorParallel = 1024;
 enum class PipelineSchedule { kGpipe, k1f1b, kInterleaved };
 std::string_view toString(PipelineSchedule schedule);
 PipelineSchedule parsePipelineSchedule(std::string_view text, const std::string& option);
+// Where a layout's ranks sit (--placement), innermost first; tensor-parallel
+// groups are always consecutive ranks (inside a node first):
+//   tp,pp,dp  replica d's stage s's worker i is rank (d P + s) tp + i: a
+//             replica's stages side by side, then the replicas (Narayanan
+//             et al. 2021, section 3.3: pipelines across nodes as needed)
+//   tp,dp,pp  rank (s dp + d) tp + i: a stage's replicas side by side, the
+//             stages outermost (Megatron-core's default rank order, "tp-cp-
+//             ep-dp-pp" in parallel_state.py), so the data-parallel groups
+//             stay in fewer nodes and the stage-to-stage transfers cross them
+enum class Placement { kTpPpDp, kTpDpPp };
+std::string_view toString(Placement placement);
+Placement parsePlacement(std::string_view text, const std::string& option);
 // The most pipeline stages (--pp), micro-batches per step (--microbatches)
 // and chunks per stage (--virtual-stages).
 inline constexpr int kMaxPipelineStages = 1024;
@@ -183,6 +195,8 @@ struct StrategyOptions {
   // first layer), ascending and at a place the network can be cut
   // (pipeline.h, chunkStartsByName).
   std::vector<std::string> stageStarts;
+  // The order of the ranks (RankLayout): tp,pp,dp unless the user says.
+  Placement placement = Placement::kTpPpDp;
 };
 
 // The most threads one worker's kernels may use (--threads-per-worker).
@@ -218,6 +232,7 @@ enum class OptionKey {
   kSchedule,
   kVirtualStages,
   kStageStarts,
+  kPlacement,
 };
 inline constexpr OptionKey kAllOptionKeys[] = {
     OptionKey::kOverlap,          OptionKey::kFcUpdate,
@@ -230,7 +245,8 @@ inline constexpr OptionKey kAllOptionKeys[] = {
     OptionKey::kSequenceParallel, OptionKey::kZero,
     OptionKey::kRecompute,        OptionKey::kPipelineParallel,
     OptionKey::kMicrobatches,     OptionKey::kSchedule,
-    OptionKey::kVirtualStages,    OptionKey::kStageStarts};
+    OptionKey::kVirtualStages,    OptionKey::kStageStarts,
+    OptionKey::kPlacement};
 
 // The command-line flag ("--conv-sync") and the file key ("conv_sync") of `key`.
 std::string_view optionFlag(OptionKey key);
@@ -321,11 +337,33 @@ inline Scenario singleWorkerScenario(const Scenario& scenario) {
   single.options.schedule = PipelineSchedule::k1f1b;
   single.options.virtualStages = 1;
   single.options.stageStarts.clear();
+  single.options.placement = Placement::kTpPpDp;
   return single;
 }
 // The workers of one data-parallel group: K / (tp x pp).
 inline int dataParallelSize(const Scenario& scenario) {
   return scenario.workers / (std::max(1, scenario.options.tp) * std::max(1, scenario.options.pp));
+}
+// Where replica d's stage s's tensor-parallel worker i sits among the K =
+// dp x tp x pp ranks (StrategyOptions::placement), and the groups that
+// follow: a data-parallel group is the ranks of one (s, i), every
+// dpStride() apart inside blocks of dpSpan() ranks (RankGroups' span and
+// stride); a worker's next stage is stageDistance() ranks on.
+struct RankLayout {
+  int tp = 1, pp = 1, dp = 1;
+  Placement order = Placement::kTpPpDp;
+  int rank(int d, int s, int i) const {
+    return (order == Placement::kTpPpDp ? d * pp + s : s * dp + d) * tp + i;
+  }
+  int stage(int r) const { return order == Placement::kTpPpDp ? r / tp % pp : r / (tp * dp); }
+  int replica(int r) const { return order == Placement::kTpPpDp ? r / (tp * pp) : r / tp % dp; }
+  int stageDistance() const { return order == Placement::kTpPpDp ? tp : tp * dp; }
+  int dpSpan() const { return order == Placement::kTpPpDp ? tp * pp * dp : tp * dp; }
+  int dpStride() const { return order == Placement::kTpPpDp ? tp * pp : tp; }
+};
+inline RankLayout rankLayoutOf(const Scenario& scenario) {
+  return {std::max(1, scenario.options.tp), std::max(1, scenario.options.pp),
+          dataParallelSize(scenario), scenario.options.placement};
 }
 // Examples one step trains: dp x microbatches x b (a tensor-parallel group
 // shares its examples, a pipeline's stages pass the same ones on).
