@@ -2438,7 +2438,8 @@ TEST_CASE("the data-parallel groups of tp and pp synchronise hierarchically or b
       runStrata({"predict", "-n", "gpt3-xl", "-c", "dgx-h100", "-s", "ring", "-k", "48", "-b", "2",
                  "--pp", "3", "--microbatches", "3", "--allreduce", "hierarchical"}),
       {"--allreduce", "groups of ranks 3 apart on nodes of 8 devices"});
-  checkUserError(with({"--allreduce", "tree"}), {"--allreduce", "tree applies without them"});
+  checkUserError(with({"--allreduce", "halving-doubling"}),
+                 {"--allreduce", "halving-doubling applies without them"});
   // The executor runs one level of workers: refused before anything runs.
   checkUserError(runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "4", "-b", "2", "--tp",
                             "2", "--allreduce", "hierarchical", "--steps", "1"}),
@@ -2663,7 +2664,7 @@ TEST_CASE("tensor parallelism, ZeRO and recomputation mistakes", "[cli][errors][
   checkUserError(with({"-s", "ps", "--zero", "1"}), {"--zero: applies to ring only"});
   checkUserError(with({"-s", "ring", "--recompute", "sometimes"}),
                  {"--recompute: unknown recomputation 'sometimes'"});
-  checkUserError(with({"-s", "ring", "--tp", "2", "--allreduce", "tree"}),
+  checkUserError(with({"-s", "ring", "--tp", "2", "--allreduce", "halving-doubling"}),
                  {"--allreduce: with --tp, --pp or --zero"});
   checkUserError(runStrata({"predict", "-n", "alexnet", "-c", "dgx-h100", "-s", "ring", "-k", "2",
                             "--tp", "2"}),

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <tuple>
 
 #include "helpers.h"
 #include "strata/model/cluster_loader.h"
@@ -339,6 +340,43 @@ TEST_CASE("hierarchical data-parallel groups: each node's members, then one ring
   const Topology six(c, 6);
   CHECK_THROWS_AS(groupAllReduce(six, RankGroups{6, 2, AllreduceAlgorithm::kHierarchical}, kN, p),
                   OptionError);
+}
+
+TEST_CASE("tree data-parallel groups: each group's double binary tree, every group at once",
+          "[collectives]") {
+  // On a flat switch the groups share no link: each group's tree costs what
+  // the tree of dp workers alone does, and sends what it sends.
+  const auto flat = flatCluster(kBeta, kAlpha, 0, true, kReduceBw);
+  for (const CommParams p : {unsegmented(), CommParams{Bytes(1 << 20), kGamma}})
+    for (const auto& [k, span, stride] : std::vector<std::tuple<int, int, int>>{
+             {8, 8, 2}, {8, 8, 4}, {8, 4, 1}, {6, 6, 2}, {12, 12, 4}, {6, 3, 1}, {5, 5, 1}}) {
+      INFO("K " << k << " span " << span << " stride " << stride);
+      const Topology t(flat, k);
+      const int dp = span / stride;
+      const auto g = groupAllReduce(t, RankGroups{span, stride, AllreduceAlgorithm::kTree}, kN, p);
+      const Topology alone(flat, dp);
+      const auto ref = allReduce(alone, AllreduceAlgorithm::kTree, kN, p);
+      CHECK(g.algorithm == "tree");
+      CHECK(g.time.value() == Approx(ref.time.value()).epsilon(1e-12));
+      CHECK(g.steps == ref.steps);
+      for (int r = 0; r < k; ++r) {
+        const int position = r % span / stride;
+        CHECK(g.sent[static_cast<size_t>(r)] ==
+              Approx(ref.sent[static_cast<size_t>(position)]).epsilon(1e-12));
+      }
+      // auto takes the cheapest of ring, hierarchical and tree.
+      const auto ring = groupAllReduce(t, RankGroups{span, stride}, kN, p);
+      const auto pick =
+          groupAllReduce(t, RankGroups{span, stride, AllreduceAlgorithm::kAuto}, kN, p);
+      CHECK(pick.time.value() == Approx(std::min(ring.time, g.time).value()).epsilon(1e-12));
+    }
+  // The whole cluster's group is the tree allreduce.
+  const auto c = twoLevel(4, 10e9, 2e-6, 1e9, 10e-6, 4);
+  const Topology t(c, 16);
+  CHECK(groupAllReduce(t, RankGroups{16, 1, AllreduceAlgorithm::kTree}, kN, unsegmented())
+            .time.value() ==
+        Approx(allReduce(t, AllreduceAlgorithm::kTree, kN, unsegmented()).time.value())
+            .epsilon(1e-12));
 }
 
 TEST_CASE("double binary tree: two spanning trees, a leaf in one is inside the other",

@@ -470,8 +470,9 @@ TEST_CASE("search with --allreduce: hierarchical skips layouts whose groups do n
   space.globalBatch = 12;
   CHECK_THROWS_WITH(searchLayouts(net, cluster, space),
                     Catch::StartsWith("--workers: the hierarchical allreduce needs whole nodes"));
-  // tree and the others would leave the tp, pp and ZeRO layouts out: refused.
-  space.base.gradientSync = AllreduceAlgorithm::kTree;
+  // halving-doubling and the others would leave the tp, pp and ZeRO layouts
+  // out: refused.
+  space.base.gradientSync = AllreduceAlgorithm::kHalvingDoubling;
   CHECK_THROWS_WITH(searchLayouts(net, cluster, space), Catch::StartsWith("--allreduce: search"));
 }
 

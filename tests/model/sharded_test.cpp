@@ -159,7 +159,7 @@ TEST_CASE("a tensor-parallel group that the network cannot split is refused, nam
   sc.strategy = Strategy::kNaive;
   CHECK_THAT(errorOf(n, sc), Catch::Contains("--tp: applies to ring only"));
   sc.strategy = Strategy::kRing;
-  sc.options.gradientSync = AllreduceAlgorithm::kTree;
+  sc.options.gradientSync = AllreduceAlgorithm::kHalvingDoubling;
   CHECK_THAT(errorOf(n, sc), Catch::Contains("--allreduce: with --tp, --pp or --zero"));
   sc = ringScenario(4, 4);
   sc.options.zero = 4;

@@ -193,9 +193,8 @@ TEST_CASE("a pipeline with transfers is slower under contention, and runs on a C
   CHECK(r.estimate.step.value() == Approx(m.step.value()).epsilon(0.2));
 }
 
-TEST_CASE(
-    "hierarchical and auto data-parallel groups under tp, pp and ZeRO: sim equals model (1 %)",
-    "[sim][agreement][pipeline]") {
+TEST_CASE("hierarchical, tree and auto data-parallel groups under tp, pp, ZeRO: sim equals model",
+          "[sim][agreement][pipeline]") {
   using S = PipelineSchedule;
   const auto none = Recompute::kNone;
   // Nodes of 8: data-parallel strides tp x pp of 1, 2, 4 (members of a group
@@ -213,9 +212,12 @@ TEST_CASE(
     const auto cl = presetCluster(c);
     for (const char* name : {"tiny-gpt", "tiny-llama"})
       for (const auto& x : cases)
-        for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kAuto}) {
+        for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTree,
+                       AllreduceAlgorithm::kAuto}) {
           if (std::string(name) == "tiny-llama" && x.tp > 2)
             continue;  // 2 key/value heads
+          if (a == AllreduceAlgorithm::kTree && x.zero > 0)
+            continue;  // no reduce-scatter in a tree
           const auto net = presetNetwork(name);
           auto sc = scenarioOf(x);
           sc.options.gradientSync = a;
@@ -228,11 +230,11 @@ TEST_CASE(
               sim::simulate(lowerToPlan(net, sc, cl, 0, PlanDetail::kFull), net, cl, o);
           CHECK(sim.estimate.step.value() == Approx(model.step.value()).epsilon(0.01));
           CHECK(sim.estimate.allreduce == model.allreduce);
-          if (a == AllreduceAlgorithm::kHierarchical)
-            CHECK(model.allreduce == "hierarchical");
-          else
+          if (a == AllreduceAlgorithm::kAuto)
             CHECK_THAT(model.allreduce, Catch::StartsWith("auto: "));
-          // Bytes per rank: the flat ring's over the group, whichever ran.
+          else
+            CHECK(model.allreduce == toString(a));
+          // Bytes per rank: hierarchical sends the flat ring's over the group.
           auto ring = sc;
           ring.options.gradientSync = AllreduceAlgorithm::kRing;
           const auto flat = estimate(net, cl, ring);
@@ -242,8 +244,9 @@ TEST_CASE(
             const auto& sw = sim.estimate.workers[static_cast<size_t>(w)];
             CHECK(sw.sent.value() == Approx(mw.sent.value()).epsilon(1e-9));
             CHECK(sw.received.value() == Approx(mw.received.value()).epsilon(1e-9));
-            CHECK(mw.sent.value() ==
-                  Approx(flat.workers[static_cast<size_t>(w)].sent.value()).epsilon(1e-9));
+            if (a == AllreduceAlgorithm::kHierarchical)
+              CHECK(mw.sent.value() ==
+                    Approx(flat.workers[static_cast<size_t>(w)].sent.value()).epsilon(1e-9));
           }
         }
   }
@@ -263,15 +266,19 @@ TEST_CASE("hierarchical groups that do not fit the nodes are refused, naming --a
   CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::StartsWith("--allreduce: hierarchical needs"));
   CHECK_THROWS_WITH(lowerToPlan(net, sc, cl, 0, PlanDetail::kFull),
                     Catch::StartsWith("--allreduce: hierarchical needs"));
-  // auto keeps the ring there.
+  // auto leaves hierarchical out there (ring or tree).
   sc.options.gradientSync = AllreduceAlgorithm::kAuto;
   CHECK_THAT(estimate(net, cl, sc).allreduce,
-             Catch::StartsWith("auto: ring for ") && !Catch::Contains("hierarchical"));
+             Catch::StartsWith("auto: ") && !Catch::Contains("hierarchical"));
   // Without a cluster (the executor's plan) neither can be lowered.
   CHECK_THROWS_AS(lowerToPlan(net, sc, 0), UserError);
-  // tree and the others stay refused with tp, pp or ZeRO.
-  sc.options.gradientSync = AllreduceAlgorithm::kTree;
+  // halving-doubling and the others stay refused with tp, pp or ZeRO, and
+  // tree with ZeRO (it has no reduce-scatter).
+  sc.options.gradientSync = AllreduceAlgorithm::kHalvingDoubling;
   CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::StartsWith("--allreduce: with --tp, --pp or"));
+  sc.options.gradientSync = AllreduceAlgorithm::kTree;
+  sc.options.zero = 1;
+  CHECK_THROWS_WITH(estimate(net, cl, sc), Catch::StartsWith("--allreduce: ZeRO reduce-scatters"));
 }
 
 TEST_CASE("placement tp,dp,pp: a stage's replicas side by side, sim equals model (1 %)",

@@ -164,6 +164,9 @@ CollectiveCost groupHierarchical(const Topology& topo, RankGroups g, GroupOp op,
   return c;
 }
 
+// The double binary tree's allreduce on `view`'s trees (allReduceTree below).
+CollectiveCost treeOn(const Topology& topo, const TreeView& view, Bytes n, const CommParams& p);
+
 bool hierarchicalApplies(const Topology& topo, RankGroups g) {
   const int node = topo.nodeSize();
   if (topo.workers() % node != 0)
@@ -209,22 +212,42 @@ AllreduceAlgorithm chooseGroupAlgorithm(const Topology& topo, RankGroups g, Grou
                                         const CommParams& p) {
   if (g.algorithm != AllreduceAlgorithm::kAuto)
     return g.algorithm;
-  if (g.size() <= 1 || !hierarchicalApplies(topo, g))
+  if (g.size() <= 1)
     return AllreduceAlgorithm::kRing;
   CommParams timeOnly = p;
   timeOnly.countBytes = false;
-  const Seconds ring = groupRing(topo, g, op, n, timeOnly).time;
-  const Seconds hier = groupHierarchical(topo, g, op, n, timeOnly).time;
-  return hier < ring ? AllreduceAlgorithm::kHierarchical : AllreduceAlgorithm::kRing;
+  // In chooseAllreduce's order of preference on a tie: ring, hierarchical,
+  // tree (an allreduce only).
+  AllreduceAlgorithm best = AllreduceAlgorithm::kRing;
+  Seconds bestTime = groupRing(topo, g, op, n, timeOnly).time;
+  auto consider = [&](AllreduceAlgorithm a, Seconds t) {
+    if (t < bestTime) {
+      bestTime = t;
+      best = a;
+    }
+  };
+  if (hierarchicalApplies(topo, g))
+    consider(AllreduceAlgorithm::kHierarchical, groupHierarchical(topo, g, op, n, timeOnly).time);
+  if (op == GroupOp::kAllReduce)
+    consider(AllreduceAlgorithm::kTree,
+             treeOn(topo, topo.treeOf(g.span, g.stride), n, timeOnly).time);
+  return best;
 }
 
 CollectiveCost groupCollective(const Topology& topo, RankGroups g, GroupOp op, Bytes n,
                                const CommParams& p) {
   const auto a = chooseGroupAlgorithm(topo, g, op, n, p);
-  STRATA_ENFORCE(a == AllreduceAlgorithm::kRing || a == AllreduceAlgorithm::kHierarchical);
-  auto c = a == AllreduceAlgorithm::kHierarchical && g.size() > 1
-               ? groupHierarchical(topo, g, op, n, p)
-               : groupRing(topo, g, op, n, p);
+  CollectiveCost c;
+  if (g.size() <= 1 || a == AllreduceAlgorithm::kRing) {
+    c = groupRing(topo, g, op, n, p);
+  } else if (a == AllreduceAlgorithm::kHierarchical) {
+    c = groupHierarchical(topo, g, op, n, p);
+  } else {
+    // The tree has no reduce-scatter or all-gather (checkScenario refuses
+    // it with ZeRO).
+    STRATA_ENFORCE(a == AllreduceAlgorithm::kTree && op == GroupOp::kAllReduce);
+    c = treeOn(topo, topo.treeOf(g.span, g.stride), n, p);
+  }
   c.algorithm = std::string(toString(a));
   return c;
 }
@@ -625,10 +648,10 @@ CollectiveCost allReduceHierarchical(const Topology& topo, Bytes n, const CommPa
 //
 // The latency grows with log2 K instead of K; every rank sends about n
 // (half up in one tree, half down in the other), as in the ring.
-CollectiveCost allReduceTree(const Topology& topo, Bytes n, const CommParams& p) {
-  auto c = empty(topo);
-  const auto& stages = topo.tree();
-  const auto& conflicts = topo.treeConflicts();
+CollectiveCost treeOn(const Topology& topo, const TreeView& view, Bytes n, const CommParams& p) {
+  auto c = p.countBytes ? empty(topo) : CollectiveCost{};
+  const auto& stages = view.stages;
+  const auto& conflicts = view.conflicts;
   const size_t count = stages.size();
   const Bytes half = n / 2;
   const int segs = segmentCount(half, p.segment);
@@ -638,7 +661,7 @@ CollectiveCost allReduceTree(const Topology& topo, Bytes n, const CommParams& p)
   Seconds worst;
   for (size_t q = 0; q < 2 * count; ++q) {
     const bool down = q >= count;
-    const auto& pc = topo.treeCost(static_cast<int>(down ? 2 * count - 1 - q : q), down);
+    const auto& pc = (down ? view.down : view.up).at(down ? 2 * count - 1 - q : q);
     send[q] = pc.time(s).value();
     // Paid by segment 0 only where the latency is per step.
     if (pc.latencyPerStep)
@@ -670,6 +693,8 @@ CollectiveCost allReduceTree(const Topology& topo, Bytes n, const CommParams& p)
   }
   c.time = Seconds(clock);
   c.steps = 2 * static_cast<int>(count);
+  if (c.sent.empty())
+    return c;
   for (const auto& st : stages)
     for (const auto& f : st.flows) {
       c.sent[static_cast<size_t>(f.src)] += half.value();
@@ -678,6 +703,10 @@ CollectiveCost allReduceTree(const Topology& topo, Bytes n, const CommParams& p)
       c.received[static_cast<size_t>(f.src)] += half.value();
     }
   return c;
+}
+
+CollectiveCost allReduceTree(const Topology& topo, Bytes n, const CommParams& p) {
+  return treeOn(topo, topo.treeOf(topo.workers(), 1), n, p);
 }
 
 }  // namespace

@@ -508,14 +508,18 @@ void checkShardingOptions(const Network& network, const Scenario& sc) {
                       fmt::format("{} ({})", why, network.sourceFile));
   if ((o.tp > 1 || o.zero > 0 || o.pp > 1) && o.gradientSync != AllreduceAlgorithm::kRing &&
       o.gradientSync != AllreduceAlgorithm::kHierarchical &&
-      o.gradientSync != AllreduceAlgorithm::kAuto)
+      o.gradientSync != AllreduceAlgorithm::kAuto && o.gradientSync != AllreduceAlgorithm::kTree)
     throw OptionError(
         "--allreduce",
-        fmt::format("with --tp, --pp or --zero the data-parallel groups synchronise by "
-                    "reduce-scatter and all-gather, over rings (ring), a ring inside each node "
-                    "and one per rail across them (hierarchical), or the cheaper of the two "
-                    "for each buffer (auto); --allreduce {} applies without them",
+        fmt::format("with --tp, --pp or --zero the data-parallel groups synchronise over rings "
+                    "(ring), a ring inside each node and one per rail across them "
+                    "(hierarchical), double binary trees (tree), or the cheapest for each buffer "
+                    "(auto); --allreduce {} applies without them",
                     toString(o.gradientSync)));
+  if (o.zero > 0 && o.gradientSync == AllreduceAlgorithm::kTree)
+    throw OptionError("--allreduce",
+                      "ZeRO reduce-scatters the gradients and all-gathers the weights, which a "
+                      "tree does not do; with --zero use ring, hierarchical or auto");
   if (o.recompute == Recompute::kSelective &&
       std::none_of(network.layers.begin(), network.layers.end(),
                    [](const Layer& l) { return l.kind == LayerKind::kAttention; }))

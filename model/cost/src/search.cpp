@@ -117,10 +117,11 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
 
   const auto sync = space.base.gradientSync;
   if (sync != AllreduceAlgorithm::kRing && sync != AllreduceAlgorithm::kHierarchical &&
-      sync != AllreduceAlgorithm::kAuto)
+      sync != AllreduceAlgorithm::kAuto && sync != AllreduceAlgorithm::kTree)
     throw OptionError("--allreduce",
                       fmt::format("search tries tensor, pipeline and ZeRO layouts, whose "
-                                  "data-parallel groups synchronise by ring, hierarchical or auto; "
+                                  "data-parallel groups synchronise by ring, hierarchical, tree or "
+                                  "auto; "
                                   "{} would leave plain data parallelism alone (price it with "
                                   "strata predict)",
                                   toString(sync)));

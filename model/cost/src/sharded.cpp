@@ -320,8 +320,12 @@ std::string describePlacement(const Topology& topo, const Scenario& sc) {
         how = ", each inside one node (hierarchical: its ring)";
       else
         how = ", one per node: a ring per rail (hierarchical)";
+    } else if (groups.algorithm == AllreduceAlgorithm::kTree) {
+      how = ", each synchronised by a double binary tree";
     } else if (groups.algorithm == AllreduceAlgorithm::kAuto) {
-      how = ", each buffer synchronised by ring or hierarchically, whichever is cheaper (auto)";
+      how =
+          ", each buffer synchronised by ring, hierarchically or by tree, whichever is cheapest "
+          "(auto)";
     }
     parts.push_back(fmt::format("data-parallel groups of {} workers{} over {}{}", dp,
                                 apart(lay.dpStride()), over(0, lay.rank(dp - 1, 0, 0)), how));

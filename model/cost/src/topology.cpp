@@ -200,37 +200,48 @@ const PatternCost& Topology::ringStep(int span, int stride) const {
   return it->second;
 }
 
-const std::vector<TreeStage>& Topology::tree() const {
-  if (!tree_) {
-    tree_ = doubleBinaryTree(workers_);
-    for (const auto& st : *tree_) {
-      treeUp_.push_back(cost(st.flows));
-      std::vector<Flow> back;
-      back.reserve(st.flows.size());
-      for (const auto& f : st.flows)
-        back.push_back({f.dst, f.src});
-      treeDown_.push_back(cost(back));
-    }
+std::vector<TreeStage> groupTrees(int workers, int span, int stride) {
+  STRATA_ENFORCE(span >= 1 && stride >= 1 && workers % span == 0 && span % stride == 0);
+  std::vector<TreeStage> out;
+  for (const auto& st : doubleBinaryTree(span / stride)) {
+    TreeStage all;
+    all.inputs = st.inputs;
+    for (int block = 0; block < workers; block += span)
+      for (int offset = 0; offset < stride; ++offset)
+        for (size_t f = 0; f < st.flows.size(); ++f) {
+          const int base = block + offset;
+          all.flows.push_back({base + st.flows[f].src * stride, base + st.flows[f].dst * stride});
+          all.tree.push_back(st.tree[f]);
+        }
+    out.push_back(std::move(all));
   }
-  return *tree_;
+  return out;
 }
 
-const PatternCost& Topology::treeCost(int stage, bool down) const {
-  tree();
-  return (down ? treeDown_ : treeUp_).at(static_cast<size_t>(stage));
-}
-
-const std::vector<uint64_t>& Topology::treeConflicts() const {
-  const auto& stages = tree();
-  const size_t count = stages.size();
-  if (treeConflicts_.size() == 2 * count)
-    return treeConflicts_;
+const TreeView& Topology::treeOf(int span, int stride) const {
+  STRATA_ENFORCE(span >= 1 && stride >= 1 && workers_ % span == 0 && span % stride == 0);
+  auto it = trees_.find({span, stride});
+  if (it != trees_.end())
+    return it->second;
+  TreeView v;
+  v.stages = groupTrees(workers_, span, stride);
+  for (const auto& st : v.stages) {
+    v.up.push_back(cost(st.flows));
+    std::vector<Flow> back;
+    back.reserve(st.flows.size());
+    for (const auto& f : st.flows)
+      back.push_back({f.dst, f.src});
+    v.down.push_back(cost(back));
+  }
+  // Per transfer stage p (up 0..S-1, then down S-1..0), the other stages
+  // whose flows load a link direction it loads too.
+  const size_t count = v.stages.size();
   STRATA_ENFORCE(2 * count <= 64);
   // Channel (link, direction; one per half-duplex link) -> stages loading it.
   std::vector<uint64_t> users(2 * static_cast<size_t>(linkCount_), 0);
   auto forEachChannel = [&](size_t p, auto&& visit) {
     const bool down = p >= count;
-    for (const auto& f : stages[down ? 2 * count - 1 - p : p].flows) {
+    for (const auto& f : v.stages[down ? 2 * count - 1 - p : p].flows) {
       const int src = down ? f.dst : f.src, dst = down ? f.src : f.dst;
       const int meet = meetLevel(src, dst);
       for (int l = 0; l <= meet; ++l)
@@ -242,12 +253,25 @@ const std::vector<uint64_t>& Topology::treeConflicts() const {
   };
   for (size_t p = 0; p < 2 * count; ++p)
     forEachChannel(p, [&](size_t c) { users[c] |= uint64_t{1} << p; });
-  treeConflicts_.assign(2 * count, 0);
+  v.conflicts.assign(2 * count, 0);
   for (size_t p = 0; p < 2 * count; ++p) {
-    forEachChannel(p, [&](size_t c) { treeConflicts_[p] |= users[c]; });
-    treeConflicts_[p] &= ~(uint64_t{1} << p);
+    forEachChannel(p, [&](size_t c) { v.conflicts[p] |= users[c]; });
+    v.conflicts[p] &= ~(uint64_t{1} << p);
   }
-  return treeConflicts_;
+  return trees_.emplace(std::pair{span, stride}, std::move(v)).first->second;
+}
+
+const std::vector<TreeStage>& Topology::tree() const {
+  return treeOf(workers_, 1).stages;
+}
+
+const PatternCost& Topology::treeCost(int stage, bool down) const {
+  const auto& v = treeOf(workers_, 1);
+  return (down ? v.down : v.up).at(static_cast<size_t>(stage));
+}
+
+const std::vector<uint64_t>& Topology::treeConflicts() const {
+  return treeOf(workers_, 1).conflicts;
 }
 
 int Topology::nodeSize() const {

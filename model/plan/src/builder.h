@@ -294,6 +294,20 @@ class Builder {
       if (buffer == BufferKind::kWeightGradients && op != GroupOp::kAllGather)
         picks.emplace_back(toString(algorithm), n.value());
     }
+    if (algorithm == AllreduceAlgorithm::kTree) {
+      STRATA_ENFORCE(op == GroupOp::kAllReduce);  // checkScenario refuses tree with ZeRO
+      Collective c;
+      c.allreduce = AllreduceAlgorithm::kRing;  // its window in the simulator's lanes
+      c.algorithm = "tree";
+      c.buffer = buffer;
+      c.bytes = n;
+      c.firstLayer = firstLayer;
+      c.lastLayer = lastLayer;
+      c.round = round_;
+      c.parts = 2;
+      begin(c);
+      return end(treePhases(g, n, start, only));
+    }
     // {inner, outer}: the ring alone is an outer level of g itself.
     GroupLevels levels{RankGroups{1, 1}, g};
     if (algorithm == AllreduceAlgorithm::kHierarchical)
@@ -390,33 +404,48 @@ class Builder {
   // cluster (the executor, which runs tasks in plan order anyway) no link is
   // known to be shared.
   int allReduceTree(Collective c, Bytes n, const Deps& start) {
-    const auto stages = doubleBinaryTree(k_);
+    c.parts = 2;
+    begin(c);
+    return end(treePhases(RankGroups{k_, 1}, n, start, {}));
+  }
+
+  // The tree's transfers and sums of every group of `g` at once (g = {K, 1}:
+  // all ranks), inside the collective begun; `only`: one pipeline stage's
+  // groups. Returns the last task.
+  int treePhases(RankGroups g, Bytes n, const Deps& start, const Members& only) {
+    const bool all = g.span == k_ && g.stride == 1;
+    // Without a cluster (the executor's plan) no link is known to be shared.
+    const auto local = topo_ ? std::vector<TreeStage>{} : groupTrees(k_, g.span, g.stride);
+    const auto& stages = topo_ ? topo_->treeOf(g.span, g.stride).stages : local;
     const size_t count = stages.size();
     const Bytes half = n / 2;
     const int segs = segmentCount(half, segment_);
     const Bytes s = half / segs;
-    c.parts = 2;
-    c.segments = segs;
-    begin(c);
+    plan_.collectives.back().segments = segs;
     // Transfer stage p (its step): up stage p for p < count, else down stage
     // 2 count - 1 - p, whose flows are up stage p's reversed.
     std::vector<FlowRange> ranges;
     for (size_t p = 0; p < 2 * count; ++p) {
       const bool down = p >= count;
       const size_t i = down ? 2 * count - 1 - p : p;
-      ranges.push_back(stored(fmt::format("tree {} {}", down ? "down" : "up", i), [&] {
+      const std::string key =
+          all ? fmt::format("tree {} {}", down ? "down" : "up", i)
+              : fmt::format("tree {} {} of {} {} stage {} of {} x {}", down ? "down" : "up", i,
+                            g.span, g.stride, only.stage, only.stages, only.width);
+      ranges.push_back(stored(key, [&] {
         const auto& st = stages[i];
         std::vector<PlanFlow> v;
         for (size_t f = 0; f < st.flows.size(); ++f) {
           const auto& fl = st.flows[f];
-          v.push_back(down ? PlanFlow{fl.dst, fl.src, st.tree[f]}
-                           : PlanFlow{fl.src, fl.dst, st.tree[f]});
+          if (only.has(fl.src))
+            v.push_back(down ? PlanFlow{fl.dst, fl.src, st.tree[f]}
+                             : PlanFlow{fl.src, fl.dst, st.tree[f]});
         }
         return v;
       }));
     }
     const std::vector<uint64_t> none(2 * count, 0);
-    const auto& conflicts = topo_ ? topo_->treeConflicts() : none;
+    const auto& conflicts = topo_ ? topo_->treeOf(g.span, g.stride).conflicts : none;
     std::vector<int> sent(2 * count, -1), summed(count, -1);  // the segment before's tasks
     int last = -1;
     for (int j = 0; j < segs; ++j) {
@@ -435,7 +464,7 @@ class Builder {
           before = summed[p] = reduce(x, s, stages[p].inputs, {x, summed[p]});
       }
     }
-    return end(last);
+    return last;
   }
 
   // Naive reducer: per segment, gather into rank 0, sum there, broadcast;

@@ -515,6 +515,7 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
     bool sp;
     Optimizer optimizer;
     Placement placement = Placement::kTpPpDp;
+    AllreduceAlgorithm sync = AllreduceAlgorithm::kRing;
   };
   const auto k1f1b = PipelineSchedule::k1f1b, gpipe = PipelineSchedule::kGpipe,
              interleaved = PipelineSchedule::kInterleaved;
@@ -539,6 +540,13 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
       {"tiny-cnn", 3, 1, 2, 2, gpipe, 1, 0, none, false, momentum, Placement::kTpDpPp},
       {"tiny-llama", 2, 1, 3, 3, k1f1b, 1, 1, none, false, adam, Placement::kTpDpPp},
       {"tp-gpt", 2, 2, 2, 3, k1f1b, 1, 1, Recompute::kFull, true, adam, Placement::kTpDpPp},
+      // The data-parallel groups' double binary trees (--allreduce tree).
+      {"tiny-gpt", 3, 1, 2, 3, k1f1b, 1, 0, none, false, adam, Placement::kTpPpDp,
+       AllreduceAlgorithm::kTree},
+      {"tp-gpt", 2, 2, 2, 3, k1f1b, 1, 0, none, true, momentum, Placement::kTpDpPp,
+       AllreduceAlgorithm::kTree},
+      {"tp-gpt", 3, 2, 1, 2, k1f1b, 1, 0, none, false, momentum, Placement::kTpPpDp,
+       AllreduceAlgorithm::kTree},
   };
   const int b = 2, steps = 2;
   for (const Case& c : cases) {
@@ -546,7 +554,7 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
     INFO(c.net << " dp " << c.dp << " x tp " << c.tp << " x pp " << c.pp << ", M " << c.m << " "
                << toString(c.schedule) << " V " << c.v << ", ZeRO-" << c.zero << ", --recompute "
                << toString(c.recompute) << ", sp " << c.sp << ", " << toString(c.optimizer)
-               << ", ranks " << toString(c.placement));
+               << ", ranks " << toString(c.placement) << ", allreduce " << toString(c.sync));
     const auto ref = oneWorker(net, c.dp * c.m * b, steps, c.optimizer);
     auto sc = test::runScenario(Strategy::kRing, c.dp * c.tp * c.pp, b, c.optimizer);
     sc.options.tp = c.tp;
@@ -558,7 +566,12 @@ TEST_CASE("a pipeline's stages together equal one worker with batch dp M b", "[e
     sc.options.recompute = c.recompute;
     sc.options.sequenceParallel = c.sp;
     sc.options.placement = c.placement;
+    sc.options.gradientSync = c.sync;
     const Plan plan = lowerToPlan(net, sc);
+    // The gradient syncs run as the option says.
+    const bool trees = std::any_of(plan.collectives.begin(), plan.collectives.end(),
+                                   [](const Collective& x) { return x.algorithm == "tree"; });
+    CHECK(trees == (c.sync == AllreduceAlgorithm::kTree));
     // The first layer runs on stage 0: ranks (d pp + 0) tp + i, or with
     // tp,dp,pp the first tp dp ranks.
     for (const auto& t : plan.tasks)

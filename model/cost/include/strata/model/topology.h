@@ -52,6 +52,10 @@ struct TreeStage {
   int inputs = 0;           // the most flows into one parent
 };
 std::vector<TreeStage> doubleBinaryTree(int workers);
+// The double binary trees of the groups of ringNext(span, stride) among
+// `workers` ranks, every group's flows in each stage: position j of the
+// group at `base` (block + offset) is rank base + j stride.
+std::vector<TreeStage> groupTrees(int workers, int span, int stride);
 
 // A pattern's latency is the largest of its flows' meet levels' (a tie goes
 // to a level that pays it once per step): folds in a flow that meets at `met`.
@@ -109,6 +113,18 @@ struct LinkUsers {
   }
 };
 
+// The double binary trees of groups of ranks, every group at once (the
+// groups of Topology::ringStep(span, stride)): each stage's flows of every
+// group, the cost of each stage up (child -> parent) and down, and per
+// transfer stage in order (up 0..S-1, then down S-1..0: position p) the
+// positions of the other stages whose flows load a link direction it loads
+// too (bit q set).
+struct TreeView {
+  std::vector<TreeStage> stages;
+  std::vector<PatternCost> up, down;
+  std::vector<uint64_t> conflicts;
+};
+
 class Topology {
  public:
   // Places workers 0..K-1 on devices 0..K-1. Throws UserError when K < 1 or
@@ -139,13 +155,12 @@ class Topology {
   const PatternCost& ringStep(int span, int stride) const;
   // Devices of a node (the innermost level's group), at most K.
   int nodeSize() const;
-  // The double binary tree of K ranks (collectives.h doubleBinaryTree) and
-  // the cost of stage i's flows, up (child -> parent) or down.
+  // The double binary trees of the groups of ringStep(span, stride) (span
+  // must divide K); treeOf(K, 1) is the tree of all K ranks.
+  const TreeView& treeOf(int span, int stride) const;
+  // treeOf(K, 1)'s stages, stage i's cost up or down, and its conflicts.
   const std::vector<TreeStage>& tree() const;
   const PatternCost& treeCost(int stage, bool down) const;
-  // Per transfer stage of the tree in order (up stage 0..S-1, then down
-  // S-1..0: position p), the positions of the other stages whose flows load
-  // a link direction it loads too (bit q set).
   const std::vector<uint64_t>& treeConflicts() const;
   const PatternCost& allToAll() const;         // every i sends to every j != i
   const PatternCost& gather(int root) const;   // every i != root sends to root
@@ -180,10 +195,8 @@ class Topology {
   mutable std::vector<int> up_, down_;  // scratch: flows per link and direction
   mutable std::optional<PatternCost> ringStep_, allToAll_;
   mutable std::map<std::pair<int, int>, PatternCost> rings_;
-  mutable std::optional<std::vector<TreeStage>> tree_;
+  mutable std::map<std::pair<int, int>, TreeView> trees_;
   mutable std::map<std::string, PatternCost> named_;
-  mutable std::vector<PatternCost> treeUp_, treeDown_;
-  mutable std::vector<uint64_t> treeConflicts_;
   mutable std::vector<std::optional<PatternCost>> gather_, scatter_;
 };
 
