@@ -184,7 +184,7 @@ GroupLevels hierarchicalLevels(const Topology& topo, RankGroups g) {
     throw OptionError("--workers",
                       fmt::format("the hierarchical allreduce needs whole nodes: {} workers on "
                                   "nodes of {} devices (cluster '{}'); use a multiple of {}, or "
-                                  "--allreduce ring",
+                                  "another --allreduce",
                                   k, node, topo.cluster().name, node));
   const auto uneven = [&] {
     return OptionError(
@@ -605,12 +605,8 @@ CollectiveCost allReduceHierarchical(const Topology& topo, Bytes n, const CommPa
   auto c = empty(topo);
   const int k = topo.workers();
   const int g = topo.nodeSize();
-  if (k % g != 0)
-    throw OptionError("--workers",
-                      fmt::format("the hierarchical allreduce needs whole nodes: {} workers on "
-                                  "nodes of {} devices (cluster '{}'); use a multiple of {}, or "
-                                  "another --allreduce",
-                                  k, g, topo.cluster().name, g));
+  (void)hierarchicalLevels(topo,
+                           RankGroups{k, 1, AllreduceAlgorithm::kHierarchical});  // whole nodes
   const int nodes = k / g;
   const auto& inner = topo.ringStep(g, 1);
   const Bytes chunk = n / g, sub = chunk / nodes;
