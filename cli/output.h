@@ -49,6 +49,9 @@ void printProfile(std::ostream& out, const Network& network, const OpProfile& pr
                   const Cluster* cluster, Format format);
 
 // The tasks of a Plan, for a person to read (table) or a tool (JSON).
-void printPlan(std::ostream& out, const Plan& plan, const Network& network, Format format);
+// `placement`: where the layout's groups run (describePlacement; "" without
+// a cluster or a layout).
+void printPlan(std::ostream& out, const Plan& plan, const Network& network, Format format,
+               const std::string& placement = "");
 
 }  // namespace strata::cli

@@ -12,7 +12,8 @@ namespace strata::cli {
 
 using nlohmann::ordered_json;
 
-void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format format) {
+void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format format,
+               const std::string& placement) {
   checkPlanPrintable(plan, limits());  // every task and flow is held in memory first
   const auto& sc = plan.scenario;
   auto layerName = [&](int l) {
@@ -24,6 +25,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
     j["strategy"] = std::string(toString(sc.strategy));
     j["workers"] = sc.workers;
     j["batch_per_worker"] = sc.batchPerWorker;
+    if (!placement.empty())
+      j["placement"] = placement;
     ordered_json collectives = ordered_json::array();
     for (const auto& c : plan.collectives)
       collectives.push_back({{"algorithm", c.algorithm},
@@ -98,6 +101,8 @@ void printPlan(std::ostream& out, const Plan& plan, const Network& net, Format f
       plan.network, toString(sc.strategy), sc.workers, sc.batchPerWorker, plan.tasks.size(),
       plan.count(TaskKind::kCompute), plan.count(TaskKind::kTransfer),
       plan.count(TaskKind::kReduce), plan.count(TaskKind::kUpdate), plan.collectives.size());
+  if (!placement.empty())
+    out << "placement     " << placement << "\n\n";
   if (plan.iterations > 1)
     out << fmt::format(
         "{} steps back to back; {} ps jobs (a layer's push, server updates and pull), served "

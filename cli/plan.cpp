@@ -8,6 +8,8 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "strata/model/estimate.h"
+#include "strata/model/topology.h"
 
 namespace strata::cli {
 
@@ -46,7 +48,11 @@ Command addPlanCommand(CLI::App& app) {
               return 0;
             }
             const auto cl = clusterArg(o->cluster, "--cluster");
-            printPlan(std::cout, lowerToPlan(net, sc, cl), net, format);
+            const Plan plan = lowerToPlan(net, sc, cl);
+            // Where each group runs, as predict and simulate say it.
+            printPlan(std::cout, plan, net, format,
+                      usesShardedStep(sc.options) ? describePlacement(Topology(cl, sc.workers), sc)
+                                                  : std::string());
             return 0;
           }};
 }

@@ -2554,6 +2554,15 @@ TEST_CASE("placement orders the stages and replicas in every engine", "[cli][pip
   const auto j = run("simulate", {"--placement", "tp,dp,pp", "--format", "json"});
   REQUIRE(j.status == 0);
   CHECK(json::parse(j.output)["options"]["placement"] == "tp,dp,pp");
+  // strata plan says where the groups run, as predict does.
+  const auto plan = run("plan", {"--placement", "tp,dp,pp"});
+  REQUIRE(plan.status == 0);
+  CHECK_THAT(plan.output, Catch::Contains("placement     K = 16 = dp 8 x tp 1 x pp 2 (ranks "
+                                          "tp,dp,pp); pipelines of 2 stages 8 apart"));
+  const auto planJson = run("plan", {"--format", "json"});
+  REQUIRE(planJson.status == 0);
+  CHECK_THAT(json::parse(planJson.output)["placement"].get<std::string>(),
+             Catch::StartsWith("K = 16 = dp 8 x tp 1 x pp 2; pipelines of 2 stages over nvswitch"));
   // The default order is not written.
   const auto d = run("predict", {"--format", "json"});
   REQUIRE(d.status == 0);
