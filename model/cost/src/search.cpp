@@ -118,16 +118,17 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
   const auto sync = space.base.gradientSync;
   if (sync != AllreduceAlgorithm::kRing && sync != AllreduceAlgorithm::kHierarchical &&
       sync != AllreduceAlgorithm::kAuto && sync != AllreduceAlgorithm::kTree)
-    throw OptionError("--allreduce",
-                      fmt::format("search tries tensor, pipeline and ZeRO layouts, whose "
-                                  "data-parallel groups synchronise by ring, hierarchical, tree or "
-                                  "auto; "
-                                  "{} would leave plain data parallelism alone (price it with "
-                                  "strata predict)",
-                                  toString(sync)));
+    throw OptionError(
+        "--allreduce",
+        fmt::format("search tries tensor, pipeline and ZeRO layouts, whose "
+                    "data-parallel groups synchronise by ring, hierarchical, tree or "
+                    "auto; {} would leave plain data parallelism alone (price it with "
+                    "strata predict)",
+                    toString(sync)));
   // --allreduce hierarchical: K must be whole nodes (else no layout can
-  // run it: the one error); a layout whose tp x pp neither divides nor fills
-  // a node cannot, and is skipped as any other combination K cannot take.
+  // run it: the one error); a layout whose data-parallel groups straddle the
+  // nodes unevenly (hierarchicalLevels) cannot, and is skipped as any other
+  // combination K cannot take.
   std::optional<Topology> topo;
   if (space.base.gradientSync == AllreduceAlgorithm::kHierarchical) {
     topo.emplace(cluster, k);

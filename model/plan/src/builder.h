@@ -294,16 +294,16 @@ class Builder {
       if (buffer == BufferKind::kWeightGradients && op != GroupOp::kAllGather)
         picks.emplace_back(toString(algorithm), n.value());
     }
+    Collective c;
+    c.allreduce = AllreduceAlgorithm::kRing;  // its window in the simulator's lanes
+    c.buffer = buffer;
+    c.bytes = n;
+    c.firstLayer = firstLayer;
+    c.lastLayer = lastLayer;
+    c.round = round_;
     if (algorithm == AllreduceAlgorithm::kTree) {
       STRATA_ENFORCE(op == GroupOp::kAllReduce);  // checkScenario refuses tree with ZeRO
-      Collective c;
-      c.allreduce = AllreduceAlgorithm::kRing;  // its window in the simulator's lanes
       c.algorithm = "tree";
-      c.buffer = buffer;
-      c.bytes = n;
-      c.firstLayer = firstLayer;
-      c.lastLayer = lastLayer;
-      c.round = round_;
       c.parts = 2;
       begin(c);
       return end(treePhases(g, n, start, only));
@@ -314,18 +314,11 @@ class Builder {
       levels = hierarchicalLevels(topology("hierarchical"), g);
     const auto& [inner, outer] = levels;
     const Bytes chunk = n / inner.size();  // what the outer level carries
-    Collective c;
-    c.allreduce = AllreduceAlgorithm::kRing;  // its window in the simulator's lanes
     c.algorithm = op == GroupOp::kReduceScatter ? "reduce-scatter"
                   : op == GroupOp::kAllGather   ? "allgather"
                                                 : std::string(toString(algorithm));
     if (algorithm == AllreduceAlgorithm::kHierarchical && op != GroupOp::kAllReduce)
       c.algorithm = "hierarchical " + c.algorithm;
-    c.buffer = buffer;
-    c.bytes = n;
-    c.firstLayer = firstLayer;
-    c.lastLayer = lastLayer;
-    c.round = round_;
     c.parts = size;
     c.segments = segmentCount(inner.size() > 1 ? n / inner.size() : chunk / outer.size(), segment_);
     begin(c);
