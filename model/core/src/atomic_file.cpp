@@ -204,10 +204,19 @@ AtomicFile::AtomicFile(std::string path, std::string option) : impl_(new Impl) {
   impl_->path = followLink(path);
   // A name of at most NAME_MAX (255): the target's name cut to 200.
   const std::string name = nameOf(impl_->path).substr(0, 200);
-  std::string temporary = folderOf(impl_->path) + "/." + name + ".strata-tmp.XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
+  // Registered before mkstemp(3) creates it: a signal that comes as the file
+  // appears (on any thread) finds its name in the table. Registering after
+  // left a window in which SIGINT left the file behind. Before mkstemp has
+  // opened a name, unlink(2) of it finds nothing, unless another strata's
+  // temporary took that very name (one chance in 62^6).
+  impl_->temporary = folderOf(impl_->path) + "/." + name + ".strata-tmp.XXXXXX";
+  impl_->slot = registerTemporary(impl_->temporary.c_str());
+  const int fd = ::mkstemp(impl_->temporary.data());
   if (fd < 0) {
     const int error = errno;
+    unregisterTemporary(impl_->slot);
+    impl_->slot = -1;
+    impl_->temporary.clear();
     const std::string why = "cannot write '" + impl_->path + "': cannot create a file in '" +
                             folderOf(impl_->path) + "': " + errnoText(error);
     if (placeMistake(error))
@@ -216,8 +225,6 @@ AtomicFile::AtomicFile(std::string path, std::string option) : impl_(new Impl) {
   }
   (void)::fcntl(fd, F_SETFD, FD_CLOEXEC);
   impl_->fd = fd;
-  impl_->temporary = std::move(temporary);
-  impl_->slot = registerTemporary(impl_->temporary.c_str());
   impl_->buffer = std::make_unique<FdBuffer>(fd);
   impl_->stream.rdbuf(impl_->buffer.get());
 }
