@@ -17,6 +17,7 @@
 #include "strata/model/limits.h"
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
+#include "strata/sim/simulator.h"
 #include "strata/study/estimate_schema.h"
 #include "table.h"
 
@@ -202,10 +203,13 @@ Command addSearchCommand(CLI::App& app) {
             if (!r.fits || n >= simulate)
               break;
             ++n;
-            // A pipeline's plan holds every worker's tasks (no worker stands
-            // for the others): the large ones are left out, saying so.
-            if (const double tasks = estimatePlanTasks(net, r.scenario);
-                usesPipeline(r.scenario.options) && tasks > double(limits().maxPlanTasks)) {
+            // One worker per stage stands for the stage's (a representative
+            // plan); a plan still over the limit is left out, saying so.
+            const auto detail = sim::representativeReason(r.scenario, cl, sim::Options{}).empty()
+                                    ? PlanDetail::kRepresentative
+                                    : PlanDetail::kFull;
+            if (const double tasks = estimatePlanTasks(net, r.scenario, 0, detail);
+                tasks > double(limits().maxPlanTasks)) {
               s.add({std::to_string(n), describeLayout(r.scenario), formatSeconds(r.estimate.step),
                      "-",
                      fmt::format("not played: about {:.2g} plan tasks, over the limit of {} ({})",

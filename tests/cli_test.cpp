@@ -2499,7 +2499,9 @@ TEST_CASE("strata predict prices a pipeline and refuses its mistakes", "[cli][pi
   CHECK(sim.status == 0);
   CHECK_THAT(sim.output, Catch::Contains("pipeline      2 stages (") &&
                              Catch::Contains("schedule 1f1b, 4 micro-batches of 128; bubble") &&
-                             Catch::Contains("full: a pipeline's stages compute different layers"));
+                             Catch::Contains("representative: one worker's compute stands for each "
+                                             "stage's 2 (every worker of a stage computes "
+                                             "alike), 2 stages"));
   // A pipeline runs: 2 stages of 3 micro-batches, a step of K / pp M b
   // examples; ZeRO with the table tied across the stages is refused.
   const auto piped = runStrata({"run", "-n", "tiny-gpt", "-s", "ring", "-k", "2", "-b", "2", "--pp",
@@ -2644,6 +2646,14 @@ TEST_CASE("strata search lists the layouts best first, in a table, JSON and CSV"
                 line.find(std::string("pp ") + pp + ", ") != std::string::npos;
     CHECK(played == 4);
   }
+  // One rank per stage stands for the stage's (a representative plan); a
+  // plan still over the task limit is listed as not played.
+  const auto small =
+      runStrata({"search", "-n", "tiny-gpt", "-c", "dgx-h100", "-k", "8", "--global-batch", "64",
+                 "--top", "2", "--simulate", "2", "--pp", "2", "--max-tasks", "100"});
+  REQUIRE(small.status == 0);
+  CHECK_THAT(small.output, Catch::Contains("not played: about 1.5e+02 plan tasks, over the limit "
+                                           "of 100 (--max-tasks)"));
   checkUserError(with({"--simulate", "-1"}), {"--simulate"});
   checkUserError(with({"--microbatches", "2"}),
                  {"--microbatches: search sets the micro-batches of each layout"});

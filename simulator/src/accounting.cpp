@@ -280,12 +280,13 @@ Result Engine::assemble() {
     const auto wi = static_cast<size_t>(w);
     auto& we = est.workers[wi];
     we.rank = w;
-    // A representative plan's worker 0 computes for every worker.
-    const auto ci = plan_.representative ? size_t{0} : wi;
+    // A representative plan's worker 0 computes for every worker (a
+    // pipeline's: each stage's first rank for the stage's).
+    const auto ci = static_cast<size_t>(plan_.computesFor(w));
     we.compute = n > 1 ? lastPhase[ci] : phase_[ci];
     // Workers with no communication of their own and worker 0's compute
     // (a representative plan) share one answer, computed once.
-    const bool shared = plan_.representative && ownComm_[wi].empty();
+    const bool shared = plan_.representative && ci == 0 && ownComm_[wi].empty();
     double c = sharedC, hidden = sharedHidden;
     if (!shared || !haveShared) {
       Intervals comm = ownComm_[wi].empty() ? all : merged([&] {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -72,8 +73,6 @@ double estimatedWork(const Plan& plan, const Cluster& cluster, const Options& op
 
 std::string representativeReason(const Scenario& scenario, const Cluster& cluster,
                                  const Options& options) {
-  if (usesPipeline(scenario.options))
-    return "a pipeline's stages compute different layers";
   if (!canBeRepresentative(scenario))
     return fmt::format("{} workers hold different tasks", toString(scenario.strategy));
   for (double s : options.slowdown)
@@ -96,11 +95,16 @@ Result simulateScenario(const Network& network, const Cluster& cluster, const Sc
   const auto detail = reason.empty() ? PlanDetail::kRepresentative : PlanDetail::kFull;
   const Plan plan = lowerToPlan(network, scenario, cluster, iterations, detail);
   auto r = simulate(plan, network, cluster, options);
-  r.detail = reason.empty() ? fmt::format(
-                                  "representative: worker 0's compute stands for all {} "
-                                  "(every worker computes alike)",
-                                  scenario.workers)
-                            : "full: " + reason;
+  const int stages = std::max(1, scenario.options.pp);
+  r.detail = !reason.empty() ? "full: " + reason
+             : stages > 1    ? fmt::format(
+                                   "representative: one worker's compute stands for each stage's {} "
+                                      "(every worker of a stage computes alike), {} stages",
+                                   scenario.workers / stages, stages)
+                          : fmt::format(
+                                "representative: worker 0's compute stands for all {} "
+                                "(every worker computes alike)",
+                                scenario.workers);
   return r;
 }
 

@@ -8,8 +8,11 @@
 #include "strata/model/pipeline.h"
 
 #include <catch2/catch.hpp>
+#include <optional>
+#include <set>
 
 #include "../model/helpers.h"
+#include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/plan.h"
 #include "strata/sim/simulator.h"
@@ -343,4 +346,104 @@ TEST_CASE("placement tp,dp,pp: a stage's replicas side by side, sim equals model
       CHECK(outer.workers[static_cast<size_t>(8 * s + d)].sent.value() ==
             Approx(inner.workers[static_cast<size_t>(2 * d + s)].sent.value()).epsilon(1e-12));
   CHECK(outer.step != inner.step);
+}
+
+TEST_CASE("a pipeline's representative plan (one rank per stage) simulates to the full plan's",
+          "[sim][pipeline][representative]") {
+  // Each stage's first rank computes for the stage's dp x tp ranks; the
+  // transfers, rings and syncs still name every rank. Contention on and off,
+  // both placements, ring, hierarchical and tree groups: the step, bubble,
+  // every worker's row and every link's bytes as the full plan's.
+  using S = PipelineSchedule;
+  const auto none = Recompute::kNone;
+  const Case cases[] = {
+      {16, 2, 2, 4, S::k1f1b, 1, false, 0, none, true},
+      {24, 1, 3, 5, S::kGpipe, 1, false, 0, Recompute::kFull, false},
+      {32, 2, 2, 4, S::kInterleaved, 2, true, 1, Recompute::kSelective, true},
+      {16, 2, 1, 3, S::k1f1b, 1, true, 1, none, true},   // accumulation, tp
+      {7, 1, 7, 7, S::k1f1b, 1, false, 0, none, false},  // one replica, a prime
+      {30, 1, 5, 6, S::k1f1b, 1, false, 1, none, true},  // 6 replicas of 5 stages
+  };
+  const auto cl = presetCluster("dgx-a100");
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    const auto net = presetNetwork(name);
+    for (const auto& x : cases)
+      for (auto placement : {Placement::kTpPpDp, Placement::kTpDpPp})
+        for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHierarchical,
+                       AllreduceAlgorithm::kTree})
+          for (bool contention : {true, false}) {
+            auto sc = scenarioOf(x);
+            if (x.pp == 1 && placement == Placement::kTpDpPp)
+              continue;  // refused with pp 1 (cli_test)
+            if (a == AllreduceAlgorithm::kTree && x.zero > 0)
+              continue;  // a tree has no reduce-scatter: refused
+            sc.options.placement = placement;
+            sc.options.gradientSync = a;
+            INFO(name << " K " << x.k << " tp " << x.tp << " pp " << x.pp << " M " << x.m << " "
+                      << toString(x.schedule) << " zero " << x.zero << " " << toString(placement)
+                      << " " << toString(a) << " contention " << contention);
+            sim::Options o;
+            o.contention = contention;
+            std::optional<Plan> full;
+            try {
+              full = lowerToPlan(net, sc, cl, 0, PlanDetail::kFull);
+            } catch (const OptionError&) {
+              continue;  // hierarchical groups that straddle nodes unevenly: refused
+            }
+            const auto rep = lowerToPlan(net, sc, cl, 0, PlanDetail::kRepresentative);
+            if (x.k > x.pp)
+              CHECK(rep.tasks.size() < full->tasks.size());
+            else
+              CHECK(rep.tasks.size() == full->tasks.size());  // one rank per stage already
+            const auto f = sim::simulate(*full, net, cl, o).estimate;
+            const auto r = sim::simulate(rep, net, cl, o).estimate;
+            CHECK(r.step.value() == Approx(f.step.value()).epsilon(1e-12));
+            CHECK(r.pipelineBubble.value() ==
+                  Approx(f.pipelineBubble.value()).epsilon(1e-12).margin(1e-15));
+            REQUIRE(r.workers.size() == f.workers.size());
+            for (size_t w = 0; w < f.workers.size(); ++w) {
+              INFO("worker " << w);
+              const auto& fw = f.workers[w];
+              const auto& rw = r.workers[w];
+              CHECK(rw.compute.total().value() ==
+                    Approx(fw.compute.total().value()).epsilon(1e-12));
+              CHECK(rw.compute.update.value() ==
+                    Approx(fw.compute.update.value()).epsilon(1e-12).margin(1e-15));
+              CHECK(rw.communication.value() == Approx(fw.communication.value()).epsilon(1e-12));
+              CHECK(rw.exposedCommunication.value() ==
+                    Approx(fw.exposedCommunication.value()).epsilon(1e-12).margin(1e-15));
+              CHECK(rw.sent.value() == Approx(fw.sent.value()).epsilon(1e-12));
+              CHECK(rw.received.value() == Approx(fw.received.value()).epsilon(1e-12));
+              CHECK(rw.memory.total().value() == fw.memory.total().value());
+            }
+          }
+  }
+}
+
+TEST_CASE("simulateScenario plays a pipeline's representative plan and says so",
+          "[sim][pipeline][representative]") {
+  const auto net = presetNetwork("tiny-gpt");
+  const auto cl = presetCluster("dgx-h100");
+  const auto sc =
+      scenarioOf({16, 2, 4, 8, PipelineSchedule::k1f1b, 1, false, 0, Recompute::kNone, true});
+  const auto r = sim::simulateScenario(net, cl, sc, {});
+  CHECK(r.detail ==
+        "representative: one worker's compute stands for each stage's 4 (every worker of a stage "
+        "computes alike), 4 stages");
+  // Its plan: one rank per stage computes (4 of 16), the transfers name all.
+  const auto plan = lowerToPlan(net, sc, cl, 0, PlanDetail::kRepresentative);
+  std::set<int> computing;
+  for (const auto& t : plan.tasks)
+    if (t.kind == TaskKind::kCompute || t.kind == TaskKind::kUpdate)
+      computing.insert(t.worker);
+  CHECK(computing == std::set<int>{0, 2, 4, 6});
+  for (int w = 0; w < 16; ++w)
+    CHECK(plan.computesFor(w) == w % 8 / 2 * 2);
+  CHECK(estimatePlanTasks(net, sc, 0, PlanDetail::kRepresentative) <
+        estimatePlanTasks(net, sc, 0, PlanDetail::kFull) / 2);
+  // A trace shows every worker: the full plan.
+  sim::Options traced;
+  traced.timeline = true;
+  CHECK(sim::simulateScenario(net, cl, sc, traced).detail ==
+        "full: a trace shows every worker's tasks");
 }

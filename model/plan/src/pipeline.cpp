@@ -47,6 +47,15 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   std::vector<std::vector<int>> ranks(static_cast<size_t>(p));
   for (int r = 0; r < k; ++r)
     ranks[static_cast<size_t>(layout.stage(r))].push_back(r);
+  // The ranks whose compute and update tasks are lowered: all of the
+  // stage's, or in a representative plan its first (replica 0's
+  // tensor-parallel rank 0), which stands for the stage's dp x tp ranks: they
+  // compute the same layers at the same share. The collectives and
+  // transfers still name every rank.
+  std::vector<std::vector<int>> computing = ranks;
+  if (b.plan().representative)
+    for (auto& c : computing)
+      c.resize(1);
   std::vector<int> path(static_cast<size_t>(k), -1);
   // What the next task in the stage's path also waits for (the transfer
   // that brought a chunk's input), whether a compute or a collective.
@@ -55,7 +64,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   auto only = [&](int s) { return Members{s, p, layout.stageDistance()}; };
   auto stagePath = [&](int s) {
     Deps d;
-    for (int r : ranks[static_cast<size_t>(s)])
+    for (int r : computing[static_cast<size_t>(s)])
       d.push_back(path[static_cast<size_t>(r)]);
     return d;
   };
@@ -66,7 +75,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   auto compute = [&](int s, int layer, Phase phase, double fraction, const Deps& extra,
                      bool recompute = false) {
     int last = -1;
-    for (int r : ranks[static_cast<size_t>(s)]) {
+    for (int r : computing[static_cast<size_t>(s)]) {
       Deps deps = extra;
       deps.insert(deps.end(), entry.begin(), entry.end());
       auto& x = path[static_cast<size_t>(r)];
@@ -270,8 +279,8 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
   auto exchangeTied = [&] {
     for (const auto& c : tied) {
       Deps deps = stagePath(c.fcStage);
-      for (int r : ranks[static_cast<size_t>(c.ownerStage)])
-        deps.push_back(path[static_cast<size_t>(r)]);
+      const Deps owner = stagePath(c.ownerStage);
+      deps.insert(deps.end(), owner.begin(), owner.end());
       deps.push_back(lastSync[static_cast<size_t>(c.fcStage)]);
       deps.push_back(lastSync[static_cast<size_t>(c.ownerStage)]);
       const int a = std::min(c.fcStage, c.ownerStage), z = std::max(c.fcStage, c.ownerStage);
@@ -319,7 +328,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
       int gathered = -1;
       for (const auto& bucket : all) {
         Deps updated{gathered};
-        for (int r : ranks[static_cast<size_t>(s)]) {
+        for (int r : computing[static_cast<size_t>(s)]) {
           auto& x = path[static_cast<size_t>(r)];
           x = b.update(r, bucket.first, bucket.last, bucket.params / dp, {x, done});
           auto& task = b.plan().tasks[static_cast<size_t>(x)];
@@ -341,7 +350,7 @@ void lowerPipeline(Builder& b, const Network& net, const Scenario& sc,
         params += tp.layers[static_cast<size_t>(i)].params;
       if (extraLayer >= a && extraLayer < z)
         params += extraParams;
-      for (int r : ranks[static_cast<size_t>(s)]) {
+      for (int r : computing[static_cast<size_t>(s)]) {
         auto& x = path[static_cast<size_t>(r)];
         x = b.update(r, a, z - 1, params, {x, done});
       }

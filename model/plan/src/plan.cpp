@@ -152,6 +152,15 @@ double Plan::totalFlows() const {
   return n;
 }
 
+int Plan::computesFor(int worker) const {
+  if (!representative)
+    return worker;
+  if (!usesPipeline(scenario.options))
+    return 0;
+  const RankLayout layout = rankLayoutOf(scenario);
+  return layout.rank(0, layout.stage(worker), 0);
+}
+
 size_t Plan::count(TaskKind kind) const {
   size_t n = 0;
   for (const auto& t : tasks)
@@ -227,8 +236,9 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations,
     return step * (k > 1 && iterations > 0 ? iterations : defaultPlanIterations(sc));
   }
   if (usesPipeline(sc.options)) {
-    // Per micro-batch, each stage's K / pp workers run its layers' passes
-    // (all stages together: every layer once per K / pp) with its
+    // Per micro-batch, each stage's K / pp workers (one: a representative
+    // plan) run its layers' passes (all stages together: every layer once
+    // per K / pp) with its
     // tensor-parallel collectives (3 (t - 1) steps each at most), and two
     // transfers per chunk boundary; then each bucket's sync and update.
     const auto& o = sc.options;
@@ -241,7 +251,7 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations,
       const auto& x = tp.layers[static_cast<size_t>(l)];
       const double passes = 1 + (layer.hasWeights() ? 1 : 0) + (layer.readsNetworkInput() ? 0 : 1) +
                             (o.recompute != Recompute::kNone ? 1 : 0);
-      perMicro += k / pp * passes;
+      perMicro += (detail == PlanDetail::kRepresentative ? 1 : k / pp) * passes;
       for (const auto* c : {&x.fwdBefore, &x.fwdAfter, &x.bwdBefore, &x.bwdAfter})
         if (c->op != TpCollective::kNone && t > 1)
           perMicro += 3 * (t - 1) * segs(c->elems * sc.batchPerWorker * e / t) *
@@ -252,7 +262,7 @@ double estimatePlanTasks(const Network& net, const Scenario& sc, int iterations,
     if (dp > 1)
       for (const auto& bucket : gradientBuckets(net, 0, layers, o))
         syncs += 3 * (dp - 1) * segs(bucket.params / t * e / dp) * 2;
-    return m * perMicro + syncs + k * chunks * 2;
+    return m * perMicro + syncs + (detail == PlanDetail::kRepresentative ? pp : k) * chunks * 2;
   }
   if (!isModelParallel(sc.strategy))
     return cw * layers + backprop(0, layers, gradientAllreduce(sc)) + cw;
@@ -334,9 +344,9 @@ void checkPlanPrintable(const Plan& plan, const Limits& limits) {
 }
 
 bool canBeRepresentative(const Scenario& scenario) {
-  // A pipeline's stages compute different layers.
-  return (scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing) &&
-         !usesPipeline(scenario.options);
+  // A pipeline's stages compute different layers: each stage's first rank
+  // stands for the stage's.
+  return scenario.strategy == Strategy::kNaive || scenario.strategy == Strategy::kRing;
 }
 
 namespace {

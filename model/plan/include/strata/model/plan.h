@@ -187,7 +187,8 @@ struct Plan {
   std::vector<PsJob> jobs;  // ps
   // Only worker 0's compute and update tasks are in the plan: every worker
   // computes alike and the collectives' tasks already name every worker, so
-  // worker 0 stands for all (PlanDetail::kRepresentative).
+  // worker 0 stands for all (PlanDetail::kRepresentative). A pipeline's:
+  // each stage's first rank's, standing for the stage's.
   bool representative = false;
   // naive and ring: the gradient allreduce as describeAllreduce says it
   // (auto: what each bucket got); "" for the other strategies.
@@ -203,6 +204,9 @@ struct Plan {
     return {flows.data() + t.flowBegin, t.flowCount};
   }
   size_t flowCountOf(const Task& t) const;
+  // The worker whose compute and update tasks are `worker`'s: itself, or in
+  // a representative plan worker 0 (a pipeline: its stage's first rank).
+  int computesFor(int worker) const;
   size_t count(TaskKind kind) const;
   // Flows of every transfer and reduce task (what printing or simulating the
   // plan visits: an all-to-all step of K workers has K(K-1)).
@@ -214,10 +218,10 @@ struct Plan {
 inline constexpr double kBytesPerPlanTask = 300;
 
 // kRepresentative: worker 0's compute and update tasks only (Plan::
-// representative); naive and ring without a pipeline only. A simulator plays it as the full
-// plan when every worker computes alike (no stragglers, no jitter, no cores
-// shared between the lanes), in O(layers + collective steps) tasks instead
-// of O(K layers).
+// representative; a pipeline: each stage's first rank's); naive and ring only.
+// A simulator plays it as the full plan when every worker computes alike (no
+// stragglers, no jitter, no cores shared between the lanes), in O(layers +
+// collective steps) tasks instead of O(K layers).
 enum class PlanDetail { kFull, kRepresentative };
 bool canBeRepresentative(const Scenario& scenario);
 
