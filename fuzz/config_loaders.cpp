@@ -22,11 +22,11 @@ namespace fs = std::filesystem;
 
 Loader parseLoader(std::string_view name) {
   for (auto l : {Loader::kNetwork, Loader::kCluster, Loader::kExperiment, Loader::kSuite,
-                 Loader::kProfile, Loader::kOnnx})
+                 Loader::kProfile, Loader::kOnnx, Loader::kHf})
     if (toString(l) == name)
       return l;
   throw std::invalid_argument("unknown loader '" + std::string(name) +
-                              "' (network, cluster, experiment, suite, profile, onnx)");
+                              "' (network, cluster, experiment, suite, profile, onnx, hf)");
 }
 
 std::string_view toString(Loader loader) {
@@ -43,6 +43,8 @@ std::string_view toString(Loader loader) {
       return "profile";
     case Loader::kOnnx:
       return "onnx";
+    case Loader::kHf:
+      return "hf";
   }
   return "?";
 }
@@ -88,6 +90,7 @@ std::string load(Loader loader, const std::string& path) {
     switch (loader) {
       case Loader::kNetwork:
       case Loader::kOnnx:  // the path ends in .onnx
+      case Loader::kHf:    // the path ends in .json
         loadNetwork(path);
         break;
       case Loader::kCluster:
@@ -116,8 +119,11 @@ std::string loadBytes(Loader loader, const uint8_t* data, size_t size) {
     return d;
   }();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const fs::path path =
-      dir / (loader == Loader::kOnnx ? std::string("input.onnx") : stemOf(text) + ".yaml");
+  const fs::path path = loader == Loader::kOnnx ? dir / "input.onnx"
+                        : loader == Loader::kHf ? dir / "checkpoint" / "config.json"
+                                                : dir / (stemOf(text) + ".yaml");
+  if (loader == Loader::kHf)
+    fs::create_directories(path.parent_path());
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));

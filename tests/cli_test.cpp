@@ -998,6 +998,38 @@ TEST_CASE("every bad command line in tests/cli/bad-inputs", "[cli][errors]") {
   CHECK(tried >= 100);
 }
 
+TEST_CASE("a Hugging Face config.json prices as its preset, and bad ones name the key",
+          "[cli][hf]") {
+  const std::string llama = data("../fixtures/hf/Llama-2-7b-hf/config.json");
+  const auto d = runStrata({"describe", llama});
+  INFO(d.output);
+  REQUIRE(d.status == 0);
+  CHECK(d.output.rfind("Llama-2-7b-hf: Hugging Face llama config " + llama, 0) == 0);
+  CHECK_THAT(d.output, Catch::Contains("parameters  6,738,415,616"));
+  // The same step as the llama2-7b preset, in every engine that prices.
+  for (const char* command : {"predict", "simulate"}) {
+    auto step = [&](const std::string& network) {
+      const auto r = runStrata({command, "-n", network, "-c", "dgx-h100", "-s", "ring", "-k", "16",
+                                "-b", "1", "--tp", "8", "--element", "bf16", "--format", "json"});
+      INFO(r.output);
+      REQUIRE(r.status == 0);
+      return nlohmann::json::parse(r.output).at("step_s").get<double>();
+    };
+    CHECK(step(llama) == step("llama2-7b"));
+  }
+  // Every regression input of the importer: one line, exit 2, the file named.
+  int tried = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA) +
+                                                               "/../fuzz/regressions/hf")) {
+    const std::string path = entry.path().string();
+    checkUserError(runStrata({"describe", path}), {"strata: error: " + path});
+    ++tried;
+  }
+  CHECK(tried >= 15);
+  checkUserError(runStrata({"describe", "/no/such/config.json"}),
+                 {"network: no such file '/no/such/config.json'"});
+}
+
 TEST_CASE("strata --version prints the version and the git revision", "[cli]") {
   const auto r = runStrata({"--version"});
   INFO(r.output);

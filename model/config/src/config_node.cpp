@@ -95,6 +95,16 @@ std::optional<ConfigNode> ConfigNode::get(std::string_view key) const {
   return c;
 }
 
+std::optional<ConfigNode> ConfigNode::getUnlessNull(std::string_view key) const {
+  requireValue();
+  if (!node_.IsMap())
+    fail("expected a map of keys");
+  const YAML::Node n = node_[std::string(key)];
+  if (!n || n.IsNull())
+    return std::nullopt;
+  return get(key);
+}
+
 ConfigNode ConfigNode::require(std::string_view key) const {
   auto n = get(key);
   if (!n) {

@@ -49,6 +49,9 @@ class ConfigNode {
   bool has(std::string_view key) const;
   ConfigNode require(std::string_view key) const;
   std::optional<ConfigNode> get(std::string_view key) const;
+  // As get(), but a present null (JSON's `null`, Hugging Face's "use the
+  // default") is nullopt too: for formats where null means the default.
+  std::optional<ConfigNode> getUnlessNull(std::string_view key) const;
   // Fails naming the first key that is not in `allowed` (typos are errors).
   void allowOnly(std::initializer_list<std::string_view> allowed) const;
   void allowOnly(std::span<const std::string_view> allowed) const;

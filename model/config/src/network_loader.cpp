@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "config_node.h"
+#include "network_from_config.h"
 #include "strata/model/checked.h"
 #include "strata/model/error.h"
 #include "strata/model/layer_kinds.h"
@@ -450,13 +451,20 @@ Network loadOnnxNetwork(const std::string& path) {
 Network loadNetwork(const std::string& path) {
   if (path.ends_with(".onnx"))
     return loadOnnxNetwork(path);
-  const auto root = ConfigNode::loadFile(path);
+  if (path.ends_with(".json"))
+    return loadHfConfigNetwork(path);
+  return networkFromConfig(ConfigNode::loadFile(path), path,
+                           std::filesystem::path(path).stem().string());
+}
+
+Network networkFromConfig(const ConfigNode& root, const std::string& path,
+                          const std::string& expectedName) {
   root.allowOnly({"name", "description", "input", "layers", "model_parallel_from"});
   Network net;
   net.sourceFile = path;
   const auto nameNode = root.require("name");
   net.name = nameNode.asString();
-  const auto stem = std::filesystem::path(path).stem().string();
+  const auto& stem = expectedName;
   if (net.name != stem)
     nameNode.fail("name '" + net.name + "' must equal the file name '" + stem + "'");
   net.description = root.stringOr("description", "");

@@ -109,10 +109,11 @@ std::string resolveConfig(ConfigKind kind, std::string_view nameOrPath, const st
   const std::string given(nameOrPath);
   if (given.empty())
     throw OptionError(option, std::string("empty ") + std::string(toString(kind)) + " name");
-  // An ONNX model is always a file (docs/onnx.md); there are no ONNX presets.
-  const bool looksLikePath = given.find('/') != std::string::npos || given.ends_with(".yaml") ||
-                             given.ends_with(".yml") ||
-                             (kind == ConfigKind::kNetwork && given.ends_with(".onnx"));
+  // An ONNX model or a Hugging Face config.json is always a file (docs/onnx.md,
+  // docs/networks.md); there are no presets of either.
+  const bool looksLikePath =
+      given.find('/') != std::string::npos || given.ends_with(".yaml") || given.ends_with(".yml") ||
+      (kind == ConfigKind::kNetwork && (given.ends_with(".onnx") || given.ends_with(".json")));
   if (looksLikePath) {
     if (!isFile(given))
       throw OptionError(option, "no such file '" + given + "'");

@@ -1,0 +1,377 @@
+// Hugging Face config.json files as strata networks (docs/networks.md,
+// "Hugging Face configs"). JSON is YAML's flow style, so ConfigNode reads
+// the file and every mistake names its line and key. Each decoder family
+// strata prices is mapped onto the layers its YAML preset writes (gpt2 as
+// configs/networks/gpt2-small.yaml, llama and mistral as llama2-7b.yaml); a
+// key strata does not know, or a value it cannot price, is an error, never
+// a guess.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "config_node.h"
+#include "network_from_config.h"
+#include "strata/model/error.h"
+#include "strata/model/network_loader.h"
+
+namespace strata {
+
+namespace {
+
+// Keys of every Hugging Face config that change neither the shapes nor the
+// cost of a training step: ids, bookkeeping, initialisation, numerics of the
+// inference cache, the checkpoint's storage type (strata's --element decides
+// the training one).
+constexpr std::string_view kBookkeeping[] = {
+    "_name_or_path",        "architectures",     "model_type",   "transformers_version",
+    "torch_dtype",          "use_cache",         "bos_token_id", "eos_token_id",
+    "pad_token_id",         "initializer_range", "return_dict",  "output_attentions",
+    "output_hidden_states", "tokenizer_class",
+};
+
+// Where each key of the generated tree came from ("layers[1].repeat":
+// num_hidden_layers; "layers[0]": the layer's own, for an error about the
+// whole layer), so that a mistake the network loader finds there names the
+// config's line and key.
+using Origins = std::map<std::string, ConfigNode>;
+
+// A decoder family: the keys it knows beyond kBookkeeping, and its mapping.
+struct Family {
+  std::string_view type;
+  std::span<const std::string_view> keys;
+  YAML::Node (*layers)(const ConfigNode& root, int& positions, Origins& origins);
+};
+
+// GPT-2 (transformers' GPT2Config and GPT2LMHeadModel; Radford et al.
+// 2019): learned positions, pre-LN blocks with biased projections, GELU
+// MLP, dropout after the embeddings, the attention's and the MLP's
+// projections, and on the attention probabilities.
+constexpr std::string_view kGpt2Keys[] = {
+    "vocab_size",
+    "n_positions",
+    "n_ctx",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_inner",
+    "activation_function",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "layer_norm_epsilon",
+    "tie_word_embeddings",
+    "add_cross_attention",
+    "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx",
+    "reorder_and_upcast_attn",
+    "summary_type",
+    "summary_use_proj",
+    "summary_activation",
+    "summary_proj_to_labels",
+    "summary_first_dropout",
+    "task_specific_params",
+    "n_special",
+    "predict_special_tokens",
+};
+
+// Llama and Mistral (transformers' LlamaConfig, MistralConfig): rotary
+// positions, grouped-query attention without biases, RMSNorm, SwiGLU MLP.
+constexpr std::string_view kLlamaKeys[] = {
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "attention_dropout",
+    "tie_word_embeddings",
+    "head_dim",
+    "pretraining_tp",
+    "sliding_window",
+};
+
+int positive(const ConfigNode& root, std::string_view key) {
+  return root.require(key).asPositiveInt();
+}
+
+double rateOr(const ConfigNode& root, std::string_view key, double fallback) {
+  const auto n = root.getUnlessNull(key);
+  if (!n)
+    return fallback;
+  const double r = n->asDouble();
+  if (r < 0 || r >= 1)
+    n->fail(fmt::format("a dropout probability must be in [0, 1), got {}", r));
+  return r;
+}
+
+bool boolOr(const ConfigNode& root, std::string_view key, bool fallback) {
+  const auto n = root.getUnlessNull(key);
+  return n ? n->asBool() : fallback;
+}
+
+// A layer of the YAML tree the network loader reads.
+YAML::Node layer(std::string_view name, std::string_view kind) {
+  YAML::Node l;
+  l["name"] = std::string(name);
+  l["kind"] = std::string(kind);
+  return l;
+}
+
+void headsDivide(const ConfigNode& root, std::string_view heads, int h, int width,
+                 std::string_view widthKey) {
+  if (width % h != 0)
+    root.require(heads).fail(
+        fmt::format("{} heads do not divide {} {}: every head must have the "
+                    "same width",
+                    h, widthKey, width));
+}
+
+YAML::Node gpt2Layers(const ConfigNode& root, int& positions, Origins& origins) {
+  const int width = positive(root, "n_embd");
+  const int heads = positive(root, "n_head");
+  headsDivide(root, "n_head", heads, width, "n_embd");
+  positions = positive(root, "n_positions");
+  if (const auto ctx = root.getUnlessNull("n_ctx"); ctx && ctx->asPositiveInt() != positions)
+    ctx->fail(fmt::format("{} differs from n_positions {}: strata prices one context length",
+                          ctx->asPositiveInt(), positions));
+  int inner = 4 * width;  // GPT2Config: n_inner null is 4 x n_embd
+  if (const auto n = root.getUnlessNull("n_inner"))
+    inner = n->asPositiveInt();
+  if (const auto act = root.getUnlessNull("activation_function")) {
+    const std::string a = act->asString();
+    if (a != "gelu_new" && a != "gelu" && a != "gelu_fast" && a != "gelu_pytorch_tanh")
+      act->fail("'" + a +
+                "' is not a GELU: strata's transformer block prices GELU (gelu_new, gelu, "
+                "gelu_fast, gelu_pytorch_tanh)");
+  }
+  if (boolOr(root, "add_cross_attention", false))
+    root.require("add_cross_attention")
+        .fail("cross-attention (an encoder-decoder GPT-2) is not a decoder strata prices");
+  // GPT2Config's defaults: 0.1 for each dropout.
+  const double resid = rateOr(root, "resid_pdrop", 0.1);
+  const double embd = rateOr(root, "embd_pdrop", 0.1);
+  const double attn = rateOr(root, "attn_pdrop", 0.1);
+  const int vocab = positive(root, "vocab_size");
+  const bool tied = boolOr(root, "tie_word_embeddings", true);
+
+  YAML::Node layers;
+  origins.emplace("layers[0]", root.require("vocab_size"));
+  origins.emplace("layers[0].positions", root.require("n_positions"));
+  auto wte = layer("wte", "embedding");
+  wte["vocab"] = vocab;
+  wte["outputs"] = width;
+  wte["positions"] = positions;
+  layers.push_back(wte);
+  if (embd > 0) {
+    auto drop = layer("drop", "dropout");
+    drop["rate"] = embd;
+    layers.push_back(drop);
+  }
+  auto h = layer("h", "transformer");
+  h["heads"] = heads;
+  h["hidden"] = inner;
+  if (resid > 0)
+    h["dropout"] = resid;
+  if (attn > 0)
+    h["attention_dropout"] = attn;
+  h["repeat"] = positive(root, "n_layer");
+  layers.push_back(h);
+  const int hi = static_cast<int>(layers.size()) - 1;
+  origins.emplace(fmt::format("layers[{}]", hi), root.require("n_embd"));
+  origins.emplace(fmt::format("layers[{}].heads", hi), root.require("n_head"));
+  origins.emplace(fmt::format("layers[{}].repeat", hi), root.require("n_layer"));
+  if (const auto n = root.getUnlessNull("n_inner"))
+    origins.emplace(fmt::format("layers[{}].hidden", hi), *n);
+  layers.push_back(layer("ln_f", "layernorm"));
+  origins.emplace(fmt::format("layers[{}]", layers.size()), root.require("vocab_size"));
+  auto head = layer("lm_head", "fc");
+  head["outputs"] = vocab;
+  head["flatten"] = false;
+  head["bias"] = false;
+  if (tied)
+    head["tied"] = "wte";
+  layers.push_back(head);
+  layers.push_back(layer("loss", "softmax"));
+  return layers;
+}
+
+YAML::Node llamaLayers(const ConfigNode& root, int& positions, Origins& origins) {
+  const int width = positive(root, "hidden_size");
+  const int heads = positive(root, "num_attention_heads");
+  headsDivide(root, "num_attention_heads", heads, width, "hidden_size");
+  int kvHeads = heads;  // LlamaConfig: num_key_value_heads null is multi-head
+  if (const auto kv = root.getUnlessNull("num_key_value_heads")) {
+    kvHeads = kv->asPositiveInt();
+    if (heads % kvHeads != 0)
+      kv->fail(
+          fmt::format("{} key/value heads do not divide the {} attention heads", kvHeads, heads));
+  }
+  if (const auto d = root.getUnlessNull("head_dim"); d && d->asPositiveInt() != width / heads)
+    d->fail(
+        fmt::format("heads of {} with hidden_size {} and {} heads (of {}): strata's attention "
+                    "layer has heads of hidden_size / heads",
+                    d->asPositiveInt(), width, heads, width / heads));
+  positions = positive(root, "max_position_embeddings");
+  if (const auto act = root.getUnlessNull("hidden_act"); act && act->asString() != "silu")
+    act->fail("'" + act->asString() +
+              "': strata's llama block prices the SwiGLU MLP (silu), nothing else");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (boolOr(root, key, false))
+      root.require(key).fail("biases are not in strata's llama block (it has none)");
+  if (const auto w = root.getUnlessNull("sliding_window"); w && w->asPositiveInt() < positions)
+    w->fail(
+        fmt::format("a window of {} positions is shorter than the {} priced "
+                    "(max_position_embeddings): strata prices full causal attention, not a "
+                    "sliding window",
+                    w->asPositiveInt(), positions));
+  const int vocab = positive(root, "vocab_size");
+  const bool tied = boolOr(root, "tie_word_embeddings", false);
+
+  YAML::Node layers;
+  origins.emplace("layers[0]", root.require("vocab_size"));
+  auto embed = layer("embed", "embedding");
+  embed["vocab"] = vocab;
+  embed["outputs"] = width;
+  embed["positions"] = 0;  // rotary: no table
+  layers.push_back(embed);
+  auto h = layer("h", "llama");
+  h["heads"] = heads;
+  h["kv_heads"] = kvHeads;
+  h["hidden"] = positive(root, "intermediate_size");
+  // LlamaConfig's defaults: rms_norm_eps 1e-6, rope_theta 10000.
+  std::string eps = "1e-6";
+  if (const auto e = root.getUnlessNull("rms_norm_eps")) {
+    e->asDouble();  // a number, checked here with its line
+    eps = e->asString();
+  }
+  h["eps"] = eps;
+  if (const auto base = root.getUnlessNull("rope_theta"))
+    h["rotary_base"] = base->asDouble();
+  if (const double d = rateOr(root, "attention_dropout", 0.0); d > 0)
+    h["attention_dropout"] = d;
+  h["repeat"] = positive(root, "num_hidden_layers");
+  origins.emplace("layers[1]", root.require("hidden_size"));
+  origins.emplace("layers[1].heads", root.require("num_attention_heads"));
+  origins.emplace("layers[1].hidden", root.require("intermediate_size"));
+  origins.emplace("layers[1].repeat", root.require("num_hidden_layers"));
+  for (const auto& [key, from] : {std::pair{"eps", "rms_norm_eps"},
+                                  {"rotary_base", "rope_theta"},
+                                  {"kv_heads", "num_key_value_heads"},
+                                  {"attention_dropout", "attention_dropout"}})
+    if (const auto n = root.getUnlessNull(from))
+      origins.emplace(std::string("layers[1].") + key, *n);
+  if (const auto n = root.getUnlessNull("rms_norm_eps"))
+    origins.emplace("layers[2].eps", *n);
+  layers.push_back(h);
+  auto norm = layer("norm", "rmsnorm");
+  norm["eps"] = eps;
+  layers.push_back(norm);
+  origins.emplace("layers[3]", root.require("vocab_size"));
+  auto head = layer("lm_head", "fc");
+  head["outputs"] = vocab;
+  head["flatten"] = false;
+  head["bias"] = false;
+  if (tied)
+    head["tied"] = "embed";
+  layers.push_back(head);
+  layers.push_back(layer("loss", "softmax"));
+  return layers;
+}
+
+constexpr Family kFamilies[] = {
+    {"gpt2", kGpt2Keys, gpt2Layers},
+    {"llama", kLlamaKeys, llamaLayers},
+    {"mistral", kLlamaKeys, llamaLayers},
+};
+
+std::string familyNames() {
+  std::string s;
+  for (const auto& f : kFamilies)
+    s += (s.empty() ? "" : ", ") + std::string(f.type);
+  return s;
+}
+
+// The network's name: the checkpoint's folder for config.json
+// (meta-llama/Llama-2-7b-hf/config.json: "Llama-2-7b-hf"), else the stem.
+std::string nameOf(const std::string& path) {
+  const std::filesystem::path p(path);
+  std::error_code error;  // no current folder: the path as given
+  auto whole = std::filesystem::absolute(p, error);
+  if (error)
+    whole = p;
+  const auto folder = whole.parent_path().filename().string();
+  return p.filename() == "config.json" && !folder.empty() ? folder : p.stem().string();
+}
+
+}  // namespace
+
+Network loadHfConfigNetwork(const std::string& path) {
+  const ConfigNode root = ConfigNode::loadFile(path);
+  const auto typeNode = root.require("model_type");
+  const std::string type = typeNode.asString();
+  const Family* family = nullptr;
+  for (const auto& f : kFamilies)
+    if (f.type == type)
+      family = &f;
+  if (!family)
+    typeNode.fail("'" + type + "' is not a decoder family strata maps (it maps " + familyNames() +
+                  "; write the network as YAML, docs/configs.md)");
+  for (const auto& [key, node] : root.entries()) {
+    bool known = false;
+    for (auto k : kBookkeeping)
+      known = known || k == key;
+    for (auto k : family->keys)
+      known = known || k == key;
+    if (!known)
+      node.fail("strata does not know this key of a " + type +
+                " config, so it cannot say whether it changes the model's shapes or cost; "
+                "remove it if it does not");
+  }
+  int positions = 0;
+  Origins origins;
+  YAML::Node layers = family->layers(root, positions, origins);
+  const std::string name = nameOf(path);
+  YAML::Node net;
+  net["name"] = name;
+  net["description"] = fmt::format("Hugging Face {} config {}", type, path);
+  YAML::Node input;
+  input["channels"] = 1;
+  input["height"] = positions;  // the context: one token id per position
+  input["width"] = 1;
+  net["input"] = input;
+  net["layers"] = layers;
+  try {
+    return networkFromConfig(ConfigNode(net, std::make_shared<const std::string>(path), "", 0),
+                             path, name);
+  } catch (const ConfigError& e) {
+    // A mistake found in the generated tree: said at the config key it came
+    // from (the key itself, else its layer's), the tree's key in brackets.
+    auto it = origins.find(e.key());
+    if (it == origins.end() && e.key().find('.') != std::string::npos)
+      it = origins.find(e.key().substr(0, e.key().find('.')));
+    const std::string prefix = ConfigError(e.file(), e.line(), e.key(), "").what();
+    std::string message = e.what();
+    if (message.rfind(prefix, 0) == 0)
+      message = message.substr(prefix.size());
+    if (it == origins.end())
+      throw ConfigError(path, 0, "", message + " (strata's " + e.key() + ")");
+    it->second.fail(message + " (strata's " + e.key() + ")");
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,170 @@
+// Hugging Face config.json files as networks (model/config/src/hf_config.cpp):
+// the published checkpoints' parameter counts, equality with the YAML presets
+// layer by layer, the network's name, and every mistake named by file, line
+// and key. Fixtures: tests/fixtures/hf/<checkpoint>/config.json, the
+// published configs (see their README).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/network_loader.h"
+
+using namespace strata;
+using strata::test::presetNetwork;
+
+namespace {
+
+std::string fixture(const std::string& checkpoint) {
+  return std::string(STRATA_HF_FIXTURES) + "/" + checkpoint + "/config.json";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// `text` written as <tmp>/strata-hf/<folder>/<file> and loaded.
+Network loadText(const std::string& folder, const std::string& file, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "strata-hf" / folder;
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / file).string();
+  std::ofstream(path) << text;
+  return loadNetwork(path);
+}
+
+// The ConfigError's message for a fixture with `from` replaced by `to`.
+std::string errorOf(const std::string& checkpoint, const std::string& from, const std::string& to) {
+  std::string text = slurp(fixture(checkpoint));
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  try {
+    loadText("bad", "config.json", text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Two networks with the same layers: kinds, shapes, parameters and costs.
+void checkSameLayers(const Network& a, const Network& b) {
+  REQUIRE(a.layers.size() == b.layers.size());
+  CHECK(a.input.c == b.input.c);
+  CHECK(a.input.h == b.input.h);
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    const auto& x = a.layers[i];
+    const auto& y = b.layers[i];
+    INFO(x.name << " / " << y.name);
+    CHECK(x.name == y.name);
+    CHECK(x.kind == y.kind);
+    CHECK(x.inputs == y.inputs);
+    CHECK(x.outShape.c == y.outShape.c);
+    CHECK(x.outShape.h == y.outShape.h);
+    CHECK(x.params == y.params);
+    CHECK(x.fwdFlops == y.fwdFlops);
+    CHECK(x.bwdDataFlops == y.bwdDataFlops);
+    CHECK(x.bwdWeightsFlops == y.bwdWeightsFlops);
+    CHECK(x.spec.tiedTo == y.spec.tiedTo);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Hugging Face configs have the published checkpoints' parameter counts",
+          "[network][hf]") {
+  // The counts Hugging Face reports for each checkpoint (model cards; the
+  // sums are written out in docs/networks.md).
+  CHECK(loadNetwork(fixture("gpt2")).totalParams() == 124'439'808);
+  CHECK(loadNetwork(fixture("Llama-2-7b-hf")).totalParams() == 6'738'415'616);
+  CHECK(loadNetwork(fixture("Meta-Llama-3-8B")).totalParams() == 8'030'261'248);
+  CHECK(loadNetwork(fixture("Mistral-7B-v0.3")).totalParams() == 7'248'023'552);
+  CHECK(loadNetwork(fixture("Llama-3.2-1B")).totalParams() == 1'235'814'400);
+}
+
+TEST_CASE("a Hugging Face config is its YAML preset, layer by layer", "[network][hf]") {
+  checkSameLayers(loadNetwork(fixture("Llama-2-7b-hf")), presetNetwork("llama2-7b"));
+  checkSameLayers(loadNetwork(fixture("Meta-Llama-3-8B")), presetNetwork("llama3-8b"));
+  // GPT-2: the preset leaves attn_pdrop out; Hugging Face's GPT2Attention
+  // drops the probabilities (0.1), which costs traffic but no parameters.
+  const auto hf = loadNetwork(fixture("gpt2"));
+  const auto preset = presetNetwork("gpt2-small");
+  REQUIRE(hf.layers.size() == preset.layers.size());
+  for (size_t i = 0; i < hf.layers.size(); ++i) {
+    INFO(hf.layers[i].name);
+    CHECK(hf.layers[i].name == preset.layers[i].name);
+    CHECK(hf.layers[i].params == preset.layers[i].params);
+    CHECK(hf.layers[i].fwdFlops == preset.layers[i].fwdFlops);
+    if (hf.layers[i].kind == LayerKind::kAttention) {
+      CHECK(hf.layers[i].spec.attentionDropout == 0.1);
+      CHECK(preset.layers[i].spec.attentionDropout == 0.0);
+    }
+  }
+  CHECK(hf.layers[static_cast<size_t>(hf.find("lm_head"))].spec.tiedTo == hf.find("wte"));
+  // Llama 3.2 1B ties its output layer to the token table; its context is
+  // max_position_embeddings (131,072), rope_scaling changes no shape.
+  const auto small = loadNetwork(fixture("Llama-3.2-1B"));
+  CHECK(small.layers[static_cast<size_t>(small.find("lm_head"))].spec.tiedTo ==
+        small.find("embed"));
+  CHECK(small.input.h == 131072);
+  const auto& attn = small.layers[static_cast<size_t>(small.find("h.1.attn"))];
+  CHECK(attn.spec.heads == 32);
+  CHECK(attn.spec.kvHeads == 8);
+  CHECK(attn.spec.rotaryBase == 500000.0);
+}
+
+TEST_CASE("a Hugging Face network is named after its checkpoint's folder", "[network][hf]") {
+  CHECK(loadNetwork(fixture("Llama-2-7b-hf")).name == "Llama-2-7b-hf");
+  const std::string text = slurp(fixture("gpt2"));
+  CHECK(loadText("named", "my-gpt.json", text).name == "my-gpt");
+  CHECK(loadText("gpt2-medium", "config.json", text).name == "gpt2-medium");
+  CHECK(loadNetwork(fixture("gpt2")).description == "Hugging Face gpt2 config " + fixture("gpt2"));
+}
+
+TEST_CASE("Hugging Face configs strata cannot price are one error naming file, line and key",
+          "[network][hf][errors]") {
+  using Catch::Contains;
+  // Unknown family, unknown key, values with no strata equivalent.
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"llama\"", "\"qwen2\""),
+             Contains("config.json:12: model_type: 'qwen2' is not a decoder family strata maps "
+                      "(it maps gpt2, llama, mistral"));
+  CHECK_THAT(
+      errorOf("Llama-2-7b-hf", "\"use_cache\": true,", "\"use_cache\": true, \"num_experts\": 8,"),
+      Contains("config.json:22: num_experts: strata does not know this key of a llama "
+               "config"));
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"silu\"", "\"gelu\""),
+             Contains(":7: hidden_act: 'gelu': strata's llama block prices the SwiGLU MLP"));
+  CHECK_THAT(errorOf("Meta-Llama-3-8B", "\"attention_bias\": false", "\"attention_bias\": true"),
+             Contains(":5: attention_bias: biases are not in strata's llama block"));
+  CHECK_THAT(errorOf("Mistral-7B-v0.3", "\"sliding_window\": null", "\"sliding_window\": 4096"),
+             Contains(":19: sliding_window: a window of 4096 positions is shorter than the 32768 "
+                      "priced"));
+  CHECK_THAT(errorOf("Mistral-7B-v0.3", "\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5"),
+             Contains(":16: num_key_value_heads: 5 key/value heads do not divide the 32"));
+  CHECK_THAT(errorOf("Llama-3.2-1B", "\"head_dim\": 64", "\"head_dim\": 128"),
+             Contains(":9: head_dim: heads of 128 with hidden_size 2048 and 32 heads (of 64)"));
+  CHECK_THAT(errorOf("gpt2", "\"n_head\": 12", "\"n_head\": 10"),
+             Contains(":15: n_head: 10 heads do not divide n_embd 768"));
+  CHECK_THAT(errorOf("gpt2", "\"n_ctx\": 1024", "\"n_ctx\": 2048"),
+             Contains(":13: n_ctx: 2048 differs from n_positions 1024"));
+  CHECK_THAT(errorOf("gpt2", "\"gelu_new\"", "\"relu\""),
+             Contains(":2: activation_function: 'relu' is not a GELU"));
+  CHECK_THAT(errorOf("gpt2", "\"attn_pdrop\": 0.1", "\"attn_pdrop\": 1.5"),
+             Contains(":6: attn_pdrop: a dropout probability must be in [0, 1), got 1.5"));
+  CHECK_THAT(errorOf("gpt2", "\"n_layer\": 12,", ""), Contains("n_layer: missing required key"));
+  // Found by the network loader in the generated layers: said at the key
+  // they came from.
+  CHECK_THAT(
+      errorOf("Llama-2-7b-hf", "\"num_hidden_layers\": 32", "\"num_hidden_layers\": 5000000"),
+      Contains(":14: num_hidden_layers: 5000000 blocks would make more than 100000 layers"));
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1e-05"),
+             Contains(":17: rms_norm_eps: must be in (0, 1), got -1e-05 (strata's layers[1].eps)"));
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"vocab_size\": 32000", "\"vocab_size\": 900000000000"),
+             Contains(":23: vocab_size: is too large"));
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"model_type\": \"llama\",", ""),
+             Contains("model_type: missing required key"));
+  CHECK_THAT(errorOf("gpt2", "{", "["), Contains("syntax error"));
+  CHECK(errorOf("gpt2", "\"n_embd\": 768", "\"n_embd\": 768").empty());
+}
