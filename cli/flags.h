@@ -28,6 +28,11 @@
 
 namespace strata::cli {
 
+// The help text of every option that names one network (-n, describe's
+// positional): what networkArg takes.
+inline constexpr const char* kNetworkHelp =
+    "network preset, or a network YAML, ONNX (.onnx) or Hugging Face config (.json) file";
+
 // Exit statuses: a user mistake (bad option, bad config) and a failure at run
 // time (a worker failed, a receive timed out); both print one line.
 constexpr int kUserErrorExit = 2;

@@ -23,7 +23,7 @@ Command addDescribeCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand("describe", "per-layer shapes, parameters and FLOPs of a network");
-  sub->add_option("network", o->network, "network preset or YAML file")->required();
+  sub->add_option("network", o->network, kNetworkHelp)->required();
   sub->add_option("--element", o->element, "element type for byte sizes: fp32|tf32|fp16|bf16");
   addFormatOption(sub, o->format);
   sub->footer("Example:\n  strata describe alexnet-owt --format json");

@@ -21,7 +21,7 @@ Command addPlanCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand("plan", "the tasks of one training step, as engines run them");
-  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--network,-n", o->network, kNetworkHelp)->required();
   sub->add_option("--strategy,-s", o->strategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
   sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
   sub->add_option("--cluster,-c", o->cluster,

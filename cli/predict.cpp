@@ -19,7 +19,7 @@ Command addPredictCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand("predict", "one network x cluster x strategy x K: the breakdown");
-  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--network,-n", o->network, kNetworkHelp)->required();
   sub->add_option("--cluster,-c", o->cluster, "cluster preset or YAML file")->required();
   sub->add_option("--profile", o->profile,
                   "per-op profile of the network (strata profile --out): price compute from its "

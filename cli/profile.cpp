@@ -20,7 +20,7 @@ Command addProfileCommand(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* sub = app.add_subcommand(
       "profile", "time each layer phase of one network on one worker (a per-op profile)");
-  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--network,-n", o->network, kNetworkHelp)->required();
   sub->add_option("--batch,-b", o->batch, "examples per timed pass (default 32)");
   sub->add_option("--repeats", o->repeats,
                   "timed passes after a warm-up; figures are medians (default 5)");

@@ -556,7 +556,7 @@ Command addRunCommand(CLI::App& app, Process process) {
   auto f = std::make_shared<RunFlags>();
   auto* sub = app.add_subcommand(
       "run", "run training steps for real (threads, or MPI ranks under mpirun) and measure them");
-  sub->add_option("--network,-n", f->network, "network preset or YAML file")->required();
+  sub->add_option("--network,-n", f->network, kNetworkHelp)->required();
   sub->add_option("--strategy,-s", f->strategy, "naive|ring|owt-a|owt-b|owt-c|ps")->required();
   sub->add_option("--workers,-k", f->workers,
                   "number of workers (threads); under mpirun the number of ranks");

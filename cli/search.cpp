@@ -73,7 +73,7 @@ Command addSearchCommand(CLI::App& app) {
       "search",
       "every layout (dp x tp x pp, schedule, micro-batch, ZeRO, recomputation) of a "
       "network on K workers for one global batch, priced by the model, best first");
-  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--network,-n", o->network, kNetworkHelp)->required();
   sub->add_option("--cluster,-c", o->cluster, "cluster preset or YAML file")->required();
   sub->add_option("--workers,-k", o->workers, "number of workers K")->required();
   sub->add_option("--global-batch", o->globalBatch, "examples per step over all workers")

@@ -53,7 +53,7 @@ Command addSimulateCommand(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* sub =
       app.add_subcommand("simulate", "play one step's Plan on a simulated cluster, with a trace");
-  sub->add_option("--network,-n", o->network, "network preset or YAML file")->required();
+  sub->add_option("--network,-n", o->network, kNetworkHelp)->required();
   sub->add_option("--cluster,-c", o->cluster, "cluster preset or YAML file")->required();
   sub->add_option("--profile", o->profile,
                   "per-op profile of the network (strata profile --out): price compute from its "
