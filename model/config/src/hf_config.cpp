@@ -141,6 +141,21 @@ void headsDivide(const ConfigNode& root, std::string_view heads, int h, int widt
                     h, widthKey, width));
 }
 
+// The output layer (bias-free, tied to the token table `tiedTo` unless "")
+// and the loss, last in every family.
+void addOutput(const ConfigNode& root, YAML::Node& layers, Origins& origins, int vocab,
+               const std::string& tiedTo) {
+  origins.emplace(fmt::format("layers[{}]", layers.size()), root.require("vocab_size"));
+  auto head = layer("lm_head", "fc");
+  head["outputs"] = vocab;
+  head["flatten"] = false;
+  head["bias"] = false;
+  if (!tiedTo.empty())
+    head["tied"] = tiedTo;
+  layers.push_back(head);
+  layers.push_back(layer("loss", "softmax"));
+}
+
 YAML::Node gpt2Layers(const ConfigNode& root, int& positions, Origins& origins) {
   const int width = positive(root, "n_embd");
   const int heads = positive(root, "n_head");
@@ -198,15 +213,7 @@ YAML::Node gpt2Layers(const ConfigNode& root, int& positions, Origins& origins) 
   if (const auto n = root.getUnlessNull("n_inner"))
     origins.emplace(fmt::format("layers[{}].hidden", hi), *n);
   layers.push_back(layer("ln_f", "layernorm"));
-  origins.emplace(fmt::format("layers[{}]", layers.size()), root.require("vocab_size"));
-  auto head = layer("lm_head", "fc");
-  head["outputs"] = vocab;
-  head["flatten"] = false;
-  head["bias"] = false;
-  if (tied)
-    head["tied"] = "wte";
-  layers.push_back(head);
-  layers.push_back(layer("loss", "softmax"));
+  addOutput(root, layers, origins, vocab, tied ? "wte" : "");
   return layers;
 }
 
@@ -281,15 +288,7 @@ YAML::Node llamaLayers(const ConfigNode& root, int& positions, Origins& origins)
   auto norm = layer("norm", "rmsnorm");
   norm["eps"] = eps;
   layers.push_back(norm);
-  origins.emplace("layers[3]", root.require("vocab_size"));
-  auto head = layer("lm_head", "fc");
-  head["outputs"] = vocab;
-  head["flatten"] = false;
-  head["bias"] = false;
-  if (tied)
-    head["tied"] = "embed";
-  layers.push_back(head);
-  layers.push_back(layer("loss", "softmax"));
+  addOutput(root, layers, origins, vocab, tied ? "embed" : "");
   return layers;
 }
 
