@@ -23,60 +23,12 @@
 #include "strata/model/profile_loader.h"
 #include "strata/model/quantity_text.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/queries.h"
 
 namespace strata::cli {
 
-std::vector<std::string> splitList(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ','))
-    out.push_back(item);
-  if (!text.empty() && text.back() == ',')
-    out.emplace_back();
-  return out;
-}
-
-std::vector<std::string> splitItems(const std::string& text, const std::string& option) {
-  auto list = splitList(text);
-  if (list.empty())
-    throw OptionError(option, "needs at least one value");
-  refuseRepeats(list, option, text);
-  return list;
-}
-
-std::vector<int> parsePositiveList(const std::string& text, const std::string& option) {
-  return parseCountListOption(text, option);
-}
-
-int parsePositive(const std::string& text, const std::string& option) {
-  if (text.find(',') != std::string::npos)
-    throw OptionError(option, "takes one value, got '" + text + "' (compare and sweep take lists)");
-  return parseCountOption(text, option);
-}
-
-Bytes parseSize(const std::string& text, const std::string& option) {
-  return parseSizeOption(text, option, /*zeroMeansOff=*/true);
-}
-
 Seconds parseTime(const std::string& text, const std::string& option) {
   return parseTimeOption(text, option);
-}
-
-uint64_t parseSeed(const std::string& text, const std::string& option) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
-    throw OptionError(option, "must be an integer in [0, 2^64), got '" + text + "'");
-  return v;
-}
-
-bool parseOnOff(const std::string& text, const std::string& option) {
-  if (text == "on" || text == "true")
-    return true;
-  if (text == "off" || text == "false")
-    return false;
-  throw OptionError(option, "must be on or off, got '" + text + "'");
 }
 
 Format parseFormat(const std::string& text) {
@@ -87,59 +39,6 @@ Format parseFormat(const std::string& text) {
   if (text == "csv")
     return Format::kCsv;
   throw OptionError("--format", "must be table, json or csv, got '" + text + "'");
-}
-
-double checkRange(double value, double low, double high, bool highIncluded,
-                  const std::string& option) {
-  const bool ok =
-      std::isfinite(value) && value >= low && (highIncluded ? value <= high : value < high);
-  if (!ok)
-    throw OptionError(option, fmt::format("must be a number in [{}, {}{}, got {}", low, high,
-                                          highIncluded ? "]" : ")", value));
-  return value;
-}
-
-void parseStraggler(const std::string& text, std::vector<double>& slowdown, int workers) {
-  // A straggler slower than this is a dead worker, not a slow one.
-  constexpr double kMaxSlowdown = 1000;
-  const auto colon = text.find(':');
-  int w = -1;
-  double f = 0;
-  bool ok = colon != std::string::npos;
-  if (ok) {
-    const auto ws = text.substr(0, colon), fs = text.substr(colon + 1);
-    auto [p1, e1] = std::from_chars(ws.data(), ws.data() + ws.size(), w);
-    auto [p2, e2] = std::from_chars(fs.data(), fs.data() + fs.size(), f);
-    ok = e1 == std::errc() && p1 == ws.data() + ws.size() && e2 == std::errc() &&
-         p2 == fs.data() + fs.size() && w >= 0 && std::isfinite(f) && f > 0 && f <= kMaxSlowdown;
-  }
-  if (!ok)
-    throw OptionError("--straggler",
-                      fmt::format("must be WORKER:FACTOR with FACTOR in (0, {}], e.g. 3:1.5, got "
-                                  "'{}'",
-                                  kMaxSlowdown, text));
-  if (w >= workers)
-    throw OptionError("--straggler", fmt::format("worker {} does not exist (K = {})", w, workers));
-  if (slowdown.size() <= static_cast<size_t>(w))
-    slowdown.resize(static_cast<size_t>(w) + 1, 1.0);
-  slowdown[static_cast<size_t>(w)] = f;
-}
-
-std::vector<double> parseStragglers(const std::vector<std::string>& texts, int workers) {
-  std::vector<double> slowdown;
-  std::vector<std::string> named;  // the workers given, to refuse one given twice
-  for (const auto& text : texts) {
-    parseStraggler(text, slowdown, workers);
-    named.push_back(text.substr(0, text.find(':')));
-  }
-  for (size_t i = 0; i < named.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (std::stoi(named[i]) == std::stoi(named[j]))
-        throw OptionError("--straggler",
-                          fmt::format("worker {} is given twice ('{}' and '{}'; give each "
-                                      "straggler once)",
-                                      std::stoi(named[i]), texts[j], texts[i]));
-  return slowdown;
 }
 
 void ScenarioFlags::add(CLI::App* app) {
@@ -227,91 +126,11 @@ void ScenarioFlags::apply(int& batchPerWorker, StrategyOptions& o) const {
       throw OptionError(option->get_name(), "was given an empty value");
   if (!batch.empty())
     batchPerWorker = parsePositive(batch, "--batch");
-  if (!overlap.empty())
-    o.overlap = parseOnOff(overlap, "--overlap");
-  if (!fcUpdate.empty())
-    o.fcUpdate = parseFcUpdate(fcUpdate, "--fc-update");
-  if (!segment.empty())
-    o.segment = parseSize(segment, "--segment");
-  if (!bucket.empty())
-    o.bucket = parseSize(bucket, "--bucket");
-  if (!element.empty())
-    o.element = parseElementType(element, "--element");
-  if (!optimizer.empty())
-    o.optimizer = parseOptimizer(optimizer, "--optimizer");
-  if (!allreduce.empty())
-    o.gradientSync = parseAllreduceAlgorithm(allreduce, "--allreduce");
-  if (!convSync.empty())
-    o.convSync = parseAllreduceAlgorithm(convSync, "--conv-sync");
-  if (!psPriority.empty())
-    o.psPriority = parsePsPriority(psPriority, "--ps-priority");
-  // A whole number in [0, most] (no sign, no fraction, no garbage).
-  auto count = [](const std::string& text, const char* option, int most, const char* what) {
-    int v = -1;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || ptr != text.data() + text.size() || v < 0 || v > most)
-      throw OptionError(option, fmt::format("must be a whole number of {} in [0, {}], got '{}'",
-                                            what, most, text));
-    return v;
-  };
-  if (!staleness.empty())
-    o.staleness = count(staleness, "--staleness", kMaxStaleness, "steps");
-  if (!psServers.empty())
-    o.psServers = count(psServers, "--ps-servers", kMaxPsServers, "server nodes");
-  if (!psNode.empty())
-    o.psNode = count(psNode, "--ps-node", kMaxPsServers, "workers per node");
-  if (!tp.empty()) {
-    const auto v = count(tp, "--tp", kMaxTensorParallel, "workers per tensor-parallel group");
-    if (v < 1)
-      throw OptionError("--tp", fmt::format("must be a whole number of workers per "
-                                            "tensor-parallel group in [1, {}], got '{}'",
-                                            kMaxTensorParallel, tp));
-    o.tp = v;
-  }
-  if (!sequenceParallel.empty())
-    o.sequenceParallel = parseOnOff(sequenceParallel, "--sequence-parallel");
-  if (!zero.empty())
-    o.zero = count(zero, "--zero", kMaxZeroStage, "ZeRO stage");
-  if (!recompute.empty())
-    o.recompute = parseRecompute(recompute, "--recompute");
-  // A whole number in [1, most].
-  auto positive = [&](const std::string& text, const char* option, int most, const char* what) {
-    const auto v = count(text, option, most, what);
-    if (v < 1)
-      throw OptionError(option, fmt::format("must be a whole number of {} in [1, {}], got '{}'",
-                                            what, most, text));
-    return v;
-  };
-  if (!pp.empty())
-    o.pp = positive(pp, "--pp", kMaxPipelineStages, "pipeline stages");
-  if (!microbatches.empty())
-    o.microbatches = positive(microbatches, "--microbatches", kMaxMicrobatches, "micro-batches");
-  if (!schedule.empty())
-    o.schedule = parsePipelineSchedule(schedule, "--schedule");
-  if (!virtualStages.empty())
-    o.virtualStages =
-        positive(virtualStages, "--virtual-stages", kMaxVirtualStages, "chunks per stage");
-  if (!stageStarts.empty()) {
-    o.stageStarts = splitItems(stageStarts, "--stage-starts");
-    if (o.stageStarts.size() >= static_cast<size_t>(kMaxPipelineStages) * kMaxVirtualStages)
-      throw OptionError("--stage-starts", fmt::format("gives {} starts, more than any pipeline has",
-                                                      o.stageStarts.size()));
-  }
-  if (!placement.empty())
-    o.placement = parsePlacement(placement, "--placement");
-  if (!threadsPerWorker.empty()) {
-    int v = 0;
-    const auto& t = threadsPerWorker;
-    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || ptr != t.data() + t.size() || v < 1 || v > kMaxThreadsPerWorker)
-      throw OptionError("--threads-per-worker",
-                        fmt::format("must be a whole number of threads in [1, {}], got '{}'",
-                                    kMaxThreadsPerWorker, t));
-    o.threadsPerWorker = v;
-  }
+  for (const auto& [key, text] : texts())
+    study::applyOptionText(key, *text, std::string(optionFlag(key)), o);
 }
 
-std::vector<OptionKey> ScenarioFlags::given() const {
+std::vector<std::pair<OptionKey, const std::string*>> ScenarioFlags::texts() const {
   const std::pair<OptionKey, const std::string*> fields[] = {
       {OptionKey::kOverlap, &overlap},
       {OptionKey::kFcUpdate, &fcUpdate},
@@ -336,10 +155,17 @@ std::vector<OptionKey> ScenarioFlags::given() const {
       {OptionKey::kVirtualStages, &virtualStages},
       {OptionKey::kStageStarts, &stageStarts},
       {OptionKey::kPlacement, &placement}};
+  std::vector<std::pair<OptionKey, const std::string*>> out;
+  for (const auto& field : fields)
+    if (!field.second->empty())
+      out.push_back(field);
+  return out;
+}
+
+std::vector<OptionKey> ScenarioFlags::given() const {
   std::vector<OptionKey> out;
-  for (const auto& [key, text] : fields)
-    if (!text->empty())
-      out.push_back(key);
+  for (const auto& field : texts())
+    out.push_back(field.first);
   return out;
 }
 
@@ -379,25 +205,16 @@ TrainingRun TrainingFlags::run(const Scenario& scenario) const {
       throw OptionError(option, fmt::format("must be {}, got '{}'", what, text));
     return v;
   };
-  if (!steps.empty() && !epochs.empty())
-    throw OptionError(stepsOption_, "give the run's length once: " + stepsOption_ +
-                                        " N or --epochs E --dataset N, not both");
-  if (!steps.empty()) {
-    if (!dataset.empty())
-      throw OptionError("--dataset", "goes with --epochs, not " + stepsOption_);
-    return trainingRunOfSteps(number(steps, stepsOption_, "a whole number of steps"), stepsOption_);
-  }
-  if (!epochs.empty() && dataset.empty())
-    throw OptionError("--epochs",
-                      "needs --dataset N, the examples in the dataset (an epoch is ceil(N / "
-                      "global batch) steps)");
-  if (epochs.empty() && !dataset.empty())
-    throw OptionError("--dataset", "needs --epochs E (or give the run as " + stepsOption_ + ")");
-  if (epochs.empty())
-    return {};
-  return trainingRunOfEpochs(number(epochs, "--epochs", "a number of epochs"),
-                             number(dataset, "--dataset", "a whole number of examples"),
-                             globalBatch(scenario));
+  auto given = [&](const std::string& text, const std::string& option,
+                   const char* what) -> std::optional<double> {
+    if (text.empty())
+      return std::nullopt;
+    return number(text, option, what);
+  };
+  return study::trainingRun(given(steps, stepsOption_, "a whole number of steps"),
+                            given(epochs, "--epochs", "a number of epochs"),
+                            given(dataset, "--dataset", "a whole number of examples"), scenario,
+                            {stepsOption_, "--epochs", "--dataset"});
 }
 
 void TraceFlags::add(CLI::App* app) {
@@ -481,11 +298,7 @@ Cluster clusterArg(const std::string& nameOrPath, const std::string& option) {
 }
 
 Cluster withProfile(Cluster cluster, const Network& net, const std::string& profilePath) {
-  if (!profilePath.empty() && !std::filesystem::is_regular_file(profilePath))
-    throw OptionError("--profile", "no such file '" + profilePath + "'");
-  if (!profilePath.empty())
-    cluster.device.profile = std::make_shared<OpProfile>(loadProfile(profilePath, net));
-  return cluster;
+  return study::withProfile(std::move(cluster), net, profilePath, "--profile");
 }
 
 OutputFile::OutputFile(const std::string& path, const std::string& option) {

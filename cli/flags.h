@@ -24,6 +24,7 @@
 #include "strata/model/network.h"
 #include "strata/model/strategy.h"
 #include "strata/study/engine.h"
+#include "strata/study/option_text.h"
 #include "strata/study/trace.h"
 
 namespace strata::cli {
@@ -38,31 +39,21 @@ inline constexpr const char* kNetworkHelp =
 constexpr int kUserErrorExit = 2;
 constexpr int kRunFailureExit = 1;
 
-// "a,b,c" -> {"a", "b", "c"}; a trailing comma gives an empty last item.
-std::vector<std::string> splitList(const std::string& text);
-// The items of a list option (--networks, --overlaps ...): at least one, each
-// once (refuseRepeats); empty items are each reader's to reject.
-std::vector<std::string> splitItems(const std::string& text, const std::string& option);
-// "1,2,4" -> {1, 2, 4}; every item a positive int, each once.
-std::vector<int> parsePositiveList(const std::string& text, const std::string& option);
-// One positive integer (options that take a single value).
-int parsePositive(const std::string& text, const std::string& option);
-// A byte size such as "1MiB", "25 MB" or 0 (off).
-Bytes parseSize(const std::string& text, const std::string& option);
+// The readers every front end shares (study/option_text.h).
+using study::checkRange;
+using study::parseOnOff;
+using study::parsePositive;
+using study::parsePositiveList;
+using study::parseSeed;
+using study::parseSize;
+using study::parseStraggler;
+using study::parseStragglers;
+using study::splitItems;
+using study::splitList;
+
 // A positive time such as "30s".
 Seconds parseTime(const std::string& text, const std::string& option);
-// A seed: a non-negative integer below 2^64 (CLI11 alone would wrap -1).
-uint64_t parseSeed(const std::string& text, const std::string& option);
-bool parseOnOff(const std::string& text, const std::string& option);
 Format parseFormat(const std::string& text);
-// A finite number in [low, high) (or [low, high] when `highIncluded`).
-double checkRange(double value, double low, double high, bool highIncluded,
-                  const std::string& option);
-// "3:1.5" -> worker 3 runs 1.5x slower, into `slowdown` (resized as needed).
-void parseStraggler(const std::string& text, std::vector<double>& slowdown, int workers);
-// Every --straggler given: the slowdown per worker; a worker given twice is an
-// error (the last factor would win silently).
-std::vector<double> parseStragglers(const std::vector<std::string>& texts, int workers);
 
 // The options shared by predict, compare, sweep, plan, simulate and run, as
 // typed on the command line.
@@ -103,6 +94,8 @@ struct ScenarioFlags {
   void apply(int& batchPerWorker, StrategyOptions& o) const;
   // The options given on the command line (a flag set to a non-empty value).
   std::vector<OptionKey> given() const;
+  // Each option given, with its text (what study::applyOptionText reads).
+  std::vector<std::pair<OptionKey, const std::string*>> texts() const;
   // Throws OptionError naming the first flag given that none of `strategies`
   // uses with options `o` (optionUnused: the one rule).
   void checkUsed(const std::vector<Strategy>& strategies, const StrategyOptions& o) const;

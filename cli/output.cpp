@@ -400,18 +400,7 @@ void printComparison(std::ostream& out, const std::vector<StepEstimate>& estimat
 
 void printSimulation(std::ostream& out, const sim::Result& r, Format format) {
   if (format == Format::kJson) {
-    auto j = study::estimateJson(r.estimate);
-    ordered_json links = ordered_json::array();
-    for (const auto& l : r.links)
-      links.push_back({{"link", l.name},
-                       {"bandwidth_bytes_per_s", l.bandwidth.value()},
-                       {"bytes", l.bytes.value()},
-                       {"busy_s", l.busy.value()},
-                       {"utilisation", l.utilisation}});
-    j["links"] = links;
-    j["events"] = r.events;
-    if (!r.detail.empty())
-      j["simulated"] = r.detail;
+    const auto j = study::simulationJson(r);
     out << j.dump(2) << "\n";
     return;
   }

@@ -1,12 +1,10 @@
 // `strata predict`: one network x cluster x strategy x K, the breakdown.
-#include <fmt/format.h>
-
 #include <iostream>
 #include <memory>
 
 #include "commands.h"
 #include "flags.h"
-#include "strata/model/quantity_text.h"
+#include "strata/study/queries.h"
 
 namespace strata::cli {
 
@@ -45,18 +43,7 @@ Command addPredictCommand(CLI::App& app) {
             const TrainingRun run = o->training.run(sc);
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            auto est = study::evaluate(net, cl, sc, engineArg(o->engine));
-            est.training = priceTrainingRun(run, est);
-            if (!est.fitsInMemory) {
-              const auto change = smallestFittingChange(net, cl, sc);
-              est.fitsWith =
-                  change ? fmt::format("{}: {} per worker, step {}", change->options,
-                                       formatBytes(change->memory), formatSeconds(change->step))
-                         : std::string(
-                               "no change of --zero, --tp, --sequence-parallel or "
-                               "--recompute fits; lower --batch or use a device with "
-                               "more memory");
-            }
+            const auto est = study::predict(net, cl, sc, engineArg(o->engine), run);
             printEstimate(std::cout, est, format);
             return 0;
           }};

@@ -18,48 +18,12 @@
 #include "strata/model/plan.h"
 #include "strata/model/quantity_text.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/csv.h"
 #include "strata/study/estimate_schema.h"
+#include "strata/study/queries.h"
 #include "table.h"
 
 namespace strata::cli {
-
-namespace {
-
-// The search's own options that fix a dimension, from the scenario flags given.
-SearchSpace spaceOf(const ScenarioFlags& flags, int workers, int globalBatch) {
-  SearchSpace space;
-  space.workers = workers;
-  space.globalBatch = globalBatch;
-  int b = 0;
-  flags.apply(b, space.base);
-  const auto given = flags.given();
-  auto has = [&](OptionKey key) {
-    return std::find(given.begin(), given.end(), key) != given.end();
-  };
-  if (has(OptionKey::kMicrobatches))
-    throw OptionError("--microbatches",
-                      "search sets the micro-batches of each layout from --global-batch / (dp x "
-                      "b); fix the micro-batch size with --batch instead");
-  if (b > 0)
-    space.microBatch = b;
-  if (has(OptionKey::kTensorParallel))
-    space.tp = space.base.tp;
-  if (has(OptionKey::kPipelineParallel))
-    space.pp = space.base.pp;
-  if (has(OptionKey::kZero))
-    space.zero = space.base.zero;
-  if (has(OptionKey::kRecompute))
-    space.recompute = space.base.recompute;
-  if (has(OptionKey::kSequenceParallel))
-    space.sequenceParallel = space.base.sequenceParallel;
-  if (has(OptionKey::kSchedule))
-    space.schedule = space.base.schedule;
-  if (has(OptionKey::kVirtualStages))
-    space.virtualStages = space.base.virtualStages;
-  return space;
-}
-
-}  // namespace
 
 Command addSearchCommand(CLI::App& app) {
   struct Options {
@@ -100,16 +64,11 @@ Command addSearchCommand(CLI::App& app) {
         const int batch = parsePositive(o->globalBatch, "--global-batch");
         const int top = parsePositive(o->top, "--top");
         const int simulate = o->simulate == "0" ? 0 : parsePositive(o->simulate, "--simulate");
-        const auto space = spaceOf(o->flags, workers, batch);
-        // Every option must apply to some layout: ring's, with the
-        // dimensions that --sequence-parallel, --schedule and
-        // --virtual-stages need (they fix their dimension).
-        StrategyOptions widest = space.base;
-        widest.tp = std::max(2, widest.tp);
-        widest.pp = std::max(2, widest.pp);
-        if (!space.schedule)
-          widest.schedule = PipelineSchedule::kInterleaved;
-        o->flags.checkUsed({Strategy::kRing}, widest);
+        int microBatch = 0;
+        StrategyOptions options;
+        o->flags.apply(microBatch, options);
+        const auto space =
+            study::searchSpace(workers, batch, microBatch, options, o->flags.given(), false);
         const auto net = networkArg(o->network, "--network");
         const auto cl = clusterArg(o->cluster, "--cluster");
         const bool tty = isatty(STDERR_FILENO) != 0;
@@ -149,10 +108,12 @@ Command addSearchCommand(CLI::App& app) {
         }
         if (format == Format::kCsv) {
           // estimate_schema's columns, after the layout and its peak
-          // memory (each line ends in its newline).
+          // memory (each line ends in its newline), every cell as csv.h
+          // writes it (9 significant digits).
           std::cout << "layout,peak_memory_bytes," << study::estimateCsvHeader();
           for (const auto& r : result.rows)
-            std::cout << '"' << describeLayout(r.scenario) << "\"," << r.peakMemory.value() << ","
+            std::cout << study::csvField(describeLayout(r.scenario)) << ","
+                      << study::csvCell(r.peakMemory.value()) << ","
                       << study::estimateCsvRow(r.estimate);
           return 0;
         }

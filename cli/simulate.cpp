@@ -12,32 +12,10 @@
 #include "strata/model/strategy.h"
 #include "strata/model/timeline.h"
 #include "strata/sim/simulator.h"
+#include "strata/study/queries.h"
 #include "strata/study/trace.h"
 
 namespace strata::cli {
-namespace {
-
-// --steps: the steps a ps plan plays (0: lowerToPlan's default). The other
-// strategies synchronise every step, so their plans are one step: asking
-// them for more is a mistake, not something to ignore.
-int psSteps(const std::string& text, const Scenario& sc) {
-  if (text.empty())
-    return 0;
-  const int steps = parsePositive(text, "--steps");
-  if (sc.strategy != Strategy::kPs)
-    throw OptionError("--steps", fmt::format("applies to ps only (steps back to back); {} "
-                                             "synchronises every step and plays one (the "
-                                             "length of a training run to price is "
-                                             "--train-steps)",
-                                             toString(sc.strategy)));
-  if (steps < 2)
-    throw OptionError("--steps",
-                      fmt::format("ps needs at least 2 steps to have a period, got {}", steps));
-  return steps;
-}
-
-}  // namespace
-
 Command addSimulateCommand(CLI::App& app) {
   struct Options {
     std::string network, cluster, strategy, workers, contention = "on", trace, profile,
@@ -101,7 +79,7 @@ Command addSimulateCommand(CLI::App& app) {
             opt.timeline = !o->trace.empty();
             const auto net = networkArg(o->network, "--network");
             const auto cl = withProfile(clusterArg(o->cluster, "--cluster"), net, o->profile);
-            const int steps = psSteps(o->steps, sc);
+            const int steps = study::psSteps(o->steps, sc, "--steps");
             const TrainingRun run = o->training.run(sc);
             const TraceOptions traceOpt = o->traceFlags.options(o->trace, sc.workers);
             if (o->trace.empty()) {

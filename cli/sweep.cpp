@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "strata/study/queries.h"
 
 namespace strata::cli {
 
@@ -40,74 +41,48 @@ Command addSweepCommand(CLI::App& app) {
       "Example:\n"
       "  strata sweep --networks resnet50,vgg16 --clusters dgx-h100,gige-cluster --workers "
       "8,64,512 --overlaps on,off --out sweep.csv");
-  return {sub, [o, fcUpdatesGiven] {
-            o->limitFlags.apply();
-            const auto format = parseFormat(o->format);
-            OutputFile out(o->out, "--out");
-            // Each list needs at least one item; empty items are each reader's to reject.
-            auto items = [](const std::string& text, const char* option) {
-              return splitItems(text, option);
-            };
-            std::vector<Network> nets;
-            for (const auto& n : items(o->networks, "--networks"))
-              nets.push_back(networkArg(n, "--networks"));
-            std::vector<Cluster> clusters;
-            for (const auto& c : items(o->clusters, "--clusters"))
-              clusters.push_back(clusterArg(c, "--clusters"));
-            const auto strategies = parseStrategies(o->strategies, "--strategies");
-            const auto workers = parsePositiveList(o->workers, "--workers");
-            const auto batches = parsePositiveList(o->batches, "--batches");
-            std::vector<bool> overlaps;
-            for (const auto& v : items(o->overlaps, "--overlaps"))
-              overlaps.push_back(parseOnOff(v, "--overlaps"));
-            std::vector<ElementType> elements;
-            for (const auto& e : items(o->elements, "--elements"))
-              elements.push_back(parseElementType(e, "--elements"));
-            std::vector<FcUpdate> updates;
-            for (const auto& u : items(o->fcUpdates, "--fc-updates"))
-              updates.push_back(parseFcUpdate(u, "--fc-updates"));
-            StrategyOptions base;
-            int unusedBatch = 0;
-            o->flags.apply(unusedBatch, base);
-            // Every flag (and --fc-updates when given) is used by a strategy swept.
-            // (a bucket is used when one of the overlaps swept is on).
-            StrategyOptions probe = base;
-            probe.overlap = std::find(overlaps.begin(), overlaps.end(), true) != overlaps.end();
-            o->flags.checkUsed(strategies, probe);
-            if (fcUpdatesGiven->count() > 0)
-              if (const auto unused = optionUnused({OptionKey::kFcUpdate}, strategies, base))
-                throw OptionError("--fc-updates", unused->why);
-            // Count first, for the progress bar.
-            size_t total = 0;
-            for (const auto& net : nets)
-              for (auto s : strategies)
-                if (!isModelParallel(s) || net.modelParallelFrom > 0)
-                  total += clusters.size() * batches.size() * elements.size() * overlaps.size() *
-                           updates.size() * workers.size();
-            const auto engine = engineArg(o->engine);
-            ProgressBar bar("configurations priced");
-            std::vector<StepEstimate> rows;
-            for (const auto& net : nets)
-              for (const auto& cl : clusters)
-                for (int b : batches)
-                  for (auto el : elements)
-                    for (bool ov : overlaps)
-                      for (auto up : updates)
-                        for (int k : workers)
-                          for (auto s : strategies) {
-                            Scenario sc{s, k, b, base};
-                            sc.options.element = el;
-                            sc.options.overlap = ov;
-                            sc.options.fcUpdate = up;
-                            if (isModelParallel(s) && net.modelParallelFrom <= 0)
-                              continue;
-                            rows.push_back(study::evaluate(net, cl, sc, engine));
-                            bar.update(int(rows.size()), int(total));
-                          }
-            printComparison(out.stream(), rows, format);
-            out.close();
-            return 0;
-          }};
+  return {
+      sub, [o, fcUpdatesGiven] {
+        o->limitFlags.apply();
+        const auto format = parseFormat(o->format);
+        OutputFile out(o->out, "--out");
+        // Each list needs at least one item; empty items are each reader's to reject.
+        auto items = [](const std::string& text, const char* option) {
+          return splitItems(text, option);
+        };
+        study::SweepGrid grid;
+        for (const auto& n : items(o->networks, "--networks"))
+          grid.networks.push_back(networkArg(n, "--networks"));
+        for (const auto& c : items(o->clusters, "--clusters"))
+          grid.clusters.push_back(clusterArg(c, "--clusters"));
+        grid.strategies = parseStrategies(o->strategies, "--strategies");
+        grid.workers = parsePositiveList(o->workers, "--workers");
+        grid.batches = parsePositiveList(o->batches, "--batches");
+        for (const auto& v : items(o->overlaps, "--overlaps"))
+          grid.overlaps.push_back(parseOnOff(v, "--overlaps"));
+        for (const auto& e : items(o->elements, "--elements"))
+          grid.elements.push_back(parseElementType(e, "--elements"));
+        for (const auto& u : items(o->fcUpdates, "--fc-updates"))
+          grid.fcUpdates.push_back(parseFcUpdate(u, "--fc-updates"));
+        int unusedBatch = 0;
+        o->flags.apply(unusedBatch, grid.base);
+        // Every flag (and --fc-updates when given) is used by a strategy swept.
+        // (a bucket is used when one of the overlaps swept is on).
+        StrategyOptions probe = grid.base;
+        probe.overlap =
+            std::find(grid.overlaps.begin(), grid.overlaps.end(), true) != grid.overlaps.end();
+        o->flags.checkUsed(grid.strategies, probe);
+        if (fcUpdatesGiven->count() > 0)
+          if (const auto unused = optionUnused({OptionKey::kFcUpdate}, grid.strategies, grid.base))
+            throw OptionError("--fc-updates", unused->why);
+        ProgressBar bar("configurations priced");
+        const auto rows = study::sweep(grid, engineArg(o->engine), [&](size_t done, size_t total) {
+          bar.update(int(done), int(total));
+        });
+        printComparison(out.stream(), rows, format);
+        out.close();
+        return 0;
+      }};
 }
 
 }  // namespace strata::cli

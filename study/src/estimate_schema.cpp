@@ -354,11 +354,31 @@ std::string estimateCsvHeader() {
   return out + "\n";
 }
 
-std::string estimateCsvRow(const StepEstimate& e) {
+ordered_json estimateRecord(const StepEstimate& e) {
   ordered_json row = ordered_json::object();
   for (auto c : kCsvColumns)
     row[std::string(columnName(c))] = columnValue(c, e);
-  return csvLine(row) + "\n";
+  return row;
+}
+
+std::string estimateCsvRow(const StepEstimate& e) {
+  return csvLine(estimateRecord(e)) + "\n";
+}
+
+ordered_json simulationJson(const sim::Result& r) {
+  auto j = estimateJson(r.estimate);
+  ordered_json links = ordered_json::array();
+  for (const auto& l : r.links)
+    links.push_back({{"link", l.name},
+                     {"bandwidth_bytes_per_s", l.bandwidth.value()},
+                     {"bytes", l.bytes.value()},
+                     {"busy_s", l.busy.value()},
+                     {"utilisation", l.utilisation}});
+  j["links"] = links;
+  j["events"] = r.events;
+  if (!r.detail.empty())
+    j["simulated"] = r.detail;
+  return j;
 }
 
 }  // namespace strata::study

@@ -15,6 +15,8 @@
 #include "strata/study/csv.h"
 #include "strata/study/engine.h"
 #include "strata/study/estimate_schema.h"
+#include "strata/study/option_text.h"
+#include "strata/study/queries.h"
 
 namespace {
 
@@ -179,4 +181,156 @@ TEST_CASE("estimate schema: a measured step leaves out what it has no model of",
                       header[i] == "tokens_per_s" || header[i] == "mfu" || header[i] == "hfu";
     CHECK(row[i].empty() == none);
   }
+}
+
+namespace {
+
+// The message of what `f` throws as OptionError ("" when it does not).
+template <class F>
+std::string optionMessage(F f) {
+  try {
+    f();
+  } catch (const OptionError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("applyOptionText: every option from its text, refused values name the front end's option",
+          "[study][options]") {
+  StrategyOptions o;
+  const std::pair<OptionKey, const char*> texts[] = {
+      {OptionKey::kOverlap, "off"},         {OptionKey::kFcUpdate, "round"},
+      {OptionKey::kSegment, "1MiB"},        {OptionKey::kBucket, "0"},
+      {OptionKey::kElement, "bf16"},        {OptionKey::kOptimizer, "adam"},
+      {OptionKey::kAllreduce, "tree"},      {OptionKey::kConvSync, "ring"},
+      {OptionKey::kPsPriority, "fifo"},     {OptionKey::kStaleness, "3"},
+      {OptionKey::kPsServers, "2"},         {OptionKey::kPsNode, "4"},
+      {OptionKey::kThreadsPerWorker, "2"},  {OptionKey::kTensorParallel, "8"},
+      {OptionKey::kSequenceParallel, "on"}, {OptionKey::kZero, "3"},
+      {OptionKey::kRecompute, "full"},      {OptionKey::kPipelineParallel, "4"},
+      {OptionKey::kMicrobatches, "16"},     {OptionKey::kSchedule, "interleaved"},
+      {OptionKey::kVirtualStages, "2"},     {OptionKey::kStageStarts, "b4,b8,b12"},
+      {OptionKey::kPlacement, "tp,dp,pp"}};
+  // Every key has a reader: the table names each once.
+  CHECK(std::size(texts) == std::size(kAllOptionKeys));
+  for (const auto& [key, text] : texts)
+    study::applyOptionText(key, text, std::string(optionFileKey(key)), o);
+  CHECK_FALSE(o.overlap);
+  CHECK(o.fcUpdate == FcUpdate::kRound);
+  CHECK(o.segment.value() == 1048576);
+  CHECK(o.bucket.value() == 0);
+  CHECK(o.element == ElementType::kBf16);
+  CHECK(o.optimizer == Optimizer::kAdam);
+  CHECK(o.gradientSync == AllreduceAlgorithm::kTree);
+  CHECK(o.convSync == AllreduceAlgorithm::kRing);
+  CHECK(o.staleness == 3);
+  CHECK(o.psServers == 2);
+  CHECK(o.psNode == 4);
+  CHECK(o.threadsPerWorker == 2);
+  CHECK(o.tp == 8);
+  CHECK(o.sequenceParallel);
+  CHECK(o.zero == 3);
+  CHECK(o.recompute == Recompute::kFull);
+  CHECK(o.pp == 4);
+  CHECK(o.microbatches == 16);
+  CHECK(o.schedule == PipelineSchedule::kInterleaved);
+  CHECK(o.virtualStages == 2);
+  CHECK(o.stageStarts == std::vector<std::string>{"b4", "b8", "b12"});
+  CHECK(o.placement == Placement::kTpDpPp);
+
+  // Bounds: the same on every front end, named as the caller names the option.
+  CHECK(optionMessage([&] { study::applyOptionText(OptionKey::kTensorParallel, "0", "tp", o); }) ==
+        "tp: must be a whole number of workers per tensor-parallel group in [1, 1024], got '0'");
+  CHECK(optionMessage([&] {
+          study::applyOptionText(OptionKey::kPipelineParallel, "2.5", "--pp", o);
+        }) == "--pp: must be a whole number of pipeline stages in [1, " +
+                  std::to_string(kMaxPipelineStages) + "], got '2.5'");
+  CHECK(optionMessage([&] { study::applyOptionText(OptionKey::kZero, "4", "zero", o); }) ==
+        "zero: must be a whole number of ZeRO stage in [0, 3], got '4'");
+  CHECK(optionMessage([&] { study::applyOptionText(OptionKey::kOverlap, "yes", "overlap", o); }) ==
+        "overlap: must be on or off, got 'yes'");
+  CHECK(optionMessage([&] {
+          study::applyOptionText(OptionKey::kStageStarts, "b4,b4", "stage_starts", o);
+        }).rfind("stage_starts: ", 0) == 0);
+}
+
+TEST_CASE("trainingRun and psSteps name the options as the front end gives them",
+          "[study][options]") {
+  Scenario sc;
+  sc.strategy = Strategy::kRing;
+  sc.workers = 4;
+  sc.batchPerWorker = 32;
+  CHECK(study::trainingRun(std::nullopt, std::nullopt, std::nullopt, sc).steps == 0);
+  CHECK(study::trainingRun(100.0, std::nullopt, std::nullopt, sc).steps == 100);
+  // 1000 examples at 4 x 32 = 128 a step: ceil(1000 / 128) = 8 steps an epoch.
+  const auto run = study::trainingRun(std::nullopt, 2.0, 1000.0, sc);
+  CHECK(run.stepsPerEpoch == 8);
+  CHECK(run.steps == 16);
+  const study::TrainingRunNames py{"steps", "epochs", "dataset"};
+  CHECK(optionMessage([&] { study::trainingRun(10.0, 1.0, std::nullopt, sc, py); }) ==
+        "steps: give the run's length once: steps N or epochs E dataset N, not both");
+  CHECK(optionMessage([&] {
+          study::trainingRun(std::nullopt, 1.0, std::nullopt, sc, py);
+        }).rfind("epochs: needs dataset N", 0) == 0);
+  CHECK(optionMessage([&] { study::trainingRun(std::nullopt, std::nullopt, 5.0, sc, py); }) ==
+        "dataset: needs epochs E (or give the run as steps)");
+  CHECK(optionMessage([&] { study::trainingRun(std::nullopt, 1.0, 0.5, sc, py); }) ==
+        "dataset: must be a whole number of examples in [1, 2^53], got 0.5");
+  CHECK(optionMessage([&] {
+          study::trainingRun(std::nullopt, -1.0, 10.0, sc, py);
+        }).rfind("epochs: must be a number of epochs", 0) == 0);
+
+  CHECK(study::psSteps("", sc, "ps_steps") == 0);
+  CHECK(optionMessage([&] { study::psSteps("4", sc, "ps_steps", "train_steps"); }) ==
+        "ps_steps: applies to ps only (steps back to back); ring synchronises every step and "
+        "plays one (the length of a training run to price is train_steps)");
+  sc.strategy = Strategy::kPs;
+  CHECK(study::psSteps("4", sc, "ps_steps") == 4);
+  CHECK(optionMessage([&] { study::psSteps("1", sc, "--steps"); }) ==
+        "--steps: ps needs at least 2 steps to have a period, got 1");
+}
+
+TEST_CASE("sweep: every combination, model-parallel strategies only where the network has the part",
+          "[study]") {
+  study::SweepGrid grid;
+  grid.networks = {loadNetwork(golden("tiny-net.yaml"))};
+  grid.clusters = {loadCluster(golden("tiny-cluster.yaml"))};
+  grid.strategies = {Strategy::kNaive, Strategy::kRing, Strategy::kOwtA};
+  grid.workers = {1, 2, 3};
+  grid.batches = {4, 10};
+  grid.overlaps = {true, false};
+  grid.elements = {ElementType::kFp32};
+  grid.fcUpdates = {FcUpdate::kStep};
+  const bool modelParallel = grid.networks[0].modelParallelFrom > 0;
+  const size_t strategies = modelParallel ? 3 : 2;
+  CHECK(study::sweepSize(grid) == strategies * 3 * 2 * 2);
+  size_t calls = 0, last = 0;
+  const auto rows = study::sweep(grid, study::Engine::kModel, [&](size_t done, size_t total) {
+    ++calls;
+    CHECK(done == calls);
+    last = total;
+  });
+  REQUIRE(rows.size() == study::sweepSize(grid));
+  CHECK(calls == rows.size());
+  CHECK(last == rows.size());
+  // The order: batch, overlap, then workers, then strategy innermost.
+  CHECK(rows[0].scenario.workers == 1);
+  CHECK(rows[0].scenario.batchPerWorker == 4);
+  CHECK(rows[1].scenario.strategy == Strategy::kRing);
+  // Each row is what evaluate gives for its scenario.
+  Scenario sc{Strategy::kRing, 3, 10, {}};
+  sc.options.overlap = false;
+  const auto direct =
+      study::evaluate(grid.networks[0], grid.clusters[0], sc, study::Engine::kModel);
+  bool found = false;
+  for (const auto& r : rows)
+    if (r.scenario.strategy == Strategy::kRing && r.scenario.workers == 3 &&
+        r.scenario.batchPerWorker == 10 && !r.scenario.options.overlap) {
+      CHECK(r.step.value() == direct.step.value());
+      found = true;
+    }
+  CHECK(found);
 }

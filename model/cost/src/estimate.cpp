@@ -590,14 +590,15 @@ TrainingRun trainingRunOfSteps(double steps, const std::string& option) {
   return run;
 }
 
-TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch) {
+TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch,
+                                const std::string& epochsOption, const std::string& datasetOption) {
   if (!std::isfinite(epochs) || epochs <= 0 || epochs > kMaxEpochs)
-    throw OptionError("--epochs", fmt::format("must be a number of epochs in (0, {:.0e}], got {}",
-                                              kMaxEpochs, epochs));
+    throw OptionError(epochsOption, fmt::format("must be a number of epochs in (0, {:.0e}], got {}",
+                                                kMaxEpochs, epochs));
   if (!std::isfinite(dataset) || dataset < 1 || dataset != std::floor(dataset) ||
       dataset > kMaxDatasetExamples)
     throw OptionError(
-        "--dataset",
+        datasetOption,
         fmt::format("must be a whole number of examples in [1, 2^53], got {}", dataset));
   STRATA_ENFORCE(globalBatch >= 1);
   TrainingRun run;
@@ -613,7 +614,7 @@ TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch) 
   const double nearest = std::round(exact);
   run.steps = std::abs(exact - nearest) <= 1e-9 * std::max(1.0, exact) ? nearest : std::ceil(exact);
   if (run.steps > kMaxTrainingSteps)
-    throw OptionError("--epochs",
+    throw OptionError(epochsOption,
                       fmt::format("{} epochs x {:.0f} steps per epoch is {:.0f} steps, over the "
                                   "{:.0e} a run may have",
                                   epochs, run.stepsPerEpoch, run.steps, kMaxTrainingSteps));

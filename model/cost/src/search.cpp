@@ -99,12 +99,17 @@ std::string describeLayout(const Scenario& sc) {
 SearchResult searchLayouts(const Network& net, const Cluster& cluster, const SearchSpace& space,
                            const std::function<void(int, int)>& progress) {
   const int k = space.workers, batch = space.globalBatch;
+  const std::string workersOption = space.keywordNames ? "workers" : "--workers";
+  const std::string batchOption = space.keywordNames ? "global_batch" : "--global-batch";
+  auto optionName = [&](OptionKey key) {
+    return std::string(space.keywordNames ? optionFileKey(key) : optionFlag(key));
+  };
   if (k < 1)
-    throw OptionError("--workers", fmt::format("must be at least 1, got {}", k));
+    throw OptionError(workersOption, fmt::format("must be at least 1, got {}", k));
   if (batch < 1)
-    throw OptionError("--global-batch", fmt::format("must be at least 1, got {}", batch));
+    throw OptionError(batchOption, fmt::format("must be at least 1, got {}", batch));
   if (!space.base.stageStarts.empty())
-    throw OptionError("--stage-starts",
+    throw OptionError(optionName(OptionKey::kStageStarts),
                       "search balances each layout's stages itself (the cut depends on pp and "
                       "the chunks); price a cut of your own with strata predict --pp");
   const bool attention = std::any_of(net.layers.begin(), net.layers.end(), [](const Layer& l) {
@@ -119,7 +124,7 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
   if (sync != AllreduceAlgorithm::kRing && sync != AllreduceAlgorithm::kHierarchical &&
       sync != AllreduceAlgorithm::kAuto && sync != AllreduceAlgorithm::kTree)
     throw OptionError(
-        "--allreduce",
+        optionName(OptionKey::kAllreduce),
         fmt::format("search tries tensor, pipeline and ZeRO layouts, whose "
                     "data-parallel groups synchronise by ring, hierarchical, tree or "
                     "auto; {} would leave plain data parallelism alone (price it with "
@@ -210,7 +215,7 @@ SearchResult searchLayouts(const Network& net, const Cluster& cluster, const Sea
       }
     }
   if (layouts.empty())
-    throw OptionError("--global-batch",
+    throw OptionError(batchOption,
                       fmt::format("no layout of {} workers runs network '{}' with a global batch "
                                   "of {}: the data-parallel replicas (K / (tp x pp)) must divide "
                                   "it",

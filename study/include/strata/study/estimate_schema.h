@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "strata/model/strategy.h"
+#include "strata/sim/simulator.h"
 
 namespace strata::study {
 
@@ -73,9 +74,19 @@ nlohmann::ordered_json columnValue(EstimateColumn column, const StepEstimate& es
 nlohmann::ordered_json estimateRow(const StepEstimate& estimate,
                                    std::initializer_list<EstimateColumn> columns);
 
+// The columns of `--format csv` as one flat object, for tools that take
+// records (the Python module's compare and sweep, pandas.DataFrame).
+nlohmann::ordered_json estimateRecord(const StepEstimate& estimate);
+
 // `--format csv` of predict, compare and sweep: the header line and one line
 // per estimate (each ends in a newline).
 std::string estimateCsvHeader();
 std::string estimateCsvRow(const StepEstimate& estimate);
+
+// A simulated step, as `strata simulate --format json` writes it: the
+// estimate, then every link that carried data ("links"), the events played
+// and, when the simulator played a representative plan, what it stands for
+// ("simulated").
+nlohmann::ordered_json simulationJson(const sim::Result& result);
 
 }  // namespace strata::study

@@ -57,7 +57,10 @@ TrainingRun trainingRunOfSteps(double steps, const std::string& option = "--step
 // kMaxEpochs], OptionError("--dataset") for a dataset not a whole number in
 // [1, kMaxDatasetExamples], OptionError("--epochs") when the run has more than
 // kMaxTrainingSteps steps.
-TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch);
+// `epochsOption`, `datasetOption`: the options' names in errors.
+TrainingRun trainingRunOfEpochs(double epochs, double dataset, int globalBatch,
+                                const std::string& epochsOption = "--epochs",
+                                const std::string& datasetOption = "--dataset");
 // `run` with its time from `estimate`: firstStep + (steps - 1) x step.
 TrainingRun priceTrainingRun(TrainingRun run, const StepEstimate& estimate);
 

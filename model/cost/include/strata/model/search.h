@@ -38,6 +38,10 @@ struct SearchSpace {
   std::optional<bool> sequenceParallel;
   std::optional<Recompute> recompute;
   std::optional<PipelineSchedule> schedule;
+  // How errors name the options: the CLI's flags ("--workers", "--allreduce")
+  // or, for a front end that takes keywords, "workers", "global_batch" and
+  // the options' file keys ("allreduce").
+  bool keywordNames = false;
 };
 
 // One layout, priced.
