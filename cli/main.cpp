@@ -21,35 +21,19 @@
 #include <string>
 #include <vector>
 
+#include "app.h"
 #include "commands.h"
 #include "flags.h"
 #include "strata/model/atomic_file.h"
 #include "strata/model/error.h"
 #include "strata/model/limits.h"
-#include "strata_version.h"
 
 namespace strata::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"strata: how fast will this network train on this cluster with this strategy?"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version",
-                       std::string("strata ") + kVersion + " (git " + kGitRevision + ")");
-  app.footer(
-      "Examples:\n"
-      "  strata list\n"
-      "  strata describe alexnet-owt\n"
-      "  strata predict --network alexnet-owt --cluster k20x8-pcie --strategy owt-b --workers 8\n"
-      "  strata compare configs/experiments/owt-k20.yaml\n"
-      "  strata compare --network resnet50 --cluster dgx-h100 --strategies ring,ps --workers "
-      "8,16,64\n"
-      "  strata sweep --networks alexnet-owt,vgg16 --clusters k20x8-pcie --workers 1,2,4,8 "
-      "--format csv\n"
-      "  strata allreduce -k 4 -b 1KiB -e 64MiB -f 4\n"
-      "Networks and clusters are preset names (strata list) or paths to YAML files "
-      "(docs/configs.md).");
-
+  CLI::App app;
+  describeApp(app);
   const std::vector<Command> commands = addAllCommands(app, Process{&argc, &argv});
 
   // CLI11 reports an unknown command only as "a subcommand is required".

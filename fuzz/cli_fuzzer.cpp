@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "app.h"
 #include "commands.h"
 #include "flags.h"
 #include "strata/model/error.h"
@@ -112,8 +113,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
   char** argvp = argv.data();
-  CLI::App app{"fuzz"};
-  app.require_subcommand(1);
+  CLI::App app;
+  describeApp(app);  // the App main builds: the same flags and --version
   const std::vector<Command> commands = addAllCommands(app, Process{&argc, &argvp});
   try {
     app.parse(argc, argvp);
