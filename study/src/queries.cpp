@@ -79,12 +79,15 @@ int psSteps(const std::string& text, const Scenario& sc, const std::string& opti
   return steps;
 }
 
-SearchSpace searchSpace(int workers, int globalBatch, int microBatch, const StrategyOptions& options,
-                        const std::vector<OptionKey>& given, bool keywordNames) {
+SearchSpace searchSpace(int workers, int globalBatch, int microBatch,
+                        const StrategyOptions& options, const std::vector<OptionKey>& given,
+                        bool keywordNames) {
   auto name = [&](OptionKey key) {
     return std::string(keywordNames ? optionFileKey(key) : optionFlag(key));
   };
-  auto has = [&](OptionKey key) { return std::find(given.begin(), given.end(), key) != given.end(); };
+  auto has = [&](OptionKey key) {
+    return std::find(given.begin(), given.end(), key) != given.end();
+  };
   if (has(OptionKey::kMicrobatches))
     throw OptionError(name(OptionKey::kMicrobatches),
                       fmt::format("search sets the micro-batches of each layout from {} / (dp x "

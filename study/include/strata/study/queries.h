@@ -57,8 +57,9 @@ int psSteps(const std::string& text, const Scenario& scenario, const std::string
 // for micro-batches (search sets them from the global batch) and for an
 // option no layout uses; errors name the CLI's flags, or with `keywordNames`
 // the options' file keys.
-SearchSpace searchSpace(int workers, int globalBatch, int microBatch, const StrategyOptions& options,
-                        const std::vector<OptionKey>& given, bool keywordNames);
+SearchSpace searchSpace(int workers, int globalBatch, int microBatch,
+                        const StrategyOptions& options, const std::vector<OptionKey>& given,
+                        bool keywordNames);
 
 // The configurations of a sweep: every combination of the lists, over the
 // options `base`.
