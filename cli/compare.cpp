@@ -70,6 +70,8 @@ Command addCompareCommand(CLI::App& app) {
         ex.cluster = withProfile(ex.cluster, ex.network, o->profile);
         const auto engine = engineArg(o->engine);
         std::vector<StepEstimate> rows;
+        ProgressBar bar("configurations priced");
+        const int total = int(ex.workers.size() * ex.strategies.size());
         for (int k : ex.workers)
           for (auto s : ex.strategies) {
             try {
@@ -79,6 +81,7 @@ Command addCompareCommand(CLI::App& app) {
               throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
               throw;
             }
+            bar.update(int(rows.size()), total);
           }
         printComparison(std::cout, rows, format);
         return 0;

@@ -58,8 +58,10 @@ Command addProfileCommand(CLI::App& app) {
             std::optional<Cluster> cluster;
             if (!o->cluster.empty())
               cluster = clusterArg(o->cluster, "--cluster");
-            const OpProfile profile = exec::profileNetwork(net, o->batch, o->repeats, device,
-                                                           o->threads, element, optimizer);
+            ProgressBar bar("passes timed (a warm-up, then --repeats)");
+            const OpProfile profile = exec::profileNetwork(
+                net, o->batch, o->repeats, device, o->threads, element, optimizer,
+                [&](int done, int total) { bar.update(done, total); });
             // The measured profile is printed first: a file that cannot be
             // written (a full disk: exit 1 with its reason) loses no measurement.
             printProfile(std::cout, net, profile, cluster ? &*cluster : nullptr, format);

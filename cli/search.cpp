@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <malloc.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <iostream>
@@ -71,7 +70,6 @@ Command addSearchCommand(CLI::App& app) {
             study::searchSpace(workers, batch, microBatch, options, o->flags.given(), false);
         const auto net = networkArg(o->network, "--network");
         const auto cl = clusterArg(o->cluster, "--cluster");
-        const bool tty = isatty(STDERR_FILENO) != 0;
         const auto start = std::chrono::steady_clock::now();
         // Thousands of evaluations allocate and free the same K-sized
         // vectors: keep freed memory in the heap instead of returning
@@ -79,11 +77,9 @@ Command addSearchCommand(CLI::App& app) {
         // K = 4096 without).
         mallopt(M_MMAP_THRESHOLD, 256 << 20);
         mallopt(M_TRIM_THRESHOLD, 1 << 30);
-        const auto result = searchLayouts(net, cl, space, [&](int done, int total) {
-          if (tty)
-            std::cerr << fmt::format("\rsearch: {} of {} layouts priced", done, total)
-                      << (done == total ? "\n" : "") << std::flush;
-        });
+        ProgressBar bar("layouts priced");
+        const auto result =
+            searchLayouts(net, cl, space, [&](int done, int total) { bar.update(done, total); });
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (format == Format::kJson) {

@@ -2,6 +2,7 @@
 // profile). Internal to executor/calibrate.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "strata/exec/device.h"
@@ -21,8 +22,10 @@ struct LayerTimes {
 };
 // `element`: the precision of the CUDA backend's GEMMs and convolutions
 // (makeBackend).
+// `progress(done, total)` after each pass (the warm-up one included).
 LayerTimes timeLayers(const Network& net, int b, int repeats, Device device = Device::kCpu,
                       int threads = 1, ElementType element = ElementType::kFp32,
-                      Optimizer optimizer = Optimizer::kMomentum);
+                      Optimizer optimizer = Optimizer::kMomentum,
+                      const std::function<void(int, int)>& progress = {});
 
 }  // namespace strata::exec::detail

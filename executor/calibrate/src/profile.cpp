@@ -32,7 +32,8 @@ double medianAfterWarmup(std::vector<double> v) {
 }  // namespace
 
 LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int threads,
-                      ElementType element, Optimizer optimizer) {
+                      ElementType element, Optimizer optimizer,
+                      const std::function<void(int, int)>& progress) {
   const auto backend = makeBackend(device, "--device", 0, threads, element);
   nn::ModelOptions mo;
   mo.dropout = true;
@@ -97,6 +98,8 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
         u[l].push_back(seconds(um[l]));
     }
     all.push_back(seconds(am));
+    if (progress)
+      progress(rep + 1, repeats + 1);
   }
   LayerTimes t;
   for (size_t l = 0; l < n; ++l) {
@@ -112,7 +115,8 @@ LayerTimes timeLayers(const Network& net, int b, int repeats, Device device, int
 }  // namespace detail
 
 OpProfile profileNetwork(const Network& network, int batch, int repeats, Device device, int threads,
-                         ElementType element, Optimizer optimizer) {
+                         ElementType element, Optimizer optimizer,
+                         const std::function<void(int, int)>& progress) {
   checkElement(element, device);
   checkThreadsPerWorker(threads);
   if (threads > 1 && device != Device::kCpu)
@@ -131,7 +135,8 @@ OpProfile profileNetwork(const Network& network, int batch, int repeats, Device 
   run.device = device;
   run.threadsPerWorker = threads;
   checkRun(network, one, run, RunPlacement::kThreads);
-  const auto t = detail::timeLayers(network, batch, repeats, device, threads, element, optimizer);
+  const auto t =
+      detail::timeLayers(network, batch, repeats, device, threads, element, optimizer, progress);
   OpProfile p;
   p.network = network.name;
   p.batch = batch;

@@ -2,6 +2,8 @@
 // this machine, for pricing that network (model/profile.h).
 #pragma once
 
+#include <functional>
+
 #include "strata/exec/device.h"
 #include "strata/exec/runtime.h"
 #include "strata/model/network.h"
@@ -18,9 +20,11 @@ namespace strata::exec {
 // momentum: SGD with momentum; adam and adamw: Adam), whose states the memory
 // check counts. Throws UserError (OptionError for batch, repeats, device,
 // threads and element) for what the executor cannot run.
+// `progress(done, total)` after each pass, the warm-up one included.
 OpProfile profileNetwork(const Network& network, int batch, int repeats = 5,
                          Device device = Device::kCpu, int threads = 1,
                          ElementType element = ElementType::kFp32,
-                         Optimizer optimizer = Optimizer::kMomentum);
+                         Optimizer optimizer = Optimizer::kMomentum,
+                         const std::function<void(int, int)>& progress = {});
 
 }  // namespace strata::exec
