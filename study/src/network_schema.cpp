@@ -96,6 +96,7 @@ ordered_json networkJson(const Network& net, ElementType element) {
                 {"kv_heads", l.kvHeads()},
                 {"causal", sp.causal},
                 {"bias", sp.bias},
+                {"qkv_bias", sp.qkvBias},
                 {"rotary", sp.rotary}};
         if (sp.rotary)
           spec["rotary_base"] = sp.rotaryBase;

@@ -82,6 +82,59 @@ TEST_CASE("Hugging Face configs have the published checkpoints' parameter counts
   CHECK(loadNetwork(fixture("Meta-Llama-3-8B")).totalParams() == 8'030'261'248);
   CHECK(loadNetwork(fixture("Mistral-7B-v0.3")).totalParams() == 7'248'023'552);
   CHECK(loadNetwork(fixture("Llama-3.2-1B")).totalParams() == 1'235'814'400);
+  CHECK(loadNetwork(fixture("Qwen2-7B")).totalParams() == 7'615'616'512);
+  CHECK(loadNetwork(fixture("Qwen2-0.5B")).totalParams() == 494'032'768);
+}
+
+TEST_CASE("Qwen2 is Llama's block with biases on Q, K and V alone", "[network][hf]") {
+  const auto qwen = loadNetwork(fixture("Qwen2-7B"));
+  const auto& attn = qwen.layers[static_cast<size_t>(qwen.find("h.1.attn"))];
+  CHECK(attn.spec.qkvBias);
+  CHECK_FALSE(attn.spec.bias);
+  CHECK(attn.spec.heads == 28);
+  CHECK(attn.spec.kvHeads == 4);
+  CHECK(attn.spec.rotaryBase == 1e6);
+  // d = 3584, 128 features a head, 4 key/value heads: Wq and Wo d^2 each, Wk
+  // and Wv d x 512 each, and the biases of Q (d), K and V (512 each), none
+  // for the output projection.
+  const int64_t d = 3584, kv = 4 * 128;
+  CHECK(attn.params == 2 * d * d + 2 * d * kv + d + 2 * kv);
+  // Its costs are Llama's but for the bias: the same config without the
+  // biases prices as a llama.
+  std::string text = slurp(fixture("Qwen2-7B"));
+  text.replace(text.find("\"qwen2\""), 7, "\"llama\"");
+  for (const char* key : {"  \"max_window_layers\": 28,\n", "  \"use_sliding_window\": false,\n"})
+    text.erase(text.find(key), std::string(key).size());
+  const auto llama = loadText("qwen-as-llama", "config.json", text);
+  REQUIRE(llama.layers.size() == qwen.layers.size());
+  CHECK(qwen.totalParams() - llama.totalParams() == 28 * (d + 2 * kv));
+  CHECK(llama.totalFwdFlops() == qwen.totalFwdFlops());
+  // In a YAML network: qkv_bias on an attention layer or a llama block;
+  // with bias: true (which has them and the output's) it is a mistake.
+  const std::string yaml =
+      "name: q\ninput: {channels: 1, height: 6, width: 1}\nlayers:\n"
+      "  - {name: embed, kind: embedding, vocab: 11, outputs: 8}\n"
+      "  - {name: h, kind: llama, heads: 4, kv_heads: 2, hidden: 12, qkv_bias: true}\n"
+      "  - {name: attn, kind: attention, heads: 2, qkv_bias: true}\n";
+  const auto tiny = loadText("qwen-yaml", "q.yaml", yaml);
+  // d = 8 of 4 heads (dh 2), 2 key/value heads: Wq 8 x 8, Wk and Wv 4 x 8,
+  // Wo 8 x 8, then the biases of Q (8), K and V (4 each).
+  CHECK(tiny.layers[static_cast<size_t>(tiny.find("h.attn"))].params ==
+        (8 + 4 + 4) * 8 + 8 * 8 + 8 + 4 + 4);
+  CHECK(tiny.layers[static_cast<size_t>(tiny.find("attn"))].params == (24 + 8) * 8 + 24);
+  try {
+    loadText("qwen-yaml-bad", "q.yaml",
+             "name: q\ninput: {channels: 8, height: 6, width: 1}\nlayers:\n"
+             "  - {name: attn, kind: attention, heads: 2, bias: true, qkv_bias: true}\n");
+    FAIL("bias and qkv_bias together were taken");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(":4: layers[0].qkv_bias: qkv_bias is the Q, K and V "
+                                         "projections' biases alone"));
+  }
+  // The 0.5B ties its output layer to the token table.
+  const auto small = loadNetwork(fixture("Qwen2-0.5B"));
+  CHECK(small.layers[static_cast<size_t>(small.find("lm_head"))].spec.tiedTo ==
+        small.find("embed"));
 }
 
 TEST_CASE("a Hugging Face config is its YAML preset, layer by layer", "[network][hf]") {
@@ -127,9 +180,23 @@ TEST_CASE("Hugging Face configs strata cannot price are one error naming file, l
           "[network][hf][errors]") {
   using Catch::Contains;
   // Unknown family, unknown key, values with no strata equivalent.
-  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"llama\"", "\"qwen2\""),
-             Contains("config.json:12: model_type: 'qwen2' is not a decoder family strata maps "
-                      "(it maps gpt2, llama, mistral"));
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"llama\"", "\"gpt_neox\""),
+             Contains("config.json:12: model_type: 'gpt_neox' is not a decoder family strata "
+                      "maps (it maps gpt2, llama, mistral, qwen2"));
+  // Qwen2's window applies only with use_sliding_window; then it must cover
+  // the context.
+  CHECK(errorOf("Qwen2-0.5B", "\"sliding_window\": 131072", "\"sliding_window\": 4096").empty());
+  std::string windowed = slurp(fixture("Qwen2-0.5B"));
+  windowed.replace(windowed.find("131072,\n  \"tie"), 6, "4096");
+  windowed.replace(windowed.find("\"use_sliding_window\": false"), 27,
+                   "\"use_sliding_window\": true");
+  try {
+    loadText("qwen-windowed", "config.json", windowed);
+    FAIL("a window shorter than the context was priced");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Contains(":20: sliding_window: a window of 4096 positions is shorter "
+                                  "than the 131072 priced"));
+  }
   CHECK_THAT(
       errorOf("Llama-2-7b-hf", "\"use_cache\": true,", "\"use_cache\": true, \"num_experts\": 8,"),
       Contains("config.json:22: num_experts: strata does not know this key of a llama "

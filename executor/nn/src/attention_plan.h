@@ -279,7 +279,7 @@ void forward(const AttentionDesc& d, int n, const float* x, const float* w, cons
   out.c = y;
   out.strideC = s.ft;
   ops.gemm(out);
-  if (bias && d.outputBias)
+  if (bias && d.outputBias && d.hasOutputBias)
     ops.bias(y, bias + 3 * int64_t{a}, n, f, t);
 }
 
@@ -313,7 +313,7 @@ void backwardWeights(const AttentionDesc& d, int n, const float* x, const float*
     g.beta = 1.0f;
     ops.gemm(g);
   }
-  if (dbias)
+  if (dbias && d.hasOutputBias)
     ops.biasGrad(dy, dbias + 3 * int64_t{a}, n, f, t);
   ops.cast(1, wo, int64_t{f} * a);
   // dC_e (a x t) = Wo^T dy_e, over the examples at once.

@@ -46,7 +46,7 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
     attentionContext(d, n, saved);
     float* yn = y.data + n * ft;
     teamGemm(GemmOp::kNN, f, t, a, wo, saved.context.data + n * at, yn, false);
-    if (bias && d.outputBias && runs(MemKernel::kBias, double(ft)))
+    if (bias && d.outputBias && d.hasOutputBias && runs(MemKernel::kBias, double(ft)))
       biasAdd(yn, bias + rows, f, t);
   }
 }
@@ -132,7 +132,7 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     const float* qkv = saved.qkv.data + n * qt;
     float* dqkv = saved.dqkv.data + n * qt;
     teamGemm(GemmOp::kNT, f, a, t, dyn, saved.context.data + n * at, dwo, true);
-    if (dbias && runs(MemKernel::kBiasGrad, double(ft)))
+    if (dbias && d.hasOutputBias && runs(MemKernel::kBiasGrad, double(ft)))
       biasGrad(dyn, dbias + rows, f, t);
     teamGemm(GemmOp::kTN, a, t, f, wo, dyn, dc, false);
     for (int h = 0; h < d.heads; ++h) {

@@ -266,7 +266,9 @@ Model::Model(const Network& network, ModelOptions options)
         // heads' rows of Wqkv, a + 2 kv, and Wo's d x a.
         const AttentionDesc& a = st.attention;
         b.weights = (int64_t{a.qkvFeatures()} + a.inner()) * layer.inShape.c;
-        b.bias = layer.spec.bias ? a.qkvFeatures() + layer.inShape.c : 0;
+        b.bias = layer.spec.bias      ? a.qkvFeatures() + layer.inShape.c
+                 : layer.spec.qkvBias ? a.qkvFeatures()
+                                      : 0;
         break;
       }
       case LayerKind::kRmsNorm:
@@ -357,6 +359,7 @@ void Model::shareOf(int l, TensorParallelRank tp, TpRole role) {
                       layer.kvHeads(),
                       layer.spec.rotary,
                       static_cast<float>(layer.spec.rotaryBase)};
+    a.hasOutputBias = !layer.spec.qkvBias;
     if (role == TpRole::kAttention) {
       // Heads [r H/t, (r+1) H/t) and their key/value heads (whole groups:
       // tensorParallelObstacle checked both divide).

@@ -2,7 +2,8 @@
 // "Hugging Face configs"). JSON is YAML's flow style, so ConfigNode reads
 // the file and every mistake names its line and key. Each decoder family
 // strata prices is mapped onto the layers its YAML preset writes (gpt2 as
-// configs/networks/gpt2-small.yaml, llama and mistral as llama2-7b.yaml); a
+// configs/networks/gpt2-small.yaml, llama, mistral and qwen2 as
+// llama2-7b.yaml, qwen2 with its Q, K and V biases: qkv_bias); a
 // key strata does not know, or a value it cannot price, is an error, never
 // a guess.
 #include <fmt/format.h>
@@ -103,6 +104,29 @@ constexpr std::string_view kLlamaKeys[] = {
     "head_dim",
     "pretraining_tp",
     "sliding_window",
+};
+
+// Qwen2 (transformers' Qwen2Config, Qwen2ForCausalLM; Yang et al. 2024):
+// Llama's block with biases on the Q, K and V projections (none on the
+// output projection), and a sliding window that applies only with
+// use_sliding_window.
+constexpr std::string_view kQwen2Keys[] = {
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "hidden_act",
+    "attention_dropout",
+    "tie_word_embeddings",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
 };
 
 int positive(const ConfigNode& root, std::string_view key) {
@@ -217,7 +241,25 @@ YAML::Node gpt2Layers(const ConfigNode& root, int& positions, Origins& origins) 
   return layers;
 }
 
+// The Llama-like families: what differs from Llama's own mapping.
+struct LlamaVariant {
+  bool qkvBias = false;        // biases on Q, K and V alone (Qwen2)
+  bool windowIfAsked = false;  // sliding_window applies only with use_sliding_window
+};
+
+YAML::Node llamaLikeLayers(const ConfigNode& root, int& positions, Origins& origins,
+                           LlamaVariant variant);
+
 YAML::Node llamaLayers(const ConfigNode& root, int& positions, Origins& origins) {
+  return llamaLikeLayers(root, positions, origins, {});
+}
+
+YAML::Node qwen2Layers(const ConfigNode& root, int& positions, Origins& origins) {
+  return llamaLikeLayers(root, positions, origins, {.qkvBias = true, .windowIfAsked = true});
+}
+
+YAML::Node llamaLikeLayers(const ConfigNode& root, int& positions, Origins& origins,
+                           LlamaVariant variant) {
   const int width = positive(root, "hidden_size");
   const int heads = positive(root, "num_attention_heads");
   headsDivide(root, "num_attention_heads", heads, width, "hidden_size");
@@ -240,7 +282,11 @@ YAML::Node llamaLayers(const ConfigNode& root, int& positions, Origins& origins)
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (boolOr(root, key, false))
       root.require(key).fail("biases are not in strata's llama block (it has none)");
-  if (const auto w = root.getUnlessNull("sliding_window"); w && w->asPositiveInt() < positions)
+  // Qwen2Config: use_sliding_window false (its default) leaves sliding_window
+  // unused.
+  const bool windowed = !variant.windowIfAsked || boolOr(root, "use_sliding_window", false);
+  if (const auto w = root.getUnlessNull("sliding_window");
+      w && w->asPositiveInt() < positions && windowed)
     w->fail(
         fmt::format("a window of {} positions is shorter than the {} priced "
                     "(max_position_embeddings): strata prices full causal attention, not a "
@@ -260,6 +306,8 @@ YAML::Node llamaLayers(const ConfigNode& root, int& positions, Origins& origins)
   h["heads"] = heads;
   h["kv_heads"] = kvHeads;
   h["hidden"] = positive(root, "intermediate_size");
+  if (variant.qkvBias)
+    h["qkv_bias"] = true;
   // LlamaConfig's defaults: rms_norm_eps 1e-6, rope_theta 10000.
   std::string eps = "1e-6";
   if (const auto e = root.getUnlessNull("rms_norm_eps")) {
@@ -296,6 +344,7 @@ constexpr Family kFamilies[] = {
     {"gpt2", kGpt2Keys, gpt2Layers},
     {"llama", kLlamaKeys, llamaLayers},
     {"mistral", kLlamaKeys, llamaLayers},
+    {"qwen2", kQwen2Keys, qwen2Layers},
 };
 
 std::string familyNames() {

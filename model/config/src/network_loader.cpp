@@ -140,7 +140,12 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kAttention:
       s.heads = n.require("heads").asPositiveInt();
       s.causal = n.boolOr("causal", true);
-      s.bias = n.boolOr("bias", true);
+      s.qkvBias = n.boolOr("qkv_bias", false);
+      s.bias = n.boolOr("bias", !s.qkvBias);
+      if (s.bias && s.qkvBias)
+        n.require("qkv_bias")
+            .fail("qkv_bias is the Q, K and V projections' biases alone; bias: true has them "
+                  "and the output projection's (give one)");
       s.kvHeads = n.positiveIntOr("kv_heads", s.heads);  // divides heads: deriveAttention
       s.rotary = n.boolOr("rotary", false);
       if (auto base = n.get("rotary_base")) {
@@ -348,13 +353,14 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
 //   to the width, no bias) -> add2 (+ add1).
 void expandLlama(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
   n.allowOnly({"name", "kind", "input", "heads", "kv_heads", "hidden", "eps", "rotary_base",
-               "fused", "attention_dropout", "repeat"});
+               "qkv_bias", "fused", "attention_dropout", "repeat"});
   const auto name = n.require("name").asString();
   LayerSpec attention;
   attention.heads = n.require("heads").asPositiveInt();
   attention.kvHeads = n.positiveIntOr("kv_heads", attention.heads);
   attention.causal = true;
   attention.bias = false;
+  attention.qkvBias = n.boolOr("qkv_bias", false);  // Qwen2
   attention.rotary = true;
   readAttentionCore(n, attention);
   if (auto base = n.get("rotary_base"))

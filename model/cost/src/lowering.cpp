@@ -150,7 +150,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // together); each query head scores its group's K.
           const double heads = double(n) * l.spec.heads;
           gemm(GemmOp::kNN, rows, t, d, double(n));
-          if (l.spec.bias)
+          if (l.spec.bias || l.spec.qkvBias)
             mem(MemKernel::kBias, double(rows) * double(t), double(n));
           mem(MemKernel::kRotary, rotated, double(n));
           gemm(GemmOp::kTN, t, t, dh, heads);
@@ -317,7 +317,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           gemm(GemmOp::kNN, dh, t, t, heads);
           mem(MemKernel::kRotary, rotated, double(n));
           gemm(GemmOp::kNT, rows, d, t, double(n));
-          if (l.spec.bias)
+          if (l.spec.bias || l.spec.qkvBias)
             mem(MemKernel::kBiasGrad, double(rows) * double(t), double(n));
           break;
         }

@@ -268,8 +268,10 @@ void deriveAttention(LayerDerivation& d) {
   const int64_t projection = d.count({t, in.c, rows + in.c}, "multiply-accumulates");
   const int64_t mixing = d.count({2, t, t, in.c}, "multiply-accumulates");
   const int64_t scores = d.count({s.heads, t, t}, "attention scores");
-  layer.params = d.count({d.count({rows + in.c, in.c}, "parameters") + (s.bias ? rows + in.c : 0)},
-                         "parameters");
+  // Biases: Q, K, V's rows and the output's d; the Q, K and V rows alone
+  // with qkv_bias (Qwen2).
+  const int64_t biases = s.bias ? rows + in.c : s.qkvBias ? rows : 0;
+  layer.params = d.count({d.count({rows + in.c, in.c}, "parameters") + biases}, "parameters");
   // Rotary positions turn each (i, i + dh/2) pair of Q's and K's features of
   // each position by its angle: 2 multiplies and an add per element, each
   // way (the angles' sines and cosines are a table over T, not counted).
@@ -386,9 +388,9 @@ constexpr std::string_view kLrnKeys[] = {"input", "size"};
 constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
 constexpr std::string_view kAddKeys[] = {"inputs"};
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
-constexpr std::string_view kAttentionKeys[] = {"input",       "heads",    "causal",
-                                               "bias",        "kv_heads", "rotary",
-                                               "rotary_base", "fused",    "attention_dropout"};
+constexpr std::string_view kAttentionKeys[] = {
+    "input",  "heads",       "causal", "bias",    "qkv_bias",
+    "kv_heads", "rotary", "rotary_base", "fused", "attention_dropout"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kInputKey[] = {"input"};
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <tuple>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -482,6 +483,29 @@ TEST_CASE("grouped-query attention equals multi-head attention with each K and V
     CHECK(test::maxAbs(yg) > 0.01);
     for (size_t i = 0; i < yg.size(); ++i)
       CHECK(yg[i] == Approx(ym[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("attention with Q, K and V biases alone (Qwen2) matches central differences",
+          "[gradient][attention][llama]") {
+  // qkv_bias: the biases are Q's, K's and V's rows, none for the output
+  // projection: multi-head without rotary (the GPT path) and grouped-query
+  // with rotary (Qwen2's).
+  for (const auto& [heads, kvHeads, rotary] :
+       {std::tuple{2, 2, false}, std::tuple{4, 2, true}, std::tuple{4, 1, true}}) {
+    for (const int t : {7, 5}) {
+      INFO("heads " << heads << " kv_heads " << kvHeads << " rotary " << rotary << " T " << t);
+      NetworkBuilder b({8, t, 1});
+      LayerSpec s = gqaSpec(heads, kvHeads, rotary, false, 10);
+      s.qkvBias = true;
+      b.add(LayerKind::kAttention, s);
+      const Network net = b.network();
+      // d = 8, dh = 8 / heads: Wqkv (8 + 2 kv) x 8, Wo 8 x 8, then the
+      // 8 + 2 kv biases alone.
+      const int64_t rows = 8 + 2 * (8 / heads) * kvHeads;
+      CHECK(net.layers[0].params == (rows + 8) * 8 + rows);
+      checkGradients(net, 2);
+    }
   }
 }
 

@@ -73,8 +73,12 @@ struct LayerSpec {
   int groups = 1;
   PoolMode poolMode = PoolMode::kMax;
   bool global = false;
-  // conv / fc / rnn
+  // conv / fc / rnn / attention (attention: the Q, K, V and output
+  // projections' biases)
   bool bias = true;
+  // attention: biases on the Q, K and V projections alone, none on the
+  // output projection (Qwen2); only with bias false.
+  bool qkvBias = false;
   // fc
   int outputs = 0;
   bool flatten = true;

@@ -146,6 +146,9 @@ struct AttentionDesc {
   // false: y without bo (a tensor-parallel worker but the first: the group's
   // sum adds it once); bo's gradient is written all the same.
   bool outputBias = true;
+  // false: the biases are bqkv alone, no bo (qkv_bias, Qwen2): y has none and
+  // no gradient of one is written.
+  bool hasOutputBias = true;
   int inner() const { return innerFeatures > 0 ? innerFeatures : features; }
   int headFeatures() const { return inner() / heads; }
   int keyValueHeads() const { return kvHeads > 0 ? kvHeads : heads; }
