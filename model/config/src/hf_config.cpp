@@ -44,10 +44,11 @@ constexpr std::string_view kBookkeeping[] = {
 // config's line and key.
 using Origins = std::map<std::string, ConfigNode>;
 
-// A decoder family: the keys it knows beyond kBookkeeping, and its mapping.
+// A decoder family: the keys it knows beyond kBookkeeping (its own and a
+// variant's extra ones), and its mapping.
 struct Family {
   std::string_view type;
-  std::span<const std::string_view> keys;
+  std::span<const std::string_view> keys, extraKeys;
   YAML::Node (*layers)(const ConfigNode& root, int& positions, Origins& origins);
 };
 
@@ -107,27 +108,10 @@ constexpr std::string_view kLlamaKeys[] = {
 };
 
 // Qwen2 (transformers' Qwen2Config, Qwen2ForCausalLM; Yang et al. 2024):
-// Llama's block with biases on the Q, K and V projections (none on the
-// output projection), and a sliding window that applies only with
+// Llama's keys and block, with biases on the Q, K and V projections (none
+// on the output projection), and a sliding window that applies only with
 // use_sliding_window.
-constexpr std::string_view kQwen2Keys[] = {
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
-    "rms_norm_eps",
-    "rope_theta",
-    "rope_scaling",
-    "hidden_act",
-    "attention_dropout",
-    "tie_word_embeddings",
-    "sliding_window",
-    "use_sliding_window",
-    "max_window_layers",
-};
+constexpr std::string_view kQwen2ExtraKeys[] = {"use_sliding_window", "max_window_layers"};
 
 int positive(const ConfigNode& root, std::string_view key) {
   return root.require(key).asPositiveInt();
@@ -341,10 +325,10 @@ YAML::Node llamaLikeLayers(const ConfigNode& root, int& positions, Origins& orig
 }
 
 constexpr Family kFamilies[] = {
-    {"gpt2", kGpt2Keys, gpt2Layers},
-    {"llama", kLlamaKeys, llamaLayers},
-    {"mistral", kLlamaKeys, llamaLayers},
-    {"qwen2", kQwen2Keys, qwen2Layers},
+    {"gpt2", kGpt2Keys, {}, gpt2Layers},
+    {"llama", kLlamaKeys, {}, llamaLayers},
+    {"mistral", kLlamaKeys, {}, llamaLayers},
+    {"qwen2", kLlamaKeys, kQwen2ExtraKeys, qwen2Layers},
 };
 
 std::string familyNames() {
@@ -384,6 +368,8 @@ Network loadHfConfigNetwork(const std::string& path) {
     for (auto k : kBookkeeping)
       known = known || k == key;
     for (auto k : family->keys)
+      known = known || k == key;
+    for (auto k : family->extraKeys)
       known = known || k == key;
     if (!known)
       node.fail("strata does not know this key of a " + type +
