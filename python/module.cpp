@@ -241,26 +241,55 @@ py::object predict(const py::handle& network, const py::handle& cluster, const p
   return toPython(study::estimateJson(est));
 }
 
-py::list compare(const py::handle& network, const py::handle& cluster, const py::handle& strategies,
-                 const py::handle& workers, const py::object& batch, const py::handle& engine,
-                 const py::object& profile, const py::kwargs& options) {
-  const auto strats = strategiesOf(strategies, "strategies");
-  const auto ks = study::parsePositiveList(textOf(workers, "workers"), "workers");
-  int b = Scenario{}.batchPerWorker;
-  if (!batch.is_none())
-    b = study::parsePositive(textOf(batch, "batch"), "batch");
-  StrategyOptions o;
-  const auto given = applyOptions(options, o);
-  checkUsed(given, strats, o);
+py::list compare(const py::object& network, const py::object& cluster, const py::object& strategies,
+                 const py::object& workers, const py::object& experiment, const py::object& batch,
+                 const py::handle& engine, const py::object& profile, const py::kwargs& options) {
+  Experiment ex;
+  if (!experiment.is_none()) {
+    ex = loadExperiment(
+        resolveConfig(ConfigKind::kExperiment, textOf(experiment, "experiment"), "experiment"));
+  } else {
+    if (network.is_none())
+      throw OptionError("network", "required when no experiment is given");
+    if (cluster.is_none())
+      throw OptionError("cluster", "required when no experiment is given");
+    ex.strategies = {std::begin(kAllStrategies), std::end(kAllStrategies)};
+    ex.workers = {1, 2, 4, 8};
+  }
+  // A value given here is the call's, not the file's (as on the command line).
+  if (!network.is_none())
+    ex.network = networkOf(network, "network");
+  if (!cluster.is_none())
+    ex.cluster = clusterOf(cluster, "cluster");
+  if (!strategies.is_none())
+    ex.strategies = strategiesOf(strategies, "strategies");
+  if (!workers.is_none()) {
+    ex.workers = study::parsePositiveList(textOf(workers, "workers"), "workers");
+    ex.workersWhere.clear();
+  }
+  if (!batch.is_none()) {
+    ex.batchPerWorker = study::parsePositive(textOf(batch, "batch"), "batch");
+    ex.optionWhere.erase("--batch");
+  }
+  const auto given = applyOptions(options, ex.options);
+  for (auto key : given)
+    ex.optionWhere.erase(std::string(optionFlag(key)));
+  checkUsed(given, ex.strategies, ex.options);
   const auto eng = study::parsePredictingEngine(textOf(engine, "engine"), "engine");
-  const auto net = networkOf(network, "network");
-  const auto cl = withProfile(clusterOf(cluster, "cluster"), net, profile);
+  ex.cluster = withProfile(ex.cluster, ex.network, profile);
   std::vector<StepEstimate> rows;
   {
     py::gil_scoped_release release;
-    for (int k : ks)
-      for (auto s : strats)
-        rows.push_back(study::evaluate(net, cl, Scenario{s, k, b, o}, eng));
+    for (int k : ex.workers)
+      for (auto s : ex.strategies) {
+        try {
+          rows.push_back(study::evaluate(ex.network, ex.cluster,
+                                         Scenario{s, k, ex.batchPerWorker, ex.options}, eng));
+        } catch (const OptionError& e) {
+          throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
+          throw;
+        }
+      }
   }
   return records(rows);
 }
@@ -449,10 +478,12 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("epochs") = py::none(), py::arg("dataset") = py::none(),
         "One step's estimate, as `strata predict --format json`; options as keywords "
         "(fc_update='round', tp=2, overlap=False)");
-  m.def("compare", &compare, py::arg("network"), py::arg("cluster"), py::arg("strategies") = "all",
-        py::arg("workers") = py::make_tuple(1, 2, 4, 8), py::kw_only(),
-        py::arg("batch") = py::none(), py::arg("engine") = "model", py::arg("profile") = py::none(),
-        "Strategies x worker counts: one flat record each, the columns of `strata compare "
+  m.def("compare", &compare, py::arg("network") = py::none(), py::arg("cluster") = py::none(),
+        py::arg("strategies") = py::none(), py::arg("workers") = py::none(), py::kw_only(),
+        py::arg("experiment") = py::none(), py::arg("batch") = py::none(),
+        py::arg("engine") = "model", py::arg("profile") = py::none(),
+        "Strategies x worker counts (all, and 1, 2, 4, 8, or an experiment file's, which the "
+        "other arguments override): one flat record each, the columns of `strata compare "
         "--format csv`");
   m.def("sweep", &sweep, py::arg("networks"), py::arg("clusters"), py::arg("strategies") = "all",
         py::arg("workers") = py::make_tuple(1, 2, 4, 8), py::arg("batches") = py::make_tuple(128),

@@ -153,6 +153,26 @@ class SameAsTheCli(unittest.TestCase):
             cli("compare", "-n", "resnet50", "-c", "dgx-h100", "-s", "naive,ring", "-k", "3,5,7",
                 "--engine", "sim", "--format", "csv"))
 
+    def test_compare_an_experiment(self):
+        self.assert_rows_equal(strata.compare(experiment="owt-k20"),
+                               cli("compare", "owt-k20", "--format", "csv"))
+        # The call's values override the file's, as the command line's do.
+        self.assert_rows_equal(
+            strata.compare(experiment="owt-k20", workers=[2, 8], strategies="ring,owt-c",
+                           overlap=True, batch=64),
+            cli("compare", "owt-k20", "-k", "2,8", "-s", "ring,owt-c", "--overlap", "on", "-b",
+                "64", "--format", "csv"))
+        self.assertEqual(Mistakes.message(lambda: strata.compare(cluster="dgx-h100")),
+                         "network: required when no experiment is given")
+        # A value from the file found wrong only when priced: its file, line and key.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "too-many.yaml")
+            with open(path, "w") as f:
+                f.write("name: too-many\nnetwork: alexnet-owt\ncluster: k20x8-pcie\n"
+                        "strategies: [ring]\nworkers: [2, 16]\n")
+            self.assertEqual(Mistakes.message(lambda: strata.compare(experiment=path)),
+                             cli("compare", path, ok=False))
+
     def test_sweep(self):
         records = strata.sweep(["resnet50", "alexnet-owt", "gpt2-small"],
                                ["dgx-h100", "dgx-a100"], "ring,owt-a", [2, 8],
