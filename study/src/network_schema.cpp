@@ -92,12 +92,8 @@ ordered_json networkJson(const Network& net, ElementType element) {
         spec = {{"vocab", sp.vocab}, {"outputs", sp.outputs}, {"positions", sp.positions}};
         break;
       case LayerKind::kAttention:
-        spec = {{"heads", sp.heads},
-                {"kv_heads", l.kvHeads()},
-                {"causal", sp.causal},
-                {"bias", sp.bias},
-                {"qkv_bias", sp.qkvBias},
-                {"rotary", sp.rotary}};
+        spec = {{"heads", sp.heads}, {"kv_heads", l.kvHeads()}, {"causal", sp.causal},
+                {"bias", sp.bias},   {"qkv_bias", sp.qkvBias},  {"rotary", sp.rotary}};
         if (sp.rotary)
           spec["rotary_base"] = sp.rotaryBase;
         break;

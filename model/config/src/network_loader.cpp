@@ -144,8 +144,9 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       s.bias = n.boolOr("bias", !s.qkvBias);
       if (s.bias && s.qkvBias)
         n.require("qkv_bias")
-            .fail("qkv_bias is the Q, K and V projections' biases alone; bias: true has them "
-                  "and the output projection's (give one)");
+            .fail(
+                "qkv_bias is the Q, K and V projections' biases alone; bias: true has them "
+                "and the output projection's (give one)");
       s.kvHeads = n.positiveIntOr("kv_heads", s.heads);  // divides heads: deriveAttention
       s.rotary = n.boolOr("rotary", false);
       if (auto base = n.get("rotary_base")) {

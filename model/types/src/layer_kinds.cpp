@@ -389,7 +389,7 @@ constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
 constexpr std::string_view kAddKeys[] = {"inputs"};
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
 constexpr std::string_view kAttentionKeys[] = {
-    "input",  "heads",       "causal", "bias",    "qkv_bias",
+    "input",    "heads",  "causal",      "bias",  "qkv_bias",
     "kv_heads", "rotary", "rotary_base", "fused", "attention_dropout"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kInputKey[] = {"input"};

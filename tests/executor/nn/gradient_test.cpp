@@ -16,10 +16,10 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <tuple>
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <tuple>
 
 #include "helpers.h"
 #include "strata/exec/nn/cpu_backend.h"
