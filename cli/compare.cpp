@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "strata/model/presets.h"
+#include "strata/study/queries.h"
 
 namespace strata::cli {
 
@@ -69,20 +70,9 @@ Command addCompareCommand(CLI::App& app) {
         o->flags.checkUsed(ex.strategies, ex.options);
         ex.cluster = withProfile(ex.cluster, ex.network, o->profile);
         const auto engine = engineArg(o->engine);
-        std::vector<StepEstimate> rows;
         ProgressBar bar("configurations priced");
-        const int total = int(ex.workers.size() * ex.strategies.size());
-        for (int k : ex.workers)
-          for (auto s : ex.strategies) {
-            try {
-              rows.push_back(study::evaluate(
-                  ex.network, ex.cluster, Scenario{s, k, ex.batchPerWorker, ex.options}, engine));
-            } catch (const OptionError& e) {
-              throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
-              throw;
-            }
-            bar.update(int(rows.size()), total);
-          }
+        const auto rows = study::compare(
+            ex, engine, [&](size_t done, size_t total) { bar.update(int(done), int(total)); });
         printComparison(std::cout, rows, format);
         return 0;
       }};

@@ -280,16 +280,7 @@ py::list compare(const py::object& network, const py::object& cluster, const py:
   std::vector<StepEstimate> rows;
   {
     py::gil_scoped_release release;
-    for (int k : ex.workers)
-      for (auto s : ex.strategies) {
-        try {
-          rows.push_back(study::evaluate(ex.network, ex.cluster,
-                                         Scenario{s, k, ex.batchPerWorker, ex.options}, eng));
-        } catch (const OptionError& e) {
-          throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
-          throw;
-        }
-      }
+    rows = study::compare(ex, eng);
   }
   return records(rows);
 }

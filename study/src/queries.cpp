@@ -128,6 +128,26 @@ SearchSpace searchSpace(int workers, int globalBatch, int microBatch,
   return space;
 }
 
+std::vector<StepEstimate> compare(const Experiment& ex, Engine engine,
+                                  const std::function<void(size_t, size_t)>& progress) {
+  const size_t total = ex.workers.size() * ex.strategies.size();
+  std::vector<StepEstimate> rows;
+  rows.reserve(total);
+  for (int k : ex.workers)
+    for (auto s : ex.strategies) {
+      try {
+        rows.push_back(evaluate(ex.network, ex.cluster,
+                                Scenario{s, k, ex.batchPerWorker, ex.options}, engine));
+      } catch (const OptionError& e) {
+        throwAtExperimentSource(ex, e, k);  // a value from the file: its file:line:key
+        throw;
+      }
+      if (progress)
+        progress(rows.size(), total);
+    }
+  return rows;
+}
+
 namespace {
 
 bool sweeps(const Network& network, Strategy strategy) {

@@ -11,6 +11,7 @@
 
 #include "strata/model/cluster.h"
 #include "strata/model/network.h"
+#include "strata/model/presets.h"
 #include "strata/model/search.h"
 #include "strata/model/strategy.h"
 #include "strata/study/engine.h"
@@ -60,6 +61,13 @@ int psSteps(const std::string& text, const Scenario& scenario, const std::string
 SearchSpace searchSpace(int workers, int globalBatch, int microBatch,
                         const StrategyOptions& options, const std::vector<OptionKey>& given,
                         bool keywordNames);
+
+// An experiment's strategies x worker counts (strata compare), worker count
+// by worker count, `progress(done, total)` after each. A mistake found only
+// when a scenario is priced, in a value the experiment's file gave, names the
+// file's line and key (throwAtExperimentSource).
+std::vector<StepEstimate> compare(const Experiment& experiment, Engine engine,
+                                  const std::function<void(size_t, size_t)>& progress = {});
 
 // The configurations of a sweep: every combination of the lists, over the
 // options `base`.
