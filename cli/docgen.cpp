@@ -230,15 +230,13 @@ void writeBash(std::ostream& out, const std::vector<CommandDoc>& commands) {
   // Per command: its option names, and which of them take a value.
   out << "  case \"$cmd\" in\n";
   for (const auto& c : commands) {
-    std::string opts, valued, positional;
+    std::string opts, valued;
     for (const auto& o : c.options) {
       for (const auto& n : o.names) {
         opts += (opts.empty() ? "" : " ") + n;
         if (o.takesValue)
           valued += " " + n + " ";
       }
-      if (!o.positional.empty())
-        positional = o.positional;
     }
     out << "    " << c.name << ")\n      opts=" << quoted(opts)
         << "\n      valued=" << quoted(valued) << "\n";
