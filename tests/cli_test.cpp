@@ -333,6 +333,14 @@ TEST_CASE("network with Llama layers that do not fit", "[cli][errors][network][l
   checkNetworkError("swiglu-odd.yaml", 7, "layers[2].input", "kind: swiglu");
 }
 
+TEST_CASE("network with vision layers that do not fit", "[cli][errors][network]") {
+  // The layer's line and key (the line holds the last argument).
+  checkNetworkError("concat-size-mismatch.yaml", 7, "layers[2].inputs", "kind: concat");
+  checkNetworkError("mul-gate-shape.yaml", 8, "layers[3].inputs", "kind: mul");
+  checkNetworkError("ceil-mode-avg.yaml", 5, "layers[0].ceil_mode", "ceil_mode: true");
+  checkNetworkError("dilation-zero.yaml", 5, "layers[0].dilation", "dilation: 0");
+}
+
 TEST_CASE("network with an attention core key out of range", "[cli][errors][network]") {
   checkNetworkError("attention-dropout-one.yaml", 6, "layers[1].attention_dropout",
                     "attention_dropout: 1");
@@ -2084,6 +2092,33 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
   const std::string file = onnxFixture("unmappable_transpose.onnx");
   checkUserError(runStrata({"describe", file}),
                  {file + ": nodes[1] (swap_axes): op 'Transpose' cannot be mapped"});
+  // The vision ops' refusals (make_fixtures.py's vision_refusals): the node,
+  // and what would map.
+  const std::string dir = std::string(STRATA_TEST_DATA) + "/../fuzz/regressions/onnx/";
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"clip-range", "nodes[0] (clip5): Clip to [0, 5]: strata maps Clip to [0, 6] (relu6)"},
+      {"hardsigmoid-keras", "nodes[0] (hsig): HardSigmoid with alpha 0.2 and beta 0.5"},
+      {"pad-reflect", "nodes[0] (pad): Pad mode 'reflect': strata pads with zeros"},
+      {"pad-into-relu", "nodes[1] (relu): op 'Relu' reads 'p', the output of a Pad"},
+      {"concat-height", "nodes[1] (cat_h): Concat along axis 2 of a rank-4 tensor"},
+      {"mul-constant", "nodes[0] (layer_scale): Mul of 'x' and 'gamma'"},
+      {"mul-spatial-gate", "nodes[0] (mean_c): ReduceMean over axes [1]"},
+      {"conv-asymmetric-pads",
+       "nodes[0] (conv): pads [1, 1, 0, 1]: strata pads the top and "
+       "bottom alike"},
+  };
+  for (const auto& [name, message] : refusals) {
+    const std::string path = dir + name + ".onnx";
+    checkUserError(runStrata({"describe", path}), {path + ": " + message});
+  }
+  // Every regression input of the importer: one line, exit 2, the file named.
+  int tried = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    checkUserError(runStrata({"describe", path}), {"strata: error: " + path});
+    ++tried;
+  }
+  CHECK(tried >= 15);
 }
 #else
 TEST_CASE("an onnx file in a build without onnx says so", "[cli][onnx][errors]") {

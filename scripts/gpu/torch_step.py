@@ -129,14 +129,19 @@ class TiedFc(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+# strata's pointwise activations of vision networks, as torch modules.
+ACTIVATIONS = {"sigmoid": nn.Sigmoid, "silu": nn.SiLU, "relu6": nn.ReLU6,
+               "hardsigmoid": nn.Hardsigmoid, "hardswish": nn.Hardswish}
+
+
 def is_sequence(described):
     """Whether the network runs in the sequence layout: its first layer is an embedding."""
     return described["layers"][0]["kind"] == "embedding"
 
 
 def module_of(layer, sequence=False):
-    """The layer's torch module (None for add and softmax, which forward does
-    itself); `sequence`: the network runs in the (batch, positions, features) layout."""
+    """The layer's torch module (None for add, concat, mul and softmax, which
+    forward does itself); `sequence`: the network runs in the (batch, positions, features) layout."""
     kind, spec = layer["kind"], layer["spec"]
     shape = layer["input_shape"]
     c_in = shape[0]
@@ -161,9 +166,11 @@ def module_of(layer, sequence=False):
         return TiedFc(spec["outputs"], spec["bias"])
     if kind == "relu":
         return nn.ReLU()
+    if kind in ACTIVATIONS:
+        return ACTIVATIONS[kind]()
     if kind == "dropout":
         return nn.Dropout(spec["rate"])
-    if kind in ("add", "softmax"):
+    if kind in ("add", "concat", "mul", "softmax"):
         return None
     if sequence:
         if kind == "fc" and not spec["flatten"]:
@@ -171,12 +178,15 @@ def module_of(layer, sequence=False):
         raise unsupported
     if kind == "conv":
         return nn.Conv2d(c_in, spec["filters"], tuple(spec["kernel"]), stride=spec["stride"],
-                         padding=spec["pad"], groups=spec["groups"], bias=spec["bias"])
+                         padding=(spec["pad"], spec.get("pad_w", spec["pad"])),
+                         dilation=spec.get("dilation", 1), groups=spec["groups"],
+                         bias=spec["bias"])
     if kind == "pool":
         if spec["global"]:
             return nn.AdaptiveMaxPool2d(1) if spec["mode"] == "max" else nn.AdaptiveAvgPool2d(1)
         if spec["mode"] == "max":
-            return nn.MaxPool2d(tuple(spec["kernel"]), stride=spec["stride"], padding=spec["pad"])
+            return nn.MaxPool2d(tuple(spec["kernel"]), stride=spec["stride"], padding=spec["pad"],
+                                ceil_mode=spec.get("ceil_mode", False))
         # strata's average never counts padding.
         return nn.AvgPool2d(tuple(spec["kernel"]), stride=spec["stride"], padding=spec["pad"],
                             count_include_pad=False)
@@ -227,6 +237,10 @@ class StrataNet(nn.Module):
                 y = ins[0]
                 for other in ins[1:]:
                     y = y + other
+            elif layer["kind"] == "concat":
+                y = torch.cat(ins, dim=2 if self.sequence else 1)
+            elif layer["kind"] == "mul":
+                y = ins[0] * ins[1]  # a per-channel gate broadcasts over the positions
             elif layer["kind"] == "softmax":
                 logits = ins[0]
                 y = logits

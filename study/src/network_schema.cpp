@@ -72,16 +72,18 @@ ordered_json networkJson(const Network& net, ElementType element) {
     const auto& sp = l.spec;
     switch (l.kind) {
       case LayerKind::kConv:
-        spec = {{"filters", sp.filters}, {"kernel", {sp.kernelH, sp.kernelW}},
-                {"stride", sp.stride},   {"pad", sp.pad},
-                {"groups", sp.groups},   {"bias", sp.bias}};
+        spec = {{"filters", sp.filters},  {"kernel", {sp.kernelH, sp.kernelW}},
+                {"stride", sp.stride},    {"pad", sp.pad},
+                {"pad_w", sp.padWidth()}, {"dilation", sp.dilation},
+                {"groups", sp.groups},    {"bias", sp.bias}};
         break;
       case LayerKind::kPool:
         spec = {{"mode", sp.poolMode == PoolMode::kMax ? "max" : "avg"},
                 {"global", sp.global},
                 {"kernel", {sp.kernelH, sp.kernelW}},
                 {"stride", sp.stride},
-                {"pad", sp.pad}};
+                {"pad", sp.pad},
+                {"ceil_mode", sp.ceilMode}};
         break;
       case LayerKind::kFc:
         spec = {{"outputs", sp.outputs}, {"flatten", sp.flatten}, {"bias", sp.bias}};

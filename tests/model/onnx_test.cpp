@@ -202,11 +202,13 @@ TEST_CASE("onnx resnet50 from torchvision equals the resnet50 preset", "[onnx]")
 
 TEST_CASE("onnx ops strata cannot map are one error naming the node and the op", "[onnx]") {
   checkUnmappable("unmappable_transpose.onnx", "nodes[1] (swap_axes)",
-                  {"op 'Transpose' cannot be mapped to a strata layer (supported: Conv,"});
+                  {"op 'Transpose' cannot be mapped to a strata layer; a permutation of axes",
+                   "(supported: Conv,"});
   checkUnmappable("unmappable_matmul.onnx", "nodes[1] (scores)",
                   {"op 'MatMul' of two activations", "cannot be mapped"});
   checkUnmappable("unmappable_erf.onnx", "nodes[1] (gelu_erf)",
-                  {"op 'Erf' cannot be mapped to a strata layer"});
+                  {"op 'Erf' cannot be mapped to a strata layer; the exact GELU decomposed",
+                   "export the Gelu op (opset 20) or com.microsoft Gelu"});
 }
 
 TEST_CASE("onnx files that are missing or not ONNX are config errors", "[onnx]") {

@@ -340,6 +340,27 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     });
     record(MemKernel::kGeluFwd, n, [&] { be.geluForward(cx, vy); });
     record(MemKernel::kGeluBwd, n, [&] { be.geluBackward(cx, cdy, vdx, 0.0f); });
+    // Vision networks' activations, each kernel timed as its dearest
+    // activation (model/kernels.h): silu for sigmoid's, hardswish for the
+    // piecewise linear ones; mul with a per-channel gate (a squeeze-excitation
+    // block's) over the 64 channels.
+    record(MemKernel::kSigmoidFwd, n, [&] { be.activationForward(nn::Activation::kSilu, cx, vy); });
+    record(MemKernel::kSigmoidBwd, n,
+           [&] { be.activationBackward(nn::Activation::kSilu, cx, cy, cdy, vdx, 0.0f); });
+    record(MemKernel::kHardActFwd, n,
+           [&] { be.activationForward(nn::Activation::kHardSwish, cx, vy); });
+    record(MemKernel::kHardActBwd, n,
+           [&] { be.activationBackward(nn::Activation::kHardSwish, cx, cy, cdy, vdx, 0.0f); });
+    {
+      const nn::Dims gate{fd.n, fd.c, 1, 1};
+      record(MemKernel::kMulFwd, n, [&] {
+        be.mulForward(cx, nn::ConstTensorView{scale.data(), gate}, vy);
+      });
+      record(MemKernel::kMulBwd, n, [&] {
+        be.mulBackward(cx, nn::ConstTensorView{scale.data(), gate}, cdy, vdx, 0.0f,
+                       nn::TensorView{lnGrad.data(), gate}, 0.0f);
+      });
+    }
     // Llama's kernels on the same sequences: rmsnorm as layernorm; swiglu
     // from their 64 channels (gate and up) to 32; rotary positions over heads
     // of 64 features.

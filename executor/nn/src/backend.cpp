@@ -1,4 +1,5 @@
-// The default transformer kernels of Backend: a backend without them says so.
+// The default transformer and vision kernels of Backend: a backend without
+// them says so.
 #include "strata/exec/nn/backend.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,47 @@ void Backend::lacks(std::string_view kind) const {
       fmt::format("the {} backend does not run {} layers yet (transformer layers run "
                   "on the cpu backend)",
                   name(), kind));
+}
+
+void Backend::lacksVision(std::string_view kind) const {
+  throw UserError(fmt::format(
+      "the {} backend does not run {} layers yet (vision networks' concat, mul, sigmoid, silu, "
+      "relu6, hardsigmoid and hardswish layers run on the cpu backend)",
+      name(), kind));
+}
+
+std::string_view toString(Activation fn) {
+  switch (fn) {
+    case Activation::kSigmoid:
+      return "sigmoid";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kRelu6:
+      return "relu6";
+    case Activation::kHardSigmoid:
+      return "hardsigmoid";
+    case Activation::kHardSwish:
+      return "hardswish";
+  }
+  return "?";
+}
+
+void Backend::activationForward(Activation fn, ConstTensorView, TensorView) {
+  lacksVision(toString(fn));
+}
+void Backend::activationBackward(Activation fn, ConstTensorView, ConstTensorView, ConstTensorView,
+                                 TensorView, float) {
+  lacksVision(toString(fn));
+}
+void Backend::copyFromChannels(ConstTensorView, int, TensorView, float) {
+  lacksVision("concat");
+}
+void Backend::mulForward(ConstTensorView, ConstTensorView, TensorView) {
+  lacksVision("mul");
+}
+void Backend::mulBackward(ConstTensorView, ConstTensorView, ConstTensorView, TensorView, float,
+                          TensorView, float) {
+  lacksVision("mul");
 }
 
 void Backend::layerNormForward(ConstTensorView, const float*, const float*, float, TensorView) {

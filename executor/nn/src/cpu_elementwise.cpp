@@ -1,5 +1,6 @@
 // The CPU kernels of one ISA (cpu_kernels.cpp): element-wise layers (relu,
-// dropout, gelu, swiglu) and buffer operations (fill, add, accumulate, zero).
+// dropout, gelu, swiglu, vision networks' activations and mul), buffer
+// operations (fill, add, accumulate, zero) and concat's channel copies.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "cpu_kernels.h"
 #include "shape_checks.h"
 #include "strata/kernels/counter_rng.h"
+#include "strata/kernels/elementwise.h"
 
 namespace strata::nn::STRATA_CPU_ISA {
 
@@ -288,6 +290,250 @@ void CpuImpl::swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView d
       dx.data[ib] = beta == 0.0f ? db : beta * dx.data[ib] + db;
     }
   });
+}
+
+// ---- vision networks: activations, concat, mul ----------------------------------
+
+namespace {
+
+// The kernels of model/kernels.h an activation runs as: sigmoid and silu
+// (exp), the piecewise linear ones.
+MemKernel forwardKernel(Activation fn) {
+  return fn == Activation::kSigmoid || fn == Activation::kSilu ? MemKernel::kSigmoidFwd
+                                                               : MemKernel::kHardActFwd;
+}
+MemKernel backwardKernel(Activation fn) {
+  return fn == Activation::kSigmoid || fn == Activation::kSilu ? MemKernel::kSigmoidBwd
+                                                               : MemKernel::kHardActBwd;
+}
+
+// Whether backward reads the output (else the input): Activation's contract.
+bool gradientFromOutput(Activation fn) {
+  return fn == Activation::kSigmoid || fn == Activation::kRelu6;
+}
+
+// Calls f with the element function of fn (a lambda per activation, so each
+// loop inlines its own).
+template <class F>
+void withActivation(Activation fn, F&& f) {
+  namespace e = kernels::element;
+  switch (fn) {
+    case Activation::kSigmoid:
+      return f([](float x) { return e::sigmoid(x); });
+    case Activation::kSilu:
+      return f([](float x) { return e::silu(x); });
+    case Activation::kRelu6:
+      return f([](float x) { return e::relu6(x); });
+    case Activation::kHardSigmoid:
+      return f([](float x) { return e::hardSigmoid(x); });
+    case Activation::kHardSwish:
+      return f([](float x) { return e::hardSwish(x); });
+  }
+}
+
+// The same for the gradients: grad(v, dy), v the output or the input
+// (gradientFromOutput).
+template <class F>
+void withActivationGrad(Activation fn, F&& f) {
+  namespace e = kernels::element;
+  switch (fn) {
+    case Activation::kSigmoid:
+      return f([](float y, float dy) { return e::sigmoidGrad(y, dy); });
+    case Activation::kSilu:
+      return f([](float x, float dy) { return e::siluGrad(x, dy); });
+    case Activation::kRelu6:
+      return f([](float y, float dy) { return e::relu6Grad(y, dy); });
+    case Activation::kHardSigmoid:
+      return f([](float x, float dy) { return e::hardSigmoidGrad(x, dy); });
+    case Activation::kHardSwish:
+      return f([](float x, float dy) { return e::hardSwishGrad(x, dy); });
+  }
+}
+
+// sum of a[i] b[i] over n in an order fixed by n alone (orderedSum's lanes).
+float orderedDot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float lanes[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j)
+      lanes[j] += a[i + j] * b[i + j];
+  float sum = 0;
+  for (float lane : lanes)
+    sum += lane;
+  for (; i < n; ++i)
+    sum += a[i] * b[i];
+  return sum;
+}
+
+// Whether mul's gate g is one value per channel of x (n, c, 1, 1) broadcast
+// over x's positions; else it has x's dims.
+bool perChannelGate(const Dims& x, const Dims& g) {
+  STRATA_ENFORCE_OP(g.n, ==, x.n);
+  STRATA_ENFORCE_OP(g.c, ==, x.c);
+  if (g.h == x.h && g.w == x.w)
+    return false;
+  STRATA_ENFORCE(g.h == 1 && g.w == 1);
+  return true;
+}
+
+// concat's copies: one example's block of `per` floats from src to dst, for
+// each of n examples, the examples split over the team.
+void copyBlocks(ThreadTeam& team, int n, const float* src, int64_t srcStride, float* dst,
+                int64_t dstStride, int64_t per, float beta) {
+  parallelRanges(team, n, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(per, 1)),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t e = first; e < last; ++e) {
+                     const float* __restrict from = src + e * srcStride;
+                     float* __restrict to = dst + e * dstStride;
+                     if (beta == 0.0f) {
+                       std::copy_n(from, per, to);
+                     } else {
+                       for (int64_t i = 0; i < per; ++i)
+                         to[i] = beta * to[i] + from[i];
+                     }
+                   }
+                 });
+}
+
+}  // namespace
+
+void CpuImpl::activationForward(Activation fn, ConstTensorView x, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  if (!runs(forwardKernel(fn), double(x.elements())))
+    return;
+  // Elements are independent: the bits do not depend on the split.
+  const float* __restrict in = x.data;
+  float* __restrict out = y.data;
+  withActivation(fn, [&](auto f) {
+    parallelRanges(team_, x.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        out[i] = f(in[i]);
+    });
+  });
+}
+
+void CpuImpl::activationBackward(Activation fn, ConstTensorView x, ConstTensorView y,
+                                 ConstTensorView dy, TensorView dx, float beta) {
+  const ConstTensorView from = gradientFromOutput(fn) ? y : x;
+  checkSameDims(from.dims, dy.dims);
+  checkSameDims(dy.dims, dx.dims);
+  if (!runs(backwardKernel(fn), double(dy.elements())))
+    return;
+  const float* __restrict v = from.data;
+  const float* __restrict g = dy.data;
+  float* __restrict d = dx.data;
+  withActivationGrad(fn, [&](auto grad) {
+    parallelRanges(team_, dy.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+      if (beta == 0.0f) {
+        for (int64_t i = begin; i < end; ++i)
+          d[i] = grad(v[i], g[i]);
+      } else {
+        for (int64_t i = begin; i < end; ++i)
+          d[i] = beta * d[i] + grad(v[i], g[i]);
+      }
+    });
+  });
+}
+
+void CpuImpl::copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) {
+  STRATA_ENFORCE_OP(src.dims.n, ==, dst.dims.n);
+  STRATA_ENFORCE_OP(src.dims.h, ==, dst.dims.h);
+  STRATA_ENFORCE_OP(src.dims.w, ==, dst.dims.w);
+  STRATA_ENFORCE(channelOffset >= 0 && channelOffset + src.dims.c <= dst.dims.c);
+  if (!runs(MemKernel::kCopy, double(src.elements())))
+    return;
+  const int64_t plane = int64_t{src.dims.h} * src.dims.w;
+  copyBlocks(team_, src.dims.n, src.data, src.dims.perExample(), dst.data + channelOffset * plane,
+             dst.dims.perExample(), src.dims.perExample(), 0.0f);
+}
+
+void CpuImpl::copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst, float beta) {
+  STRATA_ENFORCE_OP(src.dims.n, ==, dst.dims.n);
+  STRATA_ENFORCE_OP(src.dims.h, ==, dst.dims.h);
+  STRATA_ENFORCE_OP(src.dims.w, ==, dst.dims.w);
+  STRATA_ENFORCE(channelOffset >= 0 && channelOffset + dst.dims.c <= src.dims.c);
+  // As accumulate: an overwrite is a copy, else an accumulate.
+  if (!runs(beta == 0.0f ? MemKernel::kCopy : MemKernel::kAccumulate, double(dst.elements())))
+    return;
+  const int64_t plane = int64_t{src.dims.h} * src.dims.w;
+  copyBlocks(team_, src.dims.n, src.data + channelOffset * plane, src.dims.perExample(), dst.data,
+             dst.dims.perExample(), dst.dims.perExample(), beta);
+}
+
+void CpuImpl::mulForward(ConstTensorView x, ConstTensorView g, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  const bool perChannel = perChannelGate(x.dims, g.dims);
+  if (!runs(MemKernel::kMulFwd, double(y.elements())))
+    return;
+  const float* __restrict in = x.data;
+  const float* __restrict gate = g.data;
+  float* __restrict out = y.data;
+  if (!perChannel) {
+    parallelRanges(team_, y.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        out[i] = in[i] * gate[i];
+    });
+    return;
+  }
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int64_t planes = int64_t{x.dims.n} * x.dims.c;
+  parallelRanges(team_, planes, std::max<int64_t>(1, kElementGrain / plane),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t pl = first; pl < last; ++pl) {
+                     const float gv = gate[pl];
+                     for (int64_t p = pl * plane; p < (pl + 1) * plane; ++p)
+                       out[p] = in[p] * gv;
+                   }
+                 });
+}
+
+void CpuImpl::mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
+                          float betaX, TensorView dg, float betaG) {
+  checkSameDims(x.dims, dy.dims);
+  checkSameDims(x.dims, dx.dims);
+  checkSameDims(g.dims, dg.dims);
+  const bool perChannel = perChannelGate(x.dims, g.dims);
+  if (!runs(MemKernel::kMulBwd, double(dy.elements())))
+    return;
+  if (!perChannel) {
+    // Not restrict: dx and dg may be one buffer (x * x), each element then
+    // adding both terms, dx's first.
+    const float* in = x.data;
+    const float* gate = g.data;
+    const float* grad = dy.data;
+    float* dIn = dx.data;
+    float* dGate = dg.data;
+    parallelRanges(team_, dy.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float a = grad[i] * gate[i], b = grad[i] * in[i];
+        dIn[i] = betaX == 0.0f ? a : betaX * dIn[i] + a;
+        dGate[i] = betaG == 0.0f ? b : betaG * dGate[i] + b;
+      }
+    });
+    return;
+  }
+  // A per-channel gate: each plane's dx and its gate's dg (the plane's sum),
+  // planes split over the team.
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int64_t planes = int64_t{x.dims.n} * x.dims.c;
+  parallelRanges(team_, planes, std::max<int64_t>(1, kElementGrain / plane),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t pl = first; pl < last; ++pl) {
+                     const float* __restrict in = x.data + pl * plane;
+                     const float* __restrict grad = dy.data + pl * plane;
+                     float* __restrict dIn = dx.data + pl * plane;
+                     const float gv = g.data[pl];
+                     if (betaX == 0.0f) {
+                       for (int64_t p = 0; p < plane; ++p)
+                         dIn[p] = grad[p] * gv;
+                     } else {
+                       for (int64_t p = 0; p < plane; ++p)
+                         dIn[p] = betaX * dIn[p] + grad[p] * gv;
+                     }
+                     const float sum = orderedDot(grad, in, plane);
+                     dg.data[pl] = betaG == 0.0f ? sum : betaG * dg.data[pl] + sum;
+                   }
+                 });
 }
 
 void CpuImpl::zero(float* x, int64_t count) {

@@ -81,14 +81,18 @@ constexpr int64_t kMinSplitMacs = int64_t{1} << 20;
 constexpr int kSplitAlign = 16;
 
 bool isPointwise(const ConvDesc& d) {
-  return d.kernelH == 1 && d.kernelW == 1 && d.stride == 1 && d.pad == 0;
+  return d.kernelH == 1 && d.kernelW == 1 && d.stride == 1 && d.pad == 0 && d.widthPad() == 0 &&
+         d.dilation == 1;
 }
 
 // Unfolds `channels` input planes into col (K = channels * kh * kw rows, P =
 // outH * outW columns): row (c, ki, kj) holds the input pixel each output
 // position sees through kernel tap (ki, kj), zero where it falls in padding.
+// Tap (ki, kj) of output (oh, ow) reads input (oh stride - pad + ki
+// dilation, ow stride - padW + kj dilation).
 void im2col(const ConvDesc& d, const float* x, int channels, float* col) {
   const int64_t outPlane = int64_t{d.outH} * d.outW;
+  const int padW = d.widthPad();
   for (int c = 0; c < channels; ++c) {
     const float* plane = x + int64_t{c} * d.inH * d.inW;
     for (int ki = 0; ki < d.kernelH; ++ki) {
@@ -96,14 +100,14 @@ void im2col(const ConvDesc& d, const float* x, int channels, float* col) {
         float* row = col + ((int64_t{c} * d.kernelH + ki) * d.kernelW + kj) * outPlane;
         for (int oh = 0; oh < d.outH; ++oh) {
           float* out = row + int64_t{oh} * d.outW;
-          const int ih = oh * d.stride - d.pad + ki;
+          const int ih = oh * d.stride - d.pad + ki * d.dilation;
           if (ih < 0 || ih >= d.inH) {
             std::fill_n(out, d.outW, 0.0f);
             continue;
           }
           const float* in = plane + int64_t{ih} * d.inW;
           for (int ow = 0; ow < d.outW; ++ow) {
-            const int iw = ow * d.stride - d.pad + kj;
+            const int iw = ow * d.stride - padW + kj * d.dilation;
             out[ow] = (iw >= 0 && iw < d.inW) ? in[iw] : 0.0f;
           }
         }
@@ -116,19 +120,20 @@ void im2col(const ConvDesc& d, const float* x, int channels, float* col) {
 // was read from (pixels seen by several taps sum their gradients).
 void col2imAdd(const ConvDesc& d, const float* col, int channels, float* x) {
   const int64_t outPlane = int64_t{d.outH} * d.outW;
+  const int padW = d.widthPad();
   for (int c = 0; c < channels; ++c) {
     float* plane = x + int64_t{c} * d.inH * d.inW;
     for (int ki = 0; ki < d.kernelH; ++ki) {
       for (int kj = 0; kj < d.kernelW; ++kj) {
         const float* row = col + ((int64_t{c} * d.kernelH + ki) * d.kernelW + kj) * outPlane;
         for (int oh = 0; oh < d.outH; ++oh) {
-          const int ih = oh * d.stride - d.pad + ki;
+          const int ih = oh * d.stride - d.pad + ki * d.dilation;
           if (ih < 0 || ih >= d.inH)
             continue;
           const float* in = row + int64_t{oh} * d.outW;
           float* out = plane + int64_t{ih} * d.inW;
           for (int ow = 0; ow < d.outW; ++ow) {
-            const int iw = ow * d.stride - d.pad + kj;
+            const int iw = ow * d.stride - padW + kj * d.dilation;
             if (iw >= 0 && iw < d.inW)
               out[iw] += in[ow];
           }

@@ -143,6 +143,17 @@ class CpuImpl final : public Backend {
   void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids, ConstTensorView dy,
                                 float* dtable) override;
 
+  bool runsVisionLayers() const override { return true; }
+  void activationForward(Activation fn, ConstTensorView x, TensorView y) override;
+  void activationBackward(Activation fn, ConstTensorView x, ConstTensorView y, ConstTensorView dy,
+                          TensorView dx, float beta) override;
+  void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) override;
+  void copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst,
+                        float beta) override;
+  void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override;
+  void mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
+                   float betaX, TensorView dg, float betaG) override;
+
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override;
   void adam(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,

@@ -31,8 +31,8 @@ using namespace cuda_detail;
 namespace {
 
 ConvKey convKey(const ConvDesc& d, int n) {
-  return {d.inC,    d.inH, d.inW,    d.filters, d.kernelH, d.kernelW,
-          d.stride, d.pad, d.groups, d.outH,    d.outW,    n};
+  return {d.inC, d.inH,    d.inW,  d.filters, d.kernelH,    d.kernelW,  d.stride,
+          d.pad, d.groups, d.outH, d.outW,    d.widthPad(), d.dilation, n};
 }
 
 // Elements of the weights (without bias): filters x inC / groups x kernel.
@@ -41,8 +41,12 @@ int64_t weightCount(const ConvDesc& d) {
 }
 
 std::string convWhere(const ConvDesc& d, int n) {
-  return fmt::format("conv {}x{}x{}x{} stride {} pad {}{}, input {}x{}, batch {}", d.filters,
-                     d.inC / d.groups, d.kernelH, d.kernelW, d.stride, d.pad,
+  std::string pad = std::to_string(d.pad);
+  if (d.widthPad() != d.pad)
+    pad.append("x").append(std::to_string(d.widthPad()));
+  return fmt::format("conv {}x{}x{}x{} stride {} pad {}{}{}, input {}x{}, batch {}", d.filters,
+                     d.inC / d.groups, d.kernelH, d.kernelW, d.stride, pad,
+                     d.dilation > 1 ? fmt::format(" dilation {}", d.dilation) : std::string(),
                      d.groups > 1 ? fmt::format(" groups {}", d.groups) : std::string(), d.inH,
                      d.inW, n);
 }
@@ -88,8 +92,9 @@ ConvPlan& CudaBackend::Impl::plan(const ConvDesc& d, int n) {
   check(cudnnCreateConvolutionDescriptor(p.conv.out()), "cudnnCreateConvolutionDescriptor",
         p.where);
   // Cross-correlation (no kernel flip), as CpuBackend and every framework.
-  check(cudnnSetConvolution2dDescriptor(p.conv.get(), d.pad, d.pad, d.stride, d.stride, 1, 1,
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+  check(cudnnSetConvolution2dDescriptor(p.conv.get(), d.pad, d.widthPad(), d.stride, d.stride,
+                                        d.dilation, d.dilation, CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT),
         "cudnnSetConvolution2dDescriptor", p.where);
   check(cudnnSetConvolutionGroupCount(p.conv.get(), d.groups), "cudnnSetConvolutionGroupCount",
         p.where);

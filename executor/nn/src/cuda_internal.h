@@ -173,7 +173,7 @@ struct ConvPlan {
   std::string where;  // "conv 96x3x11x11 stride 4 pad 0, input 224x224, batch 128"
 };
 
-using ConvKey = std::array<int, 12>;
+using ConvKey = std::array<int, 14>;
 
 // cuDNN's and cuBLAS's scaling factors (alpha, and beta of an overwrite).
 constexpr float kOne = 1.0f;

@@ -23,8 +23,22 @@ namespace {
                     fmt::format("layer '{}' ({}): {}", layer.name, toString(layer.kind), message));
 }
 
+// Layers that act on whatever slice of channels they read: a model-parallel
+// part may hold them after its fc layers.
 bool isElementwise(LayerKind kind) {
-  return kind == LayerKind::kRelu || kind == LayerKind::kDropout || kind == LayerKind::kSoftmax;
+  switch (kind) {
+    case LayerKind::kRelu:
+    case LayerKind::kDropout:
+    case LayerKind::kSoftmax:
+    case LayerKind::kSigmoid:
+    case LayerKind::kSilu:
+    case LayerKind::kRelu6:
+    case LayerKind::kHardSigmoid:
+    case LayerKind::kHardSwish:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool isTransformerKind(const Layer& l) {
@@ -38,6 +52,22 @@ bool isTransformerKind(const Layer& l) {
 bool isLlamaKind(const Layer& l) {
   return l.kind == LayerKind::kRmsNorm || l.kind == LayerKind::kSwiglu ||
          (l.kind == LayerKind::kAttention && (l.kvHeads() != l.spec.heads || l.spec.rotary));
+}
+
+// Vision networks' layers (Backend::runsVisionLayers).
+bool isVisionKind(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kConcat:
+    case LayerKind::kSigmoid:
+    case LayerKind::kSilu:
+    case LayerKind::kRelu6:
+    case LayerKind::kHardSigmoid:
+    case LayerKind::kHardSwish:
+    case LayerKind::kMul:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -66,7 +96,8 @@ std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers
       slices[l] = evenSlice(layer.outShape.c, workers, rank);
     } else if (!isElementwise(layer.kind)) {
       unsupported(network, static_cast<int>(l),
-                  "the model-parallel part may hold only fc, relu, dropout and softmax layers");
+                  "the model-parallel part may hold only fc, dropout, softmax and pointwise "
+                  "activation (relu, sigmoid, silu, relu6, hardsigmoid, hardswish) layers");
     }
   }
   return slices;
@@ -133,6 +164,12 @@ Model::Model(const Network& network, ModelOptions options)
                   fmt::format("the {} backend does not run Llama's layers yet (rmsnorm, swiglu, "
                               "grouped-query or rotary attention); the cpu backend does",
                               backend_->name()));
+    if (isVisionKind(layer.kind) && !backend_->runsVisionLayers())
+      unsupported(network_, l,
+                  fmt::format("the {} backend does not run vision networks' concat, mul, sigmoid, "
+                              "silu, relu6, hardsigmoid or hardswish layers yet; the cpu "
+                              "backend does",
+                              backend_->name()));
     if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
       unsupported(network_, l,
                   "the executor's attention runs no attention dropout yet (leave "
@@ -183,7 +220,7 @@ Model::Model(const Network& network, ModelOptions options)
       st.sliced = true;
       st.slice = requested;
     } else if (isElementwise(layer.kind) && layer.inputs[0] >= 0) {
-      // relu, dropout and softmax act on whatever slice they read.
+      // Activations, dropout and softmax act on whatever slice they read.
       st.slice = inputSlice(layer.inputs[0]);
     } else {
       st.slice = whole;
@@ -191,7 +228,7 @@ Model::Model(const Network& network, ModelOptions options)
         if (p >= 0 && !inputWhole(p))
           unsupported(network_, l,
                       fmt::format("reads a model-parallel slice of layer '{}'; only a sliced fc, "
-                                  "relu, dropout or softmax can",
+                                  "dropout, softmax or pointwise activation can",
                                   network_.layers[static_cast<size_t>(p)].name));
     }
     for (int p : layer.inputs) {

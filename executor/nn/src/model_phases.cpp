@@ -1,6 +1,8 @@
 // Model's layer phases (strata/exec/nn/model.h): forward, backward data and
 // weights, the optimiser's update and the gradients' zeroing, each a call of
 // the backend per layer; model.cpp builds the Model they run on.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <span>
 
@@ -25,7 +27,28 @@ ConvDesc convDesc(const Layer& l) {
   d.groups = l.spec.groups;
   d.outH = l.outShape.h;
   d.outW = l.outShape.w;
+  d.padW = l.spec.padWidth();
+  d.dilation = l.spec.dilation;
   return d;
+}
+
+// The activation a vision network's pointwise layer computes.
+Activation activationOf(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kSigmoid:
+      return Activation::kSigmoid;
+    case LayerKind::kSilu:
+      return Activation::kSilu;
+    case LayerKind::kRelu6:
+      return Activation::kRelu6;
+    case LayerKind::kHardSigmoid:
+      return Activation::kHardSigmoid;
+    case LayerKind::kHardSwish:
+      return Activation::kHardSwish;
+    default:
+      break;
+  }
+  throw InvariantError(fmt::format("layer kind {} is no activation", toString(kind)));
 }
 
 PoolDesc poolDesc(const Layer& l) {
@@ -199,6 +222,26 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
     case LayerKind::kSwiglu:
       be.swigluForward(x, y);
       break;
+    case LayerKind::kConcat: {
+      // Each input into its channels of y, in the order of `inputs`.
+      int offset = 0;
+      for (size_t k = 0; k < spec.inputs.size(); ++k) {
+        const ConstTensorView in = inputOf(layer, static_cast<int>(k)).examples(r);
+        be.copyIntoChannels(in, y, offset);
+        offset += in.dims.c;
+      }
+      break;
+    }
+    case LayerKind::kSigmoid:
+    case LayerKind::kSilu:
+    case LayerKind::kRelu6:
+    case LayerKind::kHardSigmoid:
+    case LayerKind::kHardSwish:
+      be.activationForward(activationOf(spec.kind), x, y);
+      break;
+    case LayerKind::kMul:
+      be.mulForward(x, inputOf(layer, 1).examples(r), y);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -323,6 +366,29 @@ void Model::backwardData(int layer, ExampleRange r) {
       break;
     case LayerKind::kSwiglu:
       be.swigluBackward(x, dy, dx, beta);
+      break;
+    case LayerKind::kConcat: {
+      // Each input's gradient: its channels of dy.
+      int offset = 0;
+      for (size_t k = 0; k < spec.inputs.size(); ++k) {
+        const int which = static_cast<int>(k);
+        const TensorView into = gradTargetOf(layer, which).examples(r);
+        be.copyFromChannels(dy, offset, into, betaOf(layer, which));
+        offset += into.dims.c;
+      }
+      break;
+    }
+    case LayerKind::kSigmoid:
+    case LayerKind::kSilu:
+    case LayerKind::kRelu6:
+    case LayerKind::kHardSigmoid:
+    case LayerKind::kHardSwish:
+      be.activationBackward(activationOf(spec.kind), x, st.out.examples(r), dy, dx, beta);
+      break;
+    case LayerKind::kMul:
+      // Both inputs' gradients in one kernel (x * x: one buffer, both summed).
+      be.mulBackward(x, inputOf(layer, 1).examples(r), dy, dx, beta,
+                     gradTargetOf(layer, 1).examples(r), betaOf(layer, 1));
       break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor

@@ -101,6 +101,9 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       readKernel(n, s, true);
       s.stride = n.positiveIntOr("stride", 1);
       s.pad = n.nonNegativeIntOr("pad", 0);
+      if (auto w = n.get("pad_w"))
+        s.padW = w->asNonNegativeInt();
+      s.dilation = n.positiveIntOr("dilation", 1);
       s.groups = n.positiveIntOr("groups", 1);
       s.bias = n.boolOr("bias", true);
       break;
@@ -118,6 +121,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       readKernel(n, s, !s.global);
       s.stride = n.positiveIntOr("stride", s.global ? 1 : s.kernelH);
       s.pad = n.nonNegativeIntOr("pad", 0);
+      s.ceilMode = n.boolOr("ceil_mode", false);  // max pooling only: derivePool
       break;
     }
     case LayerKind::kFc:
@@ -187,17 +191,25 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
           r->fail(fmt::format("must be in [0, 1), got {}", s.dropoutRate));
       }
       break;
-    case LayerKind::kAdd: {
+    case LayerKind::kAdd:
+    case LayerKind::kConcat:
+    case LayerKind::kMul: {
       const auto ins = n.require("inputs");
       const auto items = ins.items();
+      const std::string kindName(toString(kind));
+      if (kind == LayerKind::kMul && items.size() != 2)
+        ins.fail("a mul needs two inputs: x and its gate (x's shape, or one value per channel)");
       if (items.size() < 2)
-        ins.fail("an add needs at least two inputs");
+        ins.fail("a" + std::string(kind == LayerKind::kAdd ? "n " : " ") + kindName +
+                 " needs at least two inputs");
       for (const auto& i : items) {
         const std::string name = i.asString();
         // Counted once or twice? An add of a layer with itself is 2x, which a
         // scale says better; a repeated name is read as a typo.
         if (std::find(raw.inputNames.begin(), raw.inputNames.end(), name) != raw.inputNames.end())
-          i.fail("input '" + name + "' is listed twice: each input of an add is another layer");
+          i.fail("input '" + name + "' is listed twice: each input of a" +
+                 std::string(kind == LayerKind::kAdd ? "n " : " ") + kindName +
+                 " is another layer");
         raw.inputNames.push_back(name);
       }
       break;
@@ -208,6 +220,11 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kLayerNorm:
     case LayerKind::kGelu:
     case LayerKind::kSwiglu:
+    case LayerKind::kSigmoid:
+    case LayerKind::kSilu:
+    case LayerKind::kRelu6:
+    case LayerKind::kHardSigmoid:
+    case LayerKind::kHardSwish:
       break;
   }
   if (auto in = n.get("input"))
@@ -552,7 +569,7 @@ Network networkFromConfig(const ConfigNode& root, const std::string& path,
       auto it = indexOf.find(name);
       if (it == indexOf.end())
         throw ConfigError(path, node.line(),
-                          key + (raw.layer.kind == LayerKind::kAdd ? ".inputs" : ".input"),
+                          key + (raw.inputNames.size() > 1 ? ".inputs" : ".input"),
                           "unknown input layer '" + name + "' (must be defined earlier)");
       raw.layer.inputs.push_back(it->second);
       inShapes.push_back(shapes[static_cast<size_t>(it->second)]);

@@ -39,6 +39,11 @@ struct Value {
   const onnx::TensorProto* tensor = nullptr;  // kConstant
   int64_t rows = 0;                           // kPositions: rows of the table
   int64_t width = 0;                          // kPositions: features per row
+  // Rows (above and below alike) and columns (left and right alike) of
+  // zeros a Pad put around the activation, folded into the Conv or pool
+  // that reads it (no other op may).
+  int padH = 0;
+  int padW = 0;
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
@@ -126,8 +131,12 @@ class Importer {
                             n.input(k)));
     return it->second;
   }
-  const Value& activation(int i, int k) const {
+  const Value& activation(int i, int k, bool padded = false) const {
     const Value& v = input(i, k);
+    if (!padded && (v.padH > 0 || v.padW > 0))
+      failAt(i, fmt::format("op '{}' reads '{}', the output of a Pad: a Pad maps only into the "
+                            "Conv, MaxPool or AveragePool that reads it",
+                            model_.graph().node(i).op_type(), model_.graph().node(i).input(k)));
     if (v.kind != ValueKind::kActivation)
       failAt(i, fmt::format("op '{}' reads '{}' as an activation; it is {}",
                             model_.graph().node(i).op_type(), model_.graph().node(i).input(k),
@@ -180,9 +189,10 @@ class Importer {
   }
 
   // kernel / strides / pads / dilations of a 2-D window, as strata's one
-  // stride and one symmetric pad for both dims.
+  // stride and one dilation for both dims, and pads the same above and below
+  // (pad) and left and right (padW).
   struct Window {
-    int kernelH = 0, kernelW = 0, stride = 1, pad = 0;
+    int kernelH = 0, kernelW = 0, stride = 1, pad = 0, padW = 0, dilation = 1;
   };
   Window window(int i, const Dims& kernel) const;
 
@@ -197,6 +207,16 @@ class Importer {
   void mapMatMul(int i);
   void mapGather(int i);
   void mapAttention(int i);
+  void mapConcat(int i);
+  void mapClip(int i);
+  void mapMul(int i);
+  void mapReduceMean(int i);
+  void mapPad(int i);
+  // A pointwise activation of node i's input 0 (relu, gelu, sigmoid, ...).
+  void mapPointwise(int i, LayerKind kind);
+  // The one float of a constant input (Clip's min and max); nullopt when
+  // the input is absent, computed or stored as external data.
+  std::optional<double> scalarInput(int i, int k) const;
 
   // ---- the whole network (onnx_loader.cpp) -------------------------------------
   void finish();

@@ -319,8 +319,8 @@ Importer::Window Importer::window(int i, const Dims& kernel) const {
   w.kernelW = toInt(i, kernel[1], "kernel width");
   const auto autoPad = stringAttr(i, "auto_pad", "NOTSET");
   if (autoPad != "NOTSET" && autoPad != "VALID")
-    failAt(i, fmt::format("auto_pad {} cannot be mapped (strata's pad is explicit and "
-                          "symmetric; export with explicit pads)",
+    failAt(i, fmt::format("auto_pad {} cannot be mapped (strata's pads are explicit and "
+                          "the same on opposite sides; export with explicit pads)",
                           autoPad));
   auto strides = intsAttr(i, "strides");
   if (strides.empty())
@@ -328,17 +328,25 @@ Importer::Window Importer::window(int i, const Dims& kernel) const {
   if (strides.size() != 2 || strides[0] != strides[1])
     failAt(i, fmt::format("strides {}: strata has one stride for both dims", dimsText(strides)));
   w.stride = toInt(i, strides[0], "stride");
+  // pads [top, left, bottom, right]: strata pads rows above and below alike,
+  // and columns left and right alike (a conv's two may differ).
   auto pads = intsAttr(i, "pads");
   if (pads.empty())
     pads = {0, 0, 0, 0};
-  if (pads.size() != 4 || pads[0] != pads[1] || pads[0] != pads[2] || pads[0] != pads[3] ||
-      pads[0] < 0 || pads[0] > std::numeric_limits<int>::max())
-    failAt(i, fmt::format("pads {}: strata maps only the same pad on every side", dimsText(pads)));
+  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 || pads[1] < 0 ||
+      pads[0] > std::numeric_limits<int>::max() || pads[1] > std::numeric_limits<int>::max())
+    failAt(i, fmt::format("pads {}: strata pads the top and bottom alike and the left and right "
+                          "alike",
+                          dimsText(pads)));
   w.pad = static_cast<int>(pads[0]);
-  for (auto d : intsAttr(i, "dilations"))
-    if (d != 1)
-      failAt(i, fmt::format("dilations {}: strata has no dilated windows",
-                            dimsText(intsAttr(i, "dilations"))));
+  w.padW = static_cast<int>(pads[1]);
+  auto dilations = intsAttr(i, "dilations");
+  if (dilations.empty())
+    dilations = {1, 1};
+  if (dilations.size() != 2 || dilations[0] != dilations[1])
+    failAt(i,
+           fmt::format("dilations {}: strata has one dilation for both dims", dimsText(dilations)));
+  w.dilation = toInt(i, dilations[0], "dilation");
   return w;
 }
 

@@ -3,6 +3,9 @@
 // Add, an attention's output projection), maps onto none (Identity, a
 // flattening Flatten/Reshape), or is one clear error naming the node.
 // onnx_loader.cpp reads the graph these nodes come from.
+#include <algorithm>
+#include <cmath>
+
 #include "onnx_importer.h"
 
 namespace strata::onnx_import {
@@ -10,10 +13,34 @@ namespace strata::onnx_import {
 namespace {
 
 constexpr const char* kSupported =
-    "Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Relu, Gelu, "
-    "BatchNormalization, LayerNormalization, Softmax (last), Dropout, Add, Flatten, Reshape "
-    "(flattening), Identity, Constant, Gemm, MatMul (by a weight), Gather (embedding), "
-    "com.microsoft Attention";
+    "Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (over H and W), "
+    "Relu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Gelu, Mul (of two activations), "
+    "BatchNormalization, LayerNormalization, Softmax (last), Dropout, Add, Concat (channels), "
+    "Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, Gemm, MatMul "
+    "(by a weight), Gather "
+    "(embedding), com.microsoft Attention";
+
+// What an op strata does not map usually is in an exported network, and the
+// nearest pattern that maps; "" when there is nothing to add.
+std::string nearestPattern(const std::string& op) {
+  if (op == "Shape" || op == "Unsqueeze" || op == "Squeeze" || op == "Cast" ||
+      op == "ConstantOfShape" || op == "Expand" || op == "Equal" || op == "Where")
+    return "; it is part of a shape computation (torch.onnx.export writes x.size() and view() "
+           "as Shape, Gather, Unsqueeze, Concat and Reshape): strata maps a Reshape only as a "
+           "flattening, from an inline target shape";
+  if (op == "Transpose")
+    return "; a permutation of axes (a channel shuffle, a channels-last layout) has no strata "
+           "layer: strata's layers keep C x H x W";
+  if (op == "Erf")
+    return "; the exact GELU decomposed (Div, Erf, Add, Mul, Mul): export the Gelu op (opset "
+           "20) or com.microsoft Gelu";
+  if (op == "Split" || op == "Slice")
+    return "; strata has no layer that takes a part of a tensor";
+  if (op == "Div" || op == "Sub" || op == "Pow" || op == "Sqrt")
+    return "; a decomposed normalisation (ReduceMean, Sub, Pow, Sqrt, Div): export "
+           "LayerNormalization (opset 17)";
+  return "";
+}
 
 }  // namespace
 
@@ -25,7 +52,8 @@ void Importer::mapNode(int i) {
   const bool microsoft = domain == "com.microsoft";
   auto unsupported = [&](const std::string& why) {
     failAt(i, fmt::format("op '{}'{} cannot be mapped to a strata layer{} (supported: {})", op,
-                          standard ? "" : " (domain " + domain + ")", why, kSupported));
+                          standard ? "" : " (domain " + domain + ")",
+                          why.empty() && standard ? nearestPattern(op) : why, kSupported));
   };
   if (standard && op == "Identity") {
     produce(i, input(i, 0));
@@ -50,12 +78,36 @@ void Importer::mapNode(int i) {
     s.global = true;
     s.poolMode = op == "GlobalMaxPool" ? PoolMode::kMax : PoolMode::kAvg;
     produce(i, addLayer(i, LayerKind::kPool, s, {x.layer}, 3));
-  } else if ((standard && op == "Relu") || ((standard || microsoft) && op == "Gelu")) {
-    const Value x = activation(i, 0);
-    Value v =
-        addLayer(i, op == "Relu" ? LayerKind::kRelu : LayerKind::kGelu, {}, {x.layer}, x.rank);
-    v.flat = x.flat;
-    produce(i, v);
+  } else if (standard && op == "Relu") {
+    mapPointwise(i, LayerKind::kRelu);
+  } else if ((standard || microsoft) && op == "Gelu") {
+    mapPointwise(i, LayerKind::kGelu);
+  } else if (standard && op == "Sigmoid") {
+    mapPointwise(i, LayerKind::kSigmoid);
+  } else if (standard && op == "HardSwish") {
+    mapPointwise(i, LayerKind::kHardSwish);
+  } else if (standard && op == "HardSigmoid") {
+    // strata's hardsigmoid is PyTorch's, relu6(x + 3) / 6: ONNX's max(0,
+    // min(1, alpha x + beta)) with alpha 1/6 and beta 1/2 (ONNX's defaults,
+    // 0.2 and 0.5, are Keras's).
+    const auto* alpha = attr(i, "alpha");
+    const auto* beta = attr(i, "beta");
+    const double a = alpha ? alpha->f() : 0.2, b = beta ? beta->f() : 0.5;
+    if (std::fabs(a - 1.0 / 6) > 1e-6 || std::fabs(b - 0.5) > 1e-6)
+      failAt(i, fmt::format("HardSigmoid with alpha {} and beta {}: strata's hardsigmoid is "
+                            "relu6(x + 3) / 6 (alpha 1/6, beta 0.5, as PyTorch exports it)",
+                            a, b));
+    mapPointwise(i, LayerKind::kHardSigmoid);
+  } else if (standard && op == "Clip") {
+    mapClip(i);
+  } else if (standard && op == "Mul") {
+    mapMul(i);
+  } else if (standard && op == "Concat") {
+    mapConcat(i);
+  } else if (standard && op == "ReduceMean") {
+    mapReduceMean(i);
+  } else if (standard && op == "Pad") {
+    mapPad(i);
   } else if (standard && op == "Dropout") {
     mapDropout(i);
   } else if (standard && op == "BatchNormalization") {
@@ -113,7 +165,7 @@ void Importer::mapNode(int i) {
 }
 
 void Importer::mapConv(int i) {
-  const Value x = activation(i, 0);
+  const Value x = activation(i, 0, true);
   if (x.rank != 3 || x.flat)
     failAt(i, "Conv maps on C x H x W activations only");
   const Dims w = constant(i, 1, "weight");
@@ -126,13 +178,18 @@ void Importer::mapConv(int i) {
   if (kernel != Dims{w[2], w[3]})
     failAt(i, fmt::format("kernel_shape {} differs from the weight's {}", dimsText(kernel),
                           dimsText(w)));
-  const Window win = window(i, kernel);
+  Window win = window(i, kernel);
+  win.pad += x.padH;
+  win.padW += x.padW;
   LayerSpec s;
   s.filters = toInt(i, w[0], "filters");
   s.kernelH = win.kernelH;
   s.kernelW = win.kernelW;
   s.stride = win.stride;
   s.pad = win.pad;
+  if (win.padW != win.pad)
+    s.padW = win.padW;
+  s.dilation = win.dilation;
   const int64_t group = intAttr(i, "group", 1);
   s.groups = toInt(i, group, "group");
   s.bias = hasInput(i, 2);
@@ -143,20 +200,33 @@ void Importer::mapConv(int i) {
 }
 
 void Importer::mapPool(int i, PoolMode mode) {
-  const Value x = activation(i, 0);
+  const Value x = activation(i, 0, true);
   if (x.rank != 3 || x.flat)
     failAt(i, "a pool maps on C x H x W activations only");
-  const Window win = window(i, intsAttr(i, "kernel_shape"));
+  Window win = window(i, intsAttr(i, "kernel_shape"));
+  // A Pad's zeros before an average pool are counted in its windows, as
+  // PyTorch's count_include_pad (strata's pool prices every window alike).
+  win.pad += x.padH;
+  win.padW += x.padW;
+  if (win.padW != win.pad || win.dilation != 1)
+    failAt(i, fmt::format("a pool with pads {} x {} and dilation {}: strata's pool pads every "
+                          "side alike and has no dilation",
+                          win.pad, win.padW, win.dilation));
+  LayerSpec s;
   if (intAttr(i, "ceil_mode", 0) != 0) {
-    // Accepted where rounding up gives the same size as strata's floor.
+    // Max pooling rounds up as PyTorch does (ceilMode); an average is
+    // accepted where rounding up gives the same size as rounding down.
     const Shape& in = shapeOf(x);
     for (auto [size, k] : {std::pair{in.h, win.kernelH}, std::pair{in.w, win.kernelW}}) {
       const int64_t span = int64_t{size} + 2 * win.pad - k;
       if (span >= 0 && span % win.stride != 0)
-        failAt(i, "ceil_mode 1 rounds this pool's output up; strata rounds down");
+        s.ceilMode = true;
     }
+    if (s.ceilMode && mode != PoolMode::kMax)
+      failAt(i,
+             "ceil_mode 1 rounds this average pool's output up; strata rounds an average "
+             "pool's down (max pools round either way)");
   }
-  LayerSpec s;
   s.poolMode = mode;
   s.kernelH = win.kernelH;
   s.kernelW = win.kernelW;
@@ -402,5 +472,196 @@ void Importer::mapAttention(int i) {
   const Value v = addLayer(i, LayerKind::kAttention, s, {x.layer}, 2);
   attention_[v.layer] = {};
   produce(i, v);
+}
+
+void Importer::mapPointwise(int i, LayerKind kind) {
+  const Value x = activation(i, 0);
+  Value v = addLayer(i, kind, {}, {x.layer}, x.rank);
+  v.flat = x.flat;
+  produce(i, v);
+}
+
+std::optional<double> Importer::scalarInput(int i, int k) const {
+  if (!hasInput(i, k))
+    return std::nullopt;
+  const Value& v = input(i, k);
+  if (v.kind != ValueKind::kConstant)
+    failAt(i,
+           fmt::format("input {} ('{}') must be a constant", k, model_.graph().node(i).input(k)));
+  const auto value = inlineScalar(*v.tensor);
+  if (!value)
+    failAt(i, fmt::format("input {} ('{}') must be one float stored in the file", k,
+                          model_.graph().node(i).input(k)));
+  return value;
+}
+
+// Clip(x, 0, 6) is ReLU6 (MobileNetV2), Clip(x, 0) a ReLU; min and max are
+// inputs 1 and 2 since opset 11, attributes before.
+void Importer::mapClip(int i) {
+  std::optional<double> lo = scalarInput(i, 1), hi = scalarInput(i, 2);
+  if (const auto* a = attr(i, "min"))
+    lo = a->f();
+  if (const auto* a = attr(i, "max"))
+    hi = a->f();
+  const bool unbounded = !hi || *hi >= 3.4e38;  // absent, or float's largest
+  if (lo && *lo == 0 && unbounded)
+    return mapPointwise(i, LayerKind::kRelu);
+  if (lo && *lo == 0 && hi && *hi == 6)
+    return mapPointwise(i, LayerKind::kRelu6);
+  const auto text = [](const std::optional<double>& v) {
+    return v ? fmt::format("{}", *v) : std::string("none");
+  };
+  failAt(i, fmt::format("Clip to [{}, {}]: strata maps Clip to [0, 6] (relu6) and to [0, none] "
+                        "(relu)",
+                        text(lo), text(hi)));
+}
+
+// Concatenation along the channels of C x H x W, or the features of
+// vectors and sequences.
+void Importer::mapConcat(int i) {
+  const auto& n = model_.graph().node(i);
+  const Value first = activation(i, 0);
+  if (n.input_size() == 1)
+    return produce(i, first);           // torch.cat of a list of one (DenseNet's first layer)
+  const int64_t rank = first.rank + 1;  // with the batch
+  int64_t axis = intAttr(i, "axis", 1);
+  if (axis < 0)
+    axis += rank;
+  // The channel axis: 1 of [N, C, H, W] and [N, F], 2 of [N, T, F].
+  const int64_t channels = first.rank == 2 ? 2 : 1;
+  if (first.flat || axis != channels)
+    failAt(i, fmt::format("Concat along axis {} of a rank-{} tensor: strata concatenates "
+                          "channels (axis 1 of [N, C, H, W] and [N, F], 2 of [N, T, F])",
+                          intAttr(i, "axis", 1), rank));
+  std::vector<int> inputs;
+  for (int k = 0; k < n.input_size(); ++k) {
+    const Value& x = input(i, k);
+    if (x.kind != ValueKind::kActivation)
+      failAt(i, fmt::format("input {} ('{}') is {}: strata concatenates activations only (a "
+                            "learned token such as ViT's class token has no layer)",
+                            k, n.input(k),
+                            x.kind == ValueKind::kTokens ? "the token ids" : "a constant"));
+    if (x.rank != first.rank || x.flat)
+      failAt(i, fmt::format("input {} ('{}') is {}, input 0 {}", k, n.input(k), dimsText(dimsOf(x)),
+                            dimsText(dimsOf(first))));
+    inputs.push_back(x.layer);
+  }
+  produce(i, addLayer(i, LayerKind::kConcat, {}, std::move(inputs), first.rank));
+}
+
+// Mul of two activations: x * sigmoid(x) (SiLU as PyTorch exports it) folds
+// the Sigmoid into a silu; x times a gate of x's shape or of one value per
+// channel (squeeze-excitation) is a mul.
+void Importer::mapMul(int i) {
+  const auto& n = model_.graph().node(i);
+  const Value& a = input(i, 0);
+  const Value& b = input(i, 1);
+  if (a.kind != ValueKind::kActivation || b.kind != ValueKind::kActivation)
+    failAt(i, fmt::format("Mul of '{}' and '{}': strata maps a Mul of two activations (x * "
+                          "sigmoid(x), a squeeze-excitation gate); a Mul by a constant (a "
+                          "scale, a layer scale) has no strata layer",
+                          n.input(0), n.input(1)));
+  // SiLU: one operand is a sigmoid of the other, read by this Mul alone.
+  for (int k = 0; k < 2; ++k) {
+    const Value& s = k == 0 ? a : b;
+    const Value& x = k == 0 ? b : a;
+    if (s.layer >= 0 && layerOf(s).kind == LayerKind::kSigmoid &&
+        layerOf(s).inputs == std::vector<int>{x.layer} && consumers_[n.input(k)] == 1) {
+      Layer& l = layerOf(s);
+      l.kind = LayerKind::kSilu;
+      l.name = layerName(i);
+      nodeOf_[static_cast<size_t>(s.layer)] = i;
+      derive(static_cast<size_t>(s.layer));
+      produce(i, s);
+      return;
+    }
+  }
+  const Dims da = dimsOf(a), db = dimsOf(b);
+  if (da == db) {
+    Value v = addLayer(i, LayerKind::kMul, {}, {a.layer, b.layer}, a.rank);
+    v.flat = a.flat;
+    produce(i, v);
+    return;
+  }
+  // A per-channel gate [C, 1, 1] of a [C, H, W] activation, on either side.
+  const bool aGate = a.rank == 3 && !a.flat && da.size() == 3 && da[1] == 1 && da[2] == 1;
+  const Value& x = aGate ? b : a;
+  const Value& g = aGate ? a : b;
+  const Dims dx = dimsOf(x), dg = dimsOf(g);
+  if (x.rank != 3 || x.flat || g.rank != 3 || g.flat || dg != Dims{dx[0], 1, 1})
+    failAt(i, fmt::format("Mul of {} and {}: strata multiplies tensors of one shape, or a "
+                          "[C, H, W] activation by a gate of one value per channel [C, 1, 1]",
+                          dimsText(da), dimsText(db)));
+  produce(i, addLayer(i, LayerKind::kMul, {}, {x.layer, g.layer}, 3));
+}
+
+// ReduceMean over the positions (H and W) of C x H x W: a global average
+// pool (MNASNet's x.mean([2, 3])).
+void Importer::mapReduceMean(int i) {
+  const Value x = activation(i, 0);
+  Dims axes = intsAttr(i, "axes");
+  if (axes.empty() && hasInput(i, 1)) {  // an input since opset 18
+    const Value& t = input(i, 1);
+    if (t.kind != ValueKind::kConstant || !inlineInt64s(*t.tensor))
+      failAt(i, "ReduceMean's axes must be int64s stored in the file");
+    axes = *inlineInt64s(*t.tensor);
+  }
+  for (auto& a : axes)
+    if (a < 0)
+      a += 4;
+  std::sort(axes.begin(), axes.end());
+  if (x.rank != 3 || x.flat || axes != Dims{2, 3})
+    failAt(i, fmt::format("ReduceMean over axes {} of {}: strata maps the mean over H and W "
+                          "(axes 2 and 3) of [N, C, H, W], a global average pool",
+                          dimsText(intsAttr(i, "axes")), dimsText(dimsOf(x))));
+  LayerSpec s;
+  s.global = true;
+  s.poolMode = PoolMode::kAvg;
+  Value v = addLayer(i, LayerKind::kPool, s, {x.layer}, 3);
+  if (intAttr(i, "keepdims", 1) == 0)
+    v.rank = 1;  // [N, C]: the pool's C x 1 x 1 as a vector
+  produce(i, v);
+}
+
+// Pad with zeros around H and W (rows above and below alike, columns left
+// and right alike), read by a Conv or pool that folds it into its pads (as
+// PyTorch exports avg_pool2d's padding); a Pad of nothing is an Identity.
+void Importer::mapPad(int i) {
+  const Value x = activation(i, 0);
+  if (stringAttr(i, "mode", "constant") != "constant")
+    failAt(i, fmt::format("Pad mode '{}': strata pads with zeros (mode constant)",
+                          stringAttr(i, "mode", "constant")));
+  std::optional<std::vector<int64_t>> pads;
+  if (hasInput(i, 1)) {  // an input since opset 11
+    const Value& t = input(i, 1);
+    if (t.kind == ValueKind::kConstant)
+      pads = inlineInt64s(*t.tensor);
+  } else if (attr(i, "pads")) {
+    pads = intsAttr(i, "pads");
+  }
+  if (!pads)
+    failAt(i, "Pad's pads must be int64s stored in the file");
+  if (const auto value = scalarInput(i, 2); value && *value != 0)
+    failAt(i, fmt::format("Pad with the value {}: strata pads with zeros", *value));
+  for (int k = 3; k < model_.graph().node(i).input_size(); ++k)
+    if (hasInput(i, k))
+      failAt(i, "Pad's axes input cannot be mapped (pads for every axis are read)");
+  const auto& p = *pads;
+  // [x1_begin, x2_begin, ..., x1_end, x2_end, ...] over N, C, H, W.
+  const bool planar = x.rank == 3 && !x.flat && p.size() == 8 && p[0] == 0 && p[1] == 0 &&
+                      p[4] == 0 && p[5] == 0 && p[2] == p[6] && p[3] == p[7] && p[2] >= 0 &&
+                      p[3] >= 0 && p[2] <= 1 << 20 && p[3] <= 1 << 20;
+  const bool nothing = std::all_of(p.begin(), p.end(), [](int64_t v) { return v == 0; });
+  if (!nothing && !planar)
+    failAt(i, fmt::format("Pad {} of {}: strata folds zeros around H and W of [N, C, H, W], "
+                          "the same above and below and left and right, into the Conv or "
+                          "pool that reads them",
+                          dimsText(p), dimsText(dimsOf(x))));
+  Value v = x;
+  if (!nothing) {
+    v.padH = static_cast<int>(p[2]);
+    v.padW = static_cast<int>(p[3]);
+  }
+  values_[model_.graph().node(i).output(0)] = v;  // no layer: nothing to check the shape of
 }
 }  // namespace strata::onnx_import

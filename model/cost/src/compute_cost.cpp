@@ -9,6 +9,7 @@
 #include "strata/model/error.h"
 #include "strata/model/estimate.h"
 #include "strata/model/kernels.h"
+#include "strata/model/layer_kinds.h"
 #include "strata/model/lowering.h"
 
 namespace strata {
@@ -225,8 +226,9 @@ double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
         if (j == index)
           consumer = std::min(consumer, c);
     operand(outBytes(index), consumer < n ? between(2 * n - consumer, self) : 0.0);
-    // The saved input, since this layer's forward (add reads no input back).
-    if (l.kind != LayerKind::kAdd)
+    // The saved input, since this layer's forward (add and concat read no
+    // input back: BackwardReads::kNothing).
+    if (layerKindRow(l.kind).reads != BackwardReads::kNothing)
       for (int j : l.inputs)
         operand(outBytes(j), between(index + 1, self));
   }

@@ -64,8 +64,14 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const int cg = l.kind == LayerKind::kConv ? l.inShape.c / std::max(1, l.spec.groups) : 0;
   const int fg = l.kind == LayerKind::kConv ? l.spec.filters / std::max(1, l.spec.groups) : 0;
   const int64_t ck = int64_t{cg} * l.spec.kernelH * l.spec.kernelW;  // column rows
-  const bool pointwise =
-      l.spec.kernelH == 1 && l.spec.kernelW == 1 && l.spec.stride == 1 && l.spec.pad == 0;
+  const bool pointwise = l.spec.kernelH == 1 && l.spec.kernelW == 1 && l.spec.stride == 1 &&
+                         l.spec.pad == 0 && l.spec.padWidth() == 0 && l.spec.dilation == 1;
+  // Elements per example of input `which` (the network input for -1).
+  auto inputElems = [&](size_t which) {
+    const int p = l.inputs[which];
+    return double(n) * double(p < 0 ? net.input.elements()
+                                    : net.layers[static_cast<size_t>(p)].outShape.elements());
+  };
   const int64_t fcIn = l.spec.flatten ? l.inShape.elements() : l.inShape.c;
   const int64_t inArea = int64_t{l.inShape.h} * l.inShape.w;
   const int poolH = l.spec.global ? l.inShape.h : l.spec.kernelH;
@@ -173,6 +179,23 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kSwiglu:
           mem(MemKernel::kSwigluFwd, outElems);
           break;
+        case LayerKind::kConcat:
+          // Each input copied into its channels of the output.
+          for (size_t i = 0; i < l.inputs.size(); ++i)
+            mem(MemKernel::kCopy, inputElems(i));
+          break;
+        case LayerKind::kSigmoid:
+        case LayerKind::kSilu:
+          mem(MemKernel::kSigmoidFwd, outElems);
+          break;
+        case LayerKind::kRelu6:
+        case LayerKind::kHardSigmoid:
+        case LayerKind::kHardSwish:
+          mem(MemKernel::kHardActFwd, outElems);
+          break;
+        case LayerKind::kMul:
+          mem(MemKernel::kMulFwd, outElems);
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -249,6 +272,25 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kSwiglu:
           mem(MemKernel::kSwigluBwd, outElems);
+          break;
+        case LayerKind::kConcat:
+          // Each input's channels of dy copied (or added) into its gradient.
+          for (size_t i = 0; i < l.inputs.size(); ++i)
+            mem(summedInto(i) ? MemKernel::kAccumulate : MemKernel::kCopy, inputElems(i));
+          break;
+        case LayerKind::kSigmoid:
+        case LayerKind::kSilu:
+          mem(MemKernel::kSigmoidBwd, outElems);
+          break;
+        case LayerKind::kRelu6:
+        case LayerKind::kHardSigmoid:
+        case LayerKind::kHardSwish:
+          mem(MemKernel::kHardActBwd, outElems);
+          break;
+        case LayerKind::kMul:
+          // dx and dg in one kernel, each overwritten or added to as beta
+          // says (no zero fill).
+          mem(MemKernel::kMulBwd, outElems);
           break;
         case LayerKind::kRnn:
           break;

@@ -45,7 +45,8 @@ constexpr std::string_view kMemNames[kMemKernelCount] = {
     "attn_softmax_fwd", "attn_softmax_bwd", "embedding_fwd",        "embedding_bwd", "adam",
     "cast_bf16",     "cast_fp32",
     "rmsnorm_fwd",   "rmsnorm_bwd_data",   "rmsnorm_bwd_weights",   "swiglu_fwd",   "swiglu_bwd",
-    "rotary"};
+    "rotary",        "sigmoid_fwd",      "sigmoid_bwd",         "hard_act_fwd", "hard_act_bwd",
+    "mul_fwd",       "mul_bwd"};
 // clang-format on
 
 // Position of x among increasing grid values, in log space: index i and

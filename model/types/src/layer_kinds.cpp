@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "strata/model/checked.h"
@@ -15,15 +16,20 @@ namespace strata {
 namespace {
 
 // floor((in + 2 pad - kernel) / stride) + 1, or an error when it does not fit.
-// In 64 bits: an input and a pad of up to 1e9 each do not fit an int.
+// In 64 bits: an input and a pad of up to 1e9 each do not fit an int. ceil:
+// rounded up as PyTorch's ceil_mode, dropping a last window that would start
+// beyond the input and its left padding.
 int windowOutput(int in, int kernel, int stride, int pad, const std::string& what,
-                 const std::string& file, const Layer& layer, const std::string& key) {
+                 const std::string& file, const Layer& layer, const std::string& key,
+                 bool ceil = false) {
   const int64_t padded = int64_t{in} + 2 * int64_t{pad};
   if (kernel > padded)
     throw ConfigError(file, layer.configLine, key,
                       fmt::format("{} {} is larger than the padded input {} (input {}, pad {})",
                                   what, kernel, padded, in, pad));
-  const int64_t out = (padded - kernel) / stride + 1;
+  int64_t out = (padded - kernel + (ceil ? stride - 1 : 0)) / stride + 1;
+  if (ceil && (out - 1) * stride >= int64_t{in} + pad)
+    --out;
   if (out > std::numeric_limits<int>::max())
     throw ConfigError(file, layer.configLine, key,
                       fmt::format("output size {} (input {}, pad {}) is larger than {}", out, in,
@@ -78,10 +84,17 @@ void deriveConv(LayerDerivation& d) {
                       fmt::format("groups {} must divide both input channels {} and filters {}",
                                   s.groups, in.c, s.filters));
   out.c = s.filters;
-  out.h =
-      windowOutput(in.h, s.kernelH, s.stride, s.pad, "kernel height", file, layer, key + ".kernel");
-  out.w =
-      windowOutput(in.w, s.kernelW, s.stride, s.pad, "kernel width", file, layer, key + ".kernel");
+  // A dilated kernel of k taps spans dilation (k - 1) + 1 inputs.
+  const auto span = [&](int k) {
+    return static_cast<int>(
+        std::min<int64_t>(int64_t{s.dilation} * (k - 1) + 1, std::numeric_limits<int>::max()));
+  };
+  out.h = windowOutput(in.h, span(s.kernelH), s.stride, s.pad,
+                       s.dilation > 1 ? "dilated kernel height" : "kernel height", file, layer,
+                       key + ".kernel");
+  out.w = windowOutput(in.w, span(s.kernelW), s.stride, s.padWidth(),
+                       s.dilation > 1 ? "dilated kernel width" : "kernel width", file, layer,
+                       key + ".kernel");
   d.count({out.c, out.h, out.w}, "output elements");
   const int64_t weights = d.count({s.filters, in.c / s.groups, s.kernelH, s.kernelW}, "parameters");
   layer.params = d.count({weights + (s.bias ? s.filters : 0)}, "parameters");
@@ -102,10 +115,15 @@ void derivePool(LayerDerivation& d) {
     kw = in.w;
     stride = 1;
   }
+  const bool ceil = s.ceilMode && !s.global;
+  if (ceil && s.poolMode != PoolMode::kMax)
+    throw ConfigError(file, layer.configLine, key + ".ceil_mode",
+                      "ceil_mode is for max pooling: the divisor of an average over a window cut "
+                      "by the input's edge differs between frameworks");
   out.h = windowOutput(in.h, kh, stride, s.global ? 0 : s.pad, "pool window", file, layer,
-                       key + ".kernel");
+                       key + ".kernel", ceil);
   out.w = windowOutput(in.w, kw, stride, s.global ? 0 : s.pad, "pool window", file, layer,
-                       key + ".kernel");
+                       key + ".kernel", ceil);
   layer.fwdFlops = static_cast<double>(d.count({out.c, out.h, out.w, kh, kw}, "FLOPs"));
   layer.bwdDataFlops = layer.fwdFlops;
 }
@@ -377,16 +395,78 @@ void deriveSwiglu(LayerDerivation& d) {
   layer.bwdDataFlops = 11 * nOut;
 }
 
+// Concatenation along the channels: every input of the first's height and
+// width; no arithmetic, a copy of each input into its slice of the output
+// forward and back out of it backward.
+void deriveConcat(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  int64_t channels = 0;
+  for (size_t i = 0; i < d.inputShapes.size(); ++i) {
+    const Shape& x = d.inputShapes[i];
+    if (x.h != in.h || x.w != in.w)
+      throw ConfigError(d.file, layer.configLine, d.key + ".inputs",
+                        fmt::format("concat joins inputs along the channels: input {} is "
+                                    "{}x{}x{}, input 0 {}x{}x{} (height and width must agree)",
+                                    i, x.c, x.h, x.w, in.c, in.h, in.w));
+    channels += x.c;
+  }
+  if (channels > std::numeric_limits<int>::max())
+    throw ConfigError(
+        d.file, layer.configLine, d.key + ".inputs",
+        fmt::format("{} channels in all, over {}", channels, std::numeric_limits<int>::max()));
+  d.out = Shape{static_cast<int>(channels), in.h, in.w};
+  const double nOut = static_cast<double>(d.count({d.out.c, d.out.h, d.out.w}, "output elements"));
+  layer.outShape = d.out;
+  layer.fwdElems = 2 * nOut;      // read each input, write its slice
+  layer.bwdDataElems = 2 * nOut;  // read each slice of dy, write dx
+  d.done = true;
+}
+
+// The pointwise activations of vision networks, FLOPs per element forward
+// and backward (docs/cost-model.md): sigmoid 4 (negate, exp, add, divide) and
+// 3 back (dy s (1 - s) from the output); silu 5 (sigmoid and the product) and
+// 9 back (sigmoid again, s (1 + x (1 - s)), times dy); relu6 2 (max, min) and
+// 1 back (a mask of the output); hardsigmoid 4 (add, max, min, scale) and 2
+// back; hardswish 5 and 4 back (dy (2 x + 3) / 6 inside [-3, 3]).
+template <int kFwd, int kBwd>
+void derivePointwise(LayerDerivation& d) {
+  d.layer.fwdFlops = kFwd * d.nIn;
+  d.layer.bwdDataFlops = kBwd * d.nIn;
+}
+
+// x * g: g is x's shape, or one value per channel of x (C x 1 x 1, the gate
+// of squeeze-excitation, Hu et al. 2018) broadcast over its positions.
+// Backward: dx = dy g (one FLOP per element) and dg = dy x, summed over the
+// positions for a per-channel gate (two).
+void deriveMul(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  if (d.inputShapes.size() != 2)
+    throw ConfigError(
+        d.file, layer.configLine, d.key + ".inputs",
+        fmt::format("mul multiplies two inputs, x and its gate g; got {}", d.inputShapes.size()));
+  const Shape g = d.inputShapes[1];
+  if (!(g == in) && !(g.c == in.c && g.h == 1 && g.w == 1))
+    throw ConfigError(d.file, layer.configLine, d.key + ".inputs",
+                      fmt::format("mul of {}x{}x{} by {}x{}x{}: the second input must be the "
+                                  "first's shape or one value per channel ({}x1x1)",
+                                  in.c, in.h, in.w, g.c, g.h, g.w, in.c));
+  layer.fwdFlops = d.nIn;
+  layer.bwdDataFlops = 3 * d.nIn;
+}
+
 // The YAML keys of each kind besides `name` and `kind`.
-constexpr std::string_view kConvKeys[] = {"input",  "filters", "kernel", "kernel_h", "kernel_w",
-                                          "stride", "pad",     "groups", "bias"};
-constexpr std::string_view kPoolKeys[] = {"input",    "mode",   "kernel", "kernel_h",
-                                          "kernel_w", "stride", "pad",    "global"};
+constexpr std::string_view kConvKeys[] = {"input",    "filters", "kernel", "kernel_h",
+                                          "kernel_w", "stride",  "pad",    "pad_w",
+                                          "dilation", "groups",  "bias"};
+constexpr std::string_view kPoolKeys[] = {"input",  "mode", "kernel", "kernel_h", "kernel_w",
+                                          "stride", "pad",  "global", "ceil_mode"};
 constexpr std::string_view kFcKeys[] = {"input", "outputs", "bias", "flatten", "tied"};
 constexpr std::string_view kRnnKeys[] = {"input", "hidden", "cell", "bias"};
 constexpr std::string_view kLrnKeys[] = {"input", "size"};
 constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
-constexpr std::string_view kAddKeys[] = {"inputs"};
+constexpr std::string_view kAddKeys[] = {"inputs"};  // add, concat and mul
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
 constexpr std::string_view kAttentionKeys[] = {
     "input",    "heads",  "causal",      "bias",  "qkv_bias",
@@ -412,6 +492,14 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kGelu, "gelu", kInputKey, deriveGelu, BackwardReads::kInput},
     {LayerKind::kRmsNorm, "rmsnorm", kRmsNormKeys, deriveRmsNorm, BackwardReads::kInput},
     {LayerKind::kSwiglu, "swiglu", kInputKey, deriveSwiglu, BackwardReads::kInput},
+    {LayerKind::kConcat, "concat", kAddKeys, deriveConcat, BackwardReads::kNothing},
+    {LayerKind::kSigmoid, "sigmoid", kInputKey, derivePointwise<4, 3>, BackwardReads::kOutput},
+    {LayerKind::kSilu, "silu", kInputKey, derivePointwise<5, 9>, BackwardReads::kInput},
+    {LayerKind::kRelu6, "relu6", kInputKey, derivePointwise<2, 1>, BackwardReads::kOutput},
+    {LayerKind::kHardSigmoid, "hardsigmoid", kInputKey, derivePointwise<4, 2>,
+     BackwardReads::kInput},
+    {LayerKind::kHardSwish, "hardswish", kInputKey, derivePointwise<5, 4>, BackwardReads::kInput},
+    {LayerKind::kMul, "mul", kAddKeys, deriveMul, BackwardReads::kInput},
 });
 
 constexpr bool rowsInKindOrder() {

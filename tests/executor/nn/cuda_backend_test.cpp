@@ -261,6 +261,29 @@ TEST_CASE("conv on cuDNN (heuristic algorithms) equals the CPU's", "[conv]") {
     compareConv(heuristicGpu(), d, 3);
 }
 
+// A column pad of its own (padW) and dilation, as cudnnSetConvolution2dDescriptor
+// takes them; outH and outW from a dilated kernel's span.
+ConvDesc convDesc(int inC, int inH, int inW, int filters, int kh, int kw, int stride, int pad,
+                  int padW, int dilation, int groups) {
+  ConvDesc d{inC, inH, inW, filters, kh, kw, stride, pad, groups, 0, 0};
+  d.padW = padW;
+  d.dilation = dilation;
+  d.outH = (inH + 2 * pad - (dilation * (kh - 1) + 1)) / stride + 1;
+  d.outW = (inW + 2 * padW - (dilation * (kw - 1) + 1)) / stride + 1;
+  return d;
+}
+
+TEST_CASE("conv with a column pad and dilation on cuDNN equals the CPU's", "[conv][vision]") {
+  for (const ConvDesc& d : {
+           convDesc(3, 6, 9, 4, 1, 7, 1, 0, 3, 1, 1),   // Inception-v3's 1x7, pad 0 x 3
+           convDesc(3, 9, 6, 4, 7, 1, 1, 3, 0, 1, 1),   // and its 7x1
+           convDesc(3, 9, 8, 5, 3, 3, 1, 2, 2, 2, 1),   // dilation 2, "same"
+           convDesc(4, 11, 9, 6, 3, 3, 2, 1, 3, 3, 2),  // dilation 3, stride 2, groups 2
+           convDesc(4, 5, 5, 4, 1, 1, 1, 0, 1, 1, 1),   // 1x1 with a column pad
+       })
+    compareConv(defaultGpu(), d, 3);
+}
+
 TEST_CASE("a conv shape seen again reuses its plan and gives the same result", "[conv]") {
   const ConvDesc d = kConvCases[0];
   compareConv(defaultGpu(), d, 4);
@@ -277,6 +300,22 @@ PoolDesc poolDesc(PoolMode mode, int c, int inH, int inW, int kernel, int stride
   return d;
 }
 
+// PyTorch's ceil_mode: the output rounded up, a last window that starts
+// beyond the input and its left padding dropped; the kernels clamp the
+// windows that hang over the input's bottom and right edges.
+PoolDesc ceilPool(PoolMode mode, int c, int inH, int inW, int kernel, int stride, int pad) {
+  PoolDesc d{mode, c, inH, inW, kernel, kernel, stride, pad, 0, 0};
+  const auto size = [&](int in) {
+    int out = (in + 2 * pad - kernel + stride - 1) / stride + 1;
+    if ((out - 1) * stride >= in + pad)
+      --out;
+    return out;
+  };
+  d.outH = size(inH);
+  d.outW = size(inW);
+  return d;
+}
+
 TEST_CASE("pooling equals the CPU's, argmax and ties included", "[pool]") {
   CpuBackend cpu;
   CudaBackend& g = defaultGpu();
@@ -284,7 +323,9 @@ TEST_CASE("pooling equals the CPU's, argmax and ties included", "[pool]") {
     for (const PoolDesc& d : {poolDesc(mode, 3, 13, 13, 3, 2, 0),   // AlexNet's overlapping
                               poolDesc(mode, 2, 8, 6, 2, 2, 0),     // tiling
                               poolDesc(mode, 2, 7, 7, 3, 1, 1),     // padded, stride 1
-                              poolDesc(mode, 1, 5, 4, 2, 1, 2)}) {  // windows wholly in padding
+                              poolDesc(mode, 1, 5, 4, 2, 1, 2),     // windows wholly in padding
+                              ceilPool(mode, 2, 6, 8, 3, 2, 0),     // ceil_mode: last windows cut
+                              ceilPool(mode, 2, 5, 5, 2, 2, 1)}) {  // ceil_mode, padded
       CAPTURE(static_cast<int>(mode), d.c, d.inH, d.inW, d.kernelH, d.stride, d.pad);
       const int n = 3;
       const Dims xDims{n, d.c, d.inH, d.inW}, yDims{n, d.c, d.outH, d.outW};

@@ -312,6 +312,184 @@ TEST_CASE("a small network with every kind of layer matches central differences"
   checkGradients(b.network(), 3, options, uniformInput, 1e-3);
 }
 
+// ---- vision networks' layers -----------------------------------------------
+
+// Values in [-5, 8) at least 0.1 away from every kink of relu6 (0, 6),
+// hardsigmoid and hardswish (-3, 3), so a perturbation of 1e-2 crosses none.
+void awayFromKinks(std::span<float> x) {
+  test::fillUniform(x, 19, -5.0f, 8.0f);
+  for (float& v : x)
+    for (float kink : {-3.0f, 0.0f, 3.0f, 6.0f})
+      if (std::abs(v - kink) < 0.1f)
+        v = kink + (v < kink ? -0.1f : 0.1f) * 1.5f;
+}
+
+LayerSpec convWith(int filters, int kernelH, int kernelW, int stride, int pad, int padW,
+                   int dilation) {
+  LayerSpec s = test::convSpec(filters, kernelH, kernelW, stride, pad);
+  s.padW = padW;
+  s.dilation = dilation;
+  return s;
+}
+
+TEST_CASE("conv gradients with a column pad and dilation match central differences",
+          "[gradient][conv][vision]") {
+  SECTION("1x7 kernel, pad 0 x 3 (Inception-v3's)") {
+    NetworkBuilder b({2, 4, 6});
+    b.add(LayerKind::kConv, convWith(3, 1, 7, 1, 0, 3, 1));
+    CHECK(b.network().layers[0].outShape == Shape{3, 4, 6});
+    checkGradients(b.network(), 2);
+  }
+  SECTION("3x2 kernel, stride 2, pad 2 x 1") {
+    NetworkBuilder b({3, 7, 6});
+    b.add(LayerKind::kConv, convWith(4, 3, 2, 2, 2, 1, 1));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("3x3 kernel, dilation 2, pad 2") {
+    NetworkBuilder b({3, 7, 6});
+    b.add(LayerKind::kConv, convWith(4, 3, 3, 1, 2, -1, 2));
+    CHECK(b.network().layers[0].outShape == Shape{4, 7, 6});
+    checkGradients(b.network(), 2);
+  }
+  SECTION("3x3 kernel, dilation 2, stride 2, pad 1 x 3, groups 2") {
+    NetworkBuilder b({4, 8, 7});
+    LayerSpec s = convWith(6, 3, 3, 2, 1, 3, 2);
+    s.groups = 2;
+    b.add(LayerKind::kConv, s);
+    checkGradients(b.network(), 2);
+  }
+  SECTION("1x1 kernel, pad 0 x 1 (not the im2col-free path)") {
+    NetworkBuilder b({3, 3, 4});
+    b.add(LayerKind::kConv, convWith(2, 1, 1, 1, 0, 1, 1));
+    CHECK(b.network().layers[0].outShape == Shape{2, 3, 6});
+    checkGradients(b.network(), 2);
+  }
+}
+
+TEST_CASE("max pool with ceil_mode: gradients match central differences",
+          "[gradient][pool][vision]") {
+  SECTION("3/2 over 6 x 8: the last window hangs over both edges") {
+    NetworkBuilder b({2, 6, 8});
+    LayerSpec s = test::poolSpec(PoolMode::kMax, 3, 2);
+    s.ceilMode = true;
+    b.add(LayerKind::kPool, s);
+    CHECK(b.network().layers[0].outShape == Shape{2, 3, 4});
+    checkGradients(b.network(), 2, {}, distinctValues);
+  }
+  SECTION("2/2 pad 1 over 5 x 5") {
+    NetworkBuilder b({2, 5, 5});
+    LayerSpec s = test::poolSpec(PoolMode::kMax, 2, 2, 1);
+    s.ceilMode = true;
+    b.add(LayerKind::kPool, s);
+    CHECK(b.network().layers[0].outShape == Shape{2, 3, 3});
+    checkGradients(b.network(), 2, {}, distinctValues);
+  }
+}
+
+TEST_CASE("activation gradients match central differences", "[gradient][vision]") {
+  for (LayerKind kind : {LayerKind::kSigmoid, LayerKind::kSilu, LayerKind::kRelu6,
+                         LayerKind::kHardSigmoid, LayerKind::kHardSwish}) {
+    INFO(toString(kind));
+    NetworkBuilder b({3, 4, 5});
+    b.add(kind);
+    checkGradients(b.network(), 2, {}, awayFromKinks);
+    // Read twice (summed gradients) and after a layer that changes scale.
+    NetworkBuilder twice({3, 4, 5});
+    const int act = twice.add(kind, {}, {-1});
+    twice.add(LayerKind::kAdd, {}, {act, -1});
+    checkGradients(twice.network(), 2, {}, awayFromKinks);
+  }
+}
+
+TEST_CASE("concat gradients match central differences", "[gradient][concat][vision]") {
+  SECTION("two inputs of 2 and 5 channels") {
+    NetworkBuilder b({3, 4, 4});
+    const int a = b.add(LayerKind::kConv, test::convSpec(2, 3, 3, 1, 1), {-1});
+    const int c = b.add(LayerKind::kConv, test::convSpec(5, 1, 1), {-1});
+    b.add(LayerKind::kConcat, {}, {a, c});
+    CHECK(b.network().layers.back().outShape == Shape{7, 4, 4});
+    checkGradients(b.network(), 2);
+  }
+  SECTION("three inputs of 3, 1 and 2 channels, the network input and a shared one") {
+    NetworkBuilder b({1, 3, 5});
+    const int a = b.add(LayerKind::kConv, test::convSpec(3, 3, 3, 1, 1), {-1});
+    const int c = b.add(LayerKind::kConv, test::convSpec(2, 1, 1), {a});
+    const int cat = b.add(LayerKind::kConcat, {}, {a, -1, c});
+    CHECK(b.network().layers.back().outShape == Shape{6, 3, 5});
+    b.add(LayerKind::kConv, test::convSpec(2, 3, 3, 1, 1), {cat});
+    checkGradients(b.network(), 3);
+  }
+  SECTION("one input twice") {
+    NetworkBuilder b({2, 3, 3});
+    b.add(LayerKind::kConcat, {}, {-1, -1});
+    checkGradients(b.network(), 2);
+  }
+}
+
+TEST_CASE("mul gradients match central differences", "[gradient][mul][vision]") {
+  SECTION("a per-channel gate (squeeze-excitation)") {
+    // x -> global avg pool -> 1x1 conv -> sigmoid -> gate; y = x * gate: x
+    // takes gradients through both.
+    NetworkBuilder b({4, 3, 5});
+    b.add(LayerKind::kPool, test::poolSpec(PoolMode::kAvg, 0, 1, 0, true), {-1});
+    b.add(LayerKind::kConv, test::convSpec(4, 1, 1));
+    const int gate = b.add(LayerKind::kSigmoid);
+    b.add(LayerKind::kMul, {}, {-1, gate});
+    CHECK(b.network().layers.back().outShape == Shape{4, 3, 5});
+    checkGradients(b.network(), 3);
+  }
+  SECTION("a gate of x's shape") {
+    NetworkBuilder b({3, 4, 2});
+    const int g = b.add(LayerKind::kConv, test::convSpec(3, 3, 3, 1, 1), {-1});
+    b.add(LayerKind::kMul, {}, {g, -1});
+    checkGradients(b.network(), 2);
+  }
+  SECTION("x * x") {
+    NetworkBuilder b({3, 2, 3});
+    b.add(LayerKind::kMul, {}, {-1, -1});
+    checkGradients(b.network(), 2);
+  }
+  SECTION("per-channel gate over one position (the same-shape path)") {
+    NetworkBuilder b({5, 1, 1});
+    b.add(LayerKind::kFc, test::fcSpec(5, false));
+    const int gate = b.add(LayerKind::kHardSigmoid);
+    b.add(LayerKind::kMul, {}, {-1, gate});
+    checkGradients(b.network(), 3);
+  }
+}
+
+TEST_CASE("a small vision network matches central differences", "[gradient][vision]") {
+  // A MobileNetV3-like block: an expanding 1x1 conv, hardswish, a depthwise
+  // dilated conv, a squeeze-excitation gate (relu6, hardsigmoid), a
+  // projection concatenated with the block's input, a ceil-mode max pool,
+  // and a classifier with silu.
+  NetworkBuilder b({3, 6, 6});
+  b.add(LayerKind::kConv, test::convSpec(6, 1, 1), {-1});
+  b.add(LayerKind::kBatchNorm);
+  b.add(LayerKind::kHardSwish);
+  LayerSpec depthwise = convWith(6, 3, 3, 1, 2, -1, 2);
+  depthwise.groups = 6;
+  const int dw = b.add(LayerKind::kConv, depthwise);
+  b.add(LayerKind::kPool, test::poolSpec(PoolMode::kAvg, 0, 1, 0, true));
+  b.add(LayerKind::kConv, test::convSpec(3, 1, 1));
+  b.add(LayerKind::kRelu6);
+  b.add(LayerKind::kConv, test::convSpec(6, 1, 1));
+  const int gate = b.add(LayerKind::kHardSigmoid);
+  const int se = b.add(LayerKind::kMul, {}, {dw, gate});
+  const int project = b.add(LayerKind::kConv, test::convSpec(3, 1, 1), {se});
+  b.add(LayerKind::kConcat, {}, {project, -1});
+  LayerSpec ceil = test::poolSpec(PoolMode::kMax, 2, 2);
+  ceil.ceilMode = true;
+  b.add(LayerKind::kPool, ceil);
+  b.add(LayerKind::kFc, test::fcSpec(5));
+  b.add(LayerKind::kSilu);
+  b.add(LayerKind::kFc, test::fcSpec(4));
+  b.add(LayerKind::kSoftmax);
+  // eps 1e-3: max pool, relu6, hardswish and hardsigmoid sit deep in the
+  // network, where a larger step could cross a kink.
+  checkGradients(b.network(), 3, {}, uniformInput, 1e-3);
+}
+
 // ---- transformer layers ----------------------------------------------------
 
 LayerSpec attentionSpec(int heads, bool causal, bool bias = true) {

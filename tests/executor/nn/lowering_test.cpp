@@ -132,7 +132,10 @@ int outputsOf(const Network& net, Slicing slicing, int l) {
     return 0;
   const Layer& layer = net.layers[static_cast<size_t>(l)];
   if (layer.kind == LayerKind::kSoftmax || layer.kind == LayerKind::kRelu ||
-      layer.kind == LayerKind::kDropout || layer.kind == LayerKind::kFc)
+      layer.kind == LayerKind::kDropout || layer.kind == LayerKind::kFc ||
+      layer.kind == LayerKind::kSigmoid || layer.kind == LayerKind::kSilu ||
+      layer.kind == LayerKind::kRelu6 || layer.kind == LayerKind::kHardSigmoid ||
+      layer.kind == LayerKind::kHardSwish)
     return evenSlice(layer.outShape.c, slicing.workers, slicing.rank).size();
   return 0;
 }
@@ -216,6 +219,25 @@ bool hasLlamaLayers(const Network& net) {
     if (l.kind == LayerKind::kRmsNorm || l.kind == LayerKind::kSwiglu ||
         (l.kind == LayerKind::kAttention && (l.kvHeads() != l.spec.heads || l.spec.rotary)))
       return true;
+  return false;
+}
+
+// Whether a network has vision networks' layers, which only the CPU backend
+// runs (Backend::runsVisionLayers).
+bool hasVisionLayers(const Network& net) {
+  for (const Layer& l : net.layers)
+    switch (l.kind) {
+      case LayerKind::kConcat:
+      case LayerKind::kSigmoid:
+      case LayerKind::kSilu:
+      case LayerKind::kRelu6:
+      case LayerKind::kHardSigmoid:
+      case LayerKind::kHardSwish:
+      case LayerKind::kMul:
+        return true;
+      default:
+        break;
+    }
   return false;
 }
 
@@ -304,6 +326,86 @@ TEST_CASE("lowerCpu lists the calls the CPU backend makes: layers no preset has"
           },
           fmt::format("edge network, batch {}, T = {}", batch, threads));
     }
+}
+
+// Vision networks' layers: concatenations of two and three inputs of
+// different widths (one of them the network input, one read twice, so that
+// gradients are summed), every activation, mul by a per-channel gate (a
+// squeeze-excitation block) and by a tensor of its shape (x * x too: both
+// gradients one buffer), convolutions with a column pad other than the
+// row pad, dilated, and a 1x1 one with a column pad (not pointwise), max
+// pooling with ceil_mode, and an fc head whose model-parallel part holds
+// activations.
+Network visionEdgeNetwork() {
+  using test::convSpec;
+  test::NetworkBuilder b(Shape{3, 9, 8});
+  LayerSpec wide = convSpec(4, 1, 5, 1, 0);
+  wide.padW = 2;
+  const int a = b.add(LayerKind::kConv, wide, {-1});
+  LayerSpec dilated = convSpec(5, 3, 3, 1, 2);
+  dilated.dilation = 2;
+  const int c = b.add(LayerKind::kConv, dilated, {-1});
+  const int cat2 = b.add(LayerKind::kConcat, {}, {a, c});
+  LayerSpec columns = convSpec(3, 1, 1, 1, 0);
+  columns.padW = 1;
+  const int d = b.add(LayerKind::kConv, columns, {cat2});  // 9 x 10
+  LayerSpec narrow = convSpec(2, 1, 3, 1, 0);
+  const int e = b.add(LayerKind::kConv, narrow, {d});  // 9 x 8
+  const int cat3 = b.add(LayerKind::kConcat, {}, {e, -1, a});
+  const int s = b.add(LayerKind::kSilu, {}, {cat3});
+  const int pool = b.add(LayerKind::kPool, test::poolSpec(PoolMode::kAvg, 0, 1, 0, true), {s});
+  b.add(LayerKind::kConv, convSpec(9, 1, 1));
+  const int gate = b.add(LayerKind::kHardSigmoid);
+  static_cast<void>(pool);
+  const int se = b.add(LayerKind::kMul, {}, {s, gate});
+  const int sig = b.add(LayerKind::kSigmoid, {}, {se});
+  const int same = b.add(LayerKind::kMul, {}, {se, sig});
+  const int square = b.add(LayerKind::kMul, {}, {same, same});
+  b.add(LayerKind::kRelu6, {}, {square});
+  LayerSpec ceil = test::poolSpec(PoolMode::kMax, 2, 2);
+  ceil.ceilMode = true;
+  b.add(LayerKind::kPool, ceil);  // 5 x 4
+  b.add(LayerKind::kHardSwish);
+  b.add(LayerKind::kFc, test::fcSpec(6));
+  b.add(LayerKind::kHardSwish);
+  b.add(LayerKind::kRelu6);
+  b.add(LayerKind::kFc, test::fcSpec(5));
+  b.add(LayerKind::kSigmoid);
+  b.add(LayerKind::kSilu);
+  b.add(LayerKind::kSoftmax);
+  return b.network();
+}
+
+TEST_CASE("lowerCpu lists the calls the CPU backend makes: vision layers no preset has",
+          "[lowering][threads][vision]") {
+  Network net = visionEdgeNetwork();
+  REQUIRE(net.modelParallelFrom >= 0);
+  for (int threads : {1, 2})
+    for (int batch : {1, 3}) {
+      for (Slicing slicing : {Slicing{}, Slicing{3, 1}}) {
+        KernelRecorder recorder(/*recordOnly=*/true);
+        CpuBackend backend(CpuOptions{threads, &recorder});
+        const StepCalls recorded = recordStep(net, backend, recorder, batch, false, slicing);
+        checkAgainst(
+            net, recorded,
+            [&](int l, Phase phase) {
+              return lowerCpu(net, l, phase, batch, outputsOf(net, slicing, l), MemKernel::kSgd,
+                              threads);
+            },
+            fmt::format("vision edge network, batch {}, T = {}{}", batch, threads,
+                        slicing.workers > 0 ? ", model-parallel" : ""));
+      }
+    }
+  // A computing run lists the record-only run's calls.
+  KernelRecorder onlyRecords(/*recordOnly=*/true), alsoComputes(/*recordOnly=*/false);
+  CpuBackend dry(CpuOptions{2, &onlyRecords});
+  CpuBackend wet(CpuOptions{2, &alsoComputes});
+  const StepCalls recorded = recordStep(net, dry, onlyRecords, 3, false);
+  const StepCalls computed = recordStep(net, wet, alsoComputes, 3, true);
+  for (const auto& [key, calls] : computed) {
+    INFO(fmt::format("layer {}, {}", key.first, toString(key.second)));
+    CHECK(sameCalls(calls, recorded.at(key)));
+  }
 }
 
 // Transformer layers as no preset has them: an embedding without a position
@@ -418,6 +520,48 @@ TEST_CASE("lowerCuda lists the calls the CUDA backend makes: layers no preset ha
     }
 }
 
+// A dilated convolution and one with a column pad of its own go to cuDNN
+// as one call per pass, as lowerCuda prices them; the vision layers
+// around them are refused (the CUDA backend lacks their kernels).
+TEST_CASE("lowerCuda: dilated and column-padded convolutions, and vision layers refused",
+          "[lowering][cuda][vision]") {
+  test::NetworkBuilder b(Shape{3, 9, 8});
+  LayerSpec wide = test::convSpec(4, 1, 5, 1, 0);
+  wide.padW = 2;
+  b.add(LayerKind::kConv, wide);
+  LayerSpec dilated = test::convSpec(5, 3, 3, 2, 2);
+  dilated.dilation = 2;
+  b.add(LayerKind::kConv, dilated);
+  LayerSpec ceil = test::poolSpec(PoolMode::kMax, 2, 2);
+  ceil.ceilMode = true;
+  b.add(LayerKind::kPool, ceil);
+  b.add(LayerKind::kFc, test::fcSpec(5));
+  b.add(LayerKind::kSoftmax);
+  const Network net = b.network();
+  for (int batch : {1, 3}) {
+    KernelRecorder recorder(/*recordOnly=*/true);
+    CudaBackend backend(recorder);
+    const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+    checkAgainst(
+        net, recorded, [&](int l, Phase phase) { return lowerCuda(net, l, phase, batch, 0); },
+        fmt::format("dilated convolutions on cuda, batch {}", batch));
+  }
+  KernelRecorder recorder(/*recordOnly=*/true);
+  CudaBackend backend(recorder);
+  ModelOptions options;
+  options.backend = &backend;
+  CHECK_THROWS_WITH(Model(visionEdgeNetwork(), options),
+                    Catch::Contains("layer 'concat2' (concat): the cuda backend does not run "
+                                    "vision networks'"));
+  // Backend's defaults name the kernel it lacks.
+  const Dims d{1, 1, 1, 1};
+  float v = 0;
+  CHECK_THROWS_WITH(backend.activationForward(Activation::kRelu6, {&v, d}, {&v, d}),
+                    Catch::Contains("the cuda backend does not run relu6 layers yet"));
+  CHECK_THROWS_AS(backend.mulForward({&v, d}, {&v, d}, {&v, d}), UserError);
+  CHECK_THROWS_AS(backend.copyFromChannels({&v, d}, 0, {&v, d}, 0.0f), UserError);
+}
+
 // bf16 adds casts around every conv and fc phase and nothing else: the
 // lowering of a conv layer's forward lists them with their sizes.
 TEST_CASE("lowerCuda bf16: the casts around a convolution and an fc layer", "[lowering][cuda]") {
@@ -506,6 +650,17 @@ TEST_CASE(
     const Network net = presetNetwork(preset);
     if (hasRnn(net) || hasAttentionDropout(net) || tooBigToRecord(net))
       continue;  // no backend runs rnn layers
+    if (hasVisionLayers(net)) {
+      // Nor vision networks' concat, mul and activations, naming the layer.
+      KernelRecorder recorder(/*recordOnly=*/true);
+      CudaBackend backend(recorder, ElementType::kFp32);
+      ModelOptions options;
+      options.backend = &backend;
+      INFO(preset);
+      CHECK_THROWS_WITH(Model(net, options),
+                        Catch::Contains("the cuda backend does not run vision networks'"));
+      continue;
+    }
     if (hasLlamaLayers(net)) {
       // The CUDA backend refuses Llama's layers (only the CPU backend has
       // their kernels), naming the first such layer.

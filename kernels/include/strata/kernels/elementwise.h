@@ -54,6 +54,51 @@ STRATA_HD inline float reluGrad(float y, float dy) {
   return y > 0.0f ? dy : 0.0f;
 }
 
+// Vision networks' activations (nn::Activation), value and gradient, as
+// PyTorch's torch.nn.Sigmoid, SiLU, ReLU6, Hardsigmoid and Hardswish compute
+// them, the derivative at the kinks included. The gradients take dy and the
+// value the derivative is a function of: sigmoid's and relu6's their output
+// y, the others' their input x.
+STRATA_HD inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+STRATA_HD inline float sigmoidGrad(float y, float dy) {
+  return dy * (y * (1.0f - y));
+}
+STRATA_HD inline float silu(float x) {
+  return x * sigmoid(x);
+}
+// silu'(x) = s + x s (1 - s) = s (1 + x (1 - s)), s = sigmoid(x).
+STRATA_HD inline float siluGrad(float x, float dy) {
+  const float s = sigmoid(x);
+  return dy * (s * (1.0f + x * (1.0f - s)));
+}
+STRATA_HD inline float relu6(float x) {
+  const float r = x < 0.0f ? 0.0f : x;
+  return r > 6.0f ? 6.0f : r;
+}
+// Through where 0 < y < 6 (PyTorch's hardtanh_backward: 0 at both kinks).
+STRATA_HD inline float relu6Grad(float y, float dy) {
+  return y > 0.0f && y < 6.0f ? dy : 0.0f;
+}
+STRATA_HD inline float hardSigmoid(float x) {
+  return relu6(x + 3.0f) / 6.0f;
+}
+// dy / 6 where -3 < x < 3.
+STRATA_HD inline float hardSigmoidGrad(float x, float dy) {
+  return x > -3.0f && x < 3.0f ? dy / 6.0f : 0.0f;
+}
+STRATA_HD inline float hardSwish(float x) {
+  return x * relu6(x + 3.0f) / 6.0f;
+}
+// 0 below -3, dy (x / 3 + 1/2) on [-3, 3], dy above (PyTorch's
+// hardswish_backward).
+STRATA_HD inline float hardSwishGrad(float x, float dy) {
+  if (x < -3.0f)
+    return 0.0f;
+  return x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy;
+}
+
 // ---- dropout -------------------------------------------------------------------
 
 // The factor of kept elements, 1 / (1 - rate).

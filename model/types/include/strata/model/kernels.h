@@ -88,8 +88,18 @@ enum class MemKernel {
   kSwigluFwd,          // unit: output elements (half the input's)
   kSwigluBwd,          // unit: output-gradient elements (half of dx's)
   kRotary,             // rotary positions of Q and K, or their inverse on dQ, dK; unit: elements
+  // Vision networks' activations and gates (unit: elements of the tensor
+  // produced): sigmoid and silu (timed as silu, the dearer); relu6,
+  // hardsigmoid and hardswish, piecewise linear (timed as hardswish); the
+  // product x * g (timed with a per-channel gate, backward giving dx and dg).
+  kSigmoidFwd,
+  kSigmoidBwd,
+  kHardActFwd,
+  kHardActBwd,
+  kMulFwd,
+  kMulBwd,
 };
-inline constexpr int kMemKernelCount = 46;
+inline constexpr int kMemKernelCount = 52;
 std::string_view toString(MemKernel kernel);
 // Parses a config name ("relu_fwd"); false when unknown.
 bool parseMemKernel(std::string_view name, MemKernel& out);

@@ -32,13 +32,23 @@ enum class LayerKind {
   kGelu,       // GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2)
   kRmsNorm,    // RMS normalisation over the channels of each position (Zhang & Sennrich 2019)
   kSwiglu,     // gated activation silu(a) * b over the two channel halves (Shazeer 2020; Llama)
+  // Vision networks (torchvision's zoo, docs/networks.md):
+  kConcat,       // its inputs side by side along the channels (GoogLeNet, DenseNet)
+  kSigmoid,      // 1 / (1 + exp(-x)) (squeeze-excitation's gate, Hu et al. 2018)
+  kSilu,         // x sigmoid(x) (Elfwing et al. 2018; EfficientNet's swish)
+  kRelu6,        // min(max(x, 0), 6) (MobileNetV2, Sandler et al. 2018)
+  kHardSigmoid,  // relu6(x + 3) / 6 (MobileNetV3, Howard et al. 2019)
+  kHardSwish,    // x relu6(x + 3) / 6 (MobileNetV3)
+  kMul,          // x * g, g of x's shape or one value per channel (C x 1 x 1, an SE gate)
 };
-inline constexpr int kLayerKindCount = 16;
+inline constexpr int kLayerKindCount = 23;
 inline constexpr LayerKind kAllLayerKinds[] = {
-    LayerKind::kConv,      LayerKind::kPool,    LayerKind::kFc,        LayerKind::kRnn,
-    LayerKind::kRelu,      LayerKind::kLrn,     LayerKind::kDropout,   LayerKind::kBatchNorm,
-    LayerKind::kAdd,       LayerKind::kSoftmax, LayerKind::kEmbedding, LayerKind::kAttention,
-    LayerKind::kLayerNorm, LayerKind::kGelu,    LayerKind::kRmsNorm,   LayerKind::kSwiglu};
+    LayerKind::kConv,        LayerKind::kPool,      LayerKind::kFc,        LayerKind::kRnn,
+    LayerKind::kRelu,        LayerKind::kLrn,       LayerKind::kDropout,   LayerKind::kBatchNorm,
+    LayerKind::kAdd,         LayerKind::kSoftmax,   LayerKind::kEmbedding, LayerKind::kAttention,
+    LayerKind::kLayerNorm,   LayerKind::kGelu,      LayerKind::kRmsNorm,   LayerKind::kSwiglu,
+    LayerKind::kConcat,      LayerKind::kSigmoid,   LayerKind::kSilu,      LayerKind::kRelu6,
+    LayerKind::kHardSigmoid, LayerKind::kHardSwish, LayerKind::kMul};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -69,10 +79,20 @@ struct LayerSpec {
   int kernelH = 0;
   int kernelW = 0;
   int stride = 1;
-  int pad = 0;
+  int pad = 0;  // rows of zeros above and below (and, padW < 0, columns left and right)
+  // conv: columns of zeros left and right when they differ from pad's rows
+  // (Inception-v3's 1x7 kernels pad 0 x 3); -1: pad.
+  int padW = -1;
+  // conv: the kernel's taps `dilation` apart in both dimensions (Yu & Koltun
+  // 2016): a k-tap kernel spans dilation (k - 1) + 1 inputs.
+  int dilation = 1;
   int groups = 1;
   PoolMode poolMode = PoolMode::kMax;
   bool global = false;
+  // pool: the output size rounded up, as PyTorch's ceil_mode (a last window
+  // that starts inside the input or its left padding is kept, partly
+  // outside); max pooling only.
+  bool ceilMode = false;
   // conv / fc / rnn / attention (attention: the Q, K, V and output
   // projections' biases)
   bool bias = true;
@@ -117,6 +137,8 @@ struct LayerSpec {
   // token table (vocab x features), shared, so the fc holds no parameters
   // of its own (GPT-2's output layer). -1: not tied.
   int tiedTo = -1;
+
+  int padWidth() const { return padW < 0 ? pad : padW; }
 };
 
 // One layer with its derived per-example costs.

@@ -39,13 +39,32 @@ namespace strata::nn {
 
 // Geometry of a convolution x (n, inC, inH, inW) -> y (n, filters, outH, outW)
 // with weights (filters, inC / groups, kernelH, kernelW) and bias (filters).
+// pad rows of zeros above and below, padW columns left and right (-1: pad);
+// the kernel's taps `dilation` inputs apart in both dimensions.
 struct ConvDesc {
   int inC = 0, inH = 0, inW = 0;
   int filters = 0;
   int kernelH = 0, kernelW = 0;
   int stride = 1, pad = 0, groups = 1;
   int outH = 0, outW = 0;
+  int padW = -1;
+  int dilation = 1;
+  int widthPad() const { return padW < 0 ? pad : padW; }
 };
+
+// The pointwise activations of vision networks (Backend::activationForward),
+// as PyTorch's torch.nn modules of the same names compute them and their
+// gradients.
+enum class Activation {
+  kSigmoid,      // 1 / (1 + exp(-x))
+  kSilu,         // x sigmoid(x)
+  kRelu6,        // min(max(x, 0), 6)
+  kHardSigmoid,  // relu6(x + 3) / 6
+  kHardSwish,    // x relu6(x + 3) / 6
+};
+// "sigmoid", "silu", "relu6", "hardsigmoid", "hardswish": the layer kinds'
+// names.
+std::string_view toString(Activation fn);
 
 // Geometry of a pooling window; padding never contributes (max ignores it,
 // avg divides by the number of input elements inside the window).
@@ -396,6 +415,36 @@ class Backend {
   virtual void embeddingBackwardWeights(const EmbeddingDesc& d, ConstTensorView ids,
                                         ConstTensorView dy, float* dtable);
 
+  // ---- vision networks' layers ----
+  // Whether this backend runs the kernels below (concat, mul and the
+  // activations of Activation); Model refuses a network with those layers on
+  // one that does not, naming the layer. Their default implementations throw
+  // a UserError naming the kernel and the backend.
+  virtual bool runsVisionLayers() const { return false; }
+
+  // y = fn(x), element by element (x and y of the same dims).
+  virtual void activationForward(Activation fn, ConstTensorView x, TensorView y);
+  // dx = dy fn'(x) + beta dx, with PyTorch's derivative at the kinks (relu6:
+  // 0 at 0 and 6; hardsigmoid: 0 at -3 and 3; hardswish: (2 x + 3) / 6 on
+  // [-3, 3]). y is forward's output: sigmoid and relu6 read it (their
+  // derivative is a function of it), the others x.
+  virtual void activationBackward(Activation fn, ConstTensorView x, ConstTensorView y,
+                                  ConstTensorView dy, TensorView dx, float beta);
+
+  // dst = src's channels [channelOffset, channelOffset + dst.c) + beta dst
+  // (same n, h, w): the gradient of one input of a concatenation, whose
+  // forward is copyIntoChannels.
+  virtual void copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst, float beta);
+
+  // y = x g, where g is x's dims or one value per channel of each example
+  // (n, c, 1, 1) broadcast over the positions (a squeeze-excitation gate).
+  virtual void mulForward(ConstTensorView x, ConstTensorView g, TensorView y);
+  // dx = dy g + betaX dx; dg = dy x (summed over the positions for a
+  // per-channel g) + betaG dg, in one kernel. dx and dg may be one buffer
+  // (x * x: both betas 1, the Model's summed gradient).
+  virtual void mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
+                           float betaX, TensorView dg, float betaG);
+
   // ---- optimiser ----
   // SGD with momentum in the form of Krizhevsky et al. (2012, section 5) and
   // Sutskever et al. (2013):  v = momentum * v - lr * (g + weightDecay * w);
@@ -413,8 +462,10 @@ class Backend {
                     std::span<const float> g, const AdamParams& p) = 0;
 
  protected:
-  // Throws the ConfigError of a transformer kernel this backend lacks.
+  // Throws the UserError of a transformer kernel this backend lacks.
   [[noreturn]] void lacks(std::string_view kind) const;
+  // The same for a vision network's kernel (runsVisionLayers).
+  [[noreturn]] void lacksVision(std::string_view kind) const;
 
   // Whether to do a kernel call's work: reports the call to the recorder, if
   // any, and says false when that recorder only records. Each sits beside

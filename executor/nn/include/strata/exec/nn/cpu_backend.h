@@ -213,6 +213,29 @@ class CpuBackend final : public Backend {
                                 float* dtable) override {
     impl_->embeddingBackwardWeights(d, ids, dy, dtable);
   }
+  bool runsVisionLayers() const override { return impl_->runsVisionLayers(); }
+  void activationForward(Activation fn, ConstTensorView x, TensorView y) override {
+    impl_->activationForward(fn, x, y);
+  }
+  void activationBackward(Activation fn, ConstTensorView x, ConstTensorView y, ConstTensorView dy,
+                          TensorView dx, float beta) override {
+    impl_->activationBackward(fn, x, y, dy, dx, beta);
+  }
+  // A concatenation's copies are kernel calls (copy), reported as such.
+  void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) override {
+    impl_->copyIntoChannels(src, dst, channelOffset);
+  }
+  void copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst,
+                        float beta) override {
+    impl_->copyFromChannels(src, channelOffset, dst, beta);
+  }
+  void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override {
+    impl_->mulForward(x, g, y);
+  }
+  void mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
+                   float betaX, TensorView dg, float betaG) override {
+    impl_->mulBackward(x, g, dy, dx, betaX, dg, betaG);
+  }
   void sgdMomentum(std::span<float> w, std::span<float> v, std::span<const float> g,
                    float learningRate, float momentum, float weightDecay) override {
     impl_->sgdMomentum(w, v, g, learningRate, momentum, weightDecay);

@@ -113,7 +113,8 @@ NeuronRange evenSlice(int n, int parts, int index);
 // ModelOptions::slices. Requires 0 <= rank < workers. Throws UserError when the
 // network has no model-parallel part, and ConfigError naming the layer when an
 // fc has fewer outputs than workers or the part holds a layer other than fc,
-// relu, dropout or softmax.
+// dropout, softmax or a pointwise activation (relu, sigmoid, silu, relu6,
+// hardsigmoid, hardswish: each acts on the slice it reads).
 std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank);
 
 // This worker's place in a tensor-parallel group (the header comment).
@@ -213,7 +214,9 @@ class Model {
   // Throws UserError naming the layer for an rnn layer (not supported), a
   // transformer layer on a backend that does not run them, one of Llama's
   // (rmsnorm, swiglu, grouped-query or rotary attention) on a backend whose
-  // runsLlamaLayers() is false (cuda), or a model-parallel or
+  // runsLlamaLayers() is false (cuda), a vision network's concat, mul,
+  // sigmoid, silu, relu6, hardsigmoid or hardswish on one whose
+  // runsVisionLayers() is false (cuda), or a model-parallel or
   // tensor-parallel layout it cannot run.
   explicit Model(const Network& network, ModelOptions options = {});
   ~Model();

@@ -1,0 +1,263 @@
+// Vision networks' kernels on the CPU backend against values worked by hand:
+// the activations (forward and gradient, at and beside their kinks), concat's
+// channel copies, mul by a per-channel gate and by a same-shape one, a
+// ceil-mode max pool, a column-padded and a dilated convolution; and their
+// results on 2..8 threads against one thread's bits. (Their gradients against
+// central differences: gradient_test.cpp; the calls against lowerCpu:
+// lowering_test.cpp.)
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "helpers.h"
+#include "strata/exec/nn/cpu_backend.h"
+#include "strata/model/error.h"
+
+namespace strata::nn {
+namespace {
+
+using test::NetworkBuilder;
+
+// fn over the values, each a 1 x n x 1 x 1 tensor.
+std::vector<float> forward(Activation fn, const std::vector<float>& x) {
+  CpuBackend be;
+  const Dims d{1, static_cast<int>(x.size()), 1, 1};
+  std::vector<float> y(x.size());
+  be.activationForward(fn, {x.data(), d}, {y.data(), d});
+  return y;
+}
+
+// dx for dy = 1 at x, from a forward at x (beta 0).
+std::vector<float> gradient(Activation fn, const std::vector<float>& x) {
+  CpuBackend be;
+  const Dims d{1, static_cast<int>(x.size()), 1, 1};
+  const std::vector<float> y = forward(fn, x), dy(x.size(), 1.0f);
+  std::vector<float> dx(x.size());
+  be.activationBackward(fn, {x.data(), d}, {y.data(), d}, {dy.data(), d}, {dx.data(), d}, 0.0f);
+  return dx;
+}
+
+void checkValues(const std::vector<float>& got, const std::vector<float>& expected) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == Approx(expected[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("activations: values worked by hand", "[vision]") {
+  const float e1 = 1.0f / (1.0f + std::exp(-1.0f));  // sigmoid(1) = 0.731059
+  SECTION("sigmoid") {
+    checkValues(forward(Activation::kSigmoid, {0, 1, -1}), {0.5f, e1, 1 - e1});
+    // s (1 - s): 1/4 at 0.
+    checkValues(gradient(Activation::kSigmoid, {0, 1}), {0.25f, e1 * (1 - e1)});
+  }
+  SECTION("silu") {
+    checkValues(forward(Activation::kSilu, {0, 1, -1}), {0, e1, -(1 - e1)});
+    // s (1 + x (1 - s)): 1/2 at 0.
+    checkValues(gradient(Activation::kSilu, {0, 1}), {0.5f, e1 * (1 + (1 - e1))});
+  }
+  SECTION("relu6") {
+    checkValues(forward(Activation::kRelu6, {-1, 0, 2.5f, 6, 7}), {0, 0, 2.5f, 6, 6});
+    // PyTorch's: 0 at both kinks.
+    checkValues(gradient(Activation::kRelu6, {-1, 0, 2.5f, 6, 7}), {0, 0, 1, 0, 0});
+  }
+  SECTION("hardsigmoid") {
+    checkValues(forward(Activation::kHardSigmoid, {-4, -3, 0, 1.5f, 3, 4}),
+                {0, 0, 0.5f, 0.75f, 1, 1});
+    checkValues(gradient(Activation::kHardSigmoid, {-4, -3, 0, 1.5f, 3, 4}),
+                {0, 0, 1 / 6.0f, 1 / 6.0f, 0, 0});
+  }
+  SECTION("hardswish") {
+    checkValues(forward(Activation::kHardSwish, {-4, -3, -1, 0, 1, 3, 4}),
+                {0, 0, -1 * 2 / 6.0f, 0, 4 / 6.0f, 3, 4});
+    // x / 3 + 1/2 on [-3, 3] (PyTorch's: -1/2 at -3, 3/2 at 3), 0 below, 1 above.
+    checkValues(gradient(Activation::kHardSwish, {-4, -3, -1, 0, 1, 3, 4}),
+                {0, -0.5f, 1 / 6.0f, 0.5f, 5 / 6.0f, 1.5f, 1});
+  }
+  SECTION("beta 1 adds onto dx") {
+    CpuBackend be;
+    const Dims d{1, 2, 1, 1};
+    const std::vector<float> x = {1, 7}, y = {1, 6}, dy = {2, 2};
+    std::vector<float> dx = {10, 20};
+    be.activationBackward(Activation::kRelu6, {x.data(), d}, {y.data(), d}, {dy.data(), d},
+                          {dx.data(), d}, 1.0f);
+    checkValues(dx, {12, 20});
+  }
+}
+
+TEST_CASE("concat's copies: channels side by side, gradients back out", "[vision][concat]") {
+  CpuBackend be;
+  // a: 2 examples of 1 channel x 2 positions; b: 2 channels.
+  const std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8, 9, 10, 11, 12};
+  const Dims da{2, 1, 1, 2}, db{2, 2, 1, 2}, dyDims{2, 3, 1, 2};
+  std::vector<float> y(12, -1.0f);
+  be.copyIntoChannels({a.data(), da}, {y.data(), dyDims}, 0);
+  be.copyIntoChannels({b.data(), db}, {y.data(), dyDims}, 1);
+  CHECK(y == std::vector<float>{1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12});
+  // Backward: b's gradient overwritten (beta 0), a's added onto (beta 1).
+  std::vector<float> ga = {100, 100, 100, 100}, gb(8, -1.0f);
+  be.copyFromChannels({y.data(), dyDims}, 0, {ga.data(), da}, 1.0f);
+  be.copyFromChannels({y.data(), dyDims}, 1, {gb.data(), db}, 0.0f);
+  CHECK(ga == std::vector<float>{101, 102, 103, 104});
+  CHECK(gb == b);
+}
+
+TEST_CASE("a Model's concat joins its inputs in the order it lists them", "[vision][concat]") {
+  NetworkBuilder builder({2, 1, 2});
+  const int relu = builder.add(LayerKind::kRelu, {}, {-1});
+  builder.add(LayerKind::kConcat, {}, {-1, relu, -1});
+  Model model(builder.network());
+  const std::vector<float> x = {-1, 2, 3, -4};  // one example: channels [-1, 2], [3, -4]
+  std::copy(x.begin(), x.end(), model.input(1).span().begin());
+  model.forwardAll();
+  const auto y = model.output(1).span();
+  CHECK(std::vector<float>(y.begin(), y.end()) ==
+        std::vector<float>{-1, 2, 3, -4, 0, 2, 3, 0, -1, 2, 3, -4});
+  // dy = 1: the input takes 1 from each of its two copies and 1 through relu
+  // where it is positive.
+  std::fill(model.outputGrad(1).span().begin(), model.outputGrad(1).span().end(), 1.0f);
+  model.backwardData(1);
+  model.backwardData(0);
+  const auto dx = model.inputGrad().span();
+  CHECK(std::vector<float>(dx.begin(), dx.end()) == std::vector<float>{2, 3, 3, 2});
+}
+
+TEST_CASE("mul: by a per-channel gate and by a tensor of x's shape", "[vision][mul]") {
+  CpuBackend be;
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // 1 example, 2 channels x 3 positions
+  const Dims dx{1, 2, 1, 3};
+  SECTION("per-channel gate") {
+    const std::vector<float> g = {2, -1};
+    const Dims dg{1, 2, 1, 1};
+    std::vector<float> y(6);
+    be.mulForward({x.data(), dx}, {g.data(), dg}, {y.data(), dx});
+    CHECK(y == std::vector<float>{2, 4, 6, -4, -5, -6});
+    const std::vector<float> dy = {1, 1, 1, 1, 0, 2};
+    std::vector<float> gx(6, 7.0f), gg = {10, 20};
+    be.mulBackward({x.data(), dx}, {g.data(), dg}, {dy.data(), dx}, {gx.data(), dx}, 0.0f,
+                   {gg.data(), dg}, 1.0f);
+    CHECK(gx == std::vector<float>{2, 2, 2, -1, 0, -2});
+    // dg = sum over positions of dy x: 1 + 2 + 3 = 6; 4 + 0 + 12 = 16; plus
+    // what was there (beta 1).
+    CHECK(gg == std::vector<float>{16, 36});
+  }
+  SECTION("a gate of x's shape, and x * x into one gradient") {
+    const std::vector<float> g = {-1, 0, 1, 2, 3, 4};
+    std::vector<float> y(6);
+    be.mulForward({x.data(), dx}, {g.data(), dx}, {y.data(), dx});
+    CHECK(y == std::vector<float>{-1, 0, 3, 8, 15, 24});
+    const std::vector<float> dy(6, 1.0f);
+    std::vector<float> gx(6), gg(6);
+    be.mulBackward({x.data(), dx}, {g.data(), dx}, {dy.data(), dx}, {gx.data(), dx}, 0.0f,
+                   {gg.data(), dx}, 0.0f);
+    CHECK(gx == g);
+    CHECK(gg == x);
+    // d(x^2)/dx = 2 x, both terms summed into the one buffer.
+    std::vector<float> both(6, 0.0f);
+    be.mulBackward({x.data(), dx}, {x.data(), dx}, {dy.data(), dx}, {both.data(), dx}, 1.0f,
+                   {both.data(), dx}, 1.0f);
+    CHECK(both == std::vector<float>{2, 4, 6, 8, 10, 12});
+  }
+}
+
+TEST_CASE("ceil-mode max pooling keeps the last window, clamped to the input", "[vision][pool]") {
+  // 2 x 5, window 2, stride 2: floor mode gives 2 columns, ceil mode 3, the
+  // last reading columns 4 (and 5, outside).
+  NetworkBuilder builder({1, 2, 5});
+  LayerSpec s = test::poolSpec(PoolMode::kMax, 2, 2);
+  s.ceilMode = true;
+  builder.add(LayerKind::kPool, s);
+  REQUIRE(builder.network().layers[0].outShape == Shape{1, 1, 3});
+  Model model(builder.network());
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::copy(x.begin(), x.end(), model.input(1).span().begin());
+  model.forwardAll();
+  const auto y = model.output(0).span();
+  CHECK(std::vector<float>(y.begin(), y.end()) == std::vector<float>{7, 9, 10});
+  std::fill(model.outputGrad(0).span().begin(), model.outputGrad(0).span().end(), 1.0f);
+  model.backwardData(0);
+  const auto dx = model.inputGrad().span();
+  CHECK(std::vector<float>(dx.begin(), dx.end()) ==
+        std::vector<float>{0, 0, 0, 0, 0, 0, 1, 0, 1, 1});
+}
+
+TEST_CASE("convolutions with a column pad and with dilation: values worked by hand",
+          "[vision][conv]") {
+  // One 1 x 4 plane x = [1, 2, 3, 4] and a 1 x 3 kernel of ones.
+  const std::vector<float> x = {1, 2, 3, 4};
+  const auto run = [&](LayerSpec spec, Shape expected) {
+    NetworkBuilder builder({1, 1, 4});
+    spec.bias = false;
+    builder.add(LayerKind::kConv, spec);
+    REQUIRE(builder.network().layers[0].outShape == expected);
+    Model model(builder.network());
+    std::fill(model.parameters(0).begin(), model.parameters(0).end(), 1.0f);
+    std::copy(x.begin(), x.end(), model.input(1).span().begin());
+    model.forwardAll();
+    const auto y = model.output(0).span();
+    return std::vector<float>(y.begin(), y.end());
+  };
+  LayerSpec columns = test::convSpec(1, 1, 3);
+  columns.padW = 1;  // rows unpadded: a 1-row kernel over 1 row
+  CHECK(run(columns, {1, 1, 4}) == std::vector<float>{3, 6, 9, 7});
+  LayerSpec dilated = test::convSpec(1, 1, 3);
+  dilated.dilation = 2;  // taps 0, 2, 4: with column pad 2, 4 outputs
+  dilated.padW = 2;
+  CHECK(run(dilated, {1, 1, 4}) == std::vector<float>{4, 6, 4, 6});
+}
+
+// Every vision kernel over tensors that split at every thread count.
+std::vector<std::vector<float>> visionResults(int threads) {
+  CpuOptions o;
+  o.threads = threads;
+  CpuBackend be(o);
+  const Dims d{3, 40, 67, 59}, gate{3, 40, 1, 1}, half{3, 20, 67, 59};
+  const auto elements = static_cast<size_t>(d.elements());
+  std::vector<float> x(elements), dy(elements), g(static_cast<size_t>(gate.elements()));
+  test::fillUniform(x, 40, -8, 8);
+  test::fillUniform(dy, 41);
+  test::fillUniform(g, 42);
+  std::vector<std::vector<float>> out;
+  for (Activation fn : {Activation::kSigmoid, Activation::kSilu, Activation::kRelu6,
+                        Activation::kHardSigmoid, Activation::kHardSwish}) {
+    std::vector<float> y(elements), dx(elements, 0.5f);
+    be.activationForward(fn, {x.data(), d}, {y.data(), d});
+    be.activationBackward(fn, {x.data(), d}, {y.data(), d}, {dy.data(), d}, {dx.data(), d}, 1.0f);
+    out.push_back(y);
+    out.push_back(dx);
+  }
+  std::vector<float> y(elements), dx(elements), dg(g.size(), 0.25f);
+  be.mulForward({x.data(), d}, {g.data(), gate}, {y.data(), d});
+  be.mulBackward({x.data(), d}, {g.data(), gate}, {dy.data(), d}, {dx.data(), d}, 0.0f,
+                 {dg.data(), gate}, 1.0f);
+  out.push_back(y);
+  out.push_back(dx);
+  out.push_back(dg);
+  std::vector<float> same(elements), dsame(elements);
+  be.mulForward({x.data(), d}, {dy.data(), d}, {y.data(), d});
+  be.mulBackward({x.data(), d}, {dy.data(), d}, {x.data(), d}, {same.data(), d}, 0.0f,
+                 {dsame.data(), d}, 0.0f);
+  out.push_back(y);
+  out.push_back(same);
+  out.push_back(dsame);
+  std::vector<float> joined(elements), back(static_cast<size_t>(half.elements()), 1.0f);
+  be.copyIntoChannels({dy.data(), half}, {joined.data(), d}, 20);
+  be.copyIntoChannels({x.data(), half}, {joined.data(), d}, 0);
+  be.copyFromChannels({joined.data(), d}, 10, {back.data(), half}, 1.0f);
+  out.push_back(joined);
+  out.push_back(back);
+  return out;
+}
+
+TEST_CASE("vision kernels on 2..8 threads: one thread's bits", "[vision][cpu][threads]") {
+  const auto reference = visionResults(1);
+  for (int threads = 2; threads <= 8; ++threads) {
+    INFO(threads << " threads");
+    CHECK(visionResults(threads) == reference);
+  }
+}
+
+}  // namespace
+}  // namespace strata::nn

@@ -1,0 +1,231 @@
+// torchvision's classification zoo imported from ONNX (docs/onnx.md): every
+// model of tests/fixtures/onnx/torchvision/expected.tsv imports with the
+// parameter count of torchvision's module, and each family's new layers
+// (concat, relu6, hardswish, squeeze-excitation's mul, ...) are where the
+// architecture puts them. The fixtures and the table are written by
+// tests/fixtures/onnx/make_torchvision.py from Debian's torch and
+// torchvision; their weights are not committed.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "helpers.h"
+#include "strata/model/error.h"
+#include "strata/model/network_loader.h"
+
+using namespace strata;
+
+namespace {
+
+std::string zoo(const std::string& name) {
+  const char* dir = std::getenv("STRATA_ZOO_DIR");  // a fresh export, for make_torchvision.py
+  return (dir ? std::string(dir) : std::string(STRATA_ONNX_FIXTURES) + "/torchvision") + "/" + name;
+}
+
+struct Expected {
+  std::string name;
+  int size = 0;
+  int64_t params = 0;
+  int64_t published = 0;
+};
+
+std::vector<Expected> expectedZoo() {
+  std::ifstream in(zoo("expected.tsv"));
+  REQUIRE(in);
+  std::vector<Expected> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#')
+      continue;
+    std::istringstream fields(line);
+    Expected e;
+    fields >> e.name >> e.size >> e.params >> e.published;
+    REQUIRE(fields);
+    rows.push_back(e);
+  }
+  return rows;
+}
+
+int count(const Network& n, LayerKind kind) {
+  int c = 0;
+  for (const auto& l : n.layers)
+    c += l.kind == kind ? 1 : 0;
+  return c;
+}
+
+const Layer& layer(const Network& n, const std::string& name) {
+  const int i = n.find(name);
+  INFO("layer " << name);
+  REQUIRE(i >= 0);
+  return n.layers[static_cast<size_t>(i)];
+}
+
+}  // namespace
+
+TEST_CASE("every torchvision classification model in the zoo imports with its parameters",
+          "[onnx][zoo]") {
+  const auto rows = expectedZoo();
+  // Every mapped family of torchvision 0.14 (make_torchvision.py's MAPPED).
+  CHECK(rows.size() == 60);
+  for (const auto& e : rows) {
+    INFO(e.name);
+    const Network n = loadNetwork(zoo(e.name + ".onnx"));
+    CHECK(n.input == Shape{3, e.size, e.size});
+    CHECK(n.totalParams() == e.params);
+    // The published count includes Inception-v3's auxiliary classifier,
+    // which eval mode (and so the export) never runs.
+    if (e.name != "inception_v3")
+      CHECK(n.totalParams() == e.published);
+    REQUIRE(!n.layers.empty());
+    CHECK(n.layers.back().kind == LayerKind::kSoftmax);
+    CHECK(n.layers.back().outShape == Shape{1000, 1, 1});
+  }
+}
+
+TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx][zoo]") {
+  // torchvision's model pages (pytorch.org/vision/stable/models, "GFLOPS",
+  // which count multiply-adds of the convolutions and linear layers at the
+  // model's input size), to their two decimals; strata's conv and fc
+  // layers' forward FLOPs / 2 (docs/cost-model.md).
+  const std::vector<std::pair<std::string, double>> published = {
+      {"alexnet", 0.71},       {"vgg16", 15.47},        {"resnet50", 4.09},
+      {"googlenet", 1.50},     {"inception_v3", 5.71},  {"densenet121", 2.83},
+      {"squeezenet1_0", 0.82}, {"mobilenet_v2", 0.30},  {"mobilenet_v3_large", 0.22},
+      {"efficientnet_b0", 0.39}, {"regnet_y_400mf", 0.40}, {"mnasnet1_0", 0.31}};
+  for (const auto& [name, gmacs] : published) {
+    INFO(name);
+    const Network n = loadNetwork(zoo(name + ".onnx"));
+    double macs = 0;
+    for (const auto& l : n.layers)
+      if (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc)
+        macs += l.fwdFlops / 2;
+    CHECK(std::abs(macs / 1e9 - gmacs) <= 0.005);
+  }
+}
+
+TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
+  SECTION("GoogLeNet: 9 inception concats, max pools rounding up") {
+    const Network n = loadNetwork(zoo("googlenet.onnx"));
+    CHECK(count(n, LayerKind::kConcat) == 9);
+    // 112 -> 56 with ceil_mode (55 rounding down): (112 - 3) / 2 rounded up, + 1.
+    const Layer& pool = n.layers[static_cast<size_t>(n.find("/0/maxpool1/MaxPool"))];
+    CHECK(pool.spec.ceilMode);
+    CHECK(pool.inShape == Shape{64, 112, 112});
+    CHECK(pool.outShape == Shape{64, 56, 56});
+    // Inception 3a: 64 + 128 + 32 + 32 channels.
+    CHECK(layer(n, "/0/inception3a/Concat").outShape == Shape{256, 28, 28});
+  }
+  SECTION("Inception-v3: 1x7 and 7x1 kernels padded 0x3 and 3x0, Pads folded into pools") {
+    const Network n = loadNetwork(zoo("inception_v3.onnx"));
+    CHECK(count(n, LayerKind::kConcat) == 11);
+    int wide = 0, tall = 0;
+    for (const auto& l : n.layers) {
+      if (l.kind != LayerKind::kConv)
+        continue;
+      if (l.spec.kernelH == 1 && l.spec.kernelW == 7) {
+        CHECK(l.spec.pad == 0);
+        CHECK(l.spec.padWidth() == 3);
+        CHECK(l.outShape.h == l.inShape.h);
+        CHECK(l.outShape.w == l.inShape.w);
+        ++wide;
+      } else if (l.spec.kernelH == 7 && l.spec.kernelW == 1) {
+        CHECK(l.spec.pad == 3);
+        CHECK(l.spec.padWidth() == 0);
+        ++tall;
+      }
+    }
+    // Mixed_6b-6e: three of each; Mixed_7a: one.
+    CHECK(wide == 13);
+    CHECK(tall == 13);
+    // avg_pool2d(3, stride 1, padding 1) as Pad + AveragePool: one pool of pad 1.
+    int padded = 0;
+    for (const auto& l : n.layers)
+      if (l.kind == LayerKind::kPool && l.spec.poolMode == PoolMode::kAvg && !l.spec.global) {
+        CHECK(l.spec.pad == 1);
+        CHECK(l.outShape == l.inShape);
+        ++padded;
+      }
+    CHECK(padded == 9);
+  }
+  SECTION("DenseNet-121: each dense layer concatenates 32 more channels") {
+    const Network n = loadNetwork(zoo("densenet121.onnx"));
+    CHECK(count(n, LayerKind::kConcat) == 58);  // 6 + 12 + 24 + 16 dense layers
+    CHECK(n.layers[static_cast<size_t>(n.layers.size()) - 2].inShape == Shape{1024, 1, 1});
+  }
+  SECTION("SqueezeNet 1.0: fire modules concatenate their 1x1 and 3x3 expands") {
+    const Network n = loadNetwork(zoo("squeezenet1_0.onnx"));
+    CHECK(count(n, LayerKind::kConcat) == 8);
+    CHECK(count(n, LayerKind::kFc) == 0);  // the classifier is a 1x1 conv
+  }
+  SECTION("MobileNetV2: Clip(0, 6) is relu6; depthwise convolutions") {
+    const Network n = loadNetwork(zoo("mobilenet_v2.onnx"));
+    CHECK(count(n, LayerKind::kRelu6) == 35);
+    int depthwise = 0;
+    for (const auto& l : n.layers)
+      depthwise += l.kind == LayerKind::kConv && l.spec.groups > 1 &&
+                           l.spec.groups == l.inShape.c && l.spec.filters == l.inShape.c
+                       ? 1
+                       : 0;
+    CHECK(depthwise == 17);
+  }
+  SECTION("MobileNetV3-small: hardswish, and squeeze-excitation gating by hardsigmoid") {
+    const Network n = loadNetwork(zoo("mobilenet_v3_small.onnx"));
+    CHECK(count(n, LayerKind::kHardSwish) == 19);
+    CHECK(count(n, LayerKind::kHardSigmoid) == 9);
+    CHECK(count(n, LayerKind::kMul) == 9);
+    for (const auto& l : n.layers)
+      if (l.kind == LayerKind::kMul) {
+        const Layer& gate = n.layers[static_cast<size_t>(l.inputs[1])];
+        CHECK(gate.kind == LayerKind::kHardSigmoid);
+        CHECK(gate.outShape == Shape{l.inShape.c, 1, 1});
+        CHECK(l.outShape == l.inShape);
+        CHECK(l.params == 0);
+        CHECK(l.fwdFlops == double(l.inShape.elements()));
+      }
+  }
+  SECTION("EfficientNet-B0: x * sigmoid(x) folds into silu; SE gates by sigmoid") {
+    const Network n = loadNetwork(zoo("efficientnet_b0.onnx"));
+    // 65 Sigmoid/Mul pairs: 49 SiLUs and 16 squeeze-excitation gates.
+    CHECK(count(n, LayerKind::kSilu) == 49);
+    CHECK(count(n, LayerKind::kSigmoid) == 16);
+    CHECK(count(n, LayerKind::kMul) == 16);
+  }
+  SECTION("MNASNet: x.mean([2, 3]) is a global average pool") {
+    const Network n = loadNetwork(zoo("mnasnet0_5.onnx"));
+    const Layer& mean = n.layers[n.layers.size() - 3];
+    CHECK(mean.kind == LayerKind::kPool);
+    CHECK(mean.spec.global);
+    CHECK(mean.spec.poolMode == PoolMode::kAvg);
+    CHECK(mean.outShape == Shape{1280, 1, 1});
+  }
+  SECTION("RegNetY-400MF: grouped convolutions and sigmoid-gated SE") {
+    const Network n = loadNetwork(zoo("regnet_y_400mf.onnx"));
+    CHECK(count(n, LayerKind::kSigmoid) == 16);
+    CHECK(count(n, LayerKind::kMul) == 16);
+  }
+}
+
+TEST_CASE("torchvision families strata does not map yet are one clear error", "[onnx][zoo]") {
+  // The node and op that stop each, and the list of what maps.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"shufflenet_v2_x0_5",
+       "op 'Shape' cannot be mapped to a strata layer; it is part of a "
+       "shape computation"},
+      {"convnext_tiny", "op 'Transpose' cannot be mapped to a strata layer; a permutation"},
+  };
+  for (const auto& [name, op] : cases) {
+    INFO(name);
+    const std::string path = zoo(name + ".onnx");
+    try {
+      (void)loadNetwork(path);
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.file() == path);
+      CHECK(std::string(e.what()).find(op) != std::string::npos);
+      CHECK(std::string(e.what()).find("supported: Conv") != std::string::npos);
+    }
+  }
+}
