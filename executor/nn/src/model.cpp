@@ -12,6 +12,7 @@
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/kernels/counter_rng.h"
 #include "strata/model/error.h"
+#include "strata/model/layer_kinds.h"
 
 namespace strata::nn {
 
@@ -26,19 +27,8 @@ namespace {
 // Layers that act on whatever slice of channels they read: a model-parallel
 // part may hold them after its fc layers.
 bool isElementwise(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kRelu:
-    case LayerKind::kDropout:
-    case LayerKind::kSoftmax:
-    case LayerKind::kSigmoid:
-    case LayerKind::kSilu:
-    case LayerKind::kRelu6:
-    case LayerKind::kHardSigmoid:
-    case LayerKind::kHardSwish:
-      return true;
-    default:
-      return false;
-  }
+  return kind == LayerKind::kRelu || kind == LayerKind::kDropout || kind == LayerKind::kSoftmax ||
+         isVisionActivation(kind);
 }
 
 bool isTransformerKind(const Layer& l) {
@@ -52,22 +42,6 @@ bool isTransformerKind(const Layer& l) {
 bool isLlamaKind(const Layer& l) {
   return l.kind == LayerKind::kRmsNorm || l.kind == LayerKind::kSwiglu ||
          (l.kind == LayerKind::kAttention && (l.kvHeads() != l.spec.heads || l.spec.rotary));
-}
-
-// Vision networks' layers (Backend::runsVisionLayers).
-bool isVisionKind(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kConcat:
-    case LayerKind::kSigmoid:
-    case LayerKind::kSilu:
-    case LayerKind::kRelu6:
-    case LayerKind::kHardSigmoid:
-    case LayerKind::kHardSwish:
-    case LayerKind::kMul:
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace

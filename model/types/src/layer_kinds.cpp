@@ -513,6 +513,15 @@ static_assert(rowsInKindOrder(), "row k is LayerKind k, with a name and a derive
 
 }  // namespace
 
+bool isVisionActivation(LayerKind kind) {
+  return kind == LayerKind::kSigmoid || kind == LayerKind::kSilu || kind == LayerKind::kRelu6 ||
+         kind == LayerKind::kHardSigmoid || kind == LayerKind::kHardSwish;
+}
+
+bool isVisionKind(LayerKind kind) {
+  return isVisionActivation(kind) || kind == LayerKind::kConcat || kind == LayerKind::kMul;
+}
+
 std::span<const LayerKindRow> layerKindTable() {
   return kRows;
 }

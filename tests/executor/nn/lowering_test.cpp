@@ -40,6 +40,7 @@
 #include "strata/exec/nn/model.h"
 #include "strata/model/error.h"
 #include "strata/model/kernels.h"
+#include "strata/model/layer_kinds.h"
 #include "strata/model/presets.h"
 #if STRATA_TEST_CUDA
 #include "strata/exec/nn/cuda_backend.h"
@@ -226,18 +227,8 @@ bool hasLlamaLayers(const Network& net) {
 // runs (Backend::runsVisionLayers).
 bool hasVisionLayers(const Network& net) {
   for (const Layer& l : net.layers)
-    switch (l.kind) {
-      case LayerKind::kConcat:
-      case LayerKind::kSigmoid:
-      case LayerKind::kSilu:
-      case LayerKind::kRelu6:
-      case LayerKind::kHardSigmoid:
-      case LayerKind::kHardSwish:
-      case LayerKind::kMul:
-        return true;
-      default:
-        break;
-    }
+    if (isVisionKind(l.kind))
+      return true;
   return false;
 }
 

@@ -64,6 +64,14 @@ struct LayerKindRow {
   BackwardReads reads;
 };
 
+// The kinds of vision networks (torchvision's zoo): concat, mul and the
+// pointwise activations sigmoid, silu, relu6, hardsigmoid and hardswish,
+// which a compute backend runs when it says so (exec::Backend::
+// runsVisionLayers).
+bool isVisionKind(LayerKind kind);
+// The five activations among them, which act on any slice of channels.
+bool isVisionActivation(LayerKind kind);
+
 // One row per kind, in LayerKind order (row k is kind k).
 std::span<const LayerKindRow> layerKindTable();
 const LayerKindRow& layerKindRow(LayerKind kind);
