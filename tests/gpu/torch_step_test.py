@@ -10,6 +10,12 @@ torch (TORCH_PYTHON, /usr/bin/python3 or python3; none: skipped, exit 77).
   heads, PyTorch's fused path and the formula path), the embedding with
   positions, layernorm (eps 1e-5), gelu's tanh form, the tied fc (one table,
   its gradient from both uses), the loss as the mean over every position.
+- The vision layers: a YAML network with concat, a squeeze-excitation mul,
+  every activation, a conv with pad_w and dilation and a ceil_mode max pool
+  builds with strata's shapes and parameters and trains two steps; the
+  activations against their definitions (docs/configs.md); torchvision's
+  GoogLeNet and MobileNetV3-small imported from ONNX (when this strata reads
+  ONNX) build with torchvision's parameter counts.
 
   torch_step_test.py --strata build/cli/strata
 """
@@ -63,6 +69,78 @@ def describe(network):
     r = subprocess.run([args.strata, "describe", network, "--format", "json"],
                        capture_output=True, text=True, check=True)
     return json.loads(r.stdout)
+
+
+VISION = """name: vision-step
+input: {channels: 3, height: 18, width: 18}
+layers:
+  - {name: wide, kind: conv, filters: 4, kernel_h: 1, kernel_w: 5, pad: 0, pad_w: 2}
+  - {name: act1, kind: hardswish}
+  - {name: dil, kind: conv, input: input, filters: 4, kernel: 3, dilation: 2, pad: 2}
+  - {name: act2, kind: silu}
+  - {name: cat, kind: concat, inputs: [act1, act2]}
+  - {name: pool, kind: pool, mode: max, kernel: 3, stride: 2, ceil_mode: true}
+  - {name: squeeze, kind: pool, mode: avg, global: true}
+  - {name: reduce, kind: conv, filters: 2, kernel: 1}
+  - {name: r6, kind: relu6}
+  - {name: expand, kind: conv, filters: 8, kernel: 1}
+  - {name: gate, kind: hardsigmoid}
+  - {name: scale, kind: mul, inputs: [pool, gate]}
+  - {name: s, kind: sigmoid}
+  - {name: fc, kind: fc, outputs: 5}
+  - {name: loss, kind: softmax}
+"""
+
+
+class VisionLayers(unittest.TestCase):
+    def test_vision_network_builds_with_strata_shapes_and_trains(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "vision-step.yaml")
+            with open(path, "w") as f:
+                f.write(VISION)
+            d = describe(path)
+            # 18 -> 9 with ceil_mode: (18 - 3) / 2 = 7.5 rounded up, + 1 (down: 8).
+            self.assertEqual(next(l for l in d["layers"] if l["name"] == "pool")["output"],
+                             [8, 9, 9])
+            net = torch_step.build_net(d)
+            x = torch.randn(2, 3, 18, 18)
+            net(x, check_shapes=True)
+            self.assertEqual(sum(p.numel() for p in net.parameters()), d["totals"]["params"])
+            desc = os.path.join(tmp, "vision-step.json")
+            with open(desc, "w") as f:
+                json.dump(d, f)
+            r = subprocess.run([sys.executable, SCRIPT, desc, "--device", "cpu", "--steps", "2",
+                                "--warmup", "1", "--batch", "2"], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout.splitlines()[0])
+            self.assertEqual(j["params"], d["totals"]["params"])
+            self.assertTrue(math.isfinite(j["loss_last"]))
+
+    def test_activations_are_their_definitions(self):
+        x = torch.linspace(-8, 8, 161, dtype=torch.float64)
+        relu6 = lambda v: torch.clamp(v, 0, 6)  # noqa: E731
+        sig = 1 / (1 + torch.exp(-x))
+        want = {"sigmoid": sig, "silu": x * sig, "relu6": relu6(x),
+                "hardsigmoid": relu6(x + 3) / 6, "hardswish": x * relu6(x + 3) / 6}
+        for kind, expected in want.items():
+            got = torch_step.ACTIVATIONS[kind]()(x)
+            self.assertLess(float((got - expected).abs().max()), 1e-12, kind)
+
+    def test_torchvision_models_from_onnx_keep_their_parameters(self):
+        zoo = os.path.join(ROOT, "tests", "fixtures", "onnx", "torchvision")
+        for name, params in (("googlenet", 6624904), ("mobilenet_v3_small", 2542856)):
+            r = subprocess.run([args.strata, "describe", os.path.join(zoo, f"{name}.onnx"),
+                                "--format", "json"], capture_output=True, text=True)
+            if "without ONNX support" in r.stderr:
+                self.skipTest("this strata was built without ONNX")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            d = json.loads(r.stdout)
+            net = torch_step.build_net(d)
+            net.eval()
+            with torch.no_grad():
+                net(torch.randn(1, 3, 224, 224), check_shapes=True)
+            self.assertEqual(sum(p.numel() for p in net.parameters()), params)
 
 
 class OnTheCpu(unittest.TestCase):
