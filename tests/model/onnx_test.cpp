@@ -200,6 +200,27 @@ TEST_CASE("onnx resnet50 from torchvision equals the resnet50 preset", "[onnx]")
   }
 }
 
+TEST_CASE("onnx GELU decomposed by torch.onnx.export folds into one gelu", "[onnx]") {
+  // nn.Linear(8, 16) -> nn.GELU(approximate) -> nn.Linear(16, 8) -> Softmax on
+  // [N, 4, 8]: the exact form (Div, Erf, Add, Mul, Mul) and the tanh form
+  // (Mul, Mul, Mul, Add, Mul, Tanh, Add, Mul, Mul), each weight a Transpose
+  // of its initializer before the MatMul.
+  for (const char* name : {"gelu_mlp_erf.onnx", "gelu_mlp_tanh.onnx"}) {
+    INFO(name);
+    const Network n = loadNetwork(fixture(name));
+    CHECK(kinds(n) == std::vector<LayerKind>{LayerKind::kFc, LayerKind::kGelu, LayerKind::kFc,
+                                             LayerKind::kSoftmax});
+    CHECK(n.input == Shape{8, 4, 1});
+    CHECK(n.layers[0].params == 8 * 16 + 16);
+    CHECK(!n.layers[0].spec.flatten);
+    CHECK(n.layers[1].outShape == Shape{16, 4, 1});
+    CHECK(n.layers[1].inputs == std::vector<int>{0});
+    CHECK(n.layers[1].fwdFlops == 8.0 * 16 * 4);
+    CHECK(n.layers[2].params == 16 * 8 + 8);
+    CHECK(n.totalParams() == 280);
+  }
+}
+
 TEST_CASE("onnx ops strata cannot map are one error naming the node and the op", "[onnx]") {
   checkUnmappable("unmappable_transpose.onnx", "nodes[1] (swap_axes)",
                   {"op 'Transpose' cannot be mapped to a strata layer; a permutation of axes",
@@ -207,8 +228,9 @@ TEST_CASE("onnx ops strata cannot map are one error naming the node and the op",
   checkUnmappable("unmappable_matmul.onnx", "nodes[1] (scores)",
                   {"op 'MatMul' of two activations", "cannot be mapped"});
   checkUnmappable("unmappable_erf.onnx", "nodes[1] (gelu_erf)",
-                  {"op 'Erf' cannot be mapped to a strata layer; the exact GELU decomposed",
-                   "export the Gelu op (opset 20) or com.microsoft Gelu"});
+                  {"'e' is an element-wise function of 'fc' made of [Erf], which is no strata "
+                   "layer: strata folds the exact GELU (Div by √2, Erf, Add 1, Mul by x, Mul by "
+                   "0.5) and its tanh form into gelu"});
 }
 
 TEST_CASE("onnx files that are missing or not ONNX are config errors", "[onnx]") {

@@ -90,9 +90,9 @@ TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx
   // model's input size), to their two decimals; strata's conv and fc
   // layers' forward FLOPs / 2 (docs/cost-model.md).
   const std::vector<std::pair<std::string, double>> published = {
-      {"alexnet", 0.71},       {"vgg16", 15.47},        {"resnet50", 4.09},
-      {"googlenet", 1.50},     {"inception_v3", 5.71},  {"densenet121", 2.83},
-      {"squeezenet1_0", 0.82}, {"mobilenet_v2", 0.30},  {"mobilenet_v3_large", 0.22},
+      {"alexnet", 0.71},         {"vgg16", 15.47},         {"resnet50", 4.09},
+      {"googlenet", 1.50},       {"inception_v3", 5.71},   {"densenet121", 2.83},
+      {"squeezenet1_0", 0.82},   {"mobilenet_v2", 0.30},   {"mobilenet_v3_large", 0.22},
       {"efficientnet_b0", 0.39}, {"regnet_y_400mf", 0.40}, {"mnasnet1_0", 0.31}};
   for (const auto& [name, gmacs] : published) {
     INFO(name);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -29,6 +30,14 @@ enum class ValueKind {
   kTokens,      // the network input of token ids (read only by an embedding Gather)
   kConstant,    // an initializer or a Constant node's tensor: weights, shapes, ratios
   kPositions,   // rows of a position table gathered at constant ids (GPT-2's wpe)
+  kPointwise,   // an element-wise function of one activation and constants, not yet a layer
+};
+
+// One element-wise node of a kPointwise value: its op and its constant
+// operand (none when both operands derive from the activation).
+struct PointwiseTerm {
+  std::string op;
+  std::optional<double> constant;
 };
 
 struct Value {
@@ -37,6 +46,7 @@ struct Value {
   int rank = 0;                               // per-example rank: 1 [F], 2 [T, F] or 3 [C, H, W]
   bool flat = false;                          // the layer's C x H x W read as one vector (Flatten)
   const onnx::TensorProto* tensor = nullptr;  // kConstant
+  bool transposed = false;                    // kConstant: a 2-D tensor's Transpose
   int64_t rows = 0;                           // kPositions: rows of the table
   int64_t width = 0;                          // kPositions: features per row
   // Rows (above and below alike) and columns (left and right alike) of
@@ -44,6 +54,12 @@ struct Value {
   // that reads it (no other op may).
   int padH = 0;
   int padW = 0;
+  // kPointwise: the nodes computing it from `layer`'s activation (by node
+  // index, so that a node two branches share counts once), the last of them
+  // `node`. Materialised as the strata activation it is (gelu, erf or tanh
+  // form) when a node that is not element-wise reads it.
+  std::map<int, PointwiseTerm> terms;
+  int node = -1;
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
@@ -151,7 +167,10 @@ class Importer {
       failAt(i, fmt::format("the {} '{}' must be an initializer (a weight), not computed by the "
                             "graph",
                             what, model_.graph().node(i).input(k)));
-    return tensorDims(*v.tensor);
+    Dims dims = tensorDims(*v.tensor);
+    if (v.transposed)
+      std::reverse(dims.begin(), dims.end());
+    return dims;
   }
 
   // Records output 0 of node i and checks it against the graph's shape.
@@ -212,6 +231,13 @@ class Importer {
   void mapMul(int i);
   void mapReduceMean(int i);
   void mapPad(int i);
+  // An element-wise node (Add, Sub, Mul, Div, Pow, Erf, Tanh) of one
+  // activation (or a kPointwise of it) and scalar constants: extends the
+  // kPointwise value; false when node i is no such node.
+  bool mapPointwiseChain(int i);
+  // Makes the kPointwise value named `name` the layer it computes (gelu),
+  // or fails at node `reader` naming what it is made of.
+  void materialize(const std::string& name, int reader);
   // A pointwise activation of node i's input 0 (relu, gelu, sigmoid, ...).
   void mapPointwise(int i, LayerKind kind);
   // The one float of a constant input (Clip's min and max); nullopt when

@@ -352,6 +352,11 @@ Importer::Window Importer::window(int i, const Dims& kernel) const {
 
 void Importer::finish() {
   const auto& g = model_.graph();
+  // An element-wise chain that is a graph output becomes its layer now.
+  for (const auto& o : g.output())
+    if (auto it = values_.find(o.name());
+        it != values_.end() && it->second.kind == ValueKind::kPointwise)
+      materialize(o.name(), it->second.node);
   if (net_.layers.empty())
     fail("graph", "no node maps to a strata layer");
   const int last = static_cast<int>(net_.layers.size()) - 1;

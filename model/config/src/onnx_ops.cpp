@@ -5,6 +5,7 @@
 // onnx_loader.cpp reads the graph these nodes come from.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "onnx_importer.h"
 
@@ -55,7 +56,27 @@ void Importer::mapNode(int i) {
                           standard ? "" : " (domain " + domain + ")",
                           why.empty() && standard ? nearestPattern(op) : why, kSupported));
   };
-  if (standard && op == "Identity") {
+  // A kPointwise input ends its element-wise chain here unless this node
+  // extends it.
+  if (standard && mapPointwiseChain(i))
+    return;
+  for (const auto& name : n.input())
+    if (auto it = values_.find(name);
+        it != values_.end() && it->second.kind == ValueKind::kPointwise)
+      materialize(name, i);
+  if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kConstant) {
+    // A weight transposed for a MatMul (torch.onnx.export's nn.Linear on
+    // sequences): the same initializer, its dims the other way round.
+    Value v = input(i, 0);
+    const Dims dims = constant(i, 0, "weight");
+    const auto perm = intsAttr(i, "perm");
+    if (dims.size() != 2 || !(perm.empty() || perm == Dims{1, 0}))
+      failAt(i, fmt::format("Transpose of the constant '{}' {} by perm {}: strata maps the "
+                            "transpose of a matrix (a weight)",
+                            n.input(0), dimsText(dims), dimsText(perm)));
+    v.transposed = !v.transposed;
+    produce(i, v);
+  } else if (standard && op == "Identity") {
     produce(i, input(i, 0));
   } else if (standard && op == "Constant") {
     const auto* a = attr(i, "value");
@@ -472,6 +493,121 @@ void Importer::mapAttention(int i) {
   const Value v = addLayer(i, LayerKind::kAttention, s, {x.layer}, 2);
   attention_[v.layer] = {};
   produce(i, v);
+}
+
+namespace {
+
+bool near(const std::optional<double>& v, double want) {
+  return v && std::fabs(*v - want) <= 1e-4 * std::fabs(want);
+}
+
+// How many terms have `op` and a constant near `value` (nullopt: none).
+int countTerms(const std::map<int, PointwiseTerm>& terms, const std::string& op,
+               std::optional<double> value) {
+  int n = 0;
+  for (const auto& [node, t] : terms)
+    if (t.op == op && (value ? near(t.constant, *value) : !t.constant))
+      ++n;
+  return n;
+}
+
+// Whether `terms` are the exact GELU, x/√2 -> Erf -> +1 -> ·x -> ·½ (or x·(1/√2)),
+// or its tanh form ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as torch.onnx.export
+// writes them (x³ as x·x·x or Pow(x, 3)).
+bool isGelu(const std::map<int, PointwiseTerm>& t) {
+  const size_t n = t.size();
+  const int half = countTerms(t, "Mul", 0.5), one = countTerms(t, "Add", 1.0);
+  const int xTimes = countTerms(t, "Mul", std::nullopt);
+  const bool erf =
+      n == 5 && countTerms(t, "Erf", std::nullopt) == 1 && one == 1 && half == 1 && xTimes == 1 &&
+      (countTerms(t, "Div", std::sqrt(2.0)) == 1 || countTerms(t, "Mul", 1 / std::sqrt(2.0)) == 1);
+  const bool cube =
+      (n == 9 && xTimes == 3) || (n == 8 && xTimes == 1 && countTerms(t, "Pow", 3.0) == 1);
+  const bool tanh = cube && countTerms(t, "Tanh", std::nullopt) == 1 && one == 1 && half == 1 &&
+                    countTerms(t, "Add", std::nullopt) == 1 &&
+                    countTerms(t, "Mul", 0.044715) == 1 &&
+                    countTerms(t, "Mul", std::sqrt(2.0 / std::numbers::pi)) == 1;
+  return erf || tanh;
+}
+
+}  // namespace
+
+bool Importer::mapPointwiseChain(int i) {
+  const auto& n = model_.graph().node(i);
+  const std::string& op = n.op_type();
+  const bool unary = op == "Erf" || op == "Tanh";
+  const bool binary = op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow";
+  if ((!unary && !binary) || n.input_size() != (unary ? 1 : 2))
+    return false;
+  // The operands: x (an activation or a kPointwise of it) or a scalar constant.
+  const Value* source = nullptr;
+  bool chained = false, twice = false, rank0 = false;
+  std::optional<double> constant;
+  std::map<int, PointwiseTerm> terms;
+  for (int k = 0; k < n.input_size(); ++k) {
+    auto it = values_.find(n.input(k));
+    if (it == values_.end())
+      return false;
+    const Value& v = it->second;
+    if (v.kind == ValueKind::kConstant) {
+      constant = inlineScalar(*v.tensor);
+      if (!constant)
+        return false;  // a tensor of constants: a bias, a gate, a scale (the other mappings)
+      rank0 = v.tensor->dims_size() == 0;
+      continue;
+    }
+    if (v.kind != ValueKind::kActivation && v.kind != ValueKind::kPointwise)
+      return false;
+    if (v.padH > 0 || v.padW > 0)
+      return false;
+    if (source) {
+      if (source->layer != v.layer)
+        return false;  // two activations: add, mul (the other mappings)
+      twice = true;
+    }
+    if (v.kind == ValueKind::kPointwise)
+      chained = true;
+    source = &v;
+    terms.insert(v.terms.begin(), v.terms.end());
+  }
+  if (!source)
+    return false;
+  // Whether this node starts a chain: Erf, Tanh, Pow and Div of x always do
+  // (no other mapping has them); Add, Sub and Mul of x by a scalar (a rank-0
+  // constant, as torch.onnx.export writes them) or of x by x (x·x of GELU's
+  // tanh form) too, while Add of a bias (even of one output) and Mul of a
+  // gate or of a sigmoid keep their own mappings.
+  if (!chained && !twice && !unary && op != "Pow" && op != "Div" && !(constant && rank0))
+    return false;
+  Value v = *source;
+  v.kind = ValueKind::kPointwise;
+  v.terms = std::move(terms);
+  v.terms[i] = PointwiseTerm{op, twice ? std::nullopt : constant};
+  v.node = i;
+  values_[n.output(0)] = v;
+  return true;
+}
+
+void Importer::materialize(const std::string& name, int reader) {
+  const Value p = values_.at(name);
+  std::string ops;
+  for (const auto& [node, t] : p.terms)
+    ops += (ops.empty() ? "" : ", ") + t.op + (t.constant ? fmt::format(" {:g}", *t.constant) : "");
+  // x · x alone is a mul of the activation by itself.
+  const bool square = p.terms.size() == 1 && countTerms(p.terms, "Mul", std::nullopt) == 1;
+  if (!square && !isGelu(p.terms))
+    failAt(reader, fmt::format("'{}' is an element-wise function of '{}' made of [{}], which is "
+                               "no strata layer: strata folds the exact GELU (Div by √2, Erf, Add "
+                               "1, Mul by x, Mul by 0.5) and its tanh form into gelu",
+                               name, p.layer < 0 ? std::string("input") : layerOf(p).name, ops));
+  Value v =
+      addLayer(p.node, square ? LayerKind::kMul : LayerKind::kGelu, {},
+               square ? std::vector<int>{p.layer, p.layer} : std::vector<int>{p.layer}, p.rank);
+  v.flat = p.flat;
+  // Every name of the chain that reads as this value now reads the layer.
+  for (auto& [other, value] : values_)
+    if (value.kind == ValueKind::kPointwise && value.node == p.node)
+      value = v;
 }
 
 void Importer::mapPointwise(int i, LayerKind kind) {
