@@ -221,12 +221,49 @@ TEST_CASE("onnx GELU decomposed by torch.onnx.export folds into one gelu", "[onn
   }
 }
 
+TEST_CASE("a GPT-2 written in PyTorch and exported by torch.onnx.export imports as tiny-gpt",
+          "[onnx][attention]") {
+  // make_fixtures.py's tiny_gpt_export: nanoGPT's layout at tiny-gpt's sizes,
+  // each attention decomposed (Split, Reshape, Transpose, MatMul, Mul, Where,
+  // Softmax, MatMul, Transpose, Reshape, MatMul) with its shapes computed
+  // (Shape, Gather, Unsqueeze, Concat), positions from Range, GELU's tanh
+  // form in 9 nodes, the output layer F.linear(x, wte.weight).
+  const Network n = loadNetwork(fixture("tiny_gpt_export.onnx"));
+  const Network preset = test::presetNetwork("tiny-gpt");
+  REQUIRE(n.layers.size() == preset.layers.size());
+  CHECK(n.input == preset.input);
+  CHECK(n.totalParams() == preset.totalParams());
+  for (size_t i = 0; i < n.layers.size(); ++i) {
+    const Layer& a = n.layers[i];
+    const Layer& b = preset.layers[i];
+    INFO("layer " << i << ": " << a.name << " / " << b.name);
+    CHECK(a.kind == b.kind);
+    CHECK(a.inputs == b.inputs);
+    CHECK(a.outShape == b.outShape);
+    CHECK(a.params == b.params);
+    CHECK(a.fwdFlops == b.fwdFlops);
+    CHECK(a.bwdDataFlops == b.bwdDataFlops);
+    CHECK(a.bwdWeightsFlops == b.bwdWeightsFlops);
+    CHECK(a.savedElems == b.savedElems);
+    CHECK(a.spec.heads == b.spec.heads);
+    CHECK(a.spec.causal == b.spec.causal);
+    CHECK(a.spec.bias == b.spec.bias);
+    CHECK(a.spec.tiedTo == b.spec.tiedTo);
+    CHECK(a.spec.positions == b.spec.positions);
+    CHECK(a.spec.dropoutRate == Approx(b.spec.dropoutRate).epsilon(1e-6));  // 0.1 as a float
+  }
+  CHECK(layer(n, "/h.0/attn/c_attn/MatMul").kind == LayerKind::kAttention);
+  CHECK(layer(n, "/MatMul").spec.tiedTo == 0);
+  CHECK(count(n, LayerKind::kGelu) == 2);
+}
+
 TEST_CASE("onnx ops strata cannot map are one error naming the node and the op", "[onnx]") {
   checkUnmappable("unmappable_transpose.onnx", "nodes[1] (swap_axes)",
                   {"op 'Transpose' cannot be mapped to a strata layer; a permutation of axes",
                    "(supported: Conv,"});
   checkUnmappable("unmappable_matmul.onnx", "nodes[1] (scores)",
-                  {"op 'MatMul' of two activations", "cannot be mapped"});
+                  {"op 'MatMul' of two activations", "cannot be mapped",
+                   "an attention strata folds has Q and K split from one fc's output"});
   checkUnmappable("unmappable_erf.onnx", "nodes[1] (gelu_erf)",
                   {"'e' is an element-wise function of 'fc' made of [Erf], which is no strata "
                    "layer: strata folds the exact GELU (Div by √2, Erf, Add 1, Mul by x, Mul by "

@@ -31,7 +31,13 @@ enum class ValueKind {
   kConstant,    // an initializer or a Constant node's tensor: weights, shapes, ratios
   kPositions,   // rows of a position table gathered at constant ids (GPT-2's wpe)
   kPointwise,   // an element-wise function of one activation and constants, not yet a layer
+  kShape,       // int64s computed from shapes (x.size(), view targets); the batch is kBatchDim
+  kDerived,     // computed from constants and shapes alone (position ids, a causal mask)
+  kAttention,   // a tensor inside a decomposed attention (onnx_attention.cpp)
 };
+
+// The batch dim of a kShape value: symbolic, whatever the batch.
+inline constexpr int64_t kBatchDim = std::numeric_limits<int64_t>::min();
 
 // One element-wise node of a kPointwise value: its op and its constant
 // operand (none when both operands derive from the activation).
@@ -60,6 +66,19 @@ struct Value {
   // form) when a node that is not element-wise reads it.
   std::map<int, PointwiseTerm> terms;
   int node = -1;
+  // kShape: the values (a rank-0 one when `scalar`).
+  std::vector<int64_t> ints;
+  bool scalar = false;
+  // kAttention: which tensor of the attention whose Q, K and V the fc layer
+  // `layer` computes (part q, k, v: its thirds; s: the scores; p: the
+  // probabilities; c: the context), and its per-example axes in order: t
+  // positions, h heads, d features of a head, s key positions; "t" alone:
+  // [T, features] before the heads are split out or after they are joined.
+  char part = 0;
+  std::string axes;
+  int heads = 0;
+  bool masked = false;           // a mask met the scores (causal)
+  double attentionDropout = 0;   // a Dropout of the probabilities
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
@@ -235,6 +254,20 @@ class Importer {
   // activation (or a kPointwise of it) and scalar constants: extends the
   // kPointwise value; false when node i is no such node.
   bool mapPointwiseChain(int i);
+  // ---- shapes, derived constants and decomposed attention (onnx_attention.cpp)
+  // The int64s of a kShape value or of an int64 constant stored in the
+  // file; nullopt otherwise.
+  std::optional<std::vector<int64_t>> shapeInts(const Value& v) const;
+  // Node i computes shapes or constants only (Shape, Gather of a shape,
+  // Unsqueeze, Concat, Cast, arithmetic, Range, Slice, Equal, Where of
+  // those): maps it; false otherwise.
+  bool mapShapeOrDerived(int i);
+  // Node i reads a kAttention value, or splits an fc's output into Q, K and
+  // V: maps it; false otherwise.
+  bool mapAttentionPart(int i);
+  // The per-example dims a Reshape of x to `target` (kShape ints with the
+  // batch) gives; fails naming node i when they do not follow.
+  Dims reshapeTarget(int i, const Dims& from, const std::vector<int64_t>& target) const;
   // Makes the kPointwise value named `name` the layer it computes (gelu),
   // or fails at node `reader` naming what it is made of.
   void materialize(const std::string& name, int reader);
@@ -256,6 +289,7 @@ class Importer {
   std::map<int, AttentionState> attention_;         // by layer
   std::vector<int> nodeOf_;                         // the node each layer came from
   std::set<std::string> usedNames_;
+  std::map<std::string, int> embeddingTables_;  // initializer -> the embedding layer reading it
 };
 
 }  // namespace strata::onnx_import

@@ -15,11 +15,12 @@ namespace {
 
 constexpr const char* kSupported =
     "Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (over H and W), "
-    "Relu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Gelu, Mul (of two activations), "
-    "BatchNormalization, LayerNormalization, Softmax (last), Dropout, Add, Concat (channels), "
-    "Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, Gemm, MatMul "
-    "(by a weight), Gather "
-    "(embedding), com.microsoft Attention";
+    "Relu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Gelu, element-wise GELU, Mul (of two "
+    "activations), BatchNormalization, LayerNormalization, Softmax (last), Dropout, Add, Concat "
+    "(channels), Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, "
+    "Gemm, MatMul (by a weight), Gather (embedding), com.microsoft Attention, a decomposed "
+    "attention (Split, Reshape, Transpose, MatMul, Softmax), shape computations (Shape, Gather, "
+    "Unsqueeze, Concat, Range, ...)";
 
 // What an op strata does not map usually is in an exported network, and the
 // nearest pattern that maps; "" when there is nothing to add.
@@ -56,10 +57,11 @@ void Importer::mapNode(int i) {
                           standard ? "" : " (domain " + domain + ")",
                           why.empty() && standard ? nearestPattern(op) : why, kSupported));
   };
-  // A kPointwise input ends its element-wise chain here unless this node
-  // extends it.
-  if (standard && mapPointwiseChain(i))
+  // Shapes and constants, an attention's parts, element-wise chains
+  // (onnx_attention.cpp and below) come before the ops' own mappings.
+  if (standard && (mapShapeOrDerived(i) || mapAttentionPart(i) || mapPointwiseChain(i)))
     return;
+  // A kPointwise input ends its element-wise chain here.
   for (const auto& name : n.input())
     if (auto it = values_.find(name);
         it != values_.end() && it->second.kind == ValueKind::kPointwise)
@@ -345,7 +347,14 @@ void Importer::mapReshape(int i) {
   const Value& target = input(i, 1);
   const int64_t elements = shapeOf(x).elements();
   std::optional<bool> flattens;
-  if (target.kind == ValueKind::kConstant) {
+  if (target.kind == ValueKind::kShape) {
+    const Dims to = reshapeTarget(i, dimsOf(x), target.ints);
+    flattens = to == Dims{elements};
+    if (!*flattens)
+      failAt(i, fmt::format("Reshape to {} is not a flattening of {} into one vector per "
+                            "example; no other reshape maps",
+                            dimsText(to), dimsText(dimsOf(x))));
+  } else if (target.kind == ValueKind::kConstant) {
     if (auto t = inlineInt64s(*target.tensor)) {
       // [N or 0 or -1, elements or -1]: one vector per example.
       const auto& d = *t;
@@ -402,9 +411,10 @@ void Importer::mapMatMul(int i) {
   const Value& b = input(i, 1);
   if (a.kind == ValueKind::kActivation && b.kind == ValueKind::kActivation)
     failAt(i, fmt::format("op 'MatMul' of two activations ('{}' and '{}') cannot be mapped to a "
-                          "strata layer (a decomposed attention: export the fused "
-                          "com.microsoft Attention instead); only a MatMul by a weight "
-                          "initializer maps, to an fc (supported: {})",
+                          "strata layer: an attention strata folds has Q and K split from one "
+                          "fc's output [T, 3 D] (Split), the heads split out by Reshape and "
+                          "Transpose (docs/onnx.md); else only a MatMul by a weight initializer "
+                          "maps, to an fc (supported: {})",
                           n.input(0), n.input(1), kSupported));
   const Value x = activation(i, 0);
   const Dims w = constant(i, 1, "weight");
@@ -421,6 +431,11 @@ void Importer::mapMatMul(int i) {
   LayerSpec s;
   s.outputs = toInt(i, w[1], "outputs");
   s.bias = false;  // a following Add of a constant folds in as the bias
+  // x times an embedding's token table transposed: the output layer tied to
+  // it (GPT-2's lm_head, F.linear(x, wte.weight)).
+  if (const Value& wv = input(i, 1); wv.transposed && wv.tensor && x.rank == 2)
+    if (auto e = embeddingTables_.find(wv.tensor->name()); e != embeddingTables_.end())
+      s.tiedTo = e->second;
   if (x.rank == 1) {
     if (w[0] != in.elements())
       failAt(i, fmt::format("weight {} reads {} inputs, the activation has {}", dimsText(w), w[0],
@@ -450,8 +465,12 @@ void Importer::mapGather(int i) {
     LayerSpec s;
     s.vocab = toInt(i, table[0], "vocabulary");
     s.outputs = toInt(i, table[1], "features");
-    produce(i, addLayer(i, LayerKind::kEmbedding, s, {-1}, 2));
-  } else if (ids.kind == ValueKind::kConstant) {
+    const Value v = addLayer(i, LayerKind::kEmbedding, s, {-1}, 2);
+    embeddingTables_[model_.graph().node(i).input(0)] = v.layer;
+    if (const Value& t = input(i, 0); t.tensor)
+      embeddingTables_[t.tensor->name()] = v.layer;
+    produce(i, v);
+  } else if (ids.kind == ValueKind::kConstant || ids.kind == ValueKind::kDerived) {
     Value v;
     v.kind = ValueKind::kPositions;
     v.rows = table[0];
@@ -460,7 +479,7 @@ void Importer::mapGather(int i) {
   } else {
     failAt(i,
            "Gather maps as an embedding of the network's token ids, or as a position "
-           "table at constant ids");
+           "table at ids computed from constants and shapes");
   }
 }
 

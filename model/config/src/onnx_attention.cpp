@@ -1,0 +1,399 @@
+// Shapes, derived constants and decomposed attention (docs/onnx.md): what
+// torch.onnx.export writes for x.size() and view(), and for a multi-head
+// attention written out as a PyTorch user writes GPT-2 (one Linear computing
+// Q, K and V, split; the heads split out by view and transpose; Q Kᵀ,
+// scaled, masked, softmax, dropout; times V; the heads joined; the output
+// projection). The shape computations are evaluated (the batch kept
+// symbolic); masks and position ids are followed as values computed from
+// constants alone; the tensors inside an attention are followed by which
+// part of which attention they are and the order of their axes, and the
+// whole folds into one strata attention layer at its output projection.
+#include <algorithm>
+
+#include "onnx_importer.h"
+
+namespace strata::onnx_import {
+
+namespace {
+
+// Ops that compute shapes, or values from constants alone.
+bool staticOp(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Gather", "Unsqueeze", "Squeeze", "Concat",          "Cast",    "Add",      "Sub",
+      "Mul",    "Div",       "Slice",   "Range",           "Equal",   "Where",    "Expand",
+      "Not",    "Less",      "Greater", "ConstantOfShape", "Reshape", "Transpose"};
+  return ops.count(op) > 0;
+}
+
+// The positions, features and heads of attention value v's axes.
+int64_t axisSize(char axis, int64_t t, int64_t d, int heads) {
+  switch (axis) {
+    case 't':
+    case 's':
+      return t;
+    case 'h':
+      return heads;
+    default:
+      return heads > 0 ? d / heads : d;
+  }
+}
+
+const char* partName(char part) {
+  switch (part) {
+    case 'q':
+      return "Q";
+    case 'k':
+      return "K";
+    case 'v':
+      return "V";
+    case 's':
+      return "scores";
+    case 'p':
+      return "probabilities";
+    default:
+      return "context";
+  }
+}
+
+}  // namespace
+
+std::optional<std::vector<int64_t>> Importer::shapeInts(const Value& v) const {
+  if (v.kind == ValueKind::kShape)
+    return v.ints;
+  if (v.kind == ValueKind::kConstant && v.tensor && !v.transposed)
+    return inlineInt64s(*v.tensor);
+  return std::nullopt;
+}
+
+Dims Importer::reshapeTarget(int i, const Dims& from, const std::vector<int64_t>& target) const {
+  const bool allowZero = intAttr(i, "allowzero", 0) != 0;
+  if (target.empty() || !(target[0] == kBatchDim || target[0] == -1 || target[0] == 0))
+    failAt(i, "a Reshape must keep the batch (dim 0)");
+  Dims dims;
+  int infer = -1;
+  for (size_t k = 1; k < target.size(); ++k) {
+    int64_t v = target[k];
+    if (v == 0 && !allowZero) {
+      if (k - 1 >= from.size())
+        failAt(i, fmt::format("Reshape copies dim {} of a tensor of {} per-example dims", k,
+                              from.size()));
+      v = from[k - 1];
+    } else if (v == -1) {
+      if (infer >= 0)
+        failAt(i, "a Reshape infers one dim at most");
+      infer = static_cast<int>(dims.size());
+      v = 1;
+    } else if (v <= 0) {
+      failAt(i, fmt::format("Reshape to a dim of {}",
+                            v == kBatchDim ? std::string("the batch") : std::to_string(v)));
+    }
+    dims.push_back(v);
+  }
+  const int64_t elements = elementsOf(from);
+  const int64_t known = elementsOf(dims);
+  if (infer >= 0) {
+    if (known <= 0 || elements % known != 0)
+      failAt(i, fmt::format("Reshape of {} cannot infer a dim", dimsText(from)));
+    dims[static_cast<size_t>(infer)] = elements / known;
+  }
+  if (elementsOf(dims) != elements)
+    failAt(i,
+           fmt::format("Reshape of {} to {}: the elements differ", dimsText(from), dimsText(dims)));
+  return dims;
+}
+
+bool Importer::mapShapeOrDerived(int i) {
+  const auto& n = model_.graph().node(i);
+  const std::string& op = n.op_type();
+  Value out;
+  if (op == "Shape") {
+    const Value& x = input(i, 0);
+    Dims dims;
+    if (x.kind == ValueKind::kTokens) {
+      dims = {net_.input.h};
+    } else if (x.kind == ValueKind::kActivation && x.padH == 0 && x.padW == 0) {
+      dims = dimsOf(x);
+    } else if (x.kind == ValueKind::kAttention) {
+      const Layer& l = net_.layers[static_cast<size_t>(x.layer)];
+      if (x.axes == "t") {
+        dims = {l.inShape.h, l.inShape.c};
+      } else {
+        for (char a : x.axes)
+          dims.push_back(axisSize(a, l.inShape.h, l.inShape.c, x.heads));
+      }
+    } else {
+      return false;
+    }
+    out.kind = ValueKind::kShape;
+    out.ints = {kBatchDim};
+    out.ints.insert(out.ints.end(), dims.begin(), dims.end());
+    // start and end (opset 15): a part of the shape.
+    const int64_t size = static_cast<int64_t>(out.ints.size());
+    auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
+    const int64_t start = clamp(intAttr(i, "start", 0)), end = clamp(intAttr(i, "end", size));
+    out.ints =
+        std::vector<int64_t>(out.ints.begin() + start, out.ints.begin() + std::max(start, end));
+    produce(i, out);
+    return true;
+  }
+  if (!staticOp(op) || n.input_size() == 0)
+    return false;
+  // Every input computed from shapes and constants alone.
+  for (int k = 0; k < n.input_size(); ++k) {
+    if (!hasInput(i, k))
+      continue;
+    auto it = values_.find(n.input(k));
+    if (it == values_.end())
+      return false;
+    const auto kind = it->second.kind;
+    if (kind != ValueKind::kShape && kind != ValueKind::kConstant && kind != ValueKind::kDerived)
+      return false;
+  }
+  // A table gathered at position ids is an embedding's positions (mapGather),
+  // and a weight's Transpose a weight (mapNode).
+  const Value& first = input(i, 0);
+  if ((op == "Gather" || op == "Transpose") && first.kind == ValueKind::kConstant &&
+      !shapeInts(first))
+    return false;
+  std::vector<std::optional<std::vector<int64_t>>> ints;
+  bool allInts = true;
+  for (int k = 0; k < n.input_size(); ++k) {
+    ints.push_back(hasInput(i, k) ? shapeInts(input(i, k)) : std::nullopt);
+    allInts = allInts && (!hasInput(i, k) || ints.back());
+  }
+  auto isScalar = [&](int k) {
+    const Value& v = input(i, k);
+    return v.kind == ValueKind::kShape ? v.scalar : v.tensor && v.tensor->dims_size() == 0;
+  };
+  out.kind = ValueKind::kDerived;
+  if (allInts) {
+    const auto& a = *ints[0];
+    out.kind = ValueKind::kShape;
+    if (op == "Cast") {
+      out.ints = a;
+      out.scalar = isScalar(0);
+    } else if (op == "Gather" && n.input_size() == 2 && intAttr(i, "axis", 0) == 0) {
+      for (int64_t index : *ints[1]) {
+        const int64_t at = index < 0 ? index + static_cast<int64_t>(a.size()) : index;
+        if (at < 0 || at >= static_cast<int64_t>(a.size()))
+          failAt(i, fmt::format("Gather of index {} from a shape of {} values", index, a.size()));
+        out.ints.push_back(a[static_cast<size_t>(at)]);
+      }
+      out.scalar = isScalar(1);
+    } else if (op == "Unsqueeze" && isScalar(0)) {
+      out.ints = a;
+    } else if (op == "Squeeze" && a.size() == 1) {
+      out.ints = a;
+      out.scalar = true;
+    } else if (op == "Concat") {
+      for (const auto& part : ints)
+        out.ints.insert(out.ints.end(), part->begin(), part->end());
+    } else if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && n.input_size() == 2) {
+      const auto& b = *ints[1];
+      const size_t size = std::max(a.size(), b.size());
+      if ((a.size() != 1 && b.size() != 1 && a.size() != b.size()) || size == 0)
+        failAt(i, fmt::format("{} of shapes {} and {}", op, dimsText(a), dimsText(b)));
+      for (size_t k = 0; k < size; ++k) {
+        const int64_t x = a[a.size() == 1 ? 0 : k], y = b[b.size() == 1 ? 0 : k];
+        if (x == kBatchDim || y == kBatchDim) {
+          out.kind = ValueKind::kDerived;  // arithmetic on the batch: not followed
+          break;
+        }
+        if (op == "Div" && y == 0)
+          failAt(i, "Div of a shape by 0");
+        out.ints.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+      }
+      out.scalar = isScalar(0) && isScalar(1);
+    } else if (op == "Slice" && n.input_size() >= 3) {
+      const int64_t size = static_cast<int64_t>(a.size());
+      const int64_t step = n.input_size() > 4 && ints[4] ? (*ints[4])[0] : 1;
+      if ((n.input_size() > 3 && ints[3] && (*ints[3])[0] != 0) || step != 1)
+        failAt(i, "Slice of a shape along its one axis with step 1");
+      auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
+      const int64_t begin = clamp((*ints[1])[0]), end = clamp((*ints[2])[0]);
+      out.ints.assign(a.begin() + begin, a.begin() + std::max(begin, end));
+    } else {
+      out.kind = ValueKind::kDerived;
+      out.ints.clear();
+    }
+  }
+  // Each output: the shape, or a value computed from constants (its
+  // contents are not followed: a causal mask, position ids).
+  for (const auto& name : n.output())
+    if (!name.empty())
+      values_[name] = out;
+  return true;
+}
+
+bool Importer::mapAttentionPart(int i) {
+  const auto& n = model_.graph().node(i);
+  const std::string& op = n.op_type();
+  // A Split of an fc's [T, 3 D] output into Q, K and V starts an attention.
+  if (op == "Split") {
+    const Value& x = input(i, 0);
+    if (x.kind != ValueKind::kActivation || x.layer < 0 || x.rank != 2 || x.flat)
+      return false;
+    const Layer& fc = layerOf(x);
+    const int64_t d = fc.inShape.c;
+    std::vector<int64_t> sizes = intsAttr(i, "split");
+    if (sizes.empty() && hasInput(i, 1)) {
+      const auto given = shapeInts(input(i, 1));
+      if (!given)
+        return false;
+      sizes = *given;
+    }
+    int64_t axis = intAttr(i, "axis", 0);
+    if (axis < 0)
+      axis += 3;
+    if (fc.kind != LayerKind::kFc || fc.spec.flatten || fc.spec.tiedTo >= 0 ||
+        fc.spec.outputs != 3 * d || axis != 2 || n.output_size() != 3 ||
+        !(sizes.empty() || sizes == std::vector<int64_t>{d, d, d}) || consumers_[n.input(0)] != 1)
+      return false;
+    const char parts[] = {'q', 'k', 'v'};
+    for (int k = 0; k < 3; ++k) {
+      Value v;
+      v.kind = ValueKind::kAttention;
+      v.layer = x.layer;
+      v.rank = 2;
+      v.part = parts[k];
+      v.axes.assign(1, 't');  // not = "t": GCC 12 -Wrestrict false positive
+      values_[n.output(k)] = v;
+    }
+    return true;
+  }
+  // Otherwise node i must read an attention's tensor.
+  int at = -1;
+  for (int k = 0; k < n.input_size(); ++k)
+    if (hasInput(i, k))
+      if (auto it = values_.find(n.input(k));
+          it != values_.end() && it->second.kind == ValueKind::kAttention) {
+        at = k;
+        break;
+      }
+  if (at < 0 || op == "Shape")
+    return false;
+  const Value a = input(i, at);
+  Layer& qkv = net_.layers[static_cast<size_t>(a.layer)];
+  const int64_t t = qkv.inShape.h, d = qkv.inShape.c;
+  auto cannot = [&](const std::string& why) {
+    failAt(i, fmt::format("op '{}' reads '{}', the {} of the attention whose Q, K and V layer "
+                          "'{}' computes, {}: strata folds Split, Reshape to heads, Transpose, "
+                          "MatMul of Q by Kᵀ, a scale, a mask, Softmax, Dropout, MatMul by V, "
+                          "Transpose, Reshape and the output projection's MatMul into one "
+                          "attention",
+                          op, n.input(at), partName(a.part), qkv.name, why));
+  };
+  auto sameAttention = [&](const Value& other) {
+    return other.kind == ValueKind::kAttention && other.layer == a.layer;
+  };
+  Value v = a;
+  if (op == "Identity" || op == "Cast") {
+    // the same tensor
+  } else if (op == "Reshape") {
+    const auto target = shapeInts(input(i, 1));
+    if (!target)
+      cannot("its target shape not computed from shapes and constants");
+    Dims from;
+    if (a.axes == "t") {
+      from = {t, d};
+    } else {
+      for (char axis : a.axes)
+        from.push_back(axisSize(axis, t, d, a.heads));
+    }
+    const Dims to = reshapeTarget(i, from, *target);
+    if (a.axes == "t" && to.size() == 3 && to[0] == t && to[1] * to[2] == d &&
+        to[1] <= std::numeric_limits<int>::max() && (a.heads == 0 || a.heads == to[1])) {
+      v.axes = "thd";
+      v.heads = static_cast<int>(to[1]);
+    } else if (a.axes == "thd" && to == Dims{t, d}) {
+      v.axes.assign(1, 't');  // not = "t": GCC 12 -Wrestrict false positive
+    } else {
+      cannot(fmt::format("reshaping {} to {}", dimsText(from), dimsText(to)));
+    }
+  } else if (op == "Transpose") {
+    const auto perm = intsAttr(i, "perm");
+    if (a.axes.size() != 3 || perm.size() != 4 || perm[0] != 0)
+      cannot(fmt::format("transposing its axes by {}", dimsText(perm)));
+    std::string axes;
+    for (size_t k = 1; k < 4; ++k) {
+      if (perm[k] < 1 || perm[k] > 3)
+        cannot(fmt::format("transposing its axes by {}", dimsText(perm)));
+      axes += a.axes[static_cast<size_t>(perm[k] - 1)];
+    }
+    v.axes = axes;
+  } else if (op == "MatMul" && at == 0 && hasInput(i, 1) && sameAttention(input(i, 1))) {
+    const Value& b = input(i, 1);
+    if (a.part == 'q' && a.axes == "htd" && b.part == 'k' && b.axes == "hdt" &&
+        a.heads == b.heads) {
+      v.part = 's';
+      v.axes = "hts";
+      v.masked = a.masked || b.masked;
+    } else if (a.part == 'p' && a.axes == "hts" && b.part == 'v' && b.axes == "htd" &&
+               a.heads == b.heads) {
+      v.part = 'c';
+      v.axes = "htd";
+    } else {
+      cannot(fmt::format("multiplied by the {} (axes {} by {})", partName(b.part), a.axes, b.axes));
+    }
+  } else if (op == "MatMul" && at == 0 && a.part == 'c' && a.axes == "t") {
+    // The output projection: the fc of Q, K and V becomes the attention.
+    const Dims w = constant(i, 1, "weight");
+    if (w != Dims{d, d})
+      cannot(fmt::format("projected by a weight {}, not [{}, {}]", dimsText(w), d, d));
+    if (qkv.kind != LayerKind::kFc)
+      cannot("a second time");
+    LayerSpec s;
+    s.heads = a.heads;
+    s.causal = a.masked;
+    s.bias = qkv.spec.bias;  // the output projection's bias Add must follow (finish)
+    s.attentionDropout = a.attentionDropout;
+    qkv.kind = LayerKind::kAttention;
+    qkv.spec = s;
+    derive(static_cast<size_t>(a.layer));
+    attention_[a.layer].projection = true;
+    Value out;
+    out.layer = a.layer;
+    out.rank = 2;
+    produce(i, out);
+    return true;
+  } else if ((op == "Mul" || op == "Div") && a.part == 's') {
+    const Value& other = input(i, 1 - at);
+    if (other.kind != ValueKind::kConstant || !inlineScalar(*other.tensor) ||
+        (op == "Div" && at != 0))
+      cannot("scaled by something other than a constant");
+  } else if (op == "Where" && a.part == 's' && at > 0) {
+    const Value& cond = input(i, 0);
+    const Value& other = input(i, at == 1 ? 2 : 1);
+    const auto staticValue = [](const Value& x) {
+      return x.kind == ValueKind::kConstant || x.kind == ValueKind::kDerived;
+    };
+    if (!staticValue(cond) || !staticValue(other))
+      cannot("in a Where whose condition or other value is computed from activations");
+    v.masked = true;  // strata's one mask: causal
+  } else if (op == "Add" && a.part == 's') {
+    const Value& other = input(i, 1 - at);
+    if (other.kind != ValueKind::kConstant && other.kind != ValueKind::kDerived)
+      cannot("added to an activation");
+    v.masked = true;
+  } else if (op == "Softmax" && a.part == 's' && a.axes == "hts") {
+    const int64_t axis = intAttr(i, "axis", -1);
+    if (axis != -1 && axis != 3)
+      cannot(fmt::format("in a Softmax over axis {} (the keys are axis 3)", axis));
+    v.part = 'p';
+  } else if (op == "Dropout" && a.part == 'p') {
+    double rate = 0.5;
+    if (const auto* r = attr(i, "ratio"))
+      rate = r->f();
+    else if (hasInput(i, 1) && input(i, 1).kind == ValueKind::kConstant)
+      rate = inlineScalar(*input(i, 1).tensor).value_or(0.5);
+    if (!(rate >= 0 && rate < 1))
+      cannot(fmt::format("with a Dropout ratio {}", rate));
+    v.attentionDropout = rate;
+  } else {
+    cannot("in a way strata does not follow");
+  }
+  values_[n.output(0)] = v;
+  return true;
+}
+
+}  // namespace strata::onnx_import
