@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "onnx_importer.h"
+#include "strata/model/checked.h"
 
 namespace strata::onnx_import {
 
@@ -83,20 +84,28 @@ Dims Importer::reshapeTarget(int i, const Dims& from, const std::vector<int64_t>
         failAt(i, "a Reshape infers one dim at most");
       infer = static_cast<int>(dims.size());
       v = 1;
-    } else if (v <= 0) {
+    } else if (v <= 0 || v > std::numeric_limits<int>::max()) {
       failAt(i, fmt::format("Reshape to a dim of {}",
                             v == kBatchDim ? std::string("the batch") : std::to_string(v)));
     }
     dims.push_back(v);
   }
-  const int64_t elements = elementsOf(from);
-  const int64_t known = elementsOf(dims);
+  // Counted exactly (at most 2^53) or refused.
+  auto count = [&](const Dims& d) {
+    int64_t c = 1;
+    for (int64_t x : d)
+      if (!checkedMul(c, x, c, kMaxExactCount))
+        failAt(i, fmt::format("Reshape to {}: over 2^53 elements per example", dimsText(d)));
+    return c;
+  };
+  const int64_t elements = count(from);
+  const int64_t known = count(dims);
   if (infer >= 0) {
     if (known <= 0 || elements % known != 0)
       failAt(i, fmt::format("Reshape of {} cannot infer a dim", dimsText(from)));
     dims[static_cast<size_t>(infer)] = elements / known;
   }
-  if (elementsOf(dims) != elements)
+  if (count(dims) != elements)
     failAt(i,
            fmt::format("Reshape of {} to {}: the elements differ", dimsText(from), dimsText(dims)));
   return dims;
@@ -201,7 +210,14 @@ bool Importer::mapShapeOrDerived(int i) {
         }
         if (op == "Div" && y == 0)
           failAt(i, "Div of a shape by 0");
-        out.ints.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+        int64_t r = 0;
+        const bool overflow = op == "Add"   ? __builtin_add_overflow(x, y, &r)
+                              : op == "Sub" ? __builtin_sub_overflow(x, y, &r)
+                              : op == "Mul" ? __builtin_mul_overflow(x, y, &r)
+                                            : (x == std::numeric_limits<int64_t>::min() && y == -1);
+        if (overflow)
+          failAt(i, fmt::format("{} of the shape values {} and {} overflows", op, x, y));
+        out.ints.push_back(op == "Div" ? x / y : r);
       }
       out.scalar = isScalar(0) && isScalar(1);
     } else if (op == "Slice" && n.input_size() >= 3) {
