@@ -428,11 +428,26 @@ void deriveConcat(LayerDerivation& d) {
 // 3 back (dy s (1 - s) from the output); silu 5 (sigmoid and the product) and
 // 9 back (sigmoid again, s (1 + x (1 - s)), times dy); relu6 2 (max, min) and
 // 1 back (a mask of the output); hardsigmoid 4 (add, max, min, scale) and 2
-// back; hardswish 5 and 4 back (dy (2 x + 3) / 6 inside [-3, 3]).
-template <int kFwd, int kBwd>
-void derivePointwise(LayerDerivation& d) {
-  d.layer.fwdFlops = kFwd * d.nIn;
-  d.layer.bwdDataFlops = kBwd * d.nIn;
+// back; hardswish 5 and 4 back (dy (2 x + 3) / 6 inside [-3, 3]). Plain
+// functions, not a template: the table's static_assert reads their addresses.
+void pointwise(LayerDerivation& d, double fwd, double bwd) {
+  d.layer.fwdFlops = fwd * d.nIn;
+  d.layer.bwdDataFlops = bwd * d.nIn;
+}
+void deriveSigmoid(LayerDerivation& d) {
+  pointwise(d, 4, 3);
+}
+void deriveSilu(LayerDerivation& d) {
+  pointwise(d, 5, 9);
+}
+void deriveRelu6(LayerDerivation& d) {
+  pointwise(d, 2, 1);
+}
+void deriveHardSigmoid(LayerDerivation& d) {
+  pointwise(d, 4, 2);
+}
+void deriveHardSwish(LayerDerivation& d) {
+  pointwise(d, 5, 4);
 }
 
 // x * g: g is x's shape, or one value per channel of x (C x 1 x 1, the gate
@@ -493,12 +508,11 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kRmsNorm, "rmsnorm", kRmsNormKeys, deriveRmsNorm, BackwardReads::kInput},
     {LayerKind::kSwiglu, "swiglu", kInputKey, deriveSwiglu, BackwardReads::kInput},
     {LayerKind::kConcat, "concat", kAddKeys, deriveConcat, BackwardReads::kNothing},
-    {LayerKind::kSigmoid, "sigmoid", kInputKey, derivePointwise<4, 3>, BackwardReads::kOutput},
-    {LayerKind::kSilu, "silu", kInputKey, derivePointwise<5, 9>, BackwardReads::kInput},
-    {LayerKind::kRelu6, "relu6", kInputKey, derivePointwise<2, 1>, BackwardReads::kOutput},
-    {LayerKind::kHardSigmoid, "hardsigmoid", kInputKey, derivePointwise<4, 2>,
-     BackwardReads::kInput},
-    {LayerKind::kHardSwish, "hardswish", kInputKey, derivePointwise<5, 4>, BackwardReads::kInput},
+    {LayerKind::kSigmoid, "sigmoid", kInputKey, deriveSigmoid, BackwardReads::kOutput},
+    {LayerKind::kSilu, "silu", kInputKey, deriveSilu, BackwardReads::kInput},
+    {LayerKind::kRelu6, "relu6", kInputKey, deriveRelu6, BackwardReads::kOutput},
+    {LayerKind::kHardSigmoid, "hardsigmoid", kInputKey, deriveHardSigmoid, BackwardReads::kInput},
+    {LayerKind::kHardSwish, "hardswish", kInputKey, deriveHardSwish, BackwardReads::kInput},
     {LayerKind::kMul, "mul", kAddKeys, deriveMul, BackwardReads::kInput},
 });
 
