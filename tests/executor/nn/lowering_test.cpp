@@ -641,27 +641,19 @@ TEST_CASE(
     const Network net = presetNetwork(preset);
     if (hasRnn(net) || hasAttentionDropout(net) || tooBigToRecord(net))
       continue;  // no backend runs rnn layers
-    if (hasVisionLayers(net)) {
-      // Nor vision networks' concat, mul and activations, naming the layer.
+    // The CUDA backend refuses the layers only the CPU backend has kernels
+    // for (vision networks' concat, mul and activations; Llama's layers),
+    // naming the first such layer.
+    const char* refusal = hasVisionLayers(net)  ? "the cuda backend does not run vision networks'"
+                          : hasLlamaLayers(net) ? "the cuda backend does not run Llama's layers yet"
+                                                : nullptr;
+    if (refusal) {
       KernelRecorder recorder(/*recordOnly=*/true);
       CudaBackend backend(recorder, ElementType::kFp32);
       ModelOptions options;
       options.backend = &backend;
       INFO(preset);
-      CHECK_THROWS_WITH(Model(net, options),
-                        Catch::Contains("the cuda backend does not run vision networks'"));
-      continue;
-    }
-    if (hasLlamaLayers(net)) {
-      // The CUDA backend refuses Llama's layers (only the CPU backend has
-      // their kernels), naming the first such layer.
-      KernelRecorder recorder(/*recordOnly=*/true);
-      CudaBackend backend(recorder, ElementType::kFp32);
-      ModelOptions options;
-      options.backend = &backend;
-      INFO(preset);
-      CHECK_THROWS_WITH(Model(net, options),
-                        Catch::Contains("the cuda backend does not run Llama's layers yet"));
+      CHECK_THROWS_WITH(Model(net, options), Catch::Contains(refusal));
       continue;
     }
     for (auto element : {ElementType::kFp32, ElementType::kBf16})
