@@ -339,6 +339,8 @@ TEST_CASE("network with vision layers that do not fit", "[cli][errors][network]"
   checkNetworkError("mul-gate-shape.yaml", 8, "layers[3].inputs", "kind: mul");
   checkNetworkError("ceil-mode-avg.yaml", 5, "layers[0].ceil_mode", "ceil_mode: true");
   checkNetworkError("dilation-zero.yaml", 5, "layers[0].dilation", "dilation: 0");
+  checkNetworkError("slice-past-channels.yaml", 6, "layers[1].channels", "kind: slice");
+  checkNetworkError("shuffle-groups.yaml", 6, "layers[1].groups", "kind: shuffle");
 }
 
 TEST_CASE("network with an attention core key out of range", "[cli][errors][network]") {
@@ -2103,6 +2105,15 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
       {"concat-height", "nodes[1] (cat_h): Concat along axis 2 of a rank-4 tensor"},
       {"mul-constant", "nodes[0] (layer_scale): Mul of 'x' and 'gamma'"},
       {"mul-spatial-gate", "nodes[0] (mean_c): ReduceMean over axes [1]"},
+      {"slice-channel-step",
+       "nodes[0] (every_other): Slice of axis 1 with step 2 of [N, 4, 6, 6]: strata takes a "
+       "part of the channels (axis 1) with step 1"},
+      {"slice-height", "nodes[0] (top_rows): Slice of [0, 3) along axis 2 of [N, 4, 6, 6]"},
+      {"split-width",
+       "nodes[0] (halves_w): Split along axis 3 of [N, 4, 6, 6]: strata splits "
+       "the channels (axis 1)"},
+      {"groups-transpose-hw",
+       "nodes[1] (swap_hw): Transpose by perm [0, 1, 2, 4, 3] of channels viewed as groups"},
       {"conv-asymmetric-pads",
        "nodes[0] (conv): pads [1, 1, 0, 1]: strata pads the top and "
        "bottom alike"},
@@ -2118,7 +2129,7 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
     checkUserError(runStrata({"describe", path}), {"strata: error: " + path});
     ++tried;
   }
-  CHECK(tried >= 15);
+  CHECK(tried >= 19);
 }
 #else
 TEST_CASE("an onnx file in a build without onnx says so", "[cli][onnx][errors]") {

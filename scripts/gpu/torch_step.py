@@ -140,7 +140,7 @@ def is_sequence(described):
 
 
 def module_of(layer, sequence=False):
-    """The layer's torch module (None for add, concat, mul and softmax, which
+    """The layer's torch module (None for add, concat, mul, slice, shuffle and softmax, which
     forward does itself); `sequence`: the network runs in the (batch, positions, features) layout."""
     kind, spec = layer["kind"], layer["spec"]
     shape = layer["input_shape"]
@@ -170,7 +170,7 @@ def module_of(layer, sequence=False):
         return ACTIVATIONS[kind]()
     if kind == "dropout":
         return nn.Dropout(spec["rate"])
-    if kind in ("add", "concat", "mul", "softmax"):
+    if kind in ("add", "concat", "mul", "slice", "shuffle", "softmax"):
         return None
     if sequence:
         if kind == "fc" and not spec["flatten"]:
@@ -202,6 +202,16 @@ def module_of(layer, sequence=False):
     if kind == "batchnorm":
         return nn.BatchNorm2d(c_in)
     raise unsupported
+
+
+def channel_shuffle(x, groups, sequence):
+    """ShuffleNet's shuffle as torchvision writes it: the channels viewed as
+    (groups, channels / groups), transposed and flattened back."""
+    if sequence:
+        n, t, c = x.shape
+        return x.view(n, t, groups, c // groups).transpose(2, 3).reshape(n, t, c)
+    n, c, h, w = x.shape
+    return x.view(n, groups, c // groups, h, w).transpose(1, 2).reshape(n, c, h, w)
 
 
 def key(name):
@@ -241,6 +251,11 @@ class StrataNet(nn.Module):
                 y = torch.cat(ins, dim=2 if self.sequence else 1)
             elif layer["kind"] == "mul":
                 y = ins[0] * ins[1]  # a per-channel gate broadcasts over the positions
+            elif layer["kind"] == "slice":
+                spec = layer["spec"]
+                y = ins[0].narrow(2 if self.sequence else 1, spec["offset"], spec["channels"])
+            elif layer["kind"] == "shuffle":
+                y = channel_shuffle(ins[0], layer["spec"]["groups"], self.sequence)
             elif layer["kind"] == "softmax":
                 logits = ins[0]
                 y = logits

@@ -108,6 +108,12 @@ ordered_json networkJson(const Network& net, ElementType element) {
       case LayerKind::kDropout:
         spec = {{"rate", sp.dropoutRate}};
         break;
+      case LayerKind::kSlice:
+        spec = {{"offset", sp.offset}, {"channels", sp.channels}};
+        break;
+      case LayerKind::kShuffle:
+        spec = {{"groups", sp.groups}};
+        break;
       default:
         break;
     }

@@ -87,6 +87,11 @@ layers:
   - {name: gate, kind: hardsigmoid}
   - {name: scale, kind: mul, inputs: [pool, gate]}
   - {name: s, kind: sigmoid}
+  - {name: keep, kind: slice, channels: 3}
+  - {name: take, kind: slice, input: s, offset: 3, channels: 5}
+  - {name: pw, kind: conv, filters: 5, kernel: 1}
+  - {name: join, kind: concat, inputs: [keep, pw]}
+  - {name: mix, kind: shuffle, groups: 2}
   - {name: fc, kind: fc, outputs: 5}
   - {name: loss, kind: softmax}
 """
@@ -127,9 +132,17 @@ class VisionLayers(unittest.TestCase):
             got = torch_step.ACTIVATIONS[kind]()(x)
             self.assertLess(float((got - expected).abs().max()), 1e-12, kind)
 
+    def test_shuffle_is_torchvisions_channel_shuffle(self):
+        from torchvision.models.shufflenetv2 import channel_shuffle
+        x = torch.randn(2, 12, 3, 5)
+        for groups in (1, 2, 3, 4, 12):
+            self.assertTrue(torch.equal(torch_step.channel_shuffle(x, groups, False),
+                                        channel_shuffle(x, groups)), groups)
+
     def test_torchvision_models_from_onnx_keep_their_parameters(self):
         zoo = os.path.join(ROOT, "tests", "fixtures", "onnx", "torchvision")
-        for name, params in (("googlenet", 6624904), ("mobilenet_v3_small", 2542856)):
+        for name, params in (("googlenet", 6624904), ("mobilenet_v3_small", 2542856),
+                             ("shufflenet_v2_x0_5", 1366792)):
             r = subprocess.run([args.strata, "describe", os.path.join(zoo, f"{name}.onnx"),
                                 "--format", "json"], capture_output=True, text=True)
             if "without ONNX support" in r.stderr:

@@ -200,6 +200,36 @@ TEST_CASE("onnx resnet50 from torchvision equals the resnet50 preset", "[onnx]")
   }
 }
 
+TEST_CASE("onnx Split, Slice and a channel shuffle map onto slice and shuffle layers",
+          "[onnx][vision]") {
+  // x [N, 4, 2, 2]: Split [1, 3] -> relu | 1x1 conv -> Concat -> Reshape
+  // [N, 2, 2, 2, 2] -> Transpose [0, 2, 1, 3, 4] -> Reshape [N, 4, 2, 2] ->
+  // Slice [1, end) of axis -3 -> pool -> fc -> softmax.
+  const Network n = loadNetwork(fixture("channel_ops.onnx"));
+  CHECK(kinds(n) == std::vector<LayerKind>{LayerKind::kSlice, LayerKind::kSlice, LayerKind::kRelu,
+                                           LayerKind::kConv, LayerKind::kConcat,
+                                           LayerKind::kShuffle, LayerKind::kSlice, LayerKind::kPool,
+                                           LayerKind::kFc, LayerKind::kSoftmax});
+  CHECK(n.layers[0].spec.offset == 0);
+  CHECK(n.layers[0].spec.channels == 1);
+  CHECK(n.layers[0].inputs == std::vector<int>{-1});
+  CHECK(n.layers[1].spec.offset == 1);
+  CHECK(n.layers[1].spec.channels == 3);
+  CHECK(n.layers[1].inputs == std::vector<int>{-1});
+  CHECK(n.layers[3].inputs == std::vector<int>{1});
+  CHECK(n.layers[4].inputs == std::vector<int>{2, 3});
+  const Layer& shuffle = layer(n, "shuffle");
+  CHECK(shuffle.kind == LayerKind::kShuffle);
+  CHECK(shuffle.spec.groups == 2);
+  CHECK(shuffle.inputs == std::vector<int>{4});
+  CHECK(shuffle.outShape == Shape{4, 2, 2});
+  const Layer& tail = layer(n, "tail");
+  CHECK(tail.spec.offset == 1);
+  CHECK(tail.spec.channels == 3);
+  CHECK(tail.outShape == Shape{3, 2, 2});
+  CHECK(n.totalParams() == 3 * 3 + 5 * 3 + 5);
+}
+
 TEST_CASE("onnx GELU decomposed by torch.onnx.export folds into one gelu", "[onnx]") {
   // nn.Linear(8, 16) -> nn.GELU(approximate) -> nn.Linear(16, 8) -> Softmax on
   // [N, 4, 8]: the exact form (Div, Erf, Add, Mul, Mul) and the tanh form

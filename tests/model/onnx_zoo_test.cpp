@@ -68,7 +68,7 @@ TEST_CASE("every torchvision classification model in the zoo imports with its pa
           "[onnx][zoo]") {
   const auto rows = expectedZoo();
   // Every mapped family of torchvision 0.14 (make_torchvision.py's MAPPED).
-  CHECK(rows.size() == 60);
+  CHECK(rows.size() == 64);
   for (const auto& e : rows) {
     INFO(e.name);
     const Network n = loadNetwork(zoo(e.name + ".onnx"));
@@ -89,11 +89,20 @@ TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx
   // which count multiply-adds of the convolutions and linear layers at the
   // model's input size), to their two decimals; strata's conv and fc
   // layers' forward FLOPs / 2 (docs/cost-model.md).
-  const std::vector<std::pair<std::string, double>> published = {
-      {"alexnet", 0.71},         {"vgg16", 15.47},         {"resnet50", 4.09},
-      {"googlenet", 1.50},       {"inception_v3", 5.71},   {"densenet121", 2.83},
-      {"squeezenet1_0", 0.82},   {"mobilenet_v2", 0.30},   {"mobilenet_v3_large", 0.22},
-      {"efficientnet_b0", 0.39}, {"regnet_y_400mf", 0.40}, {"mnasnet1_0", 0.31}};
+  const std::vector<std::pair<std::string, double>> published = {{"alexnet", 0.71},
+                                                                 {"vgg16", 15.47},
+                                                                 {"resnet50", 4.09},
+                                                                 {"googlenet", 1.50},
+                                                                 {"inception_v3", 5.71},
+                                                                 {"densenet121", 2.83},
+                                                                 {"squeezenet1_0", 0.82},
+                                                                 {"mobilenet_v2", 0.30},
+                                                                 {"mobilenet_v3_large", 0.22},
+                                                                 {"efficientnet_b0", 0.39},
+                                                                 {"regnet_y_400mf", 0.40},
+                                                                 {"mnasnet1_0", 0.31},
+                                                                 {"shufflenet_v2_x1_0", 0.14},
+                                                                 {"shufflenet_v2_x2_0", 0.58}};
   for (const auto& [name, gmacs] : published) {
     INFO(name);
     const Network n = loadNetwork(zoo(name + ".onnx"));
@@ -200,6 +209,29 @@ TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
     CHECK(mean.spec.poolMode == PoolMode::kAvg);
     CHECK(mean.outShape == Shape{1280, 1, 1});
   }
+  SECTION("ShuffleNetV2 1.0x: channel splits as slices, shuffles of two groups") {
+    const Network n = loadNetwork(zoo("shufflenet_v2_x1_0.onnx"));
+    // 16 units (4 + 8 + 4), each ending in a shuffle; the 13 that keep their
+    // stride split their input in two halves.
+    CHECK(count(n, LayerKind::kShuffle) == 16);
+    CHECK(count(n, LayerKind::kSlice) == 26);
+    CHECK(count(n, LayerKind::kConcat) == 16);
+    for (const auto& l : n.layers) {
+      if (l.kind == LayerKind::kShuffle) {
+        CHECK(l.spec.groups == 2);
+        CHECK(l.outShape == l.inShape);
+        CHECK(n.layers[static_cast<size_t>(l.inputs[0])].kind == LayerKind::kConcat);
+      } else if (l.kind == LayerKind::kSlice) {
+        CHECK(l.spec.channels * 2 == l.inShape.c);
+        CHECK((l.spec.offset == 0 || l.spec.offset == l.spec.channels));
+        CHECK(n.layers[static_cast<size_t>(l.inputs[0])].kind == LayerKind::kShuffle);
+      }
+    }
+    // Stage 2's first unit: 24 channels in, 116 out (58 per branch), 28 x 28.
+    CHECK(layer(n, "/0/stage2/stage2.0/Reshape_1").outShape == Shape{116, 28, 28});
+    CHECK(layer(n, "/0/stage2/stage2.1/Slice").spec.offset == 0);
+    CHECK(layer(n, "/0/stage2/stage2.1/Slice_1").spec.offset == 58);
+  }
   SECTION("RegNetY-400MF: grouped convolutions and sigmoid-gated SE") {
     const Network n = loadNetwork(zoo("regnet_y_400mf.onnx"));
     CHECK(count(n, LayerKind::kSigmoid) == 16);
@@ -210,9 +242,6 @@ TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
 TEST_CASE("torchvision families strata does not map yet are one clear error", "[onnx][zoo]") {
   // The node and op that stop each, and the list of what maps.
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"shufflenet_v2_x0_5",
-       "nodes[262] (/0/stage2/stage2.0/Reshape): Reshape to [2, 24, 28, 28] "
-       "is not a flattening of [48, 28, 28]"},
       {"convnext_tiny", "op 'Transpose' cannot be mapped to a strata layer; a permutation"},
   };
   for (const auto& [name, op] : cases) {

@@ -1,5 +1,5 @@
 // The vision networks' layer kinds in YAML (docs/configs.md): concat, mul,
-// sigmoid, silu, relu6, hardsigmoid, hardswish, and the conv's pad_w and
+// slice, shuffle, sigmoid, silu, relu6, hardsigmoid, hardswish, and the conv's pad_w and
 // dilation and the max pool's ceil_mode; shapes, parameters and FLOPs by
 // hand, and each mistake one error naming its key.
 #include <catch2/catch.hpp>
@@ -98,6 +98,47 @@ TEST_CASE("squeeze-excitation: a per-channel gate multiplies the map", "[network
   CHECK(kept.elems[static_cast<size_t>(n.find("act"))] == map);  // read by mul's backward
 }
 
+TEST_CASE("a ShuffleNetV2 unit: split, one branch convolved, concatenated and shuffled",
+          "[network][vision]") {
+  const auto n = loadText("shuffle-unit", kHead + R"(
+  - {name: keep, kind: slice, input: input, channels: 2}
+  - {name: take, kind: slice, input: input, offset: 2, channels: 2}
+  - {name: pw, kind: conv, filters: 2, kernel: 1, bias: false}
+  - {name: cat, kind: concat, inputs: [keep, pw]}
+  - {name: mix, kind: shuffle, groups: 2}
+  - {name: fc, kind: fc, outputs: 3}
+  - {name: loss, kind: softmax}
+)");
+  const double plane = 64;
+  const Layer& keep = layer(n, "keep");
+  CHECK(keep.outShape == Shape{2, 8, 8});
+  CHECK(keep.spec.offset == 0);
+  CHECK(keep.spec.channels == 2);
+  CHECK(layer(n, "take").spec.offset == 2);
+  CHECK(layer(n, "take").outShape == Shape{2, 8, 8});
+  CHECK(keep.params == 0);
+  CHECK(keep.fwdFlops == 0);
+  CHECK(keep.fwdElems == 2 * 2 * plane);  // read its channels, write them
+  CHECK(keep.bwdDataElems == 2 * 2 * plane);
+  const Layer& mix = layer(n, "mix");
+  CHECK(mix.outShape == Shape{4, 8, 8});
+  CHECK(mix.spec.groups == 2);
+  CHECK(mix.params == 0);
+  CHECK(mix.fwdFlops == 0);
+  CHECK(mix.fwdElems == 2 * 4 * plane);
+  CHECK(mix.bwdDataElems == 2 * 4 * plane);
+  CHECK(layer(n, "pw").params == 2 * 2);
+  // Neither keeps anything for its backward: the conv reads take's output,
+  // the fc mix's.
+  CHECK(layerKindRow(LayerKind::kSlice).reads == BackwardReads::kNothing);
+  CHECK(layerKindRow(LayerKind::kShuffle).reads == BackwardReads::kNothing);
+  const auto kept = activationsKept(n);
+  CHECK(kept.elems[static_cast<size_t>(n.find("keep"))] == 0);
+  CHECK(kept.elems[static_cast<size_t>(n.find("take"))] == 2 * plane);
+  CHECK(kept.elems[static_cast<size_t>(n.find("cat"))] == 0);
+  CHECK(kept.elems[static_cast<size_t>(n.find("mix"))] == 4 * plane);
+}
+
 TEST_CASE("conv pad_w and dilation, and a max pool rounding up", "[network][vision]") {
   const auto n = loadText("windows",
                           "input: {channels: 2, height: 17, width: 17}\nlayers:\n"
@@ -174,6 +215,21 @@ TEST_CASE("vision layer mistakes name their key", "[network][vision][errors]") {
   CHECK_THAT(loadError("dil-zero",
                        kHead + "  - {name: c, kind: conv, filters: 2, kernel: 3, dilation: 0}\n"),
              Catch::Contains("dilation"));
+  CHECK_THAT(
+      loadError("slice-past", kHead + "  - {name: s, kind: slice, offset: 3, channels: 2}\n"),
+      Catch::Contains("layers[0].channels") &&
+          Catch::Contains("channels 3 to 4 of an input of 4 channels (4x8x8)"));
+  CHECK_THAT(loadError("slice-none", kHead + "  - {name: s, kind: slice, offset: 1}\n"),
+             Catch::Contains("layers[0]") && Catch::Contains("channels"));
+  CHECK_THAT(
+      loadError("slice-neg", kHead + "  - {name: s, kind: slice, offset: -1, channels: 2}\n"),
+      Catch::Contains("layers[0].offset"));
+  CHECK_THAT(loadError("shuffle-3", kHead + "  - {name: s, kind: shuffle, groups: 3}\n"),
+             Catch::Contains("layers[0].groups") &&
+                 Catch::Contains("a shuffle splits the channels into groups of equal size: 3 "
+                                 "groups of 4 channels"));
+  CHECK_THAT(loadError("shuffle-none", kHead + "  - {name: s, kind: shuffle}\n"),
+             Catch::Contains("layers[0]") && Catch::Contains("groups"));
   CHECK_THAT(
       loadError("padw-pool", kHead + "  - {name: p, kind: pool, mode: max, kernel: 2, pad_w: 1}\n"),
       Catch::Contains("pad_w"));

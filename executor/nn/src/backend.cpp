@@ -17,8 +17,8 @@ void Backend::lacks(std::string_view kind) const {
 
 void Backend::lacksVision(std::string_view kind) const {
   throw UserError(fmt::format(
-      "the {} backend does not run {} layers yet (vision networks' concat, mul, sigmoid, silu, "
-      "relu6, hardsigmoid and hardswish layers run on the cpu backend)",
+      "the {} backend does not run {} layers yet (vision networks' concat, mul, slice, shuffle, "
+      "sigmoid, silu, relu6, hardsigmoid and hardswish layers run on the cpu backend)",
       name(), kind));
 }
 
@@ -47,6 +47,12 @@ void Backend::activationBackward(Activation fn, ConstTensorView, ConstTensorView
 }
 void Backend::copyFromChannels(ConstTensorView, int, TensorView, float) {
   lacksVision("concat");
+}
+void Backend::addIntoChannels(ConstTensorView, TensorView, int, float) {
+  lacksVision("slice");
+}
+void Backend::shuffleChannels(ConstTensorView, int, TensorView, float) {
+  lacksVision("shuffle");
 }
 void Backend::mulForward(ConstTensorView, ConstTensorView, TensorView) {
   lacksVision("mul");

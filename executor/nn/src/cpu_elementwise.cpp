@@ -460,6 +460,48 @@ void CpuImpl::copyFromChannels(ConstTensorView src, int channelOffset, TensorVie
              dst.dims.perExample(), dst.dims.perExample(), beta);
 }
 
+void CpuImpl::addIntoChannels(ConstTensorView src, TensorView dst, int channelOffset, float beta) {
+  STRATA_ENFORCE_OP(src.dims.n, ==, dst.dims.n);
+  STRATA_ENFORCE_OP(src.dims.h, ==, dst.dims.h);
+  STRATA_ENFORCE_OP(src.dims.w, ==, dst.dims.w);
+  STRATA_ENFORCE(channelOffset >= 0 && channelOffset + src.dims.c <= dst.dims.c);
+  if (!runs(beta == 0.0f ? MemKernel::kCopy : MemKernel::kAccumulate, double(src.elements())))
+    return;
+  const int64_t plane = int64_t{src.dims.h} * src.dims.w;
+  copyBlocks(team_, src.dims.n, src.data, src.dims.perExample(), dst.data + channelOffset * plane,
+             dst.dims.perExample(), src.dims.perExample(), beta);
+}
+
+void CpuImpl::shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta) {
+  checkSameDims(x.dims, y.dims);
+  const int c = x.dims.c;
+  STRATA_ENFORCE(groups >= 1 && c % groups == 0);
+  if (!runs(beta == 0.0f ? MemKernel::kCopy : MemKernel::kAccumulate, double(x.elements())))
+    return;
+  // One plane per (example, output channel): channel o = j * groups + i
+  // reads channel i * (c / groups) + j.
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int perGroup = c / groups;
+  const float* in = x.data;
+  float* out = y.data;
+  parallelRanges(team_, int64_t{x.dims.n} * c, std::max<int64_t>(1, kElementGrain / plane),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t p = first; p < last; ++p) {
+                     const int64_t e = p / c;
+                     const int o = static_cast<int>(p % c);
+                     const int from = (o % groups) * perGroup + o / groups;
+                     const float* __restrict src = in + (e * c + from) * plane;
+                     float* __restrict dst = out + p * plane;
+                     if (beta == 0.0f) {
+                       std::copy_n(src, plane, dst);
+                     } else {
+                       for (int64_t k = 0; k < plane; ++k)
+                         dst[k] = beta * dst[k] + src[k];
+                     }
+                   }
+                 });
+}
+
 void CpuImpl::mulForward(ConstTensorView x, ConstTensorView g, TensorView y) {
   checkSameDims(x.dims, y.dims);
   const bool perChannel = perChannelGate(x.dims, g.dims);

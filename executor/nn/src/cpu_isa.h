@@ -150,6 +150,8 @@ class CpuImpl final : public Backend {
   void copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) override;
   void copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst,
                         float beta) override;
+  void addIntoChannels(ConstTensorView src, TensorView dst, int channelOffset, float beta) override;
+  void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta) override;
   void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override;
   void mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
                    float betaX, TensorView dg, float betaG) override;

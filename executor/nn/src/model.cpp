@@ -140,9 +140,9 @@ Model::Model(const Network& network, ModelOptions options)
                               backend_->name()));
     if (isVisionKind(layer.kind) && !backend_->runsVisionLayers())
       unsupported(network_, l,
-                  fmt::format("the {} backend does not run vision networks' concat, mul, sigmoid, "
-                              "silu, relu6, hardsigmoid or hardswish layers yet; the cpu "
-                              "backend does",
+                  fmt::format("the {} backend does not run vision networks' concat, mul, slice, "
+                              "shuffle, sigmoid, silu, relu6, hardsigmoid or hardswish layers "
+                              "yet; the cpu backend does",
                               backend_->name()));
     if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
       unsupported(network_, l,

@@ -242,6 +242,12 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
     case LayerKind::kMul:
       be.mulForward(x, inputOf(layer, 1).examples(r), y);
       break;
+    case LayerKind::kSlice:
+      be.copyFromChannels(x, spec.spec.offset, y, 0.0f);
+      break;
+    case LayerKind::kShuffle:
+      be.shuffleChannels(x, spec.spec.groups, y, 0.0f);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -389,6 +395,16 @@ void Model::backwardData(int layer, ExampleRange r) {
       // Both inputs' gradients in one kernel (x * x: one buffer, both summed).
       be.mulBackward(x, inputOf(layer, 1).examples(r), dy, dx, beta,
                      gradTargetOf(layer, 1).examples(r), betaOf(layer, 1));
+      break;
+    case LayerKind::kSlice:
+      // dy into its channels of dx; a gradient of its own zero elsewhere.
+      if (beta == 0.0f)
+        be.fill(dx.span(), 0.0f);
+      be.addIntoChannels(dy, dx, spec.spec.offset, beta);
+      break;
+    case LayerKind::kShuffle:
+      // The inverse permutation: the shuffle of C / groups groups.
+      be.shuffleChannels(dy, spec.inShape.c / spec.spec.groups, dx, beta);
       break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor

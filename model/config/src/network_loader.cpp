@@ -214,6 +214,13 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       }
       break;
     }
+    case LayerKind::kSlice:
+      s.offset = n.nonNegativeIntOr("offset", 0);
+      s.channels = n.require("channels").asPositiveInt();
+      break;
+    case LayerKind::kShuffle:
+      s.groups = n.require("groups").asPositiveInt();
+      break;
     case LayerKind::kRelu:
     case LayerKind::kBatchNorm:
     case LayerKind::kSoftmax:

@@ -122,6 +122,10 @@ bool Importer::mapShapeOrDerived(int i) {
       dims = {net_.input.h};
     } else if (x.kind == ValueKind::kActivation && x.padH == 0 && x.padW == 0) {
       dims = dimsOf(x);
+    } else if (x.kind == ValueKind::kChannelGroups) {
+      const Shape s = shapeOf(x);
+      const int64_t g = x.groups, c = s.c / g;
+      dims = x.swapped ? Dims{c, g, s.h, s.w} : Dims{g, c, s.h, s.w};
     } else if (x.kind == ValueKind::kAttention) {
       const Layer& l = net_.layers[static_cast<size_t>(x.layer)];
       if (x.axes == "t") {

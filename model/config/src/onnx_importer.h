@@ -34,6 +34,10 @@ enum class ValueKind {
   kShape,       // int64s computed from shapes (x.size(), view targets); the batch is kBatchDim
   kDerived,     // computed from constants and shapes alone (position ids, a causal mask)
   kAttention,   // a tensor inside a decomposed attention (onnx_attention.cpp)
+  // An activation's C x H x W viewed as [groups, C / groups, H, W] (swapped:
+  // transposed to [C / groups, groups, H, W]), the first steps of a channel
+  // shuffle (torchvision's ShuffleNetV2).
+  kChannelGroups,
 };
 
 // The batch dim of a kShape value: symbolic, whatever the batch.
@@ -77,8 +81,11 @@ struct Value {
   char part = 0;
   std::string axes;
   int heads = 0;
-  bool masked = false;           // a mask met the scores (causal)
-  double attentionDropout = 0;   // a Dropout of the probabilities
+  bool masked = false;          // a mask met the scores (causal)
+  double attentionDropout = 0;  // a Dropout of the probabilities
+  // kChannelGroups: the groups, and whether the two group axes swapped.
+  int groups = 0;
+  bool swapped = false;
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
@@ -175,9 +182,12 @@ class Importer {
     if (v.kind != ValueKind::kActivation)
       failAt(i, fmt::format("op '{}' reads '{}' as an activation; it is {}",
                             model_.graph().node(i).op_type(), model_.graph().node(i).input(k),
-                            v.kind == ValueKind::kTokens ? "the token ids (only an embedding "
-                                                           "Gather reads them)"
-                                                         : "a constant"));
+                            v.kind == ValueKind::kTokens
+                                ? "the token ids (only an embedding Gather reads them)"
+                            : v.kind == ValueKind::kChannelGroups
+                                ? "channels viewed as groups (of a channel shuffle, whose "
+                                  "Transpose and Reshape back strata maps)"
+                                : "a constant"));
     return v;
   }
   Dims constant(int i, int k, const char* what) const {
@@ -250,6 +260,15 @@ class Importer {
   void mapMul(int i);
   void mapReduceMean(int i);
   void mapPad(int i);
+  // Slice and Split of an activation along its channels: slice layers.
+  void mapSlice(int i);
+  void mapSplit(int i);
+  // Transpose of the two group axes of a kChannelGroups value.
+  void mapGroupTranspose(int i);
+  // Node i's Reshape of a C x H x W activation into channel groups, or of
+  // channel groups back to C x H x W (a shuffle layer when they swapped):
+  // maps it; false when it is no such reshape.
+  bool mapChannelGroups(int i, const Value& x, const Dims& to);
   // An element-wise node (Add, Sub, Mul, Div, Pow, Erf, Tanh) of one
   // activation (or a kPointwise of it) and scalar constants: extends the
   // kPointwise value; false when node i is no such node.

@@ -17,7 +17,8 @@ constexpr const char* kSupported =
     "Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (over H and W), "
     "Relu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Gelu, element-wise GELU, Mul (of two "
     "activations), BatchNormalization, LayerNormalization, Softmax (last), Dropout, Add, Concat "
-    "(channels), Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, "
+    "(channels), Slice and Split (channels), a channel shuffle (Reshape, Transpose, Reshape), "
+    "Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, "
     "Gemm, MatMul (by a weight), Gather (embedding), com.microsoft Attention, a decomposed "
     "attention (Split, Reshape, Transpose, MatMul, Softmax), shape computations (Shape, Gather, "
     "Unsqueeze, Concat, Range, ...)";
@@ -31,13 +32,11 @@ std::string nearestPattern(const std::string& op) {
            "as Shape, Gather, Unsqueeze, Concat and Reshape): strata maps a Reshape only as a "
            "flattening, from an inline target shape";
   if (op == "Transpose")
-    return "; a permutation of axes (a channel shuffle, a channels-last layout) has no strata "
-           "layer: strata's layers keep C x H x W";
+    return "; a permutation of axes (a channels-last layout) has no strata layer: strata's "
+           "layers keep C x H x W, and map only a channel shuffle's Transpose";
   if (op == "Erf")
     return "; the exact GELU decomposed (Div, Erf, Add, Mul, Mul): export the Gelu op (opset "
            "20) or com.microsoft Gelu";
-  if (op == "Split" || op == "Slice")
-    return "; strata has no layer that takes a part of a tensor";
   if (op == "Div" || op == "Sub" || op == "Pow" || op == "Sqrt")
     return "; a decomposed normalisation (ReduceMean, Sub, Pow, Sqrt, Div): export "
            "LayerNormalization (opset 17)";
@@ -66,7 +65,9 @@ void Importer::mapNode(int i) {
     if (auto it = values_.find(name);
         it != values_.end() && it->second.kind == ValueKind::kPointwise)
       materialize(name, i);
-  if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kConstant) {
+  if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kChannelGroups) {
+    mapGroupTranspose(i);
+  } else if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kConstant) {
     // A weight transposed for a MatMul (torch.onnx.export's nn.Linear on
     // sequences): the same initializer, its dims the other way round.
     Value v = input(i, 0);
@@ -129,6 +130,10 @@ void Importer::mapNode(int i) {
     mapConcat(i);
   } else if (standard && op == "ReduceMean") {
     mapReduceMean(i);
+  } else if (standard && op == "Slice") {
+    mapSlice(i);
+  } else if (standard && op == "Split") {
+    mapSplit(i);
   } else if (standard && op == "Pad") {
     mapPad(i);
   } else if (standard && op == "Dropout") {
@@ -343,13 +348,28 @@ void Importer::mapAdd(int i) {
 }
 
 void Importer::mapReshape(int i) {
-  const Value x = activation(i, 0);
   const Value& target = input(i, 1);
+  if (input(i, 0).kind == ValueKind::kChannelGroups) {
+    // The last step of a channel shuffle (or the groups put back).
+    const Value x = input(i, 0);
+    const Shape s = shapeOf(x);
+    const int64_t g = x.groups, c = s.c / g;
+    const Dims from = x.swapped ? Dims{c, g, s.h, s.w} : Dims{g, c, s.h, s.w};
+    const auto ints = shapeInts(target);
+    if (!ints || !mapChannelGroups(i, x, reshapeTarget(i, from, *ints)))
+      failAt(i, fmt::format("Reshape of channels viewed as groups {}: strata maps the reshape "
+                            "back to [N, {}, {}, {}] that ends a channel shuffle",
+                            "[N, " + dimsText(from).substr(1), s.c, s.h, s.w));
+    return;
+  }
+  const Value x = activation(i, 0);
   const int64_t elements = shapeOf(x).elements();
   std::optional<bool> flattens;
   if (target.kind == ValueKind::kShape) {
     const Dims to = reshapeTarget(i, dimsOf(x), target.ints);
     flattens = to == Dims{elements};
+    if (!*flattens && mapChannelGroups(i, x, to))
+      return;
     if (!*flattens)
       failAt(i, fmt::format("Reshape to {} is not a flattening of {} into one vector per "
                             "example; no other reshape maps",
@@ -359,6 +379,9 @@ void Importer::mapReshape(int i) {
       // [N or 0 or -1, elements or -1]: one vector per example.
       const auto& d = *t;
       flattens = d.size() == 2 && (d[1] == elements || (d[1] == -1 && d[0] != -1));
+      if (!*flattens && d.size() == 5 && (d[0] == -1 || d[0] == 0) &&
+          mapChannelGroups(i, x, reshapeTarget(i, dimsOf(x), d)))
+        return;
       if (!*flattens)
         failAt(i, fmt::format("Reshape to {} is not a flattening of {} into one vector per "
                               "example; no other reshape maps",
@@ -819,4 +842,178 @@ void Importer::mapPad(int i) {
   }
   values_[model_.graph().node(i).output(0)] = v;  // no layer: nothing to check the shape of
 }
+namespace {
+
+// The per-example axis (with the batch, axis 0) that strata's channels are:
+// 1 of [N, C, H, W] and [N, F], 2 of [N, T, F].
+int64_t channelAxis(const Value& x) {
+  return x.rank == 2 ? 2 : 1;
+}
+
+}  // namespace
+
+// Slice of an activation along its channels with step 1 (ShuffleNetV2's
+// x[:, :c] and x[:, c:], Ma et al. 2018): a slice layer; the other axes
+// whole. Starts and ends may be computed from shapes (torch.onnx.export's
+// x.size(1) // 2).
+void Importer::mapSlice(int i) {
+  const auto& n = model_.graph().node(i);
+  const Value x = activation(i, 0);
+  const Dims dims = dimsOf(x);
+  const int64_t rank = static_cast<int64_t>(dims.size()) + 1;
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (hasInput(i, 1)) {  // inputs since opset 10
+    auto ints = [&](int k, const char* what) {
+      if (!hasInput(i, k))
+        return std::vector<int64_t>{};
+      const auto v = shapeInts(input(i, k));
+      if (!v)
+        failAt(i, fmt::format("Slice's {} '{}' must be int64s stored in the file or computed "
+                              "from shapes",
+                              what, n.input(k)));
+      return *v;
+    };
+    starts = ints(1, "starts");
+    ends = ints(2, "ends");
+    axes = ints(3, "axes");
+    steps = ints(4, "steps");
+  } else {
+    starts = intsAttr(i, "starts");
+    ends = intsAttr(i, "ends");
+    axes = intsAttr(i, "axes");
+  }
+  if (axes.empty())
+    for (size_t k = 0; k < starts.size(); ++k)
+      axes.push_back(static_cast<int64_t>(k));
+  if (starts.empty() || ends.size() != starts.size() || axes.size() != starts.size() ||
+      (!steps.empty() && steps.size() != starts.size()))
+    failAt(i, fmt::format("Slice with {} starts, {} ends, {} axes and {} steps", starts.size(),
+                          ends.size(), axes.size(), steps.size()));
+  const int64_t channel = channelAxis(x);
+  int64_t offset = 0, end = shapeOf(x).c;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const int64_t axis = axes[k] < 0 ? axes[k] + rank : axes[k];
+    const int64_t step = steps.empty() ? 1 : steps[k];
+    if (axis <= 0 || axis >= rank || x.flat || step != 1 || starts[k] == kBatchDim ||
+        ends[k] == kBatchDim)
+      failAt(i, fmt::format("Slice of axis {} with step {} of {}: strata takes a part of the "
+                            "channels (axis {}) with step 1",
+                            axes[k], step, "[N, " + dimsText(dims).substr(1), channel));
+    const int64_t size = dims[static_cast<size_t>(axis - 1)];
+    auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
+    const int64_t from = clamp(starts[k]), to = clamp(ends[k]);
+    if (axis != channel) {
+      if (from != 0 || to != size)
+        failAt(i, fmt::format("Slice of [{}, {}) along axis {} of {}: strata takes a part of "
+                              "the channels (axis {}) only",
+                              from, to, axes[k], "[N, " + dimsText(dims).substr(1), channel));
+      continue;
+    }
+    if (to <= from)
+      failAt(i, fmt::format("Slice of channels [{}, {}) of {}: nothing left", from, to, size));
+    offset = from;
+    end = to;
+  }
+  if (offset == 0 && end == shapeOf(x).c)
+    return produce(i, x);  // everything: an Identity
+  LayerSpec s;
+  s.offset = static_cast<int>(offset);
+  s.channels = static_cast<int>(end - offset);
+  produce(i, addLayer(i, LayerKind::kSlice, s, {x.layer}, x.rank));
+}
+
+// Split of an activation along its channels: one slice layer per output.
+void Importer::mapSplit(int i) {
+  const auto& n = model_.graph().node(i);
+  const Value x = activation(i, 0);
+  const int64_t rank = static_cast<int64_t>(dimsOf(x).size()) + 1;
+  int64_t axis = intAttr(i, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (x.flat || axis != channelAxis(x))
+    failAt(i, fmt::format("Split along axis {} of {}: strata splits the channels (axis {})",
+                          intAttr(i, "axis", 0), "[N, " + dimsText(dimsOf(x)).substr(1),
+                          channelAxis(x)));
+  const int64_t c = shapeOf(x).c;
+  std::vector<int64_t> sizes = intsAttr(i, "split");
+  if (sizes.empty() && hasInput(i, 1)) {
+    const auto given = shapeInts(input(i, 1));
+    if (!given)
+      failAt(i, fmt::format("Split's sizes '{}' must be int64s stored in the file or computed "
+                            "from shapes",
+                            n.input(1)));
+    sizes = *given;
+  }
+  const int64_t parts = n.output_size();
+  if (sizes.empty()) {
+    if (parts <= 0 || c % parts != 0)
+      failAt(i, fmt::format("Split of {} channels into {} equal parts", c, parts));
+    sizes.assign(static_cast<size_t>(parts), c / parts);
+  }
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size <= 0 || size > c)
+      failAt(i, fmt::format("Split into parts of {} channels of {}", dimsText(sizes), c));
+    total += size;
+  }
+  if (static_cast<int64_t>(sizes.size()) != parts || total != c)
+    failAt(i, fmt::format("Split of {} channels into {} parts of {}", c, parts, dimsText(sizes)));
+  int64_t offset = 0;
+  for (int k = 0; k < n.output_size(); ++k) {
+    const int64_t size = sizes[static_cast<size_t>(k)];
+    if (!n.output(k).empty()) {
+      LayerSpec s;
+      s.offset = static_cast<int>(offset);
+      s.channels = static_cast<int>(size);
+      const Value v = size == c ? x : addLayer(i, LayerKind::kSlice, s, {x.layer}, x.rank);
+      checkShape(i, n.output(k), v);
+      values_[n.output(k)] = v;
+    }
+    offset += size;
+  }
+}
+
+// [N, G, C / G, H, W] -> [N, C / G, G, H, W]: the transpose in a channel
+// shuffle.
+void Importer::mapGroupTranspose(int i) {
+  Value v = input(i, 0);
+  const auto perm = intsAttr(i, "perm");
+  if (perm != Dims{0, 2, 1, 3, 4})
+    failAt(i, fmt::format("Transpose by perm {} of channels viewed as groups: strata maps the "
+                          "swap of the two group axes (perm [0, 2, 1, 3, 4], a channel "
+                          "shuffle)",
+                          dimsText(perm)));
+  v.swapped = !v.swapped;
+  produce(i, v);
+}
+
+bool Importer::mapChannelGroups(int i, const Value& x, const Dims& to) {
+  const auto& n = model_.graph().node(i);
+  const Shape s = shapeOf(x);
+  if (x.kind == ValueKind::kActivation) {
+    if (x.rank != 3 || x.flat || to.size() != 4 || to[2] != s.h || to[3] != s.w ||
+        to[0] * to[1] != s.c)
+      return false;
+    Value v = x;
+    v.kind = ValueKind::kChannelGroups;
+    v.groups = static_cast<int>(to[0]);
+    v.swapped = false;
+    values_[n.output(0)] = v;
+    return true;
+  }
+  if (x.kind != ValueKind::kChannelGroups || to != Dims{s.c, s.h, s.w})
+    return false;
+  if (!x.swapped) {  // the groups put back as they were
+    Value v = x;
+    v.kind = ValueKind::kActivation;
+    v.groups = 0;
+    produce(i, v);
+    return true;
+  }
+  LayerSpec spec;
+  spec.groups = x.groups;
+  produce(i, addLayer(i, LayerKind::kShuffle, spec, {x.layer}, 3));
+  return true;
+}
+
 }  // namespace strata::onnx_import

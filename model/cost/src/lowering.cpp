@@ -196,6 +196,11 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kMul:
           mem(MemKernel::kMulFwd, outElems);
           break;
+        case LayerKind::kSlice:
+        case LayerKind::kShuffle:
+          // A copy of the channels taken, or of all of them permuted.
+          mem(MemKernel::kCopy, outElems);
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -291,6 +296,15 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // dx and dg in one kernel, each overwritten or added to as beta
           // says (no zero fill).
           mem(MemKernel::kMulBwd, outElems);
+          break;
+        case LayerKind::kSlice:
+          // dy into its channels of dx: a gradient of its own first zeroed.
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);
+          break;
+        case LayerKind::kShuffle:
+          mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);
           break;
         case LayerKind::kRnn:
           break;

@@ -471,6 +471,53 @@ void deriveMul(LayerDerivation& d) {
   layer.bwdDataFlops = 3 * d.nIn;
 }
 
+// Channels [offset, offset + channels) of the input (ShuffleNetV2's split
+// of its input in two, Ma et al. 2018): a copy forward; backward, dy into
+// those channels of dx, the others zero unless another reader adds into dx.
+void deriveSlice(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const LayerSpec& s = d.s;
+  if (s.offset < 0)
+    throw ConfigError(d.file, layer.configLine, d.key + ".offset",
+                      fmt::format("the first channel taken must be at least 0, got {}", s.offset));
+  if (s.channels <= 0)
+    throw ConfigError(d.file, layer.configLine, d.key + ".channels",
+                      fmt::format("a slice takes at least one channel, got {}", s.channels));
+  if (int64_t{s.offset} + s.channels > in.c)
+    throw ConfigError(
+        d.file, layer.configLine, d.key + ".channels",
+        fmt::format("channels {} to {} of an input of {} channels ({}x{}x{})", s.offset,
+                    int64_t{s.offset} + s.channels - 1, in.c, in.c, in.h, in.w));
+  d.out = Shape{s.channels, in.h, in.w};
+  const double nOut = static_cast<double>(d.count({d.out.c, d.out.h, d.out.w}, "output elements"));
+  layer.outShape = d.out;
+  layer.fwdElems = 2 * nOut;      // read the channels, write them
+  layer.bwdDataElems = 2 * nOut;  // read dy, write its channels of dx
+  d.done = true;
+}
+
+// Channel shuffle (ShuffleNet, Zhang et al. 2018): the input's channels in
+// `groups` groups of C / groups, channel j of group i moved to j * groups
+// + i; a permuted copy both ways (backward: the shuffle of C / groups groups,
+// its inverse).
+void deriveShuffle(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const int g = d.s.groups;
+  if (g < 1 || in.c % g != 0)
+    throw ConfigError(d.file, layer.configLine, d.key + ".groups",
+                      fmt::format("a shuffle splits the channels into groups of equal size: {} "
+                                  "groups of {} channels",
+                                  g, in.c));
+  const double n = static_cast<double>(d.count({in.c, in.h, in.w}, "output elements"));
+  layer.outShape = in;
+  d.out = in;
+  layer.fwdElems = 2 * n;
+  layer.bwdDataElems = 2 * n;
+  d.done = true;
+}
+
 // The YAML keys of each kind besides `name` and `kind`.
 constexpr std::string_view kConvKeys[] = {"input",    "filters", "kernel", "kernel_h",
                                           "kernel_w", "stride",  "pad",    "pad_w",
@@ -487,6 +534,8 @@ constexpr std::string_view kAttentionKeys[] = {
     "input",    "heads",  "causal",      "bias",  "qkv_bias",
     "kv_heads", "rotary", "rotary_base", "fused", "attention_dropout"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
+constexpr std::string_view kSliceKeys[] = {"input", "offset", "channels"};
+constexpr std::string_view kShuffleKeys[] = {"input", "groups"};
 constexpr std::string_view kInputKey[] = {"input"};
 
 // One row per kind, in LayerKind order.
@@ -514,6 +563,8 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kHardSigmoid, "hardsigmoid", kInputKey, deriveHardSigmoid, BackwardReads::kInput},
     {LayerKind::kHardSwish, "hardswish", kInputKey, deriveHardSwish, BackwardReads::kInput},
     {LayerKind::kMul, "mul", kAddKeys, deriveMul, BackwardReads::kInput},
+    {LayerKind::kSlice, "slice", kSliceKeys, deriveSlice, BackwardReads::kNothing},
+    {LayerKind::kShuffle, "shuffle", kShuffleKeys, deriveShuffle, BackwardReads::kNothing},
 });
 
 constexpr bool rowsInKindOrder() {
@@ -533,7 +584,8 @@ bool isVisionActivation(LayerKind kind) {
 }
 
 bool isVisionKind(LayerKind kind) {
-  return isVisionActivation(kind) || kind == LayerKind::kConcat || kind == LayerKind::kMul;
+  return isVisionActivation(kind) || kind == LayerKind::kConcat || kind == LayerKind::kMul ||
+         kind == LayerKind::kSlice || kind == LayerKind::kShuffle;
 }
 
 std::span<const LayerKindRow> layerKindTable() {

@@ -426,6 +426,38 @@ TEST_CASE("concat gradients match central differences", "[gradient][concat][visi
   }
 }
 
+TEST_CASE("slice and shuffle gradients match central differences",
+          "[gradient][slice][shuffle][vision]") {
+  SECTION("a ShuffleNetV2 unit: half kept, half convolved, joined and shuffled") {
+    NetworkBuilder b({4, 3, 3});
+    LayerSpec keep, take;
+    keep.channels = 2;
+    take.offset = 2;
+    take.channels = 2;
+    const int k = b.add(LayerKind::kSlice, keep, {-1});
+    const int t = b.add(LayerKind::kSlice, take, {-1});
+    const int conv = b.add(LayerKind::kConv, test::convSpec(2, 3, 3, 1, 1), {t});
+    b.add(LayerKind::kConcat, {}, {k, conv});
+    LayerSpec shuffle;
+    shuffle.groups = 2;
+    b.add(LayerKind::kShuffle, shuffle);
+    b.add(LayerKind::kConv, test::convSpec(3, 1, 1));
+    checkGradients(b.network(), 2);
+  }
+  SECTION("one slice alone of its input, in the middle of the channels") {
+    NetworkBuilder b({5, 2, 3});
+    b.add(LayerKind::kConv, test::convSpec(6, 3, 3, 1, 1), {-1});
+    LayerSpec middle;
+    middle.offset = 2;
+    middle.channels = 3;
+    b.add(LayerKind::kSlice, middle);
+    LayerSpec shuffle;
+    shuffle.groups = 3;
+    b.add(LayerKind::kShuffle, shuffle);
+    checkGradients(b.network(), 3);
+  }
+}
+
 TEST_CASE("mul gradients match central differences", "[gradient][mul][vision]") {
   SECTION("a per-channel gate (squeeze-excitation)") {
     // x -> global avg pool -> 1x1 conv -> sigmoid -> gate; y = x * gate: x

@@ -325,8 +325,8 @@ TEST_CASE("lowerCpu lists the calls the CPU backend makes: layers no preset has"
 // squeeze-excitation block) and by a tensor of its shape (x * x too: both
 // gradients one buffer), convolutions with a column pad other than the
 // row pad, dilated, and a 1x1 one with a column pad (not pointwise), max
-// pooling with ceil_mode, and an fc head whose model-parallel part holds
-// activations.
+// pooling with ceil_mode, slices (two of one input, and one alone) and a
+// shuffle, and an fc head whose model-parallel part holds activations.
 Network visionEdgeNetwork() {
   using test::convSpec;
   test::NetworkBuilder b(Shape{3, 9, 8});
@@ -355,7 +355,21 @@ Network visionEdgeNetwork() {
   b.add(LayerKind::kRelu6, {}, {square});
   LayerSpec ceil = test::poolSpec(PoolMode::kMax, 2, 2);
   ceil.ceilMode = true;
-  b.add(LayerKind::kPool, ceil);  // 5 x 4
+  const int ceiled = b.add(LayerKind::kPool, ceil);  // 9 x 5 x 4
+  // Two overlapping slices of one input (their gradients summed), joined,
+  // shuffled, and a slice its input's one reader (its gradient zero-filled).
+  LayerSpec low, high, inner, shuffle;
+  low.channels = 4;
+  high.offset = 3;
+  high.channels = 6;
+  inner.offset = 1;
+  inner.channels = 8;
+  shuffle.groups = 5;
+  const int lo = b.add(LayerKind::kSlice, low, {ceiled});
+  const int hi = b.add(LayerKind::kSlice, high, {ceiled});
+  b.add(LayerKind::kConcat, {}, {lo, hi});
+  b.add(LayerKind::kShuffle, shuffle);
+  b.add(LayerKind::kSlice, inner);
   b.add(LayerKind::kHardSwish);
   b.add(LayerKind::kFc, test::fcSpec(6));
   b.add(LayerKind::kHardSwish);
@@ -551,6 +565,9 @@ TEST_CASE("lowerCuda: dilated and column-padded convolutions, and vision layers 
                     Catch::Contains("the cuda backend does not run relu6 layers yet"));
   CHECK_THROWS_AS(backend.mulForward({&v, d}, {&v, d}, {&v, d}), UserError);
   CHECK_THROWS_AS(backend.copyFromChannels({&v, d}, 0, {&v, d}, 0.0f), UserError);
+  CHECK_THROWS_AS(backend.addIntoChannels({&v, d}, {&v, d}, 0, 0.0f), UserError);
+  CHECK_THROWS_WITH(backend.shuffleChannels({&v, d}, 1, {&v, d}, 0.0f),
+                    Catch::Contains("the cuda backend does not run shuffle layers yet"));
 }
 
 // bf16 adds casts around every conv and fc phase and nothing else: the

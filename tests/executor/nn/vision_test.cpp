@@ -1,6 +1,7 @@
 // Vision networks' kernels on the CPU backend against values worked by hand:
 // the activations (forward and gradient, at and beside their kinks), concat's
-// channel copies, mul by a per-channel gate and by a same-shape one, a
+// channel copies, slice and shuffle (ShuffleNetV2), mul by a per-channel
+// gate and by a same-shape one, a
 // ceil-mode max pool, a column-padded and a dilated convolution; and their
 // results on 2..8 threads against one thread's bits. (Their gradients against
 // central differences: gradient_test.cpp; the calls against lowerCpu:
@@ -122,6 +123,62 @@ TEST_CASE("a Model's concat joins its inputs in the order it lists them", "[visi
   model.backwardData(0);
   const auto dx = model.inputGrad().span();
   CHECK(std::vector<float>(dx.begin(), dx.end()) == std::vector<float>{2, 3, 3, 2});
+}
+
+TEST_CASE("shuffle: channel j of group i to j groups + i, and back", "[vision][shuffle]") {
+  CpuBackend be;
+  // 2 examples of 6 channels x 1 position: channel k holds 10 e + k.
+  const Dims d{2, 6, 1, 1};
+  std::vector<float> x(12);
+  for (int k = 0; k < 12; ++k)
+    x[static_cast<size_t>(k)] = static_cast<float>(10 * (k / 6) + k % 6);
+  std::vector<float> y(12, -1.0f), back(12, 100.0f);
+  // 2 groups [0 1 2] [3 4 5] -> 0 3 1 4 2 5; 3 groups [0 1] [2 3] [4 5] -> 0 2 4 1 3 5.
+  be.shuffleChannels({x.data(), d}, 2, {y.data(), d}, 0.0f);
+  CHECK(y == std::vector<float>{0, 3, 1, 4, 2, 5, 10, 13, 11, 14, 12, 15});
+  // The shuffle of 6 / 2 = 3 groups undoes it, added onto back (beta 1).
+  be.shuffleChannels({y.data(), d}, 3, {back.data(), d}, 1.0f);
+  for (size_t k = 0; k < 12; ++k)
+    CHECK(back[k] == 100.0f + x[k]);
+  be.shuffleChannels({x.data(), d}, 3, {y.data(), d}, 0.0f);
+  CHECK(y == std::vector<float>{0, 2, 4, 1, 3, 5, 10, 12, 14, 11, 13, 15});
+  // One group and one channel per group leave the order as it is.
+  be.shuffleChannels({x.data(), d}, 1, {y.data(), d}, 0.0f);
+  CHECK(y == x);
+  be.shuffleChannels({x.data(), d}, 6, {y.data(), d}, 0.0f);
+  CHECK(y == x);
+}
+
+TEST_CASE("a Model's slices split the channels, their gradients land back in place",
+          "[vision][slice]") {
+  // One example of 3 channels x 2 positions: keep = channels [0, 1), take =
+  // [1, 3) through relu, joined and shuffled in 3 groups of 1 (no change).
+  NetworkBuilder builder({3, 1, 2});
+  LayerSpec first, rest;
+  first.channels = 1;
+  rest.offset = 1;
+  rest.channels = 2;
+  const int keep = builder.add(LayerKind::kSlice, first, {-1});
+  const int take = builder.add(LayerKind::kSlice, rest, {-1});
+  const int relu = builder.add(LayerKind::kRelu, {}, {take});
+  builder.add(LayerKind::kConcat, {}, {relu, keep});
+  Model model(builder.network());
+  const std::vector<float> x = {1, -2, -3, 4, 5, -6};
+  std::copy(x.begin(), x.end(), model.input(1).span().begin());
+  model.forwardAll();
+  const auto sliced = model.output(keep).span();
+  CHECK(std::vector<float>(sliced.begin(), sliced.end()) == std::vector<float>{1, -2});
+  const auto y = model.output(3).span();
+  CHECK(std::vector<float>(y.begin(), y.end()) == std::vector<float>{0, 4, 5, 0, 1, -2});
+  // dy = 1, 2, ..., 6: relu passes 2 and 3 into channels 1 and 2; keep's 5
+  // and 6 land in channel 0.
+  const auto dy = model.outputGrad(3).span();
+  for (size_t k = 0; k < dy.size(); ++k)
+    dy[k] = static_cast<float>(k + 1);
+  for (int l = 3; l >= 0; --l)
+    model.backwardData(l);
+  const auto dx = model.inputGrad().span();
+  CHECK(std::vector<float>(dx.begin(), dx.end()) == std::vector<float>{5, 6, 0, 2, 3, 0});
 }
 
 TEST_CASE("mul: by a per-channel gate and by a tensor of x's shape", "[vision][mul]") {
@@ -248,6 +305,13 @@ std::vector<std::vector<float>> visionResults(int threads) {
   be.copyFromChannels({joined.data(), d}, 10, {back.data(), half}, 1.0f);
   out.push_back(joined);
   out.push_back(back);
+  std::vector<float> shuffled(elements), unshuffled(elements, 0.5f), scattered(elements, 0.5f);
+  be.shuffleChannels({x.data(), d}, 8, {shuffled.data(), d}, 0.0f);
+  be.shuffleChannels({shuffled.data(), d}, 5, {unshuffled.data(), d}, 1.0f);
+  be.addIntoChannels({dy.data(), half}, {scattered.data(), d}, 7, 1.0f);
+  out.push_back(shuffled);
+  out.push_back(unshuffled);
+  out.push_back(scattered);
   return out;
 }
 

@@ -64,8 +64,9 @@ struct LayerKindRow {
   BackwardReads reads;
 };
 
-// The kinds of vision networks (torchvision's zoo): concat, mul and the
-// pointwise activations sigmoid, silu, relu6, hardsigmoid and hardswish,
+// The kinds of vision networks (torchvision's zoo): concat, mul, slice,
+// shuffle and the pointwise activations sigmoid, silu, relu6, hardsigmoid
+// and hardswish,
 // which a compute backend runs when it says so (exec::Backend::
 // runsVisionLayers).
 bool isVisionKind(LayerKind kind);

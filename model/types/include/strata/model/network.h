@@ -40,15 +40,18 @@ enum class LayerKind {
   kHardSigmoid,  // relu6(x + 3) / 6 (MobileNetV3, Howard et al. 2019)
   kHardSwish,    // x relu6(x + 3) / 6 (MobileNetV3)
   kMul,          // x * g, g of x's shape or one value per channel (C x 1 x 1, an SE gate)
+  kSlice,        // channels [offset, offset + channels) of its input (ShuffleNetV2's split)
+  kShuffle,      // channel shuffle: groups of channels interleaved (Zhang et al. 2018)
 };
-inline constexpr int kLayerKindCount = 23;
+inline constexpr int kLayerKindCount = 25;
 inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kConv,        LayerKind::kPool,      LayerKind::kFc,        LayerKind::kRnn,
     LayerKind::kRelu,        LayerKind::kLrn,       LayerKind::kDropout,   LayerKind::kBatchNorm,
     LayerKind::kAdd,         LayerKind::kSoftmax,   LayerKind::kEmbedding, LayerKind::kAttention,
     LayerKind::kLayerNorm,   LayerKind::kGelu,      LayerKind::kRmsNorm,   LayerKind::kSwiglu,
     LayerKind::kConcat,      LayerKind::kSigmoid,   LayerKind::kSilu,      LayerKind::kRelu6,
-    LayerKind::kHardSigmoid, LayerKind::kHardSwish, LayerKind::kMul};
+    LayerKind::kHardSigmoid, LayerKind::kHardSwish, LayerKind::kMul,       LayerKind::kSlice,
+    LayerKind::kShuffle};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -86,6 +89,8 @@ struct LayerSpec {
   // conv: the kernel's taps `dilation` apart in both dimensions (Yu & Koltun
   // 2016): a k-tap kernel spans dilation (k - 1) + 1 inputs.
   int dilation = 1;
+  // conv: groups of channels each filter reads; shuffle: the groups whose
+  // channels it interleaves (channel j of group i goes to j * groups + i).
   int groups = 1;
   PoolMode poolMode = PoolMode::kMax;
   bool global = false;
@@ -99,6 +104,9 @@ struct LayerSpec {
   // attention: biases on the Q, K and V projections alone, none on the
   // output projection (Qwen2); only with bias false.
   bool qkvBias = false;
+  // slice: the first channel taken and how many (channels 0: none given).
+  int offset = 0;
+  int channels = 0;
   // fc
   int outputs = 0;
   bool flatten = true;

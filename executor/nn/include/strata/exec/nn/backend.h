@@ -435,6 +435,15 @@ class Backend {
   // (same n, h, w): the gradient of one input of a concatenation, whose
   // forward is copyIntoChannels.
   virtual void copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst, float beta);
+  // dst's channels [channelOffset, channelOffset + src.c) = src + beta of
+  // them (same n, h, w), dst's other channels untouched: the gradient a
+  // slice's backward adds into its input's.
+  virtual void addIntoChannels(ConstTensorView src, TensorView dst, int channelOffset, float beta);
+  // y = x's channels shuffled + beta y: x's C channels read as `groups`
+  // groups of C / groups, channel j of group i written to channel
+  // j * groups + i (ShuffleNet's channel shuffle; its inverse is the
+  // shuffle of C / groups groups).
+  virtual void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta);
 
   // y = x g, where g is x's dims or one value per channel of each example
   // (n, c, 1, 1) broadcast over the positions (a squeeze-excitation gate).

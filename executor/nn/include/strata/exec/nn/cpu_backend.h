@@ -229,6 +229,13 @@ class CpuBackend final : public Backend {
                         float beta) override {
     impl_->copyFromChannels(src, channelOffset, dst, beta);
   }
+  void addIntoChannels(ConstTensorView src, TensorView dst, int channelOffset,
+                       float beta) override {
+    impl_->addIntoChannels(src, dst, channelOffset, beta);
+  }
+  void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta) override {
+    impl_->shuffleChannels(x, groups, y, beta);
+  }
   void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override {
     impl_->mulForward(x, g, y);
   }
