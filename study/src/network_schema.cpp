@@ -96,8 +96,10 @@ ordered_json networkJson(const Network& net, ElementType element) {
       case LayerKind::kAttention:
         spec = {{"heads", sp.heads}, {"kv_heads", l.kvHeads()}, {"causal", sp.causal},
                 {"bias", sp.bias},   {"qkv_bias", sp.qkvBias},  {"rotary", sp.rotary}};
-        if (sp.rotary)
+        if (sp.rotary) {
           spec["rotary_base"] = sp.rotaryBase;
+          spec["rotary_dims"] = l.rotaryFeatures();
+        }
         break;
       case LayerKind::kRmsNorm:
         spec = {{"eps", sp.eps}};

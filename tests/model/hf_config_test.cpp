@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "strata/model/error.h"
 #include "strata/model/network_loader.h"
+#include "strata/model/tensor_parallel.h"
 
 using namespace strata;
 using strata::test::presetNetwork;
@@ -84,6 +85,63 @@ TEST_CASE("Hugging Face configs have the published checkpoints' parameter counts
   CHECK(loadNetwork(fixture("Llama-3.2-1B")).totalParams() == 1'235'814'400);
   CHECK(loadNetwork(fixture("Qwen2-7B")).totalParams() == 7'615'616'512);
   CHECK(loadNetwork(fixture("Qwen2-0.5B")).totalParams() == 494'032'768);
+  // Pythia's model cards give the non-embedding parameters (all but the
+  // input and output tables, V x d each): 85,056,000 and 6,444,163,072.
+  CHECK(loadNetwork(fixture("pythia-160m")).totalParams() == 85'056'000 + 2 * 50'304 * 768);
+  CHECK(loadNetwork(fixture("pythia-160m")).totalParams() == 162'322'944);
+  CHECK(loadNetwork(fixture("pythia-6.9b")).totalParams() == 6'444'163'072 + 2 * 50'432 * 4096);
+}
+
+TEST_CASE("GPT-NeoX: a parallel residual, a quarter of each head turned, untied output",
+          "[network][hf]") {
+  const auto n = loadNetwork(fixture("pythia-160m"));
+  // embed_in, 12 blocks of 7 layers, final_layer_norm, lm_head, loss.
+  REQUIRE(n.layers.size() == 1 + 12 * 7 + 3);
+  const auto at = [&](const char* name) -> const Layer& {
+    const int i = n.find(name);
+    REQUIRE(i >= 0);
+    return n.layers[static_cast<size_t>(i)];
+  };
+  const Layer& attn = at("h.3.attn");
+  CHECK(attn.spec.rotary);
+  CHECK(attn.spec.bias);
+  CHECK(attn.rotaryFeatures() == 16);  // int(64 x 0.25)
+  CHECK(attn.params == 4 * 768 * 768 + 4 * 768);
+  // ln2 reads the block's input, not the attention's sum: one add of three.
+  const Layer& ln2 = at("h.3.ln2");
+  CHECK(ln2.inputs == at("h.3.ln1").inputs);
+  const Layer& add = at("h.3.add");
+  CHECK(add.inputs ==
+        std::vector<int>{at("h.3.ln1").inputs[0], n.find("h.3.attn"), n.find("h.3.fc2")});
+  CHECK(n.find("h.3.add1") < 0);
+  CHECK(at("h.3.fc1").params == 768 * 3072 + 3072);
+  CHECK(at("lm_head").spec.tiedTo == -1);
+  CHECK(at("lm_head").params == 50'304 * 768);
+  CHECK(at("embed_in").params == 50'304 * 768);
+  // The rotation's cost: 3 FLOPs per turned element of Q and K, a quarter of
+  // them; the same block with every feature turned costs 3 T 2 d (1 - 1/4)
+  // more.
+  std::string text = slurp(fixture("pythia-160m"));
+  text.replace(text.find("\"rotary_pct\": 0.25"), 18, "\"rotary_pct\": 1.00");
+  const auto whole = loadText("pythia-whole-rotary", "config.json", text);
+  const Layer& wholeAttn = whole.layers[static_cast<size_t>(whole.find("h.3.attn"))];
+  CHECK(wholeAttn.rotaryFeatures() == 64);
+  CHECK(wholeAttn.fwdFlops - attn.fwdFlops == 3.0 * 2048 * 2 * 768 * 0.75);
+  CHECK(wholeAttn.params == attn.params);
+  // use_parallel_residual false: GPT-2's sequential block.
+  text = slurp(fixture("pythia-160m"));
+  text.replace(text.find("\"use_parallel_residual\": true"), 29,
+               "\"use_parallel_residual\": false");
+  const auto sequential = loadText("pythia-sequential", "config.json", text);
+  CHECK(sequential.find("h.3.add1") >= 0);
+  CHECK(sequential.totalParams() == n.totalParams());
+  CHECK(sequential.totalTrainFlops() == n.totalTrainFlops());
+  // Tensor parallelism prices the sequential block; the parallel one's single
+  // sum per block is refused, naming the add.
+  CHECK(tensorParallelObstacle(sequential, 2, false).empty());
+  CHECK_THAT(tensorParallelObstacle(n, 2, false),
+             Catch::Contains("layer 'h.1.add' adds an attention's and an MLP's outputs side by "
+                             "side (a parallel residual)"));
 }
 
 TEST_CASE("Qwen2 is Llama's block with biases on Q, K and V alone", "[network][hf]") {
@@ -180,9 +238,22 @@ TEST_CASE("Hugging Face configs strata cannot price are one error naming file, l
           "[network][hf][errors]") {
   using Catch::Contains;
   // Unknown family, unknown key, values with no strata equivalent.
-  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"llama\"", "\"gpt_neox\""),
-             Contains("config.json:12: model_type: 'gpt_neox' is not a decoder family strata "
-                      "maps (it maps gpt2, llama, mistral, qwen2"));
+  CHECK_THAT(errorOf("Llama-2-7b-hf", "\"llama\"", "\"gptj\""),
+             Contains("config.json:12: model_type: 'gptj' is not a decoder family strata "
+                      "maps (it maps gpt2, gpt_neox, llama, mistral, qwen2"));
+  CHECK_THAT(errorOf("pythia-160m", "\"rotary_pct\": 0.25", "\"rotary_pct\": 0.01"),
+             Contains(":17: rotary_pct: turns int(64 x 0.01) = 0 of each head's 64 features"));
+  CHECK_THAT(errorOf("pythia-160m", "\"rotary_pct\": 0.25", "\"rotary_pct\": 1.5"),
+             Contains(":17: rotary_pct: the share of each head's features that rotary "
+                      "positions turn must be in (0, 1], got 1.5"));
+  CHECK_THAT(errorOf("pythia-160m", "\"gelu\"", "\"relu\""),
+             Contains(":7: hidden_act: 'relu' is not a GELU"));
+  CHECK_THAT(errorOf("pythia-160m", "\"use_cache\": true,",
+                     "\"use_cache\": true, \"attention_bias\": false,"),
+             Contains(":21: attention_bias: strata's transformer block has biases"));
+  CHECK_THAT(
+      errorOf("pythia-160m", "\"use_cache\": true,", "\"use_cache\": true, \"num_experts\": 8,"),
+      Contains(":21: num_experts: strata does not know this key of a gpt_neox config"));
   // Qwen2's window applies only with use_sliding_window; then it must cover
   // the context.
   CHECK(errorOf("Qwen2-0.5B", "\"sliding_window\": 131072", "\"sliding_window\": 4096").empty());

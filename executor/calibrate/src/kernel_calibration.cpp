@@ -387,8 +387,9 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
       });
       std::vector<float> table;
       nn::CpuBackend::rotaryTable(64, seqT, 10000.0f, table);
-      record(MemKernel::kRotary, nsd,
-             [&] { nn::CpuBackend::rotaryKernel(y.data(), sd.n, 64, seqT, table.data(), false); });
+      record(MemKernel::kRotary, nsd, [&] {
+        nn::CpuBackend::rotaryKernel(y.data(), sd.n, 64, 64, seqT, table.data(), false);
+      });
     }
     // Attention scores: rows of 64 keys (64 positions), causal, dh = 64.
     {

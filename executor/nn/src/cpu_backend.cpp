@@ -172,12 +172,12 @@ void CpuBackend::attnSoftmaxBackward(const float* p, const float* dp, float* ds,
                                      int t, float scale) {
   selectedTable().attnSoftmaxBackward(p, dp, ds, rows, t, scale);
 }
-void CpuBackend::rotaryTable(int dh, int t, float base, std::vector<float>& table) {
-  selectedTable().rotaryTable(dh, t, base, table);
+void CpuBackend::rotaryTable(int r, int t, float base, std::vector<float>& table) {
+  selectedTable().rotaryTable(r, t, base, table);
 }
-void CpuBackend::rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+void CpuBackend::rotaryKernel(float* x, int64_t blocks, int dh, int r, int t, const float* table,
                               bool inverse) {
-  selectedTable().rotary(x, blocks, dh, t, table, inverse);
+  selectedTable().rotary(x, blocks, dh, r, t, table, inverse);
 }
 void CpuBackend::adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
                             std::span<const float> g, const AdamParams& p) {

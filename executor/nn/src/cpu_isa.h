@@ -39,7 +39,7 @@ struct CpuIsaTable {
   void (*adam)(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
                const AdamParams& p);
   void (*rotaryTable)(int dh, int t, float base, std::vector<float>& table);
-  void (*rotary)(float* x, int64_t blocks, int dh, int t, const float* table, bool inverse);
+  void (*rotary)(float* x, int64_t blocks, int dh, int r, int t, const float* table, bool inverse);
 };
 
 namespace cpu_baseline {
@@ -186,13 +186,14 @@ class CpuImpl final : public Backend {
   // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
   static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
                                   float scale);
-  // Rotary positions' table for heads of dh features over t positions (the
-  // cosine and sine of each pair i < dh/2 at each position, interleaved,
-  // pair-major), with angles p base^(-2i/dh).
-  static void rotaryTable(int dh, int t, float base, std::vector<float>& table);
-  // Turns `blocks` heads of dh x t (feature-major) in place by the table's
-  // angles (rotary), or back (inverse: R^T, the gradients' way).
-  static void rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+  // Rotary positions' table for r turned features over t positions (the
+  // cosine and sine of each pair i < r/2 at each position, interleaved,
+  // pair-major), with angles p base^(-2i/r).
+  static void rotaryTable(int r, int t, float base, std::vector<float>& table);
+  // Turns the first r features of `blocks` heads of dh x t (feature-major)
+  // in place by the table's angles (rotary), pairs (i, i + r/2), or back
+  // (inverse: R^T, the gradients' way); features r.. stay.
+  static void rotaryKernel(float* x, int64_t blocks, int dh, int r, int t, const float* table,
                            bool inverse);
   // Backend::adam's kernel (adam): what training runs and `strata calibrate`
   // times.

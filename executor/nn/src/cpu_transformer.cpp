@@ -28,8 +28,9 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
   const int64_t ft = int64_t{f} * t, at = int64_t{a} * t, qt = int64_t{rows} * t;
   const float* wqkv = w;
   const float* wo = w + int64_t{rows} * f;
+  const int turned = d.rotaryFeatures();
   if (d.rotary && !recordOnly())
-    rotaryTable(dh, t, d.rotaryBase, rotary_);
+    rotaryTable(turned, t, d.rotaryBase, rotary_);
   for (int n = 0; n < x.dims.n; ++n) {
     const float* xn = x.data + n * ft;
     float* qkv = saved.qkv.data + n * qt;
@@ -37,8 +38,8 @@ void CpuImpl::attentionForward(const AttentionDesc& d, ConstTensorView x, const 
     if (bias && runs(MemKernel::kBias, double(qt)))
       biasAdd(qkv, bias, rows, t);
     // Q's heads then K's: d.heads + kvHeads blocks of dh rows from row 0.
-    if (d.rotary && runs(MemKernel::kRotary, double(a + kv) * t))
-      rotaryKernel(qkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), false);
+    if (d.rotary && runs(MemKernel::kRotary, double(a + kv) * t * turned / dh))
+      rotaryKernel(qkv, d.heads + d.keyValueHeads(), dh, turned, t, rotary_.data(), false);
     attentionScores(d, n, saved);
   }
   attentionSoftmax(d, x.dims.n, saved);
@@ -123,7 +124,7 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     dc = dcontext_.data();
     dprobs = dprobs_.data();
     if (d.rotary)
-      rotaryTable(dh, t, d.rotaryBase, rotary_);
+      rotaryTable(d.rotaryFeatures(), t, d.rotaryBase, rotary_);
   }
   // A key/value head's gradients sum over its group's query heads: the
   // group's first head writes them, the others add.
@@ -161,8 +162,9 @@ void CpuImpl::attentionBackwardWeights(const AttentionDesc& d, ConstTensorView x
     }
     // The gradients of the turned Q and K, turned back: those of the
     // projection's Q and K.
-    if (d.rotary && runs(MemKernel::kRotary, double(a + kv) * t))
-      rotaryKernel(dqkv, d.heads + d.keyValueHeads(), dh, t, rotary_.data(), true);
+    if (d.rotary && runs(MemKernel::kRotary, double(a + kv) * t * d.rotaryFeatures() / dh))
+      rotaryKernel(dqkv, d.heads + d.keyValueHeads(), dh, d.rotaryFeatures(), t, rotary_.data(),
+                   true);
     teamGemm(GemmOp::kNT, rows, f, t, dqkv, x.data + n * ft, dwqkv, true);
     if (dbias && runs(MemKernel::kBiasGrad, double(qt)))
       biasGrad(dqkv, dbias, rows, t);
@@ -182,13 +184,13 @@ void CpuImpl::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv
     teamGemm(GemmOp::kTN, f, t, rows, w, dqkv.data + n * qt, dx.data + n * ft, true);
 }
 
-void CpuImpl::rotaryTable(int dh, int t, float base, std::vector<float>& table) {
-  const int half = dh / 2;
+void CpuImpl::rotaryTable(int r, int t, float base, std::vector<float>& table) {
+  const int half = r / 2;
   table.resize(2 * static_cast<size_t>(half) * static_cast<size_t>(t));
   // theta_i = base^(-2i/dh) (Su et al. 2021, eq. 15); the angle p theta_i in
   // double, so that long contexts keep their digits.
   for (int i = 0; i < half; ++i) {
-    const double theta = std::pow(double(base), -2.0 * i / dh);
+    const double theta = std::pow(double(base), -2.0 * i / r);
     for (int p = 0; p < t; ++p) {
       const double angle = p * theta;
       table[2 * (size_t(i) * size_t(t) + size_t(p))] = static_cast<float>(std::cos(angle));
@@ -197,9 +199,9 @@ void CpuImpl::rotaryTable(int dh, int t, float base, std::vector<float>& table) 
   }
 }
 
-void CpuImpl::rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+void CpuImpl::rotaryKernel(float* x, int64_t blocks, int dh, int r, int t, const float* table,
                            bool inverse) {
-  const int half = dh / 2;
+  const int half = r / 2;
   const float sign = inverse ? -1.0f : 1.0f;  // R^T turns by minus the angle
   for (int64_t b = 0; b < blocks; ++b) {
     float* block = x + b * dh * int64_t{t};

@@ -371,6 +371,7 @@ void Model::shareOf(int l, TensorParallelRank tp, TpRole role) {
                       layer.spec.rotary,
                       static_cast<float>(layer.spec.rotaryBase)};
     a.hasOutputBias = !layer.spec.qkvBias;
+    a.rotaryDims = layer.spec.rotaryDims;
     if (role == TpRole::kAttention) {
       // Heads [r H/t, (r+1) H/t) and their key/value heads (whole groups:
       // tensorParallelObstacle checked both divide).

@@ -31,7 +31,8 @@ inline void checkConv(const ConvDesc& d, const Dims& x, const Dims& y) {
 inline void checkAttention(const AttentionDesc& d, const Dims& x, const AttentionSaved& saved) {
   STRATA_ENFORCE(d.heads > 0 && d.inner() % d.heads == 0);
   STRATA_ENFORCE(d.keyValueHeads() > 0 && d.heads % d.keyValueHeads() == 0);
-  STRATA_ENFORCE(!d.rotary || d.headFeatures() % 2 == 0);
+  STRATA_ENFORCE(!d.rotary || (d.rotaryFeatures() % 2 == 0 && d.rotaryFeatures() > 0 &&
+                               d.rotaryFeatures() <= d.headFeatures()));
   STRATA_ENFORCE_OP(x.c, ==, d.features);
   STRATA_ENFORCE_OP(int64_t{x.h} * x.w, ==, d.positions);
   STRATA_ENFORCE_OP(saved.qkv.dims.n, ==, x.n);

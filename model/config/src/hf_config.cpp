@@ -3,7 +3,9 @@
 // the file and every mistake names its line and key. Each decoder family
 // strata prices is mapped onto the layers its YAML preset writes (gpt2 as
 // configs/networks/gpt2-small.yaml, llama, mistral and qwen2 as
-// llama2-7b.yaml, qwen2 with its Q, K and V biases: qkv_bias); a
+// llama2-7b.yaml, qwen2 with its Q, K and V biases: qkv_bias; gpt_neox as
+// transformer blocks with a parallel residual and partial rotary
+// positions); a
 // key strata does not know, or a value it cannot price, is an error, never
 // a guess.
 #include <fmt/format.h>
@@ -112,6 +114,20 @@ constexpr std::string_view kLlamaKeys[] = {
 // on the output projection), and a sliding window that applies only with
 // use_sliding_window.
 constexpr std::string_view kQwen2ExtraKeys[] = {"use_sliding_window", "max_window_layers"};
+
+// GPT-NeoX and Pythia (transformers' GPTNeoXConfig, GPTNeoXForCausalLM;
+// Black et al. 2022, Biderman et al. 2023): pre-LN blocks with biased
+// projections and a GELU MLP, the MLP beside the attention
+// (use_parallel_residual), rotary positions on the first rotary_pct of each
+// head's features, an untied output layer (embed_out).
+constexpr std::string_view kGptNeoxKeys[] = {
+    "vocab_size",          "hidden_size",           "num_hidden_layers",
+    "num_attention_heads", "intermediate_size",     "hidden_act",
+    "rotary_pct",          "rotary_emb_base",       "max_position_embeddings",
+    "layer_norm_eps",      "use_parallel_residual", "tie_word_embeddings",
+    "attention_bias",      "attention_dropout",     "hidden_dropout",
+    "classifier_dropout",  "rope_scaling",
+};
 
 int positive(const ConfigNode& root, std::string_view key) {
   return root.require(key).asPositiveInt();
@@ -225,6 +241,89 @@ YAML::Node gpt2Layers(const ConfigNode& root, int& positions, Origins& origins) 
   return layers;
 }
 
+YAML::Node gptNeoxLayers(const ConfigNode& root, int& positions, Origins& origins) {
+  const int width = positive(root, "hidden_size");
+  const int heads = positive(root, "num_attention_heads");
+  headsDivide(root, "num_attention_heads", heads, width, "hidden_size");
+  positions = positive(root, "max_position_embeddings");
+  if (const auto act = root.getUnlessNull("hidden_act")) {
+    const std::string a = act->asString();
+    if (a != "gelu" && a != "gelu_new" && a != "gelu_fast" && a != "gelu_pytorch_tanh")
+      act->fail("'" + a +
+                "' is not a GELU: strata's transformer block prices GELU (gelu, gelu_new, "
+                "gelu_fast, gelu_pytorch_tanh)");
+  }
+  // rope_scaling (as Llama's) stretches the angles: no shape or cost.
+  if (!boolOr(root, "attention_bias", true))
+    root.require("attention_bias")
+        .fail("strata's transformer block has biases on every projection (attention_bias true)");
+  // GPTNeoXConfig's defaults: rotary_pct 0.25, rotary_emb_base 10000,
+  // parallel residual, untied embeddings, no dropout.
+  const int dh = width / heads;
+  double pct = 0.25;
+  std::optional<ConfigNode> pctNode = root.getUnlessNull("rotary_pct");
+  if (pctNode) {
+    pct = pctNode->asDouble();
+    if (pct <= 0 || pct > 1)
+      pctNode->fail(
+          fmt::format("the share of each head's features that rotary positions turn "
+                      "must be in (0, 1], got {}",
+                      pct));
+  }
+  // transformers: rotary_ndims = int(head_size * rotary_pct).
+  const int turned = static_cast<int>(dh * pct);
+  if (turned < 2 || turned % 2 != 0) {
+    const std::string why = fmt::format(
+        "turns int({} x {}) = {} of each head's {} features; rotary positions turn pairs of "
+        "them, at least one",
+        dh, pct, turned, dh);
+    if (pctNode)
+      pctNode->fail(why);
+    root.require("hidden_size").fail(why + " (rotary_pct's default 0.25)");
+  }
+  const double resid = rateOr(root, "hidden_dropout", 0.0);
+  const double attn = rateOr(root, "attention_dropout", 0.0);
+  rateOr(root, "classifier_dropout", 0.1);  // a classification head's: not in a causal LM
+  const int vocab = positive(root, "vocab_size");
+  const bool tied = boolOr(root, "tie_word_embeddings", false);
+
+  YAML::Node layers;
+  origins.emplace("layers[0]", root.require("vocab_size"));
+  auto embed = layer("embed_in", "embedding");
+  embed["vocab"] = vocab;
+  embed["outputs"] = width;
+  embed["positions"] = 0;  // rotary: no table
+  layers.push_back(embed);
+  auto h = layer("h", "transformer");
+  h["heads"] = heads;
+  h["hidden"] = positive(root, "intermediate_size");
+  h["parallel"] = boolOr(root, "use_parallel_residual", true);
+  h["rotary"] = true;
+  if (turned != dh)
+    h["rotary_dims"] = turned;
+  if (const auto base = root.getUnlessNull("rotary_emb_base"))
+    h["rotary_base"] = base->asDouble();
+  if (resid > 0)
+    h["dropout"] = resid;
+  if (attn > 0)
+    h["attention_dropout"] = attn;
+  h["repeat"] = positive(root, "num_hidden_layers");
+  layers.push_back(h);
+  origins.emplace("layers[1]", root.require("hidden_size"));
+  origins.emplace("layers[1].heads", root.require("num_attention_heads"));
+  origins.emplace("layers[1].hidden", root.require("intermediate_size"));
+  origins.emplace("layers[1].repeat", root.require("num_hidden_layers"));
+  for (const auto& [key, from] : {std::pair{"rotary_base", "rotary_emb_base"},
+                                  {"rotary_dims", "rotary_pct"},
+                                  {"attention_dropout", "attention_dropout"},
+                                  {"dropout", "hidden_dropout"}})
+    if (const auto n = root.getUnlessNull(from))
+      origins.emplace(std::string("layers[1].") + key, *n);
+  layers.push_back(layer("final_layer_norm", "layernorm"));
+  addOutput(root, layers, origins, vocab, tied ? "embed_in" : "");
+  return layers;
+}
+
 // The Llama-like families: what differs from Llama's own mapping.
 struct LlamaVariant {
   bool qkvBias = false;        // biases on Q, K and V alone (Qwen2)
@@ -326,6 +425,7 @@ YAML::Node llamaLikeLayers(const ConfigNode& root, int& positions, Origins& orig
 
 constexpr Family kFamilies[] = {
     {"gpt2", kGpt2Keys, {}, gpt2Layers},
+    {"gpt_neox", kGptNeoxKeys, {}, gptNeoxLayers},
     {"llama", kLlamaKeys, {}, llamaLayers},
     {"mistral", kLlamaKeys, {}, llamaLayers},
     {"qwen2", kLlamaKeys, kQwen2ExtraKeys, qwen2Layers},

@@ -158,6 +158,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
           base->fail("rotary_base applies only with rotary: true");
         s.rotaryBase = readRotaryBase(*base);
       }
+      s.rotaryDims = n.positiveIntOr("rotary_dims", 0);  // with rotary, even: deriveAttention
       readAttentionCore(n, s);
       break;
     case LayerKind::kRmsNorm:
@@ -314,13 +315,20 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
 // 2.3, and openai/gpt-2 src/model.py) into its layers:
 //   ln1 -> attn -> [drop1] -> add1 (+ block input) -> ln2 -> fc1 (hidden)
 //   -> gelu -> fc2 (back to the width) -> [drop2] -> add2 (+ add1).
+// parallel: GPT-J's and GPT-NeoX's parallel residual (Black et al. 2022,
+// section 2.1; transformers' GPTNeoXLayer with use_parallel_residual), the
+// MLP reading the block input beside the attention, one add of the three:
+//   ln1 -> attn -> [drop1]; ln2 (block input) -> fc1 -> gelu -> fc2 ->
+//   [drop2]; add (block input + attn + MLP).
+// rotary, rotary_dims, rotary_base: its attention's rotary positions.
 void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
   n.allowOnly({"name", "kind", "input", "heads", "hidden", "dropout", "causal", "fused",
-               "attention_dropout", "repeat"});
+               "attention_dropout", "parallel", "rotary", "rotary_dims", "rotary_base", "repeat"});
   const auto name = n.require("name").asString();
   const int heads = n.require("heads").asPositiveInt();
   const int hidden = n.require("hidden").asPositiveInt();
   const bool causal = n.boolOr("causal", true);
+  const bool parallel = n.boolOr("parallel", false);
   const int repeat = n.positiveIntOr("repeat", 1);
   double rate = 0;
   if (auto r = n.get("dropout")) {
@@ -341,6 +349,13 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
   attention.heads = heads;
   attention.causal = causal;
   readAttentionCore(n, attention);
+  attention.rotary = n.boolOr("rotary", false);
+  for (const char* key : {"rotary_dims", "rotary_base"})
+    if (auto v = n.get(key); v && !attention.rotary)
+      v->fail(std::string(key) + " applies only with rotary: true");
+  attention.rotaryDims = n.positiveIntOr("rotary_dims", 0);  // even, <= dh: deriveAttention
+  if (auto base = n.get("rotary_base"))
+    attention.rotaryBase = readRotaryBase(*base);
   LayerSpec dropout;
   dropout.dropoutRate = rate;
   auto fc = [](int outputs) {
@@ -357,6 +372,20 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
     add(b + ".attn", LayerKind::kAttention, {}, attention);
     if (rate > 0)
       add(b + ".drop1", LayerKind::kDropout, {}, dropout);
+    if (parallel) {
+      add(b + ".ln2", LayerKind::kLayerNorm, {"@block-input"}, {});
+      add(b + ".fc1", LayerKind::kFc, {}, fc(hidden));
+      add(b + ".gelu", LayerKind::kGelu, {}, {});
+      add(b + ".fc2", LayerKind::kFc, {}, fc(-1));  // width: set when the input is known
+      if (rate > 0)
+        add(b + ".drop2", LayerKind::kDropout, {}, dropout);
+      add(b + ".add", LayerKind::kAdd,
+          {"@block-input", rate > 0 ? b + ".drop1" : b + ".attn",
+           rate > 0 ? b + ".drop2" : b + ".fc2"},
+          {});
+      prev = b + ".add";
+      continue;
+    }
     add(b + ".add1", LayerKind::kAdd, {"@block-input", rate > 0 ? b + ".drop1" : b + ".attn"}, {});
     add(b + ".ln2", LayerKind::kLayerNorm, {}, {});
     add(b + ".fc1", LayerKind::kFc, {}, fc(hidden));

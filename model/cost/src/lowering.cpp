@@ -81,10 +81,12 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const int64_t t = inArea;
   const int64_t dh = l.spec.heads > 0 ? d / l.spec.heads : 0;
   const int64_t rows = l.kind == LayerKind::kAttention ? l.qkvRows() : 0;  // Q, K, V rows
-  // Elements of Q and K per example that rotary positions turn.
-  const double rotated = l.kind == LayerKind::kAttention && l.spec.rotary
-                             ? double(d + (rows - d) / 2) * double(t)
-                             : 0.0;
+  // Elements of Q and K per example that rotary positions turn (the first
+  // rotaryFeatures() of each head's dh).
+  const double rotated =
+      l.kind == LayerKind::kAttention && l.spec.rotary
+          ? double(d + (rows - d) / 2) * double(t) * double(l.rotaryFeatures()) / double(dh)
+          : 0.0;
 
   switch (phase) {
     case Phase::kUpdate: {

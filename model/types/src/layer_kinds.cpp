@@ -267,11 +267,19 @@ void deriveAttention(LayerDerivation& d) {
                                   "heads / kv_heads query heads)",
                                   kvHeads, s.heads));
   const int64_t dh = in.c / s.heads;
-  if (s.rotary && dh % 2 != 0)
+  if (s.rotary && s.rotaryDims == 0 && dh % 2 != 0)
     throw ConfigError(file, layer.configLine, key + ".rotary",
                       fmt::format("rotary positions turn pairs of features: the {} features per "
                                   "head ({} channels / {} heads) must be even",
                                   dh, in.c, s.heads));
+  if (s.rotaryDims != 0 && !s.rotary)
+    throw ConfigError(file, layer.configLine, key + ".rotary_dims",
+                      "rotary_dims applies only with rotary: true");
+  if (s.rotaryDims < 0 || s.rotaryDims % 2 != 0 || s.rotaryDims > dh)
+    throw ConfigError(file, layer.configLine, key + ".rotary_dims",
+                      fmt::format("rotary positions turn pairs of a head's features: {} must be "
+                                  "even and in [2, {}] (the features per head)",
+                                  s.rotaryDims, dh));
   // Per example, with T = h w positions of d = c features and kv = d
   // kv_heads / heads features of K and of V: the Q and output projections
   // 2 T d^2, the K and V projections 2 T d kv, scores Q K^T T^2 d and
@@ -290,10 +298,12 @@ void deriveAttention(LayerDerivation& d) {
   // with qkv_bias (Qwen2).
   const int64_t biases = s.bias ? rows + in.c : s.qkvBias ? rows : 0;
   layer.params = d.count({d.count({rows + in.c, in.c}, "parameters") + biases}, "parameters");
-  // Rotary positions turn each (i, i + dh/2) pair of Q's and K's features of
-  // each position by its angle: 2 multiplies and an add per element, each
-  // way (the angles' sines and cosines are a table over T, not counted).
-  const double rotated = s.rotary ? double(t) * double(in.c + kv) : 0.0;
+  // Rotary positions turn each (i, i + r/2) pair of the first r features of
+  // each head of Q and K (r = dh, or rotary_dims) at each position by its
+  // angle: 2 multiplies and an add per element, each way (the angles' sines
+  // and cosines are a table over T, not counted).
+  const double rotated =
+      s.rotary ? double(t) * double(in.c + kv) * double(layer.rotaryFeatures()) / double(dh) : 0.0;
   // Backward is twice forward: both operands of the scores and of the
   // context GEMMs take a gradient, and so do the projections' inputs and
   // weights. The executor runs bwd_weights first and it carries the
@@ -531,8 +541,8 @@ constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
 constexpr std::string_view kAddKeys[] = {"inputs"};  // add, concat and mul
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
 constexpr std::string_view kAttentionKeys[] = {
-    "input",    "heads",  "causal",      "bias",  "qkv_bias",
-    "kv_heads", "rotary", "rotary_base", "fused", "attention_dropout"};
+    "input",  "heads",       "causal",      "bias",  "qkv_bias",         "kv_heads",
+    "rotary", "rotary_base", "rotary_dims", "fused", "attention_dropout"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kSliceKeys[] = {"input", "offset", "channels"};
 constexpr std::string_view kShuffleKeys[] = {"input", "groups"};

@@ -146,6 +146,27 @@ std::string tensorParallelObstacle(const Network& net, int t, bool sequenceParal
             "the last worker none",
             l.name, vocab, t, (vocab + t - 1) / t);
     }
+    // A parallel residual (GPT-J, GPT-NeoX: x + attn(ln1 x) + mlp(ln2 x))
+    // sums two split layers' partial outputs in one add, which Megatron-style
+    // code all-reduces once per block; strata's split all-reduces each.
+    if (l.kind == LayerKind::kAdd) {
+      int partial = 0;
+      for (int in : l.inputs) {
+        int from = in;
+        if (from >= 0 && net.layers[static_cast<size_t>(from)].kind == LayerKind::kDropout)
+          from = net.layers[static_cast<size_t>(from)].inputs[0];
+        partial += from >= 0 && (r.role[static_cast<size_t>(from)] == 1 ||
+                                 r.role[static_cast<size_t>(from)] == 4)
+                       ? 1
+                       : 0;
+      }
+      if (partial > 1)
+        return fmt::format(
+            "layer '{}' adds an attention's and an MLP's outputs side by side (a parallel "
+            "residual), which a tensor-parallel group would sum once per block; strata's "
+            "split sums each of them, and does not price that block yet",
+            l.name);
+    }
     const bool replicated = role == 0;
     if (sequenceParallel && replicated) {
       if (!positionWise(l.kind))

@@ -583,11 +583,13 @@ LayerSpec rmsNormSpec(double eps = 1e-5) {
   return s;
 }
 
-LayerSpec gqaSpec(int heads, int kvHeads, bool rotary, bool bias, double base = 10000) {
+LayerSpec gqaSpec(int heads, int kvHeads, bool rotary, bool bias, double base = 10000,
+                  int rotaryDims = 0) {
   LayerSpec s = attentionSpec(heads, true, bias);
   s.kvHeads = kvHeads;
   s.rotary = rotary;
   s.rotaryBase = base;
+  s.rotaryDims = rotaryDims;
   return s;
 }
 
@@ -634,6 +636,13 @@ TEST_CASE("grouped-query and rotary attention gradients match central difference
       checkGradients(b.network(), 2);
     }
   }
+  SECTION("partial rotary (GPT-NeoX): 2 of each head's 4 features turned, biases") {
+    // d = 8, 2 heads of 4 features, the first 2 turned; base 10.
+    NetworkBuilder b({8, 5, 1});
+    b.add(LayerKind::kAttention, gqaSpec(2, 2, true, true, 10, 2));
+    REQUIRE(b.network().layers[0].rotaryFeatures() == 2);
+    checkGradients(b.network(), 2);
+  }
 }
 
 TEST_CASE("rotary positions turn each feature pair by p theta_i, and back", "[rotary][llama]") {
@@ -644,7 +653,7 @@ TEST_CASE("rotary positions turn each feature pair by p theta_i, and back", "[ro
   // Features 0 and 1 are 1 and features 2 and 3 are 0 at every position:
   // after the turn, feature i is cos(p theta_i) and i + 2 is sin(p theta_i).
   std::vector<float> x = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
-  CpuBackend::rotaryKernel(x.data(), 1, 4, 3, table.data(), false);
+  CpuBackend::rotaryKernel(x.data(), 1, 4, 4, 3, table.data(), false);
   for (int p = 0; p < 3; ++p) {
     INFO("position " << p);
     CHECK(x[size_t(p)] == Approx(std::cos(p * 1.0)).margin(1e-6));
@@ -653,10 +662,38 @@ TEST_CASE("rotary positions turn each feature pair by p theta_i, and back", "[ro
     CHECK(x[size_t(9 + p)] == Approx(std::sin(p * 0.1)).margin(1e-6));
   }
   // The inverse (R^T) turns it back.
-  CpuBackend::rotaryKernel(x.data(), 1, 4, 3, table.data(), true);
+  CpuBackend::rotaryKernel(x.data(), 1, 4, 4, 3, table.data(), true);
   const std::vector<float> start = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < x.size(); ++i)
     CHECK(x[i] == Approx(start[i]).margin(1e-6));
+}
+
+TEST_CASE("partial rotary positions turn the first r features of each head alone",
+          "[rotary][llama]") {
+  // Two heads of dh = 6 over T = 2, r = 2 (GPT-NeoX's rotary_pct 1/3): the
+  // pair (0, 1) of each head turns by p theta_0 = p (theta_0 = base^0);
+  // features 2..5 stay.
+  std::vector<float> table;
+  CpuBackend::rotaryTable(2, 2, 10000.0f, table);
+  REQUIRE(table.size() == 4);
+  std::vector<float> x(24);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(i + 1);
+  const std::vector<float> start = x;
+  CpuBackend::rotaryKernel(x.data(), 2, 6, 2, 2, table.data(), false);
+  for (int h = 0; h < 2; ++h)
+    for (int p = 0; p < 2; ++p) {
+      INFO("head " << h << " position " << p);
+      const size_t lo = size_t(h * 12 + p), hi = lo + 2;  // features 0 and 1
+      const double c = std::cos(p), s = std::sin(p);
+      CHECK(x[lo] == Approx(start[lo] * c - start[hi] * s).margin(1e-5));
+      CHECK(x[hi] == Approx(start[hi] * c + start[lo] * s).margin(1e-5));
+      for (int f = 2; f < 6; ++f)
+        CHECK(x[size_t(h * 12 + f * 2 + p)] == start[size_t(h * 12 + f * 2 + p)]);
+    }
+  CpuBackend::rotaryKernel(x.data(), 2, 6, 2, 2, table.data(), true);
+  for (size_t i = 0; i < x.size(); ++i)
+    CHECK(x[i] == Approx(start[i]).margin(1e-5));
 }
 
 TEST_CASE("grouped-query attention equals multi-head attention with each K and V head repeated",
@@ -802,6 +839,26 @@ TEST_CASE("a small GPT matches central differences", "[gradient][transformer]") 
   b.add(LayerKind::kAdd, {}, {add1, fc2});
   b.add(LayerKind::kLayerNorm);
   b.add(LayerKind::kFc, tiedSpec(11, wte));
+  b.add(LayerKind::kSoftmax);
+  checkGradients(b.network(), 2, {}, tokenIds(11), 1e-3);
+}
+
+TEST_CASE("a small GPT-NeoX block matches central differences", "[gradient][transformer]") {
+  // The parallel residual (the MLP's layernorm reads the block input; one add
+  // of three) with partial rotary positions (2 of each head's 4 features)
+  // and an untied head.
+  NetworkBuilder b({1, 6, 1});
+  const int embed = b.add(LayerKind::kEmbedding, embeddingSpec(11, 8, 0));
+  b.add(LayerKind::kLayerNorm, {}, {embed});
+  LayerSpec attention = gqaSpec(2, 2, true, true, 10, 2);
+  const int attn = b.add(LayerKind::kAttention, attention);
+  b.add(LayerKind::kLayerNorm, {}, {embed});
+  b.add(LayerKind::kFc, test::fcSpec(12, false));
+  b.add(LayerKind::kGelu);
+  const int fc2 = b.add(LayerKind::kFc, test::fcSpec(8, false));
+  b.add(LayerKind::kAdd, {}, {embed, attn, fc2});
+  b.add(LayerKind::kLayerNorm);
+  b.add(LayerKind::kFc, test::fcSpec(11, false, false));
   b.add(LayerKind::kSoftmax);
   checkGradients(b.network(), 2, {}, tokenIds(11), 1e-3);
 }

@@ -458,6 +458,34 @@ TEST_CASE("lowerCpu lists the calls the CPU backend makes: transformer layers no
           },
           fmt::format("transformer edge network, batch {}, T = {}", batch, threads));
     }
+  // Rotary positions on 2 of each head's 3 features (GPT-NeoX's rotary_pct;
+  // a CPU layer, Backend::runsLlamaLayers), in a parallel residual.
+  test::NetworkBuilder b(Shape{1, 5, 1});
+  LayerSpec embedding;
+  embedding.vocab = 7;
+  embedding.outputs = 6;
+  const int embed = b.add(LayerKind::kEmbedding, embedding);
+  b.add(LayerKind::kLayerNorm, {}, {embed});
+  LayerSpec partial;
+  partial.heads = 2;
+  partial.rotary = true;
+  partial.rotaryDims = 2;
+  const int attn = b.add(LayerKind::kAttention, partial);
+  const int mlp = b.add(LayerKind::kFc, test::fcSpec(6, false), {embed});
+  b.add(LayerKind::kAdd, {}, {embed, attn, mlp});
+  b.add(LayerKind::kFc, test::fcSpec(7, false));
+  b.add(LayerKind::kSoftmax);
+  const Network neox = b.network();
+  REQUIRE(neox.layers[2].rotaryFeatures() == 2);
+  for (int batch : {1, 3}) {
+    KernelRecorder recorder(/*recordOnly=*/true);
+    CpuBackend backend(CpuOptions{2, &recorder});
+    const StepCalls recorded = recordStep(neox, backend, recorder, batch, false);
+    checkAgainst(
+        neox, recorded,
+        [&](int l, Phase phase) { return lowerCpu(neox, l, phase, batch, 0, MemKernel::kSgd, 2); },
+        fmt::format("partial rotary network, batch {}", batch));
+  }
 }
 
 TEST_CASE("lowerCpu lists the calls the CPU backend makes: every preset on 2 threads",

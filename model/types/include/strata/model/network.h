@@ -131,6 +131,10 @@ struct LayerSpec {
   int kvHeads = 0;
   bool rotary = false;
   double rotaryBase = 10000;
+  // attention, rotary: the features of each head that turn, the first
+  // rotaryDims (GPT-NeoX's rotary_pct of them, Black et al. 2022; theta_i
+  // = base^(-2i/rotaryDims)), the others left as they are; 0: all of them.
+  int rotaryDims = 0;
   // attention: fusedCore, the core (QK^T, softmax, PV) runs as one kernel
   // whose scores never reach memory (FlashAttention, Dao et al. 2022);
   // otherwise the scores are written, and softmax (and attention dropout)
@@ -195,6 +199,12 @@ struct Layer {
   // attention: its key/value heads (spec.kvHeads, or heads when 0) and the
   // rows of its Q, K and V projections (d + 2 d kvHeads / heads).
   int kvHeads() const { return spec.kvHeads > 0 ? spec.kvHeads : spec.heads; }
+  // attention: the features of each head that rotary positions turn.
+  int rotaryFeatures() const {
+    if (!spec.rotary || spec.heads <= 0)
+      return 0;
+    return spec.rotaryDims > 0 ? spec.rotaryDims : inShape.c / spec.heads;
+  }
   int64_t qkvRows() const {
     return spec.heads > 0 ? int64_t{inShape.c} + 2 * int64_t{inShape.c} / spec.heads * kvHeads()
                           : 0;

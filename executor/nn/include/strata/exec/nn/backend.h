@@ -171,6 +171,10 @@ struct AttentionDesc {
   int inner() const { return innerFeatures > 0 ? innerFeatures : features; }
   int headFeatures() const { return inner() / heads; }
   int keyValueHeads() const { return kvHeads > 0 ? kvHeads : heads; }
+  // The features of each head that rotary positions turn (the first ones;
+  // GPT-NeoX's rotary_pct); 0: all of them.
+  int rotaryDims = 0;
+  int rotaryFeatures() const { return rotaryDims > 0 ? rotaryDims : headFeatures(); }
   // Rows of K (and of V): kvHeads x dh.
   int keyValueFeatures() const { return keyValueHeads() * headFeatures(); }
   // Rows of QKV: a + 2 kv (3 d for multi-head attention).

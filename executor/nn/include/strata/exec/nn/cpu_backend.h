@@ -278,11 +278,12 @@ class CpuBackend final : public Backend {
   // dS = scale * p * (dP - rowsum(dP * p)) (attn_softmax_bwd); ds may be dp.
   static void attnSoftmaxBackward(const float* p, const float* dp, float* ds, int64_t rows, int t,
                                   float scale);
-  // Rotary positions (rotary): the table of cosines and sines for heads of
-  // dh features over t positions with base `base`, and the turn (or, with
-  // inverse, the turn back) of `blocks` heads of dh x t in place.
-  static void rotaryTable(int dh, int t, float base, std::vector<float>& table);
-  static void rotaryKernel(float* x, int64_t blocks, int dh, int t, const float* table,
+  // Rotary positions (rotary): the table of cosines and sines for r turned
+  // features over t positions with base `base`, and the turn (or, with
+  // inverse, the turn back) of the first r features of `blocks` heads of
+  // dh x t in place.
+  static void rotaryTable(int r, int t, float base, std::vector<float>& table);
+  static void rotaryKernel(float* x, int64_t blocks, int dh, int r, int t, const float* table,
                            bool inverse);
   // Backend::adam's kernel (adam), the one training runs.
   static void adamKernel(std::span<float> w, std::span<float> m, std::span<float> v,
