@@ -2103,7 +2103,12 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
       {"pad-reflect", "nodes[0] (pad): Pad mode 'reflect': strata pads with zeros"},
       {"pad-into-relu", "nodes[1] (relu): op 'Relu' reads 'p', the output of a Pad"},
       {"concat-height", "nodes[1] (cat_h): Concat along axis 2 of a rank-4 tensor"},
-      {"mul-constant", "nodes[0] (layer_scale): Mul of 'x' and 'gamma'"},
+      {"mul-constant",
+       "nodes[0] (spatial_scale): Mul of 'x' [4, 6, 6] by the constant 'gamma' [1, 6, 6]: strata "
+       "maps a Mul by a constant of one value per channel ([4, 1, 1]), a layer scale"},
+      {"layernorm-width", "nodes[0] (ln_w): LayerNormalization over axis -1 of a rank-4 tensor"},
+      {"conv-channels-last",
+       "nodes[1] (conv_nhwc): op 'Conv' reads 't', a channels-last view of an activation"},
       {"mul-spatial-gate", "nodes[0] (mean_c): ReduceMean over axes [1]"},
       {"slice-channel-step",
        "nodes[0] (every_other): Slice of axis 1 with step 2 of [N, 4, 6, 6]: strata takes a "
@@ -2129,7 +2134,7 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
     checkUserError(runStrata({"describe", path}), {"strata: error: " + path});
     ++tried;
   }
-  CHECK(tried >= 19);
+  CHECK(tried >= 21);
 }
 #else
 TEST_CASE("an onnx file in a build without onnx says so", "[cli][onnx][errors]") {

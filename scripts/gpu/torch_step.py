@@ -154,7 +154,7 @@ def module_of(layer, sequence=False):
         return Embedding(spec["vocab"], spec["outputs"], spec.get("positions", 0))
     if kind == "layernorm":
         if not sequence:
-            raise unsupported
+            return ChannelLayerNorm(c_in)  # over each position's channels (ConvNeXt's)
         return nn.LayerNorm(c_in)  # eps 1e-5, strata's
     if kind == "attention":
         if not sequence:
@@ -170,6 +170,8 @@ def module_of(layer, sequence=False):
         return ACTIVATIONS[kind]()
     if kind == "dropout":
         return nn.Dropout(spec["rate"])
+    if kind == "scale":
+        return LayerScale(c_in, sequence)
     if kind in ("add", "concat", "mul", "slice", "shuffle", "softmax"):
         return None
     if sequence:
@@ -202,6 +204,26 @@ def module_of(layer, sequence=False):
     if kind == "batchnorm":
         return nn.BatchNorm2d(c_in)
     raise unsupported
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """strata's layernorm on C x H x W: over the channels of each position (torchvision's
+    LayerNorm2d: channels last, normalised, channels first)."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class LayerScale(nn.Module):
+    """strata's scale: a learned value per channel (ConvNeXt's layer_scale, [C, 1, 1])."""
+
+    def __init__(self, channels, sequence):
+        super().__init__()
+        self.sequence = sequence
+        self.gamma = nn.Parameter(torch.ones(channels) if sequence else torch.ones(channels, 1, 1))
+
+    def forward(self, x):
+        return x * self.gamma
 
 
 def channel_shuffle(x, groups, sequence):

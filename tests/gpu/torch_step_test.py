@@ -92,6 +92,7 @@ layers:
   - {name: pw, kind: conv, filters: 5, kernel: 1}
   - {name: join, kind: concat, inputs: [keep, pw]}
   - {name: mix, kind: shuffle, groups: 2}
+  - {name: gamma, kind: scale}
   - {name: fc, kind: fc, outputs: 5}
   - {name: loss, kind: softmax}
 """
@@ -142,7 +143,7 @@ class VisionLayers(unittest.TestCase):
     def test_torchvision_models_from_onnx_keep_their_parameters(self):
         zoo = os.path.join(ROOT, "tests", "fixtures", "onnx", "torchvision")
         for name, params in (("googlenet", 6624904), ("mobilenet_v3_small", 2542856),
-                             ("shufflenet_v2_x0_5", 1366792)):
+                             ("shufflenet_v2_x0_5", 1366792), ("convnext_tiny", 28589128)):
             r = subprocess.run([args.strata, "describe", os.path.join(zoo, f"{name}.onnx"),
                                 "--format", "json"], capture_output=True, text=True)
             if "without ONNX support" in r.stderr:

@@ -139,6 +139,29 @@ TEST_CASE("a ShuffleNetV2 unit: split, one branch convolved, concatenated and sh
   CHECK(kept.elems[static_cast<size_t>(n.find("mix"))] == 4 * plane);
 }
 
+TEST_CASE("layer scale: a learned value per channel", "[network][vision]") {
+  const auto n = loadText("layer-scale", kHead + R"(
+  - {name: dw, kind: conv, filters: 4, kernel: 3, pad: 1, groups: 4}
+  - {name: gamma, kind: scale}
+  - {name: res, kind: add, inputs: [input, gamma]}
+  - {name: fc, kind: fc, outputs: 3}
+  - {name: loss, kind: softmax}
+)");
+  const double map = 4.0 * 8 * 8;
+  const Layer& gamma = layer(n, "gamma");
+  CHECK(gamma.outShape == Shape{4, 8, 8});
+  CHECK(gamma.params == 4);
+  CHECK(gamma.fwdFlops == map);
+  CHECK(gamma.bwdDataFlops == map);
+  CHECK(gamma.bwdWeightsFlops == 2 * map);  // dgamma = sums of dy x
+  CHECK(gamma.fwdElems == 2 * map);
+  CHECK(gamma.bwdWeightsElems == 2 * map);
+  CHECK(layerKindRow(LayerKind::kScale).reads == BackwardReads::kInput);
+  // Its input (the conv's output) is kept for the gradient of gamma.
+  CHECK(activationsKept(n).elems[static_cast<size_t>(n.find("dw"))] == map);
+  CHECK(n.totalParams() == 4 * 9 + 4 + 4 + 256 * 3 + 3);
+}
+
 TEST_CASE("conv pad_w and dilation, and a max pool rounding up", "[network][vision]") {
   const auto n = loadText("windows",
                           "input: {channels: 2, height: 17, width: 17}\nlayers:\n"

@@ -360,6 +360,9 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
         be.mulBackward(cx, nn::ConstTensorView{scale.data(), gate}, cdy, vdx, 0.0f,
                        nn::TensorView{lnGrad.data(), gate}, 0.0f);
       });
+      // Layer scale over the same 64 channels (a gamma each).
+      record(MemKernel::kScaleFwd, n, [&] { be.scaleChannels(cx, scale.data(), vy, 0.0f); });
+      record(MemKernel::kScaleGrad, n, [&] { be.scaleBackwardWeights(cx, cdy, lnGrad.data()); });
     }
     // Llama's kernels on the same sequences: rmsnorm as layernorm; swiglu
     // from their 64 channels (gate and up) to 32; rotary positions over heads

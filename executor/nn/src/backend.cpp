@@ -18,7 +18,7 @@ void Backend::lacks(std::string_view kind) const {
 void Backend::lacksVision(std::string_view kind) const {
   throw UserError(fmt::format(
       "the {} backend does not run {} layers yet (vision networks' concat, mul, slice, shuffle, "
-      "sigmoid, silu, relu6, hardsigmoid and hardswish layers run on the cpu backend)",
+      "scale, sigmoid, silu, relu6, hardsigmoid and hardswish layers run on the cpu backend)",
       name(), kind));
 }
 
@@ -53,6 +53,12 @@ void Backend::addIntoChannels(ConstTensorView, TensorView, int, float) {
 }
 void Backend::shuffleChannels(ConstTensorView, int, TensorView, float) {
   lacksVision("shuffle");
+}
+void Backend::scaleChannels(ConstTensorView, const float*, TensorView, float) {
+  lacksVision("scale");
+}
+void Backend::scaleBackwardWeights(ConstTensorView, ConstTensorView, float*) {
+  lacksVision("scale");
 }
 void Backend::mulForward(ConstTensorView, ConstTensorView, TensorView) {
   lacksVision("mul");

@@ -502,6 +502,54 @@ void CpuImpl::shuffleChannels(ConstTensorView x, int groups, TensorView y, float
                  });
 }
 
+void CpuImpl::scaleChannels(ConstTensorView x, const float* gamma, TensorView y, float beta) {
+  checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kScaleFwd, double(y.elements())))
+    return;
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int c = x.dims.c;
+  const float* in = x.data;
+  float* out = y.data;
+  parallelRanges(team_, int64_t{x.dims.n} * c, std::max<int64_t>(1, kElementGrain / plane),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t pl = first; pl < last; ++pl) {
+                     const float g = gamma[pl % c];
+                     const float* __restrict src = in + pl * plane;
+                     float* __restrict dst = out + pl * plane;
+                     if (beta == 0.0f) {
+                       for (int64_t k = 0; k < plane; ++k)
+                         dst[k] = g * src[k];
+                     } else {
+                       for (int64_t k = 0; k < plane; ++k)
+                         dst[k] = beta * dst[k] + g * src[k];
+                     }
+                   }
+                 });
+}
+
+void CpuImpl::scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma) {
+  checkSameDims(x.dims, dy.dims);
+  if (!runs(MemKernel::kScaleGrad, double(x.elements())))
+    return;
+  // Channels split over the team; each sums its planes over the examples in
+  // order, so the bits do not depend on the split.
+  const int64_t plane = int64_t{x.dims.h} * x.dims.w;
+  const int c = x.dims.c;
+  parallelRanges(team_, c, std::max<int64_t>(1, kElementGrain / (plane * x.dims.n)),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t ch = first; ch < last; ++ch) {
+                     double sum = 0;
+                     for (int n = 0; n < x.dims.n; ++n) {
+                       const float* a = x.data + (int64_t{n} * c + ch) * plane;
+                       const float* b = dy.data + (int64_t{n} * c + ch) * plane;
+                       for (int64_t k = 0; k < plane; ++k)
+                         sum += double(a[k]) * double(b[k]);
+                     }
+                     dgamma[ch] += static_cast<float>(sum);
+                   }
+                 });
+}
+
 void CpuImpl::mulForward(ConstTensorView x, ConstTensorView g, TensorView y) {
   checkSameDims(x.dims, y.dims);
   const bool perChannel = perChannelGate(x.dims, g.dims);

@@ -152,6 +152,8 @@ class CpuImpl final : public Backend {
                         float beta) override;
   void addIntoChannels(ConstTensorView src, TensorView dst, int channelOffset, float beta) override;
   void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta) override;
+  void scaleChannels(ConstTensorView x, const float* gamma, TensorView y, float beta) override;
+  void scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma) override;
   void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override;
   void mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
                    float betaX, TensorView dg, float betaG) override;

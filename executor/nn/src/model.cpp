@@ -141,8 +141,8 @@ Model::Model(const Network& network, ModelOptions options)
     if (isVisionKind(layer.kind) && !backend_->runsVisionLayers())
       unsupported(network_, l,
                   fmt::format("the {} backend does not run vision networks' concat, mul, slice, "
-                              "shuffle, sigmoid, silu, relu6, hardsigmoid or hardswish layers "
-                              "yet; the cpu backend does",
+                              "shuffle, scale, sigmoid, silu, relu6, hardsigmoid or hardswish "
+                              "layers yet; the cpu backend does",
                               backend_->name()));
     if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
       unsupported(network_, l,
@@ -283,7 +283,8 @@ Model::Model(const Network& network, ModelOptions options)
         break;
       }
       case LayerKind::kRmsNorm:
-        b.weights = layer.inShape.c;  // gain
+      case LayerKind::kScale:
+        b.weights = layer.inShape.c;  // gain; gamma
         break;
       default:
         break;
@@ -323,7 +324,7 @@ Model::Model(const Network& network, ModelOptions options)
       upload(memory, params_.data() + b.offset, std::span<const float>(w));
     };
     if (layer.kind == LayerKind::kBatchNorm || layer.kind == LayerKind::kLayerNorm ||
-        layer.kind == LayerKind::kRmsNorm) {
+        layer.kind == LayerKind::kRmsNorm || layer.kind == LayerKind::kScale) {
       std::fill(w.begin(), w.end(), 1.0f);
       store();
       continue;

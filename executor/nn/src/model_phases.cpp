@@ -248,6 +248,9 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
     case LayerKind::kShuffle:
       be.shuffleChannels(x, spec.spec.groups, y, 0.0f);
       break;
+    case LayerKind::kScale:
+      be.scaleChannels(x, w, y, 0.0f);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -406,6 +409,9 @@ void Model::backwardData(int layer, ExampleRange r) {
       // The inverse permutation: the shuffle of C / groups groups.
       be.shuffleChannels(dy, spec.inShape.c / spec.spec.groups, dx, beta);
       break;
+    case LayerKind::kScale:
+      be.scaleChannels(dy, w, dx, beta);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -444,6 +450,9 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       break;
     case LayerKind::kRmsNorm:
       backend_->rmsNormBackwardWeights(x, dy, static_cast<float>(spec.spec.eps), dw);
+      break;
+    case LayerKind::kScale:
+      backend_->scaleBackwardWeights(x, dy, dw);
       break;
     case LayerKind::kEmbedding:
       backend_->embeddingBackwardWeights(st.embedding, x, dy, dw);

@@ -233,6 +233,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kRelu6:
     case LayerKind::kHardSigmoid:
     case LayerKind::kHardSwish:
+    case LayerKind::kScale:
       break;
   }
   if (auto in = n.get("input"))

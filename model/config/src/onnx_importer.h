@@ -86,6 +86,12 @@ struct Value {
   // kChannelGroups: the groups, and whether the two group axes swapped.
   int groups = 0;
   bool swapped = false;
+  // kActivation of rank 3: its per-example dims read H x W x C, a Transpose
+  // of C x H x W by perm [0, 2, 3, 1] (ConvNeXt's channels-last blocks),
+  // until a Transpose by [0, 3, 1, 2] puts the channels back. The layers
+  // made on it are strata's C x H x W layers that act on the channels of
+  // each position (layernorm, a per-position fc, element-wise ones).
+  bool channelsLast = false;
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
@@ -151,6 +157,8 @@ class Importer {
     const Shape& s = shapeOf(v);
     if (v.flat)
       return {s.elements()};
+    if (v.channelsLast)
+      return {s.h, s.w, s.c};
     if (v.rank == 1)
       return {s.c};
     if (v.rank == 2)
@@ -173,7 +181,9 @@ class Importer {
                             n.input(k)));
     return it->second;
   }
-  const Value& activation(int i, int k, bool padded = false) const {
+  // anyLayout: a channels-last activation may be read (the ops that act on
+  // each position's channels).
+  const Value& activation(int i, int k, bool padded = false, bool anyLayout = false) const {
     const Value& v = input(i, k);
     if (!padded && (v.padH > 0 || v.padW > 0))
       failAt(i, fmt::format("op '{}' reads '{}', the output of a Pad: a Pad maps only into the "
@@ -188,6 +198,12 @@ class Importer {
                                 ? "channels viewed as groups (of a channel shuffle, whose "
                                   "Transpose and Reshape back strata maps)"
                                 : "a constant"));
+    if (!anyLayout && v.channelsLast)
+      failAt(i, fmt::format("op '{}' reads '{}', a channels-last view of an activation (a "
+                            "Transpose of [N, C, H, W] by perm [0, 2, 3, 1]): strata maps "
+                            "LayerNormalization over its last axis, MatMul by a weight, "
+                            "element-wise ops and the Transpose back by [0, 3, 1, 2] on it",
+                            model_.graph().node(i).op_type(), model_.graph().node(i).input(k)));
     return v;
   }
   Dims constant(int i, int k, const char* what) const {
@@ -258,6 +274,7 @@ class Importer {
   void mapConcat(int i);
   void mapClip(int i);
   void mapMul(int i);
+  void mapLayerScale(int i, int at);
   void mapReduceMean(int i);
   void mapPad(int i);
   // Slice and Split of an activation along its channels: slice layers.
@@ -265,6 +282,9 @@ class Importer {
   void mapSplit(int i);
   // Transpose of the two group axes of a kChannelGroups value.
   void mapGroupTranspose(int i);
+  // Transpose of a C x H x W activation to channels-last and back: no
+  // layer; false for any other permutation.
+  bool mapLayoutTranspose(int i);
   // Node i's Reshape of a C x H x W activation into channel groups, or of
   // channel groups back to C x H x W (a shuffle layer when they swapped):
   // maps it; false when it is no such reshape.

@@ -16,7 +16,8 @@ namespace {
 constexpr const char* kSupported =
     "Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (over H and W), "
     "Relu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Gelu, element-wise GELU, Mul (of two "
-    "activations), BatchNormalization, LayerNormalization, Softmax (last), Dropout, Add, Concat "
+    "activations; by a layer scale), Transpose to channels-last and back, BatchNormalization, "
+    "LayerNormalization, Softmax (last), Dropout, Add, Concat "
     "(channels), Slice and Split (channels), a channel shuffle (Reshape, Transpose, Reshape), "
     "Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, "
     "Gemm, MatMul (by a weight), Gather (embedding), com.microsoft Attention, a decomposed "
@@ -32,8 +33,9 @@ std::string nearestPattern(const std::string& op) {
            "as Shape, Gather, Unsqueeze, Concat and Reshape): strata maps a Reshape only as a "
            "flattening, from an inline target shape";
   if (op == "Transpose")
-    return "; a permutation of axes (a channels-last layout) has no strata layer: strata's "
-           "layers keep C x H x W, and map only a channel shuffle's Transpose";
+    return "; a permutation of axes has no strata layer: strata's layers keep C x H x W, and "
+           "map a channel shuffle's Transpose and the channels-last view [0, 2, 3, 1] and back "
+           "[0, 3, 1, 2]";
   if (op == "Erf")
     return "; the exact GELU decomposed (Div, Erf, Add, Mul, Mul): export the Gelu op (opset "
            "20) or com.microsoft Gelu";
@@ -67,6 +69,9 @@ void Importer::mapNode(int i) {
       materialize(name, i);
   if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kChannelGroups) {
     mapGroupTranspose(i);
+  } else if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kActivation) {
+    if (!mapLayoutTranspose(i))
+      unsupported("");
   } else if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kConstant) {
     // A weight transposed for a MatMul (torch.onnx.export's nn.Linear on
     // sequences): the same initializer, its dims the other way round.
@@ -150,18 +155,21 @@ void Importer::mapNode(int i) {
              fmt::format("scale {} does not match the {} channels", dimsText(scale), shapeOf(x).c));
     produce(i, addLayer(i, LayerKind::kBatchNorm, {}, {x.layer}, x.rank));
   } else if (standard && op == "LayerNormalization") {
-    const Value x = activation(i, 0);
+    const Value x = activation(i, 0, false, true);
     const int64_t axis = intAttr(i, "axis", -1);
     const int64_t rank = x.rank + 1;
-    if (x.flat || x.rank == 3 || (axis != -1 && axis != rank - 1))
+    if (x.flat || (x.rank == 3 && !x.channelsLast) || (axis != -1 && axis != rank - 1))
       failAt(i, fmt::format("LayerNormalization over axis {} of a rank-{} tensor: strata "
-                            "normalises the features (last axis) of vectors or sequences",
+                            "normalises the features (last axis) of vectors, sequences and "
+                            "channels-last maps [N, H, W, C]",
                             axis, rank));
     const Dims scale = constant(i, 1, "scale");
     if (scale.size() != 1 || scale[0] != shapeOf(x).c)
       failAt(i,
              fmt::format("scale {} does not match the {} features", dimsText(scale), shapeOf(x).c));
-    produce(i, addLayer(i, LayerKind::kLayerNorm, {}, {x.layer}, x.rank));
+    Value v = addLayer(i, LayerKind::kLayerNorm, {}, {x.layer}, x.rank);
+    v.channelsLast = x.channelsLast;
+    produce(i, v);
   } else if (standard && op == "Softmax") {
     const Value x = activation(i, 0);
     Value v = addLayer(i, LayerKind::kSoftmax, {}, {x.layer}, x.rank);
@@ -264,7 +272,7 @@ void Importer::mapPool(int i, PoolMode mode) {
 }
 
 void Importer::mapDropout(int i) {
-  const Value x = activation(i, 0);
+  const Value x = activation(i, 0, false, true);
   LayerSpec s;
   s.dropoutRate = 0.5;                     // the ONNX default
   if (const auto* a = attr(i, "ratio")) {  // before opset 12
@@ -282,6 +290,7 @@ void Importer::mapDropout(int i) {
     failAt(i, fmt::format("ratio {} is not in [0, 1)", s.dropoutRate));
   Value v = addLayer(i, LayerKind::kDropout, s, {x.layer}, x.rank);
   v.flat = x.flat;
+  v.channelsLast = x.channelsLast;
   produce(i, v);
 }
 
@@ -291,12 +300,13 @@ void Importer::mapAdd(int i) {
   const auto& n = model_.graph().node(i);
   if (a.kind == ValueKind::kActivation && b.kind == ValueKind::kActivation) {
     const Dims da = dimsOf(a), db = dimsOf(b);
-    if (da != db)
+    if (da != db || a.channelsLast != b.channelsLast)
       failAt(i, fmt::format("Add of {} and {}: strata adds tensors of one shape (no "
                             "broadcasting)",
                             dimsText(da), dimsText(db)));
     Value v = addLayer(i, LayerKind::kAdd, {}, {a.layer, b.layer}, a.rank);
     v.flat = a.flat;
+    v.channelsLast = a.channelsLast;
     produce(i, v);
     return;
   }
@@ -330,7 +340,7 @@ void Importer::mapAdd(int i) {
   const Dims bias = tensorDims(*other.tensor);
   const int64_t count = elementsOf(bias);
   auto attention = attention_.find(x.layer);
-  if (l.kind == LayerKind::kFc && !l.spec.bias && x.rank <= 2 && !x.flat &&
+  if (l.kind == LayerKind::kFc && !l.spec.bias && (x.rank <= 2 || x.channelsLast) && !x.flat &&
       count == l.spec.outputs && !bias.empty() && bias.back() == count) {
     l.spec.bias = true;
     derive(static_cast<size_t>(x.layer));
@@ -439,7 +449,7 @@ void Importer::mapMatMul(int i) {
                           "Transpose (docs/onnx.md); else only a MatMul by a weight initializer "
                           "maps, to an fc (supported: {})",
                           n.input(0), n.input(1), kSupported));
-  const Value x = activation(i, 0);
+  const Value x = activation(i, 0, false, true);
   const Dims w = constant(i, 1, "weight");
   if (w.size() != 2)
     failAt(i, fmt::format("weight {} must be a matrix [in, out]", dimsText(w)));
@@ -471,8 +481,19 @@ void Importer::mapMatMul(int i) {
                             in.c));
     s.flatten = false;  // the same weights at every position
     produce(i, addLayer(i, LayerKind::kFc, s, {x.layer}, 2));
+  } else if (x.channelsLast && !x.flat) {
+    // [H, W, C] by [C, F]: the same weights at every position of C x H x W.
+    if (w[0] != in.c)
+      failAt(i, fmt::format("weight {} reads {} channels, the activation has {}", dimsText(w), w[0],
+                            in.c));
+    s.flatten = false;
+    Value v = addLayer(i, LayerKind::kFc, s, {x.layer}, 3);
+    v.channelsLast = true;
+    produce(i, v);
   } else {
-    failAt(i, "MatMul maps on vectors [F] or sequences [T, F] only");
+    failAt(i,
+           "MatMul maps on vectors [F], sequences [T, F] and channels-last maps [H, W, C] "
+           "only");
   }
 }
 
@@ -646,6 +667,7 @@ void Importer::materialize(const std::string& name, int reader) {
       addLayer(p.node, square ? LayerKind::kMul : LayerKind::kGelu, {},
                square ? std::vector<int>{p.layer, p.layer} : std::vector<int>{p.layer}, p.rank);
   v.flat = p.flat;
+  v.channelsLast = p.channelsLast;
   // Every name of the chain that reads as this value now reads the layer.
   for (auto& [other, value] : values_)
     if (value.kind == ValueKind::kPointwise && value.node == p.node)
@@ -653,9 +675,10 @@ void Importer::materialize(const std::string& name, int reader) {
 }
 
 void Importer::mapPointwise(int i, LayerKind kind) {
-  const Value x = activation(i, 0);
+  const Value x = activation(i, 0, false, true);
   Value v = addLayer(i, kind, {}, {x.layer}, x.rank);
   v.flat = x.flat;
+  v.channelsLast = x.channelsLast;
   produce(i, v);
 }
 
@@ -734,11 +757,17 @@ void Importer::mapMul(int i) {
   const auto& n = model_.graph().node(i);
   const Value& a = input(i, 0);
   const Value& b = input(i, 1);
+  if (a.kind == ValueKind::kActivation && b.kind == ValueKind::kConstant)
+    return mapLayerScale(i, 0);
+  if (a.kind == ValueKind::kConstant && b.kind == ValueKind::kActivation)
+    return mapLayerScale(i, 1);
   if (a.kind != ValueKind::kActivation || b.kind != ValueKind::kActivation)
     failAt(i, fmt::format("Mul of '{}' and '{}': strata maps a Mul of two activations (x * "
-                          "sigmoid(x), a squeeze-excitation gate); a Mul by a constant (a "
-                          "scale, a layer scale) has no strata layer",
+                          "sigmoid(x), a squeeze-excitation gate) and of an activation by a "
+                          "constant of one value per channel (a layer scale)",
                           n.input(0), n.input(1)));
+  if (a.channelsLast != b.channelsLast)
+    failAt(i, "Mul of a channels-last view and a C x H x W activation");
   // SiLU: one operand is a sigmoid of the other, read by this Mul alone.
   for (int k = 0; k < 2; ++k) {
     const Value& s = k == 0 ? a : b;
@@ -758,9 +787,14 @@ void Importer::mapMul(int i) {
   if (da == db) {
     Value v = addLayer(i, LayerKind::kMul, {}, {a.layer, b.layer}, a.rank);
     v.flat = a.flat;
+    v.channelsLast = a.channelsLast;
     produce(i, v);
     return;
   }
+  if (a.channelsLast)
+    failAt(i, fmt::format("Mul of the channels-last {} and {}: strata multiplies them when "
+                          "they have one shape",
+                          dimsText(da), dimsText(db)));
   // A per-channel gate [C, 1, 1] of a [C, H, W] activation, on either side.
   const bool aGate = a.rank == 3 && !a.flat && da.size() == 3 && da[1] == 1 && da[2] == 1;
   const Value& x = aGate ? b : a;
@@ -771,6 +805,48 @@ void Importer::mapMul(int i) {
                           "[C, H, W] activation by a gate of one value per channel [C, 1, 1]",
                           dimsText(da), dimsText(db)));
   produce(i, addLayer(i, LayerKind::kMul, {}, {x.layer, g.layer}, 3));
+}
+
+// An activation times a constant of one value per channel: a scale layer
+// (the layer scale of CaiT and ConvNeXt, Touvron et al. 2021). The constant
+// is [C, 1, 1] (or [1, C, 1, 1]) for C x H x W, [C] (with leading 1s) for
+// vectors, sequences and channels-last maps; x is input `at`.
+void Importer::mapLayerScale(int i, int at) {
+  const auto& n = model_.graph().node(i);
+  const Value x = activation(i, at, false, true);
+  const Dims gamma = constant(i, 1 - at, "scale");
+  const int64_t c = shapeOf(x).c;
+  Dims squeezed = gamma;  // leading 1s dropped
+  while (squeezed.size() > 1 && squeezed.front() == 1)
+    squeezed.erase(squeezed.begin());
+  const bool channelsFirst = x.rank == 3 && !x.channelsLast;
+  const bool perChannel =
+      !x.flat && (channelsFirst ? squeezed == Dims{c, 1, 1}
+                                : squeezed == Dims{c} && gamma.size() <= dimsOf(x).size());
+  if (!perChannel)
+    failAt(i, fmt::format("Mul of '{}' {} by the constant '{}' {}: strata maps a Mul by a "
+                          "constant of one value per channel ({}), a layer scale",
+                          n.input(at), dimsText(dimsOf(x)), n.input(1 - at), dimsText(gamma),
+                          channelsFirst ? fmt::format("[{}, 1, 1]", c) : fmt::format("[{}]", c)));
+  Value v = addLayer(i, LayerKind::kScale, {}, {x.layer}, x.rank);
+  v.channelsLast = x.channelsLast;
+  produce(i, v);
+}
+
+bool Importer::mapLayoutTranspose(int i) {
+  const Value& x = input(i, 0);
+  const auto perm = intsAttr(i, "perm");
+  if (x.rank != 3 || x.flat || x.padH > 0 || x.padW > 0)
+    return false;
+  Value v = x;
+  if (!x.channelsLast && perm == Dims{0, 2, 3, 1})
+    v.channelsLast = true;
+  else if (x.channelsLast && perm == Dims{0, 3, 1, 2})
+    v.channelsLast = false;
+  else
+    return false;
+  produce(i, v);
+  return true;
 }
 
 // ReduceMean over the positions (H and W) of C x H x W: a global average

@@ -203,6 +203,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // A copy of the channels taken, or of all of them permuted.
           mem(MemKernel::kCopy, outElems);
           break;
+        case LayerKind::kScale:
+          mem(MemKernel::kScaleFwd, outElems);
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -308,6 +311,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kShuffle:
           mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);
           break;
+        case LayerKind::kScale:
+          mem(MemKernel::kScaleFwd, outElems);  // dx = gamma dy, beta as summed says
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -352,6 +358,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kRmsNorm:
           mem(MemKernel::kRmsNormBwdWeights, outElems);
+          break;
+        case LayerKind::kScale:
+          mem(MemKernel::kScaleGrad, outElems);
           break;
         case LayerKind::kEmbedding:
           mem(MemKernel::kEmbeddingBwd, outElems);

@@ -46,7 +46,7 @@ constexpr std::string_view kMemNames[kMemKernelCount] = {
     "cast_bf16",     "cast_fp32",
     "rmsnorm_fwd",   "rmsnorm_bwd_data",   "rmsnorm_bwd_weights",   "swiglu_fwd",   "swiglu_bwd",
     "rotary",        "sigmoid_fwd",      "sigmoid_bwd",         "hard_act_fwd", "hard_act_bwd",
-    "mul_fwd",       "mul_bwd"};
+    "mul_fwd",       "mul_bwd",         "scale_fwd",       "scale_grad"};
 // clang-format on
 
 // Position of x among increasing grid values, in log space: index i and

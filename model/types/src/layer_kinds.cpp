@@ -528,6 +528,25 @@ void deriveShuffle(LayerDerivation& d) {
   d.done = true;
 }
 
+// Layer scale (CaiT, Touvron et al. 2021; ConvNeXt, Liu et al. 2022): x
+// times a learned value per channel, gamma (C parameters, no bias): one
+// FLOP per element forward and backward (dx = gamma dy), two for its
+// gradient (dgamma = sums of dy x); each phase reads a tensor and writes one
+// (bwd_weights reads x and dy).
+void deriveScale(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  layer.outShape = d.in;
+  d.out = d.in;
+  layer.params = d.in.c;
+  layer.fwdFlops = d.nIn;
+  layer.bwdDataFlops = d.nIn;
+  layer.bwdWeightsFlops = 2 * d.nIn;
+  layer.fwdElems = 2 * d.nIn;
+  layer.bwdDataElems = 2 * d.nIn;
+  layer.bwdWeightsElems = 2 * d.nIn;
+  d.done = true;
+}
+
 // The YAML keys of each kind besides `name` and `kind`.
 constexpr std::string_view kConvKeys[] = {"input",    "filters", "kernel", "kernel_h",
                                           "kernel_w", "stride",  "pad",    "pad_w",
@@ -575,6 +594,7 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kMul, "mul", kAddKeys, deriveMul, BackwardReads::kInput},
     {LayerKind::kSlice, "slice", kSliceKeys, deriveSlice, BackwardReads::kNothing},
     {LayerKind::kShuffle, "shuffle", kShuffleKeys, deriveShuffle, BackwardReads::kNothing},
+    {LayerKind::kScale, "scale", kInputKey, deriveScale, BackwardReads::kInput},
 });
 
 constexpr bool rowsInKindOrder() {
@@ -595,7 +615,7 @@ bool isVisionActivation(LayerKind kind) {
 
 bool isVisionKind(LayerKind kind) {
   return isVisionActivation(kind) || kind == LayerKind::kConcat || kind == LayerKind::kMul ||
-         kind == LayerKind::kSlice || kind == LayerKind::kShuffle;
+         kind == LayerKind::kSlice || kind == LayerKind::kShuffle || kind == LayerKind::kScale;
 }
 
 std::span<const LayerKindRow> layerKindTable() {

@@ -458,6 +458,26 @@ TEST_CASE("slice and shuffle gradients match central differences",
   }
 }
 
+TEST_CASE("layer scale gradients match central differences", "[gradient][scale][vision]") {
+  // A ConvNeXt-like residual: depthwise conv, scale, add to the input; and
+  // a scale of the network input itself.
+  NetworkBuilder b({3, 4, 3});
+  LayerSpec depthwise = test::convSpec(3, 3, 3, 1, 1);
+  depthwise.groups = 3;
+  const int dw = b.add(LayerKind::kConv, depthwise, {-1});
+  const int gamma = b.add(LayerKind::kScale, {}, {dw});
+  const int direct = b.add(LayerKind::kScale, {}, {-1});
+  b.add(LayerKind::kAdd, {}, {gamma, direct, -1});
+  b.add(LayerKind::kConv, test::convSpec(2, 1, 1));
+  // Gammas in [0.5, 1.5), so that one left out of a gradient shows.
+  const auto gammas = [](Model& model) {
+    for (int l = 0; l < model.layerCount(); ++l)
+      if (model.network().layers[static_cast<size_t>(l)].kind == LayerKind::kScale)
+        test::fillUniform(model.parameters(l), static_cast<uint32_t>(23 + l), 0.5f, 1.5f);
+  };
+  checkGradients(b.network(), 3, {}, uniformInput, 1e-2, gammas);
+}
+
 TEST_CASE("mul gradients match central differences", "[gradient][mul][vision]") {
   SECTION("a per-channel gate (squeeze-excitation)") {
     // x -> global avg pool -> 1x1 conv -> sigmoid -> gate; y = x * gate: x

@@ -370,6 +370,7 @@ Network visionEdgeNetwork() {
   b.add(LayerKind::kConcat, {}, {lo, hi});
   b.add(LayerKind::kShuffle, shuffle);
   b.add(LayerKind::kSlice, inner);
+  b.add(LayerKind::kScale);
   b.add(LayerKind::kHardSwish);
   b.add(LayerKind::kFc, test::fcSpec(6));
   b.add(LayerKind::kHardSwish);
@@ -596,6 +597,8 @@ TEST_CASE("lowerCuda: dilated and column-padded convolutions, and vision layers 
   CHECK_THROWS_AS(backend.addIntoChannels({&v, d}, {&v, d}, 0, 0.0f), UserError);
   CHECK_THROWS_WITH(backend.shuffleChannels({&v, d}, 1, {&v, d}, 0.0f),
                     Catch::Contains("the cuda backend does not run shuffle layers yet"));
+  CHECK_THROWS_WITH(backend.scaleChannels({&v, d}, &v, {&v, d}, 0.0f),
+                    Catch::Contains("the cuda backend does not run scale layers yet"));
 }
 
 // bf16 adds casts around every conv and fc phase and nothing else: the

@@ -181,6 +181,25 @@ TEST_CASE("a Model's slices split the channels, their gradients land back in pla
   CHECK(std::vector<float>(dx.begin(), dx.end()) == std::vector<float>{5, 6, 0, 2, 3, 0});
 }
 
+TEST_CASE("layer scale: gamma per channel, backward and its gradient", "[vision][scale]") {
+  CpuBackend be;
+  // 2 examples of 2 channels x 2 positions.
+  const Dims d{2, 2, 1, 2};
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8}, gamma = {10, -1};
+  std::vector<float> y(8, 100.0f);
+  be.scaleChannels({x.data(), d}, gamma.data(), {y.data(), d}, 0.0f);
+  CHECK(y == std::vector<float>{10, 20, -3, -4, 50, 60, -7, -8});
+  // dx = gamma dy added onto dx (beta 1).
+  std::vector<float> dx(8, 1.0f);
+  be.scaleChannels({x.data(), d}, gamma.data(), {dx.data(), d}, 1.0f);
+  CHECK(dx == std::vector<float>{11, 21, -2, -3, 51, 61, -6, -7});
+  // dgamma += sums over examples and positions of dy x: dy = x gives the
+  // squares, channel 0: 1 + 4 + 25 + 36, channel 1: 9 + 16 + 49 + 64.
+  std::vector<float> dgamma = {0.5f, 0.0f};
+  be.scaleBackwardWeights({x.data(), d}, {x.data(), d}, dgamma.data());
+  CHECK(dgamma == std::vector<float>{66.5f, 138});
+}
+
 TEST_CASE("mul: by a per-channel gate and by a tensor of x's shape", "[vision][mul]") {
   CpuBackend be;
   const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // 1 example, 2 channels x 3 positions
@@ -312,6 +331,11 @@ std::vector<std::vector<float>> visionResults(int threads) {
   out.push_back(shuffled);
   out.push_back(unshuffled);
   out.push_back(scattered);
+  std::vector<float> scaled(elements), dgamma(static_cast<size_t>(d.c), 0.25f);
+  be.scaleChannels({x.data(), d}, g.data(), {scaled.data(), d}, 0.0f);
+  be.scaleBackwardWeights({x.data(), d}, {dy.data(), d}, dgamma.data());
+  out.push_back(scaled);
+  out.push_back(dgamma);
   return out;
 }
 

@@ -98,8 +98,13 @@ enum class MemKernel {
   kHardActBwd,
   kMulFwd,
   kMulBwd,
+  // Layer scale (a learned value per channel): y = gamma x, and backward's
+  // dx = gamma dy, one kernel; its gradient dgamma += sums of dy x (unit:
+  // input elements read).
+  kScaleFwd,
+  kScaleGrad,
 };
-inline constexpr int kMemKernelCount = 52;
+inline constexpr int kMemKernelCount = 54;
 std::string_view toString(MemKernel kernel);
 // Parses a config name ("relu_fwd"); false when unknown.
 bool parseMemKernel(std::string_view name, MemKernel& out);

@@ -65,8 +65,8 @@ struct LayerKindRow {
 };
 
 // The kinds of vision networks (torchvision's zoo): concat, mul, slice,
-// shuffle and the pointwise activations sigmoid, silu, relu6, hardsigmoid
-// and hardswish,
+// shuffle, scale and the pointwise activations sigmoid, silu, relu6,
+// hardsigmoid and hardswish,
 // which a compute backend runs when it says so (exec::Backend::
 // runsVisionLayers).
 bool isVisionKind(LayerKind kind);

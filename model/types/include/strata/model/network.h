@@ -42,8 +42,9 @@ enum class LayerKind {
   kMul,          // x * g, g of x's shape or one value per channel (C x 1 x 1, an SE gate)
   kSlice,        // channels [offset, offset + channels) of its input (ShuffleNetV2's split)
   kShuffle,      // channel shuffle: groups of channels interleaved (Zhang et al. 2018)
+  kScale,        // layer scale: x times a learned value per channel (Touvron et al. 2021)
 };
-inline constexpr int kLayerKindCount = 25;
+inline constexpr int kLayerKindCount = 26;
 inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kConv,        LayerKind::kPool,      LayerKind::kFc,        LayerKind::kRnn,
     LayerKind::kRelu,        LayerKind::kLrn,       LayerKind::kDropout,   LayerKind::kBatchNorm,
@@ -51,7 +52,7 @@ inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kLayerNorm,   LayerKind::kGelu,      LayerKind::kRmsNorm,   LayerKind::kSwiglu,
     LayerKind::kConcat,      LayerKind::kSigmoid,   LayerKind::kSilu,      LayerKind::kRelu6,
     LayerKind::kHardSigmoid, LayerKind::kHardSwish, LayerKind::kMul,       LayerKind::kSlice,
-    LayerKind::kShuffle};
+    LayerKind::kShuffle,     LayerKind::kScale};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);

@@ -448,6 +448,11 @@ class Backend {
   // j * groups + i (ShuffleNet's channel shuffle; its inverse is the
   // shuffle of C / groups groups).
   virtual void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta);
+  // Layer scale: y = gamma[c] x + beta y, gamma one value per channel (also
+  // backward's dx = gamma dy + beta dx); and its gradient, dgamma[c] += the
+  // sum over examples and positions of dy x.
+  virtual void scaleChannels(ConstTensorView x, const float* gamma, TensorView y, float beta);
+  virtual void scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma);
 
   // y = x g, where g is x's dims or one value per channel of each example
   // (n, c, 1, 1) broadcast over the positions (a squeeze-excitation gate).

@@ -236,6 +236,12 @@ class CpuBackend final : public Backend {
   void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta) override {
     impl_->shuffleChannels(x, groups, y, beta);
   }
+  void scaleChannels(ConstTensorView x, const float* gamma, TensorView y, float beta) override {
+    impl_->scaleChannels(x, gamma, y, beta);
+  }
+  void scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma) override {
+    impl_->scaleBackwardWeights(x, dy, dgamma);
+  }
   void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override {
     impl_->mulForward(x, g, y);
   }
