@@ -241,6 +241,27 @@ YAML::Node gpt2Layers(const ConfigNode& root, int& positions, Origins& origins) 
   return layers;
 }
 
+// The token table of a family with rotary positions (no position table),
+// its first layer.
+YAML::Node rotaryEmbedding(const ConfigNode& root, Origins& origins, std::string_view name,
+                           int width) {
+  origins.emplace("layers[0]", root.require("vocab_size"));
+  auto embed = layer(name, "embedding");
+  embed["vocab"] = positive(root, "vocab_size");
+  embed["outputs"] = width;
+  embed["positions"] = 0;  // rotary: no table
+  return embed;
+}
+
+// Where the repeated block (layers[1]) of transformers' usual keys comes
+// from.
+void blockOrigins(const ConfigNode& root, Origins& origins) {
+  origins.emplace("layers[1]", root.require("hidden_size"));
+  origins.emplace("layers[1].heads", root.require("num_attention_heads"));
+  origins.emplace("layers[1].hidden", root.require("intermediate_size"));
+  origins.emplace("layers[1].repeat", root.require("num_hidden_layers"));
+}
+
 YAML::Node gptNeoxLayers(const ConfigNode& root, int& positions, Origins& origins) {
   const int width = positive(root, "hidden_size");
   const int heads = positive(root, "num_attention_heads");
@@ -288,12 +309,7 @@ YAML::Node gptNeoxLayers(const ConfigNode& root, int& positions, Origins& origin
   const bool tied = boolOr(root, "tie_word_embeddings", false);
 
   YAML::Node layers;
-  origins.emplace("layers[0]", root.require("vocab_size"));
-  auto embed = layer("embed_in", "embedding");
-  embed["vocab"] = vocab;
-  embed["outputs"] = width;
-  embed["positions"] = 0;  // rotary: no table
-  layers.push_back(embed);
+  layers.push_back(rotaryEmbedding(root, origins, "embed_in", width));
   auto h = layer("h", "transformer");
   h["heads"] = heads;
   h["hidden"] = positive(root, "intermediate_size");
@@ -309,10 +325,7 @@ YAML::Node gptNeoxLayers(const ConfigNode& root, int& positions, Origins& origin
     h["attention_dropout"] = attn;
   h["repeat"] = positive(root, "num_hidden_layers");
   layers.push_back(h);
-  origins.emplace("layers[1]", root.require("hidden_size"));
-  origins.emplace("layers[1].heads", root.require("num_attention_heads"));
-  origins.emplace("layers[1].hidden", root.require("intermediate_size"));
-  origins.emplace("layers[1].repeat", root.require("num_hidden_layers"));
+  blockOrigins(root, origins);
   for (const auto& [key, from] : {std::pair{"rotary_base", "rotary_emb_base"},
                                   {"rotary_dims", "rotary_pct"},
                                   {"attention_dropout", "attention_dropout"},
@@ -379,12 +392,7 @@ YAML::Node llamaLikeLayers(const ConfigNode& root, int& positions, Origins& orig
   const bool tied = boolOr(root, "tie_word_embeddings", false);
 
   YAML::Node layers;
-  origins.emplace("layers[0]", root.require("vocab_size"));
-  auto embed = layer("embed", "embedding");
-  embed["vocab"] = vocab;
-  embed["outputs"] = width;
-  embed["positions"] = 0;  // rotary: no table
-  layers.push_back(embed);
+  layers.push_back(rotaryEmbedding(root, origins, "embed", width));
   auto h = layer("h", "llama");
   h["heads"] = heads;
   h["kv_heads"] = kvHeads;
@@ -403,10 +411,7 @@ YAML::Node llamaLikeLayers(const ConfigNode& root, int& positions, Origins& orig
   if (const double d = rateOr(root, "attention_dropout", 0.0); d > 0)
     h["attention_dropout"] = d;
   h["repeat"] = positive(root, "num_hidden_layers");
-  origins.emplace("layers[1]", root.require("hidden_size"));
-  origins.emplace("layers[1].heads", root.require("num_attention_heads"));
-  origins.emplace("layers[1].hidden", root.require("intermediate_size"));
-  origins.emplace("layers[1].repeat", root.require("num_hidden_layers"));
+  blockOrigins(root, origins);
   for (const auto& [key, from] : {std::pair{"eps", "rms_norm_eps"},
                                   {"rotary_base", "rope_theta"},
                                   {"kv_heads", "num_key_value_heads"},
