@@ -436,15 +436,7 @@ void CpuImpl::activationBackward(Activation fn, ConstTensorView x, ConstTensorVi
 }
 
 void CpuImpl::copyIntoChannels(ConstTensorView src, TensorView dst, int channelOffset) {
-  STRATA_ENFORCE_OP(src.dims.n, ==, dst.dims.n);
-  STRATA_ENFORCE_OP(src.dims.h, ==, dst.dims.h);
-  STRATA_ENFORCE_OP(src.dims.w, ==, dst.dims.w);
-  STRATA_ENFORCE(channelOffset >= 0 && channelOffset + src.dims.c <= dst.dims.c);
-  if (!runs(MemKernel::kCopy, double(src.elements())))
-    return;
-  const int64_t plane = int64_t{src.dims.h} * src.dims.w;
-  copyBlocks(team_, src.dims.n, src.data, src.dims.perExample(), dst.data + channelOffset * plane,
-             dst.dims.perExample(), src.dims.perExample(), 0.0f);
+  addIntoChannels(src, dst, channelOffset, 0.0f);  // beta 0: a copy
 }
 
 void CpuImpl::copyFromChannels(ConstTensorView src, int channelOffset, TensorView dst, float beta) {

@@ -187,7 +187,8 @@ void CpuImpl::attentionBackwardData(const AttentionDesc& d, ConstTensorView dqkv
 void CpuImpl::rotaryTable(int r, int t, float base, std::vector<float>& table) {
   const int half = r / 2;
   table.resize(2 * static_cast<size_t>(half) * static_cast<size_t>(t));
-  // theta_i = base^(-2i/dh) (Su et al. 2021, eq. 15); the angle p theta_i in
+  // theta_i = base^(-2i/r) (Su et al. 2021, eq. 15, over the r turned
+  // features; r = dh but for partial rotary); the angle p theta_i in
   // double, so that long contexts keep their digits.
   for (int i = 0; i < half; ++i) {
     const double theta = std::pow(double(base), -2.0 * i / r);

@@ -45,6 +45,17 @@ std::string nearestPattern(const std::string& op) {
   return "";
 }
 
+// The per-example axis (with the batch, axis 0) that strata's channels are:
+// 1 of [N, C, H, W] and [N, F], 2 of [N, T, F].
+int64_t channelAxis(const Value& x) {
+  return x.rank == 2 ? 2 : 1;
+}
+
+// Per-example dims with the batch in front: "[N, C, H, W]".
+std::string withBatch(const Dims& dims) {
+  return "[N, " + dimsText(dims).substr(1);
+}
+
 }  // namespace
 
 void Importer::mapNode(int i) {
@@ -369,7 +380,7 @@ void Importer::mapReshape(int i) {
     if (!ints || !mapChannelGroups(i, x, reshapeTarget(i, from, *ints)))
       failAt(i, fmt::format("Reshape of channels viewed as groups {}: strata maps the reshape "
                             "back to [N, {}, {}, {}] that ends a channel shuffle",
-                            "[N, " + dimsText(from).substr(1), s.c, s.h, s.w));
+                            withBatch(from), s.c, s.h, s.w));
     return;
   }
   const Value x = activation(i, 0);
@@ -728,9 +739,7 @@ void Importer::mapConcat(int i) {
   int64_t axis = intAttr(i, "axis", 1);
   if (axis < 0)
     axis += rank;
-  // The channel axis: 1 of [N, C, H, W] and [N, F], 2 of [N, T, F].
-  const int64_t channels = first.rank == 2 ? 2 : 1;
-  if (first.flat || axis != channels)
+  if (first.flat || axis != channelAxis(first))
     failAt(i, fmt::format("Concat along axis {} of a rank-{} tensor: strata concatenates "
                           "channels (axis 1 of [N, C, H, W] and [N, F], 2 of [N, T, F])",
                           intAttr(i, "axis", 1), rank));
@@ -918,15 +927,6 @@ void Importer::mapPad(int i) {
   }
   values_[model_.graph().node(i).output(0)] = v;  // no layer: nothing to check the shape of
 }
-namespace {
-
-// The per-example axis (with the batch, axis 0) that strata's channels are:
-// 1 of [N, C, H, W] and [N, F], 2 of [N, T, F].
-int64_t channelAxis(const Value& x) {
-  return x.rank == 2 ? 2 : 1;
-}
-
-}  // namespace
 
 // Slice of an activation along its channels with step 1 (ShuffleNetV2's
 // x[:, :c] and x[:, c:], Ma et al. 2018): a slice layer; the other axes
@@ -974,7 +974,7 @@ void Importer::mapSlice(int i) {
         ends[k] == kBatchDim)
       failAt(i, fmt::format("Slice of axis {} with step {} of {}: strata takes a part of the "
                             "channels (axis {}) with step 1",
-                            axes[k], step, "[N, " + dimsText(dims).substr(1), channel));
+                            axes[k], step, withBatch(dims), channel));
     const int64_t size = dims[static_cast<size_t>(axis - 1)];
     auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
     const int64_t from = clamp(starts[k]), to = clamp(ends[k]);
@@ -982,7 +982,7 @@ void Importer::mapSlice(int i) {
       if (from != 0 || to != size)
         failAt(i, fmt::format("Slice of [{}, {}) along axis {} of {}: strata takes a part of "
                               "the channels (axis {}) only",
-                              from, to, axes[k], "[N, " + dimsText(dims).substr(1), channel));
+                              from, to, axes[k], withBatch(dims), channel));
       continue;
     }
     if (to <= from)
@@ -1008,8 +1008,7 @@ void Importer::mapSplit(int i) {
     axis += rank;
   if (x.flat || axis != channelAxis(x))
     failAt(i, fmt::format("Split along axis {} of {}: strata splits the channels (axis {})",
-                          intAttr(i, "axis", 0), "[N, " + dimsText(dimsOf(x)).substr(1),
-                          channelAxis(x)));
+                          intAttr(i, "axis", 0), withBatch(dimsOf(x)), channelAxis(x)));
   const int64_t c = shapeOf(x).c;
   std::vector<int64_t> sizes = intsAttr(i, "split");
   if (sizes.empty() && hasInput(i, 1)) {
