@@ -341,6 +341,7 @@ TEST_CASE("network with vision layers that do not fit", "[cli][errors][network]"
   checkNetworkError("dilation-zero.yaml", 5, "layers[0].dilation", "dilation: 0");
   checkNetworkError("slice-past-channels.yaml", 6, "layers[1].channels", "kind: slice");
   checkNetworkError("shuffle-groups.yaml", 6, "layers[1].groups", "kind: shuffle");
+  checkNetworkError("token-past-positions.yaml", 6, "layers[1].index", "kind: token");
 }
 
 TEST_CASE("network with an attention core key out of range", "[cli][errors][network]") {
@@ -2122,6 +2123,9 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
       {"conv-asymmetric-pads",
        "nodes[0] (conv): pads [1, 1, 0, 1]: strata pads the top and "
        "bottom alike"},
+      {"class-token-after",
+       "nodes[36] (/Concat_2): Concat of the expanded parameter 'token' [1, 1, 8]: strata maps a "
+       "class token as the first of two inputs, before a sequence"},
   };
   for (const auto& [name, message] : refusals) {
     const std::string path = dir + name + ".onnx";

@@ -12,7 +12,11 @@ transformers) runs in the layout a PyTorch user writes, (batch, positions,
 features): embedding with learnt positions, layernorm (eps 1e-5), attention
 as backend.h's AttentionDesc, gelu (tanh form), per-position fc as
 nn.Linear, the fc tied to the embedding's token table, and the softmax
-cross-entropy averaged over every position of every example.
+cross-entropy averaged over every position of every example. A vision
+transformer (torchvision's ViT: patches by a conv, then a sequence) stays in
+strata's layout, a sequence being (batch, features, positions, 1): its class
+token, position table and token layers, and attention and layernorm over each
+position's channels.
 
 Precision: fp32 with TF32 off (strata's CUDA default), --tf32 (TF32 tensor
 cores for fp32 GEMMs and convolutions), or --bf16 (autocast to bf16 with fp32
@@ -115,6 +119,60 @@ class Attention(nn.Module):
         return self.out(c.transpose(1, 2).reshape(b, t, d))
 
 
+class ChannelAttention(Attention):
+    """Attention over strata's layout (batch, features, h, w), the h w positions a
+    sequence (a vision transformer's): the positions and features swapped round
+    Attention, which runs on (batch, positions, features)."""
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        y = super().forward(x.flatten(2).transpose(1, 2))  # (n, h w, c)
+        return y.transpose(1, 2).reshape(n, c, h, w)
+
+
+class ClassToken(nn.Module):
+    """strata's class_token (torchvision's ViT class_token, zeros): `tokens` learned
+    vectors of C features before the input's positions. In strata's layout the
+    input's H W positions are read as a sequence: (batch, C, H, W) gives
+    (batch, C, tokens + H W, 1); in the sequence layout (batch, T, C) gives
+    (batch, tokens + T, C)."""
+
+    def __init__(self, channels, tokens, sequence):
+        super().__init__()
+        self.sequence = sequence
+        self.tokens = nn.Parameter(torch.zeros(1, tokens, channels) if sequence
+                                   else torch.zeros(1, channels, tokens))
+
+    def forward(self, x):
+        n = x.shape[0]
+        if self.sequence:
+            return torch.cat([self.tokens.expand(n, -1, -1), x], dim=1)
+        return torch.cat([self.tokens.expand(n, -1, -1), x.flatten(2)], dim=2).unsqueeze(3)
+
+
+class PosEmbedding(nn.Module):
+    """strata's pos_embedding (torchvision's ViT pos_embedding, normal with std
+    0.02): a learned table of one example's shape added to every example."""
+
+    def __init__(self, shape, sequence):
+        super().__init__()
+        c, h, w = shape
+        self.table = nn.Parameter(torch.empty(h * w, c) if sequence else torch.empty(c, h, w))
+        nn.init.normal_(self.table, std=0.02)
+
+    def forward(self, x):
+        return x + self.table
+
+
+def token_of(x, index, sequence):
+    """strata's token: position `index` of each channel (ViT's x[:, 0]), as strata's
+    C x 1 x 1 ((batch, 1, C) in the sequence layout)."""
+    if sequence:
+        return x[:, index:index + 1, :]
+    n, c = x.shape[:2]
+    return x.flatten(2)[:, :, index].reshape(n, c, 1, 1)
+
+
 class TiedFc(nn.Module):
     """Per-position fc whose weight is an embedding's token table (GPT's lm_head):
     logits = x table^T (+ bias). The table is set by build_net once every module
@@ -140,8 +198,9 @@ def is_sequence(described):
 
 
 def module_of(layer, sequence=False):
-    """The layer's torch module (None for add, concat, mul, slice, shuffle and softmax, which
-    forward does itself); `sequence`: the network runs in the (batch, positions, features) layout."""
+    """The layer's torch module (None for add, concat, mul, slice, shuffle, token and softmax,
+    which forward does itself); `sequence`: the network runs in the (batch, positions, features)
+    layout."""
     kind, spec = layer["kind"], layer["spec"]
     shape = layer["input_shape"]
     c_in = shape[0]
@@ -157,9 +216,13 @@ def module_of(layer, sequence=False):
             return ChannelLayerNorm(c_in)  # over each position's channels (ConvNeXt's)
         return nn.LayerNorm(c_in)  # eps 1e-5, strata's
     if kind == "attention":
-        if not sequence:
-            raise unsupported
-        return Attention(c_in, spec["heads"], spec["causal"], spec["bias"])
+        # A vision transformer's sequence is strata's C x T x 1 (its H W positions).
+        make = Attention if sequence else ChannelAttention
+        return make(c_in, spec["heads"], spec["causal"], spec["bias"])
+    if kind == "class_token":
+        return ClassToken(c_in, spec["tokens"], sequence)
+    if kind == "pos_embedding":
+        return PosEmbedding(shape, sequence)
     if kind == "gelu":
         return nn.GELU(approximate="tanh")  # strata's gelu is the tanh form
     if kind == "fc" and spec.get("tied"):
@@ -172,7 +235,7 @@ def module_of(layer, sequence=False):
         return nn.Dropout(spec["rate"])
     if kind == "scale":
         return LayerScale(c_in, sequence)
-    if kind in ("add", "concat", "mul", "slice", "shuffle", "softmax"):
+    if kind in ("add", "concat", "mul", "slice", "shuffle", "token", "softmax"):
         return None
     if sequence:
         if kind == "fc" and not spec["flatten"]:
@@ -278,6 +341,8 @@ class StrataNet(nn.Module):
                 y = ins[0].narrow(2 if self.sequence else 1, spec["offset"], spec["channels"])
             elif layer["kind"] == "shuffle":
                 y = channel_shuffle(ins[0], layer["spec"]["groups"], self.sequence)
+            elif layer["kind"] == "token":
+                y = token_of(ins[0], layer["spec"]["index"], self.sequence)
             elif layer["kind"] == "softmax":
                 logits = ins[0]
                 y = logits

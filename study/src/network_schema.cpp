@@ -116,6 +116,12 @@ ordered_json networkJson(const Network& net, ElementType element) {
       case LayerKind::kShuffle:
         spec = {{"groups", sp.groups}};
         break;
+      case LayerKind::kClassToken:
+        spec = {{"tokens", sp.tokens}};
+        break;
+      case LayerKind::kToken:
+        spec = {{"index", sp.index}};
+        break;
       default:
         break;
     }

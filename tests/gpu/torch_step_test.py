@@ -16,6 +16,11 @@ torch (TORCH_PYTHON, /usr/bin/python3 or python3; none: skipped, exit 77).
   activations against their definitions (docs/configs.md); torchvision's
   GoogLeNet and MobileNetV3-small imported from ONNX (when this strata reads
   ONNX) build with torchvision's parameter counts.
+- A vision transformer's layers: a YAML network with a class token, the
+  position table, a bidirectional attention block and a token to the head
+  builds with strata's shapes and parameters and trains two steps; the class
+  token, the position table, the token and attention over strata's C x T x 1
+  layout against their definitions.
 
   torch_step_test.py --strata build/cli/strata
 """
@@ -98,7 +103,90 @@ layers:
 """
 
 
+VIT = """name: vit-step
+input: {channels: 3, height: 16, width: 16}
+layers:
+  - {name: patches, kind: conv, filters: 8, kernel: 4, stride: 4}
+  - {name: cls, kind: class_token, tokens: 2}
+  - {name: pos, kind: pos_embedding}
+  - {name: ln1, kind: layernorm}
+  - {name: attn, kind: attention, heads: 2, causal: false}
+  - {name: res1, kind: add, inputs: [pos, attn]}
+  - {name: ln2, kind: layernorm}
+  - {name: mlp1, kind: fc, outputs: 16, flatten: false}
+  - {name: act, kind: gelu}
+  - {name: mlp2, kind: fc, outputs: 8, flatten: false}
+  - {name: res2, kind: add, inputs: [res1, mlp2]}
+  - {name: ln, kind: layernorm}
+  - {name: first, kind: token}
+  - {name: head, kind: fc, outputs: 5}
+  - {name: loss, kind: softmax}
+"""
+
+
 class VisionLayers(unittest.TestCase):
+    def test_vision_transformer_builds_with_strata_shapes_and_trains(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "vit-step.yaml")
+            with open(path, "w") as f:
+                f.write(VIT)
+            d = describe(path)
+            layers = {l["name"]: l for l in d["layers"]}
+            # 4 x 4 patches: 8 x 4 x 4; 2 tokens before the 16 positions.
+            self.assertEqual(layers["cls"]["output"], [8, 18, 1])
+            self.assertEqual(layers["cls"]["spec"], {"tokens": 2})
+            self.assertEqual(layers["first"]["spec"], {"index": 0})
+            self.assertEqual(layers["first"]["output"], [8, 1, 1])
+            net = torch_step.build_net(d)
+            # strata's parameters: tokens C x 2, the table C x 18.
+            self.assertEqual(net.mods["cls"].tokens.numel(), 8 * 2)
+            self.assertEqual(net.mods["pos"].table.numel(), 8 * 18)
+            self.assertEqual(sum(p.numel() for p in net.parameters()), d["totals"]["params"])
+            net(torch.randn(2, 3, 16, 16), check_shapes=True)
+            desc = os.path.join(tmp, "vit-step.json")
+            with open(desc, "w") as f:
+                json.dump(d, f)
+            r = subprocess.run([sys.executable, SCRIPT, desc, "--device", "cpu", "--steps", "2",
+                                "--warmup", "1", "--batch", "2"], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout.splitlines()[0])
+            self.assertEqual(j["params"], d["totals"]["params"])
+            self.assertTrue(math.isfinite(j["loss_last"]))
+
+    def test_vision_transformer_layers_are_their_definitions(self):
+        # 2 examples of 3 channels x 2 x 2 positions, read as a sequence of 4.
+        x = torch.randn(2, 3, 2, 2, dtype=torch.float64)
+        cls = torch_step.ClassToken(3, 2, sequence=False).double()
+        self.assertTrue(torch.equal(cls.tokens, torch.zeros(1, 3, 2, dtype=torch.float64)))
+        with torch.no_grad():
+            cls.tokens.uniform_(-1, 1)
+            y = cls(x)
+        self.assertEqual(list(y.shape), [2, 3, 6, 1])
+        for e in range(2):
+            for c in range(3):
+                self.assertEqual(y[e, c, :2, 0].tolist(), cls.tokens[0, c].tolist())
+                self.assertEqual(y[e, c, 2:, 0].tolist(), x[e, c].flatten().tolist())
+        pos = torch_step.PosEmbedding([3, 6, 1], sequence=False).double()
+        self.assertLess(abs(float(torch_step.PosEmbedding([64, 32, 32], False).table.std()) - 0.02),
+                        1e-3)
+        with torch.no_grad():
+            torch.testing.assert_close(pos(y), y + pos.table[None])
+        # Position 3 of each channel: x's position 1 (h 0, w 1), after the 2 tokens.
+        picked = torch_step.token_of(y, 3, sequence=False)
+        self.assertEqual(list(picked.shape), [2, 3, 1, 1])
+        self.assertTrue(torch.equal(picked[:, :, 0, 0], x[:, :, 0, 1]))
+        # Attention over strata's C x T x 1 is Attention over (T, C).
+        a = torch_step.ChannelAttention(3, 1, causal=False, bias=True).double()
+        with torch.no_grad():
+            want = torch_step.Attention.forward(a, y[:, :, :, 0].transpose(1, 2))
+            torch.testing.assert_close(a(y)[:, :, :, 0], want.transpose(1, 2))
+        # The sequence layout (batch, T, C): tokens first, the token a (batch, 1, C).
+        s = torch.randn(2, 4, 3, dtype=torch.float64)
+        seq = torch_step.ClassToken(3, 1, sequence=True).double()
+        self.assertEqual(list(seq(s).shape), [2, 5, 3])
+        self.assertTrue(torch.equal(torch_step.token_of(seq(s), 2, sequence=True)[:, 0], s[:, 1]))
+
     def test_vision_network_builds_with_strata_shapes_and_trains(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "vision-step.yaml")

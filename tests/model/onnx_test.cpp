@@ -230,6 +230,38 @@ TEST_CASE("onnx Split, Slice and a channel shuffle map onto slice and shuffle la
   CHECK(n.totalParams() == 3 * 3 + 5 * 3 + 5);
 }
 
+TEST_CASE("onnx: torchvision's VisionTransformer, nn.MultiheadAttention folded", "[onnx][vit]") {
+  // make_fixtures.py's tiny_vit: 8x8 images, 4x4 patches of 8 features, a
+  // class token, 2 encoder blocks of 2 heads (nn.MultiheadAttention,
+  // batch_first: its time-major in-projection, chunk(3), view(T, N H, dh),
+  // Q scaled, bmm, softmax, bmm, the [T N, D] rows' out_proj Gemm), MLP 16,
+  // 3 classes.
+  const Network n = loadNetwork(fixture("tiny_vit.onnx"));
+  using K = LayerKind;
+  const std::vector<LayerKind> block = {K::kLayerNorm, K::kAttention, K::kAdd, K::kLayerNorm,
+                                        K::kFc,        K::kGelu,      K::kFc,  K::kAdd};
+  std::vector<LayerKind> expected = {K::kConv, K::kClassToken, K::kPosEmbedding};
+  for (int b = 0; b < 2; ++b)
+    expected.insert(expected.end(), block.begin(), block.end());
+  expected.insert(expected.end(), {K::kLayerNorm, K::kToken, K::kFc, K::kSoftmax});
+  CHECK(kinds(n) == expected);
+  CHECK(n.layers[1].outShape == Shape{8, 5, 1});  // 4 patches and the class token
+  CHECK(n.layers[1].spec.tokens == 1);
+  CHECK(n.layers[2].params == 5 * 8);
+  const Layer& attn = n.layers[4];
+  CHECK(attn.spec.heads == 2);
+  CHECK(!attn.spec.causal);  // no mask met the scores
+  CHECK(attn.spec.bias);     // in_proj_bias and out_proj.bias
+  CHECK(attn.params == 4 * 8 * 8 + 4 * 8);
+  CHECK(attn.inputs == std::vector<int>{3});
+  CHECK(n.layers[5].inputs == std::vector<int>{4, 2});  // the residual
+  const Layer& token = n.layers[n.layers.size() - 3];
+  CHECK(token.spec.index == 0);
+  CHECK(token.outShape == Shape{8, 1, 1});
+  // sum(p.numel() for p in torchvision's module.parameters())
+  CHECK(n.totalParams() == 1683);
+}
+
 TEST_CASE("onnx GELU decomposed by torch.onnx.export folds into one gelu", "[onnx]") {
   // nn.Linear(8, 16) -> nn.GELU(approximate) -> nn.Linear(16, 8) -> Softmax on
   // [N, 4, 8]: the exact form (Div, Erf, Add, Mul, Mul) and the tanh form

@@ -5,6 +5,7 @@
 // architecture puts them. The fixtures and the table are written by
 // tests/fixtures/onnx/make_torchvision.py from Debian's torch and
 // torchvision; their weights are not committed.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -68,15 +69,19 @@ TEST_CASE("every torchvision classification model in the zoo imports with its pa
           "[onnx][zoo]") {
   const auto rows = expectedZoo();
   // Every mapped family of torchvision 0.14 (make_torchvision.py's MAPPED).
-  CHECK(rows.size() == 68);
+  CHECK(rows.size() == 73);
   for (const auto& e : rows) {
     INFO(e.name);
     const Network n = loadNetwork(zoo(e.name + ".onnx"));
     CHECK(n.input == Shape{3, e.size, e.size});
     CHECK(n.totalParams() == e.params);
     // The published count includes Inception-v3's auxiliary classifier,
-    // which eval mode (and so the export) never runs.
-    if (e.name != "inception_v3")
+    // which eval mode (and so the export) never runs; ViT-H/14's published
+    // weights are for 518 x 518 images, whose position table has (37 x 37 -
+    // 16 x 16) x 1,280 more parameters.
+    if (e.name == "vit_h_14")
+      CHECK(e.published - n.totalParams() == (37 * 37 - 16 * 16) * 1280);
+    else if (e.name != "inception_v3")
       CHECK(n.totalParams() == e.published);
     REQUIRE(!n.layers.empty());
     CHECK(n.layers.back().kind == LayerKind::kSoftmax);
@@ -87,8 +92,9 @@ TEST_CASE("every torchvision classification model in the zoo imports with its pa
 TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx][zoo]") {
   // torchvision's model pages (pytorch.org/vision/stable/models, "GFLOPS",
   // which count multiply-adds of the convolutions and linear layers at the
-  // model's input size), to their two decimals; strata's conv and fc
-  // layers' forward FLOPs / 2 (docs/cost-model.md).
+  // model's input size, and ViT's attention products), to their two
+  // decimals; strata's conv, fc and attention layers' forward FLOPs / 2
+  // (docs/cost-model.md).
   const std::vector<std::pair<std::string, double>> published = {{"alexnet", 0.71},
                                                                  {"vgg16", 15.47},
                                                                  {"resnet50", 4.09},
@@ -104,14 +110,18 @@ TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx
                                                                  {"shufflenet_v2_x1_0", 0.14},
                                                                  {"shufflenet_v2_x2_0", 0.58},
                                                                  {"convnext_tiny", 4.46},
-                                                                 {"convnext_large", 34.36}};
+                                                                 {"convnext_large", 34.36},
+                                                                 {"vit_b_16", 17.56},
+                                                                 {"vit_b_32", 4.41},
+                                                                 {"vit_l_16", 61.55},
+                                                                 {"vit_l_32", 15.38}};
   for (const auto& [name, gmacs] : published) {
     INFO(name);
     const Network n = loadNetwork(zoo(name + ".onnx"));
     double macs = 0;
     for (const auto& l : n.layers)
-      if (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc)
-        macs += l.fwdFlops / 2;
+      if (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc || l.kind == LayerKind::kAttention)
+        macs += l.fwdFlops / 2;  // an attention's: its projections, Q Kᵀ and P V
     CHECK(std::abs(macs / 1e9 - gmacs) <= 0.005);
   }
 }
@@ -258,6 +268,44 @@ TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
     CHECK(head.kind == LayerKind::kLayerNorm);
     CHECK(head.inShape == Shape{768, 1, 1});
   }
+  SECTION("ViT-B/16: patches, a class token, positions, 12 bidirectional attentions") {
+    const Network n = loadNetwork(zoo("vit_b_16.onnx"));
+    CHECK(count(n, LayerKind::kClassToken) == 1);
+    CHECK(count(n, LayerKind::kPosEmbedding) == 1);
+    CHECK(count(n, LayerKind::kToken) == 1);
+    CHECK(count(n, LayerKind::kAttention) == 12);
+    CHECK(count(n, LayerKind::kLayerNorm) == 25);
+    CHECK(count(n, LayerKind::kGelu) == 12);
+    const Layer& cls = layer(n, "/0/Concat_2");
+    CHECK(cls.kind == LayerKind::kClassToken);
+    CHECK(cls.inShape == Shape{768, 14, 14});
+    CHECK(cls.outShape == Shape{768, 197, 1});
+    const Layer& attn = layer(n, "/0/encoder/layers/encoder_layer_0/self_attention/MatMul");
+    CHECK(attn.kind == LayerKind::kAttention);
+    CHECK(attn.spec.heads == 12);
+    CHECK(!attn.spec.causal);
+    CHECK(attn.spec.bias);
+    CHECK(attn.params == 4 * 768 * 768 + 4 * 768);
+    // The vit-b-16 preset (configs/networks/vit-b-16.yaml), layer for layer.
+    const Network preset = test::presetNetwork("vit-b-16");
+    REQUIRE(n.layers.size() == preset.layers.size());
+    for (size_t i = 0; i < n.layers.size(); ++i) {
+      INFO("layer " << i << ": " << n.layers[i].name << " / " << preset.layers[i].name);
+      CHECK(n.layers[i].kind == preset.layers[i].kind);
+      // An add's two inputs in either order (torchvision's x + input).
+      auto inputs = [](std::vector<int> v) {
+        std::sort(v.begin(), v.end());
+        return v;
+      };
+      CHECK(inputs(n.layers[i].inputs) == inputs(preset.layers[i].inputs));
+      CHECK(n.layers[i].outShape == preset.layers[i].outShape);
+      CHECK(n.layers[i].params == preset.layers[i].params);
+      CHECK(n.layers[i].spec.causal == preset.layers[i].spec.causal);
+      CHECK(n.layers[i].fwdFlops == preset.layers[i].fwdFlops);
+      CHECK(n.layers[i].bwdDataFlops == preset.layers[i].bwdDataFlops);
+      CHECK(n.layers[i].bwdWeightsFlops == preset.layers[i].bwdWeightsFlops);
+    }
+  }
   SECTION("RegNetY-400MF: grouped convolutions and sigmoid-gated SE") {
     const Network n = loadNetwork(zoo("regnet_y_400mf.onnx"));
     CHECK(count(n, LayerKind::kSigmoid) == 16);
@@ -268,8 +316,9 @@ TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
 TEST_CASE("torchvision families strata does not map yet are one clear error", "[onnx][zoo]") {
   // The node and op that stop each, and the list of what maps.
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"vit_b_32",
-       "nodes[100] (/0/Reshape): Reshape to [768, 49] is not a flattening of [768, 7, 7]"},
+      {"swin_t",
+       "nodes[109] (/0/features/features.1/features.1.0/attn/Reshape): op 'Reshape' reads "
+       "'/0/features/features.1/features.1.0/attn/Gather_output_0' as an activation"},
   };
   for (const auto& [name, op] : cases) {
     INFO(name);

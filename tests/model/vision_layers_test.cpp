@@ -1,5 +1,6 @@
 // The vision networks' layer kinds in YAML (docs/configs.md): concat, mul,
-// slice, shuffle, sigmoid, silu, relu6, hardsigmoid, hardswish, and the conv's pad_w and
+// slice, shuffle, sigmoid, silu, relu6, hardsigmoid, hardswish, the vision
+// transformer's class_token, pos_embedding and token, and the conv's pad_w and
 // dilation and the max pool's ceil_mode; shapes, parameters and FLOPs by
 // hand, and each mistake one error naming its key.
 #include <catch2/catch.hpp>
@@ -162,6 +163,71 @@ TEST_CASE("layer scale: a learned value per channel", "[network][vision]") {
   CHECK(n.totalParams() == 4 * 9 + 4 + 4 + 256 * 3 + 3);
 }
 
+TEST_CASE("a vision transformer: patches, class token, positions, attention, the token's head",
+          "[network][vision][vit]") {
+  // ViT (Dosovitskiy et al. 2021) on 8x8 images of 4 channels: 2x2 patches
+  // of 6 features (16 positions), one class token, a learned table of 17
+  // positions, one encoder block, the class token's features to the head.
+  const auto n = loadText("vit", kHead + R"(
+  - {name: patches, kind: conv, filters: 6, kernel: 2, stride: 2}
+  - {name: cls, kind: class_token}
+  - {name: pos, kind: pos_embedding}
+  - {name: ln, kind: layernorm}
+  - {name: attn, kind: attention, heads: 2, causal: false}
+  - {name: res, kind: add, inputs: [pos, attn]}
+  - {name: first, kind: token, index: 0}
+  - {name: head, kind: fc, outputs: 3}
+  - {name: loss, kind: softmax}
+)");
+  const Layer& cls = layer(n, "cls");
+  CHECK(cls.inShape == Shape{6, 4, 4});
+  CHECK(cls.outShape == Shape{6, 17, 1});  // 1 + 4 x 4 positions
+  CHECK(cls.spec.tokens == 1);
+  CHECK(cls.params == 6);
+  CHECK(cls.fwdFlops == 0);
+  CHECK(cls.bwdDataFlops == 0);
+  CHECK(cls.bwdWeightsFlops == 6);  // the token's gradient: dy's position 0 summed
+  CHECK(cls.fwdElems == 6.0 * 16 + 6.0 * 17);
+  CHECK(cls.bwdDataElems == 2 * 6.0 * 16);
+  CHECK(cls.bwdWeightsElems == 2 * 6.0);
+  const Layer& pos = layer(n, "pos");
+  CHECK(pos.outShape == Shape{6, 17, 1});
+  CHECK(pos.params == 6 * 17);
+  CHECK(pos.fwdFlops == 6.0 * 17);
+  CHECK(pos.bwdDataFlops == 0);
+  CHECK(pos.bwdWeightsFlops == 6.0 * 17);
+  CHECK(pos.fwdElems == 2 * 6.0 * 17);
+  const Layer& attn = layer(n, "attn");
+  CHECK(attn.inShape == Shape{6, 17, 1});
+  CHECK(!attn.spec.causal);
+  const Layer& first = layer(n, "first");
+  CHECK(first.outShape == Shape{6, 1, 1});
+  CHECK(first.params == 0);
+  CHECK(first.fwdFlops == 0);
+  CHECK(first.fwdElems == 2 * 6.0);
+  CHECK(first.bwdDataElems == 2 * 6.0);
+  CHECK(layer(n, "head").params == 6 * 3 + 3);
+  for (auto kind : {LayerKind::kClassToken, LayerKind::kPosEmbedding, LayerKind::kToken}) {
+    CHECK(layerKindRow(kind).reads == BackwardReads::kNothing);
+    CHECK(isVisionKind(kind));
+  }
+  CHECK(n.totalParams() == (4 * 4 * 6 + 6) + 6 + 6 * 17 + 12 + (4 * 36 + 4 * 6) + 6 * 3 + 3);
+  // Two class tokens (DeiT's class and distillation tokens), and a sequence
+  // read as it is.
+  const auto two = loadText("deit", kHead + R"(
+  - {name: patches, kind: conv, filters: 6, kernel: 4, stride: 4}
+  - {name: cls, kind: class_token, tokens: 2}
+  - {name: pos, kind: pos_embedding}
+  - {name: last, kind: token, index: 5}
+  - {name: head, kind: fc, outputs: 3}
+  - {name: loss, kind: softmax}
+)");
+  CHECK(layer(two, "cls").outShape == Shape{6, 6, 1});
+  CHECK(layer(two, "cls").params == 12);
+  CHECK(layer(two, "pos").params == 36);
+  CHECK(layer(two, "last").spec.index == 5);
+}
+
 TEST_CASE("conv pad_w and dilation, and a max pool rounding up", "[network][vision]") {
   const auto n = loadText("windows",
                           "input: {channels: 2, height: 17, width: 17}\nlayers:\n"
@@ -256,4 +322,14 @@ TEST_CASE("vision layer mistakes name their key", "[network][vision][errors]") {
   CHECK_THAT(
       loadError("padw-pool", kHead + "  - {name: p, kind: pool, mode: max, kernel: 2, pad_w: 1}\n"),
       Catch::Contains("pad_w"));
+  CHECK_THAT(loadError("cls-zero", kHead + "  - {name: c, kind: class_token, tokens: 0}\n"),
+             Catch::Contains("layers[0].tokens"));
+  CHECK_THAT(loadError("token-past", kHead + "  - {name: t, kind: token, index: 64}\n"),
+             Catch::Contains("layers[0].index") &&
+                 Catch::Contains("position 64 of an input of 64 positions (4x8x8): the index "
+                                 "must be in [0, 63]"));
+  CHECK_THAT(loadError("token-neg", kHead + "  - {name: t, kind: token, index: -1}\n"),
+             Catch::Contains("layers[0].index"));
+  CHECK_THAT(loadError("pos-key", kHead + "  - {name: p, kind: pos_embedding, positions: 4}\n"),
+             Catch::Contains("positions"));
 }

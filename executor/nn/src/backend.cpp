@@ -18,7 +18,8 @@ void Backend::lacks(std::string_view kind) const {
 void Backend::lacksVision(std::string_view kind) const {
   throw UserError(fmt::format(
       "the {} backend does not run {} layers yet (vision networks' concat, mul, slice, shuffle, "
-      "scale, sigmoid, silu, relu6, hardsigmoid and hardswish layers run on the cpu backend)",
+      "scale, class_token, pos_embedding, token, sigmoid, silu, relu6, hardsigmoid and "
+      "hardswish layers run on the cpu backend)",
       name(), kind));
 }
 
@@ -59,6 +60,18 @@ void Backend::scaleChannels(ConstTensorView, const float*, TensorView, float) {
 }
 void Backend::scaleBackwardWeights(ConstTensorView, ConstTensorView, float*) {
   lacksVision("scale");
+}
+void Backend::copyPositions(ConstTensorView, int, TensorView, int, int, float) {
+  lacksVision("class_token and token");
+}
+void Backend::broadcastPositions(const float*, int, TensorView, int) {
+  lacksVision("class_token");
+}
+void Backend::addTable(ConstTensorView, const float*, TensorView) {
+  lacksVision("pos_embedding");
+}
+void Backend::sumPositions(ConstTensorView, int, int, float*) {
+  lacksVision("class_token and pos_embedding");
 }
 void Backend::mulForward(ConstTensorView, ConstTensorView, TensorView) {
   lacksVision("mul");

@@ -1,6 +1,7 @@
 // The CPU kernels of one ISA (cpu_kernels.cpp): element-wise layers (relu,
 // dropout, gelu, swiglu, vision networks' activations and mul), buffer
-// operations (fill, add, accumulate, zero) and concat's channel copies.
+// operations (fill, add, accumulate, zero), concat's channel copies and the
+// vision transformer's copies, table and sums over positions.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -538,6 +539,98 @@ void CpuImpl::scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float*
                          sum += double(a[k]) * double(b[k]);
                      }
                      dgamma[ch] += static_cast<float>(sum);
+                   }
+                 });
+}
+
+// ---- vision transformers: positions of a sequence ---------------------------
+
+void CpuImpl::copyPositions(ConstTensorView src, int srcFirst, TensorView dst, int dstFirst,
+                            int count, float beta) {
+  STRATA_ENFORCE_OP(src.dims.n, ==, dst.dims.n);
+  STRATA_ENFORCE_OP(src.dims.c, ==, dst.dims.c);
+  const int64_t srcPlane = int64_t{src.dims.h} * src.dims.w;
+  const int64_t dstPlane = int64_t{dst.dims.h} * dst.dims.w;
+  STRATA_ENFORCE_OP(count, >=, 0);
+  STRATA_ENFORCE(srcFirst >= 0 && srcFirst + int64_t{count} <= srcPlane);
+  STRATA_ENFORCE(dstFirst >= 0 && dstFirst + int64_t{count} <= dstPlane);
+  const int64_t planes = int64_t{src.dims.n} * src.dims.c;
+  // As accumulate: an overwrite is a copy, else an accumulate.
+  if (!runs(beta == 0.0f ? MemKernel::kCopy : MemKernel::kAccumulate,
+            double(planes) * double(count)))
+    return;
+  // One run of `count` positions per (example, channel), planes split over
+  // the team: each element is computed alone, the bits do not depend on it.
+  parallelRanges(team_, planes, std::max<int64_t>(1, kElementGrain / std::max(count, 1)),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t pl = first; pl < last; ++pl) {
+                     const float* __restrict from = src.data + pl * srcPlane + srcFirst;
+                     float* __restrict to = dst.data + pl * dstPlane + dstFirst;
+                     if (beta == 0.0f) {
+                       std::copy_n(from, count, to);
+                     } else {
+                       for (int k = 0; k < count; ++k)
+                         to[k] = beta * to[k] + from[k];
+                     }
+                   }
+                 });
+}
+
+void CpuImpl::broadcastPositions(const float* table, int count, TensorView dst, int dstFirst) {
+  const int64_t plane = int64_t{dst.dims.h} * dst.dims.w;
+  STRATA_ENFORCE_OP(count, >=, 0);
+  STRATA_ENFORCE(dstFirst >= 0 && dstFirst + int64_t{count} <= plane);
+  const int c = dst.dims.c;
+  const int64_t planes = int64_t{dst.dims.n} * c;
+  if (!runs(MemKernel::kCopy, double(planes) * double(count)))
+    return;
+  parallelRanges(team_, planes, std::max<int64_t>(1, kElementGrain / std::max(count, 1)),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t pl = first; pl < last; ++pl)
+                     std::copy_n(table + (pl % c) * count, count, dst.data + pl * plane + dstFirst);
+                 });
+}
+
+void CpuImpl::addTable(ConstTensorView x, const float* table, TensorView y) {
+  checkSameDims(x.dims, y.dims);
+  if (!runs(MemKernel::kAdd, double(y.elements())))
+    return;
+  const int64_t per = x.dims.perExample();
+  const float* __restrict in = x.data;
+  const float* __restrict p = table;
+  float* __restrict out = y.data;
+  // Elements are independent; each range walks its examples' runs so that
+  // the inner loop is a plain vector add.
+  parallelRanges(team_, y.elements(), kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end;) {
+      const int64_t e = i / per;
+      const int64_t j = i - e * per, run = std::min(end, (e + 1) * per) - i;
+      for (int64_t k = 0; k < run; ++k)
+        out[i + k] = in[i + k] + p[j + k];
+      i += run;
+    }
+  });
+}
+
+void CpuImpl::sumPositions(ConstTensorView src, int srcFirst, int count, float* table) {
+  const int64_t plane = int64_t{src.dims.h} * src.dims.w;
+  STRATA_ENFORCE_OP(count, >=, 0);
+  STRATA_ENFORCE(srcFirst >= 0 && srcFirst + int64_t{count} <= plane);
+  const int n = src.dims.n;
+  const int64_t entries = int64_t{src.dims.c} * count;
+  if (!runs(MemKernel::kReduce, double(n) * double(entries)))
+    return;
+  // Table entries split over the team; each sums its examples in order in
+  // double (as scaleBackwardWeights), so the bits do not depend on the split.
+  const int64_t per = src.dims.perExample();
+  parallelRanges(team_, entries, std::max<int64_t>(1, kElementGrain / std::max(n, 1)),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t k = first; k < last; ++k) {
+                     const float* at = src.data + (k / count) * plane + srcFirst + k % count;
+                     double sum = 0;
+                     for (int e = 0; e < n; ++e)
+                       sum += double(at[e * per]);
+                     table[k] += static_cast<float>(sum);
                    }
                  });
 }

@@ -154,6 +154,11 @@ class CpuImpl final : public Backend {
   void shuffleChannels(ConstTensorView x, int groups, TensorView y, float beta) override;
   void scaleChannels(ConstTensorView x, const float* gamma, TensorView y, float beta) override;
   void scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma) override;
+  void copyPositions(ConstTensorView src, int srcFirst, TensorView dst, int dstFirst, int count,
+                     float beta) override;
+  void broadcastPositions(const float* table, int count, TensorView dst, int dstFirst) override;
+  void addTable(ConstTensorView x, const float* table, TensorView y) override;
+  void sumPositions(ConstTensorView src, int srcFirst, int count, float* table) override;
   void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override;
   void mulBackward(ConstTensorView x, ConstTensorView g, ConstTensorView dy, TensorView dx,
                    float betaX, TensorView dg, float betaG) override;

@@ -141,8 +141,8 @@ Model::Model(const Network& network, ModelOptions options)
     if (isVisionKind(layer.kind) && !backend_->runsVisionLayers())
       unsupported(network_, l,
                   fmt::format("the {} backend does not run vision networks' concat, mul, slice, "
-                              "shuffle, scale, sigmoid, silu, relu6, hardsigmoid or hardswish "
-                              "layers yet; the cpu backend does",
+                              "shuffle, scale, class_token, pos_embedding, token, sigmoid, silu, "
+                              "relu6, hardsigmoid or hardswish layers yet; the cpu backend does",
                               backend_->name()));
     if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
       unsupported(network_, l,
@@ -286,6 +286,14 @@ Model::Model(const Network& network, ModelOptions options)
       case LayerKind::kScale:
         b.weights = layer.inShape.c;  // gain; gamma
         break;
+      case LayerKind::kClassToken:
+        // The tokens, C x tokens (channel-major: each channel's tokens in a
+        // row, as the output's planes hold them).
+        b.weights = int64_t{layer.inShape.c} * layer.spec.tokens;
+        break;
+      case LayerKind::kPosEmbedding:
+        b.weights = layer.inShape.elements();  // one example's shape, C x H x W
+        break;
       default:
         break;
     }
@@ -326,6 +334,16 @@ Model::Model(const Network& network, ModelOptions options)
     if (layer.kind == LayerKind::kBatchNorm || layer.kind == LayerKind::kLayerNorm ||
         layer.kind == LayerKind::kRmsNorm || layer.kind == LayerKind::kScale) {
       std::fill(w.begin(), w.end(), 1.0f);
+      store();
+      continue;
+    }
+    // torchvision's ViT: the class token starts at zero (the block's zero
+    // fill), the position table normal with std 0.02.
+    if (layer.kind == LayerKind::kPosEmbedding) {
+      for (int64_t e = 0; e < b.weights; ++e)
+        w[static_cast<size_t>(e)] =
+            0.02f * kernels::normalFloat(kernels::hashOf(options_.seed, static_cast<uint64_t>(l),
+                                                         static_cast<uint64_t>(e)));
       store();
       continue;
     }

@@ -251,6 +251,19 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
     case LayerKind::kScale:
       be.scaleChannels(x, w, y, 0.0f);
       break;
+    case LayerKind::kClassToken: {
+      // The tokens at positions [0, tokens), the input's positions after them.
+      const int tokens = spec.spec.tokens;
+      be.broadcastPositions(w, tokens, y, 0);
+      be.copyPositions(x, 0, y, tokens, spec.inShape.h * spec.inShape.w, 0.0f);
+      break;
+    }
+    case LayerKind::kPosEmbedding:
+      be.addTable(x, w, y);
+      break;
+    case LayerKind::kToken:
+      be.copyPositions(x, spec.spec.index, y, 0, 1, 0.0f);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -412,6 +425,19 @@ void Model::backwardData(int layer, ExampleRange r) {
     case LayerKind::kScale:
       be.scaleChannels(dy, w, dx, beta);
       break;
+    case LayerKind::kClassToken:
+      // dy's positions after the tokens are x's: all of dx.
+      be.copyPositions(dy, spec.spec.tokens, dx, 0, spec.inShape.h * spec.inShape.w, beta);
+      break;
+    case LayerKind::kPosEmbedding:
+      be.accumulate(dy, dx, beta);  // dx = dy
+      break;
+    case LayerKind::kToken:
+      // dy into its position of dx; a gradient of its own zero elsewhere.
+      if (beta == 0.0f)
+        be.fill(dx.span(), 0.0f);
+      be.copyPositions(dy, 0, dx, spec.spec.index, 1, beta);
+      break;
     case LayerKind::kRnn:
       break;  // rejected by the constructor
   }
@@ -453,6 +479,12 @@ void Model::backwardWeights(int layer, ExampleRange r) {
       break;
     case LayerKind::kScale:
       backend_->scaleBackwardWeights(x, dy, dw);
+      break;
+    case LayerKind::kClassToken:
+      backend_->sumPositions(dy, 0, spec.spec.tokens, dw);  // dy's token positions
+      break;
+    case LayerKind::kPosEmbedding:
+      backend_->sumPositions(dy, 0, spec.inShape.h * spec.inShape.w, dw);
       break;
     case LayerKind::kEmbedding:
       backend_->embeddingBackwardWeights(st.embedding, x, dy, dw);

@@ -222,6 +222,13 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kShuffle:
       s.groups = n.require("groups").asPositiveInt();
       break;
+    case LayerKind::kClassToken:
+      s.tokens = n.positiveIntOr("tokens", 1);
+      break;
+    case LayerKind::kToken:
+      s.index = n.nonNegativeIntOr("index", 0);  // below the positions: deriveToken
+      break;
+    case LayerKind::kPosEmbedding:
     case LayerKind::kRelu:
     case LayerKind::kBatchNorm:
     case LayerKind::kSoftmax:

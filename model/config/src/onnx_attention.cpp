@@ -26,7 +26,8 @@ bool staticOp(const std::string& op) {
   return ops.count(op) > 0;
 }
 
-// The positions, features and heads of attention value v's axes.
+// The positions, features and heads of attention value v's axes (the
+// batch's as kShape ints: n, b and r).
 int64_t axisSize(char axis, int64_t t, int64_t d, int heads) {
   switch (axis) {
     case 't':
@@ -34,9 +35,31 @@ int64_t axisSize(char axis, int64_t t, int64_t d, int heads) {
       return t;
     case 'h':
       return heads;
+    case 'f':
+      return d;
+    case 'n':
+      return kBatchDim;
+    case 'b':
+      return batchTimes(heads);
+    case 'r':
+      return batchTimes(t);
     default:
       return heads > 0 ? d / heads : d;
   }
+}
+
+// The ints of a shape or Reshape target, the batch and its multiples as
+// "N" and "N x m".
+std::string shapeText(const std::vector<int64_t>& ints) {
+  std::string out = "[";
+  for (size_t k = 0; k < ints.size(); ++k) {
+    const int64_t v = ints[k];
+    out += k ? ", " : "";
+    out += !isBatchMultiple(v)   ? std::to_string(v)
+           : batchFactor(v) == 1 ? std::string("N")
+                                 : fmt::format("N x {}", batchFactor(v));
+  }
+  return out + "]";
 }
 
 const char* partName(char part) {
@@ -86,7 +109,9 @@ Dims Importer::reshapeTarget(int i, const Dims& from, const std::vector<int64_t>
       v = 1;
     } else if (v <= 0 || v > std::numeric_limits<int>::max()) {
       failAt(i, fmt::format("Reshape to a dim of {}",
-                            v == kBatchDim ? std::string("the batch") : std::to_string(v)));
+                            v == kBatchDim       ? std::string("the batch")
+                            : isBatchMultiple(v) ? fmt::format("the batch x {}", batchFactor(v))
+                                                 : std::to_string(v)));
     }
     dims.push_back(v);
   }
@@ -118,16 +143,31 @@ bool Importer::mapShapeOrDerived(int i) {
   if (op == "Shape") {
     const Value& x = input(i, 0);
     Dims dims;
+    bool batchInside = false;  // the batch is one of dims (a time-major layout)
     if (x.kind == ValueKind::kTokens) {
       dims = {net_.input.h};
     } else if (x.kind == ValueKind::kActivation && x.padH == 0 && x.padW == 0) {
       dims = dimsOf(x);
+      batchInside = x.seq == SeqLayout::kTimeMajor || x.seq == SeqLayout::kMergedRows;
+      if (x.seq == SeqLayout::kTimeMajor)
+        dims.insert(dims.begin() + 1, kBatchDim);
+      else if (x.seq == SeqLayout::kMergedRows)
+        dims[0] = batchTimes(dims[0]);
     } else if (x.kind == ValueKind::kChannelGroups) {
       const Shape s = shapeOf(x);
       const int64_t g = x.groups, c = s.c / g;
       dims = x.swapped ? Dims{c, g, s.h, s.w} : Dims{g, c, s.h, s.w};
+    } else if (x.kind == ValueKind::kShape || x.kind == ValueKind::kDerived ||
+               x.kind == ValueKind::kConstant) {
+      // The shape of a shape or constant (ViT's expand of its class token
+      // to [N, -1, -1]): a value computed from shapes, not followed.
+      Value derived;
+      derived.kind = ValueKind::kDerived;
+      produce(i, derived);
+      return true;
     } else if (x.kind == ValueKind::kAttention) {
       const Layer& l = net_.layers[static_cast<size_t>(x.layer)];
+      batchInside = x.seq == SeqLayout::kTimeMajor;
       if (x.axes == "t") {
         dims = {l.inShape.h, l.inShape.c};
       } else {
@@ -138,7 +178,8 @@ bool Importer::mapShapeOrDerived(int i) {
       return false;
     }
     out.kind = ValueKind::kShape;
-    out.ints = {kBatchDim};
+    if (!batchInside)
+      out.ints = {kBatchDim};
     out.ints.insert(out.ints.end(), dims.begin(), dims.end());
     // start and end (opset 15): a part of the shape.
     const int64_t size = static_cast<int64_t>(out.ints.size());
@@ -208,8 +249,23 @@ bool Importer::mapShapeOrDerived(int i) {
         failAt(i, fmt::format("{} of shapes {} and {}", op, dimsText(a), dimsText(b)));
       for (size_t k = 0; k < size; ++k) {
         const int64_t x = a[a.size() == 1 ? 0 : k], y = b[b.size() == 1 ? 0 : k];
-        if (x == kBatchDim || y == kBatchDim) {
-          out.kind = ValueKind::kDerived;  // arithmetic on the batch: not followed
+        if (isBatchMultiple(x) || isBatchMultiple(y)) {
+          // N m times a number, or divided by one of m's divisors, stays a
+          // multiple of the batch; any other arithmetic on it is not followed.
+          const bool both = isBatchMultiple(x) && isBatchMultiple(y);
+          const int64_t m = batchFactor(isBatchMultiple(x) ? x : y);
+          const int64_t other = isBatchMultiple(x) ? y : x;
+          int64_t r = 0;
+          if (!both && op == "Mul" && other > 0 && !__builtin_mul_overflow(m, other, &r) &&
+              r <= kMaxBatchFactor) {
+            out.ints.push_back(batchTimes(r));
+            continue;
+          }
+          if (!both && op == "Div" && isBatchMultiple(x) && y > 0 && m % y == 0) {
+            out.ints.push_back(batchTimes(m / y));
+            continue;
+          }
+          out.kind = ValueKind::kDerived;
           break;
         }
         if (op == "Div" && y == 0)
@@ -237,6 +293,10 @@ bool Importer::mapShapeOrDerived(int i) {
       out.ints.clear();
     }
   }
+  // A learned tensor expanded over the batch (ViT's class token): its
+  // initializer, for the Concat that reads it.
+  if (op == "Expand" && first.kind == ValueKind::kConstant && first.tensor && !shapeInts(first))
+    out.expanded = first.tensor;
   // Each output: the shape, or a value computed from constants (its
   // contents are not followed: a causal mask, position ids).
   for (const auto& name : n.output())
@@ -281,6 +341,45 @@ bool Importer::mapAttentionPart(int i) {
     }
     return true;
   }
+  // Three Slices of a time-major fc's [T, N, 3 D] output along the features,
+  // D each (nn.MultiheadAttention's in-projection, chunk(3) as
+  // torch.onnx.export writes it): Q, K and V.
+  if (op == "Slice" && n.input_size() >= 4) {
+    const Value& x = input(i, 0);
+    if (x.kind != ValueKind::kActivation || x.layer < 0 || x.seq != SeqLayout::kTimeMajor)
+      return false;
+    const Layer& fc = layerOf(x);
+    const int64_t d = fc.inShape.c;
+    const auto starts = shapeInts(input(i, 1)), ends = shapeInts(input(i, 2)),
+               axes = shapeInts(input(i, 3));
+    const auto steps = n.input_size() > 4 && hasInput(i, 4) ? shapeInts(input(i, 4))
+                                                            : std::optional<Dims>(Dims{1});
+    if (fc.kind != LayerKind::kFc || fc.spec.flatten || fc.spec.tiedTo >= 0 ||
+        fc.spec.outputs != 3 * d || !starts || !ends || !axes || !steps || starts->size() != 1 ||
+        ends->size() != 1 || axes->size() != 1 || (*steps)[0] != 1 ||
+        ((*axes)[0] != 2 && (*axes)[0] != -1))
+      return false;
+    const int64_t begin = (*starts)[0], end = std::min((*ends)[0], 3 * d);
+    if (begin < 0 || begin % d != 0 || end - begin != d)
+      return false;
+    AttentionState& state = attention_[x.layer];
+    const int bit = 1 << (begin / d);
+    if ((state.slices & bit) != 0)
+      failAt(i, fmt::format("a second Slice of features [{}, {}) of '{}', the Q, K and V of an "
+                            "attention: strata folds one Slice of each",
+                            begin, end, n.input(0)));
+    state.slices |= bit;
+    state.sliced = n.input(0);
+    Value v;
+    v.kind = ValueKind::kAttention;
+    v.layer = x.layer;
+    v.rank = 2;
+    v.part = "qkv"[begin / d];
+    v.axes = "tnf";
+    v.seq = SeqLayout::kTimeMajor;
+    values_[n.output(0)] = v;
+    return true;
+  }
   // Otherwise node i must read an attention's tensor.
   int at = -1;
   for (int k = 0; k < n.input_size(); ++k)
@@ -314,11 +413,33 @@ bool Importer::mapAttentionPart(int i) {
     if (!target)
       cannot("its target shape not computed from shapes and constants");
     Dims from;
-    if (a.axes == "t") {
+    if (a.seq == SeqLayout::kTimeMajor) {
+      // (below)
+    } else if (a.axes == "t") {
       from = {t, d};
     } else {
       for (char axis : a.axes)
         from.push_back(axisSize(axis, t, d, a.heads));
+    }
+    if (a.seq == SeqLayout::kTimeMajor) {
+      // [T, N, D] to [T, N H, D / H] (the heads split out), and [T, N H,
+      // D / H] to [T N, D] (joined, the context's rows).
+      const auto& to = *target;
+      const int64_t h = to.size() == 3 && isBatchMultiple(to[1]) ? batchFactor(to[1]) : 0;
+      if (a.axes == "tnf" && to.size() == 3 && to[0] == t && h > 0 &&
+          h <= std::numeric_limits<int>::max() && d % h == 0 && to[2] == d / h) {
+        v.axes = "tbd";
+        v.heads = static_cast<int>(h);
+      } else if (a.axes == "tbd" && to == std::vector<int64_t>{batchTimes(t), d}) {
+        v.axes = "rf";
+      } else {
+        Dims dims;
+        for (char axis : a.axes)
+          dims.push_back(axisSize(axis, t, d, a.heads));
+        cannot(fmt::format("reshaping {} to {}", shapeText(dims), shapeText(to)));
+      }
+      values_[n.output(0)] = v;
+      return true;
     }
     const Dims to = reshapeTarget(i, from, *target);
     if (a.axes == "t" && to.size() == 3 && to[0] == t && to[1] * to[2] == d &&
@@ -330,6 +451,15 @@ bool Importer::mapAttentionPart(int i) {
     } else {
       cannot(fmt::format("reshaping {} to {}", dimsText(from), dimsText(to)));
     }
+  } else if (op == "Transpose" && a.seq == SeqLayout::kTimeMajor) {
+    const auto perm = intsAttr(i, "perm");
+    std::string axes;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(a.axes.size()) || perm.size() != a.axes.size())
+        cannot(fmt::format("transposing its axes by {}", dimsText(perm)));
+      axes += a.axes[static_cast<size_t>(p)];
+    }
+    v.axes = axes;
   } else if (op == "Transpose") {
     const auto perm = intsAttr(i, "perm");
     if (a.axes.size() != 3 || perm.size() != 4 || perm[0] != 0)
@@ -343,25 +473,52 @@ bool Importer::mapAttentionPart(int i) {
     v.axes = axes;
   } else if (op == "MatMul" && at == 0 && hasInput(i, 1) && sameAttention(input(i, 1))) {
     const Value& b = input(i, 1);
-    if (a.part == 'q' && a.axes == "htd" && b.part == 'k' && b.axes == "hdt" &&
+    // The heads' axis: h, or b (the batch and the heads, time-major).
+    const std::string x = a.seq == SeqLayout::kTimeMajor ? "b" : "h";
+    if (a.part == 'q' && a.axes == x + "td" && b.part == 'k' && b.axes == x + "dt" &&
         a.heads == b.heads) {
       v.part = 's';
-      v.axes = "hts";
+      v.axes = x + "ts";
       v.masked = a.masked || b.masked;
-    } else if (a.part == 'p' && a.axes == "hts" && b.part == 'v' && b.axes == "htd" &&
+    } else if (a.part == 'p' && a.axes == x + "ts" && b.part == 'v' && b.axes == x + "td" &&
                a.heads == b.heads) {
       v.part = 'c';
-      v.axes = "htd";
+      v.axes = x + "td";
     } else {
       cannot(fmt::format("multiplied by the {} (axes {} by {})", partName(b.part), a.axes, b.axes));
     }
-  } else if (op == "MatMul" && at == 0 && a.part == 'c' && a.axes == "t") {
+  } else if ((op == "MatMul" && at == 0 && a.part == 'c' && a.axes == "t") ||
+             (op == "Gemm" && at == 0 && a.part == 'c' && a.axes == "rf")) {
     // The output projection: the fc of Q, K and V becomes the attention.
+    // nn.MultiheadAttention's is a Gemm of the context's [T N, D] rows by
+    // out_proj (transB 1), its bias the Gemm's C.
     const Dims w = constant(i, 1, "weight");
     if (w != Dims{d, d})
       cannot(fmt::format("projected by a weight {}, not [{}, {}]", dimsText(w), d, d));
     if (qkv.kind != LayerKind::kFc)
       cannot("a second time");
+    AttentionState& state = attention_[a.layer];
+    if (op == "Gemm") {
+      if (intAttr(i, "transA", 0) != 0)
+        cannot("in a Gemm with transA 1");
+      if (hasInput(i, 2)) {
+        const Dims c = constant(i, 2, "bias C");
+        if (elementsOf(c) != d || c.empty() || c.back() != d)
+          cannot(fmt::format("projected with a bias {}, not [{}]", dimsText(c), d));
+        state.outputBias = true;
+      }
+    }
+    if (a.seq == SeqLayout::kTimeMajor) {
+      // Every reader of the fc's output, but its Shapes, one of the Slices.
+      int readers = 0;
+      for (const auto& node : model_.graph().node())
+        if (node.op_type() != "Shape")
+          readers +=
+              static_cast<int>(std::count(node.input().begin(), node.input().end(), state.sliced));
+      if (state.slices != 7 || readers != 3)
+        cannot(fmt::format("whose Q, K and V are not three Slices of '{}' and its only readers",
+                           state.sliced));
+    }
     LayerSpec s;
     s.heads = a.heads;
     s.causal = a.masked;
@@ -370,13 +527,16 @@ bool Importer::mapAttentionPart(int i) {
     qkv.kind = LayerKind::kAttention;
     qkv.spec = s;
     derive(static_cast<size_t>(a.layer));
-    attention_[a.layer].projection = true;
+    state.projection = true;
     Value out;
     out.layer = a.layer;
     out.rank = 2;
+    if (a.seq == SeqLayout::kTimeMajor)
+      out.seq = SeqLayout::kMergedRows;
     produce(i, out);
     return true;
-  } else if ((op == "Mul" || op == "Div") && a.part == 's') {
+  } else if ((op == "Mul" || op == "Div") && (a.part == 's' || a.part == 'q' || a.part == 'k')) {
+    // The scale, on the scores or (nn.MultiheadAttention) on Q first.
     const Value& other = input(i, 1 - at);
     if (other.kind != ValueKind::kConstant || !inlineScalar(*other.tensor) ||
         (op == "Div" && at != 0))
@@ -395,10 +555,11 @@ bool Importer::mapAttentionPart(int i) {
     if (other.kind != ValueKind::kConstant && other.kind != ValueKind::kDerived)
       cannot("added to an activation");
     v.masked = true;
-  } else if (op == "Softmax" && a.part == 's' && a.axes == "hts") {
+  } else if (op == "Softmax" && a.part == 's' && (a.axes == "hts" || a.axes == "bts")) {
     const int64_t axis = intAttr(i, "axis", -1);
-    if (axis != -1 && axis != 3)
-      cannot(fmt::format("in a Softmax over axis {} (the keys are axis 3)", axis));
+    const int64_t keys = a.seq == SeqLayout::kTimeMajor ? 2 : 3;
+    if (axis != -1 && axis != keys)
+      cannot(fmt::format("in a Softmax over axis {} (the keys are axis {})", axis, keys));
     v.part = 'p';
   } else if (op == "Dropout" && a.part == 'p') {
     double rate = 0.5;

@@ -40,8 +40,31 @@ enum class ValueKind {
   kChannelGroups,
 };
 
-// The batch dim of a kShape value: symbolic, whatever the batch.
-inline constexpr int64_t kBatchDim = std::numeric_limits<int64_t>::min();
+// The batch dim of a kShape value: symbolic, whatever the batch. A multiple
+// N m of it (nn.MultiheadAttention's view(T, N heads, dh), its rows T N) is
+// batchTimes(m), m in [1, kMaxBatchFactor]: values no real dim takes.
+inline constexpr int64_t kBatchDim = std::numeric_limits<int64_t>::min() + 1;
+inline constexpr int64_t kMaxBatchFactor = int64_t{1} << 40;
+inline constexpr int64_t batchTimes(int64_t m) {
+  return kBatchDim - 1 + m;
+}
+inline constexpr bool isBatchMultiple(int64_t v) {
+  return v >= kBatchDim && v < kBatchDim + kMaxBatchFactor;
+}
+inline constexpr int64_t batchFactor(int64_t v) {
+  return v - kBatchDim + 1;
+}
+
+// How a sequence activation's per-example [T, F] sits in its ONNX tensor,
+// besides [N, T, F] (kBatchFirst):
+// - kFeaturesFirst: a C x H x W layer's output reshaped to [N, C, H W];
+// - kGridSequence: that transposed to [N, H W, C], a sequence of H W
+//   positions (ViT's patches), read by a class token's Concat;
+// - kTimeMajor: [T, N, F], a sequence transposed by perm [1, 0, 2]
+//   (nn.MultiheadAttention's batch_first input);
+// - kMergedRows: [T N, F], the rows of kTimeMajor (its output projection's
+//   Gemm), until a Reshape to [T, N, F].
+enum class SeqLayout { kBatchFirst, kFeaturesFirst, kGridSequence, kTimeMajor, kMergedRows };
 
 // One element-wise node of a kPointwise value: its op and its constant
 // operand (none when both operands derive from the activation).
@@ -78,6 +101,10 @@ struct Value {
   // probabilities; c: the context), and its per-example axes in order: t
   // positions, h heads, d features of a head, s key positions; "t" alone:
   // [T, features] before the heads are split out or after they are joined.
+  // With seq kTimeMajor (nn.MultiheadAttention's layout) the axes name every
+  // axis of the tensor, the batch's too: n the batch, f all features, b the
+  // batch and the heads in one (view(T, N H, dh)), r the positions and the
+  // batch in one (the context's [T N, D]).
   char part = 0;
   std::string axes;
   int heads = 0;
@@ -92,6 +119,10 @@ struct Value {
   // made on it are strata's C x H x W layers that act on the channels of
   // each position (layernorm, a per-position fc, element-wise ones).
   bool channelsLast = false;
+  SeqLayout seq = SeqLayout::kBatchFirst;
+  // kDerived: the initializer it expands over the batch (ViT's class token,
+  // Expand([1, k, C], [N, -1, -1])), or none.
+  const onnx::TensorProto* expanded = nullptr;
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
@@ -100,6 +131,10 @@ struct Value {
 struct AttentionState {
   bool projection = false;  // the MatMul by a [D, D] weight was folded in
   bool outputBias = false;  // and its bias Add
+  // Q, K and V taken as three Slices of the fc's output (bits 1, 2, 4), and
+  // that output's name.
+  int slices = 0;
+  std::string sliced;
 };
 
 std::string dimsText(const Dims& d);
@@ -157,6 +192,10 @@ class Importer {
     const Shape& s = shapeOf(v);
     if (v.flat)
       return {s.elements()};
+    if (v.seq == SeqLayout::kFeaturesFirst)
+      return {s.c, int64_t{s.h} * s.w};
+    if (v.seq == SeqLayout::kGridSequence)
+      return {int64_t{s.h} * s.w, s.c};
     if (v.channelsLast)
       return {s.h, s.w, s.c};
     if (v.rank == 1)
@@ -183,7 +222,9 @@ class Importer {
   }
   // anyLayout: a channels-last activation may be read (the ops that act on
   // each position's channels).
-  const Value& activation(int i, int k, bool padded = false, bool anyLayout = false) const {
+  // timeMajor: a [T, N, F] sequence may be read (an fc's MatMul).
+  const Value& activation(int i, int k, bool padded = false, bool anyLayout = false,
+                          bool timeMajor = false) const {
     const Value& v = input(i, k);
     if (!padded && (v.padH > 0 || v.padW > 0))
       failAt(i, fmt::format("op '{}' reads '{}', the output of a Pad: a Pad maps only into the "
@@ -204,8 +245,13 @@ class Importer {
                             "LayerNormalization over its last axis, MatMul by a weight, "
                             "element-wise ops and the Transpose back by [0, 3, 1, 2] on it",
                             model_.graph().node(i).op_type(), model_.graph().node(i).input(k)));
+    if (v.seq != SeqLayout::kBatchFirst && !(timeMajor && v.seq == SeqLayout::kTimeMajor))
+      failAt(i, fmt::format("op '{}' reads '{}', {}", model_.graph().node(i).op_type(),
+                            model_.graph().node(i).input(k), seqLayoutText(v.seq)));
     return v;
   }
+  // What a sequence layout is and which ops strata maps on it.
+  static std::string seqLayoutText(SeqLayout seq);
   Dims constant(int i, int k, const char* what) const {
     const Value& v = input(i, k);
     if (v.kind != ValueKind::kConstant)
@@ -285,6 +331,14 @@ class Importer {
   // Transpose of a C x H x W activation to channels-last and back: no
   // layer; false for any other permutation.
   bool mapLayoutTranspose(int i);
+  // Transpose of a sequence between its layouts (SeqLayout): no layer;
+  // false for any other permutation.
+  bool mapSequenceTranspose(int i);
+  // Concat of a class token (an Expand of a [1, k, C] initializer) before a
+  // sequence: a class_token layer.
+  void mapClassToken(int i, int at);
+  // Gather of one position of a sequence along axis 1: a token layer.
+  void mapTokenGather(int i);
   // Node i's Reshape of a C x H x W activation into channel groups, or of
   // channel groups back to C x H x W (a shuffle layer when they swapped):
   // maps it; false when it is no such reshape.

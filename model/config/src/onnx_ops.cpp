@@ -81,7 +81,7 @@ void Importer::mapNode(int i) {
   if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kChannelGroups) {
     mapGroupTranspose(i);
   } else if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kActivation) {
-    if (!mapLayoutTranspose(i))
+    if (!mapLayoutTranspose(i) && !mapSequenceTranspose(i))
       unsupported("");
   } else if (standard && op == "Transpose" && input(i, 0).kind == ValueKind::kConstant) {
     // A weight transposed for a MatMul (torch.onnx.export's nn.Linear on
@@ -310,6 +310,8 @@ void Importer::mapAdd(int i) {
   const Value b = input(i, 1);
   const auto& n = model_.graph().node(i);
   if (a.kind == ValueKind::kActivation && b.kind == ValueKind::kActivation) {
+    activation(i, 0, false, true);  // a sequence in another layout is refused
+    activation(i, 1, false, true);
     const Dims da = dimsOf(a), db = dimsOf(b);
     if (da != db || a.channelsLast != b.channelsLast)
       failAt(i, fmt::format("Add of {} and {}: strata adds tensors of one shape (no "
@@ -325,6 +327,19 @@ void Importer::mapAdd(int i) {
   const Value& x = aAct ? a : b;
   const Value& other = aAct ? b : a;
   const std::string& xName = n.input(aAct ? 0 : 1);
+  // A learned table of the activation's shape ([1, T, F] or [T, F] of a
+  // sequence, [1, C, H, W] of C x H x W): a pos_embedding layer (ViT's
+  // positions, added to its class token and patches).
+  if (x.kind == ValueKind::kActivation && other.kind == ValueKind::kConstant && x.rank >= 2 &&
+      !x.flat && !x.channelsLast && x.seq == SeqLayout::kBatchFirst) {
+    Dims table = tensorDims(*other.tensor);
+    if (table.size() == dimsOf(x).size() + 1 && table.front() == 1)
+      table.erase(table.begin());
+    if (table == dimsOf(x)) {
+      produce(i, addLayer(i, LayerKind::kPosEmbedding, {}, {x.layer}, x.rank));
+      return;
+    }
+  }
   if (x.kind != ValueKind::kActivation ||
       (other.kind != ValueKind::kConstant && other.kind != ValueKind::kPositions))
     failAt(i,
@@ -383,12 +398,36 @@ void Importer::mapReshape(int i) {
                             withBatch(from), s.c, s.h, s.w));
     return;
   }
+  if (const Value& rows = input(i, 0);
+      rows.kind == ValueKind::kActivation && rows.seq == SeqLayout::kMergedRows) {
+    // An attention's [T N, D] output rows back to [T, N, D].
+    const Shape& s = shapeOf(rows);
+    const auto ints = shapeInts(target);
+    if (!ints || *ints != std::vector<int64_t>{s.h, kBatchDim, s.c})
+      failAt(i, fmt::format("Reshape of '{}', an attention's output as [T N, D] rows (T {}, D "
+                            "{}): strata maps the Reshape back to [T, N, D] only",
+                            model_.graph().node(i).input(0), s.h, s.c));
+    Value v = rows;
+    v.seq = SeqLayout::kTimeMajor;
+    produce(i, v);
+    return;
+  }
   const Value x = activation(i, 0);
   const int64_t elements = shapeOf(x).elements();
   std::optional<bool> flattens;
   if (target.kind == ValueKind::kShape) {
     const Dims to = reshapeTarget(i, dimsOf(x), target.ints);
     flattens = to == Dims{elements};
+    // C x H x W as [C, H W]: the first step of a sequence of its positions
+    // (ViT's patches: x.reshape(n, d, h w).permute(0, 2, 1)).
+    if (const Shape& s = shapeOf(x); x.rank == 3 && !x.flat && !x.channelsLast && s.w > 1 &&
+                                     to == Dims{s.c, int64_t{s.h} * s.w}) {
+      Value v = x;
+      v.rank = 2;
+      v.seq = SeqLayout::kFeaturesFirst;
+      produce(i, v);
+      return;
+    }
     if (!*flattens && mapChannelGroups(i, x, to))
       return;
     if (!*flattens)
@@ -460,7 +499,7 @@ void Importer::mapMatMul(int i) {
                           "Transpose (docs/onnx.md); else only a MatMul by a weight initializer "
                           "maps, to an fc (supported: {})",
                           n.input(0), n.input(1), kSupported));
-  const Value x = activation(i, 0, false, true);
+  const Value x = activation(i, 0, false, true, true);
   const Dims w = constant(i, 1, "weight");
   if (w.size() != 2)
     failAt(i, fmt::format("weight {} must be a matrix [in, out]", dimsText(w)));
@@ -480,6 +519,8 @@ void Importer::mapMatMul(int i) {
   if (const Value& wv = input(i, 1); wv.transposed && wv.tensor && x.rank == 2)
     if (auto e = embeddingTables_.find(wv.tensor->name()); e != embeddingTables_.end())
       s.tiedTo = e->second;
+  if (x.seq == SeqLayout::kTimeMajor && x.rank != 2)
+    failAt(i, "MatMul of a time-major tensor maps on sequences [T, N, F] only");
   if (x.rank == 1) {
     if (w[0] != in.elements())
       failAt(i, fmt::format("weight {} reads {} inputs, the activation has {}", dimsText(w), w[0],
@@ -491,7 +532,9 @@ void Importer::mapMatMul(int i) {
       failAt(i, fmt::format("weight {} reads {} features, the activation has {}", dimsText(w), w[0],
                             in.c));
     s.flatten = false;  // the same weights at every position
-    produce(i, addLayer(i, LayerKind::kFc, s, {x.layer}, 2));
+    Value v = addLayer(i, LayerKind::kFc, s, {x.layer}, 2);
+    v.seq = x.seq;  // [T, N, F] stays time-major
+    produce(i, v);
   } else if (x.channelsLast && !x.flat) {
     // [H, W, C] by [C, F]: the same weights at every position of C x H x W.
     if (w[0] != in.c)
@@ -509,6 +552,8 @@ void Importer::mapMatMul(int i) {
 }
 
 void Importer::mapGather(int i) {
+  if (input(i, 0).kind == ValueKind::kActivation)
+    return mapTokenGather(i);
   const Dims table = constant(i, 0, "table (data)");
   if (table.size() != 2)
     failAt(i, fmt::format("Gather maps as an embedding of a [rows, features] table, got {}",
@@ -732,6 +777,9 @@ void Importer::mapClip(int i) {
 // vectors and sequences.
 void Importer::mapConcat(int i) {
   const auto& n = model_.graph().node(i);
+  for (int k = 0; k < n.input_size(); ++k)
+    if (hasInput(i, k) && input(i, k).kind == ValueKind::kDerived && input(i, k).expanded)
+      return mapClassToken(i, k);
   const Value first = activation(i, 0);
   if (n.input_size() == 1)
     return produce(i, first);           // torch.cat of a list of one (DenseNet's first layer)
@@ -840,6 +888,97 @@ void Importer::mapLayerScale(int i, int at) {
   Value v = addLayer(i, LayerKind::kScale, {}, {x.layer}, x.rank);
   v.channelsLast = x.channelsLast;
   produce(i, v);
+}
+
+std::string Importer::seqLayoutText(SeqLayout seq) {
+  switch (seq) {
+    case SeqLayout::kFeaturesFirst:
+      return "a C x H x W activation reshaped to [N, C, H W]: strata maps the Transpose to "
+             "[N, H W, C] by perm [0, 2, 1] on it (a sequence of its positions)";
+    case SeqLayout::kGridSequence:
+      return "the positions of a C x H x W activation as a sequence [N, H W, C]: strata maps a "
+             "Concat of a class token before it (an Expand of a [1, k, C] parameter, ViT's) on "
+             "it";
+    case SeqLayout::kTimeMajor:
+      return "a sequence transposed to [T, N, F] (perm [1, 0, 2]): strata maps a MatMul by a "
+             "weight (nn.MultiheadAttention's in-projection), three Slices of its Q, K and V, and "
+             "the Transpose back on it";
+    case SeqLayout::kMergedRows:
+      return "an attention's output as [T N, D] rows: strata maps the Reshape to [T, N, D] on it";
+    case SeqLayout::kBatchFirst:
+      break;
+  }
+  return "a sequence [N, T, F]";
+}
+
+bool Importer::mapSequenceTranspose(int i) {
+  const Value& x = input(i, 0);
+  const auto perm = intsAttr(i, "perm");
+  if (x.rank != 2 || x.flat || x.channelsLast)
+    return false;
+  Value v = x;
+  if (x.seq == SeqLayout::kFeaturesFirst && perm == Dims{0, 2, 1})
+    v.seq = SeqLayout::kGridSequence;
+  else if (x.seq == SeqLayout::kBatchFirst && perm == Dims{1, 0, 2})
+    v.seq = SeqLayout::kTimeMajor;
+  else if (x.seq == SeqLayout::kTimeMajor && perm == Dims{1, 0, 2})
+    v.seq = SeqLayout::kBatchFirst;
+  else
+    return false;
+  produce(i, v);
+  return true;
+}
+
+void Importer::mapClassToken(int i, int at) {
+  const auto& n = model_.graph().node(i);
+  const Value& token = input(i, at);
+  const Dims dims = tensorDims(*token.expanded);
+  if (n.input_size() != 2 || at != 0)
+    failAt(i, fmt::format("Concat of the expanded parameter '{}' {}: strata maps a class token "
+                          "as the first of two inputs, before a sequence",
+                          token.expanded->name(), dimsText(dims)));
+  const Value& x = input(i, 1);
+  if (x.kind != ValueKind::kActivation || x.flat || x.channelsLast || x.rank != 2 ||
+      (x.seq != SeqLayout::kGridSequence && x.seq != SeqLayout::kBatchFirst))
+    failAt(i, fmt::format("Concat of a class token and '{}': strata puts class tokens before a "
+                          "sequence [N, T, C] (or the positions of C x H x W)",
+                          n.input(1)));
+  int64_t axis = intAttr(i, "axis", 1);
+  if (axis < 0)
+    axis += 3;
+  const int64_t c = shapeOf(x).c;
+  if (axis != 1 || dims.size() != 3 || dims[0] != 1 || dims[2] != c || dims[1] < 1)
+    failAt(i, fmt::format("Concat along axis {} of the parameter '{}' {} and '{}' {}: strata "
+                          "maps class tokens [1, k, {}] put before the positions (axis 1)",
+                          intAttr(i, "axis", 1), token.expanded->name(), dimsText(dims), n.input(1),
+                          dimsText(dimsOf(x)), c));
+  LayerSpec s;
+  s.tokens = toInt(i, dims[1], "class tokens");
+  produce(i, addLayer(i, LayerKind::kClassToken, s, {x.layer}, 2));
+}
+
+void Importer::mapTokenGather(int i) {
+  const auto& n = model_.graph().node(i);
+  const Value x = activation(i, 0);
+  int64_t axis = intAttr(i, "axis", 0);
+  if (axis < 0)
+    axis += x.rank + 1;
+  const Value& at = input(i, 1);
+  const auto index = at.kind == ValueKind::kConstant && at.tensor && at.tensor->dims_size() == 0
+                         ? inlineInt64s(*at.tensor)
+                         : std::nullopt;
+  if (x.rank != 2 || x.flat || axis != 1 || !index || index->size() != 1)
+    failAt(i, fmt::format("Gather of the activation '{}' {}: strata maps a Gather of one "
+                          "position of a sequence [N, T, F] (axis 1, a scalar index stored in the "
+                          "file: ViT's x[:, 0]) and of an embedding's table",
+                          n.input(0), dimsText(dimsOf(x))));
+  const int64_t t = dimsOf(x)[0];
+  const int64_t k = (*index)[0] < 0 ? (*index)[0] + t : (*index)[0];
+  if (k < 0 || k >= t)
+    failAt(i, fmt::format("Gather of position {} of a sequence of {}", (*index)[0], t));
+  LayerSpec s;
+  s.index = static_cast<int>(k);
+  produce(i, addLayer(i, LayerKind::kToken, s, {x.layer}, 1));
 }
 
 bool Importer::mapLayoutTranspose(int i) {
@@ -970,8 +1109,8 @@ void Importer::mapSlice(int i) {
   for (size_t k = 0; k < axes.size(); ++k) {
     const int64_t axis = axes[k] < 0 ? axes[k] + rank : axes[k];
     const int64_t step = steps.empty() ? 1 : steps[k];
-    if (axis <= 0 || axis >= rank || x.flat || step != 1 || starts[k] == kBatchDim ||
-        ends[k] == kBatchDim)
+    if (axis <= 0 || axis >= rank || x.flat || step != 1 || isBatchMultiple(starts[k]) ||
+        isBatchMultiple(ends[k]))
       failAt(i, fmt::format("Slice of axis {} with step {} of {}: strata takes a part of the "
                             "channels (axis {}) with step 1",
                             axes[k], step, withBatch(dims), channel));

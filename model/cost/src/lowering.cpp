@@ -206,6 +206,18 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kScale:
           mem(MemKernel::kScaleFwd, outElems);
           break;
+        case LayerKind::kClassToken:
+          // The tokens into every example's first positions, the input's
+          // positions after them (two copies).
+          mem(MemKernel::kCopy, double(n) * double(l.inShape.c) * double(l.spec.tokens));
+          mem(MemKernel::kCopy, inElems);
+          break;
+        case LayerKind::kPosEmbedding:
+          mem(MemKernel::kAdd, outElems);  // y = x + P
+          break;
+        case LayerKind::kToken:
+          mem(MemKernel::kCopy, outElems);  // one position of each channel
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -314,6 +326,19 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kScale:
           mem(MemKernel::kScaleFwd, outElems);  // dx = gamma dy, beta as summed says
           break;
+        case LayerKind::kClassToken:
+          // dy's positions after the tokens: every element of dx.
+          mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, inElems);
+          break;
+        case LayerKind::kPosEmbedding:
+          mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);  // dx = dy
+          break;
+        case LayerKind::kToken:
+          // dy into its position of dx: a gradient of its own first zeroed.
+          if (!summed)
+            mem(MemKernel::kZero, inElems);
+          mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);
+          break;
         case LayerKind::kRnn:
           break;
       }
@@ -361,6 +386,13 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kScale:
           mem(MemKernel::kScaleGrad, outElems);
+          break;
+        case LayerKind::kClassToken:
+          // dtokens += dy's first positions, summed over the examples.
+          mem(MemKernel::kReduce, double(n) * double(l.inShape.c) * double(l.spec.tokens));
+          break;
+        case LayerKind::kPosEmbedding:
+          mem(MemKernel::kReduce, outElems);  // dP += sum over examples of dy
           break;
         case LayerKind::kEmbedding:
           mem(MemKernel::kEmbeddingBwd, outElems);

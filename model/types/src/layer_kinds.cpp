@@ -547,6 +547,74 @@ void deriveScale(LayerDerivation& d) {
   d.done = true;
 }
 
+// ViT's class token (Dosovitskiy et al. 2021, eq. 1; Devlin et al. 2019's
+// [CLS]): `tokens` learned vectors of C features put before the input's H W
+// positions, read as a sequence: C x H x W in, C x (tokens + H W) x 1 out.
+// No arithmetic: forward copies the tokens and the input into the output,
+// backward copies dy's last H W positions into dx and sums its first
+// `tokens` over the batch into their gradient (one FLOP an element).
+void deriveClassToken(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  if (d.s.tokens < 1)
+    throw ConfigError(d.file, layer.configLine, d.key + ".tokens",
+                      fmt::format("a class_token layer puts at least one token before the "
+                                  "positions, got {}",
+                                  d.s.tokens));
+  const int64_t positions = d.count({in.h, in.w}, "positions") + d.s.tokens;
+  if (positions > std::numeric_limits<int>::max())
+    throw ConfigError(
+        d.file, layer.configLine, d.key + ".tokens",
+        fmt::format("{} positions, over {}", positions, std::numeric_limits<int>::max()));
+  d.out = Shape{in.c, static_cast<int>(positions), 1};
+  const double nOut = static_cast<double>(d.count({d.out.c, d.out.h}, "output elements"));
+  const double tokenElems = static_cast<double>(d.count({in.c, d.s.tokens}, "parameters"));
+  layer.outShape = d.out;
+  layer.params = static_cast<int64_t>(tokenElems);
+  layer.bwdWeightsFlops = tokenElems;
+  layer.fwdElems = d.nIn + nOut;           // read x (and the tokens), write y
+  layer.bwdDataElems = 2 * d.nIn;          // read dy's positions, write dx
+  layer.bwdWeightsElems = 2 * tokenElems;  // read dy's tokens, add them up
+  d.done = true;
+}
+
+// A learned position table added to the input (ViT's pos_embedding, GPT-2's
+// wpe as a table of its own): parameters of the input's shape, one FLOP an
+// element forward (x + P) and one for its gradient (dP = sum over the batch
+// of dy); backward data passes dy on (a copy).
+void derivePosEmbedding(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  layer.outShape = d.in;
+  d.out = d.in;
+  layer.params = static_cast<int64_t>(d.nIn);
+  layer.fwdFlops = d.nIn;
+  layer.bwdWeightsFlops = d.nIn;
+  layer.fwdElems = 2 * d.nIn;
+  layer.bwdDataElems = 2 * d.nIn;
+  layer.bwdWeightsElems = 2 * d.nIn;
+  d.done = true;
+}
+
+// One position of a sequence (C x T x 1, or the H W positions of C x H x W)
+// as a vector C x 1 x 1: ViT's x[:, 0], the class token read by the head. A
+// copy of C elements forward; backward, dy into that position of dx, the
+// others zero unless another reader adds into dx.
+void deriveToken(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const int64_t positions = d.count({in.h, in.w}, "positions");
+  if (d.s.index < 0 || d.s.index >= positions)
+    throw ConfigError(d.file, layer.configLine, d.key + ".index",
+                      fmt::format("position {} of an input of {} positions ({}x{}x{}): the index "
+                                  "must be in [0, {}]",
+                                  d.s.index, positions, in.c, in.h, in.w, positions - 1));
+  d.out = Shape{in.c, 1, 1};
+  layer.outShape = d.out;
+  layer.fwdElems = 2.0 * in.c;
+  layer.bwdDataElems = 2.0 * in.c;
+  d.done = true;
+}
+
 // The YAML keys of each kind besides `name` and `kind`.
 constexpr std::string_view kConvKeys[] = {"input",    "filters", "kernel", "kernel_h",
                                           "kernel_w", "stride",  "pad",    "pad_w",
@@ -566,6 +634,8 @@ constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kSliceKeys[] = {"input", "offset", "channels"};
 constexpr std::string_view kShuffleKeys[] = {"input", "groups"};
 constexpr std::string_view kInputKey[] = {"input"};
+constexpr std::string_view kClassTokenKeys[] = {"input", "tokens"};
+constexpr std::string_view kTokenKeys[] = {"input", "index"};
 
 // One row per kind, in LayerKind order.
 constexpr auto kRows = std::to_array<LayerKindRow>({
@@ -595,6 +665,11 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kSlice, "slice", kSliceKeys, deriveSlice, BackwardReads::kNothing},
     {LayerKind::kShuffle, "shuffle", kShuffleKeys, deriveShuffle, BackwardReads::kNothing},
     {LayerKind::kScale, "scale", kInputKey, deriveScale, BackwardReads::kInput},
+    {LayerKind::kClassToken, "class_token", kClassTokenKeys, deriveClassToken,
+     BackwardReads::kNothing},
+    {LayerKind::kPosEmbedding, "pos_embedding", kInputKey, derivePosEmbedding,
+     BackwardReads::kNothing},
+    {LayerKind::kToken, "token", kTokenKeys, deriveToken, BackwardReads::kNothing},
 });
 
 constexpr bool rowsInKindOrder() {
@@ -615,7 +690,9 @@ bool isVisionActivation(LayerKind kind) {
 
 bool isVisionKind(LayerKind kind) {
   return isVisionActivation(kind) || kind == LayerKind::kConcat || kind == LayerKind::kMul ||
-         kind == LayerKind::kSlice || kind == LayerKind::kShuffle || kind == LayerKind::kScale;
+         kind == LayerKind::kSlice || kind == LayerKind::kShuffle || kind == LayerKind::kScale ||
+         kind == LayerKind::kClassToken || kind == LayerKind::kPosEmbedding ||
+         kind == LayerKind::kToken;
 }
 
 std::span<const LayerKindRow> layerKindTable() {

@@ -883,5 +883,82 @@ TEST_CASE("a small GPT-NeoX block matches central differences", "[gradient][tran
   checkGradients(b.network(), 2, {}, tokenIds(11), 1e-3);
 }
 
+// ---- vision transformers -----------------------------------------------------
+
+// Class tokens and position tables drawn in [-1, 1) (their initial values
+// are zeros and N(0, 0.02^2): a gradient left out would hardly show).
+void randomTokensAndPositions(Model& model) {
+  for (int l = 0; l < model.layerCount(); ++l) {
+    const LayerKind kind = model.network().layers[static_cast<size_t>(l)].kind;
+    if (kind == LayerKind::kClassToken || kind == LayerKind::kPosEmbedding)
+      test::fillUniform(model.parameters(l), static_cast<uint32_t>(31 + l));
+  }
+}
+
+LayerSpec classTokenSpec(int tokens) {
+  LayerSpec s;
+  s.tokens = tokens;
+  return s;
+}
+
+LayerSpec tokenSpec(int index) {
+  LayerSpec s;
+  s.index = index;
+  return s;
+}
+
+TEST_CASE("class token, position table and token gradients match central differences",
+          "[gradient][vit][vision]") {
+  SECTION("on the network input, a token's input read twice (summed gradient)") {
+    // 3 channels x 2 x 2 positions, 2 tokens before them: 3 x 6 x 1.
+    NetworkBuilder b({3, 2, 2});
+    b.add(LayerKind::kClassToken, classTokenSpec(2), {-1});
+    const int pos = b.add(LayerKind::kPosEmbedding);
+    const int cls = b.add(LayerKind::kToken, tokenSpec(0), {pos});
+    const int last = b.add(LayerKind::kToken, tokenSpec(5), {pos});
+    const int mid = b.add(LayerKind::kToken, tokenSpec(3), {pos});
+    b.add(LayerKind::kConcat, {}, {cls, last, mid});
+    b.add(LayerKind::kFc, test::fcSpec(4));
+    CHECK(b.network().layers[1].params == 3 * 6);
+    checkGradients(b.network(), 3, {}, uniformInput, 1e-2, randomTokensAndPositions);
+  }
+  SECTION("the network input read by two class tokens, one token reading it directly") {
+    NetworkBuilder b({2, 1, 3});
+    const int one = b.add(LayerKind::kClassToken, classTokenSpec(1), {-1});
+    const int three = b.add(LayerKind::kClassToken, classTokenSpec(3), {-1});
+    const int a = b.add(LayerKind::kToken, tokenSpec(2), {one});
+    const int c = b.add(LayerKind::kToken, tokenSpec(1), {three});
+    const int d = b.add(LayerKind::kToken, tokenSpec(4), {three});
+    const int e = b.add(LayerKind::kToken, tokenSpec(1), {-1});
+    b.add(LayerKind::kAdd, {}, {a, c, d, e});
+    checkGradients(b.network(), 2, {}, uniformInput, 1e-2, randomTokensAndPositions);
+  }
+}
+
+TEST_CASE("a small vision transformer matches central differences", "[gradient][vit][vision]") {
+  // torchvision's ViT at toy size: 2x2 patches of a 3 x 4 x 6 image (a conv
+  // of stride 2: 6 channels x 2 x 3 positions), a class token, the position
+  // table, one pre-LN encoder block (bidirectional attention, an MLP), the
+  // final layernorm, the class token's position to the head.
+  NetworkBuilder b({3, 4, 6});
+  b.add(LayerKind::kConv, test::convSpec(6, 2, 2, 2), {-1});
+  b.add(LayerKind::kClassToken, classTokenSpec(1));
+  const int pos = b.add(LayerKind::kPosEmbedding);
+  CHECK(b.network().layers[static_cast<size_t>(pos)].outShape == Shape{6, 7, 1});
+  b.add(LayerKind::kLayerNorm);
+  const int attn = b.add(LayerKind::kAttention, attentionSpec(2, false));
+  const int add1 = b.add(LayerKind::kAdd, {}, {pos, attn});
+  b.add(LayerKind::kLayerNorm);
+  b.add(LayerKind::kFc, test::fcSpec(12, false));
+  b.add(LayerKind::kGelu);
+  const int fc2 = b.add(LayerKind::kFc, test::fcSpec(6, false));
+  b.add(LayerKind::kAdd, {}, {add1, fc2});
+  b.add(LayerKind::kLayerNorm);
+  b.add(LayerKind::kToken, tokenSpec(0));
+  b.add(LayerKind::kFc, test::fcSpec(5));
+  b.add(LayerKind::kSoftmax);
+  checkGradients(b.network(), 2, {}, uniformInput, 1e-3, randomTokensAndPositions);
+}
+
 }  // namespace
 }  // namespace strata::nn

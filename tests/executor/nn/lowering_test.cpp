@@ -414,6 +414,68 @@ TEST_CASE("lowerCpu lists the calls the CPU backend makes: vision layers no pres
   }
 }
 
+// A vision transformer (torchvision's ViT) at toy size: patches by a strided
+// conv, two class tokens, the position table, a pre-LN block with
+// bidirectional attention, the class token to the head; and what ViT has not:
+// the block's output read by two tokens (their gradients summed) and the
+// patches by a second class token (summed into the conv's gradient), whose
+// token is its input's one reader (a gradient zero-filled first).
+Network vitEdgeNetwork() {
+  test::NetworkBuilder b(Shape{3, 8, 12});
+  const int patches = b.add(LayerKind::kConv, test::convSpec(6, 4, 4, 4), {-1});  // 6 x 2 x 3
+  LayerSpec two, one;
+  two.tokens = 2;
+  one.tokens = 1;
+  b.add(LayerKind::kClassToken, two, {patches});  // 6 x 8 x 1
+  const int pos = b.add(LayerKind::kPosEmbedding);
+  b.add(LayerKind::kLayerNorm);
+  LayerSpec bidirectional;
+  bidirectional.heads = 2;
+  bidirectional.causal = false;
+  const int attn = b.add(LayerKind::kAttention, bidirectional);
+  const int block = b.add(LayerKind::kAdd, {}, {pos, attn});
+  LayerSpec first, fourth, last;
+  first.index = 0;
+  fourth.index = 3;
+  last.index = 6;
+  const int cls = b.add(LayerKind::kToken, first, {block});
+  const int other = b.add(LayerKind::kToken, fourth, {block});
+  const int again = b.add(LayerKind::kClassToken, one, {patches});  // 6 x 7 x 1
+  const int tail = b.add(LayerKind::kToken, last, {again});
+  b.add(LayerKind::kAdd, {}, {cls, other, tail});
+  b.add(LayerKind::kFc, test::fcSpec(5));
+  b.add(LayerKind::kSoftmax);
+  return b.network();
+}
+
+TEST_CASE("lowerCpu lists the calls the CPU backend makes: a vision transformer's layers",
+          "[lowering][threads][vision][vit]") {
+  const Network net = vitEdgeNetwork();
+  for (int threads : {1, 2})
+    for (int batch : {1, 3}) {
+      KernelRecorder recorder(/*recordOnly=*/true);
+      CpuBackend backend(CpuOptions{threads, &recorder});
+      const StepCalls recorded = recordStep(net, backend, recorder, batch, false);
+      checkAgainst(
+          net, recorded,
+          [&](int l, Phase phase) {
+            return lowerCpu(net, l, phase, batch, 0, MemKernel::kSgd, threads);
+          },
+          fmt::format("vision transformer edge network, batch {}, T = {}", batch, threads));
+      checkAdamUpdate(net, recorded, batch, threads, {});
+    }
+  // A computing run lists the record-only run's calls.
+  KernelRecorder onlyRecords(/*recordOnly=*/true), alsoComputes(/*recordOnly=*/false);
+  CpuBackend dry(CpuOptions{2, &onlyRecords});
+  CpuBackend wet(CpuOptions{2, &alsoComputes});
+  const StepCalls recorded = recordStep(net, dry, onlyRecords, 3, false);
+  const StepCalls computed = recordStep(net, wet, alsoComputes, 3, true);
+  for (const auto& [key, calls] : computed) {
+    INFO(fmt::format("layer {}, {}", key.first, toString(key.second)));
+    CHECK(sameCalls(calls, recorded.at(key)));
+  }
+}
+
 // Transformer layers as no preset has them: an embedding without a position
 // table, attention with one head (fewer heads than the batch of 3: the CUDA
 // backend then batches its per-head GEMMs over the examples) and without
@@ -599,6 +661,18 @@ TEST_CASE("lowerCuda: dilated and column-padded convolutions, and vision layers 
                     Catch::Contains("the cuda backend does not run shuffle layers yet"));
   CHECK_THROWS_WITH(backend.scaleChannels({&v, d}, &v, {&v, d}, 0.0f),
                     Catch::Contains("the cuda backend does not run scale layers yet"));
+  // A vision transformer's layers: the Model names the first, the backend's
+  // defaults their kernels.
+  CHECK_THROWS_WITH(Model(vitEdgeNetwork(), options),
+                    Catch::Contains("layer 'class_token1' (class_token): the cuda backend does not "
+                                    "run vision networks'"));
+  CHECK_THROWS_WITH(backend.copyPositions({&v, d}, 0, {&v, d}, 0, 1, 0.0f),
+                    Catch::Contains("the cuda backend does not run class_token and token layers"));
+  CHECK_THROWS_WITH(backend.broadcastPositions(&v, 1, {&v, d}, 0),
+                    Catch::Contains("the cuda backend does not run class_token layers yet"));
+  CHECK_THROWS_WITH(backend.addTable({&v, d}, &v, {&v, d}),
+                    Catch::Contains("the cuda backend does not run pos_embedding layers yet"));
+  CHECK_THROWS_AS(backend.sumPositions({&v, d}, 0, 1, &v), UserError);
 }
 
 // bf16 adds casts around every conv and fc phase and nothing else: the

@@ -1,7 +1,8 @@
 // Vision networks' kernels on the CPU backend against values worked by hand:
 // the activations (forward and gradient, at and beside their kinks), concat's
 // channel copies, slice and shuffle (ShuffleNetV2), mul by a per-channel
-// gate and by a same-shape one, a
+// gate and by a same-shape one, a vision transformer's class token,
+// position table and token (copies, a table added, sums over positions), a
 // ceil-mode max pool, a column-padded and a dilated convolution; and their
 // results on 2..8 threads against one thread's bits. (Their gradients against
 // central differences: gradient_test.cpp; the calls against lowerCpu:
@@ -200,6 +201,105 @@ TEST_CASE("layer scale: gamma per channel, backward and its gradient", "[vision]
   CHECK(dgamma == std::vector<float>{66.5f, 138});
 }
 
+TEST_CASE("a vision transformer's positions: tokens before them, a table added, sums back",
+          "[vision][vit]") {
+  CpuBackend be;
+  // 2 examples of 3 channels x 2 positions: position p of channel c of
+  // example e holds 100 e + 10 c + p.
+  const Dims in{2, 3, 2, 1}, seq{2, 3, 3, 1}, one{2, 3, 1, 1};
+  std::vector<float> x(12);
+  for (size_t k = 0; k < x.size(); ++k)
+    x[k] = static_cast<float>(100 * (k / 6) + 10 * (k / 2 % 3) + k % 2);
+  // A class token (C x 1) at position 0, the positions after it.
+  const std::vector<float> token = {-1, -2, -3};
+  std::vector<float> y(18, 7.0f);
+  be.broadcastPositions(token.data(), 1, {y.data(), seq}, 0);
+  be.copyPositions({x.data(), in}, 0, {y.data(), seq}, 1, 2, 0.0f);
+  CHECK(y == std::vector<float>{-1, 0, 1, -2, 10, 11, -3, 20, 21, -1, 100, 101, -2, 110, 111, -3,
+                                120, 121});
+  // Backward: dy's positions after the token onto dx (beta 1).
+  std::vector<float> dx(12, 1000.0f);
+  be.copyPositions({y.data(), seq}, 1, {dx.data(), in}, 0, 2, 1.0f);
+  for (size_t k = 0; k < x.size(); ++k)
+    CHECK(dx[k] == 1000.0f + x[k]);
+  // One position out (a token layer's forward), and its gradient into that
+  // position alone of a summed gradient.
+  std::vector<float> picked(6, -5.0f), into(18, 0.5f);
+  be.copyPositions({y.data(), seq}, 2, {picked.data(), one}, 0, 1, 0.0f);
+  CHECK(picked == std::vector<float>{1, 11, 21, 101, 111, 121});
+  be.copyPositions({picked.data(), one}, 0, {into.data(), seq}, 1, 1, 1.0f);
+  CHECK(into == std::vector<float>{0.5f, 1.5f, 0.5f, 0.5f, 11.5f, 0.5f, 0.5f, 21.5f, 0.5f, 0.5f,
+                                   101.5f, 0.5f, 0.5f, 111.5f, 0.5f, 0.5f, 121.5f, 0.5f});
+  // A table of one example's shape (3 x 2) added to every example.
+  const std::vector<float> table = {1, 2, 3, 4, 5, 6};
+  std::vector<float> added(12);
+  be.addTable({x.data(), in}, table.data(), {added.data(), in});
+  CHECK(added == std::vector<float>{1, 3, 13, 15, 25, 27, 101, 103, 113, 115, 125, 127});
+  // table[c][j] += the sum over examples of y's position 1 + j: (10 c + j)
+  // + (100 + 10 c + j) onto 0.5.
+  std::vector<float> sums(6, 0.5f);
+  be.sumPositions({y.data(), seq}, 1, 2, sums.data());
+  CHECK(sums == std::vector<float>{100.5f, 102.5f, 120.5f, 122.5f, 140.5f, 142.5f});
+  // The class token's gradient: the sum of position 0, -2 c - 2.
+  std::vector<float> dtoken(3, 0.0f);
+  be.sumPositions({y.data(), seq}, 0, 1, dtoken.data());
+  CHECK(dtoken == std::vector<float>{-2, -4, -6});
+}
+
+TEST_CASE("a Model's class token, position table and token: ViT's wiring and initial values",
+          "[vision][vit]") {
+  // 16 channels x 8 x 8 positions; 2 class tokens before them.
+  NetworkBuilder builder({16, 8, 8});
+  LayerSpec two, first;
+  two.tokens = 2;
+  first.index = 1;
+  builder.add(LayerKind::kClassToken, two);
+  builder.add(LayerKind::kPosEmbedding);
+  builder.add(LayerKind::kToken, first);
+  REQUIRE(builder.network().layers[0].outShape == Shape{16, 66, 1});
+  REQUIRE(builder.network().layers[2].outShape == Shape{16, 1, 1});
+  Model model(builder.network());
+  CHECK(model.paramBlock(0).size() == 16 * 2);
+  CHECK(model.paramBlock(1).size() == 16 * 66);
+  CHECK(model.paramBlock(2).size() == 0);
+  // torchvision's: the class token zero, the position table N(0, 0.02^2).
+  const auto tokens = model.parameters(0);
+  CHECK(std::all_of(tokens.begin(), tokens.end(), [](float v) { return v == 0.0f; }));
+  const auto pos = model.parameters(1);
+  double sum = 0, squares = 0;
+  for (float v : pos) {
+    sum += v;
+    squares += double(v) * v;
+  }
+  const double mean = sum / double(pos.size());
+  CHECK(std::abs(mean) < 2e-3);
+  CHECK(std::sqrt(squares / double(pos.size()) - mean * mean) == Approx(0.02).epsilon(0.1));
+  // Token 1 of channel c is tokens[c][1], then + pos[c][1]: the token
+  // layer reads it for every example.
+  for (size_t k = 0; k < tokens.size(); ++k)
+    tokens[k] = static_cast<float>(k);
+  test::fillUniform(model.input(2).span(), 5);
+  model.forwardAll();
+  const auto y = model.output(2).span();
+  for (int e = 0; e < 2; ++e)
+    for (size_t c = 0; c < 16; ++c)
+      CHECK(y[size_t(e) * 16 + c] == tokens[2 * c + 1] + pos[c * 66 + 1]);
+  // dy = 1 at the token: the token's gradient 2 (two examples) in dtokens[c][1],
+  // the table's in its column 1, and the input none (its positions 2.. only).
+  std::fill(model.outputGrad(2).span().begin(), model.outputGrad(2).span().end(), 1.0f);
+  model.zeroGradients();
+  model.backwardAll(/*inputGradient=*/true);
+  const auto dtokens = model.gradients(0), dpos = model.gradients(1);
+  for (size_t c = 0; c < 16; ++c) {
+    CHECK(dtokens[2 * c] == 0.0f);
+    CHECK(dtokens[2 * c + 1] == 2.0f);
+    for (size_t p = 0; p < 66; ++p)
+      CHECK(dpos[c * 66 + p] == (p == 1 ? 2.0f : 0.0f));
+  }
+  const auto dx = model.inputGrad().span();
+  CHECK(std::all_of(dx.begin(), dx.end(), [](float v) { return v == 0.0f; }));
+}
+
 TEST_CASE("mul: by a per-channel gate and by a tensor of x's shape", "[vision][mul]") {
   CpuBackend be;
   const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // 1 example, 2 channels x 3 positions
@@ -336,6 +436,30 @@ std::vector<std::vector<float>> visionResults(int threads) {
   be.scaleBackwardWeights({x.data(), d}, {dy.data(), d}, dgamma.data());
   out.push_back(scaled);
   out.push_back(dgamma);
+  // A vision transformer's positions: 3 class tokens before x's, x's back
+  // out (added onto 0.5), one position out, a table of one example's shape
+  // added, and the sums over the examples of every position and of a few.
+  const int plane = d.h * d.w;
+  const Dims seq{d.n, d.c, plane + 3, 1}, one{d.n, d.c, 1, 1};
+  std::vector<float> tokens(static_cast<size_t>(3 * d.c)), table(elements / 3);
+  test::fillUniform(tokens, 43);
+  test::fillUniform(table, 44);
+  std::vector<float> joinedSeq(static_cast<size_t>(seq.elements())), out2(elements, 0.5f);
+  std::vector<float> picked(static_cast<size_t>(one.elements())), added(elements);
+  std::vector<float> dtable(table.size(), 0.25f), few(static_cast<size_t>(7 * d.c), 0.25f);
+  be.broadcastPositions(tokens.data(), 3, {joinedSeq.data(), seq}, 0);
+  be.copyPositions({x.data(), d}, 0, {joinedSeq.data(), seq}, 3, plane, 0.0f);
+  be.copyPositions({joinedSeq.data(), seq}, 3, {out2.data(), d}, 0, plane, 1.0f);
+  be.copyPositions({x.data(), d}, 17, {picked.data(), one}, 0, 1, 0.0f);
+  be.addTable({x.data(), d}, table.data(), {added.data(), d});
+  be.sumPositions({dy.data(), d}, 0, plane, dtable.data());
+  be.sumPositions({joinedSeq.data(), seq}, 100, 7, few.data());
+  out.push_back(joinedSeq);
+  out.push_back(out2);
+  out.push_back(picked);
+  out.push_back(added);
+  out.push_back(dtable);
+  out.push_back(few);
   return out;
 }
 

@@ -65,7 +65,8 @@ struct LayerKindRow {
 };
 
 // The kinds of vision networks (torchvision's zoo): concat, mul, slice,
-// shuffle, scale and the pointwise activations sigmoid, silu, relu6,
+// shuffle, scale, the vision transformer's class_token, pos_embedding and
+// token, and the pointwise activations sigmoid, silu, relu6,
 // hardsigmoid and hardswish,
 // which a compute backend runs when it says so (exec::Backend::
 // runsVisionLayers).

@@ -43,16 +43,23 @@ enum class LayerKind {
   kSlice,        // channels [offset, offset + channels) of its input (ShuffleNetV2's split)
   kShuffle,      // channel shuffle: groups of channels interleaved (Zhang et al. 2018)
   kScale,        // layer scale: x times a learned value per channel (Touvron et al. 2021)
+  // Vision transformers (Dosovitskiy et al. 2021, torchvision's ViT):
+  kClassToken,    // learned tokens put before the input's positions (ViT's class token)
+  kPosEmbedding,  // a learned table of the input's shape added to it (ViT's positions)
+  kToken,         // one position of the input, as a vector (ViT's x[:, 0] to the head)
 };
-inline constexpr int kLayerKindCount = 26;
+inline constexpr int kLayerKindCount = 29;
 inline constexpr LayerKind kAllLayerKinds[] = {
-    LayerKind::kConv,        LayerKind::kPool,      LayerKind::kFc,        LayerKind::kRnn,
-    LayerKind::kRelu,        LayerKind::kLrn,       LayerKind::kDropout,   LayerKind::kBatchNorm,
-    LayerKind::kAdd,         LayerKind::kSoftmax,   LayerKind::kEmbedding, LayerKind::kAttention,
-    LayerKind::kLayerNorm,   LayerKind::kGelu,      LayerKind::kRmsNorm,   LayerKind::kSwiglu,
-    LayerKind::kConcat,      LayerKind::kSigmoid,   LayerKind::kSilu,      LayerKind::kRelu6,
-    LayerKind::kHardSigmoid, LayerKind::kHardSwish, LayerKind::kMul,       LayerKind::kSlice,
-    LayerKind::kShuffle,     LayerKind::kScale};
+    LayerKind::kConv,         LayerKind::kPool,      LayerKind::kFc,
+    LayerKind::kRnn,          LayerKind::kRelu,      LayerKind::kLrn,
+    LayerKind::kDropout,      LayerKind::kBatchNorm, LayerKind::kAdd,
+    LayerKind::kSoftmax,      LayerKind::kEmbedding, LayerKind::kAttention,
+    LayerKind::kLayerNorm,    LayerKind::kGelu,      LayerKind::kRmsNorm,
+    LayerKind::kSwiglu,       LayerKind::kConcat,    LayerKind::kSigmoid,
+    LayerKind::kSilu,         LayerKind::kRelu6,     LayerKind::kHardSigmoid,
+    LayerKind::kHardSwish,    LayerKind::kMul,       LayerKind::kSlice,
+    LayerKind::kShuffle,      LayerKind::kScale,     LayerKind::kClassToken,
+    LayerKind::kPosEmbedding, LayerKind::kToken};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -108,6 +115,10 @@ struct LayerSpec {
   // slice: the first channel taken and how many (channels 0: none given).
   int offset = 0;
   int channels = 0;
+  // class_token: the learned tokens put before the input's positions;
+  // token: the position taken (0: the first, where a class token sits).
+  int tokens = 1;
+  int index = 0;
   // fc
   int outputs = 0;
   bool flatten = true;

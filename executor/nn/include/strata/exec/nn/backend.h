@@ -420,8 +420,9 @@ class Backend {
                                         ConstTensorView dy, float* dtable);
 
   // ---- vision networks' layers ----
-  // Whether this backend runs the kernels below (concat, mul and the
-  // activations of Activation); Model refuses a network with those layers on
+  // Whether this backend runs the kernels below (concat, mul, slice,
+  // shuffle, scale, the vision transformer's class token, position table and
+  // token, and the activations of Activation); Model refuses a network with those layers on
   // one that does not, naming the layer. Their default implementations throw
   // a UserError naming the kernel and the backend.
   virtual bool runsVisionLayers() const { return false; }
@@ -453,6 +454,28 @@ class Backend {
   // sum over examples and positions of dy x.
   virtual void scaleChannels(ConstTensorView x, const float* gamma, TensorView y, float beta);
   virtual void scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma);
+
+  // Sequences of positions (vision transformers): a view's positions are the
+  // h*w of each channel's plane, in order (a sequence C x T x 1 has T).
+  //
+  // dst's positions [dstFirst, dstFirst + count) of every example and channel
+  // = src's [srcFirst, srcFirst + count) + beta of them, dst's other
+  // positions untouched (same n and c; both ranges inside their planes): a
+  // class token's input into the positions after the tokens and its
+  // gradient back, a token's position out and its gradient back in.
+  virtual void copyPositions(ConstTensorView src, int srcFirst, TensorView dst, int dstFirst,
+                             int count, float beta);
+  // dst's positions [dstFirst, dstFirst + count) of every example = table, a
+  // C x count array (channel-major, dst's c channels), the same for every
+  // example: a class token's learned tokens before the positions.
+  virtual void broadcastPositions(const float* table, int count, TensorView dst, int dstFirst);
+  // y = x + table, table one example's elements (C x h x w) added to every
+  // example: a learned position table.
+  virtual void addTable(ConstTensorView x, const float* table, TensorView y);
+  // table[c][j] += the sum over examples of src's position srcFirst + j of
+  // channel c, for j in [0, count) (table C x count, channel-major): the
+  // gradient of broadcastPositions' and addTable's tables.
+  virtual void sumPositions(ConstTensorView src, int srcFirst, int count, float* table);
 
   // y = x g, where g is x's dims or one value per channel of each example
   // (n, c, 1, 1) broadcast over the positions (a squeeze-excitation gate).

@@ -242,6 +242,19 @@ class CpuBackend final : public Backend {
   void scaleBackwardWeights(ConstTensorView x, ConstTensorView dy, float* dgamma) override {
     impl_->scaleBackwardWeights(x, dy, dgamma);
   }
+  void copyPositions(ConstTensorView src, int srcFirst, TensorView dst, int dstFirst, int count,
+                     float beta) override {
+    impl_->copyPositions(src, srcFirst, dst, dstFirst, count, beta);
+  }
+  void broadcastPositions(const float* table, int count, TensorView dst, int dstFirst) override {
+    impl_->broadcastPositions(table, count, dst, dstFirst);
+  }
+  void addTable(ConstTensorView x, const float* table, TensorView y) override {
+    impl_->addTable(x, table, y);
+  }
+  void sumPositions(ConstTensorView src, int srcFirst, int count, float* table) override {
+    impl_->sumPositions(src, srcFirst, count, table);
+  }
   void mulForward(ConstTensorView x, ConstTensorView g, TensorView y) override {
     impl_->mulForward(x, g, y);
   }

@@ -207,7 +207,9 @@ class Model {
   // Transformer layers: attention's Wqkv and Wo like an fc reading d
   // features, embedding tables (tokens, then positions) with variance 1 / d,
   // layernorm gains 1 and biases 0, rmsnorm gains 1 (grouped-query attention:
-  // Wqkv's d + 2 kv rows). A tied fc (spec.tiedTo) holds no weights:
+  // Wqkv's d + 2 kv rows). Vision transformers (torchvision's ViT): a
+  // class_token's tokens 0, a pos_embedding's table normal with std 0.02;
+  // layer scale's gammas 1. A tied fc (spec.tiedTo) holds no weights:
   // it reads its embedding's token table, and its bwd_weights adds into that
   // table's gradient (the embedding's block, which the embedding's own
   // bwd_weights, last in backprop, completes).
@@ -215,7 +217,8 @@ class Model {
   // transformer layer on a backend that does not run them, one of Llama's
   // (rmsnorm, swiglu, grouped-query or rotary attention) on a backend whose
   // runsLlamaLayers() is false (cuda), a vision network's concat, mul,
-  // sigmoid, silu, relu6, hardsigmoid or hardswish on one whose
+  // slice, shuffle, scale, class_token, pos_embedding, token, sigmoid, silu,
+  // relu6, hardsigmoid or hardswish on one whose
   // runsVisionLayers() is false (cuda), or a model-parallel or
   // tensor-parallel layout it cannot run.
   explicit Model(const Network& network, ModelOptions options = {});
