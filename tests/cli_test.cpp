@@ -2126,6 +2126,9 @@ TEST_CASE("an onnx op strata cannot map is one error naming the node", "[cli][on
       {"class-token-after",
        "nodes[36] (/Concat_2): Concat of the expanded parameter 'token' [1, 1, 8]: strata maps a "
        "class token as the first of two inputs, before a sequence"},
+      {"attention-padding-mask",
+       "nodes[66] (/Add): op 'Add' reads '/Div_output_0', the scores of the attention whose Q, K "
+       "and V layer '/qkv/MatMul' computes, masked by a value not made of a square table"},
   };
   for (const auto& [name, message] : refusals) {
     const std::string path = dir + name + ".onnx";

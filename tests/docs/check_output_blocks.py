@@ -58,6 +58,9 @@ MASKS = [
     (re.compile(r"\bloss\s+" + NUMBER), "loss <loss>"),
     (re.compile(r"(?<![\w.])" + NUMBER + r"\s?%"), "<percent>"),
     (re.compile(r"(?<![\w.])" + NUMBER + r"x(?!\w)"), "<ratio>"),
+    # The CPU kernels' instruction set is the machine's (avx512 on one VM,
+    # avx2 on another): `strata run`'s "cpu kernels: avx2 (AVX2, FMA)".
+    (re.compile(r"cpu kernels: \S+ \([^)]*\)"), "cpu kernels: <isa>"),
     # A table's rule under its header is as wide as its widest cell, which a
     # measured figure changes ("36.4 ms" against "2.81 s").
     (re.compile(r"(?<![^\s])-{2,}(?![^\s])"), "--"),

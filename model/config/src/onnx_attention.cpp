@@ -20,9 +20,10 @@ namespace {
 // Ops that compute shapes, or values from constants alone.
 bool staticOp(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Gather", "Unsqueeze", "Squeeze", "Concat",          "Cast",    "Add",      "Sub",
-      "Mul",    "Div",       "Slice",   "Range",           "Equal",   "Where",    "Expand",
-      "Not",    "Less",      "Greater", "ConstantOfShape", "Reshape", "Transpose"};
+      "Gather",  "Unsqueeze", "Squeeze", "Concat",      "Cast",          "Add",
+      "Sub",     "Mul",       "Div",     "Slice",       "Range",         "Equal",
+      "Where",   "Expand",    "Not",     "Less",        "Greater",       "ConstantOfShape",
+      "Reshape", "Transpose", "Trilu",   "LessOrEqual", "GreaterOrEqual"};
   return ops.count(op) > 0;
 }
 
@@ -293,6 +294,21 @@ bool Importer::mapShapeOrDerived(int i) {
       out.ints.clear();
     }
   }
+  // What a causal mask is made of: a square table (its last two dims equal),
+  // a Trilu, a comparison of positions, or a value computed from them.
+  if (out.kind == ValueKind::kDerived) {
+    out.causalMask = op == "Trilu" || op == "Less" || op == "Greater" || op == "LessOrEqual" ||
+                     op == "GreaterOrEqual";
+    for (int k = 0; k < n.input_size() && !out.causalMask; ++k) {
+      if (!hasInput(i, k))
+        continue;
+      const Value& x = input(i, k);
+      const Dims d = x.tensor ? tensorDims(*x.tensor) : Dims{};
+      out.causalMask = (x.kind == ValueKind::kDerived && x.causalMask) ||
+                       (x.kind == ValueKind::kConstant && d.size() >= 2 && d.back() > 1 &&
+                        d[d.size() - 2] == d.back());
+    }
+  }
   // A learned tensor expanded over the batch (ViT's class token): its
   // initializer, for the Concat that reads it.
   if (op == "Expand" && first.kind == ValueKind::kConstant && first.tensor && !shapeInts(first))
@@ -405,6 +421,19 @@ bool Importer::mapAttentionPart(int i) {
   auto sameAttention = [&](const Value& other) {
     return other.kind == ValueKind::kAttention && other.layer == a.layer;
   };
+  // A mask strata prices is causal: made of a square table, a Trilu or
+  // positions compared. A mask of ones and shapes alone (BERT's of an absent
+  // attention_mask) would be priced as causal, half the scores: refused.
+  auto isCausalMask = [&](const Value& m) {
+    if (m.kind == ValueKind::kDerived)
+      return m.causalMask;
+    const Dims table = m.kind == ValueKind::kConstant && m.tensor ? tensorDims(*m.tensor) : Dims{};
+    return table.size() >= 2 && table.back() > 1 && table[table.size() - 2] == table.back();
+  };
+  static const std::string kNotCausal =
+      "masked by a value not made of a square table, a Trilu or a comparison of positions, so not "
+      "a causal mask (a padding mask, BERT's attention_mask?): strata's attention is causal or "
+      "unmasked; export without the mask, or as a causal model";
   Value v = a;
   if (op == "Identity" || op == "Cast") {
     // the same tensor
@@ -549,11 +578,15 @@ bool Importer::mapAttentionPart(int i) {
     };
     if (!staticValue(cond) || !staticValue(other))
       cannot("in a Where whose condition or other value is computed from activations");
+    if (!isCausalMask(cond) && !isCausalMask(other))
+      cannot(kNotCausal);
     v.masked = true;  // strata's one mask: causal
   } else if (op == "Add" && a.part == 's') {
     const Value& other = input(i, 1 - at);
     if (other.kind != ValueKind::kConstant && other.kind != ValueKind::kDerived)
       cannot("added to an activation");
+    if (!isCausalMask(other))
+      cannot(kNotCausal);
     v.masked = true;
   } else if (op == "Softmax" && a.part == 's' && (a.axes == "hts" || a.axes == "bts")) {
     const int64_t axis = intAttr(i, "axis", -1);

@@ -123,6 +123,11 @@ struct Value {
   // kDerived: the initializer it expands over the batch (ViT's class token,
   // Expand([1, k, C], [N, -1, -1])), or none.
   const onnx::TensorProto* expanded = nullptr;
+  // kDerived: computed from what a causal mask is made of (a square table
+  // of positions: GPT-2's `bias` buffer; a Trilu; positions compared, i <
+  // j), not only from ones and shapes (BERT's padding mask of an absent
+  // attention_mask), which strata cannot read as causal.
+  bool causalMask = false;
 };
 
 // What a com.microsoft Attention still needs from the nodes after it:
