@@ -372,7 +372,7 @@ bool Importer::mapAttentionPart(int i) {
                                                             : std::optional<Dims>(Dims{1});
     if (fc.kind != LayerKind::kFc || fc.spec.flatten || fc.spec.tiedTo >= 0 ||
         fc.spec.outputs != 3 * d || !starts || !ends || !axes || !steps || starts->size() != 1 ||
-        ends->size() != 1 || axes->size() != 1 || (*steps)[0] != 1 ||
+        ends->size() != 1 || axes->size() != 1 || steps->size() != 1 || (*steps)[0] != 1 ||
         ((*axes)[0] != 2 && (*axes)[0] != -1))
       return false;
     const int64_t begin = (*starts)[0], end = std::min((*ends)[0], 3 * d);
