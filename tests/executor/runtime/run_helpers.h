@@ -68,7 +68,13 @@ inline double maxRelativeDifference(const std::vector<float>& a, const std::vect
 
 // Whether K workers' weights `a` equal one worker's `b` after a run of
 // `optimizer` at learning rate `lr`. SGD with momentum: every element within
-// 1e-5 of the largest weight (float sums in another order). Adam divides
+// 1e-5 of the largest weight (float sums in another order), unless that
+// rounding flipped something discrete after the first update: on an AVX2
+// machine, owt-a and owt-c at K = 6, b = 5 on tiny-cnn agree within 6e-8
+// after step 1, then 483 of 268,650 weights (one unit's relu or pool
+// decision and what it feeds) jump to 3e-5 apart at step 2, 535 at step 3
+// (5.9e-5). So: all but 1 in 400 within 1e-5, and every element within lr,
+// as below for Adam. Adam divides
 // each element's step by that element's own gradient magnitude, so where
 // rounding decides something discrete or near zero, one element moves by a
 // share of lr that the rounding chose: a relu at 0 that one run passes and
@@ -82,10 +88,9 @@ inline double maxRelativeDifference(const std::vector<float>& a, const std::vect
 // `tolerance`: 1e-5, or another (the GPU against the CPU: 1e-4).
 inline void checkSameWeights(const std::vector<float>& a, const std::vector<float>& b,
                              Optimizer optimizer, float lr, double tolerance = 1e-5) {
-  if (!isAdam(optimizer)) {
-    CHECK(maxRelativeDifference(a, b) < tolerance);
+  const bool adam = isAdam(optimizer);
+  if (!adam && maxRelativeDifference(a, b) < tolerance)
     return;
-  }
   REQUIRE(a.size() == b.size());
   double scale = 0, worst = 0;
   for (float x : b)
@@ -98,7 +103,7 @@ inline void checkSameWeights(const std::vector<float>& a, const std::vector<floa
   }
   INFO(off << " of " << a.size() << " weights further than " << tolerance << " of the largest ("
            << scale << ") apart; the furthest " << worst << " (lr " << lr << ")");
-  CHECK(off <= a.size() / 2000);
+  CHECK(off <= a.size() / (adam ? 2000 : 400));
   CHECK(worst < lr);
 }
 
