@@ -362,6 +362,11 @@ void Importer::finish() {
   const int last = static_cast<int>(net_.layers.size()) - 1;
   for (const auto& [layer, state] : attention_) {
     const Layer& l = net_.layers[static_cast<size_t>(layer)];
+    if (!state.projection && state.slices != 0)
+      failAt(nodeOf_[static_cast<size_t>(layer)],
+             fmt::format("'{}' is sliced into the Q, K and V of an attention that reaches no "
+                         "output projection (a Gemm or MatMul of its context by a [D, D] weight)",
+                         state.sliced));
     if (!state.projection)
       failAt(nodeOf_[static_cast<size_t>(layer)],
              "com.microsoft Attention leaves the output projection to the next node, and "

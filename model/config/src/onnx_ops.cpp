@@ -17,12 +17,13 @@ constexpr const char* kSupported =
     "Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (over H and W), "
     "Relu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Gelu, element-wise GELU, Mul (of two "
     "activations; by a layer scale), Transpose to channels-last and back, BatchNormalization, "
-    "LayerNormalization, Softmax (last), Dropout, Add, Concat "
-    "(channels), Slice and Split (channels), a channel shuffle (Reshape, Transpose, Reshape), "
-    "Pad (into a Conv or pool), Flatten, Reshape (flattening), Identity, Constant, "
-    "Gemm, MatMul (by a weight), Gather (embedding), com.microsoft Attention, a decomposed "
-    "attention (Split, Reshape, Transpose, MatMul, Softmax), shape computations (Shape, Gather, "
-    "Unsqueeze, Concat, Range, ...)";
+    "LayerNormalization, Softmax (last), Dropout, Add (of two activations; a bias; a position "
+    "table), Concat (channels; a class token before a sequence), Slice and Split (channels), a "
+    "channel shuffle (Reshape, Transpose, Reshape), Pad (into a Conv or pool), Flatten, Reshape "
+    "(flattening; patches to a sequence), Identity, Constant, Gemm, MatMul (by a weight), Gather "
+    "(embedding; one position of a sequence), com.microsoft Attention, a decomposed attention "
+    "(Split, Reshape, Transpose, MatMul, Softmax; nn.MultiheadAttention's), shape computations "
+    "(Shape, Gather, Unsqueeze, Concat, Range, ...)";
 
 // What an op strata does not map usually is in an exported network, and the
 // nearest pattern that maps; "" when there is nothing to add.
