@@ -187,7 +187,7 @@ Command addCalibrateCommand(CLI::App& app, Process process) {
   auto* sweeps = sub->add_option(
       "--sweeps", o->sweeps,
       "sweeps over the CPU kernel tables, each point the median over them (1..9, "
-      "default 3: about 25 s each on 2 cores; one point timed once is a snapshot of a "
+      "default 3: about a minute each on 2 cores; one point timed once is a snapshot of a "
       "VM's speed)");
   addFormatOption(sub, o->format, "output of --overlap-only: table|json (default table)");
   sub->footer(

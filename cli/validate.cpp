@@ -129,6 +129,10 @@ Command addValidateCommand(CLI::App& app) {
   sub->add_flag("--fit-on-network", o->validate.fitOnNetwork,
                 "calibrate on the validated network's layers (rows are then fitted, not "
                 "held-out)");
+  auto* sweeps = sub->add_option(
+      "--sweeps", o->validate.sweeps,
+      "without --cluster: sweeps over the CPU kernel tables when validate calibrates, each "
+      "point the median over them (1..9, default 3; 1 is quicker and noisier)");
   sub->add_option("--out-dir", o->validate.outDir,
                   "folder for the calibrated cluster and the measured and simulated traces "
                   "(default validate)");
@@ -177,8 +181,10 @@ Command addValidateCommand(CLI::App& app) {
       "  strata validate --device cuda --network tiny-cnn --workers 1,2,3,4\n"
       "  strata validate --suite validation-suite --format json > suite.json");
   return {
-      sub, [o, steps, repeats] {
+      sub, [o, steps, repeats, sweeps] {
         o->limitFlags.apply();
+        if (sweeps->count() > 0 && (o->validate.sweeps < 1 || o->validate.sweeps > 9))
+          throw OptionError("--sweeps", fmt::format("must be in 1..9, got {}", o->validate.sweeps));
         o->validate.format = parseFormat(o->format);
         if (steps->count() > 0 && o->steps < kMinValidateSteps)
           throw OptionError("--steps", "must be at least 3 (2 warm-up steps, then measured ones)");

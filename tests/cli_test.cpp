@@ -1172,9 +1172,9 @@ TEST_CASE("validate runs tiny-cnn on 1 and 2 workers and prints the comparison",
   // --fit-on-network: the old default, calibrating on the validated network;
   // every row is then flagged and none counts as held-out.
   const std::string dir = "cli_test_validate";
-  const auto r =
-      runStrata({"validate", "-n", "tiny-cnn", "-s", "ring,owt-b", "-k", "1,2", "--steps", "3",
-                 "--batch", "8", "--fit-on-network", "--out-dir", dir, "--format", "json"});
+  const auto r = runStrata({"validate", "-n", "tiny-cnn", "-s", "ring,owt-b", "-k", "1,2",
+                            "--steps", "3", "--batch", "8", "--fit-on-network", "--sweeps", "1",
+                            "--out-dir", dir, "--format", "json"});
   REQUIRE(r.status == 0);
   const auto j = json::parse(r.output);
   REQUIRE(j.at("rows").size() == 4);
@@ -1237,12 +1237,17 @@ TEST_CASE("validate ps: the measured trace holds the median step, the simulated 
 TEST_CASE("validate calibrates held-out by default", "[cli][validate][timing]") {
   const std::string dir = "cli_test_validate_held_out";
   const auto r = runStrata({"validate", "-n", "tiny-cnn", "-s", "ring", "-k", "1", "--steps", "3",
-                            "--batch", "4", "--out-dir", dir, "--format", "json"});
+                            "--batch", "4", "--sweeps", "1", "--out-dir", dir, "--format", "json"});
   INFO(r.output);
   REQUIRE(r.status == 0);
   const auto j = json::parse(r.output);
   REQUIRE(j.at("rows").size() == 1);
   CHECK(j.at("rows")[0].at("held_out").get<bool>());
+  // --sweeps 1 reached the calibration: its tables are one sweep's (a median
+  // over several says so on every table).
+  const std::string calibrated = slurp(dir + "/localhost-calibrated.yaml");
+  CHECK(calibrated.find("\n  kernels:") != std::string::npos);
+  CHECK(calibrated.find("each point the median over") == std::string::npos);
   // Counted as held-out when within claims; a row measured while the machine
   // ran far off its calibrated speed, or changed speed during a run (other
   // tests run beside this one), is not.
@@ -1331,7 +1336,9 @@ std::string readFile(const std::string& path) {
 // timing, tests/CMakeLists.txt).
 TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   const std::string file = "cli_test_calibrated.yaml";
-  const auto r = runStrata({"calibrate", "--out", file, "--sharing-up-to", "2"});
+  // Two sweeps (the default is 3, a minute each on the 2-core VM): the medians
+  // and the sweep count in the file are those of several sweeps all the same.
+  const auto r = runStrata({"calibrate", "--out", file, "--sharing-up-to", "2", "--sweeps", "2"});
   INFO(r.output);
   REQUIRE(r.status == 0);
   const std::string yaml = readFile(file);
@@ -1348,10 +1355,10 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   }
   // Without --network nothing was fitted on a network: predictions stay held-out.
   CHECK(yaml.find("fitted_on") == std::string::npos);
-  // Three sweeps by default, each point their median, and the references
-  // timed between them: the speed the tables stand for.
-  CHECK(r.output.find("(sweep 3 of 3)") != std::string::npos);
-  CHECK(yaml.find("each point the median over 3 sweeps") != std::string::npos);
+  // Each point the median of the sweeps, and the references timed between
+  // them: the speed the tables stand for.
+  CHECK(r.output.find("(sweep 2 of 2)") != std::string::npos);
+  CHECK(yaml.find("each point the median over 2 sweeps") != std::string::npos);
   const auto cluster = strata::loadCluster(file);
   CHECK(cluster.device.kernels.referenceGemmRate > 1e8);
   CHECK(cluster.device.kernels.referenceCopyRate > 1e7);

@@ -432,6 +432,12 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
     throw OptionError("--fit-on-network",
                       "calibrates on one network; a suite has several (calibrate --network NET "
                       "once per network and pass --cluster)");
+  if (o.sweeps != 0 && !o.clusterPath.empty())
+    throw OptionError("--sweeps",
+                      "sets how validate calibrates; a --cluster file is calibrated already");
+  if (o.sweeps != 0 && onGpu)
+    throw OptionError("--sweeps",
+                      "applies to the CPU's kernel tables (--device cuda sweeps its tables once)");
   if (o.fitOnNetwork && !o.clusterPath.empty())
     throw OptionError("--fit-on-network",
                       "calibrates now; a --cluster file says itself what it was fitted on "
@@ -477,6 +483,8 @@ ValidationResult runValidation(const ValidationSuite& suite, const ValidationOpt
     // beyond what was measured are marked outside the claims.
     co.maxWorkers = std::min(64, *std::max_element(ks.begin(), ks.end()));
     co.device = o.device;
+    if (o.sweeps != 0)
+      co.sweeps = o.sweeps;
     if (onGpu)  // workers per GPU, round-robin
       co.maxWorkers = std::max(1, (co.maxWorkers + gpus - 1) / gpus);
     co.progress = progress.calibrationLine;

@@ -25,6 +25,9 @@ struct ValidationOptions {
   // Calibrate with the validated network's layers: rows are then flagged
   // "fitted on this network" and do not count as held-out.
   bool fitOnNetwork = false;
+  // Sweeps over the CPU kernel tables when validate calibrates (calibrate's
+  // --sweeps: each point the median over them); 0 = calibrate's default.
+  int sweeps = 0;
   // Trace files are named <network>-b<batch>-<strategy>-k<K> (a suite), else
   // <strategy>-k<K> (one network).
   bool suite = false;
