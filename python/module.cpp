@@ -456,6 +456,11 @@ PYBIND11_MODULE(_strata, m) {
       .def_readonly("name", &Cluster::name)
       .def("__repr__", [](const Cluster& c) { return "<strata.Cluster " + c.name + ">"; });
 
+  // The wheel's presets (strata/configs beside the module): __init__.py
+  // points the lookup at them when they are there.
+  m.def(
+      "_set_builtin_configs", [](const std::string& dir) { setBuiltinConfigDir(dir); },
+      py::arg("dir"));
   m.def("load_network", &loadNetworkArg, py::arg("network"),
         "A network preset, or a network YAML, ONNX (.onnx) or Hugging Face config (.json) file");
   m.def("load_cluster", &loadClusterArg, py::arg("cluster"), "A cluster preset or YAML file");

@@ -36,6 +36,16 @@ from ._strata import (  # noqa: F401  (the module's interface)
     sweep,
 )
 
+import os as _os
+
+from ._strata import _set_builtin_configs
+
+# A wheel (python/make_wheel.py) carries the presets in strata/configs beside
+# the module: they are the built-in ones wherever pip installed it.
+_CONFIGS = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "configs")
+if _os.path.isdir(_CONFIGS):
+    _set_builtin_configs(_CONFIGS)
+
 __all__ = [
     "Cluster",
     "ConfigError",

@@ -2,6 +2,8 @@
 // FLOPs. The fixtures are committed .onnx files written by
 // tests/fixtures/onnx/make_fixtures.py; the ResNets' weights were external
 // data and are gone, so these tests also show that only dims are read.
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -317,6 +319,82 @@ TEST_CASE("a GPT-2 written in PyTorch and exported by torch.onnx.export imports 
   CHECK(layer(n, "/h.0/attn/c_attn/MatMul").kind == LayerKind::kAttention);
   CHECK(layer(n, "/MatMul").spec.tiedTo == 0);
   CHECK(count(n, LayerKind::kGelu) == 2);
+}
+
+TEST_CASE("a BERT with separate query, key and value projections folds each into one attention",
+          "[onnx][attention]") {
+  // make_fixtures.py's tiny_bert_export: Hugging Face's BertModel layout
+  // (separate query, key, value Linears viewed to heads by x.size()[:-1] +
+  // (H, dh), permuted, Q Kᵀ / sqrt(dh) unmasked, softmax, attention dropout,
+  // context, dense; post-LN blocks), vocabulary 96, 16 positions, width 32,
+  // 4 heads, intermediate 64, 2 blocks, exported in training mode. The same
+  // network written in strata's YAML, layer for layer.
+  const Network n = loadNetwork(fixture("tiny_bert_export.onnx"));
+  std::string yaml =
+      "name: tiny-bert\ninput: {channels: 1, height: 16, width: 1}\nlayers:\n"
+      "  - {name: embed, kind: embedding, vocab: 96, outputs: 32, positions: 16}\n"
+      "  - {name: norm, kind: layernorm}\n"
+      "  - {name: drop, kind: dropout, rate: 0.1}\n";
+  std::string in = "drop";
+  for (int b = 0; b < 2; ++b) {
+    yaml += fmt::format(
+        "  - {{name: b{0}a, kind: attention, heads: 4, causal: false, attention_dropout: 0.1}}\n"
+        "  - {{name: b{0}ad, kind: dropout, rate: 0.1}}\n"
+        "  - {{name: b{0}r1, kind: add, inputs: [{1}, b{0}ad]}}\n"
+        "  - {{name: b{0}n1, kind: layernorm}}\n"
+        "  - {{name: b{0}i, kind: fc, outputs: 64, flatten: false}}\n"
+        "  - {{name: b{0}g, kind: gelu}}\n"
+        "  - {{name: b{0}o, kind: fc, outputs: 32, flatten: false}}\n"
+        "  - {{name: b{0}od, kind: dropout, rate: 0.1}}\n"
+        "  - {{name: b{0}r2, kind: add, inputs: [b{0}n1, b{0}od]}}\n"
+        "  - {{name: b{0}n2, kind: layernorm}}\n",
+        b, in);
+    in = fmt::format("b{}n2", b);
+  }
+  yaml +=
+      "  - {name: head, kind: fc, outputs: 96, flatten: false}\n"
+      "  - {name: loss, kind: softmax}\n";
+  const Network expected = test::loadNetworkText("strata-onnx-bert", "tiny-bert", yaml);
+  REQUIRE(n.layers.size() == expected.layers.size());
+  CHECK(n.input == expected.input);
+  for (size_t i = 0; i < n.layers.size(); ++i) {
+    const Layer& a = n.layers[i];
+    const Layer& b = expected.layers[i];
+    INFO("layer " << i << ": " << a.name << " / " << b.name);
+    CHECK(a.kind == b.kind);
+    CHECK(a.inputs == b.inputs);
+    CHECK(a.outShape == b.outShape);
+    CHECK(a.params == b.params);
+    CHECK(a.fwdFlops == b.fwdFlops);
+    CHECK(a.bwdDataFlops == b.bwdDataFlops);
+    CHECK(a.bwdWeightsFlops == b.bwdWeightsFlops);
+    CHECK(a.spec.heads == b.spec.heads);
+    CHECK(a.spec.causal == b.spec.causal);
+    CHECK(a.spec.bias == b.spec.bias);
+    CHECK(a.spec.attentionDropout == Approx(b.spec.attentionDropout).epsilon(1e-6));
+  }
+  // The attention is the query's layer; key and value are gone.
+  const Layer& attn = layer(n, "/layer.0/attention/query/MatMul");
+  CHECK(attn.kind == LayerKind::kAttention);
+  CHECK(attn.params == 4 * 32 * 32 + 4 * 32);
+  CHECK(n.find("/layer.0/attention/key/MatMul") < 0);
+  CHECK(n.find("/layer.0/attention/value/MatMul") < 0);
+  // sum(p.numel() for p in the module's parameters())
+  CHECK(n.totalParams() == 23904);
+}
+
+TEST_CASE("separate projections strata cannot fold are one error naming the node", "[onnx]") {
+  // make_fixtures.py's tiny_bert_export regressions: a key Linear without the
+  // bias its query and value have; keys and values projected from another
+  // activation than the queries (cross-attention).
+  checkUnmappable("../../fuzz/regressions/onnx/attention-key-without-bias.onnx",
+                  "nodes[61] (/attention/MatMul)",
+                  {"the heads of a projection (Q, K or V) of the attention",
+                   "whose Q projection has a bias and K projection",
+                   "strata's attention has biases on every projection or on none"});
+  checkUnmappable("../../fuzz/regressions/onnx/attention-cross-projections.onnx",
+                  "nodes[65] (/attention/MatMul)",
+                  {"whose K layer", "reads another input than Q's"});
 }
 
 TEST_CASE("onnx ops strata cannot map are one error naming the node and the op", "[onnx]") {

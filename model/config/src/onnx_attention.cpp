@@ -75,6 +75,8 @@ const char* partName(char part) {
       return "scores";
     case 'p':
       return "probabilities";
+    case 'x':
+      return "heads of a projection (Q, K or V)";
     default:
       return "context";
   }
@@ -321,6 +323,40 @@ bool Importer::mapShapeOrDerived(int i) {
   return true;
 }
 
+// A Reshape of a sequence fc's [T, F] output to heads [T, H, F / H], its
+// one reader but Shapes: one of separate Q, K and V projections (Hugging
+// Face BERT, OPT, Llama); the MatMuls after it say which.
+bool Importer::startsProjectionHeads(int i) {
+  const auto& n = model_.graph().node(i);
+  const Value& x = input(i, 0);
+  if (x.kind != ValueKind::kActivation || x.layer < 0 || x.rank != 2 || x.flat || x.channelsLast ||
+      x.seq != SeqLayout::kBatchFirst || x.padH > 0 || x.padW > 0)
+    return false;
+  const Layer& fc = layerOf(x);
+  const auto target = shapeInts(input(i, 1));
+  if (fc.kind != LayerKind::kFc || fc.spec.flatten || fc.spec.tiedTo >= 0 || !target ||
+      target->size() != 4 || attention_.count(x.layer) > 0)
+    return false;
+  const int64_t t = fc.outShape.h, f = fc.outShape.c;
+  const Dims to = reshapeTarget(i, {t, f}, *target);
+  int readers = 0;
+  for (const auto& node : model_.graph().node())
+    if (node.op_type() != "Shape")
+      readers += static_cast<int>(std::count(node.input().begin(), node.input().end(), n.input(0)));
+  if (to.size() != 3 || to[0] != t || to[1] <= 1 || to[1] > std::numeric_limits<int>::max() ||
+      readers != 1)
+    return false;
+  Value v;
+  v.kind = ValueKind::kAttention;
+  v.layer = x.layer;
+  v.rank = 2;
+  v.part = 'x';
+  v.axes = "thd";
+  v.heads = static_cast<int>(to[1]);
+  values_[n.output(0)] = v;
+  return true;
+}
+
 bool Importer::mapAttentionPart(int i) {
   const auto& n = model_.graph().node(i);
   const std::string& op = n.op_type();
@@ -396,6 +432,11 @@ bool Importer::mapAttentionPart(int i) {
     values_[n.output(0)] = v;
     return true;
   }
+  // A Reshape of a sequence fc's [T, F] output to heads [T, H, F / H], its
+  // one reader but Shapes: one of separate Q, K and V projections (Hugging
+  // Face BERT, OPT, Llama); the MatMuls after it say which.
+  if (op == "Reshape" && hasInput(i, 1) && startsProjectionHeads(i))
+    return true;
   // Otherwise node i must read an attention's tensor.
   int at = -1;
   for (int k = 0; k < n.input_size(); ++k)
@@ -412,7 +453,8 @@ bool Importer::mapAttentionPart(int i) {
   const int64_t t = qkv.inShape.h, d = qkv.inShape.c;
   auto cannot = [&](const std::string& why) {
     failAt(i, fmt::format("op '{}' reads '{}', the {} of the attention whose Q, K and V layer "
-                          "'{}' computes, {}: strata folds Split, Reshape to heads, Transpose, "
+                          "'{}' computes, {}: strata folds Split (or separate Q, K and V fcs), "
+                          "Reshape to heads, Transpose, "
                           "MatMul of Q by Kᵀ, a scale, a mask, Softmax, Dropout, MatMul by V, "
                           "Transpose, Reshape and the output projection's MatMul into one "
                           "attention",
@@ -434,6 +476,33 @@ bool Importer::mapAttentionPart(int i) {
       "masked by a value not made of a square table, a Trilu or a comparison of positions, so not "
       "a causal mask (a padding mask, BERT's attention_mask?): strata's attention is causal or "
       "unmasked; export without the mask, or as a causal model";
+  // Separate projections: the fc of K (keys) or V joins the attention of
+  // Q's fc (a's layer), if it reads the same input with the same outputs and
+  // biases; it is dropped from the network when the attention folds.
+  auto joinProjection = [&](const Value& b, bool keys) {
+    const Layer& q = net_.layers[static_cast<size_t>(a.layer)];
+    const Layer& other = net_.layers[static_cast<size_t>(b.layer)];
+    const char* what = keys ? "K" : "V";
+    if (attention_.count(b.layer) > 0 || other.inputs != q.inputs)
+      cannot(fmt::format("whose {} layer '{}' reads another input than Q's '{}'", what, other.name,
+                         q.name));
+    if (q.kind != LayerKind::kFc || other.spec.outputs != q.spec.outputs ||
+        q.spec.outputs != q.inShape.c)
+      cannot(
+          fmt::format("with Q of {} features and {} of {} from {} inputs: strata folds "
+                      "separate projections of D features each from D (grouped key-value "
+                      "heads are not folded yet)",
+                      q.spec.outputs, what, other.spec.outputs, q.inShape.c));
+    if (other.spec.bias != q.spec.bias)
+      cannot(fmt::format(
+          "whose Q projection has {} bias and {} projection '{}' {}: strata's "
+          "attention has biases on every projection or on none",
+          q.spec.bias ? "a" : "no", what, other.name, other.spec.bias ? "has one" : "none"));
+    AttentionState& state = attention_[a.layer];
+    if (keys ? state.keys >= 0 : (state.keys < 0 || state.values >= 0 || b.layer == state.keys))
+      cannot(fmt::format("whose {} would be '{}' a second time", what, other.name));
+    (keys ? state.keys : state.values) = b.layer;
+  };
   Value v = a;
   if (op == "Identity" || op == "Cast") {
     // the same tensor
@@ -500,6 +569,24 @@ bool Importer::mapAttentionPart(int i) {
       axes += a.axes[static_cast<size_t>(perm[k] - 1)];
     }
     v.axes = axes;
+  } else if (op == "MatMul" && at == 0 && hasInput(i, 1) &&
+             input(i, 1).kind == ValueKind::kAttention &&
+             (a.part == 'x' || input(i, 1).part == 'x')) {
+    // Separate projections: Q Kᵀ joins K's fc to Q's, P V adds V's.
+    const Value& b = input(i, 1);
+    if (a.part == 'x' && a.axes == "htd" && b.part == 'x' && b.axes == "hdt" &&
+        a.heads == b.heads && b.layer != a.layer) {
+      joinProjection(b, true);
+      v.part = 's';
+      v.axes = "hts";
+    } else if (a.part == 'p' && a.axes == "hts" && b.part == 'x' && b.axes == "htd" &&
+               a.heads == b.heads && b.layer != a.layer) {
+      joinProjection(b, false);
+      v.part = 'c';
+      v.axes = "htd";
+    } else {
+      cannot(fmt::format("multiplied by the {} (axes {} by {})", partName(b.part), a.axes, b.axes));
+    }
   } else if (op == "MatMul" && at == 0 && hasInput(i, 1) && sameAttention(input(i, 1))) {
     const Value& b = input(i, 1);
     // The heads' axis: h, or b (the batch and the heads, time-major).
@@ -527,6 +614,8 @@ bool Importer::mapAttentionPart(int i) {
     if (qkv.kind != LayerKind::kFc)
       cannot("a second time");
     AttentionState& state = attention_[a.layer];
+    if (state.keys >= 0 && state.values < 0)
+      cannot("with no V projection joined");
     if (op == "Gemm") {
       if (intAttr(i, "transA", 0) != 0)
         cannot("in a Gemm with transA 1");

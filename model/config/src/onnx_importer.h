@@ -97,7 +97,9 @@ struct Value {
   std::vector<int64_t> ints;
   bool scalar = false;
   // kAttention: which tensor of the attention whose Q, K and V the fc layer
-  // `layer` computes (part q, k, v: its thirds; s: the scores; p: the
+  // `layer` computes (part q, k, v: its thirds; x: the output of an fc of
+  // its own with the heads split out, Q, K or V as the MatMuls reading it
+  // say, `layer` that fc until Q Kᵀ joins it to Q's; s: the scores; p: the
   // probabilities; c: the context), and its per-example axes in order: t
   // positions, h heads, d features of a head, s key positions; "t" alone:
   // [T, features] before the heads are split out or after they are joined.
@@ -140,6 +142,11 @@ struct AttentionState {
   // that output's name.
   int slices = 0;
   std::string sliced;
+  // Separate Q, K and V projections (Hugging Face BERT, OPT, Llama): the fc
+  // layers of K and V (the attention is the Q fc's layer), absorbed into the
+  // attention and dropped from the network when it folds; -1: none.
+  int keys = -1;
+  int values = -1;
 };
 
 std::string dimsText(const Dims& d);
@@ -313,6 +320,8 @@ class Importer {
 
   // ---- the mapping (onnx_ops.cpp) --------------------------------------------
   void mapNode(int i);
+  // finish: the K and V fcs absorbed into attentions leave the network.
+  void dropAbsorbedLayers();
   void mapConv(int i);
   void mapPool(int i, PoolMode mode);
   void mapDropout(int i);
@@ -362,6 +371,7 @@ class Importer {
   bool mapShapeOrDerived(int i);
   // Node i reads a kAttention value, or splits an fc's output into Q, K and
   // V: maps it; false otherwise.
+  bool startsProjectionHeads(int i);
   bool mapAttentionPart(int i);
   // The per-example dims a Reshape of x to `target` (kShape ints with the
   // batch) gives; fails naming node i when they do not follow.

@@ -367,6 +367,11 @@ void Importer::finish() {
              fmt::format("'{}' is sliced into the Q, K and V of an attention that reaches no "
                          "output projection (a Gemm or MatMul of its context by a [D, D] weight)",
                          state.sliced));
+    if (!state.projection && state.keys >= 0)
+      failAt(nodeOf_[static_cast<size_t>(layer)],
+             fmt::format("'{}' is the Q projection of an attention that reaches no output "
+                         "projection (a MatMul of its context by a [D, D] weight)",
+                         l.name));
     if (!state.projection)
       failAt(nodeOf_[static_cast<size_t>(layer)],
              "com.microsoft Attention leaves the output projection to the next node, and "
@@ -397,6 +402,7 @@ void Importer::finish() {
   if (!outputIsLast)
     fail("graph.output",
          fmt::format("no graph output is the last layer '{}'", net_.layers.back().name));
+  dropAbsorbedLayers();
   // Folds changed specs after their layers were derived: derive all again,
   // with the network's total checked as the YAML loader checks it.
   int64_t total = 0;
@@ -406,6 +412,41 @@ void Importer::finish() {
       failAt(nodeOf_[k], "the network's parameters overflow 2^53");
   }
   findModelParallelPart(net_);
+}
+
+// The K and V fcs of attentions folded from separate projections hold
+// parameters the attention layer now counts: they leave the network, and
+// every layer index after them moves down.
+void Importer::dropAbsorbedLayers() {
+  std::vector<bool> drop(net_.layers.size(), false);
+  for (const auto& [layer, state] : attention_)
+    for (int k : {state.keys, state.values})
+      if (k >= 0)
+        drop[static_cast<size_t>(k)] = true;
+  std::vector<int> index(net_.layers.size(), -1);
+  std::vector<Layer> kept;
+  std::vector<int> keptNodes;
+  for (size_t k = 0; k < net_.layers.size(); ++k) {
+    if (drop[k])
+      continue;
+    index[k] = static_cast<int>(kept.size());
+    kept.push_back(std::move(net_.layers[k]));
+    keptNodes.push_back(nodeOf_[k]);
+  }
+  auto moved = [&](int k, size_t reader) {
+    if (k < 0)
+      return k;
+    if (index[static_cast<size_t>(k)] < 0)  // its readers were checked when it was absorbed
+      failAt(keptNodes[reader], "reads a projection folded into an attention");
+    return index[static_cast<size_t>(k)];
+  };
+  for (size_t k = 0; k < kept.size(); ++k) {
+    for (int& in : kept[k].inputs)
+      in = moved(in, k);
+    kept[k].spec.tiedTo = moved(kept[k].spec.tiedTo, k);
+  }
+  net_.layers = std::move(kept);
+  nodeOf_ = std::move(keptNodes);
 }
 }  // namespace onnx_import
 

@@ -22,7 +22,8 @@ constexpr const char* kSupported =
     "channel shuffle (Reshape, Transpose, Reshape), Pad (into a Conv or pool), Flatten, Reshape "
     "(flattening; patches to a sequence), Identity, Constant, Gemm, MatMul (by a weight), Gather "
     "(embedding; one position of a sequence), com.microsoft Attention, a decomposed attention "
-    "(Split, Reshape, Transpose, MatMul, Softmax; nn.MultiheadAttention's), shape computations "
+    "(Split or separate Q, K and V fcs, Reshape, Transpose, MatMul, Softmax; "
+    "nn.MultiheadAttention's), shape computations "
     "(Shape, Gather, Unsqueeze, Concat, Range, ...)";
 
 // What an op strata does not map usually is in an exported network, and the
@@ -496,8 +497,9 @@ void Importer::mapMatMul(int i) {
   if (a.kind == ValueKind::kActivation && b.kind == ValueKind::kActivation)
     failAt(i, fmt::format("op 'MatMul' of two activations ('{}' and '{}') cannot be mapped to a "
                           "strata layer: an attention strata folds has Q and K split from one "
-                          "fc's output [T, 3 D] (Split), the heads split out by Reshape and "
-                          "Transpose (docs/onnx.md); else only a MatMul by a weight initializer "
+                          "fc's output [T, 3 D] (Split) or computed by fcs of their own, the "
+                          "heads split out by Reshape and Transpose (docs/onnx.md); else only a "
+                          "MatMul by a weight initializer "
                           "maps, to an fc (supported: {})",
                           n.input(0), n.input(1), kSupported));
   const Value x = activation(i, 0, false, true, true);

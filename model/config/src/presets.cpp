@@ -38,7 +38,21 @@ std::string_view folderOf(ConfigKind kind) {
 }
 }  // namespace
 
+namespace {
+// setBuiltinConfigDir's folder; set once at import, before any lookup.
+std::string& builtinOverride() {
+  static std::string dir;
+  return dir;
+}
+}  // namespace
+
+void setBuiltinConfigDir(std::string dir) {
+  builtinOverride() = std::move(dir);
+}
+
 std::string builtinConfigDir() {
+  if (!builtinOverride().empty())
+    return builtinOverride();
   if (fs::is_directory(STRATA_SOURCE_CONFIG_DIR))
     return STRATA_SOURCE_CONFIG_DIR;
   return STRATA_INSTALL_CONFIG_DIR;

@@ -24,6 +24,11 @@ std::string_view toString(ConfigKind kind);  // "network", "cluster", "experimen
 // the same name in a later folder.
 std::vector<std::string> configDirs();
 
+// Replaces the built-in presets' folder for this process (the Python wheel's
+// strata/configs, which sits beside the module wherever pip put it); empty:
+// back to the source tree's or the install prefix's.
+void setBuiltinConfigDir(std::string dir);
+
 // A path as given when it names an existing file or looks like one (contains
 // '/' or ends in .yaml); otherwise the preset of that name. Throws
 // OptionError(option) naming the unknown preset and listing the known ones.
