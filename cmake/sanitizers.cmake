@@ -31,6 +31,8 @@ if(STRATA_SANITIZE)
     list(APPEND _strata_san_flags -fno-sanitize-recover=all)
   endif()
   add_compile_options(${_strata_san_flags})
+  # tests/ strips these again under ASan + UBSan (tests/CMakeLists.txt).
+  set(STRATA_SANITIZE_COMPILE_FLAGS ${_strata_san_flags})
   # -O1 -g1 instead of RelWithDebInfo's -O2 -g: instrumented code at -O2 -g
   # takes 3.4x the Release build's compile time (45 min of the 2-core VM for
   # build-asan/, more than CI's whole budget allows); -O1 -g1 compiles a
