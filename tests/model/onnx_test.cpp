@@ -47,6 +47,34 @@ int count(const Network& n, LayerKind kind) {
 
 // loadNetwork of fixture `name` throws a ConfigError keyed by `key` whose
 // message holds every one of `needles`.
+// An imported network layer for layer against the same network from YAML (a
+// preset or one written in the test): kinds, wiring, shapes, costs, specs.
+void checkSameLayers(const Network& n, const Network& expected) {
+  REQUIRE(n.layers.size() == expected.layers.size());
+  CHECK(n.input == expected.input);
+  CHECK(n.totalParams() == expected.totalParams());
+  for (size_t i = 0; i < n.layers.size(); ++i) {
+    const Layer& a = n.layers[i];
+    const Layer& b = expected.layers[i];
+    INFO("layer " << i << ": " << a.name << " / " << b.name);
+    CHECK(a.kind == b.kind);
+    CHECK(a.inputs == b.inputs);
+    CHECK(a.outShape == b.outShape);
+    CHECK(a.params == b.params);
+    CHECK(a.fwdFlops == b.fwdFlops);
+    CHECK(a.bwdDataFlops == b.bwdDataFlops);
+    CHECK(a.bwdWeightsFlops == b.bwdWeightsFlops);
+    CHECK(a.savedElems == b.savedElems);
+    CHECK(a.spec.heads == b.spec.heads);
+    CHECK(a.spec.causal == b.spec.causal);
+    CHECK(a.spec.bias == b.spec.bias);
+    CHECK(a.spec.tiedTo == b.spec.tiedTo);
+    CHECK(a.spec.positions == b.spec.positions);
+    CHECK(a.spec.dropoutRate == Approx(b.spec.dropoutRate).epsilon(1e-6));  // 0.1 as a float
+    CHECK(a.spec.attentionDropout == Approx(b.spec.attentionDropout).epsilon(1e-6));
+  }
+}
+
 void checkUnmappable(const std::string& name, const std::string& key,
                      const std::vector<std::string>& needles) {
   const std::string path = fixture(name);
@@ -294,28 +322,7 @@ TEST_CASE("a GPT-2 written in PyTorch and exported by torch.onnx.export imports 
   // form in 9 nodes, the output layer F.linear(x, wte.weight).
   const Network n = loadNetwork(fixture("tiny_gpt_export.onnx"));
   const Network preset = test::presetNetwork("tiny-gpt");
-  REQUIRE(n.layers.size() == preset.layers.size());
-  CHECK(n.input == preset.input);
-  CHECK(n.totalParams() == preset.totalParams());
-  for (size_t i = 0; i < n.layers.size(); ++i) {
-    const Layer& a = n.layers[i];
-    const Layer& b = preset.layers[i];
-    INFO("layer " << i << ": " << a.name << " / " << b.name);
-    CHECK(a.kind == b.kind);
-    CHECK(a.inputs == b.inputs);
-    CHECK(a.outShape == b.outShape);
-    CHECK(a.params == b.params);
-    CHECK(a.fwdFlops == b.fwdFlops);
-    CHECK(a.bwdDataFlops == b.bwdDataFlops);
-    CHECK(a.bwdWeightsFlops == b.bwdWeightsFlops);
-    CHECK(a.savedElems == b.savedElems);
-    CHECK(a.spec.heads == b.spec.heads);
-    CHECK(a.spec.causal == b.spec.causal);
-    CHECK(a.spec.bias == b.spec.bias);
-    CHECK(a.spec.tiedTo == b.spec.tiedTo);
-    CHECK(a.spec.positions == b.spec.positions);
-    CHECK(a.spec.dropoutRate == Approx(b.spec.dropoutRate).epsilon(1e-6));  // 0.1 as a float
-  }
+  checkSameLayers(n, preset);
   CHECK(layer(n, "/h.0/attn/c_attn/MatMul").kind == LayerKind::kAttention);
   CHECK(layer(n, "/MatMul").spec.tiedTo == 0);
   CHECK(count(n, LayerKind::kGelu) == 2);
@@ -355,24 +362,7 @@ TEST_CASE("a BERT with separate query, key and value projections folds each into
       "  - {name: head, kind: fc, outputs: 96, flatten: false}\n"
       "  - {name: loss, kind: softmax}\n";
   const Network expected = test::loadNetworkText("strata-onnx-bert", "tiny-bert", yaml);
-  REQUIRE(n.layers.size() == expected.layers.size());
-  CHECK(n.input == expected.input);
-  for (size_t i = 0; i < n.layers.size(); ++i) {
-    const Layer& a = n.layers[i];
-    const Layer& b = expected.layers[i];
-    INFO("layer " << i << ": " << a.name << " / " << b.name);
-    CHECK(a.kind == b.kind);
-    CHECK(a.inputs == b.inputs);
-    CHECK(a.outShape == b.outShape);
-    CHECK(a.params == b.params);
-    CHECK(a.fwdFlops == b.fwdFlops);
-    CHECK(a.bwdDataFlops == b.bwdDataFlops);
-    CHECK(a.bwdWeightsFlops == b.bwdWeightsFlops);
-    CHECK(a.spec.heads == b.spec.heads);
-    CHECK(a.spec.causal == b.spec.causal);
-    CHECK(a.spec.bias == b.spec.bias);
-    CHECK(a.spec.attentionDropout == Approx(b.spec.attentionDropout).epsilon(1e-6));
-  }
+  checkSameLayers(n, expected);
   // The attention is the query's layer; key and value are gone.
   const Layer& attn = layer(n, "/layer.0/attention/query/MatMul");
   CHECK(attn.kind == LayerKind::kAttention);
