@@ -326,6 +326,14 @@ bool Importer::mapShapeOrDerived(int i) {
 // A Reshape of a sequence fc's [T, F] output to heads [T, H, F / H], its
 // one reader but Shapes: one of separate Q, K and V projections (Hugging
 // Face BERT, OPT, Llama); the MatMuls after it say which.
+int Importer::readersBesidesShapes(const std::string& name) const {
+  int readers = 0;
+  for (const auto& node : model_.graph().node())
+    if (node.op_type() != "Shape")
+      readers += static_cast<int>(std::count(node.input().begin(), node.input().end(), name));
+  return readers;
+}
+
 bool Importer::startsProjectionHeads(int i) {
   const auto& n = model_.graph().node(i);
   const Value& x = input(i, 0);
@@ -339,12 +347,8 @@ bool Importer::startsProjectionHeads(int i) {
     return false;
   const int64_t t = fc.outShape.h, f = fc.outShape.c;
   const Dims to = reshapeTarget(i, {t, f}, *target);
-  int readers = 0;
-  for (const auto& node : model_.graph().node())
-    if (node.op_type() != "Shape")
-      readers += static_cast<int>(std::count(node.input().begin(), node.input().end(), n.input(0)));
   if (to.size() != 3 || to[0] != t || to[1] <= 1 || to[1] > std::numeric_limits<int>::max() ||
-      readers != 1)
+      readersBesidesShapes(n.input(0)) != 1)
     return false;
   Value v;
   v.kind = ValueKind::kAttention;
@@ -432,9 +436,7 @@ bool Importer::mapAttentionPart(int i) {
     values_[n.output(0)] = v;
     return true;
   }
-  // A Reshape of a sequence fc's [T, F] output to heads [T, H, F / H], its
-  // one reader but Shapes: one of separate Q, K and V projections (Hugging
-  // Face BERT, OPT, Llama); the MatMuls after it say which.
+  // One of separate Q, K and V projections split into heads.
   if (op == "Reshape" && hasInput(i, 1) && startsProjectionHeads(i))
     return true;
   // Otherwise node i must read an attention's tensor.
@@ -628,12 +630,7 @@ bool Importer::mapAttentionPart(int i) {
     }
     if (a.seq == SeqLayout::kTimeMajor) {
       // Every reader of the fc's output, but its Shapes, one of the Slices.
-      int readers = 0;
-      for (const auto& node : model_.graph().node())
-        if (node.op_type() != "Shape")
-          readers +=
-              static_cast<int>(std::count(node.input().begin(), node.input().end(), state.sliced));
-      if (state.slices != 7 || readers != 3)
+      if (state.slices != 7 || readersBesidesShapes(state.sliced) != 3)
         cannot(fmt::format("whose Q, K and V are not three Slices of '{}' and its only readers",
                            state.sliced));
     }

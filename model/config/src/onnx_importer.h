@@ -372,6 +372,8 @@ class Importer {
   // Node i reads a kAttention value, or splits an fc's output into Q, K and
   // V: maps it; false otherwise.
   bool startsProjectionHeads(int i);
+  // The nodes reading value `name` (each input counted) that are no Shape.
+  int readersBesidesShapes(const std::string& name) const;
   bool mapAttentionPart(int i);
   // The per-example dims a Reshape of x to `target` (kShape ints with the
   // batch) gives; fails naming node i when they do not follow.
