@@ -72,6 +72,15 @@ void checkSameLayers(const Network& n, const Network& expected) {
     CHECK(a.spec.positions == b.spec.positions);
     CHECK(a.spec.dropoutRate == Approx(b.spec.dropoutRate).epsilon(1e-6));  // 0.1 as a float
     CHECK(a.spec.attentionDropout == Approx(b.spec.attentionDropout).epsilon(1e-6));
+    if (a.kind == LayerKind::kAttention) {
+      CHECK(a.kvHeads() == b.kvHeads());
+      CHECK(a.spec.rotary == b.spec.rotary);
+      CHECK(a.rotaryFeatures() == b.rotaryFeatures());
+      // The base computed from float32 frequencies, a few ulps off.
+      CHECK(a.spec.rotaryBase == Approx(b.spec.rotaryBase).epsilon(1e-4));
+    }
+    if (a.kind == LayerKind::kRmsNorm)
+      CHECK(a.spec.eps == Approx(b.spec.eps).epsilon(1e-6));  // 1e-5 as a float
   }
 }
 
@@ -371,6 +380,52 @@ TEST_CASE("a BERT with separate query, key and value projections folds each into
   CHECK(n.find("/layer.0/attention/value/MatMul") < 0);
   // sum(p.numel() for p in the module's parameters())
   CHECK(n.totalParams() == 23904);
+}
+
+TEST_CASE("a Llama exported from PyTorch imports as the tiny-llama preset", "[onnx][attention]") {
+  // make_fixtures.py's tiny_llama_export: Hugging Face's LlamaModel layout
+  // (RMSNorm written out with its float32 casts; separate bias-free q, k, v
+  // and o projections; rotary positions x cos + rotate_half(x) sin; repeat_kv
+  // of 2 key/value heads to 4; a triu causal mask; softmax in float32; the
+  // SwiGLU MLP down(silu(gate(x)) * up(x))) at the tiny-llama preset's sizes.
+  const Network n = loadNetwork(fixture("tiny_llama_export.onnx"));
+  const Network preset = test::presetNetwork("tiny-llama");
+  checkSameLayers(n, preset);
+  // sum(p.numel() for p in the module's parameters()), the preset's count.
+  CHECK(n.totalParams() == 158016);
+  const Layer& attn = layer(n, "/layers.0/self_attn/q_proj/MatMul");
+  CHECK(attn.kind == LayerKind::kAttention);
+  CHECK(attn.kvHeads() == 2);
+  CHECK(attn.spec.rotary);
+  CHECK(attn.spec.causal);
+  CHECK(!attn.spec.bias);
+  // q and o 64 x 64, k and v 64 x 32, no biases.
+  CHECK(attn.params == 2 * 64 * 64 + 2 * 64 * 32);
+  // Gate and up in one fc (the gate's rows first), then the swiglu.
+  const Layer& gateUp = layer(n, "/layers.0/mlp/gate_proj/MatMul");
+  CHECK(gateUp.kind == LayerKind::kFc);
+  CHECK(gateUp.spec.outputs == 2 * 176);
+  CHECK(n.find("/layers.0/mlp/up_proj/MatMul") < 0);
+  CHECK(n.find("/layers.0/self_attn/k_proj/MatMul") < 0);
+  CHECK(count(n, LayerKind::kSwiglu) == 2);
+  CHECK(count(n, LayerKind::kRmsNorm) == 5);
+  CHECK(layer(n, "/norm/Mul_1").kind == LayerKind::kRmsNorm);
+}
+
+TEST_CASE("rotary positions and RMSNorms strata cannot fold are one error naming the node",
+          "[onnx]") {
+  // make_fixtures.py's tiny_llama_export regressions.
+  checkUnmappable("../../fuzz/regressions/onnx/attention-rotary-q-only.onnx",
+                  "nodes[243] (/attention/MatMul)",
+                  {"the heads of a projection (Q, K or V) of the attention",
+                   "with rotary positions on Q alone"});
+  checkUnmappable("../../fuzz/regressions/onnx/attention-partial-rotary.onnx",
+                  "nodes[132] (/attention/Mul)",
+                  {"the rotary positions on the heads of a projection",
+                   "partial rotary, GPT-NeoX's rotary_pct, is not folded yet"});
+  checkUnmappable("../../fuzz/regressions/onnx/rmsnorm-without-weight.onnx",
+                  "nodes[12] (/fc/MatMul)",
+                  {"the normalised x, before its weight", "of an RMSNorm of 'input'"});
 }
 
 TEST_CASE("separate projections strata cannot fold are one error naming the node", "[onnx]") {

@@ -9,6 +9,7 @@
 // part of which attention they are and the order of their axes, and the
 // whole folds into one strata attention layer at its output projection.
 #include <algorithm>
+#include <cmath>
 
 #include "onnx_importer.h"
 #include "strata/model/checked.h"
@@ -20,33 +21,28 @@ namespace {
 // Ops that compute shapes, or values from constants alone.
 bool staticOp(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Gather",  "Unsqueeze", "Squeeze", "Concat",      "Cast",          "Add",
-      "Sub",     "Mul",       "Div",     "Slice",       "Range",         "Equal",
-      "Where",   "Expand",    "Not",     "Less",        "Greater",       "ConstantOfShape",
-      "Reshape", "Transpose", "Trilu",   "LessOrEqual", "GreaterOrEqual"};
+      "Gather",  "Unsqueeze", "Squeeze", "Concat",      "Cast",           "Add",
+      "Sub",     "Mul",       "Div",     "Slice",       "Range",          "Equal",
+      "Where",   "Expand",    "Not",     "Less",        "Greater",        "ConstantOfShape",
+      "Reshape", "Transpose", "Trilu",   "LessOrEqual", "GreaterOrEqual", "MatMul",
+      "Cos",     "Sin"};
   return ops.count(op) > 0;
 }
 
-// The positions, features and heads of attention value v's axes (the
-// batch's as kShape ints: n, b and r).
-int64_t axisSize(char axis, int64_t t, int64_t d, int heads) {
-  switch (axis) {
-    case 't':
-    case 's':
-      return t;
-    case 'h':
-      return heads;
-    case 'f':
-      return d;
-    case 'n':
-      return kBatchDim;
-    case 'b':
-      return batchTimes(heads);
-    case 'r':
-      return batchTimes(t);
-    default:
-      return heads > 0 ? d / heads : d;
-  }
+// The base of rotary frequencies inv_freq_i = base^(-2i/d), i < d/2, as
+// Hugging Face's rotary embeddings store them (a constant of the file);
+// 0 when t holds no such progression.
+double rotaryFrequencyBase(const onnx::TensorProto& t) {
+  const auto f = inlineFloats(t);
+  if (!f || f->size() < 2 || std::fabs((*f)[0] - 1) > 1e-6 || !((*f)[1] > 0 && (*f)[1] < 1))
+    return 0;
+  const double ratio = (*f)[1];
+  for (size_t k = 2; k < f->size(); ++k)
+    if (std::fabs((*f)[k] - std::pow(ratio, static_cast<double>(k))) >
+        1e-4 * std::pow(ratio, static_cast<double>(k)))
+      return 0;
+  // ratio = base^(-2/d) = base^(-1/n), n = d/2 frequencies.
+  return std::pow(ratio, -static_cast<double>(f->size()));
 }
 
 // The ints of a shape or Reshape target, the batch and its multiples as
@@ -77,6 +73,8 @@ const char* partName(char part) {
       return "probabilities";
     case 'x':
       return "heads of a projection (Q, K or V)";
+    case 'r':
+      return "rotary positions on the heads of a projection";
     default:
       return "context";
   }
@@ -168,15 +166,9 @@ bool Importer::mapShapeOrDerived(int i) {
       derived.kind = ValueKind::kDerived;
       produce(i, derived);
       return true;
-    } else if (x.kind == ValueKind::kAttention) {
-      const Layer& l = net_.layers[static_cast<size_t>(x.layer)];
+    } else if (x.kind == ValueKind::kAttention && x.axes.find('g') == std::string::npos) {
       batchInside = x.seq == SeqLayout::kTimeMajor;
-      if (x.axes == "t") {
-        dims = {l.inShape.h, l.inShape.c};
-      } else {
-        for (char a : x.axes)
-          dims.push_back(axisSize(a, l.inShape.h, l.inShape.c, x.heads));
-      }
+      dims = attentionDims(x);
     } else {
       return false;
     }
@@ -204,6 +196,10 @@ bool Importer::mapShapeOrDerived(int i) {
       return false;
     const auto kind = it->second.kind;
     if (kind != ValueKind::kShape && kind != ValueKind::kConstant && kind != ValueKind::kDerived)
+      return false;
+    // A MatMul of constants by values computed from them (rotary
+    // frequencies times positions); a MatMul by a weight is an fc.
+    if (op == "MatMul" && kind == ValueKind::kConstant)
       return false;
   }
   // A table gathered at position ids is an embedding's positions (mapGather),
@@ -311,6 +307,16 @@ bool Importer::mapShapeOrDerived(int i) {
                         d[d.size() - 2] == d.back());
     }
   }
+  // Rotary frequencies (a constant inv_freq) and what is computed from them
+  // (cos and sin of positions times them): their base.
+  if (out.kind == ValueKind::kDerived)
+    for (int k = 0; k < n.input_size() && out.freqBase == 0; ++k)
+      if (hasInput(i, k)) {
+        const Value& x = input(i, k);
+        out.freqBase = x.kind == ValueKind::kDerived                ? x.freqBase
+                       : x.kind == ValueKind::kConstant && x.tensor ? rotaryFrequencyBase(*x.tensor)
+                                                                    : 0;
+      }
   // A learned tensor expanded over the batch (ViT's class token): its
   // initializer, for the Concat that reads it.
   if (op == "Expand" && first.kind == ValueKind::kConstant && first.tensor && !shapeInts(first))
@@ -320,6 +326,179 @@ bool Importer::mapShapeOrDerived(int i) {
   for (const auto& name : n.output())
     if (!name.empty())
       values_[name] = out;
+  return true;
+}
+
+int64_t Importer::headDim(const Value& v) const {
+  const Layer& l = net_.layers[static_cast<size_t>(v.layer)];
+  // A projection's own heads split its outputs; Q, K and V sliced from one
+  // fc (or an attention folded) have heads of its input's width.
+  const int64_t features = v.part == 'x' && l.kind == LayerKind::kFc ? l.spec.outputs : l.inShape.c;
+  const int own = v.kvHeads > 0 ? v.kvHeads : v.heads;
+  return own > 0 ? features / own : features;
+}
+
+Dims Importer::attentionDims(const Value& v) const {
+  const Layer& l = net_.layers[static_cast<size_t>(v.layer)];
+  const int64_t t = l.inShape.h;
+  if (v.axes == "t")
+    return {t, l.inShape.c};
+  Dims dims;
+  for (char axis : v.axes) {
+    switch (axis) {
+      case 't':
+      case 's':
+        dims.push_back(t);
+        break;
+      case 'h':
+      case 'g':  // repeat_kv's copies, known only once reshaped (mapRotaryOrRepeat)
+        dims.push_back(v.heads);
+        break;
+      case 'u':
+        dims.push_back(1);
+        break;
+      case 'f':
+        dims.push_back(l.inShape.c);
+        break;
+      case 'n':
+        dims.push_back(kBatchDim);
+        break;
+      case 'b':
+        dims.push_back(batchTimes(v.heads));
+        break;
+      case 'r':
+        dims.push_back(batchTimes(t));
+        break;
+      default:
+        dims.push_back(headDim(v));
+    }
+  }
+  return dims;
+}
+
+void Importer::cannotFollow(int i, int at, const std::string& why) const {
+  const auto& n = model_.graph().node(i);
+  const Value& a = input(i, at);
+  failAt(i, fmt::format("op '{}' reads '{}', the {} of the attention whose Q, K and V layer "
+                        "'{}' computes, {}: strata folds Split (or separate Q, K and V fcs), "
+                        "Reshape to heads, rotary positions (x cos + rotate_half(x) sin), "
+                        "repeat_kv (Unsqueeze, Expand, Reshape), Transpose, "
+                        "MatMul of Q by Kᵀ, a scale, a mask, Softmax, Dropout, MatMul by V, "
+                        "Transpose, Reshape and the output projection's MatMul into one "
+                        "attention",
+                        n.op_type(), n.input(at), partName(a.rope != 0 ? 'r' : a.part),
+                        net_.layers[static_cast<size_t>(a.layer)].name, why));
+}
+
+// Rotary positions as Hugging Face's Llama writes them, on a projection's
+// heads [H, T, dh] (or [T, H, dh]): x * cos + rotate_half(x) * sin, where
+// rotate_half(x) = cat(-x[..., dh/2:], x[..., :dh/2]) and cos and sin are
+// computed from positions and constants alone; and repeat_kv, K's and V's
+// heads shared among the query heads: x[:, :, None].expand(N, kv, rep, T,
+// dh).reshape(N, kv rep, T, dh).
+bool Importer::mapRotaryOrRepeat(int i, int at) {
+  const auto& n = model_.graph().node(i);
+  const std::string& op = n.op_type();
+  const Value a = input(i, at);
+  if (a.kind != ValueKind::kAttention || a.part != 'x')
+    return false;
+  auto cannot = [&](const std::string& why) { cannotFollow(i, at, why); };
+  const int64_t dh = headDim(a);
+  const bool heads = a.axes == "htd" || a.axes == "thd";
+  // The last axis, of a tensor of 4 axes with the batch.
+  auto lastAxis = [&](int64_t axis) { return axis == -1 || axis == 3; };
+  Value v = a;
+  if (op == "Mul" && n.input_size() == 2) {
+    // cos or sin: computed from positions and constants, or (positions
+    // known when exported) a constant table; a scalar is a scale.
+    const Value& table = input(i, 1 - at);
+    const bool constantTable = table.kind == ValueKind::kConstant && table.tensor &&
+                               elementsOf(tensorDims(*table.tensor)) > 1;
+    if (table.kind != ValueKind::kDerived && !constantTable)
+      return false;  // (the scale's and the other mappings' errors)
+    if (!heads)
+      cannot(fmt::format("multiplied by a table with its axes {}", a.axes));
+    if (a.rope == 0 && !a.rotary)
+      v.rope = 'c';
+    else if (a.rope == 'r')
+      v.rope = 's';
+    else if (a.rope == 'a' || a.rope == 'b')
+      cannot(
+          "part of its features multiplied by a table: rotary positions that turn part of a "
+          "head's features (partial rotary, GPT-NeoX's rotary_pct, is not folded yet)");
+    else
+      cannot("multiplied by a second table: rotary positions are x cos + rotate_half(x) sin");
+    v.ropeBase = std::max(a.ropeBase, table.freqBase);
+  } else if (op == "Slice" && n.input_size() >= 4 && at == 0) {
+    const auto starts = shapeInts(input(i, 1)), ends = shapeInts(input(i, 2)),
+               axes = shapeInts(input(i, 3));
+    const auto steps = n.input_size() > 4 && hasInput(i, 4) ? shapeInts(input(i, 4))
+                                                            : std::optional<Dims>(Dims{1});
+    if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 ||
+        axes->size() != 1 || steps->size() != 1 || (*steps)[0] != 1 || !lastAxis((*axes)[0]) ||
+        !heads || a.rope != 0 || a.rotary)
+      cannot("sliced otherwise than into the two halves of its features that rotate_half takes");
+    const int64_t begin = (*starts)[0], end = std::min((*ends)[0], dh), half = dh / 2;
+    if (dh % 2 == 0 && begin == 0 && end == half)
+      v.rope = 'a';
+    else if (dh % 2 == 0 && begin == half && end == dh)
+      v.rope = 'b';
+    else
+      cannot(
+          fmt::format("sliced along its {} features to [{}, {}): rotary positions that turn "
+                      "all of a head's features take [0, {}) and [{}, {}) (partial rotary, "
+                      "GPT-NeoX's rotary_pct, is not folded yet)",
+                      dh, begin, end, half, half, dh));
+  } else if (op == "Neg" && a.rope == 'b') {
+    v.rope = 'n';
+  } else if (op == "Concat" && n.input_size() == 2 && at == 0 && a.rope == 'n') {
+    const Value& first = input(i, 1);
+    if (!lastAxis(intAttr(i, "axis", 0)) || first.kind != ValueKind::kAttention ||
+        first.layer != a.layer || first.rope != 'a' || first.axes != a.axes)
+      cannot(
+          "concatenated with something other than the first half of the same heads along "
+          "the features (rotate_half's cat(-x2, x1))");
+    v.rope = 'r';
+  } else if (op == "Add" && n.input_size() == 2 && (a.rope == 'c' || a.rope == 's')) {
+    const Value& b = input(i, 1 - at);
+    if (b.kind != ValueKind::kAttention || b.layer != a.layer || b.axes != a.axes ||
+        b.rope != (a.rope == 'c' ? 's' : 'c'))
+      cannot(
+          "added to something other than the other term of x cos + rotate_half(x) sin of the "
+          "same heads");
+    v.rope = 0;
+    v.rotary = true;
+    v.ropeBase = std::max(a.ropeBase, b.ropeBase);
+  } else if (op == "Unsqueeze" && a.rope == 0 && a.axes == "htd" && a.kvHeads == 0) {
+    Dims axes = intsAttr(i, "axes");
+    if (axes.empty() && hasInput(i, 1))
+      axes = shapeInts(input(i, 1)).value_or(Dims{});
+    if (axes != Dims{2})
+      cannot(fmt::format("unsqueezed at axes {} (repeat_kv's is 2)", dimsText(axes)));
+    v.axes = "hutd";
+  } else if (op == "Expand" && a.axes == "hutd") {
+    v.axes = "hgtd";
+  } else if (op == "Reshape" && a.axes == "hgtd" && hasInput(i, 1)) {
+    const auto target = shapeInts(input(i, 1));
+    const int64_t t = net_.layers[static_cast<size_t>(a.layer)].inShape.h;
+    if (!target || target->size() != 4 || (*target)[0] != kBatchDim || (*target)[2] != t ||
+        (*target)[3] != dh || (*target)[1] <= a.heads || (*target)[1] % a.heads != 0 ||
+        (*target)[1] > std::numeric_limits<int>::max())
+      cannot(fmt::format(
+          "expanded and reshaped to {}, not to [N, a multiple of its {} heads, {}, "
+          "{}] (repeat_kv)",
+          target ? dimsText(*target) : std::string("a computed shape"), a.heads, t, dh));
+    v.axes = "htd";
+    v.kvHeads = a.heads;
+    v.heads = static_cast<int>((*target)[1]);
+  } else {
+    if (a.rope != 0)
+      cannot("in the middle of rotary positions, x cos + rotate_half(x) sin");
+    if (a.axes == "hutd" || a.axes == "hgtd")
+      cannot("in the middle of repeat_kv (Unsqueeze at axis 2, Expand, Reshape)");
+    return false;
+  }
+  values_[n.output(0)] = v;
   return true;
 }
 
@@ -400,9 +579,9 @@ bool Importer::mapAttentionPart(int i) {
   // Three Slices of a time-major fc's [T, N, 3 D] output along the features,
   // D each (nn.MultiheadAttention's in-projection, chunk(3) as
   // torch.onnx.export writes it): Q, K and V.
-  if (op == "Slice" && n.input_size() >= 4) {
+  if (op == "Slice" && n.input_size() >= 4 && input(i, 0).kind == ValueKind::kActivation) {
     const Value& x = input(i, 0);
-    if (x.kind != ValueKind::kActivation || x.layer < 0 || x.seq != SeqLayout::kTimeMajor)
+    if (x.layer < 0 || x.seq != SeqLayout::kTimeMajor)
       return false;
     const Layer& fc = layerOf(x);
     const int64_t d = fc.inShape.c;
@@ -453,15 +632,9 @@ bool Importer::mapAttentionPart(int i) {
   const Value a = input(i, at);
   Layer& qkv = net_.layers[static_cast<size_t>(a.layer)];
   const int64_t t = qkv.inShape.h, d = qkv.inShape.c;
-  auto cannot = [&](const std::string& why) {
-    failAt(i, fmt::format("op '{}' reads '{}', the {} of the attention whose Q, K and V layer "
-                          "'{}' computes, {}: strata folds Split (or separate Q, K and V fcs), "
-                          "Reshape to heads, Transpose, "
-                          "MatMul of Q by Kᵀ, a scale, a mask, Softmax, Dropout, MatMul by V, "
-                          "Transpose, Reshape and the output projection's MatMul into one "
-                          "attention",
-                          op, n.input(at), partName(a.part), qkv.name, why));
-  };
+  auto cannot = [&](const std::string& why) { cannotFollow(i, at, why); };
+  if (mapRotaryOrRepeat(i, at))
+    return true;
   auto sameAttention = [&](const Value& other) {
     return other.kind == ValueKind::kAttention && other.layer == a.layer;
   };
@@ -488,12 +661,16 @@ bool Importer::mapAttentionPart(int i) {
     if (attention_.count(b.layer) > 0 || other.inputs != q.inputs)
       cannot(fmt::format("whose {} layer '{}' reads another input than Q's '{}'", what, other.name,
                          q.name));
-    if (q.kind != LayerKind::kFc || other.spec.outputs != q.spec.outputs ||
-        q.spec.outputs != q.inShape.c)
+    // K's and V's own heads: fewer than Q's when repeat_kv shares them
+    // (grouped-query attention), dh features each.
+    const int kv = b.kvHeads > 0 ? b.kvHeads : b.heads;
+    const int64_t dh = q.inShape.c / a.heads;
+    if (q.kind != LayerKind::kFc || q.spec.outputs != q.inShape.c ||
+        other.spec.outputs != int64_t{kv} * dh)
       cannot(
           fmt::format("with Q of {} features and {} of {} from {} inputs: strata folds "
-                      "separate projections of D features each from D (grouped key-value "
-                      "heads are not folded yet)",
+                      "separate projections from D inputs, Q of D features and K and V of "
+                      "dh = D / heads for each of their heads",
                       q.spec.outputs, what, other.spec.outputs, q.inShape.c));
     if (other.spec.bias != q.spec.bias)
       cannot(fmt::format(
@@ -503,7 +680,14 @@ bool Importer::mapAttentionPart(int i) {
     AttentionState& state = attention_[a.layer];
     if (keys ? state.keys >= 0 : (state.keys < 0 || state.values >= 0 || b.layer == state.keys))
       cannot(fmt::format("whose {} would be '{}' a second time", what, other.name));
+    if (!keys && kv != state.kvHeads)
+      cannot(
+          fmt::format("with {} key heads and {} value heads: strata's grouped-query attention "
+                      "shares each of its key/value heads between K and V",
+                      state.kvHeads, kv));
     (keys ? state.keys : state.values) = b.layer;
+    state.kvHeads = kv;
+    absorbed_.insert(b.layer);
   };
   Value v = a;
   if (op == "Identity" || op == "Cast") {
@@ -512,15 +696,7 @@ bool Importer::mapAttentionPart(int i) {
     const auto target = shapeInts(input(i, 1));
     if (!target)
       cannot("its target shape not computed from shapes and constants");
-    Dims from;
-    if (a.seq == SeqLayout::kTimeMajor) {
-      // (below)
-    } else if (a.axes == "t") {
-      from = {t, d};
-    } else {
-      for (char axis : a.axes)
-        from.push_back(axisSize(axis, t, d, a.heads));
-    }
+    const Dims from = attentionDims(a);
     if (a.seq == SeqLayout::kTimeMajor) {
       // [T, N, D] to [T, N H, D / H] (the heads split out), and [T, N H,
       // D / H] to [T N, D] (joined, the context's rows).
@@ -533,10 +709,7 @@ bool Importer::mapAttentionPart(int i) {
       } else if (a.axes == "tbd" && to == std::vector<int64_t>{batchTimes(t), d}) {
         v.axes = "rf";
       } else {
-        Dims dims;
-        for (char axis : a.axes)
-          dims.push_back(axisSize(axis, t, d, a.heads));
-        cannot(fmt::format("reshaping {} to {}", shapeText(dims), shapeText(to)));
+        cannot(fmt::format("reshaping {} to {}", shapeText(from), shapeText(to)));
       }
       values_[n.output(0)] = v;
       return true;
@@ -576,13 +749,26 @@ bool Importer::mapAttentionPart(int i) {
              (a.part == 'x' || input(i, 1).part == 'x')) {
     // Separate projections: Q Kᵀ joins K's fc to Q's, P V adds V's.
     const Value& b = input(i, 1);
+    if (b.rope != 0 || b.axes == "hutd" || b.axes == "hgtd")
+      cannot(fmt::format("multiplied by the {} in the middle of {}", partName(b.part),
+                         b.rope != 0 ? "rotary positions" : "repeat_kv"));
     if (a.part == 'x' && a.axes == "htd" && b.part == 'x' && b.axes == "hdt" &&
         a.heads == b.heads && b.layer != a.layer) {
+      if (a.kvHeads > 0)
+        cannot("whose Q heads are repeated (repeat_kv repeats K and V)");
+      if (a.rotary != b.rotary)
+        cannot(
+            fmt::format("with rotary positions on {} alone: strata's rotary attention turns Q "
+                        "and K",
+                        a.rotary ? "Q" : "K"));
       joinProjection(b, true);
       v.part = 's';
       v.axes = "hts";
+      v.ropeBase = std::max(a.ropeBase, b.ropeBase);
     } else if (a.part == 'p' && a.axes == "hts" && b.part == 'x' && b.axes == "htd" &&
                a.heads == b.heads && b.layer != a.layer) {
+      if (b.rotary)
+        cannot("multiplied by V with rotary positions: strata's rotary attention turns Q and K");
       joinProjection(b, false);
       v.part = 'c';
       v.axes = "htd";
@@ -636,6 +822,11 @@ bool Importer::mapAttentionPart(int i) {
     }
     LayerSpec s;
     s.heads = a.heads;
+    if (state.kvHeads > 0 && state.kvHeads != a.heads)
+      s.kvHeads = state.kvHeads;
+    s.rotary = a.rotary;
+    if (a.rotary && a.ropeBase > 0)
+      s.rotaryBase = a.ropeBase;
     s.causal = a.masked;
     s.bias = qkv.spec.bias;  // the output projection's bias Add must follow (finish)
     s.attentionDropout = a.attentionDropout;

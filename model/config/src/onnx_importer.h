@@ -38,6 +38,11 @@ enum class ValueKind {
   // transposed to [C / groups, groups, H, W]), the first steps of a channel
   // shuffle (torchvision's ShuffleNetV2).
   kChannelGroups,
+  // A step of an RMSNorm written out (Zhang & Sennrich 2019; Hugging Face's
+  // LlamaRMSNorm): x.pow(2).mean(-1, keepdim=True), + eps, sqrt, its
+  // reciprocal, x times that, then times the weight, which makes the
+  // rmsnorm layer of `layer`'s activation.
+  kNormStat,
 };
 
 // The batch dim of a kShape value: symbolic, whatever the batch. A multiple
@@ -110,6 +115,27 @@ struct Value {
   char part = 0;
   std::string axes;
   int heads = 0;
+  // kAttention, part x: the heads of its own projection when repeat_kv
+  // (Unsqueeze, Expand, Reshape) shared them among `heads` query heads
+  // (grouped-query attention); 0: not repeated.
+  int kvHeads = 0;
+  // kAttention: rotary positions turned this projection's heads (Su et al.
+  // 2021, as Hugging Face's apply_rotary_pos_emb writes them: x cos +
+  // rotate_half(x) sin), and the base read from the frequencies (0: not
+  // found in the file). `rope` is the step of that sum x is at: 0 none,
+  // 'c' x times a table (cos), 'a' and 'b' x's first and second halves
+  // along the features, 'n' the second half negated, 'r' rotate_half(x)
+  // (Concat of 'n' and 'a'), 's' rotate_half(x) times a table (sin).
+  bool rotary = false;
+  char rope = 0;
+  double ropeBase = 0;
+  // kDerived: the base of the rotary frequencies it is computed from
+  // (inv_freq = base^(-2i/d), a constant of the file), 0 if none.
+  double freqBase = 0;
+  // kNormStat: the step ('m' mean of squares, 'e' plus eps, 's' its square
+  // root, 'r' the reciprocal, 'n' x normalised) and the eps added.
+  char norm = 0;
+  double eps = 0;
   bool masked = false;          // a mask met the scores (causal)
   double attentionDropout = 0;  // a Dropout of the probabilities
   // kChannelGroups: the groups, and whether the two group axes swapped.
@@ -147,6 +173,7 @@ struct AttentionState {
   // attention and dropped from the network when it folds; -1: none.
   int keys = -1;
   int values = -1;
+  int kvHeads = 0;  // the K projection's heads (grouped-query attention)
 };
 
 std::string dimsText(const Dims& d);
@@ -155,6 +182,9 @@ int64_t elementsOf(const Dims& d);
 // The int64 values of a tensor stored in the file itself; nullopt for
 // external data (never read) or another element type.
 std::optional<std::vector<int64_t>> inlineInt64s(const onnx::TensorProto& t);
+// The values of a float or double tensor stored in the file; nullopt for
+// external data or another element type.
+std::optional<std::vector<double>> inlineFloats(const onnx::TensorProto& t);
 // The one float value of a scalar tensor stored in the file; nullopt otherwise.
 std::optional<double> inlineScalar(const onnx::TensorProto& t);
 
@@ -250,6 +280,9 @@ class Importer {
                             : v.kind == ValueKind::kChannelGroups
                                 ? "channels viewed as groups (of a channel shuffle, whose "
                                   "Transpose and Reshape back strata maps)"
+                            : v.kind == ValueKind::kNormStat
+                                ? "a step of an RMSNorm written out (its weight's Mul makes "
+                                  "the rmsnorm)"
                                 : "a constant"));
     if (!anyLayout && v.channelsLast)
       failAt(i, fmt::format("op '{}' reads '{}', a channels-last view of an activation (a "
@@ -320,7 +353,8 @@ class Importer {
 
   // ---- the mapping (onnx_ops.cpp) --------------------------------------------
   void mapNode(int i);
-  // finish: the K and V fcs absorbed into attentions leave the network.
+  // finish: the layers absorbed by folds (the K and V fcs of attentions,
+  // the up fcs of SwiGLUs) leave the network.
   void dropAbsorbedLayers();
   void mapConv(int i);
   void mapPool(int i, PoolMode mode);
@@ -375,6 +409,23 @@ class Importer {
   // The nodes reading value `name` (each input counted) that are no Shape.
   int readersBesidesShapes(const std::string& name) const;
   bool mapAttentionPart(int i);
+  // The features of one head of kAttention value v, and the sizes of its
+  // per-example axes (the batch's as kShape ints).
+  int64_t headDim(const Value& v) const;
+  Dims attentionDims(const Value& v) const;
+  // The error of node i reading input `at`, a kAttention value, in a way
+  // the attention fold does not follow.
+  [[noreturn]] void cannotFollow(int i, int at, const std::string& why) const;
+  // Node i is a step of rotary positions on a projection's heads, or of
+  // repeat_kv: maps it; false otherwise. `a` is node i's kAttention input.
+  bool mapRotaryOrRepeat(int i, int at);
+  // Node i is a step of an RMSNorm written out (kNormStat), or a Cast of an
+  // activation: maps it; false otherwise.
+  bool mapRmsNormPart(int i);
+  // Mul of silu(gate(x)) by up(x), two fcs of one input: the SwiGLU MLP
+  // (Shazeer 2020; Llama) as strata's one fc of both and a swiglu; false
+  // when node i is no such Mul.
+  bool mapSwiglu(int i);
   // The per-example dims a Reshape of x to `target` (kShape ints with the
   // batch) gives; fails naming node i when they do not follow.
   Dims reshapeTarget(int i, const Dims& from, const std::vector<int64_t>& target) const;
@@ -397,6 +448,8 @@ class Importer {
   std::unordered_map<std::string, const onnx::TensorShapeProto*> graphShapes_;
   std::unordered_map<std::string, int> consumers_;  // readers of each value (nodes, outputs)
   std::map<int, AttentionState> attention_;         // by layer
+  std::set<int> absorbed_;                          // layers folded into another, dropped by finish
+  std::vector<std::pair<int, int>> swiglus_;        // (gate fc, the swiglu reading it)
   std::vector<int> nodeOf_;                         // the node each layer came from
   std::set<std::string> usedNames_;
   std::map<std::string, int> embeddingTables_;  // initializer -> the embedding layer reading it

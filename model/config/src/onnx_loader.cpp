@@ -54,6 +54,33 @@ std::optional<std::vector<int64_t>> inlineInt64s(const onnx::TensorProto& t) {
   return v;
 }
 
+std::optional<std::vector<double>> inlineFloats(const onnx::TensorProto& t) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    return std::nullopt;
+  const int64_t count = elementsOf(tensorDims(t));
+  const auto& raw = t.raw_data();
+  std::vector<double> v;
+  if (t.data_type() == onnx::TensorProto::FLOAT) {
+    if (t.float_data_size() > 0)
+      return std::vector<double>(t.float_data().begin(), t.float_data().end());
+    if (raw.size() != static_cast<size_t>(count) * sizeof(float))
+      return std::nullopt;
+    std::vector<float> f(static_cast<size_t>(count));
+    std::memcpy(f.data(), raw.data(), raw.size());
+    return std::vector<double>(f.begin(), f.end());
+  }
+  if (t.data_type() == onnx::TensorProto::DOUBLE) {
+    if (t.double_data_size() > 0)
+      return std::vector<double>(t.double_data().begin(), t.double_data().end());
+    if (raw.size() != static_cast<size_t>(count) * sizeof(double))
+      return std::nullopt;
+    v.resize(static_cast<size_t>(count));
+    std::memcpy(v.data(), raw.data(), raw.size());
+    return v;
+  }
+  return std::nullopt;
+}
+
 std::optional<double> inlineScalar(const onnx::TensorProto& t) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL || elementsOf(tensorDims(t)) != 1)
     return std::nullopt;
@@ -402,6 +429,15 @@ void Importer::finish() {
   if (!outputIsLast)
     fail("graph.output",
          fmt::format("no graph output is the last layer '{}'", net_.layers.back().name));
+  // A SwiGLU's gate fc holds the up projection's rows too: the swiglu must
+  // be its one reader.
+  for (const auto& [gate, swiglu] : swiglus_)
+    for (size_t k = 0; k < net_.layers.size(); ++k)
+      if (static_cast<int>(k) != swiglu &&
+          std::count(net_.layers[k].inputs.begin(), net_.layers[k].inputs.end(), gate) > 0)
+        failAt(nodeOf_[k], fmt::format("reads '{}', the gate of a SwiGLU that strata folds "
+                                       "with its up projection into one fc",
+                                       net_.layers[static_cast<size_t>(gate)].name));
   dropAbsorbedLayers();
   // Folds changed specs after their layers were derived: derive all again,
   // with the network's total checked as the YAML loader checks it.
@@ -414,15 +450,14 @@ void Importer::finish() {
   findModelParallelPart(net_);
 }
 
-// The K and V fcs of attentions folded from separate projections hold
-// parameters the attention layer now counts: they leave the network, and
-// every layer index after them moves down.
+// The K and V fcs of attentions folded from separate projections, and the
+// up fcs of SwiGLUs, hold parameters the attention layer (the gate's fc)
+// now counts: they leave the network, and every layer index after them
+// moves down.
 void Importer::dropAbsorbedLayers() {
   std::vector<bool> drop(net_.layers.size(), false);
-  for (const auto& [layer, state] : attention_)
-    for (int k : {state.keys, state.values})
-      if (k >= 0)
-        drop[static_cast<size_t>(k)] = true;
+  for (int k : absorbed_)
+    drop[static_cast<size_t>(k)] = true;
   std::vector<int> index(net_.layers.size(), -1);
   std::vector<Layer> kept;
   std::vector<int> keptNodes;
@@ -437,7 +472,9 @@ void Importer::dropAbsorbedLayers() {
     if (k < 0)
       return k;
     if (index[static_cast<size_t>(k)] < 0)  // its readers were checked when it was absorbed
-      failAt(keptNodes[reader], "reads a projection folded into an attention");
+      failAt(keptNodes[reader],
+             "reads a projection folded into an attention (K, V) or a SwiGLU "
+             "(its up projection)");
     return index[static_cast<size_t>(k)];
   };
   for (size_t k = 0; k < kept.size(); ++k) {

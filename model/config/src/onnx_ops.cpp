@@ -22,8 +22,9 @@ constexpr const char* kSupported =
     "channel shuffle (Reshape, Transpose, Reshape), Pad (into a Conv or pool), Flatten, Reshape "
     "(flattening; patches to a sequence), Identity, Constant, Gemm, MatMul (by a weight), Gather "
     "(embedding; one position of a sequence), com.microsoft Attention, a decomposed attention "
-    "(Split or separate Q, K and V fcs, Reshape, Transpose, MatMul, Softmax; "
-    "nn.MultiheadAttention's), shape computations "
+    "(Split or separate Q, K and V fcs, Reshape, Transpose, MatMul, Softmax; rotary positions; "
+    "repeat_kv; nn.MultiheadAttention's), an RMSNorm written out, the SwiGLU MLP (Mul of "
+    "silu(gate(x)) by up(x)), Cast (between float types), shape computations "
     "(Shape, Gather, Unsqueeze, Concat, Range, ...)";
 
 // What an op strata does not map usually is in an exported network, and the
@@ -42,8 +43,10 @@ std::string nearestPattern(const std::string& op) {
     return "; the exact GELU decomposed (Div, Erf, Add, Mul, Mul): export the Gelu op (opset "
            "20) or com.microsoft Gelu";
   if (op == "Div" || op == "Sub" || op == "Pow" || op == "Sqrt")
-    return "; a decomposed normalisation (ReduceMean, Sub, Pow, Sqrt, Div): export "
-           "LayerNormalization (opset 17)";
+    return "; a decomposed normalisation (ReduceMean, Sub, Pow, Sqrt, Div): strata folds an "
+           "RMSNorm written out (x.pow(2).mean(-1, keepdim=True), Add eps, Sqrt, Div or "
+           "Reciprocal, Mul by x, Mul by a weight); export a LayerNorm as LayerNormalization "
+           "(opset 17)";
   return "";
 }
 
@@ -73,7 +76,8 @@ void Importer::mapNode(int i) {
   };
   // Shapes and constants, an attention's parts, element-wise chains
   // (onnx_attention.cpp and below) come before the ops' own mappings.
-  if (standard && (mapShapeOrDerived(i) || mapAttentionPart(i) || mapPointwiseChain(i)))
+  if (standard &&
+      (mapShapeOrDerived(i) || mapAttentionPart(i) || mapPointwiseChain(i) || mapRmsNormPart(i)))
     return;
   // A kPointwise input ends its element-wise chain here.
   for (const auto& name : n.input())
@@ -843,6 +847,8 @@ void Importer::mapMul(int i) {
       return;
     }
   }
+  if (mapSwiglu(i))
+    return;
   const Dims da = dimsOf(a), db = dimsOf(b);
   if (da == db) {
     Value v = addLayer(i, LayerKind::kMul, {}, {a.layer, b.layer}, a.rank);
@@ -1026,6 +1032,162 @@ void Importer::mapReduceMean(int i) {
   if (intAttr(i, "keepdims", 1) == 0)
     v.rank = 1;  // [N, C]: the pool's C x 1 x 1 as a vector
   produce(i, v);
+}
+
+bool Importer::mapSwiglu(int i) {
+  const auto& n = model_.graph().node(i);
+  for (int k = 0; k < 2; ++k) {
+    const Value& s = input(i, k);
+    const Value& u = input(i, 1 - k);
+    if (s.layer < 0 || u.layer < 0 || layerOf(s).kind != LayerKind::kSilu ||
+        layerOf(s).inputs.size() != 1 || layerOf(s).inputs[0] < 0 || s.rank != 2 || u.rank != 2)
+      continue;
+    const int g = layerOf(s).inputs[0];
+    Layer& gate = net_.layers[static_cast<size_t>(g)];
+    const Layer& up = layerOf(u);
+    auto plainFc = [](const Layer& l) {
+      return l.kind == LayerKind::kFc && !l.spec.flatten && l.spec.tiedTo < 0;
+    };
+    if (!plainFc(gate) || !plainFc(up) || g == u.layer || gate.inputs != up.inputs ||
+        gate.spec.outputs != up.spec.outputs || absorbed_.count(u.layer) > 0 ||
+        consumers_[n.input(0)] != 1 || consumers_[n.input(1)] != 1)
+      continue;
+    if (gate.spec.bias != up.spec.bias)
+      failAt(i, fmt::format("the SwiGLU of gate '{}' and up '{}' has a bias on {} alone: strata's "
+                            "one fc of both has biases on both or on neither",
+                            gate.name, up.name, gate.spec.bias ? "the gate" : "the up projection"));
+    if (gate.spec.outputs > std::numeric_limits<int>::max() / 2)
+      failAt(i, fmt::format("2 x {} gate and up rows are over {}", gate.spec.outputs,
+                            std::numeric_limits<int>::max()));
+    // The gate's rows, then the up projection's: strata's swiglu is silu of
+    // the first half times the second.
+    gate.spec.outputs *= 2;
+    derive(static_cast<size_t>(g));
+    Layer& l = layerOf(s);
+    l.kind = LayerKind::kSwiglu;
+    l.name = layerName(i);
+    nodeOf_[static_cast<size_t>(s.layer)] = i;
+    derive(static_cast<size_t>(s.layer));
+    absorbed_.insert(u.layer);
+    swiglus_.emplace_back(g, s.layer);
+    produce(i, s);
+    return true;
+  }
+  return false;
+}
+
+bool Importer::mapRmsNormPart(int i) {
+  const auto& n = model_.graph().node(i);
+  const std::string& op = n.op_type();
+  // A Cast of an activation (or of a step of an element-wise chain or an
+  // RMSNorm) to a float type is the same tensor: strata prices one
+  // precision (Hugging Face's RMSNorm casts to float32 and back).
+  if (op == "Cast" && n.input_size() == 1) {
+    auto it = values_.find(n.input(0));
+    if (it == values_.end() ||
+        (it->second.kind != ValueKind::kActivation && it->second.kind != ValueKind::kPointwise &&
+         it->second.kind != ValueKind::kNormStat))
+      return false;
+    const int64_t to = intAttr(i, "to", 0);
+    if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::FLOAT16 &&
+        to != onnx::TensorProto::DOUBLE && to != onnx::TensorProto::BFLOAT16)
+      failAt(i, fmt::format("Cast of the activation '{}' to element type {}: strata reads a Cast "
+                            "between float types as the same tensor, and no other",
+                            n.input(0), to));
+    const Value v = it->second;
+    if (v.kind == ValueKind::kActivation)
+      produce(i, v);
+    else
+      values_[n.output(0)] = v;
+    return true;
+  }
+  // x.pow(2).mean(-1, keepdim=True) starts an RMSNorm of x.
+  if (op == "ReduceMean" && n.input_size() >= 1) {
+    auto it = values_.find(n.input(0));
+    if (it == values_.end() || it->second.kind != ValueKind::kPointwise)
+      return false;
+    const Value& p = it->second;
+    if (p.terms.size() != 1 || p.terms.begin()->second.op != "Pow" ||
+        p.terms.begin()->second.constant != 2.0)
+      return false;  // (materialized: its error names what it is made of)
+    Dims axes = intsAttr(i, "axes");
+    if (axes.empty() && hasInput(i, 1))
+      axes = shapeInts(input(i, 1)).value_or(Dims{});
+    const int64_t last = p.rank;  // with the batch, axis 0
+    if (p.flat || p.channelsLast || p.seq != SeqLayout::kBatchFirst || p.rank > 2 ||
+        axes.size() != 1 || (axes[0] != -1 && axes[0] != last) || intAttr(i, "keepdims", 1) != 1)
+      failAt(i, fmt::format("ReduceMean over axes {} (keepdims {}) of the squares of {}: strata "
+                            "folds the mean of squares over the last axis, kept, of sequences "
+                            "[N, T, F] and vectors [N, F] as an RMSNorm's",
+                            dimsText(axes), intAttr(i, "keepdims", 1), withBatch(dimsOf(p))));
+    Value v = p;
+    v.kind = ValueKind::kNormStat;
+    v.terms.clear();
+    v.norm = 'm';
+    values_[n.output(0)] = v;
+    return true;
+  }
+  int at = -1;
+  for (int k = 0; k < n.input_size() && at < 0; ++k)
+    if (auto it = values_.find(n.input(k));
+        hasInput(i, k) && it != values_.end() && it->second.kind == ValueKind::kNormStat)
+      at = k;
+  if (at < 0)
+    return false;
+  const Value s = input(i, at);
+  const Value* other = n.input_size() == 2 && hasInput(i, 1 - at) ? &input(i, 1 - at) : nullptr;
+  auto scalar = [&]() -> std::optional<double> {
+    return other && other->kind == ValueKind::kConstant && other->tensor
+               ? inlineScalar(*other->tensor)
+               : std::nullopt;
+  };
+  auto isX = [&]() {
+    return other && other->kind == ValueKind::kActivation && other->layer == s.layer &&
+           other->rank == s.rank && !other->flat && !other->channelsLast &&
+           other->seq == SeqLayout::kBatchFirst && other->padH == 0 && other->padW == 0;
+  };
+  Value v = s;
+  if (op == "Add" && s.norm == 'm' && scalar()) {
+    v.norm = 'e';
+    v.eps = *scalar();
+    if (!(v.eps >= 0 && v.eps < 1))
+      failAt(i, fmt::format("an RMSNorm's eps of {}: it must be in [0, 1)", v.eps));
+  } else if (op == "Sqrt" && s.norm == 'e') {
+    v.norm = 's';
+  } else if ((op == "Reciprocal" && s.norm == 's') ||
+             (op == "Div" && at == 1 && s.norm == 's' && scalar() == 1.0)) {
+    v.norm = 'r';
+  } else if ((op == "Mul" && s.norm == 'r' && isX()) ||
+             (op == "Div" && at == 1 && s.norm == 's' && isX())) {
+    v.norm = 'n';
+  } else if (op == "Mul" && s.norm == 'n' && other && other->kind == ValueKind::kConstant) {
+    Dims w = constant(i, 1 - at, "weight");
+    while (w.size() > 1 && w.front() == 1)
+      w.erase(w.begin());
+    const int64_t f = shapeOf(s).c;
+    if (w != Dims{f})
+      failAt(i, fmt::format("an RMSNorm's weight {} is not one value per feature [{}]", dimsText(w),
+                            f));
+    LayerSpec spec;
+    spec.eps = s.eps;
+    produce(i, addLayer(i, LayerKind::kRmsNorm, spec, {s.layer}, s.rank));
+    return true;
+  } else {
+    const char* step = s.norm == 'm'   ? "the mean of the squares"
+                       : s.norm == 'e' ? "the mean of the squares plus eps"
+                       : s.norm == 's' ? "the root mean square"
+                       : s.norm == 'r' ? "the reciprocal root mean square"
+                                       : "the normalised x, before its weight";
+    failAt(i, fmt::format("op '{}' reads '{}', {} of an RMSNorm of '{}' written out, in a way "
+                          "strata does not follow: strata folds x.pow(2).mean(-1, "
+                          "keepdim=True), Add of a scalar eps, Sqrt, Reciprocal or Div of 1, "
+                          "Mul by x (or Div of x by the root) and Mul by a weight [F] into one "
+                          "rmsnorm",
+                          op, n.input(at), step,
+                          s.layer < 0 ? std::string("input") : layerOf(s).name));
+  }
+  values_[n.output(0)] = v;
+  return true;
 }
 
 // Pad with zeros around H and W (rows above and below alike, columns left
