@@ -75,6 +75,7 @@ void checkSameLayers(const Network& n, const Network& expected) {
     if (a.kind == LayerKind::kAttention) {
       CHECK(a.kvHeads() == b.kvHeads());
       CHECK(a.spec.rotary == b.spec.rotary);
+      CHECK(a.spec.qkvBias == b.spec.qkvBias);
       CHECK(a.rotaryFeatures() == b.rotaryFeatures());
       // The base computed from float32 frequencies, a few ulps off.
       CHECK(a.spec.rotaryBase == Approx(b.spec.rotaryBase).epsilon(1e-4));
@@ -410,6 +411,28 @@ TEST_CASE("a Llama exported from PyTorch imports as the tiny-llama preset", "[on
   CHECK(count(n, LayerKind::kSwiglu) == 2);
   CHECK(count(n, LayerKind::kRmsNorm) == 5);
   CHECK(layer(n, "/norm/Mul_1").kind == LayerKind::kRmsNorm);
+}
+
+TEST_CASE("a Qwen2 exported from PyTorch has biases on Q, K and V alone", "[onnx][attention]") {
+  // make_fixtures.py's tiny_qwen2_export: the Llama layout with biases on the
+  // q, k and v Linears and none on o (transformers' Qwen2Attention), the
+  // output layer F.linear(x, embed_tokens.weight); one block.
+  const Network n = loadNetwork(fixture("tiny_qwen2_export.onnx"));
+  const std::string yaml =
+      "name: tiny-qwen2\ninput: {channels: 1, height: 32, width: 1}\nlayers:\n"
+      "  - {name: embed, kind: embedding, vocab: 512, outputs: 64, positions: 0}\n"
+      "  - {name: h, kind: llama, heads: 4, kv_heads: 2, hidden: 176, qkv_bias: true}\n"
+      "  - {name: norm, kind: rmsnorm}\n"
+      "  - {name: lm_head, kind: fc, outputs: 512, flatten: false, bias: false, tied: embed}\n"
+      "  - {name: loss, kind: softmax}\n";
+  checkSameLayers(n, test::loadNetworkText("strata-onnx-qwen2", "tiny-qwen2", yaml));
+  const Layer& attn = layer(n, "/layers.0/self_attn/q_proj/MatMul");
+  CHECK(!attn.spec.bias);
+  CHECK(attn.spec.qkvBias);
+  // q 64 x 64 + 64, k and v 64 x 32 + 32 each, o 64 x 64.
+  CHECK(attn.params == 2 * 64 * 64 + 2 * 64 * 32 + 64 + 2 * 32);
+  // sum(p.numel() for p in the module's parameters())
+  CHECK(n.totalParams() == 79168);
 }
 
 TEST_CASE("rotary positions and RMSNorms strata cannot fold are one error naming the node",

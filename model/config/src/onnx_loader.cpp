@@ -388,7 +388,7 @@ void Importer::finish() {
     fail("graph", "no node maps to a strata layer");
   const int last = static_cast<int>(net_.layers.size()) - 1;
   for (const auto& [layer, state] : attention_) {
-    const Layer& l = net_.layers[static_cast<size_t>(layer)];
+    Layer& l = net_.layers[static_cast<size_t>(layer)];
     if (!state.projection && state.slices != 0)
       failAt(nodeOf_[static_cast<size_t>(layer)],
              fmt::format("'{}' is sliced into the Q, K and V of an attention that reaches no "
@@ -404,10 +404,16 @@ void Importer::finish() {
              "com.microsoft Attention leaves the output projection to the next node, and "
              "strata's attention includes it: its output must be read by one MatMul by a "
              "[D, D] weight");
+    // Biases on Q, K and V alone, none on the output projection: Qwen2's
+    // attention (qkv_bias).
+    if (l.spec.bias && !state.outputBias) {
+      l.spec.bias = false;
+      l.spec.qkvBias = true;
+    }
     if (state.outputBias != l.spec.bias)
       failAt(nodeOf_[static_cast<size_t>(layer)],
-             "strata's attention has biases on the QKV and the output projections or on "
-             "neither; this one has one without the other");
+             "strata's attention has biases on the QKV and the output projections, on neither, "
+             "or on Q, K and V alone (Qwen2); this one has one on the output projection alone");
   }
   for (int k = 0; k < last; ++k)
     if (net_.layers[static_cast<size_t>(k)].kind == LayerKind::kSoftmax)
