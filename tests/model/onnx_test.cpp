@@ -338,6 +338,17 @@ TEST_CASE("a GPT-2 written in PyTorch and exported by torch.onnx.export imports 
   CHECK(count(n, LayerKind::kGelu) == 2);
 }
 
+TEST_CASE("LayerNorms written out (torch 1.13's default opset 14) fold into layernorm",
+          "[onnx][attention]") {
+  // The same nanoGPT module exported at opset 14, where each LayerNorm is
+  // ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul by the weight
+  // and Add of the bias.
+  const Network n = loadNetwork(fixture("tiny_gpt_export_opset14.onnx"));
+  checkSameLayers(n, test::presetNetwork("tiny-gpt"));
+  CHECK(count(n, LayerKind::kLayerNorm) == 5);
+  CHECK(layer(n, "/ln_f/Add_1").kind == LayerKind::kLayerNorm);
+}
+
 TEST_CASE("a BERT with separate query, key and value projections folds each into one attention",
           "[onnx][attention]") {
   // make_fixtures.py's tiny_bert_export: Hugging Face's BertModel layout

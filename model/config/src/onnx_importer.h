@@ -38,10 +38,14 @@ enum class ValueKind {
   // transposed to [C / groups, groups, H, W]), the first steps of a channel
   // shuffle (torchvision's ShuffleNetV2).
   kChannelGroups,
-  // A step of an RMSNorm written out (Zhang & Sennrich 2019; Hugging Face's
-  // LlamaRMSNorm): x.pow(2).mean(-1, keepdim=True), + eps, sqrt, its
-  // reciprocal, x times that, then times the weight, which makes the
-  // rmsnorm layer of `layer`'s activation.
+  // A step of a normalisation written out over the features of `layer`'s
+  // activation x: an RMSNorm (Zhang & Sennrich 2019; Hugging Face's
+  // LlamaRMSNorm: x.pow(2).mean(-1, keepdim=True), + eps, sqrt, its
+  // reciprocal, x times that, times the weight) or a LayerNorm as
+  // torch.onnx.export writes it below opset 17 (x - mean(x), its squares'
+  // mean, + eps, sqrt, the centred x divided by it, times the weight, plus
+  // the bias). The weight's Mul (RMSNorm) or the bias's Add (LayerNorm)
+  // makes the layer.
   kNormStat,
 };
 
@@ -132,8 +136,11 @@ struct Value {
   // kDerived: the base of the rotary frequencies it is computed from
   // (inv_freq = base^(-2i/d), a constant of the file), 0 if none.
   double freqBase = 0;
-  // kNormStat: the step ('m' mean of squares, 'e' plus eps, 's' its square
-  // root, 'r' the reciprocal, 'n' x normalised) and the eps added.
+  // kNormStat: the step and the eps added. RMSNorm: 'm' the mean of x's
+  // squares, 'e' plus eps, 's' its square root, 'r' the reciprocal, 'n' x
+  // normalised. LayerNorm: 'M' the mean of x, 'D' x minus it, 'Q' its
+  // squares, 'V' their mean, 'E' plus eps, 'S' the square root, 'R' the
+  // reciprocal, 'N' the centred x normalised, 'W' times the weight.
   char norm = 0;
   double eps = 0;
   bool masked = false;          // a mask met the scores (causal)
@@ -419,9 +426,9 @@ class Importer {
   // Node i is a step of rotary positions on a projection's heads, or of
   // repeat_kv: maps it; false otherwise. `a` is node i's kAttention input.
   bool mapRotaryOrRepeat(int i, int at);
-  // Node i is a step of an RMSNorm written out (kNormStat), or a Cast of an
-  // activation: maps it; false otherwise.
-  bool mapRmsNormPart(int i);
+  // Node i is a step of an RMSNorm or a LayerNorm written out (kNormStat),
+  // or a Cast of an activation: maps it; false otherwise.
+  bool mapNormPart(int i);
   // Mul of silu(gate(x)) by up(x), two fcs of one input: the SwiGLU MLP
   // (Shazeer 2020; Llama) as strata's one fc of both and a swiglu; false
   // when node i is no such Mul.

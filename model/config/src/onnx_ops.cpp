@@ -77,7 +77,7 @@ void Importer::mapNode(int i) {
   // Shapes and constants, an attention's parts, element-wise chains
   // (onnx_attention.cpp and below) come before the ops' own mappings.
   if (standard &&
-      (mapShapeOrDerived(i) || mapAttentionPart(i) || mapPointwiseChain(i) || mapRmsNormPart(i)))
+      (mapShapeOrDerived(i) || mapAttentionPart(i) || mapPointwiseChain(i) || mapNormPart(i)))
     return;
   // A kPointwise input ends its element-wise chain here.
   for (const auto& name : n.input())
@@ -1076,11 +1076,11 @@ bool Importer::mapSwiglu(int i) {
   return false;
 }
 
-bool Importer::mapRmsNormPart(int i) {
+bool Importer::mapNormPart(int i) {
   const auto& n = model_.graph().node(i);
   const std::string& op = n.op_type();
-  // A Cast of an activation (or of a step of an element-wise chain or an
-  // RMSNorm) to a float type is the same tensor: strata prices one
+  // A Cast of an activation (or of a step of an element-wise chain or a
+  // normalisation) to a float type is the same tensor: strata prices one
   // precision (Hugging Face's RMSNorm casts to float32 and back).
   if (op == "Cast" && n.input_size() == 1) {
     auto it = values_.find(n.input(0));
@@ -1101,29 +1101,40 @@ bool Importer::mapRmsNormPart(int i) {
       values_[n.output(0)] = v;
     return true;
   }
-  // x.pow(2).mean(-1, keepdim=True) starts an RMSNorm of x.
+  // The mean over the features, kept: of x (a LayerNorm's), of x's squares
+  // (an RMSNorm's), of the centred x's squares (a LayerNorm's variance).
   if (op == "ReduceMean" && n.input_size() >= 1) {
     auto it = values_.find(n.input(0));
-    if (it == values_.end() || it->second.kind != ValueKind::kPointwise)
+    if (it == values_.end())
       return false;
-    const Value& p = it->second;
-    if (p.terms.size() != 1 || p.terms.begin()->second.op != "Pow" ||
-        p.terms.begin()->second.constant != 2.0)
-      return false;  // (materialized: its error names what it is made of)
+    const Value& x = it->second;
+    const bool squares = x.kind == ValueKind::kPointwise && x.terms.size() == 1 &&
+                         x.terms.begin()->second.op == "Pow" &&
+                         x.terms.begin()->second.constant == 2.0;
+    const bool sequence = x.kind == ValueKind::kActivation && x.layer >= 0 && x.rank <= 2 &&
+                          !x.flat && !x.channelsLast && x.seq == SeqLayout::kBatchFirst &&
+                          x.padH == 0 && x.padW == 0;
+    const bool variance = x.kind == ValueKind::kNormStat && x.norm == 'Q';
+    if (!squares && !sequence && !variance)
+      return false;  // (a pool over H and W, or materialized: its error names it)
     Dims axes = intsAttr(i, "axes");
     if (axes.empty() && hasInput(i, 1))
       axes = shapeInts(input(i, 1)).value_or(Dims{});
-    const int64_t last = p.rank;  // with the batch, axis 0
-    if (p.flat || p.channelsLast || p.seq != SeqLayout::kBatchFirst || p.rank > 2 ||
-        axes.size() != 1 || (axes[0] != -1 && axes[0] != last) || intAttr(i, "keepdims", 1) != 1)
-      failAt(i, fmt::format("ReduceMean over axes {} (keepdims {}) of the squares of {}: strata "
-                            "folds the mean of squares over the last axis, kept, of sequences "
-                            "[N, T, F] and vectors [N, F] as an RMSNorm's",
-                            dimsText(axes), intAttr(i, "keepdims", 1), withBatch(dimsOf(p))));
-    Value v = p;
+    const int64_t last = x.rank;  // with the batch, axis 0
+    if ((squares || variance) &&
+        (x.flat || x.channelsLast || x.seq != SeqLayout::kBatchFirst || x.rank > 2))
+      failAt(i, fmt::format("ReduceMean of the squares of {}: strata folds a normalisation over "
+                            "the features of sequences [N, T, F] and vectors [N, F]",
+                            withBatch(dimsOf(x))));
+    if (axes.size() != 1 || (axes[0] != -1 && axes[0] != last) || intAttr(i, "keepdims", 1) != 1)
+      failAt(i, fmt::format("ReduceMean over axes {} (keepdims {}) of {}: strata folds the mean "
+                            "over the last axis, kept, of sequences [N, T, F] and vectors "
+                            "[N, F] as a normalisation's (RMSNorm, LayerNorm written out)",
+                            dimsText(axes), intAttr(i, "keepdims", 1), withBatch(dimsOf(x))));
+    Value v = x;
     v.kind = ValueKind::kNormStat;
     v.terms.clear();
-    v.norm = 'm';
+    v.norm = squares ? 'm' : sequence ? 'M' : 'V';
     values_[n.output(0)] = v;
     return true;
   }
@@ -1141,48 +1152,83 @@ bool Importer::mapRmsNormPart(int i) {
                ? inlineScalar(*other->tensor)
                : std::nullopt;
   };
+  // x itself, or (stage) a step of the same normalisation.
   auto isX = [&]() {
     return other && other->kind == ValueKind::kActivation && other->layer == s.layer &&
            other->rank == s.rank && !other->flat && !other->channelsLast &&
            other->seq == SeqLayout::kBatchFirst && other->padH == 0 && other->padW == 0;
   };
-  Value v = s;
-  if (op == "Add" && s.norm == 'm' && scalar()) {
-    v.norm = 'e';
-    v.eps = *scalar();
-    if (!(v.eps >= 0 && v.eps < 1))
-      failAt(i, fmt::format("an RMSNorm's eps of {}: it must be in [0, 1)", v.eps));
-  } else if (op == "Sqrt" && s.norm == 'e') {
-    v.norm = 's';
-  } else if ((op == "Reciprocal" && s.norm == 's') ||
-             (op == "Div" && at == 1 && s.norm == 's' && scalar() == 1.0)) {
-    v.norm = 'r';
-  } else if ((op == "Mul" && s.norm == 'r' && isX()) ||
-             (op == "Div" && at == 1 && s.norm == 's' && isX())) {
-    v.norm = 'n';
-  } else if (op == "Mul" && s.norm == 'n' && other && other->kind == ValueKind::kConstant) {
-    Dims w = constant(i, 1 - at, "weight");
+  auto isStep = [&](char stage) {
+    return other && other->kind == ValueKind::kNormStat && other->layer == s.layer &&
+           other->norm == stage;
+  };
+  // A weight [F] (or a bias), leading 1s aside.
+  auto perFeature = [&](const char* what) {
+    Dims w = constant(i, 1 - at, what);
     while (w.size() > 1 && w.front() == 1)
       w.erase(w.begin());
     const int64_t f = shapeOf(s).c;
     if (w != Dims{f})
-      failAt(i, fmt::format("an RMSNorm's weight {} is not one value per feature [{}]", dimsText(w),
-                            f));
+      failAt(i, fmt::format("a normalisation's {} {} is not one value per feature [{}]", what,
+                            dimsText(w), f));
+  };
+  const bool constantOther = other && other->kind == ValueKind::kConstant;
+  Value v = s;
+  if (op == "Sub" && at == 1 && s.norm == 'M' && isX()) {
+    v.norm = 'D';
+  } else if (op == "Pow" && at == 0 && s.norm == 'D' && scalar() == 2.0) {
+    v.norm = 'Q';
+  } else if (op == "Add" && (s.norm == 'm' || s.norm == 'V') && scalar()) {
+    v.norm = s.norm == 'm' ? 'e' : 'E';
+    v.eps = *scalar();
+    if (!(v.eps >= 0 && v.eps < 1))
+      failAt(i, fmt::format("a normalisation's eps of {}: it must be in [0, 1)", v.eps));
+  } else if (op == "Sqrt" && (s.norm == 'e' || s.norm == 'E')) {
+    v.norm = s.norm == 'e' ? 's' : 'S';
+  } else if ((op == "Reciprocal" && (s.norm == 's' || s.norm == 'S')) ||
+             (op == "Div" && at == 1 && (s.norm == 's' || s.norm == 'S') && scalar() == 1.0)) {
+    v.norm = s.norm == 's' ? 'r' : 'R';
+  } else if ((op == "Mul" && s.norm == 'r' && isX()) ||
+             (op == "Div" && at == 1 && s.norm == 's' && isX())) {
+    v.norm = 'n';
+  } else if ((op == "Mul" && ((s.norm == 'D' && isStep('R')) || (s.norm == 'R' && isStep('D')))) ||
+             (op == "Div" && at == 0 && s.norm == 'D' && isStep('S'))) {
+    v.norm = 'N';
+  } else if (op == "Mul" && s.norm == 'n' && constantOther) {
+    perFeature("weight");
     LayerSpec spec;
     spec.eps = s.eps;
     produce(i, addLayer(i, LayerKind::kRmsNorm, spec, {s.layer}, s.rank));
     return true;
+  } else if (op == "Mul" && s.norm == 'N' && constantOther) {
+    perFeature("weight");
+    v.norm = 'W';
+  } else if (op == "Add" && s.norm == 'W' && constantOther) {
+    perFeature("bias");
+    produce(i, addLayer(i, LayerKind::kLayerNorm, {}, {s.layer}, s.rank));
+    return true;
   } else {
-    const char* step = s.norm == 'm'   ? "the mean of the squares"
-                       : s.norm == 'e' ? "the mean of the squares plus eps"
-                       : s.norm == 's' ? "the root mean square"
-                       : s.norm == 'r' ? "the reciprocal root mean square"
-                                       : "the normalised x, before its weight";
-    failAt(i, fmt::format("op '{}' reads '{}', {} of an RMSNorm of '{}' written out, in a way "
-                          "strata does not follow: strata folds x.pow(2).mean(-1, "
-                          "keepdim=True), Add of a scalar eps, Sqrt, Reciprocal or Div of 1, "
-                          "Mul by x (or Div of x by the root) and Mul by a weight [F] into one "
-                          "rmsnorm",
+    const char* step = s.norm == 'm'   ? "the mean of the squares of an RMSNorm"
+                       : s.norm == 'e' ? "the mean of the squares plus eps of an RMSNorm"
+                       : s.norm == 's' ? "the root mean square of an RMSNorm"
+                       : s.norm == 'r' ? "the reciprocal root mean square of an RMSNorm"
+                       : s.norm == 'n' ? "the normalised x, before its weight, of an RMSNorm"
+                       : s.norm == 'M' ? "the mean of a LayerNorm"
+                       : s.norm == 'D' ? "the centred x of a LayerNorm"
+                       : s.norm == 'Q' ? "the centred x's squares of a LayerNorm"
+                       : s.norm == 'V' ? "the variance of a LayerNorm"
+                       : s.norm == 'E' ? "the variance plus eps of a LayerNorm"
+                       : s.norm == 'S' ? "the standard deviation of a LayerNorm"
+                       : s.norm == 'R' ? "the reciprocal standard deviation of a LayerNorm"
+                       : s.norm == 'N' ? "the normalised x, before its weight, of a LayerNorm"
+                                       : "the normalised x times its weight, before its bias, of a "
+                                         "LayerNorm";
+    failAt(i, fmt::format("op '{}' reads '{}', {} of '{}' written out, in a way strata does not "
+                          "follow: strata folds an RMSNorm (x.pow(2).mean(-1, keepdim=True), Add "
+                          "of a scalar eps, Sqrt, Reciprocal or Div of 1, Mul by x or Div of x, "
+                          "Mul by a weight [F]) and a LayerNorm (ReduceMean, Sub from x, Pow 2, "
+                          "ReduceMean, Add eps, Sqrt, Div, Mul by a weight [F], Add of a bias "
+                          "[F]) over the last axis",
                           op, n.input(at), step,
                           s.layer < 0 ? std::string("input") : layerOf(s).name));
   }
