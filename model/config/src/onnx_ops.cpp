@@ -43,10 +43,10 @@ std::string nearestPattern(const std::string& op) {
     return "; the exact GELU decomposed (Div, Erf, Add, Mul, Mul): export the Gelu op (opset "
            "20) or com.microsoft Gelu";
   if (op == "Div" || op == "Sub" || op == "Pow" || op == "Sqrt")
-    return "; a decomposed normalisation (ReduceMean, Sub, Pow, Sqrt, Div): strata folds an "
-           "RMSNorm written out (x.pow(2).mean(-1, keepdim=True), Add eps, Sqrt, Div or "
-           "Reciprocal, Mul by x, Mul by a weight); export a LayerNorm as LayerNormalization "
-           "(opset 17)";
+    return "; a normalisation written out: strata folds an RMSNorm (Pow 2, ReduceMean, Add eps, "
+           "Sqrt, Div or Reciprocal, Mul by x, Mul by a weight) and a LayerNorm (ReduceMean, "
+           "Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul by a weight, Add of a bias) over the "
+           "last axis of vectors and sequences, or LayerNormalization (opset 17)";
   return "";
 }
 
