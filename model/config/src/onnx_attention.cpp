@@ -33,6 +33,10 @@ bool staticOp(const std::string& op) {
 // Hugging Face's rotary embeddings store them (a constant of the file);
 // 0 when t holds no such progression.
 double rotaryFrequencyBase(const onnx::TensorProto& t) {
+  // A head has a few hundred features at most: a bigger tensor (a mask
+  // table) is not read.
+  if (elementsOf(tensorDims(t)) > 4096)
+    return 0;
   const auto f = inlineFloats(t);
   if (!f || f->size() < 2 || std::fabs((*f)[0] - 1) > 1e-6 || !((*f)[1] > 0 && (*f)[1] < 1))
     return 0;

@@ -59,7 +59,6 @@ std::optional<std::vector<double>> inlineFloats(const onnx::TensorProto& t) {
     return std::nullopt;
   const int64_t count = elementsOf(tensorDims(t));
   const auto& raw = t.raw_data();
-  std::vector<double> v;
   if (t.data_type() == onnx::TensorProto::FLOAT) {
     if (t.float_data_size() > 0)
       return std::vector<double>(t.float_data().begin(), t.float_data().end());
@@ -74,7 +73,7 @@ std::optional<std::vector<double>> inlineFloats(const onnx::TensorProto& t) {
       return std::vector<double>(t.double_data().begin(), t.double_data().end());
     if (raw.size() != static_cast<size_t>(count) * sizeof(double))
       return std::nullopt;
-    v.resize(static_cast<size_t>(count));
+    std::vector<double> v(static_cast<size_t>(count));
     std::memcpy(v.data(), raw.data(), raw.size());
     return v;
   }
