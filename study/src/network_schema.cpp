@@ -100,6 +100,16 @@ ordered_json networkJson(const Network& net, ElementType element) {
           spec["rotary_base"] = sp.rotaryBase;
           spec["rotary_dims"] = l.rotaryFeatures();
         }
+        if (sp.window > 0) {
+          spec["window"] = sp.window;
+          spec["shift"] = sp.shift;
+          spec["position_bias"] = std::string(toString(sp.positionBias));
+        }
+        if (sp.cosine)
+          spec["cosine"] = true;
+        break;
+      case LayerKind::kSpaceToDepth:
+        spec = {{"block_size", sp.blockSize}};
         break;
       case LayerKind::kRmsNorm:
         spec = {{"eps", sp.eps}};

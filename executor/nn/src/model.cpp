@@ -144,6 +144,17 @@ Model::Model(const Network& network, ModelOptions options)
                               "shuffle, scale, class_token, pos_embedding, token, sigmoid, silu, "
                               "relu6, hardsigmoid or hardswish layers yet; the cpu backend does",
                               backend_->name()));
+    // Swin's layers (docs/networks.md): priced by the model and the
+    // simulator, not run yet.
+    if (layer.kind == LayerKind::kSpaceToDepth)
+      unsupported(network_, l,
+                  "the executor does not run space_to_depth (Swin's patch merging) yet; the "
+                  "model and the simulator price it");
+    if (layer.kind == LayerKind::kAttention && (layer.spec.window > 0 || layer.spec.cosine ||
+                                                layer.spec.positionBias != PositionBias::kNone))
+      unsupported(network_, l,
+                  "the executor's attention is global: it runs no windows, relative position "
+                  "bias or cosine attention (Swin) yet; the model and the simulator price them");
     if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
       unsupported(network_, l,
                   "the executor's attention runs no attention dropout yet (leave "

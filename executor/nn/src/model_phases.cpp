@@ -265,6 +265,7 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
       be.copyPositions(x, spec.spec.index, y, 0, 1, 0.0f);
       break;
     case LayerKind::kRnn:
+    case LayerKind::kSpaceToDepth:
       break;  // rejected by the constructor
   }
 }
@@ -439,6 +440,7 @@ void Model::backwardData(int layer, ExampleRange r) {
       be.copyPositions(dy, 0, dx, spec.spec.index, 1, beta);
       break;
     case LayerKind::kRnn:
+    case LayerKind::kSpaceToDepth:
       break;  // rejected by the constructor
   }
 }

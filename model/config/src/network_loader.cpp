@@ -81,6 +81,27 @@ void readAttentionCore(const ConfigNode& n, LayerSpec& spec) {
   }
 }
 
+// An attention's windows (Swin): window, shift, position_bias and cosine.
+void readWindows(const ConfigNode& n, LayerSpec& spec) {
+  spec.window = n.nonNegativeIntOr("window", 0);  // checkWindows (layer_kinds.cpp)
+  spec.shift = n.nonNegativeIntOr("shift", 0);
+  if (auto b = n.get("position_bias")) {
+    const auto v = b->asString();
+    if (v == "none") {
+      spec.positionBias = PositionBias::kNone;
+    } else if (v == "table") {
+      spec.positionBias = PositionBias::kTable;
+    } else if (v == "mlp") {
+      spec.positionBias = PositionBias::kMlp;
+    } else {
+      b->fail("unknown position_bias '" + v +
+              "' (expected none, table: Swin's learned table, or mlp: Swin V2's continuous "
+              "position bias)");
+    }
+  }
+  spec.cosine = n.boolOr("cosine", false);
+}
+
 RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
   RawLayer raw;
   raw.index = index;
@@ -160,6 +181,10 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
       }
       s.rotaryDims = n.positiveIntOr("rotary_dims", 0);  // with rotary, even: deriveAttention
       readAttentionCore(n, s);
+      readWindows(n, s);
+      break;
+    case LayerKind::kSpaceToDepth:
+      s.blockSize = n.positiveIntOr("block_size", 2);  // at most 64: deriveSpaceToDepth
       break;
     case LayerKind::kRmsNorm:
       if (auto eps = n.get("eps"))
@@ -329,9 +354,17 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
 //   ln1 -> attn -> [drop1]; ln2 (block input) -> fc1 -> gelu -> fc2 ->
 //   [drop2]; add (block input + attn + MLP).
 // rotary, rotary_dims, rotary_base: its attention's rotary positions.
+// window, position_bias, cosine: its attention's windows (Swin), and shift
+// the windows of every second block (repeats 2, 4, ...), as Swin alternates
+// W-MSA and SW-MSA (Liu et al. 2021, section 3.2 and eq. 3). norm: post puts
+// each layernorm after its branch, inside the residual (Swin V2's res-post-
+// norm, Liu et al. 2022, section 3.1):
+//   attn -> [drop1] -> ln1 -> add1 (+ block input) -> fc1 -> gelu -> fc2
+//   -> [drop2] -> ln2 -> add2 (+ add1).
 void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
   n.allowOnly({"name", "kind", "input", "heads", "hidden", "dropout", "causal", "fused",
-               "attention_dropout", "parallel", "rotary", "rotary_dims", "rotary_base", "repeat"});
+               "attention_dropout", "parallel", "rotary", "rotary_dims", "rotary_base", "window",
+               "shift", "position_bias", "cosine", "norm", "repeat"});
   const auto name = n.require("name").asString();
   const int heads = n.require("heads").asPositiveInt();
   const int hidden = n.require("hidden").asPositiveInt();
@@ -364,6 +397,22 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
   attention.rotaryDims = n.positiveIntOr("rotary_dims", 0);  // even, <= dh: deriveAttention
   if (auto base = n.get("rotary_base"))
     attention.rotaryBase = readRotaryBase(*base);
+  readWindows(n, attention);
+  bool postNorm = false;
+  if (auto norm = n.get("norm")) {
+    const auto v = norm->asString();
+    if (v != "pre" && v != "post")
+      norm->fail("unknown norm '" + v +
+                 "' (expected pre: GPT-2's layernorm before each branch, or post: Swin V2's "
+                 "after it)");
+    postNorm = v == "post";
+    if (postNorm && parallel)
+      norm->fail(
+          "norm: post puts a layernorm after each of two branches in turn; a parallel "
+          "block has one residual add of both (give one)");
+  }
+  LayerSpec shifted = attention;
+  attention.shift = 0;  // the odd repeats; shifted: the even ones
   LayerSpec dropout;
   dropout.dropoutRate = rate;
   auto fc = [](int outputs) {
@@ -376,8 +425,25 @@ void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& ou
     const std::string b = repeat == 1 ? name : fmt::format("{}.{}", name, r);
     std::vector<std::string> blockIn =
         prev.empty() ? std::vector<std::string>{} : std::vector<std::string>{prev};
+    const LayerSpec& attn = r % 2 == 0 ? shifted : attention;
+    if (postNorm) {
+      add(b + ".attn", LayerKind::kAttention, blockIn, attn, true);
+      if (rate > 0)
+        add(b + ".drop1", LayerKind::kDropout, {}, dropout);
+      add(b + ".ln1", LayerKind::kLayerNorm, {}, {});
+      add(b + ".add1", LayerKind::kAdd, {"@block-input", b + ".ln1"}, {});
+      add(b + ".fc1", LayerKind::kFc, {}, fc(hidden));
+      add(b + ".gelu", LayerKind::kGelu, {}, {});
+      add(b + ".fc2", LayerKind::kFc, {}, fc(-1));  // width: set when the input is known
+      if (rate > 0)
+        add(b + ".drop2", LayerKind::kDropout, {}, dropout);
+      add(b + ".ln2", LayerKind::kLayerNorm, {}, {});
+      add(b + ".add2", LayerKind::kAdd, {b + ".add1", b + ".ln2"}, {});
+      prev = b + ".add2";
+      continue;
+    }
     add(b + ".ln1", LayerKind::kLayerNorm, blockIn, {}, true);
-    add(b + ".attn", LayerKind::kAttention, {}, attention);
+    add(b + ".attn", LayerKind::kAttention, {}, attn);
     if (rate > 0)
       add(b + ".drop1", LayerKind::kDropout, {}, dropout);
     if (parallel) {

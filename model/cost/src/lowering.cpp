@@ -81,12 +81,33 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const int64_t t = inArea;
   const int64_t dh = l.spec.heads > 0 ? d / l.spec.heads : 0;
   const int64_t rows = l.kind == LayerKind::kAttention ? l.qkvRows() : 0;  // Q, K, V rows
+  // In windows (Swin): the padded grid's positions, the keys each query
+  // scores and the windows per example (T, T and 1 without).
+  const bool attention = l.kind == LayerKind::kAttention;
+  const int64_t tp = attention ? l.attentionPositions() : t;
+  const int64_t span = attention ? l.attentionSpan() : t;
+  const int64_t windows = attention && span > 0 ? tp / span : 1;
   // Elements of Q and K per example that rotary positions turn (the first
   // rotaryFeatures() of each head's dh).
-  const double rotated =
-      l.kind == LayerKind::kAttention && l.spec.rotary
-          ? double(d + (rows - d) / 2) * double(t) * double(l.rotaryFeatures()) / double(dh)
-          : 0.0;
+  const double rotated = attention && l.spec.rotary ? double(d + (rows - d) / 2) * double(tp) *
+                                                          double(l.rotaryFeatures()) / double(dh)
+                                                    : 0.0;
+  // Adds to the scores per example: the position bias, the shift's mask
+  // and cosine attention's scale.
+  const bool shifted = attention && (l.shiftH() > 0 || l.shiftW() > 0);
+  const double scoreAdds = attention ? double(l.spec.heads) * double(tp) * double(span) *
+                                           ((l.spec.positionBias != PositionBias::kNone ? 1 : 0) +
+                                            (shifted ? 1 : 0) + (l.spec.cosine ? 1 : 0))
+                                     : 0.0;
+  // One way of the copies of x (or of a gradient) between the grid and its
+  // windows: padded (T d read, P d written), rolled by the shift.
+  auto windowCopies = [&] {
+    if (!attention || l.spec.window <= 0)
+      return;
+    mem(MemKernel::kCopy, double(tp) * double(d), double(n));
+    if (shifted)
+      mem(MemKernel::kCopy, double(t) * double(d), double(n));
+  };
 
   switch (phase) {
     case Phase::kUpdate: {
@@ -155,18 +176,24 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           //   QKV = Wqkv x; [Q, K turned by rotary positions]; S = Q^T K;
           //   P = softmax(S / sqrt(dh), causal); C = V P^T; y = Wo C.
           // With grouped keys and values K and V have fewer rows (rows - d
-          // together); each query head scores its group's K.
-          const double heads = double(n) * l.spec.heads;
-          gemm(GemmOp::kNN, rows, t, d, double(n));
+          // together); each query head scores its group's K. In windows
+          // (Swin): x copied into them (and rolled), the projections over
+          // the padded grid, one S per window and head with the position
+          // bias (and the shift's mask) added, the output copied back.
+          const double heads = double(n) * l.spec.heads * double(windows);
+          windowCopies();
+          gemm(GemmOp::kNN, rows, tp, d, double(n));
           if (l.spec.bias || l.spec.qkvBias)
-            mem(MemKernel::kBias, double(rows) * double(t), double(n));
+            mem(MemKernel::kBias, double(rows) * double(tp), double(n));
           mem(MemKernel::kRotary, rotated, double(n));
-          gemm(GemmOp::kTN, t, t, dh, heads);
-          mem(MemKernel::kAttnSoftmaxFwd, heads * double(t) * double(t));
-          gemm(GemmOp::kNT, dh, t, t, heads);
-          gemm(GemmOp::kNN, d, t, d, double(n));
+          gemm(GemmOp::kTN, span, span, dh, heads);
+          mem(MemKernel::kAdd, scoreAdds * double(n));
+          mem(MemKernel::kAttnSoftmaxFwd, heads * double(span) * double(span));
+          gemm(GemmOp::kNT, dh, span, span, heads);
+          gemm(GemmOp::kNN, d, tp, d, double(n));
           if (l.spec.bias)
-            mem(MemKernel::kBias, double(d) * double(t), double(n));
+            mem(MemKernel::kBias, double(d) * double(tp), double(n));
+          windowCopies();
           break;
         }
         case LayerKind::kLayerNorm:
@@ -217,6 +244,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kToken:
           mem(MemKernel::kCopy, outElems);  // one position of each channel
+          break;
+        case LayerKind::kSpaceToDepth:
+          mem(MemKernel::kCopy, outElems);  // each block's positions into its channels
           break;
         case LayerKind::kRnn:
           break;
@@ -281,7 +311,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // dx = Wqkv^T dQKV, from the dQKV its bwd_weights left.
           if (!summed)
             mem(MemKernel::kZero, inElems);
-          gemm(GemmOp::kTN, d, t, rows, double(n));
+          gemm(GemmOp::kTN, d, tp, rows, double(n));
+          windowCopies();
           break;
         case LayerKind::kLayerNorm:
           mem(MemKernel::kLayerNormBwdData, outElems);
@@ -332,6 +363,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kPosEmbedding:
           mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, outElems);  // dx = dy
+          break;
+        case LayerKind::kSpaceToDepth:
+          mem(summed ? MemKernel::kAccumulate : MemKernel::kCopy, inElems);  // blocks back
           break;
         case LayerKind::kToken:
           // dy into its position of dx: a gradient of its own first zeroed.
@@ -404,20 +438,25 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           //   dS = softmax'(dP); dQ = K dS^T, dK = Q dS; [dQ, dK turned
           //   back by rotary positions]; dWqkv += dQKV x^T. A group's query
           //   heads add into its dK and dV (the same GEMMs, accumulating).
-          const double heads = double(n) * l.spec.heads;
-          gemm(GemmOp::kNT, d, d, t, double(n));
+          //   In windows: dy copied into them first, dS summed into the
+          //   position bias.
+          const double heads = double(n) * l.spec.heads * double(windows);
+          windowCopies();
+          gemm(GemmOp::kNT, d, d, tp, double(n));
           if (l.spec.bias)
-            mem(MemKernel::kBiasGrad, double(d) * double(t), double(n));
-          gemm(GemmOp::kTN, d, t, d, double(n));
-          gemm(GemmOp::kTN, t, t, dh, heads);
-          gemm(GemmOp::kNN, dh, t, t, heads);
-          mem(MemKernel::kAttnSoftmaxBwd, heads * double(t) * double(t));
-          gemm(GemmOp::kNT, dh, t, t, heads);
-          gemm(GemmOp::kNN, dh, t, t, heads);
+            mem(MemKernel::kBiasGrad, double(d) * double(tp), double(n));
+          gemm(GemmOp::kTN, d, tp, d, double(n));
+          gemm(GemmOp::kTN, span, span, dh, heads);
+          gemm(GemmOp::kNN, dh, span, span, heads);
+          mem(MemKernel::kAttnSoftmaxBwd, heads * double(span) * double(span));
+          if (l.spec.positionBias != PositionBias::kNone)
+            mem(MemKernel::kReduce, heads * double(span) * double(span));
+          gemm(GemmOp::kNT, dh, span, span, heads);
+          gemm(GemmOp::kNN, dh, span, span, heads);
           mem(MemKernel::kRotary, rotated, double(n));
-          gemm(GemmOp::kNT, rows, d, t, double(n));
+          gemm(GemmOp::kNT, rows, d, tp, double(n));
           if (l.spec.bias || l.spec.qkvBias)
-            mem(MemKernel::kBiasGrad, double(rows) * double(t), double(n));
+            mem(MemKernel::kBiasGrad, double(rows) * double(tp), double(n));
           break;
         }
         default:
@@ -568,10 +607,12 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
     // scores: heads x T x T): forward x, the weights (Wqkv and Wo), QKV, the
     // probabilities, the context; backward weights dy, the context, Wo, dC,
     // QKV, the probabilities, dS, dQKV, x; backward data dQKV and Wqkv.
-    // QKV is rows x T an example (3 d without grouped keys and values).
-    const double d = l.inShape.c, t = double(l.inShape.h) * l.inShape.w;
+    // QKV is rows x T an example (3 d without grouped keys and values). In
+    // windows: T the padded grid's positions, each scoring its window's.
+    const double d = l.inShape.c, t = double(l.attentionPositions());
     const double rows = double(l.qkvRows());
-    const double x = wholeBatch * d * t, scores = wholeBatch * l.spec.heads * t * t;
+    const double x = wholeBatch * d * t,
+                 scores = wholeBatch * l.spec.heads * t * double(l.attentionSpan());
     const double qkv = wholeBatch * rows * t;
     if (phase == Phase::kFwd) {
       for (double units : {x, (rows + d) * d, qkv, scores, x})

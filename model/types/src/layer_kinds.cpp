@@ -250,6 +250,44 @@ void deriveEmbedding(LayerDerivation& d) {
   d.done = true;
 }
 
+// The window keys of an attention (LayerSpec::window): windows tile an H x W
+// grid; a shift moves them by less than a window; a relative position bias
+// is an offset within a window.
+void checkWindows(const LayerDerivation& d) {
+  const auto& s = d.s;
+  const Layer& layer = d.layer;
+  auto fail = [&](const char* key, const std::string& message) {
+    throw ConfigError(d.file, layer.configLine, d.key + "." + key, message);
+  };
+  if (s.window < 0)
+    fail("window", fmt::format("the side of a window is a positive number of positions (0: no "
+                               "windows), got {}",
+                               s.window));
+  if (s.window == 0) {
+    if (s.shift != 0)
+      fail("shift", "shift moves windows: it applies only with window");
+    if (s.positionBias != PositionBias::kNone)
+      fail("position_bias",
+           "a relative position bias is an offset within a window: it applies "
+           "only with window");
+    return;
+  }
+  if (d.in.w <= 1)
+    fail("window", fmt::format("windows are squares of an H x W grid of positions (Swin); the "
+                               "input is {}x{}x{}, a sequence (a sliding window over a sequence, "
+                               "as Mistral's, is not this)",
+                               d.in.c, d.in.h, d.in.w));
+  if (s.window > 4096)
+    fail("window",
+         fmt::format("window {} is larger than any image's grid (at most 4096)", s.window));
+  if (s.causal)
+    fail("causal", "attention in windows is bidirectional (Swin): causal must be false");
+  if (s.shift < 0 || s.shift >= s.window)
+    fail("shift", fmt::format("the windows move by 0 to {} positions (less than a window of {}), "
+                              "got {}",
+                              s.window - 1, s.window, s.shift));
+}
+
 void deriveAttention(LayerDerivation& d) {
   Layer& layer = d.layer;
   const Shape in = d.in;
@@ -280,6 +318,7 @@ void deriveAttention(LayerDerivation& d) {
                       fmt::format("rotary positions turn pairs of a head's features: {} must be "
                                   "even and in [2, {}] (the features per head)",
                                   s.rotaryDims, dh));
+  checkWindows(d);
   // Per example, with T = h w positions of d = c features and kv = d
   // kv_heads / heads features of K and of V: the Q and output projections
   // 2 T d^2, the K and V projections 2 T d kv, scores Q K^T T^2 d and
@@ -288,22 +327,48 @@ void deriveAttention(LayerDerivation& d) {
   // SC 2021, section 5.1: 8 b s h^2 + 4 b s^2 h FLOPs with kv = d; grouped
   // keys and values, Ainslie et al. 2023, shrink only the K and V
   // projections: each query head still scores all T keys of its group's K).
+  // In windows of M x M (Swin, Liu et al. 2021, eq. 2: 4 h w C^2 + 2 M^2 h
+  // w C), the projections run over the P positions of the grid padded to
+  // whole windows and each query scores the M^2 keys of its window: the
+  // scores and the context P M^2 d each.
   const int64_t t = d.count({in.h, in.w}, "positions");
+  const int64_t tp = d.count({layer.attentionPositions()}, "padded positions");
+  const int64_t span = layer.attentionSpan();
   const int64_t kv = dh * kvHeads;
   const int64_t rows = d.count({in.c + 2 * kv}, "parameters");  // Q, K, V rows
-  const int64_t projection = d.count({t, in.c, rows + in.c}, "multiply-accumulates");
-  const int64_t mixing = d.count({2, t, t, in.c}, "multiply-accumulates");
-  const int64_t scores = d.count({s.heads, t, t}, "attention scores");
+  const int64_t projection = d.count({tp, in.c, rows + in.c}, "multiply-accumulates");
+  const int64_t mixing = d.count({2, tp, span, in.c}, "multiply-accumulates");
+  const int64_t scores = d.count({s.heads, tp, span}, "attention scores");
   // Biases: Q, K, V's rows and the output's d; the Q, K and V rows alone
   // with qkv_bias (Qwen2).
   const int64_t biases = s.bias ? rows + in.c : s.qkvBias ? rows : 0;
-  layer.params = d.count({d.count({rows + in.c, in.c}, "parameters") + biases}, "parameters");
+  // The relative position bias: Swin's table of (2M - 1)^2 offsets x heads;
+  // Swin V2's MLP of the offsets, Linear(2, 512) with its bias and
+  // Linear(512, heads) without (torchvision's cpb_mlp); cosine attention's
+  // learned logit scale, one per head.
+  const int64_t offsets = int64_t{2 * s.window - 1} * (2 * s.window - 1);
+  const int64_t positionParams = s.positionBias == PositionBias::kTable ? offsets * s.heads
+                                 : s.positionBias == PositionBias::kMlp
+                                     ? 2 * 512 + 512 + 512 * int64_t{s.heads}
+                                     : 0;
+  layer.params = d.count({d.count({rows + in.c, in.c}, "parameters") + biases + positionParams +
+                          (s.cosine ? s.heads : 0)},
+                         "parameters");
   // Rotary positions turn each (i, i + r/2) pair of the first r features of
   // each head of Q and K (r = dh, or rotary_dims) at each position by its
   // angle: 2 multiplies and an add per element, each way (the angles' sines
   // and cosines are a table over T, not counted).
   const double rotated =
-      s.rotary ? double(t) * double(in.c + kv) * double(layer.rotaryFeatures()) / double(dh) : 0.0;
+      s.rotary ? double(tp) * double(in.c + kv) * double(layer.rotaryFeatures()) / double(dh) : 0.0;
+  // Scaled cosine attention normalises each head's Q and K (a square, a sum
+  // and a scale per element) and scales each score; a position bias or a
+  // shift's mask is one add per score. Backward: twice the normalisation
+  // and one pass of dS summed into the position bias (the mask is constant).
+  const double normalised = s.cosine ? double(tp) * double(in.c + kv) : 0.0;
+  const bool shifted = layer.shiftH() > 0 || layer.shiftW() > 0;
+  const double biased = s.positionBias != PositionBias::kNone ? double(scores) : 0.0;
+  const double scoreAdds =
+      double(scores) * ((s.cosine ? 1 : 0) + (biased > 0 ? 1 : 0) + (shifted ? 1 : 0));
   // Backward is twice forward: both operands of the scores and of the
   // context GEMMs take a gradient, and so do the projections' inputs and
   // weights. The executor runs bwd_weights first and it carries the
@@ -311,10 +376,10 @@ void deriveAttention(LayerDerivation& d) {
   // gradients T d (rows + d), dC = Wo^T dy T d^2, the heads 4 T^2 d and the
   // rotation turned back; bwd_data is dx = Wqkv^T dQKV, T d rows
   // (model/cost/src/lowering.cpp, lowerCpu).
-  layer.fwdFlops = 2 * double(projection + mixing) + 3 * rotated;
-  layer.bwdDataFlops = 2 * double(t) * in.c * double(rows);
-  layer.bwdWeightsFlops =
-      2 * double(projection + 2 * mixing) + 2 * double(t) * in.c * in.c + 3 * rotated;
+  layer.fwdFlops = 2 * double(projection + mixing) + 3 * rotated + 3 * normalised + scoreAdds;
+  layer.bwdDataFlops = 2 * double(tp) * in.c * double(rows);
+  layer.bwdWeightsFlops = 2 * double(projection + 2 * mixing) + 2 * double(tp) * in.c * in.c +
+                          3 * rotated + 6 * normalised + biased;
   layer.fwdCoreFlops = 2 * double(mixing);
   layer.bwdWeightsCoreFlops = 4 * double(mixing);
   // Memory: x, Q K V, the context and the output per position (6 T d with
@@ -326,18 +391,33 @@ void deriveAttention(LayerDerivation& d) {
   // traffic is kept apart (fwdScoreElems: it adds to the layer's time).
   // Backward (bwd_weights, which carries the heads): dropout reads dP' and
   // the mask and writes dP; softmax reads P and dP and writes dS. A fused
-  // core (FlashAttention) keeps the scores on chip: none of it.
+  // core (FlashAttention) keeps the scores on chip: none of it. Each add to
+  // the scores (bias, mask, cosine's scale) reads and writes them once
+  // more, and the bias's gradient reads dS.
   const double td = double(t) * in.c;
-  const double tq = double(t) * double(rows);
+  const double tpd = double(tp) * in.c;
+  const double tq = double(tp) * double(rows);
   const bool unfused = !s.fusedCore;
   const double dropped = s.attentionDropout > 0 ? 1.0 : 0.0;
-  layer.fwdElems = 3 * td + tq + 2 * rotated + (unfused ? double(scores) : 0.0);
+  layer.fwdElems =
+      2 * td + tpd + tq + 2 * rotated + 2 * normalised + (unfused ? double(scores) : 0.0);
   layer.bwdDataElems = tq + 2 * td;  // read dQKV, write dx (with its zero fill)
   layer.bwdWeightsElems = 2 * layer.fwdElems;
   if (unfused) {
-    layer.fwdScoreElems = (2 + 2 * dropped) * double(scores);
-    layer.bwdWeightsScoreElems = (3 + 2 * dropped) * double(scores);
+    layer.fwdScoreElems = (2 + 2 * dropped) * double(scores) + 2 * scoreAdds;
+    layer.bwdWeightsScoreElems = (3 + 2 * dropped) * double(scores) + biased;
     layer.scoreMaskBytes = dropped * double(scores);
+  }
+  // Windows are copies: x into its windows (padded, rolled by the shift)
+  // and the output back (rolled back, cropped), each way, as torchvision's
+  // shifted_window_attention does: read T d and write P d, and back; a roll
+  // reads and writes T d. Backward moves dy into windows (bwd_weights) and
+  // dx out of them (bwd_data) the same way.
+  if (s.window > 0) {
+    const double oneWay = td + tpd + (shifted ? 2 * td : 0.0);
+    layer.fwdElems += 2 * oneWay;
+    layer.bwdWeightsElems += oneWay;
+    layer.bwdDataElems += oneWay;
   }
   // Kept for backward: Q K V and the context, and the probabilities (and
   // the dropped ones; their mask: activationsKept) of an unfused core; a
@@ -345,7 +425,7 @@ void deriveAttention(LayerDerivation& d) {
   // and computes the scores again in backward.
   layer.savedScoreElems = unfused ? (1 + dropped) * double(scores) : 0.0;
   layer.savedElems =
-      tq + td + (unfused ? layer.savedScoreElems : double(d.count({s.heads, t}, "scores")));
+      tq + tpd + (unfused ? layer.savedScoreElems : double(d.count({s.heads, tp}, "scores")));
   layer.outShape = out;
   d.done = true;
 }
@@ -615,6 +695,37 @@ void deriveToken(LayerDerivation& d) {
   d.done = true;
 }
 
+// Each b x b block of positions as one position of b^2 C channels, the
+// grid padded below and right with zeros to whole blocks (Swin's patch
+// merging, Liu et al. 2021, section 3.1, as torchvision's PatchMerging pads
+// an odd H or W and concatenates x[0::2, 0::2], x[1::2, 0::2], x[0::2, 1::2]
+// and x[1::2, 1::2]: output channel (j b + i) C + c is channel c at row
+// offset i, column offset j). A copy: no FLOPs.
+void deriveSpaceToDepth(LayerDerivation& d) {
+  Layer& layer = d.layer;
+  const Shape in = d.in;
+  const int b = d.s.blockSize;
+  if (b < 1 || b > 64)
+    throw ConfigError(d.file, layer.configLine, d.key + ".block_size",
+                      fmt::format("blocks of 1 to 64 positions a side, got {}", b));
+  if (in.h < 2 && in.w < 2 && b > 1)
+    throw ConfigError(d.file, layer.configLine, d.key + ".input",
+                      fmt::format("the input {}x{}x{} has one position: there is no grid to merge "
+                                  "into blocks",
+                                  in.c, in.h, in.w));
+  const int64_t channels = d.count({in.c, b, b}, "output channels");
+  if (channels > std::numeric_limits<int>::max())
+    throw ConfigError(
+        d.file, layer.configLine, d.key + ".block_size",
+        fmt::format("{} channels, over {}", channels, std::numeric_limits<int>::max()));
+  d.out = Shape{static_cast<int>(channels), (in.h + b - 1) / b, (in.w + b - 1) / b};
+  const double nOut = static_cast<double>(d.count({d.out.c, d.out.h, d.out.w}, "output elements"));
+  layer.outShape = d.out;
+  layer.fwdElems = d.nIn + nOut;      // read x, write the blocks
+  layer.bwdDataElems = nOut + d.nIn;  // read dy, write dx
+  d.done = true;
+}
+
 // The YAML keys of each kind besides `name` and `kind`.
 constexpr std::string_view kConvKeys[] = {"input",    "filters", "kernel", "kernel_h",
                                           "kernel_w", "stride",  "pad",    "pad_w",
@@ -628,14 +739,16 @@ constexpr std::string_view kDropoutKeys[] = {"input", "rate"};
 constexpr std::string_view kAddKeys[] = {"inputs"};  // add, concat and mul
 constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "positions"};
 constexpr std::string_view kAttentionKeys[] = {
-    "input",  "heads",       "causal",      "bias",  "qkv_bias",         "kv_heads",
-    "rotary", "rotary_base", "rotary_dims", "fused", "attention_dropout"};
+    "input",  "heads",         "causal",      "bias",  "qkv_bias",          "kv_heads",
+    "rotary", "rotary_base",   "rotary_dims", "fused", "attention_dropout", "window",
+    "shift",  "position_bias", "cosine"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kSliceKeys[] = {"input", "offset", "channels"};
 constexpr std::string_view kShuffleKeys[] = {"input", "groups"};
 constexpr std::string_view kInputKey[] = {"input"};
 constexpr std::string_view kClassTokenKeys[] = {"input", "tokens"};
 constexpr std::string_view kTokenKeys[] = {"input", "index"};
+constexpr std::string_view kSpaceToDepthKeys[] = {"input", "block_size"};
 
 // One row per kind, in LayerKind order.
 constexpr auto kRows = std::to_array<LayerKindRow>({
@@ -670,6 +783,8 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kPosEmbedding, "pos_embedding", kInputKey, derivePosEmbedding,
      BackwardReads::kNothing},
     {LayerKind::kToken, "token", kTokenKeys, deriveToken, BackwardReads::kNothing},
+    {LayerKind::kSpaceToDepth, "space_to_depth", kSpaceToDepthKeys, deriveSpaceToDepth,
+     BackwardReads::kNothing},
 });
 
 constexpr bool rowsInKindOrder() {
@@ -692,7 +807,7 @@ bool isVisionKind(LayerKind kind) {
   return isVisionActivation(kind) || kind == LayerKind::kConcat || kind == LayerKind::kMul ||
          kind == LayerKind::kSlice || kind == LayerKind::kShuffle || kind == LayerKind::kScale ||
          kind == LayerKind::kClassToken || kind == LayerKind::kPosEmbedding ||
-         kind == LayerKind::kToken;
+         kind == LayerKind::kToken || kind == LayerKind::kSpaceToDepth;
 }
 
 std::span<const LayerKindRow> layerKindTable() {

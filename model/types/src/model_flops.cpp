@@ -9,13 +9,11 @@ double matmulFwdFlops(const Layer& l) {
     case LayerKind::kConv:
       return l.fwdFlops;
     case LayerKind::kAttention: {
-      // fwdFlops is 2 (projection + mixing) + 3 rotated (deriveAttention):
-      // the rotary turns are elementwise.
-      if (!l.spec.rotary)
-        return l.fwdFlops;
-      const double t = double(l.inShape.h) * l.inShape.w;
-      const double kv = double(l.inShape.c) / l.spec.heads * l.kvHeads();
-      return l.fwdFlops - 3 * t * (l.inShape.c + kv);
+      // The GEMMs of deriveAttention's fwdFlops, 2 (projection + mixing):
+      // rotary turns, score adds and cosine's normalisation are elementwise.
+      const double t = double(l.attentionPositions());
+      const double d = l.inShape.c;
+      return 2 * t * d * double(l.qkvRows() + l.inShape.c) + 4 * t * double(l.attentionSpan()) * d;
     }
     default:
       return 0;
@@ -30,9 +28,9 @@ TrainFlops trainFlopsPerExample(const Network& net, Recompute recompute) {
     if (recompute == Recompute::kFull && l.block >= 0)
       f.hardware += fwd;
     if (recompute == Recompute::kSelective && l.kind == LayerKind::kAttention) {
-      // The scores and the context: 2 x 2 T^2 d multiply-accumulates.
-      const double t = double(l.inShape.h) * l.inShape.w;
-      f.hardware += 4 * t * t * l.inShape.c;
+      // The scores and the context: 2 x 2 T^2 d multiply-accumulates (T
+      // positions each scoring M^2 keys in windows).
+      f.hardware += 4 * double(l.attentionPositions()) * double(l.attentionSpan()) * l.inShape.c;
     }
   }
   f.hardware += f.model;

@@ -31,6 +31,47 @@ std::string_view toString(Phase phase) {
   return "?";
 }
 
+std::string_view toString(PositionBias bias) {
+  switch (bias) {
+    case PositionBias::kNone:
+      return "none";
+    case PositionBias::kTable:
+      return "table";
+    case PositionBias::kMlp:
+      return "mlp";
+  }
+  return "?";
+}
+
+namespace {
+// A dimension of n positions padded to whole windows of w.
+int64_t paddedTo(int64_t n, int64_t w) {
+  return (n + w - 1) / w * w;
+}
+}  // namespace
+
+int64_t Layer::attentionPositions() const {
+  const int w = spec.window;
+  if (w <= 0)
+    return int64_t{inShape.h} * inShape.w;
+  return paddedTo(inShape.h, w) * paddedTo(inShape.w, w);
+}
+
+int64_t Layer::attentionSpan() const {
+  const int w = spec.window;
+  return w <= 0 ? int64_t{inShape.h} * inShape.w : int64_t{w} * w;
+}
+
+// torchvision's shifted_window_attention: no shift along a dimension whose
+// padded size one window covers.
+int Layer::shiftH() const {
+  return spec.window > 0 && paddedTo(inShape.h, spec.window) > spec.window ? spec.shift : 0;
+}
+
+int Layer::shiftW() const {
+  return spec.window > 0 && paddedTo(inShape.w, spec.window) > spec.window ? spec.shift : 0;
+}
+
 bool Layer::readsNetworkInput() const {
   for (int i : inputs)
     if (i < 0)

@@ -204,6 +204,16 @@ bool hasAttentionDropout(const Network& net) {
   return false;
 }
 
+// Swin's windows, position biases and patch merging (swin-t, swin-v2-t):
+// priced by the model, refused by the executor's Model.
+bool hasSwinLayers(const Network& net) {
+  for (const Layer& l : net.layers)
+    if (l.kind == LayerKind::kSpaceToDepth ||
+        (l.kind == LayerKind::kAttention && (l.spec.window > 0 || l.spec.cosine)))
+      return true;
+  return false;
+}
+
 // The presets the executor never builds, not even record only: llama2-7b,
 // llama3-8b and llama2-70b (6.7 to 69 billion parameters, and T = 4096 or
 // 8192 positions whose attention scores alone reserve hundreds of GB of
@@ -237,9 +247,9 @@ void checkCpu(int threads) {
     const Network net = presetNetwork(preset);
     if (tooBigToRecord(net))
       continue;
-    if (hasRnn(net) || hasAttentionDropout(net)) {
-      // The executor runs no rnn layer (lm-300m) and no attention dropout:
-      // nothing to record.
+    if (hasRnn(net) || hasAttentionDropout(net) || hasSwinLayers(net)) {
+      // The executor runs no rnn layer (lm-300m), no attention dropout and
+      // no Swin layers: nothing to record.
       INFO(preset);
       CHECK_THROWS_AS(Model(net), ConfigError);
       continue;
@@ -761,8 +771,8 @@ TEST_CASE(
     "[lowering][cuda]") {
   for (const std::string& preset : listPresets(ConfigKind::kNetwork)) {
     const Network net = presetNetwork(preset);
-    if (hasRnn(net) || hasAttentionDropout(net) || tooBigToRecord(net))
-      continue;  // no backend runs rnn layers
+    if (hasRnn(net) || hasAttentionDropout(net) || hasSwinLayers(net) || tooBigToRecord(net))
+      continue;  // no backend runs rnn layers (or Swin's)
     // The CUDA backend refuses the layers only the CPU backend has kernels
     // for (vision networks' concat, mul and activations; Llama's layers),
     // naming the first such layer.

@@ -47,8 +47,10 @@ enum class LayerKind {
   kClassToken,    // learned tokens put before the input's positions (ViT's class token)
   kPosEmbedding,  // a learned table of the input's shape added to it (ViT's positions)
   kToken,         // one position of the input, as a vector (ViT's x[:, 0] to the head)
+  // Hierarchical vision transformers (Swin, Liu et al. 2021):
+  kSpaceToDepth,  // each 2 x 2 block of positions as one of 4 C channels (patch merging)
 };
-inline constexpr int kLayerKindCount = 29;
+inline constexpr int kLayerKindCount = 30;
 inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kConv,         LayerKind::kPool,      LayerKind::kFc,
     LayerKind::kRnn,          LayerKind::kRelu,      LayerKind::kLrn,
@@ -59,7 +61,7 @@ inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kSilu,         LayerKind::kRelu6,     LayerKind::kHardSigmoid,
     LayerKind::kHardSwish,    LayerKind::kMul,       LayerKind::kSlice,
     LayerKind::kShuffle,      LayerKind::kScale,     LayerKind::kClassToken,
-    LayerKind::kPosEmbedding, LayerKind::kToken};
+    LayerKind::kPosEmbedding, LayerKind::kToken,     LayerKind::kSpaceToDepth};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -72,6 +74,10 @@ enum class Phase { kFwd, kBwdData, kBwdWeights, kUpdate };
 std::string_view toString(Phase phase);
 
 enum class PoolMode { kMax, kAvg };
+// attention: a learned bias of the scores by the relative position of query
+// and key (LayerSpec::positionBias).
+enum class PositionBias { kNone, kTable, kMlp };
+std::string_view toString(PositionBias bias);
 enum class RnnCell { kVanilla, kGru, kLstm };
 
 // Channels x height x width of one example's tensor.
@@ -155,6 +161,26 @@ struct LayerSpec {
   // --attention-dropout), 0 for none.
   bool fusedCore = false;
   double attentionDropout = 0;
+  // attention over an H x W grid (Swin, Liu et al. 2021, section 3.2):
+  // window, the side of the square windows of positions each query attends
+  // within (0: every position, global attention); the grid is padded below
+  // and right to whole windows (torchvision's F.pad). shift, the windows
+  // moved by (shift, shift) positions (a cyclic roll and a mask of the
+  // wrapped positions), dropped along a dimension that one window covers,
+  // as torchvision's shifted_window_attention does. positionBias, a learned
+  // bias per head added to the scores by the relative offset of query and
+  // key: a table of (2 window - 1)^2 x heads (Swin) or a two-layer MLP of
+  // the offsets, 2 -> 512 -> heads, its output 16 sigmoid(.) (Swin V2's
+  // continuous position bias, Liu et al. 2022, section 3.3). cosine: the
+  // scores are the cosines of Q and K times a learned scale per head (Swin
+  // V2's scaled cosine attention, section 3.2).
+  int window = 0;
+  int shift = 0;
+  PositionBias positionBias = PositionBias::kNone;
+  bool cosine = false;
+  // space_to_depth: each block_size x block_size block of positions as one
+  // position of block_size^2 times the channels (Swin's patch merging).
+  int blockSize = 2;
   // rmsnorm: the epsilon added to the mean square.
   double eps = 1e-5;
   // fc (flatten: false) tied to an embedding: its weights are that layer's
@@ -217,6 +243,16 @@ struct Layer {
       return 0;
     return spec.rotaryDims > 0 ? spec.rotaryDims : inShape.c / spec.heads;
   }
+  // attention: the positions its projections run over (the H x W grid
+  // padded to whole windows; H W without windows), the keys each query
+  // scores (window^2, or every position), and the windows per example.
+  int64_t attentionPositions() const;
+  int64_t attentionSpan() const;
+  int64_t attentionWindows() const { return attentionPositions() / attentionSpan(); }
+  // attention: the window shift along H and along W (0 where one window
+  // covers that dimension of the padded grid).
+  int shiftH() const;
+  int shiftW() const;
   int64_t qkvRows() const {
     return spec.heads > 0 ? int64_t{inShape.c} + 2 * int64_t{inShape.c} / spec.heads * kvHeads()
                           : 0;
