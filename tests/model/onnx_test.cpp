@@ -80,6 +80,13 @@ void checkSameLayers(const Network& n, const Network& expected) {
       // The base computed from float32 frequencies, a few ulps off.
       CHECK(a.spec.rotaryBase == Approx(b.spec.rotaryBase).epsilon(1e-4));
     }
+    if (a.kind == LayerKind::kAttention) {
+      CHECK(a.spec.window == b.spec.window);
+      CHECK(a.shiftH() == b.shiftH());
+      CHECK(a.shiftW() == b.shiftW());
+      CHECK(a.spec.positionBias == b.spec.positionBias);
+      CHECK(a.fwdElems == b.fwdElems);
+    }
     if (a.kind == LayerKind::kRmsNorm)
       CHECK(a.spec.eps == Approx(b.spec.eps).epsilon(1e-6));  // 1e-5 as a float
   }
@@ -268,6 +275,39 @@ TEST_CASE("onnx Split, Slice and a channel shuffle map onto slice and shuffle la
   CHECK(tail.spec.channels == 3);
   CHECK(tail.outShape == Shape{3, 2, 2});
   CHECK(n.totalParams() == 3 * 3 + 5 * 3 + 5);
+}
+
+TEST_CASE("onnx: torchvision's SwinTransformer, padded and shifted windows folded",
+          "[onnx][swin]") {
+  // make_fixtures.py's tiny_swin: 12x12 images, 2x2 patches (a 6x6 grid) of
+  // 8 features, 2 blocks of 2 heads in windows of 4: the grid padded to 8x8
+  // (F.pad's pads computed from shapes), the second block rolled by 2 and
+  // back, the mask added per window, the padding cropped. Its YAML twin.
+  const Network n = loadNetwork(fixture("tiny_swin.onnx"));
+  CHECK(n.totalParams() == 2103);  // PyTorch's count
+  const std::string yaml = R"(name: tiny-swin
+input: {channels: 3, height: 12, width: 12}
+layers:
+  - {name: patches, kind: conv, filters: 8, kernel: 2, stride: 2}
+  - {name: patch_norm, kind: layernorm}
+  - {name: stage, kind: transformer, heads: 2, hidden: 32, causal: false, window: 4, shift: 2, position_bias: table, repeat: 2}
+  - {name: norm, kind: layernorm}
+  - {name: pool, kind: pool, mode: avg, global: true}
+  - {name: head, kind: fc, outputs: 3}
+  - {name: loss, kind: softmax}
+)";
+  checkSameLayers(n, test::loadNetworkText("strata-onnx-swin", "tiny-swin", yaml));
+  const Layer& shifted = n.layers[11];
+  REQUIRE(shifted.kind == LayerKind::kAttention);
+  CHECK(shifted.attentionPositions() == 64);  // 6 x 6 padded to 8 x 8
+  CHECK(shifted.shiftH() == 2);
+  CHECK(n.layers[3].shiftH() == 0);
+  // A position table of windows of 7 in windows of 4: one error naming the
+  // Add of the scores and strata's table.
+  checkUnmappable("../../fuzz/regressions/onnx/swin-table-mismatch.onnx",
+                  "nodes[180] (/0/features/features.1/features.1.0/attn/Add_1)",
+                  {"a relative position bias table [169, 2] for windows of 4 and 2 heads",
+                   "[(2M - 1)^2, heads] = [49, 2]"});
 }
 
 TEST_CASE("onnx: torchvision's VisionTransformer, nn.MultiheadAttention folded", "[onnx][vit]") {

@@ -14,6 +14,7 @@
 
 #include "helpers.h"
 #include "strata/model/error.h"
+#include "strata/model/model_flops.h"
 #include "strata/model/network_loader.h"
 
 using namespace strata;
@@ -69,7 +70,7 @@ TEST_CASE("every torchvision classification model in the zoo imports with its pa
           "[onnx][zoo]") {
   const auto rows = expectedZoo();
   // Every mapped family of torchvision 0.14 (make_torchvision.py's MAPPED).
-  CHECK(rows.size() == 73);
+  CHECK(rows.size() == 76);
   for (const auto& e : rows) {
     INFO(e.name);
     const Network n = loadNetwork(zoo(e.name + ".onnx"));
@@ -114,14 +115,16 @@ TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx
                                                                  {"vit_b_16", 17.56},
                                                                  {"vit_b_32", 4.41},
                                                                  {"vit_l_16", 61.55},
-                                                                 {"vit_l_32", 15.38}};
+                                                                 {"vit_l_32", 15.38},
+                                                                 {"swin_t", 4.49},
+                                                                 {"swin_s", 8.74},
+                                                                 {"swin_b", 15.43}};
   for (const auto& [name, gmacs] : published) {
     INFO(name);
     const Network n = loadNetwork(zoo(name + ".onnx"));
     double macs = 0;
     for (const auto& l : n.layers)
-      if (l.kind == LayerKind::kConv || l.kind == LayerKind::kFc || l.kind == LayerKind::kAttention)
-        macs += l.fwdFlops / 2;  // an attention's: its projections, Q Kᵀ and P V
+      macs += matmulFwdFlops(l) / 2;  // an attention's: its projections, Q Kᵀ and P V
     CHECK(std::abs(macs / 1e9 - gmacs) <= 0.005);
   }
 }
@@ -306,32 +309,44 @@ TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
       CHECK(n.layers[i].bwdWeightsFlops == preset.layers[i].bwdWeightsFlops);
     }
   }
+  SECTION("Swin-T: attention in shifted windows, patch merging, the swin-t preset") {
+    const Network n = loadNetwork(zoo("swin_t.onnx"));
+    CHECK(count(n, LayerKind::kSpaceToDepth) == 3);
+    CHECK(count(n, LayerKind::kAttention) == 12);
+    const Layer& shifted = layer(n, "/0/features/features.1/features.1.1/attn/Concat_35");
+    CHECK(shifted.kind == LayerKind::kAttention);
+    CHECK(shifted.spec.window == 7);
+    CHECK(shifted.spec.shift == 3);
+    CHECK(shifted.spec.positionBias == PositionBias::kTable);
+    CHECK(shifted.params == 4 * 96 * 96 + 4 * 96 + 169 * 3);
+    // The swin-t preset (configs/networks/swin-t.yaml), layer for layer; the
+    // last block's shift, which torchvision drops on its 7 x 7 grid before
+    // the export, compared as both apply it (none).
+    const Network preset = test::presetNetwork("swin-t");
+    REQUIRE(n.layers.size() == preset.layers.size());
+    for (size_t i = 0; i < n.layers.size(); ++i) {
+      const Layer& a = n.layers[i];
+      const Layer& b = preset.layers[i];
+      INFO("layer " << i << ": " << a.name << " / " << b.name);
+      CHECK(a.kind == b.kind);
+      auto inputs = [](std::vector<int> v) {
+        std::sort(v.begin(), v.end());
+        return v;
+      };
+      CHECK(inputs(a.inputs) == inputs(b.inputs));
+      CHECK(a.outShape == b.outShape);
+      CHECK(a.params == b.params);
+      CHECK(a.fwdFlops == b.fwdFlops);
+      CHECK(a.bwdWeightsFlops == b.bwdWeightsFlops);
+      CHECK(a.fwdElems == b.fwdElems);
+      CHECK(a.spec.window == b.spec.window);
+      CHECK(a.shiftH() == b.shiftH());
+      CHECK(a.shiftW() == b.shiftW());
+    }
+  }
   SECTION("RegNetY-400MF: grouped convolutions and sigmoid-gated SE") {
     const Network n = loadNetwork(zoo("regnet_y_400mf.onnx"));
     CHECK(count(n, LayerKind::kSigmoid) == 16);
     CHECK(count(n, LayerKind::kMul) == 16);
-  }
-}
-
-TEST_CASE("torchvision families strata does not map yet are one clear error", "[onnx][zoo]") {
-  // The node and op that stop each, and the list of what maps.
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"swin_t",
-       "nodes[107] (/0/features/features.1/features.1.0/attn/Gather): Gather of a [169, 3] "
-       "table at 2401 constant offsets: a relative position bias of 7x7 windows (Swin); strata "
-       "does not fold Swin's windows from ONNX yet: write the network as YAML "
-       "(configs/networks/swin-t.yaml"},
-  };
-  for (const auto& [name, op] : cases) {
-    INFO(name);
-    const std::string path = zoo(name + ".onnx");
-    try {
-      (void)loadNetwork(path);
-      FAIL("no error");
-    } catch (const ConfigError& e) {
-      INFO(e.what());
-      CHECK(e.file() == path);
-      CHECK(std::string(e.what()).find(op) != std::string::npos);
-    }
   }
 }

@@ -25,7 +25,7 @@ bool staticOp(const std::string& op) {
       "Sub",     "Mul",       "Div",     "Slice",       "Range",          "Equal",
       "Where",   "Expand",    "Not",     "Less",        "Greater",        "ConstantOfShape",
       "Reshape", "Transpose", "Trilu",   "LessOrEqual", "GreaterOrEqual", "MatMul",
-      "Cos",     "Sin"};
+      "Cos",     "Sin",       "Mod",     "Pow",         "ScatterND"};
   return ops.count(op) > 0;
 }
 
@@ -162,6 +162,16 @@ bool Importer::mapShapeOrDerived(int i) {
       const Shape s = shapeOf(x);
       const int64_t g = x.groups, c = s.c / g;
       dims = x.swapped ? Dims{c, g, s.h, s.w} : Dims{g, c, s.h, s.w};
+    } else if (x.kind == ValueKind::kShape || (x.kind == ValueKind::kConstant && shapeInts(x))) {
+      // The shape of int64s computed from shapes (F.pad's pads, as
+      // torch.onnx.export computes them): their count, or their dims.
+      out.kind = ValueKind::kShape;
+      if (x.kind == ValueKind::kShape)
+        out.ints = x.intsDims.empty() ? Dims{static_cast<int64_t>(x.ints.size())} : x.intsDims;
+      else
+        out.ints = tensorDims(*x.tensor);
+      produce(i, out);
+      return true;
     } else if (x.kind == ValueKind::kShape || x.kind == ValueKind::kDerived ||
                x.kind == ValueKind::kConstant) {
       // The shape of a shape or constant (ViT's expand of its class token
@@ -170,6 +180,11 @@ bool Importer::mapShapeOrDerived(int i) {
       derived.kind = ValueKind::kDerived;
       produce(i, derived);
       return true;
+    } else if (x.kind == ValueKind::kWindow) {
+      batchInside = true;
+      dims = windowDims(x);
+      if (dims.empty())
+        return false;
     } else if (x.kind == ValueKind::kAttention && x.axes.find('g') == std::string::npos) {
       batchInside = x.seq == SeqLayout::kTimeMajor;
       dims = attentionDims(x);
@@ -229,6 +244,8 @@ bool Importer::mapShapeOrDerived(int i) {
     if (op == "Cast") {
       out.ints = a;
       out.scalar = isScalar(0);
+      if (input(i, 0).kind == ValueKind::kShape)
+        out.intsDims = input(i, 0).intsDims;
     } else if (op == "Gather" && n.input_size() == 2 && intAttr(i, "axis", 0) == 0) {
       for (int64_t index : *ints[1]) {
         const int64_t at = index < 0 ? index + static_cast<int64_t>(a.size()) : index;
@@ -284,13 +301,64 @@ bool Importer::mapShapeOrDerived(int i) {
       }
       out.scalar = isScalar(0) && isScalar(1);
     } else if (op == "Slice" && n.input_size() >= 3) {
-      const int64_t size = static_cast<int64_t>(a.size());
+      // Along axis 0, step 1 or -1 (F.pad's pads reversed pair by pair); of
+      // an [r, c] value (intsDims) whole rows.
+      const Dims& dims = input(i, 0).kind == ValueKind::kShape ? input(i, 0).intsDims : Dims{};
+      const int64_t width = dims.size() == 2 ? dims[1] : 1;
+      const int64_t size = static_cast<int64_t>(a.size()) / width;
       const int64_t step = n.input_size() > 4 && ints[4] ? (*ints[4])[0] : 1;
-      if ((n.input_size() > 3 && ints[3] && (*ints[3])[0] != 0) || step != 1)
-        failAt(i, "Slice of a shape along its one axis with step 1");
-      auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
-      const int64_t begin = clamp((*ints[1])[0]), end = clamp((*ints[2])[0]);
-      out.ints.assign(a.begin() + begin, a.begin() + std::max(begin, end));
+      if ((n.input_size() > 3 && ints[3] && (*ints[3])[0] != 0) || (step != 1 && step != -1))
+        failAt(i, "Slice of a shape along its first axis with step 1 or -1");
+      int64_t from = (*ints[1])[0], until = (*ints[2])[0];
+      from = from < 0 ? from + size : from;
+      until = until < 0 ? until + size : until;
+      if (step == 1) {
+        from = std::clamp(from, int64_t{0}, size);
+        until = std::clamp(until, int64_t{0}, size);
+      } else {
+        from = std::clamp(from, int64_t{-1}, size - 1);
+        until = std::clamp(until, int64_t{-1}, size - 1);
+      }
+      for (int64_t r = from; step == 1 ? r < until : r > until; r += step)
+        out.ints.insert(out.ints.end(), a.begin() + r * width, a.begin() + (r + 1) * width);
+      if (dims.size() == 2)
+        out.intsDims = {static_cast<int64_t>(out.ints.size()) / width, width};
+    } else if (op == "Reshape" && ints[1]) {
+      // Int64s viewed as [r, c] or flat again (F.pad's pads).
+      const auto& to = *ints[1];
+      const int64_t count = static_cast<int64_t>(a.size());
+      out.ints = a;
+      if (to.size() == 2 && count > 0 && (to[0] == -1 || to[1] == -1) &&
+          count % std::max(to[0], to[1]) == 0 && std::max(to[0], to[1]) > 0) {
+        const int64_t known = std::max(to[0], to[1]);
+        out.intsDims = to[0] == -1 ? Dims{count / known, known} : Dims{known, count / known};
+      } else if (!(to.size() == 1 && (to[0] == -1 || to[0] == count))) {
+        out.kind = ValueKind::kDerived;
+        out.ints.clear();
+      }
+    } else if (op == "Transpose" && input(i, 0).kind == ValueKind::kShape &&
+               input(i, 0).intsDims.size() == 2) {
+      const Dims& dims = input(i, 0).intsDims;
+      for (int64_t c = 0; c < dims[1]; ++c)
+        for (int64_t r = 0; r < dims[0]; ++r)
+          out.ints.push_back(a[static_cast<size_t>(r * dims[1] + c)]);
+      out.intsDims = {dims[1], dims[0]};
+    } else if (op == "ConstantOfShape" && a.size() == 1 && a[0] >= 0 && a[0] <= 64) {
+      // A few int64s of one value (F.pad's zero pads of the leading dims).
+      const auto* value = attr(i, "value");
+      const auto fill = value && value->has_t() ? inlineInt64s(value->t()) : std::nullopt;
+      if (fill && fill->size() == 1) {
+        out.ints.assign(static_cast<size_t>(a[0]), (*fill)[0]);
+      } else {
+        out.kind = ValueKind::kDerived;
+        out.ints.clear();
+      }
+    } else if (op == "Mod" && n.input_size() == 2 && a.size() == 1 && ints[1]->size() == 1 &&
+               (*ints[1])[0] > 0 && !isBatchMultiple(a[0]) && intAttr(i, "fmod", 0) == 0) {
+      // Python's %, the sign of the divisor's: window padding (W % M).
+      const int64_t y = (*ints[1])[0];
+      out.ints = {((a[0] % y) + y) % y};
+      out.scalar = isScalar(0) && isScalar(1);
     } else {
       out.kind = ValueKind::kDerived;
       out.ints.clear();
@@ -321,6 +389,10 @@ bool Importer::mapShapeOrDerived(int i) {
                        : x.kind == ValueKind::kConstant && x.tensor ? rotaryFrequencyBase(*x.tensor)
                                                                     : 0;
       }
+  // Swin's relative position bias table, through its view, transpose and
+  // unsqueeze.
+  if (out.kind == ValueKind::kDerived && first.kind == ValueKind::kDerived)
+    out.positionTable = first.positionTable;
   // A learned tensor expanded over the batch (ViT's class token): its
   // initializer, for the Concat that reads it.
   if (op == "Expand" && first.kind == ValueKind::kConstant && first.tensor && !shapeInts(first))

@@ -47,6 +47,11 @@ enum class ValueKind {
   // the bias). The weight's Mul (RMSNorm) or the bias's Add (LayerNorm)
   // makes the layer.
   kNormStat,
+  // A step of attention in windows over a channels-last grid (Swin,
+  // onnx_windows.cpp): the grid padded and rolled, cut into windows, their
+  // Q, K and V, scores, context and output, and the grid put back; `layer`
+  // is the activation x the attention reads. `win` says which step.
+  kWindow,
 };
 
 // The batch dim of a kShape value: symbolic, whatever the batch. A multiple
@@ -102,9 +107,11 @@ struct Value {
   // form) when a node that is not element-wise reads it.
   std::map<int, PointwiseTerm> terms;
   int node = -1;
-  // kShape: the values (a rank-0 one when `scalar`).
+  // kShape: the values (a rank-0 one when `scalar`), and their dims when
+  // they are viewed as [rows, columns] (F.pad's pads); empty: one axis.
   std::vector<int64_t> ints;
   bool scalar = false;
+  Dims intsDims;
   // kAttention: which tensor of the attention whose Q, K and V the fc layer
   // `layer` computes (part q, k, v: its thirds; x: the output of an fc of
   // its own with the heads split out, Q, K or V as the MatMuls reading it
@@ -158,6 +165,46 @@ struct Value {
   // kDerived: the initializer it expands over the batch (ViT's class token,
   // Expand([1, k, C], [N, -1, -1])), or none.
   const onnx::TensorProto* expanded = nullptr;
+  // kWindow (onnx_windows.cpp): the step, one of 'g' the grid [N, H', W', C]
+  // (x padded, rolled), 'a' a Slice of it along H or W, 'm' a strided
+  // Slice of one along both (patch merging's x[i::2, j::2]), 'v' the
+  // windows' view [N, H'/M, M, W'/M, M, C], 'u' that transposed, 'w' the
+  // windows [N nW, M^2, C], 'f' their QKV fc, 'r' its heads [N nW, M^2, 3,
+  // h, dh], 'R' transposed to [3, N nW, h, M^2, dh], 'q', 'k', 'x' Q, K and
+  // V, 'K' K transposed, 's' the scores, 'p' the probabilities, 'c' the
+  // context, 'C' it transposed, 'j' the heads joined, 'o' the output
+  // projection, 'V' and 'U' the windows' view back, 'G' the grid again and
+  // 'A' a Slice of it. window M, the padding below and right, the roll of
+  // the grid (up and left) and the shift the windows were cut at.
+  char win = 0;
+  int window = 0;
+  int padB = 0;
+  int padR = 0;
+  int rollH = 0;
+  int rollW = 0;
+  int shiftH = 0;
+  int shiftW = 0;
+  // 'a', 'A', 'm': the axis sliced (1 H, 2 W), its range and step, and the
+  // value sliced; 'm' the offsets along H and W.
+  int sliceAxis = 0;
+  int64_t sliceStart = 0;
+  int64_t sliceStop = 0;
+  int64_t sliceStep = 1;
+  std::string sliced;
+  int mergeRow = -1;
+  int mergeCol = -1;
+  // From 'f' on: the QKV fc's rows, the biases seen, the position bias and
+  // the shift's mask added to the scores, the scores viewed per window
+  // ([N, nW, h, M^2, M^2]: `split`).
+  int64_t fcRows = 0;
+  bool qkvBiasSeen = false;
+  bool projBiasSeen = false;
+  bool positionBiasSeen = false;
+  bool maskSeen = false;
+  bool split = false;
+  // kDerived: a learned table gathered at constant offsets (Swin's
+  // relative position bias), and what is computed from it.
+  const onnx::TensorProto* positionTable = nullptr;
   // kDerived: computed from what a causal mask is made of (a square table
   // of positions: GPT-2's `bias` buffer; a Trilu; positions compared, i <
   // j), not only from ones and shapes (BERT's padding mask of an absent
@@ -433,6 +480,15 @@ class Importer {
   // (Shazeer 2020; Llama) as strata's one fc of both and a swiglu; false
   // when node i is no such Mul.
   bool mapSwiglu(int i);
+  // Node i is a step of attention in windows (kWindow), the Pad or Slice
+  // of a channels-last grid that starts one, or patch merging's Concat:
+  // maps it; false otherwise (onnx_windows.cpp).
+  bool mapWindowPart(int i);
+  // The dims of kWindow value v, the batch's included (kShape ints).
+  Dims windowDims(const Value& v) const;
+  // The attention in windows that grid v (step 'G', unrolled, uncropped)
+  // ends: its layer, as a channels-last activation.
+  Value windowAttention(int i, const Value& v);
   // The per-example dims a Reshape of x to `target` (kShape ints with the
   // batch) gives; fails naming node i when they do not follow.
   Dims reshapeTarget(int i, const Dims& from, const std::vector<int64_t>& target) const;

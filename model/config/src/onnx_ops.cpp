@@ -76,8 +76,8 @@ void Importer::mapNode(int i) {
   };
   // Shapes and constants, an attention's parts, element-wise chains
   // (onnx_attention.cpp and below) come before the ops' own mappings.
-  if (standard &&
-      (mapShapeOrDerived(i) || mapAttentionPart(i) || mapPointwiseChain(i) || mapNormPart(i)))
+  if (standard && (mapShapeOrDerived(i) || mapWindowPart(i) || mapAttentionPart(i) ||
+                   mapPointwiseChain(i) || mapNormPart(i)))
     return;
   // A kPointwise input ends its element-wise chain here.
   for (const auto& name : n.input())
@@ -578,19 +578,6 @@ void Importer::mapGather(int i) {
       embeddingTables_[t.tensor->name()] = v.layer;
     produce(i, v);
   } else if (ids.kind == ValueKind::kConstant || ids.kind == ValueKind::kDerived) {
-    // Swin's relative position bias: a (2M - 1)^2 x heads table gathered at
-    // the M^2 x M^2 offsets of a window's positions.
-    if (ids.kind == ValueKind::kConstant && ids.tensor) {
-      const int64_t at = elementsOf(tensorDims(*ids.tensor));
-      for (int64_t m = 2; m * m * m * m <= at; ++m)
-        if (m * m * m * m == at && table[0] == (2 * m - 1) * (2 * m - 1))
-          failAt(i, fmt::format(
-                        "Gather of a {} table at {} constant offsets: a relative position bias "
-                        "of {}x{} windows (Swin); strata does not fold Swin's windows from ONNX "
-                        "yet: write the network as YAML (configs/networks/swin-t.yaml: "
-                        "transformer blocks with window, shift and position_bias)",
-                        dimsText(table), at, m, m));
-    }
     Value v;
     v.kind = ValueKind::kPositions;
     v.rows = table[0];
