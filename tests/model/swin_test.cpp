@@ -10,6 +10,7 @@
 #include "strata/model/layer_kinds.h"
 #include "strata/model/lowering.h"
 #include "strata/model/model_flops.h"
+#include "strata/model/tensor_parallel.h"
 
 using namespace strata;
 
@@ -77,6 +78,9 @@ TEST_CASE("attention in shifted windows with a relative position bias, by hand",
   CHECK(a.savedElems == 1536 + 512 + 2048);
   // Model FLOPs: the GEMMs alone.
   CHECK(matmulFwdFlops(a) == 2.0 * (16384 + 16384));
+  // Selective recomputation reruns the core: 4 P M^2 d of 4 P M^2 d + 8 P d^2.
+  const double core = 4.0 * 64 * 16 * 8;
+  CHECK(attentionCoreShare(a) == Approx(core / (core + 8.0 * 64 * 64)));
 }
 
 TEST_CASE("the lowering of attention in windows holds the layer's GEMMs and score adds",

@@ -310,8 +310,10 @@ GatherUnits zeroGatherUnits(const Network& net, const TpLayout& layout) {
 }
 
 double attentionCoreShare(const Layer& l) {
-  const double t = double(l.inShape.h) * l.inShape.w, d = l.inShape.c;
-  const double core = 4 * t * t * d, projections = 8 * t * d * d;
+  // T positions each scoring T keys, or in windows (Swin) the padded grid's
+  // positions each scoring its window's M^2.
+  const double t = double(l.attentionPositions()), d = l.inShape.c;
+  const double core = 4 * t * double(l.attentionSpan()) * d, projections = 8 * t * d * d;
   return core + projections > 0 ? core / (core + projections) : 0;
 }
 
