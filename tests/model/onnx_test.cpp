@@ -486,6 +486,24 @@ TEST_CASE("a Qwen2 exported from PyTorch has biases on Q, K and V alone", "[onnx
   CHECK(n.totalParams() == 79168);
 }
 
+TEST_CASE("partial rotary positions (GPT-NeoX's rotary_pct) fold into rotary_dims",
+          "[onnx][attention]") {
+  // make_fixtures.py's tiny_llama_export fixture: one grouped-query
+  // attention (64 wide, 4 heads over 2 key/value heads of 16 features) whose
+  // Q and K turn their first 8 features of each head: x[..., :8] cos +
+  // rotate_half(x[..., :8]) sin, concatenated with x[..., 8:].
+  const Network n = loadNetwork(fixture("partial_rotary_attention.onnx"));
+  const std::string yaml = R"(name: partial-rotary
+input: {channels: 64, height: 32, width: 1}
+layers:
+  - {name: attn, kind: attention, heads: 4, kv_heads: 2, bias: false, rotary: true, rotary_dims: 8}
+  - {name: loss, kind: softmax}
+)";
+  checkSameLayers(n, test::loadNetworkText("strata-onnx-partial", "partial-rotary", yaml));
+  CHECK(n.layers[0].rotaryFeatures() == 8);
+  CHECK(n.layers[0].spec.rotaryBase == Approx(10000).epsilon(1e-4));
+}
+
 TEST_CASE("rotary positions and RMSNorms strata cannot fold are one error naming the node",
           "[onnx]") {
   // make_fixtures.py's tiny_llama_export regressions.
@@ -493,10 +511,11 @@ TEST_CASE("rotary positions and RMSNorms strata cannot fold are one error naming
                   "nodes[243] (/attention/MatMul)",
                   {"the heads of a projection (Q, K or V) of the attention",
                    "with rotary positions on Q alone"});
-  checkUnmappable("../../fuzz/regressions/onnx/attention-partial-rotary.onnx",
+  checkUnmappable("../../fuzz/regressions/onnx/attention-rotary-last-features.onnx",
                   "nodes[132] (/attention/Mul)",
                   {"the rotary positions on the heads of a projection",
-                   "partial rotary, GPT-NeoX's rotary_pct, is not folded yet"});
+                   "features [8, 16) of its 16 multiplied by a table",
+                   "all of a head's features or its first ones"});
   checkUnmappable("../../fuzz/regressions/onnx/rmsnorm-without-weight.onnx",
                   "nodes[12] (/fc/MatMul)",
                   {"the normalised x, before its weight", "of an RMSNorm of 'input'"});

@@ -445,8 +445,16 @@ Dims Importer::attentionDims(const Value& v) const {
       case 'r':
         dims.push_back(batchTimes(t));
         break;
-      default:
-        dims.push_back(headDim(v));
+      default: {
+        // A head's features, or the slice of them rotary positions are at
+        // (rotate_half's halves, partial rotary's turning part).
+        const int64_t dh = headDim(v);
+        const int64_t part = v.ropePart > 0 ? v.ropePart : dh;
+        dims.push_back(v.rope == 'h'   ? v.sliceStop - v.sliceStart
+                       : v.rope == 'n' ? part / 2
+                       : v.rope != 0   ? part
+                                       : dh);
+      }
     }
   }
   return dims;
@@ -494,56 +502,83 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
       return false;  // (the scale's and the other mappings' errors)
     if (!heads)
       cannot(fmt::format("multiplied by a table with its axes {}", a.axes));
-    if (a.rope == 0 && !a.rotary)
+    if (a.rope == 0 && !a.rotary) {
       v.rope = 'c';
-    else if (a.rope == 'r')
+    } else if (a.rope == 'h' && a.sliceStart == 0 && a.ropeWidth == dh && a.sliceStop < dh &&
+               a.sliceStop % 2 == 0) {
+      v.rope = 'c';  // the first features of each head turn (partial rotary)
+      v.ropePart = a.sliceStop;
+    } else if (a.rope == 'r') {
       v.rope = 's';
-    else if (a.rope == 'a' || a.rope == 'b')
+    } else if (a.rope == 'h') {
       cannot(
-          "part of its features multiplied by a table: rotary positions that turn part of a "
-          "head's features (partial rotary, GPT-NeoX's rotary_pct, is not folded yet)");
-    else
+          fmt::format("features [{}, {}) of its {} multiplied by a table: rotary positions "
+                      "turn all of a head's features or its first ones (an even number)",
+                      a.sliceStart, a.sliceStop, a.ropeWidth));
+    } else {
       cannot("multiplied by a second table: rotary positions are x cos + rotate_half(x) sin");
+    }
     v.ropeBase = std::max(a.ropeBase, table.freqBase);
   } else if (op == "Slice" && n.input_size() >= 4 && at == 0) {
+    // Features [begin, end) of the heads (rope 'h'): rotate_half's halves,
+    // or partial rotary's turning part and the rest; of a turning part (an
+    // 'h' from 0), its halves.
     const auto starts = shapeInts(input(i, 1)), ends = shapeInts(input(i, 2)),
                axes = shapeInts(input(i, 3));
     const auto steps = n.input_size() > 4 && hasInput(i, 4) ? shapeInts(input(i, 4))
                                                             : std::optional<Dims>(Dims{1});
+    const bool part = a.rope == 'h' && a.sliceStart == 0 && a.ropeWidth == dh;
     if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 ||
         axes->size() != 1 || steps->size() != 1 || (*steps)[0] != 1 || !lastAxis((*axes)[0]) ||
-        !heads || a.rope != 0 || a.rotary)
+        !heads || (a.rope != 0 && !part) || a.rotary)
       cannot("sliced otherwise than into the two halves of its features that rotate_half takes");
-    const int64_t begin = (*starts)[0], end = std::min((*ends)[0], dh), half = dh / 2;
-    if (dh % 2 == 0 && begin == 0 && end == half)
-      v.rope = 'a';
-    else if (dh % 2 == 0 && begin == half && end == dh)
-      v.rope = 'b';
-    else
-      cannot(
-          fmt::format("sliced along its {} features to [{}, {}): rotary positions that turn "
-                      "all of a head's features take [0, {}) and [{}, {}) (partial rotary, "
-                      "GPT-NeoX's rotary_pct, is not folded yet)",
-                      dh, begin, end, half, half, dh));
-  } else if (op == "Neg" && a.rope == 'b') {
-    v.rope = 'n';
+    const int64_t width = part ? a.sliceStop : dh;
+    const int64_t begin = (*starts)[0], end = std::min((*ends)[0], width);
+    if (begin < 0 || end <= begin)
+      cannot(fmt::format("sliced along its {} features to [{}, {})", width, begin, end));
+    v.rope = 'h';
+    v.sliceStart = begin;
+    v.sliceStop = end;
+    v.ropeWidth = width;
+  } else if (op == "Neg" && a.rope == 'h' && a.ropeWidth % 2 == 0 &&
+             a.sliceStart == a.ropeWidth / 2 && a.sliceStop == a.ropeWidth) {
+    v.rope = 'n';  // -x2, the second half
+    v.ropePart = a.ropeWidth < dh ? a.ropeWidth : 0;
   } else if (op == "Concat" && n.input_size() == 2 && at == 0 && a.rope == 'n') {
     const Value& first = input(i, 1);
     if (!lastAxis(intAttr(i, "axis", 0)) || first.kind != ValueKind::kAttention ||
-        first.layer != a.layer || first.rope != 'a' || first.axes != a.axes)
+        first.layer != a.layer || first.rope != 'h' || first.sliceStart != 0 ||
+        first.ropeWidth != (a.ropePart > 0 ? a.ropePart : dh) ||
+        first.sliceStop != first.ropeWidth / 2 || first.axes != a.axes)
       cannot(
           "concatenated with something other than the first half of the same heads along "
           "the features (rotate_half's cat(-x2, x1))");
     v.rope = 'r';
+  } else if (op == "Concat" && n.input_size() == 2 && at == 0 && a.rope == 'd') {
+    // Partial rotary: the turned features, then the rest as they are.
+    const Value& rest = input(i, 1);
+    if (!lastAxis(intAttr(i, "axis", 0)) || rest.kind != ValueKind::kAttention ||
+        rest.layer != a.layer || rest.rope != 'h' || rest.ropeWidth != dh ||
+        rest.sliceStart != a.ropePart || rest.sliceStop != dh || rest.axes != a.axes)
+      cannot(
+          fmt::format("its first {} features turned and concatenated with something other "
+                      "than its features [{}, {}) (partial rotary's cat(x_rot, x_pass))",
+                      a.ropePart, a.ropePart, dh));
+    v.rope = 0;
+    v.rotary = true;
+    v.rotaryDims = a.ropePart;
+    v.ropePart = 0;
   } else if (op == "Add" && n.input_size() == 2 && (a.rope == 'c' || a.rope == 's')) {
     const Value& b = input(i, 1 - at);
     if (b.kind != ValueKind::kAttention || b.layer != a.layer || b.axes != a.axes ||
-        b.rope != (a.rope == 'c' ? 's' : 'c'))
+        b.rope != (a.rope == 'c' ? 's' : 'c') || b.ropePart != a.ropePart)
       cannot(
           "added to something other than the other term of x cos + rotate_half(x) sin of the "
           "same heads");
-    v.rope = 0;
-    v.rotary = true;
+    // The whole head turned, or its first ropePart features (then their
+    // Concat with the rest).
+    v.rope = a.ropePart > 0 ? 'd' : 0;
+    v.rotary = a.ropePart == 0;
     v.ropeBase = std::max(a.ropeBase, b.ropeBase);
   } else if (op == "Unsqueeze" && a.rope == 0 && a.axes == "htd" && a.kvHeads == 0) {
     Dims axes = intsAttr(i, "axes");
@@ -837,6 +872,11 @@ bool Importer::mapAttentionPart(int i) {
             fmt::format("with rotary positions on {} alone: strata's rotary attention turns Q "
                         "and K",
                         a.rotary ? "Q" : "K"));
+      if (a.rotaryDims != b.rotaryDims)
+        cannot(
+            fmt::format("whose Q turns {} features of each head and K {} (0: all): strata's "
+                        "rotary attention turns the same of both",
+                        a.rotaryDims, b.rotaryDims));
       joinProjection(b, true);
       v.part = 's';
       v.axes = "hts";
@@ -903,6 +943,8 @@ bool Importer::mapAttentionPart(int i) {
     s.rotary = a.rotary;
     if (a.rotary && a.ropeBase > 0)
       s.rotaryBase = a.ropeBase;
+    if (a.rotary)
+      s.rotaryDims = static_cast<int>(a.rotaryDims);
     s.causal = a.masked;
     s.bias = qkv.spec.bias;  // the output projection's bias Add must follow (finish)
     s.attentionDropout = a.attentionDropout;

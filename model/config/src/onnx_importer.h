@@ -140,6 +140,15 @@ struct Value {
   bool rotary = false;
   char rope = 0;
   double ropeBase = 0;
+  // Partial rotary (GPT-NeoX's rotary_pct): rope 'h' is a Slice [sliceStart,
+  // sliceStop) of ropeWidth features (the head's, or of its turning part);
+  // ropePart, the first features that turn (0: all of the head's), through
+  // the steps of x cos + rotate_half(x) sin; 'd' that part turned, before the
+  // Concat with the rest; rotaryDims, the features a rotated projection
+  // turned (0: all).
+  int64_t ropeWidth = 0;
+  int64_t ropePart = 0;
+  int64_t rotaryDims = 0;
   // kDerived: the base of the rotary frequencies it is computed from
   // (inv_freq = base^(-2i/d), a constant of the file), 0 if none.
   double freqBase = 0;
