@@ -528,6 +528,16 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
     const auto steps = n.input_size() > 4 && hasInput(i, 4) ? shapeInts(input(i, 4))
                                                             : std::optional<Dims>(Dims{1});
     const bool part = a.rope == 'h' && a.sliceStart == 0 && a.ropeWidth == dh;
+    // GPT-NeoX's fused query_key_value viewed per head as [N, T, H, 3 dh]:
+    // Q, K and V are slices of each head.
+    const Layer& fc = net_.layers[static_cast<size_t>(a.layer)];
+    if (a.rope == 0 && fc.kind == LayerKind::kFc && fc.spec.outputs == 3 * fc.inShape.c &&
+        a.heads > 0 && dh * a.heads == fc.spec.outputs)
+      cannot(fmt::format(
+          "sliced per head: a fused QKV fc of {} outputs viewed as {} heads of 3 x {} features "
+          "(GPT-NeoX's query_key_value) is not folded yet; its config.json prices it "
+          "(docs/networks.md)",
+          fc.spec.outputs, a.heads, dh / 3));
     if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 ||
         axes->size() != 1 || steps->size() != 1 || (*steps)[0] != 1 || !lastAxis((*axes)[0]) ||
         !heads || (a.rope != 0 && !part) || a.rotary)
