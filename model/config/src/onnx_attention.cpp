@@ -167,7 +167,9 @@ bool Importer::mapShapeOrDerived(int i) {
       // torch.onnx.export computes them): their count, or their dims.
       out.kind = ValueKind::kShape;
       if (x.kind == ValueKind::kShape)
-        out.ints = x.intsDims.empty() ? Dims{static_cast<int64_t>(x.ints.size())} : x.intsDims;
+        out.ints = x.scalar             ? Dims{}
+                   : x.intsDims.empty() ? Dims{static_cast<int64_t>(x.ints.size())}
+                                        : x.intsDims;
       else
         out.ints = tensorDims(*x.tensor);
       produce(i, out);
