@@ -174,10 +174,10 @@ bool Importer::mapShapeOrDerived(int i) {
         out.ints = tensorDims(*x.tensor);
       produce(i, out);
       return true;
-    } else if (x.kind == ValueKind::kShape || x.kind == ValueKind::kDerived ||
-               x.kind == ValueKind::kConstant) {
-      // The shape of a shape or constant (ViT's expand of its class token
-      // to [N, -1, -1]): a value computed from shapes, not followed.
+    } else if (x.kind == ValueKind::kDerived || x.kind == ValueKind::kConstant) {
+      // The shape of a derived value or of a weight (ViT's expand of its
+      // class token to [N, -1, -1]): a value computed from shapes, not
+      // followed.
       Value derived;
       derived.kind = ValueKind::kDerived;
       produce(i, derived);

@@ -94,7 +94,7 @@ Value Importer::windowAttention(int i, const Value& v) {
     failAt(i, fmt::format("attention in windows with a QKV fc of {} rows: strata maps Q, K and V "
                           "of the width {} ({} rows)",
                           v.fcRows, x.c, 3 * x.c));
-  if (v.qkvBiasSeen != v.projBiasSeen && !(v.qkvBiasSeen && !v.projBiasSeen))
+  if (v.projBiasSeen && !v.qkvBiasSeen)
     failAt(i,
            "attention in windows with a bias on the output projection alone: strata's "
            "attention has biases on all four projections, or on Q, K and V alone");
