@@ -103,8 +103,11 @@ ordered_json networkJson(const Network& net, ElementType element) {
         if (sp.window > 0) {
           spec["window"] = sp.window;
           spec["shift"] = sp.shift;
-          spec["position_bias"] = std::string(toString(sp.positionBias));
         }
+        if (sp.grid > 0)
+          spec["grid"] = sp.grid;
+        if (l.partitionSide() > 0)
+          spec["position_bias"] = std::string(toString(sp.positionBias));
         if (sp.cosine)
           spec["cosine"] = true;
         break;

@@ -18,8 +18,8 @@ void Backend::lacks(std::string_view kind) const {
 void Backend::lacksVision(std::string_view kind) const {
   throw UserError(fmt::format(
       "the {} backend does not run {} layers yet (vision networks' concat, mul, slice, shuffle, "
-      "scale, class_token, pos_embedding, token, sigmoid, silu, relu6, hardsigmoid and "
-      "hardswish layers run on the cpu backend)",
+      "scale, class_token, pos_embedding, token, sigmoid, silu, relu6, hardsigmoid, "
+      "hardswish and tanh layers run on the cpu backend)",
       name(), kind));
 }
 
@@ -35,6 +35,8 @@ std::string_view toString(Activation fn) {
       return "hardsigmoid";
     case Activation::kHardSwish:
       return "hardswish";
+    case Activation::kTanh:
+      return "tanh";
   }
   return "?";
 }

@@ -297,20 +297,21 @@ void CpuImpl::swigluBackward(ConstTensorView x, ConstTensorView dy, TensorView d
 
 namespace {
 
-// The kernels of model/kernels.h an activation runs as: sigmoid and silu
-// (exp), the piecewise linear ones.
+// The kernels of model/kernels.h an activation runs as: sigmoid, silu and
+// tanh (exp), the piecewise linear ones.
+bool transcendental(Activation fn) {
+  return fn == Activation::kSigmoid || fn == Activation::kSilu || fn == Activation::kTanh;
+}
 MemKernel forwardKernel(Activation fn) {
-  return fn == Activation::kSigmoid || fn == Activation::kSilu ? MemKernel::kSigmoidFwd
-                                                               : MemKernel::kHardActFwd;
+  return transcendental(fn) ? MemKernel::kSigmoidFwd : MemKernel::kHardActFwd;
 }
 MemKernel backwardKernel(Activation fn) {
-  return fn == Activation::kSigmoid || fn == Activation::kSilu ? MemKernel::kSigmoidBwd
-                                                               : MemKernel::kHardActBwd;
+  return transcendental(fn) ? MemKernel::kSigmoidBwd : MemKernel::kHardActBwd;
 }
 
 // Whether backward reads the output (else the input): Activation's contract.
 bool gradientFromOutput(Activation fn) {
-  return fn == Activation::kSigmoid || fn == Activation::kRelu6;
+  return fn == Activation::kSigmoid || fn == Activation::kRelu6 || fn == Activation::kTanh;
 }
 
 // Calls f with the element function of fn (a lambda per activation, so each
@@ -329,6 +330,8 @@ void withActivation(Activation fn, F&& f) {
       return f([](float x) { return e::hardSigmoid(x); });
     case Activation::kHardSwish:
       return f([](float x) { return e::hardSwish(x); });
+    case Activation::kTanh:
+      return f([](float x) { return e::tanhValue(x); });
   }
 }
 
@@ -348,6 +351,8 @@ void withActivationGrad(Activation fn, F&& f) {
       return f([](float x, float dy) { return e::hardSigmoidGrad(x, dy); });
     case Activation::kHardSwish:
       return f([](float x, float dy) { return e::hardSwishGrad(x, dy); });
+    case Activation::kTanh:
+      return f([](float y, float dy) { return e::tanhGrad(y, dy); });
   }
 }
 

@@ -71,7 +71,7 @@ std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers
     } else if (!isElementwise(layer.kind)) {
       unsupported(network, static_cast<int>(l),
                   "the model-parallel part may hold only fc, dropout, softmax and pointwise "
-                  "activation (relu, sigmoid, silu, relu6, hardsigmoid, hardswish) layers");
+                  "activation (relu, sigmoid, silu, relu6, hardsigmoid, hardswish, tanh) layers");
     }
   }
   return slices;
@@ -139,22 +139,24 @@ Model::Model(const Network& network, ModelOptions options)
                               "grouped-query or rotary attention); the cpu backend does",
                               backend_->name()));
     if (isVisionKind(layer.kind) && !backend_->runsVisionLayers())
-      unsupported(network_, l,
-                  fmt::format("the {} backend does not run vision networks' concat, mul, slice, "
-                              "shuffle, scale, class_token, pos_embedding, token, sigmoid, silu, "
-                              "relu6, hardsigmoid or hardswish layers yet; the cpu backend does",
-                              backend_->name()));
+      unsupported(
+          network_, l,
+          fmt::format("the {} backend does not run vision networks' concat, mul, slice, "
+                      "shuffle, scale, class_token, pos_embedding, token, sigmoid, silu, "
+                      "relu6, hardsigmoid, hardswish or tanh layers yet; the cpu backend does",
+                      backend_->name()));
     // Swin's layers (docs/networks.md): priced by the model and the
     // simulator, not run yet.
     if (layer.kind == LayerKind::kSpaceToDepth)
       unsupported(network_, l,
                   "the executor does not run space_to_depth (Swin's patch merging) yet; the "
                   "model and the simulator price it");
-    if (layer.kind == LayerKind::kAttention && (layer.spec.window > 0 || layer.spec.cosine ||
+    if (layer.kind == LayerKind::kAttention && (layer.partitionSide() > 0 || layer.spec.cosine ||
                                                 layer.spec.positionBias != PositionBias::kNone))
       unsupported(network_, l,
-                  "the executor's attention is global: it runs no windows, relative position "
-                  "bias or cosine attention (Swin) yet; the model and the simulator price them");
+                  "the executor's attention is global: it runs no windows, grids, relative "
+                  "position bias or cosine attention (Swin, MaxViT) yet; the model and the "
+                  "simulator price them");
     if (layer.kind == LayerKind::kAttention && layer.spec.attentionDropout > 0)
       unsupported(network_, l,
                   "the executor's attention runs no attention dropout yet (leave "

@@ -45,6 +45,8 @@ Activation activationOf(LayerKind kind) {
       return Activation::kHardSigmoid;
     case LayerKind::kHardSwish:
       return Activation::kHardSwish;
+    case LayerKind::kTanh:
+      return Activation::kTanh;
     default:
       break;
   }
@@ -237,6 +239,7 @@ void Model::runForward(int layer, ExampleRange r, bool clearGradients) {
     case LayerKind::kRelu6:
     case LayerKind::kHardSigmoid:
     case LayerKind::kHardSwish:
+    case LayerKind::kTanh:
       be.activationForward(activationOf(spec.kind), x, y);
       break;
     case LayerKind::kMul:
@@ -406,6 +409,7 @@ void Model::backwardData(int layer, ExampleRange r) {
     case LayerKind::kRelu6:
     case LayerKind::kHardSigmoid:
     case LayerKind::kHardSwish:
+    case LayerKind::kTanh:
       be.activationBackward(activationOf(spec.kind), x, st.out.examples(r), dy, dx, beta);
       break;
     case LayerKind::kMul:

@@ -81,9 +81,11 @@ void readAttentionCore(const ConfigNode& n, LayerSpec& spec) {
   }
 }
 
-// An attention's windows (Swin): window, shift, position_bias and cosine.
+// An attention's windows (Swin): window, shift, position_bias and cosine;
+// its grid (MaxViT): grid.
 void readWindows(const ConfigNode& n, LayerSpec& spec) {
   spec.window = n.nonNegativeIntOr("window", 0);  // checkWindows (layer_kinds.cpp)
+  spec.grid = n.nonNegativeIntOr("grid", 0);
   spec.shift = n.nonNegativeIntOr("shift", 0);
   if (auto b = n.get("position_bias")) {
     const auto v = b->asString();
@@ -265,6 +267,7 @@ RawLayer readLayer(const ConfigNode& n, LayerKind kind, int index) {
     case LayerKind::kRelu6:
     case LayerKind::kHardSigmoid:
     case LayerKind::kHardSwish:
+    case LayerKind::kTanh:
     case LayerKind::kScale:
       break;
   }
@@ -354,7 +357,8 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
 //   ln1 -> attn -> [drop1]; ln2 (block input) -> fc1 -> gelu -> fc2 ->
 //   [drop2]; add (block input + attn + MLP).
 // rotary, rotary_dims, rotary_base: its attention's rotary positions.
-// window, position_bias, cosine: its attention's windows (Swin), and shift
+// window (or grid), position_bias, cosine: its attention's windows (Swin;
+// MaxViT's block and grid attention), and shift
 // the windows of every second block (repeats 2, 4, ...), as Swin alternates
 // W-MSA and SW-MSA (Liu et al. 2021, section 3.2 and eq. 3). norm: post puts
 // each layernorm after its branch, inside the residual (Swin V2's res-post-
@@ -362,9 +366,13 @@ void expandBottleneck(const ConfigNode& n, int index, std::vector<RawLayer>& out
 //   attn -> [drop1] -> ln1 -> add1 (+ block input) -> fc1 -> gelu -> fc2
 //   -> [drop2] -> ln2 -> add2 (+ add1).
 void expandTransformer(const ConfigNode& n, int index, std::vector<RawLayer>& out) {
-  n.allowOnly({"name", "kind", "input", "heads", "hidden", "dropout", "causal", "fused",
-               "attention_dropout", "parallel", "rotary", "rotary_dims", "rotary_base", "window",
-               "shift", "position_bias", "cosine", "norm", "repeat"});
+  n.allowOnly({"name",        "kind",          "input",
+               "heads",       "hidden",        "dropout",
+               "causal",      "fused",         "attention_dropout",
+               "parallel",    "rotary",        "rotary_dims",
+               "rotary_base", "window",        "grid",
+               "shift",       "position_bias", "cosine",
+               "norm",        "repeat"});
   const auto name = n.require("name").asString();
   const int heads = n.require("heads").asPositiveInt();
   const int hidden = n.require("hidden").asPositiveInt();

@@ -391,6 +391,12 @@ bool Importer::mapShapeOrDerived(int i) {
                        : x.kind == ValueKind::kConstant && x.tensor ? rotaryFrequencyBase(*x.tensor)
                                                                     : 0;
       }
+  // An int64 initializer viewed flat (its values, stored as external data,
+  // are not read): the offsets a position bias table is gathered at.
+  if (out.kind == ValueKind::kDerived && op == "Reshape" && first.kind == ValueKind::kConstant &&
+      first.tensor && first.tensor->data_type() == onnx::TensorProto::INT64 && ints.size() > 1 &&
+      ints[1] && *ints[1] == std::vector<int64_t>{-1})
+    out.flatElements = elementsOf(tensorDims(*first.tensor));
   // Swin's relative position bias table, through its view, transpose and
   // unsqueeze.
   if (out.kind == ValueKind::kDerived && first.kind == ValueKind::kDerived)

@@ -170,6 +170,14 @@ struct Value {
   // made on it are strata's C x H x W layers that act on the channels of
   // each position (layernorm, a per-position fc, element-wise ones).
   bool channelsLast = false;
+  // A channels-last activation cut into windows, [N, (H / p) (W / p), p^2,
+  // C] per example (MaxViT's window_partition of p x p blocks: a Reshape,
+  // a Transpose and a Reshape of [N, C, H, W], onnx_partitions.cpp), and
+  // that with its two middle axes swapped, [N, p^2, (H / p) (W / p), C]
+  // (MaxViT's grid: each sequence the positions p apart). The layers made
+  // on it act on each position's channels, as on channelsLast alone.
+  int partition = 0;
+  bool partitionSwap = false;
   SeqLayout seq = SeqLayout::kBatchFirst;
   // kDerived: the initializer it expands over the batch (ViT's class token,
   // Expand([1, k, C], [N, -1, -1])), or none.
@@ -214,12 +222,47 @@ struct Value {
   // kDerived: a learned table gathered at constant offsets (Swin's
   // relative position bias), and what is computed from it.
   const onnx::TensorProto* positionTable = nullptr;
+  // kDerived: an int64 initializer viewed flat (Reshape to [-1], MaxViT's
+  // relative_position_index.view(-1)): its elements.
+  int64_t flatElements = 0;
+  // kWindow steps of a partitioned activation (MaxViT, onnx_partitions.cpp):
+  // the batch and the windows are two axes, [N, windows, ...]; the QKV fc
+  // (absorbed into the attention) and the output projection's node.
+  bool grouped = false;
+  int qkvFc = -1;
   // kDerived: computed from what a causal mask is made of (a square table
   // of positions: GPT-2's `bias` buffer; a Trilu; positions compared, i <
   // j), not only from ones and shapes (BERT's padding mask of an absent
   // attention_mask), which strata cannot read as causal.
   bool causalMask = false;
 };
+
+// A Reshape target matches the dims a step expects: each value equal, or
+// one -1 (inferred).
+inline bool reshapeMatches(const std::vector<int64_t>& target, const Dims& want) {
+  if (target.size() != want.size())
+    return false;
+  int inferred = 0;
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (target[k] == -1 && ++inferred == 1)
+      continue;
+    if (target[k] != want[k])
+      return false;
+  }
+  return true;
+}
+
+// The layout of activation `from` (channels-last, partitioned) given to `to`,
+// a layer that acts on each position's channels.
+inline void copyLayout(Value& to, const Value& from) {
+  to.channelsLast = from.channelsLast;
+  to.partition = from.partition;
+  to.partitionSwap = from.partitionSwap;
+}
+inline bool sameLayout(const Value& a, const Value& b) {
+  return a.channelsLast == b.channelsLast && a.partition == b.partition &&
+         a.partitionSwap == b.partitionSwap;
+}
 
 // What a com.microsoft Attention still needs from the nodes after it:
 // strata's attention layer includes the output projection, which the op
@@ -301,6 +344,10 @@ class Importer {
       return {s.c, int64_t{s.h} * s.w};
     if (v.seq == SeqLayout::kGridSequence)
       return {int64_t{s.h} * s.w, s.c};
+    if (v.partition > 0) {
+      const int64_t p = v.partition, windows = (s.h / p) * (s.w / p);
+      return v.partitionSwap ? Dims{p * p, windows, s.c} : Dims{windows, p * p, s.c};
+    }
     if (v.channelsLast)
       return {s.h, s.w, s.c};
     if (v.rank == 1)
@@ -495,6 +542,14 @@ class Importer {
   bool mapWindowPart(int i);
   // The dims of kWindow value v, the batch's included (kShape ints).
   Dims windowDims(const Value& v) const;
+  // Node i is a step of MaxViT's partitions (onnx_partitions.cpp): an
+  // activation cut into windows or put back, the two axes of a grid
+  // swapped, or a step of the attention over its windows: maps it; false
+  // otherwise (after replacing a finished attention's output read by node
+  // i with its layer, which the other mappings then read).
+  bool mapPartitionPart(int i);
+  Dims groupedDims(const Value& v) const;
+  Value partitionAttention(const Value& v);
   // The attention in windows that grid v (step 'G', unrolled, uncropped)
   // ends: its layer, as a channels-last activation.
   Value windowAttention(int i, const Value& v);

@@ -76,8 +76,8 @@ void Importer::mapNode(int i) {
   };
   // Shapes and constants, an attention's parts, element-wise chains
   // (onnx_attention.cpp and below) come before the ops' own mappings.
-  if (standard && (mapShapeOrDerived(i) || mapWindowPart(i) || mapAttentionPart(i) ||
-                   mapPointwiseChain(i) || mapNormPart(i)))
+  if (standard && (mapShapeOrDerived(i) || mapPartitionPart(i) || mapWindowPart(i) ||
+                   mapAttentionPart(i) || mapPointwiseChain(i) || mapNormPart(i)))
     return;
   // A kPointwise input ends its element-wise chain here.
   for (const auto& name : n.input())
@@ -174,8 +174,12 @@ void Importer::mapNode(int i) {
   } else if (standard && op == "LayerNormalization") {
     const Value x = activation(i, 0, false, true);
     const int64_t axis = intAttr(i, "axis", -1);
-    const int64_t rank = x.rank + 1;
-    if (x.flat || (x.rank == 3 && !x.channelsLast) || (axis != -1 && axis != rank - 1))
+    const int64_t rank = x.flat ? 2 : x.rank + 1;
+    // A C x 1 x 1 map flattened (a pooled head's vector, MaxViT's) is one
+    // position: its layernorm is over the C features.
+    const bool vector = x.flat && shapeOf(x).h == 1 && shapeOf(x).w == 1;
+    if ((x.flat && !vector) || (x.rank == 3 && !x.channelsLast && !vector) ||
+        (axis != -1 && axis != rank - 1))
       failAt(i, fmt::format("LayerNormalization over axis {} of a rank-{} tensor: strata "
                             "normalises the features (last axis) of vectors, sequences and "
                             "channels-last maps [N, H, W, C]",
@@ -185,7 +189,8 @@ void Importer::mapNode(int i) {
       failAt(i,
              fmt::format("scale {} does not match the {} features", dimsText(scale), shapeOf(x).c));
     Value v = addLayer(i, LayerKind::kLayerNorm, {}, {x.layer}, x.rank);
-    v.channelsLast = x.channelsLast;
+    copyLayout(v, x);
+    v.flat = x.flat;
     produce(i, v);
   } else if (standard && op == "Softmax") {
     const Value x = activation(i, 0);
@@ -307,7 +312,7 @@ void Importer::mapDropout(int i) {
     failAt(i, fmt::format("ratio {} is not in [0, 1)", s.dropoutRate));
   Value v = addLayer(i, LayerKind::kDropout, s, {x.layer}, x.rank);
   v.flat = x.flat;
-  v.channelsLast = x.channelsLast;
+  copyLayout(v, x);
   produce(i, v);
 }
 
@@ -319,13 +324,13 @@ void Importer::mapAdd(int i) {
     activation(i, 0, false, true);  // a sequence in another layout is refused
     activation(i, 1, false, true);
     const Dims da = dimsOf(a), db = dimsOf(b);
-    if (da != db || a.channelsLast != b.channelsLast)
+    if (da != db || !sameLayout(a, b))
       failAt(i, fmt::format("Add of {} and {}: strata adds tensors of one shape (no "
                             "broadcasting)",
                             dimsText(da), dimsText(db)));
     Value v = addLayer(i, LayerKind::kAdd, {}, {a.layer, b.layer}, a.rank);
     v.flat = a.flat;
-    v.channelsLast = a.channelsLast;
+    copyLayout(v, a);
     produce(i, v);
     return;
   }
@@ -549,7 +554,7 @@ void Importer::mapMatMul(int i) {
                             in.c));
     s.flatten = false;
     Value v = addLayer(i, LayerKind::kFc, s, {x.layer}, 3);
-    v.channelsLast = true;
+    copyLayout(v, x);
     produce(i, v);
   } else {
     failAt(i,
@@ -721,16 +726,20 @@ void Importer::materialize(const std::string& name, int reader) {
     ops += (ops.empty() ? "" : ", ") + t.op + (t.constant ? fmt::format(" {:g}", *t.constant) : "");
   // x · x alone is a mul of the activation by itself.
   const bool square = p.terms.size() == 1 && countTerms(p.terms, "Mul", std::nullopt) == 1;
-  if (!square && !isGelu(p.terms))
+  // tanh(x) alone (MaxViT's and BERT's pooler heads) is a tanh layer.
+  const bool tanh = p.terms.size() == 1 && countTerms(p.terms, "Tanh", std::nullopt) == 1;
+  if (!square && !tanh && !isGelu(p.terms))
     failAt(reader, fmt::format("'{}' is an element-wise function of '{}' made of [{}], which is "
                                "no strata layer: strata folds the exact GELU (Div by √2, Erf, Add "
-                               "1, Mul by x, Mul by 0.5) and its tanh form into gelu",
+                               "1, Mul by x, Mul by 0.5) and its tanh form into gelu, and a Tanh "
+                               "alone into tanh",
                                name, p.layer < 0 ? std::string("input") : layerOf(p).name, ops));
+  const LayerKind kind = square ? LayerKind::kMul : tanh ? LayerKind::kTanh : LayerKind::kGelu;
   Value v =
-      addLayer(p.node, square ? LayerKind::kMul : LayerKind::kGelu, {},
+      addLayer(p.node, kind, {},
                square ? std::vector<int>{p.layer, p.layer} : std::vector<int>{p.layer}, p.rank);
   v.flat = p.flat;
-  v.channelsLast = p.channelsLast;
+  copyLayout(v, p);
   // Every name of the chain that reads as this value now reads the layer.
   for (auto& [other, value] : values_)
     if (value.kind == ValueKind::kPointwise && value.node == p.node)
@@ -741,7 +750,7 @@ void Importer::mapPointwise(int i, LayerKind kind) {
   const Value x = activation(i, 0, false, true);
   Value v = addLayer(i, kind, {}, {x.layer}, x.rank);
   v.flat = x.flat;
-  v.channelsLast = x.channelsLast;
+  copyLayout(v, x);
   produce(i, v);
 }
 
@@ -830,8 +839,10 @@ void Importer::mapMul(int i) {
                           "sigmoid(x), a squeeze-excitation gate) and of an activation by a "
                           "constant of one value per channel (a layer scale)",
                           n.input(0), n.input(1)));
-  if (a.channelsLast != b.channelsLast)
-    failAt(i, "Mul of a channels-last view and a C x H x W activation");
+  if (!sameLayout(a, b))
+    failAt(i,
+           "Mul of a channels-last view and a C x H x W activation (or of two views cut into "
+           "windows differently)");
   // SiLU: one operand is a sigmoid of the other, read by this Mul alone.
   for (int k = 0; k < 2; ++k) {
     const Value& s = k == 0 ? a : b;
@@ -853,7 +864,7 @@ void Importer::mapMul(int i) {
   if (da == db) {
     Value v = addLayer(i, LayerKind::kMul, {}, {a.layer, b.layer}, a.rank);
     v.flat = a.flat;
-    v.channelsLast = a.channelsLast;
+    copyLayout(v, a);
     produce(i, v);
     return;
   }
@@ -895,7 +906,7 @@ void Importer::mapLayerScale(int i, int at) {
                           n.input(at), dimsText(dimsOf(x)), n.input(1 - at), dimsText(gamma),
                           channelsFirst ? fmt::format("[{}, 1, 1]", c) : fmt::format("[{}]", c)));
   Value v = addLayer(i, LayerKind::kScale, {}, {x.layer}, x.rank);
-  v.channelsLast = x.channelsLast;
+  copyLayout(v, x);
   produce(i, v);
 }
 
@@ -993,7 +1004,7 @@ void Importer::mapTokenGather(int i) {
 bool Importer::mapLayoutTranspose(int i) {
   const Value& x = input(i, 0);
   const auto perm = intsAttr(i, "perm");
-  if (x.rank != 3 || x.flat || x.padH > 0 || x.padW > 0)
+  if (x.rank != 3 || x.flat || x.padH > 0 || x.padW > 0 || x.partition > 0)
     return false;
   Value v = x;
   if (!x.channelsLast && perm == Dims{0, 2, 3, 1})

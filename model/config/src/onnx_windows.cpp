@@ -14,26 +14,9 @@
 
 namespace strata::onnx_import {
 
-namespace {
-
-// A Reshape target matches the dims a step expects: each value equal, or
-// one -1 (inferred).
-bool matches(const std::vector<int64_t>& target, const Dims& want) {
-  if (target.size() != want.size())
-    return false;
-  int inferred = 0;
-  for (size_t k = 0; k < want.size(); ++k) {
-    if (target[k] == -1 && ++inferred == 1)
-      continue;
-    if (target[k] != want[k])
-      return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 Dims Importer::windowDims(const Value& v) const {
+  if (v.grouped)
+    return groupedDims(v);
   const Shape& s = shapeOf(v);
   const int64_t c = s.c, hp = int64_t{s.h} + v.padB, wp = int64_t{s.w} + v.padR;
   const int64_t m = v.window > 0 ? v.window : 1;
@@ -137,15 +120,21 @@ bool Importer::mapWindowPart(int i) {
   const bool windowIn = (first && first->kind == ValueKind::kWindow) ||
                         (second && second->kind == ValueKind::kWindow);
   const bool gridIn = first && first->kind == ValueKind::kActivation && first->channelsLast &&
-                      first->padH == 0 && first->padW == 0;
+                      first->partition == 0 && first->padH == 0 && first->padW == 0;
   // Swin's relative position bias: a (2M - 1)^2 x heads table gathered at
-  // the M^2 x M^2 offsets of a window's positions, then viewed, transposed
-  // and unsqueezed (kDerived, carrying the table).
+  // the M^2 x M^2 offsets of a window's positions (an initializer, or one
+  // viewed flat: MaxViT's, its values read when stored in the file), then
+  // viewed, transposed and unsqueezed (kDerived, carrying the table).
   if (op == "Gather" && first && first->kind == ValueKind::kConstant && first->tensor &&
-      !first->transposed && !shapeInts(*first) && second && second->kind == ValueKind::kConstant &&
-      second->tensor) {
+      !first->transposed && !shapeInts(*first) && second &&
+      ((second->kind == ValueKind::kConstant && second->tensor) ||
+       (second->kind == ValueKind::kDerived && second->flatElements > 0) ||
+       (second->kind == ValueKind::kShape && !second->ints.empty()))) {
     const Dims table = tensorDims(*first->tensor);
-    const int64_t at = elementsOf(tensorDims(*second->tensor));
+    const int64_t at = second->kind == ValueKind::kDerived ? second->flatElements
+                       : second->kind == ValueKind::kShape
+                           ? static_cast<int64_t>(second->ints.size())
+                           : elementsOf(tensorDims(*second->tensor));
     // Any 2-D table at M^4 offsets (its rows checked against (2M - 1)^2
     // where the scores add it).
     for (int64_t m = 2; table.size() == 2 && m * m * m * m <= at; ++m)
@@ -366,7 +355,7 @@ bool Importer::mapWindowPart(int i) {
       v.window = static_cast<int>(m);
       v.shiftH = a.rollH;
       v.shiftW = a.rollW;
-      if (!matches(target, windowDims(v)))
+      if (!reshapeMatches(target, windowDims(v)))
         cannot(fmt::format("Reshape to {}: the windows' view is {}", dimsText(target),
                            dimsText(windowDims(v))));
       produce(i, v);
@@ -390,7 +379,7 @@ bool Importer::mapWindowPart(int i) {
       v.rollH = a.shiftH;  // the roll to undo
       v.rollW = a.shiftW;
     }
-    if (!matches(target, windowDims(v)))
+    if (!reshapeMatches(target, windowDims(v)))
       cannot(fmt::format("Reshape to {}: strata expects {}", dimsText(target),
                          dimsText(windowDims(v))));
     if (v.win == 'G' && v.rollH == 0 && v.rollW == 0 && v.padB == 0 && v.padR == 0)

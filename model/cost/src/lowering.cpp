@@ -81,8 +81,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const int64_t t = inArea;
   const int64_t dh = l.spec.heads > 0 ? d / l.spec.heads : 0;
   const int64_t rows = l.kind == LayerKind::kAttention ? l.qkvRows() : 0;  // Q, K, V rows
-  // In windows (Swin): the padded grid's positions, the keys each query
-  // scores and the windows per example (T, T and 1 without).
+  // In windows (Swin) or grids (MaxViT): the padded grid's positions, the
+  // keys each query scores and the windows per example (T, T and 1 without).
   const bool attention = l.kind == LayerKind::kAttention;
   const int64_t tp = attention ? l.attentionPositions() : t;
   const int64_t span = attention ? l.attentionSpan() : t;
@@ -102,7 +102,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   // One way of the copies of x (or of a gradient) between the grid and its
   // windows: padded (T d read, P d written), rolled by the shift.
   auto windowCopies = [&] {
-    if (!attention || l.spec.window <= 0)
+    if (!attention || l.partitionSide() <= 0)
       return;
     mem(MemKernel::kCopy, double(tp) * double(d), double(n));
     if (shifted)
@@ -215,6 +215,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kSigmoid:
         case LayerKind::kSilu:
+        case LayerKind::kTanh:  // one exp per element, as sigmoid's kernel
           mem(MemKernel::kSigmoidFwd, outElems);
           break;
         case LayerKind::kRelu6:
@@ -333,6 +334,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kSigmoid:
         case LayerKind::kSilu:
+        case LayerKind::kTanh:
           mem(MemKernel::kSigmoidBwd, outElems);
           break;
         case LayerKind::kRelu6:

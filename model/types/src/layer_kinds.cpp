@@ -250,9 +250,10 @@ void deriveEmbedding(LayerDerivation& d) {
   d.done = true;
 }
 
-// The window keys of an attention (LayerSpec::window): windows tile an H x W
-// grid; a shift moves them by less than a window; a relative position bias
-// is an offset within a window.
+// The window keys of an attention (LayerSpec::window, grid): windows tile an
+// H x W grid; a shift moves them by less than a window; a grid's strided
+// positions tile it exactly; a relative position bias is an offset within a
+// window or a grid.
 void checkWindows(const LayerDerivation& d) {
   const auto& s = d.s;
   const Layer& layer = d.layer;
@@ -263,13 +264,38 @@ void checkWindows(const LayerDerivation& d) {
     fail("window", fmt::format("the side of a window is a positive number of positions (0: no "
                                "windows), got {}",
                                s.window));
+  if (s.grid < 0)
+    fail("grid", fmt::format("the side of a grid is a positive number of positions (0: no "
+                             "grid), got {}",
+                             s.grid));
+  if (s.window > 0 && s.grid > 0)
+    fail("grid",
+         "window and grid are two ways to cut the positions (MaxViT's block and grid "
+         "attention are two layers): give one");
+  if (s.grid > 0) {
+    if (s.shift != 0)
+      fail("shift", "shift moves windows: it applies only with window, not grid");
+    if (d.in.w <= 1)
+      fail("grid", fmt::format("a grid is strided positions of an H x W grid (MaxViT); the "
+                               "input is {}x{}x{}, a sequence",
+                               d.in.c, d.in.h, d.in.w));
+    if (s.grid > 4096)
+      fail("grid", fmt::format("grid {} is larger than any image's grid (at most 4096)", s.grid));
+    if (d.in.h % s.grid != 0 || d.in.w % s.grid != 0)
+      fail("grid", fmt::format("a grid of {} strided positions a side must tile the {}x{} "
+                               "positions (MaxViT requires H and W to be multiples of it)",
+                               s.grid, d.in.h, d.in.w));
+    if (s.causal)
+      fail("causal", "grid attention is bidirectional (MaxViT): causal must be false");
+    return;
+  }
   if (s.window == 0) {
     if (s.shift != 0)
       fail("shift", "shift moves windows: it applies only with window");
     if (s.positionBias != PositionBias::kNone)
       fail("position_bias",
-           "a relative position bias is an offset within a window: it applies "
-           "only with window");
+           "a relative position bias is an offset within a window or a grid: it applies "
+           "only with window or grid");
     return;
   }
   if (d.in.w <= 1)
@@ -346,7 +372,7 @@ void deriveAttention(LayerDerivation& d) {
   // Swin V2's MLP of the offsets, Linear(2, 512) with its bias and
   // Linear(512, heads) without (torchvision's cpb_mlp); cosine attention's
   // learned logit scale, one per head.
-  const int64_t offsets = int64_t{2 * s.window - 1} * (2 * s.window - 1);
+  const int64_t offsets = int64_t{2 * layer.partitionSide() - 1} * (2 * layer.partitionSide() - 1);
   const int64_t positionParams = s.positionBias == PositionBias::kTable ? offsets * s.heads
                                  : s.positionBias == PositionBias::kMlp
                                      ? 2 * 512 + 512 + 512 * int64_t{s.heads}
@@ -412,8 +438,9 @@ void deriveAttention(LayerDerivation& d) {
   // and the output back (rolled back, cropped), each way, as torchvision's
   // shifted_window_attention does: read T d and write P d, and back; a roll
   // reads and writes T d. Backward moves dy into windows (bwd_weights) and
-  // dx out of them (bwd_data) the same way.
-  if (s.window > 0) {
+  // dx out of them (bwd_data) the same way. A grid's strided positions are
+  // gathered the same way (MaxViT's partition, T d each way; P = T).
+  if (layer.partitionSide() > 0) {
     const double oneWay = td + tpd + (shifted ? 2 * td : 0.0);
     layer.fwdElems += 2 * oneWay;
     layer.bwdWeightsElems += oneWay;
@@ -518,7 +545,9 @@ void deriveConcat(LayerDerivation& d) {
 // 3 back (dy s (1 - s) from the output); silu 5 (sigmoid and the product) and
 // 9 back (sigmoid again, s (1 + x (1 - s)), times dy); relu6 2 (max, min) and
 // 1 back (a mask of the output); hardsigmoid 4 (add, max, min, scale) and 2
-// back; hardswish 5 and 4 back (dy (2 x + 3) / 6 inside [-3, 3]). Plain
+// back; hardswish 5 and 4 back (dy (2 x + 3) / 6 inside [-3, 3]); tanh 5
+// (1 - 2 / (exp(2 x) + 1): a scale, exp, add, divide, subtract) and 3 back
+// (dy (1 - y^2) from the output). Plain
 // functions, not a template: the table's static_assert reads their addresses.
 void pointwise(LayerDerivation& d, double fwd, double bwd) {
   d.layer.fwdFlops = fwd * d.nIn;
@@ -538,6 +567,9 @@ void deriveHardSigmoid(LayerDerivation& d) {
 }
 void deriveHardSwish(LayerDerivation& d) {
   pointwise(d, 5, 4);
+}
+void deriveTanh(LayerDerivation& d) {
+  pointwise(d, 5, 3);
 }
 
 // x * g: g is x's shape, or one value per channel of x (C x 1 x 1, the gate
@@ -741,7 +773,7 @@ constexpr std::string_view kEmbeddingKeys[] = {"input", "vocab", "outputs", "pos
 constexpr std::string_view kAttentionKeys[] = {
     "input",  "heads",         "causal",      "bias",  "qkv_bias",          "kv_heads",
     "rotary", "rotary_base",   "rotary_dims", "fused", "attention_dropout", "window",
-    "shift",  "position_bias", "cosine"};
+    "shift",  "position_bias", "cosine",      "grid"};
 constexpr std::string_view kRmsNormKeys[] = {"input", "eps"};
 constexpr std::string_view kSliceKeys[] = {"input", "offset", "channels"};
 constexpr std::string_view kShuffleKeys[] = {"input", "groups"};
@@ -785,6 +817,7 @@ constexpr auto kRows = std::to_array<LayerKindRow>({
     {LayerKind::kToken, "token", kTokenKeys, deriveToken, BackwardReads::kNothing},
     {LayerKind::kSpaceToDepth, "space_to_depth", kSpaceToDepthKeys, deriveSpaceToDepth,
      BackwardReads::kNothing},
+    {LayerKind::kTanh, "tanh", kInputKey, deriveTanh, BackwardReads::kOutput},
 });
 
 constexpr bool rowsInKindOrder() {
@@ -800,7 +833,8 @@ static_assert(rowsInKindOrder(), "row k is LayerKind k, with a name and a derive
 
 bool isVisionActivation(LayerKind kind) {
   return kind == LayerKind::kSigmoid || kind == LayerKind::kSilu || kind == LayerKind::kRelu6 ||
-         kind == LayerKind::kHardSigmoid || kind == LayerKind::kHardSwish;
+         kind == LayerKind::kHardSigmoid || kind == LayerKind::kHardSwish ||
+         kind == LayerKind::kTanh;
 }
 
 bool isVisionKind(LayerKind kind) {

@@ -53,13 +53,13 @@ int64_t paddedTo(int64_t n, int64_t w) {
 int64_t Layer::attentionPositions() const {
   const int w = spec.window;
   if (w <= 0)
-    return int64_t{inShape.h} * inShape.w;
+    return int64_t{inShape.h} * inShape.w;  // a grid tiles H x W whole (checkWindows)
   return paddedTo(inShape.h, w) * paddedTo(inShape.w, w);
 }
 
 int64_t Layer::attentionSpan() const {
-  const int w = spec.window;
-  return w <= 0 ? int64_t{inShape.h} * inShape.w : int64_t{w} * w;
+  const int side = partitionSide();
+  return side <= 0 ? int64_t{inShape.h} * inShape.w : int64_t{side} * side;
 }
 
 // torchvision's shifted_window_attention: no shift along a dimension whose

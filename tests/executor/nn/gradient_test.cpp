@@ -388,7 +388,7 @@ TEST_CASE("max pool with ceil_mode: gradients match central differences",
 
 TEST_CASE("activation gradients match central differences", "[gradient][vision]") {
   for (LayerKind kind : {LayerKind::kSigmoid, LayerKind::kSilu, LayerKind::kRelu6,
-                         LayerKind::kHardSigmoid, LayerKind::kHardSwish}) {
+                         LayerKind::kHardSigmoid, LayerKind::kHardSwish, LayerKind::kTanh}) {
     INFO(toString(kind));
     NetworkBuilder b({3, 4, 5});
     b.add(kind);

@@ -209,7 +209,7 @@ bool hasAttentionDropout(const Network& net) {
 bool hasSwinLayers(const Network& net) {
   for (const Layer& l : net.layers)
     if (l.kind == LayerKind::kSpaceToDepth ||
-        (l.kind == LayerKind::kAttention && (l.spec.window > 0 || l.spec.cosine)))
+        (l.kind == LayerKind::kAttention && (l.partitionSide() > 0 || l.spec.cosine)))
       return true;
   return false;
 }

@@ -78,6 +78,12 @@ TEST_CASE("activations: values worked by hand", "[vision]") {
     checkValues(gradient(Activation::kHardSwish, {-4, -3, -1, 0, 1, 3, 4}),
                 {0, -0.5f, 1 / 6.0f, 0.5f, 5 / 6.0f, 1.5f, 1});
   }
+  SECTION("tanh") {
+    const float t1 = std::tanh(1.0f);  // 0.761594
+    checkValues(forward(Activation::kTanh, {0, 1, -1}), {0, t1, -t1});
+    // 1 - tanh^2: 1 at 0, 0.419974 at 1.
+    checkValues(gradient(Activation::kTanh, {0, 1}), {1, 1 - t1 * t1});
+  }
   SECTION("beta 1 adds onto dx") {
     CpuBackend be;
     const Dims d{1, 2, 1, 1};
@@ -397,7 +403,7 @@ std::vector<std::vector<float>> visionResults(int threads) {
   test::fillUniform(g, 42);
   std::vector<std::vector<float>> out;
   for (Activation fn : {Activation::kSigmoid, Activation::kSilu, Activation::kRelu6,
-                        Activation::kHardSigmoid, Activation::kHardSwish}) {
+                        Activation::kHardSigmoid, Activation::kHardSwish, Activation::kTanh}) {
     std::vector<float> y(elements), dx(elements, 0.5f);
     be.activationForward(fn, {x.data(), d}, {y.data(), d});
     be.activationBackward(fn, {x.data(), d}, {y.data(), d}, {dy.data(), d}, {dx.data(), d}, 1.0f);

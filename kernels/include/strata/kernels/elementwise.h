@@ -55,9 +55,9 @@ STRATA_HD inline float reluGrad(float y, float dy) {
 }
 
 // Vision networks' activations (nn::Activation), value and gradient, as
-// PyTorch's torch.nn.Sigmoid, SiLU, ReLU6, Hardsigmoid and Hardswish compute
+// PyTorch's torch.nn.Sigmoid, SiLU, ReLU6, Hardsigmoid, Hardswish and Tanh compute
 // them, the derivative at the kinks included. The gradients take dy and the
-// value the derivative is a function of: sigmoid's and relu6's their output
+// value the derivative is a function of: sigmoid's, relu6's and tanh's their output
 // y, the others' their input x.
 STRATA_HD inline float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
@@ -97,6 +97,13 @@ STRATA_HD inline float hardSwishGrad(float x, float dy) {
   if (x < -3.0f)
     return 0.0f;
   return x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy;
+}
+STRATA_HD inline float tanhValue(float x) {
+  return std::tanh(x);
+}
+// tanh'(x) = 1 - tanh(x)^2, from the output y.
+STRATA_HD inline float tanhGrad(float y, float dy) {
+  return dy * (1.0f - y * y);
 }
 
 // ---- dropout -------------------------------------------------------------------

@@ -89,7 +89,7 @@ enum class MemKernel {
   kSwigluBwd,          // unit: output-gradient elements (half of dx's)
   kRotary,             // rotary positions of Q and K, or their inverse on dQ, dK; unit: elements
   // Vision networks' activations and gates (unit: elements of the tensor
-  // produced): sigmoid and silu (timed as silu, the dearer); relu6,
+  // produced): sigmoid, silu and tanh (timed as silu, the dearest); relu6,
   // hardsigmoid and hardswish, piecewise linear (timed as hardswish); the
   // product x * g (timed with a per-channel gate, backward giving dx and dg).
   kSigmoidFwd,

@@ -49,8 +49,9 @@ enum class LayerKind {
   kToken,         // one position of the input, as a vector (ViT's x[:, 0] to the head)
   // Hierarchical vision transformers (Swin, Liu et al. 2021):
   kSpaceToDepth,  // each 2 x 2 block of positions as one of 4 C channels (patch merging)
+  kTanh,          // tanh(x) (MaxViT's and BERT's pooler heads)
 };
-inline constexpr int kLayerKindCount = 30;
+inline constexpr int kLayerKindCount = 31;
 inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kConv,         LayerKind::kPool,      LayerKind::kFc,
     LayerKind::kRnn,          LayerKind::kRelu,      LayerKind::kLrn,
@@ -61,7 +62,8 @@ inline constexpr LayerKind kAllLayerKinds[] = {
     LayerKind::kSilu,         LayerKind::kRelu6,     LayerKind::kHardSigmoid,
     LayerKind::kHardSwish,    LayerKind::kMul,       LayerKind::kSlice,
     LayerKind::kShuffle,      LayerKind::kScale,     LayerKind::kClassToken,
-    LayerKind::kPosEmbedding, LayerKind::kToken,     LayerKind::kSpaceToDepth};
+    LayerKind::kPosEmbedding, LayerKind::kToken,     LayerKind::kSpaceToDepth,
+    LayerKind::kTanh};
 
 // Lower-case config name of a kind ("conv", "batchnorm").
 std::string_view toString(LayerKind kind);
@@ -173,8 +175,14 @@ struct LayerSpec {
   // the offsets, 2 -> 512 -> heads, its output 16 sigmoid(.) (Swin V2's
   // continuous position bias, Liu et al. 2022, section 3.3). cosine: the
   // scores are the cosines of Q and K times a learned scale per head (Swin
-  // V2's scaled cosine attention, section 3.2).
+  // V2's scaled cosine attention, section 3.2). grid, the side of the G x G
+  // grid of positions each query attends within, H / G rows and W / G
+  // columns apart: the positions that share their offset in each block of
+  // (H / G) x (W / G) (MaxViT's grid attention, Tu et al. 2022, section 3.1;
+  // H and W multiples of G, no shift); a position bias is then an offset in
+  // that grid. window and grid exclude each other (0: not used).
   int window = 0;
+  int grid = 0;
   int shift = 0;
   PositionBias positionBias = PositionBias::kNone;
   bool cosine = false;
@@ -245,7 +253,8 @@ struct Layer {
   }
   // attention: the positions its projections run over (the H x W grid
   // padded to whole windows; H W without windows), the keys each query
-  // scores (window^2, or every position), and the windows per example.
+  // scores (window^2, grid^2, or every position), and the windows (or
+  // grids) per example.
   int64_t attentionPositions() const;
   int64_t attentionSpan() const;
   int64_t attentionWindows() const { return attentionPositions() / attentionSpan(); }
@@ -253,6 +262,8 @@ struct Layer {
   // covers that dimension of the padded grid).
   int shiftH() const;
   int shiftW() const;
+  // attention: the side of its windows or grids (0: global attention).
+  int partitionSide() const { return spec.window > 0 ? spec.window : spec.grid; }
   int64_t qkvRows() const {
     return spec.heads > 0 ? int64_t{inShape.c} + 2 * int64_t{inShape.c} / spec.heads * kvHeads()
                           : 0;

@@ -61,8 +61,9 @@ enum class Activation {
   kRelu6,        // min(max(x, 0), 6)
   kHardSigmoid,  // relu6(x + 3) / 6
   kHardSwish,    // x relu6(x + 3) / 6
+  kTanh,         // tanh(x)
 };
-// "sigmoid", "silu", "relu6", "hardsigmoid", "hardswish": the layer kinds'
+// "sigmoid", "silu", "relu6", "hardsigmoid", "hardswish", "tanh": the layer kinds'
 // names.
 std::string_view toString(Activation fn);
 
@@ -431,7 +432,7 @@ class Backend {
   virtual void activationForward(Activation fn, ConstTensorView x, TensorView y);
   // dx = dy fn'(x) + beta dx, with PyTorch's derivative at the kinks (relu6:
   // 0 at 0 and 6; hardsigmoid: 0 at -3 and 3; hardswish: (2 x + 3) / 6 on
-  // [-3, 3]). y is forward's output: sigmoid and relu6 read it (their
+  // [-3, 3]). y is forward's output: sigmoid, relu6 and tanh read it (their
   // derivative is a function of it), the others x.
   virtual void activationBackward(Activation fn, ConstTensorView x, ConstTensorView y,
                                   ConstTensorView dy, TensorView dx, float beta);

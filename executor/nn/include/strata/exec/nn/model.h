@@ -114,7 +114,7 @@ NeuronRange evenSlice(int n, int parts, int index);
 // network has no model-parallel part, and ConfigError naming the layer when an
 // fc has fewer outputs than workers or the part holds a layer other than fc,
 // dropout, softmax or a pointwise activation (relu, sigmoid, silu, relu6,
-// hardsigmoid, hardswish: each acts on the slice it reads).
+// hardsigmoid, hardswish, tanh: each acts on the slice it reads).
 std::vector<NeuronRange> modelParallelSlices(const Network& network, int workers, int rank);
 
 // This worker's place in a tensor-parallel group (the header comment).
@@ -218,7 +218,7 @@ class Model {
   // (rmsnorm, swiglu, grouped-query or rotary attention) on a backend whose
   // runsLlamaLayers() is false (cuda), a vision network's concat, mul,
   // slice, shuffle, scale, class_token, pos_embedding, token, sigmoid, silu,
-  // relu6, hardsigmoid or hardswish on one whose
+  // relu6, hardsigmoid, hardswish or tanh on one whose
   // runsVisionLayers() is false (cuda), or a model-parallel or
   // tensor-parallel layout it cannot run.
   explicit Model(const Network& network, ModelOptions options = {});
