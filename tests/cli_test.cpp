@@ -344,9 +344,11 @@ TEST_CASE("network with vision layers that do not fit", "[cli][errors][network]"
   checkNetworkError("token-past-positions.yaml", 6, "layers[1].index", "kind: token");
 }
 
-TEST_CASE("network with Swin's windows that do not fit", "[cli][errors][network]") {
+TEST_CASE("network with Swin's windows or MaxViT's grids that do not fit",
+          "[cli][errors][network]") {
   checkNetworkError("window-on-sequence.yaml", 6, "layers[1].window", "window: 4");
   checkNetworkError("shift-past-window.yaml", 6, "layers[1].shift", "shift: 4");
+  checkNetworkError("grid-not-tiling.yaml", 7, "layers[1].grid", "grid: 3");
 }
 
 TEST_CASE("network with an attention core key out of range", "[cli][errors][network]") {

@@ -70,7 +70,7 @@ TEST_CASE("every torchvision classification model in the zoo imports with its pa
           "[onnx][zoo]") {
   const auto rows = expectedZoo();
   // Every mapped family of torchvision 0.14 (make_torchvision.py's MAPPED).
-  CHECK(rows.size() == 76);
+  CHECK(rows.size() == 77);
   for (const auto& e : rows) {
     INFO(e.name);
     const Network n = loadNetwork(zoo(e.name + ".onnx"));
@@ -118,7 +118,8 @@ TEST_CASE("the zoo's multiply-adds equal torchvision's published GFLOPS", "[onnx
                                                                  {"vit_l_32", 15.38},
                                                                  {"swin_t", 4.49},
                                                                  {"swin_s", 8.74},
-                                                                 {"swin_b", 15.43}};
+                                                                 {"swin_b", 15.43},
+                                                                 {"maxvit_t", 5.56}};
   for (const auto& [name, gmacs] : published) {
     INFO(name);
     const Network n = loadNetwork(zoo(name + ".onnx"));
@@ -343,6 +344,33 @@ TEST_CASE("torchvision families map onto strata's layer kinds", "[onnx][zoo]") {
       CHECK(a.shiftH() == b.shiftH());
       CHECK(a.shiftW() == b.shiftW());
     }
+  }
+  SECTION("MaxViT-T: block and grid attention over windows of 7, MBConv, a tanh head") {
+    const Network n = loadNetwork(zoo("maxvit_t.onnx"));
+    // 2 + 2 + 5 + 2 MaxViT layers, each block then grid attention.
+    CHECK(count(n, LayerKind::kAttention) == 22);
+    CHECK(count(n, LayerKind::kTanh) == 1);
+    int windows = 0, grids = 0;
+    for (const auto& l : n.layers) {
+      if (l.kind != LayerKind::kAttention)
+        continue;
+      INFO(l.name);
+      CHECK(l.spec.positionBias == PositionBias::kTable);
+      CHECK(l.attentionSpan() == 49);
+      CHECK(l.spec.heads == l.inShape.c / 32);  // heads of 32 features
+      windows += l.spec.window == 7 ? 1 : 0;
+      grids += l.spec.grid == 7 ? 1 : 0;
+    }
+    CHECK(windows == 11);
+    CHECK(grids == 11);
+    // The first grid: 56 x 56 cut into 8 x 8 blocks, each grid the 7 x 7
+    // positions 8 apart; its table (2 x 7 - 1)^2 x 2 heads.
+    const Layer& grid =
+        layer(n, "/0/blocks.0/layers.0/layers/grid_attention/attn_layer/attn_layer.1/merge/MatMul");
+    CHECK(grid.spec.grid == 7);
+    CHECK(grid.inShape == Shape{64, 56, 56});
+    CHECK(grid.attentionWindows() == 64);
+    CHECK(grid.params == 4 * 64 * 64 + 4 * 64 + 169 * 2);
   }
   SECTION("RegNetY-400MF: grouped convolutions and sigmoid-gated SE") {
     const Network n = loadNetwork(zoo("regnet_y_400mf.onnx"));

@@ -1,6 +1,7 @@
 // Swin's layers in YAML (docs/configs.md, docs/networks.md): attention in
-// windows (window, shift, position_bias, cosine), space_to_depth (patch
-// merging) and the transformer block's alternating shifts and post-norm;
+// windows (window, shift, position_bias, cosine), MaxViT's grid attention
+// (grid), space_to_depth (patch merging) and the transformer block's
+// alternating shifts and post-norm;
 // shapes, parameters, FLOPs and elements by hand, the presets' counts
 // against torchvision's, and each mistake one error naming its key.
 #include <catch2/catch.hpp>
@@ -111,6 +112,43 @@ TEST_CASE("the lowering of attention in windows holds the layer's GEMMs and scor
   // a roll of 36 x 8 each way), once in each backward phase.
   CHECK(sums(Phase::kFwd, MemKernel::kCopy).second == 3.0 * 2 * (512 + 288));
   CHECK(sums(Phase::kBwdData, MemKernel::kCopy).second == 3.0 * (512 + 288));
+}
+
+TEST_CASE("grid attention over strided positions with a relative position bias, by hand",
+          "[network][maxvit]") {
+  // 6 x 6 positions in grids of 3 (MaxViT): 4 grids of 9 positions, each 2
+  // apart; no padding, no shift.
+  const auto n = loadText("maxvit", attention("grid: 3, position_bias: table"));
+  const Layer& a = layer(n, "attn");
+  CHECK(a.outShape == Shape{8, 6, 6});
+  CHECK(a.partitionSide() == 3);
+  CHECK(a.attentionPositions() == 36);
+  CHECK(a.attentionSpan() == 9);
+  CHECK(a.attentionWindows() == 4);
+  CHECK(a.shiftH() == 0);
+  // 4 d^2 + 4 d, and (2 x 3 - 1)^2 = 25 offsets x 2 heads.
+  CHECK(a.params == 4 * 64 + 4 * 8 + 25 * 2);
+  // Projections 36 x 8 x 32 = 9,216 MACs; scores and context 2 x 36 x 9 x 8
+  // = 5,184 MACs; 2 heads x 36 x 9 = 648 scores, each with the bias added.
+  CHECK(a.fwdFlops == 2.0 * (9216 + 5184) + 648);
+  CHECK(a.bwdWeightsFlops == 2.0 * (9216 + 2 * 5184) + 2.0 * 36 * 64 + 648);
+  CHECK(matmulFwdFlops(a) == 2.0 * (9216 + 5184));
+  // The grids gathered and put back: x (288) read and 288 written each way.
+  const double oneWay = 288 + 288;
+  CHECK(a.fwdElems == 2 * 288 + 288 + 36 * 24 + 648 + 2 * oneWay);
+  CHECK(a.bwdDataElems == 36 * 24 + 2 * 288 + oneWay);
+  const int at = n.find("attn");
+  double copied = 0;
+  for (const auto& c : lowerCpu(n, at, Phase::kFwd, 3, 0))
+    if (!c.gemm && c.kernel == MemKernel::kCopy)
+      copied += c.units * c.count;
+  CHECK(copied == 3.0 * 2 * 288);
+  // The same costs as windows of 3, which cut the grid into as many parts.
+  const auto w = loadText("maxvit", attention("window: 3, position_bias: table"));
+  const Layer& b = layer(w, "attn");
+  CHECK(a.fwdFlops == b.fwdFlops);
+  CHECK(a.params == b.params);
+  CHECK(a.fwdElems == b.fwdElems);
 }
 
 TEST_CASE("a shift is dropped where one window covers the grid, as torchvision drops it",
@@ -246,6 +284,10 @@ TEST_CASE("mistakes in Swin's keys are one error naming the key", "[network][swi
        "unknown position_bias 'learned'"},
       {"window: 5000", "layers[0].window", "at most 4096"},
       {"window: -1", "layers[0].window", ""},
+      {"grid: 4", "layers[0].grid", "must tile the 6x6 positions"},
+      {"grid: 3, window: 3", "layers[0].grid", "give one"},
+      {"grid: 3, shift: 1", "layers[0].shift", "not grid"},
+      {"grid: -2", "layers[0].grid", ""},
   };
   for (const auto& c : cases) {
     INFO(c.keys);
@@ -255,6 +297,8 @@ TEST_CASE("mistakes in Swin's keys are one error naming the key", "[network][swi
   }
   CHECK_THAT(loadError("causal", attention("window: 4", true)),
              Catch::Contains("layers[0].causal: attention in windows is bidirectional"));
+  CHECK_THAT(loadError("causal", attention("grid: 3", true)),
+             Catch::Contains("layers[0].causal: grid attention is bidirectional"));
   // Windows tile a grid, not a sequence.
   CHECK_THAT(loadError("seq",
                        "input: {channels: 8, height: 6, width: 1}\nlayers:\n"
