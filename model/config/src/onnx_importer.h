@@ -361,6 +361,14 @@ class Importer {
     const auto& n = model_.graph().node(i);
     return n.input_size() > k && !n.input(k).empty();
   }
+  // Input k of node i when it is given and an earlier node produced it;
+  // nullptr otherwise.
+  const Value* knownInput(int i, int k) const {
+    if (!hasInput(i, k))
+      return nullptr;
+    auto it = values_.find(model_.graph().node(i).input(k));
+    return it == values_.end() ? nullptr : &it->second;
+  }
   const Value& input(int i, int k) const {
     const auto& n = model_.graph().node(i);
     if (!hasInput(i, k))
@@ -553,6 +561,10 @@ class Importer {
   // The attention in windows that grid v (step 'G', unrolled, uncropped)
   // ends: its layer, as a channels-last activation.
   Value windowAttention(int i, const Value& v);
+  // The spec of an attention in windows (Swin's or MaxViT's) whose QKV fc,
+  // biases and position bias kWindow value v saw; fails naming node i when
+  // strata's attention cannot hold them.
+  LayerSpec windowSpec(int i, const Value& v) const;
   // The per-example dims a Reshape of x to `target` (kShape ints with the
   // batch) gives; fails naming node i when they do not follow.
   Dims reshapeTarget(int i, const Dims& from, const std::vector<int64_t>& target) const;

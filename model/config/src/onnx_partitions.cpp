@@ -98,24 +98,11 @@ Dims Importer::groupedDims(const Value& v) const {
 Value Importer::partitionAttention(const Value& v) {
   const Shape& x = shapeOf(v);
   const int at = v.node;
-  if (v.fcRows != 3 * int64_t{x.c})
-    failAt(at, fmt::format("attention over windows with a QKV fc of {} rows: strata maps Q, K "
-                           "and V of the width {} ({} rows)",
-                           v.fcRows, x.c, 3 * x.c));
-  if (v.projBiasSeen && !v.qkvBiasSeen)
-    failAt(at,
-           "attention over windows with a bias on the output projection alone: strata's "
-           "attention has biases on all four projections, or on Q, K and V alone");
-  LayerSpec s;
-  s.heads = v.heads;
-  s.causal = false;
-  s.bias = v.qkvBiasSeen && v.projBiasSeen;
-  s.qkvBias = v.qkvBiasSeen && !v.projBiasSeen;
+  LayerSpec s = windowSpec(at, v);
   if (v.partitionSwap)
     s.grid = x.h / v.window;  // square: checked where the axes swapped
   else
     s.window = v.window;
-  s.positionBias = v.positionBiasSeen ? PositionBias::kTable : PositionBias::kNone;
   Value out = addLayer(at, LayerKind::kAttention, s, {v.layer}, 3);
   out.channelsLast = true;
   out.partition = v.window;
@@ -143,14 +130,8 @@ bool Importer::mapPartitionPart(int i) {
     if (!bias)
       it->second = partitionAttention(it->second);
   }
-  auto found = [&](int k) -> const Value* {
-    if (!hasInput(i, k))
-      return nullptr;
-    auto it = values_.find(n.input(k));
-    return it == values_.end() ? nullptr : &it->second;
-  };
-  const Value* first = found(0);
-  const Value* second = n.input_size() > 1 ? found(1) : nullptr;
+  const Value* first = knownInput(i, 0);
+  const Value* second = knownInput(i, 1);
   auto targetOf = [&]() -> std::optional<std::vector<int64_t>> {
     return hasInput(i, 1) ? shapeInts(input(i, 1)) : std::nullopt;
   };

@@ -71,7 +71,7 @@ Dims Importer::windowDims(const Value& v) const {
   }
 }
 
-Value Importer::windowAttention(int i, const Value& v) {
+LayerSpec Importer::windowSpec(int i, const Value& v) const {
   const Shape& x = shapeOf(v);
   if (v.fcRows != 3 * int64_t{x.c})
     failAt(i, fmt::format("attention in windows with a QKV fc of {} rows: strata maps Q, K and V "
@@ -86,9 +86,15 @@ Value Importer::windowAttention(int i, const Value& v) {
   s.causal = false;
   s.bias = v.qkvBiasSeen && v.projBiasSeen;
   s.qkvBias = v.qkvBiasSeen && !v.projBiasSeen;
+  s.positionBias = v.positionBiasSeen ? PositionBias::kTable : PositionBias::kNone;
+  return s;
+}
+
+Value Importer::windowAttention(int i, const Value& v) {
+  const Shape& x = shapeOf(v);
+  LayerSpec s = windowSpec(i, v);
   s.window = v.window;
   s.shift = std::max(v.shiftH, v.shiftW);
-  s.positionBias = v.positionBiasSeen ? PositionBias::kTable : PositionBias::kNone;
   Value out = addLayer(i, LayerKind::kAttention, s, {v.layer}, 3);
   const Layer& l = layerOf(out);
   if (l.shiftH() != v.shiftH || l.shiftW() != v.shiftW)
@@ -109,14 +115,8 @@ bool Importer::mapWindowPart(int i) {
   const std::string& op = n.op_type();
   if (n.input_size() == 0 || !hasInput(i, 0))
     return false;
-  auto found = [&](int k) -> const Value* {
-    if (!hasInput(i, k))
-      return nullptr;
-    auto it = values_.find(n.input(k));
-    return it == values_.end() ? nullptr : &it->second;
-  };
-  const Value* first = found(0);
-  const Value* second = n.input_size() > 1 ? found(1) : nullptr;
+  const Value* first = knownInput(i, 0);
+  const Value* second = knownInput(i, 1);
   const bool windowIn = (first && first->kind == ValueKind::kWindow) ||
                         (second && second->kind == ValueKind::kWindow);
   const bool gridIn = first && first->kind == ValueKind::kActivation && first->channelsLast &&
