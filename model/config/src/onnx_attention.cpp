@@ -25,7 +25,8 @@ bool staticOp(const std::string& op) {
       "Sub",     "Mul",       "Div",     "Slice",       "Range",          "Equal",
       "Where",   "Expand",    "Not",     "Less",        "Greater",        "ConstantOfShape",
       "Reshape", "Transpose", "Trilu",   "LessOrEqual", "GreaterOrEqual", "MatMul",
-      "Cos",     "Sin",       "Mod",     "Pow",         "ScatterND"};
+      "Cos",     "Sin",       "Mod",     "Pow",         "ScatterND",      "Clip",
+      "Exp",     "Sigmoid"};
   return ops.count(op) > 0;
 }
 
@@ -397,10 +398,20 @@ bool Importer::mapShapeOrDerived(int i) {
       first.tensor && first.tensor->data_type() == onnx::TensorProto::INT64 && ints.size() > 1 &&
       ints[1] && *ints[1] == std::vector<int64_t>{-1})
     out.flatElements = elementsOf(tensorDims(*first.tensor));
-  // Swin's relative position bias table, through its view, transpose and
-  // unsqueeze.
-  if (out.kind == ValueKind::kDerived && first.kind == ValueKind::kDerived)
+  // Swin's relative position bias table (and V2's MLP of its offsets),
+  // through its view, transpose and unsqueeze (V2: its sigmoid and scale).
+  if (out.kind == ValueKind::kDerived && first.kind == ValueKind::kDerived) {
     out.positionTable = first.positionTable;
+    out.cpbStage = first.cpbStage;
+    out.cpbHidden = first.cpbHidden;
+    out.cpbHeads = first.cpbHeads;
+  }
+  // A learned tensor clamped, exponentiated, or with entries overwritten
+  // (Swin V2's logit scale; its qkv bias, the K third zeroed): the tensor.
+  if (out.kind == ValueKind::kDerived && (op == "Clip" || op == "Exp" || op == "ScatterND"))
+    out.learned = first.kind == ValueKind::kDerived                         ? first.learned
+                  : first.kind == ValueKind::kConstant && !shapeInts(first) ? first.tensor
+                                                                            : nullptr;
   // A learned tensor expanded over the batch (ViT's class token): its
   // initializer, for the Concat that reads it.
   if (op == "Expand" && first.kind == ValueKind::kConstant && first.tensor && !shapeInts(first))

@@ -222,6 +222,23 @@ struct Value {
   // kDerived: a learned table gathered at constant offsets (Swin's
   // relative position bias), and what is computed from it.
   const onnx::TensorProto* positionTable = nullptr;
+  // kDerived: Swin V2's continuous position bias, an MLP of a constant table
+  // of offsets (positionTable, [1, 2M - 1, 2M - 1, 2]): the step reached (1
+  // its first MatMul, 2 plus its bias, 3 its ReLU, 4 its second MatMul and
+  // what is computed from that), its hidden width and its heads.
+  int cpbStage = 0;
+  int64_t cpbHidden = 0;
+  int64_t cpbHeads = 0;
+  // kDerived: the learned initializer it is computed from by Clip, Exp or
+  // ScatterND (Swin V2's logit scale clamped and exponentiated; its qkv
+  // bias with the K third zeroed).
+  const onnx::TensorProto* learned = nullptr;
+  // kWindow: Q (bit 1) and K (bit 2) normalised (Swin V2's F.normalize:
+  // ReduceL2, Clip, Expand, Div), and the scores times the logit scale
+  // (cosine attention); the scores plus an MLP's position bias.
+  int normalised = 0;
+  bool logitScaleSeen = false;
+  bool positionMlpSeen = false;
   // kDerived: an int64 initializer viewed flat (Reshape to [-1], MaxViT's
   // relative_position_index.view(-1)): its elements.
   int64_t flatElements = 0;
@@ -548,6 +565,10 @@ class Importer {
   // of a channels-last grid that starts one, or patch merging's Concat:
   // maps it; false otherwise (onnx_windows.cpp).
   bool mapWindowPart(int i);
+  // Node i is a step of Swin V2's continuous position bias MLP on its
+  // constant table of offsets (MatMul, bias Add, Relu, MatMul): maps it;
+  // false otherwise (onnx_windows.cpp).
+  bool mapPositionMlp(int i);
   // The dims of kWindow value v, the batch's included (kShape ints).
   Dims windowDims(const Value& v) const;
   // Node i is a step of MaxViT's partitions (onnx_partitions.cpp): an

@@ -76,8 +76,9 @@ void Importer::mapNode(int i) {
   };
   // Shapes and constants, an attention's parts, element-wise chains
   // (onnx_attention.cpp and below) come before the ops' own mappings.
-  if (standard && (mapShapeOrDerived(i) || mapPartitionPart(i) || mapWindowPart(i) ||
-                   mapAttentionPart(i) || mapPointwiseChain(i) || mapNormPart(i)))
+  if (standard &&
+      (mapPositionMlp(i) || mapShapeOrDerived(i) || mapPartitionPart(i) || mapWindowPart(i) ||
+       mapAttentionPart(i) || mapPointwiseChain(i) || mapNormPart(i)))
     return;
   // A kPointwise input ends its element-wise chain here.
   for (const auto& name : n.input())

@@ -86,7 +86,14 @@ LayerSpec Importer::windowSpec(int i, const Value& v) const {
   s.causal = false;
   s.bias = v.qkvBiasSeen && v.projBiasSeen;
   s.qkvBias = v.qkvBiasSeen && !v.projBiasSeen;
-  s.positionBias = v.positionBiasSeen ? PositionBias::kTable : PositionBias::kNone;
+  if (v.normalised != 0 && !v.logitScaleSeen)
+    failAt(i,
+           "Q and K are normalised but the scores are not scaled by a learned logit scale "
+           "(Swin V2's cosine attention has both)");
+  s.cosine = v.logitScaleSeen;
+  s.positionBias = v.positionMlpSeen    ? PositionBias::kMlp
+                   : v.positionBiasSeen ? PositionBias::kTable
+                                        : PositionBias::kNone;
   return s;
 }
 
@@ -108,6 +115,69 @@ Value Importer::windowAttention(int i, const Value& v) {
                          : "the windows are shifted but no mask is added to their scores");
   out.channelsLast = true;
   return out;
+}
+
+bool Importer::mapPositionMlp(int i) {
+  const auto& n = model_.graph().node(i);
+  const std::string& op = n.op_type();
+  const Value* first = knownInput(i, 0);
+  const Value* second = knownInput(i, 1);
+  auto stage = [](const Value* v, int s) {
+    return v && v->kind == ValueKind::kDerived && v->cpbStage == s;
+  };
+  auto weight = [&](const Value* v) -> std::optional<Dims> {
+    if (!v || v->kind != ValueKind::kConstant || !v->tensor || shapeInts(*v))
+      return std::nullopt;
+    Dims d = tensorDims(*v->tensor);
+    if (v->transposed)
+      std::reverse(d.begin(), d.end());
+    return d;
+  };
+  Value v;
+  if (op == "MatMul" && first && first->kind == ValueKind::kConstant && first->tensor &&
+      !first->transposed) {
+    // The MLP's first layer on the [1, 2M - 1, 2M - 1, 2] table of offsets.
+    const Dims table = tensorDims(*first->tensor);
+    const auto w = weight(second);
+    if (table.size() != 4 || table[0] != 1 || table[1] != table[2] || table[3] != 2 || !w ||
+        w->size() != 2 || (*w)[0] != 2)
+      return false;
+    v.kind = ValueKind::kDerived;
+    v.positionTable = first->tensor;
+    v.cpbStage = 1;
+    v.cpbHidden = (*w)[1];
+  } else if (op == "Add" && (stage(first, 1) || stage(second, 1))) {
+    const Value& mlp = stage(first, 1) ? *first : *second;
+    const auto b = weight(stage(first, 1) ? second : first);
+    if (!b || *b != Dims{mlp.cpbHidden})
+      failAt(i, fmt::format("the position bias MLP's first layer takes a bias of [{}]",
+                            mlp.cpbHidden));
+    v = mlp;
+    v.cpbStage = 2;
+  } else if (op == "Relu" && stage(first, 2)) {
+    v = *first;
+    v.cpbStage = 3;
+  } else if (op == "MatMul" && stage(first, 3)) {
+    const auto w = weight(second);
+    if (!w || w->size() != 2 || (*w)[0] != first->cpbHidden)
+      failAt(i, fmt::format("the position bias MLP's second layer is a MatMul by a [{}, heads] "
+                            "weight",
+                            first->cpbHidden));
+    v = *first;
+    v.cpbStage = 4;
+    v.cpbHeads = (*w)[1];
+  } else {
+    for (const Value* in : {first, second})
+      if (in && in->kind == ValueKind::kDerived && in->cpbStage > 0 && in->cpbStage < 4)
+        failAt(i, fmt::format("op '{}' inside the position bias MLP (Swin V2's cpb_mlp): strata "
+                              "follows Linear(2, 512) with its bias, ReLU and Linear(512, heads)",
+                              op));
+    return false;
+  }
+  for (const auto& name : n.output())
+    if (!name.empty())
+      values_[name] = v;
+  return true;
 }
 
 bool Importer::mapWindowPart(int i) {
@@ -431,6 +501,14 @@ bool Importer::mapWindowPart(int i) {
       Value v = next(first->win == 'q' ? 's' : 'c');
       v.maskSeen = first->maskSeen || second->maskSeen;
       v.positionBiasSeen = first->positionBiasSeen || second->positionBiasSeen;
+      v.positionMlpSeen = first->positionMlpSeen || second->positionMlpSeen;
+      v.logitScaleSeen = first->logitScaleSeen || second->logitScaleSeen;
+      v.normalised = first->normalised | second->normalised;
+      if (first->win == 'q' && v.normalised != 0 && v.normalised != 3)
+        cannot(
+            fmt::format("{} is normalised and {} is not: cosine attention (Swin V2) "
+                        "normalises both Q and K",
+                        v.normalised == 1 ? "Q" : "K", v.normalised == 1 ? "K" : "Q"));
       produce(i, v);
       return true;
     }
@@ -439,11 +517,37 @@ bool Importer::mapWindowPart(int i) {
   if (op == "Add") {
     const Value& other = first->kind == ValueKind::kWindow ? *second : *first;
     Value v = a;
-    if ((a.win == 'f' || a.win == 'o') && other.kind == ValueKind::kConstant && other.tensor) {
-      const Dims bias = tensorDims(*other.tensor);
+    // The projections' biases (Swin V2's qkv bias with its K third zeroed
+    // by ScatterND: still torchvision's parameters).
+    const onnx::TensorProto* biasTensor = other.kind == ValueKind::kConstant ? other.tensor
+                                          : other.kind == ValueKind::kDerived && a.win == 'f'
+                                              ? other.learned
+                                              : nullptr;
+    if ((a.win == 'f' || a.win == 'o') && biasTensor) {
+      const Dims bias = tensorDims(*biasTensor);
       if (bias != Dims{a.win == 'f' ? a.fcRows : int64_t{shapeOf(a).c}})
         cannot(fmt::format("a bias {} of the projection", dimsText(bias)));
       (a.win == 'f' ? v.qkvBiasSeen : v.projBiasSeen) = true;
+      produce(i, v);
+      return true;
+    }
+    if (a.win == 's' && other.kind == ValueKind::kDerived && other.positionTable &&
+        other.cpbStage > 0 && !a.split) {
+      // Swin V2's continuous position bias: an MLP of the (2M - 1)^2
+      // offsets, 2 -> 512 (with its bias) -> ReLU -> heads (without).
+      const Dims table = tensorDims(*other.positionTable);
+      const int64_t side = 2 * int64_t{a.window} - 1;
+      if (other.cpbStage != 4 || table != Dims{1, side, side, 2} || other.cpbHidden != 512 ||
+          other.cpbHeads != a.heads)
+        cannot(
+            fmt::format("a continuous position bias of {} offsets through an MLP of {} "
+                        "hidden and {} outputs{} for windows of {} and {} heads: strata's is "
+                        "the [1, {}, {}, 2] table through Linear(2, 512) with its bias, ReLU "
+                        "and Linear(512, {}) without",
+                        dimsText(table), other.cpbHidden, other.cpbHeads,
+                        other.cpbStage != 4 ? " (not all of its steps)" : "", a.window, a.heads,
+                        side, side, a.heads));
+      v.positionMlpSeen = true;
       produce(i, v);
       return true;
     }
@@ -467,6 +571,45 @@ bool Importer::mapWindowPart(int i) {
     cannot(
         "Adds in windows are the projections' biases, the position bias and the shift's "
         "mask on the scores");
+  }
+  if (op == "Mul" && a.win == 's' && !a.split && first && second) {
+    // Cosine attention's learned logit scale per head, clamped and
+    // exponentiated (Swin V2: exp(min(scale, log 100))).
+    const Value& other = first->kind == ValueKind::kWindow ? *second : *first;
+    if (other.kind != ValueKind::kDerived || !other.learned || a.normalised != 3 ||
+        a.logitScaleSeen || tensorDims(*other.learned) != Dims{a.heads, 1, 1})
+      cannot(
+          fmt::format("the scores of normalised Q and K times a learned logit scale of [{}, "
+                      "1, 1] (Swin V2's cosine attention) is the one Mul of the scores",
+                      a.heads));
+    Value v = a;
+    v.logitScaleSeen = true;
+    produce(i, v);
+    return true;
+  }
+  if (op == "ReduceL2" && (a.win == 'q' || a.win == 'k')) {
+    // F.normalize(x, dim=-1): x / max(|x|, eps), the norm over a head's
+    // features kept as an axis.
+    const auto axes = intsAttr(i, "axes");
+    if ((axes != Dims{-1} && axes != Dims{3}) || intAttr(i, "keepdims", 1) != 1)
+      cannot("the norm of Q or K runs over a head's features (axes [-1], keepdims 1)");
+    Value v = next('l');
+    v.part = a.win;
+    produce(i, v);
+    return true;
+  }
+  if ((op == "Clip" || op == "Expand") && a.win == 'l' && first &&
+      first->kind == ValueKind::kWindow) {
+    produce(i, a);  // max(|x|, eps), broadcast over the features
+    return true;
+  }
+  if (op == "Div" && first && second && first->kind == ValueKind::kWindow &&
+      second->kind == ValueKind::kWindow && (first->win == 'q' || first->win == 'k') &&
+      second->win == 'l' && second->part == first->win && second->layer == first->layer) {
+    Value v = *first;
+    v.normalised |= first->win == 'q' ? 1 : 2;
+    produce(i, v);
+    return true;
   }
   if (op == "Mul" && a.win == 'q' && first && second) {
     const Value& other = first->kind == ValueKind::kWindow ? *second : *first;
