@@ -96,7 +96,7 @@ Dims Importer::groupedDims(const Value& v) const {
 }
 
 Value Importer::partitionAttention(const Value& v) {
-  const Shape& x = shapeOf(v);
+  const Shape x = shapeOf(v);  // a copy: addLayer may move the layers
   const int at = v.node;
   LayerSpec s = windowSpec(at, v);
   if (v.partitionSwap)

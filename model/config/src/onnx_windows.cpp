@@ -98,7 +98,7 @@ LayerSpec Importer::windowSpec(int i, const Value& v) const {
 }
 
 Value Importer::windowAttention(int i, const Value& v) {
-  const Shape& x = shapeOf(v);
+  const Shape x = shapeOf(v);  // a copy: addLayer may move the layers
   LayerSpec s = windowSpec(i, v);
   s.window = v.window;
   s.shift = std::max(v.shiftH, v.shiftW);
