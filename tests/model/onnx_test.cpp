@@ -632,6 +632,49 @@ layers:
   CHECK(n.layers[0].spec.rotaryBase == Approx(10000).epsilon(1e-4));
 }
 
+TEST_CASE("onnx: a GPT-NeoX as Hugging Face writes it folds into parallel rotary blocks",
+          "[onnx][neox]") {
+  // make_fixtures.py's neox_fused_qkv: the fused query_key_value viewed as
+  // [N, T, H, 3 dh] and sliced per head into Q, K and V, partial rotary on
+  // the first 4 of 8 features from cached cos and sin tables, the scores by
+  // baddbmm of [N H, T, dh] views (alpha 1/sqrt(dh), zeros times beta),
+  // the causal `bias` buffer through Where, the heads merged, the dense
+  // projection; the MLP beside the attention, x + attention + MLP as two
+  // Adds. Its YAML twin, the blocks written out.
+  const Network n = loadNetwork(fixture("tiny_neox_export.onnx"));
+  CHECK(n.totalParams() == 31616);  // PyTorch's count
+  std::string yaml = R"(name: tiny-neox
+input: {channels: 1, height: 16, width: 1}
+layers:
+  - {name: embed, kind: embedding, vocab: 96, outputs: 32}
+)";
+  std::string in = "embed";
+  for (int b = 0; b < 2; ++b) {
+    const std::string p = fmt::format("b{}_", b);
+    yaml += fmt::format(
+        "  - {{name: {0}ln1, kind: layernorm, input: {1}}}\n"
+        "  - {{name: {0}attn, kind: attention, heads: 4, rotary: true, rotary_dims: 4}}\n"
+        "  - {{name: {0}ln2, kind: layernorm, input: {1}}}\n"
+        "  - {{name: {0}fc1, kind: fc, outputs: 128, flatten: false}}\n"
+        "  - {{name: {0}gelu, kind: gelu}}\n"
+        "  - {{name: {0}fc2, kind: fc, outputs: 32, flatten: false}}\n"
+        "  - {{name: {0}add1, kind: add, inputs: [{1}, {0}attn]}}\n"
+        "  - {{name: {0}add2, kind: add, inputs: [{0}add1, {0}fc2]}}\n",
+        p, in);
+    in = p + "add2";
+  }
+  yaml +=
+      "  - {name: ln_f, kind: layernorm}\n"
+      "  - {name: lm_head, kind: fc, outputs: 96, flatten: false, bias: false}\n"
+      "  - {name: loss, kind: softmax}\n";
+  checkSameLayers(n, test::loadNetworkText("strata-onnx-neox", "tiny-neox", yaml));
+  for (const auto& l : n.layers)
+    if (l.kind == LayerKind::kAttention) {
+      CHECK(l.spec.causal);
+      CHECK(l.rotaryFeatures() == 4);
+    }
+}
+
 TEST_CASE("rotary positions and RMSNorms strata cannot fold are one error naming the node",
           "[onnx]") {
   // make_fixtures.py's tiny_llama_export regressions.
@@ -644,12 +687,11 @@ TEST_CASE("rotary positions and RMSNorms strata cannot fold are one error naming
                   {"the rotary positions on the heads of a projection",
                    "features [8, 16) of its 16 multiplied by a table",
                    "all of a head's features or its first ones"});
-  // make_fixtures.py's neox_fused_qkv: GPT-NeoX's query_key_value viewed
-  // per head and sliced.
-  checkUnmappable("../../fuzz/regressions/onnx/neox-fused-qkv.onnx",
-                  "nodes[37] (/layers.0/attention/Slice)",
-                  {"a fused QKV fc of 96 outputs viewed as 4 heads of 3 x 8 features",
-                   "GPT-NeoX's query_key_value", "is not folded yet"});
+  // make_fixtures.py's neox_fused_qkv: GPT-NeoX's fused Q, K and V with K
+  // not turned.
+  checkUnmappable("../../fuzz/regressions/onnx/neox-rotary-q-only.onnx",
+                  "nodes[153] (/layers.0/attention/MatMul)",
+                  {"whose Q turns 4 of its features by rotary positions and K none"});
   checkUnmappable("../../fuzz/regressions/onnx/rmsnorm-without-weight.onnx",
                   "nodes[12] (/fc/MatMul)",
                   {"the normalised x, before its weight", "of an RMSNorm of 'input'"});

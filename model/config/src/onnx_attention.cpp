@@ -189,7 +189,8 @@ bool Importer::mapShapeOrDerived(int i) {
       if (dims.empty())
         return false;
     } else if (x.kind == ValueKind::kAttention && x.axes.find('g') == std::string::npos) {
-      batchInside = x.seq == SeqLayout::kTimeMajor;
+      // Time-major axes, and GPT-NeoX's [N H, T, dh] views, name the batch's.
+      batchInside = x.seq == SeqLayout::kTimeMajor || x.axes.find('b') != std::string::npos;
       dims = attentionDims(x);
     } else {
       return false;
@@ -209,6 +210,15 @@ bool Importer::mapShapeOrDerived(int i) {
   }
   if (!staticOp(op) || n.input_size() == 0)
     return false;
+  // A float scalar cast to a float type (torch.onnx.export's scales, alpha
+  // and beta): the same number.
+  if (op == "Cast" && hasInput(i, 0) && input(i, 0).kind == ValueKind::kConstant &&
+      input(i, 0).tensor && !shapeInts(input(i, 0)) && inlineScalar(*input(i, 0).tensor) &&
+      (intAttr(i, "to", 0) == onnx::TensorProto::FLOAT ||
+       intAttr(i, "to", 0) == onnx::TensorProto::DOUBLE)) {
+    produce(i, input(i, 0));
+    return true;
+  }
   // Every input computed from shapes and constants alone.
   for (int k = 0; k < n.input_size(); ++k) {
     if (!hasInput(i, k))
@@ -382,6 +392,19 @@ bool Importer::mapShapeOrDerived(int i) {
                         d[d.size() - 2] == d.back());
     }
   }
+  // Zeros: ConstantOfShape of 0 (its value attribute absent or 0), and any
+  // product of them.
+  if (out.kind == ValueKind::kDerived) {
+    if (op == "ConstantOfShape") {
+      const auto* value = attr(i, "value");
+      const auto fill = value && value->has_t() ? inlineScalar(value->t()) : std::optional(0.0);
+      out.zeros = fill && *fill == 0;
+    } else if (op == "Mul") {
+      for (int k = 0; k < n.input_size(); ++k)
+        out.zeros = out.zeros || (hasInput(i, k) && input(i, k).kind == ValueKind::kDerived &&
+                                  input(i, k).zeros);
+    }
+  }
   // Rotary frequencies (a constant inv_freq) and what is computed from them
   // (cos and sin of positions times them): their base.
   if (out.kind == ValueKind::kDerived)
@@ -503,7 +526,10 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
   const auto& n = model_.graph().node(i);
   const std::string& op = n.op_type();
   const Value a = input(i, at);
-  if (a.kind != ValueKind::kAttention || a.part != 'x')
+  // Separate projections' heads (x), and Q and K sliced from GPT-NeoX's
+  // fused projection per head.
+  if (a.kind != ValueKind::kAttention || (a.part != 'x' && !(a.part == 'q' || a.part == 'k')) ||
+      a.seq != SeqLayout::kBatchFirst)
     return false;
   auto cannot = [&](const std::string& why) { cannotFollow(i, at, why); };
   const int64_t dh = headDim(a);
@@ -550,13 +576,31 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
     // GPT-NeoX's fused query_key_value viewed per head as [N, T, H, 3 dh]:
     // Q, K and V are slices of each head.
     const Layer& fc = net_.layers[static_cast<size_t>(a.layer)];
-    if (a.rope == 0 && fc.kind == LayerKind::kFc && fc.spec.outputs == 3 * fc.inShape.c &&
-        a.heads > 0 && dh * a.heads == fc.spec.outputs)
-      cannot(fmt::format(
-          "sliced per head: a fused QKV fc of {} outputs viewed as {} heads of 3 x {} features "
-          "(GPT-NeoX's query_key_value) is not folded yet; its config.json prices it "
-          "(docs/networks.md)",
-          fc.spec.outputs, a.heads, dh / 3));
+    if (a.part == 'x' && a.rope == 0 && fc.kind == LayerKind::kFc &&
+        fc.spec.outputs == 3 * fc.inShape.c && a.heads > 0 && dh * a.heads == fc.spec.outputs) {
+      // GPT-NeoX's fused query_key_value viewed as [N, T, H, 3 dh]: each
+      // head's Q, K and V are its thirds (the same fc as GPT-2's thirds of
+      // all features, its rows in another order).
+      const int64_t third = dh / 3;
+      const int64_t begin = starts && starts->size() == 1 ? (*starts)[0] : -1;
+      const int64_t end = ends && ends->size() == 1 ? std::min((*ends)[0], dh) : -1;
+      if (!axes || axes->size() != 1 || !lastAxis((*axes)[0]) || !steps || steps->size() != 1 ||
+          (*steps)[0] != 1 || begin < 0 || begin % third != 0 || end != begin + third ||
+          a.axes != "thd")
+        cannot(
+            fmt::format("sliced per head otherwise than into thirds of its 3 x {} features "
+                        "(GPT-NeoX's Q, K and V of each head)",
+                        third));
+      AttentionState& state = attention_[a.layer];
+      const int bit = 1 << (begin / third);
+      if ((state.slices & bit) != 0)
+        cannot(fmt::format("sliced to features [{}, {}) of each head a second time", begin, end));
+      state.slices |= bit;
+      state.sliced = n.input(0);
+      v.part = "qkv"[begin / third];
+      values_[n.output(0)] = v;
+      return true;
+    }
     if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 ||
         axes->size() != 1 || steps->size() != 1 || (*steps)[0] != 1 || !lastAxis((*axes)[0]) ||
         !heads || (a.rope != 0 && !part) || a.rotary)
@@ -576,8 +620,8 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
   } else if (op == "Concat" && n.input_size() == 2 && at == 0 && a.rope == 'n') {
     const Value& first = input(i, 1);
     if (!lastAxis(intAttr(i, "axis", 0)) || first.kind != ValueKind::kAttention ||
-        first.layer != a.layer || first.rope != 'h' || first.sliceStart != 0 ||
-        first.ropeWidth != (a.ropePart > 0 ? a.ropePart : dh) ||
+        first.layer != a.layer || first.part != a.part || first.rope != 'h' ||
+        first.sliceStart != 0 || first.ropeWidth != (a.ropePart > 0 ? a.ropePart : dh) ||
         first.sliceStop != first.ropeWidth / 2 || first.axes != a.axes)
       cannot(
           "concatenated with something other than the first half of the same heads along "
@@ -587,7 +631,7 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
     // Partial rotary: the turned features, then the rest as they are.
     const Value& rest = input(i, 1);
     if (!lastAxis(intAttr(i, "axis", 0)) || rest.kind != ValueKind::kAttention ||
-        rest.layer != a.layer || rest.rope != 'h' || rest.ropeWidth != dh ||
+        rest.layer != a.layer || rest.part != a.part || rest.rope != 'h' || rest.ropeWidth != dh ||
         rest.sliceStart != a.ropePart || rest.sliceStop != dh || rest.axes != a.axes)
       cannot(
           fmt::format("its first {} features turned and concatenated with something other "
@@ -599,8 +643,8 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
     v.ropePart = 0;
   } else if (op == "Add" && n.input_size() == 2 && (a.rope == 'c' || a.rope == 's')) {
     const Value& b = input(i, 1 - at);
-    if (b.kind != ValueKind::kAttention || b.layer != a.layer || b.axes != a.axes ||
-        b.rope != (a.rope == 'c' ? 's' : 'c') || b.ropePart != a.ropePart)
+    if (b.kind != ValueKind::kAttention || b.layer != a.layer || b.part != a.part ||
+        b.axes != a.axes || b.rope != (a.rope == 'c' ? 's' : 'c') || b.ropePart != a.ropePart)
       cannot(
           "added to something other than the other term of x cos + rotate_half(x) sin of the "
           "same heads");
@@ -609,7 +653,8 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
     v.rope = a.ropePart > 0 ? 'd' : 0;
     v.rotary = a.ropePart == 0;
     v.ropeBase = std::max(a.ropeBase, b.ropeBase);
-  } else if (op == "Unsqueeze" && a.rope == 0 && a.axes == "htd" && a.kvHeads == 0) {
+  } else if (op == "Unsqueeze" && a.part == 'x' && a.rope == 0 && a.axes == "htd" &&
+             a.kvHeads == 0) {
     Dims axes = intsAttr(i, "axes");
     if (axes.empty() && hasInput(i, 1))
       axes = shapeInts(input(i, 1)).value_or(Dims{});
@@ -854,6 +899,24 @@ bool Importer::mapAttentionPart(int i) {
       values_[n.output(0)] = v;
       return true;
     }
+    // GPT-NeoX's baddbmm: Q and K viewed as [N H, T, dh] (the batch and the
+    // heads in one, axes naming the batch's), and its scores viewed back as
+    // [N, H, T, T].
+    const auto& raw = *target;
+    const int64_t dh = a.heads > 0 ? d / a.heads : 0;
+    if ((a.part == 'q' || a.part == 'k') && a.axes == "htd" && raw.size() == 3 &&
+        raw[0] == batchTimes(a.heads) && raw[1] == t && raw[2] == dh) {
+      v.axes = "btd";
+      values_[n.output(0)] = v;
+      return true;
+    }
+    if (a.part == 's' && a.axes == "bts" &&
+        (raw == std::vector<int64_t>{kBatchDim, a.heads, t, t} ||
+         raw == std::vector<int64_t>{-1, a.heads, t, t})) {
+      v.axes = "hts";
+      values_[n.output(0)] = v;
+      return true;
+    }
     const Dims to = reshapeTarget(i, from, *target);
     if (a.axes == "t" && to.size() == 3 && to[0] == t && to[1] * to[2] == d &&
         to[1] <= std::numeric_limits<int>::max() && (a.heads == 0 || a.heads == to[1])) {
@@ -864,7 +927,8 @@ bool Importer::mapAttentionPart(int i) {
     } else {
       cannot(fmt::format("reshaping {} to {}", dimsText(from), dimsText(to)));
     }
-  } else if (op == "Transpose" && a.seq == SeqLayout::kTimeMajor) {
+  } else if (op == "Transpose" &&
+             (a.seq == SeqLayout::kTimeMajor || a.axes.find('b') != std::string::npos)) {
     const auto perm = intsAttr(i, "perm");
     std::string axes;
     for (int64_t p : perm) {
@@ -922,10 +986,18 @@ bool Importer::mapAttentionPart(int i) {
     }
   } else if (op == "MatMul" && at == 0 && hasInput(i, 1) && sameAttention(input(i, 1))) {
     const Value& b = input(i, 1);
-    // The heads' axis: h, or b (the batch and the heads, time-major).
-    const std::string x = a.seq == SeqLayout::kTimeMajor ? "b" : "h";
+    // The heads' axis: h, or b (the batch and the heads: time-major, and
+    // GPT-NeoX's baddbmm).
+    const std::string x =
+        a.seq == SeqLayout::kTimeMajor || a.axes.find('b') != std::string::npos ? "b" : "h";
     if (a.part == 'q' && a.axes == x + "td" && b.part == 'k' && b.axes == x + "dt" &&
         a.heads == b.heads) {
+      if (a.rotary != b.rotary || a.rotaryDims != b.rotaryDims)
+        cannot(
+            fmt::format("whose Q turns {} of its features by rotary positions and K {}: "
+                        "strata's rotary attention turns the same of both",
+                        a.rotary ? std::to_string(a.rotaryDims) : "none",
+                        b.rotary ? std::to_string(b.rotaryDims) : "none"));
       v.part = 's';
       v.axes = x + "ts";
       v.masked = a.masked || b.masked;
@@ -959,8 +1031,9 @@ bool Importer::mapAttentionPart(int i) {
         state.outputBias = true;
       }
     }
-    if (a.seq == SeqLayout::kTimeMajor) {
-      // Every reader of the fc's output, but its Shapes, one of the Slices.
+    if (a.seq == SeqLayout::kTimeMajor || !state.sliced.empty()) {
+      // Every reader of the fc's output (GPT-NeoX: of its heads' view), but
+      // its Shapes, one of the Slices.
       if (state.slices != 7 || readersBesidesShapes(state.sliced) != 3)
         cannot(fmt::format("whose Q, K and V are not three Slices of '{}' and its only readers",
                            state.sliced));
@@ -1005,6 +1078,9 @@ bool Importer::mapAttentionPart(int i) {
     if (!isCausalMask(cond) && !isCausalMask(other))
       cannot(kNotCausal);
     v.masked = true;  // strata's one mask: causal
+  } else if (op == "Add" && a.part == 's' && input(i, 1 - at).kind == ValueKind::kDerived &&
+             input(i, 1 - at).zeros) {
+    // baddbmm's input, zeros times beta: the scores as they are.
   } else if (op == "Add" && a.part == 's') {
     const Value& other = input(i, 1 - at);
     if (other.kind != ValueKind::kConstant && other.kind != ValueKind::kDerived)

@@ -252,6 +252,9 @@ struct Value {
   // j), not only from ones and shapes (BERT's padding mask of an absent
   // attention_mask), which strata cannot read as causal.
   bool causalMask = false;
+  // kDerived: zeros (ConstantOfShape of 0, times anything): baddbmm's input
+  // scaled by beta (GPT-NeoX's scores), added to nothing.
+  bool zeros = false;
 };
 
 // A Reshape target matches the dims a step expects: each value equal, or
