@@ -141,23 +141,33 @@ std::string calibrate(const CalibrationOptions& o) {
                   sgdParams));
 
   // 4. Communicator: alpha, beta and bandwidth by size, ranks 0 and 1.
+  // Duplex: a ring step's size on this machine (4 MiB, the segments of the
+  // overlap trials), both ways at once against one way.
   std::vector<TimingSample> samples;
   std::string commKind;
+  constexpr double kExchangeBytes = 4.0 * 1024 * 1024;
+  double exchange = 0;
   if (o.comm && o.comm->size() >= 2) {
     samples = detail::pingPong(*o.comm);
+    exchange = detail::exchangeRatio(*o.comm, kExchangeBytes);
     commKind = "MPI ranks 0 and 1";
   } else {
     runLocal(2, [&](Communicator& c) {
       auto s = detail::pingPong(c);
-      if (c.rank() == 0)
+      const double r = detail::exchangeRatio(c, kExchangeBytes);
+      if (c.rank() == 0) {
         samples = s;
+        exchange = r;
+      }
     });
     commKind = "two threads (strata run's local communicator)";
   }
   const auto link = detail::fitLink(samples);
-  say(fmt::format("link             alpha {}, beta {} (fit within {:.0f} %)",
-                  formatSeconds(link.ab.alpha), formatBandwidth(link.ab.beta),
-                  100 * link.ab.maxRelativeError));
+  say(fmt::format(
+      "link             alpha {}, beta {} (fit within {:.0f} %); both ways at once "
+      "{:.2f} x one way: {} duplex",
+      formatSeconds(link.ab.alpha), formatBandwidth(link.ab.beta), 100 * link.ab.maxRelativeError,
+      exchange, exchange > detail::kHalfDuplexRatio ? "half" : "full"));
 
   // 5. Sharing: K threads running GEMMs, then memory-bound kernels, at once;
   // speed = time alone / time together. Overlap: each of K workers moving
@@ -239,17 +249,16 @@ std::string calibrate(const CalibrationOptions& o) {
        "overlap_comm_speed), and the bytes per second each worker's exchanges sent alone "
        "(overlap_comm_rate: on a slower link the lane waits on the wire and leaves the cores to "
        "compute); lane_handoff: a thread asleep on a condition variable runs again "
-       "after another notifies it, while this many threads run GEMMs (half a ping-pong of two "
-       "threads, median of 3 x 300), as the executor's compute and communication lanes release "
-       "each other\n";
+       "after another notifies it and waits, while one fewer threads than workers run GEMMs "
+       "(the other workers' compute lanes; half a ping-pong of two threads, median of 3 x "
+       "300), as the executor's compute and communication lanes release each other\n";
   detail::sharingRowsYaml(y, sharing);
   y << detail::kernelTablesYaml(tables, where, o.sweeps);
   y << "topology:\n";
   y << "  - name: shared-memory\n";
   y << fmt::format("    group: {}   # workers on this machine: up to the largest sharing entry\n",
                    std::max<int>(o.maxWorkers, int(cores)));
-  detail::linkYaml(y, link, commKind,
-                   "half   # both directions are copies through the same cores and memory");
+  detail::linkYaml(y, link, commKind, detail::duplexYaml(exchange, kExchangeBytes));
   return y.str();
 }
 

@@ -906,7 +906,13 @@ std::vector<SharingRow> measureSharingRows(
     r.overlapComm = trial.comm;
     r.overlapCommRate = trial.commRate;
     r.overlapCommByDuty = trial.commByDuty;
-    r.handoff = measureHandoff(k);
+    // A lane hands off and then waits (its next task needs the other lane's),
+    // so its own core is free: the other K - 1 workers' compute lanes are
+    // what keeps the cores busy. With K GEMM threads on K cores every
+    // wake-up waited for a time slice: 64 us at K = 2 on the 2-core VM, where
+    // tiny-cnn's owt-b steps measured 1-7 us between the lanes' tasks
+    // (2026-12-02, docs/validation.md).
+    r.handoff = measureHandoff(k - 1);
     rows.push_back(r);
     std::string byDuty;
     for (const auto& [d, speed] : r.overlapCommByDuty)
@@ -1002,6 +1008,56 @@ std::vector<TimingSample> pingPong(Communicator& comm) {
     samples.push_back({n, median(times)});
   }
   return samples;
+}
+
+double exchangeRatio(Communicator& comm, double bytes) {
+  if (comm.rank() > 1)
+    return 0;
+  const int peer = 1 - comm.rank();
+  BufferOps& ops = comm.ops();
+  const auto size = static_cast<size_t>(bytes);
+  const std::vector<std::byte> ones(size, std::byte{1});
+  auto* out = static_cast<std::byte*>(ops.allocate(size));
+  auto* in = static_cast<std::byte*>(ops.allocate(size));
+  ops.copy(out, ones.data(), size);
+  ops.copy(in, ones.data(), size);
+  const std::span<std::byte> send(out, size), recv(in, size);
+  double ratio[3];
+  for (double& r : ratio) {
+    // One way, then both ways at once, back to back (a trial sees one speed
+    // of the machine); each the median of 9 after a warm-up.
+    std::vector<double> oneWay, bothWays;
+    for (int i = 0; i < 10; ++i) {
+      const auto t0 = Clock::now();
+      if (comm.rank() == 0) {
+        comm.send(peer, 4, send);
+        comm.recv(peer, 5, recv);
+      } else {
+        comm.recv(peer, 4, recv);
+        comm.send(peer, 5, send);
+      }
+      if (i > 0)
+        oneWay.push_back(since(t0) / 2);
+    }
+    for (int i = 0; i < 10; ++i) {
+      const auto t0 = Clock::now();
+      comm.sendRecv(peer, 6, send, peer, 6, recv);
+      if (i > 0)
+        bothWays.push_back(since(t0));
+    }
+    r = median(bothWays) / median(oneWay);
+  }
+  ops.deallocate(out, size);
+  ops.deallocate(in, size);
+  return median3(ratio[0], ratio[1], ratio[2]);
+}
+
+std::string duplexYaml(double ratio, double bytes) {
+  return fmt::format(
+      "{}   # both directions at once: an exchange of {:.0f} KiB each way took {:.2f} x one "
+      "way alone (measured, median of 3 trials; half duplex above {} x, where the two "
+      "directions take turns)",
+      ratio > kHalfDuplexRatio ? "half" : "full", bytes / 1024, ratio, kHalfDuplexRatio);
 }
 
 LinkFit fitLink(const std::vector<TimingSample>& samples) {

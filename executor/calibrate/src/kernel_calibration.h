@@ -166,6 +166,14 @@ struct LinkFit {
   std::vector<BandwidthPoint> table;
 };
 LinkFit fitLink(const std::vector<TimingSample>& samples);
+// Ranks 0 and 1 exchanging `bytes` both ways at once (sendRecv) against one
+// way alone (a ping-pong's half): the time ratio, 1 on a link that carries
+// both directions at once, 2 where they take turns; 0 on other ranks.
+double exchangeRatio(Communicator& comm, double bytes);
+// Above this ratio the link is half duplex.
+inline constexpr double kHalfDuplexRatio = 1.5;
+// The `duplex:` text of linkYaml for a measured exchange ratio.
+std::string duplexYaml(double ratio, double bytes);
 // The `link:` block of a topology level (indented by 4): bandwidth, latency,
 // duplex (the text after `duplex: `, with its comment) and the table; `what`
 // says between what it was measured.
