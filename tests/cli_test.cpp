@@ -1386,6 +1386,21 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   }
   CHECK(curve[0].second == 1.0);
   CHECK(curve[4].second == Approx(cluster.device.overlapCommSpeed(2)).epsilon(1e-12));
+  // The duplex measured, not assumed: both ways at once against one way,
+  // the ratio in the comment and the flag following it.
+  const auto duplex = yaml.find("      duplex: ");
+  REQUIRE(duplex != std::string::npos);
+  const std::string line = yaml.substr(duplex, yaml.find('\n', duplex) - duplex);
+  INFO(line);
+  const auto took = line.find(" took ");
+  REQUIRE(took != std::string::npos);
+  const double ratio = std::stod(line.substr(took + 6));
+  CHECK(ratio > 0);
+  CHECK(line.find(ratio > 1.5 ? "duplex: half" : "duplex: full") != std::string::npos);
+  REQUIRE(cluster.levels.size() == 1);
+  CHECK(cluster.levels[0].link.fullDuplex == (ratio <= 1.5));
+  // Hand-offs timed beside K - 1 GEMM threads: the 1-worker row alone.
+  CHECK(yaml.find("one fewer threads than workers run GEMMs") != std::string::npos);
   const auto p = runStrata({"predict", "-n", "tiny-cnn", "-c", file, "-s", "ring", "-k", "2"});
   CHECK(p.status == 0);
   const auto one = runStrata(
