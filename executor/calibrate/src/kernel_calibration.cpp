@@ -971,6 +971,22 @@ void sharingRowsYaml(std::ostringstream& y, const std::vector<SharingRow>& rows)
         r.handoff * 1e6, memoryBySizeYaml(r.memoryBySize));
 }
 
+namespace {
+// Half of one ping-pong of `buf` between ranks 0 and 1 (rank 0 sends first),
+// under tags `tag` and `tag + 1`: one way's time.
+double halfPingPong(Communicator& comm, int peer, std::span<std::byte> buf, int tag) {
+  const auto t0 = Clock::now();
+  if (comm.rank() == 0) {
+    comm.send(peer, tag, buf);
+    comm.recv(peer, tag + 1, buf);
+  } else {
+    comm.recv(peer, tag, buf);
+    comm.send(peer, tag + 1, buf);
+  }
+  return since(t0) / 2;
+}
+}  // namespace
+
 std::vector<TimingSample> pingPong(Communicator& comm) {
   std::vector<TimingSample> samples;
   if (comm.rank() > 1)
@@ -991,17 +1007,9 @@ std::vector<TimingSample> pingPong(Communicator& comm) {
     const int reps = n < 1e6 ? 200 : n < 16e6 ? 20 : 5;
     std::vector<double> times;
     for (int r = 0; r < reps + 1; ++r) {
-      auto buf = bufs[static_cast<size_t>(r) % bufs.size()];
-      const auto t0 = Clock::now();
-      if (comm.rank() == 0) {
-        comm.send(peer, 1, buf);
-        comm.recv(peer, 2, buf);
-      } else {
-        comm.recv(peer, 1, buf);
-        comm.send(peer, 2, buf);
-      }
+      const double t = halfPingPong(comm, peer, bufs[static_cast<size_t>(r) % bufs.size()], 1);
       if (r > 0)
-        times.push_back(since(t0) / 2);
+        times.push_back(t);
     }
     for (auto b : bufs)
       ops.deallocate(b.data(), b.size());
@@ -1028,16 +1036,9 @@ double exchangeRatio(Communicator& comm, double bytes) {
     // of the machine); each the median of 9 after a warm-up.
     std::vector<double> oneWay, bothWays;
     for (int i = 0; i < 10; ++i) {
-      const auto t0 = Clock::now();
-      if (comm.rank() == 0) {
-        comm.send(peer, 4, send);
-        comm.recv(peer, 5, recv);
-      } else {
-        comm.recv(peer, 4, recv);
-        comm.send(peer, 5, send);
-      }
+      const double t = halfPingPong(comm, peer, recv, 4);
       if (i > 0)
-        oneWay.push_back(since(t0) / 2);
+        oneWay.push_back(t);
     }
     for (int i = 0; i < 10; ++i) {
       const auto t0 = Clock::now();
