@@ -577,7 +577,8 @@ bool Importer::mapRotaryOrRepeat(int i, int at) {
     // Q, K and V are slices of each head.
     const Layer& fc = net_.layers[static_cast<size_t>(a.layer)];
     if (a.part == 'x' && a.rope == 0 && fc.kind == LayerKind::kFc &&
-        fc.spec.outputs == 3 * fc.inShape.c && a.heads > 0 && dh * a.heads == fc.spec.outputs) {
+        fc.spec.outputs == 3 * fc.inShape.c && a.heads > 0 && dh * a.heads == fc.spec.outputs &&
+        dh % 3 == 0) {
       // GPT-NeoX's fused query_key_value viewed as [N, T, H, 3 dh]: each
       // head's Q, K and V are its thirds (the same fc as GPT-2's thirds of
       // all features, its rows in another order).
