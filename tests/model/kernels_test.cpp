@@ -232,6 +232,55 @@ TEST_CASE("windowTime interpolates by window area between the 2x2 and 3x3 tables
   CHECK(t.windowTime(MemKernel::kPoolAvgFwd, units, 4).value() == Approx(units / 5e9));
 }
 
+TEST_CASE("columnsTime: a cost per element and per row, and one by stride", "[kernels]") {
+  auto t = linearTables();
+  const double units = 4096;
+  // Time per unit (ns): rows of 64 at stride 1 0.25, rows of 8 0.95, rows of
+  // 64 at stride 2 0.40 and at stride 4 0.85. t(W) = e + r / W: r = 0.7 /
+  // (1/8 - 1/64) = 6.4 ns a row, e = 0.25 - 6.4 / 64 = 0.15 ns a unit;
+  // strides 2 and 4 add 0.15 and 0.60 ns a unit.
+  auto flat = [](double perUnitNs) {
+    return SizeTable{{1024, 16384}, {1e9 / perUnitNs, 1e9 / perUnitNs}};
+  };
+  t.memory[size_t(MemKernel::kIm2col)] = flat(0.25);
+  // Without the other tables (a file from before them): the plain table,
+  // whatever the geometry.
+  CHECK(t.columnsTime(MemKernel::kIm2col, units, 8, 4).value() == Approx(units * 0.25e-9));
+  t.memory[size_t(MemKernel::kIm2colShort)] = flat(0.95);
+  t.memory[size_t(MemKernel::kIm2colStride2)] = flat(0.40);
+  t.memory[size_t(MemKernel::kIm2colStride4)] = flat(0.85);
+  bool outside = false;
+  auto ns = [&](int row, int stride) {
+    return t.columnsTime(MemKernel::kIm2col, units, row, stride, &outside).value() / units * 1e9;
+  };
+  CHECK(ns(64, 1) == Approx(0.25));
+  CHECK(ns(8, 1) == Approx(0.95));
+  CHECK(ns(64, 2) == Approx(0.40));
+  CHECK(ns(64, 4) == Approx(0.85));
+  CHECK(ns(16, 1) == Approx(0.15 + 6.4 / 16));
+  CHECK(ns(7, 1) == Approx(0.15 + 6.4 / 7));  // beyond the short rows: the same line
+  CHECK(ns(112, 1) == Approx(0.25));          // past the long rows: their rate
+  CHECK(ns(55, 4) == Approx(0.15 + 6.4 / 55 + 0.60));
+  CHECK(ns(28, 2) == Approx(0.15 + 6.4 / 28 + 0.15));
+  // Stride 3: log2 3 - 1 = 0.585 of the way from stride 2's extra to 4's.
+  CHECK(ns(64, 3) == Approx(0.25 + 0.15 + (std::log2(3.0) - 1) * 0.45));
+  CHECK_FALSE(outside);
+  // Past stride 4: its extra, flagged.
+  CHECK(ns(64, 8) == Approx(0.85));
+  CHECK(outside);
+  // No geometry: the plain table.
+  CHECK(ns(0, 0) == Approx(0.25));
+  // Noise that makes short rows or strides look cheaper never makes them
+  // cheaper than the long rows at stride 1, nor stride 4 cheaper than 2.
+  t.memory[size_t(MemKernel::kIm2colShort)] = flat(0.20);
+  t.memory[size_t(MemKernel::kIm2colStride2)] = flat(0.10);
+  CHECK(ns(8, 2) == Approx(0.25));
+  CHECK(ns(8, 4) == Approx(0.25 + 0.60));
+  t.memory[size_t(MemKernel::kIm2colStride2)] = flat(0.50);
+  t.memory[size_t(MemKernel::kIm2colStride4)] = flat(0.30);
+  CHECK(ns(64, 4) == Approx(0.50));
+}
+
 // ---- lowering ------------------------------------------------------------------
 
 namespace {
@@ -246,6 +295,9 @@ std::vector<std::string> lowered(const Network& net, int index, Phase phase, dou
     else if (c.window > 0)
       out.push_back(
           fmt::format("{} {} x{} window {}", toString(c.kernel), c.units, c.count, c.window));
+    else if (c.rowWidth > 0)
+      out.push_back(fmt::format("{} {} x{} rows {} stride {}", toString(c.kernel), c.units, c.count,
+                                c.rowWidth, c.stride));
     else
       out.push_back(fmt::format("{} {} x{}", toString(c.kernel), c.units, c.count));
   }
@@ -295,12 +347,12 @@ TEST_CASE("lowerCpu: a 3x3 conv is im2col + GEMM per example and group", "[kerne
     const auto net = oneLayer(3, 8, conv(4, 3, 1, 1, 1));
     REQUIRE(net.layers[0].outShape == Shape{4, 8, 8});
     CHECK(lowered(net, 0, Phase::kFwd, 2) ==
-          Calls{"im2col 1728 x2", "gemm nn 4x64x27 x2", "bias 256 x2"});
+          Calls{"im2col 1728 x2 rows 8 stride 1", "gemm nn 4x64x27 x2", "bias 256 x2"});
     // dx (2 x 3 x 64 = 384 values) is zeroed, then each column matrix is added back.
     CHECK(lowered(net, 0, Phase::kBwdData, 2) ==
-          Calls{"zero 384 x1", "gemm tn 27x64x4 x2", "col2im 1728 x2"});
+          Calls{"zero 384 x1", "gemm tn 27x64x4 x2", "col2im 1728 x2 rows 8 stride 1"});
     CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
-          Calls{"im2col 1728 x2", "gemm nt 4x27x64 x2", "bias_grad 256 x2"});
+          Calls{"im2col 1728 x2 rows 8 stride 1", "gemm nt 4x27x64 x2", "bias_grad 256 x2"});
     // 4 x 27 weights + 4 biases.
     CHECK(lowered(net, 0, Phase::kUpdate, 2) == Calls{"sgd 112 x1"});
     // Examples are whole: 2.4 runs 2, and at least 1 runs.
@@ -311,18 +363,21 @@ TEST_CASE("lowerCpu: a 3x3 conv is im2col + GEMM per example and group", "[kerne
     // k = 2 x 9 = 18, p = 64, fg = 2; n x groups = 4 calls.
     const auto net = oneLayer(4, 8, conv(4, 3, 1, 1, 2));
     CHECK(lowered(net, 0, Phase::kFwd, 2) ==
-          Calls{"im2col 1152 x4", "gemm nn 2x64x18 x4", "bias 128 x4"});
+          Calls{"im2col 1152 x4 rows 8 stride 1", "gemm nn 2x64x18 x4", "bias 128 x4"});
     CHECK(lowered(net, 0, Phase::kBwdData, 2) ==
-          Calls{"zero 512 x1", "gemm tn 18x64x2 x4", "col2im 1152 x4"});
+          Calls{"zero 512 x1", "gemm tn 18x64x2 x4", "col2im 1152 x4 rows 8 stride 1"});
     CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
-          Calls{"im2col 1152 x4", "gemm nt 2x18x64 x4", "bias_grad 128 x4"});
+          Calls{"im2col 1152 x4 rows 8 stride 1", "gemm nt 2x18x64 x4", "bias_grad 128 x4"});
     CHECK(lowered(net, 0, Phase::kUpdate, 2) == Calls{"sgd 76 x1"});  // 4 x 18 + 4
   }
   SECTION("a strided 3x3 conv without bias: 3x8x8 -> 4x4x4") {
     const auto net = oneLayer(3, 8, conv(4, 3, 2, 1, 1, false));
     REQUIRE(net.layers[0].outShape == Shape{4, 4, 4});
-    CHECK(lowered(net, 0, Phase::kFwd, 2) == Calls{"im2col 432 x2", "gemm nn 4x16x27 x2"});
-    CHECK(lowered(net, 0, Phase::kBwdWeights, 2) == Calls{"im2col 432 x2", "gemm nt 4x27x16 x2"});
+    // Output rows of 4 at stride 2 (columnsTime's geometry).
+    CHECK(lowered(net, 0, Phase::kFwd, 2) ==
+          Calls{"im2col 432 x2 rows 4 stride 2", "gemm nn 4x16x27 x2"});
+    CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
+          Calls{"im2col 432 x2 rows 4 stride 2", "gemm nt 4x27x16 x2"});
   }
 }
 
@@ -336,7 +391,7 @@ TEST_CASE("lowerCpu: a pointwise conv reads its input as the column matrix",
   // A 1x1 conv with stride 2 is not pointwise: it copies its strided columns.
   const auto strided = oneLayer(3, 8, conv(4, 1, 2, 0, 1));
   CHECK(lowered(strided, 0, Phase::kFwd, 2) ==
-        Calls{"im2col 48 x2", "gemm nn 4x16x3 x2", "bias 64 x2"});
+        Calls{"im2col 48 x2 rows 4 stride 2", "gemm nn 4x16x3 x2", "bias 64 x2"});
 }
 
 TEST_CASE("lowerCpu: a flattening fc is one GEMM over the batch", "[kernels][lowering]") {
@@ -370,9 +425,9 @@ TEST_CASE("lowerCpu: a value read by two layers is summed into, zeroed by its fi
   // Values read once: no zero in forward, and the usual fill in backward.
   CHECK(lowered(net, 1, Phase::kFwd, 2) == Calls{"relu_fwd 128 x1"});
   CHECK(lowered(net, 0, Phase::kFwd, 2) ==
-        Calls{"im2col 432 x2", "gemm nn 4x16x27 x2", "bias 64 x2"});
+        Calls{"im2col 432 x2 rows 4 stride 1", "gemm nn 4x16x27 x2", "bias 64 x2"});
   CHECK(lowered(net, 0, Phase::kBwdData, 2) ==
-        Calls{"zero 96 x1", "gemm tn 27x16x4 x2", "col2im 432 x2"});
+        Calls{"zero 96 x1", "gemm tn 27x16x4 x2", "col2im 432 x2 rows 4 stride 1"});
   // Layers without weights do nothing in bwd_weights and update.
   CHECK(lowered(net, 3, Phase::kBwdWeights, 2).empty());
   CHECK(lowered(net, 1, Phase::kUpdate, 2).empty());

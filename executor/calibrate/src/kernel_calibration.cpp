@@ -466,23 +466,36 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
                         nn::TensorView{dx.data(), in}, 1.0f);
       });
     }
-    // im2col / col2im of a 3x3 pad-1 convolution over 16 channels.
-    {
-      const int hw = std::max(1, static_cast<int>(std::lround(std::sqrt(u / 16 / 9))));
+    // im2col / col2im at four geometries: output rows of 64 and of 8 at
+    // stride 1 (3x3 pad 1), rows of 64 at strides 2 and 4 with taps that
+    // overlap as in ResNet's and AlexNet's strided convolutions (kernel
+    // 2 stride - 1: 3x3 and 7x7), so the input is re-read from cache as
+    // theirs is (KernelTables::columnsTime). Rows are as many as the size
+    // needs, up to square planes, then channels.
+    auto columnsAt = [&](MemKernel im2col, MemKernel col2im, int row, int stride) {
+      const int kernel = stride == 1 ? 3 : 2 * stride - 1;
+      const double perRow = double(kernel) * kernel * row;
+      const int outH = static_cast<int>(std::clamp(std::round(u / perRow), 1.0, double(row)));
       nn::ConvDesc cd;
-      cd.inC = 16;
-      cd.inH = cd.inW = cd.outH = cd.outW = hw;
-      cd.kernelH = cd.kernelW = 3;
-      cd.pad = 1;
+      cd.inC = std::max(1, static_cast<int>(std::lround(u / (perRow * outH))));
+      cd.kernelH = cd.kernelW = kernel;
+      cd.pad = (kernel - 1) / 2;
+      cd.stride = stride;
+      cd.outH = outH;
+      cd.outW = row;
+      cd.inH = outH * stride;
+      cd.inW = row * stride;
       cd.filters = 16;
-      const double units = 16.0 * 9 * hw * hw;
-      if (units + 1 < double(top)) {
-        record(MemKernel::kIm2col, units,
-               [&] { nn::CpuBackend::im2colKernel(cd, x.data(), y.data()); });
-        record(MemKernel::kCol2im, units,
-               [&] { nn::CpuBackend::col2imKernel(cd, y.data(), dx.data()); });
-      }
-    }
+      const double units = perRow * outH * cd.inC;
+      if (units + 1 >= double(top) || double(cd.inC) * cd.inH * cd.inW >= double(top))
+        return;
+      record(im2col, units, [&] { nn::CpuBackend::im2colKernel(cd, x.data(), y.data()); });
+      record(col2im, units, [&] { nn::CpuBackend::col2imKernel(cd, y.data(), dx.data()); });
+    };
+    columnsAt(MemKernel::kIm2col, MemKernel::kCol2im, kColumnsLongRow, 1);
+    columnsAt(MemKernel::kIm2colShort, MemKernel::kCol2imShort, kColumnsShortRow, 1);
+    columnsAt(MemKernel::kIm2colStride2, MemKernel::kCol2imStride2, kColumnsLongRow, 2);
+    columnsAt(MemKernel::kIm2colStride4, MemKernel::kCol2imStride4, kColumnsLongRow, 4);
   }
   // The Model's own cost per layer-phase call: forward of a relu over one
   // element, less the kernel (negligible at that size).

@@ -230,8 +230,9 @@ void CpuImpl::convForward(const ConvDesc& d, ConstTensorView x, const float* w, 
   // examples do not (fewer examples than threads).
   auto example = [&](int n, std::vector<float>& col, bool splitGemm) {
     for (int g = 0; g < d.groups; ++g) {
-      const float* cols = columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane,
-                                  col, geo.pointwise || runs(MemKernel::kIm2col, double(k * p)));
+      const float* cols =
+          columns(d, geo, x.data + (int64_t{n} * d.inC + int64_t{g} * cg) * inPlane, col,
+                  geo.pointwise || runsColumns(MemKernel::kIm2col, double(k * p), d));
       float* yg = y.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p;
       const float* wg = w + int64_t{g} * fg * k;
       gemmOn(splitGemm, GemmOp::kNN, fg, int(p), int(k), wg, cols, yg, false);
@@ -259,7 +260,7 @@ void CpuImpl::convBackwardData(const ConvDesc& d, ConstTensorView dy, const floa
       const float* dyg = dy.data + (int64_t{n} * d.filters + int64_t{g} * fg) * p;
       float* out = geo.pointwise ? dxg : col.data();
       gemmOn(splitGemm, GemmOp::kTN, int(k), int(p), fg, wg, dyg, out, geo.pointwise);
-      if (!geo.pointwise && runs(MemKernel::kCol2im, double(k * p)))
+      if (!geo.pointwise && runsColumns(MemKernel::kCol2im, double(k * p), d))
         col2imAdd(d, col.data(), cg, dxg);
     }
   };
@@ -280,8 +281,9 @@ void CpuImpl::convBackwardWeights(const ConvDesc& d, ConstTensorView x, ConstTen
                       bool splitGemm) {
     for (int64_t n = first; n < last; ++n) {
       for (int g = 0; g < d.groups; ++g) {
-        const float* cols = columns(d, geo, x.data + (n * d.inC + int64_t{g} * cg) * inPlane, col,
-                                    geo.pointwise || runs(MemKernel::kIm2col, double(k * p)));
+        const float* cols =
+            columns(d, geo, x.data + (n * d.inC + int64_t{g} * cg) * inPlane, col,
+                    geo.pointwise || runsColumns(MemKernel::kIm2col, double(k * p), d));
         const float* dyg = dy.data + (n * d.filters + int64_t{g} * fg) * p;
         gemmOn(splitGemm, GemmOp::kNT, fg, int(k), int(p), dyg, cols, gw + int64_t{g} * fg * k,
                true);

@@ -54,6 +54,13 @@ KernelCall memoryCall(MemKernel kernel, double units, double window) {
   return c;
 }
 
+KernelCall columnsCall(MemKernel kernel, double units, int rowWidth, int stride) {
+  KernelCall c = memoryCall(kernel, units);
+  c.rowWidth = rowWidth;
+  c.stride = stride;
+  return c;
+}
+
 namespace {
 // What makes two calls the same call (all but the count); fields that do not
 // apply to a kind are left at their defaults by the makers above and by the
@@ -63,7 +70,8 @@ auto keyOf(const KernelCall& c) {
   return std::make_tuple(c.conv, c.gemm, c.gemm ? static_cast<int>(c.op) : 0,
                          c.conv ? static_cast<int>(c.pass) : 0, memory ? 0 : c.m, memory ? 0 : c.n,
                          memory ? 0 : c.k, memory ? static_cast<int>(c.kernel) : 0,
-                         memory ? c.units : 0.0, memory ? c.window : 0.0);
+                         memory ? c.units : 0.0, memory ? c.window : 0.0, memory ? c.rowWidth : 0,
+                         memory ? c.stride : 0);
 }
 }  // namespace
 
@@ -90,6 +98,9 @@ std::string describe(const KernelCall& c) {
     return fmt::format("gemm {} {}x{}x{} x{}", toString(c.op), c.m, c.n, c.k, c.count);
   if (c.window > 0)
     return fmt::format("{} {} window {} x{}", toString(c.kernel), c.units, c.window, c.count);
+  if (c.rowWidth > 0)
+    return fmt::format("{} {} rows {} stride {} x{}", toString(c.kernel), c.units, c.rowWidth,
+                       c.stride, c.count);
   return fmt::format("{} {} x{}", toString(c.kernel), c.units, c.count);
 }
 

@@ -111,8 +111,11 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
               fmt::format("gemm {} {}x{}x{} ({})", toString(c.op), c.m, c.n, c.k, l.name));
       } else if (!t.memory[static_cast<size_t>(c.kernel)].empty()) {
         auto time = [&](bool fromCold) {
-          return c.window > 0 ? t.windowTime(c.kernel, c.units, c.window, &outside, fromCold)
-                              : t.memoryTime(c.kernel, c.units, &outside, fromCold);
+          if (c.window > 0)
+            return t.windowTime(c.kernel, c.units, c.window, &outside, fromCold);
+          if (c.rowWidth > 0)
+            return t.columnsTime(c.kernel, c.units, c.rowWidth, c.stride, &outside, fromCold);
+          return t.memoryTime(c.kernel, c.units, &outside, fromCold);
         };
         // Hot from the tables, cold (operands no longer cached: all DRAM
         // traffic) from the cold tables, by the phase's cold share.

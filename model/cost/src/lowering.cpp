@@ -57,6 +57,15 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
     c.count = count;
     calls.push_back(c);
   };
+  // im2col or col2im of the convolution, with its row width and stride.
+  auto columns = [&](MemKernel kernel, double units, double count) {
+    const size_t before = calls.size();
+    mem(kernel, units, count);
+    if (calls.size() > before) {
+      calls.back().rowWidth = l.outShape.w;
+      calls.back().stride = l.spec.stride;
+    }
+  };
   // The gradient into input `which` is summed (beta 1) when several layers
   // read that input; else it is overwritten, after a zero fill for the
   // kernels that accumulate.
@@ -128,7 +137,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kConv: {
           const double count = double(n) * l.spec.groups;
           if (!pointwise)
-            mem(MemKernel::kIm2col, double(ck * area), count);
+            columns(MemKernel::kIm2col, double(ck * area), count);
           gemm(GemmOp::kNN, fg, area, ck, count);
           if (l.spec.bias)
             mem(MemKernel::kBias, double(fg) * double(area), count);
@@ -262,7 +271,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
             mem(MemKernel::kZero, inElems);
           gemm(GemmOp::kTN, ck, area, fg, count);
           if (!pointwise)
-            mem(MemKernel::kCol2im, double(ck * area), count);
+            columns(MemKernel::kCol2im, double(ck * area), count);
           break;
         }
         case LayerKind::kPool:
@@ -385,7 +394,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         case LayerKind::kConv: {
           const double count = double(n) * l.spec.groups;
           if (!pointwise)
-            mem(MemKernel::kIm2col, double(ck * area), count);
+            columns(MemKernel::kIm2col, double(ck * area), count);
           gemm(GemmOp::kNT, fg, ck, area, count);
           if (l.spec.bias)
             mem(MemKernel::kBiasGrad, double(fg) * double(area), count);

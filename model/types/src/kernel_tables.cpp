@@ -46,7 +46,9 @@ constexpr std::string_view kMemNames[kMemKernelCount] = {
     "cast_bf16",     "cast_fp32",
     "rmsnorm_fwd",   "rmsnorm_bwd_data",   "rmsnorm_bwd_weights",   "swiglu_fwd",   "swiglu_bwd",
     "rotary",        "sigmoid_fwd",      "sigmoid_bwd",         "hard_act_fwd", "hard_act_bwd",
-    "mul_fwd",       "mul_bwd",         "scale_fwd",       "scale_grad"};
+    "mul_fwd",       "mul_bwd",         "scale_fwd",       "scale_grad",
+    "im2col_rows8",  "col2im_rows8",       "im2col_stride2",        "col2im_stride2",
+    "im2col_stride4", "col2im_stride4"};
 // clang-format on
 
 // Position of x among increasing grid values, in log space: index i and
@@ -196,6 +198,35 @@ KernelTables KernelTables::forElement(ElementType element) const {
   }
   t.byElement.clear();
   return t;
+}
+
+Seconds KernelTables::columnsTime(MemKernel kernel, double units, int rowWidth, int stride,
+                                  bool* outside, bool cold) const {
+  STRATA_ENFORCE(kernel == MemKernel::kIm2col || kernel == MemKernel::kCol2im);
+  const bool im2col = kernel == MemKernel::kIm2col;
+  const MemKernel shortRows = im2col ? MemKernel::kIm2colShort : MemKernel::kCol2imShort;
+  const MemKernel stride2 = im2col ? MemKernel::kIm2colStride2 : MemKernel::kCol2imStride2;
+  const MemKernel stride4 = im2col ? MemKernel::kIm2colStride4 : MemKernel::kCol2imStride4;
+  if (units <= 0)
+    return Seconds(0);
+  auto has = [&](MemKernel k) { return !memory[static_cast<size_t>(k)].empty(); };
+  if (rowWidth <= 0 || stride <= 0 || !has(shortRows) || !has(stride2) || !has(stride4))
+    return memoryTime(kernel, units, outside, cold);
+  auto perUnit = [&](MemKernel k) { return 1.0 / memoryRate(k, units, outside, cold); };
+  const double longRows = perUnit(kernel);
+  // Per-row cost r from t(W) = e + r / W at the two widths; neither it nor
+  // a stride's extra is taken below zero (a timing's noise).
+  const double perRow = std::max(
+      0.0, (perUnit(shortRows) - longRows) / (1.0 / kColumnsShortRow - 1.0 / kColumnsLongRow));
+  const double w = std::min(rowWidth, kColumnsLongRow);
+  const double extra2 = std::max(0.0, perUnit(stride2) - longRows);
+  const double extra4 = std::max(extra2, perUnit(stride4) - longRows);
+  const double octaves = std::log2(double(stride));
+  if (outside && octaves > 2 + 1e-9)
+    *outside = true;
+  const double extra =
+      octaves <= 1 ? extra2 * octaves : extra2 + (extra4 - extra2) * (std::min(octaves, 2.0) - 1);
+  return Seconds(units * (longRows + perRow * (1.0 / w - 1.0 / kColumnsLongRow) + extra));
 }
 
 bool KernelTables::hasCold() const {

@@ -103,8 +103,23 @@ enum class MemKernel {
   // input elements read).
   kScaleFwd,
   kScaleGrad,
+  // im2col and col2im cost more per element on short rows (a fixed cost per
+  // output row) and on strided taps (gathered reads): kIm2col and kCol2im
+  // are timed on rows of 64 at stride 1 (3x3 taps), these on rows of 8 at
+  // stride 1 and on rows of 64 at strides 2 and 4 (3x3 and 7x7 taps, which
+  // overlap as strided convolutions' do); columnsTime combines them by a
+  // layer's row width and stride.
+  kIm2colShort,
+  kCol2imShort,
+  kIm2colStride2,
+  kCol2imStride2,
+  kIm2colStride4,
+  kCol2imStride4,
 };
-inline constexpr int kMemKernelCount = 54;
+inline constexpr int kMemKernelCount = 60;
+// The output row widths of the im2col/col2im tables (strata calibrate).
+inline constexpr int kColumnsLongRow = 64;
+inline constexpr int kColumnsShortRow = 8;
 std::string_view toString(MemKernel kernel);
 // Parses a config name ("relu_fwd"); false when unknown.
 bool parseMemKernel(std::string_view name, MemKernel& out);
@@ -204,6 +219,15 @@ struct KernelTables {
   // interpolated by area between its 2x2 and 3x3 tables (*outside beyond).
   Seconds windowTime(MemKernel kernel, double units, double window, bool* outside = nullptr,
                      bool cold = false) const;
+  // An im2col or col2im over `units` column entries whose output rows are
+  // `rowWidth` long, at `stride`: time per unit e + r / rowWidth (a cost
+  // per element and one per row, solved from the long and short tables;
+  // rows past the long table's width at its rate), plus the strided
+  // tables' extra per unit over stride 1, linear in log2 stride between
+  // strides 1, 2 and 4 (stride 4's beyond, flagged *outside). Without
+  // those tables, or without a geometry (rowWidth 0), memoryTime.
+  Seconds columnsTime(MemKernel kernel, double units, int rowWidth, int stride,
+                      bool* outside = nullptr, bool cold = false) const;
   // Whether any kernel has a cold table.
   bool hasCold() const;
   // Rate at a size (interpolated), for tests and printing.
@@ -222,6 +246,9 @@ struct KernelCall {
   MemKernel kernel = MemKernel::kCopy;
   double units = 0;   // memory kernel units per call
   double window = 0;  // pooling window area (window kernels), else 0
+  // im2col and col2im: the convolution's output row width and stride
+  // (KernelTables::columnsTime), else 0.
+  int rowWidth = 0, stride = 0;
   double count = 1;
 };
 

@@ -521,6 +521,9 @@ class Backend {
   bool runs(MemKernel kernel, double units, double window = 0) {
     return recorder_ == nullptr || runs(memoryCall(kernel, units, window));
   }
+  bool runsColumns(MemKernel kernel, double units, const ConvDesc& d) {
+    return recorder_ == nullptr || runs(columnsCall(kernel, units, d.outW, d.stride));
+  }
   bool runsGemm(GemmOp op, int64_t m, int64_t n, int64_t k) {
     return recorder_ == nullptr || runs(gemmCall(op, m, n, k));
   }
