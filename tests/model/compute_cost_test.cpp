@@ -264,6 +264,42 @@ struct BadCase {
 
 }  // namespace
 
+TEST_CASE("tables timed as C += price a GEMM writing C = with the zero fill of C",
+          "[kernels][cost]") {
+  const std::string base = readText(test::dataFile("kernel-cluster.yaml"));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata-accumulate-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string text = base;
+  const auto at = text.find("    gemm:\n");
+  REQUIRE(at != std::string::npos);
+  text.insert(at + std::string("    gemm:\n").size(), "      timed: accumulate\n");
+  const auto nameAt = text.find("name: kernel-cluster");
+  REQUIRE(nameAt != std::string::npos);
+  text.replace(nameAt, std::string("name: kernel-cluster").size(), "name: kernel-accumulate");
+  const auto path = (dir / "kernel-accumulate.yaml").string();
+  std::ofstream(path) << text;
+  const auto timedAssign = loadCluster(test::dataFile("kernel-cluster.yaml"));
+  const auto timedAccumulate = loadCluster(path);
+  std::filesystem::remove_all(dir);
+  CHECK_FALSE(timedAssign.device.kernels.gemmAccumulates);
+  REQUIRE(timedAccumulate.device.kernels.gemmAccumulates);
+  const auto net = loadNetwork(test::dataFile("kernel-fc.yaml"));  // fc 16 -> 4, no bias
+  const ComputeCosts assign(net, timedAssign, ElementType::kFp32, 1);
+  const ComputeCosts accumulate(net, timedAccumulate, ElementType::kFp32, 1);
+  // fwd at 4 writes y = x W^T (nt 4x4x16 at 31 GFLOP/s): with tables of the
+  // product alone, plus the zero fill of its 16 outputs (zero's first row,
+  // 0.5 G values/s: 32 ns).
+  const double product = 2.0 * 4 * 4 * 16 / 31e9;
+  CHECK(assign.layer(0, Phase::kFwd, 4, 1.0).value() ==
+        Approx(product + kCallOverhead).epsilon(1e-12));
+  CHECK(accumulate.layer(0, Phase::kFwd, 4, 1.0).value() ==
+        Approx(product + 16 / 0.5e9 + kCallOverhead).epsilon(1e-12));
+  // bwd_weights adds into dW (tn, C +=): the same either way.
+  CHECK(accumulate.layer(0, Phase::kBwdWeights, 4, 1.0).value() ==
+        Approx(assign.layer(0, Phase::kBwdWeights, 4, 1.0).value()).epsilon(1e-12));
+}
+
 TEST_CASE("kernels: mistakes name the file, line and key", "[kernels][cluster][errors]") {
   const std::string base = readText(test::dataFile("kernel-cluster.yaml"));
   const auto dir = std::filesystem::temp_directory_path() /
@@ -302,6 +338,8 @@ TEST_CASE("kernels: mistakes name the file, line and key", "[kernels][cluster][e
       {"reference-missing-copy", "call_overhead: 2 us",
        "call_overhead: 2 us\n    reference: {gemm_gflop_per_s: 100}",
        "device.kernels.reference.copy_gunits_per_s", "reference: {", "missing required key"},
+      {"timed-unknown", "    gemm:\n", "    gemm:\n      timed: sometimes\n",
+       "device.kernels.gemm.timed", "timed: sometimes", "expected accumulate"},
       {"reference-unknown-key", "call_overhead: 2 us",
        "call_overhead: 2 us\n    reference: {gemm_gflop_per_s: 100, copy_gunits_per_s: 4, "
        "copy_gbps: 3}",

@@ -291,7 +291,8 @@ std::vector<std::string> lowered(const Network& net, int index, Phase phase, dou
   std::vector<std::string> out;
   for (const auto& c : lowerCpu(net, index, phase, examples, outputs)) {
     if (c.gemm)
-      out.push_back(fmt::format("gemm {} {}x{}x{} x{}", toString(c.op), c.m, c.n, c.k, c.count));
+      out.push_back(fmt::format("gemm {} {}x{}x{}{} x{}", toString(c.op), c.m, c.n, c.k,
+                                c.accumulate ? " +=" : "", c.count));
     else if (c.window > 0)
       out.push_back(
           fmt::format("{} {} x{} window {}", toString(c.kernel), c.units, c.count, c.window));
@@ -352,7 +353,7 @@ TEST_CASE("lowerCpu: a 3x3 conv is im2col + GEMM per example and group", "[kerne
     CHECK(lowered(net, 0, Phase::kBwdData, 2) ==
           Calls{"zero 384 x1", "gemm tn 27x64x4 x2", "col2im 1728 x2 rows 8 stride 1"});
     CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
-          Calls{"im2col 1728 x2 rows 8 stride 1", "gemm nt 4x27x64 x2", "bias_grad 256 x2"});
+          Calls{"im2col 1728 x2 rows 8 stride 1", "gemm nt 4x27x64 += x2", "bias_grad 256 x2"});
     // 4 x 27 weights + 4 biases.
     CHECK(lowered(net, 0, Phase::kUpdate, 2) == Calls{"sgd 112 x1"});
     // Examples are whole: 2.4 runs 2, and at least 1 runs.
@@ -367,7 +368,7 @@ TEST_CASE("lowerCpu: a 3x3 conv is im2col + GEMM per example and group", "[kerne
     CHECK(lowered(net, 0, Phase::kBwdData, 2) ==
           Calls{"zero 512 x1", "gemm tn 18x64x2 x4", "col2im 1152 x4 rows 8 stride 1"});
     CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
-          Calls{"im2col 1152 x4 rows 8 stride 1", "gemm nt 2x18x64 x4", "bias_grad 128 x4"});
+          Calls{"im2col 1152 x4 rows 8 stride 1", "gemm nt 2x18x64 += x4", "bias_grad 128 x4"});
     CHECK(lowered(net, 0, Phase::kUpdate, 2) == Calls{"sgd 76 x1"});  // 4 x 18 + 4
   }
   SECTION("a strided 3x3 conv without bias: 3x8x8 -> 4x4x4") {
@@ -377,7 +378,7 @@ TEST_CASE("lowerCpu: a 3x3 conv is im2col + GEMM per example and group", "[kerne
     CHECK(lowered(net, 0, Phase::kFwd, 2) ==
           Calls{"im2col 432 x2 rows 4 stride 2", "gemm nn 4x16x27 x2"});
     CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
-          Calls{"im2col 432 x2 rows 4 stride 2", "gemm nt 4x27x16 x2"});
+          Calls{"im2col 432 x2 rows 4 stride 2", "gemm nt 4x27x16 += x2"});
   }
 }
 
@@ -386,8 +387,9 @@ TEST_CASE("lowerCpu: a pointwise conv reads its input as the column matrix",
   // 1x1, stride 1, pad 0: k = 3 input channels, p = 64, no im2col or col2im.
   const auto net = oneLayer(3, 8, conv(4, 1, 1, 0, 1));
   CHECK(lowered(net, 0, Phase::kFwd, 2) == Calls{"gemm nn 4x64x3 x2", "bias 256 x2"});
-  CHECK(lowered(net, 0, Phase::kBwdData, 2) == Calls{"zero 384 x1", "gemm tn 3x64x4 x2"});
-  CHECK(lowered(net, 0, Phase::kBwdWeights, 2) == Calls{"gemm nt 4x3x64 x2", "bias_grad 256 x2"});
+  CHECK(lowered(net, 0, Phase::kBwdData, 2) == Calls{"zero 384 x1", "gemm tn 3x64x4 += x2"});
+  CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
+        Calls{"gemm nt 4x3x64 += x2", "bias_grad 256 x2"});
   // A 1x1 conv with stride 2 is not pointwise: it copies its strided columns.
   const auto strided = oneLayer(3, 8, conv(4, 1, 2, 0, 1));
   CHECK(lowered(strided, 0, Phase::kFwd, 2) ==
@@ -398,14 +400,15 @@ TEST_CASE("lowerCpu: a flattening fc is one GEMM over the batch", "[kernels][low
   // 3x4x4 = 48 features in, 10 out, 2 examples.
   const auto net = oneLayer(3, 4, fc(10));
   CHECK(lowered(net, 0, Phase::kFwd, 2) == Calls{"gemm nt 2x10x48 x1", "bias 20 x1"});
-  CHECK(lowered(net, 0, Phase::kBwdData, 2) == Calls{"zero 96 x1", "gemm nn 2x48x10 x1"});
-  CHECK(lowered(net, 0, Phase::kBwdWeights, 2) == Calls{"gemm tn 10x48x2 x1", "bias_grad 20 x1"});
+  CHECK(lowered(net, 0, Phase::kBwdData, 2) == Calls{"zero 96 x1", "gemm nn 2x48x10 += x1"});
+  CHECK(lowered(net, 0, Phase::kBwdWeights, 2) ==
+        Calls{"gemm tn 10x48x2 += x1", "bias_grad 20 x1"});
   CHECK(lowered(net, 0, Phase::kUpdate, 2) == Calls{"sgd 490 x1"});  // 10 x 48 + 10
   SECTION("a model-parallel slice of 3 of the 10 outputs") {
     CHECK(lowered(net, 0, Phase::kFwd, 2, 3) == Calls{"gemm nt 2x3x48 x1", "bias 6 x1"});
-    CHECK(lowered(net, 0, Phase::kBwdData, 2, 3) == Calls{"zero 96 x1", "gemm nn 2x48x3 x1"});
+    CHECK(lowered(net, 0, Phase::kBwdData, 2, 3) == Calls{"zero 96 x1", "gemm nn 2x48x3 += x1"});
     CHECK(lowered(net, 0, Phase::kBwdWeights, 2, 3) ==
-          Calls{"gemm tn 3x48x2 x1", "bias_grad 6 x1"});
+          Calls{"gemm tn 3x48x2 += x1", "bias_grad 6 x1"});
     CHECK(lowered(net, 0, Phase::kUpdate, 2, 3) == Calls{"sgd 147 x1"});  // 490 x 3 / 10
   }
 }
@@ -419,7 +422,7 @@ TEST_CASE("lowerCpu: a value read by two layers is summed into, zeroed by its fi
   // relu1's gradient (2 x 64 values) gets both readers' sums: conv2, its first
   // reader, clears it in forward; neither reader zero-fills it in backward.
   CHECK(lowered(net, 2, Phase::kFwd, 2) == Calls{"zero 128 x1", "gemm nn 4x16x4 x2"});
-  CHECK(lowered(net, 2, Phase::kBwdData, 2) == Calls{"gemm tn 4x16x4 x2"});
+  CHECK(lowered(net, 2, Phase::kBwdData, 2) == Calls{"gemm tn 4x16x4 += x2"});
   CHECK(lowered(net, 3, Phase::kFwd, 2) == Calls{"add 128 x1"});
   CHECK(lowered(net, 3, Phase::kBwdData, 2) == Calls{"copy 128 x1", "accumulate 128 x1"});
   // Values read once: no zero in forward, and the usual fill in backward.

@@ -157,7 +157,7 @@ void CpuImpl::gemm(GemmOp op, int m, int n, int k, const float* a, const float* 
 void CpuImpl::teamGemm(GemmOp op, int m, int n, int k, const float* a, const float* b, float* c,
                        bool accumulate) {
   // One call, however many threads share it.
-  if (!runsGemm(op, m, n, k))
+  if (!runsGemm(op, m, n, k, accumulate))
     return;
   const int threads = team_.size();
   const int wide = std::max(m, n);

@@ -225,7 +225,7 @@ class CpuImpl final : public Backend {
               bool accumulate) {
     if (split)
       teamGemm(op, m, n, k, a, b, c, accumulate);
-    else if (runsGemm(op, m, n, k))
+    else if (runsGemm(op, m, n, k, accumulate))
       gemm(op, m, n, k, a, b, c, accumulate);
   }
   // dst = beta * dst before a kernel adds its result; beta 0 is a call of

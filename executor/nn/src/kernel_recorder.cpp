@@ -24,7 +24,7 @@ void KernelRecorder::clear() {
   calls_.clear();
 }
 
-KernelCall gemmCall(GemmOp op, int64_t m, int64_t n, int64_t k, double count) {
+KernelCall gemmCall(GemmOp op, int64_t m, int64_t n, int64_t k, double count, bool accumulate) {
   KernelCall c;
   c.gemm = true;
   c.op = op;
@@ -32,6 +32,7 @@ KernelCall gemmCall(GemmOp op, int64_t m, int64_t n, int64_t k, double count) {
   c.n = n;
   c.k = k;
   c.count = count;
+  c.accumulate = accumulate;
   return c;
 }
 
@@ -68,10 +69,10 @@ namespace {
 auto keyOf(const KernelCall& c) {
   const bool memory = !c.gemm && !c.conv;
   return std::make_tuple(c.conv, c.gemm, c.gemm ? static_cast<int>(c.op) : 0,
-                         c.conv ? static_cast<int>(c.pass) : 0, memory ? 0 : c.m, memory ? 0 : c.n,
-                         memory ? 0 : c.k, memory ? static_cast<int>(c.kernel) : 0,
-                         memory ? c.units : 0.0, memory ? c.window : 0.0, memory ? c.rowWidth : 0,
-                         memory ? c.stride : 0);
+                         c.gemm && c.accumulate, c.conv ? static_cast<int>(c.pass) : 0,
+                         memory ? 0 : c.m, memory ? 0 : c.n, memory ? 0 : c.k,
+                         memory ? static_cast<int>(c.kernel) : 0, memory ? c.units : 0.0,
+                         memory ? c.window : 0.0, memory ? c.rowWidth : 0, memory ? c.stride : 0);
 }
 }  // namespace
 
@@ -95,7 +96,8 @@ std::string describe(const KernelCall& c) {
   if (c.conv)
     return fmt::format("conv {} {}x{}x{} x{}", toString(c.pass), c.m, c.n, c.k, c.count);
   if (c.gemm)
-    return fmt::format("gemm {} {}x{}x{} x{}", toString(c.op), c.m, c.n, c.k, c.count);
+    return fmt::format("gemm {} {}x{}x{}{} x{}", toString(c.op), c.m, c.n, c.k,
+                       c.accumulate ? " +=" : "", c.count);
   if (c.window > 0)
     return fmt::format("{} {} window {} x{}", toString(c.kernel), c.units, c.window, c.count);
   if (c.rowWidth > 0)

@@ -40,9 +40,19 @@ bool elementTypeNamed(std::string_view key, ElementType& out) {
 // A rate grid (`gemm` or `conv`): dims, then one row per (table, m, n) with
 // the rates over k; `key` names the table column ("op" or "pass"), `names`
 // its three values in table order and `what` what they are ("GEMM op").
+// `accumulates`: where the grid may say how it was timed (`timed`: the CPU
+// backend's fp32 GEMMs), set from it; elsewhere `timed` is refused.
 void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char* what,
-              const std::array<std::string_view, 3>& names) {
-  g.allowOnly({"dims", "rates"});
+              const std::array<std::string_view, 3>& names, bool* accumulates = nullptr) {
+  g.allowOnly({"dims", "rates", "timed"});
+  if (auto timed = g.get("timed")) {
+    if (accumulates == nullptr)
+      timed->fail("only the CPU backend's fp32 gemm table says how it was timed");
+    const std::string how = timed->asString();
+    if (how != "accumulate" && how != "assign")
+      timed->fail("unknown '" + how + "' (expected accumulate: C += A B, or assign: C = A B)");
+    *accumulates = how == "accumulate";
+  }
   const auto dims = g.require("dims");
   const auto dimItems = dims.items();
   // The rate tables hold 3 d^3 figures: 64 grid values are 786,432 (calibrate writes 15).
@@ -130,7 +140,12 @@ KernelTables readKernels(const ConfigNode& n) {
   };
   if (auto conv = n.get("conv"); conv && t.backend != "cuda")
     conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
-  readGemmAndConv(n, t.gemm, t.conv);
+  if (t.backend == "cpu")
+    readGrid(n.require("gemm"), t.gemm, "op", "GEMM op",
+             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)},
+             &t.gemmAccumulates);
+  else
+    readGemmAndConv(n, t.gemm, t.conv);
   // by_element: tf32 and bf16 GEMM (and conv) tables, as calibrate
   // --device cuda measures them through the phases in that precision.
   if (auto byElement = n.get("by_element")) {

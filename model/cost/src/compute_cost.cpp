@@ -95,6 +95,36 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
     if (weight <= 0)
       continue;
     Seconds gemm, memory, dram;
+    // A memory-bound call: hot from the tables, cold (operands no longer
+    // cached: all DRAM traffic) from the cold tables, by the phase's cold
+    // share.
+    auto memoryCall = [&](const KernelCall& c) {
+      bool outside = false;
+      if (t.memory[static_cast<size_t>(c.kernel)].empty()) {
+        outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
+        memory += Seconds(c.units * c.count * 2 * elementBytes(element_) /
+                          (device_.memoryBandwidth.value() * device_.memoryEfficiency)) /
+                  memorySpeed(c.units * kMemoryBytesPerUnit);
+        return;
+      }
+      auto time = [&](bool fromCold) {
+        if (c.window > 0)
+          return t.windowTime(c.kernel, c.units, c.window, &outside, fromCold);
+        if (c.rowWidth > 0)
+          return t.columnsTime(c.kernel, c.units, c.rowWidth, c.stride, &outside, fromCold);
+        return t.memoryTime(c.kernel, c.units, &outside, fromCold);
+      };
+      const Seconds hot = time(false) * (1 - cold);
+      const Seconds fromDram = cold > 0 ? time(true) * cold : Seconds(0);
+      const double scale = c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
+      memory += (hot + fromDram) * scale;
+      dram += (hot * dramShare(c.units * kMemoryBytesPerUnit / threads_) + fromDram) * scale;
+      if (outside)
+        outside_.insert(
+            c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
+                                       c.units, c.window, l.name)
+                         : fmt::format("{} of {:.0f} ({})", toString(c.kernel), c.units, l.name));
+    };
     for (const auto& c :
          lower(t.backend, net_, index, phase, ex, outputs, updateKernel(), threads_)) {
       any = true;
@@ -109,31 +139,16 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
         if (outside)
           outside_.insert(
               fmt::format("gemm {} {}x{}x{} ({})", toString(c.op), c.m, c.n, c.k, l.name));
-      } else if (!t.memory[static_cast<size_t>(c.kernel)].empty()) {
-        auto time = [&](bool fromCold) {
-          if (c.window > 0)
-            return t.windowTime(c.kernel, c.units, c.window, &outside, fromCold);
-          if (c.rowWidth > 0)
-            return t.columnsTime(c.kernel, c.units, c.rowWidth, c.stride, &outside, fromCold);
-          return t.memoryTime(c.kernel, c.units, &outside, fromCold);
-        };
-        // Hot from the tables, cold (operands no longer cached: all DRAM
-        // traffic) from the cold tables, by the phase's cold share.
-        const Seconds hot = time(false) * (1 - cold);
-        const Seconds fromDram = cold > 0 ? time(true) * cold : Seconds(0);
-        const double scale = c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
-        memory += (hot + fromDram) * scale;
-        dram += (hot * dramShare(c.units * kMemoryBytesPerUnit / threads_) + fromDram) * scale;
-        if (outside)
-          outside_.insert(
-              c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
-                                         c.units, c.window, l.name)
-                           : fmt::format("{} of {:.0f} ({})", toString(c.kernel), c.units, l.name));
+        // Tables of the product alone: C = is Eigen's zero fill of C, then it.
+        if (t.gemmAccumulates && !c.accumulate) {
+          KernelCall fill;
+          fill.kernel = MemKernel::kZero;
+          fill.units = double(c.m) * double(c.n);
+          fill.count = c.count;
+          memoryCall(fill);
+        }
       } else {
-        outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
-        memory += Seconds(c.units * c.count * 2 * elementBytes(element_) /
-                          (device_.memoryBandwidth.value() * device_.memoryEfficiency)) /
-                  memorySpeed(c.units * kMemoryBytesPerUnit);
+        memoryCall(c);
       }
     }
     result.total += (gemm / speed_ + memory) * weight;

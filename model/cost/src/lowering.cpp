@@ -37,7 +37,11 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const double outElems = double(n) * double(channels) * double(area);
   const double inElems = double(n) * double(l.inShape.elements());
   std::vector<KernelCall> calls;
-  auto gemm = [&](GemmOp op, int64_t m, int64_t nn, int64_t k, double count) {
+  // `accumulate`: C += op(A) op(B), as the backend calls it (else C =).
+  auto gemm = [&](GemmOp op, int64_t m, int64_t nn, int64_t k, double count,
+                  bool accumulate = false) {
+    if (count <= 0)
+      return;
     KernelCall c;
     c.gemm = true;
     c.op = op;
@@ -45,6 +49,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
     c.n = nn;
     c.k = k;
     c.count = count;
+    c.accumulate = accumulate;
     calls.push_back(c);
   };
   auto mem = [&](MemKernel kernel, double units, double count = 1, double window = 0) {
@@ -269,7 +274,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           const double count = double(n) * l.spec.groups;
           if (!summed)
             mem(MemKernel::kZero, inElems);
-          gemm(GemmOp::kTN, ck, area, fg, count);
+          gemm(GemmOp::kTN, ck, area, fg, count, pointwise);
           if (!pointwise)
             columns(MemKernel::kCol2im, double(ck * area), count);
           break;
@@ -286,9 +291,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           if (!summed)
             mem(MemKernel::kZero, inElems);
           if (l.spec.flatten)
-            gemm(GemmOp::kNN, n, fcIn, channels, 1);
+            gemm(GemmOp::kNN, n, fcIn, channels, 1, true);
           else
-            gemm(GemmOp::kTN, fcIn, inArea, channels, double(n));
+            gemm(GemmOp::kTN, fcIn, inArea, channels, double(n), true);
           break;
         case LayerKind::kRelu:
           mem(MemKernel::kReluBwd, outElems);
@@ -321,7 +326,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // dx = Wqkv^T dQKV, from the dQKV its bwd_weights left.
           if (!summed)
             mem(MemKernel::kZero, inElems);
-          gemm(GemmOp::kTN, d, tp, rows, double(n));
+          gemm(GemmOp::kTN, d, tp, rows, double(n), true);
           windowCopies();
           break;
         case LayerKind::kLayerNorm:
@@ -395,7 +400,7 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           const double count = double(n) * l.spec.groups;
           if (!pointwise)
             columns(MemKernel::kIm2col, double(ck * area), count);
-          gemm(GemmOp::kNT, fg, ck, area, count);
+          gemm(GemmOp::kNT, fg, ck, area, count, true);
           if (l.spec.bias)
             mem(MemKernel::kBiasGrad, double(fg) * double(area), count);
           // Over at least as many examples as threads, each thread sums its
@@ -411,11 +416,11 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         }
         case LayerKind::kFc:
           if (l.spec.flatten) {
-            gemm(GemmOp::kTN, channels, fcIn, n, 1);
+            gemm(GemmOp::kTN, channels, fcIn, n, 1, true);
             if (l.spec.bias)
               mem(MemKernel::kBiasGrad, double(n) * double(channels));
           } else {
-            gemm(GemmOp::kNT, channels, fcIn, inArea, double(n));
+            gemm(GemmOp::kNT, channels, fcIn, inArea, double(n), true);
             if (l.spec.bias)
               mem(MemKernel::kBiasGrad, double(channels) * double(inArea), double(n));
           }
@@ -453,19 +458,24 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           //   position bias.
           const double heads = double(n) * l.spec.heads * double(windows);
           windowCopies();
-          gemm(GemmOp::kNT, d, d, tp, double(n));
+          gemm(GemmOp::kNT, d, d, tp, double(n), true);
           if (l.spec.bias)
             mem(MemKernel::kBiasGrad, double(d) * double(tp), double(n));
           gemm(GemmOp::kTN, d, tp, d, double(n));
+          // The first query head of each key/value group writes its dK and
+          // dV; the group's others add to them.
+          const double firstOfGroup = heads * double(l.kvHeads()) / double(l.spec.heads);
           gemm(GemmOp::kTN, span, span, dh, heads);
-          gemm(GemmOp::kNN, dh, span, span, heads);
+          gemm(GemmOp::kNN, dh, span, span, firstOfGroup);
+          gemm(GemmOp::kNN, dh, span, span, heads - firstOfGroup, true);
           mem(MemKernel::kAttnSoftmaxBwd, heads * double(span) * double(span));
           if (l.spec.positionBias != PositionBias::kNone)
             mem(MemKernel::kReduce, heads * double(span) * double(span));
           gemm(GemmOp::kNT, dh, span, span, heads);
-          gemm(GemmOp::kNN, dh, span, span, heads);
+          gemm(GemmOp::kNN, dh, span, span, firstOfGroup);
+          gemm(GemmOp::kNN, dh, span, span, heads - firstOfGroup, true);
           mem(MemKernel::kRotary, rotated, double(n));
-          gemm(GemmOp::kNT, rows, d, tp, double(n));
+          gemm(GemmOp::kNT, rows, d, tp, double(n), true);
           if (l.spec.bias || l.spec.qkvBias)
             mem(MemKernel::kBiasGrad, double(rows) * double(tp), double(n));
           break;
@@ -568,6 +578,8 @@ std::vector<KernelCall> lowerCuda(const Network& net, int index, Phase phase, do
   const bool onePosition =
       l.kind == LayerKind::kFc && !l.spec.flatten && l.inShape.h * l.inShape.w == 1;
   for (KernelCall c : lowerCpu(net, index, phase, examples, outputs, update)) {
+    // cuBLAS's beta adds into C at the product's cost: no call is told apart.
+    c.accumulate = false;
     if (!c.gemm) {
       if (c.kernel == MemKernel::kZero && phase != Phase::kFwd)
         continue;

@@ -60,8 +60,10 @@ bool sameCall(const KernelCall& a, const KernelCall& b) {
   if (a.gemm != b.gemm || a.conv != b.conv || a.count != b.count)
     return false;
   if (a.gemm || a.conv)
-    return (a.gemm ? a.op == b.op : a.pass == b.pass) && a.m == b.m && a.n == b.n && a.k == b.k;
-  return a.kernel == b.kernel && a.window == b.window &&
+    return (a.gemm ? a.op == b.op && a.accumulate == b.accumulate : a.pass == b.pass) &&
+           a.m == b.m && a.n == b.n && a.k == b.k;
+  return a.kernel == b.kernel && a.window == b.window && a.rowWidth == b.rowWidth &&
+         a.stride == b.stride &&
          std::fabs(a.units - b.units) <= 1e-12 * std::max(std::fabs(a.units), 1.0);
 }
 

@@ -205,6 +205,13 @@ struct KernelTables {
   // backend runs every other layer in fp32 whatever the element.
   KernelTables forElement(ElementType element) const;
 
+  // How the GEMM tables were timed: true (strata calibrate since
+  // 2026-12-03, `gemm: {timed: accumulate}`) with C += op(A) op(B), the
+  // product alone; a call writing C = is then priced as the product plus
+  // the zero fill of C that Eigen makes before it (1.45x a 4096 x 4096 x 8
+  // tn product alone on the 2-core VM). false: timed with C =, which every
+  // call is priced as.
+  bool gemmAccumulates = false;
   // Seconds of one GEMM call; sets *outside when a dimension lies beyond the
   // grid (the rate is then the edge's).
   Seconds gemmTime(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
@@ -243,6 +250,9 @@ struct KernelCall {
   bool conv = false;  // a cuDNN convolution pass (m, n, k: its implicit GEMM)
   ConvPass pass = ConvPass::kFwd;
   int64_t m = 0, n = 0, k = 0;  // GEMM shape
+  // GEMM: C += op(A) op(B) (else C =, which Eigen runs as a zero fill of C
+  // and then the same product: KernelTables::gemmAccumulates).
+  bool accumulate = false;
   MemKernel kernel = MemKernel::kCopy;
   double units = 0;   // memory kernel units per call
   double window = 0;  // pooling window area (window kernels), else 0

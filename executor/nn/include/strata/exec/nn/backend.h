@@ -524,8 +524,8 @@ class Backend {
   bool runsColumns(MemKernel kernel, double units, const ConvDesc& d) {
     return recorder_ == nullptr || runs(columnsCall(kernel, units, d.outW, d.stride));
   }
-  bool runsGemm(GemmOp op, int64_t m, int64_t n, int64_t k) {
-    return recorder_ == nullptr || runs(gemmCall(op, m, n, k));
+  bool runsGemm(GemmOp op, int64_t m, int64_t n, int64_t k, bool accumulate = false) {
+    return recorder_ == nullptr || runs(gemmCall(op, m, n, k, 1, accumulate));
   }
   // Whether the recorder, if any, only records (scratch need not be sized).
   bool recordOnly() const { return recorder_ != nullptr && recorder_->recordOnly(); }

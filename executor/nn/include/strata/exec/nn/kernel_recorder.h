@@ -53,7 +53,8 @@ class KernelRecorder {
 };
 
 // One call of each kind, as KernelCall describes it.
-KernelCall gemmCall(GemmOp op, int64_t m, int64_t n, int64_t k, double count = 1);
+KernelCall gemmCall(GemmOp op, int64_t m, int64_t n, int64_t k, double count = 1,
+                    bool accumulate = false);
 // A cuDNN convolution pass over `groups` groups of implicit GEMM (m, n, k).
 KernelCall convCall(ConvPass pass, int64_t m, int64_t n, int64_t k, int groups);
 KernelCall memoryCall(MemKernel kernel, double units, double window = 0);
@@ -61,7 +62,7 @@ KernelCall memoryCall(MemKernel kernel, double units, double window = 0);
 KernelCall columnsCall(MemKernel kernel, double units, int rowWidth, int stride);
 
 // A multiset of calls in canonical form: calls equal in kind and shape (GEMM
-// op and m, n, k; conv pass and m, n, k; memory kernel, units, window, row
+// op, m, n, k and accumulate; conv pass and m, n, k; memory kernel, units, window, row
 // width and stride)
 // become one entry whose count is the sum of theirs; memory calls over no
 // units and calls counted 0 (free, and never priced) go; entries sorted. Two
