@@ -129,10 +129,12 @@ KernelTables readKernels(const ConfigNode& n) {
     t.referenceGemmRate = readRate(reference->require("gemm_gflop_per_s"));
     t.referenceCopyRate = readRate(reference->require("copy_gunits_per_s"));
   }
-  // A block's `gemm` grid and its `conv` grid (when it has one).
-  auto readGemmAndConv = [](const ConfigNode& block, GemmTable& gemm, GemmTable& conv) {
+  // A block's `gemm` grid and its `conv` grid (when it has one);
+  // `accumulates`: where the gemm grid may say how it was timed.
+  auto readGemmAndConv = [](const ConfigNode& block, GemmTable& gemm, GemmTable& conv,
+                            bool* accumulates = nullptr) {
     readGrid(block.require("gemm"), gemm, "op", "GEMM op",
-             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)});
+             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, accumulates);
     if (auto c = block.get("conv"))
       readGrid(
           *c, conv, "pass", "convolution pass",
@@ -140,12 +142,7 @@ KernelTables readKernels(const ConfigNode& n) {
   };
   if (auto conv = n.get("conv"); conv && t.backend != "cuda")
     conv->fail("a conv table is for backend cuda (the CPU lowers convolutions to GEMMs)");
-  if (t.backend == "cpu")
-    readGrid(n.require("gemm"), t.gemm, "op", "GEMM op",
-             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)},
-             &t.gemmAccumulates);
-  else
-    readGemmAndConv(n, t.gemm, t.conv);
+  readGemmAndConv(n, t.gemm, t.conv, t.backend == "cpu" ? &t.gemmAccumulates : nullptr);
   // by_element: tf32 and bf16 GEMM (and conv) tables, as calibrate
   // --device cuda measures them through the phases in that precision.
   if (auto byElement = n.get("by_element")) {
