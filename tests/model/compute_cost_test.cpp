@@ -993,3 +993,175 @@ TEST_CASE("memory_cold: needs last_level_cache and the kernel's hot table", "[ke
         "device.kernels.memory_cold.lrn_fwd", "hot");
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+// coldCluster's file with an effective cache of 2 KiB (of 4 KiB reported)
+// and, with `gemmCold`, gemm_cold rows: G floats/s of cold operand at 64 and
+// 1024 floats, nn 1 and 0.25, nt 0.5 and 0.125, tn 0.25 and 0.0625.
+std::string gemmColdCluster(const std::filesystem::path& dir, bool gemmCold) {
+  const std::string path = coldCluster("4 KiB", dir);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string cache = "    last_level_cache: 4 KiB   # test value\n";
+  const auto at = yaml.find(cache);
+  REQUIRE(at != std::string::npos);
+  yaml.insert(at + cache.size(),
+              std::string("    effective_cache: 2 KiB   # test value\n") +
+                  (gemmCold ? "    gemm_cold:   # test values\n"
+                              "      nn: {units: [64, 1024], gunits_per_s: [1, 0.25]}\n"
+                              "      nt: {units: [64, 1024], gunits_per_s: [0.5, 0.125]}\n"
+                              "      tn: {units: [64, 1024], gunits_per_s: [0.25, 0.0625]}\n"
+                            : ""));
+  const auto sub = dir / (gemmCold ? "gemm-cold" : "effective-cache");
+  std::filesystem::create_directories(sub);
+  const auto file = sub / "kernel-cluster.yaml";
+  std::ofstream(file) << yaml;
+  return file.string();
+}
+}  // namespace
+
+TEST_CASE("gemm_cold: a GEMM's weights and an fc's activations out of the effective cache",
+          "[kernels][cost]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-gemm-cold-" + std::to_string(::getpid()));
+  const auto cl = loadCluster(gemmColdCluster(dir, true));
+  const auto hotGemms = loadCluster(gemmColdCluster(dir, false));
+  const auto& t = cl.device.kernels;
+  CHECK(t.effectiveCache.value() == 2048);
+  CHECK(t.residencyCache().value() == 2048);
+  REQUIRE(t.hasGemmCold());
+  REQUIRE(t.gemmCold[1].units == std::vector<double>{64, 1024});
+  // nt: per float 2 ns at 64 floats, 8 ns at 1024, 5 ns half-way in log
+  // size (256), the ends' beyond; nn half that, tn twice.
+  CHECK(t.gemmColdTime(GemmOp::kNT, 100, 64).value() == Approx(100 * 2e-9).epsilon(1e-12));
+  CHECK(t.gemmColdTime(GemmOp::kNT, 100, 256).value() == Approx(100 * 5e-9).epsilon(1e-12));
+  CHECK(t.gemmColdTime(GemmOp::kNT, 100, 1e6).value() == Approx(100 * 8e-9).epsilon(1e-12));
+  CHECK(t.gemmColdTime(GemmOp::kNN, 100, 256).value() == Approx(100 * 2.5e-9).epsilon(1e-12));
+  CHECK(t.gemmColdTime(GemmOp::kTN, 100, 256).value() == Approx(100 * 10e-9).epsilon(1e-12));
+  CHECK(t.gemmColdTime(GemmOp::kNT, 0, 256).value() == 0);
+  CHECK(KernelTables{}.gemmColdTime(GemmOp::kNT, 100, 256).value() == 0);
+
+  const Network net = chainNetwork(dir);  // fc1 16 -> 16 (1 KiB), relu, fc2 16 -> 4 (256 B)
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  const ComputeCosts hot(net, hotGemms, ElementType::kFp32, 1);
+  constexpr double C = 2048;  // the effective cache, not the 4 KiB reported
+  auto traffic = [&](int layer, Phase phase, double ex) {
+    double b = 0;
+    for (const auto& c : lowerCpu(net, layer, phase, ex, 0))
+      b += c.count * (c.gemm ? 4.0 * double(c.m * c.k + c.k * c.n + c.m * c.n) : c.units * 8);
+    return b;
+  };
+  auto coldOf = [&](double size, double distance) {
+    return size * (1.0 - std::min(1.0, C / (distance + size)));
+  };
+  auto extra = [&](int layer, Phase phase, double ex) {
+    return costs.layer(layer, phase, ex, 1.0).value() - hot.layer(layer, phase, ex, 1.0).value();
+  };
+  const double ex = 64;
+  const double in = ex * 16 * 4, hidden = ex * 16 * 4;  // bytes: 4 KiB each
+  const double w1 = 16 * 16 * 4, w2 = 16 * 4 * 4;
+  // The residency share of activations uses the effective cache too.
+  CHECK(costs.coldShare(1, Phase::kFwd, ex) == Approx(1 - C / hidden));
+  // fc1 forward: its weights were last touched by its own update, then fc2's
+  // (512 B: 64 parameters x 8 bytes): in the cache; its input, at the step's
+  // start, half out. nt (y = x W^T) at fc1's weights' size, 256 floats: 5 ns
+  // per float.
+  const double update2 = traffic(2, Phase::kUpdate, ex);
+  CHECK(update2 == 512);
+  CHECK(coldOf(w1, update2) == 0);
+  CHECK(extra(0, Phase::kFwd, ex) == Approx(coldOf(in, 0) / 4 * 5e-9).epsilon(1e-9));
+  // fc1's weight gradient (tn, 10 ns per float at 256): dW was last touched
+  // by the update of the step before, the whole step ago (both updates, the
+  // forward, fc2's and relu's backward); its output's gradient made just now,
+  // its saved input since its forward.
+  const double step = traffic(0, Phase::kUpdate, ex) + update2 + traffic(0, Phase::kFwd, ex) +
+                      traffic(1, Phase::kFwd, ex) + traffic(2, Phase::kFwd, ex) +
+                      traffic(2, Phase::kBwdData, ex) + traffic(2, Phase::kBwdWeights, ex) +
+                      traffic(1, Phase::kBwdData, ex);
+  const double sinceForward =
+      step - traffic(0, Phase::kUpdate, ex) - update2 - traffic(0, Phase::kFwd, ex);
+  const double coldBytes = coldOf(w1, step) + coldOf(hidden, 0) + coldOf(in, sinceForward);
+  REQUIRE(coldBytes > 0);
+  CHECK(extra(0, Phase::kBwdWeights, ex) == Approx(coldBytes / 4 * 10e-9).epsilon(1e-9));
+  // fc2's backward data (nn, 1 ns per float at its weights' 64 floats): its
+  // weights were read by its forward just before, then its own weight
+  // gradient ran (a step computes it first); its output's gradient (1 KiB),
+  // made by the loss just now, is in the cache.
+  const double gradient2 = traffic(2, Phase::kBwdWeights, ex);
+  REQUIRE(coldOf(w2, gradient2) > 0);
+  CHECK(extra(2, Phase::kBwdData, ex) == Approx(coldOf(w2, gradient2) / 4 * 1e-9).epsilon(1e-9));
+  // No weights, no GEMM: relu costs the same.
+  CHECK(extra(1, Phase::kFwd, ex) == 0);
+
+  // Weights larger than the cache were partly out of it in their own table
+  // (timed back to back: min(1, C / size) cached): only the rest can leave.
+  // Two fc 64 -> 64, 16 KiB of weights each, at 4 examples: the first's
+  // forward reads its weights last touched by its update, then the second's.
+  const auto widePath = dir / "wide.yaml";
+  std::ofstream(widePath) << "name: wide\n"
+                             "input: {channels: 64, height: 1, width: 1}\n"
+                             "layers:\n"
+                             "  - {name: fc1, kind: fc, outputs: 64, bias: false}\n"
+                             "  - {name: fc2, kind: fc, outputs: 64, bias: false}\n";
+  const Network wide = loadNetwork(widePath.string());
+  const ComputeCosts wideCosts(wide, cl, ElementType::kFp32, 1);
+  const ComputeCosts wideHot(wide, hotGemms, ElementType::kFp32, 1);
+  const double w = 64 * 64 * 4;
+  double update = 0;
+  for (const auto& c : lowerCpu(wide, 1, Phase::kUpdate, 4, 0))
+    update += c.count * c.units * 8;
+  CHECK(update == 2 * w);
+  const double stepCold = 1 - C / (update + w), tableCold = 1 - C / w;
+  CHECK(4 * 64 * 4 < C);  // the input, read at the step's start: in the cache
+  CHECK(wideCosts.layer(0, Phase::kFwd, 4, 1.0).value() -
+            wideHot.layer(0, Phase::kFwd, 4, 1.0).value() ==
+        Approx(w * (stepCold - tableCold) / 4 * 8e-9).epsilon(1e-9));
+  // The second's forward: its update came last in the step before, and
+  // since then the first's forward (its GEMM's operands).
+  const double fc1Forward = 4.0 * (4 * 64 + 64 * 64 + 4 * 64);
+  CHECK(wideCosts.layer(1, Phase::kFwd, 4, 1.0).value() -
+            wideHot.layer(1, Phase::kFwd, 4, 1.0).value() ==
+        Approx(w * (1 - C / (fc1Forward + w) - tableCold) / 4 * 8e-9).epsilon(1e-9));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gemm_cold and effective_cache: mistakes name the key", "[kernels][cluster][errors]") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata-gemm-cold-errors-" + std::to_string(::getpid()));
+  const std::string good = gemmColdCluster(dir, true);
+  std::ifstream in(good);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = text.str();
+  auto check = [&](const std::string& from, const std::string& to, const std::string& key,
+                   const std::string& says) {
+    std::string yaml = base;
+    const auto at = yaml.find(from);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, from.size(), to);
+    std::ofstream(good) << yaml;
+    try {
+      loadCluster(good);
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.file() == good);
+      CHECK(e.key() == key);
+      CHECK(e.line() == lineOf(yaml, to.substr(0, 20)));
+      CHECK(std::string(e.what()).find(says) != std::string::npos);
+    }
+  };
+  check("    effective_cache: 2 KiB", "    effective_cache: 8 KiB",
+        "device.kernels.effective_cache", "at most last_level_cache");
+  check("    effective_cache: 2 KiB", "    effective_cache: 2048", "device.kernels.effective_cache",
+        "unit");
+  check("      nt: {units: [64, 1024]", "      nt: {units: [1024, 64]",
+        "device.kernels.gemm_cold.nt.units[1]", "units must increase");
+  check("      tn: {units: [64, 1024], gunits_per_s: [0.25, 0.0625]}",
+        "      tn: {units: [64, 1024], gunits_per_s: [0.25]}",
+        "device.kernels.gemm_cold.tn.gunits_per_s", "one rate per entry");
+  check("      nn: {units", "      mm: {units", "device.kernels.gemm_cold.mm", "mm");
+  std::filesystem::remove_all(dir);
+}

@@ -114,6 +114,12 @@ std::vector<float> filled(size_t n, float value) {
   return std::vector<float>(n, value);
 }
 
+double medianOfValues(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 Network callOverheadNetwork() {
@@ -147,6 +153,87 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
           rate[(im * d + in) * d + ik] = rate[(jm * d + jn) * d + jk];
           measured[(im * d + in) * d + ik] = 1;
         }
+}
+
+namespace {
+// The shape of calibrate's cold GEMMs: one dimension of 16 (an fc layer's
+// batch) and a square largest operand of `floats` (a power of 4): nt's B
+// (the fc forward's weights), nn's B (backward data's), tn's C (the weight
+// gradient, added into). Square as fc weights nearly are: a 16 x 1024 x 16 Mi
+// nt GEMM slowed 17 % cold where a 16 x 4096 x 4096 one slowed 65 % (the
+// 2-core Xeon VM), the same operand blocked differently.
+struct ColdShape {
+  int m, n, k;
+};
+ColdShape coldShape(GemmOp op, int64_t floats) {
+  const int side = static_cast<int>(std::lround(std::sqrt(double(floats))));
+  return op == GemmOp::kTN ? ColdShape{side, side, 16} : ColdShape{16, side, side};
+}
+}  // namespace
+
+void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
+  constexpr int64_t kLargest = int64_t{1} << 24;  // floats: 64 MiB
+  auto a = filled(size_t(kLargest), 0.01f);
+  auto b = filled(size_t(kLargest), 0.02f);
+  auto c = filled(size_t(kLargest), 0.0f);
+  auto run = [&](GemmOp op, int64_t floats) {
+    return [&, op, floats] {
+      const ColdShape s = coldShape(op, floats);
+      nn::CpuBackend::gemm(op, s.m, s.n, s.k, a.data(), b.data(), c.data(), true);
+    };
+  };
+  // Each op and size hot and cold.
+  struct Timing {
+    GemmOp op;
+    int64_t floats;
+    double hot, cold;
+  };
+  std::vector<Timing> timings;
+  for (int64_t floats = int64_t{1} << 18; floats <= kLargest; floats *= 4)
+    for (auto op : kAllGemmOps)
+      timings.push_back(
+          {op, floats, perCall(run(op, floats)), perCallCold(run(op, floats), flush)});
+  const Timing& nt64 = timings[timings.size() - 2];  // nt at kLargest
+  STRATA_ENFORCE(nt64.op == GemmOp::kNT && nt64.floats == kLargest);
+  // The effective cache: nt's 64 MiB GEMM after writing D bytes of other
+  // data (a share of the flush buffer), D from 1/16 of the reported cache to
+  // all of it; the slowdown's share of cold - hot against the LRU share.
+  t.effectiveCache = t.lastLevelCache;
+  if (nt64.cold >= 1.05 * nt64.hot) {
+    std::vector<double> distances, shares;
+    const double bytes = t.lastLevelCache.value();
+    for (double part : {1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0}) {
+      const size_t floats =
+          std::min(flush.size(), static_cast<size_t>(part * bytes / sizeof(float)));
+      std::vector<double> times;
+      for (int i = 0; i < 3; ++i) {
+        run(GemmOp::kNT, kLargest)();  // the operand in the cache
+        for (size_t j = 0; j < floats; j += 16)
+          flush[j] += 1.0f;
+        const auto t0 = Clock::now();
+        run(GemmOp::kNT, kLargest)();
+        times.push_back(since(t0));
+      }
+      distances.push_back(double(floats) * sizeof(float));
+      shares.push_back(
+          std::clamp((medianOfValues(times) - nt64.hot) / (nt64.cold - nt64.hot), 0.0, 1.0));
+    }
+    t.effectiveCache = Bytes(fitEffectiveCache(distances, shares, double(kLargest) * sizeof(float),
+                                               t.lastLevelCache.value()));
+  }
+  // The extra time per operand float that leaves the cache: cold - hot over
+  // the share of the operand the hot calls found cached, min(1, C / size).
+  t.gemmCold = {};
+  for (const auto& m : timings) {
+    const double bytes = double(m.floats) * sizeof(float);
+    const double cached = std::min(1.0, t.effectiveCache.value() / bytes);
+    auto& table = t.gemmCold[static_cast<size_t>(m.op)];
+    table.units.push_back(double(m.floats));
+    // A cold call no slower than the hot one adds nothing: a rate of 1e15
+    // floats/s (1 ns per million floats) stands for that.
+    table.rate.push_back(double(m.floats) * cached /
+                         std::max(m.cold - m.hot, double(m.floats) / 1e15));
+  }
 }
 
 namespace {
@@ -500,6 +587,15 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     columnsAt(MemKernel::kIm2colStride2, MemKernel::kCol2imStride2, kColumnsLongRow, 2);
     columnsAt(MemKernel::kIm2colStride4, MemKernel::kCol2imStride4, kColumnsLongRow, 4);
   }
+  say(fmt::format("memory kernels   {} kernels x {} sizes (1 Ki..16 Mi units), {:.1f} s",
+                  kMemKernelCount, sizes.size(), since(t1)));
+  const auto t2 = Clock::now();
+  measureGemmCold(t, flush);
+  say(fmt::format(
+      "cold GEMMs       {} operand sizes x 3 ops, effective cache {:.0f} MiB (of {:.0f} "
+      "MiB reported), {:.1f} s",
+      t.gemmCold[0].units.size(), t.effectiveCache.value() / (1024.0 * 1024),
+      t.lastLevelCache.value() / (1024.0 * 1024), since(t2)));
   // The Model's own cost per layer-phase call: forward of a relu over one
   // element, less the kernel (negligible at that size).
   {
@@ -507,16 +603,9 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     model.input(1).fill(1.0f);
     t.callOverhead = Seconds(perCall([&] { model.forward(0); }));
   }
-  say(fmt::format("memory kernels   {} kernels x {} sizes (1 Ki..16 Mi units), {:.1f} s",
-                  kMemKernelCount, sizes.size(), since(t1)));
   return t;
 }
 
-double medianOfValues(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 }  // namespace
 
 KernelTables measureKernelTables(const std::function<void(const std::string&)>& say, int sweeps,
@@ -559,6 +648,13 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   };
   medians(&KernelTables::memory);
   medians(&KernelTables::memoryCold);
+  {
+    std::vector<double> caches;
+    for (const auto& r : runs)
+      caches.push_back(r.effectiveCache.value());
+    t.effectiveCache = Bytes(medianOfValues(caches));
+  }
+  medians(&KernelTables::gemmCold);
   std::vector<double> overheads;
   for (const auto& r : runs)
     overheads.push_back(r.callOverhead.value());
@@ -615,6 +711,27 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
          "right after writing twice last_level_cache, median of 3"
       << over << "\n";
     memoryRowsYaml(y, t, true);
+  }
+  if (t.hasGemmCold()) {
+    y << fmt::format(
+        "    effective_cache: {:.0f} MiB   # the cache an operand finds: a 16 x 4096 x 4096 nt "
+        "GEMM timed after writing 1/16 to all of last_level_cache, the LRU share 1 - min(1, "
+        "C / (written + 64 MiB)) fitted to its slowdown from hot to cold{}\n",
+        t.effectiveCache.value() / (1024.0 * 1024), over);
+    y << "    gemm_cold:   # per op: GEMMs with one dimension of 16 whose largest operand, square, "
+         "holds units floats, timed hot and right after writing twice last_level_cache: that "
+         "operand's floats per second of the difference"
+      << over << "\n";
+    for (auto op : kAllGemmOps) {
+      const auto& table = t.gemmCold[static_cast<size_t>(op)];
+      y << "      " << toString(op) << ": {units: [";
+      for (size_t j = 0; j < table.units.size(); ++j)
+        y << (j ? ", " : "") << fmt::format("{:.0f}", table.units[j]);
+      y << "], gunits_per_s: [";
+      for (size_t j = 0; j < table.rate.size(); ++j)
+        y << (j ? ", " : "") << fmt::format("{:.4g}", table.rate[j] / 1e9);
+      y << "]}\n";
+    }
   }
   return y.str();
 }

@@ -30,6 +30,12 @@ namespace strata::exec::detail {
 KernelTables measureKernelTables(const std::function<void(const std::string&)>& say, int sweeps = 1,
                                  const std::function<void()>& between = {});
 
+// GEMMs with their operands out of the caches (KernelTables::gemmCold and
+// effectiveCache): each operand size hot and right after writing `flush`
+// (twice the reported cache), and nt's 64 MiB operand after writing a share
+// of it. Needs t.lastLevelCache.
+void measureGemmCold(KernelTables& t, std::vector<float>& flush);
+
 // The network whose one call measures a layer-phase call's own cost: a relu
 // over one element, the input its only input.
 Network callOverheadNetwork();

@@ -115,8 +115,8 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
 }
 
 KernelTables readKernels(const ConfigNode& n) {
-  n.allowOnly({"backend", "call_overhead", "reference", "last_level_cache", "gemm", "conv",
-               "by_element", "memory", "memory_cold"});
+  n.allowOnly({"backend", "call_overhead", "reference", "last_level_cache", "effective_cache",
+               "gemm", "conv", "gemm_cold", "by_element", "memory", "memory_cold"});
   KernelTables t;
   const auto backend = n.require("backend");
   t.backend = backend.asString();
@@ -163,26 +163,29 @@ KernelTables readKernels(const ConfigNode& n) {
       readGemmAndConv(block, e.gemm, e.conv);
     }
   }
-  // memory and memory_cold: per kernel, units per call -> rates.
-  auto readSizeTables = [](const ConfigNode& block,
-                           std::array<SizeTable, kMemKernelCount>& tables) {
+  // One {units, gunits_per_s} row: units per call -> rates.
+  auto readSizeTable = [](const ConfigNode& row, SizeTable& table) {
+    row.allowOnly({"units", "gunits_per_s"});
+    for (const auto& u : row.require("units").items()) {
+      const double x =
+          u.asDoubleIn(1, 9007199254740992.0, "units per call: at least one, at most 2^53");
+      if (!table.units.empty() && x <= table.units.back())
+        u.fail("units must increase");
+      table.units.push_back(x);
+    }
+    for (const auto& r : row.require("gunits_per_s").items())
+      table.rate.push_back(readRate(r));
+    if (table.units.empty() || table.rate.size() != table.units.size())
+      row.require("gunits_per_s").fail("needs one rate per entry of units");
+  };
+  // memory and memory_cold: a row per kernel.
+  auto readSizeTables = [&](const ConfigNode& block,
+                            std::array<SizeTable, kMemKernelCount>& tables) {
     for (const auto& [name, row] : block.entries()) {
       MemKernel kernel;
       if (!parseMemKernel(name, kernel))
         row.fail("unknown kernel '" + name + "'");
-      row.allowOnly({"units", "gunits_per_s"});
-      auto& table = tables[static_cast<size_t>(kernel)];
-      for (const auto& u : row.require("units").items()) {
-        const double x =
-            u.asDoubleIn(1, 9007199254740992.0, "units per call: at least one, at most 2^53");
-        if (!table.units.empty() && x <= table.units.back())
-          u.fail("units must increase");
-        table.units.push_back(x);
-      }
-      for (const auto& r : row.require("gunits_per_s").items())
-        table.rate.push_back(readRate(r));
-      if (table.units.empty() || table.rate.size() != table.units.size())
-        row.require("gunits_per_s").fail("needs one rate per entry of units");
+      readSizeTable(row, tables[static_cast<size_t>(kernel)]);
     }
   };
   if (auto memory = n.get("memory"))
@@ -201,6 +204,23 @@ KernelTables readKernels(const ConfigNode& n) {
     t.lastLevelCache = cache->asBytes();
     if (t.lastLevelCache.value() < 1024 || t.lastLevelCache.value() > 1e12)
       cache->fail("a last-level cache of 1 KiB to 1 TB");
+  }
+  if (auto gemmCold = n.get("gemm_cold")) {
+    if (t.backend != "cpu")
+      gemmCold->fail("is for backend cpu (calibrate times it through the CPU backend's GEMMs)");
+    if (!n.get("last_level_cache"))
+      gemmCold->fail("needs last_level_cache beside it (the cache its operands were flushed of)");
+    gemmCold->allowOnly({"nn", "nt", "tn"});
+    for (auto op : kAllGemmOps)
+      readSizeTable(gemmCold->require(std::string(toString(op))),
+                    t.gemmCold[static_cast<size_t>(op)]);
+  }
+  if (auto effective = n.get("effective_cache")) {
+    if (!n.get("last_level_cache"))
+      effective->fail("needs last_level_cache beside it (the cache it is a share of)");
+    t.effectiveCache = effective->asBytes();
+    if (t.effectiveCache.value() < 1024 || t.effectiveCache > t.lastLevelCache)
+      effective->fail("an effective cache of at least 1 KiB and at most last_level_cache");
   }
   return t;
 }

@@ -68,4 +68,24 @@ BytesPerSecond interpolateBandwidth(const std::vector<BandwidthPoint>& table, By
                         f * (hi->bandwidth.value() - lo->bandwidth.value()));
 }
 
+double fitEffectiveCache(const std::vector<double>& distances, const std::vector<double>& shares,
+                         double operand, double cache) {
+  STRATA_ENFORCE(distances.size() == shares.size());
+  double best = cache, bestErr = -1;
+  const double lo = std::min(cache, 1024.0 * 1024);
+  for (int i = 0; i <= 96; ++i) {
+    const double c = lo * std::pow(cache / lo, i / 96.0);
+    double err = 0;
+    for (size_t j = 0; j < distances.size(); ++j) {
+      const double model = 1.0 - std::min(1.0, c / (distances[j] + operand));
+      err += (model - shares[j]) * (model - shares[j]);
+    }
+    if (bestErr < 0 || err < bestErr - 1e-12) {
+      best = c;
+      bestErr = err;
+    }
+  }
+  return best;
+}
+
 }  // namespace strata

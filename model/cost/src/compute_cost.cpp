@@ -61,8 +61,10 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
              cluster.device.computeScale),
       busyCores_(workersPerNode * threadsPerWorker),
       threads_(threadsPerWorker) {
-  if (device_.kernels.hasCold() && device_.kernels.lastLevelCache.value() > 0)
-    cache_ = device_.kernels.lastLevelCache.value() / std::max(1, workersPerNode);
+  if (device_.kernels.hasCold() && device_.kernels.residencyCache().value() > 0) {
+    tableCache_ = device_.kernels.residencyCache().value();
+    cache_ = tableCache_ / std::max(1, workersPerNode);
+  }
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);
     source_ = ComputeSource::kProfile;
@@ -95,6 +97,9 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
     if (weight <= 0)
       continue;
     Seconds gemm, memory, dram;
+    bool anyGemm = false;
+    GemmOp coldOp = GemmOp::kNN;
+    double largestGemm = 0;
     // A memory-bound call: hot from the tables, cold (operands no longer
     // cached: all DRAM traffic) from the cold tables, by the phase's cold
     // share.
@@ -135,6 +140,13 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
           outside_.insert(
               fmt::format("conv {} {}x{}x{} ({})", toString(c.pass), c.m, c.n, c.k, l.name));
       } else if (c.gemm) {
+        // The op of the phase's largest GEMM reads its weights.
+        const double operands = double(c.m * c.k + c.k * c.n + c.m * c.n);
+        if (!anyGemm || operands > largestGemm) {
+          coldOp = c.op;
+          largestGemm = operands;
+        }
+        anyGemm = true;
         gemm += t.gemmTime(c.op, double(c.m), double(c.n), double(c.k), &outside) * c.count;
         if (outside)
           outside_.insert(
@@ -150,6 +162,16 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
       } else {
         memoryCall(c);
       }
+    }
+    // Operands a GEMM finds out of the caches (KernelTables::gemmCold: the
+    // tables time each point hot), at DRAM's shared speed.
+    if (anyGemm && t.hasGemmCold()) {
+      const ColdBytes cb = gemmOperandsCold(index, phase, ex, fraction > 0 ? fraction : 1.0);
+      const double e = elementBytes(element_);
+      const Seconds extra =
+          t.gemmColdTime(coldOp, cb.cold / e, cb.largest / e) / memorySpeed(cb.largest);
+      memory += extra;
+      dram += extra;
     }
     result.total += (gemm / speed_ + memory) * weight;
     result.dram += dram * weight;
@@ -192,21 +214,37 @@ const ComputeCosts::Traffic& ComputeCosts::traffic(double examples) const {
                                        : c.units * kMemoryBytesPerUnit);
     return b;
   };
+  Traffic tr{std::vector<double>(2 * n + 1, 0.0), std::vector<double>(n + 1, 0.0),
+             std::vector<double>(n, 0.0)};
   for (size_t i = 0; i < n; ++i) {
     const int index = static_cast<int>(i);
     fwd[i] = bytes(index, Phase::kFwd);
-    bwd[i] = bytes(index, Phase::kBwdData) +
-             (net_.layers[i].computesWeightGradient() ? bytes(index, Phase::kBwdWeights) : 0.0);
+    tr.weightGradient[i] =
+        net_.layers[i].computesWeightGradient() ? bytes(index, Phase::kBwdWeights) : 0.0;
+    bwd[i] = bytes(index, Phase::kBwdData) + tr.weightGradient[i];
   }
-  Traffic tr{std::vector<double>(2 * n + 1, 0.0)};
   for (size_t p = 0; p < 2 * n; ++p)
     tr.before[p + 1] = tr.before[p] + (p < n ? fwd[p] : bwd[2 * n - 1 - p]);
+  for (size_t i = n; i-- > 0;)
+    tr.updateFrom[i] =
+        tr.updateFrom[i + 1] +
+        (net_.layers[i].hasWeights() ? bytes(static_cast<int>(i), Phase::kUpdate) : 0.0);
   return traffic_.emplace(ex, std::move(tr)).first->second;
 }
 
 double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
+  const ColdBytes b = activationsCold(index, phase, examples, true);
+  return b.all > 0 ? b.cold / b.all : 0.0;
+}
+
+double ComputeCosts::residentShare(double size, double distance) const {
+  return std::min(1.0, cache_ / (distance + size));
+}
+
+ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, double examples,
+                                                      bool savedInput) const {
   if (cache_ <= 0 || phase == Phase::kUpdate)
-    return 0.0;
+    return {};
   const Traffic& tr = traffic(examples);
   const int n = static_cast<int>(net_.layers.size());
   const double ex = std::max(1.0, std::round(examples));
@@ -224,10 +262,10 @@ double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
     const Shape s = layer < 0 ? net_.input : net_.layers[static_cast<size_t>(layer)].outShape;
     return ex * double(s.elements()) * e;
   };
-  double all = 0, cold = 0;
+  ColdBytes b;
   auto operand = [&](double size, double distance) {
-    all += size;
-    cold += size * (1.0 - std::min(1.0, cache_ / (distance + size)));
+    b.all += size;
+    b.cold += size * (1.0 - residentShare(size, distance));
   };
   if (phase == Phase::kFwd) {
     // Each input, since its producer's forward (the network's input: since
@@ -246,11 +284,54 @@ double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
     operand(outBytes(index), consumer < n ? between(2 * n - consumer, self) : 0.0);
     // The saved input, since this layer's forward (add and concat read no
     // input back: BackwardReads::kNothing).
-    if (layerKindRow(l.kind).reads != BackwardReads::kNothing)
+    if (savedInput && layerKindRow(l.kind).reads != BackwardReads::kNothing)
       for (int j : l.inputs)
         operand(outBytes(j), between(index + 1, self));
   }
-  return all > 0 ? cold / all : 0.0;
+  return b;
+}
+
+ComputeCosts::ColdBytes ComputeCosts::gemmOperandsCold(int index, Phase phase, double examples,
+                                                       double fraction) const {
+  const Layer& l = net_.layers[static_cast<size_t>(index)];
+  if (cache_ <= 0 || phase == Phase::kUpdate || !l.hasWeights())
+    return {};
+  const Traffic& tr = traffic(examples);
+  const int n = static_cast<int>(net_.layers.size());
+  const int self = 2 * n - 1 - index;  // this layer's backward position
+  auto between = [&](int a, int b) {
+    return b > a ? tr.before[static_cast<size_t>(b)] - tr.before[static_cast<size_t>(a)] : 0.0;
+  };
+  // The weights (forward, backward data) or their gradient (backward
+  // weights), since they were last touched: the forward's since this
+  // layer's update in the step before (the later layers' updates, then this
+  // step's forward up to here); backward data's since the forward (and this
+  // layer's weight gradient, which a step computes first); the gradient
+  // since the update of the step before (the whole step).
+  const double weights = double(l.params) * std::min(1.0, fraction) * elementBytes(element_);
+  const double distance =
+      phase == Phase::kFwd ? tr.updateFrom[static_cast<size_t>(index) + 1] + between(0, index)
+      : phase == Phase::kBwdData
+          ? between(index + 1, self) + tr.weightGradient[static_cast<size_t>(index)]
+          : between(0, self) + tr.updateFrom[0];
+  // Only what the tables had in the cache can come out of it: a GEMM timed
+  // back to back (calibrate, alone on the node) found min(1, C / size) of its
+  // operand cached, so a 151 MB fc6 weight matrix is half cold in its own
+  // table at C = 74 MiB.
+  const double tableCold = 1.0 - std::min(1.0, tableCache_ / std::max(weights, 1.0));
+  ColdBytes b;
+  b.all = weights;
+  b.cold = weights * std::max(0.0, 1.0 - residentShare(weights, distance) - tableCold);
+  b.largest = weights;
+  // A flattened fc's GEMM reads the activations as they are (a convolution's
+  // reads its im2col columns, just written): the input forward, the output's
+  // gradient backward, and the input again for the weight gradient.
+  if (l.kind == LayerKind::kFc) {
+    const ColdBytes act = activationsCold(index, phase, examples, phase == Phase::kBwdWeights);
+    b.all += act.all;
+    b.cold += act.cold;
+  }
+  return b;
 }
 
 Seconds ComputeCosts::dramPart(int index, Phase phase, double examples, double fraction) const {

@@ -155,9 +155,10 @@ Seconds KernelTables::gemmTime(GemmOp op, double m, double n, double k, bool* ou
   return Seconds(2.0 * m * n * k / gemmRate(op, m, n, k, outside));
 }
 
-double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, bool cold) const {
-  const auto k = static_cast<size_t>(kernel);
-  const auto& t = cold && !memoryCold[k].empty() ? memoryCold[k] : memory[k];
+namespace {
+// A size table's rate at `units`: per unit time log-linear in size between
+// its points, the ends' beyond (*outside set there).
+double rateAt(const SizeTable& t, double units, bool* outside) {
   STRATA_ENFORCE(!t.empty());
   const auto [i, w] = locate(logsOf(t.units), units, outside);
   if (t.units.size() == 1)
@@ -169,6 +170,19 @@ double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, b
     return t.rate[i + 1];
   // Interpolate time per unit (the reciprocal of the rate) in log size.
   return 1.0 / ((1 - w) / t.rate[i] + w / t.rate[i + 1]);
+}
+}  // namespace
+
+double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, bool cold) const {
+  const auto k = static_cast<size_t>(kernel);
+  return rateAt(cold && !memoryCold[k].empty() ? memoryCold[k] : memory[k], units, outside);
+}
+
+Seconds KernelTables::gemmColdTime(GemmOp op, double coldFloats, double operandFloats) const {
+  const auto& table = gemmCold[static_cast<size_t>(op)];
+  if (table.empty() || coldFloats <= 0)
+    return Seconds(0);
+  return Seconds(coldFloats / rateAt(table, std::max(operandFloats, 1.0), nullptr));
 }
 
 Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside, bool cold) const {

@@ -38,4 +38,13 @@ std::vector<BandwidthPoint> bandwidthTable(const std::vector<TimingSample>& samp
 // beta(n) from a table (sorted by size, non-empty).
 BytesPerSecond interpolateBandwidth(const std::vector<BandwidthPoint>& table, Bytes bytes);
 
+// The cache an operand finds (KernelTables::effectiveCache): the size C, of
+// 97 log-spaced sizes from 1 MiB (or `cache`, if smaller) to `cache`, whose
+// LRU share 1 - min(1, C / (distance + operand)) fits the measured cold
+// `shares` (0: as fast as hot, 1: as slow as cold) after `distances` bytes
+// written since the operand's last use best in least squares; the smallest
+// of equally good sizes. distances and shares of equal length.
+double fitEffectiveCache(const std::vector<double>& distances, const std::vector<double>& shares,
+                         double operand, double cache);
+
 }  // namespace strata

@@ -110,10 +110,30 @@ class ComputeCosts {
   // 0..p-1. coldShare's distances.
   struct Traffic {
     std::vector<double> before;
+    // updateFrom[i]: the update phases' traffic of layers i..L-1 (run in
+    // layer order after the backward).
+    std::vector<double> updateFrom;
+    // weightGradient[i]: layer i's backward-weights traffic.
+    std::vector<double> weightGradient;
   };
   const Traffic& traffic(double examples) const;
+  // Bytes of a phase's operands, and the share of them no longer cached.
+  struct ColdBytes {
+    double all = 0, cold = 0;
+    double largest = 0;  // the largest operand's bytes (gemmOperandsCold)
+  };
+  // The share of `size` bytes last touched `distance` bytes of traffic ago
+  // still cached: min(1, C / (distance + size)).
+  double residentShare(double size, double distance) const;
+  // coldShare's operands (the saved input backward only with `savedInput`).
+  ColdBytes activationsCold(int index, Phase phase, double examples, bool savedInput) const;
+  // The operands a layer phase's GEMMs read from memory: its weights (the
+  // weight gradient backward), `fraction` of them (owt's model-parallel
+  // slice), and a flattened fc's activations.
+  ColdBytes gemmOperandsCold(int index, Phase phase, double examples, double fraction) const;
   mutable std::map<double, Traffic> traffic_;
-  double cache_ = 0;  // bytes of last-level cache per worker; 0: no cold pricing
+  double cache_ = 0;       // bytes of last-level cache per worker; 0: no cold pricing
+  double tableCache_ = 0;  // the whole cache, as calibrate's tables found it
 
   double speed_ = 1.0;  // compute speed when the node is shared
   int busyCores_ = 1;   // workers on the node x threads per worker

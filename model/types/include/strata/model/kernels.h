@@ -183,6 +183,23 @@ struct KernelTables {
   // ComputeCosts shares among the workers on a node; 0: unknown (no cold
   // pricing).
   Bytes lastLevelCache;
+  // The cache an operand actually finds (strata calibrate since 2026-12-03):
+  // a GEMM whose 64 MiB operand was last touched D bytes of other writes ago
+  // is timed for several D, and C is the size for which the LRU share
+  // 1 - min(1, C / (D + 64 MiB)) fits its slowdown between hot and cold best.
+  // A VM's share of a host's cache can be far below the cache it reports
+  // (the 2-core Xeon VM: 480 MiB reported). 0: not measured (ComputeCosts then
+  // uses lastLevelCache).
+  Bytes effectiveCache;
+  // The time a GEMM's operands add when they come from DRAM rather than the
+  // cache, per GemmOp: calibrate times GEMMs with one dimension of 16 (an fc
+  // layer's at a batch of 16) whose largest operand, square, holds
+  // `units[i]` floats hot (repeated calls) and cold (after the flush of the
+  // cold tables); `rate[i]` is that operand's floats per second of the
+  // difference. Empty: GEMMs are priced hot (the grid is timed by repeated
+  // calls, so an operand that fits the cache is in it).
+  std::array<SizeTable, 3> gemmCold;
+  bool hasGemmCold() const { return !gemmCold[0].empty(); }
   // Fixed cost of one layer-phase call around its kernels (the Model's
   // bookkeeping: views, checks, buffer sizing), added once per phase.
   Seconds callOverhead;
@@ -237,6 +254,16 @@ struct KernelTables {
                       bool* outside = nullptr, bool cold = false) const;
   // Whether any kernel has a cold table.
   bool hasCold() const;
+  // Seconds a GEMM call of `op` adds for `coldFloats` floats of its operands
+  // that come from DRAM, at the rate of an operand of `operandFloats` floats
+  // (gemmCold[op], per float log-linear in size, the ends' beyond); 0
+  // without gemmCold.
+  Seconds gemmColdTime(GemmOp op, double coldFloats, double operandFloats) const;
+  // The cache ComputeCosts prices operand residency with: effectiveCache
+  // where measured, else lastLevelCache.
+  Bytes residencyCache() const {
+    return effectiveCache.value() > 0 ? effectiveCache : lastLevelCache;
+  }
   // Rate at a size (interpolated), for tests and printing.
   double gemmRate(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
   double memoryRate(MemKernel kernel, double units, bool* outside = nullptr,
