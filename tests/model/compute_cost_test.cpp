@@ -883,6 +883,30 @@ std::string coldCluster(const std::string& cache, const std::filesystem::path& d
   return path.string();
 }
 
+// Writes `base` with `from` replaced by `to` to `path` and checks that
+// loading it fails naming the file, `key` (and, given `lineAt`, the line
+// holding that text) and saying `says`.
+void checkLoadFails(const std::string& path, const std::string& base, const std::string& from,
+                    const std::string& to, const std::string& key, const std::string& says,
+                    const std::string& lineAt = "") {
+  std::string yaml = base;
+  const auto at = yaml.find(from);
+  REQUIRE(at != std::string::npos);
+  yaml.replace(at, from.size(), to);
+  std::ofstream(path) << yaml;
+  try {
+    loadCluster(path);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    INFO(e.what());
+    CHECK(e.file() == path);
+    CHECK(e.key() == key);
+    if (!lineAt.empty())
+      CHECK(e.line() == lineOf(yaml, lineAt));
+    CHECK(std::string(e.what()).find(says) != std::string::npos);
+  }
+}
+
 // fc 16 -> 16, relu, fc 16 -> 4, no biases.
 Network chainNetwork(const std::filesystem::path& dir) {
   const auto path = dir / "chain.yaml";
@@ -967,21 +991,7 @@ TEST_CASE("memory_cold: needs last_level_cache and the kernel's hot table", "[ke
   text << in.rdbuf();
   const std::string base = text.str();
   auto check = [&](const std::string& from, const std::string& to, const std::string& key,
-                   const std::string& says) {
-    std::string yaml = base;
-    const auto at = yaml.find(from);
-    REQUIRE(at != std::string::npos);
-    yaml.replace(at, from.size(), to);
-    std::ofstream(good) << yaml;
-    try {
-      loadCluster(good);
-      FAIL("expected a ConfigError");
-    } catch (const ConfigError& e) {
-      INFO(e.what());
-      CHECK(e.key() == key);
-      CHECK(std::string(e.what()).find(says) != std::string::npos);
-    }
-  };
+                   const std::string& says) { checkLoadFails(good, base, from, to, key, says); };
   check("    last_level_cache: 4 KiB   # test value\n", "", "device.kernels.memory_cold",
         "last_level_cache");
   check("last_level_cache: 4 KiB", "last_level_cache: 100 B", "device.kernels.last_level_cache",
@@ -1137,21 +1147,7 @@ TEST_CASE("gemm_cold and effective_cache: mistakes name the key", "[kernels][clu
   const std::string base = text.str();
   auto check = [&](const std::string& from, const std::string& to, const std::string& key,
                    const std::string& says) {
-    std::string yaml = base;
-    const auto at = yaml.find(from);
-    REQUIRE(at != std::string::npos);
-    yaml.replace(at, from.size(), to);
-    std::ofstream(good) << yaml;
-    try {
-      loadCluster(good);
-      FAIL("expected a ConfigError");
-    } catch (const ConfigError& e) {
-      INFO(e.what());
-      CHECK(e.file() == good);
-      CHECK(e.key() == key);
-      CHECK(e.line() == lineOf(yaml, to.substr(0, 20)));
-      CHECK(std::string(e.what()).find(says) != std::string::npos);
-    }
+    checkLoadFails(good, base, from, to, key, says, to.substr(0, 20));
   };
   check("    effective_cache: 2 KiB", "    effective_cache: 8 KiB",
         "device.kernels.effective_cache", "at most last_level_cache");

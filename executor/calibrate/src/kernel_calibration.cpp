@@ -722,16 +722,8 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
          "holds units floats, timed hot and right after writing twice last_level_cache: that "
          "operand's floats per second of the difference"
       << over << "\n";
-    for (auto op : kAllGemmOps) {
-      const auto& table = t.gemmCold[static_cast<size_t>(op)];
-      y << "      " << toString(op) << ": {units: [";
-      for (size_t j = 0; j < table.units.size(); ++j)
-        y << (j ? ", " : "") << fmt::format("{:.0f}", table.units[j]);
-      y << "], gunits_per_s: [";
-      for (size_t j = 0; j < table.rate.size(); ++j)
-        y << (j ? ", " : "") << fmt::format("{:.4g}", table.rate[j] / 1e9);
-      y << "]}\n";
-    }
+    for (auto op : kAllGemmOps)
+      sizeRowYaml(y, toString(op), t.gemmCold[static_cast<size_t>(op)]);
   }
   return y.str();
 }
@@ -757,18 +749,21 @@ void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table
       }
 }
 
+void sizeRowYaml(std::ostringstream& y, std::string_view name, const SizeTable& table) {
+  y << "      " << name << ": {units: [";
+  for (size_t j = 0; j < table.units.size(); ++j)
+    y << (j ? ", " : "") << fmt::format("{:.0f}", table.units[j]);
+  y << "], gunits_per_s: [";
+  for (size_t j = 0; j < table.rate.size(); ++j)
+    y << (j ? ", " : "") << fmt::format("{:.4g}", table.rate[j] / 1e9);
+  y << "]}\n";
+}
+
 void memoryRowsYaml(std::ostringstream& y, const KernelTables& t, bool cold) {
   for (int i = 0; i < kMemKernelCount; ++i) {
     const auto& m = (cold ? t.memoryCold : t.memory)[static_cast<size_t>(i)];
-    if (m.empty())
-      continue;
-    y << "      " << toString(static_cast<MemKernel>(i)) << ": {units: [";
-    for (size_t j = 0; j < m.units.size(); ++j)
-      y << (j ? ", " : "") << fmt::format("{:.0f}", m.units[j]);
-    y << "], gunits_per_s: [";
-    for (size_t j = 0; j < m.rate.size(); ++j)
-      y << (j ? ", " : "") << fmt::format("{:.4g}", m.rate[j] / 1e9);
-    y << "]}\n";
+    if (!m.empty())
+      sizeRowYaml(y, toString(static_cast<MemKernel>(i)), m);
   }
 }
 

@@ -67,6 +67,8 @@ std::string kernelTablesYaml(const KernelTables& tables, const std::string& wher
 // `indent`: of the dims and rates lines (the rows two more).
 void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
                   const std::array<std::string_view, 3>& names, std::string_view indent = "      ");
+// One `{units, gunits_per_s}` row, `name: {...}`, indented by 6.
+void sizeRowYaml(std::ostringstream& y, std::string_view name, const SizeTable& table);
 // The rows under `memory:`: one per kernel with a table.
 // memory's rows (cold: memory_cold's).
 void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables, bool cold = false);
