@@ -59,7 +59,7 @@ void printProfile(std::ostream& out, const Network& net, const OpProfile& profil
                   const Cluster* cluster, Format format) {
   std::optional<ComputeCosts> costs;
   if (cluster)
-    costs.emplace(net, *cluster, ElementType::kFp32, 1);
+    costs.emplace(net, *cluster, ElementType::kFp32, 1, Optimizer::kMomentum, 1, profile.batch);
   const Phase phases[] = {Phase::kFwd, Phase::kBwdData, Phase::kBwdWeights, Phase::kUpdate};
   auto measured = [&](size_t i, Phase p) {
     const auto& l = profile.layers[i];

@@ -24,7 +24,7 @@ Engine::Engine(const Plan& plan, const Network& net, const Cluster& cluster, con
       k_(plan.scenario.workers),
       costs_(net, cluster, plan.scenario.options.element,
              workersPerNode(cluster, plan.scenario.workers), plan.scenario.options.optimizer,
-             plan.scenario.options.threadsPerWorker),
+             plan.scenario.options.threadsPerWorker, plan.scenario.batchPerWorker),
       gamma_(1.0 / cluster.device.reduceBandwidth.value()),
       lanes_(
           overlapSpeeds(cluster, Topology(cluster, plan.scenario.workers), plan.scenario.workers)) {

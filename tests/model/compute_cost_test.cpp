@@ -951,8 +951,15 @@ TEST_CASE(
     const double in = ex * 16 * 4, hidden = ex * 16 * 4, out = ex * 4 * 4;
     // fc1's forward reads the network's input, touched at the step's start.
     CHECK(costs.coldShare(0, Phase::kFwd, ex) == Approx(coldOf(in, 0)));
-    // relu's forward reads fc1's output, written by the phase just before.
-    CHECK(costs.coldShare(1, Phase::kFwd, ex) == Approx(coldOf(hidden, 0)));
+    // relu's forward reads fc1's output, written by the phase just before,
+    // and writes its own over what fc2's backward read last in the step
+    // before: since then relu's and fc1's backward (fc1 reads the network
+    // input: no backward data), both updates and fc1's forward.
+    const double updates = traffic(0, Phase::kUpdate, ex) + traffic(2, Phase::kUpdate, ex);
+    const double reluOut =
+        bwd(1, ex) + traffic(0, Phase::kBwdWeights, ex) + updates + traffic(0, Phase::kFwd, ex);
+    CHECK(costs.coldShare(1, Phase::kFwd, ex) ==
+          Approx((coldOf(hidden, 0) + coldOf(hidden, reluOut)) / 2));
     // fc2's backward: its output's gradient comes from the loss (made just
     // now), its saved input was read by its own forward, just before.
     CHECK(costs.coldShare(2, Phase::kBwdData, ex) ==
@@ -973,9 +980,10 @@ TEST_CASE(
   }
   // At 256 examples fc1's input (16 KiB) is 4x the cache: 3/4 cold.
   CHECK(costs.coldShare(0, Phase::kFwd, 256) == Approx(1 - 4096.0 / 16384));
-  // Two workers on the node share the cache: each has half.
+  // Two workers on the node share the cache: each has half. fc1's forward
+  // at 64 examples: its 4 KiB input half out.
   const ComputeCosts shared(net, cl, ElementType::kFp32, 2);
-  CHECK(shared.coldShare(1, Phase::kFwd, 64) == Approx(1 - 2048.0 / (64 * 64)));
+  CHECK(shared.coldShare(0, Phase::kFwd, 64) == Approx(1 - 2048.0 / (64 * 64)));
   // Without cold tables (or a cache size) nothing is cold.
   const auto hot = loadCluster(test::dataFile("kernel-cluster.yaml"));
   CHECK(ComputeCosts(net, hot, ElementType::kFp32, 1).coldShare(0, Phase::kFwd, 256) == 0.0);
@@ -1005,25 +1013,31 @@ TEST_CASE("memory_cold: needs last_level_cache and the kernel's hot table", "[ke
 }
 
 namespace {
-// coldCluster's file with an effective cache of 2 KiB (of 4 KiB reported)
-// and, with `gemmCold`, gemm_cold rows: G floats/s of cold operand at 64 and
-// 1024 floats, nn 1 and 0.25, nt 0.5 and 0.125, tn 0.25 and 0.0625.
+// coldCluster's file (64 KiB reported) with an effective cache of 8 KiB
+// and, with `gemmCold`, a gemm_cold grid over dims 4 and 64: nn slows 2x
+// everywhere, tn 1.5x, nt 2x at k = 4 and 4x at k = 64 (3x at k = 16, half-way
+// in log size).
 std::string gemmColdCluster(const std::filesystem::path& dir, bool gemmCold) {
-  const std::string path = coldCluster("4 KiB", dir);
+  const std::string path = coldCluster("64 KiB", dir);
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   std::string yaml = text.str();
-  const std::string cache = "    last_level_cache: 4 KiB   # test value\n";
+  const std::string cache = "    last_level_cache: 64 KiB   # test value\n";
   const auto at = yaml.find(cache);
   REQUIRE(at != std::string::npos);
-  yaml.insert(at + cache.size(),
-              std::string("    effective_cache: 2 KiB   # test value\n") +
-                  (gemmCold ? "    gemm_cold:   # test values\n"
-                              "      nn: {units: [64, 1024], gunits_per_s: [1, 0.25]}\n"
-                              "      nt: {units: [64, 1024], gunits_per_s: [0.5, 0.125]}\n"
-                              "      tn: {units: [64, 1024], gunits_per_s: [0.25, 0.0625]}\n"
-                            : ""));
+  std::string grid;
+  if (gemmCold) {
+    grid = "    gemm_cold:   # test values\n      dims: [4, 64]\n      rates:\n";
+    for (const char* op : {"nn", "nt", "tn"})
+      for (int m : {4, 64})
+        for (int n : {4, 64})
+          grid += fmt::format("        - {{op: {}, m: {}, n: {}, slowdown: {}}}\n", op, m, n,
+                              std::string(op) == "nn"   ? "[2, 2]"
+                              : std::string(op) == "nt" ? "[2, 4]"
+                                                        : "[1.5, 1.5]");
+  }
+  yaml.insert(at + cache.size(), "    effective_cache: 8 KiB   # test value\n" + grid);
   const auto sub = dir / (gemmCold ? "gemm-cold" : "effective-cache");
   std::filesystem::create_directories(sub);
   const auto file = sub / "kernel-cluster.yaml";
@@ -1032,31 +1046,32 @@ std::string gemmColdCluster(const std::filesystem::path& dir, bool gemmCold) {
 }
 }  // namespace
 
-TEST_CASE("gemm_cold: a GEMM's weights and an fc's activations out of the effective cache",
+TEST_CASE("gemm_cold: a GEMM call slows by the share of its operands the step evicted",
           "[kernels][cost]") {
   const auto dir =
       std::filesystem::temp_directory_path() / ("strata-gemm-cold-" + std::to_string(::getpid()));
   const auto cl = loadCluster(gemmColdCluster(dir, true));
   const auto hotGemms = loadCluster(gemmColdCluster(dir, false));
   const auto& t = cl.device.kernels;
-  CHECK(t.effectiveCache.value() == 2048);
-  CHECK(t.residencyCache().value() == 2048);
+  CHECK(t.effectiveCache.value() == 8192);
+  CHECK(t.residencyCache().value() == 8192);
   REQUIRE(t.hasGemmCold());
-  REQUIRE(t.gemmCold[1].units == std::vector<double>{64, 1024});
-  // nt: per float 2 ns at 64 floats, 8 ns at 1024, 5 ns half-way in log
-  // size (256), the ends' beyond; nn half that, tn twice.
-  CHECK(t.gemmColdTime(GemmOp::kNT, 100, 64).value() == Approx(100 * 2e-9).epsilon(1e-12));
-  CHECK(t.gemmColdTime(GemmOp::kNT, 100, 256).value() == Approx(100 * 5e-9).epsilon(1e-12));
-  CHECK(t.gemmColdTime(GemmOp::kNT, 100, 1e6).value() == Approx(100 * 8e-9).epsilon(1e-12));
-  CHECK(t.gemmColdTime(GemmOp::kNN, 100, 256).value() == Approx(100 * 2.5e-9).epsilon(1e-12));
-  CHECK(t.gemmColdTime(GemmOp::kTN, 100, 256).value() == Approx(100 * 10e-9).epsilon(1e-12));
-  CHECK(t.gemmColdTime(GemmOp::kNT, 0, 256).value() == 0);
-  CHECK(KernelTables{}.gemmColdTime(GemmOp::kNT, 100, 256).value() == 0);
+  REQUIRE(t.gemmCold.dims == std::vector<int64_t>{4, 64});
+  // The slowdown: trilinear in log size, the edges' beyond.
+  CHECK(t.gemmColdSlowdown(GemmOp::kNN, 10, 20, 30) == Approx(2));
+  CHECK(t.gemmColdSlowdown(GemmOp::kNT, 8, 8, 4) == Approx(2));
+  CHECK(t.gemmColdSlowdown(GemmOp::kNT, 8, 8, 16) == Approx(3));
+  CHECK(t.gemmColdSlowdown(GemmOp::kNT, 8, 8, 64) == Approx(4));
+  CHECK(t.gemmColdSlowdown(GemmOp::kNT, 8, 8, 4096) == Approx(4));
+  CHECK(t.gemmColdSlowdown(GemmOp::kTN, 1, 1, 1) == Approx(1.5));
+  CHECK(KernelTables{}.gemmColdSlowdown(GemmOp::kNT, 8, 8, 16) == 1);
 
-  const Network net = chainNetwork(dir);  // fc1 16 -> 16 (1 KiB), relu, fc2 16 -> 4 (256 B)
+  const Network net = chainNetwork(dir);  // fc1 16 -> 16, relu, fc2 16 -> 4
   const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
   const ComputeCosts hot(net, hotGemms, ElementType::kFp32, 1);
-  constexpr double C = 2048;  // the effective cache, not the 4 KiB reported
+  constexpr double C = 8192;  // the effective cache, not the 64 KiB reported
+  // The step's traffic of one phase (every call's operands; a memory
+  // kernel's units at 8 bytes).
   auto traffic = [&](int layer, Phase phase, double ex) {
     double b = 0;
     for (const auto& c : lowerCpu(net, layer, phase, ex, 0))
@@ -1069,46 +1084,63 @@ TEST_CASE("gemm_cold: a GEMM's weights and an fc's activations out of the effect
   auto extra = [&](int layer, Phase phase, double ex) {
     return costs.layer(layer, phase, ex, 1.0).value() - hot.layer(layer, phase, ex, 1.0).value();
   };
+  // The share beyond what the table had out of the cache (a call timed back
+  // to back keeps min(1, C / its operands) cached).
+  auto beyondTable = [&](double cold, double operands) {
+    const double tableCold = 1 - std::min(1.0, C / operands);
+    return std::max(0.0, (cold / operands - tableCold) / (1 - tableCold));
+  };
   const double ex = 64;
-  const double in = ex * 16 * 4, hidden = ex * 16 * 4;  // bytes: 4 KiB each
+  const double x = ex * 16 * 4, h = ex * 16 * 4, y = ex * 4 * 4;  // bytes: 4, 4 and 1 KiB
   const double w1 = 16 * 16 * 4, w2 = 16 * 4 * 4;
-  // The residency share of activations uses the effective cache too.
-  CHECK(costs.coldShare(1, Phase::kFwd, ex) == Approx(1 - C / hidden));
-  // fc1 forward: its weights were last touched by its own update, then fc2's
-  // (512 B: 64 parameters x 8 bytes): in the cache; its input, at the step's
-  // start, half out. nt (y = x W^T) at fc1's weights' size, 256 floats: 5 ns
-  // per float.
-  const double update2 = traffic(2, Phase::kUpdate, ex);
-  CHECK(update2 == 512);
-  CHECK(coldOf(w1, update2) == 0);
-  CHECK(extra(0, Phase::kFwd, ex) == Approx(coldOf(in, 0) / 4 * 5e-9).epsilon(1e-9));
-  // fc1's weight gradient (tn, 10 ns per float at 256): dW was last touched
-  // by the update of the step before, the whole step ago (both updates, the
-  // forward, fc2's and relu's backward); its output's gradient made just now,
-  // its saved input since its forward.
-  const double step = traffic(0, Phase::kUpdate, ex) + update2 + traffic(0, Phase::kFwd, ex) +
-                      traffic(1, Phase::kFwd, ex) + traffic(2, Phase::kFwd, ex) +
-                      traffic(2, Phase::kBwdData, ex) + traffic(2, Phase::kBwdWeights, ex) +
-                      traffic(1, Phase::kBwdData, ex);
-  const double sinceForward =
-      step - traffic(0, Phase::kUpdate, ex) - update2 - traffic(0, Phase::kFwd, ex);
-  const double coldBytes = coldOf(w1, step) + coldOf(hidden, 0) + coldOf(in, sinceForward);
-  REQUIRE(coldBytes > 0);
-  CHECK(extra(0, Phase::kBwdWeights, ex) == Approx(coldBytes / 4 * 10e-9).epsilon(1e-9));
-  // fc2's backward data (nn, 1 ns per float at its weights' 64 floats): its
-  // weights were read by its forward just before, then its own weight
-  // gradient ran (a step computes it first); its output's gradient (1 KiB),
-  // made by the loss just now, is in the cache.
-  const double gradient2 = traffic(2, Phase::kBwdWeights, ex);
-  REQUIRE(coldOf(w2, gradient2) > 0);
-  CHECK(extra(2, Phase::kBwdData, ex) == Approx(coldOf(w2, gradient2) / 4 * 1e-9).epsilon(1e-9));
-  // No weights, no GEMM: relu costs the same.
-  CHECK(extra(1, Phase::kFwd, ex) == 0);
-
-  // Weights larger than the cache were partly out of it in their own table
-  // (timed back to back: min(1, C / size) cached): only the rest can leave.
-  // Two fc 64 -> 64, 16 KiB of weights each, at 4 examples: the first's
-  // forward reads its weights last touched by its update, then the second's.
+  const double fwd0 = traffic(0, Phase::kFwd, ex), fwd1 = traffic(1, Phase::kFwd, ex),
+               fwd2 = traffic(2, Phase::kFwd, ex);
+  const double bwd2 = traffic(2, Phase::kBwdData, ex) + traffic(2, Phase::kBwdWeights, ex),
+               bwd1 = traffic(1, Phase::kBwdData, ex), bwd0 = traffic(0, Phase::kBwdWeights, ex);
+  const double update1 = traffic(0, Phase::kUpdate, ex), update2 = traffic(2, Phase::kUpdate, ex);
+  CHECK(update2 == 64 * 8);  // 64 parameters, 8 bytes each
+  // fc1 forward, y = x W^T (nt 64 x 16 x 16, 3x at k = 16): its input, the
+  // network's, read first (in the cache); its weights since its update, then
+  // fc2's (in the cache); its output written over what relu's backward of
+  // the step before read last: since then fc1's backward and both updates.
+  const double out1 = coldOf(h, bwd0 + update1 + update2);
+  REQUIRE(out1 > 0);
+  const double share1 = beyondTable(out1, x + w1 + h);
+  REQUIRE(share1 > 0);
+  const double gemm1 = t.gemmTime(GemmOp::kNT, 64, 16, 16).value();
+  CHECK(extra(0, Phase::kFwd, ex) == Approx(gemm1 * (3 - 1) * share1).epsilon(1e-9));
+  // fc1's weight gradient, dW += dy^T x (tn 16 x 16 x 64, 1.5x): dW since the
+  // update of the step before (the whole step); dy made by relu's backward
+  // just now; x since fc1's forward.
+  const double step = update1 + update2 + fwd0 + fwd1 + fwd2 + bwd2 + bwd1;
+  const double cold1 = coldOf(h, 0) + coldOf(x, fwd1 + fwd2 + bwd2 + bwd1) + coldOf(w1, step);
+  const double gemmW = t.gemmTime(GemmOp::kTN, 16, 16, 64).value();
+  CHECK(extra(0, Phase::kBwdWeights, ex) ==
+        Approx(gemmW * 0.5 * beyondTable(cold1, h + x + w1)).epsilon(1e-9));
+  // fc2's backward data, dx = dy W (nn 64 x 16 x 4, 2x), after a zero fill
+  // of dx (fc1's output's gradient, relu's input): the fill writes over what
+  // relu's backward read in the step before, since then fc1's backward, the
+  // updates, this step's forward and fc2's weight gradient (a step computes
+  // it first), at that share between the zero kernel's hot and cold rates;
+  // the GEMM then finds dx cached. Its dy was made by the loss just now; W
+  // read by fc2's forward, then its weight gradient ran.
+  const double wg2 = traffic(2, Phase::kBwdWeights, ex);
+  const double fillCold = coldOf(h, bwd0 + update1 + update2 + fwd0 + fwd1 + fwd2 + wg2) / h;
+  REQUIRE(fillCold > 0);
+  const double zeroHot = t.memoryTime(MemKernel::kZero, 64 * 16).value();
+  const double zeroCold = t.memoryTime(MemKernel::kZero, 64 * 16, nullptr, true).value();
+  const double gemmD = t.gemmTime(GemmOp::kNN, 64, 16, 4).value();
+  CHECK(hot.layer(2, Phase::kBwdData, ex, 1.0).value() ==
+        Approx(gemmD + zeroHot * (1 - fillCold) + zeroCold * fillCold + 2e-6).epsilon(1e-9));
+  CHECK(coldOf(y, 0) + coldOf(w2, wg2) == 0);
+  CHECK(extra(2, Phase::kBwdData, ex) == 0);
+  // Weights larger than the cache: two fc 64 -> 64 (16 KiB of weights
+  // each) at 4 examples. fc1's forward (nt 4 x 64 x 64, 4x at k = 64) reads
+  // its input in the cache, its weights last touched by its update, then
+  // fc2's (32 KiB: 4096 parameters x 8 bytes), and writes its output over
+  // what fc2's backward read in the step before (since then fc1's weight
+  // gradient and both updates). The table, timed back to back, had
+  // 1 - C / 18 KiB of them out of the cache already.
   const auto widePath = dir / "wide.yaml";
   std::ofstream(widePath) << "name: wide\n"
                              "input: {channels: 64, height: 1, width: 1}\n"
@@ -1116,24 +1148,27 @@ TEST_CASE("gemm_cold: a GEMM's weights and an fc's activations out of the effect
                              "  - {name: fc1, kind: fc, outputs: 64, bias: false}\n"
                              "  - {name: fc2, kind: fc, outputs: 64, bias: false}\n";
   const Network wide = loadNetwork(widePath.string());
+  auto wideTraffic = [&](int layer, Phase phase) {
+    double bytes = 0;
+    for (const auto& c : lowerCpu(wide, layer, phase, 4, 0))
+      bytes += c.count * (c.gemm ? 4.0 * double(c.m * c.k + c.k * c.n + c.m * c.n) : c.units * 8);
+    return bytes;
+  };
+  const double w = 64 * 64 * 4, act = 4 * 64 * 4;
+  const double wideUpdate = wideTraffic(1, Phase::kUpdate);
+  CHECK(wideUpdate == 2 * w);
+  const double wideCold =
+      coldOf(act, 0) + coldOf(w, wideUpdate) +
+      coldOf(act, wideTraffic(0, Phase::kBwdWeights) + wideTraffic(0, Phase::kUpdate) + wideUpdate);
+  const double wideShare = beyondTable(wideCold, w + 2 * act);
+  REQUIRE(wideShare > 0);
   const ComputeCosts wideCosts(wide, cl, ElementType::kFp32, 1);
   const ComputeCosts wideHot(wide, hotGemms, ElementType::kFp32, 1);
-  const double w = 64 * 64 * 4;
-  double update = 0;
-  for (const auto& c : lowerCpu(wide, 1, Phase::kUpdate, 4, 0))
-    update += c.count * c.units * 8;
-  CHECK(update == 2 * w);
-  const double stepCold = 1 - C / (update + w), tableCold = 1 - C / w;
-  CHECK(4 * 64 * 4 < C);  // the input, read at the step's start: in the cache
   CHECK(wideCosts.layer(0, Phase::kFwd, 4, 1.0).value() -
             wideHot.layer(0, Phase::kFwd, 4, 1.0).value() ==
-        Approx(w * (stepCold - tableCold) / 4 * 8e-9).epsilon(1e-9));
-  // The second's forward: its update came last in the step before, and
-  // since then the first's forward (its GEMM's operands).
-  const double fc1Forward = 4.0 * (4 * 64 + 64 * 64 + 4 * 64);
-  CHECK(wideCosts.layer(1, Phase::kFwd, 4, 1.0).value() -
-            wideHot.layer(1, Phase::kFwd, 4, 1.0).value() ==
-        Approx(w * (1 - C / (fc1Forward + w) - tableCold) / 4 * 8e-9).epsilon(1e-9));
+        Approx(t.gemmTime(GemmOp::kNT, 4, 64, 64).value() * 3 * wideShare).epsilon(1e-9));
+  // No GEMM: relu costs the same.
+  CHECK(extra(1, Phase::kFwd, ex) == 0);
   std::filesystem::remove_all(dir);
 }
 
@@ -1146,18 +1181,28 @@ TEST_CASE("gemm_cold and effective_cache: mistakes name the key", "[kernels][clu
   text << in.rdbuf();
   const std::string base = text.str();
   auto check = [&](const std::string& from, const std::string& to, const std::string& key,
-                   const std::string& says) {
-    checkLoadFails(good, base, from, to, key, says, to.substr(0, 20));
+                   const std::string& says, const std::string& lineAt = "") {
+    checkLoadFails(good, base, from, to, key, says, lineAt.empty() ? to : lineAt);
   };
-  check("    effective_cache: 2 KiB", "    effective_cache: 8 KiB",
+  check("    effective_cache: 8 KiB", "    effective_cache: 80 KiB",
         "device.kernels.effective_cache", "at most last_level_cache");
-  check("    effective_cache: 2 KiB", "    effective_cache: 2048", "device.kernels.effective_cache",
+  check("    effective_cache: 8 KiB", "    effective_cache: 8192", "device.kernels.effective_cache",
         "unit");
-  check("      nt: {units: [64, 1024]", "      nt: {units: [1024, 64]",
-        "device.kernels.gemm_cold.nt.units[1]", "units must increase");
-  check("      tn: {units: [64, 1024], gunits_per_s: [0.25, 0.0625]}",
-        "      tn: {units: [64, 1024], gunits_per_s: [0.25]}",
-        "device.kernels.gemm_cold.tn.gunits_per_s", "one rate per entry");
-  check("      nn: {units", "      mm: {units", "device.kernels.gemm_cold.mm", "mm");
+  check("      dims: [4, 64]\n      rates:", "      dims: [64, 4]\n      rates:",
+        "device.kernels.gemm_cold.dims[1]", "dims must increase");
+  check("        - {op: tn, m: 64, n: 64, slowdown: [1.5, 1.5]}",
+        "        - {op: tn, m: 64, n: 64, slowdown: [1.5]}",
+        "device.kernels.gemm_cold.rates[11].slowdown", "needs 2 figures");
+  check("        - {op: nn, m: 4, n: 4, slowdown: [2, 2]}",
+        "        - {op: nn, m: 4, n: 4, slowdown: [2, 1e5]}",
+        "device.kernels.gemm_cold.rates[0].slowdown[1]", "0.1 to 10,000");
+  check("        - {op: nn, m: 4, n: 4, slowdown", "        - {op: mm, m: 4, n: 4, slowdown",
+        "device.kernels.gemm_cold.rates[0].op", "mm");
+  // The per-op rows calibrate wrote on 2026-12-03: one message, recalibrate.
+  check("    gemm_cold:   # test values\n      dims: [4, 64]",
+        "    gemm_cold:   # test values\n      nt: {units: [64], gunits_per_s: [1]}\n"
+        "      dims: [4, 64]",
+        "device.kernels.gemm_cold", "run strata calibrate again",
+        "      nt: {units: [64], gunits_per_s: [1]}");
   std::filesystem::remove_all(dir);
 }

@@ -155,51 +155,34 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
         }
 }
 
-namespace {
-// The shape of calibrate's cold GEMMs: one dimension of 16 (an fc layer's
-// batch) and a square largest operand of `floats` (a power of 4): nt's B
-// (the fc forward's weights), nn's B (backward data's), tn's C (the weight
-// gradient, added into). Square as fc weights nearly are: a 16 x 1024 x 16 Mi
-// nt GEMM slowed 17 % cold where a 16 x 4096 x 4096 one slowed 65 % (the
-// 2-core Xeon VM), the same operand blocked differently.
-struct ColdShape {
-  int m, n, k;
-};
-ColdShape coldShape(GemmOp op, int64_t floats) {
-  const int side = static_cast<int>(std::lround(std::sqrt(double(floats))));
-  return op == GemmOp::kTN ? ColdShape{side, side, 16} : ColdShape{16, side, side};
-}
-}  // namespace
+// The grid of gemm_cold (KernelTables::gemmCold): m, n and k by factors of
+// 8 from an fc layer's batch of 16 to a large layer's 8192; points above 2^30
+// multiply-adds or with an operand over 16 Mi floats take a neighbour's
+// slowdown (fillOverCap), so a sweep's cold grid takes ~15 s on the 2-core
+// VM (51 points per op, each after a flush of twice the reported cache).
+const std::vector<int64_t> kGemmColdDims = {16, 128, 1024, 8192};
+constexpr double kMaxColdMacs = double(1 << 30);
 
 void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
   constexpr int64_t kLargest = int64_t{1} << 24;  // floats: 64 MiB
+  constexpr int kSide = 4096;                     // 16 x 4096 x 4096 nt: B of 64 MiB
   auto a = filled(size_t(kLargest), 0.01f);
   auto b = filled(size_t(kLargest), 0.02f);
   auto c = filled(size_t(kLargest), 0.0f);
-  auto run = [&](GemmOp op, int64_t floats) {
-    return [&, op, floats] {
-      const ColdShape s = coldShape(op, floats);
-      nn::CpuBackend::gemm(op, s.m, s.n, s.k, a.data(), b.data(), c.data(), true);
+  auto gemm = [&](GemmOp op, int64_t m, int64_t n, int64_t k) {
+    return [&, op, m, n, k] {
+      nn::CpuBackend::gemm(op, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                           a.data(), b.data(), c.data(), true);
     };
   };
-  // Each op and size hot and cold.
-  struct Timing {
-    GemmOp op;
-    int64_t floats;
-    double hot, cold;
-  };
-  std::vector<Timing> timings;
-  for (int64_t floats = int64_t{1} << 18; floats <= kLargest; floats *= 4)
-    for (auto op : kAllGemmOps)
-      timings.push_back(
-          {op, floats, perCall(run(op, floats)), perCallCold(run(op, floats), flush)});
-  const Timing& nt64 = timings[timings.size() - 2];  // nt at kLargest
-  STRATA_ENFORCE(nt64.op == GemmOp::kNT && nt64.floats == kLargest);
-  // The effective cache: nt's 64 MiB GEMM after writing D bytes of other
-  // data (a share of the flush buffer), D from 1/16 of the reported cache to
-  // all of it; the slowdown's share of cold - hot against the LRU share.
+  // The effective cache: the nt GEMM of an fc forward at a batch of 16
+  // (its 64 MiB weights the operand) after writing D bytes of other data (a
+  // share of the flush buffer), D from 1/16 of the reported cache to all of
+  // it; the slowdown's share of cold - hot against the LRU share.
+  const auto fc = gemm(GemmOp::kNT, 16, kSide, kSide);
+  const double hot = perCall(fc), cold = perCallCold(fc, flush);
   t.effectiveCache = t.lastLevelCache;
-  if (nt64.cold >= 1.05 * nt64.hot) {
+  if (cold >= 1.05 * hot) {
     std::vector<double> distances, shares;
     const double bytes = t.lastLevelCache.value();
     for (double part : {1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0}) {
@@ -207,32 +190,46 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
           std::min(flush.size(), static_cast<size_t>(part * bytes / sizeof(float)));
       std::vector<double> times;
       for (int i = 0; i < 3; ++i) {
-        run(GemmOp::kNT, kLargest)();  // the operand in the cache
+        fc();  // the operand in the cache
         for (size_t j = 0; j < floats; j += 16)
           flush[j] += 1.0f;
         const auto t0 = Clock::now();
-        run(GemmOp::kNT, kLargest)();
+        fc();
         times.push_back(since(t0));
       }
       distances.push_back(double(floats) * sizeof(float));
-      shares.push_back(
-          std::clamp((medianOfValues(times) - nt64.hot) / (nt64.cold - nt64.hot), 0.0, 1.0));
+      shares.push_back(std::clamp((medianOfValues(times) - hot) / (cold - hot), 0.0, 1.0));
     }
     t.effectiveCache = Bytes(fitEffectiveCache(distances, shares, double(kLargest) * sizeof(float),
                                                t.lastLevelCache.value()));
   }
-  // The extra time per operand float that leaves the cache: cold - hot over
-  // the share of the operand the hot calls found cached, min(1, C / size).
+  // The slowdown grid: each shape hot (repeated calls, as the gemm grid) and
+  // once right after the flush, every operand out of the caches.
   t.gemmCold = {};
-  for (const auto& m : timings) {
-    const double bytes = double(m.floats) * sizeof(float);
-    const double cached = std::min(1.0, t.effectiveCache.value() / bytes);
-    auto& table = t.gemmCold[static_cast<size_t>(m.op)];
-    table.units.push_back(double(m.floats));
-    // A cold call no slower than the hot one adds nothing: a rate of 1e15
-    // floats/s (1 ns per million floats) stands for that.
-    table.rate.push_back(double(m.floats) * cached /
-                         std::max(m.cold - m.hot, double(m.floats) / 1e15));
+  t.gemmCold.dims = kGemmColdDims;
+  const size_t d = kGemmColdDims.size();
+  for (auto op : kAllGemmOps) {
+    auto& slowdown = t.gemmCold.rate[static_cast<size_t>(op)];
+    slowdown.assign(d * d * d, 1.0);
+    std::vector<char> measured(d * d * d, 0);
+    for (size_t im = 0; im < d; ++im)
+      for (size_t in = 0; in < d; ++in)
+        for (size_t ik = 0; ik < d; ++ik) {
+          const int64_t m = kGemmColdDims[im], n = kGemmColdDims[in], k = kGemmColdDims[ik];
+          if (double(m) * double(n) * double(k) > kMaxColdMacs ||
+              std::max({double(m) * double(k), double(k) * double(n), double(m) * double(n)}) >
+                  double(kLargest))
+            continue;
+          const auto call = gemm(op, m, n, k);
+          const double h = perCall(call);
+          for (size_t j = 0; j < flush.size(); j += 16)
+            flush[j] += 1.0f;
+          const auto t0 = Clock::now();
+          call();
+          slowdown[(im * d + in) * d + ik] = std::clamp(since(t0) / h, 0.1, 1e4);
+          measured[(im * d + in) * d + ik] = 1;
+        }
+    fillOverCap(slowdown, measured, d);
   }
 }
 
@@ -592,10 +589,11 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
   const auto t2 = Clock::now();
   measureGemmCold(t, flush);
   say(fmt::format(
-      "cold GEMMs       {} operand sizes x 3 ops, effective cache {:.0f} MiB (of {:.0f} "
-      "MiB reported), {:.1f} s",
-      t.gemmCold[0].units.size(), t.effectiveCache.value() / (1024.0 * 1024),
-      t.lastLevelCache.value() / (1024.0 * 1024), since(t2)));
+      "cold GEMMs       3 x {} shapes (m, n, k in {}..{}), effective cache {:.0f} MiB (of "
+      "{:.0f} MiB reported), {:.1f} s",
+      t.gemmCold.rate[0].size(), t.gemmCold.dims.front(), t.gemmCold.dims.back(),
+      t.effectiveCache.value() / (1024.0 * 1024), t.lastLevelCache.value() / (1024.0 * 1024),
+      since(t2)));
   // The Model's own cost per layer-phase call: forward of a relu over one
   // element, less the kernel (negligible at that size).
   {
@@ -628,13 +626,17 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   }
   // Each point's median over the sweeps; every sweep has the same points.
   KernelTables t = runs.front();
-  for (size_t w = 0; w < t.gemm.rate.size(); ++w)
-    for (size_t i = 0; i < t.gemm.rate[w].size(); ++i) {
-      std::vector<double> v;
-      for (const auto& r : runs)
-        v.push_back(r.gemm.rate[w][i]);
-      t.gemm.rate[w][i] = medianOfValues(v);
-    }
+  auto gridMedians = [&](GemmTable KernelTables::*grid) {
+    for (size_t w = 0; w < (t.*grid).rate.size(); ++w)
+      for (size_t i = 0; i < (t.*grid).rate[w].size(); ++i) {
+        std::vector<double> v;
+        for (const auto& r : runs)
+          v.push_back((r.*grid).rate[w][i]);
+        (t.*grid).rate[w][i] = medianOfValues(v);
+      }
+  };
+  gridMedians(&KernelTables::gemm);
+  gridMedians(&KernelTables::gemmCold);
   auto medians = [&](auto member) {
     for (size_t k = 0; k < (t.*member).size(); ++k)
       for (size_t i = 0; i < (t.*member)[k].rate.size(); ++i) {
@@ -654,7 +656,6 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
       caches.push_back(r.effectiveCache.value());
     t.effectiveCache = Bytes(medianOfValues(caches));
   }
-  medians(&KernelTables::gemmCold);
   std::vector<double> overheads;
   for (const auto& r : runs)
     overheads.push_back(r.callOverhead.value());
@@ -718,33 +719,37 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
         "GEMM timed after writing 1/16 to all of last_level_cache, the LRU share 1 - min(1, "
         "C / (written + 64 MiB)) fitted to its slowdown from hot to cold{}\n",
         t.effectiveCache.value() / (1024.0 * 1024), over);
-    y << "    gemm_cold:   # per op: GEMMs with one dimension of 16 whose largest operand, square, "
-         "holds units floats, timed hot and right after writing twice last_level_cache: that "
-         "operand's floats per second of the difference"
+    y << "    gemm_cold:   # cold time over hot time of Eigen's products: each shape timed "
+         "hot (repeated calls, as gemm) and once right after writing twice last_level_cache; "
+         "points over 2^30 multiply-adds or with an operand over 2^24 floats take a neighbour's"
       << over << "\n";
-    for (auto op : kAllGemmOps)
-      sizeRowYaml(y, toString(op), t.gemmCold[static_cast<size_t>(op)]);
+    gridRowsYaml(y, "op", t.gemmCold,
+                 {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, "      ",
+                 "slowdown");
   }
   return y.str();
 }
 
 void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
-                  const std::array<std::string_view, 3>& names, std::string_view indent) {
+                  const std::array<std::string_view, 3>& names, std::string_view indent,
+                  std::string_view valueKey) {
+  const bool rates = valueKey == "gflop_per_s";
   y << indent << "dims: [";
   for (size_t i = 0; i < table.dims.size(); ++i)
     y << (i ? ", " : "") << table.dims[i];
   y << "]   # grid of m, n and k\n";
-  y << indent << "rates:   # one row per (" << key << ", m, n): GFLOP/s for each k in dims\n";
+  y << indent << "rates:   # one row per (" << key
+    << ", m, n): " << (rates ? "GFLOP/s" : "cold time / hot time") << " for each k in dims\n";
   const size_t d = table.dims.size();
   for (size_t w = 0; w < 3; ++w)
     for (size_t im = 0; im < d; ++im)
       for (size_t in = 0; in < d; ++in) {
         y << indent
-          << fmt::format("  - {{{}: {}, m: {}, n: {}, gflop_per_s: [", key, names[w],
-                         table.dims[im], table.dims[in]);
+          << fmt::format("  - {{{}: {}, m: {}, n: {}, {}: [", key, names[w], table.dims[im],
+                         table.dims[in], valueKey);
         for (size_t ik = 0; ik < d; ++ik)
           y << (ik ? ", " : "")
-            << fmt::format("{:.4g}", table.rate[w][(im * d + in) * d + ik] / 1e9);
+            << fmt::format("{:.4g}", table.rate[w][(im * d + in) * d + ik] / (rates ? 1e9 : 1));
         y << "]}\n";
       }
 }

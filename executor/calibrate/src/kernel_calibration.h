@@ -31,9 +31,9 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
                                  const std::function<void()>& between = {});
 
 // GEMMs with their operands out of the caches (KernelTables::gemmCold and
-// effectiveCache): each operand size hot and right after writing `flush`
-// (twice the reported cache), and nt's 64 MiB operand after writing a share
-// of it. Needs t.lastLevelCache.
+// effectiveCache): each shape of a coarse grid hot and right after writing
+// `flush` (twice the reported cache), and an nt GEMM's 64 MiB operand after
+// writing a share of it. Needs t.lastLevelCache.
 void measureGemmCold(KernelTables& t, std::vector<float>& flush);
 
 // The network whose one call measures a layer-phase call's own cost: a relu
@@ -62,11 +62,13 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
 std::string kernelTablesYaml(const KernelTables& tables, const std::string& where, int sweeps);
 
 // The rows of a grid table (gemm or conv) under its `NAME:` line: dims, then
-// one row per (`key`, m, n) with the GFLOP/s over k; `names` the key's three
-// values in table order.
+// one row per (`key`, m, n) with the GFLOP/s over k (`valueKey` slowdown:
+// gemm_cold's cold time over hot time); `names` the key's three values in
+// table order.
 // `indent`: of the dims and rates lines (the rows two more).
 void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table,
-                  const std::array<std::string_view, 3>& names, std::string_view indent = "      ");
+                  const std::array<std::string_view, 3>& names, std::string_view indent = "      ",
+                  std::string_view valueKey = "gflop_per_s");
 // One `{units, gunits_per_s}` row, `name: {...}`, indented by 6.
 void sizeRowYaml(std::ostringstream& y, std::string_view name, const SizeTable& table);
 // The rows under `memory:`: one per kernel with a table.

@@ -41,9 +41,13 @@ bool elementTypeNamed(std::string_view key, ElementType& out) {
 // the rates over k; `key` names the table column ("op" or "pass"), `names`
 // its three values in table order and `what` what they are ("GEMM op").
 // `accumulates`: where the grid may say how it was timed (`timed`: the CPU
-// backend's fp32 GEMMs), set from it; elsewhere `timed` is refused.
+// backend's fp32 GEMMs), set from it; elsewhere `timed` is refused. Each
+// row's figures are under `valueKey`, each read by `readValue` (a rate in
+// GFLOP/s, or gemm_cold's slowdown).
 void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char* what,
-              const std::array<std::string_view, 3>& names, bool* accumulates = nullptr) {
+              const std::array<std::string_view, 3>& names, bool* accumulates = nullptr,
+              const char* valueKey = "gflop_per_s",
+              double (*readValue)(const ConfigNode&) = readRate) {
   g.allowOnly({"dims", "rates", "timed"});
   if (auto timed = g.get("timed")) {
     if (accumulates == nullptr)
@@ -82,7 +86,7 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
   // same cell would silently set every price of that cell.
   std::vector<int> rowLine(3 * d * d, 0);
   for (const auto& row : rates.items()) {
-    row.allowOnly({key, "m", "n", "gflop_per_s"});
+    row.allowOnly({key, "m", "n", valueKey});
     const auto whichNode = row.require(key);
     const auto name = whichNode.asString();
     int which = -1;
@@ -100,12 +104,14 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
                       "cell of the grid has one row",
                       key, name, table.dims[im], table.dims[in], first));
     first = row.line();
-    const auto values = row.require("gflop_per_s");
+    const auto values = row.require(valueKey);
     const auto items = values.items();
     if (items.size() != d)
-      values.fail(fmt::format("needs {} rates (one per k in dims), got {}", d, items.size()));
+      values.fail(fmt::format("needs {} {} (one per k in dims), got {}", d,
+                              std::string_view(valueKey) == "gflop_per_s" ? "rates" : "figures",
+                              items.size()));
     for (size_t ik = 0; ik < d; ++ik)
-      table.rate[static_cast<size_t>(which)][(im * d + in) * d + ik] = readRate(items[ik]);
+      table.rate[static_cast<size_t>(which)][(im * d + in) * d + ik] = readValue(items[ik]);
   }
   for (size_t w = 0; w < 3; ++w)
     for (size_t i = 0; i < d * d * d; ++i)
@@ -210,10 +216,15 @@ KernelTables readKernels(const ConfigNode& n) {
       gemmCold->fail("is for backend cpu (calibrate times it through the CPU backend's GEMMs)");
     if (!n.get("last_level_cache"))
       gemmCold->fail("needs last_level_cache beside it (the cache its operands were flushed of)");
-    gemmCold->allowOnly({"nn", "nt", "tn"});
-    for (auto op : kAllGemmOps)
-      readSizeTable(gemmCold->require(std::string(toString(op))),
-                    t.gemmCold[static_cast<size_t>(op)]);
+    if (gemmCold->has("nn") || gemmCold->has("nt") || gemmCold->has("tn"))
+      gemmCold->fail(
+          "rows per op ({units, gunits_per_s}: strata calibrate of 2026-12-03) were replaced by "
+          "a grid of slowdowns (dims, rates with slowdown per k); run strata calibrate again");
+    readGrid(*gemmCold, t.gemmCold, "op", "GEMM op",
+             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, nullptr,
+             "slowdown", [](const ConfigNode& v) {
+               return v.asDoubleIn(0.1, 1e4, "cold time over hot time: 0.1 to 10,000");
+             });
   }
   if (auto effective = n.get("effective_cache")) {
     if (!n.get("last_level_cache"))

@@ -50,7 +50,8 @@ std::string_view toString(ComputeSource source) {
 }
 
 ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
-                           int workersPerNode, Optimizer optimizer, int threadsPerWorker)
+                           int workersPerNode, Optimizer optimizer, int threadsPerWorker,
+                           double stepExamples)
     : net_(network),
       device_(cluster.device),
       element_(element),
@@ -60,7 +61,8 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
       speed_(threadsPerWorker * cluster.device.sharingSpeed(workersPerNode * threadsPerWorker) *
              cluster.device.computeScale),
       busyCores_(workersPerNode * threadsPerWorker),
-      threads_(threadsPerWorker) {
+      threads_(threadsPerWorker),
+      stepExamples_(stepExamples) {
   if (device_.kernels.hasCold() && device_.kernels.residencyCache().value() > 0) {
     tableCache_ = device_.kernels.residencyCache().value();
     cache_ = tableCache_ / std::max(1, workersPerNode);
@@ -97,13 +99,11 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
     if (weight <= 0)
       continue;
     Seconds gemm, memory, dram;
-    bool anyGemm = false;
-    GemmOp coldOp = GemmOp::kNN;
-    double largestGemm = 0;
     // A memory-bound call: hot from the tables, cold (operands no longer
     // cached: all DRAM traffic) from the cold tables, by the phase's cold
-    // share.
-    auto memoryCall = [&](const KernelCall& c) {
+    // share (`share`, where given: a GEMM's zero fill, by its C's).
+    auto memoryCall = [&](const KernelCall& c, double share = -1) {
+      const double callCold = share >= 0 ? share : cold;
       bool outside = false;
       if (t.memory[static_cast<size_t>(c.kernel)].empty()) {
         outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
@@ -119,8 +119,8 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
           return t.columnsTime(c.kernel, c.units, c.rowWidth, c.stride, &outside, fromCold);
         return t.memoryTime(c.kernel, c.units, &outside, fromCold);
       };
-      const Seconds hot = time(false) * (1 - cold);
-      const Seconds fromDram = cold > 0 ? time(true) * cold : Seconds(0);
+      const Seconds hot = time(false) * (1 - callCold);
+      const Seconds fromDram = callCold > 0 ? time(true) * callCold : Seconds(0);
       const double scale = c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
       memory += (hot + fromDram) * scale;
       dram += (hot * dramShare(c.units * kMemoryBytesPerUnit / threads_) + fromDram) * scale;
@@ -130,8 +130,27 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
                                        c.units, c.window, l.name)
                          : fmt::format("{} of {:.0f} ({})", toString(c.kernel), c.units, l.name));
     };
-    for (const auto& c :
-         lower(t.backend, net_, index, phase, ex, outputs, updateKernel(), threads_)) {
+    const auto calls = lower(t.backend, net_, index, phase, ex, outputs, updateKernel(), threads_);
+    // A gradient overwritten by a GEMM that adds into it is zero filled
+    // first (a kZero call of its size before the GEMM): the fill brings it
+    // into the cache, at its cold share, and the GEMM finds it there.
+    std::vector<double> fillShare(calls.size(), -1.0);
+    std::vector<char> zeroed(calls.size(), 0);
+    for (size_t i = 0; i < calls.size() && cache_ > 0; ++i) {
+      const auto& c = calls[i];
+      if (!c.gemm || !c.accumulate || c.c == GemmOperand::kScratch)
+        continue;
+      const double units = double(c.m) * double(c.n) * c.count;
+      for (size_t j = 0; j < i; ++j)
+        if (!calls[j].gemm && calls[j].kernel == MemKernel::kZero &&
+            calls[j].units * calls[j].count == units && fillShare[j] < 0) {
+          fillShare[j] = operandCold(index, phase, ex, c.c, units * elementBytes(element_));
+          zeroed[i] = 1;
+          break;
+        }
+    }
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const auto& c = calls[i];
       any = true;
       bool outside = false;
       if (c.conv) {
@@ -140,38 +159,40 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
           outside_.insert(
               fmt::format("conv {} {}x{}x{} ({})", toString(c.pass), c.m, c.n, c.k, l.name));
       } else if (c.gemm) {
-        // The op of the phase's largest GEMM reads its weights.
-        const double operands = double(c.m * c.k + c.k * c.n + c.m * c.n);
-        if (!anyGemm || operands > largestGemm) {
-          coldOp = c.op;
-          largestGemm = operands;
-        }
-        anyGemm = true;
-        gemm += t.gemmTime(c.op, double(c.m), double(c.n), double(c.k), &outside) * c.count;
+        const Seconds hot =
+            t.gemmTime(c.op, double(c.m), double(c.n), double(c.k), &outside) * c.count;
+        gemm += hot;
         if (outside)
           outside_.insert(
               fmt::format("gemm {} {}x{}x{} ({})", toString(c.op), c.m, c.n, c.k, l.name));
-        // Tables of the product alone: C = is Eigen's zero fill of C, then it.
-        if (t.gemmAccumulates && !c.accumulate) {
+        // Tables of the product alone: C = is Eigen's zero fill of C, then
+        // it. The fill brings C into the cache (from DRAM by C's share).
+        const bool fills = t.gemmAccumulates && !c.accumulate;
+        if (fills) {
           KernelCall fill;
           fill.kernel = MemKernel::kZero;
           fill.units = double(c.m) * double(c.n);
           fill.count = c.count;
-          memoryCall(fill);
+          memoryCall(fill, cache_ > 0 ? operandCold(index, phase, ex, c.c,
+                                                    double(c.m) * double(c.n) *
+                                                        elementBytes(element_) * c.count)
+                                      : 0.0);
+        }
+        // Operands the step has evicted (KernelTables::gemmCold: the grid
+        // is timed by repeated calls), the extra at DRAM's shared speed.
+        if (t.hasGemmCold() && cache_ > 0) {
+          const double share = gemmColdShare(index, phase, ex, c, fills || zeroed[i]);
+          const double slowdown = t.gemmColdSlowdown(c.op, double(c.m), double(c.n), double(c.k));
+          if (share > 0 && slowdown > 1) {
+            const double bytes = double(c.m * c.k + c.k * c.n + c.m * c.n) * elementBytes(element_);
+            const Seconds extra = hot * ((slowdown - 1) * share) / memorySpeed(bytes);
+            memory += extra;
+            dram += extra;
+          }
         }
       } else {
-        memoryCall(c);
+        memoryCall(c, fillShare[i]);
       }
-    }
-    // Operands a GEMM finds out of the caches (KernelTables::gemmCold: the
-    // tables time each point hot), at DRAM's shared speed.
-    if (anyGemm && t.hasGemmCold()) {
-      const ColdBytes cb = gemmOperandsCold(index, phase, ex, fraction > 0 ? fraction : 1.0);
-      const double e = elementBytes(element_);
-      const Seconds extra =
-          t.gemmColdTime(coldOp, cb.cold / e, cb.largest / e) / memorySpeed(cb.largest);
-      memory += extra;
-      dram += extra;
     }
     result.total += (gemm / speed_ + memory) * weight;
     result.dram += dram * weight;
@@ -221,7 +242,9 @@ const ComputeCosts::Traffic& ComputeCosts::traffic(double examples) const {
     fwd[i] = bytes(index, Phase::kFwd);
     tr.weightGradient[i] =
         net_.layers[i].computesWeightGradient() ? bytes(index, Phase::kBwdWeights) : 0.0;
-    bwd[i] = bytes(index, Phase::kBwdData) + tr.weightGradient[i];
+    // A layer that reads the network input computes no input gradient.
+    bwd[i] = (net_.layers[i].readsNetworkInput() ? 0.0 : bytes(index, Phase::kBwdData)) +
+             tr.weightGradient[i];
   }
   for (size_t p = 0; p < 2 * n; ++p)
     tr.before[p + 1] = tr.before[p] + (p < n ? fwd[p] : bwd[2 * n - 1 - p]);
@@ -233,8 +256,20 @@ const ComputeCosts::Traffic& ComputeCosts::traffic(double examples) const {
 }
 
 double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
-  const ColdBytes b = activationsCold(index, phase, examples, true);
+  // A phase with GEMMs prices what they write by their C (gemmColdShare);
+  // one of memory-bound calls only counts it here.
+  bool gemms = false;
+  const auto& t = tables();
+  for (const auto& c : lower(t.backend, net_, index, phase, std::max(1.0, std::round(examples)), 0,
+                             updateKernel(), threads_))
+    gemms = gemms || c.gemm || c.conv;
+  const ColdBytes b = activationsCold(index, phase, examples, !gemms);
   return b.all > 0 ? b.cold / b.all : 0.0;
+}
+
+double ComputeCosts::stepTraffic(double examples) const {
+  const Traffic& tr = traffic(examples);
+  return tr.before.back() + tr.updateFrom.front();
 }
 
 double ComputeCosts::residentShare(double size, double distance) const {
@@ -242,7 +277,7 @@ double ComputeCosts::residentShare(double size, double distance) const {
 }
 
 ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, double examples,
-                                                      bool savedInput) const {
+                                                      bool written) const {
   if (cache_ <= 0 || phase == Phase::kUpdate)
     return {};
   const Traffic& tr = traffic(examples);
@@ -284,54 +319,133 @@ ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, do
     operand(outBytes(index), consumer < n ? between(2 * n - consumer, self) : 0.0);
     // The saved input, since this layer's forward (add and concat read no
     // input back: BackwardReads::kNothing).
-    if (savedInput && layerKindRow(l.kind).reads != BackwardReads::kNothing)
+    if (layerKindRow(l.kind).reads != BackwardReads::kNothing)
       for (int j : l.inputs)
         operand(outBytes(j), between(index + 1, self));
+  }
+  // What the phase writes over, with `written`: the output forward, the
+  // inputs' gradients in backward data.
+  if (written && phase == Phase::kFwd) {
+    const double size = outBytes(index);
+    b.all += size;
+    b.cold += size * operandCold(index, phase, examples, GemmOperand::kOutput, size);
+  } else if (written && phase == Phase::kBwdData && !l.readsNetworkInput()) {
+    for (int j : l.inputs) {
+      const double size = outBytes(j);
+      b.all += size;
+      b.cold += size * operandCold(index, phase, examples, GemmOperand::kInputGrad, size);
+    }
   }
   return b;
 }
 
-ComputeCosts::ColdBytes ComputeCosts::gemmOperandsCold(int index, Phase phase, double examples,
-                                                       double fraction) const {
-  const Layer& l = net_.layers[static_cast<size_t>(index)];
-  if (cache_ <= 0 || phase == Phase::kUpdate || !l.hasWeights())
-    return {};
+double ComputeCosts::operandCold(int index, Phase phase, double examples, GemmOperand held,
+                                 double size) const {
+  if (cache_ <= 0 || held == GemmOperand::kScratch || size <= 0)
+    return 0.0;
   const Traffic& tr = traffic(examples);
   const int n = static_cast<int>(net_.layers.size());
   const int self = 2 * n - 1 - index;  // this layer's backward position
   auto between = [&](int a, int b) {
+    a = std::clamp(a, 0, 2 * n);
+    b = std::clamp(b, 0, 2 * n);
     return b > a ? tr.before[static_cast<size_t>(b)] - tr.before[static_cast<size_t>(a)] : 0.0;
   };
-  // The weights (forward, backward data) or their gradient (backward
-  // weights), since they were last touched: the forward's since this
-  // layer's update in the step before (the later layers' updates, then this
-  // step's forward up to here); backward data's since the forward (and this
-  // layer's weight gradient, which a step computes first); the gradient
-  // since the update of the step before (the whole step).
-  const double weights = double(l.params) * std::min(1.0, fraction) * elementBytes(element_);
-  const double distance =
-      phase == Phase::kFwd ? tr.updateFrom[static_cast<size_t>(index) + 1] + between(0, index)
-      : phase == Phase::kBwdData
-          ? between(index + 1, self) + tr.weightGradient[static_cast<size_t>(index)]
-          : between(0, self) + tr.updateFrom[0];
-  // Only what the tables had in the cache can come out of it: a GEMM timed
-  // back to back (calibrate, alone on the node) found min(1, C / size) of its
-  // operand cached, so a 151 MB fc6 weight matrix is half cold in its own
-  // table at C = 74 MiB.
-  const double tableCold = 1.0 - std::min(1.0, tableCache_ / std::max(weights, 1.0));
-  ColdBytes b;
-  b.all = weights;
-  b.cold = weights * std::max(0.0, 1.0 - residentShare(weights, distance) - tableCold);
-  b.largest = weights;
-  // A flattened fc's GEMM reads the activations as they are (a convolution's
-  // reads its im2col columns, just written): the input forward, the output's
-  // gradient backward, and the input again for the weight gradient.
-  if (l.kind == LayerKind::kFc) {
-    const ColdBytes act = activationsCold(index, phase, examples, phase == Phase::kBwdWeights);
-    b.all += act.all;
-    b.cold += act.cold;
+  const Layer& l = net_.layers[static_cast<size_t>(index)];
+  const int input = l.inputs.empty() ? -1 : l.inputs.front();
+  // The readers of a layer's output (of the network input for -1).
+  auto readers = [&](int producer) {
+    std::vector<int> r;
+    for (int c = 0; c < n; ++c)
+      for (int j : net_.layers[static_cast<size_t>(c)].inputs)
+        if (j == producer && c > producer) {
+          r.push_back(c);
+          break;
+        }
+    return r;
+  };
+  // The rest of the step before's backward from position p on, and its
+  // updates.
+  auto stepBeforeFrom = [&](int p) { return between(p, 2 * n) + tr.updateFrom[0]; };
+  double distance = 0;
+  switch (held) {
+    case GemmOperand::kWeights:
+      // The forward's since this layer's update in the step before (the
+      // later layers' updates, then this step's forward up to here);
+      // backward data's since the forward and this layer's weight gradient,
+      // which a step computes first.
+      distance = phase == Phase::kFwd
+                     ? tr.updateFrom[static_cast<size_t>(index) + 1] + between(0, index)
+                     : between(index + 1, self) + tr.weightGradient[static_cast<size_t>(index)];
+      break;
+    case GemmOperand::kWeightGrad:
+      // Since the update of the step before: the whole step.
+      distance = between(0, self) + tr.updateFrom[0];
+      break;
+    case GemmOperand::kInput:
+      // Forward: since its producer's forward (the network input: since the
+      // step began); backward: since this layer's forward.
+      distance = phase == Phase::kFwd ? between(input + 1, index) : between(index + 1, self);
+      break;
+    case GemmOperand::kOutputGrad: {
+      // Since the backward of its first consumer (the last to run before
+      // this one), or made just now (the loss's).
+      const auto r = readers(index);
+      distance = r.empty() ? 0.0 : between(2 * n - r.front(), self);
+      break;
+    }
+    case GemmOperand::kOutput: {
+      // Written over what the step before last read: the backward of the
+      // output's first consumer (the last of them to run), or of this layer.
+      const auto r = readers(index);
+      distance = stepBeforeFrom(2 * n - (r.empty() ? index : r.front())) + between(0, index);
+      break;
+    }
+    case GemmOperand::kInputGrad: {
+      // Summed from several readers: since the reader whose backward ran
+      // just before this one, or since the first reader's forward cleared
+      // it; else since the input's producer read it in the step before.
+      // This layer's weight gradient ran first.
+      const auto r = readers(input);
+      if (r.size() > 1) {
+        const auto next = std::upper_bound(r.begin(), r.end(), index);
+        distance = next != r.end() ? between(2 * n - *next, self) : between(r.front(), self);
+      } else {
+        distance = stepBeforeFrom(2 * n - std::max(input, 0)) + between(0, self);
+      }
+      distance += tr.weightGradient[static_cast<size_t>(index)];
+      break;
+    }
+    case GemmOperand::kScratch:
+      break;
   }
-  return b;
+  return 1.0 - residentShare(size, distance);
+}
+
+double ComputeCosts::gemmColdShare(int index, Phase phase, double examples, const KernelCall& c,
+                                   bool filled) const {
+  const double e = elementBytes(element_);
+  const double ex = std::max(1.0, std::round(examples));
+  const double a = double(c.m) * double(c.k) * e, b = double(c.k) * double(c.n) * e,
+               out = double(c.m) * double(c.n) * e;
+  double cold = 0;
+  for (const auto& [held, bytes] : {std::pair{c.a, a}, std::pair{c.b, b},
+                                    std::pair{filled ? GemmOperand::kScratch : c.c, out}}) {
+    // The weights (and their gradient) are one copy that each example's
+    // call re-reads: only the first finds them out of the cache.
+    const bool once = held == GemmOperand::kWeights || held == GemmOperand::kWeightGrad;
+    const double distinct = bytes * (once ? std::max(1.0, c.count / ex) : c.count);
+    cold += distinct * operandCold(index, phase, examples, held, distinct);
+  }
+  const double all = (a + b + out) * c.count;
+  // Only what the table had in the cache can come out of it: a call timed
+  // back to back (calibrate, alone on the node) found min(1, C / size) of
+  // its operands cached, so a 151 MB fc6 weight matrix is half cold in its
+  // own table at C = 74 MiB.
+  const double tableCold = 1.0 - std::min(1.0, tableCache_ / std::max(a + b + out, 1.0));
+  if (all <= 0 || tableCold >= 1)
+    return 0.0;
+  return std::clamp((cold / all - tableCold) / (1.0 - tableCold), 0.0, 1.0);
 }
 
 Seconds ComputeCosts::dramPart(int index, Phase phase, double examples, double fraction) const {
@@ -355,9 +469,21 @@ Seconds ComputeCosts::update(double params) const {
       return p > 0 ? t * (params / p) / speed_ : Seconds(0);
     }
     case ComputeSource::kTables:
-      if (!device_.kernels.memory[static_cast<size_t>(updateKernel())].empty())
-        return device_.kernels.memoryTime(updateKernel(), params) /
-               memorySpeed(params * kMemoryBytesPerUnit);
+      if (!device_.kernels.memory[static_cast<size_t>(updateKernel())].empty()) {
+        // The weights, gradients and optimizer state, last touched about a
+        // step ago (the momentum by the step before's update): cold by the
+        // residency rule at the step's traffic (stepExamples_), hot
+        // without it.
+        const auto& t = device_.kernels;
+        const double cold =
+            cache_ > 0 && stepExamples_ > 0
+                ? 1.0 - residentShare(params * kMemoryBytesPerUnit, stepTraffic(stepExamples_))
+                : 0.0;
+        const Seconds hot = t.memoryTime(updateKernel(), params) * (1 - cold);
+        const Seconds fromDram =
+            cold > 0 ? t.memoryTime(updateKernel(), params, nullptr, true) * cold : Seconds(0);
+        return (hot + fromDram) / memorySpeed(params * kMemoryBytesPerUnit);
+      }
       break;
     case ComputeSource::kRoofline:
       break;
@@ -411,7 +537,7 @@ std::string ComputeCosts::describe() const {
 double dramBoundShare(const Network& network, const Cluster& cluster, const Scenario& sc) {
   const ComputeCosts costs(network, cluster, sc.options.element,
                            workersPerNode(cluster, sc.workers), sc.options.optimizer,
-                           sc.options.threadsPerWorker);
+                           sc.options.threadsPerWorker, sc.batchPerWorker);
   if (costs.source() != ComputeSource::kTables)
     return 0.0;
   const bool split = isModelParallel(sc.strategy) && network.modelParallelFrom >= 0;

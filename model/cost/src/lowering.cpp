@@ -37,9 +37,14 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
   const double outElems = double(n) * double(channels) * double(area);
   const double inElems = double(n) * double(l.inShape.elements());
   std::vector<KernelCall> calls;
-  // `accumulate`: C += op(A) op(B), as the backend calls it (else C =).
+  // `accumulate`: C += op(A) op(B), as the backend calls it (else C =);
+  // `holds`: what A, B and C hold (scratch unless said).
+  using O = GemmOperand;
+  struct Holds {
+    O a = O::kScratch, b = O::kScratch, c = O::kScratch;
+  };
   auto gemm = [&](GemmOp op, int64_t m, int64_t nn, int64_t k, double count,
-                  bool accumulate = false) {
+                  bool accumulate = false, Holds holds = {}) {
     if (count <= 0)
       return;
     KernelCall c;
@@ -50,6 +55,9 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
     c.k = k;
     c.count = count;
     c.accumulate = accumulate;
+    c.a = holds.a;
+    c.b = holds.b;
+    c.c = holds.c;
     calls.push_back(c);
   };
   auto mem = [&](MemKernel kernel, double units, double count = 1, double window = 0) {
@@ -143,7 +151,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           const double count = double(n) * l.spec.groups;
           if (!pointwise)
             columns(MemKernel::kIm2col, double(ck * area), count);
-          gemm(GemmOp::kNN, fg, area, ck, count);
+          gemm(GemmOp::kNN, fg, area, ck, count, false,
+               {O::kWeights, pointwise ? O::kInput : O::kScratch, O::kOutput});
           if (l.spec.bias)
             mem(MemKernel::kBias, double(fg) * double(area), count);
           break;
@@ -154,11 +163,12 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           break;
         case LayerKind::kFc:
           if (l.spec.flatten) {
-            gemm(GemmOp::kNT, n, channels, fcIn, 1);
+            gemm(GemmOp::kNT, n, channels, fcIn, 1, false, {O::kInput, O::kWeights, O::kOutput});
             if (l.spec.bias)
               mem(MemKernel::kBias, double(n) * double(channels));
           } else {
-            gemm(GemmOp::kNN, channels, inArea, fcIn, double(n));
+            gemm(GemmOp::kNN, channels, inArea, fcIn, double(n), false,
+                 {O::kWeights, O::kInput, O::kOutput});
             if (l.spec.bias)
               mem(MemKernel::kBias, double(channels) * double(inArea), double(n));
           }
@@ -196,7 +206,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // bias (and the shift's mask) added, the output copied back.
           const double heads = double(n) * l.spec.heads * double(windows);
           windowCopies();
-          gemm(GemmOp::kNN, rows, tp, d, double(n));
+          gemm(GemmOp::kNN, rows, tp, d, double(n), false,
+               {O::kWeights, l.partitionSide() > 0 ? O::kScratch : O::kInput});
           if (l.spec.bias || l.spec.qkvBias)
             mem(MemKernel::kBias, double(rows) * double(tp), double(n));
           mem(MemKernel::kRotary, rotated, double(n));
@@ -204,7 +215,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           mem(MemKernel::kAdd, scoreAdds * double(n));
           mem(MemKernel::kAttnSoftmaxFwd, heads * double(span) * double(span));
           gemm(GemmOp::kNT, dh, span, span, heads);
-          gemm(GemmOp::kNN, d, tp, d, double(n));
+          gemm(GemmOp::kNN, d, tp, d, double(n), false,
+               {O::kWeights, O::kScratch, l.partitionSide() > 0 ? O::kScratch : O::kOutput});
           if (l.spec.bias)
             mem(MemKernel::kBias, double(d) * double(tp), double(n));
           windowCopies();
@@ -274,7 +286,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           const double count = double(n) * l.spec.groups;
           if (!summed)
             mem(MemKernel::kZero, inElems);
-          gemm(GemmOp::kTN, ck, area, fg, count, pointwise);
+          gemm(GemmOp::kTN, ck, area, fg, count, pointwise,
+               {O::kWeights, O::kOutputGrad, pointwise ? O::kInputGrad : O::kScratch});
           if (!pointwise)
             columns(MemKernel::kCol2im, double(ck * area), count);
           break;
@@ -291,9 +304,11 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           if (!summed)
             mem(MemKernel::kZero, inElems);
           if (l.spec.flatten)
-            gemm(GemmOp::kNN, n, fcIn, channels, 1, true);
+            gemm(GemmOp::kNN, n, fcIn, channels, 1, true,
+                 {O::kOutputGrad, O::kWeights, O::kInputGrad});
           else
-            gemm(GemmOp::kTN, fcIn, inArea, channels, double(n), true);
+            gemm(GemmOp::kTN, fcIn, inArea, channels, double(n), true,
+                 {O::kWeights, O::kOutputGrad, O::kInputGrad});
           break;
         case LayerKind::kRelu:
           mem(MemKernel::kReluBwd, outElems);
@@ -326,7 +341,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           // dx = Wqkv^T dQKV, from the dQKV its bwd_weights left.
           if (!summed)
             mem(MemKernel::kZero, inElems);
-          gemm(GemmOp::kTN, d, tp, rows, double(n), true);
+          gemm(GemmOp::kTN, d, tp, rows, double(n), true,
+               {O::kWeights, O::kScratch, l.partitionSide() > 0 ? O::kScratch : O::kInputGrad});
           windowCopies();
           break;
         case LayerKind::kLayerNorm:
@@ -400,7 +416,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           const double count = double(n) * l.spec.groups;
           if (!pointwise)
             columns(MemKernel::kIm2col, double(ck * area), count);
-          gemm(GemmOp::kNT, fg, ck, area, count, true);
+          gemm(GemmOp::kNT, fg, ck, area, count, true,
+               {O::kOutputGrad, pointwise ? O::kInput : O::kScratch, O::kWeightGrad});
           if (l.spec.bias)
             mem(MemKernel::kBiasGrad, double(fg) * double(area), count);
           // Over at least as many examples as threads, each thread sums its
@@ -416,11 +433,13 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
         }
         case LayerKind::kFc:
           if (l.spec.flatten) {
-            gemm(GemmOp::kTN, channels, fcIn, n, 1, true);
+            gemm(GemmOp::kTN, channels, fcIn, n, 1, true,
+                 {O::kOutputGrad, O::kInput, O::kWeightGrad});
             if (l.spec.bias)
               mem(MemKernel::kBiasGrad, double(n) * double(channels));
           } else {
-            gemm(GemmOp::kNT, channels, fcIn, inArea, double(n), true);
+            gemm(GemmOp::kNT, channels, fcIn, inArea, double(n), true,
+                 {O::kOutputGrad, O::kInput, O::kWeightGrad});
             if (l.spec.bias)
               mem(MemKernel::kBiasGrad, double(channels) * double(inArea), double(n));
           }
@@ -458,7 +477,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           //   position bias.
           const double heads = double(n) * l.spec.heads * double(windows);
           windowCopies();
-          gemm(GemmOp::kNT, d, d, tp, double(n), true);
+          gemm(GemmOp::kNT, d, d, tp, double(n), true,
+               {l.partitionSide() > 0 ? O::kScratch : O::kOutputGrad, O::kScratch, O::kWeightGrad});
           if (l.spec.bias)
             mem(MemKernel::kBiasGrad, double(d) * double(tp), double(n));
           gemm(GemmOp::kTN, d, tp, d, double(n));
@@ -475,7 +495,8 @@ std::vector<KernelCall> lowerCpu(const Network& net, int index, Phase phase, dou
           gemm(GemmOp::kNN, dh, span, span, firstOfGroup);
           gemm(GemmOp::kNN, dh, span, span, heads - firstOfGroup, true);
           mem(MemKernel::kRotary, rotated, double(n));
-          gemm(GemmOp::kNT, rows, d, tp, double(n), true);
+          gemm(GemmOp::kNT, rows, d, tp, double(n), true,
+               {O::kScratch, l.partitionSide() > 0 ? O::kScratch : O::kInput, O::kWeightGrad});
           if (l.spec.bias || l.spec.qkvBias)
             mem(MemKernel::kBiasGrad, double(rows) * double(tp), double(n));
           break;

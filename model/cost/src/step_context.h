@@ -42,7 +42,7 @@ struct Context {
         k(s.workers),
         b(s.batchPerWorker),
         costs(n, c, s.options.element, workersPerNode(c, s.workers), s.options.optimizer,
-              s.options.threadsPerWorker),
+              s.options.threadsPerWorker, s.batchPerWorker),
         lanes(overlapSpeeds(c, topo, s.workers)),
         handoff(c.device.handoffFor(workersPerNode(c, s.workers))) {
     comm.segment = s.options.segment;

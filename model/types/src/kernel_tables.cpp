@@ -178,11 +178,10 @@ double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, b
   return rateAt(cold && !memoryCold[k].empty() ? memoryCold[k] : memory[k], units, outside);
 }
 
-Seconds KernelTables::gemmColdTime(GemmOp op, double coldFloats, double operandFloats) const {
-  const auto& table = gemmCold[static_cast<size_t>(op)];
-  if (table.empty() || coldFloats <= 0)
-    return Seconds(0);
-  return Seconds(coldFloats / rateAt(table, std::max(operandFloats, 1.0), nullptr));
+double KernelTables::gemmColdSlowdown(GemmOp op, double m, double n, double k) const {
+  if (gemmCold.empty() || m <= 0 || n <= 0 || k <= 0)
+    return 1.0;
+  return std::max(1.0, gridRate(gemmCold, static_cast<size_t>(op), m, n, k, nullptr));
 }
 
 Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside, bool cold) const {

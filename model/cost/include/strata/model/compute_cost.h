@@ -32,9 +32,11 @@ class ComputeCosts {
   // workersPerNode x T cores busy. Throws OptionError("--element") when the
   // device has no peak for `element`, UserError when a profile of another
   // network is attached.
+  // stepExamples: a worker's examples per step, whose traffic prices how
+  // much of the updates' operands the step has evicted (0: updates hot).
   ComputeCosts(const Network& network, const Cluster& cluster, ElementType element,
                int workersPerNode, Optimizer optimizer = Optimizer::kMomentum,
-               int threadsPerWorker = 1);
+               int threadsPerWorker = 1, double stepExamples = 0);
 
   // Phase of layer `index` on `examples` examples, of which this worker holds
   // `fraction` of the outputs (1/K of a model-parallel layer).
@@ -120,17 +122,23 @@ class ComputeCosts {
   // Bytes of a phase's operands, and the share of them no longer cached.
   struct ColdBytes {
     double all = 0, cold = 0;
-    double largest = 0;  // the largest operand's bytes (gemmOperandsCold)
   };
   // The share of `size` bytes last touched `distance` bytes of traffic ago
   // still cached: min(1, C / (distance + size)).
   double residentShare(double size, double distance) const;
-  // coldShare's operands (the saved input backward only with `savedInput`).
-  ColdBytes activationsCold(int index, Phase phase, double examples, bool savedInput) const;
-  // The operands a layer phase's GEMMs read from memory: its weights (the
-  // weight gradient backward), `fraction` of them (owt's model-parallel
-  // slice), and a flattened fc's activations.
-  ColdBytes gemmOperandsCold(int index, Phase phase, double examples, double fraction) const;
+  // coldShare's operands, with `written` what the phase writes over too.
+  ColdBytes activationsCold(int index, Phase phase, double examples, bool written) const;
+  // Bytes of one step's traffic (every phase's, the updates').
+  double stepTraffic(double examples) const;
+  // The share of `size` bytes of a GEMM operand holding `held` in a layer
+  // phase that the step has evicted, by how long ago it last touched them
+  // (0 for scratch, which the phase has just written).
+  double operandCold(int index, Phase phase, double examples, GemmOperand held, double size) const;
+  // The share of GEMM call c's operand bytes (over its count) that the step
+  // has evicted beyond what its hot table had out of the cache, 0..1;
+  // `filled`: C = after a zero fill, which brought C into the cache.
+  double gemmColdShare(int index, Phase phase, double examples, const KernelCall& c,
+                       bool filled) const;
   mutable std::map<double, Traffic> traffic_;
   double cache_ = 0;       // bytes of last-level cache per worker; 0: no cold pricing
   double tableCache_ = 0;  // the whole cache, as calibrate's tables found it
@@ -138,6 +146,7 @@ class ComputeCosts {
   double speed_ = 1.0;  // compute speed when the node is shared
   int busyCores_ = 1;   // workers on the node x threads per worker
   int threads_ = 1;     // threads per worker
+  double stepExamples_ = 0;
   mutable std::set<std::string> outside_;
 };
 

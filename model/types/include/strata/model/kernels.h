@@ -191,15 +191,16 @@ struct KernelTables {
   // (the 2-core Xeon VM: 480 MiB reported). 0: not measured (ComputeCosts then
   // uses lastLevelCache).
   Bytes effectiveCache;
-  // The time a GEMM's operands add when they come from DRAM rather than the
-  // cache, per GemmOp: calibrate times GEMMs with one dimension of 16 (an fc
-  // layer's at a batch of 16) whose largest operand, square, holds
-  // `units[i]` floats hot (repeated calls) and cold (after the flush of the
-  // cold tables); `rate[i]` is that operand's floats per second of the
-  // difference. Empty: GEMMs are priced hot (the grid is timed by repeated
-  // calls, so an operand that fits the cache is in it).
-  std::array<SizeTable, 3> gemmCold;
-  bool hasGemmCold() const { return !gemmCold[0].empty(); }
+  // How much slower a GEMM runs with its operands out of the caches
+  // (strata calibrate since 2026-12-04): on a coarse grid of shapes, each
+  // call timed right after writing twice lastLevelCache and against the
+  // same call repeated (how the gemm grid is timed); rate[op] holds cold
+  // time / hot time (1: no slower). ComputeCosts prices a GEMM call as its
+  // hot time x (1 + (slowdown - 1) x s), s the share of the call's operand
+  // bytes that the step has evicted and the hot table had cached. Empty:
+  // GEMMs are priced hot.
+  GemmTable gemmCold;
+  bool hasGemmCold() const { return !gemmCold.empty(); }
   // Fixed cost of one layer-phase call around its kernels (the Model's
   // bookkeeping: views, checks, buffer sizing), added once per phase.
   Seconds callOverhead;
@@ -254,11 +255,10 @@ struct KernelTables {
                       bool* outside = nullptr, bool cold = false) const;
   // Whether any kernel has a cold table.
   bool hasCold() const;
-  // Seconds a GEMM call of `op` adds for `coldFloats` floats of its operands
-  // that come from DRAM, at the rate of an operand of `operandFloats` floats
-  // (gemmCold[op], per float log-linear in size, the ends' beyond); 0
+  // gemmCold's slowdown of an `op` call of shape (m, n, k): trilinear in
+  // log size between its grid points, the edges' beyond; at least 1; 1
   // without gemmCold.
-  Seconds gemmColdTime(GemmOp op, double coldFloats, double operandFloats) const;
+  double gemmColdSlowdown(GemmOp op, double m, double n, double k) const;
   // The cache ComputeCosts prices operand residency with: effectiveCache
   // where measured, else lastLevelCache.
   Bytes residencyCache() const {
@@ -268,6 +268,21 @@ struct KernelTables {
   double gemmRate(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
   double memoryRate(MemKernel kernel, double units, bool* outside = nullptr,
                     bool cold = false) const;
+};
+
+// What a GEMM operand holds (KernelCall::a, b, c): the layer's weights or
+// their gradient (one copy, re-read by each example's call), an activation
+// of the step (each call its example's slice): the layer's input or output,
+// or their gradients; or scratch the phase has just written (im2col
+// columns, attention's per-head products), which is in the cache.
+enum class GemmOperand {
+  kScratch,
+  kWeights,
+  kWeightGrad,
+  kInput,
+  kOutput,
+  kInputGrad,
+  kOutputGrad
 };
 
 // One kernel call of a lowered layer phase, `count` times.
@@ -280,6 +295,9 @@ struct KernelCall {
   // GEMM: C += op(A) op(B) (else C =, which Eigen runs as a zero fill of C
   // and then the same product: KernelTables::gemmAccumulates).
   bool accumulate = false;
+  // GEMM: what A, B and C hold, by which ComputeCosts tells how long ago
+  // the step last touched each (operand residency).
+  GemmOperand a = GemmOperand::kScratch, b = GemmOperand::kScratch, c = GemmOperand::kScratch;
   MemKernel kernel = MemKernel::kCopy;
   double units = 0;   // memory kernel units per call
   double window = 0;  // pooling window area (window kernels), else 0
