@@ -156,12 +156,16 @@ void fillOverCap(std::vector<double>& rate, std::vector<char>& measured, size_t 
 }
 
 // The grid of gemm_cold (KernelTables::gemmCold): m, n and k by factors of
-// 8 from an fc layer's batch of 16 to a large layer's 8192; points above 2^30
-// multiply-adds or with an operand over 16 Mi floats take a neighbour's
-// slowdown (fillOverCap), so a sweep's cold grid takes ~15 s on the 2-core
-// VM (51 points per op, each after a flush of twice the reported cache).
-const std::vector<int64_t> kGemmColdDims = {16, 128, 1024, 8192};
+// 8 from an fc layer's batch of 8 to 4096, and 16384 (an fc's 4096 x 9216
+// weights at a batch of 8 lie between the last two: a first grid of 16..8192
+// with operands up to 16 Mi floats priced its cold slowdown 1.23 where the
+// call measured 1.34). Points above 2^30 multiply-adds or with an operand
+// over 64 Mi floats take a neighbour's slowdown (fillOverCap), so a sweep's
+// cold grid takes ~30 s on the 2-core VM (90 points per op, each after a
+// flush of twice the reported cache).
+const std::vector<int64_t> kGemmColdDims = {8, 64, 512, 4096, 16384};
 constexpr double kMaxColdMacs = double(1 << 30);
+constexpr int64_t kMaxColdOperand = int64_t{1} << 26;
 
 void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
   constexpr int64_t kLargest = int64_t{1} << 24;  // floats: 64 MiB
@@ -205,6 +209,9 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
   }
   // The slowdown grid: each shape hot (repeated calls, as the gemm grid) and
   // once right after the flush, every operand out of the caches.
+  a = filled(size_t(kMaxColdOperand), 0.01f);
+  b = filled(size_t(kMaxColdOperand), 0.02f);
+  c = filled(size_t(kMaxColdOperand), 0.0f);
   t.gemmCold = {};
   t.gemmCold.dims = kGemmColdDims;
   const size_t d = kGemmColdDims.size();
@@ -218,7 +225,7 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
           const int64_t m = kGemmColdDims[im], n = kGemmColdDims[in], k = kGemmColdDims[ik];
           if (double(m) * double(n) * double(k) > kMaxColdMacs ||
               std::max({double(m) * double(k), double(k) * double(n), double(m) * double(n)}) >
-                  double(kLargest))
+                  double(kMaxColdOperand))
             continue;
           const auto call = gemm(op, m, n, k);
           const double h = perCall(call);
@@ -721,7 +728,7 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
         t.effectiveCache.value() / (1024.0 * 1024), over);
     y << "    gemm_cold:   # cold time over hot time of Eigen's products: each shape timed "
          "hot (repeated calls, as gemm) and once right after writing twice last_level_cache; "
-         "points over 2^30 multiply-adds or with an operand over 2^24 floats take a neighbour's"
+         "points over 2^30 multiply-adds or with an operand over 2^26 floats take a neighbour's"
       << over << "\n";
     gridRowsYaml(y, "op", t.gemmCold,
                  {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, "      ",
