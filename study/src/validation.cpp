@@ -97,13 +97,6 @@ double ValidationRow::explainedShare(double error) const {
   return e <= m ? 1.0 : m / e;
 }
 
-double rowSpeed(double gemmSpeed, double copySpeed, double memoryShare) {
-  STRATA_ENFORCE(gemmSpeed > 0 && memoryShare >= 0 && memoryShare <= 1);
-  if (copySpeed <= 0)
-    return gemmSpeed;
-  return 1.0 / ((1.0 - memoryShare) / gemmSpeed + memoryShare / copySpeed);
-}
-
 Seconds normalisedStep(Seconds raw, double speed) {
   STRATA_ENFORCE(speed > 0);
   // A machine running at `speed` takes 1 / speed times as long as the

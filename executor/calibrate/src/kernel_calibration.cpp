@@ -20,6 +20,7 @@
 #include "strata/exec/nn/cpu_backend.h"
 #include "strata/exec/nn/model.h"
 #include "strata/kernels/precision.h"
+#include "strata/model/compute_cost.h"
 #include "strata/model/error.h"
 #include "strata/model/quantity_text.h"
 #include "timing.h"
@@ -241,10 +242,53 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
 }
 
 namespace {
+// The machine's speed through a sweep. A VM's core speed moves 30-40 %
+// within minutes (the 2-core Xeon VM, 2026-12-04: a calibration's 256^3
+// GEMM point at 172 GFLOP/s, its four reference timings 149 GFLOP/s median,
+// spread 40 %), so the tables and the reference they stand for must be timed
+// together: validate's two reference kernels are timed at least every
+// kTrackInterval through the GEMM grid and the memory kernels, each point is
+// tagged with the timing before it, and measureKernelTables scales it by the
+// two timings around it to the speed of the references' median.
+constexpr double kTrackInterval = 1.0;  // seconds: ~2 % of the sweep's time
+struct SpeedTrack {
+  std::vector<double> gemm, copy;  // FLOP/s, floats/s
+  Clock::time_point last;
+  // The index of the timing before the next point, timed anew when
+  // kTrackInterval has passed (or at the first point, or `now`).
+  int tick(bool now = false) {
+    if (now || gemm.empty() || since(last) >= kTrackInterval) {
+      gemm.push_back(referenceGemmRate(31, 1));
+      copy.push_back(referenceCopyRate(7, 1));
+      last = Clock::now();
+    }
+    return static_cast<int>(gemm.size()) - 1;
+  }
+  // The factor that takes a rate measured at point `e` to the speeds g0 and
+  // c0 of the references, for a call a share m of whose time is DRAM
+  // traffic (compute_cost.h's dramShare): the slower the machine was around
+  // it (the timings e and e + 1), the larger.
+  double factor(int e, double g0, double c0, double m) const {
+    const size_t a = static_cast<size_t>(e), b = std::min(a + 1, gemm.size() - 1);
+    return rowSpeed(g0 / (0.5 * (gemm[a] + gemm[b])), c0 / (0.5 * (copy[a] + copy[b])), m);
+  }
+};
+
+// A sweep's tables and, for each point of the GEMM grid and of the memory
+// tables, its SpeedTrack timing.
+struct Sweep {
+  KernelTables t;
+  SpeedTrack track;
+  std::array<std::vector<double>, 3> gemmAt;  // by op, as gemm.rate (a neighbour's over the caps)
+  std::array<std::vector<int>, kMemKernelCount> memoryAt;  // by kernel, as memory[k].rate
+};
+
 // One sweep of measureKernelTables: every GEMM shape, every memory kernel by
 // size, and the call overhead, each timed once (perCall).
-KernelTables measureKernelSweep(const std::function<void(const std::string&)>& say) {
-  KernelTables t;
+Sweep measureKernelSweep(const std::function<void(const std::string&)>& say) {
+  Sweep sweep;
+  KernelTables& t = sweep.t;
+  SpeedTrack& track = sweep.track;
   t.lastLevelCache = lastLevelCache();
   t.backend = "cpu";
   t.gemm.dims = kGemmDims;
@@ -261,6 +305,8 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     for (auto op : kAllGemmOps) {
       auto& rate = t.gemm.rate[static_cast<size_t>(op)];
       rate.assign(d * d * d, 0.0);
+      auto& at = sweep.gemmAt[static_cast<size_t>(op)];
+      at.assign(d * d * d, 0.0);
       std::vector<char> measured(d * d * d, 0);
       for (size_t im = 0; im < d; ++im)
         for (size_t in = 0; in < d; ++in)
@@ -270,6 +316,7 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
                 std::max({double(m) * double(k), double(k) * double(n), double(m) * double(n)}) >
                     kMaxOperand)
               continue;
+            at[(im * d + in) * d + ik] = track.tick();
             const double s = perCall([&] {
               nn::CpuBackend::gemm(op, static_cast<int>(m), static_cast<int>(n),
                                    static_cast<int>(k), a.data(), b.data(), c.data(), true);
@@ -277,9 +324,13 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
             rate[(im * d + in) * d + ik] = 2.0 * double(m) * double(n) * double(k) / s;
             measured[(im * d + in) * d + ik] = 1;
           }
+      // The points over the caps take a neighbour's rate, and its timing.
+      auto alsoMeasured = measured;
       fillOverCap(rate, measured, d);
+      fillOverCap(at, alsoMeasured, d);
     }
   }
+  track.tick(true);
   say(fmt::format("GEMM tables      3 x {} shapes (m, n, k in 1..{}), {:.1f} s", d * d * d,
                   kGemmDims.back(), since(t0)));
 
@@ -324,6 +375,7 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     if (!table.units.empty() && units <= table.units.back())
       return;  // a geometry that rounds to the previous size
     table.units.push_back(units);
+    sweep.memoryAt[static_cast<size_t>(kernel)].push_back(track.tick());
     table.rate.push_back(units / perCall(fn));
     auto& cold = t.memoryCold[static_cast<size_t>(kernel)];
     cold.units.push_back(units);
@@ -591,6 +643,7 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     columnsAt(MemKernel::kIm2colStride2, MemKernel::kCol2imStride2, kColumnsLongRow, 2);
     columnsAt(MemKernel::kIm2colStride4, MemKernel::kCol2imStride4, kColumnsLongRow, 4);
   }
+  track.tick(true);
   say(fmt::format("memory kernels   {} kernels x {} sizes (1 Ki..16 Mi units), {:.1f} s",
                   kMemKernelCount, sizes.size(), since(t1)));
   const auto t2 = Clock::now();
@@ -608,7 +661,7 @@ KernelTables measureKernelSweep(const std::function<void(const std::string&)>& s
     model.input(1).fill(1.0f);
     t.callOverhead = Seconds(perCall([&] { model.forward(0); }));
   }
-  return t;
+  return sweep;
 }
 
 }  // namespace
@@ -623,13 +676,41 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
     if (between)
       between();
   };
-  std::vector<KernelTables> runs;
+  std::vector<Sweep> sweepsRun;
   reference();
   for (int i = 0; i < sweeps; ++i) {
-    runs.push_back(measureKernelSweep([&](const std::string& line) {
+    sweepsRun.push_back(measureKernelSweep([&](const std::string& line) {
       say(sweeps > 1 ? fmt::format("{} (sweep {} of {})", line, i + 1, sweeps) : line);
     }));
     reference();
+  }
+  // The speed the tables stand for: the median of every reference timing,
+  // the sweeps' own and those around them.
+  std::vector<double> allGemm = gemmRefs, allCopy = copyRefs;
+  for (const auto& sw : sweepsRun) {
+    allGemm.insert(allGemm.end(), sw.track.gemm.begin(), sw.track.gemm.end());
+    allCopy.insert(allCopy.end(), sw.track.copy.begin(), sw.track.copy.end());
+  }
+  const double g0 = medianOfValues(allGemm), c0 = medianOfValues(allCopy);
+  // Each point scaled from the speed around it to that one: a GEMM's by the
+  // GEMM reference; a memory kernel's hot rate by the two references in the
+  // proportion of its traffic beyond the caches (dramShare, by its bytes:
+  // 8 per unit, as the cost model counts them), its cold rate by the copy
+  // reference. gemm_cold (cold over hot, each pair timed together) stays.
+  std::vector<KernelTables> runs;
+  for (auto& sw : sweepsRun) {
+    for (size_t w = 0; w < sw.t.gemm.rate.size(); ++w)
+      for (size_t i = 0; i < sw.t.gemm.rate[w].size(); ++i)
+        sw.t.gemm.rate[w][i] *= sw.track.factor(static_cast<int>(sw.gemmAt[w][i]), g0, c0, 0.0);
+    for (size_t k = 0; k < sw.t.memory.size(); ++k)
+      for (size_t i = 0; i < sw.t.memory[k].rate.size(); ++i) {
+        const int e = sw.memoryAt[k][i];
+        sw.t.memory[k].rate[i] *=
+            sw.track.factor(e, g0, c0, dramShare(sw.t.memory[k].units[i] * 8));
+        if (i < sw.t.memoryCold[k].rate.size())
+          sw.t.memoryCold[k].rate[i] *= sw.track.factor(e, g0, c0, 1.0);
+      }
+    runs.push_back(std::move(sw.t));
   }
   // Each point's median over the sweeps; every sweep has the same points.
   KernelTables t = runs.front();
@@ -667,14 +748,15 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   for (const auto& r : runs)
     overheads.push_back(r.callOverhead.value());
   t.callOverhead = Seconds(medianOfValues(overheads));
-  t.referenceGemmRate = medianOfValues(gemmRefs);
-  t.referenceCopyRate = medianOfValues(copyRefs);
-  const auto [gLo, gHi] = std::minmax_element(gemmRefs.begin(), gemmRefs.end());
-  const auto [cLo, cHi] = std::minmax_element(copyRefs.begin(), copyRefs.end());
+  t.referenceGemmRate = g0;
+  t.referenceCopyRate = c0;
+  const auto [gLo, gHi] = std::minmax_element(allGemm.begin(), allGemm.end());
+  const auto [cLo, cHi] = std::minmax_element(allCopy.begin(), allCopy.end());
   say(fmt::format(
       "reference        256^3 GEMM {} ({:.0f} % from slowest to fastest of {} timings), 16 MiB "
-      "copy {:.3g} G floats/s ({:.0f} %)",
-      formatFlopRate(FlopsPerSecond(t.referenceGemmRate)), 100 * (*gHi / *gLo - 1), gemmRefs.size(),
+      "copy {:.3g} G floats/s ({:.0f} %); every table point scaled to these by the timings "
+      "around it",
+      formatFlopRate(FlopsPerSecond(t.referenceGemmRate)), 100 * (*gHi / *gLo - 1), allGemm.size(),
       t.referenceCopyRate / 1e9, 100 * (*cHi / *cLo - 1)));
   return t;
 }

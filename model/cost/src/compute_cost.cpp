@@ -21,21 +21,21 @@ namespace {
 // set stays in a core's own caches (DeviceSpec::sharingMemorySpeed by size).
 constexpr double kMemoryBytesPerUnit = 8;
 
-// The share of a memory-bound call's traffic that goes to DRAM rather than a
-// cache, by the bytes each thread touches: none up to 1 MiB (a core's L2 on
-// the development VM's EPYC), all from 16 MiB (half its 32 MiB L3, and the
-// size of validate's copy reference, exec::kReferenceCopy), log-linear in
-// between (the sizes of calibrate's memory_speed_by_size grid). It weighs the
-// copy reference against the GEMM one in validate's normalisation (a VM
-// host's memory contention slows DRAM traffic, not a core's caches); it
-// prices nothing.
+}  // namespace
+
 double dramShare(double bytesPerThread) {
   constexpr double kInCache = 1024.0 * 1024, kInDram = 16.0 * 1024 * 1024;
   return std::clamp(
       std::log(std::max(bytesPerThread, kInCache) / kInCache) / std::log(kInDram / kInCache), 0.0,
       1.0);
 }
-}  // namespace
+
+double rowSpeed(double gemmSpeed, double copySpeed, double memoryShare) {
+  STRATA_ENFORCE(gemmSpeed > 0 && memoryShare >= 0 && memoryShare <= 1);
+  if (copySpeed <= 0)
+    return gemmSpeed;
+  return 1.0 / ((1.0 - memoryShare) / gemmSpeed + memoryShare / copySpeed);
+}
 
 std::string_view toString(ComputeSource source) {
   switch (source) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/model/compute_cost.h"
 #include "strata/model/strategy.h"
 
 namespace strata {
@@ -220,14 +221,8 @@ inline constexpr double kMaxSpeedDrift = 0.25;
 //   2-core VM, 132 rows, 2026-11-26; 5 % there left out 32 rows, most of them
 //   for the reference's own noise): 10 % is a real change of speed.
 inline constexpr double kMaxReferenceSwing = 0.10;
-// The machine's speed against its calibration as a row's work feels it,
-// from the two references' speeds (each its rate over its calibrated rate):
-// time in GEMMs scales with 1 / gemmSpeed and time in memory-bound kernels
-// with 1 / copySpeed, so a step whose calibrated time is a share
-// `memoryShare` memory-bound runs at
-// 1 / ((1 - memoryShare) / gemmSpeed + memoryShare / copySpeed).
-// copySpeed <= 0 (no copy reference): gemmSpeed.
-double rowSpeed(double gemmSpeed, double copySpeed, double memoryShare);
+// rowSpeed (strata/model/compute_cost.h): a row's speed against its
+// calibration from the two references' speeds.
 // A run's step normalised to the calibrated speed: `raw` measured while the
 // machine ran at `speed` (rowSpeed of its round's references).
 Seconds normalisedStep(Seconds raw, double speed);

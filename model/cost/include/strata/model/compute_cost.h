@@ -150,6 +150,27 @@ class ComputeCosts {
   mutable std::set<std::string> outside_;
 };
 
+// The share of a memory-bound call's traffic that goes to DRAM rather than a
+// cache, by the bytes each thread touches: none up to 1 MiB (a core's L2 on
+// the development VM's EPYC), all from 16 MiB (half its 32 MiB L3, and the
+// size of validate's copy reference, exec::kReferenceCopy), log-linear in
+// between (the sizes of calibrate's memory_speed_by_size grid). It weighs the
+// copy reference against the GEMM one in validate's normalisation and in
+// calibrate's scaling of each point to the references' speed (a VM host's
+// memory contention slows DRAM traffic, not a core's caches); it prices
+// nothing.
+double dramShare(double bytesPerThread);
+
+// The machine's speed as a piece of work feels it, from two reference
+// kernels' speeds (each its rate over the rate it is compared with): time
+// in GEMMs scales with 1 / gemmSpeed and time in memory-bound kernels with
+// 1 / copySpeed, so work a share `memoryShare` memory-bound runs at
+// 1 / ((1 - memoryShare) / gemmSpeed + memoryShare / copySpeed).
+// copySpeed <= 0 (no copy reference): gemmSpeed. validate normalises a row
+// by it (docs/validation.md, "Normalisation"); calibrate scales each table
+// point to the speed of the references' median by it.
+double rowSpeed(double gemmSpeed, double copySpeed, double memoryShare);
+
 // The share of one worker's compute in a step of `scenario` (every layer's
 // forward and backward on its examples, model-parallel layers as the owt
 // strategies split them, and the update) that the cluster's kernel tables
