@@ -702,7 +702,8 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
     for (size_t w = 0; w < sw.t.gemm.rate.size(); ++w)
       for (size_t i = 0; i < sw.t.gemm.rate[w].size(); ++i)
         sw.t.gemm.rate[w][i] *= sw.track.factor(static_cast<int>(sw.gemmAt[w][i]), g0, c0, 0.0);
-    for (size_t k = 0; k < sw.t.memory.size(); ++k)
+    for (size_t k = 0; k < sw.t.memory.size(); ++k) {
+      STRATA_ENFORCE(sw.memoryAt[k].size() == sw.t.memory[k].rate.size());
       for (size_t i = 0; i < sw.t.memory[k].rate.size(); ++i) {
         const int e = sw.memoryAt[k][i];
         sw.t.memory[k].rate[i] *=
@@ -710,6 +711,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
         if (i < sw.t.memoryCold[k].rate.size())
           sw.t.memoryCold[k].rate[i] *= sw.track.factor(e, g0, c0, 1.0);
       }
+    }
     runs.push_back(std::move(sw.t));
   }
   // Each point's median over the sweeps; every sweep has the same points.
