@@ -267,6 +267,24 @@ double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
   return b.all > 0 ? b.cold / b.all : 0.0;
 }
 
+double ComputeCosts::Traffic::between(int a, int b) const {
+  const int end = static_cast<int>(before.size()) - 1;  // 2n
+  a = std::clamp(a, 0, end);
+  b = std::clamp(b, 0, end);
+  return b > a ? before[static_cast<size_t>(b)] - before[static_cast<size_t>(a)] : 0.0;
+}
+
+std::vector<int> ComputeCosts::readers(int producer) const {
+  std::vector<int> r;
+  for (size_t c = 0; c < net_.layers.size(); ++c)
+    for (int j : net_.layers[c].inputs)
+      if (j == producer && static_cast<int>(c) > producer) {
+        r.push_back(static_cast<int>(c));
+        break;
+      }
+  return r;
+}
+
 double ComputeCosts::stepTraffic(double examples) const {
   const Traffic& tr = traffic(examples);
   return tr.before.back() + tr.updateFrom.front();
@@ -284,14 +302,7 @@ ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, do
   const int n = static_cast<int>(net_.layers.size());
   const double ex = std::max(1.0, std::round(examples));
   const double e = elementBytes(element_);
-  // Traffic of the step's phases from position a up to (not including) b, in
-  // the order a step runs: forward 0..n-1 (positions 0..n-1), then the
-  // backward of n-1..0 (positions n..2n-1).
-  auto between = [&](int a, int b) {
-    a = std::clamp(a, 0, 2 * n);
-    b = std::clamp(b, 0, 2 * n);
-    return b > a ? tr.before[static_cast<size_t>(b)] - tr.before[static_cast<size_t>(a)] : 0.0;
-  };
+  auto between = [&](int a, int b) { return tr.between(a, b); };
   const Layer& l = net_.layers[static_cast<size_t>(index)];
   auto outBytes = [&](int layer) {
     const Shape s = layer < 0 ? net_.input : net_.layers[static_cast<size_t>(layer)].outShape;
@@ -311,12 +322,8 @@ ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, do
     const int self = 2 * n - 1 - index;  // this layer's backward position
     // The output's gradient, since the backward of its first consumer (the
     // last to run before this one), or made just now (the loss's).
-    int consumer = n;
-    for (int c = index + 1; c < n; ++c)
-      for (int j : net_.layers[static_cast<size_t>(c)].inputs)
-        if (j == index)
-          consumer = std::min(consumer, c);
-    operand(outBytes(index), consumer < n ? between(2 * n - consumer, self) : 0.0);
+    const auto consumers = readers(index);
+    operand(outBytes(index), consumers.empty() ? 0.0 : between(2 * n - consumers.front(), self));
     // The saved input, since this layer's forward (add and concat read no
     // input back: BackwardReads::kNothing).
     if (layerKindRow(l.kind).reads != BackwardReads::kNothing)
@@ -346,24 +353,9 @@ double ComputeCosts::operandCold(int index, Phase phase, double examples, GemmOp
   const Traffic& tr = traffic(examples);
   const int n = static_cast<int>(net_.layers.size());
   const int self = 2 * n - 1 - index;  // this layer's backward position
-  auto between = [&](int a, int b) {
-    a = std::clamp(a, 0, 2 * n);
-    b = std::clamp(b, 0, 2 * n);
-    return b > a ? tr.before[static_cast<size_t>(b)] - tr.before[static_cast<size_t>(a)] : 0.0;
-  };
+  auto between = [&](int a, int b) { return tr.between(a, b); };
   const Layer& l = net_.layers[static_cast<size_t>(index)];
   const int input = l.inputs.empty() ? -1 : l.inputs.front();
-  // The readers of a layer's output (of the network input for -1).
-  auto readers = [&](int producer) {
-    std::vector<int> r;
-    for (int c = 0; c < n; ++c)
-      for (int j : net_.layers[static_cast<size_t>(c)].inputs)
-        if (j == producer && c > producer) {
-          r.push_back(c);
-          break;
-        }
-    return r;
-  };
   // The rest of the step before's backward from position p on, and its
   // updates.
   auto stepBeforeFrom = [&](int p) { return between(p, 2 * n) + tr.updateFrom[0]; };

@@ -117,7 +117,14 @@ class ComputeCosts {
     std::vector<double> updateFrom;
     // weightGradient[i]: layer i's backward-weights traffic.
     std::vector<double> weightGradient;
+    // Traffic of the step's phases from position a up to (not including)
+    // b, in the order a step runs: forward 0..n-1 (positions 0..n-1), then
+    // the backward of n-1..0 (positions n..2n-1); clamped to 0..2n.
+    double between(int a, int b) const;
   };
+  // The layers that read `producer`'s output (the network input's for -1),
+  // in order.
+  std::vector<int> readers(int producer) const;
   const Traffic& traffic(double examples) const;
   // Bytes of a phase's operands, and the share of them no longer cached.
   struct ColdBytes {
