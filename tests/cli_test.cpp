@@ -1371,6 +1371,16 @@ TEST_CASE("calibrate writes a cluster that loads", "[cli][validate][timing]") {
   CHECK(cluster.device.kernels.referenceCopyRate > 1e7);
   CHECK(cluster.fittedOn.empty());
   CHECK_FALSE(cluster.device.kernels.empty());
+  // The warm level where sysfs names a core's own cache (Linux): its size,
+  // every memory-bound kernel's warm table and the GEMM grid's slowdowns.
+  if (cluster.device.kernels.coreCache.value() > 0) {
+    const auto& t = cluster.device.kernels;
+    CHECK(t.coreCache <= t.lastLevelCache);
+    CHECK(t.hasWarm());
+    CHECK(t.hasGemmWarm());
+    for (int i = 0; i < strata::kMemKernelCount; ++i)
+      CHECK(t.memoryWarm[size_t(i)].empty() == t.memory[size_t(i)].empty());
+  }
   // The duty sweep of the 2-worker row parses back: d = 0, 0.25, 0.5, 0.75,
   // 1; 1 at d = 0 (the lane alone), overlap_comm_speed at d = 1, and the
   // accessor gives each point back.

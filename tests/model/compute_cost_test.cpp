@@ -918,6 +918,26 @@ Network chainNetwork(const std::filesystem::path& dir) {
                          "  - {name: fc2, kind: fc, outputs: 4, bias: false}\n";
   return loadNetwork(path.string());
 }
+
+// Two fc 64 -> 64, no biases: 16 KiB of weights each.
+Network wideNetwork(const std::filesystem::path& dir) {
+  const auto path = dir / "wide.yaml";
+  std::ofstream(path) << "name: wide\n"
+                         "input: {channels: 64, height: 1, width: 1}\n"
+                         "layers:\n"
+                         "  - {name: fc1, kind: fc, outputs: 64, bias: false}\n"
+                         "  - {name: fc2, kind: fc, outputs: 64, bias: false}\n";
+  return loadNetwork(path.string());
+}
+
+// The bytes a layer phase touches, as the CPU backend lowers it (a GEMM's
+// operands at 4 bytes, a memory-bound kernel's units at 8).
+double phaseTraffic(const Network& net, int layer, Phase phase, double examples) {
+  double b = 0;
+  for (const auto& c : lowerCpu(net, layer, phase, examples, 0))
+    b += c.count * (c.gemm ? 4.0 * double(c.m * c.k + c.k * c.n + c.m * c.n) : c.units * 8);
+  return b;
+}
 }  // namespace
 
 TEST_CASE(
@@ -1013,19 +1033,29 @@ TEST_CASE("memory_cold: needs last_level_cache and the kernel's hot table", "[ke
 }
 
 namespace {
+// `path`'s text with `added` after its line `after`, written as
+// kernel-cluster.yaml in `dir`/`sub` (a cluster's name is its file's stem).
+std::string insertedCluster(const std::string& path, const std::string& after,
+                            const std::string& added, const std::filesystem::path& dir,
+                            const std::string& sub) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const auto at = yaml.find(after);
+  REQUIRE(at != std::string::npos);
+  yaml.insert(at + after.size(), added);
+  std::filesystem::create_directories(dir / sub);
+  const auto file = dir / sub / "kernel-cluster.yaml";
+  std::ofstream(file) << yaml;
+  return file.string();
+}
+
 // coldCluster's file (64 KiB reported) with an effective cache of 8 KiB
 // and, with `gemmCold`, a gemm_cold grid over dims 4 and 64: nn slows 2x
 // everywhere, tn 1.5x, nt 2x at k = 4 and 4x at k = 64 (3x at k = 16, half-way
 // in log size).
 std::string gemmColdCluster(const std::filesystem::path& dir, bool gemmCold) {
-  const std::string path = coldCluster("64 KiB", dir);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string yaml = text.str();
-  const std::string cache = "    last_level_cache: 64 KiB   # test value\n";
-  const auto at = yaml.find(cache);
-  REQUIRE(at != std::string::npos);
   std::string grid;
   if (gemmCold) {
     grid = "    gemm_cold:   # test values\n      dims: [4, 64]\n      rates:\n";
@@ -1037,12 +1067,10 @@ std::string gemmColdCluster(const std::filesystem::path& dir, bool gemmCold) {
                               : std::string(op) == "nt" ? "[2, 4]"
                                                         : "[1.5, 1.5]");
   }
-  yaml.insert(at + cache.size(), "    effective_cache: 8 KiB   # test value\n" + grid);
-  const auto sub = dir / (gemmCold ? "gemm-cold" : "effective-cache");
-  std::filesystem::create_directories(sub);
-  const auto file = sub / "kernel-cluster.yaml";
-  std::ofstream(file) << yaml;
-  return file.string();
+  return insertedCluster(coldCluster("64 KiB", dir),
+                         "    last_level_cache: 64 KiB   # test value\n",
+                         "    effective_cache: 8 KiB   # test value\n" + grid, dir,
+                         gemmCold ? "gemm-cold" : "effective-cache");
 }
 }  // namespace
 
@@ -1128,7 +1156,8 @@ TEST_CASE("gemm_cold: a GEMM call slows by the share of its operands the step ev
   const double fillCold = coldOf(h, bwd0 + update1 + update2 + fwd0 + fwd1 + fwd2 + wg2) / h;
   REQUIRE(fillCold > 0);
   const double zeroHot = t.memoryTime(MemKernel::kZero, 64 * 16).value();
-  const double zeroCold = t.memoryTime(MemKernel::kZero, 64 * 16, nullptr, true).value();
+  const double zeroCold =
+      t.memoryTime(MemKernel::kZero, 64 * 16, nullptr, Residence::kCold).value();
   const double gemmD = t.gemmTime(GemmOp::kNN, 64, 16, 4).value();
   CHECK(hot.layer(2, Phase::kBwdData, ex, 1.0).value() ==
         Approx(gemmD + zeroHot * (1 - fillCold) + zeroCold * fillCold + 2e-6).epsilon(1e-9));
@@ -1141,19 +1170,8 @@ TEST_CASE("gemm_cold: a GEMM call slows by the share of its operands the step ev
   // what fc2's backward read in the step before (since then fc1's weight
   // gradient and both updates). The table, timed back to back, had
   // 1 - C / 18 KiB of them out of the cache already.
-  const auto widePath = dir / "wide.yaml";
-  std::ofstream(widePath) << "name: wide\n"
-                             "input: {channels: 64, height: 1, width: 1}\n"
-                             "layers:\n"
-                             "  - {name: fc1, kind: fc, outputs: 64, bias: false}\n"
-                             "  - {name: fc2, kind: fc, outputs: 64, bias: false}\n";
-  const Network wide = loadNetwork(widePath.string());
-  auto wideTraffic = [&](int layer, Phase phase) {
-    double bytes = 0;
-    for (const auto& c : lowerCpu(wide, layer, phase, 4, 0))
-      bytes += c.count * (c.gemm ? 4.0 * double(c.m * c.k + c.k * c.n + c.m * c.n) : c.units * 8);
-    return bytes;
-  };
+  const Network wide = wideNetwork(dir);
+  auto wideTraffic = [&](int layer, Phase phase) { return phaseTraffic(wide, layer, phase, 4); };
   const double w = 64 * 64 * 4, act = 4 * 64 * 4;
   const double wideUpdate = wideTraffic(1, Phase::kUpdate);
   CHECK(wideUpdate == 2 * w);
@@ -1204,5 +1222,148 @@ TEST_CASE("gemm_cold and effective_cache: mistakes name the key", "[kernels][clu
         "      dims: [4, 64]",
         "device.kernels.gemm_cold", "run strata calibrate again",
         "      nt: {units: [64], gunits_per_s: [1]}");
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+// coldCluster's file (last-level cache 64 KiB) with a core's own cache of
+// 4 KiB, warm tables for zero and relu_fwd at 0.5 G units per second and,
+// with `gemmWarm`, a gemm_warm grid that slows every product 2x (no
+// gemm_cold: only the core's cache's misses cost a GEMM anything).
+std::string warmCluster(const std::filesystem::path& dir, bool gemmWarm) {
+  std::string added =
+      "    core_cache: 4 KiB   # test value\n"
+      "    memory_warm:\n"
+      "      zero: {units: [16, 256, 4096], gunits_per_s: [0.5, 0.5, 0.5]}   # test\n"
+      "      relu_fwd: {units: [16, 256, 4096], gunits_per_s: [0.5, 0.5, 0.5]}   # test\n";
+  if (gemmWarm) {
+    added += "    gemm_warm:   # test values\n      dims: [4, 64]\n      rates:\n";
+    for (const char* op : {"nn", "nt", "tn"})
+      for (int m : {4, 64})
+        for (int n : {4, 64})
+          added += fmt::format("        - {{op: {}, m: {}, n: {}, slowdown: [2, 2]}}\n", op, m, n);
+  }
+  return insertedCluster(coldCluster("64 KiB", dir),
+                         "    last_level_cache: 64 KiB   # test value\n", added, dir,
+                         gemmWarm ? "gemm-warm" : "warm");
+}
+}  // namespace
+
+TEST_CASE("memory_warm and gemm_warm: operands out of the core's cache, in the last-level one",
+          "[kernels][cost]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-warm-" + std::to_string(::getpid()));
+  const auto cl = loadCluster(warmCluster(dir, false));
+  const auto& t = cl.device.kernels;
+  REQUIRE(t.hasWarm());
+  CHECK_FALSE(t.hasGemmWarm());
+  CHECK(t.coreCache.value() == 4096);
+  // The three residencies pick three tables; a kernel without a warm table
+  // is priced hot there.
+  CHECK(t.memoryTime(MemKernel::kReluFwd, 1000).value() == Approx(1e-6));
+  CHECK(t.memoryTime(MemKernel::kReluFwd, 1000, nullptr, Residence::kWarm).value() == Approx(2e-6));
+  CHECK(t.memoryTime(MemKernel::kReluFwd, 1000, nullptr, Residence::kCold).value() == Approx(4e-6));
+  CHECK(t.memoryTime(MemKernel::kReluBwd, 1000, nullptr, Residence::kWarm).value() == Approx(1e-6));
+
+  const Network net = chainNetwork(dir);  // fc1 16 -> 16, relu, fc2 16 -> 4
+  auto traffic = [&](int layer, Phase phase, double ex) {
+    return phaseTraffic(net, layer, phase, ex);
+  };
+  auto bwd = [&](int layer, double ex) {
+    return traffic(layer, Phase::kBwdData, ex) + (net.layers[size_t(layer)].computesWeightGradient()
+                                                      ? traffic(layer, Phase::kBwdWeights, ex)
+                                                      : 0.0);
+  };
+  auto outOf = [](double cache, double size, double distance) {
+    return 1.0 - std::min(1.0, cache / (distance + size));
+  };
+  for (int threads : {1, 2}) {
+    const ComputeCosts costs(net, cl, ElementType::kFp32, 1, Optimizer::kMomentum, threads);
+    // Each thread has a core and its cache.
+    const double core = 4096.0 * threads, llc = 65536;
+    for (double ex : {4.0, 64.0, 256.0}) {
+      INFO("threads " << threads << ", examples " << ex);
+      // relu's forward reads fc1's output (written just before) and writes
+      // its own over what it read in the step before (coldShare's test).
+      const double hidden = ex * 16 * 4;
+      const double updates = traffic(0, Phase::kUpdate, ex) + traffic(2, Phase::kUpdate, ex);
+      const double since =
+          bwd(1, ex) + traffic(0, Phase::kBwdWeights, ex) + updates + traffic(0, Phase::kFwd, ex);
+      auto evicted = [&](double cache) {
+        return (outOf(cache, hidden, 0) + outOf(cache, hidden, since)) / 2;
+      };
+      const double cold = evicted(llc), warm = evicted(core) - evicted(llc);
+      CHECK(costs.coldShare(1, Phase::kFwd, ex) == Approx(cold));
+      CHECK(costs.warmShare(1, Phase::kFwd, ex) == Approx(warm));
+      // Priced hot x (1 - cold - warm) + warm x warm + cold x cold, at 1,
+      // 0.5 and 0.25 G units per second (each thread a share of the call).
+      CHECK(costs.layer(1, Phase::kFwd, ex, 1.0).value() ==
+            Approx((ex * 16 * ((1 - cold - warm) / 1e9 + warm / 0.5e9 + cold / 0.25e9) +
+                    kCallOverhead) /
+                   threads)
+                .epsilon(1e-12));
+    }
+  }
+  // At 256 examples relu's 16 KiB input is 4x the core's cache and a
+  // quarter of the last-level one: 3/4 out of the core's, all in the LLC.
+  const ComputeCosts costs(net, cl, ElementType::kFp32, 1);
+  CHECK(costs.coldShare(0, Phase::kFwd, 256) == 0.0);
+  CHECK(costs.warmShare(0, Phase::kFwd, 256) == Approx(1 - 4096.0 / 16384));
+  // Without warm tables no share is warm.
+  const auto cold = loadCluster(coldCluster("64 KiB", dir / "cold"));
+  CHECK(ComputeCosts(net, cold, ElementType::kFp32, 1).warmShare(0, Phase::kFwd, 256) == 0.0);
+
+  // gemm_warm: two fc 64 -> 64 (16 KiB of weights each) at 4 examples.
+  // fc1's forward (nt 4 x 64 x 64) reads its input (the network's, first)
+  // and its weights, last touched by its update, then fc2's (32 KiB), and
+  // writes its output over what fc2's backward read in the step before. The
+  // table, timed back to back, had 1 - core / operands of them out of the
+  // core's cache already; the GEMM is priced 2x for the share beyond that.
+  const auto gw = loadCluster(warmCluster(dir, true));
+  REQUIRE(gw.device.kernels.hasGemmWarm());
+  CHECK(gw.device.kernels.gemmWarmSlowdown(GemmOp::kNT, 10, 20, 30) == Approx(2));
+  const Network wide = wideNetwork(dir);
+  auto wideTraffic = [&](int layer, Phase phase) { return phaseTraffic(wide, layer, phase, 4); };
+  constexpr double C = 4096, w = 64 * 64 * 4, act = 4 * 64 * 4;
+  const double update2 = wideTraffic(1, Phase::kUpdate);
+  CHECK(update2 == 2 * w);
+  const double outCold =
+      act * outOf(C, act, 0) + w * outOf(C, w, update2) +
+      act * outOf(C, act,
+                  wideTraffic(0, Phase::kBwdWeights) + wideTraffic(0, Phase::kUpdate) + update2);
+  const double operands = w + 2 * act, tableCold = 1 - C / operands;
+  const double share = (outCold / operands - tableCold) / (1 - tableCold);
+  REQUIRE(share > 0);
+  const ComputeCosts wideWarm(wide, gw, ElementType::kFp32, 1);
+  const ComputeCosts wideHot(wide, cl, ElementType::kFp32, 1);
+  CHECK(wideWarm.layer(0, Phase::kFwd, 4, 1.0).value() -
+            wideHot.layer(0, Phase::kFwd, 4, 1.0).value() ==
+        Approx(gw.device.kernels.gemmTime(GemmOp::kNT, 4, 64, 64).value() * share).epsilon(1e-9));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("core_cache, memory_warm and gemm_warm: mistakes name the key",
+          "[kernels][cluster][errors]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata-warm-errors-" + std::to_string(::getpid()));
+  const std::string good = warmCluster(dir, true);
+  std::ifstream in(good);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = text.str();
+  REQUIRE_NOTHROW(loadCluster(good));
+  auto check = [&](const std::string& from, const std::string& to, const std::string& key,
+                   const std::string& says) { checkLoadFails(good, base, from, to, key, says); };
+  check("    core_cache: 4 KiB   # test value\n", "", "device.kernels.memory_warm", "core_cache");
+  check("core_cache: 4 KiB", "core_cache: 128 KiB", "device.kernels.core_cache",
+        "at most last_level_cache");
+  check("core_cache: 4 KiB", "core_cache: 100 B", "device.kernels.core_cache", "1 KiB");
+  check("core_cache: 4 KiB", "core_cache: 4096", "device.kernels.core_cache", "unit");
+  check("      relu_fwd: {units: [16, 256, 4096], gunits_per_s: [0.5, 0.5, 0.5]}",
+        "      lrn_fwd: {units: [16, 256, 4096], gunits_per_s: [0.5, 0.5, 0.5]}",
+        "device.kernels.memory_warm.lrn_fwd", "hot");
+  check("        - {op: nn, m: 4, n: 4, slowdown: [2, 2]}",
+        "        - {op: nn, m: 4, n: 4, slowdown: [2, 0.01]}",
+        "device.kernels.gemm_warm.rates[0].slowdown[1]", "0.1 to 10,000");
   std::filesystem::remove_all(dir);
 }

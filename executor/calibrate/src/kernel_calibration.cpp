@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -70,14 +71,19 @@ double perCallCold(F&& fn, std::vector<float>& flush) {
   return t[1];
 }
 
-// The node's last-level cache, as the OS reports it (the largest level of
-// cpu0's caches); 32 MiB when it reports none.
-Bytes lastLevelCache() {
+// The largest of cpu0's data and unified caches (sysfs) that `keep` accepts
+// by its shared_cpu_list; 0 when the OS reports none.
+double largestCache(const std::function<bool(const std::string& sharedCpus)>& keep) {
   double largest = 0;
   for (int index = 0; index < 8; ++index) {
-    std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", index));
-    std::string text;
-    if (!(in >> text) || text.empty())
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", index);
+    std::ifstream size(dir + "size"), shared(dir + "shared_cpu_list"), type(dir + "type");
+    std::string text, cpus, kind;
+    if (!(size >> text) || text.empty())
+      continue;
+    shared >> cpus;
+    type >> kind;
+    if (kind == "Instruction" || !keep(cpus))
       continue;
     double scale = 1;
     if (text.back() == 'K')
@@ -89,7 +95,24 @@ Bytes lastLevelCache() {
     } catch (const std::exception&) {
     }
   }
-  return Bytes(largest >= 1024 ? largest : 32.0 * 1024 * 1024);
+  return largest >= 1024 ? largest : 0.0;
+}
+
+// The node's last-level cache, as the OS reports it (the largest level of
+// cpu0's caches); 32 MiB when it reports none.
+Bytes lastLevelCache() {
+  const double largest = largestCache([](const std::string&) { return true; });
+  return Bytes(largest > 0 ? largest : 32.0 * 1024 * 1024);
+}
+
+// The cache private to a core: the largest level of cpu0's caches that no
+// other core shares (shared_cpu_list "0", or cpu0's hyperthread siblings);
+// 0 when the OS reports none.
+Bytes coreCache() {
+  std::string siblings = "0";
+  std::ifstream("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list") >> siblings;
+  return Bytes(
+      largestCache([&](const std::string& cpus) { return cpus == "0" || cpus == siblings; }));
 }
 
 // GEMM grid: m, n and k each from 1 to 16384, by factors of 2 up to 256 (batch
@@ -168,7 +191,7 @@ const std::vector<int64_t> kGemmColdDims = {8, 64, 512, 4096, 16384};
 constexpr double kMaxColdMacs = double(1 << 30);
 constexpr int64_t kMaxColdOperand = int64_t{1} << 26;
 
-void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
+void measureGemmCold(KernelTables& t, std::vector<float>& flush, std::vector<float>& warmFlush) {
   constexpr int64_t kLargest = int64_t{1} << 24;  // floats: 64 MiB
   constexpr int kSide = 4096;                     // 16 x 4096 x 4096 nt: B of 64 MiB
   auto a = filled(size_t(kLargest), 0.01f);
@@ -215,10 +238,16 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
   c = filled(size_t(kMaxColdOperand), 0.0f);
   t.gemmCold = {};
   t.gemmCold.dims = kGemmColdDims;
+  t.gemmWarm = {};
+  if (!warmFlush.empty())
+    t.gemmWarm.dims = kGemmColdDims;
   const size_t d = kGemmColdDims.size();
   for (auto op : kAllGemmOps) {
     auto& slowdown = t.gemmCold.rate[static_cast<size_t>(op)];
     slowdown.assign(d * d * d, 1.0);
+    auto& warmSlowdown = t.gemmWarm.rate[static_cast<size_t>(op)];
+    if (!warmFlush.empty())
+      warmSlowdown.assign(d * d * d, 1.0);
     std::vector<char> measured(d * d * d, 0);
     for (size_t im = 0; im < d; ++im)
       for (size_t in = 0; in < d; ++in)
@@ -235,9 +264,24 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush) {
           const auto t0 = Clock::now();
           call();
           slowdown[(im * d + in) * d + ik] = std::clamp(since(t0) / h, 0.1, 1e4);
+          // Out of the core's cache only: the median of 3 where a call is
+          // short enough for one timing to be noisy.
+          if (!warmFlush.empty()) {
+            const double warm = h < 2e-3 ? perCallCold(call, warmFlush) : [&] {
+              for (size_t j = 0; j < warmFlush.size(); j += 16)
+                warmFlush[j] += 1.0f;
+              const auto w0 = Clock::now();
+              call();
+              return since(w0);
+            }();
+            warmSlowdown[(im * d + in) * d + ik] = std::clamp(warm / h, 0.1, 1e4);
+          }
           measured[(im * d + in) * d + ik] = 1;
         }
+    auto alsoMeasured = measured;
     fillOverCap(slowdown, measured, d);
+    if (!warmFlush.empty())
+      fillOverCap(warmSlowdown, alsoMeasured, d);
   }
 }
 
@@ -290,6 +334,7 @@ Sweep measureKernelSweep(const std::function<void(const std::string&)>& say) {
   KernelTables& t = sweep.t;
   SpeedTrack& track = sweep.track;
   t.lastLevelCache = lastLevelCache();
+  t.coreCache = coreCache();
   t.backend = "cpu";
   t.gemm.dims = kGemmDims;
   // Timed as C += op(A) op(B), the product alone: the cost model adds the
@@ -370,6 +415,9 @@ Sweep measureKernelSweep(const std::function<void(const std::string&)>& say) {
   // Each point hot (perCall: repeated calls on the same operands, in cache
   // up to its size) and cold (perCallCold: after flushing the caches).
   std::vector<float> flush(static_cast<size_t>(2 * t.lastLevelCache.value() / sizeof(float)));
+  // And warm (perCallCold after writing four times the core's own cache:
+  // the operands left in the last-level cache, as a step leaves most).
+  std::vector<float> warmFlush(static_cast<size_t>(4 * t.coreCache.value() / sizeof(float)));
   auto record = [&](MemKernel kernel, double units, auto&& fn) {
     auto& table = t.memory[static_cast<size_t>(kernel)];
     if (!table.units.empty() && units <= table.units.back())
@@ -380,6 +428,11 @@ Sweep measureKernelSweep(const std::function<void(const std::string&)>& say) {
     auto& cold = t.memoryCold[static_cast<size_t>(kernel)];
     cold.units.push_back(units);
     cold.rate.push_back(units / perCallCold(fn, flush));
+    if (!warmFlush.empty()) {
+      auto& warm = t.memoryWarm[static_cast<size_t>(kernel)];
+      warm.units.push_back(units);
+      warm.rate.push_back(units / perCallCold(fn, warmFlush));
+    }
   };
   // Elementwise tensors: 64 channels, the rest in width.
   auto flat = [](double u) { return nn::Dims{1, 64, 1, std::max(1, static_cast<int>(u / 64))}; };
@@ -647,7 +700,7 @@ Sweep measureKernelSweep(const std::function<void(const std::string&)>& say) {
   say(fmt::format("memory kernels   {} kernels x {} sizes (1 Ki..16 Mi units), {:.1f} s",
                   kMemKernelCount, sizes.size(), since(t1)));
   const auto t2 = Clock::now();
-  measureGemmCold(t, flush);
+  measureGemmCold(t, flush, warmFlush);
   say(fmt::format(
       "cold GEMMs       3 x {} shapes (m, n, k in {}..{}), effective cache {:.0f} MiB (of "
       "{:.0f} MiB reported), {:.1f} s",
@@ -710,6 +763,10 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
             sw.track.factor(e, g0, c0, dramShare(sw.t.memory[k].units[i] * 8));
         if (i < sw.t.memoryCold[k].rate.size())
           sw.t.memoryCold[k].rate[i] *= sw.track.factor(e, g0, c0, 1.0);
+        // Warm: from the last-level cache, on the chip as the hot rate's.
+        if (i < sw.t.memoryWarm[k].rate.size())
+          sw.t.memoryWarm[k].rate[i] *=
+              sw.track.factor(e, g0, c0, dramShare(sw.t.memoryWarm[k].units[i] * 8));
       }
     }
     runs.push_back(std::move(sw.t));
@@ -727,6 +784,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   };
   gridMedians(&KernelTables::gemm);
   gridMedians(&KernelTables::gemmCold);
+  gridMedians(&KernelTables::gemmWarm);
   auto medians = [&](auto member) {
     for (size_t k = 0; k < (t.*member).size(); ++k)
       for (size_t i = 0; i < (t.*member)[k].rate.size(); ++i) {
@@ -740,6 +798,7 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
   };
   medians(&KernelTables::memory);
   medians(&KernelTables::memoryCold);
+  medians(&KernelTables::memoryWarm);
   {
     std::vector<double> caches;
     for (const auto& r : runs)
@@ -802,7 +861,18 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
     y << "    memory_cold:   # the same kernels with their operands out of the caches: each call "
          "right after writing twice last_level_cache, median of 3"
       << over << "\n";
-    memoryRowsYaml(y, t, true);
+    memoryRowsYaml(y, t, Residence::kCold);
+  }
+  if (t.hasWarm()) {
+    y << fmt::format(
+        "    core_cache: {:.0f} KiB   # cpu0's largest cache level no other CPU shares "
+        "(/sys/devices/system/cpu/cpu0/cache): the warm tables were flushed of it; each thread "
+        "has its own\n",
+        t.coreCache.value() / 1024);
+    y << "    memory_warm:   # the same kernels with their operands out of the core's cache, in "
+         "the last-level one: each call right after writing four times core_cache, median of 3"
+      << over << "\n";
+    memoryRowsYaml(y, t, Residence::kWarm);
   }
   if (t.hasGemmCold()) {
     y << fmt::format(
@@ -818,6 +888,15 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
                  {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, "      ",
                  "slowdown");
   }
+  if (t.hasGemmWarm()) {
+    y << "    gemm_warm:   # warm time over hot time of Eigen's products: each shape of "
+         "gemm_cold's "
+         "grid right after writing four times core_cache (median of 3 for calls under 2 ms)"
+      << over << "\n";
+    gridRowsYaml(y, "op", t.gemmWarm,
+                 {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, "      ",
+                 "slowdown");
+  }
   return y.str();
 }
 
@@ -830,7 +909,8 @@ void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table
     y << (i ? ", " : "") << table.dims[i];
   y << "]   # grid of m, n and k\n";
   y << indent << "rates:   # one row per (" << key
-    << ", m, n): " << (rates ? "GFLOP/s" : "cold time / hot time") << " for each k in dims\n";
+    << ", m, n): " << (rates ? "GFLOP/s" : "time with the operands flushed (above) over hot time")
+    << " for each k in dims\n";
   const size_t d = table.dims.size();
   for (size_t w = 0; w < 3; ++w)
     for (size_t im = 0; im < d; ++im)
@@ -855,9 +935,11 @@ void sizeRowYaml(std::ostringstream& y, std::string_view name, const SizeTable& 
   y << "]}\n";
 }
 
-void memoryRowsYaml(std::ostringstream& y, const KernelTables& t, bool cold) {
+void memoryRowsYaml(std::ostringstream& y, const KernelTables& t, Residence at) {
   for (int i = 0; i < kMemKernelCount; ++i) {
-    const auto& m = (cold ? t.memoryCold : t.memory)[static_cast<size_t>(i)];
+    const auto& m = (at == Residence::kCold   ? t.memoryCold
+                     : at == Residence::kWarm ? t.memoryWarm
+                                              : t.memory)[static_cast<size_t>(i)];
     if (!m.empty())
       sizeRowYaml(y, toString(static_cast<MemKernel>(i)), m);
   }

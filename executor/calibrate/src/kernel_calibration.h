@@ -33,8 +33,10 @@ KernelTables measureKernelTables(const std::function<void(const std::string&)>& 
 // GEMMs with their operands out of the caches (KernelTables::gemmCold and
 // effectiveCache): each shape of a coarse grid hot and right after writing
 // `flush` (twice the reported cache), and an nt GEMM's 64 MiB operand after
-// writing a share of it. Needs t.lastLevelCache.
-void measureGemmCold(KernelTables& t, std::vector<float>& flush);
+// writing a share of it; and with `warmFlush` (four times the core's own
+// cache; empty: none) each shape right after writing it (gemmWarm). Needs
+// t.lastLevelCache.
+void measureGemmCold(KernelTables& t, std::vector<float>& flush, std::vector<float>& warmFlush);
 
 // The network whose one call measures a layer-phase call's own cost: a relu
 // over one element, the input its only input.
@@ -72,8 +74,9 @@ void gridRowsYaml(std::ostringstream& y, const char* key, const GemmTable& table
 // One `{units, gunits_per_s}` row, `name: {...}`, indented by 6.
 void sizeRowYaml(std::ostringstream& y, std::string_view name, const SizeTable& table);
 // The rows under `memory:`: one per kernel with a table.
-// memory's rows (cold: memory_cold's).
-void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables, bool cold = false);
+// memory's rows (kWarm: memory_warm's, kCold: memory_cold's).
+void memoryRowsYaml(std::ostringstream& y, const KernelTables& tables,
+                    Residence at = Residence::kHot);
 
 // One row of a calibrated `sharing` table: speeds of each of `workers`
 // workers relative to one alone, and the lanes' hand-off time (seconds).

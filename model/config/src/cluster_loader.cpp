@@ -122,7 +122,8 @@ void readGrid(const ConfigNode& g, GemmTable& table, const char* key, const char
 
 KernelTables readKernels(const ConfigNode& n) {
   n.allowOnly({"backend", "call_overhead", "reference", "last_level_cache", "effective_cache",
-               "gemm", "conv", "gemm_cold", "by_element", "memory", "memory_cold"});
+               "gemm", "conv", "gemm_cold", "by_element", "memory", "memory_cold", "core_cache",
+               "memory_warm", "gemm_warm"});
   KernelTables t;
   const auto backend = n.require("backend");
   t.backend = backend.asString();
@@ -196,15 +197,42 @@ KernelTables readKernels(const ConfigNode& n) {
   };
   if (auto memory = n.get("memory"))
     readSizeTables(*memory, t.memory);
-  if (auto cold = n.get("memory_cold")) {
-    if (!n.get("last_level_cache"))
-      cold->fail("needs last_level_cache beside it (the cache its operands were flushed of)");
-    readSizeTables(*cold, t.memoryCold);
-    for (const auto& [name, row] : cold->entries()) {
+  // A cold or warm table: beside the cache its operands were flushed of,
+  // each kernel beside its own hot row.
+  auto readFlushed = [&](const char* key, const char* cache, const char* what,
+                         std::array<SizeTable, kMemKernelCount>& tables) {
+    auto flushed = n.get(key);
+    if (!flushed)
+      return;
+    if (!n.get(cache))
+      flushed->fail(
+          fmt::format("needs {} beside it (the cache its operands were flushed of)", cache));
+    readSizeTables(*flushed, tables);
+    for (const auto& [name, row] : flushed->entries()) {
       MemKernel kernel;
       if (parseMemKernel(name, kernel) && t.memory[static_cast<size_t>(kernel)].empty())
-        row.fail("a cold table needs the kernel's own (hot) table under memory");
+        row.fail(fmt::format("a {} table needs the kernel's own (hot) table under memory", what));
     }
+  };
+  readFlushed("memory_cold", "last_level_cache", "cold", t.memoryCold);
+  readFlushed("memory_warm", "core_cache", "warm", t.memoryWarm);
+  if (auto core = n.get("core_cache")) {
+    t.coreCache = core->asBytes();
+    if (t.coreCache.value() < 1024 || t.coreCache.value() > 1e10)
+      core->fail("a core's own cache of 1 KiB to 10 GB");
+    if (auto cache = n.get("last_level_cache"); cache && cache->asBytes() < t.coreCache)
+      core->fail("at most last_level_cache (the core's own cache is the smaller level)");
+  }
+  if (auto gemmWarm = n.get("gemm_warm")) {
+    if (t.backend != "cpu")
+      gemmWarm->fail("is for backend cpu (calibrate times it through the CPU backend's GEMMs)");
+    if (!n.get("core_cache"))
+      gemmWarm->fail("needs core_cache beside it (the cache its operands were flushed of)");
+    readGrid(*gemmWarm, t.gemmWarm, "op", "GEMM op",
+             {toString(GemmOp::kNN), toString(GemmOp::kNT), toString(GemmOp::kTN)}, nullptr,
+             "slowdown", [](const ConfigNode& v) {
+               return v.asDoubleIn(0.1, 1e4, "warm time over hot time: 0.1 to 10,000");
+             });
   }
   if (auto cache = n.get("last_level_cache")) {
     t.lastLevelCache = cache->asBytes();

@@ -67,6 +67,9 @@ ComputeCosts::ComputeCosts(const Network& network, const Cluster& cluster, Eleme
     tableCache_ = device_.kernels.residencyCache().value();
     cache_ = tableCache_ / std::max(1, workersPerNode);
   }
+  if ((device_.kernels.hasWarm() || device_.kernels.hasGemmWarm()) &&
+      device_.kernels.coreCache.value() > 0)
+    core_ = device_.kernels.coreCache.value() * std::max(1, threadsPerWorker);
   if (device_.profile) {
     checkProfileMatches(*device_.profile, network);
     source_ = ComputeSource::kProfile;
@@ -93,17 +96,24 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
   TablesTime result;
   bool any = false;
   const double cold = cache_ > 0 ? coldShare(index, phase, examples) : 0.0;
+  const double warm = core_ > 0 ? warmShare(index, phase, examples) : 0.0;
   for (int side = 0; side < (hi > lo ? 2 : 1); ++side) {
     const double ex = side == 0 ? lo : hi;
     const double weight = side == 0 ? 1.0 - w : w;
     if (weight <= 0)
       continue;
     Seconds gemm, memory, dram;
-    // A memory-bound call: hot from the tables, cold (operands no longer
-    // cached: all DRAM traffic) from the cold tables, by the phase's cold
-    // share (`share`, where given: a GEMM's zero fill, by its C's).
-    auto memoryCall = [&](const KernelCall& c, double share = -1) {
-      const double callCold = share >= 0 ? share : cold;
+    // A memory-bound call: hot from the tables, warm (operands out of the
+    // core's cache, in the last-level one) from the warm tables, cold
+    // (operands no longer cached: all DRAM traffic) from the cold tables, by
+    // the phase's shares (`share`, where given: a GEMM's zero fill, by its
+    // C's).
+    struct Shares {
+      double cold = -1, warm = 0;
+    };
+    auto memoryCall = [&](const KernelCall& c, Shares share = {}) {
+      const double callCold = share.cold >= 0 ? share.cold : cold;
+      const double callWarm = share.cold >= 0 ? share.warm : warm;
       bool outside = false;
       if (t.memory[static_cast<size_t>(c.kernel)].empty()) {
         outside_.insert(fmt::format("{} not in the tables ({})", toString(c.kernel), l.name));
@@ -112,18 +122,20 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
                   memorySpeed(c.units * kMemoryBytesPerUnit);
         return;
       }
-      auto time = [&](bool fromCold) {
+      auto time = [&](Residence at) {
         if (c.window > 0)
-          return t.windowTime(c.kernel, c.units, c.window, &outside, fromCold);
+          return t.windowTime(c.kernel, c.units, c.window, &outside, at);
         if (c.rowWidth > 0)
-          return t.columnsTime(c.kernel, c.units, c.rowWidth, c.stride, &outside, fromCold);
-        return t.memoryTime(c.kernel, c.units, &outside, fromCold);
+          return t.columnsTime(c.kernel, c.units, c.rowWidth, c.stride, &outside, at);
+        return t.memoryTime(c.kernel, c.units, &outside, at);
       };
-      const Seconds hot = time(false) * (1 - callCold);
-      const Seconds fromDram = callCold > 0 ? time(true) * callCold : Seconds(0);
+      const Seconds hot = time(Residence::kHot) * std::max(0.0, 1 - callCold - callWarm);
+      const Seconds fromLlc = callWarm > 0 ? time(Residence::kWarm) * callWarm : Seconds(0);
+      const Seconds fromDram = callCold > 0 ? time(Residence::kCold) * callCold : Seconds(0);
       const double scale = c.count / memorySpeed(c.units * kMemoryBytesPerUnit);
-      memory += (hot + fromDram) * scale;
-      dram += (hot * dramShare(c.units * kMemoryBytesPerUnit / threads_) + fromDram) * scale;
+      memory += (hot + fromLlc + fromDram) * scale;
+      dram += ((hot + fromLlc) * dramShare(c.units * kMemoryBytesPerUnit / threads_) + fromDram) *
+              scale;
       if (outside)
         outside_.insert(
             c.window > 0 ? fmt::format("{} of {:.0f}, window {:.0f} ({})", toString(c.kernel),
@@ -134,17 +146,26 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
     // A gradient overwritten by a GEMM that adds into it is zero filled
     // first (a kZero call of its size before the GEMM): the fill brings it
     // into the cache, at its cold share, and the GEMM finds it there.
-    std::vector<double> fillShare(calls.size(), -1.0);
+    std::vector<Shares> fillShare(calls.size());
     std::vector<char> zeroed(calls.size(), 0);
-    for (size_t i = 0; i < calls.size() && cache_ > 0; ++i) {
+    // A written operand's shares: out of every cache, and out of the core's
+    // only.
+    auto writtenShares = [&](GemmOperand held, double bytes) {
+      Shares s;
+      s.cold = cache_ > 0 ? operandCold(index, phase, ex, held, bytes, cache_) : 0.0;
+      if (core_ > 0)
+        s.warm = std::max(0.0, operandCold(index, phase, ex, held, bytes, core_) - s.cold);
+      return s;
+    };
+    for (size_t i = 0; i < calls.size() && (cache_ > 0 || core_ > 0); ++i) {
       const auto& c = calls[i];
       if (!c.gemm || !c.accumulate || c.c == GemmOperand::kScratch)
         continue;
       const double units = double(c.m) * double(c.n) * c.count;
       for (size_t j = 0; j < i; ++j)
         if (!calls[j].gemm && calls[j].kernel == MemKernel::kZero &&
-            calls[j].units * calls[j].count == units && fillShare[j] < 0) {
-          fillShare[j] = operandCold(index, phase, ex, c.c, units * elementBytes(element_));
+            calls[j].units * calls[j].count == units && fillShare[j].cold < 0) {
+          fillShare[j] = writtenShares(c.c, units * elementBytes(element_));
           zeroed[i] = 1;
           break;
         }
@@ -173,22 +194,31 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
           fill.kernel = MemKernel::kZero;
           fill.units = double(c.m) * double(c.n);
           fill.count = c.count;
-          memoryCall(fill, cache_ > 0 ? operandCold(index, phase, ex, c.c,
-                                                    double(c.m) * double(c.n) *
-                                                        elementBytes(element_) * c.count)
-                                      : 0.0);
+          memoryCall(fill, writtenShares(
+                               c.c, double(c.m) * double(c.n) * elementBytes(element_) * c.count));
         }
         // Operands the step has evicted (KernelTables::gemmCold: the grid
-        // is timed by repeated calls), the extra at DRAM's shared speed.
+        // is timed by repeated calls), the extra at DRAM's shared speed;
+        // and those only the core's cache lost (gemmWarm), the extra at the
+        // same speed (the last-level cache is shared as DRAM is).
+        const double bytes = double(c.m * c.k + c.k * c.n + c.m * c.n) * elementBytes(element_);
+        double coldPart = 0;
         if (t.hasGemmCold() && cache_ > 0) {
-          const double share = gemmColdShare(index, phase, ex, c, fills || zeroed[i]);
+          coldPart = gemmColdShare(index, phase, ex, c, fills || zeroed[i], cache_, tableCache_);
           const double slowdown = t.gemmColdSlowdown(c.op, double(c.m), double(c.n), double(c.k));
-          if (share > 0 && slowdown > 1) {
-            const double bytes = double(c.m * c.k + c.k * c.n + c.m * c.n) * elementBytes(element_);
-            const Seconds extra = hot * ((slowdown - 1) * share) / memorySpeed(bytes);
+          if (coldPart > 0 && slowdown > 1) {
+            const Seconds extra = hot * ((slowdown - 1) * coldPart) / memorySpeed(bytes);
             memory += extra;
             dram += extra;
           }
+        }
+        if (t.hasGemmWarm() && core_ > 0) {
+          const double share = std::max(0.0, gemmColdShare(index, phase, ex, c, fills || zeroed[i],
+                                                           core_, t.coreCache.value()) -
+                                                 coldPart);
+          const double slowdown = t.gemmWarmSlowdown(c.op, double(c.m), double(c.n), double(c.k));
+          if (share > 0 && slowdown > 1)
+            memory += hot * ((slowdown - 1) * share) / memorySpeed(bytes);
         }
       } else {
         memoryCall(c, fillShare[i]);
@@ -256,6 +286,19 @@ const ComputeCosts::Traffic& ComputeCosts::traffic(double examples) const {
 }
 
 double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
+  return evictedShare(index, phase, examples, cache_);
+}
+
+double ComputeCosts::warmShare(int index, Phase phase, double examples) const {
+  if (core_ <= 0)
+    return 0.0;
+  return std::max(0.0, evictedShare(index, phase, examples, core_) -
+                           evictedShare(index, phase, examples, cache_));
+}
+
+double ComputeCosts::evictedShare(int index, Phase phase, double examples, double cache) const {
+  if (cache <= 0)
+    return 0.0;
   // A phase with GEMMs prices what they write by their C (gemmColdShare);
   // one of memory-bound calls only counts it here.
   bool gemms = false;
@@ -263,7 +306,7 @@ double ComputeCosts::coldShare(int index, Phase phase, double examples) const {
   for (const auto& c : lower(t.backend, net_, index, phase, std::max(1.0, std::round(examples)), 0,
                              updateKernel(), threads_))
     gemms = gemms || c.gemm || c.conv;
-  const ColdBytes b = activationsCold(index, phase, examples, !gemms);
+  const ColdBytes b = activationsCold(index, phase, examples, !gemms, cache);
   return b.all > 0 ? b.cold / b.all : 0.0;
 }
 
@@ -290,13 +333,13 @@ double ComputeCosts::stepTraffic(double examples) const {
   return tr.before.back() + tr.updateFrom.front();
 }
 
-double ComputeCosts::residentShare(double size, double distance) const {
-  return std::min(1.0, cache_ / (distance + size));
+double ComputeCosts::residentShare(double size, double distance, double cache) {
+  return std::min(1.0, cache / std::max(distance + size, 1.0));
 }
 
 ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, double examples,
-                                                      bool written) const {
-  if (cache_ <= 0 || phase == Phase::kUpdate)
+                                                      bool written, double cache) const {
+  if (cache <= 0 || phase == Phase::kUpdate)
     return {};
   const Traffic& tr = traffic(examples);
   const int n = static_cast<int>(net_.layers.size());
@@ -311,7 +354,7 @@ ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, do
   ColdBytes b;
   auto operand = [&](double size, double distance) {
     b.all += size;
-    b.cold += size * (1.0 - residentShare(size, distance));
+    b.cold += size * (1.0 - residentShare(size, distance, cache));
   };
   if (phase == Phase::kFwd) {
     // Each input, since its producer's forward (the network's input: since
@@ -335,20 +378,20 @@ ComputeCosts::ColdBytes ComputeCosts::activationsCold(int index, Phase phase, do
   if (written && phase == Phase::kFwd) {
     const double size = outBytes(index);
     b.all += size;
-    b.cold += size * operandCold(index, phase, examples, GemmOperand::kOutput, size);
+    b.cold += size * operandCold(index, phase, examples, GemmOperand::kOutput, size, cache);
   } else if (written && phase == Phase::kBwdData && !l.readsNetworkInput()) {
     for (int j : l.inputs) {
       const double size = outBytes(j);
       b.all += size;
-      b.cold += size * operandCold(index, phase, examples, GemmOperand::kInputGrad, size);
+      b.cold += size * operandCold(index, phase, examples, GemmOperand::kInputGrad, size, cache);
     }
   }
   return b;
 }
 
 double ComputeCosts::operandCold(int index, Phase phase, double examples, GemmOperand held,
-                                 double size) const {
-  if (cache_ <= 0 || held == GemmOperand::kScratch || size <= 0)
+                                 double size, double cache) const {
+  if (cache <= 0 || held == GemmOperand::kScratch || size <= 0)
     return 0.0;
   const Traffic& tr = traffic(examples);
   const int n = static_cast<int>(net_.layers.size());
@@ -411,11 +454,11 @@ double ComputeCosts::operandCold(int index, Phase phase, double examples, GemmOp
     case GemmOperand::kScratch:
       break;
   }
-  return 1.0 - residentShare(size, distance);
+  return 1.0 - residentShare(size, distance, cache);
 }
 
 double ComputeCosts::gemmColdShare(int index, Phase phase, double examples, const KernelCall& c,
-                                   bool filled) const {
+                                   bool filled, double cache, double tableCache) const {
   const double e = elementBytes(element_);
   const double ex = std::max(1.0, std::round(examples));
   const double a = double(c.m) * double(c.k) * e, b = double(c.k) * double(c.n) * e,
@@ -427,14 +470,14 @@ double ComputeCosts::gemmColdShare(int index, Phase phase, double examples, cons
     // call re-reads: only the first finds them out of the cache.
     const bool once = held == GemmOperand::kWeights || held == GemmOperand::kWeightGrad;
     const double distinct = bytes * (once ? std::max(1.0, c.count / ex) : c.count);
-    cold += distinct * operandCold(index, phase, examples, held, distinct);
+    cold += distinct * operandCold(index, phase, examples, held, distinct, cache);
   }
   const double all = (a + b + out) * c.count;
   // Only what the table had in the cache can come out of it: a call timed
   // back to back (calibrate, alone on the node) found min(1, C / size) of
   // its operands cached, so a 151 MB fc6 weight matrix is half cold in its
   // own table at C = 74 MiB.
-  const double tableCold = 1.0 - std::min(1.0, tableCache_ / std::max(a + b + out, 1.0));
+  const double tableCold = 1.0 - std::min(1.0, tableCache / std::max(a + b + out, 1.0));
   if (all <= 0 || tableCold >= 1)
     return 0.0;
   return std::clamp((cold / all - tableCold) / (1.0 - tableCold), 0.0, 1.0);
@@ -467,14 +510,21 @@ Seconds ComputeCosts::update(double params) const {
         // residency rule at the step's traffic (stepExamples_), hot
         // without it.
         const auto& t = device_.kernels;
+        const double size = params * kMemoryBytesPerUnit;
+        const double distance = stepExamples_ > 0 ? stepTraffic(stepExamples_) : 0.0;
         const double cold =
-            cache_ > 0 && stepExamples_ > 0
-                ? 1.0 - residentShare(params * kMemoryBytesPerUnit, stepTraffic(stepExamples_))
-                : 0.0;
-        const Seconds hot = t.memoryTime(updateKernel(), params) * (1 - cold);
+            cache_ > 0 && stepExamples_ > 0 ? 1.0 - residentShare(size, distance, cache_) : 0.0;
+        const double warm = core_ > 0 && stepExamples_ > 0
+                                ? std::max(0.0, 1.0 - residentShare(size, distance, core_) - cold)
+                                : 0.0;
+        const Seconds hot = t.memoryTime(updateKernel(), params) * std::max(0.0, 1 - cold - warm);
+        const Seconds fromLlc =
+            warm > 0 ? t.memoryTime(updateKernel(), params, nullptr, Residence::kWarm) * warm
+                     : Seconds(0);
         const Seconds fromDram =
-            cold > 0 ? t.memoryTime(updateKernel(), params, nullptr, true) * cold : Seconds(0);
-        return (hot + fromDram) / memorySpeed(params * kMemoryBytesPerUnit);
+            cold > 0 ? t.memoryTime(updateKernel(), params, nullptr, Residence::kCold) * cold
+                     : Seconds(0);
+        return (hot + fromLlc + fromDram) / memorySpeed(size);
       }
       break;
     case ComputeSource::kRoofline:

@@ -173,9 +173,12 @@ double rateAt(const SizeTable& t, double units, bool* outside) {
 }
 }  // namespace
 
-double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, bool cold) const {
+double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, Residence at) const {
   const auto k = static_cast<size_t>(kernel);
-  return rateAt(cold && !memoryCold[k].empty() ? memoryCold[k] : memory[k], units, outside);
+  const auto& table = at == Residence::kCold && !memoryCold[k].empty()   ? memoryCold[k]
+                      : at == Residence::kWarm && !memoryWarm[k].empty() ? memoryWarm[k]
+                                                                         : memory[k];
+  return rateAt(table, units, outside);
 }
 
 double KernelTables::gemmColdSlowdown(GemmOp op, double m, double n, double k) const {
@@ -184,10 +187,17 @@ double KernelTables::gemmColdSlowdown(GemmOp op, double m, double n, double k) c
   return std::max(1.0, gridRate(gemmCold, static_cast<size_t>(op), m, n, k, nullptr));
 }
 
-Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside, bool cold) const {
+double KernelTables::gemmWarmSlowdown(GemmOp op, double m, double n, double k) const {
+  if (gemmWarm.empty() || m <= 0 || n <= 0 || k <= 0)
+    return 1.0;
+  return std::max(1.0, gridRate(gemmWarm, static_cast<size_t>(op), m, n, k, nullptr));
+}
+
+Seconds KernelTables::memoryTime(MemKernel kernel, double units, bool* outside,
+                                 Residence at) const {
   if (units <= 0)
     return Seconds(0);
-  return Seconds(units / memoryRate(kernel, units, outside, cold));
+  return Seconds(units / memoryRate(kernel, units, outside, at));
 }
 
 bool KernelTables::pricesElement(ElementType element) const {
@@ -214,7 +224,7 @@ KernelTables KernelTables::forElement(ElementType element) const {
 }
 
 Seconds KernelTables::columnsTime(MemKernel kernel, double units, int rowWidth, int stride,
-                                  bool* outside, bool cold) const {
+                                  bool* outside, Residence at) const {
   STRATA_ENFORCE(kernel == MemKernel::kIm2col || kernel == MemKernel::kCol2im);
   const bool im2col = kernel == MemKernel::kIm2col;
   const MemKernel shortRows = im2col ? MemKernel::kIm2colShort : MemKernel::kCol2imShort;
@@ -224,8 +234,8 @@ Seconds KernelTables::columnsTime(MemKernel kernel, double units, int rowWidth, 
     return Seconds(0);
   auto has = [&](MemKernel k) { return !memory[static_cast<size_t>(k)].empty(); };
   if (rowWidth <= 0 || stride <= 0 || !has(shortRows) || !has(stride2) || !has(stride4))
-    return memoryTime(kernel, units, outside, cold);
-  auto perUnit = [&](MemKernel k) { return 1.0 / memoryRate(k, units, outside, cold); };
+    return memoryTime(kernel, units, outside, at);
+  auto perUnit = [&](MemKernel k) { return 1.0 / memoryRate(k, units, outside, at); };
   const double longRows = perUnit(kernel);
   // Per-row cost r from t(W) = e + r / W at the two widths; neither it nor
   // a stride's extra is taken below zero (a timing's noise).
@@ -247,18 +257,23 @@ bool KernelTables::hasCold() const {
                      [](const SizeTable& t) { return !t.empty(); });
 }
 
+bool KernelTables::hasWarm() const {
+  return std::any_of(memoryWarm.begin(), memoryWarm.end(),
+                     [](const SizeTable& t) { return !t.empty(); });
+}
+
 Seconds KernelTables::windowTime(MemKernel kernel, double units, double window, bool* outside,
-                                 bool cold) const {
+                                 Residence at) const {
   const MemKernel small = kernel == MemKernel::kPoolMaxFwd   ? MemKernel::kPoolMaxFwd2
                           : kernel == MemKernel::kPoolAvgFwd ? MemKernel::kPoolAvgFwd2
                                                              : MemKernel::kPoolAvgBwd2;
   if (memory[static_cast<size_t>(small)].empty())
-    return memoryTime(kernel, units, outside, cold);
+    return memoryTime(kernel, units, outside, at);
   if (outside && (window < 4 - 1e-9 || window > 9 + 1e-9))
     *outside = true;
   const double w = std::clamp((window - 4) / 5, 0.0, 1.0);
-  return memoryTime(small, units, outside, cold) * (1 - w) +
-         memoryTime(kernel, units, outside, cold) * w;
+  return memoryTime(small, units, outside, at) * (1 - w) +
+         memoryTime(kernel, units, outside, at) * w;
 }
 
 }  // namespace strata

@@ -68,6 +68,12 @@ class ComputeCosts {
   // gradient (D: since the consumer's backward that produced it) and, but for
   // add, its saved input (D: since its own forward).
   double coldShare(int index, Phase phase, double examples) const;
+  // The same rule for the core's own cache (KernelTables::coreCache, each of
+  // the worker's threads its own): the share of those bytes that the core's
+  // cache no longer holds but the last-level cache does, 0..1. With warm
+  // tables each memory-bound call is priced hot x (1 - cold - warm) + warm x
+  // warm share + cold x cold share.
+  double warmShare(int index, Phase phase, double examples) const;
 
   ComputeSource source() const { return source_; }
   // Kernel shapes priced so far that lie outside the tables' grid (their
@@ -131,24 +137,34 @@ class ComputeCosts {
     double all = 0, cold = 0;
   };
   // The share of `size` bytes last touched `distance` bytes of traffic ago
-  // still cached: min(1, C / (distance + size)).
-  double residentShare(double size, double distance) const;
-  // coldShare's operands, with `written` what the phase writes over too.
-  ColdBytes activationsCold(int index, Phase phase, double examples, bool written) const;
+  // still in a cache of `cache` bytes: min(1, cache / (distance + size)).
+  static double residentShare(double size, double distance, double cache);
+  // coldShare's operands, with `written` what the phase writes over too,
+  // against a cache of `cache` bytes.
+  ColdBytes activationsCold(int index, Phase phase, double examples, bool written,
+                            double cache) const;
+  // The share of a phase's memory-bound operands out of a cache of `cache`.
+  double evictedShare(int index, Phase phase, double examples, double cache) const;
   // Bytes of one step's traffic (every phase's, the updates').
   double stepTraffic(double examples) const;
   // The share of `size` bytes of a GEMM operand holding `held` in a layer
   // phase that the step has evicted, by how long ago it last touched them
   // (0 for scratch, which the phase has just written).
-  double operandCold(int index, Phase phase, double examples, GemmOperand held, double size) const;
+  // `cache`: the cache's bytes (cache_, or core_ for the core's own).
+  double operandCold(int index, Phase phase, double examples, GemmOperand held, double size,
+                     double cache) const;
   // The share of GEMM call c's operand bytes (over its count) that the step
-  // has evicted beyond what its hot table had out of the cache, 0..1;
+  // has evicted from a cache of `cache` bytes beyond what its hot table had
+  // out of it (`tableCache`: the cache as the table found it), 0..1;
   // `filled`: C = after a zero fill, which brought C into the cache.
-  double gemmColdShare(int index, Phase phase, double examples, const KernelCall& c,
-                       bool filled) const;
+  double gemmColdShare(int index, Phase phase, double examples, const KernelCall& c, bool filled,
+                       double cache, double tableCache) const;
   mutable std::map<double, Traffic> traffic_;
   double cache_ = 0;       // bytes of last-level cache per worker; 0: no cold pricing
   double tableCache_ = 0;  // the whole cache, as calibrate's tables found it
+  // Bytes of the core's own cache over the worker's threads (one each); 0:
+  // no warm pricing.
+  double core_ = 0;
 
   double speed_ = 1.0;  // compute speed when the node is shared
   int busyCores_ = 1;   // workers on the node x threads per worker

@@ -147,6 +147,12 @@ struct GemmTable {
 // dY^T X_col, with m = examples x output positions, n = filters per group,
 // k = input channels per group x kernel area.
 enum class ConvPass { kFwd, kBwdData, kBwdFilter };
+
+// Where a kernel call's operands are, as the tables time them: hot (the
+// call repeated on the same buffers, as the plain tables), warm (out of the
+// core's own cache, in the last-level one: memoryWarm, gemmWarm) or cold
+// (out of every cache: memoryCold, gemmCold).
+enum class Residence { kHot, kWarm, kCold };
 inline constexpr ConvPass kAllConvPasses[] = {ConvPass::kFwd, ConvPass::kBwdData,
                                               ConvPass::kBwdFilter};
 std::string_view toString(ConvPass pass);  // fwd, bwd_data, bwd_filter
@@ -179,6 +185,20 @@ struct KernelTables {
   // last touched long ago (ComputeCosts, operand residency). A kernel without
   // a cold table is priced hot.
   std::array<SizeTable, kMemKernelCount> memoryCold;
+  // The same kernels with their operands out of the core's own cache but in
+  // the last-level one (calibrate since 2026-12-04 times each call right
+  // after writing four times `coreCache` bytes): what a kernel costs in a
+  // step for an operand the step touched a few MiB ago, which every operand
+  // but the one the layer before just wrote is. On the 2-core Xeon VM a relu
+  // over 256 KiB ran 5.6x slower than repeated, and tiny-gpt's adds and
+  // layernorms, priced hot, ran 2-4x slower in a pass (docs/cost-model.md,
+  // "Operands out of the core's cache"). A kernel without a warm table is
+  // priced hot there.
+  std::array<SizeTable, kMemKernelCount> memoryWarm;
+  // The cache private to a core (cpu0's largest level no other CPU shares:
+  // L2), which the warm tables were flushed of; each of a worker's threads
+  // has its own. 0: unknown (no warm pricing).
+  Bytes coreCache;
   // The node's last-level cache the cold tables were flushed of, and which
   // ComputeCosts shares among the workers on a node; 0: unknown (no cold
   // pricing).
@@ -201,6 +221,12 @@ struct KernelTables {
   // GEMMs are priced hot.
   GemmTable gemmCold;
   bool hasGemmCold() const { return !gemmCold.empty(); }
+  // The same slowdown with the operands out of the core's cache only (each
+  // call right after writing four times coreCache; the grid of gemmCold):
+  // priced for the share of a call's operand bytes that the core's cache
+  // lost and the last-level cache kept. Empty: priced as hot there.
+  GemmTable gemmWarm;
+  bool hasGemmWarm() const { return !gemmWarm.empty(); }
   // Fixed cost of one layer-phase call around its kernels (the Model's
   // bookkeeping: views, checks, buffer sizing), added once per phase.
   Seconds callOverhead;
@@ -236,14 +262,15 @@ struct KernelTables {
   // Seconds of one convolution pass of implicit-GEMM shape (m, n, k): from
   // the conv table, or else the GEMM table (see `conv`).
   Seconds convTime(ConvPass pass, double m, double n, double k, bool* outside = nullptr) const;
-  // Seconds of one call of a memory-bound kernel over `units` units; `cold`:
-  // from memoryCold where the kernel has a cold table.
+  // Seconds of one call of a memory-bound kernel over `units` units, its
+  // operands where `at` says: from memoryWarm or memoryCold where the kernel
+  // has that table, else hot.
   Seconds memoryTime(MemKernel kernel, double units, bool* outside = nullptr,
-                     bool cold = false) const;
+                     Residence at = Residence::kHot) const;
   // A pooling window kernel (timed at 3x3) for a window of `window` elements:
   // interpolated by area between its 2x2 and 3x3 tables (*outside beyond).
   Seconds windowTime(MemKernel kernel, double units, double window, bool* outside = nullptr,
-                     bool cold = false) const;
+                     Residence at = Residence::kHot) const;
   // An im2col or col2im over `units` column entries whose output rows are
   // `rowWidth` long, at `stride`: time per unit e + r / rowWidth (a cost
   // per element and one per row, solved from the long and short tables;
@@ -252,13 +279,17 @@ struct KernelTables {
   // strides 1, 2 and 4 (stride 4's beyond, flagged *outside). Without
   // those tables, or without a geometry (rowWidth 0), memoryTime.
   Seconds columnsTime(MemKernel kernel, double units, int rowWidth, int stride,
-                      bool* outside = nullptr, bool cold = false) const;
+                      bool* outside = nullptr, Residence at = Residence::kHot) const;
   // Whether any kernel has a cold table.
   bool hasCold() const;
   // gemmCold's slowdown of an `op` call of shape (m, n, k): trilinear in
   // log size between its grid points, the edges' beyond; at least 1; 1
   // without gemmCold.
   double gemmColdSlowdown(GemmOp op, double m, double n, double k) const;
+  // The same of gemmWarm (1 without it).
+  double gemmWarmSlowdown(GemmOp op, double m, double n, double k) const;
+  // Whether any kernel has a warm table.
+  bool hasWarm() const;
   // The cache ComputeCosts prices operand residency with: effectiveCache
   // where measured, else lastLevelCache.
   Bytes residencyCache() const {
@@ -267,7 +298,7 @@ struct KernelTables {
   // Rate at a size (interpolated), for tests and printing.
   double gemmRate(GemmOp op, double m, double n, double k, bool* outside = nullptr) const;
   double memoryRate(MemKernel kernel, double units, bool* outside = nullptr,
-                    bool cold = false) const;
+                    Residence at = Residence::kHot) const;
 };
 
 // What a GEMM operand holds (KernelCall::a, b, c): the layer's weights or
