@@ -117,14 +117,21 @@ Bytes coreCache() {
 
 // GEMM grid: m, n and k each from 1 to 16384, by factors of 2 up to 256 (batch
 // sizes: an fc layer's rate changes fastest there, where streaming its weights
-// dominates) and of 4 above. Points above kMaxMacs multiply-adds (~6 ms each
-// here) are not timed: their rate is the one of the point with the largest
-// dimension reduced one grid step (GEMM rates saturate at these sizes), so
-// calibrate stays under a minute.
+// dominates) and of 4 above. Points above kMaxMacs multiply-adds or with an
+// operand over kMaxOperand floats are not timed: their rate is the one of the
+// point with the largest dimension reduced one grid step (GEMM rates
+// saturate at these sizes). The caps were 2^28 and 2^24 (64 MiB) until
+// 2026-12-04, which left every fc shape whose weights outgrow the cache to
+// a neighbour's rate whose weights fit it: alexnet b 8's fc6 backward data
+// (nn 8 x 9216 x 4096, 151 MB of weights) was priced 30 ms from the 13.5 ms
+// of 8 x 4096 x 4096 and ran 48-52 ms (8 x 16384 x 4096: 102 ms). At 2^31 and
+// 2^26 (256 MiB) every fc of up to 16384 x 4096 weights at batches up to 32
+// is timed; the grid takes ~45 s a sweep on the 2-core VM.
 const std::vector<int64_t> kGemmDims = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
-constexpr double kMaxMacs = double(1 << 28);
-// And operands of at most 16 Mi floats (64 MiB) each, so memory stays bounded.
-constexpr double kMaxOperand = double(1 << 24);
+constexpr double kMaxMacs = double(int64_t{1} << 31);
+// And operands of at most 64 Mi floats (256 MiB) each, so memory stays
+// bounded (gemm_cold's buffers are as large).
+constexpr double kMaxOperand = double(int64_t{1} << 26);
 
 // Memory-bound kernels: units per call from 1 Ki to 16 Mi by factors of 4.
 std::vector<double> memorySizes() {
@@ -135,7 +142,12 @@ std::vector<double> memorySizes() {
 }
 
 std::vector<float> filled(size_t n, float value) {
-  return std::vector<float>(n, value);
+  // On the pages HostMemory gives a step's tensors (huge where THP allows).
+  std::vector<float> v;
+  v.reserve(n);
+  nn::adviseHugePages(v.data(), n * sizeof(float));
+  v.assign(n, value);
+  return v;
 }
 
 double medianOfValues(std::vector<double> v) {
@@ -414,10 +426,10 @@ Sweep measureKernelSweep(const std::function<void(const std::string&)>& say) {
   nn::CpuBackend be;
   // Each point hot (perCall: repeated calls on the same operands, in cache
   // up to its size) and cold (perCallCold: after flushing the caches).
-  std::vector<float> flush(static_cast<size_t>(2 * t.lastLevelCache.value() / sizeof(float)));
+  auto flush = filled(static_cast<size_t>(2 * t.lastLevelCache.value() / sizeof(float)), 0.0f);
   // And warm (perCallCold after writing four times the core's own cache:
   // the operands left in the last-level cache, as a step leaves most).
-  std::vector<float> warmFlush(static_cast<size_t>(4 * t.coreCache.value() / sizeof(float)));
+  auto warmFlush = filled(static_cast<size_t>(4 * t.coreCache.value() / sizeof(float)), 0.0f);
   auto record = [&](MemKernel kernel, double units, auto&& fn) {
     auto& table = t.memory[static_cast<size_t>(kernel)];
     if (!table.units.empty() && units <= table.units.back())
@@ -840,8 +852,8 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
         "after the sweeps, median of each\n",
         t.referenceGemmRate / 1e9, t.referenceCopyRate / 1e9);
   y << "    gemm:   # FLOP/s of Eigen's products as conv and fc run them; median of 3 timed groups "
-       "after a warm-up (best of 2 for calls over 10 ms); points over 2^28 multiply-adds or with "
-       "an operand over 2^24 floats take the "
+       "after a warm-up (best of 2 for calls over 10 ms); points over 2^31 multiply-adds or with "
+       "an operand over 2^26 floats take the "
        "rate of the point with the largest dimension one step smaller"
     << over << "\n";
   if (t.gemmAccumulates)

@@ -24,8 +24,7 @@ constexpr std::align_val_t kHostAlignment{64};
 // kernel streaming a few MiB that the step touched long ago misses the TLB on
 // every page: a relu over 2 MiB ran 10-14 % slower right after touching
 // other pages than repeated, and a 16 MiB one from DRAM 17 % slower, than on
-// huge pages (docs/executor.md, "Huge pages"). Calibrate's kernels run on
-// this memory too, so the tables and a step see the same pages.
+// huge pages (docs/executor.md, "Huge pages").
 constexpr size_t kHugePage = size_t{2} << 20;
 
 void* mapHuge(size_t bytes) {
@@ -44,7 +43,7 @@ void* mapHuge(size_t bytes) {
   if (start + span > end)
     munmap(reinterpret_cast<void*>(end), start + span - end);
   void* p = reinterpret_cast<void*>(aligned);
-  madvise(p, mapped, MADV_HUGEPAGE);  // advice: where THP is off, 4 KiB pages
+  adviseHugePages(p, mapped);
   return p;
 }
 
@@ -52,6 +51,18 @@ void unmapHuge(void* p, size_t bytes) noexcept {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   munmap(p, (bytes + page - 1) / page * page);
 }
+
+}  // namespace
+
+void adviseHugePages(void* p, size_t bytes) noexcept {
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  const uintptr_t last = (start + bytes) & ~(uintptr_t{kHugePage} - 1);
+  if (last > first)
+    madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
+namespace {
 
 class HostMemory final : public HostAddressedMemory {
  public:

@@ -22,6 +22,13 @@
 
 namespace strata::nn {
 
+// Marks the whole 2 MiB pages inside [p, p + bytes) for transparent huge
+// pages (MADV_HUGEPAGE), to be called before they are first touched: what
+// HostMemory does for each allocation of 2 MiB or more, and calibrate for
+// its buffers, so the kernel tables and a step see the same pages
+// (docs/executor.md, "Huge pages"). Advice only: where THP is off, nothing.
+void adviseHugePages(void* p, size_t bytes) noexcept;
+
 class Memory {
  public:
   virtual ~Memory() = default;
