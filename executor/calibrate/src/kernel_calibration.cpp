@@ -56,11 +56,11 @@ double perCall(F&& fn) {
 // whose data outgrows the last-level cache: each of 3 calls right after
 // writing `flush` (twice that cache; one write per 64-byte line, so every
 // line of it is loaded and left dirty, as a step's other tensors leave it);
-// the median.
+// the median (of `calls` such calls).
 template <class F>
-double perCallCold(F&& fn, std::vector<float>& flush) {
+double perCallCold(F&& fn, std::vector<float>& flush, int calls = 3) {
   std::vector<double> t;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < calls; ++i) {
     for (size_t j = 0; j < flush.size(); j += 16)
       flush[j] += 1.0f;
     const auto t0 = Clock::now();
@@ -68,7 +68,7 @@ double perCallCold(F&& fn, std::vector<float>& flush) {
     t.push_back(since(t0));
   }
   std::sort(t.begin(), t.end());
-  return t[1];
+  return t[t.size() / 2];
 }
 
 // The largest of cpu0's data and unified caches (sysfs) that `keep` accepts
@@ -126,7 +126,7 @@ Bytes coreCache() {
 // (nn 8 x 9216 x 4096, 151 MB of weights) was priced 30 ms from the 13.5 ms
 // of 8 x 4096 x 4096 and ran 48-52 ms (8 x 16384 x 4096: 102 ms). At 2^31 and
 // 2^26 (256 MiB) every fc of up to 16384 x 4096 weights at batches up to 32
-// is timed; the grid takes ~45 s a sweep on the 2-core VM.
+// is timed; the grid takes ~61 s a sweep on the 2-core VM (16 s before).
 const std::vector<int64_t> kGemmDims = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
 constexpr double kMaxMacs = double(int64_t{1} << 31);
 // And operands of at most 64 Mi floats (256 MiB) each, so memory stays
@@ -278,16 +278,9 @@ void measureGemmCold(KernelTables& t, std::vector<float>& flush, std::vector<flo
           slowdown[(im * d + in) * d + ik] = std::clamp(since(t0) / h, 0.1, 1e4);
           // Out of the core's cache only: the median of 3 where a call is
           // short enough for one timing to be noisy.
-          if (!warmFlush.empty()) {
-            const double warm = h < 2e-3 ? perCallCold(call, warmFlush) : [&] {
-              for (size_t j = 0; j < warmFlush.size(); j += 16)
-                warmFlush[j] += 1.0f;
-              const auto w0 = Clock::now();
-              call();
-              return since(w0);
-            }();
-            warmSlowdown[(im * d + in) * d + ik] = std::clamp(warm / h, 0.1, 1e4);
-          }
+          if (!warmFlush.empty())
+            warmSlowdown[(im * d + in) * d + ik] =
+                std::clamp(perCallCold(call, warmFlush, h < 2e-3 ? 3 : 1) / h, 0.1, 1e4);
           measured[(im * d + in) * d + ik] = 1;
         }
     auto alsoMeasured = measured;
@@ -877,7 +870,7 @@ std::string kernelTablesYaml(const KernelTables& t, const std::string& where, in
   }
   if (t.hasWarm()) {
     y << fmt::format(
-        "    core_cache: {:.0f} KiB   # cpu0's largest cache level no other CPU shares "
+        "    core_cache: {:.0f} KiB   # cpu0's largest cache level no other core shares "
         "(/sys/devices/system/cpu/cpu0/cache): the warm tables were flushed of it; each thread "
         "has its own\n",
         t.coreCache.value() / 1024);
@@ -949,9 +942,7 @@ void sizeRowYaml(std::ostringstream& y, std::string_view name, const SizeTable& 
 
 void memoryRowsYaml(std::ostringstream& y, const KernelTables& t, Residence at) {
   for (int i = 0; i < kMemKernelCount; ++i) {
-    const auto& m = (at == Residence::kCold   ? t.memoryCold
-                     : at == Residence::kWarm ? t.memoryWarm
-                                              : t.memory)[static_cast<size_t>(i)];
+    const auto& m = t.memoryTables(at)[static_cast<size_t>(i)];
     if (!m.empty())
       sizeRowYaml(y, toString(static_cast<MemKernel>(i)), m);
   }

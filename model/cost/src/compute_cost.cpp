@@ -96,7 +96,8 @@ ComputeCosts::TablesTime ComputeCosts::fromTables(int index, Phase phase, double
   TablesTime result;
   bool any = false;
   const double cold = cache_ > 0 ? coldShare(index, phase, examples) : 0.0;
-  const double warm = core_ > 0 ? warmShare(index, phase, examples) : 0.0;
+  const double warm =
+      core_ > 0 ? std::max(0.0, evictedShare(index, phase, examples, core_) - cold) : 0.0;
   for (int side = 0; side < (hi > lo ? 2 : 1); ++side) {
     const double ex = side == 0 ? lo : hi;
     const double weight = side == 0 ? 1.0 - w : w;

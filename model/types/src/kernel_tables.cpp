@@ -175,10 +175,8 @@ double rateAt(const SizeTable& t, double units, bool* outside) {
 
 double KernelTables::memoryRate(MemKernel kernel, double units, bool* outside, Residence at) const {
   const auto k = static_cast<size_t>(kernel);
-  const auto& table = at == Residence::kCold && !memoryCold[k].empty()   ? memoryCold[k]
-                      : at == Residence::kWarm && !memoryWarm[k].empty() ? memoryWarm[k]
-                                                                         : memory[k];
-  return rateAt(table, units, outside);
+  const auto& flushed = memoryTables(at)[k];
+  return rateAt(flushed.empty() ? memory[k] : flushed, units, outside);
 }
 
 double KernelTables::gemmColdSlowdown(GemmOp op, double m, double n, double k) const {

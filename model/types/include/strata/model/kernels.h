@@ -195,6 +195,10 @@ struct KernelTables {
   // "Operands out of the core's cache"). A kernel without a warm table is
   // priced hot there.
   std::array<SizeTable, kMemKernelCount> memoryWarm;
+  // memory, memoryWarm or memoryCold, by where the operands are.
+  const std::array<SizeTable, kMemKernelCount>& memoryTables(Residence at) const {
+    return at == Residence::kCold ? memoryCold : at == Residence::kWarm ? memoryWarm : memory;
+  }
   // The cache private to a core (cpu0's largest level no other CPU shares:
   // L2), which the warm tables were flushed of; each of a worker's threads
   // has its own. 0: unknown (no warm pricing).
